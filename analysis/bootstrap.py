@@ -1,0 +1,627 @@
+"""Vectorized paired bootstrap over items (study 000, Appendix A).
+
+Per setting (one model x one dataset) there are ``S`` signals, all scored on
+the same ``n`` items (aligned rows). One matrix of resampled item indices of
+shape ``(B, n)`` is shared by every signal and metric, so differences
+between signals are paired.
+
+Resamples are drawn in fixed chunks of ``chunk_size`` rows; chunk ``c`` comes
+from ``np.random.default_rng(np.random.SeedSequence([seed, c]))`` as
+``rng.integers(0, n, size=(rows_in_chunk, n))``. The numbers therefore do
+not depend on how many workers process the chunks or in which order.
+
+The weighted kernels take a count matrix ``w`` of shape ``(b, n)`` (how many
+times each item occurs in each resample) and evaluate a metric on all ``b``
+resamples at once without a Python loop over resamples: items are sorted by
+confidence once per signal, tie groups and ECE bins become contiguous blocks
+and are summed with ``np.add.reduceat``; every kernel is ``O(b * n)``. The
+resamples of a chunk are processed in row blocks of about ``2**17 / n`` rows
+(vectorized within a block) so the working arrays stay in cache and memory
+stays bounded by a small multiple of ``chunk_size * n * 8`` bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .metrics import (
+    METRICS,
+    UndefinedMetricWarning,
+    aurc_tie_groups,
+    bin_indices,
+    get_metric,
+    harmonic_numbers,
+    validate_inputs,
+)
+
+__all__ = [
+    "setting_seed",
+    "chunk_indices",
+    "resample_indices",
+    "counts_from_indices",
+    "SortedSignal",
+    "ece_weighted",
+    "auroc_weighted",
+    "aurc_weighted",
+    "brier_weighted",
+    "WEIGHTED_KERNELS",
+    "bootstrap_chunk",
+    "BootstrapResult",
+    "paired_bootstrap",
+    "interval",
+    "n_undefined",
+    "mean_over_settings",
+    "n_chunks",
+    "DEFAULT_CHUNK_SIZE",
+    "UndefinedMetricWarning",
+]
+
+DEFAULT_CHUNK_SIZE = 1000
+
+
+# ---------------------------------------------------------------------------
+# seeds and resample indices
+# ---------------------------------------------------------------------------
+
+
+def setting_seed(model: str, dataset: str, base_seed: int = 0) -> int:
+    """Stable seed of one setting, ``0 <= seed < 2**63``.
+
+    SHA-256 of the JSON encoding of ``[model, dataset, base_seed]`` (so it is
+    the same in every process and Python version, unlike ``hash()``), first
+    8 bytes big-endian with the top bit cleared.
+
+    Examples
+    --------
+    >>> setting_seed("m", "d") == setting_seed("m", "d")
+    True
+    >>> setting_seed("m", "d") != setting_seed("m", "d", base_seed=1)
+    True
+    """
+    payload = json.dumps([str(model), str(dataset), int(base_seed)], ensure_ascii=True)
+    digest = hashlib.sha256(payload.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") & ((1 << 63) - 1)
+
+
+def _check_resample_args(n: int, n_resamples: int, seed: int, chunk_size: int) -> None:
+    if int(n) < 1:
+        raise ValueError(f"n must be >= 1 to draw resamples, got {n}")
+    if int(n_resamples) < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    if int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if int(seed) < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed}")
+
+
+def n_chunks(n_resamples: int, chunk_size: int = DEFAULT_CHUNK_SIZE) -> int:
+    """Number of chunks holding ``n_resamples`` rows."""
+    return -(-int(n_resamples) // int(chunk_size))
+
+
+def chunk_indices(
+    n: int, n_resamples: int, seed: int, chunk_index: int, chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> np.ndarray:
+    """The index matrix of chunk ``chunk_index`` alone (for a worker).
+
+    Returns
+    -------
+    ndarray of shape (rows_in_chunk, n), dtype int64
+        ``rows_in_chunk = min(chunk_size, n_resamples - chunk_index * chunk_size)``.
+    """
+    _check_resample_args(n, n_resamples, seed, chunk_size)
+    total = n_chunks(n_resamples, chunk_size)
+    if not 0 <= int(chunk_index) < total:
+        raise ValueError(f"chunk_index must be in [0, {total}), got {chunk_index}")
+    rows = min(int(chunk_size), int(n_resamples) - int(chunk_index) * int(chunk_size))
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(chunk_index)]))
+    return rng.integers(0, int(n), size=(rows, int(n)), dtype=np.int64)
+
+
+def resample_indices(
+    n: int, n_resamples: int, seed: int, chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(chunk_index, idx)`` for every chunk, ``idx`` of shape ``(b, n)`` int64."""
+    _check_resample_args(n, n_resamples, seed, chunk_size)
+    for c in range(n_chunks(n_resamples, chunk_size)):
+        yield c, chunk_indices(n, n_resamples, seed, c, chunk_size)
+
+
+def counts_from_indices(idx: np.ndarray, n: int | None = None) -> np.ndarray:
+    """Multiplicity of each item in each resample.
+
+    Parameters
+    ----------
+    idx : ndarray of shape (b, k), int
+        Item indices of ``b`` resamples.
+    n : int, optional
+        Number of items; defaults to ``k`` (a bootstrap resample has ``n`` rows).
+
+    Returns
+    -------
+    ndarray of shape (b, n), dtype float64
+        ``w[r, i]`` = number of times item ``i`` occurs in row ``r``.
+
+    Examples
+    --------
+    >>> counts_from_indices(np.array([[0, 0, 2], [1, 2, 2]])).tolist()
+    [[2.0, 0.0, 1.0], [0.0, 1.0, 2.0]]
+    """
+    idx = np.asarray(idx)
+    if idx.ndim != 2:
+        raise ValueError(f"idx must be 2-D (b, n), got shape {idx.shape}")
+    b, k = idx.shape
+    n = k if n is None else int(n)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"indices must lie in [0, {n})")
+    flat = (idx.astype(np.int64, copy=False) + (np.arange(b, dtype=np.int64) * n)[:, None]).ravel()
+    return np.bincount(flat, minlength=b * n).astype(np.float64).reshape(b, n)
+
+
+# ---------------------------------------------------------------------------
+# weighted kernels
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SortedSignal:
+    """One signal with its items sorted once by ascending confidence.
+
+    Tie groups (equal confidence) and ECE bins are contiguous blocks of the
+    sorted order; ``tie_starts`` / ``bin_starts`` are their first positions.
+    """
+
+    order: np.ndarray  # (n,) permutation: sorted position -> item
+    conf: np.ndarray  # (n,) sorted confidence
+    correct: np.ndarray  # (n,) sorted correctness
+    tie_starts: np.ndarray  # (G,) start of each tie group, ascending confidence
+    bin_starts: np.ndarray  # start of each non-empty ECE bin
+    n_bins: int
+
+    @classmethod
+    def from_arrays(cls, confidence, correct, n_bins: int = 10) -> "SortedSignal":
+        c, y = validate_inputs(confidence, correct)
+        if not (np.isfinite(c).all() and np.isfinite(y).all()):
+            raise ValueError("SortedSignal needs finite confidence and correct")
+        order = np.argsort(c, kind="stable")
+        cs, ys = c[order], y[order]
+        n = cs.size
+        if n:
+            tie_starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
+            bins = bin_indices(cs, n_bins)
+            bin_starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
+        else:
+            tie_starts = bin_starts = np.zeros(0, dtype=np.int64)
+        return cls(order, cs, ys, tie_starts, bin_starts, int(n_bins))
+
+    def sort_weights(self, w) -> np.ndarray:
+        w = np.asarray(w, dtype=np.float64)
+        if w.ndim == 1:
+            w = w[None, :]
+        if w.ndim != 2 or w.shape[1] != self.order.size:
+            raise ValueError(f"w must have shape (b, {self.order.size}), got {w.shape}")
+        if w.size and (w.min() < 0 or not np.array_equal(w, np.rint(w))):
+            raise ValueError("w must hold non-negative integer counts (multiplicities)")
+        return w[:, self.order]
+
+    def with_bins(self, n_bins: int) -> "SortedSignal":
+        """The same signal with ECE bins for another ``n_bins``."""
+        bins = bin_indices(self.conf, n_bins)
+        starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]]) if bins.size else bins
+        return SortedSignal(self.order, self.conf, self.correct, self.tie_starts, starts, int(n_bins))
+
+
+def _sorted(conf, correct, n_bins: int = 10) -> SortedSignal:
+    return conf if isinstance(conf, SortedSignal) else SortedSignal.from_arrays(conf, correct, n_bins)
+
+
+def _group_sums(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Sums of contiguous column blocks of ``x`` (b, n) starting at ``starts``."""
+    if starts.size == x.shape[1]:  # every block has one column
+        return x
+    return np.add.reduceat(x, starts, axis=1)
+
+
+def _ece_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    # ECE = sum_b (n_b/n)|acc_b - conf_b| = (1/n) sum_b |sum_y_b - sum_c_b|
+    tot = ws.sum(axis=1)
+    sy = _group_sums(ws * sig.correct, sig.bin_starts)
+    sc = _group_sums(ws * sig.conf, sig.bin_starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, np.abs(sy - sc).sum(axis=1) / tot, np.nan)
+
+
+def _auroc_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    pos = _group_sums(ws * sig.correct, sig.tie_starts)  # (b, G)
+    neg = _group_sums(ws * (1.0 - sig.correct), sig.tie_starts)
+    P, N = pos.sum(axis=1), neg.sum(axis=1)
+    neg_below = np.cumsum(neg, axis=1) - neg
+    U = np.sum(pos * (neg_below + 0.5 * neg), axis=1)
+    ok = (P > 0) & (N > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ok, U / np.where(ok, P * N, 1.0), np.nan)
+
+
+def _aurc_sorted(sig: SortedSignal, ws: np.ndarray, H: np.ndarray | None = None) -> np.ndarray:
+    # tie groups in descending confidence = ascending groups reversed
+    m = np.ascontiguousarray(_group_sums(ws, sig.tie_starts)[:, ::-1])
+    e = np.ascontiguousarray(_group_sums(ws * (1.0 - sig.correct), sig.tie_starts)[:, ::-1])
+    K = np.cumsum(m, axis=1) - m
+    C = np.cumsum(e, axis=1) - e
+    tot = m.sum(axis=1)
+    if H is None:
+        H = harmonic_numbers(int(np.rint(tot.max())) if tot.size else 0)
+    contrib = aurc_tie_groups(m, e, K, C, H)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, contrib.sum(axis=1) / tot, np.nan)
+
+
+def _brier_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    tot = ws.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, ws @ ((sig.conf - sig.correct) ** 2) / tot, np.nan)
+
+
+def _kernel_doc(name: str, extra: str = "") -> str:
+    return f"""Count-weighted {name} of ``b`` resamples at once.
+
+    Parameters
+    ----------
+    conf : ndarray of shape (n,) or SortedSignal
+        Confidence in ``[0, 1]`` (finite), or a prepared :class:`SortedSignal`
+        (then ``correct`` is ignored).
+    correct : ndarray of shape (n,)
+        Correctness, binary or graded in ``[0, 1]``.
+    w : ndarray of shape (b, n) or (n,)
+        Integer multiplicities of each item per resample.{extra}
+
+    Returns
+    -------
+    ndarray of shape (b,), float64
+        ``nan`` where the metric is undefined for a resample (no rows;
+        AUROC with one class). With ``w = 1`` equals the point estimate of
+        :mod:`confgrid.analysis.metrics`.
+    """
+
+
+def _apply(kernel, sig: SortedSignal, w) -> np.ndarray:
+    ws = sig.sort_weights(w)
+    n = ws.shape[1]
+    step = _block_rows(n)
+    tot = ws.sum(axis=1)
+    H = harmonic_numbers(int(np.rint(tot.max())) if tot.size else 0)
+    return np.concatenate(
+        [kernel(sig, ws[lo : lo + step], H) for lo in range(0, ws.shape[0], step)]
+    ) if ws.shape[0] else np.zeros(0)
+
+
+def ece_weighted(conf, correct, w, n_bins: int = 10) -> np.ndarray:
+    sig = _sorted(conf, correct, n_bins)
+    if sig.n_bins != n_bins:
+        sig = sig.with_bins(n_bins)
+    return _apply(WEIGHTED_KERNELS["ece"], sig, w)
+
+
+def auroc_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["auroc"], _sorted(conf, correct), w)
+
+
+def aurc_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["aurc"], _sorted(conf, correct), w)
+
+
+def brier_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["brier"], _sorted(conf, correct), w)
+
+
+ece_weighted.__doc__ = _kernel_doc(
+    "ECE", "\n    n_bins : int, default=10\n        Equal-width bins, as in :func:`metrics.ece`."
+)
+auroc_weighted.__doc__ = _kernel_doc("AUROC")
+aurc_weighted.__doc__ = _kernel_doc("AURC (exact expectation over tie orders)")
+brier_weighted.__doc__ = _kernel_doc("Brier score")
+
+#: metric name -> kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)
+WEIGHTED_KERNELS = {
+    "ece": lambda sig, ws, H: _ece_sorted(sig, ws),
+    "auroc": lambda sig, ws, H: _auroc_sorted(sig, ws),
+    "aurc": lambda sig, ws, H: _aurc_sorted(sig, ws, H),
+    "brier": lambda sig, ws, H: _brier_sorted(sig, ws),
+}
+
+
+# ---------------------------------------------------------------------------
+# chunk and full bootstrap
+# ---------------------------------------------------------------------------
+
+
+def _check_metrics(metrics: Sequence[str]) -> list[str]:
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    metrics = list(metrics)
+    if not metrics:
+        raise ValueError("metrics must name at least one metric")
+    for name in metrics:
+        get_metric(name)  # raises listing the choices
+        if name not in WEIGHTED_KERNELS:
+            raise ValueError(
+                f"metric {name!r} has no weighted kernel; choose one of {sorted(WEIGHTED_KERNELS)}"
+            )
+    if len(set(metrics)) != len(metrics):
+        raise ValueError(f"metrics contains duplicates: {metrics}")
+    return metrics
+
+
+def _stack_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
+    conf = np.asarray(confidence, dtype=np.float64)
+    if conf.ndim == 1:
+        conf = conf[None, :]
+    if conf.ndim != 2:
+        raise ValueError(f"confidence must have shape (S, n), got {conf.shape}")
+    corr = np.asarray(correct, dtype=np.float64)
+    if corr.ndim == 1:
+        corr = np.broadcast_to(corr, conf.shape)
+    if corr.shape != conf.shape:
+        raise ValueError(
+            f"correct must have shape (n,) or (S, n) = {conf.shape}, got {np.shape(correct)}"
+        )
+    for s in range(conf.shape[0]):
+        try:
+            validate_inputs(conf[s], corr[s])
+        except ValueError as exc:
+            raise ValueError(f"signal {s}: {exc}") from None
+    return conf, corr
+
+
+def _finite_signals(conf: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    return np.isfinite(conf).all(axis=1) & np.isfinite(corr).all(axis=1)
+
+
+def _prepare_signals(conf, corr, n_bins) -> list[SortedSignal | None]:
+    fin = _finite_signals(conf, corr)
+    return [
+        SortedSignal.from_arrays(conf[s], corr[s], n_bins) if fin[s] else None
+        for s in range(conf.shape[0])
+    ]
+
+
+#: target elements per (rows, n) work array: row blocks this size stay in cache
+_BLOCK_ELEMS = 1 << 17
+
+
+def _block_rows(n: int) -> int:
+    return max(1, _BLOCK_ELEMS // max(int(n), 1))
+
+
+def _chunk_from_prepared(sigs, metrics, idx_chunk, n) -> np.ndarray:
+    idx_chunk = np.asarray(idx_chunk)
+    b = idx_chunk.shape[0]
+    out = np.full((len(sigs), len(metrics), b), np.nan)
+    H = harmonic_numbers(n)
+    step = _block_rows(n)
+    # vectorized over the resamples of each block; blocks only bound the working set
+    for lo in range(0, b, step):
+        w = counts_from_indices(idx_chunk[lo : lo + step], n)
+        for s, sig in enumerate(sigs):
+            if sig is None:
+                continue
+            ws = w[:, sig.order]
+            for j, name in enumerate(metrics):
+                out[s, j, lo : lo + step] = WEIGHTED_KERNELS[name](sig, ws, H)
+    return out
+
+
+def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bins: int = 10) -> np.ndarray:
+    """Evaluate every (signal, metric) on one chunk of resamples.
+
+    Parameters
+    ----------
+    confidence : ndarray of shape (S, n)
+        One confidence row per signal, aligned on the same ``n`` items.
+    correct : ndarray of shape (S, n) or (n,)
+        Correctness per signal, or one vector shared by all signals.
+    metrics : list of str
+        Names from :data:`metrics.METRICS` (``"ece"``, ``"auroc"``,
+        ``"aurc"``, ``"brier"``).
+    idx_chunk : ndarray of shape (b, n), int
+        Resampled item indices (one row per resample), e.g. from
+        :func:`chunk_indices`.
+    n_bins : int, default=10
+        ECE bins.
+
+    Returns
+    -------
+    ndarray of shape (S, M, b), float64
+        ``nan`` where a metric is undefined on a resample, and for the whole
+        row of a signal with non-finite inputs.
+    """
+    metrics = _check_metrics(metrics)
+    conf, corr = _stack_inputs(confidence, correct)
+    idx_chunk = np.asarray(idx_chunk)
+    n = conf.shape[1]
+    if idx_chunk.ndim != 2 or idx_chunk.shape[1] != n:
+        raise ValueError(f"idx_chunk must have shape (b, {n}), got {idx_chunk.shape}")
+    return _chunk_from_prepared(_prepare_signals(conf, corr, n_bins), metrics, idx_chunk, n)
+
+
+def n_undefined(values: np.ndarray) -> np.ndarray:
+    """Number of ``nan`` resamples along the last axis."""
+    return np.isnan(np.asarray(values, dtype=np.float64)).sum(axis=-1)
+
+
+def interval(values, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval over the resample axis (last axis).
+
+    ``np.nanpercentile`` at ``(1 - level)/2`` and ``(1 + level)/2`` (2.5 and
+    97.5 for ``level=0.95``), linear method; undefined (``nan``) resamples are
+    ignored (count them with :func:`n_undefined`); an all-``nan`` slice gives
+    ``nan``.
+
+    Returns
+    -------
+    lo, hi : ndarray of shape ``values.shape[:-1]`` (float for 1-D input)
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    v = np.asarray(values, dtype=np.float64)
+    q = [50.0 * (1.0 - level), 50.0 * (1.0 + level)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan slices
+        lo, hi = np.nanpercentile(v, q, axis=-1, method="linear")
+    if lo.ndim == 0:
+        return float(lo), float(hi)
+    return lo, hi
+
+
+@dataclass
+class BootstrapResult:
+    """Output of :func:`paired_bootstrap`.
+
+    Attributes
+    ----------
+    point : ndarray of shape (S, M)
+        Point estimates (metrics.py on the full data).
+    resamples : ndarray of shape (S, M, B), float64
+        Metric per resample; ``nan`` where undefined.
+    metrics : list of str
+        The ``M`` metric names, in column order.
+    signal_names : list of str or None
+    n_resamples, seed, chunk_size, n_bins : int
+    """
+
+    point: np.ndarray
+    resamples: np.ndarray
+    metrics: list[str]
+    signal_names: list[str] | None = None
+    n_resamples: int = 0
+    seed: int = 0
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    n_bins: int = 10
+    extra: dict = field(default_factory=dict)
+
+    def interval(self, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)``, each of shape (S, M)."""
+        return interval(self.resamples, level)
+
+    @property
+    def n_undefined(self) -> np.ndarray:
+        """(S, M) count of resamples where the metric was undefined."""
+        return n_undefined(self.resamples)
+
+    def metric_index(self, name: str) -> int:
+        try:
+            return self.metrics.index(name)
+        except ValueError:
+            raise ValueError(f"metric {name!r} not in this result; have {self.metrics}") from None
+
+    def signal_index(self, name: str, signal_names: Sequence[str] | None = None) -> int:
+        names = list(signal_names if signal_names is not None else (self.signal_names or []))
+        if len(names) != self.point.shape[0]:
+            raise ValueError(
+                f"need {self.point.shape[0]} signal names, got {len(names)}: {names}"
+            )
+        try:
+            return names.index(name)
+        except ValueError:
+            raise ValueError(f"signal {name!r} not found; have {names}") from None
+
+
+def _point_estimates(conf, corr, metrics, n_bins) -> np.ndarray:
+    S = conf.shape[0]
+    point = np.full((S, len(metrics)), np.nan)
+    for s in range(S):
+        for j, name in enumerate(metrics):
+            func = METRICS[name].func
+            point[s, j] = func(conf[s], corr[s], n_bins=n_bins) if name == "ece" else func(conf[s], corr[s])
+    return point
+
+
+def paired_bootstrap(
+    confidence,
+    correct,
+    metrics: Sequence[str],
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    n_bins: int = 10,
+    signal_names: Sequence[str] | None = None,
+) -> BootstrapResult:
+    """Paired percentile bootstrap of every (signal, metric) of one setting.
+
+    Every signal and metric is recomputed on the same resampled items, so
+    differences between signals can be taken per resample.
+
+    Parameters
+    ----------
+    confidence : ndarray of shape (S, n)
+        One confidence row per signal, aligned on the same ``n`` items.
+    correct : ndarray of shape (S, n) or (n,)
+    metrics : list of str
+    n_resamples : int, default=10_000
+    seed : int
+        Non-negative; see :func:`setting_seed`.
+    chunk_size : int, default=1000
+        Rows per chunk; memory is bounded by a small multiple of
+        ``chunk_size * n * 8`` bytes. Chunk ``c`` is seeded with
+        ``SeedSequence([seed, c])``, so the resamples are fixed by
+        ``(n, n_resamples, seed, chunk_size)``; changing ``chunk_size`` changes
+        the draws (not their distribution).
+    n_bins : int, default=10
+    signal_names : list of str, optional
+        Stored on the result for :mod:`confgrid.analysis.compare`.
+
+    Returns
+    -------
+    BootstrapResult
+        ``point`` (S, M) and ``resamples`` (S, M, n_resamples); with no rows
+        every value is ``nan`` (with an :class:`UndefinedMetricWarning`).
+    """
+    metrics = _check_metrics(metrics)
+    conf, corr = _stack_inputs(confidence, correct)
+    S, n = conf.shape
+    if signal_names is not None and len(signal_names) != S:
+        raise ValueError(f"signal_names has {len(signal_names)} names for {S} signals")
+    point = _point_estimates(conf, corr, metrics, n_bins)  # warns on undefined
+    kw = dict(
+        metrics=metrics,
+        signal_names=list(signal_names) if signal_names is not None else None,
+        n_resamples=int(n_resamples),
+        seed=int(seed),
+        chunk_size=int(chunk_size),
+        n_bins=int(n_bins),
+    )
+    if n == 0:
+        return BootstrapResult(point, np.full((S, len(metrics), int(n_resamples)), np.nan), **kw)
+    sigs = _prepare_signals(conf, corr, n_bins)
+    res = np.empty((S, len(metrics), int(n_resamples)))
+    for c, idx in resample_indices(n, n_resamples, seed, chunk_size):
+        start = c * int(chunk_size)
+        res[:, :, start : start + idx.shape[0]] = _chunk_from_prepared(sigs, metrics, idx, n)
+    return BootstrapResult(point, res, **kw)
+
+
+def mean_over_settings(resamples: Sequence[np.ndarray]) -> np.ndarray:
+    """Average resampled values across settings, resample by resample.
+
+    Each setting's array has shape ``(..., B)`` (same shape for all); the
+    mean over settings is taken per resample (a ``nan`` in any setting makes
+    that resample ``nan``), and :func:`interval` of the result gives the
+    interval of the mean (study 000, Appendix A).
+
+    Returns
+    -------
+    ndarray of shape (..., B)
+    """
+    arrs = [np.asarray(a, dtype=np.float64) for a in resamples]
+    if not arrs:
+        raise ValueError("mean_over_settings needs at least one setting")
+    shapes = {a.shape for a in arrs}
+    if len(shapes) != 1:
+        raise ValueError(f"all settings must have the same resample shape, got {sorted(shapes)}")
+    return np.mean(np.stack(arrs, axis=0), axis=0)

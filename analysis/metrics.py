@@ -1,0 +1,504 @@
+"""Point estimates of the calibration and discrimination metrics.
+
+Every metric takes a confidence vector and a correctness vector of the same
+length ``n_samples`` (one row per answer) and returns a Python ``float``.
+The definitions are those of study 000, Appendix A.
+
+Conventions shared by every metric
+----------------------------------
+* ``confidence`` must lie in ``[0, 1]``; a finite value outside raises a
+  ``ValueError`` naming the argument, the value, its index and the range.
+* ``correct`` may be binary ``{0, 1}`` (``bool`` accepted) or graded in
+  ``[0, 1]``; values outside raise the same ``ValueError``.
+* Undefined cases return ``nan`` together with an
+  :class:`UndefinedMetricWarning`: no rows, a non-finite value in either
+  input, and (AUROC only) a single class. A metric never returns a silent 0.
+
+Only numpy is used here; the vectorized, count-weighted versions used by the
+bootstrap live in :mod:`confgrid.analysis.bootstrap`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = [
+    "UndefinedMetricWarning",
+    "validate_inputs",
+    "bin_indices",
+    "harmonic_numbers",
+    "ece",
+    "auroc",
+    "aurc",
+    "brier",
+    "MetricInfo",
+    "METRICS",
+    "register_metric",
+    "get_metric",
+]
+
+
+class UndefinedMetricWarning(UserWarning):
+    """Warning emitted when a metric is undefined and ``nan`` is returned."""
+
+
+# ---------------------------------------------------------------------------
+# input handling
+# ---------------------------------------------------------------------------
+
+
+def _as_1d_float(x, name: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype == object:
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be numeric, got an object array") from exc
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise TypeError(f"{name} must be numeric or bool, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise TypeError(f"{name} must be real-valued, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D of shape (n_samples,), got shape {arr.shape}")
+    return arr
+
+
+def _check_range(arr: np.ndarray, name: str) -> None:
+    finite = np.isfinite(arr)
+    bad = finite & ((arr < 0.0) | (arr > 1.0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{name} must lie in the closed range [0, 1]; "
+            f"got {name}[{i}] = {float(arr[i])!r} ({int(bad.sum())} value(s) out of range)"
+        )
+
+
+def validate_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
+    """Check and convert the two inputs every metric takes.
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness of each answer: bool, binary ``{0, 1}`` or graded
+        float in ``[0, 1]``.
+
+    Returns
+    -------
+    confidence, correct : ndarray of shape (n_samples,), dtype float64
+        The inputs as 1-D float64 arrays (non-finite values are kept; the
+        metrics turn them into ``nan`` with a warning).
+
+    Raises
+    ------
+    ValueError
+        If an input is not 1-D, the lengths differ, or a finite value lies
+        outside ``[0, 1]`` (the message names the argument, the offending
+        value, its index and the allowed range).
+    TypeError
+        If an input is not numeric.
+    """
+    c = _as_1d_float(confidence, "confidence")
+    y = _as_1d_float(correct, "correct")
+    if c.shape != y.shape:
+        raise ValueError(
+            f"confidence and correct must have the same length; got {c.shape[0]} and {y.shape[0]}"
+        )
+    _check_range(c, "confidence")
+    _check_range(y, "correct")
+    return c, y
+
+
+def _undefined_reason(c: np.ndarray, y: np.ndarray) -> str | None:
+    if c.size == 0:
+        return "no rows (n_samples == 0)"
+    if not np.isfinite(c).all():
+        i = int(np.flatnonzero(~np.isfinite(c))[0])
+        return f"non-finite confidence (confidence[{i}] = {float(c[i])!r})"
+    if not np.isfinite(y).all():
+        i = int(np.flatnonzero(~np.isfinite(y))[0])
+        return f"non-finite correct (correct[{i}] = {float(y[i])!r})"
+    return None
+
+
+def _prepare(metric: str, confidence, correct):
+    """Validate; return ``(c, y)`` or ``None`` after warning when undefined."""
+    c, y = validate_inputs(confidence, correct)
+    reason = _undefined_reason(c, y)
+    if reason is not None:
+        warnings.warn(
+            f"{metric} is undefined: {reason}; returning nan",
+            UndefinedMetricWarning,
+            stacklevel=3,
+        )
+        return None
+    return c, y
+
+
+# ---------------------------------------------------------------------------
+# shared helpers (also used by the bootstrap kernels)
+# ---------------------------------------------------------------------------
+
+
+def bin_indices(confidence, n_bins: int = 10) -> np.ndarray:
+    """Equal-width bin index of each confidence, robust at the bin edges.
+
+    Bin ``k`` is ``[k/B, (k+1)/B)``; the last bin also holds ``1.0``. The
+    edges are the correctly rounded doubles ``k / B`` (not ``np.linspace``,
+    whose ``3 * 0.1`` is ``0.30000000000000004``), so a confidence written
+    as exactly ``0.3`` lands in the bin starting at 0.3.
+
+    Parameters
+    ----------
+    confidence : ndarray of shape (n_samples,)
+        Finite values in ``[0, 1]``.
+    n_bins : int, default=10
+        Number of bins ``B >= 1``.
+
+    Returns
+    -------
+    ndarray of shape (n_samples,), dtype int64
+        Values in ``0 .. n_bins - 1``.
+
+    Examples
+    --------
+    >>> bin_indices(np.array([0.0, 0.1, 0.3, 0.7, 0.99, 1.0])).tolist()
+    [0, 1, 3, 7, 9, 9]
+    """
+    n_bins = _check_n_bins(n_bins)
+    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+    idx = np.searchsorted(edges, np.asarray(confidence, dtype=np.float64), side="right") - 1
+    return np.clip(idx, 0, n_bins - 1).astype(np.int64, copy=False)
+
+
+def _check_n_bins(n_bins) -> int:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}")
+    return int(n_bins)
+
+
+def harmonic_numbers(n: int) -> np.ndarray:
+    """Harmonic numbers ``H[k] = sum_{i=1..k} 1/i`` for ``k = 0..n`` (``H[0] = 0``).
+
+    Examples
+    --------
+    >>> harmonic_numbers(3).tolist() == [0.0, 1.0, 1.5, 1.5 + 1 / 3]
+    True
+    """
+    h = np.zeros(int(n) + 1, dtype=np.float64)
+    if n > 0:
+        np.cumsum(1.0 / np.arange(1, int(n) + 1, dtype=np.float64), out=h[1:])
+    return h
+
+
+def aurc_tie_groups(m, e, K, C, H: np.ndarray):
+    """Exact expected AURC numerator contribution of tie groups (closed form).
+
+    A group of ``m`` tied answers with error mass ``e``, placed after ``K``
+    answers holding ``C`` errors, contributes
+    ``sum_{t=1..m} (C + t e/m) / (K + t) = m r + (C - K r)(H[K+m] - H[K])``
+    with ``r = e / m``. Groups with ``m == 0`` contribute 0. Works elementwise
+    on arrays of the same shape; ``m`` and ``K`` must hold integer counts
+    (as floats). The ``m == 1`` case uses ``1 / (K + 1)`` directly.
+    """
+    m = np.asarray(m, dtype=np.float64)
+    K = np.asarray(K, dtype=np.float64)
+    e = np.asarray(e, dtype=np.float64)
+    # m * r == e (both 0 when m == 0), so the contribution is e + (C - K r) dh
+    Ki = (K + 0.5).astype(np.int64)  # exact counts; + 0.5 rounds
+    dh = H[(K + m + 0.5).astype(np.int64)]
+    dh -= H[Ki]
+    np.divide(1.0, K + 1.0, out=dh, where=(m == 1.0))  # exact for the common single item
+    r = np.maximum(m, 1.0)
+    np.divide(e, r, out=r)  # r = e / m, and 0 for empty groups
+    r *= K
+    np.subtract(C, r, out=r)
+    r *= dh
+    r += e
+    return r
+
+
+# ---------------------------------------------------------------------------
+# metrics
+# ---------------------------------------------------------------------------
+
+
+def ece(confidence, correct, n_bins: int = 10) -> float:
+    """Expected calibration error with equal-width bins.
+
+    The ``n_samples`` answers are sorted into ``B = n_bins`` bins
+    ``[k/B, (k+1)/B)`` for ``k = 0 .. B-1``, the last bin also including
+    ``1.0``; then ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` where ``acc_b``
+    is the mean correctness and ``conf_b`` the mean confidence in bin ``b``
+    (empty bins contribute 0). Reference: study 000, Appendix A.
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    n_bins : int, default=10
+        Number of equal-width bins.
+
+    Returns
+    -------
+    float
+        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
+
+    Raises
+    ------
+    ValueError
+        If a value lies outside ``[0, 1]`` or the shapes disagree.
+
+    Examples
+    --------
+    >>> ece([0.0, 0.1, 0.5, 1.0], [0, 0, 1, 1])
+    0.15
+    """
+    n_bins = _check_n_bins(n_bins)
+    prep = _prepare("ECE", confidence, correct)
+    if prep is None:
+        return float("nan")
+    c, y = prep
+    n = c.size
+    b = bin_indices(c, n_bins)
+    n_b = np.bincount(b, minlength=n_bins)
+    sum_c = np.bincount(b, weights=c, minlength=n_bins)
+    sum_y = np.bincount(b, weights=y, minlength=n_bins)
+    nz = n_b > 0
+    acc_b = sum_y[nz] / n_b[nz]
+    conf_b = sum_c[nz] / n_b[nz]
+    return float(np.sum(n_b[nz] / n * np.abs(acc_b - conf_b)))
+
+
+def auroc(confidence, correct) -> float:
+    """Area under the ROC curve of confidence as a score for correctness.
+
+    The probability that a randomly chosen correct answer gets a higher
+    confidence than a randomly chosen wrong one, ties counting one half
+    (the Mann-Whitney statistic; equals
+    ``sklearn.metrics.roc_auc_score(correct, confidence)`` for binary
+    ``correct``). Graded correctness ``y_i`` in ``[0, 1]`` is treated as a
+    soft label: answer ``i`` counts as correct with mass ``y_i`` and as wrong
+    with mass ``1 - y_i``. Reference: study 000, Appendix A.
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+
+    Returns
+    -------
+    float
+        AUROC in ``[0, 1]``; **higher is better** (0.5 is chance).
+        ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
+        rows, an input is non-finite, or only one class is present.
+
+    Raises
+    ------
+    ValueError
+        If a value lies outside ``[0, 1]`` or the shapes disagree.
+
+    Examples
+    --------
+    >>> auroc([0.9, 0.8, 0.8, 0.3], [1, 1, 0, 0])
+    0.875
+    """
+    prep = _prepare("AUROC", confidence, correct)
+    if prep is None:
+        return float("nan")
+    c, y = prep
+    uniq, inv = np.unique(c, return_inverse=True)  # groups in ascending confidence
+    pos = np.bincount(inv, weights=y, minlength=uniq.size)
+    neg = np.bincount(inv, weights=1.0 - y, minlength=uniq.size)
+    P, N = pos.sum(), neg.sum()
+    if P <= 0 or N <= 0:
+        warnings.warn(
+            "AUROC is undefined: only one class present in correct "
+            f"(positive mass {P:g}, negative mass {N:g}); returning nan",
+            UndefinedMetricWarning,
+            stacklevel=2,
+        )
+        return float("nan")
+    neg_below = np.cumsum(neg) - neg
+    U = np.sum(pos * (neg_below + 0.5 * neg))
+    return float(U / (P * N))
+
+
+def aurc(confidence, correct) -> float:
+    """Area under the risk-coverage curve (exact expectation over tie orders).
+
+    For ``k = 1 .. n`` keep the ``k`` most confident answers and compute
+    their error rate ``1 - mean(correct)``; AURC is the average over ``k``.
+    Answers with tied confidence are ordered at random and the **exact
+    expected value** over that ordering is returned, via the closed form per
+    tie group (size ``m``, error mass ``e``, after ``K`` answers with ``C``
+    errors): ``m r + (C - K r)(H(K+m) - H(K))`` with ``r = e/m`` and ``H``
+    the harmonic numbers. The result does not depend on the input order.
+    Reference: study 000, Appendix A.
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+
+    Returns
+    -------
+    float
+        AURC in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
+
+    Raises
+    ------
+    ValueError
+        If a value lies outside ``[0, 1]`` or the shapes disagree.
+
+    Examples
+    --------
+    Risks at k = 1, 2, 3 are 0, 1/2, 1/3, so AURC = (0 + 1/2 + 1/3) / 3:
+
+    >>> round(aurc([0.9, 0.5, 0.1], [1, 0, 1]), 12)
+    0.277777777778
+
+    A tie between a correct and a wrong answer at the top: expected risks
+    (1/2, 1/2, 1/3) give AURC = 4/9:
+
+    >>> round(aurc([0.9, 0.9, 0.1], [1, 0, 1]), 12)
+    0.444444444444
+    """
+    prep = _prepare("AURC", confidence, correct)
+    if prep is None:
+        return float("nan")
+    c, y = prep
+    n = c.size
+    uniq, inv = np.unique(c, return_inverse=True)
+    # groups in descending confidence
+    g = uniq.size - 1 - inv
+    m = np.bincount(g, minlength=uniq.size).astype(np.float64)
+    e = np.bincount(g, weights=1.0 - y, minlength=uniq.size)
+    K = np.cumsum(m) - m
+    C = np.cumsum(e) - e
+    contrib = aurc_tie_groups(m, e, K, C, harmonic_numbers(n))
+    return float(np.sum(contrib) / n)
+
+
+def brier(confidence, correct) -> float:
+    """Brier score: mean squared difference between confidence and correctness.
+
+    ``Brier = (1/n) sum_i (confidence_i - correct_i)^2``.
+    Reference: study 000, Appendix A.
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+
+    Returns
+    -------
+    float
+        Brier score in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
+
+    Examples
+    --------
+    >>> brier([1.0, 0.5, 0.0], [1, 0, 0])
+    0.08333333333333333
+    """
+    prep = _prepare("Brier", confidence, correct)
+    if prep is None:
+        return float("nan")
+    c, y = prep
+    return float(np.mean((c - y) ** 2))
+
+
+# ---------------------------------------------------------------------------
+# registry
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """A registered metric.
+
+    Attributes
+    ----------
+    name : str
+        Registry key (lower case), e.g. ``"ece"``.
+    func : callable
+        ``func(confidence, correct) -> float`` (ECE also takes ``n_bins``).
+    lower_is_better : bool
+        Direction of the metric.
+    description : str
+        One line for tables and reports.
+    """
+
+    name: str
+    func: Callable[..., float]
+    lower_is_better: bool
+    description: str
+
+
+METRICS: dict[str, MetricInfo] = {}
+
+
+def register_metric(info: MetricInfo) -> MetricInfo:
+    """Add ``info`` to :data:`METRICS`; a duplicate name raises ``ValueError``."""
+    if not isinstance(info, MetricInfo):
+        raise TypeError(f"expected a MetricInfo, got {type(info).__name__}")
+    if info.name in METRICS:
+        raise ValueError(f"metric {info.name!r} is already registered")
+    METRICS[info.name] = info
+    return info
+
+
+class UnknownMetricError(KeyError, ValueError):
+    """Unknown metric name (both a ``KeyError`` and a ``ValueError``)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+def get_metric(name: str) -> MetricInfo:
+    """Look up a registered metric by name.
+
+    Raises
+    ------
+    UnknownMetricError
+        (a subclass of both ``KeyError`` and ``ValueError``) listing the
+        registered choices when ``name`` is unknown.
+
+    Examples
+    --------
+    >>> get_metric("aurc").lower_is_better
+    True
+    """
+    try:
+        return METRICS[name]
+    except (KeyError, TypeError):
+        raise UnknownMetricError(
+            f"unknown metric {name!r}; choose one of {sorted(METRICS)}"
+        ) from None
+
+
+register_metric(MetricInfo("ece", ece, True, "expected calibration error, equal-width bins"))
+register_metric(MetricInfo("auroc", auroc, False, "AUROC of confidence for correctness"))
+register_metric(MetricInfo("aurc", aurc, True, "area under the risk-coverage curve"))
+register_metric(MetricInfo("brier", brier, True, "Brier score"))

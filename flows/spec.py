@@ -1,0 +1,334 @@
+"""The grid spec: one YAML file, validated before any model is loaded.
+
+A grid declares models x datasets x protocol axes. Every model is frozen and
+rejects unknown keys, so a typo fails loudly instead of silently running a
+default. :func:`load_grid` turns a YAML file into a :class:`GridSpec` or raises
+:class:`GridSpecError` naming each bad field, the value received and what is
+allowed.
+
+Paths in a grid are resolved relative to the grid file. Two reserved values
+point inside the package: ``model: confgrid-fixture`` (the bundled smoke-test
+model) and ``path: bundled`` on a dataset (the bundled sample of its adapter).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "FIXTURE_MODEL",
+    "BUNDLED",
+    "GridSpecError",
+    "ModelSpec",
+    "DatasetSpec",
+    "ElicitationSpec",
+    "ScoringSpec",
+    "CorrectnessSpec",
+    "MetricsSpec",
+    "BootstrapSpec",
+    "GridSpec",
+    "load_grid",
+    "parse_grid",
+]
+
+FIXTURE_MODEL = "confgrid-fixture"
+"""Reserved model id: the bundled smoke-test model (actors/fixture_model)."""
+
+BUNDLED = "bundled"
+"""Reserved dataset path: the adapter's bundled sample (protocols/data)."""
+
+
+class GridSpecError(ValueError):
+    """An invalid grid. ``problems`` lists one ``(field, message)`` per error."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str = "grid") -> None:
+        self.problems = problems
+        lines = [f"invalid {source}: {len(problems)} problem(s)"]
+        lines += [f"  - {field}: {msg}" for field, msg in problems]
+        super().__init__("\n".join(lines))
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+def _choices_error(kind: str, value: str, choices: list[str] | tuple[str, ...]) -> ValueError:
+    return ValueError(f"unknown {kind} {value!r}; allowed: {', '.join(sorted(choices))}")
+
+
+class ModelSpec(_Spec):
+    """One model of the grid."""
+
+    name: str = Field(
+        description="Short label used in tables, file names and MLflow (letters, digits, '-', '_', '.').",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    )
+    model: str = Field(
+        description="Hugging Face repository name, local directory, or 'confgrid-fixture' for the bundled smoke-test model."
+    )
+    backend: Literal["transformers", "vllm"] = Field(
+        "transformers", description="Inference backend: 'transformers' (CPU or GPU) or 'vllm' (GPU; needs confgrid[gpu])."
+    )
+    dtype: Literal["float32", "float16", "bfloat16"] = Field("float32", description="Weight and activation dtype.")
+    revision: str | None = Field(None, description="Model revision (branch, tag or commit) on the hub; None = default branch.")
+    chat_template: bool = Field(
+        True, description="Render prompts with the tokenizer's chat template (True) or as plain text (False, base models)."
+    )
+    batch_size: int = Field(16, ge=1, le=4096, description="Sequences per forward pass (transformers backend).")
+
+
+class DatasetSpec(_Spec):
+    """One dataset of the grid."""
+
+    name: str = Field(description="Short label used in tables and MLflow.", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    adapter: str = Field(description="Dataset adapter: truthfulqa, triviaqa, mmlu or custom.")
+    path: str = Field(
+        BUNDLED,
+        description="Local file or directory (relative to the grid file), a Hugging Face dataset name, or 'bundled' for the adapter's bundled sample.",
+    )
+    split: str = Field("test", description="Split to load when 'path' is a hub dataset name.")
+    limit: int | None = Field(None, ge=1, description="Evaluate a seeded random subset of this many items (None = all).")
+    seed: int = Field(0, ge=0, description="Seed of the subset drawn by 'limit'.")
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Column mapping for the custom adapter (question, answers, id, aliases, answer_separator).",
+    )
+
+    @field_validator("adapter")
+    @classmethod
+    def _known_adapter(cls, v: str) -> str:
+        from confgrid.protocols.datasets import ADAPTERS
+
+        if v not in ADAPTERS:
+            raise _choices_error("dataset adapter", v, list(ADAPTERS))
+        return v
+
+
+class ElicitationSpec(_Spec):
+    """How answers and verbalized confidence are elicited (the generate stage)."""
+
+    prompt: str = Field("confidence", description="Id of the confidence prompt (protocols/prompts/*.yaml).")
+    max_new_tokens: int = Field(32, ge=1, le=4096, description="Greedy decoding budget in new tokens.")
+
+    @field_validator("prompt")
+    @classmethod
+    def _known_prompt(cls, v: str) -> str:
+        from confgrid.protocols.prompts import PROMPTS
+
+        if v not in PROMPTS:
+            raise _choices_error("prompt", v, list(PROMPTS))
+        return v
+
+
+class ScoringSpec(_Spec):
+    """Where and how the token score of a fixed answer is read."""
+
+    contexts: tuple[str, ...] = Field(
+        ("bare", "answer_slot", "guess_slot"), min_length=1, description="Scoring contexts the parsed answer is scored in."
+    )
+    aggregation: str = Field("geometric_mean", description="Token aggregation of the per-token log-probs.")
+
+    @field_validator("contexts")
+    @classmethod
+    def _known_contexts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from confgrid.protocols.contexts import CONTEXTS
+
+        for c in v:
+            if c not in CONTEXTS:
+                raise _choices_error("scoring context", c, list(CONTEXTS))
+        if len(set(v)) != len(v):
+            raise ValueError(f"scoring contexts must be distinct; received {list(v)}")
+        return v
+
+    @field_validator("aggregation")
+    @classmethod
+    def _known_aggregation(cls, v: str) -> str:
+        from confgrid.protocols.aggregation import AGGREGATIONS
+
+        if v not in AGGREGATIONS:
+            raise _choices_error("token aggregation", v, list(AGGREGATIONS))
+        return v
+
+
+class CorrectnessSpec(_Spec):
+    """Correctness rules; every row stores the label of each rule."""
+
+    rules: tuple[str, ...] = Field(("containment", "exact_match"), min_length=1, description="Rules to label with.")
+    primary: str = Field("containment", description="The rule the metrics use; must be one of 'rules'.")
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from confgrid.protocols.correctness import RULES
+
+        for r in v:
+            if r not in RULES:
+                raise _choices_error("correctness rule", r, list(RULES))
+        return v
+
+    @model_validator(mode="after")
+    def _primary_in_rules(self) -> CorrectnessSpec:
+        if self.primary not in self.rules:
+            raise ValueError(f"primary rule {self.primary!r} is not among rules {list(self.rules)}")
+        return self
+
+
+class MetricsSpec(_Spec):
+    """Metrics computed for every signal."""
+
+    names: tuple[str, ...] = Field(("ece", "auroc", "aurc"), min_length=1, description="Metric names.")
+    ece_bins: int = Field(10, ge=1, le=1000, description="Equal-width ECE bins [k/B, (k+1)/B), last bin closed.")
+
+    @field_validator("names")
+    @classmethod
+    def _known_metrics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from confgrid.analysis.metrics import METRICS
+
+        for m in v:
+            if m not in METRICS:
+                raise _choices_error("metric", m, list(METRICS))
+        return v
+
+
+class BootstrapSpec(_Spec):
+    """The paired bootstrap (study 000, Appendix A)."""
+
+    resamples: int = Field(10_000, ge=1, le=1_000_000, description="Number of paired resamples.")
+    seed: int = Field(0, ge=0, description="Base seed; each setting's seed is derived from (model, dataset, seed).")
+    level: float = Field(0.95, gt=0.0, lt=1.0, description="Percentile interval level, in (0, 1).")
+
+
+class GridSpec(_Spec):
+    """A whole grid: models x datasets x protocol axes."""
+
+    name: str = Field("grid", description="Name of the grid, used for the MLflow experiment.")
+    models: tuple[ModelSpec, ...] = Field(min_length=1, description="Models to evaluate.")
+    datasets: tuple[DatasetSpec, ...] = Field(min_length=1, description="Datasets to evaluate on.")
+    elicitation: ElicitationSpec = Field(default_factory=ElicitationSpec)
+    scoring: ScoringSpec = Field(default_factory=ScoringSpec)
+    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> GridSpec:
+        for kind, names in (("models", [m.name for m in self.models]), ("datasets", [d.name for d in self.datasets])):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"{kind}: names must be unique; repeated: {dup}")
+        return self
+
+    def settings(self) -> list[tuple[ModelSpec, DatasetSpec]]:
+        """The (model, dataset) settings of the grid, in declaration order."""
+        return [(m, d) for m in self.models for d in self.datasets]
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "grid"
+
+
+def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]:
+    """Resolve relative local paths against the grid's folder; report missing files."""
+    problems: list[tuple[str, str]] = []
+    for i, m in enumerate(raw.get("models") or []):
+        if not isinstance(m, dict) or not isinstance(m.get("model"), str):
+            continue
+        val = m["model"]
+        if val == FIXTURE_MODEL:
+            continue
+        looks_local = val.startswith((".", "/", "~")) or (base_dir / val).exists()
+        if looks_local:
+            p = (base_dir / Path(val).expanduser()).resolve()
+            if not p.exists():
+                problems.append((f"models[{i}].model", f"local model directory {str(p)!r} does not exist"))
+            else:
+                m["model"] = str(p)
+    for i, d in enumerate(raw.get("datasets") or []):
+        if not isinstance(d, dict) or not isinstance(d.get("path", BUNDLED), str):
+            continue
+        val = d.get("path", BUNDLED)
+        if val == BUNDLED:
+            continue
+        looks_local = val.startswith((".", "/", "~")) or Path(val).suffix in {".csv", ".jsonl", ".json", ".parquet"}
+        if looks_local or (base_dir / val).exists():
+            p = (base_dir / Path(val).expanduser()).resolve()
+            if not p.exists():
+                problems.append((f"datasets[{i}].path", f"file {str(p)!r} does not exist"))
+            else:
+                d["path"] = str(p)
+    return problems
+
+
+def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") -> GridSpec:
+    """Validate a grid given as a mapping (the parsed YAML).
+
+    Parameters
+    ----------
+    raw : mapping
+        The grid as parsed from YAML.
+    base_dir : path
+        Folder that relative paths in the grid are resolved against.
+    source : str
+        Name used in error messages (usually the file name).
+
+    Returns
+    -------
+    GridSpec
+
+    Raises
+    ------
+    GridSpecError
+        With one line per problem: the field path (``models[0].dtype``), what
+        was received and what is allowed. Raised before anything is loaded.
+    """
+    if not isinstance(raw, dict):
+        raise GridSpecError([("grid", f"expected a mapping at the top level, received {type(raw).__name__}")], source)
+    import copy
+
+    raw = copy.deepcopy(raw)
+    problems = _resolve_paths(raw, Path(base_dir))
+    try:
+        spec = GridSpec.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            msg = err["msg"]
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, ") :]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key; check the spelling against the documented fields"
+            received = err.get("input")
+            if err["type"] not in ("missing",) and not isinstance(received, dict):
+                msg += f" (received {received!r})"
+            problems.append((_format_loc(err["loc"]), msg))
+        raise GridSpecError(problems, source) from None
+    if problems:
+        raise GridSpecError(problems, source)
+    return spec
+
+
+def load_grid(path: str | Path) -> GridSpec:
+    """Read and validate a grid YAML file.
+
+    Raises
+    ------
+    GridSpecError
+        If the file is missing, is not valid YAML, or any field is invalid.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise GridSpecError([("grid", f"grid file {str(p)!r} does not exist")], str(p))
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise GridSpecError([("grid", f"not valid YAML: {exc}")], str(p)) from None
+    return parse_grid(raw, base_dir=p.parent.resolve(), source=p.name)

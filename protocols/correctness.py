@@ -1,0 +1,138 @@
+"""Correctness rules: grade a parsed answer against an item's gold answers.
+
+Definitions from study 000 (section 3.4 and Appendix A, "Normalization" and
+"Exact match"). A rule is a function ``rule(answer, item) -> float`` returning
+1.0 (correct) or 0.0 (wrong); rules are kept in a registry (:data:`RULES`).
+
+Examples
+--------
+>>> normalize("  The Eiffel-Tower! ")
+'the eiffel tower'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from confgrid.protocols.items import Item
+
+__all__ = ["DEFAULT_RULE", "RULES", "Rule", "containment", "exact_match", "get_rule", "normalize", "register_rule"]
+
+#: ``rule(answer, item) -> 1.0 or 0.0``.
+Rule = Callable[[str | None, Item], float]
+
+#: Registered correctness rules, by name.
+RULES: dict[str, Rule] = {}
+
+#: Name of the default rule (study 000 section 3.4: normalized containment).
+DEFAULT_RULE = "containment"
+
+_NOT_ALNUM_SPACE = re.compile(r"[^A-Za-z0-9\s]")
+_SPACES = re.compile(r"\s+")
+
+
+def normalize(text: str | None) -> str:
+    """Normalize a string for comparison (study 000 Appendix A, "Normalization").
+
+    Lowercases; replaces every character other than an ASCII letter, ASCII
+    digit or whitespace with a space (so accented letters, punctuation and
+    Markdown become spaces); merges runs of whitespace into one space; strips.
+
+    Parameters
+    ----------
+    text : str or None
+        None is treated as the empty string.
+
+    Returns
+    -------
+    str
+        Possibly empty.
+
+    Examples
+    --------
+    >>> normalize("**Paris**.")
+    'paris'
+    >>> normalize("Zürich")
+    'z rich'
+    """
+    if not text:
+        return ""
+    return _SPACES.sub(" ", _NOT_ALNUM_SPACE.sub(" ", text.lower())).strip()
+
+
+def register_rule(name: str) -> Callable[[Rule], Rule]:
+    """Decorator registering a correctness rule under ``name``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is empty or already registered.
+    """
+    if not name:
+        raise ValueError("register_rule: name must be a non-empty string, got ''")
+
+    def decorator(fn: Rule) -> Rule:
+        if name in RULES:
+            raise ValueError(f"register_rule: a rule named {name!r} is already registered")
+        RULES[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_rule(name: str) -> Rule:
+    """The correctness rule registered under ``name``.
+
+    Raises
+    ------
+    KeyError
+        If no rule has that name; the message lists the registered names.
+    """
+    try:
+        return RULES[name]
+    except KeyError:
+        raise KeyError(f"correctness rule={name!r} is not registered; choose one of {sorted(RULES)}") from None
+
+
+def _golds(item: Item) -> list[str]:
+    return [g for g in (normalize(x) for x in item.gold_answers) if g]
+
+
+@register_rule("containment")
+def containment(answer: str | None, item: Item) -> float:
+    """Normalized containment, the default rule (study 000 section 3.4).
+
+    Correct (1.0) when, after :func:`normalize`, the answer equals a gold
+    answer or one of the two strings contains the other as a substring
+    (character level: ``"paris"`` is contained in ``"paris france"``, and also
+    ``"a"`` in ``"a cat"``). An answer that normalizes to the empty string
+    (None, ``""``, ``"?!"``) is never correct, and a gold answer that
+    normalizes to the empty string never matches anything.
+
+    Returns
+    -------
+    float
+        1.0 or 0.0.
+    """
+    a = normalize(answer)
+    if not a:
+        return 0.0
+    return float(any(a == g or a in g or g in a for g in _golds(item)))
+
+
+@register_rule("exact_match")
+def exact_match(answer: str | None, item: Item) -> float:
+    """Exact match (study 000 Appendix F): the answer equals a gold answer after :func:`normalize`.
+
+    An empty normalized answer or gold is never correct.
+
+    Returns
+    -------
+    float
+        1.0 or 0.0.
+    """
+    a = normalize(answer)
+    if not a:
+        return 0.0
+    return float(a in _golds(item))

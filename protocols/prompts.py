@@ -1,0 +1,252 @@
+"""Prompt texts as frozen, declared objects, loaded from YAML.
+
+The built-in prompts are the YAML files in ``protocols/prompts/`` (package data):
+``bare``, ``confidence`` and ``answer_only`` (study 000, Table 9). Three prompts
+are derived from them, never written twice (study 000 Appendix A "Prompts and
+contexts" and Appendix C):
+
+* ``question``: the bare prompt without its final ``"\\nAnswer:"`` (the question
+  alone; the user turn of the Answer: slot);
+* ``answer_only_instruction``: the answer-only instruction without its final
+  ``"\\nAnswer:"`` (the user turn of the answer-only context);
+* ``confidence_no_probability``: the confidence prompt with its declared
+  ``deletions`` applied (the prompt ablation).
+
+Examples
+--------
+>>> from confgrid.protocols.prompts import get_prompt
+>>> get_prompt("bare").render("What is 2+2?")
+'What is 2+2?\\nAnswer:'
+>>> get_prompt("question").render("What is {x}?")
+'What is {x}?'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "PLACEHOLDER",
+    "PROMPTS",
+    "Prompt",
+    "get_prompt",
+    "load_prompt_file",
+    "register_prompt",
+]
+
+#: The one placeholder a template may contain; replaced by the question text.
+PLACEHOLDER = "{question}"
+
+_FIELDS = ("id", "template", "answer_label", "confidence_label", "scale", "deletions", "description")
+_SCALES = (None, "unit", "percent")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt template with its declared labels.
+
+    Attributes
+    ----------
+    id : str
+        Registry key (``bare``, ``confidence``, ...).
+    template : str
+        The text with one or more ``{question}`` placeholders; no other
+        placeholders (other braces are literal text).
+    answer_label : str or None
+        Label before the answer (``"Answer:"``, ``"Guess:"``), None if none.
+    confidence_label : str or None
+        Label before the stated confidence (``"Probability:"``), None if the
+        prompt asks for no confidence.
+    scale : str or None
+        Scale of the stated confidence: ``"unit"`` (a probability in [0, 1]),
+        ``"percent"`` (0-100), or None without a confidence request.
+    deletions : tuple of str
+        Substrings that remove the probability request, applied in order by
+        :meth:`without_probability_request`; each must occur exactly once.
+    description : str
+        One line for humans and run reports.
+    """
+
+    id: str
+    template: str
+    answer_label: str | None = None
+    confidence_label: str | None = None
+    scale: str | None = None
+    deletions: tuple[str, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("Prompt.id must be a non-empty string, got ''")
+        if PLACEHOLDER not in self.template:
+            raise ValueError(f"Prompt {self.id!r}: template has no {PLACEHOLDER} placeholder")
+        if self.scale not in _SCALES:
+            raise ValueError(f"Prompt {self.id!r}: scale={self.scale!r}; allowed: {list(_SCALES)}")
+        if isinstance(self.deletions, str) or not all(isinstance(d, str) and d for d in self.deletions):
+            raise ValueError(f"Prompt {self.id!r}: deletions={self.deletions!r}; must be a list of non-empty strings")
+        object.__setattr__(self, "deletions", tuple(self.deletions))
+
+    def render(self, question: str) -> str:
+        """The prompt text with ``{question}`` replaced by ``question``.
+
+        Plain substitution (``str.replace``), so braces in the question or in
+        the template are kept as they are.
+        """
+        return self.template.replace(PLACEHOLDER, question)
+
+    def without_probability_request(self, new_id: str | None = None) -> Prompt:
+        """This prompt with its ``deletions`` applied in order (study 000 Appendix C).
+
+        Parameters
+        ----------
+        new_id : str or None
+            Id of the derived prompt; default ``"<id>_no_probability"``.
+
+        Returns
+        -------
+        Prompt
+            ``confidence_label``, ``scale`` and ``deletions`` cleared.
+
+        Raises
+        ------
+        ValueError
+            If no deletions are declared, or one does not occur exactly once in
+            the text left by the deletions before it.
+        """
+        if not self.deletions:
+            raise ValueError(f"Prompt {self.id!r}: declares no deletions; cannot remove a probability request")
+        text = self.template
+        for k, d in enumerate(self.deletions):
+            n = text.count(d)
+            if n != 1:
+                raise ValueError(
+                    f"Prompt {self.id!r}: deletions[{k}]={d!r} occurs {n} times in the template; must occur exactly once"
+                )
+            text = text.replace(d, "")
+        return dataclasses.replace(
+            self,
+            id=new_id or f"{self.id}_no_probability",
+            template=text,
+            confidence_label=None,
+            scale=None,
+            deletions=(),
+            description=f"{self.id} without its probability request",
+        )
+
+    def without_answer_label(self, new_id: str | None = None) -> Prompt:
+        """This prompt without its final ``"\\n" + answer_label`` (study 000 Appendix A).
+
+        Used for the Answer: slot and the answer-only context, where the final
+        Answer: moves from the user turn to the start of the assistant turn.
+
+        Raises
+        ------
+        ValueError
+            If the template does not end with ``"\\n" + answer_label``.
+        """
+        suffix = f"\n{self.answer_label}" if self.answer_label else None
+        if suffix is None or not self.template.endswith(suffix):
+            raise ValueError(
+                f"Prompt {self.id!r}: template does not end with a newline and answer_label={self.answer_label!r}"
+            )
+        return dataclasses.replace(
+            self,
+            id=new_id or f"{self.id}_no_answer_label",
+            template=self.template[: -len(suffix)],
+            answer_label=None,
+            description=f"{self.id} without its final {self.answer_label}",
+        )
+
+
+#: Registered prompts, by id.
+PROMPTS: dict[str, Prompt] = {}
+
+
+def register_prompt(prompt: Prompt) -> Prompt:
+    """Add ``prompt`` to :data:`PROMPTS`.
+
+    Raises
+    ------
+    ValueError
+        If a prompt with the same id is already registered.
+    """
+    if prompt.id in PROMPTS:
+        raise ValueError(f"register_prompt: a prompt with id={prompt.id!r} is already registered")
+    PROMPTS[prompt.id] = prompt
+    return prompt
+
+
+def get_prompt(prompt_id: str) -> Prompt:
+    """The registered prompt ``prompt_id``.
+
+    Raises
+    ------
+    KeyError
+        If no prompt has that id; the message lists the registered ids.
+    """
+    try:
+        return PROMPTS[prompt_id]
+    except KeyError:
+        raise KeyError(f"prompt id={prompt_id!r} is not registered; choose one of {sorted(PROMPTS)}") from None
+
+
+def _prompt_from_mapping(data: Any, where: str) -> Prompt:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a YAML mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {list(_FIELDS)}")
+    for key in ("id", "template"):
+        if not isinstance(data.get(key), str):
+            raise ValueError(f"{where}: {key!r} must be a string, got {data.get(key)!r}")
+    fields = dict(data)
+    fields["deletions"] = tuple(fields.get("deletions") or ())
+    fields["description"] = fields.get("description") or ""
+    return Prompt(**fields)
+
+
+def load_prompt_file(path: str | os.PathLike[str], *, register: bool = True) -> Prompt:
+    """Read one YAML prompt file (keys: ``id``, ``template``, optional ``answer_label``,
+    ``confidence_label``, ``scale``, ``deletions``, ``description``).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The YAML file.
+    register : bool, default True
+        Also add the prompt to :data:`PROMPTS`.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        On unknown keys, a missing ``id``/``template``, a template without
+        ``{question}``, or (with ``register``) an id already registered.
+    """
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise FileNotFoundError(f"path={p!r}: no such prompt file")
+    with open(p, encoding="utf-8") as f:
+        prompt = _prompt_from_mapping(yaml.safe_load(f), f"prompt file {p!r}")
+    return register_prompt(prompt) if register else prompt
+
+
+def _load_builtins() -> None:
+    folder = importlib.resources.files("confgrid.protocols").joinpath("prompts")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith((".yaml", ".yml")):
+            register_prompt(_prompt_from_mapping(yaml.safe_load(entry.read_text("utf-8")), f"built-in {entry.name}"))
+    register_prompt(get_prompt("bare").without_answer_label("question"))
+    if "answer_only" in PROMPTS:
+        register_prompt(get_prompt("answer_only").without_answer_label("answer_only_instruction"))
+    register_prompt(get_prompt("confidence").without_probability_request("confidence_no_probability"))
+
+
+_load_builtins()

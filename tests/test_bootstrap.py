@@ -1,0 +1,316 @@
+"""Checks of the vectorized paired bootstrap against plain per-resample loops."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from confgrid.analysis import bootstrap as BS
+from confgrid.analysis import metrics as M
+from confgrid.analysis.metrics import UndefinedMetricWarning
+
+ALL = ["ece", "auroc", "aurc", "brier"]
+KERNELS = {
+    "ece": BS.ece_weighted,
+    "auroc": BS.auroc_weighted,
+    "aurc": BS.aurc_weighted,
+    "brier": BS.brier_weighted,
+}
+
+
+def make_setting(rng, S=3, n=60, tie_decimals=1):
+    corr = (rng.random(n) < 0.6).astype(float)
+    conf = np.empty((S, n))
+    for s in range(S):
+        raw = np.clip(0.4 * corr + 0.6 * rng.random(n), 0, 1)
+        conf[s] = np.round(raw, tie_decimals) if s % 2 == 0 else raw
+    return conf, corr
+
+
+def loop_chunk(conf, corr, metrics, idx, n_bins=10):
+    """The plain reference: take the rows of each resample and call metrics.py."""
+    S = conf.shape[0]
+    corr = np.broadcast_to(corr, conf.shape)
+    out = np.empty((S, len(metrics), idx.shape[0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        for s in range(S):
+            for j, name in enumerate(metrics):
+                f = M.get_metric(name).func
+                kw = {"n_bins": n_bins} if name == "ece" else {}
+                for r, rows in enumerate(idx):
+                    out[s, j, r] = f(conf[s][rows], corr[s][rows], **kw)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# indices, counts, seeds
+# ---------------------------------------------------------------------------
+
+
+def test_counts_from_indices_vs_loop():
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 7, size=(13, 7))
+    w = BS.counts_from_indices(idx)
+    ref = np.zeros((13, 7))
+    for r in range(13):
+        for i in idx[r]:
+            ref[r, i] += 1
+    np.testing.assert_array_equal(w, ref)
+    assert w.sum(axis=1).tolist() == [7.0] * 13
+
+
+def test_resample_indices_chunks_follow_the_rule():
+    n, B, seed, cs = 11, 25, 123, 10
+    chunks = list(BS.resample_indices(n, B, seed, cs))
+    assert [c for c, _ in chunks] == [0, 1, 2]
+    assert [a.shape for _, a in chunks] == [(10, 11), (10, 11), (5, 11)]
+    for c, a in chunks:
+        assert a.dtype == np.int64
+        ref = np.random.default_rng(np.random.SeedSequence([seed, c])).integers(0, n, size=(a.shape[0], n))
+        np.testing.assert_array_equal(a, ref)
+        # a single chunk can be regenerated on its own (worker-independent)
+        np.testing.assert_array_equal(a, BS.chunk_indices(n, B, seed, c, cs))
+
+
+def test_setting_seed_stable_and_distinct():
+    s = BS.setting_seed("qwen", "triviaqa", 0)
+    assert s == BS.setting_seed("qwen", "triviaqa", 0)
+    assert 0 <= s < 2**63
+    others = {BS.setting_seed("qwen", "triviaqa", 1), BS.setting_seed("triviaqa", "qwen", 0),
+              BS.setting_seed("qwe", "ntriviaqa", 0)}
+    assert s not in others and len(others) == 3
+    # pinned value: sha256 of the JSON list, first 8 bytes, top bit cleared
+    import hashlib
+    d = hashlib.sha256(b'["qwen", "triviaqa", 0]').digest()
+    assert s == int.from_bytes(d[:8], "big") & (2**63 - 1)
+
+
+# ---------------------------------------------------------------------------
+# weighted kernels
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_kernel_with_unit_weights_equals_point(name):
+    rng = np.random.default_rng(1)
+    for decimals in (1, 2, 8):
+        conf, corr = make_setting(rng, S=1, n=97, tie_decimals=decimals)
+        c = conf[0] if decimals < 8 else np.round(conf[0], 8)
+        for y in (corr, rng.random(97)):  # binary and graded
+            got = KERNELS[name](c, y, np.ones((2, 97)))
+            assert got.shape == (2,)
+            np.testing.assert_allclose(got, M.get_metric(name).func(c, y), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_bins", [5, 15, 50])
+def test_ece_kernel_bins(n_bins):
+    rng = np.random.default_rng(n_bins)
+    c = rng.choice(np.arange(n_bins + 1) / n_bins, 40)
+    y = rng.integers(0, 2, 40).astype(float)
+    w = BS.counts_from_indices(rng.integers(0, 40, (5, 40)))
+    ref = [M.ece(np.repeat(c, w[r].astype(int)), np.repeat(y, w[r].astype(int)), n_bins=n_bins) for r in range(5)]
+    np.testing.assert_allclose(BS.ece_weighted(c, y, w, n_bins=n_bins), ref, rtol=1e-12, atol=1e-12)
+    sig = BS.SortedSignal.from_arrays(c, y, n_bins=10)  # re-binned on request
+    np.testing.assert_allclose(BS.ece_weighted(sig, None, w, n_bins=n_bins), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_kernels_zero_weight_rows_are_nan():
+    c, y = np.array([0.2, 0.8]), np.array([0.0, 1.0])
+    w = np.array([[0.0, 0.0], [1.0, 0.0]])
+    for name, f in KERNELS.items():
+        out = f(c, y, w)
+        assert math.isnan(out[0]), name
+    assert math.isnan(BS.auroc_weighted(c, y, w)[1])  # one class only
+    assert BS.aurc_weighted(c, y, w)[1] == 1.0
+
+
+# ---------------------------------------------------------------------------
+# chunk vs per-resample loop
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n,decimals", [(5, 1), (40, 1), (150, 2), (90, 8)])
+def test_chunk_equals_per_resample_loop(n, decimals):
+    rng = np.random.default_rng(n)
+    conf, corr = make_setting(rng, S=3, n=n, tie_decimals=decimals)
+    idx = BS.chunk_indices(n, 120, seed=7, chunk_index=0, chunk_size=120)
+    got = BS.bootstrap_chunk(conf, corr, ALL, idx)
+    ref = loop_chunk(conf, corr, ALL, idx)
+    assert got.shape == (3, 4, 120)
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)  # NaN where the loop has NaN
+    if n == 5:
+        assert np.isnan(ref[:, ALL.index("auroc")]).any()  # one-class resamples exercised
+
+
+def test_chunk_per_signal_correctness_and_graded():
+    rng = np.random.default_rng(11)
+    n = 50
+    conf = np.round(rng.random((2, n)), 1)
+    corr = np.stack([rng.integers(0, 2, n).astype(float), np.round(rng.random(n), 2)])
+    idx = rng.integers(0, n, (60, n))
+    np.testing.assert_allclose(
+        BS.bootstrap_chunk(conf, corr, ALL, idx, n_bins=15),
+        loop_chunk(conf, corr, ALL, idx, n_bins=15),
+        rtol=1e-12, atol=1e-12,
+    )
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 12),
+    seed=st.integers(0, 2**31),
+    vals=st.lists(st.sampled_from([0.0, 0.1, 0.3, 0.5, 0.7, 1.0]), min_size=12, max_size=12),
+)
+def test_chunk_equals_loop_property(n, seed, vals):
+    rng = np.random.default_rng(seed)
+    conf = np.array(vals[:n])[None, :]
+    corr = rng.integers(0, 2, n).astype(float)
+    idx = rng.integers(0, n, (8, n))
+    np.testing.assert_allclose(
+        BS.bootstrap_chunk(conf, corr, ALL, idx), loop_chunk(conf, corr, ALL, idx), rtol=1e-12, atol=1e-12
+    )
+
+
+# ---------------------------------------------------------------------------
+# the full bootstrap
+# ---------------------------------------------------------------------------
+
+
+def test_paired_bootstrap_is_concatenation_of_chunks_and_deterministic():
+    rng = np.random.default_rng(2)
+    conf, corr = make_setting(rng, S=2, n=30)
+    r1 = BS.paired_bootstrap(conf, corr, ALL, n_resamples=250, seed=5, chunk_size=100)
+    r2 = BS.paired_bootstrap(conf, corr, ALL, n_resamples=250, seed=5, chunk_size=100)
+    np.testing.assert_array_equal(r1.resamples, r2.resamples)
+    np.testing.assert_array_equal(r1.point, r2.point)
+    assert r1.resamples.shape == (2, 4, 250) and r1.resamples.dtype == np.float64
+    # chunks processed in any order (as separate workers would) and placed by index
+    chunks = dict(BS.resample_indices(30, 250, 5, 100))
+    out = {c: BS.bootstrap_chunk(conf, corr, ALL, chunks[c]) for c in [2, 0, 1]}
+    np.testing.assert_array_equal(np.concatenate([out[c] for c in range(3)], axis=-1), r1.resamples)
+    # a different seed gives different resamples
+    r3 = BS.paired_bootstrap(conf, corr, ALL, n_resamples=250, seed=6, chunk_size=100)
+    assert not np.array_equal(r1.resamples, r3.resamples)
+    # point estimates are metrics.py on the full data
+    for s in range(2):
+        for j, name in enumerate(ALL):
+            assert r1.point[s, j] == M.get_metric(name).func(conf[s], corr)
+
+
+def test_paired_differences_are_paired():
+    # identical signals -> every per-resample difference is exactly 0
+    rng = np.random.default_rng(3)
+    conf, corr = make_setting(rng, S=1, n=40)
+    r = BS.paired_bootstrap(np.vstack([conf, conf]), corr, ALL, n_resamples=200, seed=1, chunk_size=64)
+    d = r.resamples[0] - r.resamples[1]
+    assert np.all((d == 0) | np.isnan(d))
+
+
+def test_interval_and_undefined_counts():
+    v = np.arange(1, 101, dtype=float)
+    lo, hi = BS.interval(v)
+    assert lo == pytest.approx(np.percentile(v, 2.5)) and hi == pytest.approx(np.percentile(v, 97.5))
+    assert lo == pytest.approx(1 + 0.025 * 99) and hi == pytest.approx(1 + 0.975 * 99)
+    v2 = np.r_[v, [np.nan] * 7]
+    assert BS.interval(v2) == BS.interval(v)
+    assert BS.n_undefined(v2) == 7
+    lo, hi = BS.interval(np.full((2, 5), np.nan))
+    assert np.isnan(lo).all() and np.isnan(hi).all()
+    with pytest.raises(ValueError):
+        BS.interval(v, level=1.5)
+
+
+def test_interval_coverage_sanity_mean_of_bernoulli():
+    # Brier with confidence 0 is the mean correctness: a bootstrap of a sample mean.
+    # Over 40 samples from Bernoulli(0.3), the 95% interval should cover 0.3 most of the time,
+    # and the interval width should match the normal approximation.
+    rng = np.random.default_rng(4)
+    n, hits, widths = 200, 0, []
+    for rep in range(40):
+        y = (rng.random(n) < 0.3).astype(float)
+        r = BS.paired_bootstrap(np.zeros((1, n)), y, ["brier"], n_resamples=400, seed=rep, chunk_size=400)
+        lo, hi = r.interval()
+        hits += lo[0, 0] <= 0.3 <= hi[0, 0]
+        widths.append(hi[0, 0] - lo[0, 0])
+    assert hits >= 33  # expected ~38; P(hits < 33) is tiny
+    assert np.mean(widths) == pytest.approx(2 * 1.96 * math.sqrt(0.3 * 0.7 / n), rel=0.15)
+
+
+def test_one_class_resamples_counted():
+    conf = np.array([[0.1, 0.9, 0.5, 0.4]])
+    corr = np.array([1.0, 0.0, 0.0, 0.0])
+    r = BS.paired_bootstrap(conf, corr, ["auroc", "ece"], n_resamples=300, seed=0, chunk_size=128)
+    und = r.n_undefined
+    # P(item 0 absent) = (3/4)^4 ~ 0.32 -> many NaN AUROC, never NaN ECE
+    assert 40 < und[0, 0] < 160 and und[0, 1] == 0
+    lo, hi = r.interval()
+    assert np.isfinite(lo).all()
+
+
+def test_empty_and_nonfinite_inputs():
+    with pytest.warns(UndefinedMetricWarning):
+        r = BS.paired_bootstrap(np.zeros((2, 0)), np.zeros(0), ["aurc"], n_resamples=10, seed=0)
+    assert r.resamples.shape == (2, 1, 10) and np.isnan(r.resamples).all() and np.isnan(r.point).all()
+    conf = np.array([[0.1, 0.5, 0.9], [0.2, np.nan, 0.3]])
+    with pytest.warns(UndefinedMetricWarning, match="non-finite"):
+        r = BS.paired_bootstrap(conf, [1, 0, 1], ["brier"], n_resamples=20, seed=0)
+    assert np.isfinite(r.resamples[0]).all() and np.isnan(r.resamples[1]).all()
+
+
+def test_input_errors():
+    with pytest.raises(ValueError) as exc:
+        BS.paired_bootstrap([[0.1, 1.2]], [1, 0], ["ece"], n_resamples=5)
+    msg = str(exc.value)
+    assert "signal 0" in msg and "confidence[1] = 1.2" in msg and "[0, 1]" in msg
+    with pytest.raises(KeyError, match="aurc"):
+        BS.paired_bootstrap([[0.1, 0.2]], [1, 0], ["nope"], n_resamples=5)
+    with pytest.raises(ValueError, match="shape"):
+        BS.bootstrap_chunk([[0.1, 0.2]], [1, 0], ["ece"], np.zeros((3, 5), dtype=int))
+
+
+def test_mean_over_settings():
+    a = np.array([[1.0, 2.0, 3.0]])
+    b = np.array([[3.0, 2.0, np.nan]])
+    m = BS.mean_over_settings([a, b])
+    np.testing.assert_array_equal(m[:, :2], [[2.0, 2.0]])
+    assert np.isnan(m[0, 2])
+    with pytest.raises(ValueError):
+        BS.mean_over_settings([a, np.zeros((1, 4))])
+
+
+def test_memory_bounded_chunks():
+    # chunks never exceed chunk_size rows, whatever n_resamples is
+    sizes = [a.shape[0] for _, a in BS.resample_indices(50, 2345, 1, chunk_size=1000)]
+    assert sizes == [1000, 1000, 345]
+
+
+def test_row_blocks_do_not_change_results(monkeypatch):
+    # force tiny row blocks so one chunk is evaluated in several blocks
+    rng = np.random.default_rng(12)
+    n = 30
+    conf, corr = make_setting(rng, S=2, n=n, tie_decimals=1)
+    idx = rng.integers(0, n, (23, n))
+    ref = loop_chunk(conf, corr, ALL, idx)
+    monkeypatch.setattr(BS, "_BLOCK_ELEMS", 4 * n)
+    np.testing.assert_allclose(BS.bootstrap_chunk(conf, corr, ALL, idx), ref, rtol=1e-12, atol=1e-12)
+    w = BS.counts_from_indices(idx)
+    np.testing.assert_allclose(BS.aurc_weighted(conf[0], corr, w), ref[0, ALL.index("aurc")], rtol=1e-12, atol=1e-12)
+
+
+def test_docstring_examples():
+    import doctest
+
+    assert doctest.testmod(BS, raise_on_error=False).failed == 0
+
+
+def test_kernels_reject_non_count_weights():
+    with pytest.raises(ValueError, match="integer counts"):
+        BS.aurc_weighted([0.2, 0.4], [1, 0], [[0.5, 1.5]])
+    with pytest.raises(ValueError, match="integer counts"):
+        BS.auroc_weighted([0.2, 0.4], [1, 0], [[-1, 3]])
