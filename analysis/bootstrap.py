@@ -14,7 +14,12 @@ The weighted kernels take a count matrix ``w`` of shape ``(b, n)`` (how many
 times each item occurs in each resample) and evaluate a metric on all ``b``
 resamples at once without a Python loop over resamples: items are sorted by
 confidence once per signal, tie groups and ECE bins become contiguous blocks
-and are summed with ``np.add.reduceat``; every kernel is ``O(b * n)``. The
+and are summed with ``np.add.reduceat``; every kernel is ``O(b * n)``
+(except ``kde_ece``: ``O(b * G^2)`` matrix products over the ``G`` distinct
+confidences). Metrics without a kernel (``smoothed_ece``, ``smece``, whose
+bandwidth depends on the resample) fall back to calling the point function
+on each resample's rows, one Python call per resample: exact but much
+slower (see :func:`has_weighted_kernel`). The
 resamples of a chunk are processed in row blocks of about ``2**17 / n`` rows
 (vectorized within a block) so the working arrays stay in cache and memory
 stays bounded by a small multiple of ``chunk_size * n * 8`` bytes.
@@ -30,6 +35,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from .estimators import KDE_BANDWIDTH, ECE_BIN_COUNTS, equal_mass_group_bins, kde_group_values
 from .metrics import (
     METRICS,
     UndefinedMetricWarning,
@@ -50,7 +56,12 @@ __all__ = [
     "auroc_weighted",
     "aurc_weighted",
     "brier_weighted",
+    "calibration_gap_weighted",
+    "ks_ece_weighted",
+    "ece_equal_mass_weighted",
+    "kde_ece_weighted",
     "WEIGHTED_KERNELS",
+    "has_weighted_kernel",
     "bootstrap_chunk",
     "BootstrapResult",
     "paired_bootstrap",
@@ -336,6 +347,117 @@ WEIGHTED_KERNELS = {
 }
 
 
+# --- kernels of the alternative estimators (analysis/estimators.py) ---------
+
+
+def _gap_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    tot = ws.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, ws @ (sig.conf - sig.correct) / tot, np.nan)
+
+
+def _ece_fixed_bins_sorted(sig: SortedSignal, ws: np.ndarray, n_bins: int) -> np.ndarray:
+    if sig.n_bins != n_bins:
+        sig = sig.with_bins(n_bins)
+    return _ece_sorted(sig, ws)
+
+
+def _ks_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    # cumulative sums of (y - c) evaluated at tie-group ends only
+    tot = ws.sum(axis=1)
+    d = _group_sums(ws * (sig.correct - sig.conf), sig.tie_starts)
+    if d.shape[1] == 0:
+        return np.full(ws.shape[0], np.nan)
+    ks = np.abs(np.cumsum(d, axis=1)).max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, ks / tot, np.nan)
+
+
+def _ece_equal_mass_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    # equal-mass bins per resample from the cumulative counts of the tie groups
+    B = sig.n_bins
+    tot = ws.sum(axis=1)
+    m = _group_sums(ws, sig.tie_starts)
+    d = _group_sums(ws * (sig.correct - sig.conf), sig.tie_starts)
+    ends = np.rint(np.cumsum(m, axis=1)).astype(np.int64)
+    out = np.full(ws.shape[0], np.nan)
+    tot_i = np.rint(tot).astype(np.int64)
+    for T in np.unique(tot_i):
+        if T <= 0:
+            continue
+        rows = np.flatnonzero(tot_i == T)
+        bins = equal_mass_group_bins(ends[rows], int(T), B)  # (r, G)
+        flat = (bins + (np.arange(rows.size, dtype=np.int64) * B)[:, None]).ravel()
+        sums = np.bincount(flat, weights=d[rows].ravel(), minlength=rows.size * B).reshape(rows.size, B)
+        out[rows] = np.abs(sums).sum(axis=1) / T
+    return out
+
+
+def _kde_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    tot = ws.sum(axis=1)
+    m = _group_sums(ws, sig.tie_starts)
+    sy = _group_sums(ws * sig.correct, sig.tie_starts)
+    u = sig.conf[sig.tie_starts]
+    val = kde_group_values(u, m, sy, KDE_BANDWIDTH)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, val / tot, np.nan)
+
+
+def calibration_gap_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["calibration_gap"], _sorted(conf, correct), w)
+
+
+def ks_ece_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["ks_ece"], _sorted(conf, correct), w)
+
+
+def ece_equal_mass_weighted(conf, correct, w, n_bins: int = 10) -> np.ndarray:
+    sig = _sorted(conf, correct, n_bins)
+    if sig.n_bins != n_bins:
+        sig = sig.with_bins(n_bins)
+    return _apply(WEIGHTED_KERNELS["ece_equal_mass"], sig, w)
+
+
+def kde_ece_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["kde_ece"], _sorted(conf, correct), w)
+
+
+calibration_gap_weighted.__doc__ = _kernel_doc("signed calibration gap (also ``overconfidence``)")
+ks_ece_weighted.__doc__ = _kernel_doc("KS calibration error (cumulative sums at tie-group ends)")
+ece_equal_mass_weighted.__doc__ = _kernel_doc(
+    "equal-mass ECE (bins recomputed per resample from the cumulative counts, "
+    "same tie rule as :func:`estimators.ece_equal_mass`)",
+    "\n    n_bins : int, default=10\n        Equal-mass bins.",
+)
+kde_ece_weighted.__doc__ = _kernel_doc(
+    "KDE ECE (``O(b * G^2)`` matrix products over the ``G`` distinct confidences)"
+)
+
+WEIGHTED_KERNELS.update(
+    {
+        "calibration_gap": lambda sig, ws, H: _gap_sorted(sig, ws),
+        "overconfidence": lambda sig, ws, H: _gap_sorted(sig, ws),
+        "ks_ece": lambda sig, ws, H: _ks_sorted(sig, ws),
+        "ece_equal_mass": lambda sig, ws, H: _ece_equal_mass_sorted(sig, ws),
+        "kde_ece": lambda sig, ws, H: _kde_sorted(sig, ws),
+    }
+)
+WEIGHTED_KERNELS.update(
+    {f"ece_{B}": (lambda sig, ws, H, _B=B: _ece_fixed_bins_sorted(sig, ws, _B)) for B in ECE_BIN_COUNTS}
+)
+
+
+def has_weighted_kernel(name: str) -> bool:
+    """Whether the bootstrap evaluates ``name`` with a vectorized count-weighted kernel.
+
+    Metrics without one (``smoothed_ece``, ``smece``: their bandwidth depends
+    on the resample) are evaluated by the **slower fallback**: the point
+    function of :data:`metrics.METRICS` called on each resample's rows
+    (gathered by the index matrix), one Python call per resample.
+    """
+    return name in WEIGHTED_KERNELS
+
+
 # ---------------------------------------------------------------------------
 # chunk and full bootstrap
 # ---------------------------------------------------------------------------
@@ -348,11 +470,7 @@ def _check_metrics(metrics: Sequence[str]) -> list[str]:
     if not metrics:
         raise ValueError("metrics must name at least one metric")
     for name in metrics:
-        get_metric(name)  # raises listing the choices
-        if name not in WEIGHTED_KERNELS:
-            raise ValueError(
-                f"metric {name!r} has no weighted kernel; choose one of {sorted(WEIGHTED_KERNELS)}"
-            )
+        get_metric(name)  # raises listing the choices; no kernel -> per-resample fallback
     if len(set(metrics)) != len(metrics):
         raise ValueError(f"metrics contains duplicates: {metrics}")
     return metrics
@@ -413,7 +531,26 @@ def _chunk_from_prepared(sigs, metrics, idx_chunk, n) -> np.ndarray:
                 continue
             ws = w[:, sig.order]
             for j, name in enumerate(metrics):
-                out[s, j, lo : lo + step] = WEIGHTED_KERNELS[name](sig, ws, H)
+                if name in WEIGHTED_KERNELS:
+                    out[s, j, lo : lo + step] = WEIGHTED_KERNELS[name](sig, ws, H)
+                else:
+                    out[s, j, lo : lo + step] = _fallback_rows(sig, name, idx_chunk[lo : lo + step])
+    return out
+
+
+def _fallback_rows(sig: SortedSignal, name: str, idx: np.ndarray) -> np.ndarray:
+    """Slow path: the point function on each resample's rows (one call per resample)."""
+    info = METRICS[name]
+    kw = {"n_bins": sig.n_bins} if info.takes_n_bins else {}
+    conf = np.empty_like(sig.conf)
+    conf[sig.order] = sig.conf
+    corr = np.empty_like(sig.correct)
+    corr[sig.order] = sig.correct
+    out = np.empty(idx.shape[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        for r, rows in enumerate(idx):
+            out[r] = info.func(conf[rows], corr[rows], **kw)
     return out
 
 
@@ -537,8 +674,9 @@ def _point_estimates(conf, corr, metrics, n_bins) -> np.ndarray:
     point = np.full((S, len(metrics)), np.nan)
     for s in range(S):
         for j, name in enumerate(metrics):
-            func = METRICS[name].func
-            point[s, j] = func(conf[s], corr[s], n_bins=n_bins) if name == "ece" else func(conf[s], corr[s])
+            info = METRICS[name]
+            kw = {"n_bins": n_bins} if info.takes_n_bins else {}
+            point[s, j] = info.func(conf[s], corr[s], **kw)
     return point
 
 

@@ -20,6 +20,7 @@ bootstrap live in :mod:`confgrid.analysis.bootstrap`.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -448,12 +449,24 @@ class MetricInfo:
         Direction of the metric.
     description : str
         One line for tables and reports.
+    signed : bool, default=False
+        True for a signed summary (e.g. ``calibration_gap``) whose best
+        value is 0; ``lower_is_better`` then refers to its absolute value.
     """
 
     name: str
     func: Callable[..., float]
     lower_is_better: bool
     description: str
+    signed: bool = False
+
+    @property
+    def takes_n_bins(self) -> bool:
+        """Whether ``func`` accepts an ``n_bins`` keyword (``ece``, ``ece_equal_mass``)."""
+        try:
+            return "n_bins" in inspect.signature(self.func).parameters
+        except (TypeError, ValueError):  # pragma: no cover - builtins
+            return False
 
 
 METRICS: dict[str, MetricInfo] = {}
@@ -502,3 +515,8 @@ register_metric(MetricInfo("ece", ece, True, "expected calibration error, equal-
 register_metric(MetricInfo("auroc", auroc, False, "AUROC of confidence for correctness"))
 register_metric(MetricInfo("aurc", aurc, True, "area under the risk-coverage curve"))
 register_metric(MetricInfo("brier", brier, True, "Brier score"))
+
+
+# Alternative estimators and signed summaries (analysis/estimators.py) register
+# themselves in METRICS on import; imported last because they use the helpers above.
+from . import estimators as _estimators  # noqa: E402,F401

@@ -1,0 +1,171 @@
+"""Reliability-diagram data (compute) and its plot (draw), kept apart.
+
+:func:`reliability_diagram` returns a frozen :class:`ReliabilityData` with
+bin edges, counts, mean confidence and accuracy per bin; empty bins are
+``nan``, never dropped. :func:`plot_reliability` only consumes that object
+(matplotlib is imported inside it).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .estimators import equal_mass_bin_starts
+from .metrics import UndefinedMetricWarning, _check_n_bins, _undefined_reason, bin_indices, validate_inputs
+
+__all__ = ["ReliabilityData", "reliability_diagram", "plot_reliability", "STRATEGIES"]
+
+STRATEGIES = ("uniform", "quantile")
+
+
+@dataclass(frozen=True)
+class ReliabilityData:
+    """Per-bin summary of one signal.
+
+    Attributes
+    ----------
+    bin_edges : ndarray of shape (n_bins + 1,)
+        ``uniform``: ``k / n_bins``. ``quantile``: ``0``, the confidence of
+        the first answer of each bin ``k = 1 .. n_bins - 1`` (1.0 for bins
+        past the last answer), ``1``; membership of the quantile bins is
+        defined by rank (see :func:`estimators.ece_equal_mass`); an empty
+        bin ``k >= 1`` has two equal edges (an empty first bin spans
+        ``[0, first confidence)``).
+    counts : ndarray of shape (n_bins,), int64
+        Answers per bin.
+    mean_confidence : ndarray of shape (n_bins,)
+        Mean confidence per bin, ``nan`` for an empty bin.
+    accuracy : ndarray of shape (n_bins,)
+        Mean correctness per bin, ``nan`` for an empty bin.
+    strategy : str
+        ``"uniform"`` or ``"quantile"``.
+    """
+
+    bin_edges: np.ndarray
+    counts: np.ndarray
+    mean_confidence: np.ndarray
+    accuracy: np.ndarray
+    strategy: str = "uniform"
+
+    @property
+    def n_bins(self) -> int:
+        return int(self.counts.size)
+
+    @property
+    def ece(self) -> float:
+        """``sum_b (n_b/n)|acc_b - conf_b|`` over non-empty bins (``nan`` with no answers)."""
+        n = self.counts.sum()
+        if n == 0:
+            return float("nan")
+        nz = self.counts > 0
+        return float(np.sum(self.counts[nz] / n * np.abs(self.accuracy[nz] - self.mean_confidence[nz])))
+
+
+def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "uniform") -> ReliabilityData:
+    """Bin edges, counts, mean confidence and accuracy per bin.
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    n_bins : int, default=10
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        ``"uniform"``: equal-width bins ``[k/B, (k+1)/B)``, the last closed
+        (the bins of :func:`metrics.ece`). ``"quantile"``: equal-mass bins
+        with the tie rule of :func:`estimators.ece_equal_mass`.
+
+    Returns
+    -------
+    ReliabilityData
+        Its ``ece`` property equals :func:`metrics.ece` (uniform) or
+        :func:`estimators.ece_equal_mass` (quantile). With no rows or a
+        non-finite input every count is 0 and every mean ``nan``, with an
+        :class:`UndefinedMetricWarning`.
+
+    Raises
+    ------
+    ValueError
+        Out-of-range values, bad ``n_bins`` or an unknown ``strategy``.
+
+    Examples
+    --------
+    >>> d = reliability_diagram([0.05, 0.1, 0.95, 1.0], [0, 1, 1, 1], n_bins=2)
+    >>> d.counts.tolist(), d.accuracy.tolist()
+    ([2, 2], [0.5, 1.0])
+    >>> reliability_diagram([0.9], [1], n_bins=2).accuracy.tolist()
+    [nan, 1.0]
+    """
+    n_bins = _check_n_bins(n_bins)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {list(STRATEGIES)}, got {strategy!r}")
+    c, y = validate_inputs(confidence, correct)
+    reason = _undefined_reason(c, y)
+    if reason is not None:
+        warnings.warn(f"reliability diagram is undefined: {reason}; all bins empty",
+                      UndefinedMetricWarning, stacklevel=2)
+        edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+        empty = np.full(n_bins, np.nan)
+        return ReliabilityData(edges, np.zeros(n_bins, dtype=np.int64), empty, empty.copy(), strategy)
+    if strategy == "uniform":
+        edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+        b = bin_indices(c, n_bins)
+    else:
+        order = np.argsort(c, kind="stable")
+        cs = c[order]
+        starts = equal_mass_bin_starts(cs, n_bins)
+        first = np.append(cs, 1.0)[starts[1:-1]]
+        edges = np.r_[0.0, first, 1.0]
+        b = np.empty(c.size, dtype=np.int64)
+        b[order] = np.repeat(np.arange(n_bins), np.diff(starts))
+    counts = np.bincount(b, minlength=n_bins).astype(np.int64)
+    sc = np.bincount(b, weights=c, minlength=n_bins)
+    sy = np.bincount(b, weights=y, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf_b = np.where(counts > 0, sc / np.maximum(counts, 1), np.nan)
+        acc_b = np.where(counts > 0, sy / np.maximum(counts, 1), np.nan)
+    return ReliabilityData(edges, counts, conf_b, acc_b, strategy)
+
+
+def plot_reliability(data: ReliabilityData, ax=None, label: str | None = None):
+    """Draw a reliability diagram from :class:`ReliabilityData` only.
+
+    Accuracy per non-empty bin is drawn as a bar over the bin, the mean
+    confidence as a marker, and the diagonal as reference. Empty bins are
+    left blank.
+
+    Parameters
+    ----------
+    data : ReliabilityData
+    ax : matplotlib Axes, optional
+        Created with ``plt.subplots()`` when omitted.
+    label : str, optional
+        Legend label of the bars.
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    import matplotlib.pyplot as plt  # optional at import time of this module
+
+    if not isinstance(data, ReliabilityData):
+        raise TypeError(f"data must be a ReliabilityData, got {type(data).__name__}")
+    if ax is None:
+        _, ax = plt.subplots()
+    left = data.bin_edges[:-1]
+    width = np.diff(data.bin_edges)
+    nz = data.counts > 0
+    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1)
+    ax.bar(left[nz], data.accuracy[nz], width=width[nz], align="edge", alpha=0.6,
+           edgecolor="black", label=label or "accuracy")
+    ax.plot(data.mean_confidence[nz], data.accuracy[nz], "o", color="black", markersize=3)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy")
+    return ax

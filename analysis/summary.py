@@ -1,0 +1,441 @@
+"""Summaries over settings: mean |shift|, intervals excluding zero, flips.
+
+Study 000 reports, per axis and metric, the mean over the 20 settings of
+``|dg|`` (the shift of the gap ``g = metric(verbalized) - metric(token)``),
+with a 95% interval obtained as Appendix A says: "for a mean over settings,
+we average the resampled values across settings and take the percentiles of
+that average". Here that is, per resample ``r``,
+``mean_s |dg_s[r]|`` (:func:`bootstrap.mean_over_settings` of the
+per-setting ``|dg|`` resamples), then :func:`bootstrap.interval`. The point
+is the mean of the per-setting ``|point dg|``. Besides it: the number of
+settings whose ``dg`` interval excludes zero, and flips of the better signal
+by point estimate and fully resolved (:func:`compare.flip`,
+:func:`compare.fully_resolved`).
+
+Resamples of different settings are independent draws; averaging them
+resample by resample needs every setting to have the same number of
+resamples ``B``. Two results can only be *paired* (an axis other than the
+context, e.g. two correctness rules) when they were resampled with the same
+indices: same items, same ``seed``, ``n_resamples`` and ``chunk_size``; the
+functions check the last three.
+
+Entry points
+------------
+* :func:`summarize_deltas` - the core, on plain per-setting numbers.
+* :func:`summarize_shifts` - context shifts from per-setting
+  :class:`BootstrapResult` objects (the flows path).
+* :func:`summarize_gaps` - mean signed gap over settings per signal (Tables 2, 3).
+* :func:`summarize_estimators` - an estimator replacing a base metric (Table 15).
+* :func:`summarize_axis` - the same signal under two results (correctness
+  rule, aggregation, bin count computed in separate runs).
+* :func:`summarize_shift_table` - the same from tidy DataFrames (the
+  ``confgrid analyze`` path), with optional resample arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .bootstrap import BootstrapResult, interval, mean_over_settings
+from .compare import excludes_zero, flip, fully_resolved
+
+__all__ = [
+    "SUMMARY_COLUMNS",
+    "summarize_deltas",
+    "gap_values",
+    "summarize_shifts",
+    "summarize_gaps",
+    "summarize_estimators",
+    "summarize_axis",
+    "summarize_shift_table",
+]
+
+#: columns of every summary row after its key columns
+SUMMARY_COLUMNS = [
+    "n_settings",
+    "mean_abs",
+    "lo",
+    "hi",
+    "max_abs",
+    "n_excludes_zero",
+    "n_flips",
+    "n_resolved_flips",
+]
+
+Triple = tuple[float, float, float]
+
+
+def summarize_deltas(
+    points: Mapping[str, float],
+    resamples: Mapping[str, np.ndarray] | None = None,
+    intervals: Mapping[str, tuple[float, float]] | None = None,
+    g_a: Mapping[str, Triple] | None = None,
+    g_b: Mapping[str, Triple] | None = None,
+    level: float = 0.95,
+) -> dict:
+    """Summary over settings of one per-setting difference ``dg``.
+
+    Parameters
+    ----------
+    points : mapping setting -> float
+        Point estimate of ``dg`` per setting (the settings summarized).
+    resamples : mapping setting -> ndarray of shape (B,), optional
+        Paired resamples of ``dg`` per setting (same ``B`` for all). Gives
+        the interval of the mean ``|dg|`` and, unless ``intervals`` is given,
+        the per-setting intervals.
+    intervals : mapping setting -> (lo, hi), optional
+        Per-setting intervals of ``dg`` (for ``n_excludes_zero``).
+    g_a, g_b : mapping setting -> (point, lo, hi), optional
+        The gaps before and after the change, for the flip counts.
+    level : float, default=0.95
+
+    Returns
+    -------
+    dict
+        ``n_settings``; ``mean_abs`` = mean over settings of ``|points|``;
+        ``lo``, ``hi`` = percentile interval of ``mean_s |dg_s[r]|`` over
+        resamples ``r`` (``nan`` without ``resamples``); ``max_abs``;
+        ``n_excludes_zero`` (``nan`` without resamples or intervals);
+        ``n_flips`` (by point estimate) and ``n_resolved_flips`` (both gap
+        intervals exclude zero), ``nan`` without ``g_a`` / ``g_b``.
+
+    Examples
+    --------
+    >>> r = summarize_deltas({"s1": 0.2, "s2": -0.4},
+    ...                      {"s1": np.array([0.1, 0.3]), "s2": np.array([-0.5, -0.1])})
+    >>> round(r["mean_abs"], 12), r["n_settings"]
+    (0.3, 2)
+    """
+    settings = list(points)
+    if not settings:
+        raise ValueError("summarize_deltas needs at least one setting")
+    p = np.array([points[s] for s in settings], dtype=np.float64)
+    out = {"n_settings": len(settings), "mean_abs": float(np.mean(np.abs(p))),
+           "max_abs": float(np.max(np.abs(p)))}
+    lo = hi = float("nan")
+    if resamples is not None:
+        missing = [s for s in settings if s not in resamples]
+        if missing:
+            raise ValueError(f"resamples missing for settings {missing}")
+        avg = mean_over_settings([np.abs(np.asarray(resamples[s], dtype=np.float64)) for s in settings])
+        lo, hi = interval(avg, level)
+        if intervals is None:
+            intervals = {s: interval(np.asarray(resamples[s], dtype=np.float64), level) for s in settings}
+    out["lo"], out["hi"] = float(lo), float(hi)
+    out["n_excludes_zero"] = (
+        int(sum(excludes_zero(*intervals[s]) for s in settings)) if intervals is not None else float("nan")
+    )
+    if g_a is not None and g_b is not None:
+        out["n_flips"] = int(sum(flip(g_a[s][0], g_b[s][0]) for s in settings))
+        out["n_resolved_flips"] = int(sum(fully_resolved(tuple(g_a[s]), tuple(g_b[s])) for s in settings))
+    else:
+        out["n_flips"] = out["n_resolved_flips"] = float("nan")
+    return {k: out[k] for k in SUMMARY_COLUMNS}
+
+
+# ---------------------------------------------------------------------------
+# from BootstrapResult objects
+# ---------------------------------------------------------------------------
+
+
+def _names(result: BootstrapResult, signal_names) -> list[str]:
+    if isinstance(signal_names, Mapping):
+        signal_names = None
+    names = list(signal_names if signal_names is not None else (result.signal_names or []))
+    if len(names) != result.point.shape[0]:
+        raise ValueError(f"need {result.point.shape[0]} signal names, got {len(names)}: {names}")
+    return names
+
+
+def _names_for(setting, result, signal_names) -> list[str]:
+    if isinstance(signal_names, Mapping):
+        return _names(result, signal_names[setting])
+    return _names(result, signal_names)
+
+
+def gap_values(
+    result: BootstrapResult,
+    signal_names: Sequence[str] | None,
+    token: str,
+    metric: str,
+    verbalized: str = "verbalized",
+) -> tuple[float, np.ndarray]:
+    """Point and paired resamples ``(B,)`` of ``g = metric(verbalized) - metric(token)``."""
+    names = _names(result, signal_names)
+    for what, nm in (("verbalized signal", verbalized), ("token signal", token)):
+        if nm not in names:
+            raise ValueError(f"{what} {nm!r} not among signals {names}")
+    v, t = names.index(verbalized), names.index(token)
+    j = result.metric_index(metric)
+    return float(result.point[v, j] - result.point[t, j]), result.resamples[v, j] - result.resamples[t, j]
+
+
+def _triple(point: float, res: np.ndarray, level: float) -> Triple:
+    lo, hi = interval(res, level)
+    return (float(point), float(lo), float(hi))
+
+
+def _check_same_B(results: Mapping[str, BootstrapResult]) -> None:
+    Bs = {r.resamples.shape[-1] for r in results.values()}
+    if len(Bs) > 1:
+        raise ValueError(f"every setting needs the same number of resamples, got {sorted(Bs)}")
+
+
+def summarize_shifts(
+    results: Mapping[str, BootstrapResult],
+    pairs: Sequence[tuple[str, str]],
+    metrics: Sequence[str] | None = None,
+    signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+    verbalized: str = "verbalized",
+    level: float = 0.95,
+) -> pd.DataFrame:
+    """Mean ``|dg|`` over settings of the context shifts ``dg = g(b) - g(a)``.
+
+    Parameters
+    ----------
+    results : mapping setting -> BootstrapResult
+        One :func:`bootstrap.paired_bootstrap` result per setting, all with
+        the same number of resamples.
+    pairs : sequence of (context_a, context_b)
+        Token-signal names; ``dg = g(context_b) - g(context_a)``.
+    metrics : sequence of str, optional
+        Defaults to the metrics of the first result.
+    signal_names : list, or mapping setting -> list, optional
+        Signal names when the results do not carry them.
+    verbalized : str, default="verbalized"
+    level : float, default=0.95
+
+    Returns
+    -------
+    DataFrame
+        One row per (pair, metric): ``context_a``, ``context_b``, ``metric``
+        and :data:`SUMMARY_COLUMNS`.
+    """
+    if not results:
+        raise ValueError("results must hold at least one setting")
+    _check_same_B(results)
+    metrics = list(metrics if metrics is not None else next(iter(results.values())).metrics)
+    rows = []
+    for a, b in pairs:
+        for metric in metrics:
+            pts, res, ga, gb = {}, {}, {}, {}
+            for s, r in results.items():
+                names = _names_for(s, r, signal_names)
+                pa, va = gap_values(r, names, a, metric, verbalized)
+                pb, vb = gap_values(r, names, b, metric, verbalized)
+                pts[s], res[s] = pb - pa, vb - va
+                ga[s], gb[s] = _triple(pa, va, level), _triple(pb, vb, level)
+            rows.append({"context_a": a, "context_b": b, "metric": metric,
+                         **summarize_deltas(pts, res, None, ga, gb, level)})
+    return pd.DataFrame(rows, columns=["context_a", "context_b", "metric", *SUMMARY_COLUMNS])
+
+
+def summarize_gaps(
+    results: Mapping[str, BootstrapResult],
+    signals: Sequence[str],
+    metrics: Sequence[str] | None = None,
+    signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+    verbalized: str = "verbalized",
+    level: float = 0.95,
+) -> pd.DataFrame:
+    """Mean **signed** gap over settings per token signal and metric (Tables 2 and 3).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``signal``, ``metric``, ``n_settings``, ``point`` (mean of
+        the per-setting point gaps), ``lo``, ``hi`` (percentiles of the
+        per-resample mean over settings), ``n_excludes_zero`` (settings whose
+        own gap interval excludes zero), ``n_favours_token``.
+    """
+    from .compare import _favours
+
+    if not results:
+        raise ValueError("results must hold at least one setting")
+    _check_same_B(results)
+    metrics = list(metrics if metrics is not None else next(iter(results.values())).metrics)
+    rows = []
+    for sig in signals:
+        for metric in metrics:
+            pts, res = [], []
+            for s, r in results.items():
+                p, v = gap_values(r, _names_for(s, r, signal_names), sig, metric, verbalized)
+                pts.append(p)
+                res.append(v)
+            lo, hi = interval(mean_over_settings(res), level)
+            rows.append(dict(
+                signal=sig, metric=metric, n_settings=len(pts), point=float(np.mean(pts)),
+                lo=float(lo), hi=float(hi),
+                n_excludes_zero=int(sum(excludes_zero(*interval(v, level)) for v in res)),
+                n_favours_token=int(sum(_favours(metric, p) == "token" for p in pts)),
+            ))
+    cols = ["signal", "metric", "n_settings", "point", "lo", "hi", "n_excludes_zero", "n_favours_token"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def summarize_estimators(
+    results: Mapping[str, BootstrapResult],
+    signals: Sequence[str],
+    estimators: Sequence[str],
+    base: str = "ece",
+    context_pair: tuple[str, str] | None = None,
+    signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+    verbalized: str = "verbalized",
+    level: float = 0.95,
+) -> pd.DataFrame:
+    """An estimator replacing ``base`` (10-bin ECE): study 000 Table 15.
+
+    For each token signal (context) and estimator, per setting
+    ``dg = g_estimator - g_base`` (same signal, same resamples).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``signal``, ``estimator``, :data:`SUMMARY_COLUMNS` (here
+        ``n_flips`` = settings where the estimator, not the context, flips
+        the better signal: ``g_base`` and ``g_estimator`` of opposite sign;
+        ``n_resolved_flips`` likewise with both intervals excluding zero),
+        and ``context_flips``: settings where the better signal differs
+        between ``context_pair[0]`` and ``context_pair[1]`` under the
+        estimator, by point estimate (``nan`` without ``context_pair``).
+    """
+    if not results:
+        raise ValueError("results must hold at least one setting")
+    _check_same_B(results)
+    rows = []
+    for sig in signals:
+        for est in estimators:
+            pts, res, ga, gb = {}, {}, {}, {}
+            for s, r in results.items():
+                names = _names_for(s, r, signal_names)
+                p0, v0 = gap_values(r, names, sig, base, verbalized)
+                p1, v1 = gap_values(r, names, sig, est, verbalized)
+                pts[s], res[s] = p1 - p0, v1 - v0
+                ga[s], gb[s] = _triple(p0, v0, level), _triple(p1, v1, level)
+            row = {"signal": sig, "estimator": est, **summarize_deltas(pts, res, None, ga, gb, level)}
+            if context_pair is not None:
+                cf = 0
+                for s, r in results.items():
+                    names = _names_for(s, r, signal_names)
+                    pa, _ = gap_values(r, names, context_pair[0], est, verbalized)
+                    pb, _ = gap_values(r, names, context_pair[1], est, verbalized)
+                    cf += flip(pa, pb)
+                row["context_flips"] = int(cf)
+            else:
+                row["context_flips"] = float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["signal", "estimator", *SUMMARY_COLUMNS, "context_flips"])
+
+
+def _check_paired(ra: BootstrapResult, rb: BootstrapResult, setting) -> None:
+    for attr in ("n_resamples", "seed", "chunk_size"):
+        if getattr(ra, attr) != getattr(rb, attr):
+            raise ValueError(
+                f"setting {setting!r}: results are not paired ({attr} {getattr(ra, attr)} != {getattr(rb, attr)})"
+            )
+    if ra.resamples.shape[-1] != rb.resamples.shape[-1]:
+        raise ValueError(f"setting {setting!r}: different numbers of resamples")
+
+
+def summarize_axis(
+    results_a: Mapping[str, BootstrapResult],
+    results_b: Mapping[str, BootstrapResult],
+    signal: str,
+    metrics: Sequence[str],
+    signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+    verbalized: str = "verbalized",
+    level: float = 0.95,
+) -> pd.DataFrame:
+    """The gap of one token signal under two protocols run separately.
+
+    ``dg = g_b - g_a`` per setting, where ``results_a`` and ``results_b``
+    come from two runs over the same items with the same seeds (e.g. the
+    default correctness rule and exact match). Only settings present in
+    both are used.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``signal``, ``metric``, :data:`SUMMARY_COLUMNS`.
+    """
+    common = [s for s in results_a if s in results_b]
+    if not common:
+        raise ValueError("results_a and results_b share no setting")
+    for s in common:
+        _check_paired(results_a[s], results_b[s], s)
+    rows = []
+    for metric in metrics:
+        pts, res, ga, gb = {}, {}, {}, {}
+        for s in common:
+            pa, va = gap_values(results_a[s], _names_for(s, results_a[s], signal_names), signal, metric, verbalized)
+            pb, vb = gap_values(results_b[s], _names_for(s, results_b[s], signal_names), signal, metric, verbalized)
+            pts[s], res[s] = pb - pa, vb - va
+            ga[s], gb[s] = _triple(pa, va, level), _triple(pb, vb, level)
+        rows.append({"signal": signal, "metric": metric, **summarize_deltas(pts, res, None, ga, gb, level)})
+    return pd.DataFrame(rows, columns=["signal", "metric", *SUMMARY_COLUMNS])
+
+
+# ---------------------------------------------------------------------------
+# from tidy DataFrames
+# ---------------------------------------------------------------------------
+
+_ALIASES = {"shift": "point", "resolved_flip": "fully_resolved", "from_context": "context_a",
+            "to_context": "context_b"}
+
+
+def summarize_shift_table(
+    shifts: pd.DataFrame,
+    resamples: Mapping[tuple, np.ndarray] | None = None,
+    by: Sequence[str] = ("context_a", "context_b", "metric"),
+    level: float = 0.95,
+) -> pd.DataFrame:
+    """Mean ``|dg|`` over settings from a tidy shift table.
+
+    Parameters
+    ----------
+    shifts : DataFrame
+        One row per (setting, group): columns ``setting``, the ``by``
+        columns, ``point``, ``lo``, ``hi``, and optionally ``flip`` and
+        ``fully_resolved`` (booleans per setting). The flows names
+        ``shift``, ``resolved_flip``, ``from_context``, ``to_context`` are
+        accepted for ``point``, ``fully_resolved``, ``context_a``,
+        ``context_b``.
+    resamples : mapping (setting, *by values) -> ndarray (B,), optional
+        Resampled ``dg`` per row; without it ``lo`` / ``hi`` of the mean are
+        ``nan`` (the per-setting ``lo`` / ``hi`` still give
+        ``n_excludes_zero``).
+    by : sequence of str
+    level : float, default=0.95
+
+    Returns
+    -------
+    DataFrame
+        The ``by`` columns and :data:`SUMMARY_COLUMNS`; ``n_flips`` and
+        ``n_resolved_flips`` count the ``flip`` / ``fully_resolved`` columns
+        when present (else ``nan``).
+    """
+    df = shifts.rename(columns={k: v for k, v in _ALIASES.items() if k in shifts.columns and v not in shifts.columns})
+    need = ["setting", *by, "point", "lo", "hi"]
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise ValueError(f"shifts is missing columns {missing}; has {list(df.columns)}")
+    if df.duplicated(["setting", *by]).any():
+        raise ValueError(f"shifts has duplicate rows for (setting, {', '.join(by)})")
+    rows = []
+    for key, grp in df.groupby(list(by), sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        pts = dict(zip(grp["setting"], grp["point"].astype(float)))
+        ints = {s: (lo, hi) for s, lo, hi in zip(grp["setting"], grp["lo"], grp["hi"])}
+        res = None
+        if resamples is not None:
+            res = {s: resamples[(s, *key)] for s in grp["setting"]}
+        summ = summarize_deltas(pts, res, ints, None, None, level)
+        if "flip" in grp.columns:
+            summ["n_flips"] = int(grp["flip"].astype(bool).sum())
+        if "fully_resolved" in grp.columns:
+            summ["n_resolved_flips"] = int(grp["fully_resolved"].astype(bool).sum())
+        rows.append({**dict(zip(by, key)), **summ})
+    return pd.DataFrame(rows, columns=[*by, *SUMMARY_COLUMNS])
