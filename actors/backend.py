@@ -1,0 +1,122 @@
+"""The model-backend interface every backend implements.
+
+A backend does two things with a causal language model, both on token ids the
+caller has already built:
+
+* ``generate``: greedy decoding of a continuation for each prompt;
+* ``score``: forced decoding, i.e. the log-probability of each token of a given
+  answer after a given context.
+
+Two backends implement it: :class:`confgrid.actors.transformers_backend.TransformersBackend`
+(CPU or GPU, Hugging Face transformers) and, later, a vLLM backend. Callers
+type against :class:`Backend` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Generation", "Backend", "FINISH_STOP", "FINISH_LENGTH"]
+
+#: ``finish_reason`` when the model produced an end-of-sequence token.
+FINISH_STOP = "stop"
+#: ``finish_reason`` when generation hit ``max_new_tokens`` without EOS.
+FINISH_LENGTH = "length"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One greedy continuation of one prompt.
+
+    Attributes
+    ----------
+    text : str
+        The new tokens decoded with special tokens skipped (the prompt is never
+        included).
+    token_ids : tuple of int
+        The new token ids, in order. Ends with the EOS id when
+        ``finish_reason == "stop"``; padding is never included.
+    finish_reason : str
+        ``"stop"`` if an end-of-sequence token was produced, ``"length"`` if
+        ``max_new_tokens`` tokens were produced without one.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a model backend offers the pipeline.
+
+    Attributes
+    ----------
+    tokenizer : transformers.PreTrainedTokenizerBase
+        The Hugging Face tokenizer of the model. Callers build prompts with it
+        (``apply_chat_template``) and tokenize answers with it.
+    """
+
+    tokenizer: Any
+
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 32) -> list[Generation]:
+        """Greedily continue each prompt.
+
+        Parameters
+        ----------
+        prompts : list of list of int
+            Token ids of each prompt (special tokens included as the caller
+            wants them; nothing is added).
+        max_new_tokens : int, default 32
+            Most new tokens per prompt.
+
+        Returns
+        -------
+        list of Generation
+            One per prompt, in input order.
+
+        Raises
+        ------
+        ValueError
+            If a prompt is empty or ``max_new_tokens < 1``.
+        """
+        ...
+
+    def score(self, requests: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
+        """Log-probabilities of forced answer tokens.
+
+        Parameters
+        ----------
+        requests : list of (context_ids, answer_ids)
+            Both lists non-empty; they are joined as ``context_ids + answer_ids``
+            (no token is added or removed at the seam).
+
+        Returns
+        -------
+        list of numpy.ndarray
+            One float64 array of shape ``(len(answer_ids),)`` per request, in
+            input order: entry ``j`` is ``log p(answer_ids[j] | context_ids +
+            answer_ids[:j])`` in nats (natural log), so every entry is <= 0.
+            Values do not depend on which other requests share a batch.
+
+        Raises
+        ------
+        ValueError
+            If a request has empty ``context_ids`` or empty ``answer_ids``; the
+            message names the request index.
+        """
+        ...
+
+    def provenance(self) -> dict[str, str]:
+        """Where the numbers come from.
+
+        Returns
+        -------
+        dict of str to str
+            At least ``backend``, ``backend_version``, ``dtype``, ``device``,
+            ``model`` (path or hub name) and ``revision``.
+        """
+        ...

@@ -1,0 +1,732 @@
+"""``confgrid analyze``: metrics and paired gaps of per-question outputs from anywhere.
+
+Input: one row per (setting, item, signal) in CSV, Parquet or JSONL (chosen by
+the file extension) with five columns, renamable with flags:
+
+============  =====================================================  ==================
+role          meaning                                                flag
+============  =====================================================  ==================
+setting       the unit of pairing (e.g. ``model/dataset``)           ``--setting-col``
+item_id       the question                                           ``--item-col``
+signal        the confidence method (``verbalized``, ``token``...)   ``--signal-col``
+confidence    a number in [0, 1]                                     ``--confidence-col``
+correct       0/1 (or graded in [0, 1]; ``true``/``false`` too)      ``--correct-col``
+============  =====================================================  ==================
+
+Other columns are ignored. Every row is checked before anything is computed;
+each bad row is reported by its place in the file (CSV: line number with the
+header as line 1; JSONL: line number; Parquet: 0-based row index): missing
+values (empty, null, NaN), non-numbers, confidence or correct outside [0, 1],
+duplicate (setting, item_id, signal) rows (naming both places), malformed
+lines. Up to :data:`MAX_PROBLEMS` problems are listed with the count of the
+rest, and :class:`AnalyzeInputError` is raised; nothing is written.
+
+Pairing: within a setting the signals are compared on the items that every
+signal scored (instance-aligned). Items lacking some signal are left out of
+that setting, counted per signal in ``alignment.csv`` and announced with an
+:class:`AnalyzeWarning`, never silently.
+
+Determinism: settings, signals and items are sorted (as strings), so the
+output does not depend on the order of the input rows. The bootstrap seed of
+a setting is ``setting_seed(setting, "", seed)`` (SHA-256 of the JSON
+``[setting, "", seed]``, see :func:`confgrid.analysis.bootstrap.setting_seed`),
+the same derivation as a grid run's ``setting_seed(model, dataset, seed)``
+with the setting name in place of the model and an empty dataset. A fixed
+``--seed`` gives byte-identical CSV files, with or without Ray.
+
+Outputs in ``DIR``: ``metrics.csv`` (setting, signal, metric, point, lo, hi,
+n, n_undefined), ``gaps.csv`` (every ordered pair of signals within a
+setting: gap = metric(signal_a) - metric(signal_b) with its paired
+percentile interval), ``alignment.csv``, Parquet copies of the three, and an
+MLflow record (experiment ``confgrid/analyze``, default store
+``sqlite:///DIR/mlflow.db``): a parent run named after the input file, one
+child run per setting with ``<signal>/<metric>/{point,lo,hi}`` metrics, and
+the tables as artifacts of the parent run.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import math
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import typer
+
+from confgrid.analysis.bootstrap import (
+    DEFAULT_CHUNK_SIZE,
+    WEIGHTED_KERNELS,
+    BootstrapResult,
+    UndefinedMetricWarning,
+    interval,
+    n_undefined,
+    paired_bootstrap,
+    setting_seed,
+)
+from confgrid.analysis.compare import excludes_zero
+from confgrid.analysis.metrics import METRICS
+
+__all__ = [
+    "ROLES",
+    "EXPERIMENT",
+    "MAX_PROBLEMS",
+    "DEFAULT_METRICS",
+    "AnalyzeInputError",
+    "AnalyzeWarning",
+    "available_metrics",
+    "parse_metrics",
+    "read_input",
+    "analyze",
+    "analyze_cmd",
+]
+
+#: the five roles of the input columns, in report order
+ROLES = ("setting", "item_id", "signal", "confidence", "correct")
+_FLAGS = {"setting": "--setting-col", "item_id": "--item-col", "signal": "--signal-col",
+          "confidence": "--confidence-col", "correct": "--correct-col"}
+_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+EXPERIMENT = "confgrid/analyze"
+#: problems listed in an input error before "... and K more"
+MAX_PROBLEMS = 20
+DEFAULT_METRICS = ("ece", "auroc", "aurc", "brier")
+METRICS_COLUMNS = ["setting", "signal", "metric", "point", "lo", "hi", "n", "n_undefined"]
+GAPS_COLUMNS = ["setting", "signal_a", "signal_b", "metric", "gap", "lo", "hi", "excludes_zero", "favours", "n",
+                "n_undefined"]
+ALIGNMENT_COLUMNS = ["setting", "signal", "n_items", "n_used", "n_left_out", "left_out_examples"]
+
+
+class AnalyzeInputError(ValueError):
+    """The input or an option cannot be analyzed; nothing was written.
+
+    Attributes
+    ----------
+    problems : list of str
+        Every problem found (``"line 5: confidence 1.5 is outside [0, 1]"``),
+        in file order; the message lists the first :data:`MAX_PROBLEMS`.
+    """
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+class AnalyzeWarning(UserWarning):
+    """Something the user should know about the analysis (e.g. items left out by alignment)."""
+
+
+# ---------------------------------------------------------------------------
+# options
+# ---------------------------------------------------------------------------
+
+
+def available_metrics() -> list[str]:
+    """Every registered metric (the ``--metrics`` choices)."""
+    return sorted(METRICS)
+
+
+def _slow_metrics() -> list[str]:
+    """Metrics the bootstrap evaluates one resample at a time (no vectorized kernel)."""
+    return sorted(m for m in METRICS if m not in WEIGHTED_KERNELS)
+
+
+def parse_metrics(metrics: str | Sequence[str]) -> list[str]:
+    """``"ece,auroc"`` or ``["ece", "auroc"]`` -> checked list; unknown or duplicate names raise.
+
+    Raises
+    ------
+    AnalyzeInputError
+        Naming the bad entry and listing the choices.
+    """
+    names = [m.strip().lower() for m in (metrics.split(",") if isinstance(metrics, str) else metrics)]
+    names = [m for m in names if m]
+    choices = available_metrics()
+    if not names:
+        raise AnalyzeInputError(f"--metrics: name at least one metric; choose from {', '.join(choices)}")
+    for m in names:
+        if m not in choices:
+            raise AnalyzeInputError(f"--metrics: unknown metric {m!r}; choose from {', '.join(choices)}")
+    dup = sorted({m for m in names if names.count(m) > 1})
+    if dup:
+        raise AnalyzeInputError(f"--metrics: {', '.join(dup)} given more than once")
+    return names
+
+
+def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
+    cols = {r: r for r in ROLES}
+    for role, name in (columns or {}).items():
+        if role not in cols:
+            raise AnalyzeInputError(f"columns: unknown role {role!r}; roles are {', '.join(ROLES)}")
+        if name is not None:
+            if not str(name).strip():
+                raise AnalyzeInputError(f"{_FLAGS[role]}: empty column name")
+            cols[role] = str(name)
+    names = list(cols.values())
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        roles = [f"{r}={c!r}" for r, c in cols.items() if c in clash]
+        raise AnalyzeInputError(f"one column cannot serve two roles: {', '.join(roles)}")
+    return cols
+
+
+# ---------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Raw:
+    """Required columns of the input as Python values, with each row's place in the file."""
+
+    values: dict[str, list[Any]]  # role -> values
+    where: list[str]  # "line 5" / "row 3"
+    pos: list[int]  # sort key of each row (line or row number)
+    problems: list[tuple[int, str]]  # structural problems (malformed lines), by position
+
+
+def _format(path: Path) -> str:
+    fmt = _FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise AnalyzeInputError(
+            f"INPUT {str(path)!r}: unsupported extension {path.suffix!r}; use one of "
+            f"{', '.join(sorted(_FORMATS))} (CSV with a header row, JSON Lines, Parquet)"
+        )
+    return fmt
+
+
+def _missing_columns(path: Path, found: Sequence[str], cols: dict[str, str]) -> None:
+    missing = [r for r in ROLES if cols[r] not in found]
+    if missing:
+        lack = "; ".join(f"{cols[r]!r} (the {r} column; map another name with {_FLAGS[r]} NAME)" for r in missing)
+        shown = ", ".join(repr(c) for c in found) if found else "none"
+        raise AnalyzeInputError(f"{path}: missing column(s) {lack}. Columns found: {shown}")
+
+
+def _read_csv(path: Path, cols: dict[str, str]) -> _Raw:
+    values: dict[str, list[Any]] = {r: [] for r in ROLES}
+    where, pos, problems = [], [], []
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        header, index, last = None, {}, 0
+        for row in reader:
+            start, last = last + 1, reader.line_num  # a quoted field may span lines
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue  # blank line
+            if header is None:
+                header = [h.strip() for h in row]
+                _missing_columns(path, header, cols)
+                dup = sorted({cols[r] for r in ROLES if header.count(cols[r]) > 1})
+                if dup:
+                    raise AnalyzeInputError(f"{path}: header line {start} repeats column(s) {', '.join(dup)}")
+                index = {r: header.index(cols[r]) for r in ROLES}
+                continue
+            if len(row) != len(header):
+                problems.append((start, f"line {start}: {len(row)} fields, but the header has {len(header)}"))
+            for r in ROLES:
+                values[r].append(row[index[r]] if index[r] < len(row) else None)
+            where.append(f"line {start}")
+            pos.append(start)
+    if header is None:
+        raise AnalyzeInputError(f"{path}: empty file (expected a header row naming the columns)")
+    return _Raw(values, where, pos, problems)
+
+
+def _read_jsonl(path: Path, cols: dict[str, str]) -> _Raw:
+    values: dict[str, list[Any]] = {r: [] for r in ROLES}
+    where, pos, problems, seen = [], [], [], {}
+    with open(path, encoding="utf-8-sig") as f:
+        for no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as exc:
+                problems.append((no, f"line {no}: not valid JSON ({exc.msg} at character {exc.pos + 1})"))
+                continue
+            if not isinstance(rec, dict):
+                problems.append((no, f"line {no}: expected a JSON object, got {type(rec).__name__}"))
+                continue
+            for k in rec:
+                seen.setdefault(k, None)
+            for r in ROLES:
+                values[r].append(rec.get(cols[r]))
+            where.append(f"line {no}")
+            pos.append(no)
+    if where:
+        _missing_columns(path, list(seen), cols)
+    elif not problems:
+        raise AnalyzeInputError(f"{path}: no records (expected one JSON object per line)")
+    return _Raw(values, where, pos, problems)
+
+
+def _read_parquet(path: Path, cols: dict[str, str]) -> _Raw:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:  # noqa: BLE001 - any reader failure is an input error
+        raise AnalyzeInputError(f"{path}: cannot read as Parquet ({exc})") from None
+    names = pf.schema_arrow.names
+    _missing_columns(path, names, cols)
+    table = pf.read(columns=[cols[r] for r in ROLES])
+    values = {r: table.column(cols[r]).to_pylist() for r in ROLES}
+    n = table.num_rows
+    return _Raw(values, [f"row {i}" for i in range(n)], list(range(n)), [])
+
+
+def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, pd.Series]:
+    """Read and check an input file.
+
+    Parameters
+    ----------
+    path : path
+        ``.csv``, ``.jsonl`` / ``.ndjson`` or ``.parquet`` / ``.pq``.
+    columns : mapping, optional
+        Role -> column name for the roles of :data:`ROLES` that are named
+        differently in the file.
+
+    Returns
+    -------
+    rows : DataFrame
+        Columns ``setting``, ``item_id``, ``signal`` (str), ``confidence``,
+        ``correct`` (float64), one row per input row, in file order.
+    where : Series of str
+        Each row's place in the file (``"line 5"``, ``"row 3"``), same index.
+
+    Raises
+    ------
+    AnalyzeInputError
+        Unsupported extension, missing file or columns, or bad rows (all of
+        them in :attr:`AnalyzeInputError.problems`).
+    """
+    path = Path(path)
+    fmt = _format(path)
+    if not path.is_file():
+        raise AnalyzeInputError(f"INPUT {str(path)!r}: no such file")
+    cols = _columns(columns)
+    try:
+        raw = {"csv": _read_csv, "jsonl": _read_jsonl, "parquet": _read_parquet}[fmt](path, cols)
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start:exc.start + 1].hex()
+        raise AnalyzeInputError(f"{path}: not UTF-8 text (invalid byte 0x{bad}); save the file as UTF-8") from None
+    except csv.Error as exc:
+        raise AnalyzeInputError(f"{path}: unreadable CSV ({exc})") from None
+    problems = list(raw.problems)
+    n = len(raw.where)
+    ok = np.ones(n, dtype=bool)
+    parsed: dict[str, list[Any]] = {}
+    for role in ROLES:
+        label = role if cols[role] == role else f"{cols[role]!r} ({role})"
+        out = []
+        for i, v in enumerate(raw.values[role]):
+            value, msg = (_id if role in ("setting", "item_id", "signal") else _number)(v, role, label)
+            if msg is not None:
+                problems.append((raw.pos[i], f"{raw.where[i]}: {msg}"))
+                ok[i] = False
+            out.append(value)
+        parsed[role] = out
+    rows = pd.DataFrame({
+        "setting": pd.Series(parsed["setting"], dtype=object),
+        "item_id": pd.Series(parsed["item_id"], dtype=object),
+        "signal": pd.Series(parsed["signal"], dtype=object),
+        "confidence": pd.Series(parsed["confidence"], dtype=np.float64),
+        "correct": pd.Series(parsed["correct"], dtype=np.float64),
+    })
+    where = pd.Series(raw.where, dtype=object)
+    keyed = rows[["setting", "item_id", "signal"]].notna().all(axis=1).to_numpy()
+    if keyed.any():
+        keys = rows.loc[keyed, ["setting", "item_id", "signal"]]
+        dup = keys.duplicated(keep="first")
+        if dup.any():
+            first = {}
+            for i, k in zip(keys.index, map(tuple, keys.to_numpy()), strict=True):
+                if k in first:
+                    problems.append((raw.pos[i], f"{raw.where[i]}: duplicate (setting, item_id, signal) = "
+                                                 f"({k[0]!r}, {k[1]!r}, {k[2]!r}); first at {raw.where[first[k]]}"))
+                else:
+                    first[k] = i
+    if problems:
+        problems.sort(key=lambda p: p[0])  # stable: within a row, role order
+        msgs = [m for _, m in problems]
+        shown = "\n".join(f"  {m}" for m in msgs[:MAX_PROBLEMS])
+        more = f"\n  ... and {len(msgs) - MAX_PROBLEMS} more problem(s)" if len(msgs) > MAX_PROBLEMS else ""
+        raise AnalyzeInputError(
+            f"{path}: {len(msgs)} problem(s) in the input; nothing was computed or written.\n{shown}{more}", msgs
+        )
+    if n == 0:
+        raise AnalyzeInputError(f"{path}: no data rows")
+    return rows, where
+
+
+def _missing(v: Any) -> str | None:
+    if v is None:
+        return "missing (null)"
+    if isinstance(v, float) and math.isnan(v):
+        return "missing (NaN)"
+    if isinstance(v, str) and not v.strip():
+        return "missing (empty)"
+    return None
+
+
+def _id(v: Any, role: str, label: str) -> tuple[str | None, str | None]:
+    why = _missing(v)
+    if why is not None:
+        return None, f"{label} is {why}"
+    if isinstance(v, (list, dict)):
+        return None, f"{label} must be a single value, got {json.dumps(v)[:40]}"
+    return str(v), None
+
+
+def _number(v: Any, role: str, label: str) -> tuple[float, str | None]:
+    why = _missing(v)
+    if why is not None:
+        return math.nan, f"{label} is {why}"
+    if isinstance(v, bool):
+        x = float(v)
+    elif isinstance(v, (int, float, np.integer, np.floating)):
+        x = float(v)
+    elif isinstance(v, str):
+        s = v.strip()
+        if role == "correct" and s.lower() in ("true", "false"):
+            x = 1.0 if s.lower() == "true" else 0.0
+        else:
+            try:
+                x = float(s)
+            except ValueError:
+                return math.nan, f"{label} {v!r} is not a number"
+            if math.isnan(x):
+                return math.nan, f"{label} is missing ({s!r})"
+    else:
+        return math.nan, f"{label} {json.dumps(v, default=str)[:40]} is not a number"
+    if not 0.0 <= x <= 1.0:
+        hint = " (use 0/1 or a graded value in between)" if role == "correct" else ""
+        shown = v.strip() if isinstance(v, str) else str(v)
+        return math.nan, f"{label} {shown} is outside [0, 1]{hint}"
+    return x, None
+
+
+# ---------------------------------------------------------------------------
+# alignment and tables
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Setting:
+    name: str
+    signals: list[str]
+    items: list[str]
+    confidence: np.ndarray  # (S, n)
+    correct: np.ndarray  # (S, n)
+    seed: int
+
+
+def _align(rows: pd.DataFrame, base_seed: int) -> tuple[list[_Setting], pd.DataFrame]:
+    settings, table = [], []
+    for name, sub in rows.groupby("setting", sort=True):
+        per = {s: set(g) for s, g in sub.groupby("signal", sort=True)["item_id"]}
+        signals = list(per)
+        common = sorted(set.intersection(*per.values()))
+        left = {s: sorted(per[s].difference(common)) for s in signals}
+        for s in signals:
+            table.append(dict(setting=name, signal=s, n_items=len(per[s]), n_used=len(common),
+                              n_left_out=len(left[s]), left_out_examples=" ".join(left[s][:5])))
+        if any(left.values()):
+            detail = ", ".join(f"{s!r}: {len(left[s])} of {len(per[s])}" for s in signals if left[s])
+            warnings.warn(
+                f"setting {name!r}: items not scored by every signal are left out of the paired analysis "
+                f"({detail}); {len(common)} items used. See alignment.csv.", AnalyzeWarning, stacklevel=3)
+        wide_c = sub.pivot(index="item_id", columns="signal", values="confidence").reindex(index=common)
+        wide_y = sub.pivot(index="item_id", columns="signal", values="correct").reindex(index=common)
+        settings.append(_Setting(
+            name, signals, common,
+            wide_c[signals].to_numpy(np.float64).T.copy(), wide_y[signals].to_numpy(np.float64).T.copy(),
+            setting_seed(name, "", base_seed),
+        ))
+    return settings, pd.DataFrame(table, columns=ALIGNMENT_COLUMNS)
+
+
+def _favours(metric: str, pa: float, pb: float, a: str, b: str) -> str:
+    """The better signal by point estimate; signed metrics (a calibration gap): closer to 0 is better."""
+    info = METRICS[metric]
+    if getattr(info, "signed", False):  # the direction then refers to the absolute value
+        pa, pb = abs(pa), abs(pb)
+    lower = info.lower_is_better
+    d = pa - pb
+    if not np.isfinite(d) or d == 0:
+        return "neither"
+    return (a if d < 0 else b) if lower else (a if d > 0 else b)
+
+
+def _tables(settings: list[_Setting], results: dict[str, BootstrapResult], metrics: list[str],
+            level: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    mrows, grows = [], []
+    for st in settings:
+        res = results[st.name]
+        n = len(st.items)
+        lo, hi = res.interval(level)
+        und = res.n_undefined
+        for s, sig in enumerate(st.signals):
+            for j, met in enumerate(metrics):
+                mrows.append(dict(setting=st.name, signal=sig, metric=met, point=float(res.point[s, j]),
+                                  lo=float(lo[s, j]), hi=float(hi[s, j]), n=n, n_undefined=int(und[s, j])))
+        for a, sa in enumerate(st.signals):
+            for b, sb in enumerate(st.signals):
+                if a == b:
+                    continue
+                for j, met in enumerate(metrics):
+                    d = res.resamples[a, j] - res.resamples[b, j]
+                    g = float(res.point[a, j] - res.point[b, j])
+                    glo, ghi = interval(d, level)
+                    grows.append(dict(setting=st.name, signal_a=sa, signal_b=sb, metric=met, gap=g,
+                                      lo=float(glo), hi=float(ghi), excludes_zero=bool(excludes_zero(glo, ghi)),
+                                      favours=_favours(met, res.point[a, j], res.point[b, j], sa, sb), n=n,
+                                      n_undefined=int(n_undefined(d))))
+    return pd.DataFrame(mrows, columns=METRICS_COLUMNS), pd.DataFrame(grows, columns=GAPS_COLUMNS)
+
+
+def _write(df: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".csv":
+        df.to_csv(tmp, index=False, lineterminator="\n")
+    else:
+        df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------
+# entry points
+# ---------------------------------------------------------------------------
+
+
+def analyze(
+    input_path: str | Path,
+    out_dir: str | Path,
+    *,
+    metrics: str | Sequence[str] = DEFAULT_METRICS,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    n_bins: int = 10,
+    columns: Mapping[str, str] | None = None,
+    tracking_uri: str | None = None,
+    track: bool = True,
+    use_ray: bool = False,
+    num_workers: int | None = None,
+    level: float = 0.95,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> dict[str, pd.DataFrame]:
+    """Metrics with paired bootstrap intervals and pairwise gaps of an input file.
+
+    Parameters
+    ----------
+    input_path : path
+        CSV, JSONL or Parquet; see the module docstring for the columns.
+    out_dir : path
+        Created if missing; receives the tables (and the default MLflow store).
+    metrics : str or list of str, default ("ece", "auroc", "aurc", "brier")
+        Names from :func:`available_metrics`; a comma-separated string works.
+    n_resamples : int, default=10_000
+        Paired bootstrap resamples per setting (>= 1).
+    seed : int, default=0
+        Base seed (>= 0); a setting's seed is ``setting_seed(setting, "", seed)``.
+    n_bins : int, default=10
+        Equal-width ECE bins.
+    columns : mapping, optional
+        Role -> column name, for roles named differently in the file.
+    tracking_uri : str, optional
+        MLflow tracking URI; default ``sqlite:///<out_dir>/mlflow.db``.
+    track : bool, default=True
+        Log to MLflow (False: only the files).
+    use_ray : bool, default=False
+        Spread the bootstrap with Ray Data (:mod:`confgrid.flows.bootstrap_ray`;
+        same numbers). Joins ``RAY_ADDRESS`` or an initialized Ray, else
+        starts a local instance.
+    num_workers : int, optional
+        Ray workers (CPUs); default every CPU of the cluster.
+    level : float, default=0.95
+        Interval level (percentile interval).
+    chunk_size : int, default=1000
+        Bootstrap chunk size (part of the draw).
+
+    Returns
+    -------
+    dict of str to DataFrame
+        ``"metrics"`` (setting, signal, metric, point, lo, hi, n,
+        n_undefined), ``"gaps"`` (setting, signal_a, signal_b, metric, gap,
+        lo, hi, excludes_zero, favours, n, n_undefined; gap = metric(signal_a)
+        - metric(signal_b); favours names the better signal by the point
+        estimates, for a signed metric the one closer to 0, else
+        ``"neither"``), ``"alignment"`` (setting, signal, n_items, n_used,
+        n_left_out, left_out_examples). With tracking,
+        ``result["metrics"].attrs["mlflow_parent_run_id"]`` is the parent run.
+
+    Raises
+    ------
+    AnalyzeInputError
+        Bad options or input (every bad row listed by its place); nothing is
+        written then.
+
+    Warns
+    -----
+    AnalyzeWarning
+        When items are left out because some signal lacks them.
+    UndefinedMetricWarning
+        When a point estimate is undefined (e.g. AUROC with one class).
+    """
+    metric_names = parse_metrics(metrics)
+    for flag, value, least in (("--bootstrap", n_resamples, 1), ("--ece-bins", n_bins, 1), ("--seed", seed, 0),
+                               ("chunk_size", chunk_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise AnalyzeInputError(f"{flag}: must be an integer >= {least}, got {value!r}")
+    if num_workers is not None and num_workers < 1:
+        raise AnalyzeInputError(f"--workers: must be >= 1, got {num_workers!r}")
+    if not 0.0 < level < 1.0:
+        raise AnalyzeInputError(f"level: must lie in (0, 1), got {level!r}")
+    input_path, out_dir = Path(input_path), Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
+
+    rows, _ = read_input(input_path, columns)
+    settings, alignment = _align(rows, int(seed))
+
+    if use_ray:
+        from confgrid.flows.bootstrap_ray import bootstrap_settings_ray
+
+        results = bootstrap_settings_ray(
+            {st.name: (st.confidence, st.correct, st.signals, st.seed) for st in settings},
+            metric_names, int(n_resamples), n_bins=int(n_bins), chunk_size=int(chunk_size), num_workers=num_workers)
+    else:
+        results = {st.name: paired_bootstrap(st.confidence, st.correct, metric_names, n_resamples=int(n_resamples),
+                                             seed=st.seed, chunk_size=int(chunk_size), n_bins=int(n_bins),
+                                             signal_names=st.signals)
+                   for st in settings}
+    metrics_df, gaps_df = _tables(settings, results, metric_names, level)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables = {"metrics": metrics_df, "gaps": gaps_df, "alignment": alignment}
+    files = []
+    for name, df in tables.items():
+        for ext in (".csv", ".parquet"):
+            _write(df, out_dir / f"{name}{ext}")
+            files.append(out_dir / f"{name}{ext}")
+
+    if track:
+        metrics_df.attrs["mlflow_parent_run_id"] = _track(
+            input_path, out_dir, tracking_uri, settings, metrics_df, files,
+            params=dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
+                        seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size),
+                        use_ray=bool(use_ray), n_rows=len(rows), n_settings=len(settings),
+                        **{f"column.{r}": c for r, c in _columns(columns).items()}),
+        )
+    return tables
+
+
+def _track(input_path: Path, out_dir: Path, tracking_uri: str | None, settings: list[_Setting],
+           metrics_df: pd.DataFrame, files: list[Path], params: dict[str, Any]) -> str:
+    from confgrid.flows.tracking import Tracker, default_tracking_uri
+
+    tracker = Tracker(tracking_uri or default_tracking_uri(out_dir), EXPERIMENT)
+    digest = hashlib.sha256(input_path.read_bytes()).hexdigest()
+    tags = {"confgrid.command": "analyze", "confgrid.input": str(input_path.resolve()),
+            "confgrid.input_sha256": digest}
+    with tracker.parent(input_path.name, params, tags=tags) as run_id:
+        for st in settings:
+            sub = metrics_df[metrics_df["setting"] == st.name]
+            values = {}
+            for r in sub.itertuples(index=False):
+                for stat in ("point", "lo", "hi"):
+                    values[f"{r.signal}/{r.metric}/{stat}"] = getattr(r, stat)
+            tracker.child(st.name, dict(setting=st.name, seed=st.seed, n_items=len(st.items), signals=st.signals),
+                          values, [], tags={"confgrid.setting": st.name, "confgrid.command": "analyze"})
+        tracker.log_artifacts(files, "results")
+    return run_id
+
+
+def analyze_cmd(
+    input: Path = typer.Argument(..., metavar="INPUT", show_default=False,
+                                 help="Per-question outputs: .csv (header row), .jsonl/.ndjson or .parquet/.pq; "
+                                      "one row per (setting, item_id, signal)."),
+    out: Path = typer.Option(..., "--out", help="Output directory (metrics.csv, gaps.csv, alignment.csv, "
+                                                 "Parquet copies, mlflow.db).", show_default=False),
+    metrics: str = typer.Option(",".join(DEFAULT_METRICS), "--metrics",
+                                help=f"Comma-separated metrics; choices: {', '.join(available_metrics())}. "
+                                     f"Slow (one call per resample): {', '.join(_slow_metrics()) or 'none'}."),
+    bootstrap: int = typer.Option(10_000, "--bootstrap", help="Paired bootstrap resamples per setting."),
+    seed: int = typer.Option(0, "--seed", help="Base seed; a setting's seed is setting_seed(setting, '', SEED)."),
+    ece_bins: int = typer.Option(10, "--ece-bins", help="Equal-width ECE bins."),
+    setting_col: str = typer.Option("setting", "--setting-col", help="Column holding the setting (unit of pairing)."),
+    item_col: str = typer.Option("item_id", "--item-col", help="Column holding the question id."),
+    signal_col: str = typer.Option("signal", "--signal-col", help="Column holding the confidence method."),
+    confidence_col: str = typer.Option("confidence", "--confidence-col", help="Column holding confidence in [0, 1]."),
+    correct_col: str = typer.Option("correct", "--correct-col", help="Column holding correctness (0/1 or in [0, 1])."),
+    tracking_uri: str = typer.Option(None, "--tracking-uri",
+                                     help="MLflow tracking URI (default: sqlite:///OUT/mlflow.db)."),
+    tracking: bool = typer.Option(True, "--tracking/--no-tracking", help="Log the analysis to MLflow."),
+    use_ray: bool = typer.Option(False, "--ray/--no-ray", help="Spread the bootstrap over Ray Data CPU workers "
+                                                               "(same numbers; joins RAY_ADDRESS if set)."),
+    workers: int = typer.Option(None, "--workers",
+                                help="With --ray: most CPU workers at once (default: every CPU of the cluster)."),
+) -> None:
+    """Metrics with paired bootstrap intervals, and paired gaps between signals, of outputs from anywhere.
+
+    INPUT has one row per (setting, item_id, signal) with columns setting,
+    item_id, signal, confidence, correct (rename with the --*-col flags).
+    Every bad row is reported by line (CSV: the header is line 1; Parquet:
+    0-based row) and nothing is written (exit status 2). Within a setting,
+    signals are compared on the items all of them scored; items left out are
+    counted in alignment.csv. Writes OUT/metrics.csv (setting, signal, metric,
+    point, lo, hi, n), OUT/gaps.csv (gap = metric(signal_a) -
+    metric(signal_b), every ordered pair), OUT/alignment.csv, Parquet copies,
+    and an MLflow parent run (experiment confgrid/analyze) with one child run
+    per setting.
+    """
+    if use_ray:  # quiet Ray Data: no progress bars, no INFO line per execution
+        import ray.data
+
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+    columns = dict(setting=setting_col, item_id=item_col, signal=signal_col, confidence=confidence_col,
+                   correct=correct_col)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AnalyzeWarning)
+        warnings.simplefilter("always", UndefinedMetricWarning)
+        try:
+            tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
+                             columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
+                             num_workers=workers)
+        except AnalyzeInputError as exc:
+            _echo_warnings(caught)
+            typer.echo(f"confgrid analyze: {exc}", err=True)
+            raise typer.Exit(2) from None
+    _echo_warnings(caught)
+    m = tables["metrics"]
+    typer.echo(f"{m['setting'].nunique()} setting(s), {len(m)} (setting, signal, metric) rows, "
+               f"{len(tables['gaps'])} gap rows, {bootstrap} paired resamples.")
+    if len(m) <= 60:
+        with pd.option_context("display.width", 120, "display.max_columns", 20):
+            typer.echo(m[["setting", "signal", "metric", "point", "lo", "hi", "n"]].to_string(index=False))
+    typer.echo(f"Wrote {out / 'metrics.csv'}, {out / 'gaps.csv'}, {out / 'alignment.csv'} (+ .parquet)")
+    run_id = m.attrs.get("mlflow_parent_run_id")
+    if run_id:
+        typer.echo(f"MLflow parent run {run_id} (experiment {EXPERIMENT}) in "
+                   f"{tracking_uri or 'sqlite:///' + str(out.resolve() / 'mlflow.db')}")
+
+
+def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:
+    shown = set()
+    for w in caught:
+        if issubclass(w.category, (AnalyzeWarning, UndefinedMetricWarning)):
+            msg = str(w.message)
+            if msg not in shown:
+                shown.add(msg)
+                typer.echo(f"warning: {msg}", err=True)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, file=sys.stderr)

@@ -1,0 +1,259 @@
+"""The paired bootstrap of many settings spread over CPU workers with Ray Data.
+
+The in-process path is :func:`confgrid.analysis.bootstrap.paired_bootstrap`.
+This module computes the same numbers, bit for bit, on a Ray cluster:
+
+* one Dataset row per ``(setting, chunk index)``; the row carries only the
+  two keys, never resample indices;
+* each setting's ``(S, n)`` confidence and correctness matrices go into the
+  Ray object store once (``ray.put``); every task reads them from its node's
+  shared memory (zero copy, one transfer per node), not from the rows;
+* ``map_batches`` (stateless Ray tasks, one CPU each, one row per batch)
+  regenerates the chunk's index matrix with
+  :func:`~confgrid.analysis.bootstrap.chunk_indices` (seeded by
+  ``SeedSequence([seed, chunk])``, so it does not depend on which worker
+  draws it) and evaluates it with
+  :func:`~confgrid.analysis.bootstrap.bootstrap_chunk`, the kernel the
+  in-process path runs;
+* the ``(S, M, b)`` values come back as raw float64 bytes (no conversion
+  that could round) and are written into each setting's ``(S, M, B)`` array
+  at the chunk's offset.
+
+Spreading over a cluster: ``num_workers`` caps how many chunk tasks run at
+once (``TaskPoolStrategy(size=num_workers)``); every task asks for one CPU,
+so Ray's scheduler places them on any node with a free CPU (the head node
+and every CPU worker node of ``ray start`` / the autoscaler / KubeRay), and
+an autoscaling cluster grows towards ``num_workers`` CPUs. ``None`` uses
+every CPU the cluster reports when the stage starts. Memory per worker is
+bounded by a small multiple of ``chunk_size * n * 8`` bytes plus the
+setting's arrays; the driver holds only the final ``(S, M, B)`` results.
+
+Ray is imported lazily, so importing this module (and ``use_ray=False``)
+needs no cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from confgrid.analysis.bootstrap import (
+    DEFAULT_CHUNK_SIZE,
+    BootstrapResult,
+    bootstrap_chunk,
+    chunk_indices,
+    n_chunks,
+    paired_bootstrap,
+)
+
+__all__ = ["SettingInput", "bootstrap_settings_ray", "bootstrap_one", "ensure_ray"]
+
+
+@dataclass(frozen=True)
+class SettingInput:
+    """One setting's inputs (a plain 4-tuple in this order works too).
+
+    Attributes
+    ----------
+    confidence : ndarray of shape (S, n)
+        One row per signal, aligned on the same ``n`` items, values in [0, 1].
+    correct : ndarray of shape (S, n) or (n,)
+        Correctness per signal, or one vector shared by all signals.
+    signal_names : list of str or None
+        ``S`` names, stored on the result.
+    seed : int
+        Non-negative bootstrap seed of the setting (e.g.
+        :func:`~confgrid.analysis.bootstrap.setting_seed`).
+    """
+
+    confidence: Any
+    correct: Any
+    signal_names: Sequence[str] | None
+    seed: int
+
+
+def ensure_ray() -> None:
+    """Start a local Ray instance unless one is running (``RAY_ADDRESS`` joins a cluster)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(ignore_reinit_error=True, log_to_driver=False,
+             **({} if os.environ.get("RAY_ADDRESS") else {"include_dashboard": False}))
+
+
+def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], metrics: list[str], n_resamples: int,
+                chunk_size: int, n_bins: int) -> dict[str, np.ndarray]:
+    """Ray Data UDF: evaluate the ``(setting, chunk)`` rows of one batch."""
+    import ray
+
+    settings, chunks, shapes, values = [], [], [], []
+    for key, c in zip(batch["key"], batch["chunk"], strict=True):
+        conf, corr, seed = ray.get(refs[str(key)])
+        idx = chunk_indices(conf.shape[1], n_resamples, seed, int(c), chunk_size)
+        out = bootstrap_chunk(conf, corr, metrics, idx, n_bins=n_bins)
+        settings.append(str(key))
+        chunks.append(int(c))
+        shapes.append(np.asarray(out.shape, dtype=np.int64))
+        values.append(np.ascontiguousarray(out, dtype=np.float64).tobytes())
+    return {
+        "key": np.asarray(settings, dtype=object),
+        "chunk": np.asarray(chunks, dtype=np.int64),
+        "shape": np.stack(shapes) if shapes else np.zeros((0, 3), dtype=np.int64),
+        "values": np.asarray(values, dtype=object),
+    }
+
+
+def _as_input(name: str, value) -> SettingInput:
+    if isinstance(value, SettingInput):
+        return value
+    try:
+        conf, corr, names, seed = value
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"settings[{name!r}] must be (confidence (S, n), correct (S, n) or (n,), signal_names, seed); "
+            f"got {type(value).__name__}"
+        ) from None
+    return SettingInput(conf, corr, names, seed)
+
+
+def bootstrap_settings_ray(
+    settings: Mapping[str, Any],
+    metrics: Sequence[str],
+    n_resamples: int,
+    n_bins: int = 10,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    num_workers: int | None = None,
+) -> dict[str, BootstrapResult]:
+    """Paired bootstrap of every setting, resample chunks spread with Ray Data.
+
+    Parameters
+    ----------
+    settings : mapping of str to SettingInput or 4-tuple
+        ``name -> (confidence (S, n), correct (S, n) or (n,), signal_names, seed)``;
+        ``S`` and ``n`` may differ between settings.
+    metrics : list of str
+        Metric names with a weighted kernel (``"ece"``, ``"auroc"``,
+        ``"aurc"``, ``"brier"``).
+    n_resamples : int
+        ``B``, resamples per setting (need not be a multiple of ``chunk_size``).
+    n_bins : int, default=10
+        ECE bins.
+    chunk_size : int, default=1000
+        Resamples per Dataset row (one task's work); part of the draw, as in
+        :func:`paired_bootstrap`.
+    num_workers : int, optional
+        Most chunk tasks running at once, one CPU each, on any node of the
+        cluster; ``None``: every CPU of the cluster.
+
+    Returns
+    -------
+    dict of str to BootstrapResult
+        Same keys and order as ``settings``. ``point`` and ``resamples`` are
+        bit-identical to ``paired_bootstrap(confidence, correct, metrics,
+        n_resamples, seed, chunk_size, n_bins, signal_names)`` of each setting
+        (``nan`` where a metric is undefined on a resample).
+
+    Raises
+    ------
+    ValueError
+        For invalid inputs or metric names, before any Ray work (the message
+        names the setting).
+    """
+    if num_workers is not None and int(num_workers) < 1:
+        raise ValueError(f"num_workers must be >= 1 or None, got {num_workers}")
+    if int(n_resamples) < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    if int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    inputs = {str(k): _as_input(str(k), v) for k, v in settings.items()}
+    if len(inputs) != len(settings):
+        raise ValueError("setting names must stay unique as strings")
+
+    # Validate and compute point estimates on the driver with the in-process
+    # code itself (one resample of one row costs O(n)), so both paths agree on
+    # checks, warnings and point estimates by construction.
+    results: dict[str, BootstrapResult] = {}
+    arrays: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
+    for name, inp in inputs.items():
+        try:
+            head = paired_bootstrap(inp.confidence, inp.correct, metrics, n_resamples=1, seed=inp.seed,
+                                    chunk_size=1, n_bins=n_bins, signal_names=inp.signal_names)
+        except ValueError as exc:
+            raise ValueError(f"setting {name!r}: {exc}") from None
+        conf = np.asarray(inp.confidence, dtype=np.float64)
+        conf = conf[None, :] if conf.ndim == 1 else conf
+        corr = np.broadcast_to(np.asarray(inp.correct, dtype=np.float64), conf.shape)
+        S, n = conf.shape
+        results[name] = BootstrapResult(
+            head.point, np.full((S, len(head.metrics), int(n_resamples)), np.nan), head.metrics,
+            head.signal_names, int(n_resamples), int(inp.seed), int(chunk_size), int(n_bins),
+        )
+        if n > 0:  # no rows: every resample is nan, as in paired_bootstrap
+            arrays[name] = (np.ascontiguousarray(conf), np.ascontiguousarray(corr), int(inp.seed))
+    if not arrays:
+        return results
+    metric_names = next(iter(results.values())).metrics
+
+    import ray
+    import ray.data
+
+    ensure_ray()
+    refs = {name: ray.put(a) for name, a in arrays.items()}  # once per setting
+    rows = [{"key": name, "chunk": c} for name in arrays for c in range(n_chunks(n_resamples, chunk_size))]
+    workers = int(num_workers) if num_workers is not None else max(1, int(ray.cluster_resources().get("CPU", 1)))
+    workers = min(workers, len(rows))
+
+    ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+        _chunk_task,
+        fn_kwargs=dict(refs=refs, metrics=list(metric_names), n_resamples=int(n_resamples),
+                       chunk_size=int(chunk_size), n_bins=int(n_bins)),
+        batch_size=1,
+        batch_format="numpy",
+        num_cpus=1,
+        compute=ray.data.TaskPoolStrategy(size=workers),
+    )
+    seen: set[tuple[str, int]] = set()
+    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        for key, c, shape, raw in zip(batch["key"], batch["chunk"], batch["shape"], batch["values"], strict=True):
+            key, c = str(key), int(c)
+            vals = np.frombuffer(raw, dtype=np.float64).reshape(tuple(int(x) for x in shape))
+            start = c * int(chunk_size)
+            results[key].resamples[:, :, start : start + vals.shape[2]] = vals
+            seen.add((key, c))
+    del refs
+    missing = {(r["key"], r["chunk"]) for r in rows} - seen
+    if missing:
+        raise RuntimeError(f"Ray Data returned no values for {len(missing)} (setting, chunk) rows, e.g. "
+                           f"{sorted(missing)[:3]}")
+    return results
+
+
+def bootstrap_one(
+    conf,
+    corr,
+    metrics: Sequence[str],
+    n_resamples: int,
+    seed: int,
+    n_bins: int = 10,
+    use_ray: bool = False,
+    *,
+    signal_names: Sequence[str] | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    num_workers: int | None = None,
+) -> BootstrapResult:
+    """Paired bootstrap of one setting, in process or with Ray Data (same numbers).
+
+    ``use_ray=False`` calls :func:`paired_bootstrap`; ``use_ray=True`` calls
+    :func:`bootstrap_settings_ray` with this one setting. The results are
+    bit-identical.
+    """
+    if not use_ray:
+        return paired_bootstrap(conf, corr, metrics, n_resamples=n_resamples, seed=seed, chunk_size=chunk_size,
+                                n_bins=n_bins, signal_names=signal_names)
+    return bootstrap_settings_ray({"setting": (conf, corr, signal_names, seed)}, metrics, n_resamples,
+                                  n_bins=n_bins, chunk_size=chunk_size, num_workers=num_workers)["setting"]

@@ -1,0 +1,91 @@
+"""Result tables of a setting: metrics, gaps and shifts with paired intervals.
+
+Thin glue between the long signal table (flows/stages.py) and the pure
+analysis (analysis/bootstrap.py, analysis/compare.py): it builds the (S, n)
+confidence matrix of one setting, runs the paired bootstrap once for every
+signal and metric, and labels the tidy tables with the setting.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from confgrid.analysis.bootstrap import paired_bootstrap, setting_seed
+from confgrid.analysis.compare import flips, gaps, shifts
+
+__all__ = ["setting_tables"]
+
+
+def setting_tables(
+    signals: pd.DataFrame,
+    *,
+    model: str,
+    dataset: str,
+    metrics: tuple[str, ...],
+    n_bins: int,
+    n_resamples: int,
+    base_seed: int,
+    level: float = 0.95,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Metrics, gaps and shifts of one (model, dataset) setting.
+
+    Parameters
+    ----------
+    signals : DataFrame
+        Long table with columns item_id, signal, context, confidence, correct
+        (one row per item and signal; every signal on the same items).
+    metrics : tuple of str
+        Metric names (analysis/metrics.py registry).
+    n_bins, n_resamples, base_seed, level
+        ECE bins, paired resamples, base seed (the setting's seed is
+        ``setting_seed(model, dataset, base_seed)``) and interval level.
+
+    Returns
+    -------
+    metrics_df : columns setting, model, dataset, signal, context, metric, point, lo, hi, n
+    gaps_df : columns setting, model, dataset, signal, context, metric, g, lo, hi,
+        excludes_zero, favours, n. g = metric(verbalized) - metric(token):
+        positive favours the token score under ECE and AURC and the verbalized
+        score under AUROC (study 000 section 3.5).
+    shifts_df : columns setting, model, dataset, from_context, to_context, metric,
+        shift, lo, hi, excludes_zero, flip, resolved_flip, n; shift =
+        g(to) - g(from) on the same resamples, for every pair of contexts in
+        declaration order.
+    """
+    setting = f"{model}/{dataset}"
+    order = list(dict.fromkeys(signals["signal"]))
+    ctx_of = dict(zip(signals["signal"], signals["context"], strict=False))
+    conf = signals.pivot(index="item_id", columns="signal", values="confidence")[order].to_numpy(np.float64).T
+    corr = signals.pivot(index="item_id", columns="signal", values="correct")[order].to_numpy(np.float64).T
+    n = conf.shape[1]
+    res = paired_bootstrap(conf, corr, list(metrics), n_resamples=n_resamples,
+                           seed=setting_seed(model, dataset, base_seed), n_bins=n_bins, signal_names=order)
+    lo, hi = res.interval(level)
+    base = {"setting": setting, "model": model, "dataset": dataset}
+    metrics_df = pd.DataFrame([
+        {**base, "signal": sig, "context": ctx_of[sig], "metric": met,
+         "point": res.point[s, j], "lo": lo[s, j], "hi": hi[s, j], "n": n}
+        for s, sig in enumerate(order) for j, met in enumerate(metrics)
+    ])
+    if "verbalized" not in order or len(order) < 2:
+        return metrics_df, pd.DataFrame(), pd.DataFrame()
+
+    g = gaps(res, order, level=level).rename(columns={"point": "g"})
+    g.insert(1, "context", g["signal"].map(ctx_of))
+    gaps_df = pd.concat([pd.DataFrame([base] * len(g)), g.drop(columns="n_undefined")], axis=1).assign(n=n)
+
+    pairs = list(itertools.combinations([s for s in order if s != "verbalized"], 2))
+    if not pairs:
+        return metrics_df, gaps_df, pd.DataFrame()
+    sh = shifts(res, order, pairs, level=level)
+    fl = flips(res, order, pairs, level=level)
+    sh = sh.merge(fl[["context_a", "context_b", "metric", "flip", "fully_resolved"]],
+                  on=["context_a", "context_b", "metric"])
+    sh = sh.assign(from_context=sh["context_a"].map(ctx_of), to_context=sh["context_b"].map(ctx_of))
+    sh = sh.rename(columns={"point": "shift", "fully_resolved": "resolved_flip"})
+    cols = ["from_context", "to_context", "metric", "shift", "lo", "hi", "excludes_zero", "flip", "resolved_flip"]
+    shifts_df = pd.concat([pd.DataFrame([base] * len(sh)), sh[cols]], axis=1).assign(n=n)
+    return metrics_df, gaps_df, shifts_df

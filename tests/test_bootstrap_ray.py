@@ -1,0 +1,130 @@
+"""The Ray Data bootstrap stage gives the in-process paired bootstrap's numbers, bit for bit."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from confgrid.analysis.bootstrap import UndefinedMetricWarning, paired_bootstrap
+from confgrid.flows.bootstrap_ray import SettingInput, bootstrap_one, bootstrap_settings_ray
+
+METRICS = ["ece", "auroc", "aurc", "brier"]
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def _settings():
+    rng = np.random.default_rng(7)
+    # setting A: 3 signals, n = 9, one shared correctness vector with a single
+    # wrong answer, so many resamples are one-class (AUROC undefined -> nan)
+    corr_a = np.ones(9)
+    corr_a[4] = 0.0
+    conf_a = np.round(rng.random((3, 9)), 1)  # ties
+    # setting B: 2 signals, n = 40, correctness per signal (graded values too)
+    corr_b = (rng.random((2, 40)) < 0.6).astype(float)
+    corr_b[1, :3] = 0.5
+    conf_b = rng.random((2, 40))
+    return {
+        "A": (conf_a, corr_a, ["s0", "s1", "s2"], 11),
+        "B": SettingInput(conf_b, corr_b, ["verbalized", "token"], 12345),
+    }
+
+
+def _reference(inp, n_resamples, chunk_size, n_bins):
+    conf, corr, names, seed = (inp.confidence, inp.correct, inp.signal_names, inp.seed) \
+        if isinstance(inp, SettingInput) else inp
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        return paired_bootstrap(conf, corr, METRICS, n_resamples=n_resamples, seed=seed,
+                                chunk_size=chunk_size, n_bins=n_bins, signal_names=names)
+
+
+def test_bit_identical_to_in_process(ray_local):
+    settings = _settings()
+    B, chunk = 250, 100  # 3 chunks, the last one half full
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        got = bootstrap_settings_ray(settings, METRICS, B, n_bins=5, chunk_size=chunk, num_workers=2)
+    assert list(got) == ["A", "B"]
+    for name, inp in settings.items():
+        ref = _reference(inp, B, chunk, 5)
+        res = got[name]
+        assert res.resamples.shape == ref.resamples.shape == (len(ref.point), 4, B)
+        assert res.resamples.dtype == np.float64
+        assert np.array_equal(res.resamples, ref.resamples, equal_nan=True)
+        assert np.array_equal(res.point, ref.point, equal_nan=True)
+        assert res.metrics == ref.metrics and res.signal_names == ref.signal_names
+        assert (res.n_resamples, res.seed, res.chunk_size, res.n_bins) == (B, ref.seed, chunk, 5)
+    # the one-class resamples really occurred and stayed nan in both paths
+    auroc_a = got["A"].resamples[:, METRICS.index("auroc")]
+    assert np.isnan(auroc_a).any() and not np.isnan(auroc_a).all()
+    assert not np.isnan(got["A"].resamples[:, METRICS.index("ece")]).any()
+
+
+def test_every_registered_metric_bit_identical(ray_local):
+    from confgrid.analysis.metrics import METRICS
+
+    # vectorized kernels and the per-resample fallback (smoothed_ece); smece
+    # takes the same fallback path but costs ~50 ms a call through relplot
+    names = sorted(m for m in METRICS if m != "smece")
+    settings = _settings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        got = bootstrap_settings_ray(settings, names, 30, n_bins=5, chunk_size=20, num_workers=2)
+        for name, inp in settings.items():
+            conf, corr, sig, seed = inp if isinstance(inp, tuple) else (
+                inp.confidence, inp.correct, inp.signal_names, inp.seed)
+            ref = paired_bootstrap(conf, corr, names, n_resamples=30, seed=seed, chunk_size=20, n_bins=5,
+                                   signal_names=sig)
+            assert np.array_equal(got[name].resamples, ref.resamples, equal_nan=True), name
+            assert np.array_equal(got[name].point, ref.point, equal_nan=True), name
+
+
+def test_worker_count_does_not_change_numbers(ray_local):
+    settings = {"B": _settings()["B"]}
+    one = bootstrap_settings_ray(settings, ["auroc", "ece"], 120, chunk_size=50, num_workers=1)["B"]
+    two = bootstrap_settings_ray(settings, ["auroc", "ece"], 120, chunk_size=50, num_workers=2)["B"]
+    assert np.array_equal(one.resamples, two.resamples, equal_nan=True)
+
+
+def test_bootstrap_one_switch(ray_local):
+    conf, corr, names, seed = _settings()["B"].confidence, _settings()["B"].correct, ["v", "t"], 3
+    a = bootstrap_one(conf, corr, ["aurc", "brier"], 130, seed, n_bins=10, use_ray=False, signal_names=names,
+                      chunk_size=60)
+    b = bootstrap_one(conf, corr, ["aurc", "brier"], 130, seed, n_bins=10, use_ray=True, signal_names=names,
+                      chunk_size=60)
+    assert np.array_equal(a.resamples, b.resamples, equal_nan=True)
+    assert np.array_equal(a.point, b.point)
+    assert b.signal_names == ["v", "t"]
+
+
+def test_setting_without_rows_is_all_nan_without_ray_work():
+    with pytest.warns(UndefinedMetricWarning):
+        got = bootstrap_settings_ray({"empty": (np.zeros((2, 0)), np.zeros(0), None, 0)}, ["ece"], 10)
+    assert got["empty"].resamples.shape == (2, 1, 10) and np.isnan(got["empty"].resamples).all()
+
+
+def test_errors_name_the_setting_before_any_ray_work():
+    bad = {"ok": (np.full((1, 3), 0.5), np.ones(3), None, 0), "bad": (np.array([[0.2, 1.5]]), np.ones(2), None, 0)}
+    with pytest.raises(ValueError, match=r"setting 'bad'.*\[0, 1\]"):
+        bootstrap_settings_ray(bad, ["ece"], 10)
+    with pytest.raises(ValueError, match="choose one of"):
+        bootstrap_settings_ray({"ok": bad["ok"]}, ["nope"], 10)
+    with pytest.raises(ValueError, match="num_workers"):
+        bootstrap_settings_ray({"ok": bad["ok"]}, ["ece"], 10, num_workers=0)
+    with pytest.raises(ValueError, match=r"settings\['ok'\] must be \(confidence"):
+        bootstrap_settings_ray({"ok": (np.ones(3), np.ones(3))}, ["ece"], 10)

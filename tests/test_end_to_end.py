@@ -1,0 +1,116 @@
+"""End to end on the real stack: Ray actor, transformers backend, Parquet, MLflow.
+
+A small grid (the bundled fixture model, 3 datasets x 24 questions, 200
+resamples) runs through `run_grid` exactly as `confgrid run` does; a second run
+of the same grid must make zero model calls.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from confgrid.flows.spec import parse_grid
+
+ray = pytest.importorskip("ray")
+
+GRID = {
+    "name": "e2e",
+    "models": [{"name": "fixture", "model": "confgrid-fixture", "batch_size": 16}],
+    "datasets": [
+        {"name": "truthfulqa", "adapter": "truthfulqa", "limit": 24, "seed": 1},
+        {"name": "triviaqa", "adapter": "triviaqa", "limit": 24, "seed": 1},
+        {"name": "mmlu", "adapter": "mmlu", "limit": 24, "seed": 1},
+    ],
+    "bootstrap": {"resamples": 200, "seed": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def first_run(ray_local, tmp_path_factory):
+    from confgrid.flows.runner import run_grid
+
+    out = tmp_path_factory.mktemp("run")
+    spec = parse_grid(GRID)
+    return spec, out, run_grid(spec, out)
+
+
+def test_tables_exist_with_protocol_columns(first_run):
+    _, out, summary = first_run
+    for stage in ("items", "generations", "graded", "scores", "signals"):
+        assert (out / "tables" / f"{stage}.parquet").is_file(), stage
+    gen = pd.read_parquet(out / "tables" / "generations.parquet")
+    assert len(gen) == 72 and set(gen["dataset"]) == {"truthfulqa", "triviaqa", "mmlu"}
+    graded = pd.read_parquet(out / "tables" / "graded.parquet")
+    assert {"answer", "verbalized", "parse_status", "correct_containment", "correct_exact_match", "correct"} <= set(graded.columns)
+    scores = pd.read_parquet(out / "tables" / "scores.parquet")
+    assert set(scores["context_id"]) == {"bare", "answer_slot", "guess_slot"}
+    assert (scores["n_tokens"] == scores["logprobs"].map(len)).all()
+    assert ((scores["token_score"] > 0) & (scores["token_score"] <= 1)).all()
+    # the token score is the geometric mean of the stored per-token probabilities
+    r = scores.iloc[0]
+    assert math.isclose(r["token_score"], math.exp(sum(r["logprobs"]) / len(r["logprobs"])), rel_tol=1e-12)
+
+
+def test_metrics_with_intervals_for_every_signal(first_run):
+    _, out, summary = first_run
+    m = summary.metrics
+    assert set(m["signal"]) == {"verbalized", "token_bare", "token_answer_slot", "token_guess_slot"}
+    assert set(m["metric"]) == {"ece", "auroc", "aurc"}
+    assert len(m) == 3 * 4 * 3
+    ok = m.dropna(subset=["point"])
+    assert (ok["lo"] <= ok["point"] + 1e-12).all() and (ok["point"] <= ok["hi"] + 1e-12).all()
+    assert not summary.gaps.empty and not summary.shifts.empty
+    # the gap is verbalized minus token on the point estimates
+    one = m[(m["setting"] == "fixture/triviaqa") & (m["metric"] == "ece")].set_index("signal")["point"]
+    g = summary.gaps.query("setting == 'fixture/triviaqa' and metric == 'ece' and context == 'bare'")["g"].item()
+    assert g == pytest.approx(one["verbalized"] - one["token_bare"], abs=1e-12)
+    assert (out / "results" / "metrics.csv").is_file() and (out / "results" / "report.md").is_file()
+
+
+def test_mlflow_parent_and_child_runs(first_run):
+    import mlflow
+
+    _, out, summary = first_run
+    mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["confgrid/e2e"])
+    parent = runs[runs["run_id"] == summary.parent_run_id]
+    assert len(parent) == 1
+    children = runs[runs["tags.mlflow.parentRunId"] == summary.parent_run_id]
+    assert sorted(children["tags.mlflow.runName"]) == ["fixture/mmlu", "fixture/triviaqa", "fixture/truthfulqa"]
+    assert set(children["params.scoring.aggregation"]) == {"geometric_mean"}
+    assert set(children["params.model.id"]) == {"confgrid-fixture"}
+    assert children["metrics.ece/verbalized"].notna().all()
+
+
+def test_second_run_makes_no_model_calls(first_run, caplog):
+    from confgrid.flows.runner import run_grid
+
+    spec, out, first = first_run
+    assert first.model_calls > 0
+    with caplog.at_level("INFO", logger="confgrid"):
+        again = run_grid(spec, out)
+    assert again.model_calls == 0 and again.computed_shards == 0
+    assert again.reused_shards == first.computed_shards
+    assert "reusing" in caplog.text
+    pd.testing.assert_frame_equal(first.metrics, again.metrics)
+
+
+def test_changing_only_downstream_axes_reruns_no_model(first_run, tmp_path):
+    from confgrid.flows.runner import run_grid
+
+    spec, out, _ = first_run
+    grid = dict(GRID)
+    grid["metrics"] = {"names": ["ece", "auroc", "aurc"], "ece_bins": 15}
+    grid["correctness"] = {"rules": ["exact_match", "containment"], "primary": "exact_match"}
+    again = run_grid(parse_grid(grid), out)
+    assert again.model_calls == 0
