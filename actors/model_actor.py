@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-__all__ = ["ModelConfig", "actor_options", "ModelActor", "ModelWorker"]
+__all__ = ["ModelConfig", "ReplicaResources", "replica_resources", "actor_options", "start_replica", "ModelActor", "ModelWorker"]
 
 
 @dataclass(frozen=True)
@@ -31,14 +31,46 @@ class ModelConfig:
     revision: str | None = None
     chat_template: bool = True
     batch_size: int = 16
+    tensor_parallel_size: int = 1
+    max_num_batched_tokens: int | None = 8192
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+    gpu_memory_utilization: float = 0.85
+    max_retries: int = 1
 
 
-def actor_options(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> dict[str, Any]:
-    """Ray resources of one model actor.
+@dataclass(frozen=True)
+class ReplicaResources:
+    """What one model replica reserves (the one place resources are computed).
 
-    A GPU actor reserves one GPU (``num_gpus=1``) and one CPU for its driver
-    loop; without GPUs in the cluster the actor reserves the CPUs of one node
-    (at most 8) and uses them as torch threads.
+    Attributes
+    ----------
+    actor : dict
+        ``ModelActor.options(...)`` resources of the actor itself.
+    bundles : list of dict or None
+        Placement-group bundles (one GPU each, STRICT_PACK) for a
+        tensor-parallel replica; None otherwise.
+    threads : int or None
+        torch threads for a CPU replica.
+    """
+
+    actor: dict[str, Any]
+    bundles: list[dict[str, float]] | None
+    threads: int | None
+
+
+def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> ReplicaResources:
+    """Ray resources of one model replica.
+
+    * GPU cluster, ``tensor_parallel_size == 1``: the actor reserves one GPU
+      (``num_gpus=1``) and one CPU.
+    * GPU cluster, ``tensor_parallel_size == N > 1`` (vLLM): a placement group
+      of N bundles ``{GPU: 1, CPU: 1}`` with strategy STRICT_PACK (one node);
+      the actor runs in it with ``num_gpus=0`` and captures child tasks, so
+      vLLM's Ray executor places its N workers in the same group instead of
+      creating a nested one (nested placement groups deadlock).
+    * No GPU: the actor reserves the CPUs of one node (at most 8) and uses
+      them as torch threads.
 
     Parameters
     ----------
@@ -46,16 +78,55 @@ def actor_options(config: ModelConfig, cluster_resources: dict[str, float] | Non
     cluster_resources : dict, optional
         ``ray.cluster_resources()``; read from the running cluster when None.
 
-    Returns
-    -------
-    dict
-        Keyword arguments for ``ModelActor.options(...)``.
+    Raises
+    ------
+    ValueError
+        If ``tensor_parallel_size`` exceeds the cluster's GPUs, or is > 1 on a
+        cluster without GPUs.
     """
     res = cluster_resources if cluster_resources is not None else ray.cluster_resources()
-    if res.get("GPU", 0) >= 1:
-        return {"num_gpus": 1, "num_cpus": 1}
+    gpus = res.get("GPU", 0)
+    tp = config.tensor_parallel_size
+    if tp > 1:
+        if gpus < tp:
+            raise ValueError(
+                f"tensor_parallel_size={tp} for model {config.name!r} needs {tp} GPUs; the cluster has {gpus:g}"
+            )
+        return ReplicaResources(actor={"num_gpus": 0, "num_cpus": 0}, bundles=[{"GPU": 1, "CPU": 1}] * tp, threads=None)
+    if gpus >= 1:
+        return ReplicaResources(actor={"num_gpus": 1, "num_cpus": 1}, bundles=None, threads=None)
     cpus = int(max(1, min(8, res.get("CPU", 1))))
-    return {"num_cpus": cpus}
+    return ReplicaResources(actor={"num_cpus": cpus}, bundles=None, threads=cpus)
+
+
+def actor_options(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> dict[str, Any]:
+    """``ModelActor.options(...)`` for a replica without a placement group (see :func:`replica_resources`)."""
+    return dict(replica_resources(config, cluster_resources).actor)
+
+
+def start_replica(config: ModelConfig, index: int = 0, cluster_resources: dict[str, float] | None = None):
+    """Start one model replica; returns ``(actor handle, placement group or None)``.
+
+    The actor restarts at most ``config.max_retries`` times after a crash and
+    retries the calls that were in flight as often (transient errors); an
+    actor killed on purpose (``ray.kill``) is not restarted.
+    """
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    rr = replica_resources(config, cluster_resources)
+    opts: dict[str, Any] = dict(rr.actor)
+    opts.update(max_restarts=config.max_retries, max_task_retries=config.max_retries,
+                name=f"confgrid-{config.name}-{index}-{os.getpid()}")
+    pg = None
+    if rr.bundles:
+        pg = placement_group(rr.bundles, strategy="STRICT_PACK", name=f"confgrid-{config.name}-{index}")
+        ray.get(pg.ready())
+        opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            placement_group=pg, placement_group_capture_child_tasks=True
+        )
+    handle = ModelActor.options(**opts).remote(config, rr.threads)
+    return handle, pg
 
 
 class ModelWorker:
@@ -84,7 +155,17 @@ class ModelWorker:
         elif config.backend == "vllm":  # pragma: no cover - needs confgrid[gpu]
             from confgrid.actors.vllm_backend import VLLMBackend
 
-            self.backend = VLLMBackend(path, dtype=config.dtype, revision=config.revision)
+            self.backend = VLLMBackend(
+                path,
+                dtype=config.dtype,
+                revision=config.revision,
+                tensor_parallel_size=config.tensor_parallel_size,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                enable_chunked_prefill=config.enable_chunked_prefill,
+                enable_prefix_caching=config.enable_prefix_caching,
+                gpu_memory_utilization=config.gpu_memory_utilization,
+                distributed_executor_backend="ray" if config.tensor_parallel_size > 1 else None,
+            )
         else:
             raise ValueError(f"backend: unknown backend {config.backend!r}; allowed: transformers, vllm")
         self.tokenizer = self.backend.tokenizer

@@ -1,7 +1,12 @@
-"""The ``confgrid`` command line: run, demo, show."""
+"""The ``confgrid`` command line.
+
+run, demo, show, analyze; resume, resubmit --failed, status; submit and logs
+(Ray Jobs API).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from importlib.resources import files
@@ -20,35 +25,49 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _run(grid_path: Path, out: Path, address: str | None, tracking_uri: str | None) -> None:
+def _load(grid_path: Path):
     from confgrid.flows.spec import GridSpecError, load_grid
 
     try:
-        spec = load_grid(grid_path)
+        return load_grid(grid_path)
     except GridSpecError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    from confgrid.flows.runner import run_grid
+
+
+def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, grid_text: str | None,
+             only_failed: bool = False, resume: bool = False) -> None:
+    from confgrid.flows.runner import ShardFailures, run_grid
     from confgrid.flows.show import print_results
 
-    summary = run_grid(spec, out, address=address, tracking_uri=tracking_uri,
-                       grid_text=Path(grid_path).read_text(encoding="utf-8"))
+    try:
+        summary = run_grid(spec, out, address=address, tracking_uri=tracking_uri, grid_text=grid_text,
+                           only_failed=only_failed, resume=resume)
+    except ShardFailures as exc:
+        if exc.summary is not None and not exc.summary.metrics.empty:
+            print_results(exc.summary.out_dir)
+        typer.echo(f"\n{exc}", err=True)
+        raise typer.Exit(1) from None
+    if summary.metrics.empty:
+        typer.echo(f"No complete setting to report yet (see `confgrid status {summary.out_dir}`).")
+        return
     print_results(summary.out_dir)
-    typer.echo(f"\nOutputs in {summary.out_dir} (tables/, results/, manifest.json); "
-               f"MLflow parent run {summary.parent_run_id} in {tracking_uri or 'sqlite:///' + str(summary.out_dir / 'mlflow.db')}")
+    typer.echo(f"\nOutputs in {summary.out_dir} (tables/, results/, manifest.json); MLflow parent run "
+               f"{summary.parent_run_id} in {tracking_uri or 'sqlite:///' + str(summary.out_dir / 'mlflow.db')}")
 
 
 @app.command()
 def run(
     grid: Path = typer.Argument(..., help="Grid YAML file."),
-    out: Path = typer.Option(None, "--out", help="Output directory (default runs/<grid name>)."),
+    out: Path = typer.Option(None, "--out", help="Output directory (default runs/<grid file stem>)."),
     address: str = typer.Option(None, "--address", help="Ray cluster address to join (default: start a local cluster)."),
     tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (default: sqlite file in OUT)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a grid: generate, parse, grade, score, metrics with paired bootstrap intervals."""
     _setup_logging(verbose)
-    _run(grid, out or Path("runs") / grid.stem, address, tracking_uri)
+    spec = _load(grid)
+    _execute(spec, out or Path("runs") / grid.stem, address, tracking_uri, grid.read_text(encoding="utf-8"))
 
 
 @app.command()
@@ -58,9 +77,86 @@ def demo(
     tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow tracking URI."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Run the embedded default grid: the bundled smoke-test model on 450 bundled questions."""
+    """Run the embedded default grid: the bundled smoke-test model on 452 bundled questions."""
     _setup_logging(verbose)
-    _run(Path(str(DEMO_GRID)), out, address, tracking_uri)
+    grid = Path(str(DEMO_GRID))
+    _execute(_load(grid), out, address, tracking_uri, grid.read_text(encoding="utf-8"))
+
+
+def _run_dir(out_dir: Path) -> Path:
+    if not (out_dir / "grid.yaml").is_file() or not (out_dir / "manifest.json").is_file():
+        typer.echo(f"{out_dir}: no grid.yaml and manifest.json; is this the output directory of a run?", err=True)
+        raise typer.Exit(2)
+    return out_dir
+
+
+@app.command()
+def resume(
+    out_dir: Path = typer.Argument(..., help="Output directory of an earlier run."),
+    address: str = typer.Option(None, "--address", help="Ray cluster address to join."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run whatever the run in OUT_DIR has not finished (done shards are reused, no model call for them)."""
+    _setup_logging(verbose)
+    _run_dir(out_dir)
+    _execute(_load(out_dir / "grid.yaml"), out_dir, address, None, None, resume=True)
+
+
+@app.command()
+def resubmit(
+    out_dir: Path = typer.Argument(..., help="Output directory of an earlier run."),
+    failed: bool = typer.Option(False, "--failed", help="Rerun only the shards the manifest records as failed."),
+    address: str = typer.Option(None, "--address", help="Ray cluster address to join."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Rerun the failed shards of a run (`--failed`), then the CPU stages and metrics."""
+    _setup_logging(verbose)
+    if not failed:
+        typer.echo("resubmit needs --failed (to run everything not done, use `confgrid resume`)", err=True)
+        raise typer.Exit(2)
+    _run_dir(out_dir)
+    from confgrid.flows.store import RunStore
+
+    n = len(RunStore(out_dir).failed())
+    typer.echo(f"{n} failed shard(s) recorded in {out_dir / 'manifest.json'}")
+    _execute(_load(out_dir / "grid.yaml"), out_dir, address, None, None, only_failed=True, resume=True)
+
+
+@app.command()
+def status(
+    out_dir: Path = typer.Argument(None, help="Output directory of a run (shows its manifest)."),
+    job: str = typer.Option(None, "--job", help="A submitted job id (with --address): show the job's status."),
+    address: str = typer.Option(None, "--address", help="Jobs API address, e.g. http://HEAD:8265."),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Show the shards of a run (status, attempts, error, host, seconds) or a submitted job's state."""
+    if job:
+        from confgrid.cluster.jobs import job_status
+
+        typer.echo(job_status(address or "http://127.0.0.1:8265", job))
+        return
+    if out_dir is None:
+        typer.echo("give OUT_DIR, or --job ID --address URL", err=True)
+        raise typer.Exit(2)
+    _run_dir(out_dir)
+    from rich.console import Console
+    from rich.table import Table
+
+    data = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+    if as_json:
+        typer.echo(json.dumps(data, indent=1))
+        return
+    t = Table(title=f"Shards of {out_dir}")
+    for col in ("stage", "shard", "status", "attempts", "rows", "seconds", "host", "key", "error"):
+        t.add_column(col)
+    counts: dict[str, int] = {}
+    for r in sorted(data["shards"], key=lambda r: (r["stage"], r["setting"])):
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        t.add_row(r["stage"], r["setting"], r["status"] + (" (reused)" if r.get("reused") else ""), str(r["attempts"]),
+                  str(r.get("rows") or ""), str(r.get("seconds") or ""), str(r.get("host") or ""), r["key"][:12],
+                  (r.get("error") or "")[:80])
+    Console(width=200).print(t)
+    typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
 
 
 @app.command()
@@ -72,6 +168,44 @@ def show(out_dir: Path = typer.Argument(..., help="Output directory of a finishe
         typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
         raise typer.Exit(2)
     print_results(out_dir)
+
+
+@app.command()
+def submit(
+    grid: Path = typer.Argument(..., help="Grid YAML file (validated here before anything is sent)."),
+    address: str = typer.Option(..., "--address", help="Jobs API of the head node, e.g. http://HEAD:8265."),
+    out: str = typer.Option(None, "--out", help="Output directory on the cluster (shared storage for multi-node)."),
+    python: str = typer.Option(None, "--python", help="Python on the cluster that has confgrid (default: this one's path)."),
+    pip_install: bool = typer.Option(False, "--pip-install", help="pip-install the shipped project in the job's env."),
+    tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow URI for the job (a server, for clusters)."),
+    wait: bool = typer.Option(False, "--wait", help="Follow the job until it ends and print its logs."),
+) -> None:
+    """Submit `confgrid run GRID` to a Ray cluster through the Ray Jobs API."""
+    from confgrid.cluster.jobs import job_logs, job_status, submit_grid
+
+    _load(grid)
+    job_id = submit_grid(grid, address, out=out, python=python, pip_install=pip_install, tracking_uri=tracking_uri)
+    typer.echo(f"submitted {job_id}; follow with: confgrid logs {job_id} --address {address}")
+    if wait:
+        import time
+
+        while (st := job_status(address, job_id)) in ("PENDING", "RUNNING"):
+            time.sleep(2)
+        typer.echo(job_logs(address, job_id))
+        typer.echo(f"job {job_id}: {st}")
+        if st != "SUCCEEDED":
+            raise typer.Exit(1)
+
+
+@app.command()
+def logs(
+    job_id: str = typer.Argument(..., help="Submission id printed by `confgrid submit`."),
+    address: str = typer.Option("http://127.0.0.1:8265", "--address", help="Jobs API address."),
+) -> None:
+    """Print a submitted job's logs."""
+    from confgrid.cluster.jobs import job_logs
+
+    typer.echo(job_logs(address, job_id))
 
 
 from confgrid.flows.analyze import analyze_cmd  # noqa: E402

@@ -13,8 +13,9 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from confgrid.analysis.bootstrap import paired_bootstrap, setting_seed
+from confgrid.analysis.bootstrap import setting_seed
 from confgrid.analysis.compare import flips, gaps, shifts
+from confgrid.flows.bootstrap_ray import bootstrap_one
 
 __all__ = ["setting_tables"]
 
@@ -29,6 +30,8 @@ def setting_tables(
     n_resamples: int,
     base_seed: int,
     level: float = 0.95,
+    use_ray: bool = False,
+    num_workers: int | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Metrics, gaps and shifts of one (model, dataset) setting.
 
@@ -42,6 +45,9 @@ def setting_tables(
     n_bins, n_resamples, base_seed, level
         ECE bins, paired resamples, base seed (the setting's seed is
         ``setting_seed(model, dataset, base_seed)``) and interval level.
+    use_ray, num_workers
+        Spread the resample chunks over CPU workers with Ray Data
+        (flows/bootstrap_ray.py); bit-identical to the in-process path.
 
     Returns
     -------
@@ -61,8 +67,9 @@ def setting_tables(
     conf = signals.pivot(index="item_id", columns="signal", values="confidence")[order].to_numpy(np.float64).T
     corr = signals.pivot(index="item_id", columns="signal", values="correct")[order].to_numpy(np.float64).T
     n = conf.shape[1]
-    res = paired_bootstrap(conf, corr, list(metrics), n_resamples=n_resamples,
-                           seed=setting_seed(model, dataset, base_seed), n_bins=n_bins, signal_names=order)
+    res = bootstrap_one(conf, corr, list(metrics), n_resamples=n_resamples,
+                        seed=setting_seed(model, dataset, base_seed), n_bins=n_bins, signal_names=order,
+                        use_ray=use_ray, num_workers=num_workers)
     lo, hi = res.interval(level)
     base = {"setting": setting, "model": model, "dataset": dataset}
     metrics_df = pd.DataFrame([

@@ -1,10 +1,21 @@
 """Run a grid: items -> generate -> parse -> grade -> score -> aggregate -> metrics.
 
-The driver expands the grid into (model, dataset) settings, keeps one Ray
-actor per model (the model is loaded once and serves every shard of it), and
-stores every stage's output as content-keyed Parquet shards (flows/store.py).
-A shard whose key is already in the store is reused: running the same grid
-twice makes no model call the second time, and the log says so.
+The driver expands the grid into shards: for each (model, dataset) setting the
+items are cut into chunks of ``execution.shard_size``; a generate shard is one
+chunk's answers, a score shard one chunk's token scores in one scoring
+context. A shard's key hashes exactly the inputs it depends on (flows/store.py),
+so a shard already in the store is reused: running the same grid twice makes no
+model call the second time, and the log says so.
+
+Model work runs on Ray actors, one per model replica (actors/model_actor.py);
+shards of a model go only to replicas that hold it, so a model is loaded once
+per replica. A shard whose call fails (the actor died, a CUDA error...) is
+recorded as failed in the manifest with its error text; the other shards go on,
+and the run ends with one error naming the failed shards
+(:class:`ShardFailures`). ``confgrid resume OUT`` runs what is not done and
+``confgrid resubmit OUT --failed`` reruns only the failed shards.
+
+CPU stages (parse, grade, aggregate, metrics) recompute from stored tables.
 """
 
 from __future__ import annotations
@@ -13,9 +24,10 @@ import logging
 import os
 import platform
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
@@ -32,19 +44,37 @@ from confgrid.flows.stages import (
     parse_generations,
     score_requests,
     signal_table,
-    context_user_text,
 )
 from confgrid.flows.store import RunStore, shard_key
 from confgrid.flows.tracking import Tracker, default_tracking_uri
 from confgrid.protocols.contexts import get_context
-from confgrid.protocols.items import Item, items_from_table, items_to_table
+from confgrid.protocols.items import Item, items_to_table
 from confgrid.protocols.prompts import get_prompt
 
-__all__ = ["RunSummary", "run_grid", "init_ray"]
+__all__ = ["RunSummary", "ShardFailures", "run_grid", "init_ray", "Shard"]
 
 log = logging.getLogger("confgrid")
 
-CHUNK = 64  # prompts per remote call; the unit of progress
+
+class ShardFailures(RuntimeError):
+    """Some shards failed; everything else was computed and stored.
+
+    Attributes
+    ----------
+    failed : list of ShardRecord-like dicts (stage, setting, key, error)
+    summary : RunSummary or None
+        What the run produced despite the failures.
+    """
+
+    def __init__(self, failed: list[dict[str, Any]], out_dir: Path, summary: RunSummary | None = None) -> None:
+        self.failed = failed
+        self.summary = summary
+        lines = [f"{len(failed)} shard(s) failed; every other shard is stored in {out_dir}:"]
+        lines += [f"  - {f['stage']} {f['setting']} ({f['key'][:12]}): {f['error']}" for f in failed[:20]]
+        if len(failed) > 20:
+            lines.append(f"  ... and {len(failed) - 20} more (see manifest.json)")
+        lines.append(f"rerun only these with: confgrid resubmit {out_dir} --failed")
+        super().__init__("\n".join(lines))
 
 
 @dataclass
@@ -60,6 +90,32 @@ class RunSummary:
     computed_shards: int
     parent_run_id: str | None
     tables: dict[str, Path] = field(default_factory=dict)
+    failed_shards: int = 0
+    skipped_shards: int = 0
+
+
+@dataclass
+class Shard:
+    """One unit of model work: a chunk of one setting's items in one stage (and context)."""
+
+    stage: str  # "generate" | "score"
+    model: ModelSpec
+    dataset: str
+    chunk: int
+    key: str
+    item_ids: list[str]
+    payload: list[Any]
+    context: str | None = None
+    upstream: str | None = None  # key of the shard whose output this one consumes
+
+    @property
+    def setting(self) -> str:
+        return f"{self.model.name}/{self.dataset}"
+
+    @property
+    def label(self) -> str:
+        ctx = f"/{self.context}" if self.context else ""
+        return f"{self.setting}{ctx}#{self.chunk}"
 
 
 def init_ray(address: str | None) -> None:
@@ -69,15 +125,19 @@ def init_ray(address: str | None) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False, "include_dashboard": False}
+    kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
     if address:
-        ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
-    else:
+        ray.init(address=address, **kwargs)
+    elif os.environ.get("RAY_ADDRESS"):  # inside a Ray job: join the job's cluster
         ray.init(**kwargs)
+    else:
+        ray.init(include_dashboard=False, **kwargs)
 
 
 def _model_identity(m: ModelSpec) -> dict[str, Any]:
-    return {"model": m.model, "revision": m.revision, "backend": m.backend, "dtype": m.dtype, "chat_template": m.chat_template}
+    """The model inputs every shard key depends on (not batch size, replicas or engine limits)."""
+    return {"model": m.model, "revision": m.revision, "backend": m.backend, "dtype": m.dtype,
+            "chat_template": m.chat_template, "tensor_parallel_size": m.tensor_parallel_size}
 
 
 def _load_items(d: DatasetSpec) -> list[Item]:
@@ -88,47 +148,185 @@ def _load_items(d: DatasetSpec) -> list[Item]:
     return load_items(d.adapter, path, split=d.split, limit=d.limit, seed=d.seed, dataset_name=d.name, **dict(d.columns))
 
 
-class _Models:
-    """Lazily started model actors, one per model, shut down after use."""
+def _chunks(seq: list, size: int) -> list[list]:
+    return [seq[i : i + size] for i in range(0, len(seq), size)] or [[]]
 
-    def __init__(self, summary_counter: dict[str, int]) -> None:
-        self.handles: dict[str, Any] = {}
-        self.counter = summary_counter
 
-    def get(self, m: ModelSpec):
+class _Replicas:
+    """Model replicas (Ray actors), started lazily, one model at a time."""
+
+    def __init__(self, spec: GridSpec) -> None:
+        self.spec = spec
+        self.model: str | None = None
+        self.handles: list[Any] = []
+        self.pgs: list[Any] = []
+        self.provenance: dict[str, dict[str, str]] = {}
+
+    def for_model(self, m: ModelSpec) -> list[Any]:
         import ray
 
-        from confgrid.actors.model_actor import ModelActor, ModelConfig, actor_options
+        from confgrid.actors.model_actor import ModelConfig, start_replica
 
-        if m.name not in self.handles:
-            cfg = ModelConfig(name=m.name, model=m.model, backend=m.backend, dtype=m.dtype, revision=m.revision,
-                              chat_template=m.chat_template, batch_size=m.batch_size)
-            opts = actor_options(cfg)
-            log.info("starting a %s actor for model %s (%s)", m.backend, m.name, opts)
-            handle = ModelActor.options(**opts).remote(cfg, opts.get("num_cpus"))
-            self.handles[m.name] = handle
-            ray.get(handle.ping.remote())
-        return self.handles[m.name]
+        if self.model == m.name and self.handles:
+            return self.handles
+        self.release()
+        cfg = ModelConfig(
+            name=m.name, model=m.model, backend=m.backend, dtype=m.dtype, revision=m.revision,
+            chat_template=m.chat_template, batch_size=m.batch_size, tensor_parallel_size=m.tensor_parallel_size,
+            max_num_batched_tokens=m.max_num_batched_tokens, enable_chunked_prefill=m.enable_chunked_prefill,
+            enable_prefix_caching=m.enable_prefix_caching, gpu_memory_utilization=m.gpu_memory_utilization,
+            max_retries=self.spec.execution.max_retries,
+        )
+        for r in range(m.replicas):
+            h, pg = start_replica(cfg, r)
+            self.handles.append(h)
+            self.pgs.append(pg)
+        log.info("model %s: %d %s replica(s) loading", m.name, m.replicas, m.backend)
+        infos = ray.get([h.ping.remote() for h in self.handles])
+        self.provenance[m.name] = {k: v for k, v in infos[0].items() if k != "pid"}
+        self.model = m.name
+        return self.handles
 
-    def release(self, name: str) -> None:
+    def drop(self, handle: Any) -> None:
+        if handle in self.handles:
+            self.handles.remove(handle)
+
+    def release(self) -> None:
         import ray
+        from ray.util.placement_group import remove_placement_group
 
-        h = self.handles.pop(name, None)
-        if h is not None:
-            ray.kill(h)
+        for h in self.handles:
+            try:
+                ray.kill(h)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        for pg in self.pgs:
+            if pg is not None:
+                remove_placement_group(pg)
+        self.handles, self.pgs, self.model = [], [], None
 
 
-def _call_chunks(method, payloads: list, extra: tuple, desc: str) -> list:
-    import ray
+class _Executor:
+    """Runs shards on a model's replicas; records every outcome in the store."""
 
-    chunks = [payloads[i : i + CHUNK] for i in range(0, len(payloads), CHUNK)]
-    refs = [method.remote(c, *extra) for c in chunks]
-    out: list = []
-    with tqdm(total=len(payloads), desc=desc, unit="q", leave=False) as bar:
-        for ref, c in zip(refs, chunks, strict=True):
-            out.extend(ray.get(ref))
-            bar.update(len(c))
-    return out
+    def __init__(self, spec: GridSpec, store: RunStore, tracker: Tracker | None, address: str | None,
+                 only_failed: bool, counter: dict[str, int]) -> None:
+        self.spec, self.store, self.tracker = spec, store, tracker
+        self.address, self.only_failed, self.counter = address, only_failed, counter
+        self.replicas: _Replicas | None = None
+        self.failed: list[dict[str, Any]] = []
+        self.rerun: set[str] = set()  # keys computed in this invocation
+
+    def _replicas(self) -> _Replicas:
+        if self.replicas is None:
+            init_ray(self.address)
+            self.replicas = _Replicas(self.spec)
+        return self.replicas
+
+    def run(self, shards: list[Shard], build: Callable[[Shard, list[dict[str, Any]]], pd.DataFrame],
+            desc: str) -> dict[str, pd.DataFrame]:
+        """Run the shards not in the store; returns key -> table for every shard that is done."""
+        import ray
+        from ray.exceptions import RayActorError, RayError
+
+        done: dict[str, pd.DataFrame] = {}
+        todo: list[Shard] = []
+        for sh in shards:
+            if self.store.has_shard(sh.stage, sh.key):
+                self.store.reuse(sh.stage, sh.label, sh.key)
+                self.counter["reused"] += 1
+                done[sh.key] = self.store.read_shard(sh.stage, sh.key).to_pandas()
+            elif (self.only_failed and self.store.status(sh.stage, sh.label, sh.key) != "failed"
+                  and sh.upstream not in self.rerun):
+                # --failed: run failed shards and what depends on a shard rerun now; leave the rest
+                self.counter["skipped"] += 1
+            else:
+                todo.append(sh)
+        n_reused = len(done)
+        if n_reused:
+            log.info("%s: reusing %d stored shard(s) (%d rows); no model call for them",
+                     desc, n_reused, sum(len(t) for t in done.values()))
+        if not todo:
+            return done
+        by_model: dict[str, list[Shard]] = {}
+        for sh in todo:
+            by_model.setdefault(sh.model.name, []).append(sh)
+        for shards_m in by_model.values():
+            m = shards_m[0].model
+            try:
+                handles = self._replicas().for_model(m)
+            except Exception as exc:  # the model could not be loaded: every shard of it fails
+                for sh in shards_m:
+                    rec = self.store.begin(sh.stage, sh.label, sh.key)
+                    self._fail(sh, rec, exc)
+                continue
+            queue = deque(shards_m)
+            inflight: dict[Any, tuple[Shard, Any, Any]] = {}
+            turn = 0
+            total = sum(len(s.payload) for s in shards_m)
+            with tqdm(total=total, desc=f"{desc} {m.name}", unit="q", leave=False) as bar:
+                while queue or inflight:
+                    # keep two calls queued per live replica so replicas never idle
+                    while queue and handles and len(inflight) < 2 * len(handles):
+                        sh = queue.popleft()
+                        h = handles[turn % len(handles)]  # round-robin over the replicas holding this model
+                        turn += 1
+                        rec = self.store.begin(sh.stage, sh.label, sh.key)
+                        method = h.generate if sh.stage == "generate" else h.score
+                        args = (sh.payload, self.spec.elicitation.max_new_tokens) if sh.stage == "generate" else (sh.payload,)
+                        inflight[method.remote(*args)] = (sh, rec, h)
+                    if not inflight:  # no live replica left: the rest fail
+                        for sh in queue:
+                            rec = self.store.begin(sh.stage, sh.label, sh.key)
+                            self._fail(sh, rec, RuntimeError(f"no live replica of model {m.name!r}"))
+                        queue.clear()
+                        break
+                    ready, _ = ray.wait(list(inflight), num_returns=1)
+                    ref = ready[0]
+                    sh, rec, h = inflight.pop(ref)
+                    try:
+                        outs = ray.get(ref)
+                        table = build(sh, outs)
+                    except RayActorError as exc:
+                        self._fail(sh, rec, exc)
+                        self._replicas().drop(h)
+                        handles = self._replicas().handles
+                        continue
+                    except (RayError, Exception) as exc:  # noqa: BLE001 - recorded, never lost
+                        self._fail(sh, rec, exc)
+                        continue
+                    self.store.finish(rec, pa.Table.from_pandas(table, preserve_index=False))
+                    self.counter["model_calls"] += len(outs)
+                    self.counter["computed"] += 1
+                    self._track(sh, rec)
+                    self.rerun.add(sh.key)
+                    done[sh.key] = table
+                    bar.update(len(sh.payload))
+        return done
+
+    def _fail(self, sh: Shard, rec: Any, exc: BaseException) -> None:
+        self.store.fail(rec, exc)
+        self.failed.append({"stage": sh.stage, "setting": sh.label, "key": sh.key, "error": rec.error})
+        log.error("shard %s %s failed: %s", sh.stage, sh.label, rec.error)
+        self._track(sh, rec)
+
+    def _track(self, sh: Shard, rec: Any) -> None:
+        if self.tracker is None:
+            return
+        rec.mlflow_run_id = self.tracker.shard_run(
+            run_id=rec.mlflow_run_id, name=f"{sh.stage} {sh.label}",
+            params={"stage": sh.stage, "setting": sh.setting, "chunk": sh.chunk, "context": sh.context or "",
+                    "key": sh.key, "items": len(sh.item_ids)},
+            metrics={"attempts": rec.attempts, "seconds": rec.seconds or 0.0, "rows": rec.rows or 0},
+            tags={"confgrid.kind": "shard", "confgrid.status": rec.status, "confgrid.key": sh.key,
+                  "confgrid.stage": sh.stage, "confgrid.setting": sh.setting,
+                  **({"confgrid.error": (rec.error or "")[:4000]} if rec.error else {})},
+        )
+        self.store.save_manifest()
+
+    def close(self) -> None:
+        if self.replicas is not None:
+            self.replicas.release()
 
 
 def run_grid(
@@ -138,6 +336,8 @@ def run_grid(
     address: str | None = None,
     tracking_uri: str | None = None,
     grid_text: str | None = None,
+    only_failed: bool = False,
+    resume: bool = False,
 ) -> RunSummary:
     """Execute a validated grid and write every table, result and MLflow run.
 
@@ -153,21 +353,58 @@ def run_grid(
         Ray cluster address; None starts a local cluster.
     tracking_uri : str, optional
         MLflow tracking URI; default ``sqlite:///<out_dir>/mlflow.db``.
+    grid_text : str, optional
+        The grid file's text, stored as ``OUT/grid.yaml`` for resume.
+    only_failed : bool
+        Rerun only shards the manifest records as failed (``resubmit --failed``).
+    resume : bool
+        Continue the MLflow parent run recorded in the manifest.
 
     Returns
     -------
     RunSummary
+
+    Raises
+    ------
+    ShardFailures
+        After every other shard ran, if any shard failed (its error is in the
+        manifest and in MLflow); ``.summary`` holds what was produced.
     """
     t0 = time.time()
     store = RunStore(out_dir)
-    (store.root / "grid.yaml").write_text(
-        grid_text if grid_text is not None else yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False),
-        encoding="utf-8",
-    )
-    counter = {"model_calls": 0, "reused": 0, "computed": 0}
-    tracking_uri = tracking_uri or default_tracking_uri(store.root)
+    grid_path = store.root / "grid.yaml"
+    if grid_text is not None or not grid_path.exists():
+        grid_path.write_text(
+            grid_text if grid_text is not None else yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False),
+            encoding="utf-8",
+        )
+    counter = {"model_calls": 0, "reused": 0, "computed": 0, "skipped": 0}
+    tracking_uri = tracking_uri or store.meta.get("tracking_uri") or default_tracking_uri(store.root)
+    tracker = Tracker(tracking_uri, experiment=f"confgrid/{spec.name}")
+    parent_id = store.meta.get("mlflow_parent_run_id") if (resume or only_failed) else None
+    parent_id = tracker.open_parent(run_id=parent_id, run_name=spec.name, params=_axes(spec),
+                                    tags={"confgrid.kind": "grid"})
+    store.meta.update({"mlflow_parent_run_id": parent_id, "tracking_uri": tracking_uri})
+    store.save_manifest()
+    ex = _Executor(spec, store, tracker, address, only_failed, counter)
+    try:
+        summary = _run(spec, store, ex, counter, t0)
+        summary.parent_run_id = parent_id
+        _log_results(spec, store, tracker, summary, ex, counter, time.time() - t0)
+    finally:
+        ex.close()
+        tracker.close_parent(status="FAILED" if ex.failed else "FINISHED")
+    log.info("done in %.1f s: %d model calls, %d shards computed, %d reused, %d failed",
+             time.time() - t0, counter["model_calls"], counter["computed"], counter["reused"], len(ex.failed))
+    if counter["skipped"]:
+        log.warning("%d shard(s) not run (not failed, not done): run `confgrid resume %s`", counter["skipped"], store.root)
+    if ex.failed:
+        raise ShardFailures(ex.failed, store.root, summary)
+    return summary
 
-    # items: driver-side, cheap, keyed by the dataset spec
+
+def _run(spec: GridSpec, store: RunStore, ex: _Executor, counter: dict[str, int], t0: float) -> RunSummary:
+    size = spec.execution.shard_size
     items: dict[str, list[Item]] = {}
     items_tables = []
     for d in spec.datasets:
@@ -180,149 +417,129 @@ def run_grid(
         items_tables.append(tbl)
         log.info("dataset %s: %d items", d.name, len(its))
     tables: dict[str, Path] = {"items": store.write_table("items", items_tables)}
-
     prompt = get_prompt(spec.elicitation.prompt)
-    stage_tables: dict[str, list[pa.Table]] = {k: [] for k in ("generations", "graded", "scores", "signals")}
-    signal_frames: dict[tuple[str, str], tuple[pd.DataFrame, dict[str, int]]] = {}
-    provenance: dict[str, dict[str, str]] = {}
-    models = _Models(counter)
-    init_needed = True
 
+    # generate: one shard per (model, dataset, chunk of items)
+    gen_shards: list[Shard] = []
     for m in spec.models:
         ident = _model_identity(m)
         for d in spec.datasets:
-            setting = f"{m.name}/{d.name}"
-            its = items[d.name]
-            # generate
-            gkey = shard_key("generate", {"model": ident, "prompt": prompt.template, "prompt_id": prompt.id,
-                                          "max_new_tokens": spec.elicitation.max_new_tokens, "decoding": "greedy",
-                                          "items": [(i.item_id, i.question) for i in its]})
-            if store.has_shard("generate", gkey):
-                store.reuse("generate", setting, gkey)
-                counter["reused"] += 1
-                gen = store.read_shard("generate", gkey).to_pandas()
-                log.info("%s: reusing %d stored answers (shard %s); no generation", setting, len(gen), gkey[:12])
-            else:
-                if init_needed:
-                    init_ray(address)
-                    init_needed = False
-                handle = models.get(m)
-                rec = store.begin("generate", setting, gkey)
-                try:
-                    outs = _call_chunks(handle.generate, generation_requests(its, prompt.id),
-                                        (spec.elicitation.max_new_tokens,), f"generate {setting}")
-                except Exception as exc:
-                    store.fail(rec, exc)
-                    raise
-                counter["model_calls"] += len(outs)
-                counter["computed"] += 1
-                gen = pd.DataFrame({
-                    "model": m.name, "dataset": d.name, "item_id": [i.item_id for i in its], "prompt_id": prompt.id,
-                    "sample_idx": 0, "raw_output": [o["text"] for o in outs],
-                    "finish_reason": [o["finish_reason"] for o in outs], "n_new_tokens": [o["n_tokens"] for o in outs],
-                })
-                store.finish(rec, pa.Table.from_pandas(gen, preserve_index=False))
-                log.info("%s: generated %d answers", setting, len(gen))
-            stage_tables["generations"].append(pa.Table.from_pandas(gen, preserve_index=False))
+            for c, chunk in enumerate(_chunks(items[d.name], size)):
+                if not chunk:
+                    continue
+                key = shard_key("generate", {"model": ident, "prompt": prompt.template, "prompt_id": prompt.id,
+                                             "max_new_tokens": spec.elicitation.max_new_tokens, "decoding": "greedy",
+                                             "items": [(i.item_id, i.question) for i in chunk]})
+                gen_shards.append(Shard("generate", m, d.name, c, key, [i.item_id for i in chunk],
+                                        generation_requests(chunk, prompt.id)))
 
-            # parse + grade: pure, cheap, recomputed from stored answers
-            graded = grade_answers(parse_generations(gen), its, spec.correctness.rules, spec.correctness.primary)
-            stage_tables["graded"].append(pa.Table.from_pandas(graded, preserve_index=False))
+    def build_gen(sh: Shard, outs: list[dict[str, Any]]) -> pd.DataFrame:
+        return pd.DataFrame({
+            "model": sh.model.name, "dataset": sh.dataset, "item_id": sh.item_ids, "prompt_id": prompt.id,
+            "sample_idx": 0, "chunk": sh.chunk, "raw_output": [o["text"] for o in outs],
+            "finish_reason": [o["finish_reason"] for o in outs], "n_new_tokens": [o["n_tokens"] for o in outs],
+        })
 
-            # score: one shard per context, keyed by the answers it scores
-            score_frames = []
-            for ctx_id in spec.scoring.contexts:
-                ctx = get_context(ctx_id)
-                ids, reqs = score_requests(graded, its, ctx_id)
-                skey = shard_key("score", {"model": ident, "context": [ctx.user_prompt, get_prompt(ctx.user_prompt).template,
-                                                                       ctx.assistant_prefix, ctx.separator],
-                                           "requests": [(i, r[3]) for i, r in zip(ids, reqs, strict=True)],
-                                           "questions": [(i.item_id, i.question) for i in its]})
-                if store.has_shard("score", skey):
-                    store.reuse("score", f"{setting}/{ctx_id}", skey)
-                    counter["reused"] += 1
-                    sc = store.read_shard("score", skey).to_pandas()
-                    log.info("%s: reusing %d stored token scores in context %s", setting, len(sc), ctx_id)
-                else:
-                    if init_needed:
-                        init_ray(address)
-                        init_needed = False
-                    handle = models.get(m)
-                    rec = store.begin("score", f"{setting}/{ctx_id}", skey)
-                    try:
-                        outs = _call_chunks(handle.score, reqs, (), f"score {setting} [{ctx_id}]")
-                    except Exception as exc:
-                        store.fail(rec, exc)
-                        raise
-                    counter["model_calls"] += len(outs)
-                    counter["computed"] += 1
-                    sc = pd.DataFrame({
-                        "model": m.name, "dataset": d.name, "item_id": ids, "context_id": ctx_id,
-                        "answer_source": "generated", "answer": [r[3] for r in reqs],
-                        "logprobs": [o["logprobs"] for o in outs],
-                        "answer_token_ids": [o["answer_token_ids"] for o in outs],
-                        "n_tokens": [len(o["logprobs"]) for o in outs],
-                        "context_tokens": [o["context_tokens"] for o in outs],
-                        "backend": m.backend, "dtype": m.dtype,
-                    })
-                    store.finish(rec, pa.Table.from_pandas(sc, preserve_index=False))
-                score_frames.append(sc)
-            scores = pd.concat(score_frames, ignore_index=True)
-            tokens = aggregate_scores(scores, spec.scoring.aggregation)
-            stage_tables["scores"].append(pa.Table.from_pandas(tokens, preserve_index=False))
-            sig, dropped = signal_table(graded, tokens, spec.scoring.contexts)
-            signal_frames[(m.name, d.name)] = (sig, dropped)
-            sig_t = sig.assign(setting=setting, model=m.name, dataset=d.name)
-            stage_tables["signals"].append(pa.Table.from_pandas(sig_t, preserve_index=False))
-        if m.name in models.handles:
-            provenance[m.name] = __import__("ray").get(models.handles[m.name].provenance.remote())
-        models.release(m.name)
+    gens = ex.run(gen_shards, build_gen, "generate")
+
+    # parse + grade (pure, from stored answers), then score shards per context and chunk
+    graded_by_chunk: dict[str, pd.DataFrame] = {}
+    score_shards: list[Shard] = []
+    for sh in gen_shards:
+        if sh.key not in gens:
+            continue
+        its = items[sh.dataset]
+        graded = grade_answers(parse_generations(gens[sh.key]), its, spec.correctness.rules, spec.correctness.primary)
+        graded_by_chunk[sh.key] = graded
+        ident = _model_identity(sh.model)
+        q = {i.item_id: i.question for i in its}
+        for ctx_id in spec.scoring.contexts:
+            ctx = get_context(ctx_id)
+            ids, reqs = score_requests(graded, its, ctx_id)
+            if not reqs:
+                continue
+            key = shard_key("score", {"model": ident, "context": [ctx.user_prompt, get_prompt(ctx.user_prompt).template,
+                                                                  ctx.assistant_prefix, ctx.separator],
+                                      "requests": [(i, q[i], r[3]) for i, r in zip(ids, reqs, strict=True)]})
+            score_shards.append(Shard("score", sh.model, sh.dataset, sh.chunk, key, ids, reqs, context=ctx_id,
+                                      upstream=sh.key))
+
+    def build_score(sh: Shard, outs: list[dict[str, Any]]) -> pd.DataFrame:
+        return pd.DataFrame({
+            "model": sh.model.name, "dataset": sh.dataset, "item_id": sh.item_ids, "context_id": sh.context,
+            "chunk": sh.chunk, "answer_source": "generated", "answer": [r[3] for r in sh.payload],
+            "logprobs": [o["logprobs"] for o in outs], "answer_token_ids": [o["answer_token_ids"] for o in outs],
+            "n_tokens": [len(o["logprobs"]) for o in outs], "context_tokens": [o["context_tokens"] for o in outs],
+            "backend": sh.model.backend, "dtype": sh.model.dtype,
+        })
+
+    scores = ex.run(score_shards, build_score, "score")
     store.save_manifest()
+
+    # assemble per setting; a setting with any missing shard gets no metrics
+    stage_tables: dict[str, list[pa.Table]] = {k: [] for k in ("generations", "graded", "scores", "signals")}
+    signal_frames: dict[tuple[str, str], tuple[pd.DataFrame, dict[str, int], pd.DataFrame]] = {}
+    for m in spec.models:
+        for d in spec.datasets:
+            g_sh = [s for s in gen_shards if s.model.name == m.name and s.dataset == d.name]
+            s_sh = [s for s in score_shards if s.model.name == m.name and s.dataset == d.name]
+            complete = all(s.key in gens for s in g_sh) and all(s.key in scores for s in s_sh)
+            for s in g_sh:
+                if s.key in gens:
+                    stage_tables["generations"].append(pa.Table.from_pandas(gens[s.key], preserve_index=False))
+                    stage_tables["graded"].append(pa.Table.from_pandas(graded_by_chunk[s.key], preserve_index=False))
+            if not complete:
+                log.warning("%s/%s: some shards are missing; no metrics for this setting", m.name, d.name)
+                continue
+            graded = pd.concat([graded_by_chunk[s.key] for s in g_sh], ignore_index=True)
+            sc = [scores[s.key] for s in s_sh]
+            sc_df = pd.concat(sc, ignore_index=True) if sc else pd.DataFrame(
+                columns=["model", "dataset", "item_id", "context_id", "logprobs"])
+            tokens = aggregate_scores(sc_df, spec.scoring.aggregation)
+            if len(tokens):
+                stage_tables["scores"].append(pa.Table.from_pandas(tokens, preserve_index=False))
+            sig, dropped = signal_table(graded, tokens, spec.scoring.contexts)
+            signal_frames[(m.name, d.name)] = (sig, dropped, graded)
+            stage_tables["signals"].append(pa.Table.from_pandas(
+                sig.assign(setting=f"{m.name}/{d.name}", model=m.name, dataset=d.name), preserve_index=False))
     for name, tl in stage_tables.items():
         tables[name] = store.write_table(name, tl)
 
     # metrics with paired bootstrap intervals
     mets, gaps, shifts = [], [], []
-    for (mname, dname), (sig, dropped) in tqdm(signal_frames.items(), desc="bootstrap", unit="setting", leave=False):
+    for (mname, dname), (sig, dropped, _) in tqdm(signal_frames.items(), desc="bootstrap", unit="setting", leave=False):
         if sig.empty:
             log.warning("%s/%s: no rows left after parsing; metrics are NaN", mname, dname)
             continue
         a, b, c = setting_tables(sig, model=mname, dataset=dname, metrics=spec.metrics.names,
                                  n_bins=spec.metrics.ece_bins, n_resamples=spec.bootstrap.resamples,
-                                 base_seed=spec.bootstrap.seed, level=spec.bootstrap.level)
+                                 base_seed=spec.bootstrap.seed, level=spec.bootstrap.level,
+                                 use_ray=spec.execution.bootstrap_backend == "ray_data",
+                                 num_workers=spec.execution.bootstrap_workers)
         mets.append(a), gaps.append(b), shifts.append(c)
     metrics_df = pd.concat(mets, ignore_index=True) if mets else pd.DataFrame()
     gaps_df = pd.concat(gaps, ignore_index=True) if gaps else pd.DataFrame()
     shifts_df = pd.concat(shifts, ignore_index=True) if shifts else pd.DataFrame()
     res_dir = store.root / "results"
     res_dir.mkdir(exist_ok=True)
-    parse_rates = _parse_rates(stage_tables["graded"], signal_frames)
-    outputs = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "settings": parse_rates}
+    settings_df = _settings_table(signal_frames)
+    outputs = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "settings": settings_df}
     for name, df in outputs.items():
         df.to_csv(res_dir / f"{name}.csv", index=False)
         df.to_parquet(res_dir / f"{name}.parquet", index=False)
-    (res_dir / "report.md").write_text(render_markdown(metrics_df, gaps_df, shifts_df, parse_rates), encoding="utf-8")
-
-    # MLflow: parent + one child per setting, logged from the driver
-    parent_id = _log_mlflow(spec, store, tracking_uri, outputs, tables, provenance, counter, time.time() - t0)
-    log.info("done in %.1f s: %d model calls, %d shards computed, %d reused",
-             time.time() - t0, counter["model_calls"], counter["computed"], counter["reused"])
+    (res_dir / "report.md").write_text(render_markdown(metrics_df, gaps_df, shifts_df, settings_df), encoding="utf-8")
     return RunSummary(store.root, metrics_df, gaps_df, shifts_df, counter["model_calls"], counter["reused"],
-                      counter["computed"], parent_id, tables)
+                      counter["computed"], None, tables, len(ex.failed), counter["skipped"])
 
 
-def _parse_rates(graded_tables: list[pa.Table], signal_frames) -> pd.DataFrame:
+def _settings_table(signal_frames) -> pd.DataFrame:
     rows = []
-    for t in graded_tables:
-        g = t.to_pandas()
-        if g.empty:
-            continue
-        m, d = g["model"].iloc[0], g["dataset"].iloc[0]
-        sig, dropped = signal_frames[(m, d)]
+    for (m, d), (sig, dropped, g) in signal_frames.items():
+        ok = g["parse_status"] == "ok"
         rows.append({
             "setting": f"{m}/{d}", "model": m, "dataset": d, "items": len(g),
-            "parse_rate": float((g["parse_status"] == "ok").mean()),
-            "accuracy": float(g.loc[g["parse_status"] == "ok", "correct"].mean()),
+            "parse_rate": float(ok.mean()) if len(g) else float("nan"),
+            "accuracy": float(g.loc[ok, "correct"].mean()) if ok.any() else float("nan"),
             "n_analyzed": int(sig["item_id"].nunique()) if not sig.empty else 0,
             "used_fallback": int(g["used_fallback"].sum()),
             "dropped": "; ".join(f"{k}={v}" for k, v in sorted(dropped.items())),
@@ -342,50 +559,33 @@ def result_matrix(metrics_df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     df = metrics_df.assign(value=[_fmt(p, lo, hi) for p, lo, hi in zip(metrics_df["point"], metrics_df["lo"], metrics_df["hi"], strict=True)])
     wide = df.pivot_table(index=["setting", "signal"], columns="metric", values="value", aggfunc="first", sort=False)
-    cols = [m for m in dict.fromkeys(metrics_df["metric"])]
+    cols = list(dict.fromkeys(metrics_df["metric"]))
     return wide[cols].reset_index()
 
 
 def render_markdown(metrics_df, gaps_df, shifts_df, settings_df) -> str:
     """The results as a Markdown report (results/report.md)."""
+    from confgrid.analysis.tables import to_markdown
+
     parts = ["# confgrid results", ""]
     if not settings_df.empty:
-        parts += ["## Settings", "", settings_df.to_markdown(index=False) if _has_tabulate() else settings_df.to_string(index=False), ""]
+        parts += ["## Settings", "", to_markdown(settings_df), ""]
     wide = result_matrix(metrics_df)
     if not wide.empty:
-        parts += ["## Metrics (point [95% paired bootstrap interval])", "", _md(wide), ""]
+        parts += ["## Metrics (point [95% paired bootstrap interval])", "", to_markdown(wide), ""]
     if not gaps_df.empty:
         g = gaps_df.assign(g=[_fmt(p, lo, hi) for p, lo, hi in zip(gaps_df["g"], gaps_df["lo"], gaps_df["hi"], strict=True)])
-        parts += ["## Gap g = metric(verbalized) - metric(token)", "", _md(g[["setting", "context", "metric", "g", "excludes_zero"]]), ""]
+        parts += ["## Gap g = metric(verbalized) - metric(token)", "",
+                  to_markdown(g[["setting", "context", "metric", "g", "excludes_zero"]]), ""]
     if not shifts_df.empty:
         s = shifts_df.assign(shift=[_fmt(p, lo, hi) for p, lo, hi in zip(shifts_df["shift"], shifts_df["lo"], shifts_df["hi"], strict=True)])
-        parts += ["## Shift of g between contexts", "", _md(s[["setting", "from_context", "to_context", "metric", "shift", "excludes_zero", "flip", "resolved_flip"]]), ""]
+        parts += ["## Shift of g between contexts", "",
+                  to_markdown(s[["setting", "from_context", "to_context", "metric", "shift", "excludes_zero", "flip", "resolved_flip"]]), ""]
     return "\n".join(parts)
 
 
-def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _md(df: pd.DataFrame) -> str:
-    if _has_tabulate():
-        return df.to_markdown(index=False)
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(str(x) for x in row) + " |")
-    return "\n".join(lines)
-
-
-def _log_mlflow(spec: GridSpec, store: RunStore, uri: str, outputs: dict[str, pd.DataFrame],
-                tables: dict[str, Path], provenance: dict[str, dict[str, str]], counter: dict[str, int],
-                seconds: float) -> str | None:
-    tracker = Tracker(uri, experiment=f"confgrid/{spec.name}")
-    axes = {
+def _axes(spec: GridSpec) -> dict[str, Any]:
+    return {
         "elicitation.prompt": spec.elicitation.prompt,
         "elicitation.max_new_tokens": spec.elicitation.max_new_tokens,
         "scoring.contexts": list(spec.scoring.contexts),
@@ -398,39 +598,51 @@ def _log_mlflow(spec: GridSpec, store: RunStore, uri: str, outputs: dict[str, pd
         "bootstrap.resamples": spec.bootstrap.resamples,
         "bootstrap.seed": spec.bootstrap.seed,
         "bootstrap.level": spec.bootstrap.level,
+        "models": [m.name for m in spec.models],
+        "datasets": [d.name for d in spec.datasets],
+        "confgrid_version": __version__,
+        "python": platform.python_version(),
     }
-    met, gaps, settings = outputs["metrics"], outputs["gaps"], outputs["settings"]
-    with tracker.parent(run_name=spec.name, params={**axes, "models": [m.name for m in spec.models],
-                                                    "datasets": [d.name for d in spec.datasets],
-                                                    "confgrid_version": __version__, "python": platform.python_version()},
-                        tags={"confgrid.kind": "grid"}) as parent_id:
-        for m, d in spec.settings():
-            setting = f"{m.name}/{d.name}"
-            params = {**axes, "model": m.name, "model.id": m.model, "model.backend": m.backend, "model.dtype": m.dtype,
-                      "model.revision": m.revision or "", "model.chat_template": m.chat_template,
-                      "dataset": d.name, "dataset.adapter": d.adapter, "dataset.path": d.path,
-                      "dataset.limit": d.limit or "all", "dataset.seed": d.seed,
-                      **{f"provenance.{k}": v for k, v in provenance.get(m.name, {}).items()}}
-            metrics: dict[str, float] = {}
-            sub = met[met["setting"] == setting] if not met.empty else met
-            for r in sub.itertuples():
-                metrics[f"{r.metric}/{r.signal}"] = r.point
-                metrics[f"{r.metric}/{r.signal}/lo"] = r.lo
-                metrics[f"{r.metric}/{r.signal}/hi"] = r.hi
-            gsub = gaps[gaps["setting"] == setting] if not gaps.empty else gaps
-            for r in gsub.itertuples():
-                metrics[f"gap/{r.metric}/{r.context}"] = r.g
-                metrics[f"gap/{r.metric}/{r.context}/lo"] = r.lo
-                metrics[f"gap/{r.metric}/{r.context}/hi"] = r.hi
-            ssub = settings[settings["setting"] == setting] if not settings.empty else settings
-            for r in ssub.itertuples():
-                metrics.update({"parse_rate": r.parse_rate, "accuracy": r.accuracy, "n_analyzed": r.n_analyzed})
-            tracker.child(run_name=setting, params=params, metrics=metrics, artifacts=[],
-                          tags={"confgrid.kind": "setting", "confgrid.setting": setting})
-        tracker.log_metrics({"model_calls": counter["model_calls"], "shards_reused": counter["reused"],
-                             "shards_computed": counter["computed"], "seconds": seconds})
-        res = store.root / "results"
-        tracker.log_artifacts([res / f for f in ("metrics.csv", "gaps.csv", "shifts.csv", "settings.csv", "report.md")], "results")
-        tracker.log_artifacts(list(tables.values()), "tables")
-        tracker.log_artifacts([store.root / "grid.yaml", store.root / "manifest.json"])
-    return parent_id
+
+
+def _log_results(spec: GridSpec, store: RunStore, tracker: Tracker, summary: RunSummary, ex: _Executor,
+                 counter: dict[str, int], seconds: float) -> None:
+    """One child run per (model, dataset) setting; results and tables on the parent."""
+    axes = _axes(spec)
+    met, gaps = summary.metrics, summary.gaps
+    settings = pd.read_parquet(store.root / "results" / "settings.parquet")
+    prov = ex.replicas.provenance if ex.replicas else {}
+    for m, d in spec.settings():
+        setting = f"{m.name}/{d.name}"
+        sub = met[met["setting"] == setting] if not met.empty else met
+        if sub.empty:
+            continue
+        params = {**axes, "model": m.name, "model.id": m.model, "model.backend": m.backend, "model.dtype": m.dtype,
+                  "model.revision": m.revision or "", "model.chat_template": m.chat_template,
+                  "model.tensor_parallel_size": m.tensor_parallel_size, "model.replicas": m.replicas,
+                  "dataset": d.name, "dataset.adapter": d.adapter, "dataset.path": d.path,
+                  "dataset.limit": d.limit or "all", "dataset.seed": d.seed,
+                  **{f"provenance.{k}": v for k, v in prov.get(m.name, {}).items()}}
+        metrics: dict[str, float] = {}
+        for r in sub.itertuples():
+            metrics[f"{r.metric}/{r.signal}"] = r.point
+            metrics[f"{r.metric}/{r.signal}/lo"] = r.lo
+            metrics[f"{r.metric}/{r.signal}/hi"] = r.hi
+        gsub = gaps[gaps["setting"] == setting] if not gaps.empty else gaps
+        for r in gsub.itertuples():
+            metrics[f"gap/{r.metric}/{r.context}"] = r.g
+            metrics[f"gap/{r.metric}/{r.context}/lo"] = r.lo
+            metrics[f"gap/{r.metric}/{r.context}/hi"] = r.hi
+        for r in settings[settings["setting"] == setting].itertuples():
+            metrics.update({"parse_rate": r.parse_rate, "accuracy": r.accuracy, "n_analyzed": r.n_analyzed})
+        csv = store.root / "results" / "by_setting" / f"{m.name}__{d.name}.csv"
+        csv.parent.mkdir(exist_ok=True)
+        sub.to_csv(csv, index=False)
+        tracker.child(run_name=setting, params=params, metrics=metrics, artifacts=[csv],
+                      tags={"confgrid.kind": "setting", "confgrid.setting": setting})
+    tracker.log_metrics({"model_calls": counter["model_calls"], "shards_reused": counter["reused"],
+                         "shards_computed": counter["computed"], "shards_failed": len(ex.failed), "seconds": seconds})
+    res = store.root / "results"
+    tracker.log_artifacts([res / f for f in ("metrics.csv", "gaps.csv", "shifts.csv", "settings.csv", "report.md")], "results")
+    tracker.log_artifacts(list(summary.tables.values()), "tables")
+    tracker.log_artifacts([store.root / "grid.yaml", store.root / "manifest.json"])

@@ -30,6 +30,7 @@ __all__ = [
     "CorrectnessSpec",
     "MetricsSpec",
     "BootstrapSpec",
+    "ExecutionSpec",
     "GridSpec",
     "load_grid",
     "parse_grid",
@@ -79,6 +80,24 @@ class ModelSpec(_Spec):
         True, description="Render prompts with the tokenizer's chat template (True) or as plain text (False, base models)."
     )
     batch_size: int = Field(16, ge=1, le=4096, description="Sequences per forward pass (transformers backend).")
+    replicas: int = Field(1, ge=1, le=1024, description="Model actors (data-parallel replicas); shards are spread over them.")
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="GPUs per replica (vLLM tensor parallelism, reserved as a STRICT_PACK placement group)."
+    )
+    max_num_batched_tokens: int | None = Field(
+        8192, ge=16, description="vLLM: tokens per engine step; bounds prompt-logprob memory on long prompts."
+    )
+    enable_chunked_prefill: bool = Field(True, description="vLLM: chunked prefill (bounds memory of long prompts).")
+    enable_prefix_caching: bool = Field(False, description="vLLM: prefix caching (off for scoring unless asked for).")
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vLLM: fraction of GPU memory for the engine.")
+
+    @model_validator(mode="after")
+    def _tp_needs_vllm(self) -> ModelSpec:
+        if self.tensor_parallel_size > 1 and self.backend != "vllm":
+            raise ValueError(
+                f"tensor_parallel_size={self.tensor_parallel_size} needs backend 'vllm' (received backend {self.backend!r})"
+            )
+        return self
 
 
 class DatasetSpec(_Spec):
@@ -202,6 +221,19 @@ class BootstrapSpec(_Spec):
     level: float = Field(0.95, gt=0.0, lt=1.0, description="Percentile interval level, in (0, 1).")
 
 
+class ExecutionSpec(_Spec):
+    """How the work is cut and run (no effect on any number)."""
+
+    shard_size: int = Field(64, ge=1, le=1_000_000, description="Items per generate/score shard.")
+    max_retries: int = Field(
+        1, ge=0, le=10, description="Ray restarts a crashed model actor and retries its calls at most this many times."
+    )
+    bootstrap_backend: Literal["local", "ray_data"] = Field(
+        "local", description="Where the paired bootstrap runs: in the driver, or spread over CPU workers with Ray Data."
+    )
+    bootstrap_workers: int | None = Field(None, ge=1, description="Ray Data workers (None: every CPU of the cluster).")
+
+
 class GridSpec(_Spec):
     """A whole grid: models x datasets x protocol axes."""
 
@@ -213,6 +245,7 @@ class GridSpec(_Spec):
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
+    execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
 
     @model_validator(mode="after")
     def _unique_names(self) -> GridSpec:

@@ -95,6 +95,7 @@ class ShardRecord:
     seconds: float | None = None
     rows: int | None = None
     reused: bool = False
+    mlflow_run_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -106,8 +107,11 @@ class RunStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._manifest_path = self.root / "manifest.json"
         self.records: dict[str, ShardRecord] = {}
+        self.meta: dict[str, Any] = {}
         if self._manifest_path.exists():
-            for d in json.loads(self._manifest_path.read_text(encoding="utf-8"))["shards"]:
+            data = json.loads(self._manifest_path.read_text(encoding="utf-8"))
+            self.meta = dict(data.get("meta", {}))
+            for d in data["shards"]:
                 rec = ShardRecord(**d)
                 self.records[self._rid(rec.stage, rec.setting)] = rec
 
@@ -120,6 +124,16 @@ class RunStore:
 
     def table_path(self, stage: str) -> Path:
         return self.root / "tables" / f"{stage}.parquet"
+
+    def status(self, stage: str, setting: str, key: str) -> str:
+        """Manifest status of a shard: pending, running, done or failed ('pending' if unknown)."""
+        rec = self.records.get(self._rid(stage, setting))
+        if rec is None or rec.key != key:
+            return "pending"
+        return rec.status
+
+    def failed(self) -> list[ShardRecord]:
+        return [r for r in self.records.values() if r.status == "failed"]
 
     def has_shard(self, stage: str, key: str) -> bool:
         return self.shard_path(stage, key).is_file()
@@ -165,7 +179,7 @@ class RunStore:
         return rec
 
     def save_manifest(self) -> None:
-        data = {"shards": [asdict(r) for r in self.records.values()]}
+        data = {"meta": self.meta, "shards": [asdict(r) for r in self.records.values()]}
         _atomic_write_bytes(self._manifest_path, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
 
     def write_table(self, stage: str, tables: list[pa.Table]) -> Path:

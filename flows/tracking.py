@@ -1,9 +1,14 @@
-"""MLflow tracking: one parent run per grid execution, one child run per setting.
+"""MLflow tracking: a parent run per grid execution, child runs per setting and per shard.
 
 By default the store is a SQLite file in the output directory
-(``sqlite:///OUT/mlflow.db``); ``--tracking-uri`` points at any MLflow server.
-All logging happens from the driver, so many settings finishing together never
-contend for the SQLite lock.
+(``sqlite:///OUT/mlflow.db``); ``--tracking-uri`` points at any MLflow server
+(use a server, not a shared SQLite file, when several drivers log at once).
+All logging happens from the driver, never from actors, so many shards
+finishing together never contend for the SQLite lock.
+
+Runs are written with :class:`mlflow.tracking.MlflowClient` (explicit run ids,
+no global "active run"), so a resumed shard logs into the run id recorded in
+the manifest and ``resume`` continues the same parent run.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,6 +24,7 @@ from typing import Any, Iterator
 __all__ = ["default_tracking_uri", "Tracker", "mlflow_key"]
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
+PARENT_TAG = "mlflow.parentRunId"
 
 
 def default_tracking_uri(out_dir: str | Path) -> str:
@@ -27,11 +34,16 @@ def default_tracking_uri(out_dir: str | Path) -> str:
 
 def mlflow_key(*parts: str) -> str:
     """A metric/param name MLflow accepts: parts joined by '/', other characters to '_'."""
-    return "/".join(_BAD.sub("_", p) for p in parts if p != "")
+    return "/".join(_BAD.sub("_", str(p)) for p in parts if p != "")
+
+
+def _param(v: Any) -> str:
+    s = v if isinstance(v, str) else ",".join(map(str, v)) if isinstance(v, (list, tuple)) else repr(v)
+    return s[:6000]
 
 
 class Tracker:
-    """Thin wrapper over the MLflow fluent API.
+    """Parent, setting and shard runs of one grid execution.
 
     Parameters
     ----------
@@ -43,54 +55,98 @@ class Tracker:
 
     def __init__(self, tracking_uri: str, experiment: str) -> None:
         import mlflow
+        from mlflow.tracking import MlflowClient
 
         for name in ("alembic", "mlflow", "mlflow.store", "mlflow.tracking"):
             logging.getLogger(name).setLevel(logging.WARNING)
-        self._mlflow = mlflow
         self.tracking_uri = tracking_uri
-        mlflow.set_tracking_uri(tracking_uri)
-        self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = exp.experiment_id if exp is not None else self.client.create_experiment(experiment)
         self.parent_run_id: str | None = None
+        self._mlflow = mlflow
+
+    # -- runs ---------------------------------------------------------------------------
+    def _log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
+             tags: dict[str, str] | None = None) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        ts = int(time.time() * 1000)
+        p = [Param(mlflow_key(k), _param(v)) for k, v in (params or {}).items()]
+        m = [Metric(mlflow_key(k), float(v), ts, 0) for k, v in (metrics or {}).items()
+             if v is not None and math.isfinite(float(v))]
+        t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        for i in range(0, max(len(p), len(m), len(t), 1), 100):
+            self.client.log_batch(run_id, metrics=m[i : i + 100], params=p[i : i + 100], tags=t[i : i + 100])
+
+    def _exists(self, run_id: str | None) -> bool:
+        if not run_id:
+            return False
+        try:
+            self.client.get_run(run_id)
+        except Exception:  # noqa: BLE001 - unknown run id
+            return False
+        return True
+
+    def open_parent(self, *, run_id: str | None, run_name: str, params: dict[str, Any],
+                    tags: dict[str, str] | None = None) -> str:
+        """Start the parent run, or reopen ``run_id`` (resume); returns its id."""
+        if self._exists(run_id):
+            self.client.update_run(run_id, status="RUNNING")
+            self.parent_run_id = run_id
+            return run_id
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags or {})
+        self.parent_run_id = run.info.run_id
+        self._log(self.parent_run_id, params=params)
+        return self.parent_run_id
 
     @contextmanager
     def parent(self, run_name: str, params: dict[str, Any], tags: dict[str, str] | None = None) -> Iterator[str]:
-        with self._mlflow.start_run(run_name=run_name, experiment_id=self.experiment_id, tags=tags or {}) as run:
-            self.parent_run_id = run.info.run_id
-            self._mlflow.log_params({mlflow_key(k): _param(v) for k, v in params.items()})
-            yield run.info.run_id
+        """A new parent run for the block; FAILED if the block raises."""
+        rid = self.open_parent(run_id=None, run_name=run_name, params=params, tags=tags)
+        try:
+            yield rid
+        except BaseException:
+            self.close_parent("FAILED")
+            raise
+        self.close_parent("FINISHED")
 
-    def child(
-        self,
-        run_name: str,
-        params: dict[str, Any],
-        metrics: dict[str, float],
-        artifacts: list[Path],
-        tags: dict[str, str] | None = None,
-    ) -> str:
-        """Log one finished setting as a nested run; returns its run id. NaN metrics are skipped."""
-        with self._mlflow.start_run(
-            run_name=run_name, experiment_id=self.experiment_id, nested=True, tags=tags or {}
-        ) as run:
-            self._mlflow.log_params({mlflow_key(k): _param(v) for k, v in params.items()})
-            finite = {mlflow_key(k): float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)}
-            if finite:
-                self._mlflow.log_metrics(finite)
-            for a in artifacts:
-                if Path(a).exists():
-                    self._mlflow.log_artifact(str(a))
-            return run.info.run_id
+    def close_parent(self, status: str = "FINISHED") -> None:
+        if self.parent_run_id:
+            self.client.set_terminated(self.parent_run_id, status=status)
+
+    def child(self, run_name: str, params: dict[str, Any], metrics: dict[str, float], artifacts: list[Path],
+              tags: dict[str, str] | None = None) -> str:
+        """Log one finished setting as a child of the parent; returns its run id. NaN metrics are skipped."""
+        run = self.client.create_run(self.experiment_id, run_name=run_name,
+                                     tags={PARENT_TAG: self.parent_run_id or "", **(tags or {})})
+        rid = run.info.run_id
+        self._log(rid, params=params, metrics=metrics)
+        for a in artifacts:
+            if Path(a).exists():
+                self.client.log_artifact(rid, str(a))
+        self.client.set_terminated(rid, status="FINISHED")
+        return rid
+
+    def shard_run(self, *, run_id: str | None, name: str, params: dict[str, Any], metrics: dict[str, float],
+                  tags: dict[str, str]) -> str:
+        """Create or update the run of one shard (a resumed shard reuses ``run_id``)."""
+        if self._exists(run_id):
+            self.client.update_run(run_id, status="RUNNING")
+            self._log(run_id, metrics=metrics, tags=tags)
+        else:
+            run = self.client.create_run(self.experiment_id, run_name=name,
+                                         tags={PARENT_TAG: self.parent_run_id or "", **tags})
+            run_id = run.info.run_id
+            self._log(run_id, params=params, metrics=metrics)
+        status = "FAILED" if tags.get("confgrid.status") == "failed" else "FINISHED"
+        self.client.set_terminated(run_id, status=status)
+        return run_id
 
     def log_artifacts(self, paths: list[Path], artifact_path: str | None = None) -> None:
         for a in paths:
             if Path(a).exists():
-                self._mlflow.log_artifact(str(a), artifact_path=artifact_path)
+                self.client.log_artifact(self.parent_run_id, str(a), artifact_path=artifact_path)
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
-        finite = {mlflow_key(k): float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)}
-        if finite:
-            self._mlflow.log_metrics(finite)
-
-
-def _param(v: Any) -> str:
-    s = v if isinstance(v, str) else repr(v) if not isinstance(v, (list, tuple)) else ",".join(map(str, v))
-    return s[:6000]
+        self._log(self.parent_run_id, metrics=metrics)

@@ -85,8 +85,13 @@ def test_mlflow_parent_and_child_runs(first_run):
     runs = mlflow.search_runs(experiment_names=["confgrid/e2e"])
     parent = runs[runs["run_id"] == summary.parent_run_id]
     assert len(parent) == 1
-    children = runs[runs["tags.mlflow.parentRunId"] == summary.parent_run_id]
+    kids = runs[runs["tags.mlflow.parentRunId"] == summary.parent_run_id]
+    children = kids[kids["tags.confgrid.kind"] == "setting"]
     assert sorted(children["tags.mlflow.runName"]) == ["fixture/mmlu", "fixture/triviaqa", "fixture/truthfulqa"]
+    # one child run per computed shard: 3 datasets x (1 generate + 3 score) shards of 24 items
+    shards = kids[kids["tags.confgrid.kind"] == "shard"]
+    assert len(shards) == summary.computed_shards == 12
+    assert set(shards["tags.confgrid.status"]) == {"done"}
     assert set(children["params.scoring.aggregation"]) == {"geometric_mean"}
     assert set(children["params.model.id"]) == {"confgrid-fixture"}
     assert children["metrics.ece/verbalized"].notna().all()
