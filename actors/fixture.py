@@ -40,7 +40,6 @@ import json
 import math
 import os
 import random
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,30 +128,15 @@ def _data_root():
     return importlib.resources.files("confgrid.protocols") / "data"
 
 
-def _prompt_template(name: str) -> str:
-    import yaml
-
-    text = (importlib.resources.files("confgrid.protocols") / "prompts" / f"{name}.yaml").read_text("utf-8")
-    return yaml.safe_load(text)["template"]
-
-
 def render_prompt(kind: str, question: str) -> str:
-    """The user message of a prompt: a bundled template with ``{question}`` filled in.
+    """The user message of a bundled prompt (``protocols/prompts/<kind>.yaml``) for ``question``.
 
-    Parameters
-    ----------
-    kind : str
-        Prompt id: ``"confidence"``, ``"bare"`` or ``"answer_only"``.
-    question : str
-        The question text.
-
-    Returns
-    -------
-    str
-        The template text with ``{question}`` replaced (plain replacement, so
-        braces in the question are kept).
+    The same rendering the product uses (:meth:`confgrid.protocols.prompts.Prompt.render`),
+    so the fixture is trained on exactly the prompts it is evaluated with.
     """
-    return _prompt_template(kind).replace("{question}", question)
+    from confgrid.protocols.prompts import get_prompt
+
+    return get_prompt(kind).render(question)
 
 
 def load_bundled_questions(max_answer_words: int = MAX_ANSWER_WORDS) -> list[FixtureQuestion]:
@@ -579,46 +563,28 @@ def train_fixture(
 
 
 # -------------------------------------------------------------------- evaluation
-_GUESS = re.compile(r"^\s*Guess:[ \t]*(.*)$", re.MULTILINE)
-_PROB = re.compile(r"Probability:\s*([0-9]*\.?[0-9]+)")
-
-
 def parse_confidence_output(text: str) -> tuple[str, float] | None:
-    """Parse ``Guess: ...`` and ``Probability: <number>`` from a reply.
+    """``(answer, verbalized)`` from a reply by the product's parser, or None unless it parsed fully."""
+    from confgrid.protocols.parsing import parse_output
 
-    Parameters
-    ----------
-    text : str
-
-    Returns
-    -------
-    (str, float) or None
-        The guess (stripped) and the number, or None if either line is missing.
-    """
-    g, p = _GUESS.search(text), _PROB.search(text)
-    if g is None or p is None:
-        return None
-    return g.group(1).strip(), float(p.group(1))
+    r = parse_output(text)
+    return (r.answer, r.verbalized) if r.status == "ok" else None
 
 
 def normalize_answer(text: str) -> str:
-    """Lowercase, non-alphanumerics to spaces, whitespace collapsed and stripped."""
-    return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
+    """The product's normalization (:func:`confgrid.protocols.correctness.normalize`)."""
+    from confgrid.protocols.correctness import normalize
+
+    return normalize(text)
 
 
 def is_correct(guess: str, gold: tuple[str, ...] | list[str]) -> bool:
-    """Normalized containment: equal, or one contains the other, for any gold answer.
+    """Normalized containment against ``gold`` (the product's default correctness rule).
 
-    An empty normalized guess is never correct.
+    An empty normalized guess or gold answer never matches.
     """
     g = normalize_answer(guess)
-    if not g:
-        return False
-    for a in gold:
-        a = normalize_answer(a)
-        if a and (g == a or g in a or a in g):
-            return True
-    return False
+    return bool(g) and any(a and (g == a or g in a or a in g) for a in map(normalize_answer, gold))
 
 
 def evaluate_fixture(model_dir: str | Path, *, questions=None, split=None, max_new_tokens: int = 48, seed: int = SEED) -> dict:
