@@ -220,14 +220,14 @@ class ModelWorker:
             ``logprobs`` (list of float, nats, one per answer token),
             ``answer_token_ids`` (list of int), ``context_tokens`` (int).
         """
-        from confgrid.protocols.chat import answer_ids, render_prompt_ids
+        from confgrid.protocols.chat import answer_ids, effective_separator, render_prompt_ids
 
         pairs = []
         for user_text, prefix, sep, answer in requests:
             ctx = render_prompt_ids(
                 self.tokenizer, user_text, use_chat_template=self.config.chat_template, assistant_prefix=prefix
             )
-            pairs.append((ctx, answer_ids(self.tokenizer, answer, sep)))
+            pairs.append((ctx, answer_ids(self.tokenizer, answer, effective_separator(sep, self.config.chat_template))))
         scores = self.backend.score(pairs)
         return [
             {"logprobs": [float(x) for x in s], "answer_token_ids": list(a), "context_tokens": len(c)}

@@ -72,7 +72,7 @@ def grade_answers(parsed: pd.DataFrame, items: list[Item], rules: tuple[str, ...
 def context_user_text(context_id: str, item: Item) -> tuple[str, str, str]:
     """(user text, assistant prefix, separator) of a scoring context for one item."""
     ctx = get_context(context_id)
-    return ctx.user_text(item.question), ctx.assistant_prefix, ctx.separator
+    return ctx.item_text(item), ctx.assistant_prefix, ctx.separator
 
 
 def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> tuple[list[str], list[tuple[str, str, str, str]]]:

@@ -11,21 +11,54 @@ Each aggregation maps a 1-D array of natural-log probabilities, shape
 ``(n_tokens,)``, values in ``(-inf, 0]``, to a float in ``[0, 1]``. An empty
 array gives NaN (undefined, not zero).
 
+Registered: ``geometric_mean`` (default), ``sequence_probability``,
+``arithmetic_mean``, ``min_probability``, ``first_token``. With log-probs
+``l_1..l_T`` and token probabilities ``p_t = exp(l_t)``:
+
+========================  ==========================================
+name                      formula
+========================  ==========================================
+``geometric_mean``        ``exp((1/T) * sum_t l_t)``
+``sequence_probability``  ``exp(sum_t l_t) = prod_t p_t``
+``arithmetic_mean``       ``(1/T) * sum_t p_t``
+``min_probability``       ``min_t p_t``
+``first_token``           ``p_1``
+========================  ==========================================
+
+For any answer, ``sequence_probability <= min_probability <= geometric_mean
+<= arithmetic_mean``. :func:`option_renormalized` (multiple choice) needs the
+scores of every option, so it is not a per-answer aggregation and is not in
+the registry.
+
 Examples
 --------
 >>> import numpy as np
 >>> lp = np.log([0.5, 0.8])
 >>> round(geometric_mean(lp), 6), round(sequence_probability(lp), 6)
 (0.632456, 0.4)
+>>> round(arithmetic_mean(lp), 6), round(min_probability(lp), 6), round(first_token(lp), 6)
+(0.65, 0.5, 0.5)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-__all__ = ["AGGREGATIONS", "DEFAULT_AGGREGATION", "geometric_mean", "get_aggregation", "register_aggregation", "sequence_probability"]
+__all__ = [
+    "AGGREGATIONS",
+    "DEFAULT_AGGREGATION",
+    "arithmetic_mean",
+    "first_token",
+    "geometric_mean",
+    "get_aggregation",
+    "min_probability",
+    "option_renormalized",
+    "register_aggregation",
+    "sequence_probability",
+]
 
 #: ``aggregation(logprobs: np.ndarray) -> float``.
 Aggregation = Callable[[np.ndarray], float]
@@ -122,3 +155,116 @@ def sequence_probability(logprobs: np.ndarray) -> float:
     """
     lp = _as_logprobs(logprobs, "sequence_probability")
     return float("nan") if lp.size == 0 else float(np.exp(lp.sum()))
+
+
+@register_aggregation("arithmetic_mean")
+def arithmetic_mean(logprobs: np.ndarray) -> float:
+    """Arithmetic mean of the token probabilities, ``mean(exp(logprobs))``.
+
+    Parameters
+    ----------
+    logprobs : np.ndarray of shape (n_tokens,)
+        Natural-log probabilities of the answer tokens, each in (-inf, 0].
+
+    Returns
+    -------
+    float
+        In [0, 1]; NaN for an empty array. At least the geometric mean.
+
+    Raises
+    ------
+    ValueError
+        If ``logprobs`` is not 1-D.
+    """
+    lp = _as_logprobs(logprobs, "arithmetic_mean")
+    return float("nan") if lp.size == 0 else float(np.exp(lp).mean())
+
+
+@register_aggregation("min_probability")
+def min_probability(logprobs: np.ndarray) -> float:
+    """Smallest token probability, ``exp(min(logprobs))`` (the weakest token).
+
+    Parameters
+    ----------
+    logprobs : np.ndarray of shape (n_tokens,)
+        Natural-log probabilities of the answer tokens, each in (-inf, 0].
+
+    Returns
+    -------
+    float
+        In [0, 1]; NaN for an empty array.
+
+    Raises
+    ------
+    ValueError
+        If ``logprobs`` is not 1-D.
+    """
+    lp = _as_logprobs(logprobs, "min_probability")
+    return float("nan") if lp.size == 0 else float(np.exp(lp.min()))
+
+
+@register_aggregation("first_token")
+def first_token(logprobs: np.ndarray) -> float:
+    """Probability of the first answer token, ``exp(logprobs[0])``.
+
+    For a multiple-choice letter answer (one token) this is the letter's
+    probability. Note the first token carries the separator: after
+    ``Answer:`` it is the token with the leading space.
+
+    Parameters
+    ----------
+    logprobs : np.ndarray of shape (n_tokens,)
+        Natural-log probabilities of the answer tokens, each in (-inf, 0].
+
+    Returns
+    -------
+    float
+        In [0, 1]; NaN for an empty array.
+
+    Raises
+    ------
+    ValueError
+        If ``logprobs`` is not 1-D.
+    """
+    lp = _as_logprobs(logprobs, "first_token")
+    return float("nan") if lp.size == 0 else float(np.exp(lp[0]))
+
+
+def option_renormalized(option_logprobs: Mapping[str, float], chosen: str) -> float:
+    """Probability of the chosen option renormalized over all options (multiple choice).
+
+    ``exp(l_chosen) / sum_k exp(l_k)``, where ``l_k`` is the total log-prob of
+    option ``k``'s answer string (for a one-token letter, the letter's
+    log-prob) scored in the same context. Computed stably (log-sum-exp).
+
+    Not a per-answer aggregation: it needs one score per option, so a runner
+    scores every option letter of an item in the context (one forced-decoding
+    request per letter) and passes ``{letter: sum of that letter's token
+    log-probs}``.
+
+    Parameters
+    ----------
+    option_logprobs : mapping of str to float
+        Log-probability of each option, values in [-inf, 0].
+    chosen : str
+        The key of the chosen option.
+
+    Returns
+    -------
+    float
+        In [0, 1]; NaN when ``chosen`` is not an option or every option has
+        probability 0.
+
+    Examples
+    --------
+    >>> round(option_renormalized({"A": math.log(0.2), "B": math.log(0.6)}, "B"), 6)
+    0.75
+    """
+    if chosen not in option_logprobs:
+        return float("nan")
+    vals = np.asarray([float(v) for v in option_logprobs.values()], dtype=float)
+    if vals.size == 0 or not np.isfinite(vals.max()):
+        return float("nan")
+    m = vals.max()
+    log_z = m + math.log(float(np.exp(vals - m).sum()))
+    return float(math.exp(float(option_logprobs[chosen]) - log_z))

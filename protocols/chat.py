@@ -12,19 +12,33 @@ the parsed answer, not on the generated tokens.
 BOS policy: the rendered text is tokenized with ``add_special_tokens=False``;
 a BOS id is then prepended only if the tokenizer adds one by default and the
 ids do not already start with it (a template that writes ``<|begin_of_text|>``
-itself gets no second one).
+itself gets no second one). ``add_bos=True``/``False`` overrides the default
+per call (study 000 Appendix B.3: base models generate without BOS and are
+scored with it; :class:`RenderPolicy` declares this per model).
+
+Plain-text rule (base models, ``use_chat_template=False``; study 000 Appendix
+B.3): prompt and answer form one text. The context is the user text, plus
+``"\n" + assistant_prefix`` when a prefix is given, and the answer always
+follows a space: a context separator ``""`` becomes ``" "``
+(:func:`effective_separator`). So the Answer: slot (``question`` +
+``"\nAnswer:"`` + ``" "``) renders exactly as the bare context (``bare`` =
+question + ``"\nAnswer:"``, + ``" "``), and the Guess: slot is the confidence
+prompt, a newline and ``Guess:``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from confgrid.protocols.contexts import ScoringContext
 
 __all__ = [
+    "RenderPolicy",
     "adds_bos",
     "answer_ids",
     "default_system_prompt",
+    "effective_separator",
     "render_prompt_ids",
     "render_prompt_text",
     "scoring_request",
@@ -52,12 +66,37 @@ def adds_bos(tokenizer: Any) -> bool:
     return bool(probe) and probe[0] == bos
 
 
-def _with_bos(tokenizer: Any, ids: list[int]) -> list[int]:
-    if adds_bos(tokenizer):
-        bos = tokenizer.bos_token_id
+def _with_bos(tokenizer: Any, ids: list[int], add_bos: bool | None = None) -> list[int]:
+    if add_bos is None:
+        add_bos = adds_bos(tokenizer)
+        if not add_bos:
+            return ids
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if add_bos:
+        if bos is None:
+            raise ValueError("add_bos=True but the tokenizer has no bos_token_id; pass add_bos=None or False")
         if not ids or ids[0] != bos:
             return [bos, *ids]
+        return ids
+    # add_bos=False: no BOS first, even one the chat template wrote itself
+    if bos is not None and ids and ids[0] == bos:
+        return ids[1:]
     return ids
+
+
+def effective_separator(separator: str, use_chat_template: bool) -> str:
+    """The separator actually placed before the answer.
+
+    With a chat template, ``separator`` as declared. Without one (base
+    models, study 000 Appendix B.3) the answer always follows a space:
+    ``""`` becomes ``" "``.
+
+    >>> effective_separator("", True), effective_separator("", False), effective_separator(" ", False)
+    ('', ' ', ' ')
+    """
+    if not use_chat_template and separator == "":
+        return " "
+    return separator
 
 
 def _apply_template(tokenizer: Any, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
@@ -100,6 +139,7 @@ def render_prompt_ids(
     use_chat_template: bool,
     assistant_prefix: str = "",
     system_prompt: str | None = None,
+    add_bos: bool | None = None,
 ) -> list[int]:
     """Token ids of a context: the user turn, the opened assistant turn and the prefix.
 
@@ -119,25 +159,28 @@ def render_prompt_ids(
         Text opening the assistant turn (``"Answer:"``, ``"Guess:"``).
     system_prompt : str or None
         An explicit system turn (chat template only); None keeps the template default.
+    add_bos : bool or None, default None
+        None: BOS first exactly when the tokenizer adds one by default (never
+        twice). True: BOS first (added unless already there). False: no BOS
+        first (one written by the template is removed).
 
     Returns
     -------
     list of int
-        Tokenized with ``add_special_tokens=False``; BOS prepended only where
-        the tokenizer adds one by default and it is not already first.
+        Tokenized with ``add_special_tokens=False``, then the BOS rule above.
 
     Raises
     ------
     ValueError
         If ``use_chat_template`` is True and the tokenizer has no chat
-        template, or ``system_prompt`` is given without a chat template.
+        template, ``system_prompt`` is given without a chat template, or
+        ``add_bos=True`` and the tokenizer has no BOS token.
 
     Notes
     -----
-    Without a chat template there is no assistant turn: the bare context
-    (prefix ``""``, separator ``""``) then places the answer directly after the
-    user text's final ``Answer:`` with no space. Study 000 uses chat templates
-    throughout; for base models choose the separator deliberately.
+    Without a chat template there is no assistant turn; see the plain-text
+    rule in the module docstring (:func:`scoring_request` applies
+    :func:`effective_separator`).
     """
     text = render_prompt_text(
         tokenizer,
@@ -146,7 +189,7 @@ def render_prompt_ids(
         assistant_prefix=assistant_prefix,
         system_prompt=system_prompt,
     )
-    return _with_bos(tokenizer, _ids(tokenizer, text))
+    return _with_bos(tokenizer, _ids(tokenizer, text), add_bos)
 
 
 def answer_ids(tokenizer: Any, answer: str, separator: str) -> list[int]:
@@ -182,13 +225,17 @@ def scoring_request(
     use_chat_template: bool,
     *,
     system_prompt: str | None = None,
+    add_bos: bool | None = None,
 ) -> tuple[list[int], list[int]]:
     """Context ids and answer ids for forced decoding of ``answer`` in ``context``.
 
     The context is ``render_prompt_ids(tokenizer, context.user_text(question),
-    assistant_prefix=context.assistant_prefix)``; the answer is
-    ``answer_ids(tokenizer, answer, context.separator)``. The model input is
-    ``context_ids + answer_ids`` and the score reads the log-probs of the answer ids.
+    assistant_prefix=context.assistant_prefix, add_bos=add_bos)``; the answer is
+    ``answer_ids(tokenizer, answer, effective_separator(context.separator,
+    use_chat_template))`` (without a chat template the answer always follows a
+    space). The model input is ``context_ids + answer_ids`` and the score
+    reads the log-probs of the answer ids. For a multiple-choice context pass
+    ``context.question_text(item)`` as ``item_question``.
 
     Returns
     -------
@@ -208,8 +255,76 @@ def scoring_request(
         use_chat_template=use_chat_template,
         assistant_prefix=context.assistant_prefix,
         system_prompt=system_prompt,
+        add_bos=add_bos,
     )
-    return ctx, answer_ids(tokenizer, answer, context.separator)
+    return ctx, answer_ids(tokenizer, answer, effective_separator(context.separator, use_chat_template))
+
+
+@dataclass(frozen=True)
+class RenderPolicy:
+    """How one model's prompts are rendered, declared per model (study 000 Appendix A, B.3).
+
+    Attributes
+    ----------
+    use_chat_template : bool, default True
+        Wrap prompts with the tokenizer's chat template; False for base
+        models without one (the plain-text rule of this module).
+    generation_bos : bool or None, default None
+        ``add_bos`` for generation prompts (None: the tokenizer's default).
+    scoring_bos : bool or None, default None
+        ``add_bos`` for scoring contexts (None: the tokenizer's default).
+    system_prompt : str or None, default None
+        An explicit system turn; None keeps the template's default.
+
+    Examples
+    --------
+    >>> RenderPolicy.base_model()
+    RenderPolicy(use_chat_template=False, generation_bos=False, scoring_bos=True, system_prompt=None)
+    """
+
+    use_chat_template: bool = True
+    generation_bos: bool | None = None
+    scoring_bos: bool | None = None
+    system_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("generation_bos", "scoring_bos"):
+            v = getattr(self, name)
+            if v not in (None, True, False):
+                raise ValueError(f"RenderPolicy: {name}={v!r}; allowed: None, True, False")
+        if not isinstance(self.use_chat_template, bool):
+            raise ValueError(f"RenderPolicy: use_chat_template={self.use_chat_template!r}; must be a bool")
+
+    @classmethod
+    def base_model(cls) -> RenderPolicy:
+        """Base checkpoints without a chat template (study 000 Appendix B.3): plain text,
+        generation without BOS, scoring with BOS."""
+        return cls(use_chat_template=False, generation_bos=False, scoring_bos=True)
+
+    def generation_ids(self, tokenizer: Any, user_text: str, assistant_prefix: str = "") -> list[int]:
+        """Prompt ids for generation (``add_bos=generation_bos``)."""
+        return render_prompt_ids(
+            tokenizer,
+            user_text,
+            use_chat_template=self.use_chat_template,
+            assistant_prefix=assistant_prefix,
+            system_prompt=self.system_prompt,
+            add_bos=self.generation_bos,
+        )
+
+    def scoring_request(
+        self, tokenizer: Any, context: ScoringContext, item_question: str, answer: str
+    ) -> tuple[list[int], list[int]]:
+        """:func:`scoring_request` under this policy (``add_bos=scoring_bos``)."""
+        return scoring_request(
+            tokenizer,
+            context,
+            item_question,
+            answer,
+            self.use_chat_template,
+            system_prompt=self.system_prompt,
+            add_bos=self.scoring_bos,
+        )
 
 
 _USER_SENTINEL = "\u2063CONFGRID_USER\u2063"

@@ -3,6 +3,11 @@
 Definitions from study 000 (section 3.4 and Appendix A, "Normalization" and
 "Exact match"). A rule is a function ``rule(answer, item) -> float`` returning
 1.0 (correct) or 0.0 (wrong); rules are kept in a registry (:data:`RULES`).
+``mc_letter`` returns NaN (undefined, not wrong) for an item without options.
+
+Registered: ``containment`` (default), ``exact_match``, ``alias``
+(containment over the gold answers, all aliases and TriviaQA normalized
+aliases), ``mc_letter`` (multiple-choice letter match, Appendix F).
 
 Examples
 --------
@@ -17,7 +22,18 @@ from collections.abc import Callable
 
 from confgrid.protocols.items import Item
 
-__all__ = ["DEFAULT_RULE", "RULES", "Rule", "containment", "exact_match", "get_rule", "normalize", "register_rule"]
+__all__ = [
+    "DEFAULT_RULE",
+    "RULES",
+    "Rule",
+    "alias",
+    "containment",
+    "exact_match",
+    "get_rule",
+    "mc_letter",
+    "normalize",
+    "register_rule",
+]
 
 #: ``rule(answer, item) -> 1.0 or 0.0``.
 Rule = Callable[[str | None, Item], float]
@@ -136,3 +152,59 @@ def exact_match(answer: str | None, item: Item) -> float:
     if not a:
         return 0.0
     return float(a in _golds(item))
+
+
+def _all_aliases(item: Item) -> list[str]:
+    seen: dict[str, None] = {}
+    for x in (*item.gold_answers, item.canonical, *item.aliases, *item.normalized_aliases):
+        g = normalize(x)
+        if g:
+            seen.setdefault(g, None)
+    return list(seen)
+
+
+@register_rule("alias")
+def alias(answer: str | None, item: Item) -> float:
+    """Alias-aware normalized containment.
+
+    As :func:`containment`, but the answer is compared with every accepted
+    form: the gold answers, the canonical reference, every released alias
+    and the TriviaQA ``normalized_aliases`` (each normalized with
+    :func:`normalize`). For items whose gold answers already list every
+    alias (the adapters do so for TriviaQA and TruthfulQA) it agrees with
+    :func:`containment`; it differs where ``aliases`` or
+    ``normalized_aliases`` hold forms that ``gold_answers`` lacks.
+
+    Returns
+    -------
+    float
+        1.0 or 0.0; 0.0 for an answer that normalizes to the empty string.
+    """
+    a = normalize(answer)
+    if not a:
+        return 0.0
+    return float(any(a == g or a in g or g in a for g in _all_aliases(item)))
+
+
+@register_rule("mc_letter")
+def mc_letter(answer: str | None, item: Item) -> float:
+    """Multiple-choice letter match (study 000 Appendix F).
+
+    The answer's option letter (:func:`confgrid.protocols.mc.parse_letter`,
+    limited to the item's options: ``"B"``, ``"(b)"``, ``"B) Paris"``,
+    ``"**B**"``, ``"Answer: B"``) equals ``item.gold_letter``.
+
+    Returns
+    -------
+    float
+        1.0 or 0.0; 0.0 when no letter is found (a refusal, an option's text
+        without its letter). NaN when the item has no options or no gold
+        letter: the rule is undefined there, and a NaN label drops the row
+        from metrics instead of counting it as wrong.
+    """
+    from confgrid.protocols.mc import parse_letter
+
+    if not item.options or not item.gold_letter:
+        return float("nan")
+    letter = parse_letter(answer, n_options=len(item.options))
+    return float(letter is not None and letter == item.gold_letter.strip().upper())

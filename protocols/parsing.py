@@ -29,10 +29,41 @@ import math
 import re
 from typing import NamedTuple
 
-__all__ = ["STATUSES", "ParseResult", "parse_output"]
+__all__ = [
+    "DEFAULT_PARSE_POLICY",
+    "DROP_REASONS",
+    "PARSE_POLICIES",
+    "STATUSES",
+    "ParseResult",
+    "apply_parse_policy",
+    "drop_reason",
+    "parse_for_prompt",
+    "parse_output",
+]
 
-#: Every status :func:`parse_output` can return.
-STATUSES = ("ok", "missing_answer", "missing_confidence", "missing_both", "out_of_range", "empty")
+#: Every status :func:`parse_output` can return, then ``unlabelled_confidence``
+#: (set only by :func:`apply_parse_policy` under ``label_only``).
+STATUSES = (
+    "ok",
+    "missing_answer",
+    "missing_confidence",
+    "missing_both",
+    "out_of_range",
+    "empty",
+    "unlabelled_confidence",
+)
+
+#: Parse policies (study 000 section 3.3 and Appendix B.1): ``label_or_fallback``
+#: keeps a confidence found by the unlabelled-number fallback (the main
+#: analysis); ``label_only`` keeps only confidences after the ``Probability:``
+#: label (the 0-100 analysis).
+PARSE_POLICIES = ("label_or_fallback", "label_only")
+
+#: The default parse policy (study 000 main analysis).
+DEFAULT_PARSE_POLICY = "label_or_fallback"
+
+#: Why a row is dropped: every status except ``ok``.
+DROP_REASONS = tuple(s for s in STATUSES if s != "ok")
 
 
 class ParseResult(NamedTuple):
@@ -145,11 +176,17 @@ def _to_float(num: str, pct: str | None) -> float | None:
     return v / 100.0 if pct else v
 
 
+def _percent_to_float(num: str, pct: str | None) -> float | None:
+    v = _to_float(num, None)
+    return None if v is None else v / 100.0
+
+
 def parse_output(
     text: str | None,
     *,
     answer_label: str = "Guess:",
     confidence_label: str = "Probability:",
+    scale: str | None = "unit",
 ) -> ParseResult:
     """Parse a generated output into answer, stated confidence and a status.
 
@@ -163,22 +200,34 @@ def parse_output(
     answer_label, confidence_label : str
         Labels of the confidence prompt (study 000: ``Guess:`` and
         ``Probability:``). Matched case-insensitively, optionally in Markdown bold.
+    scale : {"unit", "percent"} or None, default "unit"
+        The prompt's declared scale (:attr:`Prompt.scale`; None reads as
+        ``"unit"``). ``"unit"``: a number in [0, 1] is the probability, a
+        number with ``%`` is divided by 100. ``"percent"`` (study 000 Appendix
+        B.1): every number is a percentage, divided by 100 whether or not it
+        carries ``%`` (so ``Probability: 85`` -> 0.85 and ``Probability: 0.85``
+        -> 0.0085, read literally); the fallback takes the first standalone
+        number in [0, 100]. An unknown scale gives status ``missing_both``
+        (never raises).
 
     Returns
     -------
     ParseResult
         ``verbalized`` is in [0, 1] or None. The first label occurrence wins.
-        A labelled number outside [0, 1] (``Probability: 85``,
-        ``Probability: 150%``) gives status ``out_of_range``; a label without
-        any number after it counts as no label, and the fallback applies.
+        A labelled number outside the scale (``Probability: 85`` on the unit
+        scale, ``Probability: 150%``) gives status ``out_of_range``; a label
+        without any number after it counts as no label, and the fallback applies.
     """
     try:
-        return _parse(text, answer_label, confidence_label)
+        return _parse(text, answer_label, confidence_label, scale or "unit")
     except Exception:  # pragma: no cover - defensive; the parser is meant not to raise
         return ParseResult(None, None, "missing_both", False)
 
 
-def _parse(text: object, answer_label: str, confidence_label: str) -> ParseResult:
+def _parse(text: object, answer_label: str, confidence_label: str, scale: str = "unit") -> ParseResult:
+    if scale not in ("unit", "percent"):
+        return ParseResult(None, None, "missing_both", False)
+    to_unit = _to_float if scale == "unit" else _percent_to_float
     if not isinstance(text, str) or not text.strip():
         return ParseResult(None, None, "empty", False)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -197,7 +246,7 @@ def _parse(text: object, answer_label: str, confidence_label: str) -> ParseResul
         n = _LABELLED_NUMBER.match(text, m.end())
         if n is None:
             continue
-        v = _to_float(n.group("num"), n.group("pct"))
+        v = to_unit(n.group("num"), n.group("pct"))
         if v is None:
             continue
         labelled = True
@@ -208,7 +257,7 @@ def _parse(text: object, answer_label: str, confidence_label: str) -> ParseResul
         break
     if not labelled:
         for m in _STANDALONE.finditer(text):
-            v = _to_float(m.group("num"), m.group("pct"))
+            v = to_unit(m.group("num"), m.group("pct"))
             if v is not None and 0.0 <= v <= 1.0:
                 verbalized, used_fallback = v, True
                 break
@@ -224,3 +273,74 @@ def _parse(text: object, answer_label: str, confidence_label: str) -> ParseResul
     else:
         status = "ok"
     return ParseResult(answer, verbalized, status, used_fallback)
+
+
+def parse_for_prompt(text: str | None, prompt: object) -> ParseResult:
+    """:func:`parse_output` with the labels and scale a prompt declares.
+
+    Parameters
+    ----------
+    text : str
+        The generated text.
+    prompt : Prompt or str
+        A :class:`~confgrid.protocols.prompts.Prompt` or a registered prompt id.
+        Missing labels fall back to ``Guess:`` / ``Probability:``.
+
+    Raises
+    ------
+    KeyError
+        If ``prompt`` is an id that is not registered (the only error; the
+        parse itself never raises).
+    """
+    from confgrid.protocols.prompts import get_prompt
+
+    p = get_prompt(prompt) if isinstance(prompt, str) else prompt
+    return parse_output(
+        text,
+        answer_label=getattr(p, "answer_label", None) or "Guess:",
+        confidence_label=getattr(p, "confidence_label", None) or "Probability:",
+        scale=getattr(p, "scale", None) or "unit",
+    )
+
+
+def apply_parse_policy(result: ParseResult, policy: str = DEFAULT_PARSE_POLICY) -> ParseResult:
+    """``result`` under a parse policy (:data:`PARSE_POLICIES`).
+
+    ``label_or_fallback`` returns ``result`` unchanged. ``label_only`` drops a
+    confidence that came from the fallback: ``verbalized`` becomes None,
+    ``used_fallback`` stays True (the record of where the number came from),
+    and the status becomes ``unlabelled_confidence`` when the row has an
+    answer, ``missing_both`` when it has none.
+
+    Raises
+    ------
+    ValueError
+        If ``policy`` is not one of :data:`PARSE_POLICIES`.
+
+    Examples
+    --------
+    >>> r = parse_output("Paris\\n0.9")
+    >>> apply_parse_policy(r, "label_only")
+    ParseResult(answer='Paris', verbalized=None, status='unlabelled_confidence', used_fallback=True)
+    """
+    if policy not in PARSE_POLICIES:
+        raise ValueError(f"parse policy={policy!r} is not known; choose one of {list(PARSE_POLICIES)}")
+    if policy == "label_or_fallback" or not result.used_fallback:
+        return result
+    # a fallback confidence implies status "ok" (answer found) or "missing_answer" (none)
+    status = "unlabelled_confidence" if result.answer is not None else "missing_both"
+    return ParseResult(result.answer, None, status, True)
+
+
+def drop_reason(result: ParseResult, policy: str = DEFAULT_PARSE_POLICY) -> str | None:
+    """Why a row is dropped under ``policy`` (a status from :data:`DROP_REASONS`), or None if it is kept.
+
+    A row is kept when it has both an answer and a confidence after the policy.
+
+    Raises
+    ------
+    ValueError
+        If ``policy`` is not one of :data:`PARSE_POLICIES`.
+    """
+    r = apply_parse_policy(result, policy)
+    return None if r.status == "ok" else r.status

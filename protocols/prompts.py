@@ -1,8 +1,8 @@
 """Prompt texts as frozen, declared objects, loaded from YAML.
 
 The built-in prompts are the YAML files in ``protocols/prompts/`` (package data):
-``bare``, ``confidence`` and ``answer_only`` (study 000, Table 9). Three prompts
-are derived from them, never written twice (study 000 Appendix A "Prompts and
+``bare``, ``confidence`` and ``answer_only`` (study 000, Table 9). Four prompts
+are derived from the built-ins, never written twice (study 000 Appendix A "Prompts and
 contexts" and Appendix C):
 
 * ``question``: the bare prompt without its final ``"\\nAnswer:"`` (the question
@@ -10,7 +10,14 @@ contexts" and Appendix C):
 * ``answer_only_instruction``: the answer-only instruction without its final
   ``"\\nAnswer:"`` (the user turn of the answer-only context);
 * ``confidence_no_probability``: the confidence prompt with its declared
-  ``deletions`` applied (the prompt ablation).
+  ``deletions`` applied (the prompt ablation);
+* ``mc_letter_instruction``: the multiple-choice letter-only prompt without its
+  final ``"\\nAnswer:"`` (the user turn of the multiple-choice Answer: slot).
+
+Further built-ins: ``confidence_percent`` (integer 0-100 scale, study 000
+Appendix B.1), ``mc_letter`` and ``mc_confidence`` (multiple-choice format,
+Appendix F; their ``{question}`` is the question with lettered options, see
+:mod:`confgrid.protocols.mc`).
 
 Examples
 --------
@@ -247,6 +254,8 @@ def _load_builtins() -> None:
     if "answer_only" in PROMPTS:
         register_prompt(get_prompt("answer_only").without_answer_label("answer_only_instruction"))
     register_prompt(get_prompt("confidence").without_probability_request("confidence_no_probability"))
+    if "mc_letter" in PROMPTS:  # the user turn of the multiple-choice Answer: slot (study 000 Appendix F)
+        register_prompt(get_prompt("mc_letter").without_answer_label("mc_letter_instruction"))
 
 
 _load_builtins()

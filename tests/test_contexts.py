@@ -17,16 +17,7 @@ THINK = "<think>\n\n</think>\n\n"
 THINK_IDS = [151667, 271, 151668, 271]  # <think> \n\n </think> \n\n
 
 
-@pytest.fixture(scope="session")
-def qwen3():
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(QWEN3_DIR), local_files_only=True)
-    # the reference ids recorded with the snapshot (shared/models SOURCES.md)
-    assert tok("The capital of France is Paris.", add_special_tokens=False)["input_ids"] == [
-        785, 6722, 315, 9625, 374, 12095, 13,
-    ]
-    return tok
+# the session-scoped ``qwen3`` tokenizer fixture lives in tests/conftest.py
 
 
 # ----------------------------------------------------------------------------- declarations

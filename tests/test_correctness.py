@@ -82,7 +82,7 @@ def test_rule_returns_float_in_01_and_exact_implies_containment():
 
 def test_rule_registry():
     assert C.DEFAULT_RULE == "containment" and C.DEFAULT_RULE in C.RULES
-    with pytest.raises(KeyError, match=r"rule='nope'.*\['containment', 'exact_match'\]"):
+    with pytest.raises(KeyError, match=r"rule='nope'.*\['alias', 'containment', 'exact_match', 'mc_letter'\]"):
         C.get_rule("nope")
     with pytest.raises(ValueError, match="already registered"):
         C.register_rule("exact_match")(lambda a, i: 0.0)
@@ -125,7 +125,62 @@ def test_aggregation_properties(lps):
 
 def test_aggregation_registry():
     assert A.DEFAULT_AGGREGATION == "geometric_mean"
-    with pytest.raises(KeyError, match=r"aggregation='mean'.*\['geometric_mean', 'sequence_probability'\]"):
+    with pytest.raises(KeyError, match=r"aggregation='mean'.*\['arithmetic_mean', 'first_token', 'geometric_mean', 'min_probability', 'sequence_probability'\]"):
         A.get_aggregation("mean")
     with pytest.raises(ValueError, match="already registered"):
         A.register_aggregation("geometric_mean")(lambda x: 0.0)
+
+
+# ----------------------------------------------------------------------------- issue 3: more aggregations and rules
+
+
+def test_new_aggregations_exact_values():
+    lp = np.log(np.array([0.5, 0.8, 0.2]))
+    assert A.arithmetic_mean(lp) == pytest.approx(0.5, rel=1e-12)
+    assert A.min_probability(lp) == pytest.approx(0.2, rel=1e-12)
+    assert A.first_token(lp) == pytest.approx(0.5, rel=1e-12)
+    assert A.first_token(np.log([0.9])) == pytest.approx(0.9)
+    assert A.min_probability(np.array([-np.inf, 0.0])) == 0.0 and A.arithmetic_mean(np.array([-np.inf, 0.0])) == 0.5
+    for name in ("arithmetic_mean", "min_probability", "first_token"):
+        assert A.get_aggregation(name) is getattr(A, name)
+        assert math.isnan(A.get_aggregation(name)(np.array([], dtype=float)))
+        with pytest.raises(ValueError, match=r"shape \(2, 2\)"):
+            A.get_aggregation(name)(np.zeros((2, 2)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(min_value=-30.0, max_value=0.0), min_size=1, max_size=20))
+def test_aggregation_order(lps):
+    lp = np.array(lps)
+    s, m, g, a = A.sequence_probability(lp), A.min_probability(lp), A.geometric_mean(lp), A.arithmetic_mean(lp)
+    tol = 1e-12
+    assert s <= m + tol and m <= g + tol and g <= a + tol and a <= 1.0
+    assert 0.0 <= A.first_token(lp) <= 1.0
+
+
+def test_option_renormalized():
+    scores = {"A": math.log(0.1), "B": math.log(0.6), "C": math.log(0.2), "D": math.log(0.1)}
+    assert A.option_renormalized(scores, "B") == pytest.approx(0.6, rel=1e-12)
+    assert sum(A.option_renormalized(scores, k) for k in scores) == pytest.approx(1.0)
+    assert A.option_renormalized({"A": -1000.0, "B": -1001.0}, "A") == pytest.approx(1 / (1 + math.exp(-1)))
+    assert math.isnan(A.option_renormalized(scores, "E"))
+    assert math.isnan(A.option_renormalized({"A": -np.inf, "B": -np.inf}, "A"))
+    assert "option_renormalized" not in A.AGGREGATIONS  # needs every option's score: not per-answer
+
+
+def test_alias_rule():
+    item = Item("t1", "triviaqa", "Q?", ("Paris",), "Paris", aliases=("Paris", "City of Light"),
+                normalized_aliases=("paris", "ville lumiere"))
+    assert C.containment("City of Light", item) == 0.0 and C.alias("City of Light", item) == 1.0
+    assert C.alias("Ville-Lumière", item) == 0.0  # "ville lumi re" after normalization: not contained
+    assert C.alias("ville lumiere!", item) == 1.0
+    assert C.alias("Paris, France", item) == 1.0 and C.alias("Lyon", item) == 0.0
+    assert C.alias(None, item) == 0.0 and C.alias("?!", item) == 0.0
+    assert C.get_rule("alias") is C.alias
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=20), st.lists(st.text(min_size=1, max_size=10), min_size=1, max_size=4))
+def test_alias_rule_extends_containment(answer, gold):
+    item = Item("x", "d", "Q?", tuple(gold), gold[0], aliases=tuple(gold))
+    assert C.alias(answer, item) == C.containment(answer, item)

