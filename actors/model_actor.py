@@ -182,16 +182,30 @@ class ModelWorker:
             prov["system_prompt"] = default_system_prompt(self.tokenizer) or ""
         return prov
 
-    def generate(self, user_texts: list[str], max_new_tokens: int) -> list[dict[str, Any]]:
-        """Greedy answers to rendered user turns.
+    def generate(self, user_texts: list[str], max_new_tokens: int,
+                 assistant_prefixes: list[str] | None = None) -> list[dict[str, Any]]:
+        """Greedy continuations of rendered user turns.
 
-        Returns one dict per input: ``text``, ``finish_reason``, ``n_tokens``,
-        ``prompt_tokens``.
+        Parameters
+        ----------
+        user_texts : list of str
+            User turns, rendered with the chat template (or as plain text).
+        max_new_tokens : int
+        assistant_prefixes : list of str, optional
+            Text opening each assistant turn (the supplied-answer probe's
+            ``Guess: <answer>\nProbability:``); the model continues it.
+
+        Returns
+        -------
+        list of dict
+            One per input: ``text``, ``finish_reason``, ``n_tokens``, ``prompt_tokens``.
         """
         from confgrid.protocols.chat import render_prompt_ids
 
+        prefixes = assistant_prefixes or [""] * len(user_texts)
         prompts = [
-            render_prompt_ids(self.tokenizer, t, use_chat_template=self.config.chat_template) for t in user_texts
+            render_prompt_ids(self.tokenizer, t, use_chat_template=self.config.chat_template, assistant_prefix=p)
+            for t, p in zip(user_texts, prefixes, strict=True)
         ]
         gens = self.backend.generate(prompts, max_new_tokens=max_new_tokens)
         return [

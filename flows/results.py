@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from confgrid.analysis.bootstrap import setting_seed
+from confgrid.analysis.bootstrap import BootstrapResult, setting_seed
 from confgrid.analysis.compare import flips, gaps, shifts
 from confgrid.flows.bootstrap_ray import bootstrap_one
 
@@ -32,7 +32,8 @@ def setting_tables(
     level: float = 0.95,
     use_ray: bool = False,
     num_workers: int | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    pairs: list[tuple[str, str]] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, BootstrapResult]:
     """Metrics, gaps and shifts of one (model, dataset) setting.
 
     Parameters
@@ -48,6 +49,8 @@ def setting_tables(
     use_ray, num_workers
         Spread the resample chunks over CPU workers with Ray Data
         (flows/bootstrap_ray.py); bit-identical to the in-process path.
+    pairs : list of (signal, signal), optional
+        Token-signal pairs whose gap shift is reported (default: every pair).
 
     Returns
     -------
@@ -59,11 +62,15 @@ def setting_tables(
     shifts_df : columns setting, model, dataset, from_context, to_context, metric,
         shift, lo, hi, excludes_zero, flip, resolved_flip, n; shift =
         g(to) - g(from) on the same resamples, for every pair of contexts in
-        declaration order.
+        declaration order (or the given ``pairs``).
+    result : BootstrapResult
+        The paired bootstrap itself (signal names in ``result.signal_names``),
+        for summaries over settings.
     """
     setting = f"{model}/{dataset}"
     order = list(dict.fromkeys(signals["signal"]))
     ctx_of = dict(zip(signals["signal"], signals["context"], strict=False))
+    agg_of = dict(zip(signals["signal"], signals["aggregation"], strict=False)) if "aggregation" in signals else {}
     conf = signals.pivot(index="item_id", columns="signal", values="confidence")[order].to_numpy(np.float64).T
     corr = signals.pivot(index="item_id", columns="signal", values="correct")[order].to_numpy(np.float64).T
     n = conf.shape[1]
@@ -73,26 +80,33 @@ def setting_tables(
     lo, hi = res.interval(level)
     base = {"setting": setting, "model": model, "dataset": dataset}
     metrics_df = pd.DataFrame([
-        {**base, "signal": sig, "context": ctx_of[sig], "metric": met,
+        {**base, "signal": sig, "context": ctx_of[sig], "aggregation": agg_of.get(sig, ""), "metric": met,
          "point": res.point[s, j], "lo": lo[s, j], "hi": hi[s, j], "n": n}
         for s, sig in enumerate(order) for j, met in enumerate(metrics)
     ])
     if "verbalized" not in order or len(order) < 2:
-        return metrics_df, pd.DataFrame(), pd.DataFrame()
+        return metrics_df, pd.DataFrame(), pd.DataFrame(), res
 
     g = gaps(res, order, level=level).rename(columns={"point": "g"})
     g.insert(1, "context", g["signal"].map(ctx_of))
+    g.insert(2, "aggregation", g["signal"].map(lambda x: agg_of.get(x, "")))
     gaps_df = pd.concat([pd.DataFrame([base] * len(g)), g.drop(columns="n_undefined")], axis=1).assign(n=n)
 
-    pairs = list(itertools.combinations([s for s in order if s != "verbalized"], 2))
+    if pairs is None:
+        pairs = list(itertools.combinations([s for s in order if s != "verbalized"], 2))
+    pairs = [(a, b) for a, b in pairs if a in order and b in order]
     if not pairs:
-        return metrics_df, gaps_df, pd.DataFrame()
+        return metrics_df, gaps_df, pd.DataFrame(), res
     sh = shifts(res, order, pairs, level=level)
     fl = flips(res, order, pairs, level=level)
     sh = sh.merge(fl[["context_a", "context_b", "metric", "flip", "fully_resolved"]],
                   on=["context_a", "context_b", "metric"])
-    sh = sh.assign(from_context=sh["context_a"].map(ctx_of), to_context=sh["context_b"].map(ctx_of))
+    sh = sh.assign(from_context=sh["context_a"].map(ctx_of), to_context=sh["context_b"].map(ctx_of),
+                   from_signal=sh["context_a"], to_signal=sh["context_b"],
+                   from_aggregation=sh["context_a"].map(lambda x: agg_of.get(x, "")),
+                   to_aggregation=sh["context_b"].map(lambda x: agg_of.get(x, "")))
     sh = sh.rename(columns={"point": "shift", "fully_resolved": "resolved_flip"})
-    cols = ["from_context", "to_context", "metric", "shift", "lo", "hi", "excludes_zero", "flip", "resolved_flip"]
+    cols = ["from_context", "to_context", "from_aggregation", "to_aggregation", "from_signal", "to_signal",
+            "metric", "shift", "lo", "hi", "excludes_zero", "flip", "resolved_flip"]
     shifts_df = pd.concat([pd.DataFrame([base] * len(sh)), sh[cols]], axis=1).assign(n=n)
-    return metrics_df, gaps_df, shifts_df
+    return metrics_df, gaps_df, shifts_df, res

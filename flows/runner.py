@@ -20,6 +20,7 @@ CPU stages (parse, grade, aggregate, metrics) recompute from stored tables.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
@@ -36,10 +37,9 @@ from tqdm.auto import tqdm
 
 from confgrid import __version__
 from confgrid.flows.results import setting_tables
-from confgrid.flows.spec import BUNDLED, DatasetSpec, GridSpec, ModelSpec
+from confgrid.flows.spec import BUNDLED, AnswerSetSpec, DatasetSpec, GridSpec, ModelSpec
 from confgrid.flows.stages import (
     aggregate_scores,
-    generation_requests,
     grade_answers,
     parse_generations,
     score_requests,
@@ -107,6 +107,8 @@ class Shard:
     payload: list[Any]
     context: str | None = None
     upstream: str | None = None  # key of the shard whose output this one consumes
+    answer_set: str = "main"
+    max_new_tokens: int = 32
 
     @property
     def setting(self) -> str:
@@ -114,8 +116,9 @@ class Shard:
 
     @property
     def label(self) -> str:
+        aset = f"[{self.answer_set}]" if self.answer_set != "main" else ""
         ctx = f"/{self.context}" if self.context else ""
-        return f"{self.setting}{ctx}#{self.chunk}"
+        return f"{self.setting}{aset}{ctx}#{self.chunk}"
 
 
 def init_ray(address: str | None) -> None:
@@ -231,8 +234,12 @@ class _Executor:
 
         done: dict[str, pd.DataFrame] = {}
         todo: list[Shard] = []
+        queued: set[str] = set()
+        twins: list[Shard] = []  # shards whose key another shard of this call computes (e.g. coinciding contexts)
         for sh in shards:
-            if self.store.has_shard(sh.stage, sh.key):
+            if sh.key in queued:
+                twins.append(sh)
+            elif self.store.has_shard(sh.stage, sh.key):
                 self.store.reuse(sh.stage, sh.label, sh.key)
                 self.counter["reused"] += 1
                 done[sh.key] = self.store.read_shard(sh.stage, sh.key).to_pandas()
@@ -242,12 +249,22 @@ class _Executor:
                 self.counter["skipped"] += 1
             else:
                 todo.append(sh)
+                queued.add(sh.key)
         n_reused = len(done)
         if n_reused:
             log.info("%s: reusing %d stored shard(s) (%d rows); no model call for them",
                      desc, n_reused, sum(len(t) for t in done.values()))
-        if not todo:
-            return done
+        if todo:
+            self._run_todo(todo, build, desc, done)
+        for sh in twins:
+            if sh.key in done:
+                self.store.reuse(sh.stage, sh.label, sh.key)
+        return done
+
+    def _run_todo(self, todo: list[Shard], build, desc: str, done: dict[str, pd.DataFrame]) -> None:
+        import ray
+        from ray.exceptions import RayActorError, RayError
+
         by_model: dict[str, list[Shard]] = {}
         for sh in todo:
             by_model.setdefault(sh.model.name, []).append(sh)
@@ -272,9 +289,14 @@ class _Executor:
                         h = handles[turn % len(handles)]  # round-robin over the replicas holding this model
                         turn += 1
                         rec = self.store.begin(sh.stage, sh.label, sh.key)
-                        method = h.generate if sh.stage == "generate" else h.score
-                        args = (sh.payload, self.spec.elicitation.max_new_tokens) if sh.stage == "generate" else (sh.payload,)
-                        inflight[method.remote(*args)] = (sh, rec, h)
+                        if sh.stage == "generate":
+                            ref = h.generate.remote(sh.payload, sh.max_new_tokens)
+                        elif sh.stage == "probe":
+                            ref = h.generate.remote([p[0] for p in sh.payload], sh.max_new_tokens,
+                                                    [p[1] for p in sh.payload])
+                        else:
+                            ref = h.score.remote(sh.payload)
+                        inflight[ref] = (sh, rec, h)
                     if not inflight:  # no live replica left: the rest fail
                         for sh in queue:
                             rec = self.store.begin(sh.stage, sh.label, sh.key)
@@ -302,7 +324,6 @@ class _Executor:
                     self.rerun.add(sh.key)
                     done[sh.key] = table
                     bar.update(len(sh.payload))
-        return done
 
     def _fail(self, sh: Shard, rec: Any, exc: BaseException) -> None:
         self.store.fail(rec, exc)
@@ -403,6 +424,22 @@ def run_grid(
     return summary
 
 
+def _set_items(a: AnswerSetSpec, its: list[Item]) -> list[Item]:
+    """The items an answer set asks: all for open sets; items with options (shuffled if asked) for mc."""
+    if a.format == "open":
+        return its
+    from confgrid.protocols.mc import shuffle_options
+
+    with_opts = [i for i in its if i.options]
+    return [shuffle_options(i, a.shuffle_seed) for i in with_opts] if a.shuffle_options else with_opts
+
+
+def _user_text(prompt_id: str, item: Item, fmt: str) -> str:
+    from confgrid.protocols.mc import mc_question
+
+    return get_prompt(prompt_id).render(mc_question(item) if fmt == "mc" else item.question)
+
+
 def _run(spec: GridSpec, store: RunStore, ex: _Executor, counter: dict[str, int], t0: float) -> RunSummary:
     size = spec.execution.shard_size
     items: dict[str, list[Item]] = {}
@@ -417,134 +454,375 @@ def _run(spec: GridSpec, store: RunStore, ex: _Executor, counter: dict[str, int]
         items_tables.append(tbl)
         log.info("dataset %s: %d items", d.name, len(its))
     tables: dict[str, Path] = {"items": store.write_table("items", items_tables)}
-    prompt = get_prompt(spec.elicitation.prompt)
+    sets = spec.all_answer_sets()
+    set_items = {(a.id, d.name): _set_items(a, items[d.name]) for a in sets for d in spec.datasets}
+    for a in sets:
+        for d in spec.datasets:
+            if not set_items[(a.id, d.name)]:
+                log.warning("answer set %s: dataset %s has no items with options; skipped", a.id, d.name)
 
-    # generate: one shard per (model, dataset, chunk of items)
+    # generate: one shard per (model, answer set, dataset, chunk of items)
     gen_shards: list[Shard] = []
     for m in spec.models:
         ident = _model_identity(m)
-        for d in spec.datasets:
-            for c, chunk in enumerate(_chunks(items[d.name], size)):
-                if not chunk:
-                    continue
-                key = shard_key("generate", {"model": ident, "prompt": prompt.template, "prompt_id": prompt.id,
-                                             "max_new_tokens": spec.elicitation.max_new_tokens, "decoding": "greedy",
-                                             "items": [(i.item_id, i.question) for i in chunk]})
-                gen_shards.append(Shard("generate", m, d.name, c, key, [i.item_id for i in chunk],
-                                        generation_requests(chunk, prompt.id)))
+        for a in sets:
+            prompt = get_prompt(a.prompt)
+            for d in spec.datasets:
+                for c, chunk in enumerate(_chunks(set_items[(a.id, d.name)], size)):
+                    if not chunk:
+                        continue
+                    texts = [_user_text(a.prompt, i, a.format) for i in chunk]
+                    key = shard_key("generate", {"model": ident, "prompt": prompt.template, "prompt_id": prompt.id,
+                                                 "format": a.format, "max_new_tokens": a.new_tokens,
+                                                 "decoding": "greedy",
+                                                 "items": [(i.item_id, t) for i, t in zip(chunk, texts, strict=True)]})
+                    gen_shards.append(Shard("generate", m, d.name, c, key, [i.item_id for i in chunk], texts,
+                                            answer_set=a.id, max_new_tokens=a.new_tokens))
+    set_of = {a.id: a for a in sets}
 
     def build_gen(sh: Shard, outs: list[dict[str, Any]]) -> pd.DataFrame:
         return pd.DataFrame({
-            "model": sh.model.name, "dataset": sh.dataset, "item_id": sh.item_ids, "prompt_id": prompt.id,
-            "sample_idx": 0, "chunk": sh.chunk, "raw_output": [o["text"] for o in outs],
-            "finish_reason": [o["finish_reason"] for o in outs], "n_new_tokens": [o["n_tokens"] for o in outs],
+            "model": sh.model.name, "dataset": sh.dataset, "answer_set": sh.answer_set, "item_id": sh.item_ids,
+            "prompt_id": set_of[sh.answer_set].prompt, "sample_idx": 0, "chunk": sh.chunk,
+            "raw_output": [o["text"] for o in outs], "finish_reason": [o["finish_reason"] for o in outs],
+            "n_new_tokens": [o["n_tokens"] for o in outs],
         })
 
     gens = ex.run(gen_shards, build_gen, "generate")
 
     # parse + grade (pure, from stored answers), then score shards per context and chunk
-    graded_by_chunk: dict[str, pd.DataFrame] = {}
+    graded_by_key: dict[str, pd.DataFrame] = {}
     score_shards: list[Shard] = []
     for sh in gen_shards:
         if sh.key not in gens:
             continue
-        its = items[sh.dataset]
-        graded = grade_answers(parse_generations(gens[sh.key]), its, spec.correctness.rules, spec.correctness.primary)
-        graded_by_chunk[sh.key] = graded
+        a = set_of[sh.answer_set]
+        its = set_items[(a.id, sh.dataset)]
+        rules = tuple(dict.fromkeys((*spec.correctness.rules, *a.analysis_rules(spec.correctness.rules))))
+        graded = grade_answers(parse_generations(gens[sh.key], a.prompt), its, rules,
+                               a.analysis_rules(spec.correctness.rules)[0] if a.format == "mc" else spec.correctness.primary)
+        graded_by_key[sh.key] = graded
         ident = _model_identity(sh.model)
         q = {i.item_id: i.question for i in its}
-        for ctx_id in spec.scoring.contexts:
+        for ctx_id in a.scoring_contexts(spec.scoring.contexts):
             ctx = get_context(ctx_id)
             ids, reqs = score_requests(graded, its, ctx_id)
             if not reqs:
                 continue
             key = shard_key("score", {"model": ident, "context": [ctx.user_prompt, get_prompt(ctx.user_prompt).template,
-                                                                  ctx.assistant_prefix, ctx.separator],
-                                      "requests": [(i, q[i], r[3]) for i, r in zip(ids, reqs, strict=True)]})
+                                                                  ctx.assistant_prefix, ctx.separator, ctx.item_format],
+                                      "requests": [(i, q[i], r[0], r[3]) for i, r in zip(ids, reqs, strict=True)]})
             score_shards.append(Shard("score", sh.model, sh.dataset, sh.chunk, key, ids, reqs, context=ctx_id,
-                                      upstream=sh.key))
+                                      upstream=sh.key, answer_set=a.id))
 
     def build_score(sh: Shard, outs: list[dict[str, Any]]) -> pd.DataFrame:
         return pd.DataFrame({
-            "model": sh.model.name, "dataset": sh.dataset, "item_id": sh.item_ids, "context_id": sh.context,
-            "chunk": sh.chunk, "answer_source": "generated", "answer": [r[3] for r in sh.payload],
+            "model": sh.model.name, "dataset": sh.dataset, "answer_set": sh.answer_set, "item_id": sh.item_ids,
+            "context_id": sh.context, "chunk": sh.chunk, "answer_source": "generated",
+            "answer": [r[3] for r in sh.payload],
             "logprobs": [o["logprobs"] for o in outs], "answer_token_ids": [o["answer_token_ids"] for o in outs],
             "n_tokens": [len(o["logprobs"]) for o in outs], "context_tokens": [o["context_tokens"] for o in outs],
             "backend": sh.model.backend, "dtype": sh.model.dtype,
         })
 
     scores = ex.run(score_shards, build_score, "score")
+
+    # supplied-answer probe: the verbalized score of sets without one, and the probe study on the main set
+    probe_shards = _probe_shards(spec, sets, set_items, items, gen_shards, graded_by_key)
+
+    def build_probe(sh: Shard, outs: list[dict[str, Any]]) -> pd.DataFrame:
+        from confgrid.protocols.probe import parse_probe_output
+
+        parsed = [parse_probe_output(o["text"], r[3], r[4]) for o, r in zip(outs, sh.payload, strict=True)]
+        return pd.DataFrame({
+            "model": sh.model.name, "dataset": sh.dataset, "answer_set": sh.answer_set, "item_id": sh.item_ids,
+            "kind": [r[2] for r in sh.payload], "answer": [r[3] for r in sh.payload],
+            "source": [r[5] for r in sh.payload], "raw_output": [o["text"] for o in outs],
+            "verbalized": pd.array([p.verbalized for p in parsed], dtype="Float64"),
+            "parse_status": [p.status for p in parsed], "used_fallback": [bool(p.used_fallback) for p in parsed],
+        })
+
+    probes = ex.run(probe_shards, build_probe, "probe")
     store.save_manifest()
 
-    # assemble per setting; a setting with any missing shard gets no metrics
-    stage_tables: dict[str, list[pa.Table]] = {k: [] for k in ("generations", "graded", "scores", "signals")}
-    signal_frames: dict[tuple[str, str], tuple[pd.DataFrame, dict[str, int], pd.DataFrame]] = {}
+    # assemble per (model, dataset, answer set); a unit with any missing shard gets no metrics
+    stage_tables: dict[str, list[pa.Table]] = {k: [] for k in ("generations", "graded", "scores", "probe", "signals")}
+    units: dict[tuple[str, str, str], dict[str, Any]] = {}
     for m in spec.models:
         for d in spec.datasets:
-            g_sh = [s for s in gen_shards if s.model.name == m.name and s.dataset == d.name]
-            s_sh = [s for s in score_shards if s.model.name == m.name and s.dataset == d.name]
-            complete = all(s.key in gens for s in g_sh) and all(s.key in scores for s in s_sh)
-            for s in g_sh:
-                if s.key in gens:
-                    stage_tables["generations"].append(pa.Table.from_pandas(gens[s.key], preserve_index=False))
-                    stage_tables["graded"].append(pa.Table.from_pandas(graded_by_chunk[s.key], preserve_index=False))
-            if not complete:
-                log.warning("%s/%s: some shards are missing; no metrics for this setting", m.name, d.name)
-                continue
-            graded = pd.concat([graded_by_chunk[s.key] for s in g_sh], ignore_index=True)
-            sc = [scores[s.key] for s in s_sh]
-            sc_df = pd.concat(sc, ignore_index=True) if sc else pd.DataFrame(
-                columns=["model", "dataset", "item_id", "context_id", "logprobs"])
-            tokens = aggregate_scores(sc_df, spec.scoring.aggregation)
-            if len(tokens):
-                stage_tables["scores"].append(pa.Table.from_pandas(tokens, preserve_index=False))
-            sig, dropped = signal_table(graded, tokens, spec.scoring.contexts)
-            signal_frames[(m.name, d.name)] = (sig, dropped, graded)
-            stage_tables["signals"].append(pa.Table.from_pandas(
-                sig.assign(setting=f"{m.name}/{d.name}", model=m.name, dataset=d.name), preserve_index=False))
+            for a in sets:
+                g_sh = [s for s in gen_shards if s.model.name == m.name and s.dataset == d.name and s.answer_set == a.id]
+                if not g_sh:
+                    continue
+                s_sh = [s for s in score_shards if s.model.name == m.name and s.dataset == d.name and s.answer_set == a.id]
+                p_sh = [s for s in probe_shards if s.model.name == m.name and s.dataset == d.name and s.answer_set == a.id]
+                for s in g_sh:
+                    if s.key in gens:
+                        stage_tables["generations"].append(pa.Table.from_pandas(gens[s.key], preserve_index=False))
+                        stage_tables["graded"].append(pa.Table.from_pandas(graded_by_key[s.key], preserve_index=False))
+                probe_df = pd.concat([probes[s.key].assign(answer_set=s.answer_set) for s in p_sh if s.key in probes],
+                                     ignore_index=True) if p_sh and any(s.key in probes for s in p_sh) else None
+                if probe_df is not None and len(probe_df):
+                    stage_tables["probe"].append(pa.Table.from_pandas(probe_df, preserve_index=False))
+                complete = all(s.key in gens for s in g_sh) and all(s.key in scores for s in s_sh) and all(
+                    s.key in probes for s in p_sh)
+                if not complete:
+                    log.warning("%s/%s [%s]: some shards are missing; no metrics for it", m.name, d.name, a.id)
+                    continue
+                graded = pd.concat([graded_by_key[s.key] for s in g_sh], ignore_index=True)
+                if a.verbalized_source() == "probe":
+                    graded = _verbalized_from_probe(graded, probe_df)
+                sc = [scores[s.key].assign(context_id=s.context, answer_set=s.answer_set) for s in s_sh]
+                sc_df = pd.concat(sc, ignore_index=True) if sc else pd.DataFrame(
+                    columns=["model", "dataset", "item_id", "context_id", "logprobs"])
+                tokens = aggregate_scores(sc_df, spec.scoring.aggregations)
+                if len(tokens):
+                    stage_tables["scores"].append(pa.Table.from_pandas(tokens, preserve_index=False))
+                units[(m.name, d.name, a.id)] = {"graded": graded, "tokens": tokens, "set": a, "probe": probe_df}
     for name, tl in stage_tables.items():
         tables[name] = store.write_table(name, tl)
 
-    # metrics with paired bootstrap intervals
-    mets, gaps, shifts = [], [], []
-    for (mname, dname), (sig, dropped, _) in tqdm(signal_frames.items(), desc="bootstrap", unit="setting", leave=False):
-        if sig.empty:
-            log.warning("%s/%s: no rows left after parsing; metrics are NaN", mname, dname)
-            continue
-        a, b, c = setting_tables(sig, model=mname, dataset=dname, metrics=spec.metrics.names,
-                                 n_bins=spec.metrics.ece_bins, n_resamples=spec.bootstrap.resamples,
-                                 base_seed=spec.bootstrap.seed, level=spec.bootstrap.level,
-                                 use_ray=spec.execution.bootstrap_backend == "ray_data",
-                                 num_workers=spec.execution.bootstrap_workers)
-        mets.append(a), gaps.append(b), shifts.append(c)
+    # metrics with paired bootstrap intervals, per (setting, answer set, parse policy, correctness rule)
+    mets, gaps, shifts, sig_frames, settings_rows = [], [], [], [], []
+    groups: dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]] = {}
+    for (mname, dname, aid), u in tqdm(units.items(), desc="bootstrap", unit="unit", leave=False):
+        a = u["set"]
+        ctxs = a.scoring_contexts(spec.scoring.contexts)
+        for policy in spec.parsing.policies:
+            for rule in a.analysis_rules(spec.correctness.rules):
+                sig, dropped = signal_table(u["graded"], u["tokens"], ctxs, aggregations=spec.scoring.aggregations,
+                                            policy=policy, rule=rule,
+                                            verbalized=a.verbalized_source() != "none")
+                group = {"answer_set": aid, "parse_policy": policy, "rule": rule}
+                settings_rows.append(_settings_row(mname, dname, u["graded"], sig, dropped, group))
+                if sig.empty:
+                    continue
+                sig_frames.append(sig.assign(setting=f"{mname}/{dname}", model=mname, dataset=dname, **group))
+                out = setting_tables(sig, model=mname, dataset=dname, metrics=spec.metrics.names,
+                                     n_bins=spec.metrics.ece_bins, n_resamples=spec.bootstrap.resamples,
+                                     base_seed=spec.bootstrap.seed, level=spec.bootstrap.level,
+                                     use_ray=spec.execution.bootstrap_backend == "ray_data",
+                                     num_workers=spec.execution.bootstrap_workers,
+                                     pairs=_shift_pairs(ctxs, spec.scoring.aggregations))
+                for df, acc in zip(out[:3], (mets, gaps, shifts), strict=True):
+                    if len(df):
+                        acc.append(_with_group(df, group))
+                groups.setdefault((aid, policy, rule), {})[f"{mname}/{dname}"] = (out[3], list(out[3].signal_names))
+    if sig_frames:
+        tables["signals"] = store.write_table("signals", [pa.Table.from_pandas(f, preserve_index=False) for f in sig_frames])
     metrics_df = pd.concat(mets, ignore_index=True) if mets else pd.DataFrame()
     gaps_df = pd.concat(gaps, ignore_index=True) if gaps else pd.DataFrame()
     shifts_df = pd.concat(shifts, ignore_index=True) if shifts else pd.DataFrame()
+    settings_df = pd.DataFrame(settings_rows)
     res_dir = store.root / "results"
     res_dir.mkdir(exist_ok=True)
-    settings_df = _settings_table(signal_frames)
     outputs = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "settings": settings_df}
+    outputs.update(_study_tables(spec, units, groups, metrics_df, gaps_df))
     for name, df in outputs.items():
         df.to_csv(res_dir / f"{name}.csv", index=False)
         df.to_parquet(res_dir / f"{name}.parquet", index=False)
-    (res_dir / "report.md").write_text(render_markdown(metrics_df, gaps_df, shifts_df, settings_df), encoding="utf-8")
+    _write_checklist(spec, store, ex, units, settings_df)
+    primary = _primary(spec)
+    (res_dir / "primary.json").write_text(json.dumps({**primary, "aggregation": spec.scoring.aggregations[0]}),
+                                          encoding="utf-8")
+    (res_dir / "report.md").write_text(
+        render_markdown(_select(metrics_df, primary), _select(gaps_df, primary), _select(shifts_df, primary),
+                        _select(settings_df, primary)), encoding="utf-8")
     return RunSummary(store.root, metrics_df, gaps_df, shifts_df, counter["model_calls"], counter["reused"],
                       counter["computed"], None, tables, len(ex.failed), counter["skipped"])
 
 
-def _settings_table(signal_frames) -> pd.DataFrame:
-    rows = []
-    for (m, d), (sig, dropped, g) in signal_frames.items():
-        ok = g["parse_status"] == "ok"
-        rows.append({
-            "setting": f"{m}/{d}", "model": m, "dataset": d, "items": len(g),
-            "parse_rate": float(ok.mean()) if len(g) else float("nan"),
-            "accuracy": float(g.loc[ok, "correct"].mean()) if ok.any() else float("nan"),
-            "n_analyzed": int(sig["item_id"].nunique()) if not sig.empty else 0,
-            "used_fallback": int(g["used_fallback"].sum()),
-            "dropped": "; ".join(f"{k}={v}" for k, v in sorted(dropped.items())),
-        })
-    return pd.DataFrame(rows)
+def _study_tables(spec: GridSpec, units, groups, metrics_df: pd.DataFrame, gaps_df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Study 000's tables for this run (flows/report.py); a table fails soft, with a log line."""
+    from confgrid.flows.report import probe_table, study_tables
+
+    out: dict[str, pd.DataFrame] = {}
+    p = _primary(spec)
+    try:
+        if not metrics_df.empty:
+            out.update(study_tables(groups, (p["answer_set"], p["parse_policy"], p["rule"]), metrics_df, gaps_df,
+                                    spec.scoring.contexts, spec.scoring.aggregations, spec.metrics.names,
+                                    spec.bootstrap.level))
+    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
+        log.warning("study tables not built: %s: %s", type(exc).__name__, exc)
+    from confgrid.flows.report import selection_table
+
+    for a in spec.answer_sets:
+        if a.format == "open" and a.verbalized_source() == "probe":
+            sel = selection_table(units, a.id, spec.bootstrap.seed, spec.bootstrap.resamples, spec.bootstrap.level)
+            if len(sel):
+                out[f"selection_{a.id}"] = sel
+    probes = [u["probe"] for (m, d, a), u in units.items() if a == "main" and u["probe"] is not None]
+    if spec.probe.enabled and probes:
+        graded = pd.concat([u["graded"] for (m, d, a), u in units.items() if a == "main"], ignore_index=True)
+        tbl, pairs = probe_table(pd.concat(probes, ignore_index=True), graded, spec.probe.resamples, spec.probe.seed,
+                                 spec.bootstrap.level)
+        out["table17_probe"] = tbl
+        out["probe_pairs"] = pairs
+    return out
+
+
+def _write_checklist(spec: GridSpec, store: RunStore, ex: _Executor, units, settings_df: pd.DataFrame) -> None:
+    """The reporting checklist (study 000 Table 5) of every (model, dataset, answer set)."""
+    from confgrid.flows.report import write_checklist
+    from confgrid.protocols.checklist import build_checklist
+
+    prov = ex.replicas.provenance if ex.replicas else {}
+    models = {m.name: m for m in spec.models}
+    entries = []
+    for (mname, dname, aid), u in units.items():
+        a, m = u["set"], models[mname]
+        st = settings_df[(settings_df["setting"] == f"{mname}/{dname}") & (settings_df["answer_set"] == aid)
+                         & (settings_df["parse_policy"] == spec.parsing.policies[0])
+                         & (settings_df["rule"] == spec.correctness.primary)]
+        dropped = {}
+        if len(st) and st["dropped"].iloc[0]:
+            dropped = {k: int(v) for k, v in (x.split("=") for x in st["dropped"].iloc[0].split("; "))}
+        try:
+            entries.append(build_checklist(
+                model=f"{mname} ({m.model}, revision {m.revision or 'default'})", dataset=dname,
+                use_chat_template=m.chat_template,
+                decoding={"method": "greedy", "max_new_tokens": a.new_tokens, "backend": m.backend, "dtype": m.dtype},
+                elicitation_prompt=a.prompt, token_contexts=a.scoring_contexts(spec.scoring.contexts),
+                aggregation=spec.scoring.aggregations[0], correctness_rule=spec.correctness.primary,
+                ece_estimator="ece", n_bins=spec.metrics.ece_bins, parse_policy=spec.parsing.policies[0],
+                system_prompt=prov.get(mname, {}).get("system_prompt"),
+                rows_total=len(u["graded"]), rows_dropped=dropped,
+                extra={"answer_set": aid, "answer_format": a.format, "verbalized_source": a.verbalized_source(),
+                       "aggregations": list(spec.scoring.aggregations), "rules": list(spec.correctness.rules),
+                       "parse_policies": list(spec.parsing.policies), "metrics": list(spec.metrics.names),
+                       "bootstrap": spec.bootstrap.model_dump(), "provenance": prov.get(mname, {})},
+            ))
+        except Exception as exc:  # noqa: BLE001 - recorded, never lose the run for it
+            log.warning("checklist for %s/%s [%s] not built: %s", mname, dname, aid, exc)
+    write_checklist(store.root, entries)
+
+
+def _primary(spec: GridSpec) -> dict[str, str]:
+    """The main protocol: the main answer set, the first parse policy, the primary rule."""
+    return {"answer_set": "main", "parse_policy": spec.parsing.policies[0], "rule": spec.correctness.primary}
+
+
+def _select(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:
+    if df.empty:
+        return df
+    mask = pd.Series(True, index=df.index)
+    for k, v in group.items():
+        if k in df.columns:
+            mask &= df[k] == v
+    return df[mask].reset_index(drop=True)
+
+
+def _with_group(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:
+    out = df.copy()
+    for i, (k, v) in enumerate(group.items()):
+        out.insert(3 + i, k, v)
+    return out
+
+
+def _shift_pairs(contexts: tuple[str, ...], aggregations: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Signal pairs whose gap shift is reported: every pair of contexts under the primary aggregation,
+    and each other aggregation against the primary one in the same context."""
+    import itertools
+
+    from confgrid.flows.stages import token_signal
+
+    prim = aggregations[0]
+    pairs = [(token_signal(a, prim, prim), token_signal(b, prim, prim)) for a, b in itertools.combinations(contexts, 2)]
+    pairs += [(token_signal(c, prim, prim), token_signal(c, agg, prim)) for c in contexts for agg in aggregations[1:]]
+    return pairs
+
+
+def _verbalized_from_probe(graded: pd.DataFrame, probe: pd.DataFrame | None) -> pd.DataFrame:
+    """For a set without a stated score: the verbalized score of the answer re-supplied (kind ``own``)."""
+    out = graded.copy()
+    own = probe[probe["kind"] == "own"].set_index("item_id") if probe is not None and len(probe) else None
+    if own is None:
+        out["verbalized"] = pd.array([None] * len(out), dtype="Float64")
+        out["parse_status"] = out["parse_status"].where(out["answer"].isna(), "missing_confidence")
+        return out
+    out["verbalized"] = out["item_id"].map(own["verbalized"]).astype("Float64")
+    st = out["item_id"].map(own["parse_status"])
+    has_answer = out["answer"].notna() & (out["answer"].astype(str).str.strip() != "")
+    out["parse_status"] = st.where(has_answer, "missing_answer").fillna("missing_confidence")
+    out["used_fallback"] = out["item_id"].map(own["used_fallback"]).fillna(False).astype(bool)
+    out["verbalized_source"] = "probe"
+    return out
+
+
+def _probe_shards(spec, sets, set_items, items, gen_shards, graded_by_key) -> list[Shard]:
+    """Probe requests: (1) sets whose verbalized score comes from the probe get their own answers
+    re-supplied; (2) with probe.enabled, the main set gets every supplied kind (Table 17)."""
+    from confgrid.protocols.probe import probe_request, supplied_answers
+
+    graded_all: dict[tuple[str, str, str], pd.DataFrame] = {}
+    for sh in gen_shards:
+        if sh.key in graded_by_key:
+            graded_all.setdefault((sh.model.name, sh.dataset, sh.answer_set), []).append(graded_by_key[sh.key])
+    graded_all = {k: pd.concat(v, ignore_index=True) for k, v in graded_all.items()}
+    shards: list[Shard] = []
+    conf_prompt = spec.elicitation.prompt
+    for a in sets:
+        study = a.id == "main" and spec.probe.enabled
+        if a.verbalized_source() != "probe" and not study:
+            continue
+        probe_prompt = "mc_confidence" if a.format == "mc" else conf_prompt
+        for m in spec.models:
+            ident = _model_identity(m)
+            for d in spec.datasets:
+                g = graded_all.get((m.name, d.name, a.id))
+                if g is None:
+                    continue
+                its = set_items[(a.id, d.name)]
+                by_id = {i.item_id: i for i in its}
+                others = {o.name: graded_all.get((o.name, d.name, a.id)) for o in spec.models if o.name != m.name}
+                others = {k: v.set_index("item_id") for k, v in others.items() if v is not None}
+                reqs = []
+                for item_id, ans in zip(g["item_id"], g["answer"], strict=True):
+                    item = by_id[item_id]
+                    own = ans if isinstance(ans, str) and ans.strip() else None
+                    if study:
+                        oth = {k: (v.at[item_id, "answer"], v.at[item_id, "correct"]) for k, v in others.items()
+                               if item_id in v.index}
+                        sup = supplied_answers(item, own, oth, spec.probe.seed, items[d.name], kinds=spec.probe.kinds)
+                    else:
+                        from confgrid.protocols.probe import Supplied
+
+                        sup = [Supplied("own", own)] if own else []
+                    question = _question_for(item, a.format)
+                    for s_ in sup:
+                        r = probe_request(question, s_.answer, probe_prompt)
+                        reqs.append((item_id, r, s_.kind, s_.answer, probe_prompt, s_.source or ""))
+                for c, chunk in enumerate(_chunks(reqs, spec.execution.shard_size * 4)):
+                    if not chunk:
+                        continue
+                    key = shard_key("probe", {"model": ident, "prompt": get_prompt(probe_prompt).template,
+                                              "requests": [(x[0], x[1].user_text, x[1].assistant_prefix) for x in chunk]})
+                    payload = [(x[1].user_text, x[1].assistant_prefix, x[2], x[3], x[4], x[5]) for x in chunk]
+                    shards.append(Shard("probe", m, d.name, c, key, [x[0] for x in chunk], payload,
+                                        answer_set=a.id, max_new_tokens=chunk[0][1].max_new_tokens,
+                                        upstream=None))
+    return shards
+
+
+def _question_for(item: Item, fmt: str) -> str:
+    from confgrid.protocols.mc import mc_question
+
+    return mc_question(item) if fmt == "mc" else item.question
+
+
+def _settings_row(m: str, d: str, g: pd.DataFrame, sig: pd.DataFrame, dropped: dict[str, int],
+                  group: dict[str, str]) -> dict[str, Any]:
+    ok = g["parse_status"] == "ok"
+    corr = g[f"correct_{group['rule']}"]
+    return {
+        "setting": f"{m}/{d}", "model": m, "dataset": d, **group, "items": len(g),
+        "parse_rate": float(ok.mean()) if len(g) else float("nan"),
+        "accuracy": float(corr[ok].mean()) if ok.any() else float("nan"),
+        "n_analyzed": int(sig["item_id"].nunique()) if not sig.empty else 0,
+        "used_fallback": int(g["used_fallback"].sum()),
+        "dropped": "; ".join(f"{k}={v}" for k, v in sorted(dropped.items())),
+    }
 
 
 def _fmt(p: float, lo: float, hi: float) -> str:
@@ -589,7 +867,10 @@ def _axes(spec: GridSpec) -> dict[str, Any]:
         "elicitation.prompt": spec.elicitation.prompt,
         "elicitation.max_new_tokens": spec.elicitation.max_new_tokens,
         "scoring.contexts": list(spec.scoring.contexts),
-        "scoring.aggregation": spec.scoring.aggregation,
+        "scoring.aggregations": list(spec.scoring.aggregations),
+        "answer_sets": ["main"] + [a.id for a in spec.answer_sets],
+        "parsing.policies": list(spec.parsing.policies),
+        "probe.enabled": spec.probe.enabled,
         "correctness.rules": list(spec.correctness.rules),
         "correctness.primary": spec.correctness.primary,
         "metrics.names": list(spec.metrics.names),
@@ -609,8 +890,11 @@ def _log_results(spec: GridSpec, store: RunStore, tracker: Tracker, summary: Run
                  counter: dict[str, int], seconds: float) -> None:
     """One child run per (model, dataset) setting; results and tables on the parent."""
     axes = _axes(spec)
-    met, gaps = summary.metrics, summary.gaps
-    settings = pd.read_parquet(store.root / "results" / "settings.parquet")
+    primary = _primary(spec)
+    met, gaps = _select(summary.metrics, primary), _select(summary.gaps, primary)
+    if not met.empty:
+        met = met[met["aggregation"].isin(["", spec.scoring.aggregations[0]])]
+    settings = _select(pd.read_parquet(store.root / "results" / "settings.parquet"), primary)
     prov = ex.replicas.provenance if ex.replicas else {}
     for m, d in spec.settings():
         setting = f"{m.name}/{d.name}"
@@ -643,6 +927,7 @@ def _log_results(spec: GridSpec, store: RunStore, tracker: Tracker, summary: Run
     tracker.log_metrics({"model_calls": counter["model_calls"], "shards_reused": counter["reused"],
                          "shards_computed": counter["computed"], "shards_failed": len(ex.failed), "seconds": seconds})
     res = store.root / "results"
-    tracker.log_artifacts([res / f for f in ("metrics.csv", "gaps.csv", "shifts.csv", "settings.csv", "report.md")], "results")
+    tracker.log_artifacts(sorted(res.glob("*.csv")) + [res / "report.md", res / "checklist.json", res / "checklist.md"],
+                          "results")
     tracker.log_artifacts(list(summary.tables.values()), "tables")
     tracker.log_artifacts([store.root / "grid.yaml", store.root / "manifest.json"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +31,11 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
     metrics = pd.read_parquet(res / "metrics.parquet")
     gaps = pd.read_parquet(res / "gaps.parquet")
     shifts = pd.read_parquet(res / "shifts.parquet")
+    primary = _primary_group(res)
+    settings, metrics, gaps, shifts = (_sel(df, primary) for df in (settings, metrics, gaps, shifts))
+    if primary:
+        console.print(f"Main protocol: {', '.join(f'{k}={v}' for k, v in primary.items())} "
+                      "(other answer sets, parse policies and rules are in results/*.csv)")
     if not settings.empty:
         console.print(_table(settings[["setting", "items", "parse_rate", "accuracy", "n_analyzed", "dropped"]], "Settings"))
     if not metrics.empty:
@@ -39,6 +45,40 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         wide = g.pivot_table(index=["setting", "context"], columns="metric", values="g", aggfunc="first", sort=False).reset_index()
         console.print(_table(wide, "Gap g = metric(verbalized) - metric(token): >0 favours token under ECE/AURC, verbalized under AUROC"))
     if not shifts.empty:
+        shifts = shifts[shifts["from_aggregation"] == shifts["to_aggregation"]] if "from_aggregation" in shifts else shifts
         s = shifts.assign(shift=[_fmt(p, lo, hi) for p, lo, hi in zip(shifts["shift"], shifts["lo"], shifts["hi"], strict=True)])
         console.print(_table(s[["setting", "from_context", "to_context", "metric", "shift", "flip", "resolved_flip"]],
                              "Shift of g between scoring contexts"))
+    from confgrid.analysis.tables import format_table
+
+    titles = {
+        "table2_contexts": "Table 2: the same answers in three contexts (token metric and gap g per context)",
+        "table3_ablation": "Table 3: the ablation path (mean gap over settings and each step's mean |shift|)",
+        "table4_axes": "Table 4: mean |shift| of g per protocol axis",
+        "table17_probe": "Table 17: supplied-answer probe, paired differences of stated confidence (pooled pairs)",
+    }
+    for name, title in titles.items():
+        f = res / f"{name}.parquet"
+        if f.is_file():
+            df = pd.read_parquet(f)
+            if not df.empty:
+                if name == "table17_probe":
+                    df = df.assign(mean_diff=[_fmt(p, lo, hi) for p, lo, hi in zip(df["mean_diff"], df["lo"], df["hi"], strict=True)])
+                    df = df[["pair", "n", "mean_diff", "share_strings_differ"]]
+                else:
+                    df = format_table(df)
+                console.print(_table(df, title))
+
+
+def _primary_group(res: Path) -> dict[str, str]:
+    f = res / "primary.json"
+    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
+
+
+def _sel(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:
+    if df.empty:
+        return df
+    for k, v in group.items():
+        if k in df.columns:
+            df = df[df[k].isin(["", v])] if k == "aggregation" else df[df[k] == v]
+    return df.reset_index(drop=True)

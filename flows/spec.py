@@ -31,6 +31,9 @@ __all__ = [
     "MetricsSpec",
     "BootstrapSpec",
     "ExecutionSpec",
+    "AnswerSetSpec",
+    "ParsingSpec",
+    "ProbeSpec",
     "GridSpec",
     "load_grid",
     "parse_grid",
@@ -143,13 +146,140 @@ class ElicitationSpec(_Spec):
         return v
 
 
+class AnswerSetSpec(_Spec):
+    """A further set of answers, generated under another prompt or format (study 000 sections 3.4, 4.3, B.1).
+
+    The main answer set is ``elicitation``; each entry here adds one more
+    generation of every question, scored in its own contexts. Its rows carry
+    ``answer_set = id`` everywhere downstream.
+    """
+
+    id: str = Field(description="Label of the answer set (tables, MLflow).", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    prompt: str = Field(description="Generation prompt id, e.g. answer_only, mc_confidence, mc_letter, confidence_percent.")
+    format: Literal["open", "mc"] = Field(
+        "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only)."
+    )
+    max_new_tokens: int | None = Field(None, ge=1, le=4096, description="Decoding budget (default 32 open, 20 mc).")
+    shuffle_options: bool = Field(False, description="mc: shuffle option order with a fixed seed per question.")
+    shuffle_seed: int = Field(0, ge=0, description="mc: base seed of the option shuffle.")
+    contexts: tuple[str, ...] | None = Field(
+        None, description="Scoring contexts of this set (default: scoring.contexts for open, mc_bare/mc_answer_slot/mc_guess_slot for mc)."
+    )
+    rules: tuple[str, ...] | None = Field(
+        None, description="Correctness rules analyzed for this set (default: correctness.rules for open, mc_letter for mc).",
+    )
+    verbalized: Literal["stated", "probe", "none"] | None = Field(
+        None,
+        description="Where the verbalized score comes from: 'stated' (the generation states it), 'probe' (the "
+        "supplied-answer format re-asks for it), 'none'. Default: stated if the prompt asks for a probability, else probe.",
+    )
+
+    @field_validator("prompt")
+    @classmethod
+    def _known_prompt(cls, v: str) -> str:
+        from confgrid.protocols.prompts import PROMPTS
+
+        if v not in PROMPTS:
+            raise _choices_error("prompt", v, list(PROMPTS))
+        return v
+
+    @field_validator("contexts")
+    @classmethod
+    def _known_contexts(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        from confgrid.protocols.contexts import CONTEXTS
+
+        for c in v or ():
+            if c not in CONTEXTS:
+                raise _choices_error("scoring context", c, list(CONTEXTS))
+        return v
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        from confgrid.protocols.correctness import RULES
+
+        for r in v or ():
+            if r not in RULES:
+                raise _choices_error("correctness rule", r, list(RULES))
+        return v
+
+    def analysis_rules(self, rules: tuple[str, ...]) -> tuple[str, ...]:
+        """Rules this set is analyzed under (multiple choice: letter match only, unless declared)."""
+        if self.rules is not None:
+            return self.rules
+        if self.format == "mc":
+            return ("mc_letter",)
+        return tuple(r for r in rules if r != "mc_letter") or rules
+
+    @property
+    def new_tokens(self) -> int:
+        from confgrid.protocols.mc import MC_MAX_NEW_TOKENS
+
+        return self.max_new_tokens or (MC_MAX_NEW_TOKENS if self.format == "mc" else 32)
+
+    def verbalized_source(self) -> str:
+        from confgrid.protocols.prompts import get_prompt
+
+        if self.verbalized is not None:
+            return self.verbalized
+        return "stated" if get_prompt(self.prompt).confidence_label else "probe"
+
+    def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
+        if self.contexts is not None:
+            return self.contexts
+        return ("mc_bare", "mc_answer_slot", "mc_guess_slot") if self.format == "mc" else default
+
+
+class ParsingSpec(_Spec):
+    """Which parsed rows enter the metrics (study 000 Appendix A "Parsing", B.1)."""
+
+    policies: tuple[Literal["label_or_fallback", "label_only"], ...] = Field(
+        ("label_or_fallback",), min_length=1,
+        description="label_or_fallback keeps a score taken from the first standalone number when the Probability: "
+        "label is missing; label_only keeps only labelled scores. Several policies are compared side by side.",
+    )
+
+
+class ProbeSpec(_Spec):
+    """The supplied-answer probe (study 000 section 3.6, Appendix I)."""
+
+    enabled: bool = Field(False, description="Run the probe on the main answer set.")
+    kinds: tuple[Literal["canonical", "first_alias", "plausible_wrong", "off_type", "own"], ...] = Field(
+        ("canonical", "first_alias", "plausible_wrong", "off_type", "own"), min_length=1,
+        description="Supplied answers: canonical reference, first alias, another model's wrong answer, an off-type "
+        "answer (only where no plausible wrong answer exists), the model's own answer re-supplied.",
+    )
+    seed: int = Field(0, ge=0, description="Seed of the off-type draw.")
+    resamples: int = Field(10_000, ge=1, description="Bootstrap resamples over pooled pairs.")
+
+
 class ScoringSpec(_Spec):
     """Where and how the token score of a fixed answer is read."""
 
     contexts: tuple[str, ...] = Field(
         ("bare", "answer_slot", "guess_slot"), min_length=1, description="Scoring contexts the parsed answer is scored in."
     )
-    aggregation: str = Field("geometric_mean", description="Token aggregation of the per-token log-probs.")
+    aggregations: tuple[str, ...] = Field(
+        ("geometric_mean",), min_length=1,
+        description="Token aggregations of the stored per-token log-probs; the first is the primary one. "
+        "Changing them reruns no model.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_aggregation(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "aggregation" in data:
+            data = dict(data)
+            if "aggregations" in data:
+                raise ValueError("give either 'aggregation' (one) or 'aggregations' (a list), not both")
+            agg = data.pop("aggregation")
+            data["aggregations"] = [agg] if isinstance(agg, str) else agg
+        return data
+
+    @property
+    def aggregation(self) -> str:
+        """The primary token aggregation."""
+        return self.aggregations[0]
 
     @field_validator("contexts")
     @classmethod
@@ -163,13 +293,16 @@ class ScoringSpec(_Spec):
             raise ValueError(f"scoring contexts must be distinct; received {list(v)}")
         return v
 
-    @field_validator("aggregation")
+    @field_validator("aggregations")
     @classmethod
-    def _known_aggregation(cls, v: str) -> str:
+    def _known_aggregation(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         from confgrid.protocols.aggregation import AGGREGATIONS
 
-        if v not in AGGREGATIONS:
-            raise _choices_error("token aggregation", v, list(AGGREGATIONS))
+        for a in v:
+            if a not in AGGREGATIONS:
+                raise _choices_error("token aggregation", a, list(AGGREGATIONS))
+        if len(set(v)) != len(v):
+            raise ValueError(f"token aggregations must be distinct; received {list(v)}")
         return v
 
 
@@ -246,6 +379,9 @@ class GridSpec(_Spec):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
+    answer_sets: tuple[AnswerSetSpec, ...] = Field((), description="Further answer sets (answer-only, mc, 0-100).")
+    parsing: ParsingSpec = Field(default_factory=ParsingSpec)
+    probe: ProbeSpec = Field(default_factory=ProbeSpec)
 
     @model_validator(mode="after")
     def _unique_names(self) -> GridSpec:
@@ -253,7 +389,17 @@ class GridSpec(_Spec):
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 raise ValueError(f"{kind}: names must be unique; repeated: {dup}")
+        ids = ["main"] + [a.id for a in self.answer_sets]
+        dup = sorted({n for n in ids if ids.count(n) > 1})
+        if dup:
+            raise ValueError(f"answer_sets: ids must be unique and not 'main' (the elicitation set); repeated: {dup}")
         return self
+
+    def all_answer_sets(self) -> tuple[AnswerSetSpec, ...]:
+        """The main set (``elicitation``, id ``main``) followed by ``answer_sets``."""
+        main = AnswerSetSpec(id="main", prompt=self.elicitation.prompt, format="open",
+                             max_new_tokens=self.elicitation.max_new_tokens, contexts=self.scoring.contexts)
+        return (main, *self.answer_sets)
 
     def settings(self) -> list[tuple[ModelSpec, DatasetSpec]]:
         """The (model, dataset) settings of the grid, in declaration order."""

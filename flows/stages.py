@@ -25,6 +25,7 @@ __all__ = [
     "score_requests",
     "aggregate_scores",
     "signal_table",
+    "token_signal",
     "context_user_text",
 ]
 
@@ -35,14 +36,17 @@ def generation_requests(items: list[Item], prompt_id: str) -> list[str]:
     return [prompt.render(it.question) for it in items]
 
 
-def parse_generations(gen: pd.DataFrame) -> pd.DataFrame:
+def parse_generations(gen: pd.DataFrame, prompt_id: str = "confidence") -> pd.DataFrame:
     """Add ``answer``, ``verbalized``, ``parse_status``, ``used_fallback`` to generations.
 
-    Unparseable output is a recorded status, never an exception
-    (protocols/parsing.py, study 000 Appendix A "Parsing").
+    Parsed with the labels and scale of the prompt that generated them (a 0-100
+    prompt is scaled to [0, 1]). Unparseable output is a recorded status, never
+    an exception (protocols/parsing.py, study 000 Appendix A "Parsing").
     """
+    from confgrid.protocols.parsing import parse_for_prompt
+
     out = gen.copy()
-    parsed = [parse_output(t) for t in out["raw_output"].tolist()]
+    parsed = [parse_for_prompt(t, prompt_id) for t in out["raw_output"].tolist()]
     out["answer"] = [p.answer for p in parsed]
     out["verbalized"] = pd.array([p.verbalized for p in parsed], dtype="Float64")
     out["parse_status"] = [p.status for p in parsed]
@@ -94,64 +98,101 @@ def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> 
     return ids, reqs
 
 
-def aggregate_scores(scores: pd.DataFrame, aggregation: str) -> pd.DataFrame:
-    """Token score per (item, context) from the stored per-token log-probs.
+def token_signal(context: str, aggregation: str, primary: str) -> str:
+    """Signal name of the token score in ``context``: ``token_<context>``, with ``__<aggregation>``
+    appended for an aggregation other than the primary one."""
+    return f"token_{context}" if aggregation == primary else f"token_{context}__{aggregation}"
+
+
+def aggregate_scores(scores: pd.DataFrame, aggregations: tuple[str, ...] | str) -> pd.DataFrame:
+    """Token scores per (item, context) from the stored per-token log-probs.
 
     Aggregation happens here, on stored log-probs, so changing it reruns no
-    model. Adds ``token_score`` (probability in [0, 1]) and ``aggregation``.
+    model. Adds ``token_score`` (the first, primary aggregation; probability in
+    [0, 1]), ``token_score__<name>`` for every aggregation, and ``aggregation``
+    (the primary one's name).
     """
-    fn = get_aggregation(aggregation)
+    aggs = (aggregations,) if isinstance(aggregations, str) else tuple(aggregations)
     out = scores.copy()
-    out["token_score"] = [float(fn(np.asarray(lp, dtype=np.float64))) for lp in out["logprobs"]]
-    out["aggregation"] = aggregation
+    lps = [np.asarray(lp, dtype=np.float64) for lp in out["logprobs"]]
+    for name in aggs:
+        fn = get_aggregation(name)
+        out[f"token_score__{name}"] = [float(fn(lp)) for lp in lps]
+    out["token_score"] = out[f"token_score__{aggs[0]}"]
+    out["aggregation"] = aggs[0]
     return out
 
 
-def signal_table(graded: pd.DataFrame, tokens: pd.DataFrame, contexts: tuple[str, ...]) -> tuple[pd.DataFrame, dict[str, int]]:
+def signal_table(
+    graded: pd.DataFrame,
+    tokens: pd.DataFrame,
+    contexts: tuple[str, ...],
+    *,
+    aggregations: tuple[str, ...] = ("geometric_mean",),
+    policy: str = "label_or_fallback",
+    rule: str | None = None,
+    verbalized: bool = True,
+) -> tuple[pd.DataFrame, dict[str, int]]:
     """Long table of (item_id, signal, confidence, correct) on the instance-aligned rows.
 
-    A row enters the metrics only if it parsed (answer and verbalized score),
-    has a correctness label and a finite token score in every context; so every
-    signal of a setting is evaluated on the same answers (the alignment rule,
-    study 000 section 3.1).
+    A row enters the metrics only if, under the parse ``policy``, it parsed
+    (answer and, when ``verbalized``, a verbalized score), has a label under
+    ``rule`` and a finite token score in every context and aggregation; so every
+    signal of a unit is evaluated on the same answers (the alignment rule, study
+    000 section 3.1).
 
     Returns
     -------
     table : DataFrame
-        Columns item_id, signal, context, confidence, correct.
+        Columns item_id, signal, context, aggregation, confidence, correct.
     dropped : dict
-        Rows left out, by reason.
+        Rows left out, by reason (``parse:<status>``, ``rule:<rule>:undefined``,
+        ``token_score_missing``).
     """
+    from confgrid.protocols.parsing import ParseResult, apply_parse_policy
+
     dropped: dict[str, int] = {}
     g = graded.set_index("item_id")
-    ok = g["parse_status"] == "ok"
-    for status, cnt in g.loc[~ok, "parse_status"].value_counts().items():
-        dropped[f"parse:{status}"] = int(cnt)
-    keep = g.index[ok & g["correct"].notna()]
+    if g.empty:
+        return pd.DataFrame(columns=["item_id", "signal", "context", "aggregation", "confidence", "correct"]), dropped
+    status = []
+    for ans, verb, st, fb in zip(g["answer"], g["verbalized"], g["parse_status"], g["used_fallback"], strict=True):
+        r = apply_parse_policy(ParseResult(ans if isinstance(ans, str) else None,
+                                           None if pd.isna(verb) else float(verb), st, bool(fb)), policy)
+        if not verbalized and r.answer is not None and r.answer.strip():
+            status.append("ok")
+        else:
+            status.append(r.status)
+    status = pd.Series(status, index=g.index)
+    ok = status == "ok"
+    for st, cnt in status[~ok].value_counts().items():
+        dropped[f"parse:{st}"] = int(cnt)
+    corr_col = f"correct_{rule}" if rule else "correct"
+    labelled = g[corr_col].notna()
+    if (ok & ~labelled).sum():
+        dropped[f"rule:{rule}:undefined"] = int((ok & ~labelled).sum())
+    keep = g.index[ok & labelled]
     wide = {}
+    primary = aggregations[0]
     for ctx in contexts:
-        t = tokens[tokens["context_id"] == ctx].set_index("item_id")["token_score"]
-        wide[ctx] = t.reindex(keep)
+        t = tokens[tokens["context_id"] == ctx].set_index("item_id") if len(tokens) else pd.DataFrame()
+        for agg in aggregations:
+            col = f"token_score__{agg}"
+            wide[(ctx, agg)] = (t[col] if col in t else pd.Series(dtype=float)).reindex(keep)
     finite = np.ones(len(keep), dtype=bool)
-    for ctx in contexts:
-        finite &= np.isfinite(wide[ctx].to_numpy(dtype=float, na_value=np.nan))
+    for v in wide.values():
+        finite &= np.isfinite(v.to_numpy(dtype=float, na_value=np.nan))
     if (~finite).sum():
         dropped["token_score_missing"] = int((~finite).sum())
     keep = keep[finite]
+    corr = g.loc[keep, corr_col].to_numpy(dtype=float)
     rows = []
-    corr = g.loc[keep, "correct"].to_numpy(dtype=float)
-    verb = g.loc[keep, "verbalized"].to_numpy(dtype=float)
-    rows.append(pd.DataFrame({"item_id": keep, "signal": "verbalized", "context": "", "confidence": verb, "correct": corr}))
-    for ctx in contexts:
-        rows.append(
-            pd.DataFrame(
-                {
-                    "item_id": keep,
-                    "signal": f"token_{ctx}",
-                    "context": ctx,
-                    "confidence": wide[ctx].reindex(keep).to_numpy(dtype=float),
-                    "correct": corr,
-                }
-            )
-        )
+    if verbalized:
+        verb = g.loc[keep, "verbalized"].to_numpy(dtype=float, na_value=np.nan)
+        rows.append(pd.DataFrame({"item_id": keep, "signal": "verbalized", "context": "", "aggregation": "",
+                                  "confidence": verb, "correct": corr}))
+    for (ctx, agg), v in wide.items():
+        rows.append(pd.DataFrame({"item_id": keep, "signal": token_signal(ctx, agg, primary), "context": ctx,
+                                  "aggregation": agg, "confidence": v.reindex(keep).to_numpy(dtype=float),
+                                  "correct": corr}))
     return pd.concat(rows, ignore_index=True), dropped

@@ -63,7 +63,8 @@ def test_tables_exist_with_protocol_columns(first_run):
 
 def test_metrics_with_intervals_for_every_signal(first_run):
     _, out, summary = first_run
-    m = summary.metrics
+    assert set(summary.metrics["rule"]) == {"containment", "exact_match"}  # every rule is analyzed
+    m = summary.metrics[summary.metrics["rule"] == "containment"]
     assert set(m["signal"]) == {"verbalized", "token_bare", "token_answer_slot", "token_guess_slot"}
     assert set(m["metric"]) == {"ece", "auroc", "aurc"}
     assert len(m) == 3 * 4 * 3
@@ -72,7 +73,8 @@ def test_metrics_with_intervals_for_every_signal(first_run):
     assert not summary.gaps.empty and not summary.shifts.empty
     # the gap is verbalized minus token on the point estimates
     one = m[(m["setting"] == "fixture/triviaqa") & (m["metric"] == "ece")].set_index("signal")["point"]
-    g = summary.gaps.query("setting == 'fixture/triviaqa' and metric == 'ece' and context == 'bare'")["g"].item()
+    g = summary.gaps.query("setting == 'fixture/triviaqa' and metric == 'ece' and context == 'bare' "
+                           "and rule == 'containment'")["g"].item()
     assert g == pytest.approx(one["verbalized"] - one["token_bare"], abs=1e-12)
     assert (out / "results" / "metrics.csv").is_file() and (out / "results" / "report.md").is_file()
 
@@ -92,7 +94,7 @@ def test_mlflow_parent_and_child_runs(first_run):
     shards = kids[kids["tags.confgrid.kind"] == "shard"]
     assert len(shards) == summary.computed_shards == 12
     assert set(shards["tags.confgrid.status"]) == {"done"}
-    assert set(children["params.scoring.aggregation"]) == {"geometric_mean"}
+    assert set(children["params.scoring.aggregations"]) == {"geometric_mean"}
     assert set(children["params.model.id"]) == {"confgrid-fixture"}
     assert children["metrics.ece/verbalized"].notna().all()
 
@@ -117,5 +119,11 @@ def test_changing_only_downstream_axes_reruns_no_model(first_run, tmp_path):
     grid = dict(GRID)
     grid["metrics"] = {"names": ["ece", "auroc", "aurc"], "ece_bins": 15}
     grid["correctness"] = {"rules": ["exact_match", "containment"], "primary": "exact_match"}
+    grid["scoring"] = {"aggregations": ["min_probability", "geometric_mean"]}
     again = run_grid(parse_grid(grid), out)
-    assert again.model_calls == 0
+    assert again.model_calls == 0 and again.computed_shards == 0
+    assert set(again.metrics["aggregation"]) == {"", "min_probability", "geometric_mean"}
+    # the primary aggregation is the first: token_<context> now reads the minimum token probability
+    scores = pd.read_parquet(out / "tables" / "scores.parquet")
+    r = scores.iloc[0]
+    assert r["token_score"] == pytest.approx(math.exp(min(r["logprobs"])), rel=1e-12)
