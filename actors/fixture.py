@@ -638,7 +638,7 @@ def _readme(summary: dict) -> str:
         "# confgrid fixture model",
         "",
         "A smoke-test model. It exists so that `confgrid demo` and the tests run offline",
-        "on CPU in seconds. **Its numbers say nothing about real LLMs**: it is a",
+        "on CPU in minutes. **Its numbers say nothing about real LLMs**: it is a",
         f"{summary['params']:,}-parameter LlamaForCausalLM with a {summary['vocab_size']}-token byte-level",
         "BPE tokenizer, trained for 2-4 minutes on CPU on the questions bundled",
         "with confgrid, to memorize the answers of ~60% of them.",

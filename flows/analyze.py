@@ -618,13 +618,17 @@ def analyze(
             files.append(out_dir / f"{name}{ext}")
 
     if track:
-        metrics_df.attrs["mlflow_parent_run_id"] = _track(
-            input_path, out_dir, tracking_uri, settings, metrics_df, files,
-            params=dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
-                        seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size),
-                        use_ray=bool(use_ray), n_rows=len(rows), n_settings=len(settings),
-                        **{f"column.{r}": c for r, c in _columns(columns).items()}),
-        )
+        try:
+            metrics_df.attrs["mlflow_parent_run_id"] = _track(
+                input_path, out_dir, tracking_uri, settings, metrics_df, files,
+                params=dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
+                            seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size),
+                            use_ray=bool(use_ray), n_rows=len(rows), n_settings=len(settings),
+                            **{f"column.{r}": c for r, c in _columns(columns).items()}),
+            )
+        except Exception as exc:  # noqa: BLE001 - the results are written; tracking is the last step
+            warnings.warn(f"MLflow logging failed ({type(exc).__name__}: {exc}); the results are in {out_dir}",
+                          AnalyzeWarning, stacklevel=2)
     return tables
 
 
@@ -695,6 +699,14 @@ def analyze_cmd(
         logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     columns = dict(setting=setting_col, item_id=item_col, signal=signal_col, confidence=confidence_col,
                    correct=correct_col)
+    if tracking_uri and "://" not in tracking_uri:
+        typer.echo(f"confgrid analyze: --tracking-uri {tracking_uri!r} is not a URI; use sqlite:///PATH/mlflow.db "
+                   "or http://HOST:5000", err=True)
+        raise typer.Exit(2)
+    import os
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AnalyzeWarning)
         warnings.simplefilter("always", UndefinedMetricWarning)

@@ -20,9 +20,36 @@ DEMO_GRID = files("confgrid.flows") / "grids" / "demo.yaml"
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="[confgrid] %(message)s", stream=sys.stderr)
-    for noisy in ("ray", "mlflow", "alembic", "urllib3", "filelock", "datasets", "httpx"):
+    """confgrid's own log lines on stderr; other libraries keep their own handlers (no duplicates)."""
+    import os
+
+    log = logging.getLogger("confgrid")
+    if not log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("[confgrid] %(message)s"))
+        log.addHandler(h)
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    log.propagate = False
+    for noisy in ("ray", "mlflow", "alembic", "urllib3", "filelock", "datasets", "httpx", "huggingface_hub"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # an unreachable tracking server fails in seconds, not minutes
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+
+
+def _check_tracking_uri(uri: str | None) -> None:
+    if uri and "://" not in uri and not uri.startswith("databricks"):
+        typer.echo(f"--tracking-uri {uri!r} is not a URI; use sqlite:///PATH/mlflow.db or http://HOST:5000", err=True)
+        raise typer.Exit(2)
+
+
+def _cluster_call(fn, *args, **kwargs):
+    """Run a Jobs API call; an unreachable or refusing cluster is a one-line error, exit 2."""
+    try:
+        return fn(*args, **kwargs)
+    except (ConnectionError, OSError, RuntimeError, ValueError) as exc:
+        typer.echo(f"Ray Jobs API: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _load(grid_path: Path):
@@ -37,12 +64,16 @@ def _load(grid_path: Path):
 
 def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, grid_text: str | None,
              only_failed: bool = False, resume: bool = False) -> None:
-    from confgrid.flows.runner import ShardFailures, run_grid
+    from confgrid.flows.runner import DatasetError, ShardFailures, run_grid
     from confgrid.flows.show import print_results
 
+    _check_tracking_uri(tracking_uri)
     try:
         summary = run_grid(spec, out, address=address, tracking_uri=tracking_uri, grid_text=grid_text,
                            only_failed=only_failed, resume=resume)
+    except DatasetError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
     except ShardFailures as exc:
         if exc.summary is not None and not exc.summary.metrics.empty:
             print_results(exc.summary.out_dir)
@@ -119,6 +150,9 @@ def resubmit(
 
     n = len(RunStore(out_dir).failed())
     typer.echo(f"{n} failed shard(s) recorded in {out_dir / 'manifest.json'}")
+    if n == 0:
+        typer.echo("nothing to resubmit (use `confgrid resume` to run shards that never ran)")
+        return
     _execute(_load(out_dir / "grid.yaml"), out_dir, address, None, None, only_failed=True, resume=True)
 
 
@@ -133,7 +167,10 @@ def status(
     if job:
         from confgrid.cluster.jobs import job_status
 
-        typer.echo(job_status(address or "http://127.0.0.1:8265", job))
+        if not address:
+            typer.echo("status --job needs --address (the Jobs API, e.g. http://HEAD:8265)", err=True)
+            raise typer.Exit(2)
+        typer.echo(_cluster_call(job_status, address, job))
         return
     if out_dir is None:
         typer.echo("give OUT_DIR, or --job ID --address URL", err=True)
@@ -184,7 +221,9 @@ def submit(
     from confgrid.cluster.jobs import job_logs, job_status, submit_grid
 
     _load(grid)
-    job_id = submit_grid(grid, address, out=out, python=python, pip_install=pip_install, tracking_uri=tracking_uri)
+    _check_tracking_uri(tracking_uri)
+    job_id = _cluster_call(submit_grid, grid, address, out=out, python=python, pip_install=pip_install,
+                           tracking_uri=tracking_uri)
     typer.echo(f"submitted {job_id}; follow with: confgrid logs {job_id} --address {address}")
     if wait:
         import time
@@ -200,12 +239,12 @@ def submit(
 @app.command()
 def logs(
     job_id: str = typer.Argument(..., help="Submission id printed by `confgrid submit`."),
-    address: str = typer.Option("http://127.0.0.1:8265", "--address", help="Jobs API address."),
+    address: str = typer.Option(..., "--address", help="Jobs API address, e.g. http://HEAD:8265."),
 ) -> None:
     """Print a submitted job's logs."""
     from confgrid.cluster.jobs import job_logs
 
-    typer.echo(job_logs(address, job_id))
+    typer.echo(_cluster_call(job_logs, address, job_id))
 
 
 from confgrid.flows.analyze import analyze_cmd  # noqa: E402

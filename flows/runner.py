@@ -148,7 +148,19 @@ def _load_items(d: DatasetSpec) -> list[Item]:
     from confgrid.protocols.datasets import load_items
 
     path = str(BUNDLED_PATHS[d.adapter]) if d.path == BUNDLED else d.path
-    return load_items(d.adapter, path, split=d.split, limit=d.limit, seed=d.seed, dataset_name=d.name, **dict(d.columns))
+    kwargs = d.columns.adapter_kwargs() if d.columns is not None else {}
+    try:
+        items = load_items(d.adapter, path, split=d.split, limit=d.limit, seed=d.seed, dataset_name=d.name, **kwargs)
+    except (FileNotFoundError, KeyError, ValueError, TypeError, OSError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise DatasetError(f"dataset {d.name!r} ({d.adapter}, {path}): {msg}") from exc
+    if d.limit is not None and len(items) < d.limit:
+        log.warning("dataset %s: limit %d but only %d items available; using all of them", d.name, d.limit, len(items))
+    return items
+
+
+class DatasetError(ValueError):
+    """A dataset of the grid could not be loaded (raised before any model is loaded)."""
 
 
 def _chunks(seq: list, size: int) -> list[list]:
@@ -394,12 +406,17 @@ def run_grid(
     t0 = time.time()
     store = RunStore(out_dir)
     grid_path = store.root / "grid.yaml"
+    if grid_text is not None and grid_path.exists() and grid_path.read_text(encoding="utf-8") != grid_text:
+        log.warning("%s holds another grid; it is replaced (shards whose inputs are unchanged are still reused)",
+                    store.root)
     if grid_text is not None or not grid_path.exists():
         grid_path.write_text(
             grid_text if grid_text is not None else yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False),
             encoding="utf-8",
         )
     counter = {"model_calls": 0, "reused": 0, "computed": 0, "skipped": 0}
+    # every dataset is loaded before any model, Ray or MLflow is touched: a bad file fails here
+    items = {d.name: _load_items(d) for d in spec.datasets}
     tracking_uri = tracking_uri or store.meta.get("tracking_uri") or default_tracking_uri(store.root)
     tracker = Tracker(tracking_uri, experiment=f"confgrid/{spec.name}")
     parent_id = store.meta.get("mlflow_parent_run_id") if (resume or only_failed) else None
@@ -409,9 +426,12 @@ def run_grid(
     store.save_manifest()
     ex = _Executor(spec, store, tracker, address, only_failed, counter)
     try:
-        summary = _run(spec, store, ex, counter, t0)
+        summary = _run(spec, store, ex, counter, items)
         summary.parent_run_id = parent_id
-        _log_results(spec, store, tracker, summary, ex, counter, time.time() - t0)
+        try:
+            _log_results(spec, store, tracker, summary, ex, counter, time.time() - t0)
+        except Exception as exc:  # noqa: BLE001 - results are on disk already; say so and go on
+            log.error("MLflow logging failed (%s: %s); every result is in %s", type(exc).__name__, exc, store.root)
     finally:
         ex.close()
         tracker.close_parent(status="FAILED" if ex.failed else "FINISHED")
@@ -440,17 +460,18 @@ def _user_text(prompt_id: str, item: Item, fmt: str) -> str:
     return get_prompt(prompt_id).render(mc_question(item) if fmt == "mc" else item.question)
 
 
-def _run(spec: GridSpec, store: RunStore, ex: _Executor, counter: dict[str, int], t0: float) -> RunSummary:
+def _run(spec: GridSpec, store: RunStore, ex: _Executor, counter: dict[str, int],
+         items: dict[str, list[Item]]) -> RunSummary:
     size = spec.execution.shard_size
-    items: dict[str, list[Item]] = {}
     items_tables = []
     for d in spec.datasets:
-        its = _load_items(d)
-        items[d.name] = its
+        its = items[d.name]
         key = shard_key("items", {"dataset": d.model_dump(mode="json"), "ids": [i.item_id for i in its]})
-        rec = store.begin("items", d.name, key)
         tbl = items_to_table(its)
-        store.finish(rec, tbl)
+        if store.has_shard("items", key):
+            store.reuse("items", d.name, key)
+        else:
+            store.finish(store.begin("items", d.name, key), tbl)
         items_tables.append(tbl)
         log.info("dataset %s: %d items", d.name, len(its))
     tables: dict[str, Path] = {"items": store.write_table("items", items_tables)}

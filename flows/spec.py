@@ -103,6 +103,28 @@ class ModelSpec(_Spec):
         return self
 
 
+class ColumnMapping(_Spec):
+    """Column names of a custom dataset file (adapter ``custom``)."""
+
+    question: str = Field("question", description="Column holding the question text.")
+    answers: str | tuple[str, ...] = Field(
+        "answer", description="Column(s) of accepted answers: a list per cell, or a string split on answer_separator."
+    )
+    answer_separator: str = Field(";", description="Separator of answers packed in one string ('' keeps it whole).")
+    id: str | None = Field(None, description="Column of item ids (default: <dataset>-<row>).")
+    aliases: str | None = Field(None, description="Column of alternative spellings.")
+    canonical: str | None = Field(None, description="Column of the canonical answer (default: the first answer).")
+
+    def adapter_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`confgrid.protocols.datasets.custom`."""
+        kw: dict[str, Any] = {"question_column": self.question, "answer_separator": self.answer_separator,
+                              "answer_column": self.answers if isinstance(self.answers, str) else list(self.answers)}
+        for field, arg in (("id", "id_column"), ("aliases", "aliases_column"), ("canonical", "canonical_column")):
+            if getattr(self, field) is not None:
+                kw[arg] = getattr(self, field)
+        return kw
+
+
 class DatasetSpec(_Spec):
     """One dataset of the grid."""
 
@@ -115,10 +137,17 @@ class DatasetSpec(_Spec):
     split: str = Field("test", description="Split to load when 'path' is a hub dataset name.")
     limit: int | None = Field(None, ge=1, description="Evaluate a seeded random subset of this many items (None = all).")
     seed: int = Field(0, ge=0, description="Seed of the subset drawn by 'limit'.")
-    columns: dict[str, str] = Field(
-        default_factory=dict,
-        description="Column mapping for the custom adapter (question, answers, id, aliases, answer_separator).",
+    columns: ColumnMapping | None = Field(
+        None, description="Column mapping of the custom adapter: question, answers, answer_separator, id, aliases, canonical."
     )
+
+    @model_validator(mode="after")
+    def _columns_only_for_custom(self) -> DatasetSpec:
+        if self.columns is not None and self.adapter != "custom":
+            raise ValueError(
+                f"columns is only for adapter 'custom' (received adapter {self.adapter!r}, whose columns are fixed)"
+            )
+        return self
 
     @field_validator("adapter")
     @classmethod
@@ -479,7 +508,12 @@ def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") ->
     try:
         spec = GridSpec.model_validate(raw)
     except ValidationError as exc:
-        for err in exc.errors():
+        errs = exc.errors()
+        locs = [tuple(e["loc"]) for e in errs]
+        # a list whose only element failed also reports "too short": keep the element's error only
+        errs = [e for e in errs if not (e["type"] == "too_short" and any(
+            len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs))]
+        for err in errs:
             msg = err["msg"]
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, ") :]

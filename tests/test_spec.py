@@ -127,3 +127,42 @@ def test_relative_paths_resolve_against_grid_file(tmp_path):
     spec = load_grid(p)
     assert spec.datasets[0].path == str(f.resolve())
     assert isinstance(spec, GridSpec)
+
+
+def test_columns_only_for_custom_and_keys_checked(tmp_path):
+    raw = _with("datasets.0", {"name": "m", "adapter": "mmlu", "columns": {"question": "q"}})
+    with pytest.raises(GridSpecError, match="only for adapter 'custom'"):
+        parse_grid(raw)
+    f = tmp_path / "qa.jsonl"
+    f.write_text('{"q": "2+2?", "a": "4"}\n', encoding="utf-8")
+    raw = _with("datasets.0", {"name": "mine", "adapter": "custom", "path": str(f),
+                               "columns": {"question": "q", "answer_colum": "a"}})
+    with pytest.raises(GridSpecError) as ei:
+        parse_grid(raw)
+    assert "datasets[0].columns.answer_colum" in [p for p, _ in ei.value.problems]
+
+
+def test_one_line_per_problem_in_a_list(tmp_path):
+    """A bad element of a one-element list is reported once, not also as 'list too short'."""
+    raw = _with("models.0.dtype", "float8", _with("scoring", {"contexts": ["bare", "answer-slot"]}))
+    with pytest.raises(GridSpecError) as ei:
+        parse_grid(raw, base_dir=tmp_path)
+    assert [f for f, _ in ei.value.problems] == ["models[0].dtype", "scoring.contexts"]
+
+
+def test_custom_dataset_missing_column_is_a_clean_cli_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from confgrid.flows.cli import app
+
+    f = tmp_path / "qa.jsonl"
+    f.write_text('{"q": "2+2?", "a": "4"}\n', encoding="utf-8")
+    grid = _with("datasets.0", {"name": "mine", "adapter": "custom", "path": str(f),
+                                "columns": {"question": "question_text", "answers": "a"}})
+    p = tmp_path / "grid.yaml"
+    p.write_text(yaml.safe_dump(grid), encoding="utf-8")
+    res = CliRunner().invoke(app, ["run", str(p), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2, res.output
+    assert "dataset 'mine'" in res.output and "question_text" in res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "out" / "mlflow.db").exists()  # failed before MLflow, Ray or any model
