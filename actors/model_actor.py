@@ -37,6 +37,8 @@ class ModelConfig:
     enable_prefix_caching: bool = False
     gpu_memory_utilization: float = 0.85
     max_retries: int = 1
+    generation_bos: bool | None = None
+    scoring_bos: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,8 @@ class ModelWorker:
 
         prefixes = assistant_prefixes or [""] * len(user_texts)
         prompts = [
-            render_prompt_ids(self.tokenizer, t, use_chat_template=self.config.chat_template, assistant_prefix=p)
+            render_prompt_ids(self.tokenizer, t, use_chat_template=self.config.chat_template, assistant_prefix=p,
+                              add_bos=self.config.generation_bos)
             for t, p in zip(user_texts, prefixes, strict=True)
         ]
         gens = self.backend.generate(prompts, max_new_tokens=max_new_tokens)
@@ -239,7 +242,8 @@ class ModelWorker:
         pairs = []
         for user_text, prefix, sep, answer in requests:
             ctx = render_prompt_ids(
-                self.tokenizer, user_text, use_chat_template=self.config.chat_template, assistant_prefix=prefix
+                self.tokenizer, user_text, use_chat_template=self.config.chat_template, assistant_prefix=prefix,
+                add_bos=self.config.scoring_bos,
             )
             pairs.append((ctx, answer_ids(self.tokenizer, answer, effective_separator(sep, self.config.chat_template))))
         scores = self.backend.score(pairs)

@@ -8,13 +8,15 @@ This module computes the same numbers, bit for bit, on a Ray cluster:
 * each setting's ``(S, n)`` confidence and correctness matrices go into the
   Ray object store once (``ray.put``); every task reads them from its node's
   shared memory (zero copy, one transfer per node), not from the rows;
-* ``map_batches`` (stateless Ray tasks, one CPU each, one row per batch)
-  regenerates the chunk's index matrix with
+* the rows, ordered by setting then chunk, are cut into about
+  ``TASKS_PER_WORKER * num_workers`` contiguous blocks; ``map_batches``
+  (stateless Ray tasks, one CPU each, one block per batch) evaluates each
+  block's chunks with :func:`~confgrid.analysis.bootstrap.bootstrap_chunks`,
+  which regenerates every chunk's index matrix with
   :func:`~confgrid.analysis.bootstrap.chunk_indices` (seeded by
   ``SeedSequence([seed, chunk])``, so it does not depend on which worker
-  draws it) and evaluates it with
-  :func:`~confgrid.analysis.bootstrap.bootstrap_chunk`, the kernel the
-  in-process path runs;
+  draws it or how chunks are grouped into tasks) and runs the kernel the
+  in-process path runs (BLAS pinned to one thread in both);
 * the ``(S, M, b)`` values come back as raw float64 bytes (no conversion
   that could round) and are written into each setting's ``(S, M, B)`` array
   at the chunk's offset.
@@ -43,8 +45,7 @@ import numpy as np
 from confgrid.analysis.bootstrap import (
     DEFAULT_CHUNK_SIZE,
     BootstrapResult,
-    bootstrap_chunk,
-    chunk_indices,
+    bootstrap_chunks,
     n_chunks,
     paired_bootstrap,
 )
@@ -88,24 +89,43 @@ def ensure_ray() -> None:
 
 def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], metrics: list[str], n_resamples: int,
                 chunk_size: int, n_bins: int) -> dict[str, np.ndarray]:
-    """Ray Data UDF: evaluate the ``(setting, chunk)`` rows of one batch."""
+    """Ray Data UDF: evaluate the ``(setting, chunk)`` rows of one batch.
+
+    Rows of one setting are evaluated together by
+    :func:`~confgrid.analysis.bootstrap.bootstrap_chunks` (the setting's
+    arrays fetched and its signals sorted once per batch); every chunk's
+    values are the ones the in-process path computes for it.
+    """
     import ray
 
+    keys = [str(k) for k in batch["key"]]
+    chunk_ids = [int(c) for c in batch["chunk"]]
+    by_key: dict[str, list[int]] = {}
+    for key, c in zip(keys, chunk_ids, strict=True):
+        by_key.setdefault(key, []).append(c)
     settings, chunks, shapes, values = [], [], [], []
-    for key, c in zip(batch["key"], batch["chunk"], strict=True):
-        conf, corr, seed = ray.get(refs[str(key)])
-        idx = chunk_indices(conf.shape[1], n_resamples, seed, int(c), chunk_size)
-        out = bootstrap_chunk(conf, corr, metrics, idx, n_bins=n_bins)
-        settings.append(str(key))
-        chunks.append(int(c))
-        shapes.append(np.asarray(out.shape, dtype=np.int64))
-        values.append(np.ascontiguousarray(out, dtype=np.float64).tobytes())
+    for key, cs in by_key.items():
+        conf, corr, seed = ray.get(refs[key])
+        outs = bootstrap_chunks(conf, corr, metrics, n_resamples, seed, cs, chunk_size=chunk_size, n_bins=n_bins)
+        for c, out in zip(cs, outs, strict=True):
+            settings.append(key)
+            chunks.append(c)
+            shapes.append(np.asarray(out.shape, dtype=np.int64))
+            values.append(np.ascontiguousarray(out, dtype=np.float64).tobytes())
     return {
         "key": np.asarray(settings, dtype=object),
         "chunk": np.asarray(chunks, dtype=np.int64),
         "shape": np.stack(shapes) if shapes else np.zeros((0, 3), dtype=np.int64),
         "values": np.asarray(values, dtype=object),
     }
+
+
+#: Ray tasks per worker slot: each task evaluates a contiguous run of
+#: (setting, chunk) rows, so the per-task overhead of Ray Data (scheduling,
+#: argument and result transfer) is paid a few times per worker rather than
+#: once per chunk, while the tasks stay small enough (about 1/8 of a worker's share)
+#: to balance the workers, also when the OS gives them unequal CPU time
+TASKS_PER_WORKER = 8
 
 
 def _as_input(name: str, value) -> SettingInput:
@@ -144,8 +164,9 @@ def bootstrap_settings_ray(
     n_bins : int, default=10
         ECE bins.
     chunk_size : int, default=1000
-        Resamples per Dataset row (one task's work); part of the draw, as in
-        :func:`paired_bootstrap`.
+        Resamples per Dataset row (a task evaluates a contiguous run of about
+        ``rows / (TASKS_PER_WORKER * num_workers)`` rows); part of the draw, as
+        in :func:`paired_bootstrap`.
     num_workers : int, optional
         Most chunk tasks running at once, one CPU each, on any node of the
         cluster; ``None``: every CPU of the cluster.
@@ -208,11 +229,12 @@ def bootstrap_settings_ray(
     workers = int(num_workers) if num_workers is not None else max(1, int(ray.cluster_resources().get("CPU", 1)))
     workers = min(workers, len(rows))
 
-    ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+    n_tasks = min(len(rows), workers * TASKS_PER_WORKER)
+    ds = ray.data.from_items(rows, override_num_blocks=n_tasks).map_batches(
         _chunk_task,
         fn_kwargs=dict(refs=refs, metrics=list(metric_names), n_resamples=int(n_resamples),
                        chunk_size=int(chunk_size), n_bins=int(n_bins)),
-        batch_size=1,
+        batch_size=None,
         batch_format="numpy",
         num_cpus=1,
         compute=ray.data.TaskPoolStrategy(size=workers),

@@ -16,10 +16,17 @@ import numpy as np
 import pandas as pd
 
 from confgrid.analysis.bootstrap import BootstrapResult, interval
-from confgrid.analysis.summary import summarize_axis, summarize_gaps, summarize_shifts
-from confgrid.analysis.tables import ablation_path_table, axis_table, three_context_table
+from confgrid.analysis.summary import summarize_axis, summarize_estimators, summarize_gaps, summarize_shifts
+from confgrid.analysis.tables import (
+    ablation_path_table,
+    axis_table,
+    estimators_table,
+    three_context_table,
+    transfer_table,
+)
 
-__all__ = ["study_tables", "probe_table", "write_checklist", "ABLATION_PATH"]
+__all__ = ["study_tables", "probe_table", "selection_table", "transfer_tables", "write_checklist", "ABLATION_PATH",
+           "ESTIMATORS"]
 
 log = logging.getLogger("confgrid")
 
@@ -104,9 +111,59 @@ def study_tables(
                 log.info("correctness-rule axis %s -> %s not summarized: %s", primary[2], rule, exc)
                 continue
             axes[f"correctness rule ({primary[2]} -> {rule}, {ref})"] = s
+    ests = [e for e in metric_names if e != "ece" and (e.startswith("ece") or e in ESTIMATORS)]
+    if "ece" in metric_names and ests and three:
+        pair = ("token_bare", "token_guess_slot") if {"bare", "guess_slot"} <= set(contexts) else None
+        est = summarize_estimators(res, [f"token_{c}" for c in three], ests, base="ece", context_pair=pair,
+                                   signal_names=names, level=level)
+        out["table15_estimators"] = estimators_table(est)
+        for e in ests:  # the estimator axis of Table 4: the gap under the estimator vs under 10-bin ECE
+            sub = est[(est["estimator"] == e) & (est["signal"] == f"token_{ref}")]
+            if len(sub):
+                axes[f"ECE estimator (ece -> {e}, {ref})"] = sub.assign(metric=e)
     if axes:
         out["table4_axes"] = axis_table(axes)
     return out
+
+
+#: ECE estimators other than binned ECE (study 000 "Estimators"): compared against 10-bin ECE in Table 15.
+ESTIMATORS = ("ece_equal_mass", "kde_ece", "ks_ece", "smoothed_ece", "smece")
+
+
+def transfer_tables(signal_frames: Mapping[str, pd.DataFrame], context_a: str, context_b: str, seed: int,
+                    n_folds: int = 5, n_splits: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Calibration transfer between two contexts (study 000 Appendix G), per setting and pooled.
+
+    Parameters
+    ----------
+    signal_frames : mapping setting -> long signal table (item_id, signal, confidence, correct)
+    context_a, context_b : scoring contexts; maps fitted on one are applied to the same answers' scores in the other
+
+    Returns
+    -------
+    (penalties, table): every (setting, method, direction, split) row, and the summary per method and direction.
+    """
+    from confgrid.analysis.bootstrap import setting_seed
+    from confgrid.analysis.transfer import transfer_penalties
+
+    rows = []
+    for setting, sig in signal_frames.items():
+        a = sig[sig["signal"] == f"token_{context_a}"].set_index("item_id")
+        b = sig[sig["signal"] == f"token_{context_b}"].set_index("item_id")
+        ids = a.index.intersection(b.index)
+        y = a.loc[ids, "correct"].to_numpy(dtype=float)
+        if len(ids) < n_folds or len(np.unique(y)) < 2 or not np.isin(y, (0.0, 1.0)).all():
+            log.info("transfer %s: skipped (%d answers, needs both classes and binary labels)", setting, len(ids))
+            continue
+        m, d = setting.split("/", 1)
+        pen = transfer_penalties(a.loc[ids, "confidence"].to_numpy(float), b.loc[ids, "confidence"].to_numpy(float),
+                                 y, contexts=(context_a, context_b), n_folds=n_folds, n_splits=n_splits,
+                                 seed=setting_seed(m, d, seed))
+        rows.append(pen.assign(setting=setting))
+    if not rows:
+        return pd.DataFrame(), pd.DataFrame()
+    pen = pd.concat(rows, ignore_index=True)
+    return pen, transfer_table(pen)
 
 
 def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, seed: int,

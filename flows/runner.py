@@ -139,8 +139,11 @@ def init_ray(address: str | None) -> None:
 
 def _model_identity(m: ModelSpec) -> dict[str, Any]:
     """The model inputs every shard key depends on (not batch size, replicas or engine limits)."""
-    return {"model": m.model, "revision": m.revision, "backend": m.backend, "dtype": m.dtype,
-            "chat_template": m.chat_template, "tensor_parallel_size": m.tensor_parallel_size}
+    ident = {"model": m.model, "revision": m.revision, "backend": m.backend, "dtype": m.dtype,
+             "chat_template": m.chat_template, "tensor_parallel_size": m.tensor_parallel_size}
+    if m.generation_bos is not None or m.scoring_bos is not None:
+        ident["bos"] = [m.generation_bos, m.scoring_bos]
+    return ident
 
 
 def _load_items(d: DatasetSpec) -> list[Item]:
@@ -190,7 +193,7 @@ class _Replicas:
             chat_template=m.chat_template, batch_size=m.batch_size, tensor_parallel_size=m.tensor_parallel_size,
             max_num_batched_tokens=m.max_num_batched_tokens, enable_chunked_prefill=m.enable_chunked_prefill,
             enable_prefix_caching=m.enable_prefix_caching, gpu_memory_utilization=m.gpu_memory_utilization,
-            max_retries=self.spec.execution.max_retries,
+            max_retries=self.spec.execution.max_retries, generation_bos=m.generation_bos, scoring_bos=m.scoring_bos,
         )
         for r in range(m.replicas):
             h, pg = start_replica(cfg, r)
@@ -639,9 +642,26 @@ def _run(spec: GridSpec, store: RunStore, ex: _Executor, counter: dict[str, int]
     res_dir.mkdir(exist_ok=True)
     outputs = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "settings": settings_df}
     outputs.update(_study_tables(spec, units, groups, metrics_df, gaps_df))
+    p = _primary(spec)
+    main_frames = {f"{f['model'].iloc[0]}/{f['dataset'].iloc[0]}": f for f in sig_frames
+                   if len(f) and f["answer_set"].iloc[0] == p["answer_set"] and f["parse_policy"].iloc[0] == p["parse_policy"]
+                   and f["rule"].iloc[0] == p["rule"]}
+    if {"bare", "guess_slot"} <= set(spec.scoring.contexts) and main_frames:
+        from confgrid.flows.report import transfer_tables
+
+        try:
+            pen, ttab = transfer_tables(main_frames, "guess_slot", "bare", spec.bootstrap.seed)
+            if len(pen):
+                outputs["transfer_penalties"], outputs["transfer"] = pen, ttab
+        except Exception as exc:  # noqa: BLE001 - a view of the data; never lose the run for it
+            log.warning("calibration transfer not computed: %s: %s", type(exc).__name__, exc)
+    from confgrid.analysis.tables import format_table, to_markdown
+
     for name, df in outputs.items():
         df.to_csv(res_dir / f"{name}.csv", index=False)
         df.to_parquet(res_dir / f"{name}.parquet", index=False)
+        if name.startswith(("table", "transfer", "selection")) and len(df):
+            (res_dir / f"{name}.md").write_text(to_markdown(format_table(df)), encoding="utf-8")
     _write_checklist(spec, store, ex, units, settings_df)
     primary = _primary(spec)
     (res_dir / "primary.json").write_text(json.dumps({**primary, "aggregation": spec.scoring.aggregations[0]}),

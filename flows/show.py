@@ -55,6 +55,8 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         "table2_contexts": "Table 2: the same answers in three contexts (token metric and gap g per context)",
         "table3_ablation": "Table 3: the ablation path (mean gap over settings and each step's mean |shift|)",
         "table4_axes": "Table 4: mean |shift| of g per protocol axis",
+        "table15_estimators": "Table 15: ECE estimators replacing 10-bin ECE (mean and max |shift of g|, flips)",
+        "transfer": "Calibration transfer (Appendix G): Brier penalty of a map fitted in one context, applied in another",
         "table17_probe": "Table 17: supplied-answer probe, paired differences of stated confidence (pooled pairs)",
     }
     for name, title in titles.items():

@@ -93,6 +93,12 @@ class ModelSpec(_Spec):
     enable_chunked_prefill: bool = Field(True, description="vLLM: chunked prefill (bounds memory of long prompts).")
     enable_prefix_caching: bool = Field(False, description="vLLM: prefix caching (off for scoring unless asked for).")
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vLLM: fraction of GPU memory for the engine.")
+    generation_bos: bool | None = Field(
+        None, description="Prepend BOS to generation prompts (None: the tokenizer's default; base models: false)."
+    )
+    scoring_bos: bool | None = Field(
+        None, description="Prepend BOS to scoring contexts (None: the tokenizer's default; base models: true)."
+    )
 
     @model_validator(mode="after")
     def _tp_needs_vllm(self) -> ModelSpec:
@@ -400,6 +406,8 @@ class GridSpec(_Spec):
     """A whole grid: models x datasets x protocol axes."""
 
     name: str = Field("grid", description="Name of the grid, used for the MLflow experiment.")
+    prompt_files: tuple[str, ...] = Field((), description="Your own prompt YAML files, registered before validation.")
+    context_files: tuple[str, ...] = Field((), description="Your own scoring-context YAML files (after prompt_files).")
     models: tuple[ModelSpec, ...] = Field(min_length=1, description="Models to evaluate.")
     datasets: tuple[DatasetSpec, ...] = Field(min_length=1, description="Datasets to evaluate on.")
     elicitation: ElicitationSpec = Field(default_factory=ElicitationSpec)
@@ -477,6 +485,43 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]
     return problems
 
 
+def _register_user_files(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]:
+    """Register the grid's own prompt and context files (relative to the grid's folder).
+
+    A file registered before with identical content is accepted again; an id
+    that clashes with a different prompt or context is a problem.
+    """
+    from confgrid.protocols.contexts import CONTEXTS, load_context_file, register_context
+    from confgrid.protocols.prompts import PROMPTS, load_prompt_file, register_prompt
+
+    problems: list[tuple[str, str]] = []
+    for key in ("prompt_files", "context_files"):
+        files = raw.get(key) or []
+        if not isinstance(files, list):
+            continue  # the model validation reports the type
+        resolved = []
+        for i, f in enumerate(files):
+            p = (base_dir / Path(str(f)).expanduser()).resolve()
+            resolved.append(str(p))
+            if not p.is_file():
+                problems.append((f"{key}[{i}]", f"file {str(p)!r} does not exist"))
+                continue
+            try:
+                loaded = [load_prompt_file(p, register=False)] if key == "prompt_files" else load_context_file(p, register=False)
+            except Exception as exc:  # noqa: BLE001 - reported as a problem of this field
+                problems.append((f"{key}[{i}]", f"{type(exc).__name__}: {exc}"))
+                continue
+            registry, register = (PROMPTS, register_prompt) if key == "prompt_files" else (CONTEXTS, register_context)
+            for obj in loaded:
+                if obj.id in registry:
+                    if registry[obj.id] != obj:
+                        problems.append((f"{key}[{i}]", f"id {obj.id!r} is already registered with different content"))
+                    continue
+                register(obj)
+        raw[key] = resolved
+    return problems
+
+
 def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") -> GridSpec:
     """Validate a grid given as a mapping (the parsed YAML).
 
@@ -505,6 +550,7 @@ def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") ->
 
     raw = copy.deepcopy(raw)
     problems = _resolve_paths(raw, Path(base_dir))
+    problems += _register_user_files(raw, Path(base_dir))
     try:
         spec = GridSpec.model_validate(raw)
     except ValidationError as exc:

@@ -414,7 +414,8 @@ def contexts_from_mappings(data: Any, *, where: str = "contexts", register: bool
                 f"{at}: user_prompt={entry['user_prompt']!r} is not a registered prompt; choose one of {sorted(PROMPTS)}"
             )
         cid = entry["id"]
-        if cid in CONTEXTS or cid in seen:
+        if cid in seen or (register and cid in CONTEXTS):
+            # with register=False the caller decides about ids already registered
             raise ValueError(f"{at}: a context with id={cid!r} is already registered or declared")
         seen.add(cid)
         try:

@@ -314,3 +314,81 @@ def test_kernels_reject_non_count_weights():
         BS.aurc_weighted([0.2, 0.4], [1, 0], [[0.5, 1.5]])
     with pytest.raises(ValueError, match="integer counts"):
         BS.auroc_weighted([0.2, 0.4], [1, 0], [[-1, 3]])
+
+
+# ---------------------------------------------------------------------------
+# the fused count-space path (segment counts, AURC table, chunk groups)
+# ---------------------------------------------------------------------------
+
+
+def _graded_mixed_setting(rng, n):
+    """Binary and graded correctness, continuous scores, 0.05-grid scores (mixed tie groups), exact 0 / 1."""
+    corr = np.stack([(rng.random(n) < 0.55).astype(float), np.round(rng.random(n), 1),
+                     (rng.random(n) < 0.3).astype(float)])
+    conf = np.stack([
+        np.clip(0.3 * corr[0] + 0.7 * rng.random(n), 0, 1),
+        np.round(rng.random(n) * 20) / 20,
+        np.where(rng.random(n) < 0.2, 1.0, np.where(rng.random(n) < 0.2, 0.0, rng.random(n))),
+    ])
+    return conf, corr
+
+
+@pytest.mark.parametrize("n", [60, 400])
+def test_fused_path_equals_loop_graded_ties_many_segments(n):
+    # n = 400: continuous signals have hundreds of segments (bincount path)
+    rng = np.random.default_rng(100 + n)
+    conf, corr = _graded_mixed_setting(rng, n)
+    idx = rng.integers(0, n, (40, n))
+    names = ["ece", "auroc", "aurc", "brier", "calibration_gap", "overconfidence"]
+    got = BS.bootstrap_chunk(conf, corr, names, idx, n_bins=15)
+    ref = loop_chunk(conf, corr, names[:4], idx, n_bins=15)
+    np.testing.assert_allclose(got[:, :4], ref, rtol=1e-12, atol=1e-12)
+    gap = np.array([[np.mean(conf[s][r] - corr[s][r]) for r in idx] for s in range(3)])
+    np.testing.assert_allclose(got[:, 4], gap, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(got[:, 4], got[:, 5])
+
+
+def test_signal_values_do_not_depend_on_the_other_signals():
+    rng = np.random.default_rng(21)
+    n = 300
+    conf, corr = _graded_mixed_setting(rng, n)
+    idx = rng.integers(0, n, (150, n))
+    together = BS.bootstrap_chunk(conf, corr, ALL, idx)
+    for s in range(3):
+        alone = BS.bootstrap_chunk(conf[s], corr[s], ALL, idx)
+        np.testing.assert_array_equal(alone[0], together[s])
+    # nor on which other metrics are asked for
+    np.testing.assert_array_equal(BS.bootstrap_chunk(conf, corr, ["aurc", "ece"], idx),
+                                  together[:, [ALL.index("aurc"), ALL.index("ece")]])
+
+
+def test_aurc_table_is_exact_to_rounding():
+    from fractions import Fraction
+
+    n = 40
+    hi, lo = BS._aurc_table(n)
+    H = [Fraction(0)]
+    for i in range(1, n + 1):
+        H.append(H[-1] + Fraction(1, i))
+    V = [sum((H[n] - H[q] for q in range(n - a, n)), Fraction(0)) for a in range(n + 1)]
+    for a1, a2 in [(0, 1), (3, 4), (39, 40), (0, 40), (10, 25)]:
+        exact = V[a2] - V[a1]
+        got = (hi[a2] - hi[a1]) + (lo[a2] - lo[a1])
+        assert abs(Fraction(got) - exact) <= abs(exact) * Fraction(1, 2**50)
+
+
+def test_bootstrap_chunks_equal_paired_bootstrap_slices():
+    rng = np.random.default_rng(8)
+    conf, corr = make_setting(rng, S=3, n=70)
+    full = BS.paired_bootstrap(conf, corr, ALL, n_resamples=230, seed=9, chunk_size=50)
+    got = BS.bootstrap_chunks(conf, corr, ALL, 230, 9, [4, 0, 2], chunk_size=50)
+    for c, v in zip([4, 0, 2], got):
+        np.testing.assert_array_equal(v, full.resamples[:, :, c * 50 : c * 50 + v.shape[-1]])
+    assert got[0].shape == (3, 4, 30)
+    with pytest.raises(ValueError, match="chunk_index"):
+        BS.bootstrap_chunks(conf, corr, ALL, 230, 9, [5], chunk_size=50)
+
+
+def test_bootstrap_chunk_rejects_out_of_range_indices():
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 3\)"):
+        BS.bootstrap_chunk(np.full((1, 3), 0.5), np.ones(3), ["ece"], np.array([[0, 1, 3]]))

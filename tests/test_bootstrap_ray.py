@@ -128,3 +128,17 @@ def test_errors_name_the_setting_before_any_ray_work():
         bootstrap_settings_ray({"ok": bad["ok"]}, ["ece"], 10, num_workers=0)
     with pytest.raises(ValueError, match=r"settings\['ok'\] must be \(confidence"):
         bootstrap_settings_ray({"ok": (np.ones(3), np.ones(3))}, ["ece"], 10)
+
+
+def test_tasks_spanning_settings_and_chunks_bit_identical(ray_local, monkeypatch):
+    # one worker, few tasks: every task evaluates chunks of several settings
+    import confgrid.flows.bootstrap_ray as BR
+
+    monkeypatch.setattr(BR, "TASKS_PER_WORKER", 2)
+    settings = _settings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        got = bootstrap_settings_ray(settings, METRICS, 170, n_bins=10, chunk_size=40, num_workers=1)
+    for name, inp in settings.items():
+        ref = _reference(inp, 170, 40, 10)
+        assert np.array_equal(got[name].resamples, ref.resamples, equal_nan=True)

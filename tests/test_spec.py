@@ -166,3 +166,24 @@ def test_custom_dataset_missing_column_is_a_clean_cli_error(tmp_path):
     assert "dataset 'mine'" in res.output and "question_text" in res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "out" / "mlflow.db").exists()  # failed before MLflow, Ray or any model
+
+
+def test_user_prompt_and_context_files(tmp_path):
+    (tmp_path / "p.yaml").write_text(
+        "id: terse_user\ntemplate: |-\n  Q: {question}\n  A:\nanswer_label: 'A:'\n", encoding="utf-8")
+    (tmp_path / "c.yaml").write_text(
+        "- {id: terse_slot_user, user_prompt: terse_user, assistant_prefix: 'Answer:', separator: ' '}\n",
+        encoding="utf-8")
+    raw = _with("scoring", {"contexts": ["bare", "terse_slot_user"]})
+    raw["prompt_files"] = ["p.yaml"]
+    raw["context_files"] = ["c.yaml"]
+    spec = parse_grid(raw, base_dir=tmp_path)
+    assert spec.scoring.contexts == ("bare", "terse_slot_user")
+    assert parse_grid(raw, base_dir=tmp_path) == spec  # the same files again: accepted
+    (tmp_path / "p2.yaml").write_text("id: terse_user\ntemplate: 'other {question}'\n", encoding="utf-8")
+    raw["prompt_files"] = ["p2.yaml"]
+    with pytest.raises(GridSpecError, match="already registered with different content"):
+        parse_grid(raw, base_dir=tmp_path)
+    raw["prompt_files"] = ["missing.yaml"]
+    with pytest.raises(GridSpecError, match="does not exist"):
+        parse_grid(raw, base_dir=tmp_path)
