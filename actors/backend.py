@@ -120,3 +120,24 @@ class Backend(Protocol):
             ``model`` (path or hub name) and ``revision``.
         """
         ...
+
+
+def eos_token_ids(generation_eos: Any, tokenizer_eos: Any, model_name: str) -> set[int]:
+    """The union of the generation config's and the tokenizer's EOS ids (each an int, a list, or None).
+
+    Raises
+    ------
+    ValueError
+        If neither names an EOS id.
+    """
+    ids: set[int] = set()
+    for source in (generation_eos, tokenizer_eos):
+        if source is None:
+            continue
+        if isinstance(source, int):
+            ids.add(int(source))
+        else:
+            ids.update(int(i) for i in source)
+    if not ids:
+        raise ValueError(f"no EOS token id known for {model_name!r}")
+    return ids

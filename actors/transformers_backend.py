@@ -111,18 +111,10 @@ class TransformersBackend:
 
     # ------------------------------------------------------------------ helpers
     def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
+        from confgrid.actors.backend import eos_token_ids
+
         gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        for source in (gen_eos, self.tokenizer.eos_token_id):
-            if source is None:
-                continue
-            if isinstance(source, int):
-                ids.add(int(source))
-            else:
-                ids.update(int(i) for i in source)
-        if not ids:
-            raise ValueError(f"no EOS token id known for {self.model_name!r}")
-        return ids
+        return eos_token_ids(gen_eos, self.tokenizer.eos_token_id, self.model_name)
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
         """Indices sorted by length (stable), cut into batches of ``batch_size``."""

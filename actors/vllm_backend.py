@@ -280,17 +280,9 @@ class VLLMBackend:
                 self.model_name, revision=self.revision, trust_remote_code=trust_remote_code
             )
             gen = GenerationConfig.from_model_config(cfg)
-        ids: set[int] = set()
-        for source in (gen.eos_token_id, self.tokenizer.eos_token_id):
-            if source is None:
-                continue
-            if isinstance(source, int):
-                ids.add(int(source))
-            else:
-                ids.update(int(i) for i in source)
-        if not ids:
-            raise ValueError(f"no EOS token id known for {self.model_name!r}")
-        return ids
+        from confgrid.actors.backend import eos_token_ids
+
+        return eos_token_ids(gen.eos_token_id, self.tokenizer.eos_token_id, self.model_name)
 
     def _read_engine_config(self) -> None:
         """The settings the engine actually runs with (vLLM may adjust requested ones)."""
