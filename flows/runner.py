@@ -40,7 +40,9 @@ from confgrid.flows.results import setting_tables
 from confgrid.flows.spec import BUNDLED, AnswerSetSpec, DatasetSpec, GridSpec, ModelSpec
 from confgrid.flows.stages import (
     aggregate_scores,
+    generation_requests,
     grade_answers,
+    question_text,
     parse_generations,
     score_requests,
     signal_table,
@@ -244,9 +246,6 @@ class _Executor:
     def run(self, shards: list[Shard], build: Callable[[Shard, list[dict[str, Any]]], pd.DataFrame],
             desc: str) -> dict[str, pd.DataFrame]:
         """Run the shards not in the store; returns key -> table for every shard that is done."""
-        import ray
-        from ray.exceptions import RayActorError, RayError
-
         done: dict[str, pd.DataFrame] = {}
         todo: list[Shard] = []
         queued: set[str] = set()
@@ -457,12 +456,6 @@ def _set_items(a: AnswerSetSpec, its: list[Item]) -> list[Item]:
     return [shuffle_options(i, a.shuffle_seed) for i in with_opts] if a.shuffle_options else with_opts
 
 
-def _user_text(prompt_id: str, item: Item, fmt: str) -> str:
-    from confgrid.protocols.mc import mc_question
-
-    return get_prompt(prompt_id).render(mc_question(item) if fmt == "mc" else item.question)
-
-
 def _run(spec: GridSpec, store: RunStore, ex: _Executor, counter: dict[str, int],
          items: dict[str, list[Item]]) -> RunSummary:
     size = spec.execution.shard_size
@@ -495,7 +488,7 @@ def _run(spec: GridSpec, store: RunStore, ex: _Executor, counter: dict[str, int]
                 for c, chunk in enumerate(_chunks(set_items[(a.id, d.name)], size)):
                     if not chunk:
                         continue
-                    texts = [_user_text(a.prompt, i, a.format) for i in chunk]
+                    texts = generation_requests(chunk, a.prompt, a.format)
                     key = shard_key("generate", {"model": ident, "prompt": prompt.template, "prompt_id": prompt.id,
                                                  "format": a.format, "max_new_tokens": a.new_tokens,
                                                  "decoding": "greedy",
@@ -830,7 +823,7 @@ def _probe_shards(spec, sets, set_items, items, gen_shards, graded_by_key) -> li
                         from confgrid.protocols.probe import Supplied
 
                         sup = [Supplied("own", own)] if own else []
-                    question = _question_for(item, a.format)
+                    question = question_text(item, a.format)
                     for s_ in sup:
                         r = probe_request(question, s_.answer, probe_prompt)
                         reqs.append((item_id, r, s_.kind, s_.answer, probe_prompt, s_.source or ""))
@@ -844,12 +837,6 @@ def _probe_shards(spec, sets, set_items, items, gen_shards, graded_by_key) -> li
                                         answer_set=a.id, max_new_tokens=chunk[0][1].max_new_tokens,
                                         upstream=None))
     return shards
-
-
-def _question_for(item: Item, fmt: str) -> str:
-    from confgrid.protocols.mc import mc_question
-
-    return mc_question(item) if fmt == "mc" else item.question
 
 
 def _settings_row(m: str, d: str, g: pd.DataFrame, sig: pd.DataFrame, dropped: dict[str, int],

@@ -15,10 +15,10 @@ from confgrid.protocols.aggregation import get_aggregation
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.correctness import get_rule
 from confgrid.protocols.items import Item
-from confgrid.protocols.parsing import parse_output
 from confgrid.protocols.prompts import get_prompt
 
 __all__ = [
+    "question_text",
     "generation_requests",
     "parse_generations",
     "grade_answers",
@@ -30,10 +30,17 @@ __all__ = [
 ]
 
 
-def generation_requests(items: list[Item], prompt_id: str) -> list[str]:
-    """User turns of the elicitation prompt, one per item (in item order)."""
+def question_text(item: Item, fmt: str = "open") -> str:
+    """What replaces ``{question}``: the question alone (``open``) or with lettered options (``mc``)."""
+    from confgrid.protocols.mc import mc_question
+
+    return mc_question(item) if fmt == "mc" else item.question
+
+
+def generation_requests(items: list[Item], prompt_id: str, fmt: str = "open") -> list[str]:
+    """User turns of a generation prompt, one per item (in item order)."""
     prompt = get_prompt(prompt_id)
-    return [prompt.render(it.question) for it in items]
+    return [prompt.render(question_text(it, fmt)) for it in items]
 
 
 def parse_generations(gen: pd.DataFrame, prompt_id: str = "confidence") -> pd.DataFrame:
