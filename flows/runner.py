@@ -602,29 +602,36 @@ def _run(spec: GridSpec, store: RunStore, ex: _Executor, counter: dict[str, int]
     # metrics with paired bootstrap intervals, per (setting, answer set, parse policy, correctness rule)
     mets, gaps, shifts, sig_frames, settings_rows = [], [], [], [], []
     groups: dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]] = {}
-    for (mname, dname, aid), u in tqdm(units.items(), desc="bootstrap", unit="unit", leave=False):
-        a = u["set"]
-        ctxs = a.scoring_contexts(spec.scoring.contexts)
-        for policy in spec.parsing.policies:
-            for rule in a.analysis_rules(spec.correctness.rules):
-                sig, dropped = signal_table(u["graded"], u["tokens"], ctxs, aggregations=spec.scoring.aggregations,
-                                            policy=policy, rule=rule,
-                                            verbalized=a.verbalized_source() != "none")
-                group = {"answer_set": aid, "parse_policy": policy, "rule": rule}
-                settings_rows.append(_settings_row(mname, dname, u["graded"], sig, dropped, group))
-                if sig.empty:
-                    continue
-                sig_frames.append(sig.assign(setting=f"{mname}/{dname}", model=mname, dataset=dname, **group))
-                out = setting_tables(sig, model=mname, dataset=dname, metrics=spec.metrics.names,
-                                     n_bins=spec.metrics.ece_bins, n_resamples=spec.bootstrap.resamples,
-                                     base_seed=spec.bootstrap.seed, level=spec.bootstrap.level,
-                                     use_ray=spec.execution.bootstrap_backend == "ray_data",
-                                     num_workers=spec.execution.bootstrap_workers,
-                                     pairs=_shift_pairs(ctxs, spec.scoring.aggregations))
-                for df, acc in zip(out[:3], (mets, gaps, shifts), strict=True):
-                    if len(df):
-                        acc.append(_with_group(df, group))
-                groups.setdefault((aid, policy, rule), {})[f"{mname}/{dname}"] = (out[3], list(out[3].signal_names))
+    import warnings
+
+    from confgrid.analysis.metrics import UndefinedMetricWarning
+
+    with warnings.catch_warnings(record=True) as undefined:
+        warnings.simplefilter("always", UndefinedMetricWarning)
+        for (mname, dname, aid), u in tqdm(units.items(), desc="bootstrap", unit="unit", leave=False):
+            a = u["set"]
+            ctxs = a.scoring_contexts(spec.scoring.contexts)
+            for policy in spec.parsing.policies:
+                for rule in a.analysis_rules(spec.correctness.rules):
+                    sig, dropped = signal_table(u["graded"], u["tokens"], ctxs, aggregations=spec.scoring.aggregations,
+                                                policy=policy, rule=rule,
+                                                verbalized=a.verbalized_source() != "none")
+                    group = {"answer_set": aid, "parse_policy": policy, "rule": rule}
+                    settings_rows.append(_settings_row(mname, dname, u["graded"], sig, dropped, group))
+                    if sig.empty:
+                        continue
+                    sig_frames.append(sig.assign(setting=f"{mname}/{dname}", model=mname, dataset=dname, **group))
+                    out = setting_tables(sig, model=mname, dataset=dname, metrics=spec.metrics.names,
+                                         n_bins=spec.metrics.ece_bins, n_resamples=spec.bootstrap.resamples,
+                                         base_seed=spec.bootstrap.seed, level=spec.bootstrap.level,
+                                         use_ray=spec.execution.bootstrap_backend == "ray_data",
+                                         num_workers=spec.execution.bootstrap_workers,
+                                         pairs=_shift_pairs(ctxs, spec.scoring.aggregations))
+                    for df, acc in zip(out[:3], (mets, gaps, shifts), strict=True):
+                        if len(df):
+                            acc.append(_with_group(df, group))
+                    groups.setdefault((aid, policy, rule), {})[f"{mname}/{dname}"] = (out[3], list(out[3].signal_names))
+    _log_undefined(undefined)
     if sig_frames:
         tables["signals"] = store.write_table("signals", [pa.Table.from_pandas(f, preserve_index=False) for f in sig_frames])
     metrics_df = pd.concat(mets, ignore_index=True) if mets else pd.DataFrame()
@@ -730,6 +737,20 @@ def _write_checklist(spec: GridSpec, store: RunStore, ex: _Executor, units, sett
         except Exception as exc:  # noqa: BLE001 - recorded, never lose the run for it
             log.warning("checklist for %s/%s [%s] not built: %s", mname, dname, aid, exc)
     write_checklist(store.root, entries)
+
+
+def _log_undefined(caught: list) -> None:
+    """One log line per kind of undefined metric (NaN, never 0) instead of a warning per point estimate."""
+    from collections import Counter
+
+    from confgrid.analysis.metrics import UndefinedMetricWarning
+
+    import re
+
+    kinds = Counter(re.sub(r"\s*\([^)]*\)", "", str(w.message)).split(";")[0]
+                    for w in caught if issubclass(w.category, UndefinedMetricWarning))
+    for msg, n in kinds.most_common():
+        log.warning("%s (%d point estimate(s); reported as NaN)", msg, n)
 
 
 def _primary(spec: GridSpec) -> dict[str, str]:
