@@ -64,6 +64,41 @@ def _choices_error(kind: str, value: str, choices: list[str] | tuple[str, ...]) 
     return ValueError(f"unknown {kind} {value!r}; allowed: {', '.join(sorted(choices))}")
 
 
+def _registry(kind: str) -> dict:
+    """The registry a grid name is checked against (imported lazily: protocols/ and analysis/)."""
+    if kind == "dataset adapter":
+        from confgrid.protocols.datasets import ADAPTERS as reg
+    elif kind == "prompt":
+        from confgrid.protocols.prompts import PROMPTS as reg
+    elif kind == "scoring context":
+        from confgrid.protocols.contexts import CONTEXTS as reg
+    elif kind == "correctness rule":
+        from confgrid.protocols.correctness import RULES as reg
+    elif kind == "token aggregation":
+        from confgrid.protocols.aggregation import AGGREGATIONS as reg
+    else:
+        from confgrid.analysis.metrics import METRICS as reg
+    return reg
+
+
+def _known(kind: str, values, *, distinct: bool = False):
+    """Check every name in ``values`` (a str, a sequence or None) against its registry; return ``values``.
+
+    Raises
+    ------
+    ValueError
+        Naming the unknown value and listing the allowed ones, or a repeated value when ``distinct``.
+    """
+    names = [values] if isinstance(values, str) else list(values or ())
+    reg = _registry(kind)
+    for v in names:
+        if v not in reg:
+            raise _choices_error(kind, v, list(reg))
+    if distinct and len(set(names)) != len(names):
+        raise ValueError(f"{kind}s must be distinct; received {names}")
+    return values
+
+
 class ModelSpec(_Spec):
     """One model of the grid."""
 
@@ -158,11 +193,7 @@ class DatasetSpec(_Spec):
     @field_validator("adapter")
     @classmethod
     def _known_adapter(cls, v: str) -> str:
-        from confgrid.protocols.datasets import ADAPTERS
-
-        if v not in ADAPTERS:
-            raise _choices_error("dataset adapter", v, list(ADAPTERS))
-        return v
+        return _known("dataset adapter", v)
 
 
 class ElicitationSpec(_Spec):
@@ -174,11 +205,7 @@ class ElicitationSpec(_Spec):
     @field_validator("prompt")
     @classmethod
     def _known_prompt(cls, v: str) -> str:
-        from confgrid.protocols.prompts import PROMPTS
-
-        if v not in PROMPTS:
-            raise _choices_error("prompt", v, list(PROMPTS))
-        return v
+        return _known("prompt", v)
 
 
 class AnswerSetSpec(_Spec):
@@ -212,31 +239,17 @@ class AnswerSetSpec(_Spec):
     @field_validator("prompt")
     @classmethod
     def _known_prompt(cls, v: str) -> str:
-        from confgrid.protocols.prompts import PROMPTS
-
-        if v not in PROMPTS:
-            raise _choices_error("prompt", v, list(PROMPTS))
-        return v
+        return _known("prompt", v)
 
     @field_validator("contexts")
     @classmethod
     def _known_contexts(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        from confgrid.protocols.contexts import CONTEXTS
-
-        for c in v or ():
-            if c not in CONTEXTS:
-                raise _choices_error("scoring context", c, list(CONTEXTS))
-        return v
+        return _known("scoring context", v)
 
     @field_validator("rules")
     @classmethod
     def _known_rules(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        from confgrid.protocols.correctness import RULES
-
-        for r in v or ():
-            if r not in RULES:
-                raise _choices_error("correctness rule", r, list(RULES))
-        return v
+        return _known("correctness rule", v)
 
     def analysis_rules(self, rules: tuple[str, ...]) -> tuple[str, ...]:
         """Rules this set is analyzed under (multiple choice: letter match only, unless declared)."""
@@ -319,26 +332,12 @@ class ScoringSpec(_Spec):
     @field_validator("contexts")
     @classmethod
     def _known_contexts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from confgrid.protocols.contexts import CONTEXTS
-
-        for c in v:
-            if c not in CONTEXTS:
-                raise _choices_error("scoring context", c, list(CONTEXTS))
-        if len(set(v)) != len(v):
-            raise ValueError(f"scoring contexts must be distinct; received {list(v)}")
-        return v
+        return _known("scoring context", v, distinct=True)
 
     @field_validator("aggregations")
     @classmethod
     def _known_aggregation(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from confgrid.protocols.aggregation import AGGREGATIONS
-
-        for a in v:
-            if a not in AGGREGATIONS:
-                raise _choices_error("token aggregation", a, list(AGGREGATIONS))
-        if len(set(v)) != len(v):
-            raise ValueError(f"token aggregations must be distinct; received {list(v)}")
-        return v
+        return _known("token aggregation", v, distinct=True)
 
 
 class CorrectnessSpec(_Spec):
@@ -350,12 +349,7 @@ class CorrectnessSpec(_Spec):
     @field_validator("rules")
     @classmethod
     def _known_rules(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from confgrid.protocols.correctness import RULES
-
-        for r in v:
-            if r not in RULES:
-                raise _choices_error("correctness rule", r, list(RULES))
-        return v
+        return _known("correctness rule", v)
 
     @model_validator(mode="after")
     def _primary_in_rules(self) -> CorrectnessSpec:
@@ -373,12 +367,7 @@ class MetricsSpec(_Spec):
     @field_validator("names")
     @classmethod
     def _known_metrics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from confgrid.analysis.metrics import METRICS
-
-        for m in v:
-            if m not in METRICS:
-                raise _choices_error("metric", m, list(METRICS))
-        return v
+        return _known("metric", v)
 
 
 class BootstrapSpec(_Spec):
