@@ -50,14 +50,13 @@ import numpy as np
 
 from .estimators import KDE_BANDWIDTH, ECE_BIN_COUNTS, equal_mass_group_bins, kde_group_values
 from .metrics import (
-    METRICS,
     UndefinedMetricWarning,
     aurc_tie_groups,
     bin_indices,
-    get_metric,
     harmonic_numbers,
     validate_inputs,
 )
+from .registry import METRICS, get_metric
 
 __all__ = [
     "setting_seed",
@@ -466,7 +465,7 @@ def has_weighted_kernel(name: str) -> bool:
 
     Metrics without one (``smoothed_ece``, ``smece``: their bandwidth depends
     on the resample) are evaluated by the **slower fallback**: the point
-    function of :data:`metrics.METRICS` called on each resample's rows
+    function of :data:`registry.METRICS` called on each resample's rows
     (gathered by the index matrix), one Python call per resample.
     """
     return name in WEIGHTED_KERNELS
@@ -811,7 +810,7 @@ def _chunk_from_prepared(prep: _Prepared, metrics, idx_chunk) -> np.ndarray:
 
 def _fallback_rows(sig: SortedSignal, name: str, idx: np.ndarray) -> np.ndarray:
     """Slow path: the point function on each resample's rows (one call per resample)."""
-    info = METRICS[name]
+    info = METRICS.get(name)
     kw = {"n_bins": sig.n_bins} if info.takes_n_bins else {}
     conf = np.empty_like(sig.conf)
     conf[sig.order] = sig.conf
@@ -835,7 +834,7 @@ def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bi
     correct : ndarray of shape (S, n) or (n,)
         Correctness per signal, or one vector shared by all signals.
     metrics : list of str
-        Names from :data:`metrics.METRICS` (``"ece"``, ``"auroc"``,
+        Names from :data:`registry.METRICS` (``"ece"``, ``"auroc"``,
         ``"aurc"``, ``"brier"``).
     idx_chunk : ndarray of shape (b, n), int
         Resampled item indices (one row per resample), e.g. from
@@ -996,7 +995,7 @@ def _point_estimates(conf, corr, metrics, n_bins) -> np.ndarray:
     point = np.full((S, len(metrics)), np.nan)
     for s in range(S):
         for j, name in enumerate(metrics):
-            info = METRICS[name]
+            info = METRICS.get(name)
             kw = {"n_bins": n_bins} if info.takes_n_bins else {}
             point[s, j] = info.func(conf[s], corr[s], **kw)
     return point

@@ -2,12 +2,25 @@
 
 * gap ``g = metric(verbalized) - metric(token)``, per resample (paired).
   A positive gap favours the token score under ECE, AURC and Brier (lower is
-  better) and the verbalized score under AUROC (higher is better).
+  better) and the verbalized score under AUROC (higher is better). For a
+  signed metric (``calibration_gap``, ``overconfidence``: 0 is best) the sign
+  of the gap does not say which signal is better; :func:`better_signal` is
+  the one rule that decides, from the two values, for every metric.
 * shift between two scoring contexts ``a`` and ``b`` of the token score:
   ``dg = g(b) - g(a)`` per resample (equal to ``metric(token_a) -
   metric(token_b)``).
-* flip: the gap changes sign between two contexts; *fully resolved* when both
-  gap intervals exclude zero and the signs differ.
+* advantage: the paired statistic whose sign says which signal is better
+  (:func:`advantage`). For an unsigned metric it is the gap itself; for a
+  signed metric it is ``a = |metric(verbalized)| - |metric(token)|`` per
+  resample and for the point, positive when the token signal is closer to 0.
+  Its sign gives the same answer as :func:`better_signal` on finite values.
+* flip between two contexts: the better signal differs, by point estimate,
+  i.e. the two advantages have strictly opposite signs (for an unsigned
+  metric: the two gaps do, study 000 section 3.5). *Fully resolved*: a flip
+  where, in both contexts, the percentile interval of the paired
+  per-resample advantage excludes zero. For a signed metric the gap
+  interval is no evidence either way (``-0.5`` against ``+0.1`` gives a
+  gap of ``-0.6`` although ``+0.1`` is better), so it is never used.
 """
 
 from __future__ import annotations
@@ -18,9 +31,10 @@ import numpy as np
 import pandas as pd
 
 from .bootstrap import BootstrapResult, interval, n_undefined
-from .metrics import get_metric
+from .registry import get_metric
 
-__all__ = ["gaps", "shifts", "flip", "fully_resolved", "flips", "excludes_zero"]
+__all__ = ["better_signal", "advantage", "advantages", "gaps", "shifts", "flip", "fully_resolved", "flips",
+           "excludes_zero"]
 
 
 def excludes_zero(lo, hi):
@@ -31,11 +45,72 @@ def excludes_zero(lo, hi):
     return bool(out) if out.ndim == 0 else out
 
 
-def _favours(metric: str, point: float) -> str:
-    if not np.isfinite(point) or point == 0:
+def better_signal(metric: str, value_a: float, value_b: float, name_a: str, name_b: str) -> str:
+    """The signal with the better value of ``metric``, by point estimate.
+
+    The one rule for "which signal does this comparison favour", used by
+    :func:`gaps`, :func:`confgrid.analysis.summary.summarize_gaps` and
+    ``confgrid analyze``:
+
+    * unsigned metric: the lower value wins when
+      :attr:`MetricInfo.lower_is_better <confgrid.analysis.registry.MetricInfo>`
+      (ECE, AURC, Brier), the higher otherwise (AUROC);
+    * signed metric (``MetricInfo.signed``: ``calibration_gap``,
+      ``overconfidence``, best value 0): the value closer to 0 wins, i.e.
+      the smaller ``|value|``. A gap ``value_a - value_b`` cannot decide
+      this: ``-0.5`` against ``+0.1`` gives a negative gap, yet ``+0.1`` is
+      better.
+
+    Parameters
+    ----------
+    metric : str
+        A registered metric name (:data:`confgrid.analysis.registry.METRICS`).
+    value_a, value_b : float
+        The metric's point values for the two signals.
+    name_a, name_b : str
+        What to return for each side (signal names, or ``"verbalized"`` /
+        ``"token"``).
+
+    Returns
+    -------
+    str
+        ``name_a``, ``name_b``, or ``"neither"`` when the two values (their
+        absolute values for a signed metric) are equal or either is not
+        finite (``nan``, ``inf``).
+
+    Raises
+    ------
+    UnknownMetricError
+        (:class:`~confgrid.registry.UnknownNameError`) if ``metric`` is not
+        registered.
+    ValueError
+        If ``name_a == name_b`` (the answer would be ambiguous).
+
+    Examples
+    --------
+    >>> better_signal("calibration_gap", -0.5, 0.1, "verbalized", "token")
+    'token'
+    >>> better_signal("ece", 0.05, 0.12, "verbalized", "token")
+    'verbalized'
+    >>> better_signal("auroc", 0.61, 0.74, "verbalized", "token")
+    'token'
+    >>> better_signal("overconfidence", 0.2, -0.2, "verbalized", "token")
+    'neither'
+    >>> better_signal("ece", float("nan"), 0.1, "verbalized", "token")
+    'neither'
+    """
+    info = get_metric(metric)
+    if name_a == name_b:
+        raise ValueError(f"better_signal: name_a and name_b must differ, both are {name_a!r}")
+    a, b = float(value_a), float(value_b)
+    if not (np.isfinite(a) and np.isfinite(b)):
         return "neither"
-    verbal_better = (point < 0) if get_metric(metric).lower_is_better else (point > 0)
-    return "verbalized" if verbal_better else "token"
+    if info.signed:  # best value 0: compare distances from 0 (lower_is_better is True for these)
+        a, b = abs(a), abs(b)
+    if a == b:
+        return "neither"
+    a_better = (a < b) if info.lower_is_better else (a > b)
+    return name_a if a_better else name_b
 
 
 def _names(result: BootstrapResult, signal_names) -> list[str]:
@@ -61,6 +136,105 @@ def _index(names, name, what):
     return names.index(name)
 
 
+def advantage(
+    result: BootstrapResult,
+    names: Sequence[str],
+    verbalized: str,
+    token: str,
+    metric_index: int,
+) -> tuple[float, np.ndarray]:
+    """Point and paired resamples of the statistic whose sign says which signal is better.
+
+    The flip rule of :func:`flips` (and of the flip counts in
+    :mod:`confgrid.analysis.summary` and :mod:`confgrid.analysis.tables`)
+    compares the signs of this statistic between two contexts:
+
+    * unsigned metric: the gap ``g = metric(verbalized) - metric(token)``
+      itself (study 000 section 3.5: positive favours the token score when
+      lower is better, ECE, AURC, Brier; the verbalized score under AUROC);
+    * signed metric (``MetricInfo.signed``: ``calibration_gap``,
+      ``overconfidence``, best value 0): ``|metric(verbalized)| -
+      |metric(token)|``, taken per resample and for the point; positive
+      when the token signal is closer to 0.
+
+    On finite values the sign agrees with :func:`better_signal` (positive,
+    negative, zero for one side, the other, ``"neither"``).
+
+    Parameters
+    ----------
+    result : BootstrapResult
+    names : sequence of str
+        The ``S`` signal names, in row order of ``result.point``.
+    verbalized, token : str
+        The two signals compared.
+    metric_index : int
+        Column of the metric in ``result.metrics``.
+
+    Returns
+    -------
+    point : float
+        ``nan`` where either point value is ``nan``.
+    resamples : ndarray of shape (B,)
+        ``nan`` where either resampled value is ``nan``.
+
+    Raises
+    ------
+    ValueError
+        If ``verbalized`` or ``token`` is not among ``names``.
+
+    Examples
+    --------
+    >>> r = BootstrapResult(np.array([[-0.5], [0.1]]), np.array([[[-0.5, -0.4]], [[0.1, 0.45]]]),
+    ...                     ["calibration_gap"], ["verbalized", "token"])
+    >>> p, a = advantage(r, ["verbalized", "token"], "verbalized", "token", 0)
+    >>> round(p, 12), np.round(a, 12).tolist()  # the gap would be -0.6: the sign would say "verbalized"
+    (0.4, [0.4, -0.05])
+    """
+    names = list(names)
+    v = _index(names, verbalized, "verbalized signal")
+    t = _index(names, token, "token signal")
+    pv, pt = result.point[v, metric_index], result.point[t, metric_index]
+    rv, rt = result.resamples[v, metric_index], result.resamples[t, metric_index]
+    if get_metric(result.metrics[metric_index]).signed:
+        return float(abs(pv) - abs(pt)), np.abs(rv) - np.abs(rt)
+    return float(pv - pt), rv - rt
+
+
+def advantages(
+    result: BootstrapResult,
+    signal_names: Sequence[str] | None = None,
+    verbalized: str = "verbalized",
+    level: float = 0.95,
+) -> pd.DataFrame:
+    """:func:`advantage` of every token signal over ``verbalized``, per metric, with its interval.
+
+    The same layout as :func:`gaps` (without ``favours``): for an unsigned
+    metric the rows equal the gaps; for a signed one they hold ``|v| - |t|``.
+    A table built from per-setting gaps (e.g.
+    :func:`confgrid.analysis.tables.three_context_table`) needs these
+    intervals to decide resolved flips of a signed metric.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``signal`` (the token signal), ``metric``, ``point``, ``lo``,
+        ``hi`` (percentile interval of the paired per-resample advantage),
+        ``excludes_zero``, ``n_undefined``.
+    """
+    names = _names(result, signal_names)
+    _index(names, verbalized, "verbalized signal")
+    rows = []
+    for token in names:
+        if token == verbalized:
+            continue
+        for j, metric in enumerate(result.metrics):
+            point, vals = advantage(result, names, verbalized, token, j)
+            lo, hi = interval(vals, level)
+            rows.append(dict(signal=token, metric=metric, point=point, lo=lo, hi=hi,
+                             excludes_zero=excludes_zero(lo, hi), n_undefined=int(n_undefined(vals))))
+    return pd.DataFrame(rows, columns=["signal", "metric", "point", "lo", "hi", "excludes_zero", "n_undefined"])
+
+
 def gaps(
     result: BootstrapResult,
     signal_names: Sequence[str] | None = None,
@@ -75,8 +249,9 @@ def gaps(
         One row per (token signal, metric) with columns ``signal`` (the token
         signal), ``metric``, ``point``, ``lo``, ``hi`` (percentile interval of
         the paired per-resample gaps), ``excludes_zero``, ``favours``
-        (``"token"``, ``"verbalized"`` or ``"neither"``, from the point gap)
-        and ``n_undefined`` (resamples where the gap is ``nan``).
+        (``"token"``, ``"verbalized"`` or ``"neither"``: :func:`better_signal`
+        of the two point values, so for a signed metric the signal closer to
+        0) and ``n_undefined`` (resamples where the gap is ``nan``).
     """
     names = _names(result, signal_names)
     _index(names, verbalized, "verbalized signal")
@@ -84,6 +259,7 @@ def gaps(
     for token in names:
         if token == verbalized:
             continue
+        v, t = names.index(verbalized), names.index(token)
         for j, metric in enumerate(result.metrics):
             point, vals = _gap_values(result, names, verbalized, token, j)
             lo, hi = interval(vals, level)
@@ -95,7 +271,7 @@ def gaps(
                     lo=lo,
                     hi=hi,
                     excludes_zero=excludes_zero(lo, hi),
-                    favours=_favours(metric, point),
+                    favours=better_signal(metric, result.point[v, j], result.point[t, j], "verbalized", "token"),
                     n_undefined=int(n_undefined(vals)),
                 )
             )
@@ -149,17 +325,34 @@ def shifts(
 
 
 def flip(g_a_point: float, g_b_point: float) -> bool:
-    """True when the two gaps have strictly opposite signs (a zero or ``nan`` gap never flips)."""
+    """True when the two values have strictly opposite signs (a zero or ``nan`` value never flips).
+
+    Pass the two contexts' :func:`advantage` points: for an unsigned metric
+    these are the gaps, so a flip is a change of sign of the gap; for a
+    signed metric (``calibration_gap``, ``overconfidence``) they are
+    ``|v| - |t|``, so a flip is a change of the signal closer to 0
+    (:func:`better_signal`'s rule). Passing the gaps of a signed metric
+    would test the wrong thing.
+
+    Examples
+    --------
+    >>> flip(-0.1, 0.05), flip(0.1, 0.2), flip(0.0, 0.1), flip(float("nan"), 0.1)
+    (True, False, False, False)
+    """
     sa, sb = np.sign(g_a_point), np.sign(g_b_point)
     return bool(sa != 0 and sb != 0 and np.isfinite(sa) and np.isfinite(sb) and sa != sb)
 
 
 def fully_resolved(g_a: tuple[float, float, float], g_b: tuple[float, float, float]) -> bool:
-    """A flip where both gap intervals exclude zero.
+    """A :func:`flip` where both intervals exclude zero.
 
     Parameters
     ----------
     g_a, g_b : (point, lo, hi)
+        The :func:`advantage` of each context with the percentile interval of
+        its paired resamples (for an unsigned metric the gap and its
+        interval; for a signed metric the interval of ``|v| - |t|``, never
+        that of the gap).
     """
     (pa, la, ha), (pb, lb, hb) = g_a, g_b
     return flip(pa, pb) and excludes_zero(la, ha) and excludes_zero(lb, hb)
@@ -172,22 +365,45 @@ def flips(
     verbalized: str = "verbalized",
     level: float = 0.95,
 ) -> pd.DataFrame:
-    """Per (context pair, metric): the two gaps, ``flip`` and ``fully_resolved``."""
-    g = gaps(result, signal_names, verbalized, level).set_index(["signal", "metric"])
+    """Per (context pair, metric): the two gaps, ``flip`` and ``fully_resolved``.
+
+    ``flip``: the better signal differs between ``context_a`` and
+    ``context_b`` by point estimate, i.e. their :func:`advantage` points have
+    strictly opposite signs. For an unsigned metric that is the sign of the
+    gap (study 000 section 3.5); for a signed metric (``calibration_gap``,
+    ``overconfidence``) it is the sign of ``|v| - |t|``, which signal is
+    closer to 0, the rule of :func:`better_signal`. A ``nan`` or zero
+    (tie) in either context is no flip. ``fully_resolved``: a flip where the
+    percentile interval of the paired per-resample advantage excludes zero
+    in both contexts.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``context_a``, ``context_b``, ``metric``, ``g_a``, ``g_b``
+        (the point **gaps** ``metric(verbalized) - metric(token)``, also for
+        a signed metric), ``flip``, ``fully_resolved``.
+    """
+    names = _names(result, signal_names)
+    _index(names, verbalized, "verbalized signal")
     rows = []
     for a, b in pairs:
-        for metric in result.metrics:
-            ra, rb = g.loc[(a, metric)], g.loc[(b, metric)]
-            ta = (ra.point, ra.lo, ra.hi)
-            tb = (rb.point, rb.lo, rb.hi)
+        _index(names, a, "context_a")
+        _index(names, b, "context_b")
+        for j, metric in enumerate(result.metrics):
+            ga, _ = _gap_values(result, names, verbalized, a, j)
+            gb, _ = _gap_values(result, names, verbalized, b, j)
+            pa, va = advantage(result, names, verbalized, a, j)
+            pb, vb = advantage(result, names, verbalized, b, j)
+            ta, tb = (pa, *interval(va, level)), (pb, *interval(vb, level))
             rows.append(
                 dict(
                     context_a=a,
                     context_b=b,
                     metric=metric,
-                    g_a=ra.point,
-                    g_b=rb.point,
-                    flip=flip(ra.point, rb.point),
+                    g_a=float(ga),
+                    g_b=float(gb),
+                    flip=flip(pa, pb),
                     fully_resolved=fully_resolved(ta, tb),
                 )
             )

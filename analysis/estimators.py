@@ -3,8 +3,9 @@
 Every function here follows the conventions of :mod:`confgrid.analysis.metrics`
 (same input validation, ``nan`` plus :class:`UndefinedMetricWarning` for no
 rows or non-finite input, ``ValueError`` for values outside ``[0, 1]``) and is
-registered in :data:`metrics.METRICS` under the name given below, so a grid
-spec can ask for it.
+registered in :data:`confgrid.analysis.registry.METRICS` under the name given
+below, so a grid spec can ask for it. This module imports only
+:mod:`~confgrid.analysis.metrics`; the registry imports both (one-way).
 
 ==================== ====================================================
 registry name        function
@@ -30,14 +31,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from .metrics import (
-    METRICS,
-    MetricInfo,
-    _check_n_bins,
-    _prepare,
-    ece,
-    register_metric,
-)
+from .metrics import _check_n_bins, _prepare, ece
 
 __all__ = [
     "ECE_BIN_COUNTS",
@@ -52,6 +46,7 @@ __all__ = [
     "smece",
     "calibration_gap",
     "overconfidence",
+    "FIXED_BIN_ECE",
 ]
 
 #: bin counts of study 000, Appendix G ("Bin counts"), registered as ``ece_<B>``
@@ -580,7 +575,7 @@ def overconfidence(confidence, correct) -> float:
 
 
 # ---------------------------------------------------------------------------
-# fixed-bin ECE wrappers and registration
+# fixed-bin ECE wrappers
 # ---------------------------------------------------------------------------
 
 
@@ -597,28 +592,7 @@ def _make_ece_b(n_bins: int):
     return ece_b
 
 
-_ECE_B = {b: _make_ece_b(b) for b in ECE_BIN_COUNTS}
-globals().update({f.__name__: f for f in _ECE_B.values()})
-__all__ += [f.__name__ for f in _ECE_B.values()]
-
-
-def _register_all() -> None:
-    infos = [
-        MetricInfo("ece_equal_mass", ece_equal_mass, True, "ECE, equal-mass bins"),
-        MetricInfo("kde_ece", kde_ece, True, "KDE ECE (Gaussian kernel regression, h=0.05)"),
-        MetricInfo("ks_ece", ks_ece, True, "KS calibration error (Gupta et al. 2021)"),
-        MetricInfo("smoothed_ece", smoothed_ece, True, "smoothed ECE (plain Gaussian kernel, Silverman)"),
-        MetricInfo("smece", smece, True, "smECE (Blasiok & Nakkiran 2024, relplot)"),
-        MetricInfo("calibration_gap", calibration_gap, True,
-                   "signed calibration gap: mean confidence - accuracy (0 is best)", signed=True),
-        MetricInfo("overconfidence", overconfidence, True,
-                   "overconfidence (study 002): mean confidence - accuracy; "
-                   "same value as calibration_gap", signed=True),
-    ]
-    infos += [MetricInfo(f"ece_{b}", f, True, f"ECE, {b} equal-width bins") for b, f in _ECE_B.items()]
-    for info in infos:
-        if info.name not in METRICS:
-            register_metric(info)
-
-
-_register_all()
+#: ``{B: ece_B}``: the fixed-bin ECE functions ``ece_5`` ... ``ece_50`` (registered as ``ece_<B>``).
+FIXED_BIN_ECE = {b: _make_ece_b(b) for b in ECE_BIN_COUNTS}
+globals().update({f.__name__: f for f in FIXED_BIN_ECE.values()})
+__all__ += [f.__name__ for f in FIXED_BIN_ECE.values()]

@@ -16,14 +16,19 @@ Conventions shared by every metric
 
 Only numpy is used here; the vectorized, count-weighted versions used by the
 bootstrap live in :mod:`confgrid.analysis.bootstrap`.
+
+Import order
+------------
+This module is the bottom of ``confgrid.analysis``: it imports no other
+module of the package. :mod:`~confgrid.analysis.estimators` builds on it, and
+:mod:`~confgrid.analysis.registry` (``MetricInfo``, ``METRICS``,
+``get_metric``, ``register_metric``) registers the metrics of both. Import
+the registry names from :mod:`confgrid.analysis.registry`.
 """
 
 from __future__ import annotations
 
-import inspect
 import warnings
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -36,10 +41,6 @@ __all__ = [
     "auroc",
     "aurc",
     "brier",
-    "MetricInfo",
-    "METRICS",
-    "register_metric",
-    "get_metric",
 ]
 
 
@@ -428,95 +429,3 @@ def brier(confidence, correct) -> float:
         return float("nan")
     c, y = prep
     return float(np.mean((c - y) ** 2))
-
-
-# ---------------------------------------------------------------------------
-# registry
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MetricInfo:
-    """A registered metric.
-
-    Attributes
-    ----------
-    name : str
-        Registry key (lower case), e.g. ``"ece"``.
-    func : callable
-        ``func(confidence, correct) -> float`` (ECE also takes ``n_bins``).
-    lower_is_better : bool
-        Direction of the metric.
-    description : str
-        One line for tables and reports.
-    signed : bool, default=False
-        True for a signed summary (e.g. ``calibration_gap``) whose best
-        value is 0; ``lower_is_better`` then refers to its absolute value.
-    """
-
-    name: str
-    func: Callable[..., float]
-    lower_is_better: bool
-    description: str
-    signed: bool = False
-
-    @property
-    def takes_n_bins(self) -> bool:
-        """Whether ``func`` accepts an ``n_bins`` keyword (``ece``, ``ece_equal_mass``)."""
-        try:
-            return "n_bins" in inspect.signature(self.func).parameters
-        except (TypeError, ValueError):  # pragma: no cover - builtins
-            return False
-
-
-METRICS: dict[str, MetricInfo] = {}
-
-
-def register_metric(info: MetricInfo) -> MetricInfo:
-    """Add ``info`` to :data:`METRICS`; a duplicate name raises ``ValueError``."""
-    if not isinstance(info, MetricInfo):
-        raise TypeError(f"expected a MetricInfo, got {type(info).__name__}")
-    if info.name in METRICS:
-        raise ValueError(f"metric {info.name!r} is already registered")
-    METRICS[info.name] = info
-    return info
-
-
-class UnknownMetricError(KeyError, ValueError):
-    """Unknown metric name (both a ``KeyError`` and a ``ValueError``)."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0]) if self.args else ""
-
-
-def get_metric(name: str) -> MetricInfo:
-    """Look up a registered metric by name.
-
-    Raises
-    ------
-    UnknownMetricError
-        (a subclass of both ``KeyError`` and ``ValueError``) listing the
-        registered choices when ``name`` is unknown.
-
-    Examples
-    --------
-    >>> get_metric("aurc").lower_is_better
-    True
-    """
-    try:
-        return METRICS[name]
-    except (KeyError, TypeError):
-        raise UnknownMetricError(
-            f"unknown metric {name!r}; choose one of {sorted(METRICS)}"
-        ) from None
-
-
-register_metric(MetricInfo("ece", ece, True, "expected calibration error, equal-width bins"))
-register_metric(MetricInfo("auroc", auroc, False, "AUROC of confidence for correctness"))
-register_metric(MetricInfo("aurc", aurc, True, "area under the risk-coverage curve"))
-register_metric(MetricInfo("brier", brier, True, "Brier score"))
-
-
-# Alternative estimators and signed summaries (analysis/estimators.py) register
-# themselves in METRICS on import; imported last because they use the helpers above.
-from . import estimators as _estimators  # noqa: E402,F401

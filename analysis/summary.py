@@ -10,7 +10,12 @@ per-setting ``|dg|`` resamples), then :func:`bootstrap.interval`. The point
 is the mean of the per-setting ``|point dg|``. Besides it: the number of
 settings whose ``dg`` interval excludes zero, and flips of the better signal
 by point estimate and fully resolved (:func:`compare.flip`,
-:func:`compare.fully_resolved`).
+:func:`compare.fully_resolved`). Every flip count here compares the signs of
+:func:`compare.advantage`: the gap for an unsigned metric (study 000 section
+3.5), ``|v| - |t|`` for a signed one (``calibration_gap``,
+``overconfidence``), so that a flip means the better signal by
+:func:`compare.better_signal`'s rule changes, and a resolved flip needs the
+intervals of those advantages, not of the gaps, to exclude zero.
 
 Resamples of different settings are independent draws; averaging them
 resample by resample needs every setting to have the same number of
@@ -40,7 +45,8 @@ import numpy as np
 import pandas as pd
 
 from .bootstrap import BootstrapResult, interval, mean_over_settings
-from .compare import excludes_zero, flip, fully_resolved
+from .compare import advantage, better_signal, excludes_zero, flip, fully_resolved
+from .registry import get_metric
 
 __all__ = [
     "SUMMARY_COLUMNS",
@@ -89,7 +95,11 @@ def summarize_deltas(
     intervals : mapping setting -> (lo, hi), optional
         Per-setting intervals of ``dg`` (for ``n_excludes_zero``).
     g_a, g_b : mapping setting -> (point, lo, hi), optional
-        The gaps before and after the change, for the flip counts.
+        Before and after the change, the :func:`compare.advantage` with the
+        interval of its paired resamples, for the flip counts: for an
+        unsigned metric the gap, for a signed metric ``|v| - |t|`` (passing
+        a signed metric's gaps would count changes of the gap's sign, not of
+        the better signal).
     level : float, default=0.95
 
     Returns
@@ -99,7 +109,8 @@ def summarize_deltas(
         ``lo``, ``hi`` = percentile interval of ``mean_s |dg_s[r]|`` over
         resamples ``r`` (``nan`` without ``resamples``); ``max_abs``;
         ``n_excludes_zero`` (``nan`` without resamples or intervals);
-        ``n_flips`` (by point estimate) and ``n_resolved_flips`` (both gap
+        ``n_flips`` (by point estimate: strictly opposite signs, a ``nan``
+        or zero point never flips) and ``n_resolved_flips`` (also both
         intervals exclude zero), ``nan`` without ``g_a`` / ``g_b``.
 
     Examples
@@ -165,12 +176,35 @@ def gap_values(
 ) -> tuple[float, np.ndarray]:
     """Point and paired resamples ``(B,)`` of ``g = metric(verbalized) - metric(token)``."""
     names = _names(result, signal_names)
-    for what, nm in (("verbalized signal", verbalized), ("token signal", token)):
-        if nm not in names:
-            raise ValueError(f"{what} {nm!r} not among signals {names}")
-    v, t = names.index(verbalized), names.index(token)
+    v, t = _signal_rows(names, token, verbalized)
     j = result.metric_index(metric)
     return float(result.point[v, j] - result.point[t, j]), result.resamples[v, j] - result.resamples[t, j]
+
+
+def _signal_rows(names: Sequence[str], token: str, verbalized: str) -> tuple[int, int]:
+    for what, nm in (("verbalized signal", verbalized), ("token signal", token)):
+        if nm not in names:
+            raise ValueError(f"{what} {nm!r} not among signals {list(names)}")
+    return list(names).index(verbalized), list(names).index(token)
+
+
+def _advantage(
+    result: BootstrapResult, names: Sequence[str], token: str, metric: str, verbalized: str
+) -> tuple[float, np.ndarray]:
+    """:func:`compare.advantage` by metric name: the gap, or ``|v| - |t|`` for a signed metric."""
+    return advantage(result, names, verbalized, token, result.metric_index(metric))
+
+
+def _token_side(metric: str) -> float:
+    """``+1`` when a positive advantage favours the token signal (lower is better, or signed), else ``-1``."""
+    return 1.0 if get_metric(metric).lower_is_better else -1.0
+
+
+def _favoured(result: BootstrapResult, names: Sequence[str], token: str, metric: str, verbalized: str) -> str:
+    """``"verbalized"``, ``"token"`` or ``"neither"``: :func:`compare.better_signal` of the two point values."""
+    v, t = _signal_rows(names, token, verbalized)
+    j = result.metric_index(metric)
+    return better_signal(metric, result.point[v, j], result.point[t, j], "verbalized", "token")
 
 
 def _triple(point: float, res: np.ndarray, level: float) -> Triple:
@@ -212,7 +246,11 @@ def summarize_shifts(
     -------
     DataFrame
         One row per (pair, metric): ``context_a``, ``context_b``, ``metric``
-        and :data:`SUMMARY_COLUMNS`.
+        and :data:`SUMMARY_COLUMNS`. ``n_flips``: settings whose better
+        signal differs between the two contexts (:func:`compare.flips` per
+        setting: opposite signs of the gap for an unsigned metric, of
+        ``|v| - |t|`` for a signed one); ``n_resolved_flips``: those whose
+        advantage intervals both exclude zero.
     """
     if not results:
         raise ValueError("results must hold at least one setting")
@@ -227,7 +265,8 @@ def summarize_shifts(
                 pa, va = gap_values(r, names, a, metric, verbalized)
                 pb, vb = gap_values(r, names, b, metric, verbalized)
                 pts[s], res[s] = pb - pa, vb - va
-                ga[s], gb[s] = _triple(pa, va, level), _triple(pb, vb, level)
+                ga[s] = _triple(*_advantage(r, names, a, metric, verbalized), level)
+                gb[s] = _triple(*_advantage(r, names, b, metric, verbalized), level)
             rows.append({"context_a": a, "context_b": b, "metric": metric,
                          **summarize_deltas(pts, res, None, ga, gb, level)})
     return pd.DataFrame(rows, columns=["context_a", "context_b", "metric", *SUMMARY_COLUMNS])
@@ -249,10 +288,11 @@ def summarize_gaps(
         Columns ``signal``, ``metric``, ``n_settings``, ``point`` (mean of
         the per-setting point gaps), ``lo``, ``hi`` (percentiles of the
         per-resample mean over settings), ``n_excludes_zero`` (settings whose
-        own gap interval excludes zero), ``n_favours_token``.
+        own gap interval excludes zero), ``n_favours_token`` (settings whose
+        token signal is the better one by point estimate,
+        :func:`compare.better_signal`: for a signed metric such as
+        ``calibration_gap`` the one closer to 0, whatever the sign of the gap).
     """
-    from .compare import _favours
-
     if not results:
         raise ValueError("results must hold at least one setting")
     _check_same_B(results)
@@ -260,17 +300,19 @@ def summarize_gaps(
     rows = []
     for sig in signals:
         for metric in metrics:
-            pts, res = [], []
+            pts, res, fav = [], [], []
             for s, r in results.items():
-                p, v = gap_values(r, _names_for(s, r, signal_names), sig, metric, verbalized)
+                names = _names_for(s, r, signal_names)
+                p, v = gap_values(r, names, sig, metric, verbalized)
                 pts.append(p)
                 res.append(v)
+                fav.append(_favoured(r, names, sig, metric, verbalized))
             lo, hi = interval(mean_over_settings(res), level)
             rows.append(dict(
                 signal=sig, metric=metric, n_settings=len(pts), point=float(np.mean(pts)),
                 lo=float(lo), hi=float(hi),
                 n_excludes_zero=int(sum(excludes_zero(*interval(v, level)) for v in res)),
-                n_favours_token=int(sum(_favours(metric, p) == "token" for p in pts)),
+                n_favours_token=fav.count("token"),
             ))
     cols = ["signal", "metric", "n_settings", "point", "lo", "hi", "n_excludes_zero", "n_favours_token"]
     return pd.DataFrame(rows, columns=cols)
@@ -296,11 +338,19 @@ def summarize_estimators(
     DataFrame
         Columns ``signal``, ``estimator``, :data:`SUMMARY_COLUMNS` (here
         ``n_flips`` = settings where the estimator, not the context, flips
-        the better signal: ``g_base`` and ``g_estimator`` of opposite sign;
-        ``n_resolved_flips`` likewise with both intervals excluding zero),
-        and ``context_flips``: settings where the better signal differs
-        between ``context_pair[0]`` and ``context_pair[1]`` under the
-        estimator, by point estimate (``nan`` without ``context_pair``).
+        the better signal: the :func:`compare.advantage` of ``base`` and of
+        the estimator have opposite signs once both are oriented so that
+        positive favours the token signal (the gap for a lower-is-better
+        metric, minus the gap for a higher-is-better one, ``|v| - |t|`` for
+        a signed estimator such as ``calibration_gap``); ``n_resolved_flips``
+        likewise with both advantage intervals excluding zero), and
+        ``context_flips``: settings where the better signal differs between
+        ``context_pair[0]`` and ``context_pair[1]`` under the estimator, by
+        point estimate (opposite signs of the estimator's advantage in the
+        two contexts, :func:`compare.better_signal`'s rule: signed estimators
+        compare distances from 0; a tie or ``nan`` in either context is no
+        flip; ``nan`` without ``context_pair``). ``mean_abs`` and the other
+        shift columns stay those of ``dg = g_estimator - g_base``.
     """
     if not results:
         raise ValueError("results must hold at least one setting")
@@ -314,14 +364,16 @@ def summarize_estimators(
                 p0, v0 = gap_values(r, names, sig, base, verbalized)
                 p1, v1 = gap_values(r, names, sig, est, verbalized)
                 pts[s], res[s] = p1 - p0, v1 - v0
-                ga[s], gb[s] = _triple(p0, v0, level), _triple(p1, v1, level)
+                a0, w0 = _advantage(r, names, sig, base, verbalized)
+                a1, w1 = _advantage(r, names, sig, est, verbalized)
+                o0, o1 = _token_side(base), _token_side(est)  # +1 for every lower-is-better or signed metric
+                ga[s], gb[s] = _triple(o0 * a0, o0 * w0, level), _triple(o1 * a1, o1 * w1, level)
             row = {"signal": sig, "estimator": est, **summarize_deltas(pts, res, None, ga, gb, level)}
             if context_pair is not None:
                 cf = 0
                 for s, r in results.items():
                     names = _names_for(s, r, signal_names)
-                    pa, _ = gap_values(r, names, context_pair[0], est, verbalized)
-                    pb, _ = gap_values(r, names, context_pair[1], est, verbalized)
+                    pa, pb = (_advantage(r, names, c, est, verbalized)[0] for c in context_pair)
                     cf += flip(pa, pb)
                 row["context_flips"] = int(cf)
             else:
@@ -359,7 +411,10 @@ def summarize_axis(
     Returns
     -------
     DataFrame
-        Columns ``signal``, ``metric``, :data:`SUMMARY_COLUMNS`.
+        Columns ``signal``, ``metric``, :data:`SUMMARY_COLUMNS`; ``n_flips``
+        counts settings whose better signal differs between the two runs
+        (opposite signs of :func:`compare.advantage`: the gap, or
+        ``|v| - |t|`` for a signed metric).
     """
     common = [s for s in results_a if s in results_b]
     if not common:
@@ -370,10 +425,12 @@ def summarize_axis(
     for metric in metrics:
         pts, res, ga, gb = {}, {}, {}, {}
         for s in common:
-            pa, va = gap_values(results_a[s], _names_for(s, results_a[s], signal_names), signal, metric, verbalized)
-            pb, vb = gap_values(results_b[s], _names_for(s, results_b[s], signal_names), signal, metric, verbalized)
+            na, nb = _names_for(s, results_a[s], signal_names), _names_for(s, results_b[s], signal_names)
+            pa, va = gap_values(results_a[s], na, signal, metric, verbalized)
+            pb, vb = gap_values(results_b[s], nb, signal, metric, verbalized)
             pts[s], res[s] = pb - pa, vb - va
-            ga[s], gb[s] = _triple(pa, va, level), _triple(pb, vb, level)
+            ga[s] = _triple(*_advantage(results_a[s], na, signal, metric, verbalized), level)
+            gb[s] = _triple(*_advantage(results_b[s], nb, signal, metric, verbalized), level)
         rows.append({"signal": signal, "metric": metric, **summarize_deltas(pts, res, None, ga, gb, level)})
     return pd.DataFrame(rows, columns=["signal", "metric", *SUMMARY_COLUMNS])
 
@@ -414,8 +471,11 @@ def summarize_shift_table(
     -------
     DataFrame
         The ``by`` columns and :data:`SUMMARY_COLUMNS`; ``n_flips`` and
-        ``n_resolved_flips`` count the ``flip`` / ``fully_resolved`` columns
-        when present (else ``nan``).
+        ``n_resolved_flips`` count the ``True`` values of the ``flip`` /
+        ``fully_resolved`` columns when present (else ``nan``). Those columns
+        are taken as given (:func:`compare.flips` makes them signed-aware);
+        a missing value (``nan``, e.g. a resolution that could not be
+        decided) makes that count ``nan`` rather than being counted.
     """
     df = shifts.rename(columns={k: v for k, v in _ALIASES.items() if k in shifts.columns and v not in shifts.columns})
     need = ["setting", *by, "point", "lo", "hi"]
@@ -433,9 +493,8 @@ def summarize_shift_table(
         if resamples is not None:
             res = {s: resamples[(s, *key)] for s in grp["setting"]}
         summ = summarize_deltas(pts, res, ints, None, None, level)
-        if "flip" in grp.columns:
-            summ["n_flips"] = int(grp["flip"].astype(bool).sum())
-        if "fully_resolved" in grp.columns:
-            summ["n_resolved_flips"] = int(grp["fully_resolved"].astype(bool).sum())
+        for col, name in (("flip", "n_flips"), ("fully_resolved", "n_resolved_flips")):
+            if col in grp.columns:
+                summ[name] = float("nan") if grp[col].isna().any() else int(grp[col].astype(bool).sum())
         rows.append({**dict(zip(by, key)), **summ})
     return pd.DataFrame(rows, columns=[*by, *SUMMARY_COLUMNS])

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .compare import flip, fully_resolved
+from .registry import get_metric
 from .summary import SUMMARY_COLUMNS
 
 __all__ = [
@@ -129,7 +130,9 @@ def write_table(df: pd.DataFrame, out_dir, name: str, digits: int = 3, signed: S
 
 
 def _tidy(df: pd.DataFrame, what: str) -> pd.DataFrame:
-    df = df.rename(columns={"g": "point"}) if "g" in df.columns and "point" not in df.columns else df
+    for name in ("gap", "g"):  # a run's gaps table names its point estimate ``gap``
+        if name in df.columns and "point" not in df.columns:
+            df = df.rename(columns={name: "point"})
     need = ["setting", "metric", "point", "lo", "hi"]
     missing = [c for c in need if c not in df.columns]
     if missing:
@@ -149,6 +152,7 @@ def three_context_table(
     contexts: Sequence[str],
     verbalized: str = "verbalized",
     key: str = "context",
+    advantages: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per setting: verbalized metric, token metric and gap in each context (Table 2).
 
@@ -160,27 +164,52 @@ def three_context_table(
         ``signal == verbalized``.
     gaps : DataFrame
         Per-setting gaps: ``setting``, ``key`` (default ``context``),
-        ``metric``, ``point`` or ``g``, ``lo``, ``hi``.
+        ``metric``, ``point`` (or ``gap``), ``lo``, ``hi``.
     metric : str
     contexts : sequence of str
         The token contexts in column order (e.g. bare, Answer: slot, Guess: slot).
     verbalized : str
     key : {"context", "signal"}
         Column identifying the token signal in both tables.
+    advantages : DataFrame, optional
+        Per-setting :func:`compare.advantages` (``setting``, ``key``,
+        ``metric``, ``point``, ``lo``, ``hi``): the paired intervals of the
+        advantage ``|v| - |t|`` that a resolved flip of a signed metric
+        needs. When given it must hold every (setting, context) row of
+        ``metric``; it then decides ``flip`` and ``resolved_flip`` for every
+        metric (for an unsigned metric its rows equal the gaps).
 
     Returns
     -------
     DataFrame
         One row per setting: ``setting``, ``verbalized`` (+ ``_lo``/``_hi``),
-        ``token_<ctx>`` and ``g_<ctx>`` triples per context, then
-        ``flip`` (point estimates of the gap in the first and last context
-        have opposite signs) and ``resolved_flip`` (and both intervals
-        exclude zero).
+        ``token_<ctx>`` and ``g_<ctx>`` triples per context, then ``flip``
+        and ``resolved_flip`` between the first and the last context.
+
+        ``flip``: the better signal differs, by point estimate
+        (:func:`compare.better_signal`'s rule, via the signs of
+        :func:`compare.advantage`). For an unsigned metric that is the gap
+        changing sign (study 000 section 3.5); for a signed metric
+        (``calibration_gap``, ``overconfidence``) it compares
+        ``|verbalized|`` with ``|token|`` in each context, whatever the sign
+        of the gap. ``resolved_flip``: a flip whose two advantage intervals
+        exclude zero. For an unsigned metric those are the gap intervals.
+        For a signed metric the gap interval says nothing about which
+        signal is closer to 0 and the two metric intervals are not paired,
+        so without ``advantages`` a signed metric's ``resolved_flip`` is
+        ``False`` where there is no flip and ``nan`` (undecided) where there
+        is one.
     """
     m = _tidy(metrics, "metrics")
     g = _tidy(gaps, "gaps")
     m = m[m["metric"] == metric]
     g = g[g["metric"] == metric]
+    signed = get_metric(metric).signed
+    a = None if advantages is None else _tidy(advantages, "advantages")
+    if a is not None:
+        if key not in a.columns:
+            raise ValueError(f"advantages is missing column {key!r}; has {list(a.columns)}")
+        a = a[a["metric"] == metric]
     rows = []
     for setting in dict.fromkeys(m["setting"]):
         ms = m[m["setting"] == setting]
@@ -190,7 +219,7 @@ def three_context_table(
             raise ValueError(f"setting {setting!r}: need one verbalized row for {metric}, got {len(v)}")
         row = {"setting": setting, "verbalized": v.point.iloc[0], "verbalized_lo": v.lo.iloc[0],
                "verbalized_hi": v.hi.iloc[0]}
-        trip = {}
+        trip, adv = {}, {}
         for ctx in contexts:
             t = ms[(ms[key] == ctx) & (ms["signal"] != verbalized)]
             gg = gs[gs[key] == ctx]
@@ -200,9 +229,21 @@ def three_context_table(
                         f"token_{ctx}_hi": t.hi.iloc[0]})
             trip[ctx] = (float(gg.point.iloc[0]), float(gg.lo.iloc[0]), float(gg.hi.iloc[0]))
             row.update({f"g_{ctx}": trip[ctx][0], f"g_{ctx}_lo": trip[ctx][1], f"g_{ctx}_hi": trip[ctx][2]})
-        first, last = trip[contexts[0]], trip[contexts[-1]]
+            if a is not None:
+                aa = a[(a["setting"] == setting) & (a[key] == ctx)]
+                if len(aa) != 1:
+                    raise ValueError(f"setting {setting!r}: need one advantages row for {key} {ctx!r} and {metric}")
+                adv[ctx] = (float(aa.point.iloc[0]), float(aa.lo.iloc[0]), float(aa.hi.iloc[0]))
+            elif signed:  # |v| - |t| by point; its interval is not in these tables
+                adv[ctx] = (abs(float(v.point.iloc[0])) - abs(float(t.point.iloc[0])), np.nan, np.nan)
+            else:  # unsigned: the advantage is the gap
+                adv[ctx] = trip[ctx]
+        first, last = adv[contexts[0]], adv[contexts[-1]]
         row["flip"] = flip(first[0], last[0])
-        row["resolved_flip"] = fully_resolved(first, last)
+        if signed and a is None and row["flip"]:
+            row["resolved_flip"] = np.nan  # undecided: never from the gap intervals
+        else:
+            row["resolved_flip"] = fully_resolved(first, last)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -228,7 +269,9 @@ def ablation_path_table(
     shift_summary : DataFrame
         :func:`summary.summarize_shifts` output holding every consecutive
         pair of the path (``context_a``, ``context_b``, ``metric``,
-        ``mean_abs``, ``lo``, ``hi``, ``n_flips``, ...).
+        ``mean_abs``, ``lo``, ``hi``, ``n_flips``, ...). Its ``n_flips``
+        are signed-aware (changes of :func:`compare.better_signal`, via
+        :func:`compare.advantage`), and this table takes them as they are.
     path : sequence of (context, change)
         The contexts in order with the change that leads to each (the first
         change is usually ``"start"``).

@@ -47,6 +47,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from confgrid.registry import Registry
+
 __all__ = [
     "AGGREGATIONS",
     "DEFAULT_AGGREGATION",
@@ -63,45 +65,56 @@ __all__ = [
 #: ``aggregation(logprobs: np.ndarray) -> float``.
 Aggregation = Callable[[np.ndarray], float]
 
-#: Registered aggregations, by name.
-AGGREGATIONS: dict[str, Aggregation] = {}
+#: Registered aggregations, by name (kind ``"token aggregation"``).
+AGGREGATIONS: Registry[Aggregation] = Registry("token aggregation")
 
 #: Name of the default aggregation (study 000).
 DEFAULT_AGGREGATION = "geometric_mean"
 
 
 def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
-    """Decorator registering a token aggregation under ``name``.
+    """Decorator registering a token aggregation under ``name`` in :data:`AGGREGATIONS`.
+
+    Parameters
+    ----------
+    name : str
+        Registry key, used as ``scoring.aggregations`` in grid specs.
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the aggregation unchanged.
 
     Raises
     ------
     ValueError
-        If ``name`` is empty or already registered.
+        If ``name`` is empty (at once) or already registered (when the
+        decorator is applied).
     """
-    if not name:
-        raise ValueError("register_aggregation: name must be a non-empty string, got ''")
-
-    def decorator(fn: Aggregation) -> Aggregation:
-        if name in AGGREGATIONS:
-            raise ValueError(f"register_aggregation: an aggregation named {name!r} is already registered")
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return decorator
+    return AGGREGATIONS.register(name)
 
 
 def get_aggregation(name: str) -> Aggregation:
     """The aggregation registered under ``name``.
 
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    callable
+        ``aggregation(logprobs) -> float``.
+
     Raises
     ------
-    KeyError
-        If no aggregation has that name; the message lists the registered names.
+    UnknownNameError
+        (a ``KeyError`` and a ``ValueError``) if no aggregation has that
+        name, e.g. ``"unknown token aggregation 'mean'; allowed:
+        arithmetic_mean, first_token, geometric_mean, min_probability,
+        sequence_probability"``.
     """
-    try:
-        return AGGREGATIONS[name]
-    except KeyError:
-        raise KeyError(f"aggregation={name!r} is not registered; choose one of {sorted(AGGREGATIONS)}") from None
+    return AGGREGATIONS.get(name)
 
 
 def _as_logprobs(logprobs: np.ndarray, name: str) -> np.ndarray:

@@ -60,6 +60,7 @@ import yaml
 
 from confgrid.protocols.items import Item
 from confgrid.protocols.prompts import PROMPTS, get_prompt
+from confgrid.registry import Registry
 
 __all__ = [
     "ABLATION_MARKERS",
@@ -172,39 +173,57 @@ class ScoringContext:
         return get_prompt(self.user_prompt).render(question)
 
 
-#: Registered scoring contexts, by id.
-CONTEXTS: dict[str, ScoringContext] = {}
+#: Registered scoring contexts, by id (kind ``"scoring context"``).
+CONTEXTS: Registry[ScoringContext] = Registry("scoring context", value_type=ScoringContext)
 
 
 def register_context(context: ScoringContext) -> ScoringContext:
-    """Add ``context`` to :data:`CONTEXTS`.
+    """Add ``context`` to :data:`CONTEXTS` under ``context.id``.
+
+    Parameters
+    ----------
+    context : ScoringContext
+
+    Returns
+    -------
+    ScoringContext
+        ``context`` itself.
 
     Raises
     ------
     ValueError
         If a context with the same id is already registered.
-    KeyError
-        If ``context.user_prompt`` is not a registered prompt id.
+    UnknownNameError
+        (a ``KeyError`` and a ``ValueError``) if ``context.user_prompt`` is
+        not a registered prompt id; nothing is registered then.
+    TypeError
+        If ``context`` is not a :class:`ScoringContext`.
     """
-    if context.id in CONTEXTS:
-        raise ValueError(f"register_context: a context with id={context.id!r} is already registered")
+    if not isinstance(context, ScoringContext):
+        raise TypeError(f"register_context: expected a ScoringContext, got {type(context).__name__}")
     get_prompt(context.user_prompt)
-    CONTEXTS[context.id] = context
-    return context
+    return CONTEXTS.register(context.id, context)
 
 
 def get_context(context_id: str) -> ScoringContext:
     """The registered context ``context_id``.
 
+    Parameters
+    ----------
+    context_id : str
+
+    Returns
+    -------
+    ScoringContext
+
     Raises
     ------
-    KeyError
-        If no context has that id; the message lists the registered ids.
+    UnknownNameError
+        (a ``KeyError`` and a ``ValueError``) if no context has that id; the
+        message lists the registered ids, e.g. ``"unknown scoring context
+        'nope'; allowed: abl_confidence_answer, ..."``.
     """
-    try:
-        return CONTEXTS[context_id]
-    except KeyError:
-        raise KeyError(f"context id={context_id!r} is not registered; choose one of {sorted(CONTEXTS)}") from None
+    return CONTEXTS.get(context_id)
 
 
 register_context(
@@ -299,7 +318,7 @@ def generating_context(prompt_id: str, *, item_format: str | None = None) -> Sco
         f"gen_{prompt_id}", prompt_id, prefix, sep, f"Generating context of prompt {prompt_id!r}.", fmt
     )
     twin = same_context(candidate)
-    return CONTEXTS[twin] if twin in CONTEXTS else candidate
+    return CONTEXTS.get(twin) if twin in CONTEXTS else candidate
 
 
 # ----------------------------------------------------------------------------- prompt ablation

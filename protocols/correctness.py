@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 
 from confgrid.protocols.items import Item
+from confgrid.registry import Registry
 
 __all__ = [
     "DEFAULT_RULE",
@@ -38,8 +39,8 @@ __all__ = [
 #: ``rule(answer, item) -> 1.0 or 0.0``.
 Rule = Callable[[str | None, Item], float]
 
-#: Registered correctness rules, by name.
-RULES: dict[str, Rule] = {}
+#: Registered correctness rules, by name (kind ``"correctness rule"``).
+RULES: Registry[Rule] = Registry("correctness rule")
 
 #: Name of the default rule (study 000 section 3.4: normalized containment).
 DEFAULT_RULE = "containment"
@@ -78,37 +79,47 @@ def normalize(text: str | None) -> str:
 
 
 def register_rule(name: str) -> Callable[[Rule], Rule]:
-    """Decorator registering a correctness rule under ``name``.
+    """Decorator registering a correctness rule under ``name`` in :data:`RULES`.
+
+    Parameters
+    ----------
+    name : str
+        Registry key, used as ``correctness.rules`` in grid specs.
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the rule unchanged.
 
     Raises
     ------
     ValueError
-        If ``name`` is empty or already registered.
+        If ``name`` is empty (at once) or already registered (when the
+        decorator is applied).
     """
-    if not name:
-        raise ValueError("register_rule: name must be a non-empty string, got ''")
-
-    def decorator(fn: Rule) -> Rule:
-        if name in RULES:
-            raise ValueError(f"register_rule: a rule named {name!r} is already registered")
-        RULES[name] = fn
-        return fn
-
-    return decorator
+    return RULES.register(name)
 
 
 def get_rule(name: str) -> Rule:
     """The correctness rule registered under ``name``.
 
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    callable
+        ``rule(answer, item) -> float``.
+
     Raises
     ------
-    KeyError
-        If no rule has that name; the message lists the registered names.
+    UnknownNameError
+        (a ``KeyError`` and a ``ValueError``) if no rule has that name, e.g.
+        ``"unknown correctness rule 'contain'; allowed: alias, containment,
+        exact_match, mc_letter"``.
     """
-    try:
-        return RULES[name]
-    except KeyError:
-        raise KeyError(f"correctness rule={name!r} is not registered; choose one of {sorted(RULES)}") from None
+    return RULES.get(name)
 
 
 def _golds(item: Item) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from confgrid.protocols.items import Item
+from confgrid.registry import Registry
 
 __all__ = [
     "ADAPTERS",
@@ -44,8 +45,8 @@ __all__ = [
 #: ``Adapter(source, *, split, dataset_name, hub_config, **mapping) -> list[Item]``.
 Adapter = Callable[..., list[Item]]
 
-#: Registered adapters, by name. Add one with :func:`register_adapter`.
-ADAPTERS: dict[str, Adapter] = {}
+#: Registered adapters, by name (kind ``"dataset adapter"``). Add one with :func:`register_adapter`.
+ADAPTERS: Registry[Adapter] = Registry("dataset adapter")
 
 _LOCAL_BUILDERS = {
     ".csv": "csv",
@@ -76,42 +77,47 @@ BUNDLED: dict[str, str] = {
 
 
 def register_adapter(name: str) -> Callable[[Adapter], Adapter]:
-    """Decorator registering an adapter under ``name``.
+    """Decorator registering an adapter under ``name`` in :data:`ADAPTERS`.
 
     Parameters
     ----------
     name : str
         Registry key, used as ``adapter=`` in :func:`load_items` and in grid specs.
 
+    Returns
+    -------
+    callable
+        The decorator; it returns the adapter unchanged.
+
     Raises
     ------
     ValueError
-        If ``name`` is empty or already registered.
+        If ``name`` is empty (at once) or already registered (when the
+        decorator is applied).
     """
-    if not name:
-        raise ValueError("register_adapter: name must be a non-empty string, got ''")
-
-    def decorator(fn: Adapter) -> Adapter:
-        if name in ADAPTERS:
-            raise ValueError(f"register_adapter: an adapter named {name!r} is already registered ({ADAPTERS[name]!r})")
-        ADAPTERS[name] = fn
-        return fn
-
-    return decorator
+    return ADAPTERS.register(name)
 
 
 def get_adapter(name: str) -> Adapter:
     """The adapter registered under ``name``.
 
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    callable
+        ``adapter(source, *, split, dataset_name, hub_config, **mapping) -> list[Item]``.
+
     Raises
     ------
-    KeyError
-        If no adapter has that name; the message lists the registered names.
+    UnknownNameError
+        (a ``KeyError`` and a ``ValueError``) if no adapter has that name,
+        e.g. ``"unknown dataset adapter 'squad'; allowed: custom, mmlu,
+        triviaqa, truthfulqa"``.
     """
-    try:
-        return ADAPTERS[name]
-    except KeyError:
-        raise KeyError(f"adapter={name!r} is not registered; choose one of {sorted(ADAPTERS)}") from None
+    return ADAPTERS.get(name)
 
 
 # ----------------------------------------------------------------------------- loading rows

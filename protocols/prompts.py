@@ -38,6 +38,8 @@ from typing import Any
 
 import yaml
 
+from confgrid.registry import Registry
+
 __all__ = [
     "PLACEHOLDER",
     "PROMPTS",
@@ -171,36 +173,53 @@ class Prompt:
         )
 
 
-#: Registered prompts, by id.
-PROMPTS: dict[str, Prompt] = {}
+#: Registered prompts, by id (kind ``"prompt"``).
+PROMPTS: Registry[Prompt] = Registry("prompt", value_type=Prompt)
 
 
 def register_prompt(prompt: Prompt) -> Prompt:
-    """Add ``prompt`` to :data:`PROMPTS`.
+    """Add ``prompt`` to :data:`PROMPTS` under ``prompt.id``.
+
+    Parameters
+    ----------
+    prompt : Prompt
+
+    Returns
+    -------
+    Prompt
+        ``prompt`` itself.
 
     Raises
     ------
     ValueError
         If a prompt with the same id is already registered.
+    TypeError
+        If ``prompt`` is not a :class:`Prompt`.
     """
-    if prompt.id in PROMPTS:
-        raise ValueError(f"register_prompt: a prompt with id={prompt.id!r} is already registered")
-    PROMPTS[prompt.id] = prompt
-    return prompt
+    if not isinstance(prompt, Prompt):
+        raise TypeError(f"register_prompt: expected a Prompt, got {type(prompt).__name__}")
+    return PROMPTS.register(prompt.id, prompt)
 
 
 def get_prompt(prompt_id: str) -> Prompt:
     """The registered prompt ``prompt_id``.
 
+    Parameters
+    ----------
+    prompt_id : str
+
+    Returns
+    -------
+    Prompt
+
     Raises
     ------
-    KeyError
-        If no prompt has that id; the message lists the registered ids.
+    UnknownNameError
+        (a ``KeyError`` and a ``ValueError``) if no prompt has that id; the
+        message lists the registered ids, e.g. ``"unknown prompt 'nope';
+        allowed: answer_only, ..."``.
     """
-    try:
-        return PROMPTS[prompt_id]
-    except KeyError:
-        raise KeyError(f"prompt id={prompt_id!r} is not registered; choose one of {sorted(PROMPTS)}") from None
+    return PROMPTS.get(prompt_id)
 
 
 def _prompt_from_mapping(data: Any, where: str) -> Prompt:

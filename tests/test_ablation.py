@@ -95,10 +95,10 @@ def test_generating_contexts():
         assert ctx.id == "gen_test_gen_prompt" and ctx.id not in CONTEXTS
         assert (ctx.assistant_prefix, ctx.separator, ctx.item_format) == ("Guess:", " ", "open")
     finally:
-        P.PROMPTS.pop("test_gen_prompt", None)
+        P.PROMPTS.unregister("test_gen_prompt", missing_ok=True)
     with pytest.raises(ValueError, match="answer_label=None"):
         generating_context("question")
-    with pytest.raises(KeyError, match="prompt id='nope'"):
+    with pytest.raises(KeyError, match="unknown prompt 'nope'"):
         generating_context("nope")
 
 
@@ -138,8 +138,8 @@ def test_load_context_file(tmp_path):
         with pytest.raises(ValueError, match="already registered"):
             load_context_file(p)
     finally:
-        CONTEXTS.pop("test_answer_newline", None)
-        CONTEXTS.pop("test_mc_guess", None)
+        CONTEXTS.unregister("test_answer_newline", missing_ok=True)
+        CONTEXTS.unregister("test_mc_guess", missing_ok=True)
 
 
 @pytest.mark.parametrize(

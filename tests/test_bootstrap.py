@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import metrics as M
+from confgrid.analysis import registry as REG
 from confgrid.analysis.metrics import UndefinedMetricWarning
 
 ALL = ["ece", "auroc", "aurc", "brier"]
@@ -41,7 +42,7 @@ def loop_chunk(conf, corr, metrics, idx, n_bins=10):
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         for s in range(S):
             for j, name in enumerate(metrics):
-                f = M.get_metric(name).func
+                f = REG.get_metric(name).func
                 kw = {"n_bins": n_bins} if name == "ece" else {}
                 for r, rows in enumerate(idx):
                     out[s, j, r] = f(conf[s][rows], corr[s][rows], **kw)
@@ -105,7 +106,7 @@ def test_kernel_with_unit_weights_equals_point(name):
         for y in (corr, rng.random(97)):  # binary and graded
             got = KERNELS[name](c, y, np.ones((2, 97)))
             assert got.shape == (2,)
-            np.testing.assert_allclose(got, M.get_metric(name).func(c, y), rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(got, REG.get_metric(name).func(c, y), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("n_bins", [5, 15, 50])
@@ -200,7 +201,7 @@ def test_paired_bootstrap_is_concatenation_of_chunks_and_deterministic():
     # point estimates are metrics.py on the full data
     for s in range(2):
         for j, name in enumerate(ALL):
-            assert r1.point[s, j] == M.get_metric(name).func(conf[s], corr)
+            assert r1.point[s, j] == REG.get_metric(name).func(conf[s], corr)
 
 
 def test_paired_differences_are_paired():

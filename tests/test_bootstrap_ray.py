@@ -76,7 +76,7 @@ def test_bit_identical_to_in_process(ray_local):
 
 
 def test_every_registered_metric_bit_identical(ray_local):
-    from confgrid.analysis.metrics import METRICS
+    from confgrid.analysis.registry import METRICS
 
     # vectorized kernels and the per-resample fallback (smoothed_ece); smece
     # takes the same fallback path but costs ~50 ms a call through relplot
@@ -122,7 +122,7 @@ def test_errors_name_the_setting_before_any_ray_work():
     bad = {"ok": (np.full((1, 3), 0.5), np.ones(3), None, 0), "bad": (np.array([[0.2, 1.5]]), np.ones(2), None, 0)}
     with pytest.raises(ValueError, match=r"setting 'bad'.*\[0, 1\]"):
         bootstrap_settings_ray(bad, ["ece"], 10)
-    with pytest.raises(ValueError, match="choose one of"):
+    with pytest.raises(ValueError, match="unknown metric 'nope'; allowed: aurc, auroc"):
         bootstrap_settings_ray({"ok": bad["ok"]}, ["nope"], 10)
     with pytest.raises(ValueError, match="num_workers"):
         bootstrap_settings_ray({"ok": bad["ok"]}, ["ece"], 10, num_workers=0)

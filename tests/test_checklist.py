@@ -69,10 +69,10 @@ def test_plain_text_and_options():
 @pytest.mark.parametrize(
     ("kw", "exc", "message"),
     [
-        ({"token_contexts": ["nope"]}, KeyError, "context id='nope'"),
-        ({"aggregation": "mean"}, KeyError, "aggregation='mean'"),
-        ({"correctness_rule": "fuzzy"}, KeyError, "rule='fuzzy'"),
-        ({"elicitation_prompt": "nope"}, KeyError, "prompt id='nope'"),
+        ({"token_contexts": ["nope"]}, KeyError, "unknown scoring context 'nope'"),
+        ({"aggregation": "mean"}, KeyError, "unknown token aggregation 'mean'"),
+        ({"correctness_rule": "fuzzy"}, KeyError, "unknown correctness rule 'fuzzy'"),
+        ({"elicitation_prompt": "nope"}, KeyError, "unknown prompt 'nope'"),
         ({"parse_policy": "strict"}, ValueError, r"parse_policy='strict'.*label_only"),
         ({"n_bins": 0}, ValueError, "n_bins=0"),
         ({"rows_total": 4}, ValueError, "rows_total=4 but 5 rows dropped"),

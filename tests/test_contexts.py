@@ -36,11 +36,11 @@ def test_builtin_contexts_declared():
 
 
 def test_context_registry_and_validation():
-    with pytest.raises(KeyError, match=r"context id='nope'.*'answer_slot'"):
+    with pytest.raises(KeyError, match=r"^unknown scoring context 'nope'; allowed: .*\banswer_slot\b"):
         get_context("nope")
     with pytest.raises(ValueError, match="already registered"):
         register_context(ScoringContext("bare", "bare"))
-    with pytest.raises(KeyError, match="prompt id='no_such_prompt'"):
+    with pytest.raises(KeyError, match="unknown prompt 'no_such_prompt'"):
         register_context(ScoringContext("ctx_with_missing_prompt", "no_such_prompt"))
     assert "ctx_with_missing_prompt" not in CONTEXTS
     with pytest.raises(ValueError, match=r"separator='\\n'"):

@@ -15,6 +15,7 @@ from scipy import integrate
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import estimators as E
 from confgrid.analysis import metrics as M
+from confgrid.analysis import registry as REG
 from confgrid.analysis import reliability as R
 from confgrid.analysis.metrics import UndefinedMetricWarning
 
@@ -136,8 +137,8 @@ def test_hand_values():
     y = np.r_[np.ones(79), np.zeros(21)]
     assert E.overconfidence(c, y) == pytest.approx(0.09, abs=1e-12)
     for B in E.ECE_BIN_COUNTS:
-        assert M.get_metric(f"ece_{B}").func(conf, corr) == M.ece(conf, corr, n_bins=B)
-    assert M.get_metric("ece_10").func(conf, corr) == pytest.approx(0.15)
+        assert REG.get_metric(f"ece_{B}").func(conf, corr) == M.ece(conf, corr, n_bins=B)
+    assert REG.get_metric("ece_10").func(conf, corr) == pytest.approx(0.15)
 
 
 def test_kde_far_apart_and_symmetric():
@@ -221,7 +222,7 @@ SIMPLE = ["ece_equal_mass", "kde_ece", "ks_ece", "smoothed_ece", "calibration_ga
 
 @pytest.mark.parametrize("name", SIMPLE)
 def test_empty_and_nonfinite_nan_with_warning(name):
-    f = M.get_metric(name).func
+    f = REG.get_metric(name).func
     with pytest.warns(UndefinedMetricWarning):
         assert math.isnan(f([], []))
     with pytest.warns(UndefinedMetricWarning):
@@ -230,7 +231,7 @@ def test_empty_and_nonfinite_nan_with_warning(name):
 
 @pytest.mark.parametrize("name", SIMPLE)
 def test_out_of_range_raises(name):
-    f = M.get_metric(name).func
+    f = REG.get_metric(name).func
     with pytest.raises(ValueError, match=r"confidence\[1\] = 1.5"):
         f([0.2, 1.5], [1, 0])
     with pytest.raises(ValueError, match="correct"):
@@ -239,7 +240,7 @@ def test_out_of_range_raises(name):
 
 @pytest.mark.parametrize("name", SIMPLE)
 def test_one_class_defined_and_edges(name):
-    f = M.get_metric(name).func
+    f = REG.get_metric(name).func
     with warnings.catch_warnings():
         warnings.simplefilter("error", UndefinedMetricWarning)  # one class is defined for calibration
         for y in ([1, 1, 1, 1], [0, 0, 0, 0]):
@@ -260,11 +261,11 @@ def test_bandwidth_and_bins_errors():
 
 def test_registry_entries():
     for name in NEW + ["smece"]:
-        info = M.get_metric(name)
+        info = REG.get_metric(name)
         assert info.lower_is_better is True
-    assert M.get_metric("calibration_gap").signed and M.get_metric("overconfidence").signed
-    assert not M.get_metric("ece").signed
-    assert M.get_metric("ece_equal_mass").takes_n_bins and not M.get_metric("ece_20").takes_n_bins
+    assert REG.get_metric("calibration_gap").signed and REG.get_metric("overconfidence").signed
+    assert not REG.get_metric("ece").signed
+    assert REG.get_metric("ece_equal_mass").takes_n_bins and not REG.get_metric("ece_20").takes_n_bins
 
 
 @pytest.mark.skipif(not HAVE_RELPLOT, reason="relplot not installed")
@@ -383,10 +384,10 @@ def test_permutation_invariance_new_metrics(d, seed):
     conf, corr = d
     p = np.random.default_rng(seed).permutation(conf.size)
     for name in NEW:
-        f = M.get_metric(name).func
+        f = REG.get_metric(name).func
         a, b = f(conf, corr), f(conf[p], corr[p])
         assert a == pytest.approx(b, abs=1e-12), name
-        if not M.get_metric(name).signed:
+        if not REG.get_metric(name).signed:
             assert -1e-12 <= a <= 1 + 1e-12, name
 
 
@@ -414,7 +415,7 @@ def loop_chunk(conf, corr, metrics, idx, n_bins=10):
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         for s in range(S):
             for j, name in enumerate(metrics):
-                info = M.get_metric(name)
+                info = REG.get_metric(name)
                 kw = {"n_bins": n_bins} if info.takes_n_bins else {}
                 for r, rows in enumerate(idx):
                     out[s, j, r] = info.func(conf[s][rows], corr[s][rows], **kw)
@@ -435,7 +436,7 @@ def test_kernels_equal_per_resample_loop(n, decimals, n_bins):
 def test_kernels_graded_and_unit_weights():
     c, y = data(11, n=45, decimals=2, graded=True)
     for name in KERNEL_METRICS:
-        info = M.get_metric(name)
+        info = REG.get_metric(name)
         got = BS._apply(BS.WEIGHTED_KERNELS[name], BS.SortedSignal.from_arrays(c, y, 10), np.ones((2, 45)))
         np.testing.assert_allclose(got, info.func(c, y), rtol=1e-10, atol=1e-12, err_msg=name)
 

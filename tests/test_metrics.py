@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from confgrid.analysis import metrics as M
+from confgrid.analysis import registry as REG
 from confgrid.analysis.metrics import UndefinedMetricWarning
 
 BIN_COUNTS = [5, 10, 15, 20, 30, 50]
@@ -76,7 +77,7 @@ def auroc_pairs(conf, corr):
 
 
 def call(name, c, y, **kw):
-    return M.get_metric(name).func(c, y, **kw)
+    return REG.get_metric(name).func(c, y, **kw)
 
 
 # ---------------------------------------------------------------------------
@@ -291,19 +292,19 @@ def test_bool_inputs_accepted():
 
 
 def test_registry():
-    assert set(ALL) <= set(M.METRICS)
-    assert M.get_metric("auroc").lower_is_better is False
+    assert set(ALL) <= set(REG.METRICS)
+    assert REG.get_metric("auroc").lower_is_better is False
     for n in ("ece", "aurc", "brier"):
-        assert M.get_metric(n).lower_is_better is True
+        assert REG.get_metric(n).lower_is_better is True
     with pytest.raises(KeyError) as exc:
-        M.get_metric("nope")
+        REG.get_metric("nope")
     assert "nope" in str(exc.value) and "aurc" in str(exc.value)
     with pytest.raises(ValueError):
-        M.get_metric("nope")
+        REG.get_metric("nope")
     with pytest.raises(ValueError, match="already registered"):
-        M.register_metric(M.MetricInfo("ece", M.ece, True, "dup"))
+        REG.register_metric(REG.MetricInfo("ece", M.ece, True, "dup"))
     with pytest.raises(Exception):
-        M.METRICS["ece"].name = "x"  # frozen
+        REG.METRICS["ece"].name = "x"  # frozen
 
 
 # ---------------------------------------------------------------------------

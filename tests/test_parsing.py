@@ -169,7 +169,7 @@ def test_parse_for_prompt_uses_declared_scale():
     assert parse_for_prompt("Guess: Paris\nProbability: 85", "confidence_percent").verbalized == pytest.approx(0.85)
     assert parse_for_prompt("Guess: Paris\nProbability: 85", "confidence").status == "out_of_range"
     assert parse_for_prompt("Guess: B\nProbability: 0.7", "mc_confidence") == ParseResult("B", 0.7, "ok", False)
-    with pytest.raises(KeyError, match="prompt id='nope'"):
+    with pytest.raises(KeyError, match="unknown prompt 'nope'"):
         parse_for_prompt("x", "nope")
     assert parse_output("Guess: Paris\nProbability: 0.5", scale="bogus").status == "missing_both"  # never raises
 

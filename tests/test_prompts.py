@@ -92,7 +92,7 @@ def test_prompt_validation():
 
 
 def test_registry_errors():
-    with pytest.raises(KeyError, match=r"prompt id='nope'.*'bare'"):
+    with pytest.raises(KeyError, match=r"^unknown prompt 'nope'; allowed: .*\bbare\b"):
         P.get_prompt("nope")
     with pytest.raises(ValueError, match="already registered"):
         P.register_prompt(P.Prompt(id="bare", template="{question}"))
@@ -117,7 +117,7 @@ def test_load_prompt_file(tmp_path):
         with pytest.raises(ValueError, match="already registered"):
             P.load_prompt_file(p)
     finally:
-        P.PROMPTS.pop("test_percent_prompt", None)
+        P.PROMPTS.unregister("test_percent_prompt", missing_ok=True)
 
 
 def test_load_prompt_file_errors(tmp_path):

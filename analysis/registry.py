@@ -1,0 +1,174 @@
+"""The metric registry: every metric a grid spec or ``confgrid analyze`` can name.
+
+One place registers every built-in metric, the base metrics of
+:mod:`confgrid.analysis.metrics` and the alternative estimators and signed
+summaries of :mod:`confgrid.analysis.estimators`. The imports run one way::
+
+    metrics  <-  estimators  <-  registry  <-  bootstrap, compare, summary, flows
+
+``metrics`` imports no other analysis module, ``estimators`` imports
+``metrics`` only, and this module imports both. (Before, ``metrics`` defined
+the registry and imported ``estimators`` at its bottom so that the
+estimators could register themselves, while ``estimators`` imported helpers
+from ``metrics``: a cycle.) The registry class is the generic
+:class:`confgrid.registry.Registry`, shared with the protocol registries.
+
+=================== ============= ================================================
+name                direction     function
+=================== ============= ================================================
+``ece``             lower better  :func:`metrics.ece` (equal-width bins, ``n_bins``)
+``auroc``           higher better :func:`metrics.auroc`
+``aurc``            lower better  :func:`metrics.aurc`
+``brier``           lower better  :func:`metrics.brier`
+``ece_equal_mass``  lower better  :func:`estimators.ece_equal_mass` (``n_bins``)
+``kde_ece``         lower better  :func:`estimators.kde_ece`
+``ks_ece``          lower better  :func:`estimators.ks_ece`
+``smoothed_ece``    lower better  :func:`estimators.smoothed_ece`
+``smece``           lower better  :func:`estimators.smece` (needs ``relplot``)
+``calibration_gap`` signed, 0     :func:`estimators.calibration_gap`
+``overconfidence``  signed, 0     :func:`estimators.overconfidence`
+``ece_<B>``         lower better  ``ece`` with B = 5, 10, 15, 20, 30, 50 bins
+=================== ============= ================================================
+
+Examples
+--------
+>>> get_metric("aurc").lower_is_better
+True
+>>> get_metric("calibration_gap").signed
+True
+>>> get_metric("f1")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+    ...
+confgrid.registry.UnknownNameError: unknown metric 'f1'; allowed: aurc, auroc, brier, calibration_gap, ece, ...
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+from confgrid.registry import Registry, UnknownNameError
+
+from . import estimators as _E
+from . import metrics as _M
+
+__all__ = ["METRICS", "MetricInfo", "UnknownMetricError", "get_metric", "register_metric"]
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """A registered metric.
+
+    Attributes
+    ----------
+    name : str
+        Registry key (lower case), e.g. ``"ece"``.
+    func : callable
+        ``func(confidence, correct) -> float`` (ECE also takes ``n_bins``).
+    lower_is_better : bool
+        Direction of the metric.
+    description : str
+        One line for tables and reports.
+    signed : bool, default=False
+        True for a signed summary (e.g. ``calibration_gap``) whose best
+        value is 0; ``lower_is_better`` then refers to its absolute value.
+    """
+
+    name: str
+    func: Callable[..., float]
+    lower_is_better: bool
+    description: str
+    signed: bool = False
+
+    @property
+    def takes_n_bins(self) -> bool:
+        """Whether ``func`` accepts an ``n_bins`` keyword (``ece``, ``ece_equal_mass``)."""
+        try:
+            return "n_bins" in inspect.signature(self.func).parameters
+        except (TypeError, ValueError):  # pragma: no cover - builtins
+            return False
+
+
+#: Registered metrics, by name (kind ``"metric"``).
+METRICS: Registry[MetricInfo] = Registry("metric", value_type=MetricInfo)
+
+#: The error of an unknown metric name; the same class as every registry's
+#: :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``).
+UnknownMetricError = UnknownNameError
+
+
+def register_metric(info: MetricInfo) -> MetricInfo:
+    """Add ``info`` to :data:`METRICS` under ``info.name``.
+
+    Parameters
+    ----------
+    info : MetricInfo
+
+    Returns
+    -------
+    MetricInfo
+        ``info`` itself.
+
+    Raises
+    ------
+    TypeError
+        If ``info`` is not a :class:`MetricInfo`.
+    ValueError
+        If a metric with that name is already registered.
+    """
+    if not isinstance(info, MetricInfo):
+        raise TypeError(f"register_metric: expected a MetricInfo, got {type(info).__name__}")
+    return METRICS.register(info.name, info)
+
+
+def get_metric(name: str) -> MetricInfo:
+    """Look up a registered metric by name.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    MetricInfo
+
+    Raises
+    ------
+    UnknownMetricError
+        (:class:`~confgrid.registry.UnknownNameError`, a subclass of both
+        ``KeyError`` and ``ValueError``) listing the registered names when
+        ``name`` is unknown.
+
+    Examples
+    --------
+    >>> get_metric("auroc").lower_is_better
+    False
+    """
+    return METRICS.get(name)
+
+
+def _builtins() -> list[MetricInfo]:
+    infos = [
+        MetricInfo("ece", _M.ece, True, "expected calibration error, equal-width bins"),
+        MetricInfo("auroc", _M.auroc, False, "AUROC of confidence for correctness"),
+        MetricInfo("aurc", _M.aurc, True, "area under the risk-coverage curve"),
+        MetricInfo("brier", _M.brier, True, "Brier score"),
+        MetricInfo("ece_equal_mass", _E.ece_equal_mass, True, "ECE, equal-mass bins"),
+        MetricInfo("kde_ece", _E.kde_ece, True, "KDE ECE (Gaussian kernel regression, h=0.05)"),
+        MetricInfo("ks_ece", _E.ks_ece, True, "KS calibration error (Gupta et al. 2021)"),
+        MetricInfo("smoothed_ece", _E.smoothed_ece, True, "smoothed ECE (plain Gaussian kernel, Silverman)"),
+        MetricInfo("smece", _E.smece, True, "smECE (Blasiok & Nakkiran 2024, relplot)"),
+        MetricInfo("calibration_gap", _E.calibration_gap, True,
+                   "signed calibration gap: mean confidence - accuracy (0 is best)", signed=True),
+        MetricInfo("overconfidence", _E.overconfidence, True,
+                   "overconfidence (study 002): mean confidence - accuracy; same value as calibration_gap",
+                   signed=True),
+    ]
+    infos += [MetricInfo(f"ece_{b}", f, True, f"ECE, {b} equal-width bins") for b, f in _E.FIXED_BIN_ECE.items()]
+    return infos
+
+
+for _info in _builtins():
+    register_metric(_info)
+del _info
