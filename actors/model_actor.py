@@ -1,21 +1,38 @@
 """The Ray actor that holds one model.
 
 One actor per model replica: it loads the weights once and serves every
-generate and score call of every shard routed to it. Prompts arrive as text
-(user turn, assistant prefix, separator, answer); the actor renders them with
-its own tokenizer and chat template (protocols/chat.py), so the driver never
-needs the model's files.
+engine call routed to it (:meth:`ModelWorker.run`, one or more shards per
+call, typed payloads of actors/calls.py). Prompts arrive as text (user turn,
+assistant prefix, separator, answer); the actor renders them with its own
+tokenizer and chat template (protocols/chat.py), so the driver never needs
+the model's files.
 
-Resources are decided in one place, :func:`actor_options`.
+Resources are decided in one place, :func:`replica_resources`; the driver's
+pools (flows/pools.py) decide when replicas start and stop.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
+
+from confgrid.actors.calls import (
+    CallResult,
+    EngineCall,
+    GenerationOutput,
+    ReplicaInfo,
+    ReplicaReady,
+    ScoreOutput,
+    ScoreRequest,
+)
 
 __all__ = ["ModelConfig", "ReplicaResources", "replica_resources", "actor_options", "start_replica", "ModelActor", "ModelWorker"]
 
@@ -39,6 +56,7 @@ class ModelConfig:
     max_retries: int = 1
     generation_bos: bool | None = None
     scoring_bos: bool | None = None
+    max_num_seqs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,12 +71,22 @@ class ReplicaResources:
         Placement-group bundles (one GPU each, STRICT_PACK) for a
         tensor-parallel replica; None otherwise.
     threads : int or None
-        torch threads for a CPU replica.
+        torch threads of a replica that computes on CPU: the CPUs it reserves
+        (a CPU cluster), or its one CPU where the cluster declares GPUs that
+        the process cannot see (a local test cluster). None: torch's default.
+    per_node : dict of str to float
+        Everything the replica needs on ONE node (``{"GPU": g, "CPU": c}``):
+        what the capacity check compares against each node.
     """
 
     actor: dict[str, Any]
     bundles: list[dict[str, float]] | None
     threads: int | None
+    per_node: dict[str, float]
+
+    def describe(self) -> str:
+        """``{GPU: 1, CPU: 1}``, for log lines and errors."""
+        return "{" + ", ".join(f"{k}: {v:g}" for k, v in self.per_node.items()) + "}"
 
 
 def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> ReplicaResources:
@@ -66,39 +94,34 @@ def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] |
 
     * GPU cluster, ``tensor_parallel_size == 1``: the actor reserves one GPU
       (``num_gpus=1``) and one CPU.
-    * GPU cluster, ``tensor_parallel_size == N > 1`` (vLLM): a placement group
-      of N bundles ``{GPU: 1, CPU: 1}`` with strategy STRICT_PACK (one node);
-      the actor runs in it with ``num_gpus=0`` and captures child tasks, so
-      vLLM's Ray executor places its N workers in the same group instead of
-      creating a nested one (nested placement groups deadlock).
-    * No GPU: the actor reserves the CPUs of one node (at most 8) and uses
-      them as torch threads.
+    * ``tensor_parallel_size == N > 1`` (vLLM): a placement group of N
+      bundles ``{GPU: 1, CPU: 1}`` with strategy STRICT_PACK (one node); the
+      actor runs in it with ``num_gpus=0`` and captures child tasks, so vLLM's
+      Ray executor places its N workers in the same group instead of creating
+      a nested one (nested placement groups deadlock).
+    * No GPU in the cluster: the actor reserves the CPUs of one node (at most
+      8) and uses them as torch threads.
+
+    Whether the replica fits anywhere is checked by the caller against the
+    nodes (``flows/pools.py``, ``check_capacity``), never here.
 
     Parameters
     ----------
     config : ModelConfig
     cluster_resources : dict, optional
         ``ray.cluster_resources()``; read from the running cluster when None.
-
-    Raises
-    ------
-    ValueError
-        If ``tensor_parallel_size`` exceeds the cluster's GPUs, or is > 1 on a
-        cluster without GPUs.
     """
     res = cluster_resources if cluster_resources is not None else ray.cluster_resources()
     gpus = res.get("GPU", 0)
     tp = config.tensor_parallel_size
     if tp > 1:
-        if gpus < tp:
-            raise ValueError(
-                f"tensor_parallel_size={tp} for model {config.name!r} needs {tp} GPUs; the cluster has {gpus:g}"
-            )
-        return ReplicaResources(actor={"num_gpus": 0, "num_cpus": 0}, bundles=[{"GPU": 1, "CPU": 1}] * tp, threads=None)
+        return ReplicaResources(actor={"num_gpus": 0, "num_cpus": 0}, bundles=[{"GPU": 1, "CPU": 1}] * tp,
+                                threads=None, per_node={"GPU": float(tp), "CPU": float(tp)})
     if gpus >= 1:
-        return ReplicaResources(actor={"num_gpus": 1, "num_cpus": 1}, bundles=None, threads=None)
+        return ReplicaResources(actor={"num_gpus": 1, "num_cpus": 1}, bundles=None, threads=1,
+                                per_node={"GPU": 1.0, "CPU": 1.0})
     cpus = int(max(1, min(8, res.get("CPU", 1))))
-    return ReplicaResources(actor={"num_cpus": cpus}, bundles=None, threads=cpus)
+    return ReplicaResources(actor={"num_cpus": cpus}, bundles=None, threads=cpus, per_node={"CPU": float(cpus)})
 
 
 def actor_options(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> dict[str, Any]:
@@ -106,12 +129,26 @@ def actor_options(config: ModelConfig, cluster_resources: dict[str, float] | Non
     return dict(replica_resources(config, cluster_resources).actor)
 
 
-def start_replica(config: ModelConfig, index: int = 0, cluster_resources: dict[str, float] | None = None):
-    """Start one model replica; returns ``(actor handle, placement group or None)``.
+def start_replica(config: ModelConfig, index: int = 0, cluster_resources: dict[str, float] | None = None,
+                  load: int = 0):
+    """Ask Ray for one model replica; returns ``(actor handle, placement group or None)`` at once.
 
-    The actor restarts at most ``config.max_retries`` times after a crash and
-    retries the calls that were in flight as often (transient errors); an
-    actor killed on purpose (``ray.kill``) is not restarted.
+    Nothing here waits: Ray creates the actor (and its placement group) when
+    the resources are free, and the replica's ``ping`` answers once the model
+    is loaded. The actor restarts at most ``config.max_retries`` times after a
+    crash and retries the calls that were in flight as often (transient
+    errors); an actor killed on purpose (``ray.kill``) is not restarted.
+
+    Parameters
+    ----------
+    config : ModelConfig
+    index : int
+        Replica index within the model's pool (names the actor).
+    cluster_resources : dict, optional
+        See :func:`replica_resources`.
+    load : int
+        How many times this replica was started before in this run (a model
+        reloaded for cross-model work gets a fresh actor name).
     """
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -119,11 +156,10 @@ def start_replica(config: ModelConfig, index: int = 0, cluster_resources: dict[s
     rr = replica_resources(config, cluster_resources)
     opts: dict[str, Any] = dict(rr.actor)
     opts.update(max_restarts=config.max_retries, max_task_retries=config.max_retries,
-                name=f"confgrid-{config.name}-{index}-{os.getpid()}")
+                name=f"confgrid-{config.name}-{index}-{os.getpid()}-{load}")
     pg = None
     if rr.bundles:
-        pg = placement_group(rr.bundles, strategy="STRICT_PACK", name=f"confgrid-{config.name}-{index}")
-        ray.get(pg.ready())
+        pg = placement_group(rr.bundles, strategy="STRICT_PACK", name=f"confgrid-{config.name}-{index}-{load}")
         opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
             placement_group=pg, placement_group_capture_child_tasks=True
         )
@@ -135,14 +171,33 @@ class ModelWorker:
     """The model-holding object; :data:`ModelActor` is its Ray actor class.
 
     Kept as a plain class so it can also run in-process (tests, debugging).
+
+    Parameters
+    ----------
+    config : ModelConfig
+    num_threads : int, optional
+        torch threads, applied when the process computes on CPU (see
+        :attr:`ReplicaResources.threads`).
+
+    Raises
+    ------
+    ValueError
+        If ``config.backend`` is unknown.
+    OSError, ValueError
+        From the backend when the model cannot be loaded (missing or broken
+        files); inside Ray this fails the actor's creation, and the driver
+        records it on the model's shards.
     """
 
     def __init__(self, config: ModelConfig, num_threads: int | None = None) -> None:
+        t0 = time.time()
         import torch
 
-        if num_threads:
+        if num_threads and not torch.cuda.is_available():
             torch.set_num_threads(int(num_threads))
         self.config = config
+        self._calls = 0
+        self._fault = _fault_plan(config.name)
         path = config.model
         if path == "confgrid-fixture":
             from confgrid.actors.fixture import FIXTURE_MODEL_DIR
@@ -157,6 +212,7 @@ class ModelWorker:
         elif config.backend == "vllm":  # pragma: no cover - needs confgrid[gpu]
             from confgrid.actors.vllm_backend import VLLMBackend
 
+            extra = {"max_num_seqs": config.max_num_seqs} if config.max_num_seqs is not None else {}
             self.backend = VLLMBackend(
                 path,
                 dtype=config.dtype,
@@ -167,13 +223,17 @@ class ModelWorker:
                 enable_prefix_caching=config.enable_prefix_caching,
                 gpu_memory_utilization=config.gpu_memory_utilization,
                 distributed_executor_backend="ray" if config.tensor_parallel_size > 1 else None,
+                **extra,
             )
         else:
             raise ValueError(f"backend: unknown backend {config.backend!r}; allowed: transformers, vllm")
         self.tokenizer = self.backend.tokenizer
+        self.info = ReplicaInfo(pid=os.getpid(), host=socket.gethostname(), incarnation=uuid.uuid4().hex,
+                                load_seconds=round(time.time() - t0, 3))
 
-    def ping(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), **self.provenance()}
+    def ping(self) -> ReplicaReady:
+        """The replica has loaded its model: who it is and what it runs."""
+        return ReplicaReady(replica=self.info, provenance=self.provenance())
 
     def provenance(self) -> dict[str, str]:
         from confgrid.protocols.chat import default_system_prompt
@@ -184,8 +244,45 @@ class ModelWorker:
             prov["system_prompt"] = default_system_prompt(self.tokenizer) or ""
         return prov
 
+    def run(self, call: EngineCall) -> CallResult:
+        """Run every request of the call's shards in one engine pass.
+
+        Parameters
+        ----------
+        call : EngineCall
+            ``generate`` calls hold :class:`GenerateRequest` items, ``score``
+            calls :class:`ScoreRequest` items.
+
+        Returns
+        -------
+        CallResult
+            Each shard's outputs under its key, in request order.
+
+        Raises
+        ------
+        ValueError
+            If ``call.kind`` is unknown, or from the backend on invalid ids.
+        """
+        started = time.time()
+        self._calls += 1
+        self._maybe_fault()
+        flat = [r for w in call.shards for r in w.requests]
+        if call.kind == "generate":
+            outs: list[Any] = self.generate([r.user_text for r in flat], call.max_new_tokens,
+                                            [r.assistant_prefix for r in flat])
+        elif call.kind == "score":
+            outs = self.score(flat)
+        else:
+            raise ValueError(f"EngineCall.kind: unknown kind {call.kind!r}; allowed: generate, score")
+        by_key: dict[str, tuple[Any, ...]] = {}
+        i = 0
+        for w in call.shards:
+            by_key[w.key] = tuple(outs[i : i + len(w.requests)])
+            i += len(w.requests)
+        return CallResult(outputs=by_key, replica=self.info, started=started, seconds=round(time.time() - started, 4))
+
     def generate(self, user_texts: list[str], max_new_tokens: int,
-                 assistant_prefixes: list[str] | None = None) -> list[dict[str, Any]]:
+                 assistant_prefixes: list[str] | None = None) -> list[GenerationOutput]:
         """Greedy continuations of rendered user turns.
 
         Parameters
@@ -199,8 +296,8 @@ class ModelWorker:
 
         Returns
         -------
-        list of dict
-            One per input: ``text``, ``finish_reason``, ``n_tokens``, ``prompt_tokens``.
+        list of GenerationOutput
+            One per input, in input order.
         """
         from confgrid.protocols.chat import render_prompt_ids
 
@@ -210,47 +307,90 @@ class ModelWorker:
                               add_bos=self.config.generation_bos)
             for t, p in zip(user_texts, prefixes, strict=True)
         ]
-        gens = self.backend.generate(prompts, max_new_tokens=max_new_tokens)
-        return [
-            {
-                "text": g.text,
-                "finish_reason": g.finish_reason,
-                "n_tokens": len(g.token_ids),
-                "prompt_tokens": len(p),
-            }
-            for g, p in zip(gens, prompts, strict=True)
-        ]
+        gens = self.backend.generate(prompts, max_new_tokens=max_new_tokens) if prompts else []
+        return [GenerationOutput(text=g.text, finish_reason=g.finish_reason, n_tokens=len(g.token_ids),
+                                 prompt_tokens=len(p))
+                for g, p in zip(gens, prompts, strict=True)]
 
-    def score(self, requests: list[tuple[str, str, str, str]]) -> list[dict[str, Any]]:
+    def score(self, requests: list[ScoreRequest]) -> list[ScoreOutput]:
         """Forced-decoding log-probs of fixed answers.
 
         Parameters
         ----------
-        requests : list of (user_text, assistant_prefix, separator, answer)
+        requests : list of ScoreRequest
             The context is the user turn rendered with the chat template, then
             ``assistant_prefix``; the answer is tokenized separately as
             ``separator + answer`` and the ids are joined (study 000 Appendix A).
 
         Returns
         -------
-        list of dict
-            ``logprobs`` (list of float, nats, one per answer token),
-            ``answer_token_ids`` (list of int), ``context_tokens`` (int).
+        list of ScoreOutput
+            ``logprobs`` (nats, one per answer token), ``answer_token_ids``,
+            ``context_tokens``; in input order.
         """
         from confgrid.protocols.chat import answer_ids, effective_separator, render_prompt_ids
 
         pairs = []
-        for user_text, prefix, sep, answer in requests:
+        for r in requests:
             ctx = render_prompt_ids(
-                self.tokenizer, user_text, use_chat_template=self.config.chat_template, assistant_prefix=prefix,
-                add_bos=self.config.scoring_bos,
+                self.tokenizer, r.user_text, use_chat_template=self.config.chat_template,
+                assistant_prefix=r.assistant_prefix, add_bos=self.config.scoring_bos,
             )
-            pairs.append((ctx, answer_ids(self.tokenizer, answer, effective_separator(sep, self.config.chat_template))))
-        scores = self.backend.score(pairs)
-        return [
-            {"logprobs": [float(x) for x in s], "answer_token_ids": list(a), "context_tokens": len(c)}
-            for s, (c, a) in zip(scores, pairs, strict=True)
-        ]
+            pairs.append((ctx, answer_ids(self.tokenizer, r.answer,
+                                          effective_separator(r.separator, self.config.chat_template))))
+        scores = self.backend.score(pairs) if pairs else []
+        return [ScoreOutput(logprobs=tuple(float(x) for x in s), answer_token_ids=tuple(int(t) for t in a),
+                            context_tokens=len(c))
+                for s, (c, a) in zip(scores, pairs, strict=True)]
+
+    def _maybe_fault(self) -> None:
+        """The test fault of ``CONFGRID_FAULT`` (see :func:`_fault_plan`), at call ``after + 1``, once per marker."""
+        f = self._fault
+        if f is None or self._calls != f["after"] + 1:
+            return
+        marker = Path(f["marker"])
+        if marker.exists():  # once per marker: a restarted (or resubmitted) replica runs on
+            return
+        if f["mode"] == "sigkill":
+            marker.write_text(f"{os.getpid()}\n", encoding="utf-8")
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif f["mode"] == "hang":
+            marker.write_text(ray.get_runtime_context().get_actor_name() or "", encoding="utf-8")
+            while True:  # until the test kills the actor
+                time.sleep(0.1)
+
+
+def _fault_plan(model_name: str) -> dict[str, Any] | None:
+    """A deterministic fault for tests, read from ``CONFGRID_FAULT`` (never set it in production).
+
+    ``CONFGRID_FAULT="model=<name>;mode=<sigkill|hang>;after=<N>;marker=<path>"``
+    (several plans separated by ``|``) makes the replicas of model ``<name>``
+    fail at the start of their engine call ``N + 1``, once per marker file
+    (the fault writes it first): ``sigkill`` kills the process (Ray may
+    restart the actor; the new process runs on), ``hang`` writes the actor's
+    name to the marker and blocks until the actor is killed. The variable must
+    be set before Ray starts, so that the actors inherit it.
+
+    Raises
+    ------
+    ValueError
+        If the variable is set but malformed.
+    """
+    raw = os.environ.get("CONFGRID_FAULT")
+    if not raw:
+        return None
+    for one in raw.split("|"):
+        try:
+            f = dict(part.split("=", 1) for part in one.split(";") if part)
+            plan = {"model": f["model"], "mode": f["mode"], "after": int(f["after"]), "marker": f["marker"]}
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"CONFGRID_FAULT={raw!r}: expected 'model=..;mode=sigkill|hang;after=N;marker=PATH'"
+                             ) from exc
+        if plan["mode"] not in ("sigkill", "hang"):
+            raise ValueError(f"CONFGRID_FAULT mode={plan['mode']!r}; allowed: sigkill, hang")
+        if plan["model"] == model_name:
+            return plan
+    return None
 
 
 ModelActor = ray.remote(ModelWorker)

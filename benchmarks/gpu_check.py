@@ -1131,9 +1131,9 @@ class _ActorRunner:
         res = self.ray.get(self.handle.generate.remote(list(texts), new))
         dt = time.perf_counter() - t
         for r, p in zip(res, ids, strict=True):
-            if r["prompt_tokens"] != len(p):
-                raise RuntimeError(f"ModelActor rendered {r['prompt_tokens']} prompt tokens, the raw run sends {len(p)}")
-        return dt, sum(r["n_tokens"] for r in res), len(res)
+            if r.prompt_tokens != len(p):
+                raise RuntimeError(f"ModelActor rendered {r.prompt_tokens} prompt tokens, the raw run sends {len(p)}")
+        return dt, sum(r.n_tokens for r in res), len(res)
 
     def raw(self, ids, new):
         return self.ray.get(self.handle.__ray_call__.remote(_in_actor_raw, ids, new))

@@ -51,7 +51,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -73,7 +72,7 @@ from confgrid.analysis.bootstrap import (
     setting_seed,
 )
 from confgrid.analysis.compare import excludes_zero
-from confgrid.analysis.metrics import METRICS
+from confgrid.analysis.registry import METRICS
 
 __all__ = [
     "ROLES",
@@ -454,15 +453,10 @@ def _align(rows: pd.DataFrame, base_seed: int) -> tuple[list[_Setting], pd.DataF
 
 
 def _favours(metric: str, pa: float, pb: float, a: str, b: str) -> str:
-    """The better signal by point estimate; signed metrics (a calibration gap): closer to 0 is better."""
-    info = METRICS[metric]
-    if getattr(info, "signed", False):  # the direction then refers to the absolute value
-        pa, pb = abs(pa), abs(pb)
-    lower = info.lower_is_better
-    d = pa - pb
-    if not np.isfinite(d) or d == 0:
-        return "neither"
-    return (a if d < 0 else b) if lower else (a if d > 0 else b)
+    """The better signal by point estimate: :func:`confgrid.analysis.compare.better_signal` (signed: closer to 0)."""
+    from confgrid.analysis.compare import better_signal
+
+    return better_signal(metric, pa, pb, a, b)
 
 
 def _tables(settings: list[_Setting], results: dict[str, BootstrapResult], metrics: list[str],
@@ -493,12 +487,9 @@ def _tables(settings: list[_Setting], results: dict[str, BootstrapResult], metri
 
 
 def _write(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    if path.suffix == ".csv":
-        df.to_csv(tmp, index=False, lineterminator="\n")
-    else:
-        df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    from confgrid.flows.store import write_frame_atomic
+
+    write_frame_atomic(df, path)
 
 
 # ---------------------------------------------------------------------------
@@ -620,7 +611,7 @@ def analyze(
     if track:
         try:
             metrics_df.attrs["mlflow_parent_run_id"] = _track(
-                input_path, out_dir, tracking_uri, settings, metrics_df, files,
+                input_path, out_dir, tracking_uri, settings, metrics_df, gaps_df, files,
                 params=dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
                             seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size),
                             use_ray=bool(use_ray), n_rows=len(rows), n_settings=len(settings),
@@ -633,8 +624,8 @@ def analyze(
 
 
 def _track(input_path: Path, out_dir: Path, tracking_uri: str | None, settings: list[_Setting],
-           metrics_df: pd.DataFrame, files: list[Path], params: dict[str, Any]) -> str:
-    from confgrid.flows.tracking import Tracker, default_tracking_uri
+           metrics_df: pd.DataFrame, gaps_df: pd.DataFrame, files: list[Path], params: dict[str, Any]) -> str:
+    from confgrid.flows.tracking import Tracker, default_tracking_uri, result_metrics
 
     tracker = Tracker(tracking_uri or default_tracking_uri(out_dir), EXPERIMENT)
     digest = hashlib.sha256(input_path.read_bytes()).hexdigest()
@@ -642,11 +633,8 @@ def _track(input_path: Path, out_dir: Path, tracking_uri: str | None, settings: 
             "confgrid.input_sha256": digest}
     with tracker.parent(input_path.name, params, tags=tags) as run_id:
         for st in settings:
-            sub = metrics_df[metrics_df["setting"] == st.name]
-            values = {}
-            for r in sub.itertuples(index=False):
-                for stat in ("point", "lo", "hi"):
-                    values[f"{r.signal}/{r.metric}/{stat}"] = getattr(r, stat)
+            values = result_metrics(metrics_df[metrics_df["setting"] == st.name],
+                                    gaps_df[gaps_df["setting"] == st.name])
             tracker.child(st.name, dict(setting=st.name, seed=st.seed, n_items=len(st.items), signals=st.signals),
                           values, [], tags={"confgrid.setting": st.name, "confgrid.command": "analyze"})
         tracker.log_artifacts(files, "results")

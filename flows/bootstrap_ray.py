@@ -36,7 +36,6 @@ needs no cluster.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -78,13 +77,9 @@ class SettingInput:
 
 def ensure_ray() -> None:
     """Start a local Ray instance unless one is running (``RAY_ADDRESS`` joins a cluster)."""
-    import ray
+    from confgrid.flows.ray_session import init_ray
 
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(ignore_reinit_error=True, log_to_driver=False,
-             **({} if os.environ.get("RAY_ADDRESS") else {"include_dashboard": False}))
+    init_ray(None)
 
 
 def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], metrics: list[str], n_resamples: int,

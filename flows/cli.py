@@ -64,6 +64,7 @@ def _load(grid_path: Path):
 
 def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, grid_text: str | None,
              only_failed: bool = False, resume: bool = False) -> None:
+    from confgrid.flows.pools import CapacityError
     from confgrid.flows.runner import DatasetError, ShardFailures, run_grid
     from confgrid.flows.show import print_results
 
@@ -71,7 +72,7 @@ def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, gri
     try:
         summary = run_grid(spec, out, address=address, tracking_uri=tracking_uri, grid_text=grid_text,
                            only_failed=only_failed, resume=resume)
-    except DatasetError as exc:
+    except (DatasetError, CapacityError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
     except ShardFailures as exc:
@@ -163,7 +164,7 @@ def status(
     address: str = typer.Option(None, "--address", help="Jobs API address, e.g. http://HEAD:8265."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
-    """Show the shards of a run (status, attempts, error, host, seconds) or a submitted job's state."""
+    """Show the shards of a run (status, attempts, error, host, seconds) and its replicas, or a submitted job's state."""
     if job:
         from confgrid.cluster.jobs import job_status
 
@@ -192,8 +193,18 @@ def status(
         t.add_row(r["stage"], r["setting"], r["status"] + (" (reused)" if r.get("reused") else ""), str(r["attempts"]),
                   str(r.get("rows") or ""), str(r.get("seconds") or ""), str(r.get("host") or ""), r["key"][:12],
                   (r.get("error") or "")[:80])
-    Console(width=200).print(t)
+    console = Console(width=200)
+    console.print(t)
     typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    reps = data.get("meta", {}).get("replicas") or []
+    if reps:
+        rt = Table(title="Replicas (model loads, Ray restarts, seconds loading and computing)")
+        for col in ("replica", "state", "loads", "restarts", "load s", "busy s", "calls", "host", "error"):
+            rt.add_column(col)
+        for r in reps:
+            rt.add_row(r["replica"], r["state"], str(r["loads"]), str(r["restarts"]), f"{r['load_seconds']:.1f}",
+                       f"{r['busy_seconds']:.1f}", str(r["calls"]), str(r.get("host") or ""), (r.get("error") or "")[:80])
+        console.print(rt)
 
 
 @app.command()

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from confgrid.analysis.bootstrap import BootstrapResult, interval
+from confgrid.analysis.compare import advantages
 from confgrid.analysis.summary import summarize_axis, summarize_estimators, summarize_gaps, summarize_shifts
 from confgrid.analysis.tables import (
     ablation_path_table,
@@ -24,6 +25,7 @@ from confgrid.analysis.tables import (
     three_context_table,
     transfer_table,
 )
+from confgrid.flows.store import write_text_atomic
 
 __all__ = ["study_tables", "probe_table", "selection_table", "transfer_tables", "write_checklist", "ABLATION_PATH",
            "ESTIMATORS"]
@@ -83,8 +85,14 @@ def study_tables(
     m, g = sel(metrics_df), sel(gaps_df)
     three = [c for c in ("bare", "answer_slot", "guess_slot") if c in contexts]
     if len(three) >= 2:
+        # the per-resample advantage of each token signal (for a signed metric |v| - |t|) decides resolved flips
+        adv = pd.concat([advantages(r, names[s], level=level).assign(setting=s) for s, r in res.items()],
+                        ignore_index=True)
+        adv = adv[adv["signal"].isin([f"token_{c}" for c in three])]
+        adv = adv.assign(context=adv["signal"].str.removeprefix("token_"))
         out["table2_contexts"] = pd.concat(
-            [three_context_table(m, g, met, three).assign(metric=met) for met in metric_names], ignore_index=True)
+            [three_context_table(m, g, met, three, advantages=adv).assign(metric=met) for met in metric_names],
+            ignore_index=True)
     path = [(c, change) for c, change in ABLATION_PATH if c in contexts]
     if len(path) >= 3:
         sigs = [f"token_{c}" for c, _ in path]
@@ -213,16 +221,16 @@ def write_checklist(out_dir: Path, entries: list[dict[str, Any]]) -> tuple[Path,
     res = Path(out_dir) / "results"
     res.mkdir(parents=True, exist_ok=True)
     jpath, mpath = res / "checklist.json", res / "checklist.md"
-    jpath.write_text(json.dumps(entries, indent=1, sort_keys=True, default=str), encoding="utf-8")
+    write_text_atomic(json.dumps(entries, indent=1, sort_keys=True, default=str), jpath)
     md = ["# Reporting checklist (study 000, Table 5)", ""]
     for e in entries:
         md += [f"## {e.get('model')} / {e.get('dataset')} / answer set {e.get('extra', {}).get('answer_set', 'main')}",
                "", render_checklist_markdown(e), ""]
-    mpath.write_text("\n".join(md), encoding="utf-8")
+    write_text_atomic("\n".join(md), mpath)
     return jpath, mpath
 
 
-def selection_table(units: Mapping[tuple[str, str, str], Mapping[str, Any]], other_set: str, seed: int,
+def selection_table(units: Mapping[tuple[str, str, str], Any], other_set: str, seed: int,
                     n_resamples: int = 10_000, level: float = 0.95) -> pd.DataFrame:
     """The selection effect (study 000 section 4.2, Appendix C "Selection").
 
@@ -231,6 +239,9 @@ def selection_table(units: Mapping[tuple[str, str, str], Mapping[str, Any]], oth
     the mean token score of each set in every context both were scored in,
     and the paired difference main - other with a bootstrap interval over
     items. Each answer scores higher in the context where it was generated.
+
+    ``units`` maps (model, dataset, answer set) to units with ``graded`` and
+    ``tokens`` tables (flows/assemble.py ``Unit``).
 
     Returns
     -------
@@ -246,12 +257,12 @@ def selection_table(units: Mapping[tuple[str, str, str], Mapping[str, Any]], oth
         if aid != "main" or (m, d, other_set) not in units:
             continue
         o = units[(m, d, other_set)]
-        ga = u["graded"].set_index("item_id")["answer"]
-        gb = o["graded"].set_index("item_id")["answer"]
+        ga = u.graded.set_index("item_id")["answer"]
+        gb = o.graded.set_index("item_id")["answer"]
         both = [i for i in ga.index if i in gb.index and isinstance(ga[i], str) and isinstance(gb[i], str)
                 and ga[i].strip() and gb[i].strip()]
         differ = [i for i in both if normalize(ga[i]) != normalize(gb[i])]
-        ta, tb = u["tokens"], o["tokens"]
+        ta, tb = u.tokens, o.tokens
         if ta.empty or tb.empty:
             continue
         for ctx in sorted(set(ta["context_id"]) & set(tb["context_id"])):

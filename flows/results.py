@@ -55,10 +55,12 @@ def setting_tables(
     Returns
     -------
     metrics_df : columns setting, model, dataset, signal, context, metric, point, lo, hi, n
-    gaps_df : columns setting, model, dataset, signal, context, metric, g, lo, hi,
-        excludes_zero, favours, n. g = metric(verbalized) - metric(token):
+    gaps_df : columns setting, model, dataset, signal_a (``verbalized``),
+        signal_b (the token signal), context, aggregation, metric, gap, lo, hi,
+        excludes_zero, favours, n. gap = metric(signal_a) - metric(signal_b):
         positive favours the token score under ECE and AURC and the verbalized
-        score under AUROC (study 000 section 3.5).
+        score under AUROC (study 000 section 3.5); ``favours`` names the better
+        signal by point estimate (for a signed metric, the one closer to 0).
     shifts_df : columns setting, model, dataset, from_context, to_context, metric,
         shift, lo, hi, excludes_zero, flip, resolved_flip, n; shift =
         g(to) - g(from) on the same resamples, for every pair of contexts in
@@ -87,9 +89,10 @@ def setting_tables(
     if "verbalized" not in order or len(order) < 2:
         return metrics_df, pd.DataFrame(), pd.DataFrame(), res
 
-    g = gaps(res, order, level=level).rename(columns={"point": "g"})
-    g.insert(1, "context", g["signal"].map(ctx_of))
-    g.insert(2, "aggregation", g["signal"].map(lambda x: agg_of.get(x, "")))
+    g = gaps(res, order, level=level).rename(columns={"point": "gap", "signal": "signal_b"})
+    g.insert(0, "signal_a", "verbalized")
+    g.insert(2, "context", g["signal_b"].map(ctx_of))
+    g.insert(3, "aggregation", g["signal_b"].map(lambda x: agg_of.get(x, "")))
     gaps_df = pd.concat([pd.DataFrame([base] * len(g)), g.drop(columns="n_undefined")], axis=1).assign(n=n)
 
     if pairs is None:

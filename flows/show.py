@@ -23,7 +23,8 @@ def _table(df: pd.DataFrame, title: str) -> Table:
 
 def print_results(out_dir: str | Path, console: Console | None = None) -> None:
     """Print settings, metrics (point [95% CI]), gaps and shifts of a run."""
-    from confgrid.flows.runner import result_matrix, _fmt
+    from confgrid.flows.outputs import fmt_interval as _fmt
+    from confgrid.flows.outputs import result_matrix
 
     console = console or Console(width=200)
     res = Path(out_dir) / "results"
@@ -41,14 +42,17 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
     if not metrics.empty:
         console.print(_table(result_matrix(metrics), "Metrics per setting and signal: point [95% paired bootstrap interval]"))
     if not gaps.empty:
-        g = gaps.assign(g=[_fmt(p, lo, hi) for p, lo, hi in zip(gaps["g"], gaps["lo"], gaps["hi"], strict=True)])
-        wide = g.pivot_table(index=["setting", "context"], columns="metric", values="g", aggfunc="first", sort=False).reset_index()
-        console.print(_table(wide, "Gap g = metric(verbalized) - metric(token): >0 favours token under ECE/AURC, verbalized under AUROC"))
+        col = "gap" if "gap" in gaps.columns else "g"  # run directories written before the rename
+        g = gaps.assign(gap=[_fmt(p, lo, hi) for p, lo, hi in zip(gaps[col], gaps["lo"], gaps["hi"], strict=True)])
+        wide = g.pivot_table(index=["setting", "context"], columns="metric", values="gap", aggfunc="first",
+                             sort=False).reset_index()
+        console.print(_table(wide, "Gap = metric(verbalized) - metric(token): >0 favours token under ECE/AURC, "
+                                   "verbalized under AUROC"))
     if not shifts.empty:
         shifts = shifts[shifts["from_aggregation"] == shifts["to_aggregation"]] if "from_aggregation" in shifts else shifts
         s = shifts.assign(shift=[_fmt(p, lo, hi) for p, lo, hi in zip(shifts["shift"], shifts["lo"], shifts["hi"], strict=True)])
         console.print(_table(s[["setting", "from_context", "to_context", "metric", "shift", "flip", "resolved_flip"]],
-                             "Shift of g between scoring contexts"))
+                             "Shift of the gap between scoring contexts"))
     from confgrid.analysis.tables import format_table
 
     titles = {

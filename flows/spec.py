@@ -64,8 +64,12 @@ def _choices_error(kind: str, value: str, choices: list[str] | tuple[str, ...]) 
     return ValueError(f"unknown {kind} {value!r}; allowed: {', '.join(sorted(choices))}")
 
 
-def _registry(kind: str) -> dict:
-    """The registry a grid name is checked against (imported lazily: protocols/ and analysis/)."""
+def _registry(kind: str) -> Any:
+    """The :class:`~confgrid.registry.Registry` a grid name is checked against (imported lazily).
+
+    ``kind`` is the registry's own :attr:`~confgrid.registry.Registry.kind`, so
+    :func:`_choices_error` reads like the registry's :class:`~confgrid.registry.UnknownNameError`.
+    """
     if kind == "dataset adapter":
         from confgrid.protocols.datasets import ADAPTERS as reg
     elif kind == "prompt":
@@ -77,7 +81,7 @@ def _registry(kind: str) -> dict:
     elif kind == "token aggregation":
         from confgrid.protocols.aggregation import AGGREGATIONS as reg
     else:
-        from confgrid.analysis.metrics import METRICS as reg
+        from confgrid.analysis.registry import METRICS as reg
     return reg
 
 
@@ -93,7 +97,7 @@ def _known(kind: str, values, *, distinct: bool = False):
     reg = _registry(kind)
     for v in names:
         if v not in reg:
-            raise _choices_error(kind, v, list(reg))
+            raise _choices_error(kind, v, reg.names())
     if distinct and len(set(names)) != len(names):
         raise ValueError(f"{kind}s must be distinct; received {names}")
     return values
@@ -133,6 +137,15 @@ class ModelSpec(_Spec):
     )
     scoring_bos: bool | None = Field(
         None, description="Prepend BOS to scoring contexts (None: the tokenizer's default; base models: true)."
+    )
+    prompts_per_call: int | None = Field(
+        None, ge=1, le=1_000_000,
+        description="Most requests one engine call of a replica receives: whole shards are packed until this many "
+        "(at least one shard per call). None: vLLM 1024 (four times vLLM's default max_num_seqs of 256, so the "
+        "engine's scheduler always has a full batch), transformers one shard per call (batched by batch_size).",
+    )
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=65536, description="vLLM: sequences the engine runs at once (None: vLLM's default)."
     )
 
     @model_validator(mode="after")
@@ -299,6 +312,16 @@ class ProbeSpec(_Spec):
     )
     seed: int = Field(0, ge=0, description="Seed of the off-type draw.")
     resamples: int = Field(10_000, ge=1, description="Bootstrap resamples over pooled pairs.")
+    rule: str = Field(
+        "containment", description="Correctness rule that decides which of another model's answers are wrong "
+        "(plausible_wrong). It is the probe's own, stored in its shard key: changing correctness.primary reruns "
+        "no probe.",
+    )
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, v: str) -> str:
+        return _known("correctness rule", v)
 
 
 class ScoringSpec(_Spec):
@@ -389,6 +412,20 @@ class ExecutionSpec(_Spec):
         "local", description="Where the paired bootstrap runs: in the driver, or spread over CPU workers with Ray Data."
     )
     bootstrap_workers: int | None = Field(None, ge=1, description="Ray Data workers (None: every CPU of the cluster).")
+    max_concurrent_models: int | None = Field(
+        None, ge=1, description="Most models whose replica pools are alive at once (None: as many as the cluster fits; "
+        "Ray queues the rest and they start as resources free up)."
+    )
+    calls_in_flight: int = Field(
+        2, ge=1, le=64, description="Engine calls queued per replica, so that a replica never waits for the driver."
+    )
+    wait_for_nodes: bool = Field(
+        False, description="On an autoscaling cluster: a replica larger than every node now in the cluster waits "
+        "(with a log line) for the autoscaler to add a node, instead of failing the grid at once."
+    )
+    mlflow_shard_runs: bool = Field(
+        False, description="Also log one MLflow run per shard (the manifest, logged as an artifact, always has them)."
+    )
 
 
 class GridSpec(_Spec):
@@ -503,7 +540,7 @@ def _register_user_files(raw: dict[str, Any], base_dir: Path) -> list[tuple[str,
             registry, register = (PROMPTS, register_prompt) if key == "prompt_files" else (CONTEXTS, register_context)
             for obj in loaded:
                 if obj.id in registry:
-                    if registry[obj.id] != obj:
+                    if registry.get(obj.id) != obj:
                         problems.append((f"{key}[{i}]", f"id {obj.id!r} is already registered with different content"))
                     continue
                 register(obj)

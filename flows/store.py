@@ -24,12 +24,13 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["shard_key", "ShardRecord", "RunStore"]
+__all__ = ["shard_key", "ShardRecord", "RunStore", "atomic_write", "write_text_atomic", "write_parquet_atomic",
+           "write_frame_atomic"]
 
 
 def shard_key(stage: str, inputs: Any) -> str:
@@ -59,33 +60,64 @@ def _umask_mode() -> int:
     return 0o666 & ~mask
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Write a file atomically: ``write(tmp)`` fills a temp file in the same folder, then it is renamed.
+
+    The one atomic writer of the project: shards, tables, results, manifest.
+    A reader never sees a half-written file, and a crash leaves the old file
+    (or none) in place.
+
+    Parameters
+    ----------
+    path : path
+        Destination; its folder is created if missing.
+    write : callable
+        Called with the temp file's path; writes the whole content there.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        write(Path(tmp))
         os.chmod(tmp, _umask_mode())  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return path
 
 
-def write_parquet_atomic(table: pa.Table, path: Path) -> None:
-    """Write a Parquet file via a temp file in the same folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def write_text_atomic(text: str, path: str | Path) -> Path:
+    """Write UTF-8 text atomically (see :func:`atomic_write`)."""
+    return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def write_parquet_atomic(table: pa.Table, path: Path) -> Path:
+    """Write a Parquet file atomically (see :func:`atomic_write`)."""
+    return atomic_write(path, lambda p: pq.write_table(table, p))
+
+
+def write_frame_atomic(df: Any, path: str | Path) -> Path:
+    """Write a DataFrame atomically as CSV (``.csv``) or Parquet (``.parquet``), without its index.
+
+    Raises
+    ------
+    ValueError
+        For any other suffix.
+    """
+    path = Path(path)
+    if path.suffix == ".csv":
+        return atomic_write(path, lambda p: df.to_csv(p, index=False, lineterminator="\n"))
+    if path.suffix == ".parquet":
+        return atomic_write(path, lambda p: df.to_parquet(p, index=False))
+    raise ValueError(f"write_frame_atomic: suffix {path.suffix!r} of {str(path)!r}; allowed: .csv, .parquet")
 
 
 @dataclass
@@ -104,6 +136,8 @@ class ShardRecord:
     rows: int | None = None
     reused: bool = False
     mlflow_run_id: str | None = None
+    replica: str | None = None  # the replica that computed it (``model#index``)
+    restarts: int = 0  # actor restarts this shard's engine call went through (absorbed faults)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -116,6 +150,9 @@ class RunStore:
         self._manifest_path = self.root / "manifest.json"
         self.records: dict[str, ShardRecord] = {}
         self.meta: dict[str, Any] = {}
+        self.flush_seconds = 2.0
+        self._dirty = False
+        self._saved_at = 0.0
         if self._manifest_path.exists():
             data = json.loads(self._manifest_path.read_text(encoding="utf-8"))
             self.meta = dict(data.get("meta", {}))
@@ -163,17 +200,32 @@ class RunStore:
         return rec
 
     def finish(self, rec: ShardRecord, table: pa.Table) -> None:
+        """Store a computed shard (atomic write) and mark it done; the manifest is saved by :meth:`flush`."""
         write_parquet_atomic(table, self.shard_path(rec.stage, rec.key))
         rec.status = "done"
         rec.rows = table.num_rows
         rec.seconds = round(time.time() - (rec.started or time.time()), 3)
-        self.save_manifest()
+        self._dirty = True
 
-    def fail(self, rec: ShardRecord, error: BaseException) -> None:
+    def fail(self, rec: ShardRecord, error: BaseException | str) -> None:
+        """Mark a shard failed with its error text; the manifest is saved at once (a failure is never lost)."""
         rec.status = "failed"
-        rec.error = f"{type(error).__name__}: {error}"
+        rec.error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         rec.seconds = round(time.time() - (rec.started or time.time()), 3)
         self.save_manifest()
+
+    def touch(self) -> None:
+        """Mark the manifest changed (saved by the next :meth:`flush`)."""
+        self._dirty = True
+
+    def flush(self, force: bool = False) -> None:
+        """Save the manifest if it changed, at most once per :attr:`flush_seconds` unless ``force``.
+
+        Losing an unsaved ``done`` record loses nothing: the shard file exists,
+        so the next run finds and reuses it.
+        """
+        if force or (self._dirty and time.time() - self._saved_at >= self.flush_seconds):
+            self.save_manifest()
 
     def reuse(self, stage: str, setting: str, key: str) -> ShardRecord:
         rid = self._rid(stage, setting)
@@ -188,7 +240,9 @@ class RunStore:
 
     def save_manifest(self) -> None:
         data = {"meta": self.meta, "shards": [asdict(r) for r in self.records.values()]}
-        _atomic_write_bytes(self._manifest_path, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
+        write_text_atomic(json.dumps(data, indent=1, sort_keys=True, default=str), self._manifest_path)
+        self._dirty = False
+        self._saved_at = time.time()
 
     def write_table(self, stage: str, tables: list[pa.Table]) -> Path:
         """Concatenate a stage's shard tables into ``tables/<stage>.parquet``."""

@@ -1,10 +1,18 @@
-"""MLflow tracking: a parent run per grid execution, child runs per setting and per shard.
+"""MLflow tracking: a parent run per grid execution, a child run per (model, dataset) setting.
 
 By default the store is a SQLite file in the output directory
-(``sqlite:///OUT/mlflow.db``); ``--tracking-uri`` points at any MLflow server
-(use a server, not a shared SQLite file, when several drivers log at once).
-All logging happens from the driver, never from actors, so many shards
-finishing together never contend for the SQLite lock.
+(``sqlite:///OUT/mlflow.db``) and artifacts go to ``OUT/mlartifacts``, so a
+run directory holds its whole MLflow record and can be moved or shared (the
+next confgrid command on the moved folder re-points the store's artifact
+paths, :func:`relocate_artifacts`). ``--tracking-uri`` points at any MLflow
+server, which keeps its own artifact store (use a server, not a shared SQLite
+file, when several drivers log at once). All logging happens from the driver,
+never from actors. Shards live in ``manifest.json`` (logged as an artifact);
+one run per shard is opt-in (``execution.mlflow_shard_runs``).
+
+Metric keys, the same for ``confgrid run`` and ``confgrid analyze``
+(:func:`result_metrics`): ``<signal>/<metric>/point``, ``.../lo``, ``.../hi``
+and ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``.
 
 Runs are written with :class:`mlflow.tracking.MlflowClient` (explicit run ids,
 no global "active run"), so a resumed shard logs into the run id recorded in
@@ -21,7 +29,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["default_tracking_uri", "Tracker", "mlflow_key"]
+__all__ = ["default_tracking_uri", "Tracker", "mlflow_key", "result_metrics", "sqlite_path", "relocate_artifacts",
+           "ARTIFACT_DIR"]
+
+#: Folder of MLflow artifacts next to a local SQLite store (``OUT/mlartifacts`` for the default store).
+ARTIFACT_DIR = "mlartifacts"
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
 PARENT_TAG = "mlflow.parentRunId"
@@ -30,6 +42,83 @@ PARENT_TAG = "mlflow.parentRunId"
 def default_tracking_uri(out_dir: str | Path) -> str:
     """``sqlite:///<out_dir>/mlflow.db`` (absolute path)."""
     return f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH`` URI, or None for any other store."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    return Path(tracking_uri[len("sqlite:///"):])
+
+
+def relocate_artifacts(db: Path) -> int:
+    """Point a moved SQLite store's artifact paths at ``<db folder>/mlartifacts``.
+
+    A run directory records absolute artifact paths (MLflow resolves them when
+    the experiment is created). If the folder was moved or copied, the paths
+    under the old ``.../mlartifacts`` are rewritten to the folder the database
+    is in now. Runs whose artifacts live elsewhere are left alone.
+
+    Returns
+    -------
+    int
+        Rows rewritten (experiments and runs); 0 if nothing had moved.
+    """
+    import sqlite3
+
+    db = Path(db)
+    if not db.is_file():
+        return 0
+    new_root = (db.parent / ARTIFACT_DIR).resolve().as_uri()
+    changed = 0
+    with sqlite3.connect(db) as con:
+        try:
+            exps = con.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall()
+        except sqlite3.Error:  # not (yet) an MLflow database
+            return 0
+        for exp_id, loc in exps:
+            if not loc or f"/{ARTIFACT_DIR}" not in loc:
+                continue
+            old_root = loc[: loc.rindex(f"/{ARTIFACT_DIR}") + len(ARTIFACT_DIR) + 1]
+            old_root_uri = old_root if "://" in old_root else Path(old_root).as_uri()
+            if old_root_uri == new_root or old_root == new_root:
+                continue
+            con.execute("UPDATE experiments SET artifact_location = ? || substr(artifact_location, ?) "
+                        "WHERE experiment_id = ?", (new_root, len(old_root) + 1, exp_id))
+            cur = con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) "
+                              "WHERE experiment_id = ? AND substr(artifact_uri, 1, ?) = ?",
+                              (new_root, len(old_root) + 1, exp_id, len(old_root), old_root))
+            changed += 1 + cur.rowcount
+    return changed
+
+
+def result_metrics(metrics_df: Any, gaps_df: Any | None = None) -> dict[str, float]:
+    """MLflow metrics of one setting, in the one vocabulary of ``run`` and ``analyze``.
+
+    Parameters
+    ----------
+    metrics_df : DataFrame
+        Columns signal, metric, point, lo, hi (one setting).
+    gaps_df : DataFrame, optional
+        Columns signal_a, signal_b, metric, gap, lo, hi (one setting).
+
+    Returns
+    -------
+    dict
+        ``<signal>/<metric>/{point,lo,hi}`` and
+        ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``; NaN values are
+        kept here and skipped when logged (MLflow has no NaN).
+    """
+    out: dict[str, float] = {}
+    for r in metrics_df.itertuples(index=False):
+        for stat in ("point", "lo", "hi"):
+            out[f"{r.signal}/{r.metric}/{stat}"] = float(getattr(r, stat))
+    if gaps_df is not None and len(gaps_df):
+        for r in gaps_df.itertuples(index=False):
+            out[f"gap/{r.signal_a}-{r.signal_b}/{r.metric}/point"] = float(r.gap)
+            out[f"gap/{r.signal_a}-{r.signal_b}/{r.metric}/lo"] = float(r.lo)
+            out[f"gap/{r.signal_a}-{r.signal_b}/{r.metric}/hi"] = float(r.hi)
+    return out
 
 
 def mlflow_key(*parts: str) -> str:
@@ -60,9 +149,17 @@ class Tracker:
         for name in ("alembic", "mlflow", "mlflow.store", "mlflow.tracking"):
             logging.getLogger(name).setLevel(logging.WARNING)
         self.tracking_uri = tracking_uri
+        db = sqlite_path(tracking_uri)
+        if db is not None and relocate_artifacts(db):
+            logging.getLogger("confgrid").info("MLflow store %s was moved; its artifact paths now point at %s",
+                                               db, db.parent / ARTIFACT_DIR)
         self.client = MlflowClient(tracking_uri=tracking_uri)
         exp = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = exp.experiment_id if exp is not None else self.client.create_experiment(experiment)
+        if exp is not None:
+            self.experiment_id = exp.experiment_id
+        else:  # a local store keeps its artifacts next to it (MLflow's default is ./mlruns of the working directory)
+            location = (db.parent / ARTIFACT_DIR).resolve().as_uri() if db is not None else None
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
         self.parent_run_id: str | None = None
         self._mlflow = mlflow
 

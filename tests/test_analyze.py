@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from confgrid.analysis import metrics as M
+from confgrid.analysis import registry as REG
 from confgrid.flows.analyze import (
     EXPERIMENT,
     MAX_PROBLEMS,
@@ -149,7 +150,7 @@ def test_signed_and_fallback_metrics(tmp_path):
     for setting in ("m1/d1", "m2/d1"):
         arrays = wide(setting)
         for signal, (c, y) in arrays.items():
-            assert m[setting, signal, "smoothed_ece"] == pytest.approx(M.METRICS["smoothed_ece"].func(c, y))
+            assert m[setting, signal, "smoothed_ece"] == pytest.approx(REG.get_metric("smoothed_ece").func(c, y))
         g = t["gaps"].set_index(["setting", "signal_a", "signal_b", "metric"])
         # a signed gap is better near 0: the signal with the smaller |mean confidence - accuracy| is favoured
         cg = {s: abs(m[setting, s, "calibration_gap"]) for s in arrays}
@@ -295,9 +296,17 @@ def test_mlflow_parent_and_child_runs(tmp_path):
     assert child["metrics.token/auroc/point"] == 1.0
     assert child["metrics.verbalized/ece/point"] == pytest.approx(0.225)
     assert parent["params.n_resamples"].item() == B
+    # the same vocabulary as a grid run: gaps too, gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}
+    g = pd.read_csv(out / "gaps.csv").set_index(["setting", "signal_a", "signal_b", "metric"])
+    assert child["metrics.gap/token-verbalized/ece/point"] == pytest.approx(g.loc[("m1/d1", "token", "verbalized",
+                                                                                   "ece"), "gap"])
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(pid, "results")}
     assert {"results/metrics.csv", "results/gaps.csv", "results/alignment.csv"} <= arts
     assert pid in r.output
+    # artifacts inside --out (not ./mlruns of the working directory)
+    uri = mlflow.MlflowClient().get_run(pid).info.artifact_uri
+    assert uri.startswith((out.resolve() / "mlartifacts").as_uri()), uri
+    assert (out / "mlartifacts").is_dir()
 
 
 @pytest.fixture(scope="module")

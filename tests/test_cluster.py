@@ -1,12 +1,24 @@
-"""Cluster behaviour on real Ray (no mocks): kill-and-resubmit, resume, Jobs API submission."""
+"""Failure semantics on real Ray (no mocks), with deterministic faults.
+
+The faults come from the replicas themselves (``CONFGRID_FAULT``, read by
+actors/model_actor.py), set before Ray starts so every actor inherits it:
+``hang`` blocks a replica at a given call and names it in a marker file, so the
+test kills exactly that replica while it is computing; ``sigkill`` kills the
+replica's process at a given call, so Ray restarts the actor and retries its
+calls. Nothing polls the disk for a moment to strike.
+
+The Jobs API test starts its own head node (its own ``--temp-dir`` and ports)
+and stops only that node's processes, never other Ray processes of the machine.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,28 +33,50 @@ ray = pytest.importorskip("ray")
 
 GRID = {
     "name": "killtest",
-    "models": [{"name": "fixture", "model": "confgrid-fixture", "batch_size": 8}],
-    "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 64, "seed": 2}],
+    "models": [{"name": "hangs", "model": "confgrid-fixture", "batch_size": 8}],
+    "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 16, "seed": 2}],
     "scoring": {"contexts": ["bare", "answer_slot", "guess_slot"]},
     "bootstrap": {"resamples": 100},
     "execution": {"shard_size": 4, "max_retries": 1},
 }
+FAULT_DIR = Path(tempfile.mkdtemp(prefix="confgrid-faults-"))
+HANG_MARKER = FAULT_DIR / "hang"
+KILL_MARKER = FAULT_DIR / "sigkill"
 
 
 @pytest.fixture(scope="module")
 def ray_local():
     if ray.is_initialized():
         ray.shutdown()
+    before = os.environ.get("CONFGRID_FAULT")
+    os.environ["CONFGRID_FAULT"] = (f"model=hangs;mode=hang;after=5;marker={HANG_MARKER}"
+                                    f"|model=crashes;mode=sigkill;after=3;marker={KILL_MARKER}")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+    if before is None:
+        os.environ.pop("CONFGRID_FAULT", None)
+    else:
+        os.environ["CONFGRID_FAULT"] = before
 
 
-def _manifest(out: Path) -> list[dict]:
-    return json.loads((out / "manifest.json").read_text())["shards"]
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
 
 
-def test_killed_actor_then_resubmit_failed(ray_local, tmp_path):
+def _rows_exactly_once(out: Path, n_contexts: int = 3) -> None:
+    graded = pd.read_parquet(out / "tables" / "graded.parquet")
+    scores = pd.read_parquet(out / "tables" / "scores.parquet")
+    assert not graded.duplicated(["model", "item_id"]).any()
+    answered = graded[graded["answer"].notna() & (graded["answer"].str.strip() != "")]
+    assert not scores.duplicated(["model", "item_id", "context_id"]).any()
+    assert len(scores) == n_contexts * len(answered)
+    assert set(scores["item_id"]) == set(answered["item_id"])
+
+
+def test_killed_replica_then_resubmit_failed(ray_local, tmp_path):
+    """ray.kill of a replica in the middle of a call: its shards fail (recorded), the run ends with
+    one error naming them, and `resubmit --failed` completes the run with every row exactly once."""
     from confgrid.flows.runner import ShardFailures, run_grid
 
     spec = parse_grid(GRID)
@@ -57,43 +91,59 @@ def test_killed_actor_then_resubmit_failed(ray_local, tmp_path):
 
     th = threading.Thread(target=target)
     th.start()
-    # wait until scoring has started, then kill the model actor mid-run
     deadline = time.time() + 300
-    name = f"confgrid-fixture-0-{os.getpid()}"
-    while time.time() < deadline:
-        if (out / "shards" / "score").is_dir() and any((out / "shards" / "score").glob("*.parquet")):
-            break
-        time.sleep(0.02)
-    ray.kill(ray.get_actor(name))
+    while not (HANG_MARKER.exists() and HANG_MARKER.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    name = HANG_MARKER.read_text()
+    ray.kill(ray.get_actor(name))  # the replica is inside call 6, deterministically
     th.join(600)
     assert errors and isinstance(errors[0], ShardFailures), errors
-    failed = [r for r in _manifest(out) if r["status"] == "failed"]
-    assert failed, "killing the actor mid-run must leave failed shards"
-    assert all(r["stage"] == "score" for r in failed)
-    assert all(r["error"] for r in failed)
-    done_before = {r["key"] for r in _manifest(out) if r["status"] == "done"}
+    shards = _manifest(out)["shards"]
+    failed = [r for r in shards if r["status"] == "failed"]
+    assert failed and all(r["error"] for r in failed)
+    assert "resubmit" in str(errors[0])
+    done_before = {r["key"] for r in shards if r["status"] == "done"}
+    replicas = _manifest(out)["meta"]["replicas"]
+    assert [r["state"] for r in replicas] == ["dead"]
 
     summary = run_grid(spec, out, only_failed=True, resume=True)
-    assert summary.computed_shards == len(failed)
-    assert summary.model_calls > 0
-    recs = _manifest(out)
+    recs = _manifest(out)["shards"]
     assert {r["status"] for r in recs} == {"done"}
+    assert summary.computed_shards >= len(failed)
     # every shard file written once, never twice; earlier shards untouched
-    files = list((out / "shards" / "score").glob("*.parquet"))
-    assert len(files) == len({r["key"] for r in recs if r["stage"] == "score"})
+    for stage in ("generate", "score"):
+        files = list((out / "shards" / stage).glob("*.parquet"))
+        assert len(files) == len({r["key"] for r in recs if r["stage"] == stage})
     assert done_before <= {r["key"] for r in recs}
-    # every expected row exists exactly once
-    graded = pd.read_parquet(out / "tables" / "graded.parquet")
-    scores = pd.read_parquet(out / "tables" / "scores.parquet")
-    answered = graded[graded["answer"].notna() & (graded["answer"].str.strip() != "")]
-    assert not scores.duplicated(["item_id", "context_id"]).any()
-    assert len(scores) == 3 * len(answered)
-    assert set(scores["item_id"]) == set(answered["item_id"])
+    _rows_exactly_once(out)
     assert len(summary.metrics[summary.metrics["rule"] == "containment"]) == 4 * 3
 
-    # resume on a finished run makes no model call
-    again = run_grid(spec, out, resume=True)
-    assert again.model_calls == 0 and again.computed_shards == 0
+    again = run_grid(spec, out, resume=True)  # resume on a finished run makes no model call
+    assert again.model_calls == 0 and again.computed_shards == 0 and again.model_loads == 0
+
+
+def test_sigkill_restart_is_recorded(ray_local, tmp_path, caplog):
+    """SIGKILL of a replica's process: Ray restarts the actor and retries the calls in flight; the run
+    completes, the restart is in the manifest (replica and affected shards) and in the log."""
+    from confgrid.flows.runner import run_grid
+
+    grid = dict(GRID, name="crashtest")
+    grid["models"] = [{"name": "crashes", "model": "confgrid-fixture", "batch_size": 8}]
+    spec = parse_grid(grid)
+    out = tmp_path / "run"
+    with caplog.at_level("INFO", logger="confgrid"):
+        summary = run_grid(spec, out)
+    assert KILL_MARKER.exists()  # the fault did fire
+    man = _manifest(out)
+    (rep,) = man["meta"]["replicas"]
+    assert rep["restarts"] == 1 and rep["loads"] == 2
+    assert man["meta"]["loads"] == {"crashes": 2}
+    hit = [r for r in man["shards"] if r["restarts"]]
+    assert hit and all(r["status"] == "done" for r in hit)
+    assert {r["status"] for r in man["shards"]} == {"done"}
+    assert summary.restarts == 1 and summary.failed_shards == 0
+    assert "restarted its actor" in caplog.text
+    _rows_exactly_once(out)
 
 
 def test_failed_shards_keep_their_mlflow_run_on_resubmit(ray_local, tmp_path):
@@ -110,20 +160,24 @@ def test_failed_shards_keep_their_mlflow_run_on_resubmit(ray_local, tmp_path):
     grid = dict(GRID, name="mlflowshards")
     grid["datasets"] = [{"name": "mmlu", "adapter": "mmlu", "limit": 8, "seed": 0}]
     grid["models"] = [{"name": "local", "model": str(model_dir)}]
+    grid["execution"] = dict(GRID["execution"], mlflow_shard_runs=True)
     spec = parse_grid(grid)
     out = tmp_path / "run"
     with pytest.raises(ShardFailures) as ei:
         run_grid(spec, out)
+    assert "could not be loaded" in str(ei.value)
     assert "config.json" in str(ei.value) or "JSON" in str(ei.value)
-    failed = [r for r in _manifest(out) if r["status"] == "failed"]
+    failed = [r for r in _manifest(out)["shards"] if r["status"] == "failed"]
     assert len(failed) == 2 and {r["stage"] for r in failed} == {"generate"}
     ids = {r["key"]: r["mlflow_run_id"] for r in failed}
     assert all(ids.values())
 
+    import shutil
+
     shutil.rmtree(model_dir)
     shutil.copytree(FIXTURE_MODEL_DIR, model_dir)
     summary = run_grid(spec, out, only_failed=True, resume=True)
-    after = {r["key"]: r for r in _manifest(out)}
+    after = {r["key"]: r for r in _manifest(out)["shards"]}
     for key, rid in ids.items():
         assert after[key]["status"] == "done"
         assert after[key]["mlflow_run_id"] == rid and after[key]["attempts"] == 2
@@ -138,22 +192,48 @@ def test_failed_shards_keep_their_mlflow_run_on_resubmit(ray_local, tmp_path):
     assert len(runs[runs["tags.confgrid.kind"] == "grid"]) == 1  # resubmit continued the parent run
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture()
-def ray_head(tmp_path):
-    """A real head node started with `ray start --head` on 127.0.0.1, serving the Jobs API."""
+def ray_head():
+    """A head node of our own: `ray start --head` with its own --temp-dir and free ports; stopped by the
+    ids of its own processes (never `ray stop`, which would end every Ray process on the machine)."""
+    import psutil
+
     if ray.is_initialized():
         ray.shutdown()
     ray_bin = str(Path(sys.executable).with_name("ray"))
+    temp = tempfile.mkdtemp(prefix="cgr", dir="/tmp")  # short: Ray's socket paths must stay under 108 chars
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_AUTH_MODE": "disabled"}
-    port, dash = "6391", "8267"
-    subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
-    subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+    env.pop("CONFGRID_FAULT", None)
+    dash = _free_port()
+    subprocess.run([ray_bin, "start", "--head", f"--port={_free_port()}", "--node-ip-address=127.0.0.1",
                     "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--num-cpus=2",
-                    "--include-dashboard=true", "--disable-usage-stats"], env=env, check=True,
-                   capture_output=True, timeout=180)
-    yield f"http://127.0.0.1:{dash}"
-    subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+                    f"--temp-dir={temp}", "--include-dashboard=true", "--disable-usage-stats"],
+                   env=env, check=True, capture_output=True, timeout=180)
+    try:
+        yield f"http://127.0.0.1:{dash}"
+    finally:
+        ours = [p for p in psutil.process_iter(["cmdline"]) if temp in " ".join(p.info["cmdline"] or [])]
+        procs = {p.pid: p for p in ours}
+        for p in ours:
+            try:
+                procs.update({c.pid: c for c in p.children(recursive=True)})
+            except psutil.NoSuchProcess:
+                pass
+        for p in procs.values():
+            try:
+                p.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(list(procs.values()), timeout=8)
+        for p in alive:
+            p.kill()
 
 
 def test_submit_through_jobs_api(ray_head, tmp_path):
@@ -162,6 +242,7 @@ def test_submit_through_jobs_api(ray_head, tmp_path):
     from confgrid.flows.cli import app
 
     grid = dict(GRID, name="jobtest")
+    grid["models"] = [{"name": "fixture", "model": "confgrid-fixture", "batch_size": 8}]
     grid["datasets"] = [{"name": "mmlu", "adapter": "mmlu", "limit": 6, "seed": 0}]
     grid["bootstrap"] = {"resamples": 50}
     gpath = tmp_path / "grid.yaml"

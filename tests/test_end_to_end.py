@@ -74,7 +74,7 @@ def test_metrics_with_intervals_for_every_signal(first_run):
     # the gap is verbalized minus token on the point estimates
     one = m[(m["setting"] == "fixture/triviaqa") & (m["metric"] == "ece")].set_index("signal")["point"]
     g = summary.gaps.query("setting == 'fixture/triviaqa' and metric == 'ece' and context == 'bare' "
-                           "and rule == 'containment'")["g"].item()
+                           "and rule == 'containment'")["gap"].item()
     assert g == pytest.approx(one["verbalized"] - one["token_bare"], abs=1e-12)
     assert (out / "results" / "metrics.csv").is_file() and (out / "results" / "report.md").is_file()
 
@@ -90,13 +90,22 @@ def test_mlflow_parent_and_child_runs(first_run):
     kids = runs[runs["tags.mlflow.parentRunId"] == summary.parent_run_id]
     children = kids[kids["tags.confgrid.kind"] == "setting"]
     assert sorted(children["tags.mlflow.runName"]) == ["fixture/mmlu", "fixture/triviaqa", "fixture/truthfulqa"]
-    # one child run per computed shard: 3 datasets x (1 generate + 3 score) shards of 24 items
-    shards = kids[kids["tags.confgrid.kind"] == "shard"]
-    assert len(shards) == summary.computed_shards == 12
-    assert set(shards["tags.confgrid.status"]) == {"done"}
+    # shards live in the manifest (an artifact of the parent run); per-shard runs are opt-in
+    assert summary.computed_shards == 12  # 3 datasets x (1 generate + 3 score) shards of 24 items
+    assert not (kids["tags.confgrid.kind"] == "shard").any()
     assert set(children["params.scoring.aggregations"]) == {"geometric_mean"}
     assert set(children["params.model.id"]) == {"confgrid-fixture"}
-    assert children["metrics.ece/verbalized"].notna().all()
+    # one metric vocabulary with `confgrid analyze`: <signal>/<metric>/{point,lo,hi}, gap/<a>-<b>/<metric>/...
+    assert children["metrics.verbalized/ece/point"].notna().all()
+    assert children["metrics.token_bare/auroc/hi"].notna().all()
+    assert children["metrics.gap/verbalized-token_bare/ece/point"].notna().all()
+    # the run directory is self-contained: artifacts under OUT/mlartifacts, none in the working directory
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    uri = client.get_run(summary.parent_run_id).info.artifact_uri
+    assert uri.startswith((out / "mlartifacts").as_uri()), uri
+    arts = {a.path for a in client.list_artifacts(summary.parent_run_id)}
+    assert {"manifest.json", "grid.yaml", "results", "tables"} <= arts
+    assert (out / "mlartifacts").is_dir()
 
 
 def test_second_run_makes_no_model_calls(first_run, caplog):

@@ -105,6 +105,7 @@ def test_study_tables_and_checklist(run):
 
 def test_rescoring_stored_answers_reproduces_token_scores_exactly(run):
     """Re-score one stored shard (same requests, same batches) in the Answer: and Guess: slots."""
+    from confgrid.actors.calls import ScoreRequest
     from confgrid.actors.model_actor import ModelConfig, ModelWorker
     from confgrid.flows.stages import score_requests
     from confgrid.protocols.datasets import BUNDLED, load_items
@@ -118,8 +119,29 @@ def test_rescoring_stored_answers_reproduces_token_scores_exactly(run):
     worker = ModelWorker(ModelConfig(name="fixture", model="confgrid-fixture", batch_size=32))
     for ctx in ("answer_slot", "guess_slot"):
         ids, reqs = score_requests(g, items, ctx)
-        again = worker.score(reqs)
+        again = worker.score([ScoreRequest(*r) for r in reqs])
         stored = scores[(scores["model"] == "fixture") & (scores["dataset"] == d.name)
                         & (scores["answer_set"] == "main") & (scores["context_id"] == ctx)].set_index("item_id")
         for item_id, o in zip(ids, again, strict=True):
-            assert np.array_equal(np.asarray(o["logprobs"]), np.asarray(stored.at[item_id, "logprobs"])), (ctx, item_id)
+            assert np.array_equal(np.asarray(o.logprobs), np.asarray(stored.at[item_id, "logprobs"])), (ctx, item_id)
+
+
+def test_another_primary_rule_reruns_no_model_the_probe_included(run):
+    """Fix the answer, vary the measurement: the plausible-wrong answers are chosen under probe.rule, so a
+    new primary correctness rule reruns no generate, score or probe shard."""
+    from confgrid.flows.runner import run_grid
+
+    spec, out, first = run
+    assert spec.probe.enabled and "plausible_wrong" in spec.probe.kinds
+    raw = spec.model_dump(mode="json")
+    raw["correctness"]["primary"] = "exact_match"
+    raw["bootstrap"]["resamples"] = 20
+    raw["probe"]["resamples"] = 20
+    raw["metrics"]["names"] = ["ece"]
+    if ray.is_initialized():
+        ray.shutdown()
+    again = run_grid(parse_grid(raw), out)
+    assert again.model_calls == 0 and again.computed_shards == 0 and again.model_loads == 0
+    assert not ray.is_initialized()  # nothing to compute: Ray is never started
+    assert set(again.metrics.loc[again.metrics["answer_set"] == "main", "rule"]) >= {"exact_match"}
+

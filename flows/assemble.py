@@ -1,0 +1,155 @@
+"""Assembly: rows from model outputs, and the per-unit tables the metrics read.
+
+:func:`shard_table` turns one shard's outputs into its stored rows (the
+columns of README.md "What a run does"); :func:`assemble` gathers, per
+(model, dataset, answer set), the graded answers, the aggregated token scores
+and the probe rows of a finished run. A unit with any shard missing (failed or
+not run) gets no metrics and is named in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from confgrid.actors.calls import GenerationOutput, ScoreOutput
+from confgrid.flows.plan import GridPlan, ShardRequest
+from confgrid.flows.spec import AnswerSetSpec
+from confgrid.flows.stages import aggregate_scores
+
+__all__ = ["shard_table", "Unit", "Assembly", "assemble", "verbalized_from_probe"]
+
+log = logging.getLogger("confgrid")
+
+
+def shard_table(plan: GridPlan, shard: ShardRequest, outputs: tuple[Any, ...]) -> pd.DataFrame:
+    """The stored rows of one shard, from its outputs (one per request, in request order).
+
+    Raises
+    ------
+    ValueError
+        If the number of outputs differs from the number of requests.
+    """
+    if len(outputs) != len(shard.rows):
+        raise ValueError(f"shard {shard.label}: {len(outputs)} outputs for {len(shard.rows)} requests")
+    base = {"model": shard.model, "dataset": shard.dataset, "answer_set": shard.answer_set, "item_id": shard.item_ids}
+    if shard.stage == "generate":
+        gens: tuple[GenerationOutput, ...] = outputs
+        return pd.DataFrame({
+            **base, "prompt_id": plan.set_of[shard.answer_set].prompt, "sample_idx": 0, "chunk": shard.chunk,
+            "raw_output": [o.text for o in gens], "finish_reason": [o.finish_reason for o in gens],
+            "n_new_tokens": [o.n_tokens for o in gens],
+        })
+    if shard.stage == "score":
+        m = plan.models[shard.model]
+        sc: tuple[ScoreOutput, ...] = outputs
+        return pd.DataFrame({
+            **base, "context_id": shard.context, "chunk": shard.chunk, "answer_source": "generated",
+            "answer": [r.answer for r in shard.rows],
+            "logprobs": [list(o.logprobs) for o in sc], "answer_token_ids": [list(o.answer_token_ids) for o in sc],
+            "n_tokens": [len(o.logprobs) for o in sc], "context_tokens": [o.context_tokens for o in sc],
+            "backend": m.backend, "dtype": m.dtype,
+        })
+    from confgrid.protocols.probe import parse_probe_output
+
+    gens = outputs
+    parsed = [parse_probe_output(o.text, r.answer, r.prompt_id) for o, r in zip(gens, shard.rows, strict=True)]
+    return pd.DataFrame({
+        **base, "kind": [r.kind for r in shard.rows], "answer": [r.answer for r in shard.rows],
+        "source": [r.source for r in shard.rows], "raw_output": [o.text for o in gens],
+        "verbalized": pd.array([p.verbalized for p in parsed], dtype="Float64"),
+        "parse_status": [p.status for p in parsed], "used_fallback": [bool(p.used_fallback) for p in parsed],
+    })
+
+
+@dataclass
+class Unit:
+    """Everything the metrics of one (model, dataset, answer set) read."""
+
+    answer_set: AnswerSetSpec
+    graded: pd.DataFrame
+    tokens: pd.DataFrame
+    probe: pd.DataFrame | None
+
+
+@dataclass
+class Assembly:
+    """The units with every shard done, and the stage tables of the run (``tables/<stage>.parquet``)."""
+
+    units: dict[tuple[str, str, str], Unit] = field(default_factory=dict)
+    stage_tables: dict[str, list[pa.Table]] = field(default_factory=dict)
+
+
+def verbalized_from_probe(graded: pd.DataFrame, probe: pd.DataFrame | None) -> pd.DataFrame:
+    """For a set without a stated score: the verbalized score of the answer re-supplied (kind ``own``)."""
+    out = graded.copy()
+    own = probe[probe["kind"] == "own"].set_index("item_id") if probe is not None and len(probe) else None
+    if own is None:
+        out["verbalized"] = pd.array([None] * len(out), dtype="Float64")
+        out["parse_status"] = out["parse_status"].where(out["answer"].isna(), "missing_confidence")
+        return out
+    out["verbalized"] = out["item_id"].map(own["verbalized"]).astype("Float64")
+    st = out["item_id"].map(own["parse_status"])
+    has_answer = out["answer"].notna() & (out["answer"].astype(str).str.strip() != "")
+    out["parse_status"] = st.where(has_answer, "missing_answer").fillna("missing_confidence")
+    out["used_fallback"] = out["item_id"].map(own["used_fallback"]).fillna(False).astype(bool)
+    out["verbalized_source"] = "probe"
+    return out
+
+
+def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRequest]) -> Assembly:
+    """Gather the finished units of a run.
+
+    Parameters
+    ----------
+    plan : GridPlan
+        The plan that was run (its graded answers per generate key).
+    done : dict of str to DataFrame
+        Every shard table that is done, by key (the executor's result).
+    shards : list of ShardRequest
+        Every shard the plan produced (twins included: coinciding contexts
+        share one key and are read under each context id).
+    """
+    spec = plan.spec
+    by_unit: dict[tuple[str, str, str], dict[str, list[ShardRequest]]] = {}
+    for sh in shards:
+        by_unit.setdefault((sh.model, sh.dataset, sh.answer_set), {}).setdefault(sh.stage, []).append(sh)
+    out = Assembly(stage_tables={k: [] for k in ("generations", "graded", "scores", "probe", "signals")})
+    for m in spec.models:
+        for d in spec.datasets:
+            for a in plan.sets:
+                gen_planned = plan.units.get((m.name, d.name, a.id))
+                if gen_planned is None or not gen_planned.shards:
+                    continue
+                stages = by_unit.get((m.name, d.name, a.id), {})
+                g_sh, s_sh, p_sh = gen_planned.shards, stages.get("score", []), stages.get("probe", [])
+                for s in g_sh:
+                    if s.key in done:
+                        out.stage_tables["generations"].append(pa.Table.from_pandas(done[s.key], preserve_index=False))
+                        out.stage_tables["graded"].append(
+                            pa.Table.from_pandas(plan.graded[s.key], preserve_index=False))
+                probes = [done[s.key] for s in p_sh if s.key in done]
+                probe_df = pd.concat(probes, ignore_index=True) if probes else None
+                if probe_df is not None and len(probe_df):
+                    out.stage_tables["probe"].append(pa.Table.from_pandas(probe_df, preserve_index=False))
+                missing = [s for s in (*g_sh, *s_sh, *p_sh) if s.key not in done]
+                cross_missing = a.id == "main" and plan.expects_cross_for(m.name, d.name)
+                if missing or cross_missing:
+                    log.warning("%s/%s [%s]: %s; no metrics for it", m.name, d.name, a.id,
+                                f"{len(missing)} shard(s) missing" if missing else "the cross-model probe did not run")
+                    continue
+                graded = pd.concat([plan.graded[s.key] for s in g_sh], ignore_index=True)
+                if a.verbalized_source() == "probe":
+                    graded = verbalized_from_probe(graded, probe_df)
+                sc = [done[s.key].assign(context_id=s.context, answer_set=s.answer_set) for s in s_sh]
+                sc_df = pd.concat(sc, ignore_index=True) if sc else pd.DataFrame(
+                    columns=["model", "dataset", "item_id", "context_id", "logprobs"])
+                tokens = aggregate_scores(sc_df, spec.scoring.aggregations)
+                if len(tokens):
+                    out.stage_tables["scores"].append(pa.Table.from_pandas(tokens, preserve_index=False))
+                out.units[(m.name, d.name, a.id)] = Unit(a, graded, tokens, probe_df)
+    return out

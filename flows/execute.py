@@ -1,0 +1,602 @@
+"""The executor: runs a :class:`~confgrid.flows.plan.GridPlan` on Ray, model-major.
+
+Scheduling
+    Every model of the grid gets its own pool of replicas (flows/pools.py).
+    Pools of different models run at the same time as far as the cluster's
+    resources allow (``execution.max_concurrent_models`` bounds them); Ray
+    queues the replicas that do not fit and creates them as resources free up.
+    A replica keeps its model loaded for the model's whole chain: generate,
+    then (on the driver, pure) parse and grade, then the score shards of its
+    own answers in every context, then the probe kinds that need only its own
+    answers. Probe kinds that need other models' answers run once those exist,
+    on pools still alive; a pool whose model has nothing left to do is
+    released at once, or kept while it may still get cross-model work and no
+    other model waits for room (so a model is loaded at most twice per run,
+    and twice only when such work exists).
+
+Engine calls
+    A replica receives several shards per call (``models[].prompts_per_call``)
+    and ``execution.calls_in_flight`` calls at a time, so its engine is never
+    starved; the shard stays the unit of storage, keys, manifest and failure.
+
+Failures
+    A call that fails fails its shards (recorded with the error; every other
+    shard goes on); a replica whose actor died is dropped; when a model has no
+    replica left its remaining shards fail with the reason. Ray restarts a
+    crashed actor at most ``execution.max_retries`` times and retries its calls;
+    every restart is recorded (``restarts`` on the replica and on each shard
+    whose call went through it, and a log line).
+
+Nothing waits silently: a model waiting for ``max_concurrent_models``, a
+replica waiting for resources, a pool kept for cross-model work: each says so
+in the log (and again every 30 s while it lasts).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pandas as pd
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady
+from confgrid.flows.plan import GridPlan, ShardRequest
+from confgrid.flows.pools import CapacityError, ModelPool, Replica, at_once, check_capacity, model_config, node_resources
+from confgrid.flows.spec import GridSpec, ModelSpec
+from confgrid.flows.store import RunStore, ShardRecord
+
+__all__ = ["Executor", "Counters", "DEFAULT_VLLM_PROMPTS_PER_CALL"]
+
+log = logging.getLogger("confgrid")
+
+#: Requests per engine call of a vLLM replica when ``prompts_per_call`` is not set: four times vLLM's
+#: default ``max_num_seqs`` (256), so the engine's scheduler always has a full batch waiting.
+DEFAULT_VLLM_PROMPTS_PER_CALL = 1024
+#: Seconds between repeated "still waiting" log lines.
+WAIT_LOG_SECONDS = 30.0
+#: Seconds a replica may take to become ready before the log says what it waits for.
+WAIT_FIRST_SECONDS = 5.0
+_STAGE_RANK = {"generate": 0, "score": 1, "probe": 1}
+
+
+@dataclass
+class Counters:
+    """What the run did (also in ``RunSummary`` and MLflow)."""
+
+    model_calls: int = 0  # requests computed by a model
+    computed: int = 0  # shards computed now
+    reused: int = 0  # shards read from the store
+    skipped: int = 0  # shards neither done nor failed, left for `resume` (resubmit --failed only)
+    loads: int = 0  # model loads (replica starts that finished loading, Ray restarts included)
+    restarts: int = 0  # Ray actor restarts seen
+
+
+@dataclass
+class _InFlight:
+    replica: Replica
+    shards: list[ShardRequest]
+    records: list[ShardRecord]
+    incarnation: str | None
+
+
+def prompts_per_call(m: ModelSpec) -> int | None:
+    """Requests per engine call of ``m`` (None: one shard per call)."""
+    if m.prompts_per_call is not None:
+        return m.prompts_per_call
+    return DEFAULT_VLLM_PROMPTS_PER_CALL if m.backend == "vllm" else None
+
+
+class Executor:
+    """Runs shard requests on model pools and records every outcome in the store.
+
+    Parameters
+    ----------
+    spec : GridSpec
+    store : RunStore
+    build : callable
+        ``build(shard, outputs) -> DataFrame``: the shard's rows from its
+        outputs (flows/assemble.py ``shard_table``).
+    tracker : Tracker, optional
+        MLflow; per-shard runs only with ``execution.mlflow_shard_runs``.
+    address : str, optional
+        Ray cluster to join (None: local cluster, started only if some shard
+        must be computed).
+    only_failed : bool
+        ``resubmit --failed``: run failed shards and what depends on a shard
+        rerun now; leave the rest.
+    """
+
+    def __init__(self, spec: GridSpec, store: RunStore, build: Callable[[ShardRequest, tuple], pd.DataFrame], *,
+                 tracker: Any = None, address: str | None = None, only_failed: bool = False) -> None:
+        self.spec, self.store, self.build, self.tracker = spec, store, build, tracker
+        self.address, self.only_failed = address, only_failed
+        self.models = {m.name: m for m in spec.models}
+        self.counters = Counters()
+        self.failed: list[dict[str, Any]] = []
+        self.done: dict[str, pd.DataFrame] = {}  # key -> table of every shard done (computed or reused)
+        self.rerun: set[str] = set()  # keys computed in this invocation
+        self.submitted: list[ShardRequest] = []  # every shard the plan produced, in order
+        self.pools: dict[str, ModelPool] = {}
+        self.history: list[ModelPool] = []  # every pool started, for the manifest
+        self.provenance: dict[str, dict[str, str]] = {}
+        self._queues: dict[str, list[tuple[int, int, ShardRequest]]] = {m: [] for m in self.models}
+        self._queued: dict[str, list[ShardRequest]] = {}  # key -> [the shard queued, its twins...]
+        self._seq = itertools.count()
+        self._inflight: dict[Any, _InFlight] = {}
+        self._pings: dict[Any, Replica] = {}
+        self._dead_reason: dict[str, str] = {}  # model -> why it has no replica left
+        self._ray_ready = False
+        self._reused_by_stage: dict[str, list[int]] = {}
+        self._said: dict[str, float] = {}
+        self._bar: Any = None
+        self._plan: GridPlan | None = None
+        self._invocation: dict[str, Any] | None = None
+
+    # -- public -------------------------------------------------------------------------
+    def run(self, plan: GridPlan) -> dict[str, pd.DataFrame]:
+        """Run the plan to the end; returns key -> table for every shard that is done.
+
+        Raises
+        ------
+        CapacityError
+            Before any model is loaded, if some model's replica fits on no node
+            (unless ``execution.wait_for_nodes``).
+        """
+        self._plan = plan
+        self._bar = tqdm(total=0, desc="model work", unit="q", leave=False)
+        try:
+            self._submit(plan.generate_shards())
+            idle_turns = 0
+            while self._has_work():
+                self._start_pools()
+                self._dispatch()
+                self._release_idle()
+                if not self._inflight and not self._pings:
+                    idle_turns += 1  # pools were just released or failed; the next turn starts or fails them
+                    if idle_turns > 3:
+                        raise RuntimeError(f"scheduler stalled with work queued and nothing running: {self._state()}")
+                    continue
+                idle_turns = 0
+                self._wait_one()
+                self._log_waiting()
+                self._record_replicas()
+                self.store.flush()
+        finally:
+            self.close()
+            self._bar.close()
+        for stage, (n, rows) in self._reused_by_stage.items():
+            log.info("%s: reusing %d stored shard(s) (%d rows); no model call for them", stage, n, rows)
+        return self.done
+
+    def close(self) -> None:
+        """Release every pool still alive and write the replicas into the manifest."""
+        for pool in list(self.pools.values()):
+            self._release(pool, "end of run" if self._queues[pool.name] or self._inflight else "its work is done")
+        self._record_replicas()
+        self.store.flush(force=True)
+
+    def _record_replicas(self) -> None:
+        """Every replica's timeline and the loads per model, in the manifest, as they change.
+
+        ``meta.replicas`` and ``meta.loads`` describe this invocation; ``meta.invocations`` keeps one entry per
+        invocation of the run directory (run, resume, resubmit), with its replicas, loads and restarts.
+        """
+        replicas = [r.record() for p in self.history for r in p.replicas]
+        if self._invocation is None:
+            self._invocation = {"started_at": time.time(), "only_failed": self.only_failed}
+            self.store.meta.setdefault("invocations", []).append(self._invocation)
+        elif replicas == self.store.meta.get("replicas"):
+            return
+        loads = {m: sum(r.loads for p in self.history if p.name == m for r in p.replicas) for m in self.models}
+        self.store.meta["replicas"] = replicas
+        self.store.meta["loads"] = loads
+        self._invocation.update(replicas=replicas, loads=loads, restarts=self.counters.restarts)
+        self.store.touch()
+
+    # -- submission ---------------------------------------------------------------------
+    def _submit(self, shards: list[ShardRequest]) -> None:
+        """Reuse what is stored (and plan what follows from it), queue the rest per model."""
+        todo = deque(shards)
+        while todo:
+            sh = todo.popleft()
+            self.submitted.append(sh)
+            if sh.key in self.done:
+                self.store.reuse(sh.stage, sh.label, sh.key)
+                todo += self._plan.on_done(sh, self.done[sh.key])
+            elif sh.key in self._queued:
+                self._queued[sh.key].append(sh)  # a twin: same inputs (e.g. coinciding contexts), computed once
+            elif self.store.has_shard(sh.stage, sh.key):
+                self.store.reuse(sh.stage, sh.label, sh.key)
+                table = self.store.read_shard(sh.stage, sh.key).to_pandas()
+                self.done[sh.key] = table
+                self.counters.reused += 1
+                n = self._reused_by_stage.setdefault(sh.stage, [0, 0])
+                n[0] += 1
+                n[1] += len(table)
+                todo += self._plan.on_done(sh, table)
+            elif (self.only_failed and self.store.status(sh.stage, sh.label, sh.key) != "failed"
+                  and not set(sh.upstream) & self.rerun):
+                self.counters.skipped += 1
+                todo += self._plan.on_skipped(sh)
+            elif sh.model in self._dead_reason:
+                rec = self.store.begin(sh.stage, sh.label, sh.key)
+                todo += self._fail([sh], [rec], self._dead_reason[sh.model])
+            else:
+                heapq.heappush(self._queues[sh.model], (_STAGE_RANK[sh.stage], next(self._seq), sh))
+                self._queued[sh.key] = [sh]
+                self._bar.total += len(sh.rows)
+                self._bar.refresh()
+
+    def _has_work(self) -> bool:
+        return any(self._queues.values()) or bool(self._inflight)
+
+    # -- pools --------------------------------------------------------------------------
+    def _ensure_ray(self) -> None:
+        if self._ray_ready:
+            return
+        from confgrid.actors.model_actor import replica_resources
+        from confgrid.flows.ray_session import init_ray
+
+        init_ray(self.address)
+        import ray
+
+        nodes = node_resources()
+        # GPUs: does the cluster have any; CPUs: what one node offers (a CPU replica reserves one node's CPUs)
+        self._cluster = {"GPU": float(ray.cluster_resources().get("GPU", 0.0)),
+                         "CPU": max((n["CPU"] for n in nodes), default=1.0)}
+        self._needs = {}
+        for m in self.spec.models:
+            rr = replica_resources(model_config(m, self.spec), self._cluster)
+            why = (f"tensor_parallel_size={m.tensor_parallel_size}, STRICT_PACK" if m.tensor_parallel_size > 1
+                   else "one GPU and one CPU" if "GPU" in rr.per_node else "the CPUs of one node")
+            self._needs[m.name] = (m.replicas, rr.per_node, why)
+        problems = check_capacity(self._needs, nodes)
+        if problems and not self.spec.execution.wait_for_nodes:
+            raise CapacityError(problems)
+        for p in problems:
+            log.warning("%s; waiting for the autoscaler to add such a node (execution.wait_for_nodes)", p)
+        for name, (n, need, _) in self._needs.items():
+            fit = at_once(need, nodes)
+            if 0 < fit < n:
+                log.info("model %s: %d replicas of %s, the cluster holds %d at once; the rest start as room frees "
+                         "up", name, n, _fmt(need), fit)
+        self._ray_ready = True
+
+    def _alive_pools(self) -> list[ModelPool]:
+        return [p for p in self.pools.values() if not p.released]
+
+    def _start_pools(self) -> None:
+        limit = self.spec.execution.max_concurrent_models
+        for name in self.models:
+            if not self._queues[name] or name in self.pools:
+                continue
+            self._ensure_ray()
+            alive = self._alive_pools()
+            if limit is not None and len(alive) >= limit:
+                self._say(f"limit:{name}", f"model {name}: waits for a free slot (execution.max_concurrent_models="
+                          f"{limit}; running: {', '.join(p.name for p in alive)})")
+                continue
+            m = self.models[name]
+            load = sum(1 for p in self.history if p.name == name)
+            pool = ModelPool(m, model_config(m, self.spec), load)
+            try:
+                pool.start(self._cluster)
+            except Exception as exc:  # noqa: BLE001 - e.g. a placement group that can never be created
+                self._model_dead(name, f"could not start replicas of model {name!r}: {type(exc).__name__}: {exc}")
+                continue
+            self.pools[name] = pool
+            self.history.append(pool)
+            for rep in pool.replicas:
+                self._pings[rep.handle.ping.remote()] = rep
+            need = self._needs[name][1]
+            log.info("model %s: %d %s replica(s) of %s requested%s", name, m.replicas, m.backend, _fmt(need),
+                     f" (load {load + 1} of this model in the run)" if load else "")
+
+    def _release(self, pool: ModelPool, why: str) -> None:
+        if pool.released:
+            return
+        for ref, rep in list(self._pings.items()):
+            if rep in pool.replicas:
+                del self._pings[ref]
+        pool.release()
+        self.pools.pop(pool.name, None)
+        if any(r.loads for r in pool.replicas):
+            log.info("model %s: released (%s)", pool.name, why)
+
+    def _others_wait(self, name: str) -> bool:
+        """Another model has queued work but no loaded replica (no pool yet, or replicas waiting for room)."""
+        for other, q in self._queues.items():
+            if other == name or not q:
+                continue
+            pool = self.pools.get(other)
+            if pool is None or (not pool.ready() and pool.waiting()):
+                return True
+        return False
+
+    def _release_idle(self) -> None:
+        for pool in self._alive_pools():
+            name = pool.name
+            busy = any(f.replica.model == name for f in self._inflight.values())
+            if self._queues[name] or busy:
+                continue
+            for rep in pool.waiting():  # nothing left to give a replica that is not loaded yet
+                self._cancel_waiting(pool, rep)
+            if self._plan.expects_work(name) and not self._others_wait(name):
+                self._say(f"keep:{name}", f"model {name}: stays loaded; it has cross-model work to come "
+                          f"({'; '.join(self._plan.waiting_for()) or 'answers of other models'})")
+                continue
+            self._release(pool, "its work is done" if not self._plan.expects_work(name)
+                          else "other models wait for room; it is reloaded for its cross-model work")
+
+    def _cancel_waiting(self, pool: ModelPool, rep: Replica) -> None:
+        for ref, r in list(self._pings.items()):
+            if r is rep:
+                del self._pings[ref]
+        pool.stop_replica(rep)
+        log.info("replica %s: not needed any more (no work left for it); request withdrawn", rep.name)
+
+    def _model_dead(self, name: str, reason: str) -> None:
+        """No replica of ``name`` is left: every shard queued for it fails with ``reason``."""
+        self._dead_reason[name] = reason
+        pool = self.pools.get(name)
+        if pool is not None:
+            self._release(pool, reason)
+        queued = [sh for _, _, sh in self._queues[name]]
+        self._queues[name] = []
+        for sh in queued:
+            group = self._queued.pop(sh.key, [sh])
+            recs = [self.store.begin(s.stage, s.label, s.key) for s in group]
+            self._submit(self._fail(group, recs, reason))
+
+    # -- dispatch -----------------------------------------------------------------------
+    def _next_call(self, name: str) -> tuple[EngineCall, list[ShardRequest]] | None:
+        """The next engine call of model ``name``: whole shards of one kind, up to its ``prompts_per_call``."""
+        q = self._queues[name]
+        if not q:
+            return None
+        cap = prompts_per_call(self.models[name])
+        first = heapq.heappop(q)[2]
+        shards = [first]
+        n = len(first.rows)
+        held = []
+        while cap is not None and q and n < cap:
+            item = heapq.heappop(q)
+            sh = item[2]
+            if sh.engine_kind == first.engine_kind and sh.max_new_tokens == first.max_new_tokens and n + len(sh.rows) <= cap:
+                shards.append(sh)
+                n += len(sh.rows)
+            else:
+                held.append(item)
+                if len(held) > 64:
+                    break
+        for item in held:
+            heapq.heappush(q, item)
+        return EngineCall(kind=first.engine_kind, shards=tuple(s.work() for s in shards),
+                          max_new_tokens=first.max_new_tokens), shards
+
+    def _dispatch(self) -> None:
+        per_replica = self.spec.execution.calls_in_flight
+        for pool in self._alive_pools():
+            for rep in pool.ready():
+                while rep.inflight < per_replica:
+                    nxt = self._next_call(pool.name)
+                    if nxt is None:
+                        break
+                    call, shards = nxt
+                    recs = []
+                    for sh in shards:
+                        rec = self.store.begin(sh.stage, sh.label, sh.key)
+                        rec.replica = rep.name
+                        recs.append(rec)
+                    ref = rep.handle.run.remote(call)
+                    rep.inflight += 1
+                    self._inflight[ref] = _InFlight(rep, shards, recs, rep.info.incarnation if rep.info else None)
+
+    # -- results ------------------------------------------------------------------------
+    def _wait_one(self) -> None:
+        import ray
+
+        refs = list(self._inflight) + list(self._pings)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=WAIT_FIRST_SECONDS)
+        if not ready:
+            return
+        ref = ready[0]
+        if ref in self._pings:
+            self._on_ping(ref, self._pings.pop(ref))
+        else:
+            self._on_call(ref, self._inflight.pop(ref))
+
+    def _on_ping(self, ref: Any, rep: Replica) -> None:
+        import ray
+
+        pool = self.pools.get(rep.model)
+        try:
+            ready: ReplicaReady = ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - the model could not be loaded (or the actor died while loading)
+            rep.state, rep.error = "dead", _error_text(exc)
+            log.error("replica %s: failed to start: %s", rep.name, rep.error)
+            if pool is not None:
+                pool.stop_replica(rep, "dead")
+                if not pool.alive():
+                    self._model_dead(rep.model, f"model {rep.model!r} could not be loaded: {rep.error}")
+            return
+        rep.state, rep.ready_at, rep.info = "ready", time.time(), ready.replica
+        rep.loads += 1
+        rep.load_seconds += ready.replica.load_seconds
+        self.counters.loads += 1
+        self.provenance.setdefault(rep.model, {k: v for k, v in ready.provenance.items()})
+        log.info("replica %s: ready on %s (model loaded in %.1f s)", rep.name, ready.replica.host,
+                 ready.replica.load_seconds)
+
+    def _on_call(self, ref: Any, f: _InFlight) -> None:
+        import ray
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        rep = f.replica
+        rep.inflight -= 1
+        try:
+            result: CallResult = ray.get(ref)
+        except RayActorError as exc:
+            err = _error_text(exc)
+            self._submit(self._fail(f.shards, f.records, err))
+            if isinstance(exc, ActorDiedError):  # not ActorUnavailableError: that one may come back
+                self._replica_died(rep, err)
+            return
+        except Exception as exc:  # noqa: BLE001 - the call failed; its shards are recorded, never lost
+            self._submit(self._fail(f.shards, f.records, _error_text(exc)))
+            return
+        rep.calls += 1
+        rep.busy_seconds += result.seconds
+        restarted = f.incarnation is not None and result.replica.incarnation != f.incarnation
+        if rep.info is not None and result.replica.incarnation != rep.info.incarnation:
+            rep.restarts += 1
+            rep.loads += 1
+            rep.load_seconds += result.replica.load_seconds
+            self.counters.restarts += 1
+            self.counters.loads += 1
+            log.warning("replica %s: Ray restarted its actor (pid %s on %s -> pid %s on %s) and retried the calls "
+                        "in flight; recorded in manifest.json", rep.name, rep.info.pid, rep.info.host,
+                        result.replica.pid, result.replica.host)
+            rep.info = result.replica
+        new: list[ShardRequest] = []
+        for sh, rec in zip(f.shards, f.records, strict=True):
+            if restarted:
+                rec.restarts += 1
+            try:
+                table = self.build(sh, result.outputs[sh.key])
+                self.store.finish(rec, pa.Table.from_pandas(table, preserve_index=False))
+            except Exception as exc:  # noqa: BLE001 - e.g. a disk error: recorded, never lost
+                new += self._fail([sh], [rec], _error_text(exc))
+                continue
+            self.counters.model_calls += len(sh.rows)
+            self.counters.computed += 1
+            self.rerun.add(sh.key)
+            self.done[sh.key] = table
+            self._track(sh, rec)
+            self._bar.update(len(sh.rows))
+            group = self._queued.pop(sh.key, [sh])
+            for s in group:
+                if s is not sh:
+                    self.store.reuse(s.stage, s.label, s.key)
+                new += self._plan.on_done(s, table)
+        if restarted and any(r.restarts for r in f.records):
+            log.warning("shard(s) %s went through the restart of %s (restarts recorded per shard)",
+                        ", ".join(s.label for s in f.shards[:5]) + (" ..." if len(f.shards) > 5 else ""), rep.name)
+        self._submit(new)
+
+    def _replica_died(self, rep: Replica, err: str) -> None:
+        pool = self.pools.get(rep.model)
+        if rep.state == "dead" or pool is None:
+            return
+        rep.state, rep.error = "dead", err
+        log.error("replica %s: died (%s)", rep.name, err)
+        pool.stop_replica(rep, "dead")
+        if not pool.alive():
+            self._model_dead(rep.model, f"no live replica of model {rep.model!r} (replica {rep.name} died: {err})")
+
+    def _fail(self, shards: list[ShardRequest], records: list[ShardRecord], error: str) -> list[ShardRequest]:
+        """Record the shards (and their twins) as failed; returns what the plan plans from the failure (nothing)."""
+        new: list[ShardRequest] = []
+        for sh, rec in zip(shards, records, strict=True):
+            group = self._queued.pop(sh.key, [sh])
+            for s in group:
+                r = rec if s is sh else self.store.begin(s.stage, s.label, s.key)
+                self.store.fail(r, error)
+                self.failed.append({"stage": s.stage, "setting": s.label, "key": s.key, "error": r.error})
+                log.error("shard %s %s failed: %s", s.stage, s.label, r.error)
+                self._track(s, r)
+                new += self._plan.on_failed(s)
+        return new
+
+    def _track(self, sh: ShardRequest, rec: ShardRecord) -> None:
+        if self.tracker is None or not self.spec.execution.mlflow_shard_runs:
+            return
+        rec.mlflow_run_id = self.tracker.shard_run(
+            run_id=rec.mlflow_run_id, name=f"{sh.stage} {sh.label}",
+            params={"stage": sh.stage, "setting": sh.setting, "chunk": sh.chunk, "context": sh.context or "",
+                    "key": sh.key, "items": len(sh.rows)},
+            metrics={"attempts": rec.attempts, "seconds": rec.seconds or 0.0, "rows": rec.rows or 0,
+                     "restarts": rec.restarts},
+            tags={"confgrid.kind": "shard", "confgrid.status": rec.status, "confgrid.key": sh.key,
+                  "confgrid.stage": sh.stage, "confgrid.setting": sh.setting,
+                  **({"confgrid.error": (rec.error or "")[:4000]} if rec.error else {})},
+        )
+
+    # -- log ----------------------------------------------------------------------------
+    def _state(self) -> str:
+        queued = {m: len(q) for m, q in self._queues.items() if q}
+        pools = {p.name: [r.state for r in p.replicas] for p in self.pools.values()}
+        return f"queued shards {queued}; pools {pools}; dead models {self._dead_reason}"
+
+    def _say(self, key: str, msg: str) -> None:
+        """Log ``msg`` once, and again every WAIT_LOG_SECONDS while it stays true."""
+        now = time.time()
+        if now - self._said.get(key, -1e18) >= WAIT_LOG_SECONDS:
+            self._said[key] = now
+            log.info("%s", msg)
+
+    def _log_waiting(self) -> None:
+        """Say what waits, for what: replicas not ready after WAIT_FIRST_SECONDS, and planned cross-model work."""
+        now = time.time()
+        for pool in self._alive_pools():
+            waiting = [r for r in pool.waiting() if now - r.requested_at >= WAIT_FIRST_SECONDS]
+            if not waiting or now - self._said.get(f"wait:{pool.name}", -1e18) < WAIT_LOG_SECONDS:
+                continue
+            need = self._needs[pool.name][1]
+            placed = [_placed(r.handle) for r in waiting]
+            parts = []
+            if placed.count(True):
+                parts.append(f"{placed.count(True)} loading the model")
+            if placed.count(False):
+                free = _free_resources()
+                parts.append(f"{placed.count(False)} waiting for resources {_fmt(need)} each (free now: "
+                             f"{_fmt({k: free.get(k, 0.0) for k in need})}; they start when other replicas release "
+                             "theirs or the cluster adds a node)")
+            if placed.count(None):
+                parts.append(f"{placed.count(None)} waiting for resources {_fmt(need)} each or loading the model")
+            self._say(f"wait:{pool.name}", f"model {pool.name}: {len(waiting)} of {len(pool.replicas)} replica(s) "
+                      f"not ready after {now - min(r.requested_at for r in waiting):.0f} s: {'; '.join(parts)}")
+        for msg in self._plan.waiting_for():
+            self._say(f"plan:{msg}", msg)
+
+
+def _placed(handle: Any) -> bool | None:
+    """Whether Ray has placed a not-yet-ready actor on a worker (it is loading), or still waits for resources.
+
+    Read from the GCS actor table (no dashboard needed); None when that cannot be read.
+    """
+    try:
+        from ray._private import state
+
+        info = state.actors(actor_id=handle._actor_id.hex())
+        return bool(info.get("Address", {}).get("Port"))
+    except Exception:  # noqa: BLE001 - best effort, for a log line
+        return None
+
+
+def _free_resources() -> dict[str, float]:
+    import ray
+
+    try:
+        return {k: float(v) for k, v in ray.available_resources().items()}
+    except Exception:  # noqa: BLE001 - the log line is best effort
+        return {}
+
+
+def _fmt(res: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in res.items()) + "}"
+
+
+def _error_text(exc: BaseException) -> str:
+    """``Type: message`` of an exception; for a Ray task error the original exception's (one line first)."""
+    cause = getattr(exc, "cause", None)
+    if cause is not None and not isinstance(cause, type):
+        exc = cause
+    return f"{type(exc).__name__}: {exc}"

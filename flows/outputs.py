@@ -1,0 +1,230 @@
+"""Outputs of a run: result files, study tables, the reporting checklist, the report, and MLflow.
+
+Everything is written atomically (flows/store.py ``atomic_write``) under
+``OUT/results``; a table that cannot be built (a view of the data) fails soft
+with a log line and never loses the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from confgrid import __version__
+from confgrid.flows.assemble import Unit
+from confgrid.flows.evaluate import Evaluation, primary_group, select
+from confgrid.flows.spec import GridSpec
+from confgrid.flows.store import RunStore, write_frame_atomic, write_text_atomic
+from confgrid.flows.tracking import Tracker, result_metrics
+
+__all__ = ["write_outputs", "result_matrix", "render_markdown", "grid_params", "log_results", "fmt_interval"]
+
+log = logging.getLogger("confgrid")
+
+
+def fmt_interval(p: float, lo: float, hi: float) -> str:
+    """``0.123 [0.100, 0.150]``; ``NaN`` for an undefined point estimate."""
+    if pd.isna(p):
+        return "NaN"
+    return f"{p:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def result_matrix(metrics_df: pd.DataFrame) -> pd.DataFrame:
+    """Wide view: one row per (setting, signal), one column per metric, 'point [lo, hi]'."""
+    if metrics_df.empty:
+        return pd.DataFrame()
+    df = metrics_df.assign(value=[fmt_interval(p, lo, hi) for p, lo, hi in
+                                  zip(metrics_df["point"], metrics_df["lo"], metrics_df["hi"], strict=True)])
+    wide = df.pivot_table(index=["setting", "signal"], columns="metric", values="value", aggfunc="first", sort=False)
+    cols = list(dict.fromkeys(metrics_df["metric"]))
+    return wide[cols].reset_index()
+
+
+def render_markdown(metrics_df, gaps_df, shifts_df, settings_df) -> str:
+    """The results as a Markdown report (results/report.md)."""
+    from confgrid.analysis.tables import to_markdown
+
+    parts = ["# confgrid results", ""]
+    if not settings_df.empty:
+        parts += ["## Settings", "", to_markdown(settings_df), ""]
+    wide = result_matrix(metrics_df)
+    if not wide.empty:
+        parts += ["## Metrics (point [95% paired bootstrap interval])", "", to_markdown(wide), ""]
+    if not gaps_df.empty:
+        g = gaps_df.assign(gap=[fmt_interval(p, lo, hi) for p, lo, hi in
+                                zip(gaps_df["gap"], gaps_df["lo"], gaps_df["hi"], strict=True)])
+        parts += ["## Gap = metric(verbalized) - metric(token)", "",
+                  to_markdown(g[["setting", "context", "metric", "gap", "excludes_zero", "favours"]]), ""]
+    if not shifts_df.empty:
+        s = shifts_df.assign(shift=[fmt_interval(p, lo, hi) for p, lo, hi in
+                                    zip(shifts_df["shift"], shifts_df["lo"], shifts_df["hi"], strict=True)])
+        parts += ["## Shift of the gap between contexts", "",
+                  to_markdown(s[["setting", "from_context", "to_context", "metric", "shift", "excludes_zero", "flip",
+                                 "resolved_flip"]]), ""]
+    return "\n".join(parts)
+
+
+def _study_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: Evaluation) -> dict[str, pd.DataFrame]:
+    """Study 000's tables for this run (flows/report.py); a table fails soft, with a log line."""
+    from confgrid.flows.report import probe_table, selection_table, study_tables
+
+    out: dict[str, pd.DataFrame] = {}
+    p = primary_group(spec)
+    try:
+        if not ev.metrics.empty:
+            out.update(study_tables(ev.groups, (p["answer_set"], p["parse_policy"], p["rule"]), ev.metrics, ev.gaps,
+                                    spec.scoring.contexts, spec.scoring.aggregations, spec.metrics.names,
+                                    spec.bootstrap.level))
+    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
+        log.warning("study tables not built: %s: %s", type(exc).__name__, exc)
+    for a in spec.answer_sets:
+        if a.format == "open" and a.verbalized_source() == "probe":
+            sel = selection_table(units, a.id, spec.bootstrap.seed, spec.bootstrap.resamples, spec.bootstrap.level)
+            if len(sel):
+                out[f"selection_{a.id}"] = sel
+    probes = [u.probe for (m, d, a), u in units.items() if a == "main" and u.probe is not None]
+    if spec.probe.enabled and probes:
+        graded = pd.concat([u.graded for (m, d, a), u in units.items() if a == "main"], ignore_index=True)
+        tbl, pairs = probe_table(pd.concat(probes, ignore_index=True), graded, spec.probe.resamples, spec.probe.seed,
+                                 spec.bootstrap.level)
+        out["table17_probe"] = tbl
+        out["probe_pairs"] = pairs
+    main_frames = {f"{f['model'].iloc[0]}/{f['dataset'].iloc[0]}": f for f in ev.signal_frames
+                   if len(f) and all(f[k].iloc[0] == v for k, v in p.items())}
+    if {"bare", "guess_slot"} <= set(spec.scoring.contexts) and main_frames:
+        from confgrid.flows.report import transfer_tables
+
+        try:
+            pen, ttab = transfer_tables(main_frames, "guess_slot", "bare", spec.bootstrap.seed)
+            if len(pen):
+                out["transfer_penalties"], out["transfer"] = pen, ttab
+        except Exception as exc:  # noqa: BLE001 - a view of the data; never lose the run for it
+            log.warning("calibration transfer not computed: %s: %s", type(exc).__name__, exc)
+    return out
+
+
+def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, str]],
+               units: dict[tuple[str, str, str], Unit], settings_df: pd.DataFrame) -> None:
+    """The reporting checklist (study 000 Table 5) of every (model, dataset, answer set)."""
+    from confgrid.flows.report import write_checklist
+    from confgrid.protocols.checklist import build_checklist
+
+    models = {m.name: m for m in spec.models}
+    p = primary_group(spec)
+    entries = []
+    for (mname, dname, aid), u in units.items():
+        a, m = u.answer_set, models[mname]
+        st = select(settings_df, {"setting": f"{mname}/{dname}", "answer_set": aid, "parse_policy": p["parse_policy"],
+                                  "rule": spec.correctness.primary})
+        dropped = {}
+        if len(st) and st["dropped"].iloc[0]:
+            dropped = {k: int(v) for k, v in (x.split("=") for x in st["dropped"].iloc[0].split("; "))}
+        try:
+            entries.append(build_checklist(
+                model=f"{mname} ({m.model}, revision {m.revision or 'default'})", dataset=dname,
+                use_chat_template=m.chat_template,
+                decoding={"method": "greedy", "max_new_tokens": a.new_tokens, "backend": m.backend, "dtype": m.dtype},
+                elicitation_prompt=a.prompt, token_contexts=a.scoring_contexts(spec.scoring.contexts),
+                aggregation=spec.scoring.aggregations[0], correctness_rule=spec.correctness.primary,
+                ece_estimator="ece", n_bins=spec.metrics.ece_bins, parse_policy=spec.parsing.policies[0],
+                system_prompt=provenance.get(mname, {}).get("system_prompt"),
+                rows_total=len(u.graded), rows_dropped=dropped,
+                extra={"answer_set": aid, "answer_format": a.format, "verbalized_source": a.verbalized_source(),
+                       "aggregations": list(spec.scoring.aggregations), "rules": list(spec.correctness.rules),
+                       "parse_policies": list(spec.parsing.policies), "metrics": list(spec.metrics.names),
+                       "bootstrap": spec.bootstrap.model_dump(), "probe_rule": spec.probe.rule,
+                       "provenance": provenance.get(mname, {})},
+            ))
+        except Exception as exc:  # noqa: BLE001 - recorded, never lose the run for it
+            log.warning("checklist for %s/%s [%s] not built: %s", mname, dname, aid, exc)
+    write_checklist(store.root, entries)
+
+
+def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[tuple[str, str, str], Unit],
+                  provenance: dict[str, dict[str, str]]) -> None:
+    """Write ``results/``: the tidy tables, the study tables, the checklist, ``primary.json`` and ``report.md``."""
+    from confgrid.analysis.tables import format_table, to_markdown
+
+    res = store.root / "results"
+    outputs = {"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings}
+    outputs.update(_study_tables(spec, units, ev))
+    for name, df in outputs.items():
+        write_frame_atomic(df, res / f"{name}.csv")
+        write_frame_atomic(df, res / f"{name}.parquet")
+        if name.startswith(("table", "transfer", "selection")) and len(df):
+            write_text_atomic(to_markdown(format_table(df)), res / f"{name}.md")
+    _checklist(spec, store, provenance, units, ev.settings)
+    p = primary_group(spec)
+    write_text_atomic(json.dumps({**p, "aggregation": spec.scoring.aggregations[0]}), res / "primary.json")
+    write_text_atomic(render_markdown(select(ev.metrics, p), select(ev.gaps, p), select(ev.shifts, p),
+                                      select(ev.settings, p)), res / "report.md")
+
+
+def grid_params(spec: GridSpec) -> dict[str, Any]:
+    """The grid's protocol axes as MLflow params of the parent run."""
+    return {
+        "elicitation.prompt": spec.elicitation.prompt,
+        "elicitation.max_new_tokens": spec.elicitation.max_new_tokens,
+        "scoring.contexts": list(spec.scoring.contexts),
+        "scoring.aggregations": list(spec.scoring.aggregations),
+        "answer_sets": ["main"] + [a.id for a in spec.answer_sets],
+        "parsing.policies": list(spec.parsing.policies),
+        "probe.enabled": spec.probe.enabled,
+        "probe.rule": spec.probe.rule,
+        "correctness.rules": list(spec.correctness.rules),
+        "correctness.primary": spec.correctness.primary,
+        "metrics.names": list(spec.metrics.names),
+        "metrics.ece_bins": spec.metrics.ece_bins,
+        "metrics.ece_estimator": "equal_width",
+        "bootstrap.resamples": spec.bootstrap.resamples,
+        "bootstrap.seed": spec.bootstrap.seed,
+        "bootstrap.level": spec.bootstrap.level,
+        "models": [m.name for m in spec.models],
+        "datasets": [d.name for d in spec.datasets],
+        "confgrid_version": __version__,
+        "python": platform.python_version(),
+    }
+
+
+def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluation,
+                provenance: dict[str, dict[str, str]], run_metrics: dict[str, float], tables: dict[str, Path]) -> None:
+    """One MLflow child run per (model, dataset) setting; run counters, results and tables on the parent.
+
+    Metric keys are the same as ``confgrid analyze``'s (flows/tracking.py ``result_metrics``):
+    ``<signal>/<metric>/{point,lo,hi}`` and ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``.
+    """
+    axes = grid_params(spec)
+    primary = primary_group(spec)
+    met, gaps = select(ev.metrics, primary), select(ev.gaps, primary)
+    if not met.empty:
+        met = met[met["aggregation"].isin(["", spec.scoring.aggregations[0]])]
+    settings = select(ev.settings, primary)
+    for m, d in spec.settings():
+        setting = f"{m.name}/{d.name}"
+        sub = met[met["setting"] == setting] if not met.empty else met
+        if sub.empty:
+            continue
+        params = {**axes, "model": m.name, "model.id": m.model, "model.backend": m.backend, "model.dtype": m.dtype,
+                  "model.revision": m.revision or "", "model.chat_template": m.chat_template,
+                  "model.tensor_parallel_size": m.tensor_parallel_size, "model.replicas": m.replicas,
+                  "dataset": d.name, "dataset.adapter": d.adapter, "dataset.path": d.path,
+                  "dataset.limit": d.limit or "all", "dataset.seed": d.seed,
+                  **{f"provenance.{k}": v for k, v in provenance.get(m.name, {}).items()}}
+        gsub = gaps[gaps["setting"] == setting] if not gaps.empty else gaps
+        metrics = result_metrics(sub, gsub)
+        for r in settings[settings["setting"] == setting].itertuples():
+            metrics.update({"parse_rate": r.parse_rate, "accuracy": r.accuracy, "n_analyzed": r.n_analyzed})
+        csv = write_frame_atomic(sub, store.root / "results" / "by_setting" / f"{m.name}__{d.name}.csv")
+        tracker.child(run_name=setting, params=params, metrics=metrics, artifacts=[csv],
+                      tags={"confgrid.kind": "setting", "confgrid.setting": setting})
+    tracker.log_metrics(run_metrics)
+    res = store.root / "results"
+    tracker.log_artifacts(sorted(res.glob("*.csv")) + [res / "report.md", res / "checklist.json", res / "checklist.md"],
+                          "results")
+    tracker.log_artifacts(list(tables.values()), "tables")
+    tracker.log_artifacts([store.root / "grid.yaml", store.root / "manifest.json"])

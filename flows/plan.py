@@ -1,0 +1,453 @@
+"""The plan: what a grid computes, as named, typed shard requests (pure: no Ray, no model).
+
+A grid expands into shards. A shard is (stage, model, dataset, answer set,
+chunk of items, the axis values that stage depends on); its key hashes exactly
+those inputs (flows/store.py), so a shard is computed once and found again by
+any later grid that needs it.
+
+The plan is incremental, because later stages read earlier outputs: the
+generate shards are known from the spec and the items; a finished generate
+shard is parsed and graded here (pure, on the driver) and yields its score
+shards (one per scoring context) and the probe shards that need only the
+model's own answers; the probe kinds that need *other* models' answers
+(``plausible_wrong`` and, where none exists, ``off_type``) are planned once
+every model's main answers on that dataset exist. :class:`GridPlan` holds that
+state; the executor (flows/execute.py) only runs what it returns, so the whole
+chain is unit-testable by feeding it outputs by hand.
+
+Study 000 section 3 (the stages), section 3.6 and Appendix I (the probe).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+import pandas as pd
+
+from confgrid.actors.calls import GenerateRequest, ScoreRequest, ShardWork
+from confgrid.flows.spec import AnswerSetSpec, GridSpec, ModelSpec
+from confgrid.flows.stages import grade_answers, parse_generations, question_text, score_requests
+from confgrid.flows.store import shard_key
+from confgrid.protocols.contexts import get_context
+from confgrid.protocols.items import Item
+from confgrid.protocols.prompts import get_prompt
+
+__all__ = [
+    "Stage",
+    "GenerateRow",
+    "ScoreRow",
+    "ProbeRow",
+    "ShardRequest",
+    "GridPlan",
+    "model_identity",
+    "OWN_PROBE_KINDS",
+    "CROSS_PROBE_KINDS",
+]
+
+log = logging.getLogger("confgrid")
+
+Stage = Literal["generate", "score", "probe"]
+
+#: Probe kinds that need only the model's own answers and the dataset.
+OWN_PROBE_KINDS = ("canonical", "first_alias", "own")
+#: Probe kinds that need the other models' answers (``off_type`` only where no plausible wrong answer exists).
+CROSS_PROBE_KINDS = ("plausible_wrong", "off_type")
+
+
+@dataclass(frozen=True)
+class GenerateRow:
+    """One generation of an answer: the item and its rendered user turn."""
+
+    item_id: str
+    user_text: str
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """One forced-decoding request: an answer after a scoring context (study 000 section 3.4)."""
+
+    item_id: str
+    user_text: str
+    assistant_prefix: str
+    separator: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    """One supplied-answer probe request (study 000 section 3.6).
+
+    Attributes
+    ----------
+    kind : str
+        Kind of supplied answer (protocols/probe.py ``SUPPLIED_KINDS``).
+    answer : str
+        The supplied answer placed after ``Guess:``.
+    prompt_id : str
+        The confidence prompt the probe is asked in.
+    source : str
+        The other model (``plausible_wrong``) or item (``off_type``) it came from; ``""`` otherwise.
+    """
+
+    item_id: str
+    user_text: str
+    assistant_prefix: str
+    kind: str
+    answer: str
+    prompt_id: str
+    source: str
+
+
+Row = Union[GenerateRow, ScoreRow, ProbeRow]
+
+
+@dataclass(frozen=True)
+class ShardRequest:
+    """One unit of model work: a chunk of one setting's requests in one stage.
+
+    Attributes
+    ----------
+    stage : {"generate", "score", "probe"}
+    model : str
+        Model name in the grid.
+    dataset : str
+        Dataset name in the grid.
+    answer_set : str
+        ``main`` or an ``answer_sets[].id``.
+    chunk : int
+        Index of the chunk within its (model, dataset, answer set[, context]).
+    key : str
+        Content key (64 hex characters; flows/store.py ``shard_key``).
+    rows : tuple
+        The requests: :class:`GenerateRow`, :class:`ScoreRow` or :class:`ProbeRow`.
+    context : str or None
+        Scoring context (score shards).
+    max_new_tokens : int
+        Generation budget (generate and probe shards).
+    upstream : tuple of str
+        Keys of the shards whose outputs this one was planned from (its
+        dependencies for ``resubmit --failed``).
+    part : str
+        Probe shards: ``own`` (kinds needing only the model's answers) or
+        ``cross`` (kinds needing other models' answers); ``""`` otherwise.
+    """
+
+    stage: Stage
+    model: str
+    dataset: str
+    answer_set: str
+    chunk: int
+    key: str
+    rows: tuple[Row, ...]
+    context: str | None = None
+    max_new_tokens: int = 32
+    upstream: tuple[str, ...] = ()
+    part: str = ""
+
+    @property
+    def setting(self) -> str:
+        return f"{self.model}/{self.dataset}"
+
+    @property
+    def label(self) -> str:
+        """Unique name in the manifest: ``model/dataset[set]/context/part#chunk``."""
+        aset = f"[{self.answer_set}]" if self.answer_set != "main" else ""
+        ctx = f"/{self.context}" if self.context else ""
+        part = f"/{self.part}" if self.part else ""
+        return f"{self.setting}{aset}{ctx}{part}#{self.chunk}"
+
+    @property
+    def item_ids(self) -> list[str]:
+        return [r.item_id for r in self.rows]
+
+    @property
+    def engine_kind(self) -> Literal["generate", "score"]:
+        """What the replica runs: generation (generate, probe) or forced decoding (score)."""
+        return "score" if self.stage == "score" else "generate"
+
+    def work(self) -> ShardWork:
+        """The shard's requests as the replica receives them."""
+        if self.stage == "score":
+            reqs: tuple[Any, ...] = tuple(ScoreRequest(r.user_text, r.assistant_prefix, r.separator, r.answer)
+                                          for r in self.rows)
+        elif self.stage == "probe":
+            reqs = tuple(GenerateRequest(r.user_text, r.assistant_prefix) for r in self.rows)
+        else:
+            reqs = tuple(GenerateRequest(r.user_text) for r in self.rows)
+        return ShardWork(key=self.key, requests=reqs)
+
+
+def model_identity(m: ModelSpec) -> dict[str, Any]:
+    """The model inputs every shard key depends on (not batch size, replicas or engine limits)."""
+    ident = {"model": m.model, "revision": m.revision, "backend": m.backend, "dtype": m.dtype,
+             "chat_template": m.chat_template, "tensor_parallel_size": m.tensor_parallel_size}
+    if m.generation_bos is not None or m.scoring_bos is not None:
+        ident["bos"] = [m.generation_bos, m.scoring_bos]
+    return ident
+
+
+def _chunks(seq: list, size: int) -> list[list]:
+    return [seq[i : i + size] for i in range(0, len(seq), size)]
+
+
+def set_items(a: AnswerSetSpec, its: list[Item]) -> list[Item]:
+    """The items an answer set asks: all for open sets; items with options (shuffled if asked) for mc."""
+    if a.format == "open":
+        return its
+    from confgrid.protocols.mc import shuffle_options
+
+    with_opts = [i for i in its if i.options]
+    return [shuffle_options(i, a.shuffle_seed) for i in with_opts] if a.shuffle_options else with_opts
+
+
+@dataclass
+class _Unit:
+    """The generate shards of one (model, dataset, answer set) and which of them settled."""
+
+    shards: list[ShardRequest] = field(default_factory=list)
+    done: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+
+    @property
+    def settled(self) -> bool:
+        return len(self.done) + len(self.failed) >= len({s.key for s in self.shards})
+
+
+class GridPlan:
+    """The grid's shard requests, planned stage by stage as outputs arrive.
+
+    Parameters
+    ----------
+    spec : GridSpec
+        A validated grid.
+    items : dict of str to list of Item
+        Every dataset's items (already loaded), by dataset name.
+
+    Notes
+    -----
+    Calls: :meth:`generate_shards` once, then :meth:`on_done` for every shard
+    that finished (computed or reused) and :meth:`on_failed` for every shard
+    that failed; each returns the shards that became plannable. The graded
+    answers of every finished generate shard are kept in :attr:`graded`.
+    """
+
+    def __init__(self, spec: GridSpec, items: dict[str, list[Item]]) -> None:
+        self.spec = spec
+        self.items = items
+        self.sets = spec.all_answer_sets()
+        self.set_of = {a.id: a for a in self.sets}
+        self.models = {m.name: m for m in spec.models}
+        self.set_items = {(a.id, d.name): set_items(a, items[d.name]) for a in self.sets for d in spec.datasets}
+        self.graded: dict[str, pd.DataFrame] = {}
+        self.units: dict[tuple[str, str, str], _Unit] = {}
+        self._cross_done: set[tuple[str, str]] = set()  # (model, dataset) whose cross probe is planned
+        self._blocked: dict[str, str] = {}  # dataset -> why its cross probe cannot be planned
+        self.grade_rules = tuple(dict.fromkeys((*spec.correctness.rules, spec.probe.rule)))
+
+    # -- generate -----------------------------------------------------------------------
+    def generate_shards(self) -> list[ShardRequest]:
+        """Every generate shard of the grid: one per (model, answer set, dataset, chunk of items), in model order."""
+        out: list[ShardRequest] = []
+        size = self.spec.execution.shard_size
+        for m in self.spec.models:
+            ident = model_identity(m)
+            for a in self.sets:
+                prompt = get_prompt(a.prompt)
+                for d in self.spec.datasets:
+                    unit = self.units.setdefault((m.name, d.name, a.id), _Unit())
+                    for c, chunk in enumerate(_chunks(self.set_items[(a.id, d.name)], size)):
+                        texts = [prompt.render(question_text(i, a.format)) for i in chunk]
+                        key = shard_key("generate", {
+                            "model": ident, "prompt": prompt.template, "prompt_id": prompt.id, "format": a.format,
+                            "max_new_tokens": a.new_tokens, "decoding": "greedy",
+                            "items": [(i.item_id, t) for i, t in zip(chunk, texts, strict=True)]})
+                        sh = ShardRequest("generate", m.name, d.name, a.id, c, key,
+                                          tuple(GenerateRow(i.item_id, t) for i, t in zip(chunk, texts, strict=True)),
+                                          max_new_tokens=a.new_tokens)
+                        unit.shards.append(sh)
+                        out.append(sh)
+        return out
+
+    def grade(self, shard: ShardRequest, generations: pd.DataFrame) -> pd.DataFrame:
+        """Parse and grade one generate shard's answers (pure; every rule of the grid and the probe rule)."""
+        a = self.set_of[shard.answer_set]
+        its = self.set_items[(a.id, shard.dataset)]
+        rules = tuple(dict.fromkeys((*self.grade_rules, *a.analysis_rules(self.spec.correctness.rules))))
+        primary = a.analysis_rules(self.spec.correctness.rules)[0] if a.format == "mc" else self.spec.correctness.primary
+        return grade_answers(parse_generations(generations, a.prompt), its, rules, primary)
+
+    # -- events -------------------------------------------------------------------------
+    def on_done(self, shard: ShardRequest, table: pd.DataFrame) -> list[ShardRequest]:
+        """A shard finished (computed now or read from the store); returns the shards it makes plannable."""
+        if shard.stage != "generate":
+            return []
+        graded = self.grade(shard, table)
+        self.graded[shard.key] = graded
+        unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
+        unit.done.add(shard.key)
+        out = self._score_shards(shard, graded) + self._own_probe_shards(shard, graded)
+        if shard.answer_set == "main":
+            out += self._cross_probe_shards(shard.dataset)
+        return out
+
+    def on_failed(self, shard: ShardRequest) -> list[ShardRequest]:
+        """A shard failed; nothing downstream of it is planned (``resubmit --failed`` plans it later)."""
+        if shard.stage == "generate":
+            unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
+            unit.failed.add(shard.key)
+            if shard.answer_set == "main" and self._needs_cross() and shard.dataset not in self._blocked:
+                self._blocked[shard.dataset] = f"main answers of model {shard.model!r} are missing (failed shards)"
+                log.warning("probe on %s: kinds %s wait for every model's answers, and the %s; not planned in this run",
+                            shard.dataset, "/".join(self._cross_kinds()), self._blocked[shard.dataset])
+        return []
+
+    def on_skipped(self, shard: ShardRequest) -> list[ShardRequest]:
+        """A shard left for ``resume`` (``resubmit --failed`` runs only failed shards): nothing downstream of it."""
+        if shard.stage == "generate":
+            unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
+            unit.failed.add(shard.key)
+            if shard.answer_set == "main" and self._needs_cross():
+                self._blocked.setdefault(shard.dataset, f"main answers of model {shard.model!r} were not run "
+                                                        "(`confgrid resume` runs them)")
+        return []
+
+    def expects_work(self, model: str) -> bool:
+        """Whether the plan may still hand ``model`` new shards (cross-model probe kinds not yet planned)."""
+        if not self._needs_cross():
+            return False
+        for d in self.spec.datasets:
+            if d.name in self._blocked or (model, d.name) in self._cross_done:
+                continue
+            if self.units.get((model, d.name, "main")) is None:
+                continue
+            return True
+        return False
+
+    def expects_cross_for(self, model: str, dataset: str) -> bool:
+        """Whether ``model``'s main unit on ``dataset`` still lacks its cross-model probe shards."""
+        return self._needs_cross() and (model, dataset) not in self._cross_done
+
+    def waiting_for(self) -> list[str]:
+        """Why planned work waits (for the log): datasets whose cross-model probe needs answers still missing."""
+        out = []
+        for d in self.spec.datasets:
+            if d.name in self._blocked:
+                continue
+            missing = [m for m in self.models if (u := self.units.get((m, d.name, "main"))) and not u.settled]
+            if missing and self._needs_cross():
+                out.append(f"probe on {d.name} waits for the main answers of {', '.join(missing)}")
+        return out
+
+    # -- score --------------------------------------------------------------------------
+    def _score_shards(self, gen: ShardRequest, graded: pd.DataFrame) -> list[ShardRequest]:
+        a = self.set_of[gen.answer_set]
+        its = self.set_items[(a.id, gen.dataset)]
+        ident = model_identity(self.models[gen.model])
+        q = {i.item_id: i.question for i in its}
+        out = []
+        for ctx_id in a.scoring_contexts(self.spec.scoring.contexts):
+            ctx = get_context(ctx_id)
+            ids, reqs = score_requests(graded, its, ctx_id)
+            if not reqs:
+                continue
+            key = shard_key("score", {"model": ident, "context": [ctx.user_prompt, get_prompt(ctx.user_prompt).template,
+                                                                  ctx.assistant_prefix, ctx.separator, ctx.item_format],
+                                      "requests": [(i, q[i], r[0], r[3]) for i, r in zip(ids, reqs, strict=True)]})
+            rows = tuple(ScoreRow(i, *r) for i, r in zip(ids, reqs, strict=True))
+            out.append(ShardRequest("score", gen.model, gen.dataset, a.id, gen.chunk, key, rows, context=ctx_id,
+                                    upstream=(gen.key,)))
+        return out
+
+    # -- probe --------------------------------------------------------------------------
+    def _cross_kinds(self) -> tuple[str, ...]:
+        return tuple(k for k in self.spec.probe.kinds if k in CROSS_PROBE_KINDS)
+
+    def _needs_cross(self) -> bool:
+        return self.spec.probe.enabled and bool(self._cross_kinds())
+
+    def _probe_prompt(self, a: AnswerSetSpec) -> str:
+        return "mc_confidence" if a.format == "mc" else self.spec.elicitation.prompt
+
+    def _probe_shard(self, model: str, dataset: str, a: AnswerSetSpec, chunk: int, rows: list[ProbeRow],
+                     part: str, upstream: tuple[str, ...]) -> ShardRequest:
+        from confgrid.protocols.probe import PROBE_MAX_NEW_TOKENS
+
+        prompt_id = self._probe_prompt(a)
+        inputs: dict[str, Any] = {"model": model_identity(self.models[model]),
+                                  "prompt": get_prompt(prompt_id).template, "part": part,
+                                  "requests": [(r.item_id, r.user_text, r.assistant_prefix) for r in rows]}
+        if part == "cross":
+            inputs["rule"] = self.spec.probe.rule  # the rule that chose the plausible wrong answers
+        return ShardRequest("probe", model, dataset, a.id, chunk, shard_key("probe", inputs), tuple(rows),
+                            max_new_tokens=PROBE_MAX_NEW_TOKENS, upstream=upstream, part=part)
+
+    def _own_probe_shards(self, gen: ShardRequest, graded: pd.DataFrame) -> list[ShardRequest]:
+        """Probe rows from the model's own answers: a set without a stated score gets its answers re-supplied
+        (kind ``own``); with ``probe.enabled`` the main set gets the kinds that need no other model."""
+        from confgrid.protocols.probe import probe_request, supplied_answers
+
+        a = self.set_of[gen.answer_set]
+        study = a.id == "main" and self.spec.probe.enabled
+        if study:
+            kinds = tuple(k for k in self.spec.probe.kinds if k in OWN_PROBE_KINDS)
+        elif a.verbalized_source() == "probe":
+            kinds = ("own",)
+        else:
+            return []
+        if not kinds:
+            return []
+        prompt_id = self._probe_prompt(a)
+        by_id = {i.item_id: i for i in self.set_items[(a.id, gen.dataset)]}
+        rows = []
+        for item_id, ans in zip(graded["item_id"], graded["answer"], strict=True):
+            item = by_id[item_id]
+            own = ans if isinstance(ans, str) and ans.strip() else None
+            question = question_text(item, a.format)
+            for s in supplied_answers(item, own, {}, self.spec.probe.seed, (), kinds=kinds):
+                r = probe_request(question, s.answer, prompt_id)
+                rows.append(ProbeRow(item_id, r.user_text, r.assistant_prefix, s.kind, s.answer, prompt_id,
+                                     s.source or ""))
+        if not rows:
+            return []
+        return [self._probe_shard(gen.model, gen.dataset, a, gen.chunk, rows, "own", (gen.key,))]
+
+    def _cross_probe_shards(self, dataset: str) -> list[ShardRequest]:
+        """Once every model's main answers on ``dataset`` exist: the kinds that need them, for every model."""
+        if not self._needs_cross() or dataset in self._blocked:
+            return []
+        units = {m: u for m in self.models if (u := self.units.get((m, dataset, "main"))) is not None and u.shards}
+        if not units or not all(u.settled for u in units.values()) or any(u.failed for u in units.values()):
+            return []
+        from confgrid.protocols.probe import probe_request, supplied_answers
+
+        a = self.set_of["main"]
+        rule = self.spec.probe.rule
+        graded = {m: pd.concat([self.graded[s.key] for s in u.shards], ignore_index=True).set_index("item_id")
+                  for m, u in units.items()}
+        upstream = tuple(s.key for u in units.values() for s in u.shards)
+        its = self.set_items[("main", dataset)]
+        by_id = {i.item_id: i for i in its}
+        prompt_id = self._probe_prompt(a)
+        out = []
+        for m in self.models:
+            if m not in units or (m, dataset) in self._cross_done:
+                continue
+            self._cross_done.add((m, dataset))
+            g = graded[m]
+            others = {o: graded[o] for o in units if o != m}
+            rows = []
+            for item_id, ans in zip(g.index, g["answer"], strict=True):
+                item = by_id[item_id]
+                own = ans if isinstance(ans, str) and ans.strip() else None
+                oth = {k: (v.at[item_id, "answer"], v.at[item_id, f"correct_{rule}"]) for k, v in others.items()
+                       if item_id in v.index}
+                for s in supplied_answers(item, own, oth, self.spec.probe.seed, self.items[dataset],
+                                          kinds=self._cross_kinds()):
+                    r = probe_request(question_text(item, a.format), s.answer, prompt_id)
+                    rows.append(ProbeRow(item_id, r.user_text, r.assistant_prefix, s.kind, s.answer, prompt_id,
+                                         s.source or ""))
+            for c, chunk in enumerate(_chunks(rows, self.spec.execution.shard_size * 4)):
+                out.append(self._probe_shard(m, dataset, a, c, chunk, "cross", upstream))
+        return out

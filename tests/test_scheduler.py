@@ -1,0 +1,178 @@
+"""The model-major scheduler on a real local Ray cluster that declares GPUs it does not have.
+
+``ray.init(num_gpus=4, num_cpus=4)``: every replica reserves one "GPU" and one
+CPU and runs on the CPU with one torch thread. Four models are four identities
+of the bundled fixture model (chat template on/off x float32/bfloat16). What a
+cluster user measures is asserted from the manifest and the log: model loads,
+pools alive at the same time, every row exactly once, no model call on resume,
+a grid that cannot fit failing before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from itertools import combinations
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from confgrid.flows.spec import parse_grid
+
+ray = pytest.importorskip("ray")
+
+MODELS = [
+    {"name": "chat32", "model": "confgrid-fixture", "chat_template": True, "dtype": "float32"},
+    {"name": "plain32", "model": "confgrid-fixture", "chat_template": False, "dtype": "float32"},
+    {"name": "chat16", "model": "confgrid-fixture", "chat_template": True, "dtype": "bfloat16"},
+    {"name": "plain16", "model": "confgrid-fixture", "chat_template": False, "dtype": "bfloat16"},
+]
+
+
+def _grid(**over) -> dict:
+    g = {
+        "name": "sched",
+        "models": MODELS,
+        "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 16, "seed": 3}],
+        "scoring": {"contexts": ["bare", "guess_slot"]},
+        "metrics": {"names": ["ece", "auroc"]},
+        "bootstrap": {"resamples": 50},
+        "execution": {"shard_size": 8},
+    }
+    g.update(over)
+    return g
+
+
+@pytest.fixture(scope="module")
+def four_gpus():
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=4, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _meta(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())["meta"]
+
+
+def _overlapping_models(replicas: list[dict]) -> set[frozenset[str]]:
+    """Pairs of models whose replicas were loaded at the same time."""
+    spans = [(r["model"], r["ready_at"], r["released_at"]) for r in replicas if r["ready_at"]]
+    return {frozenset((a[0], b[0])) for a, b in combinations(spans, 2)
+            if a[0] != b[0] and a[1] < b[2] and b[1] < a[2]}
+
+
+def _rows_exactly_once(out: Path, models: list[str], n_items: int, contexts: int) -> None:
+    graded = pd.read_parquet(out / "tables" / "graded.parquet")
+    assert sorted(set(graded["model"])) == sorted(models)
+    assert not graded.duplicated(["model", "item_id"]).any() and len(graded) == len(models) * n_items
+    scores = pd.read_parquet(out / "tables" / "scores.parquet")
+    answered = graded[graded["answer"].notna() & (graded["answer"].str.strip() != "")]
+    assert not scores.duplicated(["model", "item_id", "context_id"]).any()
+    assert len(scores) == contexts * len(answered)
+
+
+def test_four_models_run_in_parallel_pools_each_loaded_once(four_gpus, tmp_path):
+    from confgrid.flows.runner import run_grid
+
+    spec = parse_grid(_grid())
+    out = tmp_path / "run"
+    summary = run_grid(spec, out)
+    meta = _meta(out)
+    assert meta["loads"] == {m["name"]: 1 for m in MODELS}
+    assert summary.model_loads == 4 and summary.restarts == 0
+    assert len(_overlapping_models(meta["replicas"])) >= 1, meta["replicas"]
+    assert {r["state"] for r in meta["replicas"]} == {"released"}
+    assert all(r["busy_seconds"] > 0 and r["calls"] > 0 for r in meta["replicas"])
+    _rows_exactly_once(out, [m["name"] for m in MODELS], 16, 2)
+    assert set(summary.metrics["setting"]) == {f"{m['name']}/triviaqa" for m in MODELS}
+    shards = json.loads((out / "manifest.json").read_text())["shards"]
+    assert all(r["replica"] and r["replica"].split("#")[0] == r["setting"].split("/")[0]
+               for r in shards if r["stage"] != "items")
+
+    again = run_grid(spec, out, resume=True)
+    assert again.model_calls == 0 and again.computed_shards == 0 and again.model_loads == 0
+
+
+def test_max_concurrent_models_one_runs_pools_one_after_another(four_gpus, tmp_path, caplog):
+    from confgrid.flows.runner import run_grid
+
+    spec = parse_grid(_grid(models=MODELS[:2], execution={"shard_size": 8, "max_concurrent_models": 1}))
+    out = tmp_path / "run"
+    with caplog.at_level("INFO", logger="confgrid"):
+        run_grid(spec, out)
+    meta = _meta(out)
+    assert meta["loads"] == {"chat32": 1, "plain32": 1}
+    assert _overlapping_models(meta["replicas"]) == set()
+    assert "waits for a free slot (execution.max_concurrent_models=1; running: chat32)" in caplog.text
+
+
+def test_cross_model_probe_loads_a_model_twice_only_when_it_must(four_gpus, tmp_path):
+    """The plausible-wrong probe needs the other model's answers: with room for both pools every model is
+    loaded once; with one pool at a time the first model is released for the second and reloaded once."""
+    from confgrid.flows.runner import run_grid
+
+    probe = {"enabled": True, "kinds": ["canonical", "plausible_wrong", "own"], "resamples": 50}
+    both = run_grid(parse_grid(_grid(models=MODELS[:2], probe=probe)), tmp_path / "both")
+    assert _meta(tmp_path / "both")["loads"] == {"chat32": 1, "plain32": 1}
+    one = tmp_path / "one"
+    run_grid(parse_grid(_grid(models=MODELS[:2], probe=probe,
+                              execution={"shard_size": 8, "max_concurrent_models": 1})), one)
+    assert _meta(one)["loads"] == {"chat32": 2, "plain32": 1}
+    probe_rows = pd.read_parquet(one / "tables" / "probe.parquet")
+    assert {"canonical", "own"} <= set(probe_rows["kind"])
+    assert not probe_rows.duplicated(["model", "item_id", "kind"]).any()
+    assert both.metrics.shape == run_grid(parse_grid(_grid(models=MODELS[:2], probe=probe)),
+                                          tmp_path / "both").metrics.shape
+    # fix the answer, vary the measurement: another primary rule reruns no model, the probe included
+    grid = _grid(models=MODELS[:2], probe=probe, correctness={"rules": ["containment", "exact_match"],
+                                                              "primary": "exact_match"})
+    again = run_grid(parse_grid(grid), tmp_path / "both")
+    assert again.model_calls == 0 and again.model_loads == 0
+
+
+def test_more_replicas_than_fit_run_as_room_frees_up(four_gpus, tmp_path, caplog):
+    from confgrid.flows.runner import run_grid
+
+    grid = _grid(models=[dict(MODELS[0], replicas=6)], execution={"shard_size": 2})
+    with caplog.at_level("INFO", logger="confgrid"):
+        summary = run_grid(parse_grid(grid), tmp_path / "run")
+    assert "6 replicas of {GPU: 1, CPU: 1}, the cluster holds 4 at once" in caplog.text
+    reps = _meta(tmp_path / "run")["replicas"]
+    assert len(reps) == 6 and 1 <= sum(r["loads"] for r in reps) <= 6
+    assert sum(r["calls"] for r in reps) > 0 and summary.failed_shards == 0
+    _rows_exactly_once(tmp_path / "run", ["chat32"], 16, 2)
+
+
+def test_a_grid_that_cannot_fit_fails_before_any_model_is_loaded(four_gpus, tmp_path):
+    from confgrid.flows.pools import CapacityError
+    from confgrid.flows.runner import run_grid
+
+    grid = _grid(models=[MODELS[0], {"name": "big", "model": "confgrid-fixture", "backend": "vllm",
+                                     "tensor_parallel_size": 8}])
+    t0 = time.time()
+    with pytest.raises(CapacityError) as ei:
+        run_grid(parse_grid(grid), tmp_path / "run")
+    assert time.time() - t0 < 10
+    msg = str(ei.value)
+    assert "model 'big'" in msg and "{GPU: 8, CPU: 8}" in msg and "tensor_parallel_size=8" in msg
+    assert "largest node offers {GPU: 4, CPU: 4}" in msg
+    assert _meta(tmp_path / "run").get("replicas", []) == []  # not one replica was asked for
+    assert not [a for a in ray.util.list_named_actors() if a.startswith("confgrid-")]
+
+
+def test_several_shards_per_engine_call(four_gpus, tmp_path):
+    """prompts_per_call packs whole shards into one engine call; each shard is still stored on its own."""
+    from confgrid.flows.runner import run_grid
+
+    grid = _grid(models=[dict(MODELS[0], prompts_per_call=16)], execution={"shard_size": 4})
+    summary = run_grid(parse_grid(grid), tmp_path / "run")
+    (rep,) = _meta(tmp_path / "run")["replicas"]
+    shards = [r for r in json.loads((tmp_path / "run" / "manifest.json").read_text())["shards"]
+              if r["stage"] in ("generate", "score")]
+    assert len(shards) == summary.computed_shards == 4 + 2 * 4  # 16 items in shards of 4, 2 contexts
+    assert rep["calls"] <= 4 < len(shards)  # 16 prompts per call: 1 generate call, then score calls of 4 shards
+    assert len({r["key"] for r in shards}) == len(shards)
+    _rows_exactly_once(tmp_path / "run", ["chat32"], 16, 2)
