@@ -635,8 +635,9 @@ def _track(input_path: Path, out_dir: Path, tracking_uri: str | None, settings: 
         for st in settings:
             values = result_metrics(metrics_df[metrics_df["setting"] == st.name],
                                     gaps_df[gaps_df["setting"] == st.name])
+            tags = {"confgrid.kind": "setting", "confgrid.setting": st.name, "confgrid.command": "analyze"}
             tracker.child(st.name, dict(setting=st.name, seed=st.seed, n_items=len(st.items), signals=st.signals),
-                          values, [], tags={"confgrid.setting": st.name, "confgrid.command": "analyze"})
+                          values, [], tags=tags)
         tracker.log_artifacts(files, "results")
     return run_id
 

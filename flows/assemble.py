@@ -19,7 +19,7 @@ import pyarrow as pa
 from confgrid.actors.calls import GenerationOutput, ScoreOutput
 from confgrid.flows.plan import GridPlan, ShardRequest
 from confgrid.flows.spec import AnswerSetSpec
-from confgrid.flows.stages import aggregate_scores
+from confgrid.flows.stages import aggregate_scores, relabel
 
 __all__ = ["shard_table", "Unit", "Assembly", "assemble", "verbalized_from_probe"]
 
@@ -74,6 +74,7 @@ class Unit:
     graded: pd.DataFrame
     tokens: pd.DataFrame
     probe: pd.DataFrame | None
+    probe_complete: bool = False  # every planned probe shard done, the cross-model kinds included
 
 
 @dataclass
@@ -99,6 +100,14 @@ def verbalized_from_probe(graded: pd.DataFrame, probe: pd.DataFrame | None) -> p
     out["used_fallback"] = out["item_id"].map(own["used_fallback"]).fillna(False).astype(bool)
     out["verbalized_source"] = "probe"
     return out
+
+
+def _own(done: dict[str, pd.DataFrame], s: ShardRequest) -> pd.DataFrame:
+    """The stored table of ``s``, labelled as ``s`` (a shard shared by two models carries the first's name)."""
+    labels: dict[str, Any] = {"model": s.model, "dataset": s.dataset, "answer_set": s.answer_set, "chunk": s.chunk}
+    if s.stage == "score":
+        labels["context_id"] = s.context
+    return relabel(done[s.key], **labels)
 
 
 def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRequest]) -> Assembly:
@@ -129,27 +138,35 @@ def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRe
                 g_sh, s_sh, p_sh = gen_planned.shards, stages.get("score", []), stages.get("probe", [])
                 for s in g_sh:
                     if s.key in done:
-                        out.stage_tables["generations"].append(pa.Table.from_pandas(done[s.key], preserve_index=False))
+                        out.stage_tables["generations"].append(pa.Table.from_pandas(_own(done, s), preserve_index=False))
                         out.stage_tables["graded"].append(
-                            pa.Table.from_pandas(plan.graded[s.key], preserve_index=False))
-                probes = [done[s.key] for s in p_sh if s.key in done]
+                            pa.Table.from_pandas(plan.graded[s.label], preserve_index=False))
+                probes = [_own(done, s) for s in p_sh if s.key in done]
                 probe_df = pd.concat(probes, ignore_index=True) if probes else None
                 if probe_df is not None and len(probe_df):
                     out.stage_tables["probe"].append(pa.Table.from_pandas(probe_df, preserve_index=False))
-                missing = [s for s in (*g_sh, *s_sh, *p_sh) if s.key not in done]
-                cross_missing = a.id == "main" and plan.expects_cross_for(m.name, d.name)
-                if missing or cross_missing:
-                    log.warning("%s/%s [%s]: %s; no metrics for it", m.name, d.name, a.id,
-                                f"{len(missing)} shard(s) missing" if missing else "the cross-model probe did not run")
+                # the metrics need the answers, their scores and (a set without a stated score) the own-answer
+                # probe; the probe study (Table 17) needs every probe kind, the cross-model ones included
+                needed = [*g_sh, *s_sh, *(p_sh if a.verbalized_source() == "probe" else [])]
+                missing = [s for s in needed if s.key not in done]
+                if missing:
+                    log.warning("%s/%s [%s]: %d shard(s) missing; no metrics for it", m.name, d.name, a.id,
+                                len(missing))
                     continue
-                graded = pd.concat([plan.graded[s.key] for s in g_sh], ignore_index=True)
+                probe_complete = all(s.key in done for s in p_sh) and not (
+                    a.id == "main" and plan.expects_cross_for(m.name, d.name))
+                if a.id == "main" and plan.spec.probe.enabled and not probe_complete:
+                    log.warning("%s/%s: the supplied-answer probe is incomplete (failed shards or another model's "
+                                "answers missing); left out of Table 17, the other results are complete",
+                                m.name, d.name)
+                graded = pd.concat([plan.graded[s.label] for s in g_sh], ignore_index=True)
                 if a.verbalized_source() == "probe":
                     graded = verbalized_from_probe(graded, probe_df)
-                sc = [done[s.key].assign(context_id=s.context, answer_set=s.answer_set) for s in s_sh]
+                sc = [_own(done, s) for s in s_sh]
                 sc_df = pd.concat(sc, ignore_index=True) if sc else pd.DataFrame(
                     columns=["model", "dataset", "item_id", "context_id", "logprobs"])
                 tokens = aggregate_scores(sc_df, spec.scoring.aggregations)
                 if len(tokens):
                     out.stage_tables["scores"].append(pa.Table.from_pandas(tokens, preserve_index=False))
-                out.units[(m.name, d.name, a.id)] = Unit(a, graded, tokens, probe_df)
+                out.units[(m.name, d.name, a.id)] = Unit(a, graded, tokens, probe_df, probe_complete)
     return out

@@ -72,6 +72,9 @@ def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, gri
     try:
         summary = run_grid(spec, out, address=address, tracking_uri=tracking_uri, grid_text=grid_text,
                            only_failed=only_failed, resume=resume)
+    except KeyboardInterrupt:
+        typer.echo(f"\ninterrupted; every finished shard is stored; continue with: confgrid resume {out}", err=True)
+        raise typer.Exit(130) from None
     except (DatasetError, CapacityError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -185,14 +188,15 @@ def status(
         typer.echo(json.dumps(data, indent=1))
         return
     t = Table(title=f"Shards of {out_dir}")
-    for col in ("stage", "shard", "status", "attempts", "rows", "seconds", "host", "key", "error"):
+    for col in ("stage", "shard", "status", "attempts", "restarts", "rows", "seconds", "replica", "host", "key",
+                "error"):
         t.add_column(col)
     counts: dict[str, int] = {}
     for r in sorted(data["shards"], key=lambda r: (r["stage"], r["setting"])):
         counts[r["status"]] = counts.get(r["status"], 0) + 1
         t.add_row(r["stage"], r["setting"], r["status"] + (" (reused)" if r.get("reused") else ""), str(r["attempts"]),
-                  str(r.get("rows") or ""), str(r.get("seconds") or ""), str(r.get("host") or ""), r["key"][:12],
-                  (r.get("error") or "")[:80])
+                  str(r.get("restarts") or 0), str(r.get("rows") or ""), str(r.get("seconds") or ""),
+                  str(r.get("replica") or ""), str(r.get("host") or ""), r["key"][:12], (r.get("error") or "")[:120])
     console = Console(width=200)
     console.print(t)
     typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))

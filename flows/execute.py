@@ -37,6 +37,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import re
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -63,6 +64,8 @@ DEFAULT_VLLM_PROMPTS_PER_CALL = 1024
 WAIT_LOG_SECONDS = 30.0
 #: Seconds a replica may take to become ready before the log says what it waits for.
 WAIT_FIRST_SECONDS = 5.0
+#: Seconds without a finished engine call (while calls are in flight) before the log says so.
+SLOW_CALL_SECONDS = 60.0
 _STAGE_RANK = {"generate": 0, "score": 1, "probe": 1}
 
 
@@ -176,7 +179,15 @@ class Executor:
         return self.done
 
     def close(self) -> None:
-        """Release every pool still alive and write the replicas into the manifest."""
+        """Release every pool still alive and write the replicas into the manifest.
+
+        Shards whose calls were still in flight (the run was interrupted) are recorded as ``interrupted``:
+        not failed, not done; ``confgrid resume`` runs them.
+        """
+        for f in self._inflight.values():
+            for rec in f.records:
+                if rec.status == "running":
+                    rec.status, rec.error = "interrupted", "the run stopped before this shard finished"
         for pool in list(self.pools.values()):
             self._release(pool, "end of run" if self._queues[pool.name] or self._inflight else "its work is done")
         self._record_replicas()
@@ -311,12 +322,15 @@ class Executor:
             log.info("model %s: released (%s)", pool.name, why)
 
     def _others_wait(self, name: str) -> bool:
-        """Another model has queued work but no loaded replica (no pool yet, or replicas waiting for room)."""
+        """Another model has queued work and no room: no pool yet, or no loaded replica and one that Ray has
+        not placed for lack of resources (a replica placed and loading needs no room from anyone)."""
         for other, q in self._queues.items():
             if other == name or not q:
                 continue
             pool = self.pools.get(other)
-            if pool is None or (not pool.ready() and pool.waiting()):
+            if pool is None:
+                return True
+            if not pool.ready() and any(_placed(r.handle) is not True for r in pool.waiting()):
                 return True
         return False
 
@@ -428,6 +442,7 @@ class Executor:
                     self._model_dead(rep.model, f"model {rep.model!r} could not be loaded: {rep.error}")
             return
         rep.state, rep.ready_at, rep.info = "ready", time.time(), ready.replica
+        rep.last_progress = rep.ready_at
         rep.loads += 1
         rep.load_seconds += ready.replica.load_seconds
         self.counters.loads += 1
@@ -454,6 +469,7 @@ class Executor:
             return
         rep.calls += 1
         rep.busy_seconds += result.seconds
+        rep.last_progress = time.time()
         restarted = f.incarnation is not None and result.replica.incarnation != f.incarnation
         if rep.info is not None and result.replica.incarnation != rep.info.incarnation:
             rep.restarts += 1
@@ -563,6 +579,14 @@ class Executor:
                 parts.append(f"{placed.count(None)} waiting for resources {_fmt(need)} each or loading the model")
             self._say(f"wait:{pool.name}", f"model {pool.name}: {len(waiting)} of {len(pool.replicas)} replica(s) "
                       f"not ready after {now - min(r.requested_at for r in waiting):.0f} s: {'; '.join(parts)}")
+        for f in {id(f.replica): f for f in self._inflight.values()}.values():
+            rep = f.replica
+            quiet = now - (rep.last_progress or now)
+            if quiet >= SLOW_CALL_SECONDS:
+                calls = [g for g in self._inflight.values() if g.replica is rep]
+                self._say(f"slow:{rep.name}", f"replica {rep.name}: no engine call has finished for {quiet:.0f} s "
+                          f"({len(calls)} call(s) in flight: {sum(len(g.shards) for g in calls)} shard(s), "
+                          f"{sum(len(s.rows) for g in calls for s in g.shards)} requests); waiting for it")
         for msg in self._plan.waiting_for():
             self._say(f"plan:{msg}", msg)
 
@@ -594,9 +618,31 @@ def _fmt(res: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in res.items()) + "}"
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning))(?::\s*(.*))?$")
+
+
 def _error_text(exc: BaseException) -> str:
-    """``Type: message`` of an exception; for a Ray task error the original exception's (one line first)."""
+    """One line naming what went wrong: ``Type: message`` of the original exception.
+
+    A Ray task error carries the original exception (``cause``); an actor whose constructor raised (a model
+    that could not be loaded) carries only the remote traceback as text, whose last exception line is the
+    cause (``JSONDecodeError: ...``, ``ImportError: vLLM is not installed ...``). Colour codes are removed.
+    """
     cause = getattr(exc, "cause", None)
     if cause is not None and not isinstance(cause, type):
-        exc = cause
-    return f"{type(exc).__name__}: {exc}"
+        return _ANSI.sub("", f"{type(cause).__name__}: {cause}").strip().splitlines()[0]
+    text = _ANSI.sub("", str(exc)).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        m = _EXC_LINE.match(ln)
+        if m and m.group(1) != type(exc).__name__:
+            detail = f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
+            if getattr(exc, "_actor_init_failed", False):
+                return f"the replica's model load raised {detail}"
+            return f"{type(exc).__name__} ({detail})"
+    from ray.exceptions import RayError
+
+    if isinstance(exc, RayError):
+        return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    return f"{type(exc).__name__}: {' '.join(lines)}"[:4000]

@@ -87,9 +87,10 @@ def _study_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: E
             sel = selection_table(units, a.id, spec.bootstrap.seed, spec.bootstrap.resamples, spec.bootstrap.level)
             if len(sel):
                 out[f"selection_{a.id}"] = sel
-    probes = [u.probe for (m, d, a), u in units.items() if a == "main" and u.probe is not None]
+    probes = [u.probe for (m, d, a), u in units.items() if a == "main" and u.probe_complete and u.probe is not None]
     if spec.probe.enabled and probes:
-        graded = pd.concat([u.graded for (m, d, a), u in units.items() if a == "main"], ignore_index=True)
+        graded = pd.concat([u.graded for (m, d, a), u in units.items() if a == "main" and u.probe_complete],
+                           ignore_index=True)
         tbl, pairs = probe_table(pd.concat(probes, ignore_index=True), graded, spec.probe.resamples, spec.probe.seed,
                                  spec.bootstrap.level)
         out["table17_probe"] = tbl
@@ -196,10 +197,18 @@ def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluatio
     """One MLflow child run per (model, dataset) setting; run counters, results and tables on the parent.
 
     Metric keys are the same as ``confgrid analyze``'s (flows/tracking.py ``result_metrics``):
-    ``<signal>/<metric>/{point,lo,hi}`` and ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``.
+    ``<signal>/<metric>/{point,lo,hi}`` and ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``. A resumed or
+    resubmitted run logs into the same child runs (``meta.mlflow_setting_runs``), at step = the invocation's
+    index, so each metric's history shows every invocation.
     """
     axes = grid_params(spec)
     primary = primary_group(spec)
+    # one child run per setting per parent run: a resume or resubmit logs into the same runs, at the next step
+    runs = store.meta.setdefault("mlflow_setting_runs", {})
+    if runs.get("parent") != tracker.parent_run_id:
+        runs.clear()
+        runs["parent"] = tracker.parent_run_id
+    step = max(len(store.meta.get("invocations", [])) - 1, 0)
     met, gaps = select(ev.metrics, primary), select(ev.gaps, primary)
     if not met.empty:
         met = met[met["aggregation"].isin(["", spec.scoring.aggregations[0]])]
@@ -220,9 +229,11 @@ def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluatio
         for r in settings[settings["setting"] == setting].itertuples():
             metrics.update({"parse_rate": r.parse_rate, "accuracy": r.accuracy, "n_analyzed": r.n_analyzed})
         csv = write_frame_atomic(sub, store.root / "results" / "by_setting" / f"{m.name}__{d.name}.csv")
-        tracker.child(run_name=setting, params=params, metrics=metrics, artifacts=[csv],
-                      tags={"confgrid.kind": "setting", "confgrid.setting": setting})
-    tracker.log_metrics(run_metrics)
+        runs[setting] = tracker.child(run_name=setting, params=params, metrics=metrics, artifacts=[csv],
+                                      tags={"confgrid.kind": "setting", "confgrid.setting": setting},
+                                      run_id=runs.get(setting), step=step)
+    tracker.log_metrics(run_metrics, step=step)
+    store.save_manifest()
     res = store.root / "results"
     tracker.log_artifacts(sorted(res.glob("*.csv")) + [res / "report.md", res / "checklist.json", res / "checklist.md"],
                           "results")

@@ -28,7 +28,7 @@ import pandas as pd
 
 from confgrid.actors.calls import GenerateRequest, ScoreRequest, ShardWork
 from confgrid.flows.spec import AnswerSetSpec, GridSpec, ModelSpec
-from confgrid.flows.stages import grade_answers, parse_generations, question_text, score_requests
+from confgrid.flows.stages import grade_answers, parse_generations, question_text, relabel, score_requests
 from confgrid.flows.store import shard_key
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.items import Item
@@ -230,7 +230,8 @@ class GridPlan:
     Calls: :meth:`generate_shards` once, then :meth:`on_done` for every shard
     that finished (computed or reused) and :meth:`on_failed` for every shard
     that failed; each returns the shards that became plannable. The graded
-    answers of every finished generate shard are kept in :attr:`graded`.
+    answers of every finished generate shard are kept in :attr:`graded`, by
+    the shard's label (two shards of different models may share a key).
     """
 
     def __init__(self, spec: GridSpec, items: dict[str, list[Item]]) -> None:
@@ -283,8 +284,10 @@ class GridPlan:
         """A shard finished (computed now or read from the store); returns the shards it makes plannable."""
         if shard.stage != "generate":
             return []
+        table = relabel(table, model=shard.model, dataset=shard.dataset, answer_set=shard.answer_set,
+                        chunk=shard.chunk)
         graded = self.grade(shard, table)
-        self.graded[shard.key] = graded
+        self.graded[shard.label] = graded
         unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
         unit.done.add(shard.key)
         out = self._score_shards(shard, graded) + self._own_probe_shards(shard, graded)
@@ -424,7 +427,7 @@ class GridPlan:
 
         a = self.set_of["main"]
         rule = self.spec.probe.rule
-        graded = {m: pd.concat([self.graded[s.key] for s in u.shards], ignore_index=True).set_index("item_id")
+        graded = {m: pd.concat([self.graded[s.label] for s in u.shards], ignore_index=True).set_index("item_id")
                   for m, u in units.items()}
         upstream = tuple(s.key for u in units.values() for s in u.shards)
         its = self.set_items[("main", dataset)]

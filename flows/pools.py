@@ -153,6 +153,7 @@ class Replica:
     calls: int = 0
     inflight: int = 0
     error: str | None = None
+    last_progress: float | None = None  # when it was ready or its last engine call finished
 
     @property
     def name(self) -> str:

@@ -134,6 +134,56 @@ def _store_items(spec: GridSpec, store: RunStore, items: dict[str, list[Item]]) 
     return store.write_table("items", tables)
 
 
+GRID_HEADER = ("# The grid as run: validated, defaults filled in, local paths resolved (confgrid resume and\n"
+               "# resubmit read this file). The file as written is grid.source.yaml.\n")
+
+
+def _write_grid(spec: GridSpec, store: RunStore, grid_text: str | None) -> None:
+    """``OUT/grid.yaml``: the validated grid with absolute paths (what resume reads, wherever it is run from);
+    ``OUT/grid.source.yaml``: the grid file's own text, comments included."""
+    resolved = GRID_HEADER + yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
+    grid_path = store.root / "grid.yaml"
+    if grid_path.exists() and grid_path.read_text(encoding="utf-8") != resolved:
+        log.warning("%s holds another grid; it is replaced (shards whose inputs are unchanged are still reused)",
+                    store.root)
+    write_text_atomic(resolved, grid_path)
+    if grid_text is not None:
+        write_text_atomic(grid_text, store.root / "grid.source.yaml")
+
+
+def _tracking_uri(store: RunStore, given: str | None) -> str:
+    """The MLflow store of the run: the one given now, else the one given when the folder was first run, else
+    ``sqlite:///OUT/mlflow.db`` of the folder as it is now (so a moved or copied folder logs into itself)."""
+    if given:
+        store.meta["custom_tracking_uri"] = given
+        return given
+    custom = store.meta.get("custom_tracking_uri")
+    if custom is None and "custom_tracking_uri" not in store.meta:  # a manifest written before the key existed
+        old = store.meta.get("tracking_uri")
+        custom = old if old and not old.endswith("/mlflow.db") else None
+        store.meta["custom_tracking_uri"] = custom
+    return custom or default_tracking_uri(store.root)
+
+
+def _in_grid(spec: GridSpec):
+    """Whether a manifest record belongs to a model, dataset and answer set of ``spec`` (by its label)."""
+    import re
+
+    models = {m.name for m in spec.models}
+    datasets = {d.name for d in spec.datasets}
+    sets = {a.id for a in spec.all_answer_sets()}
+
+    def keep(rec) -> bool:
+        if rec.stage == "items":
+            return rec.setting in datasets
+        model, _, rest = rec.setting.partition("/")
+        dataset = re.split(r"[\[/#]", rest, maxsplit=1)[0]
+        m = re.search(r"\[([^\]]+)\]", rest)
+        return model in models and dataset in datasets and (m.group(1) if m else "main") in sets
+
+    return keep
+
+
 def run_grid(
     spec: GridSpec,
     out_dir: str | Path,
@@ -185,16 +235,14 @@ def run_grid(
     """
     t0 = time.time()
     store = RunStore(out_dir)
-    grid_path = store.root / "grid.yaml"
-    if grid_text is not None and grid_path.exists() and grid_path.read_text(encoding="utf-8") != grid_text:
-        log.warning("%s holds another grid; it is replaced (shards whose inputs are unchanged are still reused)",
-                    store.root)
-    if grid_text is not None or not grid_path.exists():
-        write_text_atomic(grid_text if grid_text is not None else
-                          yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), grid_path)
+    _write_grid(spec, store, grid_text)
     # every dataset is loaded before any model, Ray or MLflow is touched: a bad file fails here
     items = {d.name: _load_items(d) for d in spec.datasets}
-    tracking_uri = tracking_uri or store.meta.get("tracking_uri") or default_tracking_uri(store.root)
+    pruned = store.prune(_in_grid(spec))
+    if pruned:
+        log.info("manifest: %d record(s) of models, datasets or answer sets no longer in the grid removed "
+                 "(their shard files stay in shards/ and are reused if they come back)", pruned)
+    tracking_uri = _tracking_uri(store, tracking_uri)
     tracker = Tracker(tracking_uri, experiment=f"confgrid/{spec.name}")
     parent_id = store.meta.get("mlflow_parent_run_id") if (resume or only_failed) else None
     parent_id = tracker.open_parent(run_id=parent_id, run_name=spec.name, params=grid_params(spec),
@@ -229,6 +277,11 @@ def run_grid(
         except Exception as exc:  # noqa: BLE001 - results are on disk already; say so and go on
             log.error("MLflow logging failed (%s: %s); every result is in %s", type(exc).__name__, exc, store.root)
         status = "FAILED" if ex.failed else "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        log.warning("interrupted: every finished shard is stored in %s; continue with `confgrid resume %s`",
+                    store.root, store.root)
+        raise
     finally:
         tracker.close_parent(status=status)
     c = ex.counters

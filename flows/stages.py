@@ -18,6 +18,7 @@ from confgrid.protocols.items import Item
 from confgrid.protocols.prompts import get_prompt
 
 __all__ = [
+    "relabel",
     "question_text",
     "generation_requests",
     "parse_generations",
@@ -28,6 +29,20 @@ __all__ = [
     "token_signal",
     "context_user_text",
 ]
+
+
+def relabel(table: pd.DataFrame, **labels: object) -> pd.DataFrame:
+    """A shard table with its label columns (model, dataset, answer_set, chunk, context_id) set to ``labels``.
+
+    A shard is keyed by its inputs, not by the names of the grid: two models with the same identity under
+    different names (or a model renamed between runs) share a shard, which was stored under the first name.
+    Every reader relabels it to the shard request it reads it for. Columns the table lacks are not added.
+    """
+    out = table.copy()
+    for col, value in labels.items():
+        if col in out.columns:
+            out[col] = value
+    return out
 
 
 def question_text(item: Item, fmt: str = "open") -> str:

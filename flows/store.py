@@ -2,7 +2,8 @@
 
 Layout of an output directory ``OUT``::
 
-    OUT/grid.yaml                 the grid as run (validated, paths resolved)
+    OUT/grid.yaml                 the grid as run (validated, defaults filled in, paths resolved)
+    OUT/grid.source.yaml          the grid file as written
     OUT/shards/<stage>/<key>.parquet   one file per shard, named by its key
     OUT/tables/<stage>.parquet    every shard of a stage of this run, concatenated
     OUT/results/...               metrics, gaps, shifts (Parquet, CSV, Markdown)
@@ -213,6 +214,15 @@ class RunStore:
         rec.error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         rec.seconds = round(time.time() - (rec.started or time.time()), 3)
         self.save_manifest()
+
+    def prune(self, keep: Callable[[ShardRecord], bool]) -> int:
+        """Drop the manifest records ``keep`` rejects (shard files stay); returns how many were dropped."""
+        gone = [rid for rid, rec in self.records.items() if not keep(rec)]
+        for rid in gone:
+            del self.records[rid]
+        if gone:
+            self.save_manifest()
+        return len(gone)
 
     def touch(self) -> None:
         """Mark the manifest changed (saved by the next :meth:`flush`)."""

@@ -165,12 +165,12 @@ class Tracker:
 
     # -- runs ---------------------------------------------------------------------------
     def _log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
-             tags: dict[str, str] | None = None) -> None:
+             tags: dict[str, str] | None = None, step: int = 0) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         ts = int(time.time() * 1000)
         p = [Param(mlflow_key(k), _param(v)) for k, v in (params or {}).items()]
-        m = [Metric(mlflow_key(k), float(v), ts, 0) for k, v in (metrics or {}).items()
+        m = [Metric(mlflow_key(k), float(v), ts, step) for k, v in (metrics or {}).items()
              if v is not None and math.isfinite(float(v))]
         t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         for i in range(0, max(len(p), len(m), len(t), 1), 100):
@@ -213,12 +213,30 @@ class Tracker:
             self.client.set_terminated(self.parent_run_id, status=status)
 
     def child(self, run_name: str, params: dict[str, Any], metrics: dict[str, float], artifacts: list[Path],
-              tags: dict[str, str] | None = None) -> str:
-        """Log one finished setting as a child of the parent; returns its run id. NaN metrics are skipped."""
+              tags: dict[str, str] | None = None, run_id: str | None = None, step: int = 0) -> str:
+        """Log one finished setting as a child of the parent; returns its run id. NaN metrics are skipped.
+
+        ``run_id``: the setting's run from an earlier invocation of the same parent (resume, resubmit); its
+        metrics get new values at ``step``. If its params differ now (another grid), a new child run is made.
+        """
+        from mlflow.exceptions import MlflowException
+
+        if self._exists(run_id):
+            try:
+                self.client.update_run(run_id, status="RUNNING")
+                self._log(run_id, params=params, metrics=metrics, tags=tags, step=step)
+            except MlflowException:  # changed params are not allowed on a run: a new child
+                self.client.set_terminated(run_id, status="FINISHED")
+            else:
+                for a in artifacts:
+                    if Path(a).exists():
+                        self.client.log_artifact(run_id, str(a))
+                self.client.set_terminated(run_id, status="FINISHED")
+                return run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name,
                                      tags={PARENT_TAG: self.parent_run_id or "", **(tags or {})})
         rid = run.info.run_id
-        self._log(rid, params=params, metrics=metrics)
+        self._log(rid, params=params, metrics=metrics, step=step)
         for a in artifacts:
             if Path(a).exists():
                 self.client.log_artifact(rid, str(a))
@@ -245,5 +263,5 @@ class Tracker:
             if Path(a).exists():
                 self.client.log_artifact(self.parent_run_id, str(a), artifact_path=artifact_path)
 
-    def log_metrics(self, metrics: dict[str, float]) -> None:
-        self._log(self.parent_run_id, metrics=metrics)
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        self._log(self.parent_run_id, metrics=metrics, step=step)

@@ -42,6 +42,7 @@ GRID = {
 FAULT_DIR = Path(tempfile.mkdtemp(prefix="confgrid-faults-"))
 HANG_MARKER = FAULT_DIR / "hang"
 KILL_MARKER = FAULT_DIR / "sigkill"
+STOP_MARKER = FAULT_DIR / "stop"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,8 @@ def ray_local():
         ray.shutdown()
     before = os.environ.get("CONFGRID_FAULT")
     os.environ["CONFGRID_FAULT"] = (f"model=hangs;mode=hang;after=5;marker={HANG_MARKER}"
-                                    f"|model=crashes;mode=sigkill;after=3;marker={KILL_MARKER}")
+                                    f"|model=crashes;mode=sigkill;after=3;marker={KILL_MARKER}"
+                                    f"|model=stops;mode=hang;after=3;marker={STOP_MARKER}")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -120,6 +122,80 @@ def test_killed_replica_then_resubmit_failed(ray_local, tmp_path):
 
     again = run_grid(spec, out, resume=True)  # resume on a finished run makes no model call
     assert again.model_calls == 0 and again.computed_shards == 0 and again.model_loads == 0
+    # the three invocations logged into one parent run and one child run per setting
+    import mlflow
+
+    runs = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}").search_runs(
+        [mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}").get_experiment_by_name("confgrid/killtest")
+         .experiment_id])
+    kinds = [r.data.tags.get("confgrid.kind") for r in runs]
+    assert kinds.count("grid") == 1 and kinds.count("setting") == 1
+    assert len(_manifest(out)["meta"]["invocations"]) == 3
+
+
+def test_interrupted_run_then_resume(ray_local, tmp_path):
+    """Ctrl-C in the middle of a call: the in-flight shards are recorded as interrupted (neither done nor
+    failed), the pools are released, the MLflow parent run is KILLED; `resume` finishes every row once."""
+    import _thread
+
+    import mlflow
+
+    from confgrid.flows.runner import run_grid
+
+    grid = dict(GRID, name="stoptest")
+    grid["models"] = [{"name": "stops", "model": "confgrid-fixture", "batch_size": 8}]
+    spec = parse_grid(grid)
+    out = tmp_path / "run"
+
+    def stop_when_hung():
+        deadline = time.time() + 300
+        while not (STOP_MARKER.exists() and STOP_MARKER.read_text()) and time.time() < deadline:
+            time.sleep(0.05)
+        _thread.interrupt_main()
+
+    threading.Thread(target=stop_when_hung, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(spec, out)
+    man = _manifest(out)
+    assert {r["status"] for r in man["shards"] if r["stage"] != "items"} >= {"done", "interrupted"}
+    assert not [r for r in man["shards"] if r["status"] in ("running", "failed")]
+    assert [r["state"] for r in man["meta"]["replicas"]] == ["released"]
+    client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    assert client.get_run(man["meta"]["mlflow_parent_run_id"]).info.status == "KILLED"
+    summary = run_grid(spec, out, resume=True)
+    assert summary.failed_shards == 0 and {r["status"] for r in _manifest(out)["shards"]} == {"done"}
+    _rows_exactly_once(out)
+
+
+def test_a_model_that_cannot_load_leaves_the_others_results_whole(ray_local, tmp_path):
+    """With the cross-model probe on, one model failing to load must not take the other model's metrics:
+    they are computed, only the probe table waits for the missing answers (and fills in after resubmit)."""
+    from confgrid.actors.fixture import FIXTURE_MODEL_DIR
+    from confgrid.flows.runner import ShardFailures, run_grid
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{not json", encoding="utf-8")
+    grid = dict(GRID, name="halfbroken", probe={"enabled": True, "kinds": ["canonical", "plausible_wrong", "own"],
+                                                "resamples": 50})
+    grid["datasets"] = [{"name": "mmlu", "adapter": "mmlu", "limit": 8, "seed": 0}]
+    grid["models"] = [{"name": "good", "model": "confgrid-fixture"}, {"name": "broken", "model": str(model_dir)}]
+    spec = parse_grid(grid)
+    out = tmp_path / "run"
+    with pytest.raises(ShardFailures) as ei:
+        run_grid(spec, out)
+    summary = ei.value.summary
+    assert set(summary.metrics["model"]) == {"good"}
+    assert not (out / "results" / "table17_probe.csv").exists()
+    import shutil
+
+    shutil.rmtree(model_dir)
+    shutil.copytree(FIXTURE_MODEL_DIR, model_dir)
+    after = run_grid(spec, out, only_failed=True, resume=True)
+    assert set(after.metrics["model"]) == {"good", "broken"}
+    probe = pd.read_parquet(out / "tables" / "probe.parquet")
+    assert {"canonical", "own"} <= set(probe["kind"]) and set(probe["model"]) == {"good", "broken"}
+    assert (out / "results" / "table17_probe.csv").is_file()
 
 
 def test_sigkill_restart_is_recorded(ray_local, tmp_path, caplog):

@@ -176,3 +176,21 @@ def test_several_shards_per_engine_call(four_gpus, tmp_path):
     assert rep["calls"] <= 4 < len(shards)  # 16 prompts per call: 1 generate call, then score calls of 4 shards
     assert len({r["key"] for r in shards}) == len(shards)
     _rows_exactly_once(tmp_path / "run", ["chat32"], 16, 2)
+
+
+def test_two_names_for_one_model_share_its_shards_and_keep_their_names(four_gpus, tmp_path):
+    """Shards are keyed by what a model is, not by its name: two entries with the same identity are computed
+    once (one load), and every table row carries the name of the entry it is read for."""
+    from confgrid.flows.runner import run_grid
+
+    twins = [dict(MODELS[0], name="twin-a"), dict(MODELS[0], name="twin-b", batch_size=8)]
+    summary = run_grid(parse_grid(_grid(models=twins)), tmp_path / "run")
+    assert sum(_meta(tmp_path / "run")["loads"].values()) == 1
+    _rows_exactly_once(tmp_path / "run", ["twin-a", "twin-b"], 16, 2)
+    graded = pd.read_parquet(tmp_path / "run" / "tables" / "graded.parquet")
+    a, b = (graded[graded["model"] == m].set_index("item_id")["raw_output"] for m in ("twin-a", "twin-b"))
+    assert a.sort_index().equals(b.sort_index())
+    m = summary.metrics
+    pd.testing.assert_series_equal(m[m["model"] == "twin-a"]["point"].reset_index(drop=True),
+                                   m[m["model"] == "twin-b"]["point"].reset_index(drop=True), check_names=False)
+
