@@ -14,12 +14,17 @@ type against :class:`Backend` only.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Generation", "Backend", "FINISH_STOP", "FINISH_LENGTH"]
+__all__ = ["Generation", "NextToken", "Backend", "FINISH_STOP", "FINISH_LENGTH", "check_sampling", "request_seed",
+           "eos_token_ids", "DEFAULT_TOP_LOGPROBS"]
+
+#: Next-token log-probs returned per prompt by default (study 001 D.3 requests logprobs=20).
+DEFAULT_TOP_LOGPROBS = 20
 
 #: ``finish_reason`` when the model produced an end-of-sequence token.
 FINISH_STOP = "stop"
@@ -47,6 +52,66 @@ class Generation:
     text: str
     token_ids: tuple[int, ...]
     finish_reason: str
+
+
+@dataclass(frozen=True)
+class NextToken:
+    """The top of one next-token distribution (raw log-softmax of the logits, no temperature).
+
+    Attributes
+    ----------
+    token_ids : tuple of int
+        The ``k`` most probable next tokens, most probable first (ties by
+        ascending id, so the order is deterministic).
+    logprobs : tuple of float
+        Their log-probabilities in nats (<= 0), same order.
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+
+
+def check_sampling(temperature: float, top_p: float, top_k: int, n: int) -> None:
+    """Refuse decoding parameters that are out of range or contradict each other (never rewrite them).
+
+    Raises
+    ------
+    ValueError
+        If ``temperature < 0``, ``top_p`` is outside (0, 1], ``top_k < 0``,
+        ``n < 1``, or greedy decoding (``temperature == 0``) is asked with
+        ``top_p != 1``, ``top_k != 0`` or ``n != 1`` (vLLM would silently drop
+        them; lighteval #342 shows what silent rewriting does to a study).
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 is off), got {top_k}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if temperature == 0:
+        if top_p != 1.0:
+            raise ValueError(f"top_p must be 1.0 with temperature=0 (greedy), got top_p={top_p}")
+        if top_k != 0:
+            raise ValueError(f"top_k must be 0 with temperature=0 (greedy), got top_k={top_k}")
+        if n != 1:
+            raise ValueError(f"n must be 1 with temperature=0 (greedy samples are identical), got n={n}")
+
+
+def request_seed(seed: int, prompt: list[int], index: int | None = None) -> int:
+    """A 32-bit seed of one request (and sample ``index``) from ``seed`` and the prompt's ids.
+
+    Depends only on its arguments, not on the prompt's position in a call or
+    on which other prompts share it, so a shard rerun or cut differently
+    draws the same samples (on the same backend and hardware).
+    """
+    h = hashlib.blake2b(digest_size=8)
+    h.update(int(seed).to_bytes(8, "little", signed=True))
+    h.update(np.asarray(prompt, dtype=np.int64).tobytes())
+    if index is not None:
+        h.update(int(index).to_bytes(8, "little", signed=True))
+    return int.from_bytes(h.digest()[:4], "little")
 
 
 @runtime_checkable

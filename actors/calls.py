@@ -14,14 +14,18 @@ flight), which the driver records in the manifest.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 __all__ = [
     "GenerateRequest",
     "ScoreRequest",
     "ShardWork",
     "EngineCall",
+    "Sampling",
     "GenerationOutput",
+    "SamplesOutput",
+    "NextTokenOutput",
+    "HiddenStatesOutput",
     "ScoreOutput",
     "ReplicaInfo",
     "CallResult",
@@ -64,6 +68,36 @@ class ScoreRequest:
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """Decoding parameters of a generation call, exactly as the backend receives them.
+
+    Attributes
+    ----------
+    temperature : float
+        >= 0; 0 is greedy decoding.
+    top_p : float
+        Nucleus mass in (0, 1] (1: off).
+    top_k : int
+        Most probable tokens kept (0: off).
+    n : int
+        Samples per prompt (>= 1; 1 when greedy).
+    seed : int or None
+        Base seed; each request (and sample) derives its own
+        (:func:`~confgrid.actors.backend.request_seed`). None: not reproducible.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    n: int = 1
+    seed: int | None = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
 class ShardWork:
     """The requests of one shard inside an engine call.
 
@@ -86,18 +120,32 @@ class EngineCall:
 
     Attributes
     ----------
-    kind : {"generate", "score"}
-        Greedy generation or forced-decoding scoring.
+    kind : {"generate", "score", "next_token", "hidden_states"}
+        Generation, forced-decoding scoring, the top of the next-token
+        distribution after each prompt, or the last prompt token's hidden
+        states (``next_token`` and ``hidden_states`` take
+        :class:`GenerateRequest` items: a prompt and an assistant prefix).
     shards : tuple of ShardWork
         The shards of the call, in order.
     max_new_tokens : int
         Generation budget in new tokens (``generate`` only; every shard of a
         call shares it).
+    sampling : Sampling or None
+        ``generate``: None or greedy ``Sampling`` for greedy decoding (one
+        :class:`GenerationOutput` per request); otherwise one
+        :class:`SamplesOutput` per request.
+    top_logprobs : int
+        ``next_token``: tokens returned per prompt (default 20).
+    layers : tuple of int or None
+        ``hidden_states``: layer indices (0 = embeddings); None = all.
     """
 
-    kind: Literal["generate", "score"]
+    kind: Literal["generate", "score", "next_token", "hidden_states"]
     shards: tuple[ShardWork, ...]
     max_new_tokens: int = 32
+    sampling: Sampling | None = None
+    top_logprobs: int = 20
+    layers: tuple[int, ...] | None = None
 
     @property
     def n_requests(self) -> int:
@@ -123,6 +171,51 @@ class GenerationOutput:
     text: str
     finish_reason: str
     n_tokens: int
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class SamplesOutput:
+    """The ``n`` sampled continuations of one request, in sample order."""
+
+    samples: tuple[GenerationOutput, ...]
+
+
+@dataclass(frozen=True)
+class NextTokenOutput:
+    """The top of the next-token distribution after one prompt.
+
+    Attributes
+    ----------
+    token_ids : tuple of int
+        Most probable first (ties by ascending id).
+    logprobs : tuple of float
+        Raw log-softmax values in nats (no temperature), same order.
+    prompt_tokens : int
+        Tokens of the rendered prompt.
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class HiddenStatesOutput:
+    """The last prompt token's hidden states.
+
+    Attributes
+    ----------
+    states : numpy.ndarray
+        float32, shape ``(n_layers, hidden_size)``: one row per requested
+        layer (all: embedding output first, then every layer).
+    layers : tuple of int
+        The layer index of each row.
+    prompt_tokens : int
+    """
+
+    states: Any
+    layers: tuple[int, ...]
     prompt_tokens: int
 
 
@@ -176,7 +269,9 @@ class CallResult:
     ----------
     outputs : dict of str to tuple
         Shard key -> one output per request, in request order
-        (:class:`GenerationOutput` or :class:`ScoreOutput`).
+        (:class:`GenerationOutput`, :class:`SamplesOutput`,
+        :class:`ScoreOutput`, :class:`NextTokenOutput` or
+        :class:`HiddenStatesOutput`).
     replica : ReplicaInfo
         Who computed it.
     started : float
@@ -185,7 +280,7 @@ class CallResult:
         Wall-clock seconds the call ran on the replica.
     """
 
-    outputs: dict[str, tuple[Union[GenerationOutput, ScoreOutput], ...]]
+    outputs: dict[str, tuple[Any, ...]]
     replica: ReplicaInfo
     started: float
     seconds: float

@@ -27,9 +27,14 @@ import ray
 from confgrid.actors.calls import (
     CallResult,
     EngineCall,
+    GenerateRequest,
     GenerationOutput,
+    HiddenStatesOutput,
+    NextTokenOutput,
     ReplicaInfo,
     ReplicaReady,
+    Sampling,
+    SamplesOutput,
     ScoreOutput,
     ScoreRequest,
 )
@@ -57,6 +62,11 @@ class ModelConfig:
     generation_bos: bool | None = None
     scoring_bos: bool | None = None
     max_num_seqs: int | None = None
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()  # (key, value) pairs: the config stays hashable
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The model's chat-template arguments as a dict."""
+        return dict(self.chat_template_kwargs)
 
 
 @dataclass(frozen=True)
@@ -269,11 +279,16 @@ class ModelWorker:
         flat = [r for w in call.shards for r in w.requests]
         if call.kind == "generate":
             outs: list[Any] = self.generate([r.user_text for r in flat], call.max_new_tokens,
-                                            [r.assistant_prefix for r in flat])
+                                            [r.assistant_prefix for r in flat], sampling=call.sampling)
         elif call.kind == "score":
             outs = self.score(flat)
+        elif call.kind == "next_token":
+            outs = self.next_token(flat, call.top_logprobs)
+        elif call.kind == "hidden_states":
+            outs = self.hidden_states(flat, call.layers)
         else:
-            raise ValueError(f"EngineCall.kind: unknown kind {call.kind!r}; allowed: generate, score")
+            raise ValueError(f"EngineCall.kind: unknown kind {call.kind!r}; allowed: generate, score, next_token, "
+                             "hidden_states")
         by_key: dict[str, tuple[Any, ...]] = {}
         i = 0
         for w in call.shards:
@@ -281,9 +296,17 @@ class ModelWorker:
             i += len(w.requests)
         return CallResult(outputs=by_key, replica=self.info, started=started, seconds=round(time.time() - started, 4))
 
+    def _prompt(self, user_text: str, assistant_prefix: str, add_bos: bool | None) -> list[int]:
+        from confgrid.protocols.chat import render_prompt_ids
+
+        return render_prompt_ids(self.tokenizer, user_text, use_chat_template=self.config.chat_template,
+                                 assistant_prefix=assistant_prefix, add_bos=add_bos,
+                                 template_kwargs=self.config.template_kwargs())
+
     def generate(self, user_texts: list[str], max_new_tokens: int,
-                 assistant_prefixes: list[str] | None = None) -> list[GenerationOutput]:
-        """Greedy continuations of rendered user turns.
+                 assistant_prefixes: list[str] | None = None,
+                 sampling: Sampling | None = None) -> list[GenerationOutput] | list[SamplesOutput]:
+        """Continuations of rendered user turns: greedy, or sampled with ``sampling``.
 
         Parameters
         ----------
@@ -293,24 +316,59 @@ class ModelWorker:
         assistant_prefixes : list of str, optional
             Text opening each assistant turn (the supplied-answer probe's
             ``Guess: <answer>\nProbability:``); the model continues it.
+        sampling : Sampling, optional
+            None or greedy: greedy decoding. Otherwise ``sampling.n`` samples
+            per input at the given temperature, top-p, top-k and seed.
 
         Returns
         -------
-        list of GenerationOutput
+        list of GenerationOutput (greedy) or list of SamplesOutput (sampled)
             One per input, in input order.
         """
-        from confgrid.protocols.chat import render_prompt_ids
-
         prefixes = assistant_prefixes or [""] * len(user_texts)
-        prompts = [
-            render_prompt_ids(self.tokenizer, t, use_chat_template=self.config.chat_template, assistant_prefix=p,
-                              add_bos=self.config.generation_bos)
-            for t, p in zip(user_texts, prefixes, strict=True)
-        ]
-        gens = self.backend.generate(prompts, max_new_tokens=max_new_tokens) if prompts else []
-        return [GenerationOutput(text=g.text, finish_reason=g.finish_reason, n_tokens=len(g.token_ids),
-                                 prompt_tokens=len(p))
-                for g, p in zip(gens, prompts, strict=True)]
+        prompts = [self._prompt(t, p, self.config.generation_bos) for t, p in zip(user_texts, prefixes, strict=True)]
+
+        def out(g, p):
+            return GenerationOutput(text=g.text, finish_reason=g.finish_reason, n_tokens=len(g.token_ids),
+                                    prompt_tokens=len(p))
+
+        if sampling is None or sampling.greedy:
+            gens = self.backend.generate(prompts, max_new_tokens=max_new_tokens) if prompts else []
+            return [out(g, p) for g, p in zip(gens, prompts, strict=True)]
+        samples = self.backend.generate_samples(
+            prompts, n=sampling.n, max_new_tokens=max_new_tokens, temperature=sampling.temperature,
+            top_p=sampling.top_p, top_k=sampling.top_k, seed=sampling.seed) if prompts else []
+        return [SamplesOutput(samples=tuple(out(g, p) for g in ss)) for ss, p in zip(samples, prompts, strict=True)]
+
+    def next_token(self, requests: list[GenerateRequest], top_logprobs: int = 20) -> list[NextTokenOutput]:
+        """The top ``top_logprobs`` next tokens after each rendered prompt (and assistant prefix).
+
+        Returns
+        -------
+        list of NextTokenOutput
+            One per request, in request order (raw log-probs in nats).
+        """
+        prompts = [self._prompt(r.user_text, r.assistant_prefix, self.config.generation_bos) for r in requests]
+        dists = self.backend.next_token(prompts, top_k=top_logprobs) if prompts else []
+        return [NextTokenOutput(token_ids=d.token_ids, logprobs=d.logprobs, prompt_tokens=len(p))
+                for d, p in zip(dists, prompts, strict=True)]
+
+    def hidden_states(self, requests: list[GenerateRequest],
+                      layers: tuple[int, ...] | None = None) -> list[HiddenStatesOutput]:
+        """The last prompt token's hidden states at ``layers`` (None: the embeddings and every layer).
+
+        Raises
+        ------
+        NotImplementedError
+            On the vLLM backend (its message names the alternative: a transformers entry of the model).
+        """
+        prompts = [self._prompt(r.user_text, r.assistant_prefix, self.config.generation_bos) for r in requests]
+        states = self.backend.hidden_states(prompts, layers=list(layers) if layers is not None else None) \
+            if prompts else []
+        n_states = states[0].shape[0] if states else 0
+        idx = tuple(layers) if layers is not None else tuple(range(n_states))
+        return [HiddenStatesOutput(states=h, layers=idx, prompt_tokens=len(p))
+                for h, p in zip(states, prompts, strict=True)]
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreOutput]:
         """Forced-decoding log-probs of fixed answers.
@@ -328,14 +386,11 @@ class ModelWorker:
             ``logprobs`` (nats, one per answer token), ``answer_token_ids``,
             ``context_tokens``; in input order.
         """
-        from confgrid.protocols.chat import answer_ids, effective_separator, render_prompt_ids
+        from confgrid.protocols.chat import answer_ids, effective_separator
 
         pairs = []
         for r in requests:
-            ctx = render_prompt_ids(
-                self.tokenizer, r.user_text, use_chat_template=self.config.chat_template,
-                assistant_prefix=r.assistant_prefix, add_bos=self.config.scoring_bos,
-            )
+            ctx = self._prompt(r.user_text, r.assistant_prefix, self.config.scoring_bos)
             pairs.append((ctx, answer_ids(self.tokenizer, r.answer,
                                           effective_separator(r.separator, self.config.chat_template))))
         scores = self.backend.score(pairs) if pairs else []

@@ -1,8 +1,18 @@
-"""Hugging Face transformers backend: greedy generation and forced-decoding scoring.
+"""Hugging Face transformers backend: generation (greedy or sampled), forced-decoding scoring,
+next-token distributions and hidden states.
 
 Runs any causal language model ``AutoModelForCausalLM`` can load (a local
 directory or a hub name) on CPU or one GPU. It implements
 :class:`confgrid.actors.backend.Backend`.
+
+Sampling draws every sample from its own ``torch.Generator`` seeded by
+:func:`~confgrid.actors.backend.request_seed` of ``(seed, prompt ids, sample
+index)``: the same seed gives the same samples whatever else shares the batch
+(on the same hardware and versions), and ``n`` samples of a prompt run as ``n``
+rows of one batch. The draw itself happens in :class:`_SeededSampler`, a logits
+processor that turns each row's scores into a one-hot choice, so Hugging Face's
+``generate`` (its cache, padding and stopping) does the rest under greedy
+search.
 """
 
 from __future__ import annotations
@@ -15,7 +25,15 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .backend import FINISH_LENGTH, FINISH_STOP, Generation
+from .backend import (
+    DEFAULT_TOP_LOGPROBS,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Generation,
+    NextToken,
+    check_sampling,
+    request_seed,
+)
 
 __all__ = ["TransformersBackend"]
 
@@ -123,8 +141,12 @@ class TransformersBackend:
 
     # --------------------------------------------------------------- generation
     @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 32) -> list[Generation]:
-        """Greedy continuations of token-id prompts.
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 32, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, seed: int | None = 0) -> list[Generation]:
+        """Continuations of token-id prompts: greedy by default, sampled with ``temperature > 0``.
+
+        With ``temperature > 0`` this is :meth:`generate_samples` with ``n=1``;
+        the rest of this docstring describes greedy decoding.
 
         Prompts are sorted by length into batches of at most ``batch_size``,
         LEFT-padded with the pad token and passed with an attention mask.
@@ -151,11 +173,25 @@ class TransformersBackend:
             If ``max_new_tokens < 1`` or a prompt is empty (the message names
             its index).
         """
+        check_sampling(float(temperature), float(top_p), int(top_k), 1)
+        if temperature > 0:
+            return [s[0] for s in self.generate_samples(prompts, n=1, max_new_tokens=max_new_tokens,
+                                                         temperature=temperature, top_p=top_p, top_k=top_k,
+                                                         seed=seed)]
+        self._check_prompts(prompts, max_new_tokens)
+        return self._decode([list(p) for p in prompts], max_new_tokens, None)
+
+    def _check_prompts(self, prompts: list[list[int]], max_new_tokens: int) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         for i, p in enumerate(prompts):
             if len(p) == 0:
                 raise ValueError(f"prompt {i} is empty")
+
+    def _decode(self, prompts: list[list[int]], max_new_tokens: int,
+                sampler: tuple[list[int], float, float, int] | None) -> list[Generation]:
+        """Greedy search over batches; with ``sampler = (row seeds, temperature, top_p, top_k)`` each row
+        draws its token from its own generator instead (see :class:`_SeededSampler`)."""
         gen_config = copy.deepcopy(self.model.generation_config)
         gen_config.do_sample = False
         gen_config.num_beams = 1
@@ -180,10 +216,16 @@ class TransformersBackend:
                 p = prompts[i]
                 ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
                 mask[row, width - len(p) :] = 1
+            extra = {}
+            if sampler is not None:
+                seeds, temperature, top_p, top_k = sampler
+                extra["logits_processor"] = transformers.LogitsProcessorList(
+                    [_SeededSampler([seeds[i] for i in batch], temperature, top_p, top_k, self.device)])
             seqs = self.model.generate(
                 input_ids=ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 generation_config=gen_config,
+                **extra,
             )
             new = seqs[:, width:].tolist()
             for row, i in enumerate(batch):
@@ -197,6 +239,143 @@ class TransformersBackend:
                     reason = FINISH_STOP
                 text = self.tokenizer.decode(toks, skip_special_tokens=True)
                 out[i] = Generation(text=text, token_ids=tuple(int(t) for t in toks), finish_reason=reason)
+        return out  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def generate_samples(self, prompts: list[list[int]], *, n: int, max_new_tokens: int = 32,
+                         temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                         seed: int | None = 0) -> list[list[Generation]]:
+        """``n`` sampled continuations per token-id prompt.
+
+        Parameters
+        ----------
+        prompts : list of list of int
+            Token ids of each prompt, used as given.
+        n : int
+            Samples per prompt (>= 1); they run as ``n`` rows of the same batches.
+        max_new_tokens : int, default 32
+        temperature : float, default 1.0
+            > 0: tokens are drawn from ``softmax(logits / temperature)`` (logits in float32).
+        top_p : float, default 1.0
+            Nucleus mass in (0, 1]: the smallest set of most probable tokens whose mass reaches it.
+        top_k : int, default 0
+            Keep the ``top_k`` most probable tokens (0: off); applied before ``top_p``, as vLLM does.
+        seed : int or None, default 0
+            Sample ``j`` of a prompt draws from a generator seeded with
+            ``request_seed(seed, prompt, j)``; None draws a fresh seed (not reproducible).
+
+        Returns
+        -------
+        list of list of Generation
+            ``result[i][j]``: sample ``j`` of prompt ``i``.
+
+        Raises
+        ------
+        ValueError
+            If a parameter is out of range (:func:`~confgrid.actors.backend.check_sampling`), ``temperature``
+            is 0 (use :meth:`generate`), or a prompt is empty.
+        """
+        check_sampling(float(temperature), float(top_p), int(top_k), int(n))
+        if temperature <= 0:
+            raise ValueError("generate_samples needs temperature > 0; greedy decoding is generate()")
+        self._check_prompts(prompts, max_new_tokens)
+        if seed is None:
+            seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+        rows = [list(p) for p in prompts for _ in range(n)]
+        seeds = [request_seed(seed, list(p), j) for p in prompts for j in range(n)]
+        flat = self._decode(rows, max_new_tokens, (seeds, float(temperature), float(top_p), int(top_k)))
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    # ------------------------------------------------------ next-token distribution
+    @torch.inference_mode()
+    def _last_positions(self, prompts: list[list[int]], hidden: bool):
+        """Yield (input index, logits at the last prompt token, hidden states or None) batch by batch."""
+        lengths = [len(p) for p in prompts]
+        for batch in self._batches(lengths):
+            width = max(lengths[i] for i in batch)
+            ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                ids[row, : lengths[i]] = torch.tensor(prompts[i], dtype=torch.long)
+                mask[row, : lengths[i]] = 1
+            out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                             output_hidden_states=hidden)
+            for row, i in enumerate(batch):
+                last = lengths[i] - 1
+                hs = None
+                if hidden:
+                    hs = torch.stack([h[row, last] for h in out.hidden_states]).float().cpu().numpy()
+                yield i, out.logits[row, last], hs
+
+    @torch.inference_mode()
+    def next_token(self, prompts: list[list[int]], *, top_k: int = DEFAULT_TOP_LOGPROBS) -> list[NextToken]:
+        """The ``top_k`` most probable next tokens after each prompt, with their log-probs.
+
+        One forward pass per batch (right-padded, so a prompt never sees
+        padding); ``log_softmax`` of the last prompt position's logits in
+        float32, without temperature or any processor: the same quantity as
+        vLLM's raw log-probs.
+
+        Parameters
+        ----------
+        prompts : list of list of int
+            Token ids of each prompt (the assistant turn opened as wanted).
+        top_k : int, default 20
+            Tokens returned per prompt (>= 1).
+
+        Returns
+        -------
+        list of NextToken
+            One per prompt, in input order; most probable first, ties by ascending id.
+
+        Raises
+        ------
+        ValueError
+            If a prompt is empty or ``top_k < 1``.
+        """
+        self._check_prompts(prompts, 1)
+        if int(top_k) < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        out: list[NextToken | None] = [None] * len(prompts)
+        for i, logits, _ in self._last_positions(prompts, hidden=False):
+            lp = torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
+            order = np.lexsort((np.arange(lp.size), -lp))[: int(top_k)]
+            out[i] = NextToken(token_ids=tuple(int(t) for t in order), logprobs=tuple(float(lp[t]) for t in order))
+        return out  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def hidden_states(self, prompts: list[list[int]], *, layers: list[int] | None = None) -> list[np.ndarray]:
+        """The last prompt token's hidden state at each layer.
+
+        Parameters
+        ----------
+        prompts : list of list of int
+            Token ids of each prompt.
+        layers : list of int, optional
+            Indices into the model's ``hidden_states`` (0 is the embedding
+            output, ``L`` the last layer; negative indices count from the end).
+            None: all ``L + 1``.
+
+        Returns
+        -------
+        list of numpy.ndarray
+            One float32 array of shape ``(len(layers), hidden_size)`` per
+            prompt, in input order.
+
+        Raises
+        ------
+        ValueError
+            If a prompt is empty or a layer index is out of range.
+        """
+        self._check_prompts(prompts, 1)
+        n_states = int(self.model.config.num_hidden_layers) + 1
+        sel = list(range(n_states)) if layers is None else [int(x) for x in layers]
+        for x in sel:
+            if not -n_states <= x < n_states:
+                raise ValueError(f"layers: index {x} is out of range for {n_states} hidden states (0 = embeddings)")
+        out: list[np.ndarray | None] = [None] * len(prompts)
+        for i, _, hs in self._last_positions(prompts, hidden=True):
+            out[i] = np.ascontiguousarray(hs[sel], dtype=np.float32)
         return out  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ scoring
@@ -289,4 +468,45 @@ class TransformersBackend:
 
     def __repr__(self) -> str:  # pragma: no cover - cosmetic
         return f"TransformersBackend({self.model_name!r}, dtype={self.model.dtype}, device={self.device})"
+
+
+class _SeededSampler:
+    """A logits processor that samples each row's next token from that row's own generator.
+
+    Under greedy search, it returns scores that are 0 at the drawn token and
+    ``-inf`` elsewhere, so ``generate`` takes the draw. The draw: logits in
+    float32 divided by ``temperature``, then top-k, then top-p (nucleus:
+    the smallest set of most probable tokens whose probability reaches
+    ``top_p``, the token that crosses it included), then inverse-CDF sampling
+    with one uniform per row and step from the row's generator. A row that has
+    finished keeps drawing (its output is padding), so every row's draws depend
+    only on its own seed.
+    """
+
+    def __init__(self, seeds: list[int], temperature: float, top_p: float, top_k: int, device) -> None:
+        self.gens = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]
+        self.temperature, self.top_p, self.top_k = float(temperature), float(top_p), int(top_k)
+        self.device = device
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        logits = scores.float() / self.temperature
+        if self.top_k > 0 and self.top_k < logits.shape[-1]:
+            kth = torch.topk(logits, self.top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        if self.top_p < 1.0:
+            sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+            before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass strictly before each token
+            drop = before >= self.top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+        u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in self.gens]).to(probs.device)
+        cdf = torch.cumsum(probs.double(), dim=-1)
+        cdf[:, -1] = 1.0  # rounding: the last bucket closes the interval
+        # the first token whose cumulative mass exceeds u: a zero-probability token has an empty interval
+        token = torch.searchsorted(cdf, u.unsqueeze(-1), right=True).clamp_(max=probs.shape[-1] - 1)
+        out = torch.full_like(scores, float("-inf"))
+        out.scatter_(-1, token, 0.0)
+        return out
 

@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import hashlib
 import inspect
 import os
 from typing import Any
 
 import numpy as np
 
-from .backend import FINISH_LENGTH, FINISH_STOP, Generation
+from .backend import DEFAULT_TOP_LOGPROBS, FINISH_LENGTH, FINISH_STOP, Generation, NextToken, check_sampling, request_seed
 
 __all__ = ["VLLMBackend", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "LOGPROBS_MODE"]
 
@@ -93,16 +92,8 @@ def _resolve_dtype(dtype: str) -> str:
 
 
 def _request_seed(seed: int, prompt: list[int]) -> int:
-    """A 32-bit per-request seed from ``seed`` and the prompt's ids.
-
-    Depends only on ``(seed, prompt)``, not on the prompt's position in the
-    call or on which other prompts share it, so a shard rerun or split
-    differently draws the same samples.
-    """
-    h = hashlib.blake2b(digest_size=8)
-    h.update(int(seed).to_bytes(8, "little", signed=True))
-    h.update(np.asarray(prompt, dtype=np.int64).tobytes())
-    return int.from_bytes(h.digest()[:4], "little")
+    """The per-request seed of a vLLM request (:func:`confgrid.actors.backend.request_seed`)."""
+    return request_seed(seed, prompt)
 
 
 class VLLMBackend:
@@ -318,18 +309,8 @@ class VLLMBackend:
                 raise ValueError(f"prompt {i} is empty")
 
     @staticmethod
-    def _check_sampling(temperature: float, top_p: float, n: int) -> None:
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if temperature == 0 and top_p != 1.0:
-            # vLLM would silently reset top_p at temperature 0; refuse instead.
-            raise ValueError(f"top_p must be 1.0 with temperature=0 (greedy), got top_p={top_p}")
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if temperature == 0 and n != 1:
-            raise ValueError(f"n must be 1 with temperature=0 (greedy samples are identical), got n={n}")
+    def _check_sampling(temperature: float, top_p: float, n: int, top_k: int = 0) -> None:
+        check_sampling(temperature, top_p, top_k, n)
 
     def _to_generation(self, i: int, completion: Any) -> Generation:
         reason = _FINISH.get(str(completion.finish_reason))
@@ -351,6 +332,7 @@ class VLLMBackend:
         temperature: float,
         top_p: float,
         seed: int | None,
+        top_k: int = 0,
     ) -> list[list[Generation]]:
         from vllm import SamplingParams, TokensPrompt
 
@@ -362,7 +344,7 @@ class VLLMBackend:
                     n=int(n),
                     temperature=float(temperature),
                     top_p=float(top_p),
-                    top_k=0,
+                    top_k=int(top_k),
                     max_tokens=int(max_new_tokens),
                     stop_token_ids=sorted(self.eos_token_ids),
                     seed=None if (seed is None or temperature == 0) else _request_seed(seed, p),
@@ -391,6 +373,7 @@ class VLLMBackend:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: int | None = 0,
+        top_k: int = 0,
     ) -> list[Generation]:
         """One continuation per token-id prompt; greedy by default.
 
@@ -404,12 +387,15 @@ class VLLMBackend:
             0 is greedy decoding; > 0 samples from ``softmax(logits / temperature)``.
         top_p : float, default 1.0
             Nucleus mass in (0, 1]; must be 1.0 when ``temperature == 0``.
-            No top-k, penalties or generation-config defaults are applied.
+            No penalties or generation-config defaults are applied.
         seed : int or None, default 0
             Sampling seed (ignored when greedy). Each prompt draws with its own
             seed derived from ``(seed, prompt ids)``, so results do not depend
             on the prompt's company or position; None leaves it to the engine
             (not reproducible).
+        top_k : int, default 0
+            Keep only the ``top_k`` most probable tokens before sampling (0:
+            off; must be 0 when greedy).
 
         Returns
         -------
@@ -431,7 +417,8 @@ class VLLMBackend:
         return [
             s[0]
             for s in self.generate_samples(
-                prompts, n=1, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
+                prompts, n=1, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                top_k=top_k,
             )
         ]
 
@@ -444,6 +431,7 @@ class VLLMBackend:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | None = 0,
+        top_k: int = 0,
     ) -> list[list[Generation]]:
         """``n`` sampled continuations per token-id prompt.
 
@@ -454,7 +442,7 @@ class VLLMBackend:
         n : int
             Samples per prompt (>= 1), drawn in one vLLM request (the prompt is
             prefilled once).
-        max_new_tokens, temperature, top_p, seed
+        max_new_tokens, temperature, top_p, seed, top_k
             As in :meth:`generate`, except that ``temperature`` defaults to 1.0;
             ``temperature == 0`` (greedy) requires ``n == 1``.
 
@@ -469,13 +457,77 @@ class VLLMBackend:
             As :meth:`generate`, and if ``n < 1`` or ``n > 1`` with ``temperature == 0``.
         """
         self._check_prompts(prompts, max_new_tokens)
-        self._check_sampling(float(temperature), float(top_p), int(n))
+        self._check_sampling(float(temperature), float(top_p), int(n), int(top_k))
         if not prompts:
             return []
         return self._run_generate(
             prompts, n=int(n), max_new_tokens=int(max_new_tokens), temperature=float(temperature),
-            top_p=float(top_p), seed=seed,
+            top_p=float(top_p), seed=seed, top_k=int(top_k),
         )
+
+    # -------------------------------------------------------- next-token distribution
+    def next_token(self, prompts: list[list[int]], *, top_k: int = DEFAULT_TOP_LOGPROBS) -> list[NextToken]:
+        """The ``top_k`` most probable next tokens after each prompt, with raw log-probs.
+
+        One greedy step per prompt with ``logprobs=top_k`` in the engine's
+        ``raw_logprobs`` mode: the log-softmax of the logits before any
+        temperature or penalty (what the transformers backend computes).
+
+        Parameters
+        ----------
+        prompts : list of list of int
+            Token ids of each prompt (the assistant turn opened as wanted).
+        top_k : int, default 20
+            Tokens returned per prompt (1 to the engine's ``max_logprobs``, 20 by default).
+
+        Returns
+        -------
+        list of NextToken
+            One per prompt, in input order; most probable first, ties by ascending id.
+
+        Raises
+        ------
+        ValueError
+            If a prompt is empty or ``top_k < 1``.
+        RuntimeError
+            If the backend is shut down or vLLM returns fewer than ``top_k`` tokens.
+        """
+        from vllm import SamplingParams, TokensPrompt
+
+        self._check_prompts(prompts, 1)
+        if int(top_k) < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        if not prompts:
+            return []
+        params = SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=int(top_k), detokenize=False)
+        outs = self._engine().generate([TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts],
+                                       params, use_tqdm=False)
+        result = []
+        for i, (p, out) in enumerate(zip(prompts, outs, strict=True)):
+            if list(out.prompt_token_ids) != [int(t) for t in p]:
+                raise RuntimeError(f"prompt {i}: vLLM returned the output of a different prompt")
+            step = out.outputs[0].logprobs[0]
+            items = sorted(((float(v.logprob), int(t)) for t, v in step.items()), key=lambda x: (-x[0], x[1]))
+            if len(items) < top_k:
+                raise RuntimeError(f"prompt {i}: vLLM returned {len(items)} next-token log-probs, expected {top_k}")
+            items = items[: int(top_k)]
+            result.append(NextToken(token_ids=tuple(t for _, t in items), logprobs=tuple(v for v, _ in items)))
+        return result
+
+    def hidden_states(self, prompts: list[list[int]], *, layers: list[int] | None = None) -> list[np.ndarray]:
+        """Not offered: vLLM does not expose per-layer hidden states of a prompt.
+
+        Raises
+        ------
+        NotImplementedError
+            Always, naming the alternative: a ``backend: transformers`` entry of
+            the same model (same weights, same token ids) for the hidden-state
+            method.
+        """
+        raise NotImplementedError(
+            f"hidden states: the vLLM backend does not expose per-layer hidden states of {self.model_name!r}; "
+            "declare a second model entry with backend: transformers for the same model and run the "
+            "hidden-state method there (same weights and token ids)")
 
     # ------------------------------------------------------------------ scoring
     def score(self, requests: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:

@@ -185,6 +185,8 @@ def model_identity(m: ModelSpec) -> dict[str, Any]:
              "chat_template": m.chat_template, "tensor_parallel_size": m.tensor_parallel_size}
     if m.generation_bos is not None or m.scoring_bos is not None:
         ident["bos"] = [m.generation_bos, m.scoring_bos]
+    if m.chat_template_kwargs:
+        ident["chat_template_kwargs"] = dict(sorted(m.chat_template_kwargs.items()))
     return ident
 
 
@@ -277,7 +279,8 @@ class GridPlan:
         its = self.set_items[(a.id, shard.dataset)]
         rules = tuple(dict.fromkeys((*self.grade_rules, *a.analysis_rules(self.spec.correctness.rules))))
         primary = a.analysis_rules(self.spec.correctness.rules)[0] if a.format == "mc" else self.spec.correctness.primary
-        return grade_answers(parse_generations(generations, a.prompt), its, rules, primary)
+        return grade_answers(parse_generations(generations, a.prompt, self.models[shard.model].reasoning_end), its,
+                             rules, primary)
 
     # -- events -------------------------------------------------------------------------
     def on_done(self, shard: ShardRequest, table: pd.DataFrame) -> list[ShardRequest]:

@@ -147,6 +147,15 @@ class ModelSpec(_Spec):
     max_num_seqs: int | None = Field(
         None, ge=1, le=65536, description="vLLM: sequences the engine runs at once (None: vLLM's default)."
     )
+    chat_template_kwargs: dict[str, bool | int | float | str] = Field(
+        default_factory=dict,
+        description="Arguments of the chat template, over confgrid's default {enable_thinking: false}: e.g. "
+        "{enable_thinking: true} for Qwen3's thinking mode. In every shard key of the model.",
+    )
+    reasoning_end: str | None = Field(
+        None, description="Marker that ends a thinking model's reasoning: the answer is parsed from the text after "
+        "its last occurrence (None: a <think>...</think> block is removed when present).",
+    )
 
     @model_validator(mode="after")
     def _tp_needs_vllm(self) -> ModelSpec:
@@ -213,7 +222,8 @@ class ElicitationSpec(_Spec):
     """How answers and verbalized confidence are elicited (the generate stage)."""
 
     prompt: str = Field("confidence", description="Id of the confidence prompt (protocols/prompts/*.yaml).")
-    max_new_tokens: int = Field(32, ge=1, le=4096, description="Greedy decoding budget in new tokens.")
+    max_new_tokens: int = Field(32, ge=1, le=262_144, description="Greedy decoding budget in new tokens (up to the "
+                                "model's context; a thinking model needs thousands).")
 
     @field_validator("prompt")
     @classmethod
@@ -234,7 +244,7 @@ class AnswerSetSpec(_Spec):
     format: Literal["open", "mc"] = Field(
         "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only)."
     )
-    max_new_tokens: int | None = Field(None, ge=1, le=4096, description="Decoding budget (default 32 open, 20 mc).")
+    max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Decoding budget (default 32 open, 20 mc).")
     shuffle_options: bool = Field(False, description="mc: shuffle option order with a fixed seed per question.")
     shuffle_seed: int = Field(0, ge=0, description="mc: base seed of the option shuffle.")
     contexts: tuple[str, ...] | None = Field(

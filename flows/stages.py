@@ -58,17 +58,25 @@ def generation_requests(items: list[Item], prompt_id: str, fmt: str = "open") ->
     return [prompt.render(question_text(it, fmt)) for it in items]
 
 
-def parse_generations(gen: pd.DataFrame, prompt_id: str = "confidence") -> pd.DataFrame:
-    """Add ``answer``, ``verbalized``, ``parse_status``, ``used_fallback`` to generations.
+def parse_generations(gen: pd.DataFrame, prompt_id: str = "confidence",
+                      reasoning_end: str | None = None) -> pd.DataFrame:
+    """Add ``answer``, ``verbalized``, ``parse_status``, ``used_fallback``, ``reasoning_status`` to generations.
 
     Parsed with the labels and scale of the prompt that generated them (a 0-100
-    prompt is scaled to [0, 1]). Unparseable output is a recorded status, never
-    an exception (protocols/parsing.py, study 000 Appendix A "Parsing").
+    prompt is scaled to [0, 1]), after the reasoning block of a thinking model
+    is removed (protocols/reasoning.py; ``reasoning_end`` is the model's
+    declared marker). Unparseable output is a recorded status, never an
+    exception (protocols/parsing.py, study 000 Appendix A "Parsing"); a
+    reasoning block that never ended is ``reasoning_unterminated``.
     """
-    from confgrid.protocols.parsing import parse_for_prompt
+    from confgrid.protocols.parsing import ParseResult, parse_for_prompt
+    from confgrid.protocols.reasoning import strip_reasoning
 
     out = gen.copy()
-    parsed = [parse_for_prompt(t, prompt_id) for t in out["raw_output"].tolist()]
+    visible = [strip_reasoning(t, reasoning_end) for t in out["raw_output"].tolist()]
+    parsed = [parse_for_prompt(v.text, prompt_id) if v.status != "unterminated"
+              else ParseResult(None, None, "reasoning_unterminated", False) for v in visible]
+    out["reasoning_status"] = [v.status for v in visible]
     out["answer"] = [p.answer for p in parsed]
     out["verbalized"] = pd.array([p.verbalized for p in parsed], dtype="Float64")
     out["parse_status"] = [p.status for p in parsed]

@@ -99,14 +99,16 @@ def effective_separator(separator: str, use_chat_template: bool) -> str:
     return separator
 
 
-def _apply_template(tokenizer: Any, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
+def _apply_template(tokenizer: Any, messages: list[dict[str, str]], *, add_generation_prompt: bool,
+                    template_kwargs: dict[str, Any] | None = None) -> str:
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
             "use_chat_template=True but the tokenizer has no chat_template; "
             "load a chat checkpoint's tokenizer or pass use_chat_template=False"
         )
     text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=add_generation_prompt, **TEMPLATE_KWARGS
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+        **{**TEMPLATE_KWARGS, **(template_kwargs or {})},
     )
     if not isinstance(text, str):  # pragma: no cover - defensive against API changes
         raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str")
@@ -120,13 +122,15 @@ def render_prompt_text(
     use_chat_template: bool,
     assistant_prefix: str = "",
     system_prompt: str | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> str:
     """The context text, before tokenization (see :func:`render_prompt_ids`)."""
     if use_chat_template:
         messages = [{"role": "user", "content": user_text}]
         if system_prompt is not None:
             messages.insert(0, {"role": "system", "content": system_prompt})
-        return _apply_template(tokenizer, messages, add_generation_prompt=True) + assistant_prefix
+        return _apply_template(tokenizer, messages, add_generation_prompt=True,
+                               template_kwargs=template_kwargs) + assistant_prefix
     if system_prompt is not None:
         raise ValueError(f"system_prompt={system_prompt!r} needs use_chat_template=True (plain text has no system turn)")
     return user_text + ("\n" + assistant_prefix if assistant_prefix else "")
@@ -140,6 +144,7 @@ def render_prompt_ids(
     assistant_prefix: str = "",
     system_prompt: str | None = None,
     add_bos: bool | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> list[int]:
     """Token ids of a context: the user turn, the opened assistant turn and the prefix.
 
@@ -163,6 +168,10 @@ def render_prompt_ids(
         None: BOS first exactly when the tokenizer adds one by default (never
         twice). True: BOS first (added unless already there). False: no BOS
         first (one written by the template is removed).
+    template_kwargs : dict, optional
+        Chat-template arguments of the model (``models[].chat_template_kwargs``,
+        e.g. ``{"enable_thinking": true}`` for Qwen3's thinking mode), over the
+        default :data:`TEMPLATE_KWARGS` (thinking off).
 
     Returns
     -------
@@ -188,6 +197,7 @@ def render_prompt_ids(
         use_chat_template=use_chat_template,
         assistant_prefix=assistant_prefix,
         system_prompt=system_prompt,
+        template_kwargs=template_kwargs,
     )
     return _with_bos(tokenizer, _ids(tokenizer, text), add_bos)
 

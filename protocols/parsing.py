@@ -42,7 +42,9 @@ __all__ = [
 ]
 
 #: Every status :func:`parse_output` can return, then ``unlabelled_confidence``
-#: (set only by :func:`apply_parse_policy` under ``label_only``).
+#: (set only by :func:`apply_parse_policy` under ``label_only``) and
+#: ``reasoning_unterminated`` (a thinking model's reasoning never ended, so
+#: there is no answer to parse; protocols/reasoning.py).
 STATUSES = (
     "ok",
     "missing_answer",
@@ -51,6 +53,7 @@ STATUSES = (
     "out_of_range",
     "empty",
     "unlabelled_confidence",
+    "reasoning_unterminated",
 )
 
 #: Parse policies (study 000 section 3.3 and Appendix B.1): ``label_or_fallback``

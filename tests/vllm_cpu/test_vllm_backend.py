@@ -225,3 +225,33 @@ def test_missing_vllm_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", shadow)
     with pytest.raises(ImportError, match=r"confgrid\[gpu\].*namespace package"):
         VLLMBackend("unused")
+
+
+def test_next_token_parity_with_transformers(vllm_backend, hf_backend, tokenizer):
+    """The same top-k next-token log-probs on the same ids (raw log-softmax on both sides)."""
+    rng = random.Random(9)
+    bos = tokenizer.bos_token_id
+    prompts = [[bos] + tokenizer("Is the proposed answer: A. True B. False", add_special_tokens=False)["input_ids"]]
+    prompts += [[bos] + _random_ids(rng, n, len(tokenizer)) for n in (1, 4, 19, 50)]
+    got = vllm_backend.next_token(prompts, top_k=20)
+    want = hf_backend.next_token(prompts, top_k=20)
+    for g, w in zip(got, want, strict=True):
+        assert len(g.token_ids) == 20
+        # near-ties may swap places; compare each token's log-prob where both lists have it
+        common = set(g.token_ids) & set(w.token_ids)
+        assert len(common) >= 18
+        gd, wd = dict(zip(g.token_ids, g.logprobs, strict=True)), dict(zip(w.token_ids, w.logprobs, strict=True))
+        torch.testing.assert_close(torch.tensor([gd[t] for t in sorted(common)]),
+                                   torch.tensor([wd[t] for t in sorted(common)]), atol=ATOL, rtol=0)
+        assert g.token_ids[0] == w.token_ids[0]
+
+
+def test_top_k_sampling_and_hidden_states_refusal(vllm_backend, tokenizer):
+    bos = tokenizer.bos_token_id
+    greedy = vllm_backend.generate([[bos, 20, 30]], max_new_tokens=6)[0]
+    top1 = vllm_backend.generate_samples([[bos, 20, 30]], n=3, max_new_tokens=6, temperature=1.0, top_k=1, seed=1)[0]
+    assert all(g.token_ids == greedy.token_ids for g in top1)
+    with pytest.raises(ValueError, match="top_k must be 0 with temperature=0"):
+        vllm_backend.generate([[bos, 20]], top_k=5)
+    with pytest.raises(NotImplementedError, match="backend: transformers"):
+        vllm_backend.hidden_states([[bos, 20]])

@@ -1,0 +1,50 @@
+"""The model worker's engine calls (in process, the fixture model): every call kind returns typed
+outputs per shard, with the sampling parameters it was given."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from confgrid.actors.calls import EngineCall, GenerateRequest, Sampling, SamplesOutput, ShardWork
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from confgrid.actors.model_actor import ModelConfig, ModelWorker
+
+    return ModelWorker(ModelConfig(name="fixture", model="confgrid-fixture", batch_size=8))
+
+
+REQS = tuple(GenerateRequest(f"Give your best short answer to the question below.\n\nQuestion: {q}")
+             for q in ("What is the capital of France?", "Who wrote Hamlet?", "How many legs has a spider?"))
+
+
+def test_sampled_generate_call(worker):
+    call = EngineCall(kind="generate", shards=(ShardWork("k1", REQS[:2]), ShardWork("k2", REQS[2:])),
+                      max_new_tokens=16, sampling=Sampling(temperature=1.0, n=5, seed=3))
+    res = worker.run(call)
+    assert set(res.outputs) == {"k1", "k2"} and len(res.outputs["k1"]) == 2 and len(res.outputs["k2"]) == 1
+    assert all(isinstance(o, SamplesOutput) and len(o.samples) == 5 for o in res.outputs["k1"])
+    again = worker.run(call)
+    assert again.outputs == res.outputs  # same seed, same samples
+    greedy = worker.run(EngineCall(kind="generate", shards=(ShardWork("g", REQS),), max_new_tokens=16))
+    assert [o.text for o in greedy.outputs["g"]] == [o.text for o in worker.generate([r.user_text for r in REQS], 16)]
+
+
+def test_next_token_and_hidden_states_calls(worker):
+    nt = worker.run(EngineCall(kind="next_token", shards=(ShardWork("n", REQS),), top_logprobs=5)).outputs["n"]
+    assert all(len(o.token_ids) == 5 and o.logprobs[0] >= o.logprobs[-1] for o in nt)
+    hs = worker.run(EngineCall(kind="hidden_states", shards=(ShardWork("h", REQS),))).outputs["h"]
+    n_layers = worker.backend.model.config.num_hidden_layers
+    assert all(o.states.shape == (n_layers + 1, worker.backend.model.config.hidden_size) for o in hs)
+    assert hs[0].layers == tuple(range(n_layers + 1)) and hs[0].states.dtype == np.float32
+    with pytest.raises(ValueError, match="unknown kind"):
+        worker.run(EngineCall(kind="nope", shards=()))  # type: ignore[arg-type]
+
+
+def test_chat_template_kwargs_reach_the_template(worker):
+    from confgrid.protocols.chat import render_prompt_text
+
+    text = render_prompt_text(worker.tokenizer, "hi", use_chat_template=True, template_kwargs={"unused_flag": True})
+    assert text == render_prompt_text(worker.tokenizer, "hi", use_chat_template=True)  # ignored where unused
