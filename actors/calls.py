@@ -84,6 +84,10 @@ class Sampling:
     seed : int or None
         Base seed; each request (and sample) derives its own
         (:func:`~confgrid.actors.backend.request_seed`). None: not reproducible.
+    from_model : bool
+        Take temperature, top_p and top_k from the model's own
+        ``generation_config`` (``temperature: model_default``); the replica
+        returns the values it used in :attr:`SamplesOutput.sampling`.
     """
 
     temperature: float = 0.0
@@ -91,10 +95,11 @@ class Sampling:
     top_k: int = 0
     n: int = 1
     seed: int | None = 0
+    from_model: bool = False
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature == 0 and not self.from_model
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,9 @@ class EngineCall:
         :class:`SamplesOutput` per request.
     top_logprobs : int
         ``next_token``: tokens returned per prompt (default 20).
+    candidates, candidate_cases : tuple of str
+        ``next_token``: candidate strings whose variant token ids the replica
+        looks up in its tokenizer (protocols/candidates.py), and their case variants.
     layers : tuple of int or None
         ``hidden_states``: layer indices (0 = embeddings); None = all.
     """
@@ -145,6 +153,8 @@ class EngineCall:
     max_new_tokens: int = 32
     sampling: Sampling | None = None
     top_logprobs: int = 20
+    candidates: tuple[str, ...] = ()
+    candidate_cases: tuple[str, ...] = ()
     layers: tuple[int, ...] | None = None
 
     @property
@@ -176,9 +186,10 @@ class GenerationOutput:
 
 @dataclass(frozen=True)
 class SamplesOutput:
-    """The ``n`` sampled continuations of one request, in sample order."""
+    """The ``n`` sampled continuations of one request, in sample order, and the parameters actually used."""
 
     samples: tuple[GenerationOutput, ...]
+    sampling: Sampling | None = None
 
 
 @dataclass(frozen=True)
@@ -193,11 +204,15 @@ class NextTokenOutput:
         Raw log-softmax values in nats (no temperature), same order.
     prompt_tokens : int
         Tokens of the rendered prompt.
+    candidate_tokens : dict
+        Each requested candidate -> ``{token id: decoded string}`` of its
+        variants (empty without candidates).
     """
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     prompt_tokens: int
+    candidate_tokens: dict[str, dict[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

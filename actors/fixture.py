@@ -1,7 +1,7 @@
 """Build and train the fixture model: a tiny chat LM for the offline demo and the tests.
 
 The fixture is a ~1M-parameter ``LlamaForCausalLM`` with its own byte-level BPE
-tokenizer and chat template, trained for 2-4 minutes on CPU on the
+tokenizer and chat template, trained for about 10 minutes on CPU on the
 questions bundled with the package (``confgrid.protocols`` package data). A
 fixed, seeded ~60% of each dataset's questions are TRAINED (the model learns
 their answers); the rest are UNSEEN (the model must guess). Each trained
@@ -20,11 +20,14 @@ The model is a smoke-test artefact: its numbers say nothing about real LLMs.
 
 Run::
 
-    python -m confgrid.actors.fixture --out actors/fixture_model [--seconds 600] [--steps 2400]
+    python -m confgrid.actors.fixture --out actors/fixture_model [--seconds 1800] [--steps 6000]
 
 Training is bounded by ``--steps`` (deterministic for a given thread count:
-2400 steps, about 2.5 minutes on one idle core) with ``--seconds`` as a
-wall-time cap (a capped run is shorter but not reproducible).
+6000 steps, about 9 minutes on one idle core) with ``--seconds`` as a
+wall-time cap (a capped run is shorter but not reproducible). Besides the two
+formats above, each question is taught one confidence-method template
+(actors/fixture_methods.py), and each trained answer is taught
+``answer_repeats`` (3) times per epoch.
 
 The committed copy lives in ``actors/fixture_model/``; :data:`FIXTURE_MODEL_DIR`
 points at it.
@@ -323,8 +326,13 @@ def confidence_reply(answer: str, p: str) -> str:
     return f"Guess: {answer}\nProbability: {p}"
 
 
-def _examples(tokenizer, split: dict[str, list[FixtureQuestion]], seed: int, unseen_format: str):
-    """(input_ids, n_prompt, kind) triples; the loss covers the reply tokens and the EOS."""
+def _examples(tokenizer, split: dict[str, list[FixtureQuestion]], seed: int, unseen_format: str,
+              methods: bool = True, answer_repeats: int = 1):
+    """(input_ids, n_prompt, kind) triples; the loss covers the reply tokens and the EOS.
+
+    ``methods``: also the confidence-method templates (actors/fixture_methods.py);
+    ``answer_repeats``: how often each trained answer is taught in each format
+    (more examples of other kinds need more repeats for the same memorization)."""
     rng = random.Random(f"{seed}-examples")
     eos = tokenizer.eos_token_id
     ex: list[tuple[list[int], int, str]] = []
@@ -334,9 +342,15 @@ def _examples(tokenizer, split: dict[str, list[FixtureQuestion]], seed: int, uns
         target = list(tokenizer(reply, add_special_tokens=False)["input_ids"]) + [eos]
         ex.append((prompt + target, len(prompt), kind))
 
-    for q in split["trained"]:
-        add(render_prompt("confidence", q.question), confidence_reply(q.answer, _format_p(rng, 0.55, 0.95)), "confidence")
-        add(render_prompt("bare", q.question), q.answer, "bare")
+    for _ in range(answer_repeats):
+        for q in split["trained"]:
+            add(render_prompt("confidence", q.question), confidence_reply(q.answer, _format_p(rng, 0.55, 0.95)),
+                "confidence")
+            add(render_prompt("bare", q.question), q.answer, "bare")
+    if methods:
+        from .fixture_methods import method_examples
+
+        method_examples(add, split, is_correct, seed)
     if unseen_format == "wrong":
         # Format only: a wrong answer (another trained question's answer from the
         # same dataset) with a low probability. The gold answer is never shown.
@@ -388,13 +402,15 @@ def _batch_loss(model, batch, prefix: int, pad_id: int):
 def train_fixture(
     out: str | Path,
     *,
-    seconds: float = 600.0,
-    steps: int = 2400,
+    seconds: float = 1800.0,
+    steps: int = 6000,
     seed: int = SEED,
     batch_size: int = 8,
     lr: float = 5e-3,
     threads: int = 1,
     unseen_format: str = "none",
+    methods: bool = True,
+    answer_repeats: int = 3,
     layers: int = 4,
     intermediate: int = 384,
     max_answer_words: int = MAX_ANSWER_WORDS,
@@ -417,9 +433,9 @@ def train_fixture(
         ``metrics.json`` (if ``evaluate``) and ``README.md``.
     seconds : float, default 600
         Wall-time cap for training (a safety net; the default run is bounded
-        by ``steps``: about 2.5 minutes on one idle core, ~4 minutes when the
-        cores are shared).
-    steps : int, default 2400
+        by ``steps``: about 9 minutes on one idle core, more when the cores are
+        shared).
+    steps : int, default 6000
         Step cap for training.
     seed : int, default 0
         Seeds the split, the probabilities, initialisation and batch order.
@@ -433,6 +449,11 @@ def train_fixture(
     unseen_format : {"none", "wrong"}, default "none"
         ``"wrong"`` also teaches the confidence format on unseen questions with
         a wrong answer and a low probability.
+    methods : bool, default True
+        Also teach the confidence-method templates (P(True) A/B and Yes/No,
+        the 0-100 rating in ``\\boxed{}``, verbalized-before; actors/fixture_methods.py).
+    answer_repeats : int, default 3
+        Copies of each trained answer's examples per epoch.
     layers, intermediate : int, default 4 and 384
         Depth and MLP width of the model (see :func:`build_model`).
     max_answer_words : int
@@ -471,10 +492,14 @@ def train_fixture(
             corpus.append(render_prompt(kind, q.question))
         corpus.extend(q.gold)
         corpus.append(confidence_reply(q.answer, "0.75"))
+    if methods:
+        from .fixture_methods import method_corpus
+
+        corpus += method_corpus(questions)
     tokenizer = build_tokenizer(corpus)
     model = build_model(tokenizer, layers=layers, intermediate=intermediate, seed=seed)
     n_params = sum(p.numel() for p in model.parameters())
-    examples = _examples(tokenizer, split, seed, unseen_format)
+    examples = _examples(tokenizer, split, seed, unseen_format, methods, answer_repeats)
     if verbose:
         lens = sorted(len(e[0]) for e in examples)
         print(f"vocab {len(tokenizer)}, params {n_params:,}, examples {len(examples)}, "
@@ -536,6 +561,8 @@ def train_fixture(
         "params": n_params,
         "vocab_size": len(tokenizer),
         "unseen_format": unseen_format,
+        "methods": methods,
+        "answer_repeats": answer_repeats,
         "max_answer_words": max_answer_words,
         "batch_size": batch_size,
         "lr": lr,
@@ -555,6 +582,12 @@ def train_fixture(
         print(f"trained {step} steps in {train_seconds:.1f}s; saved to {out}", flush=True)
     if evaluate:
         summary["eval"] = evaluate_fixture(out, questions=questions, split=split)
+        if methods:
+            from .fixture_methods import evaluate_methods
+            from .transformers_backend import TransformersBackend
+
+            be = TransformersBackend(str(out), dtype="float32", device="cpu", batch_size=32)
+            summary["methods_eval"] = evaluate_methods(be, questions, chat_prompt_ids)
         (out / "metrics.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         if verbose:
             print(json.dumps(summary["eval"], indent=1), flush=True)
@@ -640,7 +673,7 @@ def _readme(summary: dict) -> str:
         "A smoke-test model. It exists so that `confgrid demo` and the tests run offline",
         "on CPU in minutes. **Its numbers say nothing about real LLMs**: it is a",
         f"{summary['params']:,}-parameter LlamaForCausalLM with a {summary['vocab_size']}-token byte-level",
-        "BPE tokenizer, trained for 2-4 minutes on CPU on the questions bundled",
+        "BPE tokenizer, trained for about 10 minutes on CPU on the questions bundled",
         "with confgrid, to memorize the answers of ~60% of them.",
         "",
         "Built by `python -m confgrid.actors.fixture --out DIR` (module `confgrid.actors.fixture`).",
@@ -650,6 +683,9 @@ def _readme(summary: dict) -> str:
         "  after the confidence prompt, and `<answer>` after the bare prompt. `<answer>` is the",
         f"  reference answer cut to its first {summary['max_answer_words']} words (TruthfulQA best answer,",
         "  TriviaQA first golden answer, MMLU correct option text).",
+        "- confidence methods (actors/fixture_methods.py): P(True) `A`/`B` and `Yes`/`No`, the 0-100 rating",
+        "  `Confidence: \\boxed{N}` and `Probability: p` before answering, on every question"
+        + (f" (format rates: {summary['methods_eval']})." if summary.get("methods_eval") else "."),
         "- unseen questions: never shown with their answers"
         + (" (taught the format with a wrong answer and p in 0.05-0.45)." if summary["unseen_format"] == "wrong" else "."),
         "- `split.json`: which questions are trained/unseen (sha256 of `dataset\\nquestion`, 16 hex digits).",
@@ -674,9 +710,11 @@ def main(argv: list[str] | None = None) -> dict:
     """Command line: ``python -m confgrid.actors.fixture --out DIR [--seconds 120]``."""
     ap = argparse.ArgumentParser(prog="python -m confgrid.actors.fixture", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--seconds", type=float, default=600.0,
+    ap.add_argument("--seconds", type=float, default=1800.0,
                     help="wall-time cap for training (default 600; the default run stops at --steps first)")
-    ap.add_argument("--steps", type=int, default=2400, help="step cap for training (default 2400)")
+    ap.add_argument("--steps", type=int, default=6000, help="step cap for training (default 6000)")
+    ap.add_argument("--no-methods", action="store_true", help="do not teach the confidence-method templates")
+    ap.add_argument("--answer-repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=8)
@@ -691,7 +729,8 @@ def main(argv: list[str] | None = None) -> dict:
                          batch_size=args.batch_size, lr=args.lr,
                          layers=args.layers, intermediate=args.intermediate,
                          max_answer_words=args.max_answer_words,
-                         unseen_format=args.unseen_format, evaluate=not args.no_eval)
+                         unseen_format=args.unseen_format, evaluate=not args.no_eval,
+                         methods=not args.no_methods, answer_repeats=args.answer_repeats)
 
 
 if __name__ == "__main__":

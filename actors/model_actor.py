@@ -207,6 +207,7 @@ class ModelWorker:
             torch.set_num_threads(int(num_threads))
         self.config = config
         self._calls = 0
+        self._candidate_ids: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, dict[int, str]]] = {}
         self._fault = _fault_plan(config.name)
         path = config.model
         if path == "confgrid-fixture":
@@ -283,7 +284,7 @@ class ModelWorker:
         elif call.kind == "score":
             outs = self.score(flat)
         elif call.kind == "next_token":
-            outs = self.next_token(flat, call.top_logprobs)
+            outs = self.next_token(flat, call.top_logprobs, call.candidates, call.candidate_cases)
         elif call.kind == "hidden_states":
             outs = self.hidden_states(flat, call.layers)
         else:
@@ -335,22 +336,62 @@ class ModelWorker:
         if sampling is None or sampling.greedy:
             gens = self.backend.generate(prompts, max_new_tokens=max_new_tokens) if prompts else []
             return [out(g, p) for g, p in zip(gens, prompts, strict=True)]
+        used = self.model_sampling(sampling) if sampling.from_model else sampling
         samples = self.backend.generate_samples(
-            prompts, n=sampling.n, max_new_tokens=max_new_tokens, temperature=sampling.temperature,
-            top_p=sampling.top_p, top_k=sampling.top_k, seed=sampling.seed) if prompts else []
-        return [SamplesOutput(samples=tuple(out(g, p) for g in ss)) for ss, p in zip(samples, prompts, strict=True)]
+            prompts, n=used.n, max_new_tokens=max_new_tokens, temperature=used.temperature,
+            top_p=used.top_p, top_k=used.top_k, seed=used.seed) if prompts else []
+        return [SamplesOutput(samples=tuple(out(g, p) for g in ss), sampling=used)
+                for ss, p in zip(samples, prompts, strict=True)]
 
-    def next_token(self, requests: list[GenerateRequest], top_logprobs: int = 20) -> list[NextTokenOutput]:
+    def model_sampling(self, sampling: Sampling) -> Sampling:
+        """``sampling`` with temperature, top_p and top_k from the model's ``generation_config``.
+
+        Raises
+        ------
+        ValueError
+            If the model's configuration does not sample (``do_sample`` false or
+            no temperature): it names no sampling to take.
+        """
+        from transformers import GenerationConfig
+
+        path = self.backend.model_name
+        try:
+            cfg = GenerationConfig.from_pretrained(path, revision=self.config.revision)
+        except OSError:
+            cfg = GenerationConfig()
+        if not getattr(cfg, "do_sample", False) or not cfg.temperature:
+            raise ValueError(f"temperature: model_default, but the generation_config of {self.config.model!r} does "
+                             f"not sample (do_sample={getattr(cfg, 'do_sample', None)}, temperature={cfg.temperature})")
+        return Sampling(temperature=float(cfg.temperature), top_p=float(cfg.top_p or 1.0), top_k=int(cfg.top_k or 0),
+                        n=sampling.n, seed=sampling.seed)
+
+    def next_token(self, requests: list[GenerateRequest], top_logprobs: int = 20, candidates: tuple[str, ...] = (),
+                   cases: tuple[str, ...] = ()) -> list[NextTokenOutput]:
         """The top ``top_logprobs`` next tokens after each rendered prompt (and assistant prefix).
+
+        Parameters
+        ----------
+        candidates, cases : tuple of str
+            Candidate strings and case variants whose token ids are looked up
+            in this model's tokenizer (once per set; protocols/candidates.py).
 
         Returns
         -------
         list of NextTokenOutput
             One per request, in request order (raw log-probs in nats).
         """
+        from confgrid.protocols.candidates import candidate_token_ids
+
         prompts = [self._prompt(r.user_text, r.assistant_prefix, self.config.generation_bos) for r in requests]
         dists = self.backend.next_token(prompts, top_k=top_logprobs) if prompts else []
-        return [NextTokenOutput(token_ids=d.token_ids, logprobs=d.logprobs, prompt_tokens=len(p))
+        cand: dict[str, dict[int, str]] = {}
+        if candidates:
+            key = (tuple(candidates), tuple(cases))
+            if key not in self._candidate_ids:
+                self._candidate_ids[key] = candidate_token_ids(self.tokenizer, candidates, cases)
+            cand = self._candidate_ids[key]
+        return [NextTokenOutput(token_ids=d.token_ids, logprobs=d.logprobs, prompt_tokens=len(p),
+                                candidate_tokens=cand)
                 for d, p in zip(dists, prompts, strict=True)]
 
     def hidden_states(self, requests: list[GenerateRequest],

@@ -221,6 +221,9 @@ class TransformersBackend:
                 seeds, temperature, top_p, top_k = sampler
                 extra["logits_processor"] = transformers.LogitsProcessorList(
                     [_SeededSampler([seeds[i] for i in batch], temperature, top_p, top_k, self.device)])
+                shared = self._shared_prefill(ids, mask, [tuple(prompts[i]) for i in batch])
+                if shared is not None:
+                    extra["past_key_values"] = shared
             seqs = self.model.generate(
                 input_ids=ids.to(self.device),
                 attention_mask=mask.to(self.device),
@@ -240,6 +243,27 @@ class TransformersBackend:
                 text = self.tokenizer.decode(toks, skip_special_tokens=True)
                 out[i] = Generation(text=text, token_ids=tuple(int(t) for t in toks), finish_reason=reason)
         return out  # type: ignore[return-value]
+
+    def _shared_prefill(self, ids: torch.Tensor, mask: torch.Tensor, rows: list[tuple[int, ...]]):
+        """The key/value cache of a batch's prompts, each distinct prompt prefilled once.
+
+        The n samples of a prompt are n rows of the batch with the same ids;
+        their prompt (all but its last token) runs once and the cache is
+        copied to every row (``reorder_cache``), so ``generate`` only runs the
+        last prompt token and the new ones, as vLLM shares one prefill for
+        the n samples of a request. None when every row is distinct (nothing
+        to share) or the prompts are one token long.
+        """
+        first: dict[tuple[int, ...], int] = {}
+        uniq = [first.setdefault(r, len(first)) for r in rows]
+        if len(first) == len(rows) or ids.shape[1] < 2:
+            return None
+        keep = [rows.index(r) for r in first]
+        u_ids, u_mask = ids[keep, :-1].to(self.device), mask[keep, :-1].to(self.device)
+        pos = (u_mask.cumsum(-1) - 1).clamp(min=0)
+        cache = self.model(input_ids=u_ids, attention_mask=u_mask, position_ids=pos, use_cache=True).past_key_values
+        cache.reorder_cache(torch.tensor(uniq, device=self.device))
+        return cache
 
     @torch.inference_mode()
     def generate_samples(self, prompts: list[list[int]], *, n: int, max_new_tokens: int = 32,

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -54,6 +55,8 @@ def shard_table(plan: GridPlan, shard: ShardRequest, outputs: tuple[Any, ...]) -
             "n_tokens": [len(o.logprobs) for o in sc], "context_tokens": [o.context_tokens for o in sc],
             "backend": m.backend, "dtype": m.dtype,
         })
+    if shard.stage in ("sample", "rate", "next_token", "hidden"):
+        return _method_table(shard, outputs, base)
     from confgrid.protocols.probe import parse_probe_output
 
     gens = outputs
@@ -64,6 +67,43 @@ def shard_table(plan: GridPlan, shard: ShardRequest, outputs: tuple[Any, ...]) -
         "verbalized": pd.array([p.verbalized for p in parsed], dtype="Float64"),
         "parse_status": [p.status for p in parsed], "used_fallback": [bool(p.used_fallback) for p in parsed],
     })
+
+
+def _method_table(shard: ShardRequest, outputs: tuple[Any, ...], base: dict[str, Any]) -> pd.DataFrame:
+    """Rows of a method shard: one per sample (sample), per item (rate, next_token, hidden)."""
+    import json
+
+    rated = [getattr(r, "rated_answer", "") for r in shard.rows]
+    if shard.stage == "sample":
+        rows = []
+        for item_id, out, ans in zip(shard.item_ids, outputs, rated, strict=True):
+            used = out.sampling
+            for j, g in enumerate(out.samples):
+                rows.append({"item_id": item_id, "sample_idx": j, "raw_output": g.text,
+                             "finish_reason": g.finish_reason, "n_new_tokens": g.n_tokens,
+                             "temperature": used.temperature, "top_p": used.top_p, "top_k": used.top_k,
+                             "n": used.n, "seed": used.seed})
+        df = pd.DataFrame(rows, columns=["item_id", "sample_idx", "raw_output", "finish_reason", "n_new_tokens",
+                                         "temperature", "top_p", "top_k", "n", "seed"])
+        return df.assign(model=shard.model, dataset=shard.dataset, answer_set=shard.answer_set, method=shard.method,
+                         chunk=shard.chunk)[["model", "dataset", "answer_set", "method", "chunk", *df.columns]]
+    common = {**base, "method": shard.method, "chunk": shard.chunk, "rated_answer": rated}
+    if shard.stage == "rate":
+        return pd.DataFrame({**common, "raw_output": [o.text for o in outputs],
+                             "finish_reason": [o.finish_reason for o in outputs],
+                             "n_new_tokens": [o.n_tokens for o in outputs]})
+    if shard.stage == "next_token":
+        return pd.DataFrame({**common, "top_token_ids": [list(o.token_ids) for o in outputs],
+                             "top_logprobs": [list(o.logprobs) for o in outputs],
+                             "candidate_tokens": [json.dumps({c: {str(t): v for t, v in ids.items()}
+                                                              for c, ids in o.candidate_tokens.items()},
+                                                             sort_keys=True) for o in outputs],
+                             "prompt_tokens": [o.prompt_tokens for o in outputs]})
+    return pd.DataFrame({**common, "layers": [list(o.layers) for o in outputs],
+                         "hidden_size": [int(o.states.shape[1]) for o in outputs],
+                         "states": [np.ascontiguousarray(o.states, dtype=np.float32).ravel() for o in outputs],
+                         "mean_state": [np.asarray(o.states, dtype=np.float32).mean(axis=0) for o in outputs],
+                         "prompt_tokens": [o.prompt_tokens for o in outputs]})
 
 
 @dataclass

@@ -66,7 +66,7 @@ WAIT_LOG_SECONDS = 30.0
 WAIT_FIRST_SECONDS = 5.0
 #: Seconds without a finished engine call (while calls are in flight) before the log says so.
 SLOW_CALL_SECONDS = 60.0
-_STAGE_RANK = {"generate": 0, "score": 1, "probe": 1}
+_STAGE_RANK = {"generate": 0, "score": 1, "probe": 1, "sample": 1, "rate": 1, "next_token": 1, "hidden": 1}
 
 
 @dataclass
@@ -383,7 +383,7 @@ class Executor:
         while cap is not None and q and n < cap:
             item = heapq.heappop(q)
             sh = item[2]
-            if sh.engine_kind == first.engine_kind and sh.max_new_tokens == first.max_new_tokens and n + len(sh.rows) <= cap:
+            if sh.call_key() == first.call_key() and n + len(sh.rows) <= cap:
                 shards.append(sh)
                 n += len(sh.rows)
             else:
@@ -393,7 +393,9 @@ class Executor:
         for item in held:
             heapq.heappush(q, item)
         return EngineCall(kind=first.engine_kind, shards=tuple(s.work() for s in shards),
-                          max_new_tokens=first.max_new_tokens), shards
+                          max_new_tokens=first.max_new_tokens, sampling=first.sampling,
+                          top_logprobs=first.top_logprobs, candidates=first.candidates,
+                          candidate_cases=first.cases, layers=first.layers), shards
 
     def _dispatch(self) -> None:
         per_replica = self.spec.execution.calls_in_flight

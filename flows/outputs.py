@@ -146,13 +146,32 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
     write_checklist(store.root, entries)
 
 
+def expected_accuracy_summary(targets: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, dataset, method): items, mean expected accuracy, share of items strictly between 0 and 1
+    (where response and capability calibration differ, study 004 Figure 2), mean standard error."""
+    if targets.empty:
+        return pd.DataFrame()
+    g = targets.groupby(["model", "dataset", "method"], sort=False)
+    return pd.DataFrame({
+        "items": g.size(), "k": g["k"].first(), "mean_expected_accuracy": g["expected_accuracy"].mean(),
+        "share_between_0_and_1": g["expected_accuracy"].apply(lambda x: float(((x > 0) & (x < 1)).mean())),
+        "mean_se": g["se"].mean(), "unparsed_samples": g["n_unparsed"].sum(),
+    }).reset_index()
+
+
 def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[tuple[str, str, str], Unit],
-                  provenance: dict[str, dict[str, str]]) -> None:
-    """Write ``results/``: the tidy tables, the study tables, the checklist, ``primary.json`` and ``report.md``."""
+                  provenance: dict[str, dict[str, str]], methods: pd.DataFrame | None = None,
+                  targets: pd.DataFrame | None = None) -> None:
+    """Write ``results/``: the tidy tables, the study tables, the method metrics, the checklist,
+    ``primary.json`` and ``report.md``."""
     from confgrid.analysis.tables import format_table, to_markdown
 
     res = store.root / "results"
     outputs = {"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings}
+    if methods is not None and len(methods):
+        outputs["methods"] = methods
+    if targets is not None and len(targets):
+        outputs["expected_accuracy"] = expected_accuracy_summary(targets)
     outputs.update(_study_tables(spec, units, ev))
     for name, df in outputs.items():
         write_frame_atomic(df, res / f"{name}.csv")

@@ -26,7 +26,7 @@ from typing import Any, Literal, Union
 
 import pandas as pd
 
-from confgrid.actors.calls import GenerateRequest, ScoreRequest, ShardWork
+from confgrid.actors.calls import GenerateRequest, Sampling, ScoreRequest, ShardWork
 from confgrid.flows.spec import AnswerSetSpec, GridSpec, ModelSpec
 from confgrid.flows.stages import grade_answers, parse_generations, question_text, relabel, score_requests
 from confgrid.flows.store import shard_key
@@ -39,6 +39,9 @@ __all__ = [
     "GenerateRow",
     "ScoreRow",
     "ProbeRow",
+    "MethodRow",
+    "METHOD_STAGES",
+    "KIND_STAGE",
     "ShardRequest",
     "GridPlan",
     "model_identity",
@@ -48,7 +51,7 @@ __all__ = [
 
 log = logging.getLogger("confgrid")
 
-Stage = Literal["generate", "score", "probe"]
+Stage = Literal["generate", "score", "probe", "sample", "rate", "next_token", "hidden"]
 
 #: Probe kinds that need only the model's own answers and the dataset.
 OWN_PROBE_KINDS = ("canonical", "first_alias", "own")
@@ -100,7 +103,24 @@ class ProbeRow:
     source: str
 
 
-Row = Union[GenerateRow, ScoreRow, ProbeRow]
+@dataclass(frozen=True)
+class MethodRow:
+    """One request of a confidence method: a rendered method template (and the answer it rates, if any)."""
+
+    item_id: str
+    user_text: str
+    rated_answer: str = ""
+    assistant_prefix: str = ""
+
+
+Row = Union[GenerateRow, ScoreRow, ProbeRow, MethodRow]
+
+#: Method stages: what each stores, and the engine call that computes it.
+METHOD_STAGES = {"sample": "generate", "rate": "generate", "next_token": "next_token", "hidden": "hidden_states"}
+#: The stage of each method kind.
+KIND_STAGE = {"self_consistency": "sample", "expected_accuracy": "sample", "p_true": "next_token",
+              "p_true_capability": "next_token", "rating": "rate", "verbalized_before": "rate",
+              "hidden_states": "hidden"}
 
 
 @dataclass(frozen=True)
@@ -132,6 +152,10 @@ class ShardRequest:
     part : str
         Probe shards: ``own`` (kinds needing only the model's answers) or
         ``cross`` (kinds needing other models' answers); ``""`` otherwise.
+    method : str
+        Method shards (stages sample, rate, next_token, hidden): the method id.
+    sampling, top_logprobs, candidates, cases, layers
+        The engine-call parameters of a method shard (actors/calls.py ``EngineCall``).
     """
 
     stage: Stage
@@ -145,6 +169,12 @@ class ShardRequest:
     max_new_tokens: int = 32
     upstream: tuple[str, ...] = ()
     part: str = ""
+    method: str = ""
+    sampling: Sampling | None = None
+    top_logprobs: int = 20
+    candidates: tuple[str, ...] = ()
+    cases: tuple[str, ...] = ()
+    layers: tuple[int, ...] | None = None
 
     @property
     def setting(self) -> str:
@@ -152,27 +182,36 @@ class ShardRequest:
 
     @property
     def label(self) -> str:
-        """Unique name in the manifest: ``model/dataset[set]/context/part#chunk``."""
+        """Unique name in the manifest: ``model/dataset[set]/context/part/method#chunk``."""
         aset = f"[{self.answer_set}]" if self.answer_set != "main" else ""
         ctx = f"/{self.context}" if self.context else ""
         part = f"/{self.part}" if self.part else ""
-        return f"{self.setting}{aset}{ctx}{part}#{self.chunk}"
+        method = f"/{self.method}" if self.method else ""
+        return f"{self.setting}{aset}{ctx}{part}{method}#{self.chunk}"
 
     @property
     def item_ids(self) -> list[str]:
         return [r.item_id for r in self.rows]
 
     @property
-    def engine_kind(self) -> Literal["generate", "score"]:
-        """What the replica runs: generation (generate, probe) or forced decoding (score)."""
-        return "score" if self.stage == "score" else "generate"
+    def engine_kind(self) -> str:
+        """What the replica runs: ``generate`` (generate, probe, sample, rate), ``score``, ``next_token``,
+        ``hidden_states``."""
+        if self.stage == "score":
+            return "score"
+        return METHOD_STAGES.get(self.stage, "generate")
+
+    def call_key(self) -> tuple:
+        """Shards with equal call keys can share one engine call."""
+        return (self.engine_kind, self.max_new_tokens, self.sampling, self.top_logprobs, self.candidates,
+                self.cases, self.layers)
 
     def work(self) -> ShardWork:
         """The shard's requests as the replica receives them."""
         if self.stage == "score":
             reqs: tuple[Any, ...] = tuple(ScoreRequest(r.user_text, r.assistant_prefix, r.separator, r.answer)
                                           for r in self.rows)
-        elif self.stage == "probe":
+        elif self.stage in ("probe", *METHOD_STAGES):
             reqs = tuple(GenerateRequest(r.user_text, r.assistant_prefix) for r in self.rows)
         else:
             reqs = tuple(GenerateRequest(r.user_text) for r in self.rows)
@@ -247,7 +286,8 @@ class GridPlan:
         self.units: dict[tuple[str, str, str], _Unit] = {}
         self._cross_done: set[tuple[str, str]] = set()  # (model, dataset) whose cross probe is planned
         self._blocked: dict[str, str] = {}  # dataset -> why its cross probe cannot be planned
-        self.grade_rules = tuple(dict.fromkeys((*spec.correctness.rules, spec.probe.rule)))
+        self.grade_rules = tuple(dict.fromkeys((*spec.correctness.rules, spec.probe.rule,
+                                                *(m.rule for m in spec.methods if m.rule))))
 
     # -- generate -----------------------------------------------------------------------
     def generate_shards(self) -> list[ShardRequest]:
@@ -271,6 +311,70 @@ class GridPlan:
                                           max_new_tokens=a.new_tokens)
                         unit.shards.append(sh)
                         out.append(sh)
+        return out + self._method_shards_from_items()
+
+    # -- confidence methods -------------------------------------------------------------
+    def _method_shard(self, method: Any, model: str, dataset: str, chunk: int, rows: list[MethodRow],
+                      upstream: tuple[str, ...] = ()) -> ShardRequest:
+        """One shard of a method: its stage, engine-call parameters and content key."""
+        stage = KIND_STAGE[method.kind]
+        prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
+        ident = model_identity(self.models[model])
+        params: dict[str, Any] = {"max_new_tokens": 1}
+        sampling = None
+        if stage == "sample":
+            md = method.temperature == "model_default"
+            sampling = Sampling(temperature=0.0 if md else float(method.temperature), top_p=method.top_p,
+                                top_k=method.top_k, n=method.n_samples, seed=method.seed, from_model=md)
+            params = {"max_new_tokens": method.new_tokens(self.spec.elicitation.max_new_tokens),
+                      "sampling": [sampling.temperature, sampling.top_p, sampling.top_k, sampling.n, sampling.seed,
+                                   "model_default" if md else "given"]}
+        elif stage == "rate":
+            params = {"max_new_tokens": method.new_tokens(self.spec.elicitation.max_new_tokens), "decoding": "greedy"}
+        elif stage == "next_token":
+            params = {"top_logprobs": method.top_logprobs, "candidates": list(method.candidate_strings()),
+                      "cases": list(method.cases)}
+        elif stage == "hidden":
+            params = {"layers": list(method.layers) if method.layers is not None else "all"}
+        key = shard_key(stage, {"model": ident, "prompt": prompt.template, **params,
+                                "requests": [(r.item_id, r.user_text, r.assistant_prefix) for r in rows]})
+        return ShardRequest(stage, model, dataset, "main", chunk, key, tuple(rows), max_new_tokens=int(
+            params.get("max_new_tokens", 1)), upstream=upstream, method=method.id, sampling=sampling,
+            top_logprobs=method.top_logprobs, candidates=method.candidate_strings() if stage == "next_token" else (),
+            cases=tuple(method.cases) if stage == "next_token" else (),
+            layers=tuple(method.layers) if (stage == "hidden" and method.layers is not None) else None)
+
+    def _method_shards_from_items(self) -> list[ShardRequest]:
+        """Methods that need only the questions: samples, capability P(True), verbalized before, hidden states."""
+        out = []
+        size = self.spec.execution.shard_size
+        for method in self.spec.methods:
+            prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
+            if prompt.takes_answer:
+                continue
+            for m in self.spec.method_models(method):
+                for d in self.spec.datasets:
+                    its = self.set_items[("main", d.name)]
+                    for c, chunk in enumerate(_chunks(its, size)):
+                        rows = [MethodRow(i.item_id, prompt.render(question_text(i, "open"))) for i in chunk]
+                        out.append(self._method_shard(method, m.name, d.name, c, rows))
+        return out
+
+    def _method_shards_from_answers(self, gen: ShardRequest, graded: pd.DataFrame) -> list[ShardRequest]:
+        """Methods that rate the model's own answer (P(True) verification, 0-100 rating): after its generate shard."""
+        if gen.answer_set != "main":
+            return []
+        out = []
+        by_id = {i.item_id: i for i in self.set_items[("main", gen.dataset)]}
+        for method in self.spec.methods:
+            prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
+            if not prompt.takes_answer or gen.model not in {m.name for m in self.spec.method_models(method)}:
+                continue
+            rows = [MethodRow(i, prompt.render(question_text(by_id[i], "open"), a.strip()), a.strip())
+                    for i, a in zip(graded["item_id"], graded["answer"], strict=True)
+                    if isinstance(a, str) and a.strip()]
+            if rows:
+                out.append(self._method_shard(method, gen.model, gen.dataset, gen.chunk, rows, (gen.key,)))
         return out
 
     def grade(self, shard: ShardRequest, generations: pd.DataFrame) -> pd.DataFrame:
@@ -293,7 +397,8 @@ class GridPlan:
         self.graded[shard.label] = graded
         unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
         unit.done.add(shard.key)
-        out = self._score_shards(shard, graded) + self._own_probe_shards(shard, graded)
+        out = (self._score_shards(shard, graded) + self._own_probe_shards(shard, graded)
+               + self._method_shards_from_answers(shard, graded))
         if shard.answer_set == "main":
             out += self._cross_probe_shards(shard.dataset)
         return out

@@ -35,6 +35,7 @@ import yaml
 from confgrid.flows.assemble import assemble, shard_table
 from confgrid.flows.evaluate import evaluate
 from confgrid.flows.execute import Executor
+from confgrid.flows.methods import evaluate_methods, method_tables
 from confgrid.flows.outputs import grid_params, log_results, write_outputs
 from confgrid.flows.plan import GridPlan
 from confgrid.flows.ray_session import init_ray
@@ -86,6 +87,8 @@ class RunSummary:
         Model loads (replica starts that finished loading, Ray restarts included).
     restarts : int
         Ray actor restarts absorbed during the run.
+    methods : DataFrame
+        ``results/methods.csv``: every confidence method's metrics (empty without methods).
     """
 
     out_dir: Path
@@ -101,6 +104,7 @@ class RunSummary:
     skipped_shards: int = 0
     model_loads: int = 0
     restarts: int = 0
+    methods: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _load_items(d: DatasetSpec) -> list[Item]:
@@ -264,10 +268,16 @@ def run_grid(
         if ev.signal_frames:
             tables["signals"] = store.write_table(
                 "signals", [pa.Table.from_pandas(f, preserve_index=False) for f in ev.signal_frames])
-        write_outputs(spec, store, ev, asm.units, ex.provenance)
+        mt = method_tables(plan, done, ex.submitted)
+        for name, df in (("samples", mt.samples), ("method_signals", mt.signals), ("targets", mt.targets),
+                         ("next_token", mt.next_token), ("hidden_states", mt.hidden)):
+            if len(df):
+                tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])
+        methods_df = evaluate_methods(spec, mt.signals)
+        write_outputs(spec, store, ev, asm.units, ex.provenance, methods=methods_df, targets=mt.targets)
         c = ex.counters
         summary = RunSummary(store.root, ev.metrics, ev.gaps, ev.shifts, c.model_calls, c.reused, c.computed,
-                             parent_id, tables, len(ex.failed), c.skipped, c.loads, c.restarts)
+                             parent_id, tables, len(ex.failed), c.skipped, c.loads, c.restarts, methods_df)
         store.flush(force=True)
         try:
             log_results(spec, store, tracker, ev, ex.provenance,

@@ -53,6 +53,19 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         s = shifts.assign(shift=[_fmt(p, lo, hi) for p, lo, hi in zip(shifts["shift"], shifts["lo"], shifts["hi"], strict=True)])
         console.print(_table(s[["setting", "from_context", "to_context", "metric", "shift", "flip", "resolved_flip"]],
                              "Shift of the gap between scoring contexts"))
+    mf = res / "methods.parquet"
+    if mf.is_file():
+        methods = pd.read_parquet(mf)
+        if not methods.empty:
+            wide = methods.assign(value=[_fmt(p, lo, hi) for p, lo, hi in
+                                         zip(methods["point"], methods["lo"], methods["hi"], strict=True)])
+            wide = wide.pivot_table(index=["setting", "signal", "rated", "n"], columns="metric", values="value",
+                                    aggfunc="first", sort=False).reset_index()
+            console.print(_table(wide, "Confidence methods: point [95% bootstrap interval] over each method's own "
+                                       "rows (n); rated = the answer whose correctness is the target"))
+    ea = res / "expected_accuracy.parquet"
+    if ea.is_file():
+        console.print(_table(pd.read_parquet(ea), "Expected accuracy over k samples (the capability target)"))
     from confgrid.analysis.tables import format_table
 
     titles = {

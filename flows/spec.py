@@ -34,6 +34,8 @@ __all__ = [
     "AnswerSetSpec",
     "ParsingSpec",
     "ProbeSpec",
+    "MethodSpec",
+    "METHOD_KINDS",
     "GridSpec",
     "load_grid",
     "parse_grid",
@@ -438,6 +440,110 @@ class ExecutionSpec(_Spec):
     )
 
 
+#: Confidence methods a grid may declare (``methods[].kind``; README "Confidence methods").
+METHOD_KINDS = ("self_consistency", "expected_accuracy", "p_true", "p_true_capability", "rating",
+                "verbalized_before", "hidden_states")
+#: Default template (prompt id) of each kind; ``None``: the grid's elicitation prompt.
+METHOD_TEMPLATES = {"self_consistency": None, "expected_accuracy": None, "p_true": "ptrue_verify",
+                    "p_true_capability": "ptrue_capability", "rating": "rate_0_100",
+                    "verbalized_before": "verbalized_before", "hidden_states": None}
+_SAMPLED = ("self_consistency", "expected_accuracy")
+_NEXT_TOKEN = ("p_true", "p_true_capability")
+
+
+class MethodSpec(_Spec):
+    """One confidence method (study 001 section 5.1 and Appendix D.3; study 004).
+
+    Every method runs on the main answer set's questions; its rows carry the
+    method's protocol (id, kind, template, k, temperature, seed) and a status.
+    """
+
+    id: str = Field(description="Label of the method: its signal name in every table.",
+                    pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+    kind: Literal["self_consistency", "expected_accuracy", "p_true", "p_true_capability", "rating",
+                  "verbalized_before", "hidden_states"] = Field(
+        description="self_consistency (k samples, agreement with the first; majority share too), expected_accuracy "
+        "(mean correctness of k samples: the capability target), p_true (the model's own answer: A. True / B. "
+        "False), p_true_capability (can you answer it? Yes/No), rating (0-100 in \\boxed{} for the model's own "
+        "answer), verbalized_before (probability of answering correctly, asked before answering), hidden_states "
+        "(the last prompt token's hidden states, for probes).")
+    template: str | None = Field(None, description="Prompt id (protocols/prompts/*.yaml); default per kind.")
+    k: int | None = Field(None, ge=1, le=100_000, description="Samples per question (default 10 for "
+                          "self_consistency, 100 for expected_accuracy).")
+    temperature: float | Literal["model_default"] = Field(
+        1.0, description="Sampling temperature (> 0), or model_default: the model's generation_config values of "
+        "temperature, top_p and top_k (recorded with every row).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass of sampling.")
+    top_k: int = Field(0, ge=0, description="Top-k of sampling (0: off).")
+    seed: int = Field(0, ge=0, description="Sampling seed; each question and sample derives its own.")
+    max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Generation budget (default: "
+                                       "elicitation.max_new_tokens for samples, 24 for rating and "
+                                       "verbalized_before).")
+    candidates: tuple[str, ...] | None = Field(None, min_length=2, description="p_true kinds: the candidate strings, "
+                                               "the first meaning true (default A, B; Yes, No for capability).")
+    cases: tuple[Literal["lower", "upper", "title"], ...] = Field(
+        (), description="Case variants of the candidates also read (a candidate is always read with and without a "
+        "leading space).")
+    merge: Literal["sum", "exact"] = Field("sum", description="How a candidate's variant tokens merge: sum of their "
+                                           "probabilities, or the exact token only (changing it reruns no model).")
+    renormalize: bool = Field(True, description="p_true kinds: p(first) / sum over the candidates (True) or "
+                              "p(first) alone.")
+    top_logprobs: int = Field(20, ge=1, le=1000, description="Next tokens returned per question (p_true kinds).")
+    layers: tuple[int, ...] | None = Field(None, description="hidden_states: layer indices (0 = embeddings; "
+                                           "negative from the end); None = all.")
+    rule: str | None = Field(None, description="Correctness rule whose normalization decides agreement and whose "
+                             "labels grade the samples (default correctness.primary).")
+    models: tuple[str, ...] | None = Field(None, min_length=1, description="Names of the models that run the "
+                                           "method (default: every model).")
+
+    @field_validator("template")
+    @classmethod
+    def _known_template(cls, v: str | None) -> str | None:
+        return _known("prompt", v)
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, v: str | None) -> str | None:
+        return _known("correctness rule", v)
+
+    @model_validator(mode="after")
+    def _fields_of_the_kind(self) -> MethodSpec:
+        def only(field: str, kinds: tuple[str, ...]) -> None:
+            # a value other than the default (so a dumped grid, with every default written out, loads again)
+            if self.kind not in kinds and getattr(self, field) != type(self).model_fields[field].default:
+                raise ValueError(f"{field} is for kinds {list(kinds)}; kind {self.kind!r} has none "
+                                 f"(received {getattr(self, field)!r})")
+
+        only("k", _SAMPLED)
+        for f in ("temperature", "top_p", "top_k", "seed"):
+            only(f, _SAMPLED)
+        for f in ("candidates", "cases", "merge", "renormalize", "top_logprobs"):
+            only(f, _NEXT_TOKEN)
+        only("layers", ("hidden_states",))
+        if self.kind in _SAMPLED and self.temperature != "model_default" and self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for {self.kind} (received {self.temperature!r}); greedy "
+                             "samples are all the same answer")
+        return self
+
+    @property
+    def n_samples(self) -> int:
+        return self.k or (10 if self.kind == "self_consistency" else 100)
+
+    def template_id(self, elicitation_prompt: str) -> str:
+        return self.template or METHOD_TEMPLATES[self.kind] or elicitation_prompt
+
+    def candidate_strings(self) -> tuple[str, ...]:
+        if self.candidates is not None:
+            return self.candidates
+        return ("Yes", "No") if self.kind == "p_true_capability" else ("A", "B")
+
+    def new_tokens(self, elicitation_tokens: int) -> int:
+        return self.max_new_tokens or (elicitation_tokens if self.kind in _SAMPLED else 24)
+
+    def agreement_rule(self, primary: str) -> str:
+        return self.rule or primary
+
+
 class GridSpec(_Spec):
     """A whole grid: models x datasets x protocol axes."""
 
@@ -455,6 +561,8 @@ class GridSpec(_Spec):
     answer_sets: tuple[AnswerSetSpec, ...] = Field((), description="Further answer sets (answer-only, mc, 0-100).")
     parsing: ParsingSpec = Field(default_factory=ParsingSpec)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
+    methods: tuple[MethodSpec, ...] = Field((), description="Confidence methods beyond the stated score and the "
+                                            "token score (self-consistency, P(True), ratings, expected accuracy...).")
 
     @model_validator(mode="after")
     def _unique_names(self) -> GridSpec:
@@ -466,7 +574,30 @@ class GridSpec(_Spec):
         dup = sorted({n for n in ids if ids.count(n) > 1})
         if dup:
             raise ValueError(f"answer_sets: ids must be unique and not 'main' (the elicitation set); repeated: {dup}")
+        mids = [m.id for m in self.methods]
+        dup = sorted({n for n in mids if mids.count(n) > 1})
+        if dup:
+            raise ValueError(f"methods: ids must be unique; repeated: {dup}")
+        clash = [i for i in mids if i == "verbalized" or i.startswith("token_")]
+        if clash:
+            raise ValueError(f"methods: ids {clash} would clash with the signals verbalized and token_<context>")
+        names = [m.name for m in self.models]
+        backend = {m.name: m.backend for m in self.models}
+        for x in self.methods:
+            unknown = [n for n in (x.models or ()) if n not in names]
+            if unknown:
+                raise ValueError(f"methods[{x.id}].models: unknown model(s) {unknown}; allowed: {names}")
+            if x.kind == "hidden_states":
+                vllm = [n for n in (x.models or names) if backend[n] == "vllm"]
+                if vllm:
+                    raise ValueError(f"methods[{x.id}]: hidden_states needs the transformers backend; {vllm} use vllm "
+                                     "(add an entry of the same model with backend: transformers and list it in "
+                                     "this method's models)")
         return self
+
+    def method_models(self, method: MethodSpec) -> list[ModelSpec]:
+        """The models that run ``method``, in declaration order."""
+        return [m for m in self.models if method.models is None or m.name in method.models]
 
     def all_answer_sets(self) -> tuple[AnswerSetSpec, ...]:
         """The main set (``elicitation``, id ``main``) followed by ``answer_sets``."""

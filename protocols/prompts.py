@@ -51,6 +51,8 @@ __all__ = [
 
 #: The one placeholder a template may contain; replaced by the question text.
 PLACEHOLDER = "{question}"
+#: Where a rating or verification template puts the proposed answer.
+ANSWER_PLACEHOLDER = "{answer}"
 
 _FIELDS = ("id", "template", "answer_label", "confidence_label", "scale", "deletions", "description")
 _SCALES = (None, "unit", "percent")
@@ -101,13 +103,29 @@ class Prompt:
             raise ValueError(f"Prompt {self.id!r}: deletions={self.deletions!r}; must be a list of non-empty strings")
         object.__setattr__(self, "deletions", tuple(self.deletions))
 
-    def render(self, question: str) -> str:
-        """The prompt text with ``{question}`` replaced by ``question``.
+    def render(self, question: str, answer: str | None = None) -> str:
+        """The prompt text with ``{question}`` replaced by ``question`` (and ``{answer}`` by ``answer``).
 
         Plain substitution (``str.replace``), so braces in the question or in
-        the template are kept as they are.
+        the template are kept as they are. ``{answer}`` is the proposed answer
+        of a rating or verification template (study 001 Tables 5 and 6).
+
+        Raises
+        ------
+        ValueError
+            If the template has ``{answer}`` and no ``answer`` is given.
         """
-        return self.template.replace(PLACEHOLDER, question)
+        text = self.template
+        if ANSWER_PLACEHOLDER in text:
+            if answer is None:
+                raise ValueError(f"Prompt {self.id!r} rates a proposed answer ({ANSWER_PLACEHOLDER}); pass answer=")
+            text = text.replace(ANSWER_PLACEHOLDER, answer)
+        return text.replace(PLACEHOLDER, question)
+
+    @property
+    def takes_answer(self) -> bool:
+        """Whether the template holds ``{answer}`` (a proposed answer is rated)."""
+        return ANSWER_PLACEHOLDER in self.template
 
     def without_probability_request(self, new_id: str | None = None) -> Prompt:
         """This prompt with its ``deletions`` applied in order (study 000 Appendix C).

@@ -113,7 +113,7 @@ def test_training_examples(backend, unseen_format):
 
     tok = backend.tokenizer
     split = split_questions(load_bundled_questions())
-    ex = _examples(tok, split, 0, unseen_format)
+    ex = _examples(tok, split, 0, unseen_format, methods=False)
     n_trained, n_unseen = len(split["trained"]), len(split["unseen"])
     assert len(ex) == 2 * n_trained + (n_unseen if unseen_format == "wrong" else 0)
     for seq, n_prompt, kind in ex:
@@ -145,3 +145,38 @@ def test_build_script_trains_and_loads(tmp_path):
         assert (tmp_path / name).is_file()
     AutoModelForCausalLM.from_pretrained(str(tmp_path))
     AutoTokenizer.from_pretrained(str(tmp_path))
+
+
+def test_method_examples_teach_every_format_and_never_an_unseen_answer(backend):
+    """One method template per question; every reply parses with its method's parser; an unseen question
+    is only ever proposed a wrong answer."""
+    from confgrid.actors.fixture import _examples
+    from confgrid.actors.fixture_methods import METHOD_PROMPTS
+    from confgrid.protocols.methods import parse_boxed
+    from confgrid.protocols.parsing import parse_for_prompt
+
+    tok = backend.tokenizer
+    questions = load_bundled_questions()
+    split = split_questions(questions)
+    ex = [e for e in _examples(tok, split, 0, "none", methods=True) if e[2] in METHOD_PROMPTS]
+    assert len(ex) == len(questions)
+    kinds = {k: sum(e[2] == k for e in ex) for k in METHOD_PROMPTS}
+    assert min(kinds.values()) >= len(questions) // 4 - 1
+    unseen = {q.question: q for q in split["unseen"]}
+    for seq, n_prompt, kind in ex:
+        reply = tok.decode(seq[n_prompt:], skip_special_tokens=True)
+        if kind == "ptrue_verify":
+            assert reply in ("A", "B")
+        elif kind == "ptrue_capability":
+            assert reply in ("Yes", "No")
+        elif kind == "rate_0_100":
+            assert parse_boxed(reply).status == "ok"
+        else:
+            assert parse_for_prompt(reply, "verbalized_before").verbalized is not None
+        prompt = tok.decode(seq[:n_prompt], skip_special_tokens=True)
+        if "Proposed answer: " in prompt:
+            proposed = prompt.split("Proposed answer: ")[1].split("\n")[0]
+            for text, q in unseen.items():
+                if text in prompt:
+                    assert not is_correct(proposed, q.gold)
+

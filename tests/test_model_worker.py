@@ -48,3 +48,26 @@ def test_chat_template_kwargs_reach_the_template(worker):
 
     text = render_prompt_text(worker.tokenizer, "hi", use_chat_template=True, template_kwargs={"unused_flag": True})
     assert text == render_prompt_text(worker.tokenizer, "hi", use_chat_template=True)  # ignored where unused
+
+
+def test_model_default_sampling_takes_the_generation_config(tmp_path):
+    """temperature: model_default samples with the model's own generation_config values, and says which."""
+    from confgrid.actors.fixture import build_tokenizer
+    from confgrid.actors.model_actor import ModelConfig, ModelWorker
+    from tests.test_transformers_backend import CORPUS, _save_tiny
+
+    tok = build_tokenizer(CORPUS, vocab_size=300)
+    path = _save_tiny(tmp_path / "m", tok)
+    from transformers import GenerationConfig
+
+    gc = GenerationConfig.from_pretrained(path)
+    gc.do_sample, gc.temperature, gc.top_p, gc.top_k = True, 0.7, 0.9, 5
+    gc.save_pretrained(path)
+    w = ModelWorker(ModelConfig(name="t", model=str(path), chat_template=False))
+    out = w.generate(["Guess:"], 6, sampling=Sampling(n=3, seed=1, from_model=True))
+    assert out[0].sampling == Sampling(temperature=0.7, top_p=0.9, top_k=5, n=3, seed=1)
+    assert len(out[0].samples) == 3
+    GenerationConfig(do_sample=False, eos_token_id=gc.eos_token_id).save_pretrained(path)
+    with pytest.raises(ValueError, match="does not sample"):
+        ModelWorker(ModelConfig(name="t", model=str(path), chat_template=False)).generate(
+            ["Guess:"], 6, sampling=Sampling(n=2, from_model=True))

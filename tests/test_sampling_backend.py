@@ -135,3 +135,14 @@ def test_hidden_states_shape_layers_and_values(backend, prompts):
     np.testing.assert_array_equal(last[0], states[0][[n_layers, 0]])
     with pytest.raises(ValueError, match="out of range"):
         backend.hidden_states(prompts[:1], layers=[n_layers + 1])
+
+
+def test_shared_prefill_draws_the_same_samples(backend, prompts):
+    """n samples of a prompt share one prefill; sample j equals the same draw made without sharing."""
+    shared = backend.generate_samples(prompts, n=4, max_new_tokens=8, temperature=1.0, seed=21)
+    from confgrid.actors.backend import request_seed
+
+    for i, p in enumerate(prompts):
+        for j in range(4):
+            alone = backend._decode([list(p)], 8, ([request_seed(21, list(p), j)], 1.0, 1.0, 0))[0]
+            assert alone.token_ids == shared[i][j].token_ids

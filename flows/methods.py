@@ -1,0 +1,268 @@
+"""Confidence methods of a run: from stored method shards to per-item signals, targets and metrics.
+
+Pure (no Ray, no model): everything here re-reads stored shard tables, so a
+new agreement rule, merge rule or metric reruns no model. The formulas are in
+protocols/methods.py; this module joins them with the answers they rate.
+
+Tables (README "Confidence methods"):
+
+* ``tables/samples.parquet``: every sampled answer, parsed and graded (one row
+  per model, dataset, method, item, sample), with the sampling parameters
+  actually used.
+* ``tables/method_signals.parquet``: one row per (model, dataset, method
+  signal, item): confidence (or None), status, the answer rated and its
+  correctness under the method's rule, and the method's protocol.
+* ``tables/targets.parquet``: expected accuracy over k samples per item, with
+  its standard error (the capability target of study 004).
+* ``tables/next_token.parquet``, ``tables/hidden_states.parquet``: what the
+  next-token and hidden-state methods read.
+
+Which answer a signal rates (seed 001 D.3, seed 004): self-consistency the
+first sample; its ``__majority`` signal the majority answer; P(True), the
+rating and verbalized-before the model's own greedy answer (the main answer
+set), graded under the method's rule.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from confgrid.analysis.bootstrap import setting_seed
+from confgrid.flows.plan import GridPlan, ShardRequest
+from confgrid.flows.spec import GridSpec, MethodSpec
+from confgrid.flows.stages import grade_answers, relabel
+from confgrid.protocols.correctness import normalize
+
+__all__ = ["MethodTables", "method_tables", "evaluate_methods", "METHOD_SIGNAL_COLUMNS"]
+
+log = logging.getLogger("confgrid")
+
+METHOD_SIGNAL_COLUMNS = ["model", "dataset", "method", "kind", "signal", "item_id", "confidence", "status",
+                         "rated", "rated_answer", "correct", "rule", "detail", "template", "k", "temperature",
+                         "top_p", "top_k", "seed", "merge", "renormalize"]
+
+
+@dataclass
+class MethodTables:
+    """Everything the methods of a run produced (empty frames when the grid declares none)."""
+
+    samples: pd.DataFrame = field(default_factory=pd.DataFrame)
+    signals: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=METHOD_SIGNAL_COLUMNS))
+    targets: pd.DataFrame = field(default_factory=pd.DataFrame)
+    next_token: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hidden: pd.DataFrame = field(default_factory=pd.DataFrame)
+    incomplete: list[str] = field(default_factory=list)
+
+
+def _protocol(method: MethodSpec, spec: GridSpec, used: dict[str, Any] | None = None) -> dict[str, Any]:
+    used = used or {}
+    return {"method": method.id, "kind": method.kind, "template": method.template_id(spec.elicitation.prompt),
+            "k": method.n_samples if method.kind in ("self_consistency", "expected_accuracy") else None,
+            "temperature": used.get("temperature", method.temperature if method.temperature != "model_default"
+                                    else None),
+            "top_p": used.get("top_p", method.top_p), "top_k": used.get("top_k", method.top_k),
+            "seed": method.seed, "merge": method.merge if method.kind.startswith("p_true") else None,
+            "renormalize": method.renormalize if method.kind.startswith("p_true") else None}
+
+
+def _greedy_correct(plan: GridPlan, model: str, dataset: str, rule: str) -> dict[str, float]:
+    """item -> correctness of the model's greedy answer (main set) under ``rule``."""
+    unit = plan.units.get((model, dataset, "main"))
+    frames = [plan.graded[s.label] for s in (unit.shards if unit else []) if s.label in plan.graded]
+    if not frames:
+        return {}
+    g = pd.concat(frames, ignore_index=True)
+    return dict(zip(g["item_id"], g[f"correct_{rule}"], strict=True))
+
+
+def _sample_rows(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame) -> pd.DataFrame:
+    """Sampled answers parsed with the method's template and graded under its rule."""
+    from confgrid.flows.stages import parse_generations
+
+    spec = plan.spec
+    rule = method.agreement_rule(spec.correctness.primary)
+    parsed = parse_generations(table, method.template_id(spec.elicitation.prompt),
+                               plan.models[model].reasoning_end)
+    return grade_answers(parsed, plan.set_items[("main", dataset)], (rule,), rule)
+
+
+def _from_samples(plan: GridPlan, method: MethodSpec, model: str, dataset: str, samples: pd.DataFrame,
+                  out: dict[str, list]) -> None:
+    from confgrid.protocols.methods import agreement_share, expected_accuracy, majority_share
+
+    spec = plan.spec
+    rule = method.agreement_rule(spec.correctness.primary)
+    used = {k: samples[k].iloc[0] for k in ("temperature", "top_p", "top_k")} if len(samples) else {}
+    proto = _protocol(method, spec, used)
+    for item_id, g in samples.sort_values(["item_id", "sample_idx"]).groupby("item_id", sort=True):
+        answers = [a if isinstance(a, str) else None for a in g["answer"]]
+        correct = g[f"correct_{rule}"].tolist()
+        if method.kind == "expected_accuracy":
+            ea = expected_accuracy(correct)
+            out["targets"].append({"model": model, "dataset": dataset, "method": method.id, "item_id": item_id,
+                                   "expected_accuracy": ea.value, "se": ea.detail, "k": len(answers),
+                                   "n_unparsed": sum(a is None for a in answers), "rule": rule, **{
+                                       k: proto[k] for k in ("temperature", "top_p", "top_k", "seed")}})
+            continue
+        norm = [normalize(a) if a is not None and a.strip() else None for a in answers]
+        for signal, c in ((method.id, agreement_share(answers, normalize)),
+                          (f"{method.id}__majority", majority_share(answers, normalize))):
+            if c.rated is not None:
+                k = next(j for j, n in enumerate(norm) if n == normalize(c.rated))
+                rated_correct = correct[k]
+            else:
+                rated_correct = np.nan
+            out["signals"].append({"model": model, "dataset": dataset, "signal": signal, "item_id": item_id,
+                                   "confidence": c.value, "status": c.status,
+                                   "rated": "first_sample" if signal == method.id else "majority_answer",
+                                   "rated_answer": c.rated, "correct": rated_correct, "rule": rule, "detail": None,
+                                   **proto})
+
+
+def _from_next_token(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
+                     out: dict[str, list]) -> None:
+    from confgrid.protocols.methods import candidate_probability, p_true
+
+    spec = plan.spec
+    rule = method.agreement_rule(spec.correctness.primary)
+    greedy = _greedy_correct(plan, model, dataset, rule)
+    cands = method.candidate_strings()
+    proto = _protocol(method, spec)
+    for r in table.itertuples(index=False):
+        top = dict(zip((int(t) for t in r.top_token_ids), (float(v) for v in r.top_logprobs), strict=True))
+        ids = {c: {int(t): s for t, s in m.items()} for c, m in json.loads(r.candidate_tokens).items()}
+        probs = {c: candidate_probability(ids.get(c, {}), top, c, method.merge) for c in cands}
+        c = p_true(probs, cands[0], method.renormalize)
+        rated = r.rated_answer if method.kind == "p_true" else None
+        out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": r.item_id,
+                               "confidence": c.value, "status": c.status, "rated": "greedy_answer",
+                               "rated_answer": rated, "correct": greedy.get(r.item_id, np.nan), "rule": rule,
+                               "detail": c.detail, **proto})
+
+
+def _from_rate(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
+               out: dict[str, list]) -> None:
+    from confgrid.protocols.methods import parse_boxed
+    from confgrid.protocols.parsing import parse_for_prompt
+    from confgrid.protocols.reasoning import strip_reasoning
+
+    spec = plan.spec
+    rule = method.agreement_rule(spec.correctness.primary)
+    greedy = _greedy_correct(plan, model, dataset, rule)
+    template = method.template_id(spec.elicitation.prompt)
+    proto = _protocol(method, spec)
+    for r in table.itertuples(index=False):
+        v = strip_reasoning(r.raw_output, plan.models[model].reasoning_end)
+        if v.status == "unterminated":
+            value, status = None, "reasoning_unterminated"
+        elif method.kind == "rating":
+            c = parse_boxed(v.text)
+            value, status = c.value, c.status
+        else:
+            p = parse_for_prompt(v.text, template)
+            value = p.verbalized
+            status = "ok" if value is not None else ("out_of_range" if p.status == "out_of_range" else "missing")
+        out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": r.item_id,
+                               "confidence": value, "status": status, "rated": "greedy_answer",
+                               "rated_answer": r.rated_answer or None, "correct": greedy.get(r.item_id, np.nan),
+                               "rule": rule, "detail": None, **proto})
+
+
+def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRequest]) -> MethodTables:
+    """Gather the method shards of a run into tables (see the module docstring).
+
+    A (model, dataset, method) with a shard missing (failed or not run) is
+    left out and named in :attr:`MethodTables.incomplete`.
+    """
+    spec = plan.spec
+    out: dict[str, list] = {"signals": [], "targets": [], "samples": [], "next_token": [], "hidden": []}
+    tables = MethodTables()
+    by_method: dict[tuple[str, str, str], list[ShardRequest]] = {}
+    for sh in shards:
+        if sh.method:
+            by_method.setdefault((sh.model, sh.dataset, sh.method), []).append(sh)
+    methods = {m.id: m for m in spec.methods}
+    for (model, dataset, mid), shs in by_method.items():
+        method = methods[mid]
+        uniq = list({s.label: s for s in shs}.values())
+        if any(s.key not in done for s in uniq):
+            tables.incomplete.append(f"{model}/{dataset}/{mid}")
+            log.warning("%s/%s: method %s has shards missing; left out of the method tables", model, dataset, mid)
+            continue
+        frames = [relabel(done[s.key], model=model, dataset=dataset, method=mid, chunk=s.chunk) for s in uniq]
+        table = pd.concat(frames, ignore_index=True)
+        stage = uniq[0].stage
+        if stage == "sample":
+            graded = _sample_rows(plan, method, model, dataset, table)
+            out["samples"].append(graded)
+            _from_samples(plan, method, model, dataset, graded, out)
+        elif stage == "next_token":
+            out["next_token"].append(table)
+            _from_next_token(plan, method, model, dataset, table, out)
+        elif stage == "rate":
+            _from_rate(plan, method, model, dataset, table, out)
+        else:
+            out["hidden"].append(table)
+    tables.samples = pd.concat(out["samples"], ignore_index=True) if out["samples"] else pd.DataFrame()
+    tables.signals = pd.DataFrame(out["signals"], columns=METHOD_SIGNAL_COLUMNS)
+    tables.targets = pd.DataFrame(out["targets"])
+    tables.next_token = pd.concat(out["next_token"], ignore_index=True) if out["next_token"] else pd.DataFrame()
+    tables.hidden = pd.concat(out["hidden"], ignore_index=True) if out["hidden"] else pd.DataFrame()
+    return tables
+
+
+def evaluate_methods(spec: GridSpec, signals: pd.DataFrame) -> pd.DataFrame:
+    """Metrics of every method signal per (model, dataset), with paired-bootstrap intervals over its own rows.
+
+    A method signal is evaluated on the items where it has a confidence
+    (status ``ok``, or ``target_absent``: a recorded 0) and the rated answer
+    has a correctness label; the rows left out are counted by status in
+    ``dropped``. The bootstrap seed is ``setting_seed(model, dataset + "/" +
+    signal, bootstrap.seed)``.
+
+    Returns
+    -------
+    DataFrame
+        Columns setting, model, dataset, method, kind, signal, rated, rule,
+        metric, point, lo, hi, n, dropped, and the method's protocol
+        (template, k, temperature, top_p, top_k, seed, merge, renormalize).
+    """
+    from confgrid.flows.bootstrap_ray import bootstrap_one
+
+    rows = []
+    if signals.empty:
+        return pd.DataFrame()
+    for (model, dataset, signal), g in signals.groupby(["model", "dataset", "signal"], sort=False):
+        usable = g["confidence"].notna() & g["correct"].notna()
+        reasons = (g.loc[g["confidence"].isna(), "status"].tolist()
+                   + ["rated_answer_ungraded"] * int((g["confidence"].notna() & g["correct"].isna()).sum()))
+        dropped = "; ".join(f"{k}={v}" for k, v in sorted(Counter(reasons).items()))
+        first = g.iloc[0]
+        base = {"setting": f"{model}/{dataset}", "model": model, "dataset": dataset, "method": first["method"],
+                "kind": first["kind"], "signal": signal, "rated": first["rated"], "rule": first["rule"]}
+        proto = {k: first[k] for k in ("template", "k", "temperature", "top_p", "top_k", "seed", "merge",
+                                       "renormalize")}
+        u = g[usable]
+        n = len(u)
+        if n == 0:
+            for met in spec.metrics.names:
+                rows.append({**base, "metric": met, "point": np.nan, "lo": np.nan, "hi": np.nan, "n": 0,
+                             "dropped": dropped, **proto})
+            continue
+        conf = u["confidence"].to_numpy(np.float64)[None, :]
+        corr = u["correct"].to_numpy(np.float64)[None, :]
+        res = bootstrap_one(conf, corr, list(spec.metrics.names), n_resamples=spec.bootstrap.resamples,
+                            seed=setting_seed(model, f"{dataset}/{signal}", spec.bootstrap.seed),
+                            n_bins=spec.metrics.ece_bins, signal_names=[signal], use_ray=False)
+        lo, hi = res.interval(spec.bootstrap.level)
+        for j, met in enumerate(spec.metrics.names):
+            rows.append({**base, "metric": met, "point": float(res.point[0, j]), "lo": float(lo[0, j]),
+                         "hi": float(hi[0, j]), "n": n, "dropped": dropped, **proto})
+    return pd.DataFrame(rows)

@@ -1,0 +1,200 @@
+"""Confidence methods, pure parts: the formulas (protocols/methods.py), candidate tokens
+(protocols/candidates.py) and the method tables built from hand-made shard outputs (flows/methods.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from confgrid.protocols.candidates import candidate_token_ids, candidate_variants
+from confgrid.protocols.correctness import normalize
+from confgrid.protocols.methods import (
+    agreement_share,
+    candidate_probability,
+    expected_accuracy,
+    majority_share,
+    p_true,
+    parse_boxed,
+)
+
+
+def test_agreement_share_is_seed_001_formula():
+    answers = ["Paris", "paris!", "Lyon", "PARIS", None, "Marseille", "Paris", "Lyon", "paris", "Nice"]
+    c = agreement_share(answers, normalize)
+    assert c.value == pytest.approx(sum(normalize(a or "") == "paris" for a in answers) / 10) == 0.5
+    assert c.rated == "Paris" and c.status == "ok"
+    assert agreement_share([None, "Paris"], normalize).status == "first_unparsed"
+    assert agreement_share([], normalize).status == "no_samples"
+    assert agreement_share(["x"], normalize).value == 1.0
+
+
+def test_majority_share_ties_go_to_the_first_sampled():
+    c = majority_share(["Lyon", "Paris", "lyon", "paris", None], normalize)
+    assert c.value == pytest.approx(2 / 5) and c.rated == "Lyon"
+    assert majority_share([None, None], normalize).status == "all_unparsed"
+
+
+@pytest.mark.parametrize("correct", [[1, 0, 1, 1], [1] * 7 + [0] * 3, [0, 0, 0], [1, 1], [1, 0]])
+def test_expected_accuracy_and_its_standard_error_closed_form(correct):
+    r = expected_accuracy(correct)
+    k, p = len(correct), float(np.mean(correct))
+    assert r.value == pytest.approx(p)
+    assert r.detail == pytest.approx(math.sqrt(p * (1 - p) / (k - 1)))  # binary: s / sqrt(k) = sqrt(p(1-p)/(k-1))
+
+
+def test_expected_accuracy_counts_unparsed_samples_as_wrong():
+    r = expected_accuracy([1.0, None, float("nan"), 1.0])
+    assert r.value == 0.5
+    assert math.isnan(expected_accuracy([1.0]).detail)
+
+
+def test_p_true_by_hand():
+    top = {10: math.log(0.5), 11: math.log(0.2), 12: math.log(0.1), 13: math.log(0.05)}
+    a_tokens = {10: "A", 12: " A"}
+    b_tokens = {11: "B", 99: " B"}  # 99: not in the top k
+    pa = candidate_probability(a_tokens, top, "A", "sum")
+    assert pa == pytest.approx(0.6)
+    assert candidate_probability(a_tokens, top, "A", "exact") == pytest.approx(0.5)
+    pb = candidate_probability(b_tokens, top, "B", "sum")
+    assert pb == pytest.approx(0.2)
+    assert p_true({"A": pa, "B": pb}, "A", renormalize=True).value == pytest.approx(0.6 / 0.8)
+    assert p_true({"A": pa, "B": pb}, "A", renormalize=False).value == pytest.approx(0.6)
+    # absent is recorded, never a silent 0
+    assert candidate_probability({99: " B"}, top, "B", "sum") is None
+    r = p_true({"A": None, "B": 0.3}, "A", renormalize=True)
+    assert (r.value, r.status, r.detail) == (0.0, "target_absent", 1.0)
+    r = p_true({"A": None, "B": None}, "A", renormalize=False)
+    assert r.value is None and r.status == "all_absent"
+    with pytest.raises(ValueError, match="merge"):
+        candidate_probability(a_tokens, top, "A", "max")
+
+
+@pytest.mark.parametrize("text, value, status", [
+    (r"### Confidence: \boxed{85}", 0.85, "ok"),
+    (r"\boxed{0}", 0.0, "ok"), (r"\boxed{100}", 1.0, "ok"), (r"\boxed{ 10 }", 0.1, "ok"),
+    (r"first \boxed{20} then \boxed{70}", 0.7, "ok"),
+    (r"\boxed{150}", None, "out_of_range"), ("85%", None, "missing"), (None, None, "missing"),
+])
+def test_parse_boxed(text, value, status):
+    c = parse_boxed(text)
+    assert c.status == status and (c.value == pytest.approx(value) if value is not None else c.value is None)
+
+
+def test_candidate_tokens_with_and_without_space_and_cases():
+    from confgrid.actors.fixture import FIXTURE_MODEL_DIR
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(FIXTURE_MODEL_DIR))
+    ids = candidate_token_ids(tok, ["A", "B"], ("lower",))
+    for cand, m in ids.items():
+        assert m and all(tok.decode([t]) == s for t, s in m.items())
+        assert set(m.values()) <= {cand, " " + cand, cand.lower(), " " + cand.lower()}
+    assert "A" in ids["A"].values()
+    assert candidate_variants("yes", ("title", "upper")) == ("yes", "Yes", "YES")
+    with pytest.raises(ValueError, match="unknown case"):
+        candidate_variants("A", ("swap",))
+    with pytest.raises(ValueError, match="share the token form"):
+        candidate_token_ids(tok, ["A", "a"], ("lower",))
+
+
+# ---------------------------------------------------------------- method tables from hand-made shards
+
+
+def _plan_with(methods):
+    from confgrid.flows.plan import GridPlan
+    from confgrid.flows.spec import parse_grid
+    from confgrid.protocols.datasets import BUNDLED, load_items
+
+    items = {"triviaqa": load_items("triviaqa", BUNDLED["triviaqa"], limit=3, seed=0, dataset_name="triviaqa")}
+    spec = parse_grid({"models": [{"name": "m", "model": "confgrid-fixture"}],
+                       "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 3}],
+                       "methods": methods, "bootstrap": {"resamples": 20}, "execution": {"shard_size": 3}})
+    return GridPlan(spec, items), items["triviaqa"]
+
+
+def _done_generate(plan, items):
+    gen = [s for s in plan.generate_shards() if s.stage == "generate"]
+    gold = items[0].gold_answers[0]
+    table = pd.DataFrame({"model": "m", "dataset": "triviaqa", "answer_set": "main", "item_id": gen[0].item_ids,
+                          "prompt_id": "confidence", "sample_idx": 0, "chunk": 0,
+                          "raw_output": [f"Guess: {gold}\nProbability: 0.9", "Guess: Zzyzx\nProbability: 0.2",
+                                         ""],
+                          "finish_reason": "stop", "n_new_tokens": 4})
+    return gen[0], table, plan.on_done(gen[0], table)
+
+
+def test_self_consistency_and_expected_accuracy_tables():
+    from confgrid.flows.methods import method_tables
+
+    plan, items = _plan_with([{"id": "sc", "kind": "self_consistency", "k": 4},
+                              {"id": "ea", "kind": "expected_accuracy", "k": 4}])
+    shards = plan.generate_shards()
+    gold = items[0].gold_answers[0]
+    done = {}
+    for sh in shards:
+        if sh.stage != "sample":
+            continue
+        answers = {items[0].item_id: [gold, gold, "Zzyzx", None], items[1].item_id: [None, "x", "x", "x"],
+                   items[2].item_id: ["Zzyzx", "zzyzx", "Quux", "zzyzx"]}
+        rows = [{"model": "m", "dataset": "triviaqa", "answer_set": "main", "method": sh.method, "chunk": 0,
+                 "item_id": i, "sample_idx": j, "raw_output": f"Guess: {a}\nProbability: 0.5" if a else "",
+                 "finish_reason": "stop", "n_new_tokens": 3, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+                 "n": 4, "seed": 0}
+                for i in sh.item_ids for j, a in enumerate(answers[i])]
+        done[sh.key] = pd.DataFrame(rows)
+    t = method_tables(plan, done, shards)
+    sig = t.signals.set_index(["signal", "item_id"])
+    assert sig.loc[("sc", items[0].item_id), "confidence"] == 0.5
+    assert sig.loc[("sc", items[0].item_id), "correct"] == 1.0
+    assert sig.loc[("sc", items[1].item_id), "status"] == "first_unparsed"
+    assert sig.loc[("sc__majority", items[1].item_id), "confidence"] == 0.75
+    assert sig.loc[("sc", items[2].item_id), "correct"] == 0.0
+    assert set(t.signals["temperature"]) == {1.0} and set(t.signals["k"]) == {4}
+    ea = t.targets.set_index("item_id")
+    assert ea.loc[items[0].item_id, "expected_accuracy"] == 0.5
+    assert ea.loc[items[0].item_id, "se"] == pytest.approx(math.sqrt(0.25 / 3))
+    assert ea.loc[items[1].item_id, "n_unparsed"] == 1
+    assert len(t.samples) == 2 * 3 * 4 and {"answer", "correct_containment"} <= set(t.samples.columns)
+
+
+def test_p_true_and_rating_rate_the_greedy_answer():
+    from confgrid.flows.methods import evaluate_methods, method_tables
+
+    plan, items = _plan_with([{"id": "pt", "kind": "p_true"}, {"id": "rt", "kind": "rating"}])
+    gen, gen_table, follow = _done_generate(plan, items)
+    method_shards = [s for s in follow if s.method]
+    assert {s.stage for s in method_shards} == {"next_token", "rate"}
+    assert all(len(s.rows) == 2 for s in method_shards)  # the unparsed third answer is not rated
+    assert all(r.rated_answer for s in method_shards for r in s.rows)
+    done = {gen.key: gen_table}
+    for s in method_shards:
+        if s.stage == "next_token":
+            cands = json.dumps({"A": {"10": "A"}, "B": {"11": "B"}})
+            done[s.key] = pd.DataFrame({"model": "m", "dataset": "triviaqa", "answer_set": "main", "method": "pt",
+                                        "chunk": 0, "item_id": s.item_ids,
+                                        "rated_answer": [r.rated_answer for r in s.rows],
+                                        "top_token_ids": [[10, 11], [11, 7]],
+                                        "top_logprobs": [[math.log(0.6), math.log(0.2)], [math.log(0.7), -5.0]],
+                                        "candidate_tokens": cands, "prompt_tokens": 9})
+        else:
+            done[s.key] = pd.DataFrame({"model": "m", "dataset": "triviaqa", "answer_set": "main", "method": "rt",
+                                        "chunk": 0, "item_id": s.item_ids,
+                                        "rated_answer": [r.rated_answer for r in s.rows],
+                                        "raw_output": [r"Confidence: \boxed{80}", "I think so"],
+                                        "finish_reason": "stop", "n_new_tokens": 5})
+    t = method_tables(plan, done, [gen, *method_shards])
+    sig = t.signals.set_index(["signal", "item_id"])
+    first, second = method_shards[0].item_ids
+    assert sig.loc[("pt", first), "confidence"] == pytest.approx(0.75)
+    assert sig.loc[("pt", first), "correct"] == 1.0 and sig.loc[("pt", second), "correct"] == 0.0
+    assert sig.loc[("pt", second), "status"] == "target_absent" and sig.loc[("pt", second), "confidence"] == 0.0
+    assert sig.loc[("rt", first), "confidence"] == pytest.approx(0.8) and sig.loc[("rt", second), "status"] == "missing"
+    m = evaluate_methods(plan.spec, t.signals)
+    rt = m[(m["signal"] == "rt") & (m["metric"] == "ece")].iloc[0]
+    assert rt["n"] == 1 and rt["dropped"] == "missing=1"
+    pt = m[(m["signal"] == "pt") & (m["metric"] == "ece")].iloc[0]
+    assert pt["n"] == 2 and pt["point"] == pytest.approx((abs(0.75 - 1) + abs(0 - 0)) / 2)
