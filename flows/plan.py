@@ -356,7 +356,8 @@ class GridPlan:
                 for d in self.spec.datasets:
                     its = self.set_items[("main", d.name)]
                     for c, chunk in enumerate(_chunks(its, size)):
-                        rows = [MethodRow(i.item_id, prompt.render(question_text(i, "open"))) for i in chunk]
+                        rows = [MethodRow(i.item_id, prompt.render(question_text(i, "open")),
+                                          assistant_prefix=method.assistant_prefix) for i in chunk]
                         out.append(self._method_shard(method, m.name, d.name, c, rows))
         return out
 
@@ -370,7 +371,8 @@ class GridPlan:
             prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
             if not prompt.takes_answer or gen.model not in {m.name for m in self.spec.method_models(method)}:
                 continue
-            rows = [MethodRow(i, prompt.render(question_text(by_id[i], "open"), a.strip()), a.strip())
+            rows = [MethodRow(i, prompt.render(question_text(by_id[i], "open"), a.strip()), a.strip(),
+                              method.assistant_prefix)
                     for i, a in zip(graded["item_id"], graded["answer"], strict=True)
                     if isinstance(a, str) and a.strip()]
             if rows:

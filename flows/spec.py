@@ -495,6 +495,8 @@ class MethodSpec(_Spec):
                              "labels grade the samples (default correctness.primary).")
     models: tuple[str, ...] | None = Field(None, min_length=1, description="Names of the models that run the "
                                            "method (default: every model).")
+    assistant_prefix: str = Field("", description="Text opening the assistant turn before the model's reply is "
+                                  "read (next-token and rating kinds), e.g. 'Answer:'.")
 
     @field_validator("template")
     @classmethod
@@ -520,6 +522,7 @@ class MethodSpec(_Spec):
         for f in ("candidates", "cases", "merge", "renormalize", "top_logprobs"):
             only(f, _NEXT_TOKEN)
         only("layers", ("hidden_states",))
+        only("assistant_prefix", ("p_true", "p_true_capability", "rating", "verbalized_before"))
         if self.kind in _SAMPLED and self.temperature != "model_default" and self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for {self.kind} (received {self.temperature!r}); greedy "
                              "samples are all the same answer")

@@ -103,3 +103,17 @@ def test_downstream_changes_rerun_no_model(run):
     a = again.methods[again.methods["signal"] == "p_true"]
     b = first.methods[first.methods["signal"] == "p_true"]
     assert not np.allclose(a["point"].to_numpy(), b["point"].to_numpy(), equal_nan=True)
+
+
+def test_show_prints_every_methods_metrics(run):
+    from rich.console import Console
+
+    from confgrid.flows.show import print_results
+
+    _, out, _ = run
+    console = Console(width=250, record=True)
+    print_results(out, console=console)
+    text = console.export_text()
+    assert "Confidence methods" in text and "Expected accuracy over k samples" in text
+    for signal in ("self_consistency", "p_true_capability", "rating", "verbalized_before"):
+        assert signal in text

@@ -71,3 +71,37 @@ def test_model_default_sampling_takes_the_generation_config(tmp_path):
     with pytest.raises(ValueError, match="does not sample"):
         ModelWorker(ModelConfig(name="t", model=str(path), chat_template=False)).generate(
             ["Guess:"], 6, sampling=Sampling(n=2, from_model=True))
+
+
+def test_p_true_from_the_worker_equals_a_hand_computation_from_the_logits(worker):
+    """P(True) through the worker's next-token call equals softmax of the model's logits at the candidate ids."""
+    import math
+
+    import torch
+
+    from confgrid.protocols.candidates import candidate_token_ids
+    from confgrid.protocols.methods import candidate_probability, p_true
+    from confgrid.protocols.prompts import get_prompt
+
+    user = get_prompt("ptrue_verify").render("What is the capital of France?", "Paris")
+    (out,) = worker.next_token([GenerateRequest(user)], 20, ("A", "B"))
+    ids = out.candidate_tokens
+    assert ids == candidate_token_ids(worker.tokenizer, ["A", "B"])
+    prompt = worker._prompt(user, "", None)
+    with torch.no_grad():
+        probs = torch.softmax(worker.backend.model(input_ids=torch.tensor([prompt])).logits[0, -1].double(), -1)
+    hand = {c: sum(float(probs[t]) for t in m) for c, m in ids.items()}
+    top = dict(zip(out.token_ids, out.logprobs, strict=True))
+    got = {c: candidate_probability(m, top, c, "sum") for c, m in ids.items()}
+    for c in ("A", "B"):
+        in_top = [t for t in ids[c] if t in top]
+        assert got[c] == pytest.approx(sum(float(probs[t]) for t in in_top), abs=1e-5)
+    assert all(v is not None for v in got.values())  # the fixture answers A or B: both are in its top 20
+    assert p_true(got, "A", True).value == pytest.approx(hand["A"] / (hand["A"] + hand["B"]), abs=1e-3)
+    # a candidate outside the top k: recorded absent
+    (small,) = worker.next_token([GenerateRequest(user)], 1, ("A", "B"))
+    top1 = dict(zip(small.token_ids, small.logprobs, strict=True))
+    probs1 = {c: candidate_probability(m, top1, c, "sum") for c, m in small.candidate_tokens.items()}
+    assert sum(v is None for v in probs1.values()) >= 1
+    r = p_true(probs1, "A", True)
+    assert r.status in ("target_absent", "ok") and r.detail >= 1 and not math.isnan(r.detail)

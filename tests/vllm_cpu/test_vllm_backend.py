@@ -255,3 +255,23 @@ def test_top_k_sampling_and_hidden_states_refusal(vllm_backend, tokenizer):
         vllm_backend.generate([[bos, 20]], top_k=5)
     with pytest.raises(NotImplementedError, match="backend: transformers"):
         vllm_backend.hidden_states([[bos, 20]])
+
+
+def test_p_true_parity_with_transformers(vllm_backend, hf_backend, tokenizer):
+    """The same P(True) from both backends' next-token distributions (candidates read in the same tokenizer)."""
+    from confgrid.protocols.candidates import candidate_token_ids
+    from confgrid.protocols.methods import candidate_probability, p_true
+
+    ids = candidate_token_ids(tokenizer, ["A", "B"])
+    bos = tokenizer.bos_token_id
+    prompts = [[bos] + tokenizer(t, add_special_tokens=False)["input_ids"]
+               for t in ("Is the proposed answer: A. True B. False", "Guess: Paris", "The quick brown fox")]
+    for g, w in zip(vllm_backend.next_token(prompts, top_k=20), hf_backend.next_token(prompts, top_k=20),
+                    strict=True):
+        pg = {c: candidate_probability(m, dict(zip(g.token_ids, g.logprobs, strict=True)), c) for c, m in ids.items()}
+        pw = {c: candidate_probability(m, dict(zip(w.token_ids, w.logprobs, strict=True)), c) for c, m in ids.items()}
+        assert {c: v is None for c, v in pg.items()} == {c: v is None for c, v in pw.items()}
+        a, b = p_true(pg, "A", True), p_true(pw, "A", True)
+        assert a.status == b.status
+        if a.value is not None:
+            assert abs(a.value - b.value) < 1e-4
