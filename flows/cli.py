@@ -183,7 +183,13 @@ def status(
     from rich.console import Console
     from rich.table import Table
 
-    data = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+    from confgrid.flows.store import ManifestDamaged, read_manifest
+
+    try:
+        data = read_manifest(out_dir / "manifest.json")
+    except ManifestDamaged as exc:
+        typer.echo(f"{exc}; `confgrid resume {out_dir}` rebuilds it from the shard files", err=True)
+        raise typer.Exit(1)
     if as_json:
         typer.echo(json.dumps(data, indent=1))
         return

@@ -223,9 +223,9 @@ class Executor:
                 todo += self._plan.on_done(sh, self.done[sh.key])
             elif sh.key in self._queued:
                 self._queued[sh.key].append(sh)  # a twin: same inputs (e.g. coinciding contexts), computed once
-            elif self.store.has_shard(sh.stage, sh.key):
+            elif (stored := self.store.read_stored(sh.stage, sh.key)) is not None:
                 self.store.reuse(sh.stage, sh.label, sh.key)
-                table = self.store.read_shard(sh.stage, sh.key).to_pandas()
+                table = stored.to_pandas()
                 self.done[sh.key] = table
                 self.counters.reused += 1
                 n = self._reused_by_stage.setdefault(sh.stage, [0, 0])

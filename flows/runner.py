@@ -178,6 +178,8 @@ def _in_grid(spec: GridSpec):
     sets = {a.id for a in spec.all_answer_sets()}
 
     def keep(rec) -> bool:
+        if rec.extra.get("recovered"):  # from a rebuilt manifest: named when a run reuses its file
+            return True
         if rec.stage == "items":
             return rec.setting in datasets
         model, _, rest = rec.setting.partition("/")

@@ -8,30 +8,41 @@ Layout of an output directory ``OUT``::
     OUT/tables/<stage>.parquet    every shard of a stage of this run, concatenated
     OUT/results/...               metrics, gaps, shifts (Parquet, CSV, Markdown)
     OUT/manifest.json             every shard: stage, setting, key, status, attempts,
-                                  error, host, timing
+                                  error, host, timing, sha256 and row count of its file
+    OUT/damaged/                  shard files and manifests that failed verification, moved aside
     OUT/mlflow.db                 the default MLflow tracking store
 
 A shard's key is a hash of exactly the inputs its stage depends on, so a later
 run that needs the same shard finds it and does not recompute it.
+
+Integrity: a shard is reused only if its file verifies: the sha256 and row
+count recorded when it was written, or (a file the manifest does not know)
+a readable Parquet footer. A file that does not verify is reported by path,
+moved to ``OUT/damaged/``, recorded as failed and recomputed. A manifest that
+cannot be read is moved there too, and rebuilt from the shard files that can be
+read (their names are their keys); the run says so.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["shard_key", "ShardRecord", "RunStore", "atomic_write", "write_text_atomic", "write_parquet_atomic",
-           "write_frame_atomic"]
+__all__ = ["shard_key", "ShardRecord", "RunStore", "ManifestDamaged", "read_manifest", "file_sha256", "atomic_write",
+           "write_text_atomic", "write_parquet_atomic", "write_frame_atomic"]
+
+log = logging.getLogger("confgrid")
 
 
 def shard_key(stage: str, inputs: Any) -> str:
@@ -121,6 +132,46 @@ def write_frame_atomic(df: Any, path: str | Path) -> Path:
     raise ValueError(f"write_frame_atomic: suffix {path.suffix!r} of {str(path)!r}; allowed: .csv, .parquet")
 
 
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes (64 hex characters), read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class ManifestDamaged(ValueError):
+    """``manifest.json`` exists but is not a manifest (truncated, garbage, wrong shape)."""
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """Read ``manifest.json``: ``{"meta": {...}, "shards": [{...}, ...]}``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no file.
+    ManifestDamaged
+        If the file is not JSON, or not an object with a ``shards`` list of
+        records that have at least ``stage``, ``setting`` and ``key``; the
+        message names the file and what is wrong.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestDamaged(f"{path}: not a readable manifest ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("shards"), list):
+        raise ManifestDamaged(f"{path}: not a manifest (expected an object with a 'shards' list)")
+    for i, d in enumerate(data["shards"]):
+        if not isinstance(d, dict) or not {"stage", "setting", "key"} <= set(d):
+            raise ManifestDamaged(f"{path}: shard record {i} lacks stage, setting or key")
+    if not isinstance(data.get("meta", {}), dict):
+        raise ManifestDamaged(f"{path}: 'meta' is not an object")
+    return data
+
+
 @dataclass
 class ShardRecord:
     """One manifest entry."""
@@ -139,6 +190,7 @@ class ShardRecord:
     mlflow_run_id: str | None = None
     replica: str | None = None  # the replica that computed it (``model#index``)
     restarts: int = 0  # actor restarts this shard's engine call went through (absorbed faults)
+    sha256: str | None = None  # of the shard file as written; checked before the file is reused
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -154,12 +206,51 @@ class RunStore:
         self.flush_seconds = 2.0
         self._dirty = False
         self._saved_at = 0.0
+        self.recovered: str | None = None  # set when a damaged manifest was rebuilt (what happened, one line)
+        self._verified: set[str] = set()  # shard paths verified in this process
+        self._sums: dict[tuple[str, str], tuple[str, int | None]] = {}  # (stage, key) -> (sha256, rows) as written
         if self._manifest_path.exists():
-            data = json.loads(self._manifest_path.read_text(encoding="utf-8"))
-            self.meta = dict(data.get("meta", {}))
-            for d in data["shards"]:
-                rec = ShardRecord(**d)
-                self.records[self._rid(rec.stage, rec.setting)] = rec
+            try:
+                data = read_manifest(self._manifest_path)
+            except ManifestDamaged as exc:
+                self._rebuild_manifest(str(exc))
+            else:
+                self.meta = dict(data.get("meta", {}))
+                known = {f.name for f in fields(ShardRecord)}
+                for d in data["shards"]:
+                    rec = ShardRecord(**{k: v for k, v in d.items() if k in known})
+                    self.records[self._rid(rec.stage, rec.setting)] = rec
+                    if rec.sha256:
+                        self._sums[(rec.stage, rec.key)] = (rec.sha256, rec.rows)
+
+    def _move_aside(self, path: Path) -> Path:
+        """Move a file that failed verification to ``OUT/damaged/`` (never deleted); returns its new path."""
+        rel = path.relative_to(self.root)
+        dest = self.root / "damaged" / f"{'.'.join(rel.parts)}.{time.strftime('%Y%m%d-%H%M%S')}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, dest)
+        return dest
+
+    def _rebuild_manifest(self, why: str) -> None:
+        """Replace a damaged manifest by records of the shard files whose Parquet footer reads."""
+        moved = self._move_aside(self._manifest_path)
+        n_bad = 0
+        for path in sorted((self.root / "shards").glob("*/*.parquet")):
+            stage, key = path.parent.name, path.stem
+            try:
+                rows = pq.ParquetFile(path).metadata.num_rows
+            except Exception:  # noqa: BLE001 - any unreadable file is simply not recovered
+                n_bad += 1
+                continue
+            rec = ShardRecord(stage=stage, setting=f"recovered:{key[:12]}", key=key, status="done", rows=rows,
+                              sha256=file_sha256(path), extra={"recovered": True})
+            self.records[self._rid(rec.stage, rec.setting)] = rec
+            self._sums[(stage, key)] = (rec.sha256, rows)
+        self.recovered = (f"manifest damaged ({why}); moved to {moved}; rebuilt from {len(self.records)} readable "
+                          f"shard file(s)" + (f", {n_bad} unreadable left to recompute" if n_bad else "")
+                          + "; run history (MLflow parent run, invocations) starts afresh")
+        log.warning("%s", self.recovered)
+        self.save_manifest()
 
     @staticmethod
     def _rid(stage: str, setting: str) -> str:
@@ -182,7 +273,64 @@ class RunStore:
         return [r for r in self.records.values() if r.status == "failed"]
 
     def has_shard(self, stage: str, key: str) -> bool:
-        return self.shard_path(stage, key).is_file()
+        """Whether a verified file of this shard exists (see the module notes on integrity).
+
+        A file whose sha256 or row count differs from the manifest's, or whose
+        Parquet footer cannot be read, is moved to ``OUT/damaged/`` with a
+        warning naming it, every record of it is marked failed (so that
+        ``resubmit --failed`` reruns it too), and False is returned: the shard
+        is recomputed.
+        """
+        path = self.shard_path(stage, key)
+        if not path.is_file():
+            return False
+        if str(path) in self._verified:
+            return True
+        problem = self._verify(stage, key, path)
+        if problem is None:
+            self._verified.add(str(path))
+            return True
+        self._quarantine(stage, key, problem)
+        return False
+
+    def read_stored(self, stage: str, key: str) -> pa.Table | None:
+        """The stored shard's table if its file verifies and reads, else None (a damaged file is moved aside,
+        as in :meth:`has_shard`, and the shard is recomputed)."""
+        if not self.has_shard(stage, key):
+            return None
+        try:
+            return self.read_shard(stage, key)
+        except Exception as exc:  # noqa: BLE001 - damage past the footer of a file without a checksum
+            self._quarantine(stage, key, f"unreadable Parquet: {type(exc).__name__}: {exc}")
+            return None
+
+    def _quarantine(self, stage: str, key: str, problem: str) -> None:
+        path = self.shard_path(stage, key)
+        self._verified.discard(str(path))
+        moved = self._move_aside(path)
+        error = f"damaged shard file {path} ({problem}); moved to {moved}; recomputed"
+        log.warning("%s", error)
+        self._sums.pop((stage, key), None)
+        for rec in self.records.values():
+            if rec.stage == stage and rec.key == key:
+                rec.status, rec.error, rec.sha256 = "failed", error, None
+        self.save_manifest()
+
+    def _verify(self, stage: str, key: str, path: Path) -> str | None:
+        """None if the file verifies, else what is wrong (one phrase)."""
+        try:
+            rows = pq.ParquetFile(path).metadata.num_rows
+        except Exception as exc:  # noqa: BLE001 - any unreadable footer is damage
+            return f"unreadable Parquet: {type(exc).__name__}: {exc}"
+        if (stage, key) not in self._sums:
+            return None
+        sha, n = self._sums[(stage, key)]
+        if n is not None and rows != n:
+            return f"{rows} rows, manifest says {n}"
+        digest = file_sha256(path)
+        if digest != sha:
+            return f"sha256 {digest[:12]}..., manifest says {sha[:12]}..."
+        return None
 
     def read_shard(self, stage: str, key: str) -> pa.Table:
         return pq.read_table(self.shard_path(stage, key))
@@ -202,9 +350,12 @@ class RunStore:
 
     def finish(self, rec: ShardRecord, table: pa.Table) -> None:
         """Store a computed shard (atomic write) and mark it done; the manifest is saved by :meth:`flush`."""
-        write_parquet_atomic(table, self.shard_path(rec.stage, rec.key))
+        path = write_parquet_atomic(table, self.shard_path(rec.stage, rec.key))
         rec.status = "done"
         rec.rows = table.num_rows
+        rec.sha256 = file_sha256(path)
+        self._sums[(rec.stage, rec.key)] = (rec.sha256, rec.rows)
+        self._verified.add(str(path))
         rec.seconds = round(time.time() - (rec.started or time.time()), 3)
         self._dirty = True
 
@@ -243,9 +394,17 @@ class RunStore:
         if rec is None or rec.key != key:
             rec = ShardRecord(stage=stage, setting=setting, key=key, status="done")
             self.records[rid] = rec
+        path = self.shard_path(stage, key)
         rec.status = "done"
         rec.reused = True
-        rec.rows = pq.ParquetFile(self.shard_path(stage, key)).metadata.num_rows
+        rec.error = None
+        rec.rows = pq.ParquetFile(path).metadata.num_rows
+        if (stage, key) not in self._sums:
+            self._sums[(stage, key)] = (file_sha256(path), rec.rows)
+        rec.sha256 = self._sums[(stage, key)][0]
+        stand_in = self._rid(stage, f"recovered:{key[:12]}")  # a rebuilt manifest's record, now named
+        if stand_in != rid:
+            self.records.pop(stand_in, None)
         return rec
 
     def save_manifest(self) -> None:

@@ -136,3 +136,29 @@ def test_changing_only_downstream_axes_reruns_no_model(first_run, tmp_path):
     scores = pd.read_parquet(out / "tables" / "scores.parquet")
     r = scores.iloc[0]
     assert r["token_score"] == pytest.approx(math.exp(min(r["logprobs"])), rel=1e-12)
+
+
+def test_resume_recomputes_a_damaged_shard_and_rebuilds_a_damaged_manifest(first_run, tmp_path, caplog):
+    """Issue 14, items 1-2: a truncated shard and a garbage manifest cost one shard's recomputation, no crash."""
+    import shutil
+
+    from confgrid.flows.runner import run_grid
+
+    spec, out, first = first_run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    victim = sorted((copy / "shards" / "score").glob("*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    with caplog.at_level("WARNING", logger="confgrid"):
+        again = run_grid(spec, copy, resume=True)
+    assert str(victim) in caplog.text and again.computed_shards == 1
+    assert victim.is_file() and (copy / "damaged").is_dir()
+    pd.testing.assert_frame_equal(first.metrics, again.metrics)
+    (copy / "manifest.json").write_text("{ garbage")
+    third = run_grid(spec, copy, resume=True)
+    assert third.computed_shards == 0 and third.model_calls == 0
+    pd.testing.assert_frame_equal(first.metrics, third.metrics)
+    from confgrid.flows.store import read_manifest
+
+    settings = {r["setting"] for r in read_manifest(copy / "manifest.json")["shards"]}
+    assert not any(s.startswith("recovered:") for s in settings)
