@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Generation", "NextToken", "Backend", "FINISH_STOP", "FINISH_LENGTH", "check_sampling", "request_seed",
+__all__ = ["model_dir_problem", "check_model_dir", "Generation", "NextToken", "Backend", "FINISH_STOP", "FINISH_LENGTH", "check_sampling", "request_seed",
            "eos_token_ids", "DEFAULT_TOP_LOGPROBS"]
 
 #: Next-token log-probs returned per prompt by default (study 001 D.3 requests logprobs=20).
@@ -206,3 +207,32 @@ def eos_token_ids(generation_eos: Any, tokenizer_eos: Any, model_name: str) -> s
     if not ids:
         raise ValueError(f"no EOS token id known for {model_name!r}")
     return ids
+
+
+def model_dir_problem(path: str | Path) -> str | None:
+    """What is wrong with a local model directory, or None if it looks loadable.
+
+    A directory written by ``save_pretrained`` holds ``config.json`` (and the
+    weights and tokenizer files). Used by the grid check (before anything is
+    loaded) and by both backends , so that an empty or wrong
+    directory reads "no model files in DIR" rather than a tokenizer error.
+    Paths that do not exist locally (hub ids) give None.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        return None
+    if not p.is_dir():
+        return f"{str(p)!r} is a file; a local model is a directory written by save_pretrained"
+    if not (p / "config.json").is_file():
+        present = sorted(x.name for x in p.iterdir())[:5]
+        return (f"no model files in {str(p)!r} (no config.json; "
+                + (f"it holds {', '.join(present)}" if present else "the directory is empty")
+                + "); a local model is a directory written by save_pretrained")
+    return None
+
+
+def check_model_dir(path: str) -> None:
+    """Raise FileNotFoundError with :func:`model_dir_problem`'s message if a local model directory is unusable."""
+    why = model_dir_problem(path)
+    if why is not None:
+        raise FileNotFoundError(why)

@@ -31,6 +31,7 @@ from .backend import (
     FINISH_STOP,
     Generation,
     NextToken,
+    check_model_dir,
     check_sampling,
     request_seed,
 )
@@ -112,6 +113,7 @@ class TransformersBackend:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.batch_size = int(batch_size)
         self._dtype = _resolve_dtype(dtype)
+        check_model_dir(self.model_name)
         self.tokenizer = AutoTokenizer.from_pretrained(
             self.model_name, revision=revision, trust_remote_code=trust_remote_code
         )

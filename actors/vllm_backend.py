@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import DEFAULT_TOP_LOGPROBS, FINISH_LENGTH, FINISH_STOP, Generation, NextToken, check_sampling, request_seed
+from .backend import (DEFAULT_TOP_LOGPROBS, FINISH_LENGTH, FINISH_STOP, Generation, NextToken, check_model_dir,
+                      check_sampling, request_seed)
 
 __all__ = ["VLLMBackend", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "LOGPROBS_MODE"]
 
@@ -210,6 +211,7 @@ class VLLMBackend:
             )
         self.seed = int(seed)
 
+        check_model_dir(self.model_name)
         vllm = _import_vllm()
         self._check_engine_kwargs(engine_kwargs)
 

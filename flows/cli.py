@@ -24,9 +24,12 @@ def _setup_logging(verbose: bool) -> None:
     import os
 
     log = logging.getLogger("confgrid")
+    for old in [h for h in log.handlers if getattr(h, "_confgrid_console", False)]:
+        log.removeHandler(old)  # a second command in one process (tests, notebooks): the stderr of now
     if not log.handlers:
         h = logging.StreamHandler(sys.stderr)
         h.setFormatter(logging.Formatter("[confgrid] %(message)s"))
+        h._confgrid_console = True  # type: ignore[attr-defined]
         log.addHandler(h)
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
     log.propagate = False
@@ -65,8 +68,10 @@ def _load(grid_path: Path):
 def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, grid_text: str | None,
              only_failed: bool = False, resume: bool = False) -> None:
     from confgrid.flows.pools import CapacityError
+    from confgrid.flows.ray_session import RayConnectError
     from confgrid.flows.runner import DatasetError, ShardFailures, run_grid
     from confgrid.flows.show import print_results
+    from confgrid.flows.spec import GridSpecError
 
     _check_tracking_uri(tracking_uri)
     try:
@@ -75,8 +80,12 @@ def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, gri
     except KeyboardInterrupt:
         typer.echo(f"\ninterrupted; every finished shard is stored; continue with: confgrid resume {out}", err=True)
         raise typer.Exit(130) from None
-    except (DatasetError, CapacityError) as exc:
+    except (DatasetError, CapacityError, GridSpecError, RayConnectError) as exc:
         typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:  # a read-only or full output folder: one line (the traceback is in OUT/confgrid.log)
+        what = f" {exc.filename!s}" if exc.filename else ""
+        typer.echo(f"cannot write the output directory {out}:{what}: {exc.strerror or exc}", err=True)
         raise typer.Exit(2) from None
     except ShardFailures as exc:
         if exc.summary is not None and not exc.summary.metrics.empty:

@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady
 from confgrid.flows.plan import GridPlan, ShardRequest
 from confgrid.flows.pools import CapacityError, ModelPool, Replica, at_once, check_capacity, model_config, node_resources
+from confgrid.flows.runlog import LOG_NAME, trace
 from confgrid.flows.spec import GridSpec, ModelSpec
 from confgrid.flows.store import RunStore, ShardRecord
 
@@ -305,7 +306,7 @@ class Executor:
             self.pools[name] = pool
             self.history.append(pool)
             for rep in pool.replicas:
-                self._pings[rep.handle.ping.remote()] = rep
+                self._ping(rep)
             need = self._needs[name][1]
             log.info("model %s: %d %s replica(s) of %s requested%s", name, m.replicas, m.backend, _fmt(need),
                      f" (load {load + 1} of this model in the run)" if load else "")
@@ -429,6 +430,12 @@ class Executor:
         else:
             self._on_call(ref, self._inflight.pop(ref))
 
+    def _ping(self, rep: Replica) -> None:
+        """Ask a replica whether its model is loaded. Ray does not retry the ping itself (its retry prints the
+        remote traceback on the console each time): a replica Ray restarts while loading is pinged again by
+        :meth:`_on_ping`, within ``execution.max_retries``."""
+        self._pings[rep.handle.ping.options(max_task_retries=0).remote()] = rep
+
     def _on_ping(self, ref: Any, rep: Replica) -> None:
         import ray
 
@@ -436,8 +443,16 @@ class Executor:
         try:
             ready: ReplicaReady = ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - the model could not be loaded (or the actor died while loading)
-            rep.state, rep.error = "dead", _error_text(exc)
-            log.error("replica %s: failed to start: %s", rep.name, rep.error)
+            trace.error("replica %s: ping failed", rep.name, exc_info=exc)
+            if (not getattr(exc, "_actor_init_failed", False) and pool is not None and not pool.released
+                    and rep.ping_retries < self.spec.execution.max_retries):
+                rep.ping_retries += 1
+                log.warning("replica %s: its actor died while loading (%s); Ray restarts it, asking again (%d of %d)",
+                            rep.name, _error_text(exc), rep.ping_retries, self.spec.execution.max_retries)
+                self._ping(rep)
+                return
+            rep.state, rep.error, rep.traceback = "dead", _error_text(exc), traceback_text(exc)
+            log.error("replica %s: failed to start: %s (traceback in %s)", rep.name, rep.error, LOG_NAME)
             if pool is not None:
                 pool.stop_replica(rep, "dead")
                 if not pool.alive():
@@ -462,12 +477,14 @@ class Executor:
             result: CallResult = ray.get(ref)
         except RayActorError as exc:
             err = _error_text(exc)
-            self._submit(self._fail(f.shards, f.records, err))
+            trace.error("engine call on %s failed", rep.name, exc_info=exc)
+            self._submit(self._fail(f.shards, f.records, err, traceback_text(exc)))
             if isinstance(exc, ActorDiedError):  # not ActorUnavailableError: that one may come back
                 self._replica_died(rep, err)
             return
         except Exception as exc:  # noqa: BLE001 - the call failed; its shards are recorded, never lost
-            self._submit(self._fail(f.shards, f.records, _error_text(exc)))
+            trace.error("engine call on %s failed", rep.name, exc_info=exc)
+            self._submit(self._fail(f.shards, f.records, _error_text(exc), traceback_text(exc)))
             return
         rep.calls += 1
         rep.busy_seconds += result.seconds
@@ -491,7 +508,8 @@ class Executor:
                 table = self.build(sh, result.outputs[sh.key])
                 self.store.finish(rec, pa.Table.from_pandas(table, preserve_index=False))
             except Exception as exc:  # noqa: BLE001 - e.g. a disk error: recorded, never lost
-                new += self._fail([sh], [rec], _error_text(exc))
+                trace.error("shard %s %s: building or storing its table failed", sh.stage, sh.label, exc_info=exc)
+                new += self._fail([sh], [rec], _error_text(exc), traceback_text(exc))
                 continue
             self.counters.model_calls += len(sh.rows)
             self.counters.computed += 1
@@ -519,13 +537,22 @@ class Executor:
         if not pool.alive():
             self._model_dead(rep.model, f"no live replica of model {rep.model!r} (replica {rep.name} died: {err})")
 
-    def _fail(self, shards: list[ShardRequest], records: list[ShardRecord], error: str) -> list[ShardRequest]:
-        """Record the shards (and their twins) as failed; returns what the plan plans from the failure (nothing)."""
+    def _fail(self, shards: list[ShardRequest], records: list[ShardRecord], error: str,
+              tb: str | None = None) -> list[ShardRequest]:
+        """Record the shards (and their twins) as failed; returns what the plan plans from the failure (nothing).
+
+        ``tb``, the failure's full traceback, is stored once: in the first shard's manifest record
+        (``extra.traceback``); the others of the same failure name that shard.
+        """
         new: list[ShardRequest] = []
+        first: str | None = None
         for sh, rec in zip(shards, records, strict=True):
             group = self._queued.pop(sh.key, [sh])
             for s in group:
                 r = rec if s is sh else self.store.begin(s.stage, s.label, s.key)
+                if tb is not None:
+                    r.extra["traceback"] = tb if first is None else f"see shard {first}"
+                    first = first or f"{s.stage}/{s.label}"
                 self.store.fail(r, error)
                 self.failed.append({"stage": s.stage, "setting": s.label, "key": s.key, "error": r.error})
                 log.error("shard %s %s failed: %s", s.stage, s.label, r.error)
@@ -622,6 +649,17 @@ def _fmt(res: dict[str, float]) -> str:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning))(?::\s*(.*))?$")
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The full traceback of a failure as text: a Ray error's remote traceback (its message), else Python's."""
+    import traceback
+
+    from ray.exceptions import RayError
+
+    if isinstance(exc, RayError):
+        return _ANSI.sub("", str(exc)).strip()
+    return "".join(traceback.format_exception(exc)).strip()
 
 
 def _error_text(exc: BaseException) -> str:

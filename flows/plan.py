@@ -243,6 +243,49 @@ def set_items(a: AnswerSetSpec, its: list[Item]) -> list[Item]:
     return [shuffle_options(i, a.shuffle_seed) for i in with_opts] if a.shuffle_options else with_opts
 
 
+def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str, str]]:
+    """What the loaded items make impossible in ``spec``, found before any model is loaded.
+
+    A scoring context that shows lettered options (``item_format: mc``) needs
+    every item of the answer set to have options; a multiple-choice answer set
+    (``format: mc``) needs a dataset with at least one item that has options.
+
+    Parameters
+    ----------
+    spec : GridSpec
+        A validated grid.
+    items : dict of str to list of Item
+        Every dataset's loaded items, by dataset name.
+
+    Returns
+    -------
+    list of (field, message)
+        Empty if the grid can run; else one entry per problem, in the form of
+        :class:`~confgrid.flows.spec.GridSpecError` (the caller raises it).
+    """
+    problems: list[tuple[str, str]] = []
+    for i, a in enumerate(spec.all_answer_sets()):
+        where = "elicitation" if a.id == "main" else f"answer_sets[{i - 1}]"
+        ctx_field = ("scoring.contexts" if a.id == "main" or (a.contexts is None and a.format == "open")
+                     else f"{where}.contexts")
+        contexts = a.scoring_contexts(spec.scoring.contexts)
+        for d in spec.datasets:
+            its = items.get(d.name, [])
+            if a.format == "mc" and its and not any(it.options for it in its):
+                problems.append((f"{where}.format", f"'mc' asks lettered options, but dataset {d.name!r} "
+                                 f"({d.adapter}) has none in its {len(its)} items; use format 'open' or a dataset "
+                                 "with options"))
+                continue
+            asked = set_items(a, its)
+            bare = [it.item_id for it in asked if not it.options]
+            mc_ctx = [c for c in contexts if get_context(c).item_format == "mc"]
+            if bare and mc_ctx:
+                problems.append((ctx_field, f"{', '.join(map(repr, mc_ctx))} show(s) lettered options, but "
+                                 f"{len(bare)} of {len(asked)} items of dataset {d.name!r} ({d.adapter}) have none "
+                                 f"(e.g. {bare[0]!r}); allowed for it: contexts with item_format 'open'"))
+    return problems
+
+
 @dataclass
 class _Unit:
     """The generate shards of one (model, dataset, answer set) and which of them settled."""

@@ -144,6 +144,8 @@ class Replica:
     state: str = "waiting"
     requested_at: float = field(default_factory=time.time)
     ready_at: float | None = None
+    ping_retries: int = 0  # pings asked again after the actor died while loading (Ray restarting it)
+    traceback: str | None = None  # the full traceback of why it could not start (manifest and run log)
     released_at: float | None = None
     info: ReplicaInfo | None = None
     loads: int = 0
@@ -166,7 +168,8 @@ class Replica:
                 "released_at": self.released_at, "loads": self.loads, "restarts": self.restarts,
                 "load_seconds": round(self.load_seconds, 3), "busy_seconds": round(self.busy_seconds, 3),
                 "calls": self.calls, "host": self.info.host if self.info else None,
-                "pid": self.info.pid if self.info else None, "error": self.error}
+                "pid": self.info.pid if self.info else None, "error": self.error,
+                **({"traceback": self.traceback} if self.traceback else {})}
 
 
 class ModelPool:

@@ -37,9 +37,10 @@ from confgrid.flows.evaluate import evaluate
 from confgrid.flows.execute import Executor
 from confgrid.flows.methods import evaluate_methods, method_tables
 from confgrid.flows.outputs import grid_params, log_results, write_outputs
-from confgrid.flows.plan import GridPlan
+from confgrid.flows.plan import GridPlan, check_items
 from confgrid.flows.ray_session import init_ray
-from confgrid.flows.spec import BUNDLED, DatasetSpec, GridSpec
+from confgrid.flows.runlog import run_log, trace
+from confgrid.flows.spec import BUNDLED, DatasetSpec, GridSpec, GridSpecError
 from confgrid.flows.store import RunStore, shard_key, write_text_atomic
 from confgrid.flows.tracking import Tracker, default_tracking_uri
 from confgrid.protocols.items import Item, items_to_table
@@ -235,15 +236,36 @@ def run_grid(
     CapacityError
         Before any model is loaded, if a model's replica fits on no node of
         the cluster (flows/pools.py).
+    GridSpecError
+        Before any model is loaded, if the loaded items make the grid
+        impossible (flows/plan.py ``check_items``).
     ShardFailures
         After every other shard ran, if any shard failed (its error is in the
-        manifest); ``.summary`` holds what was produced.
+        manifest, the full traceback in ``OUT/confgrid.log``); ``.summary``
+        holds what was produced.
+    OSError
+        If the output directory cannot be created or written.
     """
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    what = "resubmit --failed" if only_failed else "resume" if resume else "run"
+    with run_log(out_dir, what):
+        try:
+            return _run_grid(spec, out_dir, address=address, tracking_uri=tracking_uri, grid_text=grid_text,
+                             only_failed=only_failed, resume=resume)
+        except Exception as exc:
+            trace.error("confgrid %s stopped", what, exc_info=exc)  # the traceback, in the run's log file only
+            raise
+
+
+def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, tracking_uri: str | None,
+              grid_text: str | None, only_failed: bool, resume: bool) -> RunSummary:
     t0 = time.time()
     store = RunStore(out_dir)
     _write_grid(spec, store, grid_text)
     # every dataset is loaded before any model, Ray or MLflow is touched: a bad file fails here
     items = {d.name: _load_items(d) for d in spec.datasets}
+    if problems := check_items(spec, items):
+        raise GridSpecError(problems, "grid (checked against the loaded items)")
     pruned = store.prune(_in_grid(spec))
     if pruned:
         log.info("manifest: %d record(s) of models, datasets or answer sets no longer in the grid removed "

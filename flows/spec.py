@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+
+from confgrid import yaml_load
 
 __all__ = [
     "FIXTURE_MODEL",
@@ -46,6 +48,11 @@ FIXTURE_MODEL = "confgrid-fixture"
 
 BUNDLED = "bundled"
 """Reserved dataset path: the adapter's bundled sample (protocols/data)."""
+
+
+#: Names are labels (models, datasets, answer sets, the grid): they become folder names, MLflow run names and
+#: table values, so no path separators, no leading dot.
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class GridSpecError(ValueError):
@@ -110,7 +117,7 @@ class ModelSpec(_Spec):
 
     name: str = Field(
         description="Short label used in tables, file names and MLflow (letters, digits, '-', '_', '.').",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        pattern=LABEL_PATTERN,
     )
     model: str = Field(
         description="Hugging Face repository name, local directory, or 'confgrid-fixture' for the bundled smoke-test model."
@@ -120,7 +127,7 @@ class ModelSpec(_Spec):
     )
     dtype: Literal["float32", "float16", "bfloat16"] = Field("float32", description="Weight and activation dtype.")
     revision: str | None = Field(None, description="Model revision (branch, tag or commit) on the hub; None = default branch.")
-    chat_template: bool = Field(
+    chat_template: StrictBool = Field(
         True, description="Render prompts with the tokenizer's chat template (True) or as plain text (False, base models)."
     )
     batch_size: int = Field(16, ge=1, le=4096, description="Sequences per forward pass (transformers backend).")
@@ -131,13 +138,13 @@ class ModelSpec(_Spec):
     max_num_batched_tokens: int | None = Field(
         8192, ge=16, description="vLLM: tokens per engine step; bounds prompt-logprob memory on long prompts."
     )
-    enable_chunked_prefill: bool = Field(True, description="vLLM: chunked prefill (bounds memory of long prompts).")
-    enable_prefix_caching: bool = Field(False, description="vLLM: prefix caching (off for scoring unless asked for).")
+    enable_chunked_prefill: StrictBool = Field(True, description="vLLM: chunked prefill (bounds memory of long prompts).")
+    enable_prefix_caching: StrictBool = Field(False, description="vLLM: prefix caching (off for scoring unless asked for).")
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vLLM: fraction of GPU memory for the engine.")
-    generation_bos: bool | None = Field(
+    generation_bos: StrictBool | None = Field(
         None, description="Prepend BOS to generation prompts (None: the tokenizer's default; base models: false)."
     )
-    scoring_bos: bool | None = Field(
+    scoring_bos: StrictBool | None = Field(
         None, description="Prepend BOS to scoring contexts (None: the tokenizer's default; base models: true)."
     )
     prompts_per_call: int | None = Field(
@@ -193,7 +200,7 @@ class ColumnMapping(_Spec):
 class DatasetSpec(_Spec):
     """One dataset of the grid."""
 
-    name: str = Field(description="Short label used in tables and MLflow.", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(description="Short label used in tables and MLflow.", pattern=LABEL_PATTERN)
     adapter: str = Field(description="Dataset adapter: truthfulqa, triviaqa, mmlu or custom.")
     path: str = Field(
         BUNDLED,
@@ -241,13 +248,13 @@ class AnswerSetSpec(_Spec):
     ``answer_set = id`` everywhere downstream.
     """
 
-    id: str = Field(description="Label of the answer set (tables, MLflow).", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    id: str = Field(description="Label of the answer set (tables, MLflow).", pattern=LABEL_PATTERN)
     prompt: str = Field(description="Generation prompt id, e.g. answer_only, mc_confidence, mc_letter, confidence_percent.")
     format: Literal["open", "mc"] = Field(
         "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only)."
     )
     max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Decoding budget (default 32 open, 20 mc).")
-    shuffle_options: bool = Field(False, description="mc: shuffle option order with a fixed seed per question.")
+    shuffle_options: StrictBool = Field(False, description="mc: shuffle option order with a fixed seed per question.")
     shuffle_seed: int = Field(0, ge=0, description="mc: base seed of the option shuffle.")
     contexts: tuple[str, ...] | None = Field(
         None, description="Scoring contexts of this set (default: scoring.contexts for open, mc_bare/mc_answer_slot/mc_guess_slot for mc)."
@@ -316,7 +323,7 @@ class ParsingSpec(_Spec):
 class ProbeSpec(_Spec):
     """The supplied-answer probe (study 000 section 3.6, Appendix I)."""
 
-    enabled: bool = Field(False, description="Run the probe on the main answer set.")
+    enabled: StrictBool = Field(False, description="Run the probe on the main answer set.")
     kinds: tuple[Literal["canonical", "first_alias", "plausible_wrong", "off_type", "own"], ...] = Field(
         ("canonical", "first_alias", "plausible_wrong", "off_type", "own"), min_length=1,
         description="Supplied answers: canonical reference, first alias, another model's wrong answer, an off-type "
@@ -431,11 +438,11 @@ class ExecutionSpec(_Spec):
     calls_in_flight: int = Field(
         2, ge=1, le=64, description="Engine calls queued per replica, so that a replica never waits for the driver."
     )
-    wait_for_nodes: bool = Field(
+    wait_for_nodes: StrictBool = Field(
         False, description="On an autoscaling cluster: a replica larger than every node now in the cluster waits "
         "(with a log line) for the autoscaler to add a node, instead of failing the grid at once."
     )
-    mlflow_shard_runs: bool = Field(
+    mlflow_shard_runs: StrictBool = Field(
         False, description="Also log one MLflow run per shard (the manifest, logged as an artifact, always has them)."
     )
 
@@ -486,7 +493,7 @@ class MethodSpec(_Spec):
         "leading space).")
     merge: Literal["sum", "exact"] = Field("sum", description="How a candidate's variant tokens merge: sum of their "
                                            "probabilities, or the exact token only (changing it reruns no model).")
-    renormalize: bool = Field(True, description="p_true kinds: p(first) / sum over the candidates (True) or "
+    renormalize: StrictBool = Field(True, description="p_true kinds: p(first) / sum over the candidates (True) or "
                               "p(first) alone.")
     top_logprobs: int = Field(20, ge=1, le=1000, description="Next tokens returned per question (p_true kinds).")
     layers: tuple[int, ...] | None = Field(None, description="hidden_states: layer indices (0 = embeddings; "
@@ -550,7 +557,9 @@ class MethodSpec(_Spec):
 class GridSpec(_Spec):
     """A whole grid: models x datasets x protocol axes."""
 
-    name: str = Field("grid", description="Name of the grid, used for the MLflow experiment.")
+    name: str = Field("grid", description="Name of the grid, used for the MLflow experiment and the default output "
+                      "folder runs/<name> of `confgrid submit` (a label: letters, digits, '.', '_', '-').",
+                      pattern=LABEL_PATTERN)
     prompt_files: tuple[str, ...] = Field((), description="Your own prompt YAML files, registered before validation.")
     context_files: tuple[str, ...] = Field((), description="Your own scoring-context YAML files (after prompt_files).")
     models: tuple[ModelSpec, ...] = Field(min_length=1, description="Models to evaluate.")
@@ -624,7 +633,9 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
 
 
 def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]:
-    """Resolve relative local paths against the grid's folder; report missing files."""
+    """Resolve relative local paths against the grid's folder; report missing files and empty model folders."""
+    from confgrid.actors.backend import model_dir_problem as _model_dir_problem
+
     problems: list[tuple[str, str]] = []
     for i, m in enumerate(raw.get("models") or []):
         if not isinstance(m, dict) or not isinstance(m.get("model"), str):
@@ -637,6 +648,8 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]
             p = (base_dir / Path(val).expanduser()).resolve()
             if not p.exists():
                 problems.append((f"models[{i}].model", f"local model directory {str(p)!r} does not exist"))
+            elif (why := _model_dir_problem(p)) is not None:
+                problems.append((f"models[{i}].model", why))
             else:
                 m["model"] = str(p)
     for i, d in enumerate(raw.get("datasets") or []):
@@ -692,6 +705,31 @@ def _register_user_files(raw: dict[str, Any], base_dir: Path) -> list[tuple[str,
     return problems
 
 
+def _allowed_keys(loc: tuple) -> list[str]:
+    """The field names of the spec model at ``loc`` (a pydantic error location), or [] if it is not one model."""
+    import typing
+
+    model: Any = GridSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return []
+        model = _one_model(field.annotation, typing)
+        if model is None:
+            return []
+    return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+
+
+def _one_model(annotation: Any, typing: Any) -> type[BaseModel] | None:
+    """The single BaseModel inside ``X``, ``X | None``, ``tuple[X, ...]``, ``list[X]``; else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    found = {m for a in typing.get_args(annotation) if (m := _one_model(a, typing)) is not None}
+    return found.pop() if len(found) == 1 else None
+
+
 def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") -> GridSpec:
     """Validate a grid given as a mapping (the parsed YAML).
 
@@ -733,8 +771,14 @@ def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") ->
             msg = err["msg"]
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, ") :]
+            if err["type"] == "bool_type":
+                msg = "expected a boolean; allowed: true, false"
+            elif err["type"] == "string_pattern_mismatch" and (err.get("ctx") or {}).get("pattern") == LABEL_PATTERN:
+                msg = ("expected a label (letters, digits, '.', '_', '-'; starting with a letter or digit; no '/')")
             if err["type"] == "extra_forbidden":
-                msg = "unknown key; check the spelling against the documented fields"
+                allowed = _allowed_keys(err["loc"][:-1])
+                msg = "unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else
+                                       "; check the spelling against the documented fields")
             received = err.get("input")
             if err["type"] not in ("missing",) and not isinstance(received, dict):
                 msg += f" (received {received!r})"
@@ -757,7 +801,7 @@ def load_grid(path: str | Path) -> GridSpec:
     if not p.is_file():
         raise GridSpecError([("grid", f"grid file {str(p)!r} does not exist")], str(p))
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = yaml_load.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise GridSpecError([("grid", f"not valid YAML: {exc}")], str(p)) from None
     return parse_grid(raw, base_dir=p.parent.resolve(), source=p.name)

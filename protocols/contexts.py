@@ -56,8 +56,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import yaml
-
+from confgrid import yaml_load
 from confgrid.protocols.items import Item
 from confgrid.protocols.prompts import PROMPTS, get_prompt
 from confgrid.registry import Registry
@@ -478,7 +477,7 @@ def load_context_file(path: str | os.PathLike[str], *, register: bool = True) ->
     if not os.path.isfile(p):
         raise FileNotFoundError(f"path={p!r}: no such context file")
     with open(p, encoding="utf-8") as f:
-        data = yaml.safe_load(f)
+        data = yaml_load.safe_load(f)
     return contexts_from_mappings(data, where=f"context file {p!r}", register=register)
 
 

@@ -36,8 +36,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from confgrid import yaml_load
 from confgrid.registry import Registry
 
 __all__ = [
@@ -278,7 +277,7 @@ def load_prompt_file(path: str | os.PathLike[str], *, register: bool = True) -> 
     if not os.path.isfile(p):
         raise FileNotFoundError(f"path={p!r}: no such prompt file")
     with open(p, encoding="utf-8") as f:
-        prompt = _prompt_from_mapping(yaml.safe_load(f), f"prompt file {p!r}")
+        prompt = _prompt_from_mapping(yaml_load.safe_load(f), f"prompt file {p!r}")
     return register_prompt(prompt) if register else prompt
 
 
@@ -286,7 +285,7 @@ def _load_builtins() -> None:
     folder = importlib.resources.files("confgrid.protocols").joinpath("prompts")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith((".yaml", ".yml")):
-            register_prompt(_prompt_from_mapping(yaml.safe_load(entry.read_text("utf-8")), f"built-in {entry.name}"))
+            register_prompt(_prompt_from_mapping(yaml_load.safe_load(entry.read_text("utf-8")), f"built-in {entry.name}"))
     register_prompt(get_prompt("bare").without_answer_label("question"))
     if "answer_only" in PROMPTS:
         register_prompt(get_prompt("answer_only").without_answer_label("answer_only_instruction"))

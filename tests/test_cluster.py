@@ -245,6 +245,12 @@ def test_failed_shards_keep_their_mlflow_run_on_resubmit(ray_local, tmp_path):
     assert "config.json" in str(ei.value) or "JSON" in str(ei.value)
     failed = [r for r in _manifest(out)["shards"] if r["status"] == "failed"]
     assert len(failed) == 2 and {r["stage"] for r in failed} == {"generate"}
+    assert all("\n" not in r["error"] for r in failed)  # one line each
+    # the full traceback once: in the replica's manifest record and in the run's log file (issue 14, item 8)
+    rep = _manifest(out)["meta"]["replicas"][0]
+    assert 'File "' in rep["traceback"] and "transformers_backend.py" in rep["traceback"]  # the remote frames
+    run_log = (out / "confgrid.log").read_text()
+    assert run_log.count("ping failed") == 1 and "transformers_backend.py" in run_log
     ids = {r["key"]: r["mlflow_run_id"] for r in failed}
     assert all(ids.values())
 

@@ -75,7 +75,7 @@ BAD = [
     ("no models", "models", [], "models", "at least 1"),
     ("missing model field", "models.0.model", _DELETE, "models[0].model", "Field required"),
     ("missing local model dir", "models.0.model", "./no_such_model_dir", "models[0].model", "does not exist"),
-    ("bad model name", "models.0.name", "my model!", "models[0].name", "pattern"),
+    ("bad model name", "models.0.name", "my model!", "models[0].name", "expected a label"),
     ("level out of range", "bootstrap", {"level": 1.5}, "bootstrap.level", "less than 1"),
 ]
 
