@@ -37,11 +37,15 @@ with the setting name in place of the model and an empty dataset. A fixed
 Outputs in ``DIR``: ``metrics.csv`` (setting, signal, metric, point, lo, hi,
 n, n_undefined), ``gaps.csv`` (every ordered pair of signals within a
 setting: gap = metric(signal_a) - metric(signal_b) with its paired
-percentile interval), ``alignment.csv``, Parquet copies of the three, and an
-MLflow record (experiment ``confgrid/analyze``, default store
-``sqlite:///DIR/mlflow.db``): a parent run named after the input file, one
-child run per setting with ``<signal>/<metric>/{point,lo,hi}`` metrics, and
-the tables as artifacts of the parent run.
+percentile interval), ``alignment.csv``, Parquet copies of the three,
+``analyze.json`` (the MLflow record's params and tags, what ``confgrid log
+DIR`` logs, :func:`log_analysis`) and an MLflow record (experiment
+``confgrid/analyze``, default store ``sqlite:///DIR/mlflow.db``): a parent
+run named after the input file, one child run per setting with
+``<signal>/<metric>/{point,lo,hi}`` metrics, and the tables as artifacts of
+the parent run. If the store fails, the files are written all the same, a
+:class:`TrackingWarning` says so and the command exits with
+:data:`~confgrid.flows.tracking.EXIT_TRACKING_FAILED`.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -74,6 +78,9 @@ from confgrid.analysis.bootstrap import (
 from confgrid.analysis.compare import excludes_zero
 from confgrid.analysis.registry import METRICS
 
+if TYPE_CHECKING:
+    from confgrid.flows.tracking import Logged
+
 __all__ = [
     "ROLES",
     "EXPERIMENT",
@@ -81,10 +88,13 @@ __all__ = [
     "DEFAULT_METRICS",
     "AnalyzeInputError",
     "AnalyzeWarning",
+    "TrackingWarning",
+    "RECORD_FILE",
     "available_metrics",
     "parse_metrics",
     "read_input",
     "analyze",
+    "log_analysis",
     "analyze_cmd",
 ]
 
@@ -97,6 +107,10 @@ EXPERIMENT = "confgrid/analyze"
 #: problems listed in an input error before "... and K more"
 MAX_PROBLEMS = 20
 DEFAULT_METRICS = ("ece", "auroc", "aurc", "brier")
+#: the analysis' MLflow params and tags in the output directory (what ``confgrid log`` logs)
+RECORD_FILE = "analyze.json"
+#: the tables of an analysis, each written as .csv and .parquet
+TABLES = ("metrics", "gaps", "alignment")
 METRICS_COLUMNS = ["setting", "signal", "metric", "point", "lo", "hi", "n", "n_undefined"]
 GAPS_COLUMNS = ["setting", "signal_a", "signal_b", "metric", "gap", "lo", "hi", "excludes_zero", "favours", "n",
                 "n_undefined"]
@@ -120,6 +134,15 @@ class AnalyzeInputError(ValueError):
 
 class AnalyzeWarning(UserWarning):
     """Something the user should know about the analysis (e.g. items left out by alignment)."""
+
+
+class TrackingWarning(AnalyzeWarning):
+    """The MLflow record could not be written; the files are. ``.failure`` is the
+    :class:`~confgrid.flows.tracking.TrackingFailure`."""
+
+    def __init__(self, failure: Any, out_dir: Path) -> None:
+        super().__init__(f"{failure.line()}; {failure.hint(out_dir)}")
+        self.failure = failure
 
 
 # ---------------------------------------------------------------------------
@@ -556,7 +579,9 @@ def analyze(
         estimates, for a signed metric the one closer to 0, else
         ``"neither"``), ``"alignment"`` (setting, signal, n_items, n_used,
         n_left_out, left_out_examples). With tracking,
-        ``result["metrics"].attrs["mlflow_parent_run_id"]`` is the parent run.
+        ``result["metrics"].attrs["mlflow_parent_run_id"]`` is the parent run,
+        or ``result["metrics"].attrs["tracking_failure"]`` the
+        :class:`~confgrid.flows.tracking.TrackingFailure` if the store failed.
 
     Raises
     ------
@@ -570,6 +595,8 @@ def analyze(
         When items are left out because some signal lacks them.
     UndefinedMetricWarning
         When a point estimate is undefined (e.g. AUROC with one class).
+    TrackingWarning
+        When the MLflow store fails (the files are written).
     """
     metric_names = parse_metrics(metrics)
     for flag, value, least in (("--bootstrap", n_resamples, 1), ("--ece-bins", n_bins, 1), ("--seed", seed, 0),
@@ -602,44 +629,103 @@ def analyze(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = {"metrics": metrics_df, "gaps": gaps_df, "alignment": alignment}
-    files = []
     for name, df in tables.items():
         for ext in (".csv", ".parquet"):
             _write(df, out_dir / f"{name}{ext}")
-            files.append(out_dir / f"{name}{ext}")
+    params = dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
+                  seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size), use_ray=bool(use_ray),
+                  n_rows=len(rows), n_settings=len(settings), **{f"column.{r}": c for r, c in _columns(columns).items()})
+    record = _record(input_path, settings, params, tracking_uri)
+    from confgrid.flows.store import write_text_atomic
+
+    write_text_atomic(json.dumps(record, indent=1), out_dir / RECORD_FILE)
 
     if track:
+        from confgrid.flows.tracking import TrackingFailure
+
+        uri = _uri(record, out_dir)
         try:
-            metrics_df.attrs["mlflow_parent_run_id"] = _track(
-                input_path, out_dir, tracking_uri, settings, metrics_df, gaps_df, files,
-                params=dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
-                            seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size),
-                            use_ray=bool(use_ray), n_rows=len(rows), n_settings=len(settings),
-                            **{f"column.{r}": c for r, c in _columns(columns).items()}),
-            )
+            metrics_df.attrs["mlflow_parent_run_id"] = _track(record, out_dir, uri, metrics_df, gaps_df)
         except Exception as exc:  # noqa: BLE001 - the results are written; tracking is the last step
-            warnings.warn(f"MLflow logging failed ({type(exc).__name__}: {exc}); the results are in {out_dir}",
-                          AnalyzeWarning, stacklevel=2)
+            failure = TrackingFailure.of(uri, exc)
+            metrics_df.attrs["tracking_failure"] = failure
+            warnings.warn(TrackingWarning(failure, out_dir), stacklevel=2)
     return tables
 
 
-def _track(input_path: Path, out_dir: Path, tracking_uri: str | None, settings: list[_Setting],
-           metrics_df: pd.DataFrame, gaps_df: pd.DataFrame, files: list[Path], params: dict[str, Any]) -> str:
-    from confgrid.flows.tracking import Tracker, default_tracking_uri, result_metrics
-
-    tracker = Tracker(tracking_uri or default_tracking_uri(out_dir), EXPERIMENT)
+def _record(input_path: Path, settings: list[_Setting], params: dict[str, Any],
+            tracking_uri: str | None) -> dict[str, Any]:
+    """The analysis' MLflow record without its metrics: parent run name, params and tags, one child per setting
+    (``OUT/analyze.json``)."""
     digest = hashlib.sha256(input_path.read_bytes()).hexdigest()
-    tags = {"confgrid.command": "analyze", "confgrid.input": str(input_path.resolve()),
-            "confgrid.input_sha256": digest}
-    with tracker.parent(input_path.name, params, tags=tags) as run_id:
-        for st in settings:
-            values = result_metrics(metrics_df[metrics_df["setting"] == st.name],
-                                    gaps_df[gaps_df["setting"] == st.name])
-            tags = {"confgrid.kind": "setting", "confgrid.setting": st.name, "confgrid.command": "analyze"}
-            tracker.child(st.name, dict(setting=st.name, seed=st.seed, n_items=len(st.items), signals=st.signals),
-                          values, [], tags=tags)
-        tracker.log_artifacts(files, "results")
+    return {
+        "run_name": input_path.name, "tracking_uri": tracking_uri, "params": params,
+        "tags": {"confgrid.command": "analyze", "confgrid.input": str(input_path.resolve()),
+                 "confgrid.input_sha256": digest},
+        "children": [{"name": st.name, "params": dict(setting=st.name, seed=st.seed, n_items=len(st.items),
+                                                       signals=st.signals)} for st in settings],
+    }
+
+
+def _uri(record: dict[str, Any], out_dir: Path) -> str:
+    from confgrid.flows.tracking import default_tracking_uri
+
+    return record.get("tracking_uri") or default_tracking_uri(out_dir)
+
+
+def _track(record: dict[str, Any], out_dir: Path, tracking_uri: str, metrics_df: pd.DataFrame,
+           gaps_df: pd.DataFrame) -> str:
+    """Log ``record`` with the metrics of each setting; the tables of ``out_dir`` as artifacts. Returns the parent id."""
+    from confgrid.flows.tracking import Tracker, result_metrics
+
+    tracker = Tracker(tracking_uri, EXPERIMENT)
+    with tracker.parent(record["run_name"], record["params"], tags=record["tags"]) as run_id:
+        for ch in record["children"]:
+            name = ch["name"]
+            values = result_metrics(metrics_df[metrics_df["setting"] == name], gaps_df[gaps_df["setting"] == name])
+            tags = {"confgrid.kind": "setting", "confgrid.setting": name, "confgrid.command": "analyze"}
+            tracker.child(name, ch["params"], values, [], tags=tags)
+        tracker.log_artifacts([out_dir / f"{name}{ext}" for name in TABLES for ext in (".csv", ".parquet")],
+                              "results")
     return run_id
+
+
+def log_analysis(out_dir: str | Path, tracking_uri: str | None = None) -> Logged:
+    """Log a finished analysis directory to MLflow, as ``confgrid analyze`` would have (``confgrid log OUT``).
+
+    Parameters
+    ----------
+    out_dir : path
+        Output directory of ``confgrid analyze`` (``analyze.json``, ``metrics.parquet``, ``gaps.parquet``).
+    tracking_uri : str, optional
+        Default: the store the analysis was given, else ``sqlite:///OUT/mlflow.db``.
+
+    Returns
+    -------
+    confgrid.flows.tracking.Logged
+        The new parent run, its store and experiment.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``out_dir`` lacks one of the files above.
+    confgrid.flows.tracking.TrackingError
+        The store failed.
+    """
+    from confgrid.flows.tracking import Logged, TrackingError, TrackingFailure
+
+    out_dir = Path(out_dir)
+    for need in (RECORD_FILE, "metrics.parquet", "gaps.parquet"):
+        if not (out_dir / need).is_file():
+            raise FileNotFoundError(f"{out_dir}: no {need}; is this the directory of a finished analysis?")
+    record = json.loads((out_dir / RECORD_FILE).read_text(encoding="utf-8"))
+    uri = tracking_uri or _uri(record, out_dir)
+    try:
+        run_id = _track(record, out_dir, uri, pd.read_parquet(out_dir / "metrics.parquet"),
+                        pd.read_parquet(out_dir / "gaps.parquet"))
+    except Exception as exc:
+        raise TrackingError(TrackingFailure.of(uri, exc)) from exc
+    return Logged(run_id, uri, EXPERIMENT)
 
 
 def analyze_cmd(
@@ -647,7 +733,7 @@ def analyze_cmd(
                                  help="Per-question outputs: .csv (header row), .jsonl/.ndjson or .parquet/.pq; "
                                       "one row per (setting, item_id, signal)."),
     out: Path = typer.Option(..., "--out", help="Output directory (metrics.csv, gaps.csv, alignment.csv, "
-                                                 "Parquet copies, mlflow.db).", show_default=False),
+                                                 "Parquet copies, analyze.json, mlflow.db).", show_default=False),
     metrics: str = typer.Option(",".join(DEFAULT_METRICS), "--metrics",
                                 help=f"Comma-separated metrics; choices: {', '.join(available_metrics())}. "
                                      f"Slow (one call per resample): {', '.join(_slow_metrics()) or 'none'}."),
@@ -678,7 +764,8 @@ def analyze_cmd(
     point, lo, hi, n), OUT/gaps.csv (gap = metric(signal_a) -
     metric(signal_b), every ordered pair), OUT/alignment.csv, Parquet copies,
     and an MLflow parent run (experiment confgrid/analyze) with one child run
-    per setting.
+    per setting. If the MLflow store fails, every file is still written and the
+    exit status is 3; log them later with `confgrid log OUT`.
     """
     if use_ray:  # quiet Ray Data: no progress bars, no INFO line per execution
         import ray.data
@@ -719,11 +806,19 @@ def analyze_cmd(
     if run_id:
         typer.echo(f"MLflow parent run {run_id} (experiment {EXPERIMENT}) in "
                    f"{tracking_uri or 'sqlite:///' + str(out.resolve() / 'mlflow.db')}")
+    failure = m.attrs.get("tracking_failure")
+    if failure is not None:
+        from confgrid.flows.tracking import EXIT_TRACKING_FAILED
+
+        typer.echo(f"confgrid analyze: {failure.line()}\n{failure.hint(out)}", err=True)
+        raise typer.Exit(EXIT_TRACKING_FAILED)
 
 
 def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:
     shown = set()
     for w in caught:
+        if issubclass(w.category, TrackingWarning):
+            continue  # said once, with the exit status, at the end
         if issubclass(w.category, (AnalyzeWarning, UndefinedMetricWarning)):
             msg = str(w.message)
             if msg not in shown:

@@ -1,7 +1,11 @@
 """The ``confgrid`` command line.
 
-run, demo, show, analyze; resume, resubmit --failed, status; submit and logs
-(Ray Jobs API).
+run, demo, show, analyze; resume, resubmit --failed, status; log (MLflow, later);
+submit and logs (Ray Jobs API).
+
+Exit status: 0 done; 1 some shards failed (the rest is stored); 2 bad input
+or options, nothing computed; 3 every result written but the MLflow record
+failed (``confgrid log OUT`` logs it later); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -44,6 +48,14 @@ def _check_tracking_uri(uri: str | None) -> None:
     if uri and "://" not in uri and not uri.startswith("databricks"):
         typer.echo(f"--tracking-uri {uri!r} is not a URI; use sqlite:///PATH/mlflow.db or http://HOST:5000", err=True)
         raise typer.Exit(2)
+
+
+def _tracking_failed(failure, out: Path) -> None:
+    """The tracking failure of a finished command: one line and the `confgrid log` hint, exit 3."""
+    from confgrid.flows.tracking import EXIT_TRACKING_FAILED
+
+    typer.echo(f"\n{failure.line()}\n{failure.hint(out)}", err=True)
+    raise typer.Exit(EXIT_TRACKING_FAILED)
 
 
 def _cluster_call(fn, *args, **kwargs):
@@ -91,13 +103,18 @@ def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, gri
         if exc.summary is not None and not exc.summary.metrics.empty:
             print_results(exc.summary.out_dir)
         typer.echo(f"\n{exc}", err=True)
+        if exc.summary is not None and exc.summary.tracking_failure is not None:
+            typer.echo(exc.summary.tracking_failure.line(), err=True)
         raise typer.Exit(1) from None
     if summary.metrics.empty:
         typer.echo(f"No complete setting to report yet (see `confgrid status {summary.out_dir}`).")
-        return
-    print_results(summary.out_dir)
-    typer.echo(f"\nOutputs in {summary.out_dir} (tables/, results/, manifest.json); MLflow parent run "
-               f"{summary.parent_run_id} in {tracking_uri or 'sqlite:///' + str(summary.out_dir / 'mlflow.db')}")
+    else:
+        print_results(summary.out_dir)
+    if summary.tracking_failure is not None:
+        _tracking_failed(summary.tracking_failure, summary.out_dir)
+    if not summary.metrics.empty:
+        typer.echo(f"\nOutputs in {summary.out_dir} (tables/, results/, manifest.json); MLflow parent run "
+                   f"{summary.parent_run_id} in {tracking_uri or 'sqlite:///' + str(summary.out_dir / 'mlflow.db')}")
 
 
 @app.command()
@@ -224,6 +241,44 @@ def status(
             rt.add_row(r["replica"], r["state"], str(r["loads"]), str(r["restarts"]), f"{r['load_seconds']:.1f}",
                        f"{r['busy_seconds']:.1f}", str(r["calls"]), str(r.get("host") or ""), (r.get("error") or "")[:80])
         console.print(rt)
+
+
+@app.command("log")
+def log_cmd(
+    out_dir: Path = typer.Argument(..., help="Output directory of a finished `confgrid run` or `confgrid analyze`."),
+    tracking_uri: str = typer.Option(None, "--tracking-uri",
+                                     help="MLflow tracking URI (default: the one the run was given, else "
+                                          "sqlite:///OUT_DIR/mlflow.db)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Log a finished run or analysis to MLflow: a new parent run, a child run per setting, the result files.
+
+    For a run whose tracking failed (exit status 3), or to copy a run into another store.
+    """
+    from confgrid.flows.analyze import RECORD_FILE, log_analysis
+    from confgrid.flows.runner import log_run
+    from confgrid.flows.spec import GridSpecError
+    from confgrid.flows.tracking import TrackingError
+
+    _setup_logging(verbose)
+    _check_tracking_uri(tracking_uri)
+    if (out_dir / "grid.yaml").is_file():
+        fn = log_run
+    elif (out_dir / RECORD_FILE).is_file():
+        fn = log_analysis
+    else:
+        typer.echo(f"{out_dir}: neither grid.yaml (confgrid run) nor {RECORD_FILE} (confgrid analyze); "
+                   "is this the output directory of a finished run?", err=True)
+        raise typer.Exit(2)
+    try:
+        logged = fn(out_dir, tracking_uri)
+    except (FileNotFoundError, GridSpecError) as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    except TrackingError as exc:
+        _tracking_failed(exc.failure, out_dir)
+    typer.echo(f"Logged {out_dir}: MLflow parent run {logged.parent_run_id} (experiment {logged.experiment}) "
+               f"in {logged.tracking_uri}")
 
 
 @app.command()

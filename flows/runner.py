@@ -18,6 +18,11 @@ and the run ends with one error naming the failed shards
 (:class:`ShardFailures`). ``confgrid resume OUT`` runs what is not done and
 ``confgrid resubmit OUT --failed`` reruns only the failed shards and what
 depends on them.
+
+Computing never depends on MLflow: a store that cannot be opened (no server
+answers, a broken database) turns tracking off for the run with one log
+line, every result is written, and ``RunSummary.tracking_failure`` says what
+failed; ``confgrid log OUT`` (:func:`log_run`) logs the run directory later.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import pyarrow as pa
 import yaml
 
 from confgrid.flows.assemble import assemble, shard_table
-from confgrid.flows.evaluate import evaluate
+from confgrid.flows.evaluate import Evaluation, evaluate
 from confgrid.flows.execute import Executor
 from confgrid.flows.methods import evaluate_methods, method_tables
 from confgrid.flows.outputs import grid_params, log_results, write_outputs
@@ -42,10 +47,10 @@ from confgrid.flows.ray_session import init_ray
 from confgrid.flows.runlog import run_log, trace
 from confgrid.flows.spec import BUNDLED, DatasetSpec, GridSpec, GridSpecError
 from confgrid.flows.store import RunStore, shard_key, write_text_atomic
-from confgrid.flows.tracking import Tracker, default_tracking_uri
+from confgrid.flows.tracking import Logged, Tracker, TrackingError, TrackingFailure, default_tracking_uri
 from confgrid.protocols.items import Item, items_to_table
 
-__all__ = ["RunSummary", "ShardFailures", "DatasetError", "run_grid", "init_ray"]
+__all__ = ["RunSummary", "ShardFailures", "DatasetError", "run_grid", "log_run", "init_ray"]
 
 log = logging.getLogger("confgrid")
 
@@ -90,6 +95,8 @@ class RunSummary:
         Ray actor restarts absorbed during the run.
     methods : DataFrame
         ``results/methods.csv``: every confidence method's metrics (empty without methods).
+    tracking_failure : TrackingFailure or None
+        Set when the MLflow record could not be opened or written (the results are written all the same).
     """
 
     out_dir: Path
@@ -106,6 +113,7 @@ class RunSummary:
     model_loads: int = 0
     restarts: int = 0
     methods: pd.DataFrame = field(default_factory=pd.DataFrame)
+    tracking_failure: TrackingFailure | None = None
 
 
 def _load_items(d: DatasetSpec) -> list[Item]:
@@ -168,6 +176,28 @@ def _tracking_uri(store: RunStore, given: str | None) -> str:
         custom = old if old and not old.endswith("/mlflow.db") else None
         store.meta["custom_tracking_uri"] = custom
     return custom or default_tracking_uri(store.root)
+
+
+def _start_tracking(spec: GridSpec, store: RunStore, tracking_uri: str, reopen: bool) -> Tracker:
+    """Open the run's MLflow store and its parent run (``reopen``: the parent in the manifest, if the store has it),
+    and record the parent in the manifest. Raises whatever :class:`Tracker` raises."""
+    tracker = Tracker(tracking_uri, experiment=f"confgrid/{spec.name}")
+    parent_id = store.meta.get("mlflow_parent_run_id") if reopen else None
+    parent_id = tracker.open_parent(run_id=parent_id, run_name=spec.name, params=grid_params(spec),
+                                    tags={"confgrid.kind": "grid"})
+    store.meta.update({"mlflow_parent_run_id": parent_id, "tracking_uri": tracking_uri})
+    return tracker
+
+
+def _close_tracking(tracker: Tracker | None, status: str) -> TrackingFailure | None:
+    """End the parent run with ``status``; a store that fails now is returned, never raised."""
+    if tracker is None:
+        return None
+    try:
+        tracker.close_parent(status=status)
+    except Exception as exc:  # noqa: BLE001 - the results are written; say what failed
+        return TrackingFailure.of(tracker.tracking_uri, exc)
+    return None
 
 
 def _in_grid(spec: GridSpec):
@@ -271,11 +301,14 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         log.info("manifest: %d record(s) of models, datasets or answer sets no longer in the grid removed "
                  "(their shard files stay in shards/ and are reused if they come back)", pruned)
     tracking_uri = _tracking_uri(store, tracking_uri)
-    tracker = Tracker(tracking_uri, experiment=f"confgrid/{spec.name}")
-    parent_id = store.meta.get("mlflow_parent_run_id") if (resume or only_failed) else None
-    parent_id = tracker.open_parent(run_id=parent_id, run_name=spec.name, params=grid_params(spec),
-                                    tags={"confgrid.kind": "grid"})
-    store.meta.update({"mlflow_parent_run_id": parent_id, "tracking_uri": tracking_uri})
+    failure: TrackingFailure | None = None
+    tracker: Tracker | None = None
+    try:
+        tracker = _start_tracking(spec, store, tracking_uri, reopen=resume or only_failed)
+    except Exception as exc:  # noqa: BLE001 - computing never depends on tracking
+        failure = TrackingFailure.of(tracking_uri, exc)
+        log.error("%s; tracking is off for this run, every result is still computed and written", failure.line())
+    parent_id = tracker.parent_run_id if tracker is not None else None
     store.save_manifest()
     tables = {"items": _store_items(spec, store, items)}
     plan = GridPlan(spec, items)
@@ -302,14 +335,20 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         c = ex.counters
         summary = RunSummary(store.root, ev.metrics, ev.gaps, ev.shifts, c.model_calls, c.reused, c.computed,
                              parent_id, tables, len(ex.failed), c.skipped, c.loads, c.restarts, methods_df)
+        # what the MLflow record holds beyond the files, kept for `confgrid log` (log_run)
+        store.meta["mlflow_record"] = {
+            "provenance": ex.provenance,
+            "run_metrics": {"model_calls": c.model_calls, "model_loads": c.loads, "restarts": c.restarts,
+                            "shards_reused": c.reused, "shards_computed": c.computed, "shards_failed": len(ex.failed),
+                            "seconds": time.time() - t0}}
         store.flush(force=True)
-        try:
-            log_results(spec, store, tracker, ev, ex.provenance,
-                        {"model_calls": c.model_calls, "model_loads": c.loads, "restarts": c.restarts,
-                         "shards_reused": c.reused, "shards_computed": c.computed, "shards_failed": len(ex.failed),
-                         "seconds": time.time() - t0}, tables)
-        except Exception as exc:  # noqa: BLE001 - results are on disk already; say so and go on
-            log.error("MLflow logging failed (%s: %s); every result is in %s", type(exc).__name__, exc, store.root)
+        if tracker is not None:
+            try:
+                log_results(spec, store, tracker, ev, ex.provenance, store.meta["mlflow_record"]["run_metrics"],
+                            tables)
+            except Exception as exc:  # noqa: BLE001 - results are on disk already; say so and go on
+                failure = TrackingFailure.of(tracking_uri, exc)
+                log.error("%s; every result is in %s", failure.line(), store.root)
         status = "FAILED" if ex.failed else "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -317,7 +356,8 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
                     store.root, store.root)
         raise
     finally:
-        tracker.close_parent(status=status)
+        failure = failure or _close_tracking(tracker, status)
+    summary.tracking_failure = failure
     c = ex.counters
     log.info("done in %.1f s: %d model calls, %d model load(s), %d shards computed, %d reused, %d failed",
              time.time() - t0, c.model_calls, c.loads, c.computed, c.reused, len(ex.failed))
@@ -326,3 +366,57 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
     if ex.failed:
         raise ShardFailures(ex.failed, store.root, summary)
     return summary
+
+
+def log_run(out_dir: str | Path, tracking_uri: str | None = None) -> Logged:
+    """Log a finished run directory to MLflow, as its run would have (``confgrid log OUT``).
+
+    A new parent run with the grid's params, the run's counters and the result files, tables, grid and
+    manifest as artifacts, and a child run per (model, dataset) setting with its metrics
+    (:func:`confgrid.flows.outputs.log_results`, read back from ``results/*.parquet``). For a run whose
+    tracking failed, or to copy a run into another store.
+
+    Parameters
+    ----------
+    out_dir : path
+        Output directory of ``confgrid run`` (``grid.yaml``, ``manifest.json``, ``results/metrics.parquet``).
+    tracking_uri : str, optional
+        Default: the store the run was given (``--tracking-uri``), else ``sqlite:///OUT/mlflow.db``; a URI given
+        here is kept for the folder's later resumes.
+
+    Returns
+    -------
+    Logged
+        The new parent run (recorded in the manifest), its store and experiment.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``out_dir`` lacks one of the files above.
+    TrackingError
+        The store failed (the parent run is then marked FAILED if it was made).
+    """
+    from confgrid.flows.spec import load_grid
+
+    root = Path(out_dir)
+    res = root / "results"
+    for need in (root / "grid.yaml", root / "manifest.json", res / "metrics.parquet"):
+        if not need.is_file():
+            raise FileNotFoundError(f"{root}: no {need.relative_to(root)}; is this the directory of a finished run?")
+    spec = load_grid(root / "grid.yaml")
+    store = RunStore(root)
+    ev = Evaluation(*(pd.read_parquet(res / f"{name}.parquet") if (res / f"{name}.parquet").is_file()
+                      else pd.DataFrame() for name in ("metrics", "gaps", "shifts", "settings")))
+    record = store.meta.get("mlflow_record", {})
+    tables = {p.stem: p for p in sorted((store.root / "tables").glob("*.parquet"))}
+    tracking_uri = _tracking_uri(store, tracking_uri)
+    tracker = None
+    try:
+        tracker = _start_tracking(spec, store, tracking_uri, reopen=False)
+        log_results(spec, store, tracker, ev, record.get("provenance", {}), record.get("run_metrics", {}), tables)
+        tracker.close_parent("FINISHED")
+    except Exception as exc:
+        _close_tracking(tracker, "FAILED")
+        raise TrackingError(TrackingFailure.of(tracking_uri, exc)) from exc
+    store.save_manifest()
+    return Logged.of(tracker)

@@ -6,7 +6,7 @@ run directory holds its whole MLflow record and can be moved or shared (the
 next confgrid command on the moved folder re-points the store's artifact
 paths, :func:`relocate_artifacts`). ``--tracking-uri`` points at any MLflow
 server, which keeps its own artifact store (use a server, not a shared SQLite
-file, when several drivers log at once). All logging happens from the driver,
+file, when several drivers log at once or on a cluster). All logging happens from the driver,
 never from actors. Shards live in ``manifest.json`` (logged as an artifact);
 one run per shard is opt-in (``execution.mlflow_shard_runs``).
 
@@ -17,23 +17,199 @@ and ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``.
 Runs are written with :class:`mlflow.tracking.MlflowClient` (explicit run ids,
 no global "active run"), so a resumed shard logs into the run id recorded in
 the manifest and ``resume`` continues the same parent run.
+
+Several processes may share one SQLite store: the first to open it creates
+and migrates its tables under a file lock (``<db>.lock``, :func:`store_lock`),
+so the others find it whole, and a call that finds the database locked by
+another writer is retried (:data:`LOCKED_BACKOFF_S`). A tracking server is
+probed first (:func:`probe_server`, a few seconds), so one that does not
+answer costs seconds, not MLflow's minutes of HTTP retries. Computing never
+depends on tracking: a store that fails is a :class:`TrackingFailure`, the
+results are written all the same, the command ends with
+:data:`EXIT_TRACKING_FAILED`, and ``confgrid log OUT`` logs them later.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 __all__ = ["default_tracking_uri", "Tracker", "mlflow_key", "result_metrics", "sqlite_path", "relocate_artifacts",
-           "ARTIFACT_DIR"]
+           "ARTIFACT_DIR", "EXIT_TRACKING_FAILED", "TrackingUnavailable", "TrackingFailure", "probe_server",
+           "store_lock", "LOCKED_BACKOFF_S", "TrackingError", "Logged"]
 
 #: Folder of MLflow artifacts next to a local SQLite store (``OUT/mlartifacts`` for the default store).
 ARTIFACT_DIR = "mlartifacts"
+#: Exit status of ``confgrid run``, ``analyze`` and ``log`` when every result is written but not the MLflow record.
+EXIT_TRACKING_FAILED = 3
+#: Seconds a tracking server has to answer the probe of :func:`probe_server`.
+PROBE_TIMEOUT_S = 5.0
+#: Seconds to wait for another process that holds a SQLite store's lock (creating or migrating it).
+LOCK_TIMEOUT_S = 300.0
+#: Seconds slept before each retry of an MLflow call that found the SQLite store locked by another writer
+#: (each attempt already waits up to MLflow's own 20 s SQLite busy timeout).
+LOCKED_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+log = logging.getLogger("confgrid")
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store cannot be reached: no server answers at the URI, or its lock is held too long."""
+
+
+@dataclass(frozen=True)
+class TrackingFailure:
+    """MLflow logging of a command failed; its results are written all the same.
+
+    Attributes
+    ----------
+    tracking_uri : str
+        The store that failed.
+    error : str
+        ``"<exception type>: <first line of its message>"`` (at most 300 characters).
+    """
+
+    tracking_uri: str
+    error: str
+
+    @classmethod
+    def of(cls, tracking_uri: str, exc: BaseException) -> TrackingFailure:
+        """The failure ``exc`` raised while logging to ``tracking_uri``."""
+        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        return cls(tracking_uri, text if isinstance(exc, TrackingUnavailable) else f"{type(exc).__name__}: {text}")
+
+    def line(self) -> str:
+        """One line naming the store and the error."""
+        return f"MLflow tracking failed ({self.tracking_uri}): {self.error}"
+
+    def hint(self, out_dir: str | Path) -> str:
+        """Where the results are and the command that logs them later."""
+        return (f"every result is written in {out_dir}; log them when the store works: "
+                f"confgrid log {out_dir} --tracking-uri {self.tracking_uri}")
+
+
+class TrackingError(RuntimeError):
+    """Logging a finished directory (``confgrid log``) failed; ``.failure`` names the store and the error."""
+
+    def __init__(self, failure: TrackingFailure) -> None:
+        super().__init__(failure.line())
+        self.failure = failure
+
+
+@dataclass(frozen=True)
+class Logged:
+    """Where ``confgrid log`` logged a directory: the new parent run, its store and experiment."""
+
+    parent_run_id: str
+    tracking_uri: str
+    experiment: str
+
+    @classmethod
+    def of(cls, tracker: Tracker) -> Logged:
+        return cls(tracker.parent_run_id or "", tracker.tracking_uri, tracker.experiment)
+
+
+def probe_server(tracking_uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Check that an ``http(s)://`` tracking server answers (``GET <uri>/health``) within ``timeout`` seconds.
+
+    Any HTTP answer counts, an error status too (an older server, an authenticating proxy); other URIs
+    (``sqlite:///``, ``databricks``, ``file:``) are not probed.
+
+    Raises
+    ------
+    TrackingUnavailable
+        Nothing answers: connection refused, unknown host, timeout, or a reply that is not HTTP.
+    """
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    if not tracking_uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout):
+            pass
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise TrackingUnavailable(f"no MLflow server answers at {tracking_uri} within {timeout:g} s "
+                                  f"({reason})") from None
+
+
+def store_lock(tracking_uri: str, timeout: float = LOCK_TIMEOUT_S) -> AbstractContextManager[Any]:
+    """The inter-process lock of a ``sqlite:///PATH`` store, the file ``PATH.lock``; a no-op for other stores.
+
+    Held while a process opens the store (MLflow creates and migrates the tables of a new or old database
+    then, which two processes must not do at once) and creates its experiment. Acquiring it raises
+    :class:`TrackingUnavailable` after ``timeout`` seconds.
+    """
+    from filelock import FileLock, Timeout
+
+    db = sqlite_path(tracking_uri)
+    if db is None:
+        return nullcontext()
+    lock = FileLock(f"{db}.lock", timeout=timeout)
+
+    @contextmanager
+    def held() -> Iterator[None]:
+        try:
+            lock.acquire()
+        except Timeout:
+            raise TrackingUnavailable(f"another process has held {lock.lock_file} for more than {timeout:g} s"
+                                      ) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    return held()
+
+
+def _locked(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or an exception behind it is SQLite's ``database is locked``."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if "database is locked" in str(exc):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class _Retrying:
+    """An MLflow client whose calls are retried, after ``waits`` seconds each, while SQLite says
+    ``database is locked`` (another process writing); any other error is raised at once."""
+
+    def __init__(self, client: Any, waits: tuple[float, ...] = LOCKED_BACKOFF_S,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._client, self._waits, self._sleep = client, waits, sleep
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for wait in self._waits:
+                try:
+                    return attr(*args, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - only a locked database is retried
+                    if not _locked(exc):
+                        raise
+                    log.info("MLflow store locked by another writer (%s); retrying in %g s", name, wait)
+                    self._sleep(wait)
+            return attr(*args, **kwargs)
+
+        return call
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
 PARENT_TAG = "mlflow.parentRunId"
@@ -140,6 +316,14 @@ class Tracker:
         MLflow tracking URI.
     experiment : str
         Experiment name (created if missing).
+
+    Raises
+    ------
+    TrackingUnavailable
+        No server answers at an ``http(s)`` URI (:func:`probe_server`), or a SQLite store's lock is held by
+        another process for more than :data:`LOCK_TIMEOUT_S`.
+    Exception
+        Whatever MLflow raises when it cannot open the store (e.g. a database it cannot migrate).
     """
 
     def __init__(self, tracking_uri: str, experiment: str) -> None:
@@ -148,20 +332,33 @@ class Tracker:
 
         for name in ("alembic", "mlflow", "mlflow.store", "mlflow.tracking"):
             logging.getLogger(name).setLevel(logging.WARNING)
-        self.tracking_uri = tracking_uri
+        self.tracking_uri, self.experiment = tracking_uri, experiment
+        probe_server(tracking_uri)
         db = sqlite_path(tracking_uri)
-        if db is not None and relocate_artifacts(db):
-            logging.getLogger("confgrid").info("MLflow store %s was moved; its artifact paths now point at %s",
-                                               db, db.parent / ARTIFACT_DIR)
-        self.client = MlflowClient(tracking_uri=tracking_uri)
-        exp = self.client.get_experiment_by_name(experiment)
-        if exp is not None:
-            self.experiment_id = exp.experiment_id
-        else:  # a local store keeps its artifacts next to it (MLflow's default is ./mlruns of the working directory)
-            location = (db.parent / ARTIFACT_DIR).resolve().as_uri() if db is not None else None
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        with store_lock(tracking_uri):  # one process at a time creates, migrates and relocates the store
+            if db is not None and relocate_artifacts(db):
+                log.info("MLflow store %s was moved; its artifact paths now point at %s", db, db.parent / ARTIFACT_DIR)
+            self.client = _Retrying(MlflowClient(tracking_uri=tracking_uri))
+            self.experiment_id = self._experiment(experiment, db)
         self.parent_run_id: str | None = None
         self._mlflow = mlflow
+
+    def _experiment(self, name: str, db: Path | None) -> str:
+        """The id of experiment ``name``, created if missing (its first call opens, and migrates, the store)."""
+        from mlflow.exceptions import MlflowException
+
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        # a local store keeps its artifacts next to it (MLflow's default is ./mlruns of the working directory)
+        location = (db.parent / ARTIFACT_DIR).resolve().as_uri() if db is not None else None
+        try:
+            return self.client.create_experiment(name, artifact_location=location)
+        except MlflowException:  # another client of the same server created it meanwhile
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
 
     # -- runs ---------------------------------------------------------------------------
     def _log(self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,

@@ -309,6 +309,67 @@ def test_mlflow_parent_and_child_runs(tmp_path):
     assert (out / "mlartifacts").is_dir()
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_no_tracking_server_writes_everything_exits_3_and_log_logs_it_later(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from confgrid.flows.tracking import EXIT_TRACKING_FAILED
+
+    out, dead = tmp_path / "out", f"http://127.0.0.1:{free_port()}"
+    r = invoke(SMALL, "--out", out, "--bootstrap", B, "--tracking-uri", dead)
+    assert r.exit_code == EXIT_TRACKING_FAILED == 3, r.output
+    for name in ("metrics", "gaps", "alignment"):
+        assert (out / f"{name}.csv").is_file() and (out / f"{name}.parquet").is_file()
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == f"confgrid analyze: MLflow tracking failed ({dead}): no MLflow server answers at {dead} " \
+                       "within 5 s ([Errno 111] Connection refused)"
+    assert lines[1].endswith(f"confgrid log {out} --tracking-uri {dead}")
+    assert len(lines) == 2 and "warning:" not in r.stderr  # said once
+    # later: `confgrid log OUT` into a store that works, and the numbers are there
+    uri = f"sqlite:///{tmp_path / 'later.db'}"
+    r = runner.invoke(app, ["log", str(out), "--tracking-uri", uri])
+    assert r.exit_code == 0, r.output
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
+    parent = [x for x in runs if "mlflow.parentRunId" not in x.data.tags]
+    assert [x.info.run_name for x in parent] == ["analyze_small.csv"] and parent[0].info.run_id in r.output
+    assert parent[0].data.params["n_resamples"] == B
+    child = {x.info.run_name: x.data for x in runs if x.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
+    assert sorted(child) == ["m1/d1", "m2/d1"]
+    assert child["m1/d1"].metrics["token/auroc/point"] == 1.0  # by hand, see test_hand_checked_metrics_and_gaps
+    assert child["m1/d1"].metrics["verbalized/ece/point"] == pytest.approx(0.225)
+    m = pd.read_csv(out / "metrics.csv").set_index(["setting", "signal", "metric"])
+    assert child["m2/d1"].metrics["verbalized/brier/hi"] == pytest.approx(m.loc[("m2/d1", "verbalized", "brier"), "hi"])
+    assert {a.path for a in client.list_artifacts(parent[0].info.run_id, "results")} >= {"results/metrics.csv"}
+    # without --tracking-uri, log goes to the store the analysis was given (still down): exit 3 again
+    r = runner.invoke(app, ["log", str(out)])
+    assert r.exit_code == 3 and f"MLflow tracking failed ({dead})" in r.stderr and "Traceback" not in r.stderr
+    r = runner.invoke(app, ["log", str(tmp_path)])
+    assert r.exit_code == 2 and "neither grid.yaml" in r.stderr
+
+
+def test_a_broken_sqlite_store_is_a_visible_failure(tmp_path):
+    bad = tmp_path / "broken.db"
+    bad.write_bytes(b"not a database" * 100)
+    out = tmp_path / "out"
+    r = invoke(SMALL, "--out", out, "--bootstrap", B, "--tracking-uri", f"sqlite:///{bad}")
+    assert r.exit_code == 3, r.output
+    assert (out / "metrics.csv").is_file() and (out / "analyze.json").is_file()
+    assert f"MLflow tracking failed (sqlite:///{bad}): " in r.stderr and "Traceback" not in r.stderr
+    with pytest.warns(AnalyzeWarning, match="MLflow tracking failed"):  # the Python API says it too
+        t = analyze(SMALL, tmp_path / "api", n_resamples=20, tracking_uri=f"sqlite:///{bad}")
+    assert t["metrics"].attrs["tracking_failure"].tracking_uri == f"sqlite:///{bad}"
+    assert "mlflow_parent_run_id" not in t["metrics"].attrs
+
+
 @pytest.fixture(scope="module")
 def ray_local():
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"

@@ -162,3 +162,51 @@ def test_resume_recomputes_a_damaged_shard_and_rebuilds_a_damaged_manifest(first
 
     settings = {r["setting"] for r in read_manifest(copy / "manifest.json")["shards"]}
     assert not any(s.startswith("recovered:") for s in settings)
+
+
+def test_no_tracking_server_the_run_writes_everything_exits_3_and_log_logs_it(first_run, tmp_path):
+    # a copy of the finished run, without its results and MLflow store: every shard is reused, no model call
+    import shutil
+    import socket
+
+    from mlflow.tracking import MlflowClient
+    from typer.testing import CliRunner
+
+    from confgrid.flows.cli import app
+    from confgrid.flows.evaluate import primary_group
+    from confgrid.flows.spec import load_grid
+
+    _, out, _ = first_run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("results", "mlflow.db*", "mlartifacts"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    cli = CliRunner()
+    r = cli.invoke(app, ["run", str(copy / "grid.yaml"), "--out", str(copy), "--tracking-uri", dead])
+    assert r.exit_code == 3, r.output
+    assert "Traceback" not in r.stderr
+    assert f"MLflow tracking failed ({dead}): no MLflow server answers at {dead}" in r.stderr
+    assert f"confgrid log {copy} --tracking-uri {dead}" in r.stderr
+    for name in ("metrics.parquet", "gaps.parquet", "settings.csv", "report.md", "checklist.json"):
+        assert (copy / "results" / name).is_file(), name
+    assert not (copy / "mlflow.db").exists()
+
+    uri = f"sqlite:///{tmp_path / 'later.db'}"
+    r = cli.invoke(app, ["log", str(copy), "--tracking-uri", uri])
+    assert r.exit_code == 0, r.output
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("confgrid/e2e").experiment_id])
+    parent = [x for x in runs if "mlflow.parentRunId" not in x.data.tags]
+    assert len(parent) == 1 and parent[0].info.run_id in r.output and parent[0].info.status == "FINISHED"
+    assert parent[0].data.metrics["model_calls"] == 0 and parent[0].data.metrics["shards_computed"] == 0
+    kids = {x.info.run_name: x.data.metrics for x in runs if x.data.tags.get("mlflow.parentRunId")}
+    assert sorted(kids) == ["fixture/mmlu", "fixture/triviaqa", "fixture/truthfulqa"]
+    spec = load_grid(copy / "grid.yaml")
+    m = pd.read_parquet(copy / "results" / "metrics.parquet")
+    for k, v in primary_group(spec).items():
+        m = m[m[k] == v]
+    row = m[(m["setting"] == "fixture/triviaqa") & (m["signal"] == "verbalized") & (m["metric"] == "ece")]
+    assert kids["fixture/triviaqa"]["verbalized/ece/point"] == pytest.approx(row["point"].item(), abs=1e-12)
+    assert {a.path for a in client.list_artifacts(parent[0].info.run_id)} >= {"manifest.json", "grid.yaml", "results",
+                                                                            "tables"}

@@ -64,3 +64,118 @@ def test_result_metrics_one_vocabulary():
     assert out["verbalized/ece/point"] == 0.2 and out["token_bare/ece/hi"] == 0.15
     assert out["gap/verbalized-token_bare/ece/point"] == pytest.approx(0.1)
     assert len(out) == 9
+
+
+# ---------------------------------------------------------------------------
+# a store that fails: shared SQLite, locked database, no server
+# ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on (bound once by the OS, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_four_analyze_processes_share_one_fresh_sqlite_store(tmp_path):
+    # four writers start together on a store that does not exist yet: without the lock they race through
+    # MLflow's migrations (duplicate column, _alembic_tmp_* exists) and lose their runs
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
+    small = Path(__file__).parent / "fixtures" / "analyze_small.csv"
+    uri = f"sqlite:///{tmp_path / 'shared.db'}"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    procs = [subprocess.Popen([sys.executable, "-m", "confgrid.flows.cli", "analyze", str(small), "--out",
+                               str(tmp_path / f"o{i}"), "--bootstrap", "20", "--tracking-uri", uri],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(4)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, errs
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("confgrid/analyze")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 4 and len(runs) == 4 + 4 * 2  # a child per setting (m1/d1, m2/d1)
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    # the store is whole: a later open (what `confgrid run` does at its start) works and logs
+    t = Tracker(uri, "confgrid/later")
+    with t.parent("later", {"a": 1}):
+        kid = t.child("m/d", {}, {"x/ece/point": 0.5}, [])
+    assert client.get_run(kid).data.metrics == {"x/ece/point": 0.5}
+
+
+def test_a_locked_database_is_retried_other_errors_are_not():
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+
+    from confgrid.flows.tracking import _Retrying
+
+    def locked():
+        try:
+            raise sqlite3.OperationalError("database is locked")
+        except sqlite3.OperationalError as e:  # MLflow wraps the driver's error
+            raise MlflowException(f"(sqlite3.OperationalError) {e}") from e
+
+    class Flaky:
+        def __init__(self, fails: int, error=locked):
+            self.calls, self.fails, self.error = 0, fails, error
+
+        def log_batch(self, run_id):
+            self.calls += 1
+            if self.calls <= self.fails:
+                self.error()
+            return run_id
+
+    slept = []
+    ok = Flaky(fails=2)
+    assert _Retrying(ok, waits=(0.1, 0.2, 0.4), sleep=slept.append).log_batch("r") == "r"
+    assert ok.calls == 3 and slept == [0.1, 0.2]
+    slept.clear()
+    never = Flaky(fails=10)
+    with pytest.raises(MlflowException, match="database is locked"):
+        _Retrying(never, waits=(0.1, 0.2), sleep=slept.append).log_batch("r")
+    assert never.calls == 3 and slept == [0.1, 0.2]  # bounded: len(waits) retries
+    other = Flaky(fails=1, error=lambda: (_ for _ in ()).throw(MlflowException("RESOURCE_DOES_NOT_EXIST")))
+    with pytest.raises(MlflowException, match="RESOURCE_DOES_NOT_EXIST"):
+        _Retrying(other, waits=(0.1,), sleep=slept.append).log_batch("r")
+    assert other.calls == 1
+
+
+def test_probe_server_fails_fast_when_nothing_answers_and_passes_any_http_answer():
+    import threading
+    import time as _time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from confgrid.flows.tracking import TrackingUnavailable, probe_server
+
+    port = free_port()
+    t0 = _time.time()
+    with pytest.raises(TrackingUnavailable, match=rf"no MLflow server answers at http://127.0.0.1:{port} .*refused"):
+        probe_server(f"http://127.0.0.1:{port}")
+    assert _time.time() - t0 < 2
+
+    class NotFound(BaseHTTPRequestHandler):  # a server without /health still answers
+        def do_GET(self):
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        probe_server(f"http://127.0.0.1:{srv.server_port}/")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    probe_server("sqlite:////nowhere/mlflow.db")  # not a server: not probed
