@@ -254,6 +254,11 @@ def test_graded_ia_exact_and_declared_strata():
     s2 = V.ia_split(za, zb, ia_strata=2)  # strata [0, 0.5), [0.5, 1]: h_A = 1,1,1,1,1,0; h_B = 1,1,0,0,0,1
     assert s2.aligned.tolist() == [True, True, False, False, False, False]
     assert s2.both_right.tolist() == s2.aligned.tolist() and not s2.partial.any()
+    for bad in (1, 0, True):
+        with pytest.raises((ValueError, ACEInputError), match="ia_strata"):
+            V.ia_split(za, zb, ia_strata=bad)
+        with pytest.raises(ACEInputError, match="ia_strata"):
+            V.ViewOptions(ia_strata=bad)
     s3 = V.ia_split([0.5, 0.5, 1], [0.5, 0, 1])
     assert s3.partial.tolist() == [True, False, False]
     cell = cell_of([0.5] * 6, za, [0.6] * 6, zb)
@@ -354,7 +359,14 @@ def test_empty_input_is_a_clear_error():
 def test_docstring_examples():
     import doctest
 
-    from confgrid.analysis.ace import bootstrap, candidates, da, reversals, tables, weighted
+    from confgrid.analysis.ace import (
+        bootstrap,
+        candidates,
+        da,
+        reversals,
+        tables,
+        weighted,
+    )
 
     for mod in (F, V, weighted, da, bootstrap, candidates, reversals, tables):
         res = doctest.testmod(mod, raise_on_error=False)

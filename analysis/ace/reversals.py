@@ -157,16 +157,23 @@ def reversal_rates(gaps: pd.DataFrame, views: Sequence[str] = MAIN_VIEWS, by=DEF
         so groups can be merged (e.g. datasets into knowledge / reasoning).
     """
     g = _with_bins(gaps[gaps["view"].isin(list(views))], edges)
-    rows = []
+    flag = g["reversal"].astype("boolean")
+    d = pd.DataFrame({"metric": g["metric"], "view": g["view"], "defined": flag.notna().astype(np.int64),
+                      "rev": flag.fillna(False).astype(np.int64)}, index=g.index)
+    parts = []
     for name, key in _groupings(g, by):
-        for (k, metric, view), part in g.groupby([key, g["metric"], g["view"]], sort=True):
-            rev = part["reversal"]
-            n, r = int(rev.notna().sum()), int((rev == True).sum())
-            above = (_bin_lower(k) >= ACC_GAP_THRESHOLD - 1e-12) if name == "acc_gap_bin" else pd.NA
-            rows.append(dict(by=name, key=k, metric=metric, view=view, n_cells=n, n_reversals=r,
-                             rate=r / n if n else float("nan"), n_undefined=int(rev.isna().sum()),
-                             above_threshold=above))
-    out = pd.DataFrame(rows, columns=list(RATE_COLUMNS))
+        grp = d.assign(key=key).groupby(["key", "metric", "view"], sort=True)
+        agg = grp[["defined", "rev"]].sum().rename(columns={"defined": "n_cells", "rev": "n_reversals"})
+        agg = agg.assign(n_rows=grp.size()).reset_index()
+        agg.insert(0, "by", name)
+        agg["above_threshold"] = [(_bin_lower(k) >= ACC_GAP_THRESHOLD - 1e-12) if name == "acc_gap_bin" else pd.NA
+                                  for k in agg["key"]]
+        parts.append(agg)
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["n_cells", "n_reversals", "n_rows"])
+    n = out["n_cells"].to_numpy(np.float64)
+    out["rate"] = np.divide(out["n_reversals"].to_numpy(np.float64), n, out=np.full(n.size, np.nan), where=n > 0)
+    out["n_undefined"] = out["n_rows"] - out["n_cells"]
+    out = out.reindex(columns=list(RATE_COLUMNS))
     out["above_threshold"] = out["above_threshold"].astype("boolean")
     return out
 
@@ -228,16 +235,26 @@ def pattern_shares(pats: pd.DataFrame, by=("method", "dataset", "comparison")) -
         and ``da_ia_agree``, the share of cells (with both flags defined)
         where DA and IA share the same reversal status.
     """
-    rows = []
+    d = pd.DataFrame({p: (pats["pattern"] == p).astype(np.int64) for p in PATTERNS}, index=pats.index)
+    d["metric"] = pats["metric"]
+    d["n_cells"] = (pats["pattern"] != "undefined").astype(np.int64)
+    agree = pats["da_ia_agree"].astype("boolean")
+    d["agree_n"], d["agree_yes"] = agree.notna().astype(np.int64), agree.fillna(False).astype(np.int64)
+    parts = []
     for name, key in _groupings(pats, by):
-        for (k, metric), part in pats.groupby([key, pats["metric"]], sort=True):
-            ok = part["pattern"] != "undefined"
-            n = int(ok.sum())
-            agree = part["da_ia_agree"].dropna()
-            shares = {p: (float((part.loc[ok, "pattern"] == p).sum()) / n if n else float("nan")) for p in PATTERNS}
-            rows.append(dict(by=name, key=k, metric=metric, n_cells=n, **shares, n_undefined=int((~ok).sum()),
-                             da_ia_agree=float(agree.astype(bool).mean()) if len(agree) else float("nan")))
-    return pd.DataFrame(rows, columns=list(SHARE_COLUMNS))
+        grp = d.assign(key=key).groupby(["key", "metric"], sort=True)
+        agg = grp[[*PATTERNS, "n_cells", "agree_n", "agree_yes"]].sum().assign(n_rows=grp.size()).reset_index()
+        agg.insert(0, "by", name)
+        parts.append(agg)
+    out = pd.concat(parts, ignore_index=True)
+    n = out["n_cells"].to_numpy(np.float64)
+    for p in PATTERNS:
+        out[p] = np.divide(out[p].to_numpy(np.float64), n, out=np.full(n.size, np.nan), where=n > 0)
+    na = out["agree_n"].to_numpy(np.float64)
+    out["da_ia_agree"] = np.divide(out["agree_yes"].to_numpy(np.float64), na, out=np.full(na.size, np.nan),
+                                   where=na > 0)
+    out["n_undefined"] = out["n_rows"] - out["n_cells"]
+    return out.reindex(columns=list(SHARE_COLUMNS))
 
 
 def _row_pearson(rx: np.ndarray, ry: np.ndarray) -> np.ndarray:

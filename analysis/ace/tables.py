@@ -284,7 +284,7 @@ def ace_tables(
         if candidates is None:
             msgs.append("CA skipped: no candidate-ratings table was given")
         else:
-            ratings = validate_ratings(candidates)
+            ratings = dict(tuple(validate_ratings(candidates).groupby(["dataset", "method"], sort=False)))
     own_views = [v for v in ("ia", "da", "da_resample") if v in views]
     gap_rows, boot_rows, ret_rows, sp_rows = [], [], [], []
     for cell in matched.cells:
@@ -292,7 +292,8 @@ def ace_tables(
         point = cell_views(cell, metrics, own_views, opts, rng)
         ca, sp, extra = None, (), []
         if ratings is not None:
-            ca = ca_cell(cell, ratings)
+            part = ratings.get((cell.dataset, cell.method))
+            ca = None if part is None else ca_cell(cell, part)
             if ca is None:
                 msgs.append(f"{cell.pair.name} / {cell.dataset} / {cell.method}: CA skipped, no candidate ratings")
             else:

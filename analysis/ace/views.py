@@ -157,7 +157,7 @@ def ia_split(correct_a, correct_b, ia_strata: int | None = None) -> IASplit:
     ----------
     correct_a, correct_b : array-like of shape (n,)
     ia_strata : int, optional
-        ``None``: exact match, ``h(z) = z``. An integer ``k >= 1``: ``h`` is
+        ``None``: exact match, ``h(z) = z``. An integer ``k >= 2``: ``h`` is
         the index of ``k`` equal-width strata of ``[0, 1]`` (bin-edge rule of
         ``bin_indices``).
 
@@ -166,6 +166,12 @@ def ia_split(correct_a, correct_b, ia_strata: int | None = None) -> IASplit:
     IASplit
         ``both_right``: ``h(z_A) = h(z_B) = h(1)``; ``both_wrong``:
         ``= h(0)``; ``partial``: the rest of ``D_IA``.
+
+    Raises
+    ------
+    ValueError
+        If ``ia_strata`` is given and below 2 (one stratum would make every
+        item both right and both wrong).
 
     Examples
     --------
@@ -177,6 +183,8 @@ def ia_split(correct_a, correct_b, ia_strata: int | None = None) -> IASplit:
     zb = np.asarray(correct_b, dtype=np.float64)
     if ia_strata is None:
         ha, hb, top, bottom = za, zb, 1.0, 0.0
+    elif isinstance(ia_strata, bool) or not isinstance(ia_strata, (int, np.integer)) or ia_strata < 2:
+        raise ValueError(f"ia_strata must be None or an integer >= 2, got {ia_strata!r}")
     else:
         ha, hb = bin_indices(za, ia_strata), bin_indices(zb, ia_strata)
         top, bottom = ia_strata - 1, 0
@@ -203,7 +211,7 @@ class ViewOptions:
         Common target of ``da_target``: the pair's mean composition, or an
         accuracy in ``[0, 1]`` (binary correctness only).
     ia_strata : int or None
-        ``None``: IA by exact score match; ``k``: by ``k`` equal-width strata.
+        ``None``: IA by exact score match; ``k >= 2``: by ``k`` equal-width strata.
     max_levels, n_strata : int
         DA strata: exact levels up to ``max_levels`` distinct values, else
         ``n_strata`` equal-width strata.
@@ -225,9 +233,9 @@ class ViewOptions:
                 raise ACEInputError(f"{name} must be an integer >= 1, got {v!r}")
         if self.ia_strata is not None and (
             isinstance(self.ia_strata, bool) or not isinstance(self.ia_strata, (int, np.integer))
-            or self.ia_strata < 1
+            or self.ia_strata < 2
         ):
-            raise ACEInputError(f"ia_strata must be None (exact match) or an integer >= 1, got {self.ia_strata!r}")
+            raise ACEInputError(f"ia_strata must be None (exact match) or an integer >= 2, got {self.ia_strata!r}")
         t = self.target
         if isinstance(t, str):
             if t != "mean":
