@@ -422,3 +422,6 @@ def test_readme_example_runs():
         exec(compile(code, "README.md", "exec"), scope)
     t = scope["t"]
     assert set(t.gaps["view"]) >= {"raw", "ia", "da", "da_target"} and len(t.bootstrap) > 0
+    # what the README says of it: raw favours "large", IA and DA reverse, only DA-Brier meets the strict criterion
+    assert set(t.retention["view"]) == {"ia", "da"} and len(t.retention) == 4
+    assert t.retention.query("strict")[["metric", "view"]].values.tolist() == [["brier", "da"]]
