@@ -1,0 +1,163 @@
+"""Weighted ECE and Brier score, Kish effective sample size (study 001, section 4.2, Appendix E.5).
+
+Real-valued row weights enter ECE's bin counts, bin accuracy and bin
+confidence, with the bins and bin-edge rule of
+:func:`confgrid.analysis.metrics.bin_indices`. (The count-weighted kernels of
+:mod:`confgrid.analysis.bootstrap` take only integer multiplicities, and they
+sum in another order; these functions are computed in the order of
+:func:`confgrid.analysis.metrics.ece` and ``brier``, so weights all 1 give
+those values bit for bit.)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from confgrid.analysis.metrics import (
+    UndefinedMetricWarning,
+    bin_indices,
+    validate_inputs,
+)
+
+__all__ = ["METRICS", "undefined", "weighted_ece", "weighted_brier", "metric_value", "kish_ess"]
+
+#: Metrics of the comparison (lower is better for both).
+METRICS = ("ece", "brier")
+
+
+def undefined(what: str, reason: str) -> float:
+    """Warn that ``what`` is undefined (:class:`UndefinedMetricWarning`) and return ``nan``."""
+    warnings.warn(f"{what} is undefined: {reason}; returning nan", UndefinedMetricWarning, stacklevel=3)
+    return float("nan")
+
+
+def _check_weights(weights, n: int) -> np.ndarray:
+    if weights is None:
+        return np.ones(n)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n,):
+        raise ValueError(f"weights must have shape ({n},), got {w.shape}")
+    if not np.isfinite(w).all() or (w < 0).any():
+        bad = int(np.flatnonzero(~np.isfinite(w) | (w < 0))[0])
+        raise ValueError(f"weights must be finite and >= 0; got weights[{bad}] = {w[bad]!r}")
+    return w
+
+
+def _weighted_inputs(what: str, confidence, correct, weights):
+    """``(c, y, w, sum w)`` checked, or ``None`` after a warning when there is no row or no weight."""
+    c, y = validate_inputs(confidence, correct)
+    w = _check_weights(weights, c.size)
+    total = w.sum()
+    if c.size == 0 or not total > 0:
+        warnings.warn(f"{what} is undefined: no rows or zero total weight; returning nan",
+                      UndefinedMetricWarning, stacklevel=3)
+        return None
+    return c, y, w, total
+
+
+def weighted_ece(confidence, correct, weights=None, n_bins: int = 10) -> float:
+    """ECE with real-valued row weights in the bin counts, accuracy and confidence.
+
+    ``ECE_w = sum_b (W_b / W) |acc_b - conf_b|`` with ``W_b = sum_{i in b} w_i``,
+    ``acc_b = sum_{i in b} w_i z_i / W_b``, ``conf_b = sum_{i in b} w_i c_i / W_b``
+    and ``W = sum_i w_i``; bins ``[k/B, (k+1)/B)``, the last one holding
+    ``1.0`` (:func:`confgrid.analysis.metrics.bin_indices`). Computed in the
+    same order as :func:`confgrid.analysis.metrics.ece`, so weights all 1 give
+    exactly (bit for bit) the existing ECE; integer weights give the ECE of
+    the rows repeated that many times. Reference: study 001, section 4.2.
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n,)
+        In ``[0, 1]``.
+    correct : array-like of shape (n,)
+        Binary or graded, in ``[0, 1]``.
+    weights : array-like of shape (n,), optional
+        Finite, ``>= 0``; default all 1.
+    n_bins : int, default=10
+
+    Returns
+    -------
+    float
+        In ``[0, 1]``, lower is better; ``nan`` with an
+        :class:`UndefinedMetricWarning` when there are no rows or the weights
+        sum to 0.
+
+    Raises
+    ------
+    ValueError
+        Values outside ``[0, 1]``, shapes that differ, negative or
+        non-finite weights, ``n_bins < 1``.
+
+    Examples
+    --------
+    >>> weighted_ece([0.0, 0.1, 0.5, 1.0], [0, 0, 1, 1])
+    0.15
+    >>> weighted_ece([0.9, 0.9, 0.2], [1, 0, 0], weights=[1.0, 2.0, 0.0])  # |1/3 - 0.9|
+    0.5666666666666667
+    """
+    prep = _weighted_inputs("weighted ECE", confidence, correct, weights)
+    if prep is None:
+        return float("nan")
+    c, y, w, total = prep
+    b = bin_indices(c, n_bins)
+    n_b = np.bincount(b, weights=w, minlength=n_bins)
+    sum_c = np.bincount(b, weights=w * c, minlength=n_bins)
+    sum_y = np.bincount(b, weights=w * y, minlength=n_bins)
+    nz = n_b > 0
+    return float(np.sum(n_b[nz] / total * np.abs(sum_y[nz] / n_b[nz] - sum_c[nz] / n_b[nz])))
+
+
+def weighted_brier(confidence, correct, weights=None) -> float:
+    """Weighted Brier score ``sum_i w_i (c_i - z_i)^2 / sum_i w_i``.
+
+    Weights all 1 give exactly :func:`confgrid.analysis.metrics.brier`.
+
+    Parameters, Returns, Raises
+        As :func:`weighted_ece` (without ``n_bins``).
+
+    Examples
+    --------
+    >>> weighted_brier([1.0, 0.5, 0.0], [1, 0, 0], weights=[0.0, 2.0, 2.0])
+    0.125
+    """
+    prep = _weighted_inputs("weighted Brier", confidence, correct, weights)
+    if prep is None:
+        return float("nan")
+    c, y, w, total = prep
+    return float(np.sum(w * (c - y) ** 2) / total)
+
+
+def metric_value(metric: str, confidence, correct, weights=None, n_bins: int = 10) -> float:
+    """:func:`weighted_ece` or :func:`weighted_brier` by name.
+
+    Raises
+    ------
+    ValueError
+        If ``metric`` is not in :data:`METRICS`.
+    """
+    if metric == "ece":
+        return weighted_ece(confidence, correct, weights, n_bins)
+    if metric == "brier":
+        return weighted_brier(confidence, correct, weights)
+    raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+
+
+def kish_ess(weights) -> float:
+    """Kish effective sample size ``(sum w)^2 / sum w^2`` (study 001, Appendix E.5).
+
+    Returns ``nan`` for no weights, all-zero or non-finite weights.
+
+    Examples
+    --------
+    >>> kish_ess([1.0, 1.0, 1.0, 1.0])
+    4.0
+    >>> kish_ess([2.0, 1.0, 1.0])  # 16 / 6
+    2.6666666666666665
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    s2 = float(np.sum(w * w))
+    if w.size == 0 or not np.isfinite(w).all() or s2 == 0.0:
+        return float("nan")
+    return float(np.sum(w)) ** 2 / s2
