@@ -180,13 +180,20 @@ def load_bundled_questions(max_answer_words: int = MAX_ANSWER_WORDS) -> list[Fix
     return out
 
 
-def split_questions(questions: list[FixtureQuestion], seed: int = SEED) -> dict[str, list[FixtureQuestion]]:
-    """Seeded per-dataset split into trained (~60%) and unseen questions.
+def split_questions(questions: list[FixtureQuestion], seed: int = SEED,
+                    train_fraction: float = TRAIN_FRACTION) -> dict[str, list[FixtureQuestion]]:
+    """Seeded per-dataset split into trained (``train_fraction``, default 60%) and unseen questions.
 
     Parameters
     ----------
     questions : list of FixtureQuestion
     seed : int, default 0
+    train_fraction : float in (0, 1], default 0.6
+        Share of each dataset's questions taught. With the same seed, a
+        smaller fraction trains a subset of a larger one's questions (the
+        seeded draw is sequential), so two fixtures of different fractions
+        share their easy items: the ACE example's two models of different
+        accuracy.
 
     Returns
     -------
@@ -200,7 +207,7 @@ def split_questions(questions: list[FixtureQuestion], seed: int = SEED) -> dict[
     for ds in sorted(by_ds):
         idx = by_ds[ds]
         rng = random.Random(f"{seed}-{ds}")
-        trained.update(rng.sample(idx, round(TRAIN_FRACTION * len(idx))))
+        trained.update(rng.sample(idx, round(train_fraction * len(idx))))
     return {
         "trained": [q for i, q in enumerate(questions) if i in trained],
         "unseen": [q for i, q in enumerate(questions) if i not in trained],
@@ -414,6 +421,7 @@ def train_fixture(
     layers: int = 4,
     intermediate: int = 384,
     max_answer_words: int = MAX_ANSWER_WORDS,
+    train_fraction: float = TRAIN_FRACTION,
     evaluate: bool = True,
     verbose: bool = True,
 ) -> dict:
@@ -459,6 +467,9 @@ def train_fixture(
     max_answer_words : int
         Taught answers are cut to their first this-many words (a prefix of
         the gold answer still counts as correct under containment).
+    train_fraction : float, default 0.6
+        Share of each dataset's questions taught (:func:`split_questions`);
+        the bundled ``confgrid-fixture-small`` is the same recipe at 0.3.
     evaluate : bool, default True
         Measure parse rate and accuracy with greedy decoding afterwards.
     verbose : bool, default True
@@ -479,12 +490,14 @@ def train_fixture(
 
     if unseen_format not in ("none", "wrong"):
         raise ValueError(f"unseen_format must be 'none' or 'wrong', got {unseen_format!r}")
+    if not 0.0 < train_fraction <= 1.0:
+        raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(threads)
     random.seed(seed)
     questions = load_bundled_questions(max_answer_words)
-    split = split_questions(questions, seed)
+    split = split_questions(questions, seed, train_fraction)
 
     corpus: list[str] = []
     for q in questions:
@@ -564,6 +577,7 @@ def train_fixture(
         "methods": methods,
         "answer_repeats": answer_repeats,
         "max_answer_words": max_answer_words,
+        "train_fraction": train_fraction,
         "batch_size": batch_size,
         "lr": lr,
         "layers": layers,
@@ -674,9 +688,11 @@ def _readme(summary: dict) -> str:
         "on CPU in minutes. **Its numbers say nothing about real LLMs**: it is a",
         f"{summary['params']:,}-parameter LlamaForCausalLM with a {summary['vocab_size']}-token byte-level",
         "BPE tokenizer, trained for about 10 minutes on CPU on the questions bundled",
-        "with confgrid, to memorize the answers of ~60% of them.",
+        f"with confgrid, to memorize the answers of {summary.get('train_fraction', TRAIN_FRACTION):.0%} of them.",
         "",
-        "Built by `python -m confgrid.actors.fixture --out DIR` (module `confgrid.actors.fixture`).",
+        "Built by `python -m confgrid.actors.fixture --out DIR"
+        + (f" --train-fraction {summary['train_fraction']}" if summary.get("train_fraction", TRAIN_FRACTION) != TRAIN_FRACTION else "")
+        + "` (module `confgrid.actors.fixture`).",
         "",
         "- chat template: `<|begin|><|user|>\\n{content}<|end|>\\n<|assistant|>\\n`; EOS is `<|end|>`.",
         "- trained questions: taught `Guess: <answer>\\nProbability: <p>` (p drawn from 0.55-0.95)",
@@ -724,11 +740,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-answer-words", type=int, default=MAX_ANSWER_WORDS)
     ap.add_argument("--unseen-format", choices=("none", "wrong"), default="none")
     ap.add_argument("--no-eval", action="store_true", help="skip the parse-rate/accuracy measurement")
+    ap.add_argument("--train-fraction", type=float, default=TRAIN_FRACTION,
+                    help="share of each dataset's questions taught (default 0.6; confgrid-fixture-small: 0.3)")
     args = ap.parse_args(argv)
     return train_fixture(args.out, seconds=args.seconds, steps=args.steps, seed=args.seed, threads=args.threads,
                          batch_size=args.batch_size, lr=args.lr,
                          layers=args.layers, intermediate=args.intermediate,
-                         max_answer_words=args.max_answer_words,
+                         max_answer_words=args.max_answer_words, train_fraction=args.train_fraction,
                          unseen_format=args.unseen_format, evaluate=not args.no_eval,
                          methods=not args.no_methods, answer_repeats=args.answer_repeats)
 
