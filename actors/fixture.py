@@ -49,6 +49,8 @@ from pathlib import Path
 
 __all__ = [
     "FIXTURE_MODEL_DIR",
+    "FIXTURE_SMALL_MODEL_DIR",
+    "BUNDLED_MODELS",
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
     "FixtureQuestion",
@@ -69,6 +71,12 @@ __all__ = [
 
 #: Directory of the committed fixture model (package data ``actors/fixture_model/*``).
 FIXTURE_MODEL_DIR: Path = Path(str(importlib.resources.files("confgrid.actors") / "fixture_model"))
+#: The same recipe taught 30% of the questions (``--train-fraction 0.3``): a weaker model whose trained questions
+#: are a subset of the fixture's, for comparisons across models of different accuracy (study 001, examples/ace.yaml).
+FIXTURE_SMALL_MODEL_DIR: Path = Path(str(importlib.resources.files("confgrid.actors") / "fixture_model_small"))
+#: Reserved model ids of a grid -> the bundled directories.
+BUNDLED_MODELS: dict[str, Path] = {"confgrid-fixture": FIXTURE_MODEL_DIR,
+                                   "confgrid-fixture-small": FIXTURE_SMALL_MODEL_DIR}
 
 BOS, EOS, PAD, USER, ASSISTANT = "<|begin|>", "<|end|>", "<|pad|>", "<|user|>", "<|assistant|>"
 #: Special tokens of the fixture tokenizer, in id order (ids 0..4).

@@ -210,10 +210,10 @@ class ModelWorker:
         self._candidate_ids: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, dict[int, str]]] = {}
         self._fault = _fault_plan(config.name)
         path = config.model
-        if path == "confgrid-fixture":
-            from confgrid.actors.fixture import FIXTURE_MODEL_DIR
+        if path in ("confgrid-fixture", "confgrid-fixture-small"):
+            from confgrid.actors.fixture import BUNDLED_MODELS
 
-            path = str(FIXTURE_MODEL_DIR)
+            path = str(BUNDLED_MODELS[path])
         if config.backend == "transformers":
             from confgrid.actors.transformers_backend import TransformersBackend
 

@@ -100,8 +100,10 @@ __all__ = [
 
 #: the five roles of the input columns, in report order
 ROLES = ("setting", "item_id", "signal", "confidence", "correct")
+#: optional roles: read when the file has the column (``model``: compare models, study 001)
+OPTIONAL_ROLES = ("model",)
 _FLAGS = {"setting": "--setting-col", "item_id": "--item-col", "signal": "--signal-col",
-          "confidence": "--confidence-col", "correct": "--correct-col"}
+          "confidence": "--confidence-col", "correct": "--correct-col", "model": "--model-col"}
 _FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 EXPERIMENT = "confgrid/analyze"
 #: problems listed in an input error before "... and K more"
@@ -183,14 +185,18 @@ def parse_metrics(metrics: str | Sequence[str]) -> list[str]:
 
 
 def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
-    cols = {r: r for r in ROLES}
+    cols = {r: r for r in (*ROLES, *OPTIONAL_ROLES)}
     for role, name in (columns or {}).items():
         if role not in cols:
-            raise AnalyzeInputError(f"columns: unknown role {role!r}; roles are {', '.join(ROLES)}")
+            raise AnalyzeInputError(f"columns: unknown role {role!r}; roles are {', '.join((*ROLES, *OPTIONAL_ROLES))}")
         if name is not None:
             if not str(name).strip():
                 raise AnalyzeInputError(f"{_FLAGS[role]}: empty column name")
             cols[role] = str(name)
+    given = {r for r, n in (columns or {}).items() if n is not None}
+    for r in OPTIONAL_ROLES:  # an optional role named like a required one by default is simply not read
+        if r not in given and cols[r] in [cols[x] for x in ROLES]:
+            del cols[r]
     names = list(cols.values())
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
@@ -249,10 +255,14 @@ def _read_csv(path: Path, cols: dict[str, str]) -> _Raw:
                 if dup:
                     raise AnalyzeInputError(f"{path}: header line {start} repeats column(s) {', '.join(dup)}")
                 index = {r: header.index(cols[r]) for r in ROLES}
+                for r in OPTIONAL_ROLES:
+                    if r in cols and cols[r] in header:
+                        index[r] = header.index(cols[r])
+                        values[r] = []
                 continue
             if len(row) != len(header):
                 problems.append((start, f"line {start}: {len(row)} fields, but the header has {len(header)}"))
-            for r in ROLES:
+            for r in index:
                 values[r].append(row[index[r]] if index[r] < len(row) else None)
             where.append(f"line {start}")
             pos.append(start)
@@ -278,14 +288,17 @@ def _read_jsonl(path: Path, cols: dict[str, str]) -> _Raw:
                 continue
             for k in rec:
                 seen.setdefault(k, None)
-            for r in ROLES:
-                values[r].append(rec.get(cols[r]))
+            for r in (*ROLES, *(o for o in OPTIONAL_ROLES if o in cols)):
+                values.setdefault(r, []).append(rec.get(cols[r]))
             where.append(f"line {no}")
             pos.append(no)
     if where:
         _missing_columns(path, list(seen), cols)
     elif not problems:
         raise AnalyzeInputError(f"{path}: no records (expected one JSON object per line)")
+    for r in OPTIONAL_ROLES:
+        if r not in cols or cols[r] not in seen:
+            values.pop(r, None)
     return _Raw(values, where, pos, problems)
 
 
@@ -298,8 +311,9 @@ def _read_parquet(path: Path, cols: dict[str, str]) -> _Raw:
         raise AnalyzeInputError(f"{path}: cannot read as Parquet ({exc})") from None
     names = pf.schema_arrow.names
     _missing_columns(path, names, cols)
-    table = pf.read(columns=[cols[r] for r in ROLES])
-    values = {r: table.column(cols[r]).to_pylist() for r in ROLES}
+    roles = [*ROLES, *(r for r in OPTIONAL_ROLES if r in cols and cols[r] in names)]
+    table = pf.read(columns=[cols[r] for r in roles])
+    values = {r: table.column(cols[r]).to_pylist() for r in roles}
     n = table.num_rows
     return _Raw(values, [f"row {i}" for i in range(n)], list(range(n)), [])
 
@@ -345,11 +359,11 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tu
     n = len(raw.where)
     ok = np.ones(n, dtype=bool)
     parsed: dict[str, list[Any]] = {}
-    for role in ROLES:
+    for role in (r for r in (*ROLES, *OPTIONAL_ROLES) if r in raw.values):
         label = role if cols[role] == role else f"{cols[role]!r} ({role})"
         out = []
         for i, v in enumerate(raw.values[role]):
-            value, msg = (_id if role in ("setting", "item_id", "signal") else _number)(v, role, label)
+            value, msg = (_id if role in ("setting", "item_id", "signal", "model") else _number)(v, role, label)
             if msg is not None:
                 problems.append((raw.pos[i], f"{raw.where[i]}: {msg}"))
                 ok[i] = False
@@ -362,6 +376,11 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tu
         "confidence": pd.Series(parsed["confidence"], dtype=np.float64),
         "correct": pd.Series(parsed["correct"], dtype=np.float64),
     })
+    if "model" in parsed:  # one setting per (model, setting): each model's own metrics; the comparison pairs them
+        rows.insert(0, "model", pd.Series(parsed["model"], dtype=object))
+        rows.insert(1, "dataset", rows["setting"])
+        rows["setting"] = [f"{m}/{d}" if m is not None and d is not None else None
+                           for m, d in zip(rows["model"], rows["dataset"], strict=True)]
     where = pd.Series(raw.where, dtype=object)
     keyed = rows[["setting", "item_id", "signal"]].notna().all(axis=1).to_numpy()
     if keyed.any():
@@ -535,6 +554,10 @@ def analyze(
     num_workers: int | None = None,
     level: float = 0.95,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    views: str | Sequence[str] | None = None,
+    pairs: str | Sequence | None = None,
+    candidates: str | Path | None = None,
+    comparison_resamples: int = 2000,
 ) -> dict[str, pd.DataFrame]:
     """Metrics with paired bootstrap intervals and pairwise gaps of an input file.
 
@@ -568,6 +591,14 @@ def analyze(
         Interval level (percentile interval).
     chunk_size : int, default=1000
         Bootstrap chunk size (part of the draw).
+    views, pairs, candidates, comparison_resamples
+        An input with a ``model`` column is also compared across models
+        (study 001, ACE; flows/analyze_ace.py): the views (default raw, ia,
+        da, and ca when ``candidates``, a ratings file, is given), the pairs
+        (``"a:b:label,..."`` or tuples; default every pair), the resamples
+        per cell. The ACE tables are returned too (``"ace_gaps"``, ...) and
+        written as ``OUT/ace_*``; each setting of the usual tables is then
+        ``model/setting``.
 
     Returns
     -------
@@ -598,7 +629,12 @@ def analyze(
     TrackingWarning
         When the MLflow store fails (the files are written).
     """
+    from confgrid.flows.analyze_ace import compare_models, parse_pairs, parse_views, read_candidates
+
     metric_names = parse_metrics(metrics)
+    views = parse_views(views)
+    pairs = parse_pairs(pairs) if isinstance(pairs, str) or pairs is None else list(pairs)
+    cand_df = read_candidates(candidates) if candidates is not None else None
     for flag, value, least in (("--bootstrap", n_resamples, 1), ("--ece-bins", n_bins, 1), ("--seed", seed, 0),
                                ("chunk_size", chunk_size, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
@@ -632,6 +668,16 @@ def analyze(
     for name, df in tables.items():
         for ext in (".csv", ".parquet"):
             _write(df, out_dir / f"{name}{ext}")
+    if "model" in rows.columns:
+        ace = compare_models(rows, out_dir, views=views, pairs=pairs, candidates=cand_df,
+                             n_resamples=int(comparison_resamples), seed=int(seed), n_bins=int(n_bins))
+        if ace is not None:
+            tables.update(ace.tables())
+            for msg in ace.messages:
+                warnings.warn(f"comparison across models: {msg}", AnalyzeWarning, stacklevel=2)
+    elif views is not None or candidates is not None:
+        raise AnalyzeInputError("--views/--candidates compare models: the input needs a model column "
+                                "(--model-col NAME)")
     params = dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
                   seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size), use_ray=bool(use_ray),
                   n_rows=len(rows), n_settings=len(settings), **{f"column.{r}": c for r, c in _columns(columns).items()})
@@ -752,6 +798,15 @@ def analyze_cmd(
                                                                "(same numbers; joins RAY_ADDRESS if set)."),
     workers: int = typer.Option(None, "--workers",
                                 help="With --ray: most CPU workers at once (default: every CPU of the cluster)."),
+    model_col: str = typer.Option("model", "--model-col", help="Column holding the model (optional; with two or "
+                                  "more models the accuracy-controlled comparison of study 001 runs too)."),
+    views: str = typer.Option(None, "--views", help="Comparison views, e.g. raw,ia,da,ca (default raw,ia,da; ca "
+                              "with --candidates)."),
+    pairs: str = typer.Option(None, "--pairs", help="Model pairs A:B[:LABEL],... (default: every pair)."),
+    candidates: Path = typer.Option(None, "--candidates", help="Candidate ratings for the CA view (columns dataset, "
+                                    "item_id, candidate, surface, producers, label, rater, method, signal)."),
+    comparison_bootstrap: int = typer.Option(2000, "--comparison-bootstrap",
+                                             help="Paired resamples per comparison cell."),
 ) -> None:
     """Metrics with paired bootstrap intervals, and paired gaps between signals, of outputs from anywhere.
 
@@ -774,7 +829,7 @@ def analyze_cmd(
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     columns = dict(setting=setting_col, item_id=item_col, signal=signal_col, confidence=confidence_col,
-                   correct=correct_col)
+                   correct=correct_col, model=model_col)
     if tracking_uri and "://" not in tracking_uri:
         typer.echo(f"confgrid analyze: --tracking-uri {tracking_uri!r} is not a URI; use sqlite:///PATH/mlflow.db "
                    "or http://HOST:5000", err=True)
@@ -789,7 +844,8 @@ def analyze_cmd(
         try:
             tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
                              columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
-                             num_workers=workers)
+                             num_workers=workers, views=views, pairs=pairs, candidates=candidates,
+                             comparison_resamples=comparison_bootstrap)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
             typer.echo(f"confgrid analyze: {exc}", err=True)
@@ -802,6 +858,13 @@ def analyze_cmd(
         with pd.option_context("display.width", 120, "display.max_columns", 20):
             typer.echo(m[["setting", "signal", "metric", "point", "lo", "hi", "n"]].to_string(index=False))
     typer.echo(f"Wrote {out / 'metrics.csv'}, {out / 'gaps.csv'}, {out / 'alignment.csv'} (+ .parquet)")
+    if "ace_gaps" in tables:
+        from rich.console import Console
+
+        from confgrid.flows.show_ace import print_ace
+
+        print_ace(out, Console(width=200))
+        typer.echo(f"Wrote the comparison across models: {out}/ace_*.csv (+ .parquet, .md)")
     run_id = m.attrs.get("mlflow_parent_run_id")
     if run_id:
         typer.echo(f"MLflow parent run {run_id} (experiment {EXPERIMENT}) in "

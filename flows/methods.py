@@ -40,7 +40,8 @@ from confgrid.flows.spec import GridSpec, MethodSpec
 from confgrid.flows.stages import grade_answers, relabel
 from confgrid.protocols.correctness import normalize
 
-__all__ = ["MethodTables", "method_tables", "evaluate_methods", "METHOD_SIGNAL_COLUMNS"]
+__all__ = ["MethodTables", "method_tables", "evaluate_methods", "ratings_of_supplied_answers",
+           "METHOD_SIGNAL_COLUMNS"]
 
 log = logging.getLogger("confgrid")
 
@@ -126,38 +127,29 @@ def _from_samples(plan: GridPlan, method: MethodSpec, model: str, dataset: str, 
                                    **proto})
 
 
-def _from_next_token(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
-                     out: dict[str, list]) -> None:
+def _next_token_values(method: MethodSpec, table: pd.DataFrame) -> list[tuple[str, str | None, Any, str, Any]]:
+    """(item_id, rated_answer, P(True), status, detail) of every row of a next-token method table."""
     from confgrid.protocols.methods import candidate_probability, p_true
 
-    spec = plan.spec
-    rule = method.agreement_rule(spec.correctness.primary)
-    greedy = _greedy_correct(plan, model, dataset, rule)
     cands = method.candidate_strings()
-    proto = _protocol(method, spec)
+    out = []
     for r in table.itertuples(index=False):
         top = dict(zip((int(t) for t in r.top_token_ids), (float(v) for v in r.top_logprobs), strict=True))
         ids = {c: {int(t): s for t, s in m.items()} for c, m in json.loads(r.candidate_tokens).items()}
         probs = {c: candidate_probability(ids.get(c, {}), top, c, method.merge) for c in cands}
         c = p_true(probs, cands[0], method.renormalize)
-        rated = r.rated_answer if method.kind == "p_true" else None
-        out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": r.item_id,
-                               "confidence": c.value, "status": c.status, "rated": "greedy_answer",
-                               "rated_answer": rated, "correct": greedy.get(r.item_id, np.nan), "rule": rule,
-                               "detail": c.detail, **proto})
+        out.append((r.item_id, r.rated_answer if method.kind == "p_true" else None, c.value, c.status, c.detail))
+    return out
 
 
-def _from_rate(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
-               out: dict[str, list]) -> None:
+def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataFrame) -> list[tuple]:
+    """(item_id, rated_answer, confidence, status, detail) of every row of a rate-stage method table."""
     from confgrid.protocols.methods import parse_boxed
     from confgrid.protocols.parsing import parse_for_prompt
     from confgrid.protocols.reasoning import strip_reasoning
 
-    spec = plan.spec
-    rule = method.agreement_rule(spec.correctness.primary)
-    greedy = _greedy_correct(plan, model, dataset, rule)
-    template = method.template_id(spec.elicitation.prompt)
-    proto = _protocol(method, spec)
+    template = method.template_id(plan.spec.elicitation.prompt)
+    out = []
     for r in table.itertuples(index=False):
         v = strip_reasoning(r.raw_output, plan.models[model].reasoning_end)
         if v.status == "unterminated":
@@ -169,10 +161,45 @@ def _from_rate(plan: GridPlan, method: MethodSpec, model: str, dataset: str, tab
             p = parse_for_prompt(v.text, template)
             value = p.verbalized
             status = "ok" if value is not None else ("out_of_range" if p.status == "out_of_range" else "missing")
-        out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": r.item_id,
+        out.append((r.item_id, r.rated_answer or None, value, status, None))
+    return out
+
+
+def _from_next_token(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
+                     out: dict[str, list]) -> None:
+    _rated_signals(plan, method, model, dataset, _next_token_values(method, table), out)
+
+
+def _from_rate(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
+               out: dict[str, list]) -> None:
+    _rated_signals(plan, method, model, dataset, _rate_values(plan, method, model, table), out)
+
+
+def _rated_signals(plan: GridPlan, method: MethodSpec, model: str, dataset: str, values: list[tuple],
+                   out: dict[str, list]) -> None:
+    """Signal rows of a method that rates the model's greedy answer (graded under the method's rule)."""
+    rule = method.agreement_rule(plan.spec.correctness.primary)
+    greedy = _greedy_correct(plan, model, dataset, rule)
+    proto = _protocol(method, plan.spec)
+    for item_id, rated, value, status, detail in values:
+        out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": item_id,
                                "confidence": value, "status": status, "rated": "greedy_answer",
-                               "rated_answer": r.rated_answer or None, "correct": greedy.get(r.item_id, np.nan),
-                               "rule": rule, "detail": None, **proto})
+                               "rated_answer": rated, "correct": greedy.get(item_id, np.nan), "rule": rule,
+                               "detail": detail, **proto})
+
+
+def ratings_of_supplied_answers(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataFrame) -> pd.DataFrame:
+    """A rating method's confidence in each supplied answer of a shard table (candidate ratings of ACE's CA view).
+
+    Returns
+    -------
+    DataFrame
+        Columns item_id, rated_answer, confidence (float in [0, 1] or None), status.
+    """
+    values = (_next_token_values(method, table) if method.kind.startswith("p_true")
+              else _rate_values(plan, method, model, table))
+    return pd.DataFrame([(i, a, v, st) for i, a, v, st, _ in values],
+                        columns=["item_id", "rated_answer", "confidence", "status"])
 
 
 def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRequest]) -> MethodTables:
@@ -186,7 +213,7 @@ def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Sh
     tables = MethodTables()
     by_method: dict[tuple[str, str, str], list[ShardRequest]] = {}
     for sh in shards:
-        if sh.method:
+        if sh.method and sh.part != "ca":  # candidate ratings (comparison view ca) are read by flows/ace.py
             by_method.setdefault((sh.model, sh.dataset, sh.method), []).append(sh)
     methods = {m.id: m for m in spec.methods}
     for (model, dataset, mid), shs in by_method.items():

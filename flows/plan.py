@@ -329,8 +329,11 @@ class GridPlan:
         self.units: dict[tuple[str, str, str], _Unit] = {}
         self._cross_done: set[tuple[str, str]] = set()  # (model, dataset) whose cross probe is planned
         self._blocked: dict[str, str] = {}  # dataset -> why its cross probe cannot be planned
+        self.ca_rule = spec.comparison.rule or spec.correctness.primary
         self.grade_rules = tuple(dict.fromkeys((*spec.correctness.rules, spec.probe.rule,
-                                                *(m.rule for m in spec.methods if m.rule))))
+                                                *(m.rule for m in spec.methods if m.rule),
+                                                *((self.ca_rule,) if spec.comparison.enabled else ()))))
+        self._ca_done: set[str] = set()  # datasets whose candidate-rating shards are planned
 
     # -- generate -----------------------------------------------------------------------
     def generate_shards(self) -> list[ShardRequest]:
@@ -445,7 +448,7 @@ class GridPlan:
         out = (self._score_shards(shard, graded) + self._own_probe_shards(shard, graded)
                + self._method_shards_from_answers(shard, graded))
         if shard.answer_set == "main":
-            out += self._cross_probe_shards(shard.dataset)
+            out += self._cross_probe_shards(shard.dataset) + self._ca_shards(shard.dataset)
         return out
 
     def on_failed(self, shard: ShardRequest) -> list[ShardRequest]:
@@ -453,10 +456,12 @@ class GridPlan:
         if shard.stage == "generate":
             unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
             unit.failed.add(shard.key)
-            if shard.answer_set == "main" and self._needs_cross() and shard.dataset not in self._blocked:
+            if shard.answer_set == "main" and self._any_cross() and shard.dataset not in self._blocked:
                 self._blocked[shard.dataset] = f"main answers of model {shard.model!r} are missing (failed shards)"
-                log.warning("probe on %s: kinds %s wait for every model's answers, and the %s; not planned in this run",
-                            shard.dataset, "/".join(self._cross_kinds()), self._blocked[shard.dataset])
+                what = " and ".join(([f"probe kinds {'/'.join(self._cross_kinds())}"] if self._needs_cross() else [])
+                                    + (["candidate ratings (comparison view ca)"] if self.spec.ca_methods() else []))
+                log.warning("%s on %s wait for every model's answers, and the %s; not planned in this run",
+                            what, shard.dataset, self._blocked[shard.dataset])
         return []
 
     def on_skipped(self, shard: ShardRequest) -> list[ShardRequest]:
@@ -464,13 +469,16 @@ class GridPlan:
         if shard.stage == "generate":
             unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
             unit.failed.add(shard.key)
-            if shard.answer_set == "main" and self._needs_cross():
+            if shard.answer_set == "main" and self._any_cross():
                 self._blocked.setdefault(shard.dataset, f"main answers of model {shard.model!r} were not run "
                                                         "(`confgrid resume` runs them)")
         return []
 
     def expects_work(self, model: str) -> bool:
-        """Whether the plan may still hand ``model`` new shards (cross-model probe kinds not yet planned)."""
+        """Whether the plan may still hand ``model`` new shards (cross-model probe kinds or candidate ratings not
+        yet planned)."""
+        if self._ca_pending(model):
+            return True
         if not self._needs_cross():
             return False
         for d in self.spec.datasets:
@@ -486,7 +494,7 @@ class GridPlan:
         return self._needs_cross() and (model, dataset) not in self._cross_done
 
     def waiting_for(self) -> list[str]:
-        """Why planned work waits (for the log): datasets whose cross-model probe needs answers still missing."""
+        """Why planned work waits (for the log): datasets whose cross-model work needs answers still missing."""
         out = []
         for d in self.spec.datasets:
             if d.name in self._blocked:
@@ -494,6 +502,70 @@ class GridPlan:
             missing = [m for m in self.models if (u := self.units.get((m, d.name, "main"))) and not u.settled]
             if missing and self._needs_cross():
                 out.append(f"probe on {d.name} waits for the main answers of {', '.join(missing)}")
+            if missing and self.spec.ca_methods() and d.name not in self._ca_done:
+                out.append(f"candidate ratings on {d.name} wait for the main answers of {', '.join(missing)}")
+        return out
+
+    # -- candidate-aligned ratings (study 001, section 4.3) -----------------------------
+    def _ca_pending(self, model: str) -> bool:
+        """Whether ``model`` rates candidates on some dataset whose candidate shards are not planned yet."""
+        raters = {m.name for x in self.spec.ca_methods() for m in self.spec.method_models(x)}
+        return model in raters and any(d.name not in self._ca_done and d.name not in self._blocked
+                                       for d in self.spec.datasets)
+
+    def candidate_pool(self, dataset: str) -> pd.DataFrame | None:
+        """The shared candidate pool of every item of ``dataset``: every model's main (greedy) answer, normalized
+        with the correctness rule's normalizer and deduplicated, keeping the first surface form, with the models
+        that produced it and its label under ``comparison.rule`` (analysis/ace/candidates.py ``candidate_pool``).
+
+        None until every model's main answers on ``dataset`` exist.
+        """
+        from confgrid.analysis.ace.candidates import candidate_pool
+        from confgrid.protocols.correctness import normalize
+
+        units = {m: u for m in self.models if (u := self.units.get((m, dataset, "main"))) is not None and u.shards}
+        if not units or not all(u.settled for u in units.values()) or any(u.failed for u in units.values()):
+            return None
+        col = f"correct_{self.ca_rule}"
+        frames, labels = [], {}
+        for m, u in units.items():
+            g = pd.concat([self.graded[s.label] for s in u.shards], ignore_index=True)
+            ok = g["answer"].map(lambda a: isinstance(a, str) and bool(a.strip()))
+            g = g[ok]
+            labels.update({(str(i), a): float(c) for i, a, c in zip(g["item_id"], g["answer"], g[col], strict=True)
+                           if c == c})
+            frames.append(pd.DataFrame({"model": m, "dataset": dataset, "method": "answer",
+                                        "item_id": g["item_id"].astype(str), "signal": 0.0,
+                                        "correct": g[col].fillna(0.0).astype(float), "answer": g["answer"]}))
+        rows = pd.concat(frames, ignore_index=True)
+        if rows.empty:
+            return pd.DataFrame(columns=["dataset", "item_id", "candidate", "surface", "producers", "label"])
+        return candidate_pool(rows, normalize, lambda d, i, surface: labels.get((str(i), surface), 0.0))
+
+    def _ca_shards(self, dataset: str) -> list[ShardRequest]:
+        """Once every model's main answers on ``dataset`` exist: each rater rates every pooled candidate with each
+        candidate-aligned rating method (shards of part ``ca``)."""
+        import dataclasses
+
+        methods = self.spec.ca_methods()
+        if not methods or dataset in self._ca_done or dataset in self._blocked:
+            return []
+        pool = self.candidate_pool(dataset)
+        if pool is None:
+            return []
+        self._ca_done.add(dataset)
+        by_id = {i.item_id: i for i in self.set_items[("main", dataset)]}
+        upstream = tuple(s.key for m in self.models if (u := self.units.get((m, dataset, "main"))) for s in u.shards)
+        out = []
+        for method in methods:
+            prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
+            rows = [MethodRow(i, prompt.render(question_text(by_id[i], "open"), surface), surface,
+                              method.assistant_prefix)
+                    for i, surface in zip(pool["item_id"], pool["surface"], strict=True) if i in by_id]
+            for rater in self.spec.method_models(method):
+                for c, chunk in enumerate(_chunks(rows, self.spec.execution.shard_size * 4)):
+                    sh = self._method_shard(method, rater.name, dataset, c, chunk, upstream)
+                    out.append(dataclasses.replace(sh, part="ca"))
         return out
 
     # -- score --------------------------------------------------------------------------
@@ -522,6 +594,10 @@ class GridPlan:
 
     def _needs_cross(self) -> bool:
         return self.spec.probe.enabled and bool(self._cross_kinds())
+
+    def _any_cross(self) -> bool:
+        """Cross-model work of any kind: probe kinds that need other models' answers, or candidate ratings."""
+        return self._needs_cross() or bool(self.spec.ca_methods())
 
     def _probe_prompt(self, a: AnswerSetSpec) -> str:
         return "mc_confidence" if a.format == "mc" else self.spec.elicitation.prompt

@@ -37,6 +37,7 @@ import pandas as pd
 import pyarrow as pa
 import yaml
 
+from confgrid.flows.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
 from confgrid.flows.assemble import assemble, shard_table
 from confgrid.flows.evaluate import Evaluation, evaluate
 from confgrid.flows.execute import Executor
@@ -200,6 +201,26 @@ def _close_tracking(tracker: Tracker | None, status: str) -> TrackingFailure | N
     return None
 
 
+def _comparison(spec: GridSpec, plan: GridPlan, done, submitted, ev: Evaluation, mt, store: RunStore,
+                tables: dict[str, Path]):
+    """The accuracy-controlled comparison (study 001): results/ace_*.{csv,parquet,md} and the tables it read
+    (``ace_rows``, ``ace_candidates``); None without a ``comparison`` section."""
+    if not spec.comparison.enabled:
+        return None
+    rows = ace_rows(spec, ev.signal_frames, mt.signals)
+    ratings = ca_ratings(plan, done, submitted, mt.samples)
+    tables["ace_rows"] = store.write_table("ace_rows", [pa.Table.from_pandas(rows, preserve_index=False)])
+    if ratings is not None and len(ratings):
+        tables["ace_candidates"] = store.write_table(
+            "ace_candidates", [pa.Table.from_pandas(ratings.astype({"producers": str}), preserve_index=False)])
+    ace = evaluate_ace(spec, rows, ratings)
+    if ace is not None:
+        write_ace(ace, store.root / "results")
+        for msg in ace.messages:
+            log.info("comparison: %s", msg)
+    return ace
+
+
 def _in_grid(spec: GridSpec):
     """Whether a manifest record belongs to a model, dataset and answer set of ``spec`` (by its label)."""
     import re
@@ -332,6 +353,7 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
                 tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])
         methods_df = evaluate_methods(spec, mt.signals)
         write_outputs(spec, store, ev, asm.units, ex.provenance, methods=methods_df, targets=mt.targets)
+        ace = _comparison(spec, plan, done, ex.submitted, ev, mt, store, tables)
         c = ex.counters
         summary = RunSummary(store.root, ev.metrics, ev.gaps, ev.shifts, c.model_calls, c.reused, c.computed,
                              parent_id, tables, len(ex.failed), c.skipped, c.loads, c.restarts, methods_df)
@@ -346,6 +368,8 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
             try:
                 log_results(spec, store, tracker, ev, ex.provenance, store.meta["mlflow_record"]["run_metrics"],
                             tables)
+                if ace is not None:
+                    tracker.log_metrics(ace_mlflow_metrics(ace))
             except Exception as exc:  # noqa: BLE001 - results are on disk already; say so and go on
                 failure = TrackingFailure.of(tracking_uri, exc)
                 log.error("%s; every result is in %s", failure.line(), store.root)

@@ -63,6 +63,9 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
                                     aggfunc="first", sort=False).reset_index()
             console.print(_table(wide, "Confidence methods: point [95% bootstrap interval] over each method's own "
                                        "rows (n); rated = the answer whose correctness is the target"))
+    from confgrid.flows.show_ace import print_ace
+
+    print_ace(res, console)
     ea = res / "expected_accuracy.parquet"
     if ea.is_file():
         console.print(_table(pd.read_parquet(ea), "Expected accuracy over k samples (the capability target)"))

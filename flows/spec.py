@@ -23,11 +23,15 @@ from confgrid import yaml_load
 
 __all__ = [
     "FIXTURE_MODEL",
+    "FIXTURE_SMALL_MODEL",
     "BUNDLED",
     "GridSpecError",
     "ModelSpec",
     "DatasetSpec",
     "ElicitationSpec",
+    "ComparisonSpec",
+    "PairSpec",
+    "CA_RATING_KINDS",
     "ScoringSpec",
     "CorrectnessSpec",
     "MetricsSpec",
@@ -45,6 +49,8 @@ __all__ = [
 
 FIXTURE_MODEL = "confgrid-fixture"
 """Reserved model id: the bundled smoke-test model (actors/fixture_model)."""
+FIXTURE_SMALL_MODEL = "confgrid-fixture-small"
+"""Reserved model id: the weaker bundled smoke-test model (actors/fixture_model_small, 30% of questions taught)."""
 
 BUNDLED = "bundled"
 """Reserved dataset path: the adapter's bundled sample (protocols/data)."""
@@ -120,7 +126,8 @@ class ModelSpec(_Spec):
         pattern=LABEL_PATTERN,
     )
     model: str = Field(
-        description="Hugging Face repository name, local directory, or 'confgrid-fixture' for the bundled smoke-test model."
+        description="Hugging Face repository name, local directory, or 'confgrid-fixture' / 'confgrid-fixture-small' "
+        "(the bundled smoke-test models)."
     )
     backend: Literal["transformers", "vllm"] = Field(
         "transformers", description="Inference backend: 'transformers' (CPU or GPU) or 'vllm' (GPU; needs confgrid[gpu])."
@@ -554,6 +561,59 @@ class MethodSpec(_Spec):
         return self.rule or primary
 
 
+class PairSpec(_Spec):
+    """A declared pair of models for the accuracy-controlled comparison, with its comparison label."""
+
+    a: str = Field(description="Model name (gaps are A - B).")
+    b: str = Field(description="Model name.")
+    label: str = Field("pair", description="Comparison type, e.g. size or mode (reversal rates are grouped by it).",
+                       pattern=LABEL_PATTERN)
+
+
+#: Method kinds that rate a supplied answer: they rate every pooled candidate in the candidate-aligned view.
+CA_RATING_KINDS = ("p_true", "rating")
+
+
+class ComparisonSpec(_Spec):
+    """Accuracy-controlled comparison of calibration across models (study 001, ACE; README "Comparing models").
+
+    Off unless ``views`` is given. Every pair of models (or the declared
+    ``pairs``), on every dataset and compared method, gets the raw gap and the
+    aligned gaps of the chosen views, with paired bootstrap intervals.
+    """
+
+    views: tuple[Literal["raw", "ia", "da", "ca", "da_resample"], ...] = Field(
+        (), description="Views: raw, ia (instance-aligned), da (distribution-aligned), ca (candidate-aligned: every "
+        "model rates every model's answers), da_resample (DA by discarding rows instead of weighting). Empty: off.")
+    bootstrap: int = Field(2000, ge=0, le=1_000_000, description="Paired resamples of questions per cell (0: none).")
+    seed: int = Field(0, ge=0, description="Base seed; each cell derives its own.")
+    pairs: tuple[PairSpec, ...] | None = Field(None, description="Declared pairs (default: every pair, label 'pair').")
+    methods: tuple[str, ...] | None = Field(
+        None, description="Signals compared: verbalized (the stated score) and method ids (default: verbalized and "
+        "every confidence method of the grid).")
+    metrics: tuple[Literal["ece", "brier"], ...] = Field(("ece", "brier"), min_length=1)
+    target: Literal["mean"] | float = Field("mean", description="Common target accuracy of DA's third direction: the "
+                                            "pair's mean, or an accuracy in [0, 1].")
+    rule: str | None = Field(None, description="Correctness rule that normalizes and labels the candidates of CA "
+                             "(default correctness.primary).")
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, v: str | None) -> str | None:
+        return _known("correctness rule", v)
+
+    @field_validator("target")
+    @classmethod
+    def _target_range(cls, v):
+        if not isinstance(v, str) and not 0.0 <= v <= 1.0:
+            raise ValueError(f"target must be 'mean' or an accuracy in [0, 1] (received {v!r})")
+        return v
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.views)
+
+
 class GridSpec(_Spec):
     """A whole grid: models x datasets x protocol axes."""
 
@@ -575,6 +635,8 @@ class GridSpec(_Spec):
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
     methods: tuple[MethodSpec, ...] = Field((), description="Confidence methods beyond the stated score and the "
                                             "token score (self-consistency, P(True), ratings, expected accuracy...).")
+    comparison: ComparisonSpec = Field(default_factory=ComparisonSpec,
+                                       description="Accuracy-controlled comparison across models (study 001).")
 
     @model_validator(mode="after")
     def _unique_names(self) -> GridSpec:
@@ -605,7 +667,50 @@ class GridSpec(_Spec):
                     raise ValueError(f"methods[{x.id}]: hidden_states needs the transformers backend; {vllm} use vllm "
                                      "(add an entry of the same model with backend: transformers and list it in "
                                      "this method's models)")
+        self._check_comparison(names)
         return self
+
+    def _check_comparison(self, names: list[str]) -> None:
+        c = self.comparison
+        if not c.enabled:
+            return
+        if len(names) < 2:
+            raise ValueError(f"comparison: needs at least two models; the grid has {names}")
+        for i, p in enumerate(c.pairs or ()):
+            bad = [n for n in (p.a, p.b) if n not in names]
+            if bad:
+                raise ValueError(f"comparison.pairs[{i}]: unknown model(s) {bad}; allowed: {names}")
+            if p.a == p.b:
+                raise ValueError(f"comparison.pairs[{i}]: a and b are the same model {p.a!r}")
+        allowed = self.comparison_signals(all_signals=True)
+        for m in c.methods or ():
+            if m not in allowed:
+                raise ValueError(f"comparison.methods: unknown signal {m!r}; allowed: {allowed}")
+        if "ca" in c.views and not any(k in (*CA_RATING_KINDS, "self_consistency") for k in self.comparison_kinds()):
+            raise ValueError("comparison.views: 'ca' needs a compared method that can rate a supplied answer "
+                             f"(kinds {list(CA_RATING_KINDS)}, or self_consistency through its samples)")
+
+    def comparison_signals(self, all_signals: bool = False) -> list[str]:
+        """The signals the comparison compares: ``comparison.methods``, or verbalized and every confidence method
+        (``all_signals``: every signal it could compare, the ``__majority`` signals of self-consistency included)."""
+        conf = [m for m in self.methods if m.kind not in ("expected_accuracy", "hidden_states")]
+        every = (["verbalized"] + [f"token_{c}" for c in self.scoring.contexts] + [m.id for m in conf]
+                 + [f"{m.id}__majority" for m in conf if m.kind == "self_consistency"])
+        if all_signals:
+            return every
+        return list(self.comparison.methods) if self.comparison.methods is not None else (
+            ["verbalized"] + [m.id for m in conf])
+
+    def comparison_kinds(self) -> list[str]:
+        """Kinds of the compared methods (``verbalized`` for the stated score)."""
+        kinds = {m.id: m.kind for m in self.methods}
+        return [kinds.get(s.split("__")[0], "token" if s.startswith("token_") else "verbalized")
+                for s in self.comparison_signals()]
+
+    def ca_methods(self) -> list[MethodSpec]:
+        """The compared methods whose raters rate every pooled candidate with a model call (kinds p_true, rating)."""
+        wanted = set(self.comparison_signals()) if "ca" in self.comparison.views else set()
+        return [m for m in self.methods if m.id in wanted and m.kind in CA_RATING_KINDS]
 
     def method_models(self, method: MethodSpec) -> list[ModelSpec]:
         """The models that run ``method``, in declaration order."""
@@ -641,7 +746,7 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]
         if not isinstance(m, dict) or not isinstance(m.get("model"), str):
             continue
         val = m["model"]
-        if val == FIXTURE_MODEL:
+        if val in (FIXTURE_MODEL, FIXTURE_SMALL_MODEL):
             continue
         looks_local = val.startswith((".", "/", "~")) or (base_dir / val).exists()
         if looks_local:

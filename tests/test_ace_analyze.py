@@ -1,0 +1,93 @@
+"""`confgrid analyze` on outputs of several models: the accuracy-controlled comparison (study 001) from a file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from confgrid.analysis.metrics import brier, ece
+from confgrid.flows.analyze import AnalyzeInputError, analyze
+from confgrid.flows.cli import app
+
+
+def _rows(n: int = 40, seed: int = 0) -> pd.DataFrame:
+    """Two models on one dataset: 'big' right on 30 of 40 items, 'small' on 15 (a subset), both always 0.8."""
+    rng = np.random.default_rng(seed)
+    items = [f"q{i}" for i in range(n)]
+    out = []
+    for model, n_right in (("big", 30), ("small", 15)):
+        for sig in ("verbalized", "p_true"):
+            conf = np.full(n, 0.8) if sig == "verbalized" else rng.uniform(0.2, 0.9, n).round(3)
+            for i, it in enumerate(items):
+                out.append({"model": model, "setting": "trivia", "item_id": it, "signal": sig,
+                            "confidence": conf[i], "correct": float(i < n_right)})
+    return pd.DataFrame(out)
+
+
+def test_a_model_column_runs_the_comparison_and_keeps_each_models_metrics(tmp_path):
+    df = _rows()
+    path = tmp_path / "outputs.csv"
+    df.to_csv(path, index=False)
+    with pytest.warns(UserWarning, match="CA skipped|ca"):
+        res = analyze(path, tmp_path / "out", n_resamples=50, comparison_resamples=200, track=False,
+                      views=["raw", "ia", "da", "ca"])
+    assert set(res["metrics"]["setting"]) == {"big/trivia", "small/trivia"}
+    g = res["ace_gaps"].set_index(["method", "metric", "view"])
+    v = df[df["signal"] == "verbalized"]
+    a, b = v[v["model"] == "big"], v[v["model"] == "small"]
+    # raw: constant confidence 0.8 -> ECE = |a - 0.8| (study 001 A.1): |0.75 - 0.8| - |0.375 - 0.8|
+    assert g.loc[("verbalized", "ece", "raw"), "gap"] == pytest.approx(
+        ece(a["confidence"], a["correct"]) - ece(b["confidence"], b["correct"]), abs=1e-12)
+    assert g.loc[("verbalized", "ece", "raw"), "gap"] == pytest.approx(0.05 - 0.425, abs=1e-12)
+    assert g.loc[("verbalized", "brier", "raw"), "gap"] == pytest.approx(
+        brier(a["confidence"], a["correct"]) - brier(b["confidence"], b["correct"]), abs=1e-12)
+    # IA: both right on 15 items, both wrong on 10: the same rows for both models -> gap 0, retention 25/40
+    assert g.loc[("verbalized", "ece", "ia"), "gap"] == pytest.approx(0.0, abs=1e-12)
+    assert g.loc[("verbalized", "ece", "ia"), "retention"] == pytest.approx(25 / 40)
+    assert {"ace_bootstrap", "ace_reversals", "ace_patterns"} <= set(res)
+    assert (tmp_path / "out" / "ace_gaps.csv").is_file() and (tmp_path / "out" / "ace_gaps.md").is_file()
+
+
+def test_candidate_ratings_from_a_file_give_the_ca_view(tmp_path):
+    df = _rows()
+    path = tmp_path / "outputs.parquet"
+    df.to_parquet(path, index=False)
+    items = sorted(set(df["item_id"]))
+    cand = []
+    for it in items:
+        for surface, label, producers in (("gold", 1.0, "big|small"), ("wrong", 0.0, "small")):
+            for rater, base in (("big", 0.7), ("small", 0.6)):
+                cand.append({"dataset": "trivia", "item_id": it, "candidate": surface, "surface": surface,
+                             "producers": producers, "label": label, "rater": rater, "method": "p_true",
+                             "signal": base if label else 1 - base})
+    cpath = tmp_path / "cands.csv"
+    pd.DataFrame(cand).to_csv(cpath, index=False)
+    res = analyze(path, tmp_path / "out", n_resamples=20, comparison_resamples=100, track=False,
+                  candidates=cpath)
+    ca = res["ace_gaps"].query("view == 'ca' and method == 'p_true' and metric == 'brier'").iloc[0]
+    # every candidate rated 0.7 / 0.3 (big) and 0.6 / 0.4 (small): Brier 0.09 vs 0.16
+    assert ca["value_a"] == pytest.approx(0.09) and ca["value_b"] == pytest.approx(0.16)
+
+
+def test_cli_prints_the_comparison_and_bad_options_are_one_line(tmp_path):
+    path = tmp_path / "outputs.csv"
+    _rows().to_csv(path, index=False)
+    r = CliRunner().invoke(app, ["analyze", str(path), "--out", str(tmp_path / "o"), "--bootstrap", "20",
+                                 "--comparison-bootstrap", "50", "--no-tracking", "--pairs", "big:small:size"])
+    assert r.exit_code == 0, r.output
+    assert "ACE: calibration gap" in r.output and "size" in r.output
+    bad = CliRunner().invoke(app, ["analyze", str(path), "--out", str(tmp_path / "o2"), "--no-tracking",
+                                   "--views", "raw,nope"])
+    assert bad.exit_code == 2 and "--views: unknown view(s) ['nope']" in bad.output
+    bad = CliRunner().invoke(app, ["analyze", str(path), "--out", str(tmp_path / "o3"), "--no-tracking",
+                                   "--pairs", "big:tiny"])
+    assert bad.exit_code == 2 and "tiny" in bad.output
+
+
+def test_views_without_a_model_column_are_an_error(tmp_path):
+    path = tmp_path / "one.csv"
+    _rows().drop(columns="model").drop_duplicates(["setting", "item_id", "signal"]).to_csv(path, index=False)
+    with pytest.raises(AnalyzeInputError, match="needs a model column"):
+        analyze(path, tmp_path / "o", n_resamples=10, track=False, views=["raw"])
