@@ -36,7 +36,8 @@ def print_ace(res: str | Path, console: Console) -> bool:
         return False
     boot = _read(res, "ace_bootstrap")
     cell = ["model_a", "model_b", "comparison", "dataset", "method", "metric"]
-    g = gaps.assign(cell_gap=[f"{x:.3f}" if x == x else "nan" for x in gaps["gap"]])
+    gaps_main = gaps[gaps["view"].isin(["raw", "ia", "da", "ca", "da_resample"])]  # the parts and directions: CSV
+    g = gaps_main.assign(cell_gap=[f"{x:.3f}" if x == x else "nan" for x in gaps_main["gap"]])
     if boot is not None:
         b = boot.assign(ci=[_fmt(p, lo, hi) for p, lo, hi in zip(boot["gap"], boot["lo"], boot["hi"], strict=True)])
         g = g.merge(b[[*cell, "view", "ci"]], on=[*cell, "view"], how="left")
