@@ -40,7 +40,7 @@ from confgrid.flows.spec import GridSpec, MethodSpec
 from confgrid.flows.stages import grade_answers, relabel
 from confgrid.protocols.correctness import normalize
 
-__all__ = ["MethodTables", "method_tables", "evaluate_methods", "METHOD_SIGNAL_COLUMNS"]
+__all__ = ["MethodTables", "method_tables", "evaluate_methods", "rated_confidence", "METHOD_SIGNAL_COLUMNS"]
 
 log = logging.getLogger("confgrid")
 
@@ -147,10 +147,29 @@ def _from_next_token(plan: GridPlan, method: MethodSpec, model: str, dataset: st
                                "detail": c.detail, **proto})
 
 
-def _from_rate(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
-               out: dict[str, list]) -> None:
+def rated_confidence(text: str | None, kind: str, template: str) -> tuple[float | None, str]:
+    """The confidence in [0, 1] (or None) and the status of one rating or verbalized-before output.
+
+    ``kind`` ``rating``: the last ``\\boxed{N}`` / 100 (``parse_boxed``), statuses ``ok``,
+    ``missing``, ``unparsed_number``, ``out_of_range``. Otherwise the stated confidence of
+    ``template`` (``parse_for_prompt``): ``ok``, ``out_of_range``, ``unparsed_number``, or
+    ``missing`` for every other parse status. ``text`` is the output after its reasoning block.
+    """
     from confgrid.protocols.methods import parse_boxed
     from confgrid.protocols.parsing import parse_for_prompt
+    from confgrid.protocols.prompts import get_prompt
+
+    if kind == "rating":
+        c = parse_boxed(text, decimal_comma=get_prompt(template).decimal_comma)
+        return c.value, c.status
+    p = parse_for_prompt(text, template)
+    if p.verbalized is not None:
+        return p.verbalized, "ok"
+    return None, p.status if p.status in ("out_of_range", "unparsed_number") else "missing"
+
+
+def _from_rate(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
+               out: dict[str, list]) -> None:
     from confgrid.protocols.reasoning import strip_reasoning
 
     spec = plan.spec
@@ -162,13 +181,8 @@ def _from_rate(plan: GridPlan, method: MethodSpec, model: str, dataset: str, tab
         v = strip_reasoning(r.raw_output, plan.models[model].reasoning_end)
         if v.status == "unterminated":
             value, status = None, "reasoning_unterminated"
-        elif method.kind == "rating":
-            c = parse_boxed(v.text)
-            value, status = c.value, c.status
         else:
-            p = parse_for_prompt(v.text, template)
-            value = p.verbalized
-            status = "ok" if value is not None else ("out_of_range" if p.status == "out_of_range" else "missing")
+            value, status = rated_confidence(v.text, method.kind, template)
         out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": r.item_id,
                                "confidence": value, "status": status, "rated": "greedy_answer",
                                "rated_answer": r.rated_answer or None, "correct": greedy.get(r.item_id, np.nan),
