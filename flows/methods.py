@@ -40,7 +40,7 @@ from confgrid.flows.spec import GridSpec, MethodSpec
 from confgrid.flows.stages import grade_answers, relabel
 from confgrid.protocols.correctness import normalize
 
-__all__ = ["MethodTables", "method_tables", "evaluate_methods", "ratings_of_supplied_answers",
+__all__ = ["MethodTables", "method_tables", "evaluate_methods", "rated_confidence", "ratings_of_supplied_answers",
            "METHOD_SIGNAL_COLUMNS"]
 
 log = logging.getLogger("confgrid")
@@ -142,10 +142,29 @@ def _next_token_values(method: MethodSpec, table: pd.DataFrame) -> list[tuple[st
     return out
 
 
-def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataFrame) -> list[tuple]:
-    """(item_id, rated_answer, confidence, status, detail) of every row of a rate-stage method table."""
+def rated_confidence(text: str | None, kind: str, template: str) -> tuple[float | None, str]:
+    """The confidence in [0, 1] (or None) and the status of one rating or verbalized-before output.
+
+    ``kind`` ``rating``: the last ``\\boxed{N}`` / 100 (``parse_boxed``), statuses ``ok``,
+    ``missing``, ``unparsed_number``, ``out_of_range``. Otherwise the stated confidence of
+    ``template`` (``parse_for_prompt``): ``ok``, ``out_of_range``, ``unparsed_number``, or
+    ``missing`` for every other parse status. ``text`` is the output after its reasoning block.
+    """
     from confgrid.protocols.methods import parse_boxed
     from confgrid.protocols.parsing import parse_for_prompt
+    from confgrid.protocols.prompts import get_prompt
+
+    if kind == "rating":
+        c = parse_boxed(text, decimal_comma=get_prompt(template).decimal_comma)
+        return c.value, c.status
+    p = parse_for_prompt(text, template)
+    if p.verbalized is not None:
+        return p.verbalized, "ok"
+    return None, p.status if p.status in ("out_of_range", "unparsed_number") else "missing"
+
+
+def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataFrame) -> list[tuple]:
+    """(item_id, rated_answer, confidence, status, detail) of every row of a rate-stage method table."""
     from confgrid.protocols.reasoning import strip_reasoning
 
     template = method.template_id(plan.spec.elicitation.prompt)
@@ -154,13 +173,8 @@ def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataF
         v = strip_reasoning(r.raw_output, plan.models[model].reasoning_end)
         if v.status == "unterminated":
             value, status = None, "reasoning_unterminated"
-        elif method.kind == "rating":
-            c = parse_boxed(v.text)
-            value, status = c.value, c.status
         else:
-            p = parse_for_prompt(v.text, template)
-            value = p.verbalized
-            status = "ok" if value is not None else ("out_of_range" if p.status == "out_of_range" else "missing")
+            value, status = rated_confidence(v.text, method.kind, template)
         out.append((r.item_id, r.rated_answer or None, value, status, None))
     return out
 

@@ -29,6 +29,8 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from confgrid.protocols.parsing import MAX_PARSE_CHARS, parse_number
+
 __all__ = [
     "MERGE_RULES",
     "Confidence",
@@ -54,7 +56,7 @@ class Confidence(NamedTuple):
         In [0, 1]; None when ``status`` says there is none.
     status : str
         ``ok`` or why not (method-specific: ``first_unparsed``,
-        ``all_absent``, ``missing``, ``out_of_range``...).
+        ``all_absent``, ``missing``, ``out_of_range``, ``unparsed_number``...).
     rated : str or None
         The answer the confidence is about (self-consistency: the first
         sample; majority share: the majority answer), when the method picks one.
@@ -244,29 +246,53 @@ def p_true(probs: Mapping[str, float | None], target: str, renormalize: bool) ->
     return Confidence(float(pt / total), "ok", None, float(absent))
 
 
-_BOXED = re.compile(r"\\boxed\s*\{\s*([-+]?\d+(?:\.\d+)?)\s*%?\s*\}")
+# every \boxed{...} without nested braces (possessive: linear in the text)
+_BOXED = re.compile(r"\\boxed[^\S\n]*+\{(?P<c>[^{}]*+)\}")
+_DIGIT = re.compile(r"\d")
 
 
-def parse_boxed(text: str | None, scale: float = 100.0) -> Confidence:
+def parse_boxed(text: str | None, scale: float = 100.0, *, decimal_comma: bool = False) -> Confidence:
     r"""The confidence in the last ``\boxed{N}`` of a rating, divided by ``scale`` (study 001 Table 5).
+
+    The rated box is the last ``\boxed{...}`` whose content holds a digit;
+    boxes without one (``\boxed{Paris}``) are not ratings. Its content, spaces
+    around it removed, must be a number in the parser's grammar
+    (:func:`~confgrid.protocols.parsing.parse_number`: ``85``, ``85.5``,
+    ``85%`` -- N is already on the 0-``scale`` scale, so a percent sign changes
+    nothing). At most :data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS`
+    characters are read.
+
+    Parameters
+    ----------
+    text : str or None
+        The rating output.
+    scale : float, default 100
+        The top of the rating scale.
+    decimal_comma : bool, default False
+        The rating prompt's numbers use a decimal comma (``\boxed{85,5}``).
 
     Returns
     -------
     Confidence
-        Status ``ok``; ``missing`` (no ``\boxed{number}``); ``out_of_range``
-        (N outside [0, scale]; value None).
+        Status ``ok`` (value in [0, 1]); ``missing`` (no ``\boxed{}`` with a
+        digit); ``unparsed_number`` (its content is not a number in the
+        grammar: ``\boxed{1e-5}``, ``\boxed{1/2}``, ``\boxed{80-90}``; value
+        None); ``out_of_range`` (N outside [0, scale]; value None).
 
     Examples
     --------
     >>> parse_boxed(r"### Confidence: \boxed{85}").value
     0.85
-    >>> parse_boxed("I am fairly sure").status
-    'missing'
+    >>> parse_boxed("I am fairly sure").status, parse_boxed(r"\boxed{0,85}").status
+    ('missing', 'unparsed_number')
     """
-    found = _BOXED.findall(text or "")
+    found = [c for c in (m.group("c").strip() for m in _BOXED.finditer((text or "")[:MAX_PARSE_CHARS]))
+             if _DIGIT.search(c)]
     if not found:
         return Confidence(None, "missing")
-    v = float(found[-1])
-    if not 0.0 <= v <= scale:
+    n = parse_number(found[-1], decimal_comma=decimal_comma)
+    if n is None:
+        return Confidence(None, "unparsed_number")
+    if not (math.isfinite(n.value) and 0.0 <= n.value <= scale):
         return Confidence(None, "out_of_range")
-    return Confidence(v / scale, "ok")
+    return Confidence(n.value / scale + 0.0, "ok")

@@ -13,6 +13,34 @@ punctuation (``0.9.``) or a percent sign (``85%`` -> 0.85); without a ``Guess:``
 label, a leading ``Answer:`` label on the answer line is removed; an output
 truncated mid-line parses whatever it holds.
 
+Number grammar (:func:`parse_number`), the only numbers that become a value::
+
+    number = [sign] (digits [sep [digits]] | sep digits) [[space] "%"]
+    sign   = "+" | "-"
+    digits = one or more of the ASCII digits 0-9
+    sep    = "."  (or "," with decimal_comma=True, and then "." is not a separator)
+    space  = one space, tab or other horizontal whitespace (a no-break space too)
+
+Where a number ends: the token after the label (or a standalone token, for
+the fallback) starts like a number (a digit of any script, or up to three
+signs and a point before one) and runs over letters, digits, ``_`` and ``%``;
+on over marks written inside numbers (``. , / : ' ^ * × · ~``, dashes, signs)
+when a letter, digit or ``%`` follows; over any other punctuation when a digit
+follows directly; and over spaces (mixed with such marks) when a digit or
+``%`` follows, or `` x `` before a digit -- except a point or comma, then
+spaces, then a digit, which ends a number as in a sentence. It ends anywhere
+else: at a line break, at whitespace before a word, at trailing punctuation;
+a closing ``_`` is dropped. So ``0.9.``, ``0.9,``, ``**0.9**``, ``0.9)``,
+``0.9, maybe 0.7``, ``0.9, 0.7``, ``0.9 (90%)`` read 0.9, and a token that
+is not in the grammar -- ``1e-5``,
+``1e308``, ``0,9`` (without ``decimal_comma``), ``1,000``, ``1 000``,
+``1/2``, ``0x1``, ``0<NBSP>.9``, ``0.9.5``, ``0.8-0.9``, ``0.9 0.8``,
+``1_000``, digits of other scripts, ``−0.2`` (U+2212) -- gives status
+``unparsed_number`` after the label, never a value; the fallback skips such
+tokens. Every pattern is linear in the length of the text (possessive
+quantifiers; no two adjacent quantifiers over one character set), and at most
+:data:`MAX_PARSE_CHARS` characters are read.
+
 Examples
 --------
 >>> parse_output("Guess: Paris\\nProbability: 0.9")
@@ -21,23 +49,31 @@ ParseResult(answer='Paris', verbalized=0.9, status='ok', used_fallback=False)
 ParseResult(answer='Paris', verbalized=0.85, status='ok', used_fallback=False)
 >>> parse_output("Guess: Paris\\nProbab")
 ParseResult(answer='Paris', verbalized=None, status='missing_confidence', used_fallback=False)
+>>> parse_output("Guess: Paris\\nProbability: 1e-5")
+ParseResult(answer='Paris', verbalized=None, status='unparsed_number', used_fallback=False)
+>>> parse_output("Guess: Paris\\nProbability: 0,9", decimal_comma=True).verbalized
+0.9
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import NamedTuple
 
 __all__ = [
     "DEFAULT_PARSE_POLICY",
     "DROP_REASONS",
+    "MAX_PARSE_CHARS",
     "PARSE_POLICIES",
     "STATUSES",
+    "Number",
     "ParseResult",
     "apply_parse_policy",
     "drop_reason",
     "parse_for_prompt",
+    "parse_number",
     "parse_output",
 ]
 
@@ -51,6 +87,7 @@ STATUSES = (
     "missing_confidence",
     "missing_both",
     "out_of_range",
+    "unparsed_number",
     "empty",
     "unlabelled_confidence",
     "reasoning_unterminated",
@@ -68,6 +105,12 @@ DEFAULT_PARSE_POLICY = "label_or_fallback"
 #: Why a row is dropped: every status except ``ok``.
 DROP_REASONS = tuple(s for s in STATUSES if s != "ok")
 
+#: At most this many characters of an output are parsed; the rest is ignored. Outputs are at
+#: most ``max_new_tokens`` tokens (a few characters each), so a real answer and confidence
+#: lie far inside; the cap bounds the time a pathological output can take (linear patterns,
+#: about 10 ms per 100,000 characters of the worst inputs tried).
+MAX_PARSE_CHARS = 1_000_000
+
 
 class ParseResult(NamedTuple):
     """Result of :func:`parse_output`.
@@ -77,12 +120,14 @@ class ParseResult(NamedTuple):
     answer : str or None
         The parsed answer, stripped of surrounding whitespace; None if missing.
     verbalized : float or None
-        The stated confidence in [0, 1]; None if missing or out of range.
+        The stated confidence in [0, 1]; None if missing, unparsed or out of range.
     status : str
         One of :data:`STATUSES`: ``ok`` (both found), ``missing_answer``,
         ``missing_confidence``, ``missing_both``, ``out_of_range`` (a labelled
         number outside [0, 1]; ``verbalized`` is then None, ``answer`` may be
-        set), ``empty`` (blank output).
+        set), ``unparsed_number`` (the label is followed by something that
+        starts like a number but is not in the number grammar, e.g. ``1e-5``;
+        ``verbalized`` None, ``answer`` may be set), ``empty`` (blank output).
     used_fallback : bool
         True when ``verbalized`` came from the unlabelled-number fallback.
     """
@@ -93,33 +138,143 @@ class ParseResult(NamedTuple):
     used_fallback: bool
 
 
-_MD = r"(?:\*\*|__|\*|_)?"
-_NUMBER = r"(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+))"
-# A standalone number: not glued to a letter, digit or decimal point on either side
-# (a trailing sentence period is allowed: "0.9.").
-_STANDALONE = re.compile(
-    r"(?<![\w.])(?P<num>\d+(?:\.\d+)?|\.\d+)(?P<pct>\s?%)?(?![\w%]|\.\d)",
-)
+class Number(NamedTuple):
+    """A number read by :func:`parse_number`.
+
+    Attributes
+    ----------
+    value : float
+        The number as written, sign included, not scaled (``85%`` -> 85.0); ``inf`` when
+        the digits overflow a float (``1`` followed by 400 zeros).
+    percent : bool
+        Whether a percent sign followed it.
+    """
+
+    value: float
+    percent: bool
 
 
-def _label_re(label: str) -> re.Pattern[str]:
-    word = re.escape(label.rstrip(":").strip())
-    # optional Markdown emphasis opened before the word and closed before or after the colon
-    # ("**Guess:** x", "**Guess**: x"); emphasis after the colon without an opener before the
-    # word belongs to the answer ("Guess: **Paris**" keeps its asterisks, study 000 Appendix A)
-    return re.compile(
-        rf"(?<![A-Za-z0-9])(?P<open>\*\*|__|\*|_)?[ \t]*{word}[ \t]*{_MD}[ \t]*:[ \t]*(?(open){_MD})[ \t]*",
-        re.IGNORECASE,
+_GRAMMAR = {
+    sep: re.compile(
+        rf"(?P<num>[+-]?(?:[0-9]+(?:{re.escape(sep)}[0-9]*)?|{re.escape(sep)}[0-9]+))(?:[^\S\n]?(?P<pct>%))?"
     )
+    for sep in (".", ",")
+}
 
 
-_GUESS = _label_re("Guess:")
-_PROB = _label_re("Probability:")
-_ANY_LABEL_LINE = re.compile(
-    rf"^\s*(?:[-*>#]+\s+)?{_MD}\s*(?:guess|probability|answer|confidence)\s*{_MD}\s*:", re.IGNORECASE
+def parse_number(text: str, *, decimal_comma: bool = False) -> Number | None:
+    """The number ``text`` writes in the number grammar (module docstring), or None.
+
+    The whole of ``text`` must be the number (no surrounding whitespace or punctuation;
+    :func:`parse_output` finds where a number ends first).
+
+    Parameters
+    ----------
+    text : str
+        A candidate, e.g. ``"0.9"``, ``".5"``, ``"-1"``, ``"85 %"``, ``"0."``.
+    decimal_comma : bool, default False
+        The decimal separator is ``","`` instead of ``"."`` (``"0,9"`` -> 0.9, and
+        ``"0.9"`` is then not a number). Never guessed: a prompt declares it.
+
+    Returns
+    -------
+    Number or None
+        None for anything outside the grammar: exponents, fractions, thousands
+        separators, hexadecimal, inner spaces, digits of other scripts, ``inf``/``nan``.
+
+    Examples
+    --------
+    >>> parse_number("85 %")
+    Number(value=85.0, percent=True)
+    >>> parse_number("1e-5") is None, parse_number("0,9") is None, parse_number("0,9", decimal_comma=True)
+    (True, True, Number(value=0.9, percent=False))
+    """
+    m = _GRAMMAR["," if decimal_comma else "."].fullmatch(text)
+    if m is None:
+        return None
+    return Number(float(m.group("num").replace(",", ".")), m.group("pct") is not None)
+
+
+_MD = r"(?:\*\*|__|\*|_)"
+_HS = r"[^\S\n]"  # horizontal whitespace (a no-break space included)
+_SIGNS = "+\\-\u2212\u2013"  # + - minus-sign en-dash, as a character class body
+_PCT = "%\u2030\u066a"  # % per-mille arabic-percent
+# marks written inside numbers: separators, fraction, ratio, thousands, exponent, product, ranges, signs
+_GLUE = ".,/:'\u2019\\^*\u00d7\u00b7~\u2014\u207a\u207b" + _SIGNS
+_PART = rf"[\w{_PCT}]++"
+_SEP = (
+    rf"(?:[{_GLUE}]++(?=[\w{_PCT}])"  # marks, then a letter or digit: 1e-5, 0,9, 1/2, 1'000, 0.8-0.9, 0.9-ish, 1.%
+    rf"|[^\w\s]++(?=\d)"  # any marks, then a digit: 0.9)5, 0.9!5
+    # marks and spaces, then a digit: 0 .9, 1 / 2, 0.8 - 0.9, 1 000, 0.9 0.8, 85 % (but "0.9, 0.8": a comma or point
+    # then a space ends a number, as in a sentence)
+    rf"|(?![.,]{_HS}++\d)(?:{_HS}|[{_GLUE}])++(?=[\d{_PCT}])"
+    rf"|{_HS}++[xX]{_HS}++(?=\d))"  # 1 x 10^-5
 )
-_ANSWER_PREFIX = _label_re("Answer:")
-_LABELLED_NUMBER = re.compile(rf"[ \t]*{_MD}[ \t]*{_NUMBER}(?P<pct>[ \t]?%)?")
+# a token that starts like a number (signs, a point, then a digit of any script) and runs to where it ends
+_TOKEN = rf"(?=[{_SIGNS}]{{0,3}}[.,]?\d)[{_SIGNS}]{{0,3}}[.,]?{_PART}(?:{_SEP}{_PART})*+"
+# the fallback's tokens: not glued to a letter, digit or mark of a number before them (an underscore,
+# ":", "*" and "~" before are fine: "_0.9_", "Confidence:0.3", "**0.9**", "~0.9"; "item_1" is not)
+_GLUED_BEFORE = _PCT + ".,/'\u2019\\^\u00d7\u00b7\u2014\u207a\u207b" + _SIGNS
+_FALLBACK_TOKEN = re.compile(rf"(?=[{_SIGNS}.,\d])(?<![^\W_])(?<![^\W_]_)(?<![{_GLUED_BEFORE}]){_TOKEN}")
+# a token right after a label, past spaces and Markdown emphasis ("Probability: **0.9**")
+_LABELLED_TOKEN = re.compile(rf"{_HS}*+{_MD}?{_HS}*+(?P<tok>{_TOKEN})")
+
+
+class _Span(NamedTuple):
+    start: int
+    end: int
+
+
+# emphasis opened just before a label's word, itself not glued to a letter or digit
+_OPENER_BEFORE = re.compile(rf"(?<![A-Za-z0-9]){_MD}[ \t]{{0,8}}\Z")
+_OPENER_AT = re.compile(rf"(?P<open>{_MD})?[ \t]*+")
+_CLOSER_AT = re.compile(rf"{_MD}?[ \t]*+")
+
+
+class _Label:
+    """A label (``Guess:``) matched case-insensitively, optionally in Markdown emphasis.
+
+    Emphasis opened before the word and closed before or after the colon
+    (``**Guess:** x``, ``**Guess**: x``) is part of the label; emphasis after the
+    colon without an opener before the word belongs to the answer (``Guess:
+    **Paris**`` keeps its asterisks, study 000 Appendix A). The pattern starts at
+    the word (a literal, so the search is fast) and every run of spaces in it is
+    possessive, so finding all labels is linear in the text.
+    """
+
+    def __init__(self, label: str) -> None:
+        word = re.escape(label.rstrip(":").strip())
+        self._re = re.compile(rf"{word}(?<![A-Za-z0-9]{word})[ \t]*+(?:{_MD}[ \t]*+)?:[ \t]*+", re.IGNORECASE)
+
+    def _span(self, text: str, m: re.Match[str], opener: int | None = None) -> _Span:
+        if opener is None:
+            o = _OPENER_BEFORE.search(text, max(0, m.start() - 10), m.start())
+            opener = -1 if o is None else o.start()
+        if opener < 0:
+            return _Span(m.start(), m.end())
+        return _Span(opener, _CLOSER_AT.match(text, m.end()).end())
+
+    def search(self, text: str) -> _Span | None:
+        m = self._re.search(text)
+        return None if m is None else self._span(text, m)
+
+    def ends(self, text: str) -> Iterator[int]:
+        """Where each occurrence of the label ends, before any closing emphasis, in order."""
+        return (m.end() for m in self._re.finditer(text))
+
+    def match(self, line: str) -> _Span | None:
+        """The label at the very start of ``line`` (after an optional opener and spaces)."""
+        o = _OPENER_AT.match(line)
+        m = self._re.match(line, o.end())
+        return None if m is None else self._span(line, m, 0 if o.group("open") else -1)
+
+
+_GUESS = _Label("Guess:")
+_PROB = _Label("Probability:")
+_ANSWER_PREFIX = _Label("Answer:")
+_ANY_LABEL_LINE = re.compile(
+    rf"\s*+(?:[-*>#]++\s++)?{_MD}?\s*+(?:guess|probability|answer|confidence)\s*+(?:{_MD}\s*+)?:", re.IGNORECASE
+)
 
 
 def _clean_answer(text: str) -> str | None:
@@ -130,17 +285,15 @@ def _clean_answer(text: str) -> str | None:
     return s or None
 
 
-def _answer_after_label(
-    text: str, label_re: re.Pattern[str], stop_re: re.Pattern[str]
-) -> tuple[bool, str | None]:
+def _answer_after_label(text: str, label_re: _Label, stop_re: _Label) -> tuple[bool, str | None]:
     m = label_re.search(text)
     if m is None:
         return False, None
-    rest = text[m.end() :]
+    rest = text[m.end :]
     first, _, tail = rest.partition("\n")
     stop = stop_re.search(first)  # "Guess: Paris Probability: 0.9" on one line
     if stop is not None:
-        first = first[: stop.start()]
+        first = first[: stop.start]
     ans = _clean_answer(first)
     if ans is not None:
         return True, ans
@@ -159,7 +312,7 @@ def _answer_without_label(text: str) -> str | None:
             continue
         m = _ANSWER_PREFIX.match(line.lstrip())
         if m is not None:  # "Answer: Paris"
-            ans = _clean_answer(line.lstrip()[m.end() :])
+            ans = _clean_answer(line.lstrip()[m.end :])
             if ans is not None:
                 return ans
             continue
@@ -169,19 +322,28 @@ def _answer_without_label(text: str) -> str | None:
     return None
 
 
-def _to_float(num: str, pct: str | None) -> float | None:
-    try:
-        v = float(num)
-    except ValueError:
-        return None
-    if not math.isfinite(v):
-        return None
-    return v / 100.0 if pct else v
+class _Read(NamedTuple):
+    """A token read on a scale: ``value`` in [0, 1] when ``status`` is ``ok``, else None."""
+
+    value: float | None
+    status: str  # ok, out_of_range, unparsed_number
 
 
-def _percent_to_float(num: str, pct: str | None) -> float | None:
-    v = _to_float(num, None)
-    return None if v is None else v / 100.0
+def _read_token(token: str, percent_scale: bool, decimal_comma: bool) -> _Read:
+    # a token never ends in a mark; it may end in spaces (before a mark that ends it) or "_" (a closing __)
+    n = parse_number(token.rstrip().rstrip("_"), decimal_comma=decimal_comma)
+    if n is None:
+        return _Read(None, "unparsed_number")
+    v = n.value / 100.0 if (percent_scale or n.percent) else n.value
+    if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+        return _Read(None, "out_of_range")
+    return _Read(v + 0.0, "ok")  # + 0.0: -0 reads as 0.0
+
+
+def _check_label(name: str, label: object) -> str:
+    if not isinstance(label, str) or not label.rstrip(":").strip():
+        raise ValueError(f"{name}={label!r}: must be a non-empty string such as 'Guess:'")
+    return label
 
 
 def parse_output(
@@ -190,11 +352,14 @@ def parse_output(
     answer_label: str = "Guess:",
     confidence_label: str = "Probability:",
     scale: str | None = "unit",
+    decimal_comma: bool = False,
+    max_chars: int = MAX_PARSE_CHARS,
 ) -> ParseResult:
     """Parse a generated output into answer, stated confidence and a status.
 
-    Never raises: any input, including None or non-text, gives a
-    :class:`ParseResult` with a status from :data:`STATUSES`.
+    Never raises for any ``text`` (None and non-text included): every output
+    gives a :class:`ParseResult` with a status from :data:`STATUSES`. There is
+    no catch-all: an interrupt or a timeout raised while parsing propagates.
 
     Parameters
     ----------
@@ -212,74 +377,74 @@ def parse_output(
         -> 0.0085, read literally); the fallback takes the first standalone
         number in [0, 100]. An unknown scale gives status ``missing_both``
         (never raises).
+    decimal_comma : bool, default False
+        The prompt's numbers use a decimal comma (``0,9``); ``.`` is then not a
+        decimal separator. Off by default and never guessed (:func:`parse_number`).
+    max_chars : int, default :data:`MAX_PARSE_CHARS`
+        Only the first ``max_chars`` characters are parsed.
 
     Returns
     -------
     ParseResult
         ``verbalized`` is in [0, 1] or None. The first label occurrence wins.
         A labelled number outside the scale (``Probability: 85`` on the unit
-        scale, ``Probability: 150%``) gives status ``out_of_range``; a label
-        without any number after it counts as no label, and the fallback applies.
+        scale, ``Probability: 150%``, ``-0.2``) gives status ``out_of_range``;
+        a labelled token that starts like a number but is not in the number
+        grammar (``1e-5``, ``1/2``, ``0,9``) gives ``unparsed_number``; both
+        take precedence over a missing answer. A label without anything
+        number-like after it counts as no label, and the fallback applies.
+
+    Raises
+    ------
+    ValueError
+        If a label is not a non-empty string, or ``max_chars`` is not a positive int.
     """
-    try:
-        return _parse(text, answer_label, confidence_label, scale or "unit")
-    except Exception:  # pragma: no cover - defensive; the parser is meant not to raise
-        return ParseResult(None, None, "missing_both", False)
-
-
-def _parse(text: object, answer_label: str, confidence_label: str, scale: str = "unit") -> ParseResult:
+    _check_label("answer_label", answer_label)
+    _check_label("confidence_label", confidence_label)
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"max_chars={max_chars!r}: must be a positive int")
+    scale = scale or "unit"
     if scale not in ("unit", "percent"):
         return ParseResult(None, None, "missing_both", False)
-    to_unit = _to_float if scale == "unit" else _percent_to_float
     if not isinstance(text, str) or not text.strip():
         return ParseResult(None, None, "empty", False)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    guess_re = _GUESS if answer_label == "Guess:" else _label_re(answer_label)
-    prob_re = _PROB if confidence_label == "Probability:" else _label_re(confidence_label)
+    text = text[:max_chars].replace("\r\n", "\n").replace("\r", "\n")
+    guess_re = _GUESS if answer_label == "Guess:" else _Label(answer_label)
+    prob_re = _PROB if confidence_label == "Probability:" else _Label(confidence_label)
 
     has_label, answer = _answer_after_label(text, guess_re, prob_re)
     if not has_label:
         answer = _answer_without_label(text)
+    conf, used_fallback = _confidence(text, prob_re, scale == "percent", bool(decimal_comma))
 
-    verbalized: float | None = None
-    used_fallback = False
-    out_of_range = False
-    labelled = False
-    for m in prob_re.finditer(text):
-        n = _LABELLED_NUMBER.match(text, m.end())
-        if n is None:
-            continue
-        v = to_unit(n.group("num"), n.group("pct"))
-        if v is None:
-            continue
-        labelled = True
-        if 0.0 <= v <= 1.0:
-            verbalized = v
-        else:
-            out_of_range = True
-        break
-    if not labelled:
-        for m in _STANDALONE.finditer(text):
-            v = to_unit(m.group("num"), m.group("pct"))
-            if v is not None and 0.0 <= v <= 1.0:
-                verbalized, used_fallback = v, True
-                break
-
-    if out_of_range:
-        status = "out_of_range"
-    elif answer is None and verbalized is None:
+    if conf.status != "ok" and conf.status != "missing":
+        status = conf.status  # out_of_range, unparsed_number
+    elif answer is None and conf.value is None:
         status = "missing_both"
     elif answer is None:
         status = "missing_answer"
-    elif verbalized is None:
+    elif conf.value is None:
         status = "missing_confidence"
     else:
         status = "ok"
-    return ParseResult(answer, verbalized, status, used_fallback)
+    return ParseResult(answer, conf.value, status, used_fallback)
+
+
+def _confidence(text: str, prob_re: _Label, percent_scale: bool, decimal_comma: bool) -> tuple[_Read, bool]:
+    """The labelled confidence (the first label followed by a number-like token), else the fallback's."""
+    for end in prob_re.ends(text):
+        t = _LABELLED_TOKEN.match(text, end)
+        if t is not None:
+            return _read_token(t.group("tok"), percent_scale, decimal_comma), False
+    for t in _FALLBACK_TOKEN.finditer(text):
+        r = _read_token(t.group(), percent_scale, decimal_comma)
+        if r.status == "ok":
+            return r, True
+    return _Read(None, "missing"), False
 
 
 def parse_for_prompt(text: str | None, prompt: object) -> ParseResult:
-    """:func:`parse_output` with the labels and scale a prompt declares.
+    """:func:`parse_output` with the labels, scale and decimal separator a prompt declares.
 
     Parameters
     ----------
@@ -287,13 +452,14 @@ def parse_for_prompt(text: str | None, prompt: object) -> ParseResult:
         The generated text.
     prompt : Prompt or str
         A :class:`~confgrid.protocols.prompts.Prompt` or a registered prompt id.
-        Missing labels fall back to ``Guess:`` / ``Probability:``.
+        Missing labels fall back to ``Guess:`` / ``Probability:``; a prompt
+        without ``decimal_comma`` reads decimal points.
 
     Raises
     ------
     KeyError
         If ``prompt`` is an id that is not registered (the only error; the
-        parse itself never raises).
+        parse itself never raises for any text).
     """
     from confgrid.protocols.prompts import get_prompt
 
@@ -303,6 +469,7 @@ def parse_for_prompt(text: str | None, prompt: object) -> ParseResult:
         answer_label=getattr(p, "answer_label", None) or "Guess:",
         confidence_label=getattr(p, "confidence_label", None) or "Probability:",
         scale=getattr(p, "scale", None) or "unit",
+        decimal_comma=bool(getattr(p, "decimal_comma", False)),
     )
 
 

@@ -143,33 +143,37 @@ def probe_request(question: str, answer: str, prompt_id: str = "confidence") -> 
 
 
 def parse_probe_output(continuation: str | None, supplied: str, prompt_id: str = "confidence") -> ParseResult:
-    """Parse what the model wrote after ``Probability:`` (never raises).
+    """Parse what the model wrote after ``Probability:`` (never raises for any continuation).
 
     ``confidence_label + continuation`` is parsed with
-    :func:`~confgrid.protocols.parsing.parse_output` (the prompt's labels and
-    scale), so the probe reuses the parser's rules: ``" 0.8"`` is labelled,
-    ``" high, 0.8"`` uses the fallback, ``" high"`` gives
-    ``missing_confidence``, ``" 1.5"`` ``out_of_range``. The answer is the
-    supplied one; only the continuation is searched for a number. Apply a parse policy with
+    :func:`~confgrid.protocols.parsing.parse_output` (the prompt's labels,
+    scale and decimal separator), so the probe reuses the parser's rules:
+    ``" 0.8"`` is labelled, ``" high, 0.8"`` uses the fallback, ``" high"``
+    gives ``missing_confidence``, ``" 1.5"`` ``out_of_range``, ``" 1e-5"``
+    ``unparsed_number``. The answer is the supplied one; only the continuation
+    is searched for a number. Apply a parse policy with
     :func:`~confgrid.protocols.parsing.apply_parse_policy` as for main rows.
+
+    Raises
+    ------
+    KeyError
+        If ``prompt_id`` is not a registered prompt. Nothing is caught: an
+        interrupt or a timeout while parsing propagates.
     """
-    try:
-        prompt = get_prompt(prompt_id)
-        ans = " ".join(str(supplied).split()) or None
-        label = prompt.confidence_label or "Probability:"
-        text = label + (continuation if isinstance(continuation, str) else "")
-        # only the continuation is searched for a number (a numeric supplied answer is never read as one)
-        r = parse_output(text, answer_label=prompt.answer_label or "Guess:", confidence_label=label,
-                         scale=prompt.scale or "unit")
-        if r.status == "out_of_range":
-            status = "out_of_range"
-        elif r.verbalized is None:
-            status = "missing_confidence" if ans else "missing_both"
-        else:
-            status = "ok" if ans else "missing_answer"
-        return ParseResult(ans, r.verbalized, status, r.used_fallback)
-    except Exception:  # pragma: no cover - defensive
-        return ParseResult(None, None, "missing_both", False)
+    prompt = get_prompt(prompt_id)
+    ans = " ".join(str(supplied).split()) or None
+    label = prompt.confidence_label or "Probability:"
+    text = label + (continuation if isinstance(continuation, str) else "")
+    # only the continuation is searched for a number (a numeric supplied answer is never read as one)
+    r = parse_output(text, answer_label=prompt.answer_label or "Guess:", confidence_label=label,
+                     scale=prompt.scale or "unit", decimal_comma=prompt.decimal_comma)
+    if r.status in ("out_of_range", "unparsed_number"):
+        status = r.status
+    elif r.verbalized is None:
+        status = "missing_confidence" if ans else "missing_both"
+    else:
+        status = "ok" if ans else "missing_answer"
+    return ParseResult(ans, r.verbalized, status, r.used_fallback)
 
 
 def _is_wrong(correct: Any) -> bool:

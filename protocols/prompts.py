@@ -53,7 +53,7 @@ PLACEHOLDER = "{question}"
 #: Where a rating or verification template puts the proposed answer.
 ANSWER_PLACEHOLDER = "{answer}"
 
-_FIELDS = ("id", "template", "answer_label", "confidence_label", "scale", "deletions", "description")
+_FIELDS = ("id", "template", "answer_label", "confidence_label", "scale", "decimal_comma", "deletions", "description")
 _SCALES = (None, "unit", "percent")
 
 
@@ -76,6 +76,10 @@ class Prompt:
     scale : str or None
         Scale of the stated confidence: ``"unit"`` (a probability in [0, 1]),
         ``"percent"`` (0-100), or None without a confidence request.
+    decimal_comma : bool
+        The stated numbers use a decimal comma (``0,9``; a prompt in a language
+        that writes them so); the parser then reads ``,`` and not ``.`` as the
+        decimal separator (protocols/parsing.py, ``parse_number``). Default False.
     deletions : tuple of str
         Substrings that remove the probability request, applied in order by
         :meth:`without_probability_request`; each must occur exactly once.
@@ -88,6 +92,7 @@ class Prompt:
     answer_label: str | None = None
     confidence_label: str | None = None
     scale: str | None = None
+    decimal_comma: bool = False
     deletions: tuple[str, ...] = ()
     description: str = ""
 
@@ -98,6 +103,8 @@ class Prompt:
             raise ValueError(f"Prompt {self.id!r}: template has no {PLACEHOLDER} placeholder")
         if self.scale not in _SCALES:
             raise ValueError(f"Prompt {self.id!r}: scale={self.scale!r}; allowed: {list(_SCALES)}")
+        if not isinstance(self.decimal_comma, bool):
+            raise ValueError(f"Prompt {self.id!r}: decimal_comma={self.decimal_comma!r}; allowed: true or false")
         if isinstance(self.deletions, str) or not all(isinstance(d, str) and d for d in self.deletions):
             raise ValueError(f"Prompt {self.id!r}: deletions={self.deletions!r}; must be a list of non-empty strings")
         object.__setattr__(self, "deletions", tuple(self.deletions))
@@ -256,7 +263,7 @@ def _prompt_from_mapping(data: Any, where: str) -> Prompt:
 
 def load_prompt_file(path: str | os.PathLike[str], *, register: bool = True) -> Prompt:
     """Read one YAML prompt file (keys: ``id``, ``template``, optional ``answer_label``,
-    ``confidence_label``, ``scale``, ``deletions``, ``description``).
+    ``confidence_label``, ``scale``, ``decimal_comma``, ``deletions``, ``description``).
 
     Parameters
     ----------

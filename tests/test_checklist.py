@@ -44,6 +44,7 @@ def test_build_checklist_content():
     v = c["signals"][0]
     assert v["elicitation_prompt"]["text"] == get_prompt("confidence").template  # rendered for "{question}"
     assert v["parse_policy"] == "label_or_fallback" and v["elicitation_prompt"]["scale"] == "unit"
+    assert v["elicitation_prompt"]["decimal_comma"] is False
     bare, guess, mc = c["signals"][1:]
     assert bare["context"]["user_prompt_text"] == "{question}\nAnswer:"
     assert bare["context"]["slot"] == "at the start of the assistant turn, separator ''"

@@ -116,6 +116,29 @@ def test_parse_letter_never_raises(text):
     assert r is None or r in "ABCD"
 
 
+def test_parse_letter_is_linear_and_lets_interrupts_through(monkeypatch):
+    import time
+
+    from confgrid.protocols import mc
+
+    text = "The answer" + " " * 100_000 + "."  # was quadratic: 0.2 s at 4,000 spaces
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        assert parse_letter(text) is None
+        best = min(best, time.perf_counter() - t0)
+    assert best < 0.05
+    assert parse_letter("The answer   is   (C)") == "C"
+
+    class Timeout:
+        def sub(self, *args, **kwargs):
+            raise TimeoutError
+
+    monkeypatch.setattr(mc, "_LEADING_LABEL", Timeout())
+    with pytest.raises(TimeoutError):  # was swallowed as "no letter"
+        parse_letter("B")
+
+
 def test_mc_letter_rule():
     it = _item()
     assert [C.mc_letter(a, it) for a in ("B", "(b)", "B) Paris", "**B**", "Answer: B", "A", "Paris", None)] == [

@@ -78,10 +78,50 @@ def test_p_true_by_hand():
     (r"\boxed{0}", 0.0, "ok"), (r"\boxed{100}", 1.0, "ok"), (r"\boxed{ 10 }", 0.1, "ok"),
     (r"first \boxed{20} then \boxed{70}", 0.7, "ok"),
     (r"\boxed{150}", None, "out_of_range"), ("85%", None, "missing"), (None, None, "missing"),
+    # the parser's number grammar (issue 14 item 5): nothing outside it becomes a number
+    (r"\boxed{85%}", 0.85, "ok"), (r"\boxed{85.5}", 0.855, "ok"), ("\\boxed{\n 85 \n}", 0.85, "ok"),
+    (r"\boxed{85} for \boxed{Paris}", 0.85, "ok"),  # a box without a digit is not a rating
+    (r"\boxed{Paris}", None, "missing"), (r"\boxed{}", None, "missing"),
+    (r"\boxed{1e-5}", None, "unparsed_number"), (r"\boxed{1/2}", None, "unparsed_number"),
+    (r"\boxed{0,85}", None, "unparsed_number"), (r"\boxed{80-90}", None, "unparsed_number"),
+    (r"\boxed{85 or 90}", None, "unparsed_number"), ("\\boxed{\u0668\u0665}", None, "unparsed_number"),
+    (r"\boxed{20} then \boxed{1e2}", None, "unparsed_number"),  # the last rating box decides
+    (r"\boxed{-5}", None, "out_of_range"),
 ])
 def test_parse_boxed(text, value, status):
     c = parse_boxed(text)
     assert c.status == status and (c.value == pytest.approx(value) if value is not None else c.value is None)
+
+
+def test_parse_boxed_decimal_comma_and_linear_time():
+    assert parse_boxed(r"\boxed{85,5}", decimal_comma=True).value == pytest.approx(0.855)
+    assert parse_boxed(r"\boxed{85.5}", decimal_comma=True).status == "unparsed_number"
+    for text in ("\\boxed{1" + " " * 100_000 + "x", "\\boxed{" * 14_000, "\\boxed " * 14_000 + "{85}"):
+        best = min(_timed(parse_boxed, text) for _ in range(3))
+        assert best < 0.05
+
+
+def _timed(f, *args) -> float:
+    import time
+
+    t0 = time.perf_counter()
+    f(*args)
+    return time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("kind, text, value, status", [
+    ("rating", r"\boxed{70}", 0.7, "ok"), ("rating", r"\boxed{7e1}", None, "unparsed_number"),
+    ("rating", "no box", None, "missing"),
+    ("verbalized_before", "Probability: 0.7\nGuess: Paris", 0.7, "ok"),
+    ("verbalized_before", "Probability: 1e-5\nGuess: Paris", None, "unparsed_number"),
+    ("verbalized_before", "Probability: 7\nGuess: Paris", None, "out_of_range"),
+    ("verbalized_before", "Guess: Paris", None, "missing"),
+])
+def test_rated_confidence_keeps_unparsed_numbers_apart(kind, text, value, status):
+    from confgrid.flows.methods import rated_confidence
+
+    template = "rate_0_100" if kind == "rating" else "verbalized_before"
+    assert rated_confidence(text, kind, template) == (pytest.approx(value) if value is not None else None, status)
 
 
 def test_candidate_tokens_with_and_without_space_and_cases():

@@ -11,12 +11,15 @@ from hypothesis import strategies as st
 from confgrid.protocols.parsing import (
     DEFAULT_PARSE_POLICY,
     DROP_REASONS,
+    MAX_PARSE_CHARS,
     PARSE_POLICIES,
     STATUSES,
+    Number,
     ParseResult,
     apply_parse_policy,
     drop_reason,
     parse_for_prompt,
+    parse_number,
     parse_output,
 )
 
@@ -205,3 +208,224 @@ def test_property_scale_and_policy(text, scale, policy):
     assert (r.status == "ok") == (r.answer is not None and r.verbalized is not None)
     if policy == "label_only":
         assert not (r.used_fallback and r.verbalized is not None)
+
+
+# ----------------------------------------------------------------------------- number grammar (issue 14 item 5)
+
+# every example of the issue, and more forms outside the grammar: after the label, none becomes a value
+UNPARSED = ["1e-5", "1e308", "1E5", "0,9", "1,000", "1/2", "0x1", "0\u00a0.9", "0 .9", "1 000", "0.9.5", "0..9",
+            "0.8-0.9", "0.8 - 0.9", "1_000", "1'000", "10^-5", "1 x 10^-5", "1 \u00d7 10^-5", "0.9%%", "50%/50%",
+            "0.9-ish", "0.9e", "\u0660.\u0669", "\uff10.\uff19", "\u22120.2", "--0.5", "1:2", "10\u207b\u2075",
+            "5\u2030", "0.9 0.8", "0.9 ,8"]
+
+
+@pytest.mark.parametrize("number", UNPARSED)
+def test_number_outside_the_grammar_is_unparsed(number):
+    r = parse_output(f"Guess: Paris\nProbability: {number}")
+    assert r == ParseResult("Paris", None, "unparsed_number", False)
+    assert parse_output(f"**Probability:** {number}").status == "unparsed_number"  # precedes missing_answer
+    assert parse_output(f"Guess: Paris\nProbability: {number}", scale="percent").verbalized is None
+    # the fallback never takes a number out of such a token either
+    assert parse_output(f"Paris\nConfidence: {number}").verbalized is None
+
+
+# (text after "Probability: ", value): the documented tolerances are kept
+ACCEPTED = [("0.9", 0.9), (".9", 0.9), ("0.", 0.0), ("1.", 1.0), ("+0.5", 0.5), ("-0", 0.0), ("0.9.", 0.9),
+            ("0.9...", 0.9), ("0.9,", 0.9), ("0.9:", 0.9), ("0.9!", 0.9), ("0.9)", 0.9), ("**0.6**", 0.6),
+            ("__0.6__", 0.6), ("85%", 0.85), ("85 %", 0.85), ("85\u00a0%", 0.85), ("85%.", 0.85),
+            ("0.9, maybe 0.7", 0.9), ("0.9, 0.7", 0.9), ("0.9. 1", 0.9), ("0.9 - I am sure", 0.9),
+            ("0.9 (90%)", 0.9), ("0.9\n0.8", 0.9)]
+
+
+@pytest.mark.parametrize(("number", "value"), ACCEPTED)
+def test_number_in_the_grammar(number, value):
+    r = parse_output(f"Guess: Paris\nProbability: {number}")
+    assert (r.status, r.used_fallback) == ("ok", False)
+    assert r.verbalized == value and math.copysign(1.0, r.verbalized) == 1.0  # -0 reads as +0.0
+
+
+def test_huge_and_negative_numbers_are_out_of_range():
+    assert parse_output("Guess: Paris\nProbability: 1" + "0" * 400).status == "out_of_range"  # overflows to inf
+    assert parse_output("Guess: Paris\nProbability: -0.2").status == "out_of_range"
+    assert parse_output("Paris\n-0.2").verbalized is None  # the fallback reads the sign too
+
+
+def test_decimal_comma_is_an_explicit_option():
+    assert parse_output("Guess: Paris\nProbability: 0,9", decimal_comma=True) == ParseResult("Paris", 0.9, "ok", False)
+    assert parse_output("Guess: Paris\nProbability: 0,9.", decimal_comma=True).verbalized == 0.9
+    assert parse_output("Guess: Paris\nProbability: 85,5 %", decimal_comma=True).verbalized == pytest.approx(0.855)
+    assert parse_output("Paris, about 0,7", decimal_comma=True).verbalized == 0.7
+    for text in ("0.9", "1.000,5", "0,9,5"):
+        assert parse_output(f"Guess: P\nProbability: {text}", decimal_comma=True).status == "unparsed_number"
+    assert parse_output("Guess: Paris\nProbability: 0,9").status == "unparsed_number"  # never guessed
+
+
+def test_parse_for_prompt_reads_the_declared_decimal_comma():
+    from confgrid.protocols.prompts import Prompt
+
+    p = Prompt(id="komma", template="{question}", answer_label="Antwort:", confidence_label="Wahrscheinlichkeit:",
+               scale="unit", decimal_comma=True)
+    assert parse_for_prompt("Antwort: Paris\nWahrscheinlichkeit: 0,8", p) == ParseResult("Paris", 0.8, "ok", False)
+    assert parse_for_prompt("Antwort: Paris\nWahrscheinlichkeit: 0.8", p).status == "unparsed_number"
+
+
+def test_parse_number():
+    assert parse_number("0.9") == Number(0.9, False) and parse_number("-.5") == Number(-0.5, False)
+    assert parse_number("85 %") == Number(85.0, True) and parse_number("0,5", decimal_comma=True) == Number(0.5, False)
+    for bad in ("", " 0.9", "0.9 ", "inf", "nan", "1e5", "0,5", "\u0669", "0.9  %", "%", ".", "+", "1_0"):
+        assert parse_number(bad) is None, bad
+
+
+# accepted forms: the grammar, written out (independent of the parser's own patterns)
+_accepted_number = st.from_regex(r"\A[+-]?(?:[0-9]{1,4}(?:\.[0-9]{0,5})?|\.[0-9]{1,5})(?: ?%)?\Z", fullmatch=True)
+_decoration = st.sampled_from([("", ""), ("**", "**"), ("", "."), ("", ","), ("", "!"), ("", " (fairly sure)"),
+                               ("", "\nGuess: Rome"), ("__", "__"), ("\t", " ")])
+
+
+def _expected(s: str) -> float:
+    from decimal import Decimal
+
+    v = Decimal(s.rstrip("%").strip())
+    return float(v / 100 if s.endswith("%") else v)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_accepted_number, _decoration, st.booleans())
+def test_property_accepted_numbers_round_trip(number, decoration, comma):
+    pre, post = decoration
+    written = number.replace(".", ",") if comma else number
+    if comma and post in (",",):
+        post = "."
+    r = parse_output(f"Guess: Paris\nProbability: {pre}{written}{post}", decimal_comma=comma)
+    v = _expected(number)
+    if 0.0 <= v <= 1.0:
+        assert (r.status, r.used_fallback) == ("ok", False)
+        assert r.verbalized == pytest.approx(v, rel=1e-15, abs=0)
+    else:
+        assert (r.status, r.verbalized) == ("out_of_range", None)
+
+
+# forms outside the grammar made by damaging an accepted number
+_defects = st.sampled_from(["e-5", "e308", "E2", "/2", ",000", "'000", "_0", ".5", "-1", "x1", "^2", "\u00a0.5",
+                            " .5", " 000", "%5", "\u0663", "ish"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.from_regex(r"\A[0-9]{1,3}\.[0-9]{1,3}\Z", fullmatch=True), _defects, st.booleans())
+def test_property_damaged_numbers_never_yield_a_value(number, defect, prefix_zero_x):
+    text = ("0x" + number.replace(".", "")) if prefix_zero_x and defect == "x1" else number + defect
+    r = parse_output(f"Guess: Paris\nProbability: {text}")
+    assert (r.verbalized, r.status) == (None, "unparsed_number"), text
+
+
+_numberish = st.text(alphabet="0123456789.,eExX+-/%_'^:*~\u00a0\u0663\u2212", min_size=1, max_size=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_numberish)
+def test_property_no_wrong_value_near_a_label(s):
+    """Whatever follows the label, a value is only ever the leading number itself, followed by punctuation."""
+    import re
+
+    r = parse_output(f"Guess: Paris\nProbability: {s}")
+    _check(r)
+    if r.verbalized is None or r.used_fallback:  # the fallback: a later token of s, delimited (":0" -> 0.0)
+        return
+    lead = re.match(r"[ \t\u00a0]*(?:\*\*|__|\*|_)?[ \t\u00a0]*", s).end()  # spaces and emphasis after the label
+    m = re.match(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", s[lead:], re.ASCII)
+    assert m is not None, s
+    rest = s[lead + m.end():]
+    pct = re.match(r"[^\S\n]?%", rest)
+    rest = rest[pct.end():] if pct else rest
+    glued, after = re.fullmatch(r"(\S*)(.*)", rest, re.DOTALL).groups()
+    assert not re.match(r"[^\w\s]*\d", glued), s  # no digit glued to the number (after marks only)
+    assert not re.match(r"[.,/:'^*~+-]*[A-Za-z]", glued), s  # nor a letter, after marks of numbers: 1e5, 0.9-ish
+    if not glued and not m.group().endswith("."):  # ("0. 9": a sentence's point, then another number)
+        assert not re.match(r"[^\S\n]*(?:[.,]?\d|%)", after), s  # nor continuing it after a space (0 .9)
+    assert r.verbalized == pytest.approx(_expected(m.group() + ("%" if pct else "")) + 0.0)
+
+
+# ----------------------------------------------------------------------------- linear time, cap, no catch-all (item 6)
+
+_PATHOLOGICAL = {
+    "spaces before Guess": " " * 100_000 + "Guess: Paris\nProbability: 0.9",
+    "spaces": " " * 100_000,
+    "tabs after a label line": "Guess:\n" + "\t" * 100_000 + "x",
+    "no-break spaces": "\u00a0" * 100_000 + "x",
+    "spaces after Guess": "Guess" + " " * 100_000 + "x",
+    "bold then spaces": "**" + " " * 100_000 + "Guess",
+    "Guess repeated": "Guess " * 16_667,
+    "Guess: repeated": "Guess:" * 16_667,
+    "Probability: repeated": "Probability: " * 7_693,
+    "bold labels repeated": "**Probability:** **Guess:** " * 3_572,
+    "spaced digits": "1 " * 50_000,
+    "digits": "1" * 100_000,
+    "stars": "*" * 100_000,
+    "underscores": "_" * 100_000,
+    "dashes": "-" * 100_000,
+    "label line, spaces": " " * 50_000 + "Guess" + " " * 50_000,
+}
+
+
+def _best_of_3(f) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@pytest.mark.parametrize("name", list(_PATHOLOGICAL))
+def test_pathological_outputs_parse_in_linear_time(name):
+    text = _PATHOLOGICAL[name]
+    assert len(text) >= 100_000
+    assert _best_of_3(lambda: parse_output(text)) < 0.05, name
+
+
+def test_only_max_chars_are_parsed():
+    assert MAX_PARSE_CHARS >= 100_000
+    text = "Guess: Paris\n" + " " * 100 + "Probability: 0.9"
+    assert parse_output(text).verbalized == 0.9
+    assert parse_output(text, max_chars=50) == ParseResult("Paris", None, "missing_confidence", False)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match=f"max_chars={bad!r}"):
+            parse_output(text, max_chars=bad)
+
+
+def test_bad_labels_raise_naming_the_field():
+    with pytest.raises(ValueError, match="answer_label=''"):
+        parse_output("x", answer_label="")
+    with pytest.raises(ValueError, match="confidence_label=None"):
+        parse_output("x", confidence_label=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, TimeoutError])
+def test_an_interrupt_while_parsing_propagates(monkeypatch, exc):
+    from confgrid.protocols import parsing
+
+    def boom(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(parsing, "_confidence", boom)
+    with pytest.raises(exc):
+        parse_output("Guess: Paris\nProbability: 0.9")
+
+
+def test_unparsed_number_is_a_drop_reason_of_its_own():
+    import pandas as pd
+
+    from confgrid.flows.stages import parse_generations, signal_table
+
+    assert "unparsed_number" in STATUSES and "unparsed_number" in DROP_REASONS
+    r = parse_output("Guess: Paris\nProbability: 1/2")
+    assert drop_reason(r) == drop_reason(r, "label_only") == "unparsed_number"
+    gen = pd.DataFrame({"item_id": ["1", "2", "3"], "raw_output": [
+        "Guess: Paris\nProbability: 0.8", "Guess: Rome\nProbability: 1e-5", "Guess: Oslo"]})
+    graded = parse_generations(gen, "confidence").assign(correct=1.0)
+    assert list(graded["parse_status"]) == ["ok", "unparsed_number", "missing_confidence"]
+    table, dropped = signal_table(graded, pd.DataFrame(), ())
+    assert dropped == {"parse:unparsed_number": 1, "parse:missing_confidence": 1}
+    assert list(table["item_id"]) == ["1"]

@@ -55,6 +55,8 @@ def test_probe_request_and_limit():
         ("", None, "missing_confidence", False),
         (None, None, "missing_confidence", False),
         (" 1.5", None, "out_of_range", False),
+        (" 1e-5", None, "unparsed_number", False),  # never a wrong value (issue 14 item 5)
+        (" 0,8", None, "unparsed_number", False),
     ],
 )
 def test_parse_probe_output(continuation, verbalized, status, fallback):
@@ -66,6 +68,20 @@ def test_parse_probe_output(continuation, verbalized, status, fallback):
 def test_parse_probe_output_reads_only_the_continuation():
     r = parse_probe_output(" high", "0.5")  # a numeric supplied answer is not the confidence
     assert (r.answer, r.verbalized, r.status) == ("0.5", None, "missing_confidence")
+
+
+def test_parse_probe_output_raises_instead_of_hiding_errors(monkeypatch):
+    from confgrid.protocols import probe
+
+    with pytest.raises(KeyError, match="unknown prompt 'nope'"):  # was recorded as missing_both
+        parse_probe_output(" 0.8", "Paris", "nope")
+
+    def timeout(*args, **kwargs):
+        raise TimeoutError
+
+    monkeypatch.setattr(probe, "parse_output", timeout)
+    with pytest.raises(TimeoutError):
+        parse_probe_output(" 0.8", "Paris")
 
 
 def test_parse_probe_output_percent_scale():

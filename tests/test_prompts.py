@@ -131,3 +131,13 @@ def test_load_prompt_file_errors(tmp_path):
     nod.write_text("template: '{question}'\n")
     with pytest.raises(ValueError, match="'id' must be a string"):
         P.load_prompt_file(nod, register=False)
+
+
+def test_decimal_comma_is_declared_by_a_prompt(tmp_path):
+    assert P.get_prompt("confidence").decimal_comma is False  # off unless declared
+    p = tmp_path / "komma.yaml"
+    p.write_text("id: x\ntemplate: '{question}'\nconfidence_label: 'Probability:'\nscale: unit\ndecimal_comma: true\n")
+    assert P.load_prompt_file(p, register=False).decimal_comma is True
+    p.write_text("id: x\ntemplate: '{question}'\ndecimal_comma: 'yes'\n")
+    with pytest.raises(ValueError, match=r"decimal_comma='yes'; allowed: true or false"):
+        P.load_prompt_file(p, register=False)
