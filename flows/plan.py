@@ -269,13 +269,18 @@ def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str,
         ctx_field = ("scoring.contexts" if a.id == "main" or (a.contexts is None and a.format == "open")
                      else f"{where}.contexts")
         contexts = a.scoring_contexts(spec.scoring.contexts)
+        if a.format == "mc":
+            bare = [d for d in spec.datasets if not any(it.options for it in items.get(d.name, []))]
+            if len(bare) == len(spec.datasets):
+                problems.append((f"{where}.format", f"'mc' asks lettered options, but no dataset of the grid has "
+                                 f"any ({', '.join(f'{d.name!r} ({d.adapter})' for d in bare)}); use format 'open' "
+                                 "or add a dataset with options (mmlu, a custom one with options)"))
+                continue
+            if bare:
+                log.info("answer set %s (mc): asked on %s only; %s have no options", a.id,
+                         ", ".join(d.name for d in spec.datasets if d not in bare), ", ".join(d.name for d in bare))
         for d in spec.datasets:
             its = items.get(d.name, [])
-            if a.format == "mc" and its and not any(it.options for it in its):
-                problems.append((f"{where}.format", f"'mc' asks lettered options, but dataset {d.name!r} "
-                                 f"({d.adapter}) has none in its {len(its)} items; use format 'open' or a dataset "
-                                 "with options"))
-                continue
             asked = set_items(a, its)
             bare = [it.item_id for it in asked if not it.options]
             mc_ctx = [c for c in contexts if get_context(c).item_format == "mc"]

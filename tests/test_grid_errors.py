@@ -101,7 +101,7 @@ def test_mc_context_on_a_dataset_without_options_fails_before_ray(tmp_path, monk
 def test_mc_answer_set_on_a_dataset_without_options_fails(tmp_path, monkeypatch):
     text = BASE.replace("truthfulqa", "triviaqa") + "answer_sets:\n  - id: mc\n    prompt: mc_confidence\n    format: mc\n"
     res = _cli(["run", str(_grid(tmp_path, text)), "--out", str(tmp_path / "o")], monkeypatch)
-    assert res.exit_code == 2 and "answer_sets[0].format: 'mc' asks lettered options" in res.output
+    assert res.exit_code == 2 and "answer_sets[0].format: 'mc' asks lettered options, but no dataset" in res.output
 
 
 def test_unwritable_output_directory_is_one_line(tmp_path, monkeypatch):
