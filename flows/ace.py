@@ -162,7 +162,8 @@ def evaluate_ace(spec: GridSpec, rows: pd.DataFrame, ratings: pd.DataFrame | Non
     pairs = [(p.a, p.b, p.label) for p in c.pairs] if c.pairs else None
     views = [v for v in c.views if v != "ca" or ratings is not None]
     return ace_tables(rows, ratings if "ca" in views else None, pairs=pairs, views=views, metrics=c.metrics,
-                      n_bootstrap=c.bootstrap, seed=c.seed, target=c.target, n_bins=spec.metrics.ece_bins)
+                      n_bootstrap=c.bootstrap, seed=c.seed, target=c.target, n_bins=spec.metrics.ece_bins,
+                      ia_strata=c.ia_strata, n_strata=c.n_strata)
 
 
 def write_ace(tables, res: Path) -> dict[str, Path]:

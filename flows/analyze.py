@@ -558,6 +558,7 @@ def analyze(
     pairs: str | Sequence | None = None,
     candidates: str | Path | None = None,
     comparison_resamples: int = 2000,
+    ia_strata: int | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Metrics with paired bootstrap intervals and pairwise gaps of an input file.
 
@@ -591,12 +592,13 @@ def analyze(
         Interval level (percentile interval).
     chunk_size : int, default=1000
         Bootstrap chunk size (part of the draw).
-    views, pairs, candidates, comparison_resamples
+    views, pairs, candidates, comparison_resamples, ia_strata
         An input with a ``model`` column is also compared across models
         (study 001, ACE; flows/analyze_ace.py): the views (default raw, ia,
         da, and ca when ``candidates``, a ratings file, is given), the pairs
         (``"a:b:label,..."`` or tuples; default every pair), the resamples
-        per cell. The ACE tables are returned too (``"ace_gaps"``, ...) and
+        per cell, and for graded correctness the IA strata (default: exact
+        score match). The ACE tables are returned too (``"ace_gaps"``, ...) and
         written as ``OUT/ace_*``; each setting of the usual tables is then
         ``model/setting``.
 
@@ -670,7 +672,8 @@ def analyze(
             _write(df, out_dir / f"{name}{ext}")
     if "model" in rows.columns:
         ace = compare_models(rows, out_dir, views=views, pairs=pairs, candidates=cand_df,
-                             n_resamples=int(comparison_resamples), seed=int(seed), n_bins=int(n_bins))
+                             n_resamples=int(comparison_resamples), seed=int(seed), n_bins=int(n_bins),
+                             ia_strata=ia_strata)
         if ace is not None:
             tables.update(ace.tables())
             for msg in ace.messages:
@@ -807,6 +810,8 @@ def analyze_cmd(
                                     "item_id, candidate, surface, producers, label, rater, method, signal)."),
     comparison_bootstrap: int = typer.Option(2000, "--comparison-bootstrap",
                                              help="Paired resamples per comparison cell."),
+    ia_strata: int = typer.Option(None, "--ia-strata", help="Graded correctness: IA matches scores in the same of "
+                                  "this many equal-width strata (default: exact score match)."),
 ) -> None:
     """Metrics with paired bootstrap intervals, and paired gaps between signals, of outputs from anywhere.
 
@@ -845,7 +850,7 @@ def analyze_cmd(
             tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
                              columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
                              num_workers=workers, views=views, pairs=pairs, candidates=candidates,
-                             comparison_resamples=comparison_bootstrap)
+                             comparison_resamples=comparison_bootstrap, ia_strata=ia_strata)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
             typer.echo(f"confgrid analyze: {exc}", err=True)

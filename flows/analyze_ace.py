@@ -71,7 +71,7 @@ def read_candidates(path: str | Path) -> pd.DataFrame:
 
 
 def compare_models(rows: pd.DataFrame, out_dir: Path, *, views: Sequence[str] | None, pairs, candidates,
-                   n_resamples: int, seed: int, n_bins: int):
+                   n_resamples: int, seed: int, n_bins: int, ia_strata: int | None = None):
     """Run the comparison on ``read_input``'s rows (with ``model`` and ``dataset``) and write ``OUT/ace_*``.
 
     Returns
@@ -96,7 +96,7 @@ def compare_models(rows: pd.DataFrame, out_dir: Path, *, views: Sequence[str] | 
     views = list(views) if views is not None else [*DEFAULT_VIEWS, *(["ca"] if candidates is not None else [])]
     try:
         tables = ace_tables(ace_in, candidates if "ca" in views else None, pairs=pairs, views=views,
-                            n_bootstrap=n_resamples, seed=seed, n_bins=n_bins)
+                            n_bootstrap=n_resamples, seed=seed, n_bins=n_bins, ia_strata=ia_strata)
     except ACEInputError as exc:
         raise AnalyzeInputError(f"comparison across models: {exc}") from None
     write_ace(tables, out_dir)

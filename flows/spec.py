@@ -596,6 +596,10 @@ class ComparisonSpec(_Spec):
                                             "pair's mean, or an accuracy in [0, 1].")
     rule: str | None = Field(None, description="Correctness rule that normalizes and labels the candidates of CA "
                              "(default correctness.primary).")
+    ia_strata: int | None = Field(None, ge=2, le=1000, description="Graded correctness: IA matches items whose "
+                                  "scores fall in the same of this many equal-width strata (default: exact match).")
+    n_strata: int = Field(10, ge=2, le=1000, description="Graded correctness: DA's outcome strata when a pair has "
+                          "more than 10 distinct scores (Appendix E.7).")
 
     @field_validator("rule")
     @classmethod

@@ -91,3 +91,22 @@ def test_views_without_a_model_column_are_an_error(tmp_path):
     _rows().drop(columns="model").drop_duplicates(["setting", "item_id", "signal"]).to_csv(path, index=False)
     with pytest.raises(AnalyzeInputError, match="needs a model column"):
         analyze(path, tmp_path / "o", n_resamples=10, track=False, views=["raw"])
+
+
+def test_graded_correctness_from_a_file_with_ia_strata(tmp_path):
+    """Appendix E.7: scores in [0, 1]; IA by declared strata pairs items whose scores share a stratum."""
+    n = 30
+    rows = []
+    for model, shift in (("big", 0.1), ("small", 0.0)):
+        for i in range(n):
+            score = min(1.0, (i % 10) / 10 + shift)  # graded correctness
+            rows.append({"model": model, "setting": "gsm", "item_id": f"q{i}", "signal": "verbalized",
+                         "confidence": 0.6, "correct": score})
+    path = tmp_path / "graded.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    exact = analyze(path, tmp_path / "e", n_resamples=10, comparison_resamples=20, track=False)
+    strata = analyze(path, tmp_path / "s", n_resamples=10, comparison_resamples=20, track=False, ia_strata=2)
+    ret = lambda r: r["ace_gaps"].query("view == 'ia' and metric == 'brier'")["retention"].iloc[0]  # noqa: E731
+    assert ret(exact) == 0.0  # big's score is always small's + 0.1 (0.9 -> 1.0): never an exact match
+    # two strata [0, 0.5), [0.5, 1]: the pairs (x + 0.1, x) differ in stratum only at x = 0.4
+    assert ret(strata) == pytest.approx(27 / 30)

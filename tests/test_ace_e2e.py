@@ -59,6 +59,14 @@ def test_every_model_loaded_once_and_every_view_computed(ace_run):
     assert ia["retention"].between(0, 1).all()
     for name in ("ace_reversals", "ace_patterns", "ace_bootstrap", "ace_bootstrap_summary", "ace_self_preference"):
         assert (out / "results" / f"{name}.csv").is_file() and (out / "results" / f"{name}.md").is_file()
+    # MLflow: every gap of the comparison on the parent run, with its interval
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    logged = client.get_run(summary.parent_run_id).data.metrics
+    r = gaps[(gaps["view"] == "da") & (gaps["method"] == "p_true") & (gaps["metric"] == "ece")].iloc[0]
+    key = f"ace/large_vs_small/{r['dataset']}/p_true/ece/da"
+    assert logged[f"{key}/gap"] == pytest.approx(r["gap"]) and f"{key}/lo" in logged and f"{key}/hi" in logged
 
 
 def test_every_rater_rates_every_pooled_candidate(ace_run):

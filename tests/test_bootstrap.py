@@ -298,7 +298,9 @@ def test_row_blocks_do_not_change_results(monkeypatch):
     conf, corr = make_setting(rng, S=2, n=n, tie_decimals=1)
     idx = rng.integers(0, n, (23, n))
     ref = loop_chunk(conf, corr, ALL, idx)
-    monkeypatch.setattr(BS, "_BLOCK_ELEMS", 4 * n)
+    import confgrid.analysis.kernels as K
+
+    monkeypatch.setattr(K, "_BLOCK_ELEMS", 4 * n)  # the row blocks of analysis/kernels.py, used by the bootstrap
     np.testing.assert_allclose(BS.bootstrap_chunk(conf, corr, ALL, idx), ref, rtol=1e-12, atol=1e-12)
     w = BS.counts_from_indices(idx)
     np.testing.assert_allclose(BS.aurc_weighted(conf[0], corr, w), ref[0, ALL.index("aurc")], rtol=1e-12, atol=1e-12)

@@ -434,10 +434,12 @@ def test_kernels_equal_per_resample_loop(n, decimals, n_bins):
 
 
 def test_kernels_graded_and_unit_weights():
+    import confgrid.analysis.kernels as K
+
     c, y = data(11, n=45, decimals=2, graded=True)
     for name in KERNEL_METRICS:
         info = REG.get_metric(name)
-        got = BS._apply(BS.WEIGHTED_KERNELS[name], BS.SortedSignal.from_arrays(c, y, 10), np.ones((2, 45)))
+        got = K._apply(BS.WEIGHTED_KERNELS[name], BS.SortedSignal.from_arrays(c, y, 10), np.ones((2, 45)))
         np.testing.assert_allclose(got, info.func(c, y), rtol=1e-10, atol=1e-12, err_msg=name)
 
 

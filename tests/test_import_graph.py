@@ -13,19 +13,21 @@ import sys
 
 import pytest
 
-ANALYSIS = ["metrics", "estimators", "registry", "bootstrap", "reliability", "transfer", "compare", "summary", "tables"]
+ANALYSIS = ["metrics", "estimators", "registry", "kernels", "bootstrap", "reliability", "transfer", "compare", "summary",
+            "tables"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
 ALLOWED = {
     "metrics": set(),
     "estimators": {"metrics"},
     "registry": {"metrics", "estimators"},
-    "bootstrap": {"metrics", "estimators", "registry"},
+    "kernels": {"metrics", "estimators"},
+    "bootstrap": {"metrics", "estimators", "registry", "kernels"},
     "reliability": {"metrics", "estimators"},
     "transfer": {"metrics"},
-    "compare": {"metrics", "estimators", "registry", "bootstrap"},
-    "summary": {"metrics", "estimators", "registry", "bootstrap", "compare"},
-    "tables": {"metrics", "estimators", "registry", "bootstrap", "compare", "summary"},
+    "compare": {"metrics", "estimators", "registry", "kernels", "bootstrap"},
+    "summary": {"metrics", "estimators", "registry", "kernels", "bootstrap", "compare"},
+    "tables": {"metrics", "estimators", "registry", "kernels", "bootstrap", "compare", "summary"},
 }
 
 _PROBE = """

@@ -1,0 +1,326 @@
+"""Count-weighted metric kernels: every metric of a signal evaluated for many resamples at once.
+
+A resample is a vector of counts (how often each item was drawn); a kernel
+takes a :class:`SortedSignal` (the items sorted once by confidence, tie
+groups and ECE bins as contiguous blocks) and a ``(b, n)`` count matrix and
+returns the ``b`` metric values, with the same binning, tie and edge rules as
+the point functions of analysis/metrics.py and analysis/estimators.py (the
+tests check each kernel against them on row-duplicated data). Used by
+analysis/bootstrap.py; split from it so that each file stays one unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .estimators import KDE_BANDWIDTH, ECE_BIN_COUNTS, equal_mass_group_bins, kde_group_values
+from .metrics import aurc_tie_groups, bin_indices, harmonic_numbers, validate_inputs
+
+__all__ = [
+    "SortedSignal",
+    "ece_weighted",
+    "auroc_weighted",
+    "aurc_weighted",
+    "brier_weighted",
+    "calibration_gap_weighted",
+    "ks_ece_weighted",
+    "ece_equal_mass_weighted",
+    "kde_ece_weighted",
+    "WEIGHTED_KERNELS",
+    "has_weighted_kernel",
+]
+
+
+# ---------------------------------------------------------------------------
+# weighted kernels
+# ---------------------------------------------------------------------------
+
+
+#: target elements per (rows, n) work array of the fused path: row blocks this
+#: size keep the working set (index block, counts, sparse product) in the
+#: per-core L2 cache
+_BLOCK_ELEMS = 1 << 17
+
+
+def _block_rows(n: int) -> int:
+    return max(1, _BLOCK_ELEMS // max(int(n), 1))
+
+
+@dataclass(frozen=True)
+class SortedSignal:
+    """One signal with its items sorted once by ascending confidence.
+
+    Tie groups (equal confidence) and ECE bins are contiguous blocks of the
+    sorted order; ``tie_starts`` / ``bin_starts`` are their first positions.
+    """
+
+    order: np.ndarray  # (n,) permutation: sorted position -> item
+    conf: np.ndarray  # (n,) sorted confidence
+    correct: np.ndarray  # (n,) sorted correctness
+    tie_starts: np.ndarray  # (G,) start of each tie group, ascending confidence
+    bin_starts: np.ndarray  # start of each non-empty ECE bin
+    n_bins: int
+
+    @classmethod
+    def from_arrays(cls, confidence, correct, n_bins: int = 10) -> "SortedSignal":
+        c, y = validate_inputs(confidence, correct)
+        if not (np.isfinite(c).all() and np.isfinite(y).all()):
+            raise ValueError("SortedSignal needs finite confidence and correct")
+        order = np.argsort(c, kind="stable")
+        cs, ys = c[order], y[order]
+        n = cs.size
+        if n:
+            tie_starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
+            bins = bin_indices(cs, n_bins)
+            bin_starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
+        else:
+            tie_starts = bin_starts = np.zeros(0, dtype=np.int64)
+        return cls(order, cs, ys, tie_starts, bin_starts, int(n_bins))
+
+    def sort_weights(self, w) -> np.ndarray:
+        w = np.asarray(w, dtype=np.float64)
+        if w.ndim == 1:
+            w = w[None, :]
+        if w.ndim != 2 or w.shape[1] != self.order.size:
+            raise ValueError(f"w must have shape (b, {self.order.size}), got {w.shape}")
+        if w.size and (w.min() < 0 or not np.array_equal(w, np.rint(w))):
+            raise ValueError("w must hold non-negative integer counts (multiplicities)")
+        return w[:, self.order]
+
+    def with_bins(self, n_bins: int) -> "SortedSignal":
+        """The same signal with ECE bins for another ``n_bins``."""
+        bins = bin_indices(self.conf, n_bins)
+        starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]]) if bins.size else bins
+        return SortedSignal(self.order, self.conf, self.correct, self.tie_starts, starts, int(n_bins))
+
+
+def _sorted(conf, correct, n_bins: int = 10) -> SortedSignal:
+    return conf if isinstance(conf, SortedSignal) else SortedSignal.from_arrays(conf, correct, n_bins)
+
+
+def _group_sums(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Sums of contiguous column blocks of ``x`` (b, n) starting at ``starts``."""
+    if starts.size == x.shape[1]:  # every block has one column
+        return x
+    return np.add.reduceat(x, starts, axis=1)
+
+
+def _ece_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    # ECE = sum_b (n_b/n)|acc_b - conf_b| = (1/n) sum_b |sum_y_b - sum_c_b|
+    tot = ws.sum(axis=1)
+    sy = _group_sums(ws * sig.correct, sig.bin_starts)
+    sc = _group_sums(ws * sig.conf, sig.bin_starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, np.abs(sy - sc).sum(axis=1) / tot, np.nan)
+
+
+def _auroc_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    pos = _group_sums(ws * sig.correct, sig.tie_starts)  # (b, G)
+    neg = _group_sums(ws * (1.0 - sig.correct), sig.tie_starts)
+    P, N = pos.sum(axis=1), neg.sum(axis=1)
+    neg_below = np.cumsum(neg, axis=1) - neg
+    U = np.sum(pos * (neg_below + 0.5 * neg), axis=1)
+    ok = (P > 0) & (N > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ok, U / np.where(ok, P * N, 1.0), np.nan)
+
+
+def _aurc_sorted(sig: SortedSignal, ws: np.ndarray, H: np.ndarray | None = None) -> np.ndarray:
+    # tie groups in descending confidence = ascending groups reversed
+    m = np.ascontiguousarray(_group_sums(ws, sig.tie_starts)[:, ::-1])
+    e = np.ascontiguousarray(_group_sums(ws * (1.0 - sig.correct), sig.tie_starts)[:, ::-1])
+    K = np.cumsum(m, axis=1) - m
+    C = np.cumsum(e, axis=1) - e
+    tot = m.sum(axis=1)
+    if H is None:
+        H = harmonic_numbers(int(np.rint(tot.max())) if tot.size else 0)
+    contrib = aurc_tie_groups(m, e, K, C, H)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, contrib.sum(axis=1) / tot, np.nan)
+
+
+def _brier_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    tot = ws.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, ws @ ((sig.conf - sig.correct) ** 2) / tot, np.nan)
+
+
+def _kernel_doc(name: str, extra: str = "") -> str:
+    return f"""Count-weighted {name} of ``b`` resamples at once.
+
+    Parameters
+    ----------
+    conf : ndarray of shape (n,) or SortedSignal
+        Confidence in ``[0, 1]`` (finite), or a prepared :class:`SortedSignal`
+        (then ``correct`` is ignored).
+    correct : ndarray of shape (n,)
+        Correctness, binary or graded in ``[0, 1]``.
+    w : ndarray of shape (b, n) or (n,)
+        Integer multiplicities of each item per resample.{extra}
+
+    Returns
+    -------
+    ndarray of shape (b,), float64
+        ``nan`` where the metric is undefined for a resample (no rows;
+        AUROC with one class). With ``w = 1`` equals the point estimate of
+        :mod:`confgrid.analysis.metrics`.
+    """
+
+
+def _apply(kernel, sig: SortedSignal, w) -> np.ndarray:
+    ws = sig.sort_weights(w)
+    n = ws.shape[1]
+    step = _block_rows(n)
+    tot = ws.sum(axis=1)
+    H = harmonic_numbers(int(np.rint(tot.max())) if tot.size else 0)
+    return np.concatenate(
+        [kernel(sig, ws[lo : lo + step], H) for lo in range(0, ws.shape[0], step)]
+    ) if ws.shape[0] else np.zeros(0)
+
+
+def ece_weighted(conf, correct, w, n_bins: int = 10) -> np.ndarray:
+    sig = _sorted(conf, correct, n_bins)
+    if sig.n_bins != n_bins:
+        sig = sig.with_bins(n_bins)
+    return _apply(WEIGHTED_KERNELS["ece"], sig, w)
+
+
+def auroc_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["auroc"], _sorted(conf, correct), w)
+
+
+def aurc_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["aurc"], _sorted(conf, correct), w)
+
+
+def brier_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["brier"], _sorted(conf, correct), w)
+
+
+ece_weighted.__doc__ = _kernel_doc(
+    "ECE", "\n    n_bins : int, default=10\n        Equal-width bins, as in :func:`metrics.ece`."
+)
+auroc_weighted.__doc__ = _kernel_doc("AUROC")
+aurc_weighted.__doc__ = _kernel_doc("AURC (exact expectation over tie orders)")
+brier_weighted.__doc__ = _kernel_doc("Brier score")
+
+#: metric name -> kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)
+WEIGHTED_KERNELS = {
+    "ece": lambda sig, ws, H: _ece_sorted(sig, ws),
+    "auroc": lambda sig, ws, H: _auroc_sorted(sig, ws),
+    "aurc": lambda sig, ws, H: _aurc_sorted(sig, ws, H),
+    "brier": lambda sig, ws, H: _brier_sorted(sig, ws),
+}
+
+
+# --- kernels of the alternative estimators (analysis/estimators.py) ---------
+
+
+def _gap_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    tot = ws.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, ws @ (sig.conf - sig.correct) / tot, np.nan)
+
+
+def _ece_fixed_bins_sorted(sig: SortedSignal, ws: np.ndarray, n_bins: int) -> np.ndarray:
+    if sig.n_bins != n_bins:
+        sig = sig.with_bins(n_bins)
+    return _ece_sorted(sig, ws)
+
+
+def _ks_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    # cumulative sums of (y - c) evaluated at tie-group ends only
+    tot = ws.sum(axis=1)
+    d = _group_sums(ws * (sig.correct - sig.conf), sig.tie_starts)
+    if d.shape[1] == 0:
+        return np.full(ws.shape[0], np.nan)
+    ks = np.abs(np.cumsum(d, axis=1)).max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, ks / tot, np.nan)
+
+
+def _ece_equal_mass_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    # equal-mass bins per resample from the cumulative counts of the tie groups
+    B = sig.n_bins
+    tot = ws.sum(axis=1)
+    m = _group_sums(ws, sig.tie_starts)
+    d = _group_sums(ws * (sig.correct - sig.conf), sig.tie_starts)
+    ends = np.rint(np.cumsum(m, axis=1)).astype(np.int64)
+    out = np.full(ws.shape[0], np.nan)
+    tot_i = np.rint(tot).astype(np.int64)
+    for T in np.unique(tot_i):
+        if T <= 0:
+            continue
+        rows = np.flatnonzero(tot_i == T)
+        bins = equal_mass_group_bins(ends[rows], int(T), B)  # (r, G)
+        flat = (bins + (np.arange(rows.size, dtype=np.int64) * B)[:, None]).ravel()
+        sums = np.bincount(flat, weights=d[rows].ravel(), minlength=rows.size * B).reshape(rows.size, B)
+        out[rows] = np.abs(sums).sum(axis=1) / T
+    return out
+
+
+def _kde_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    tot = ws.sum(axis=1)
+    m = _group_sums(ws, sig.tie_starts)
+    sy = _group_sums(ws * sig.correct, sig.tie_starts)
+    u = sig.conf[sig.tie_starts]
+    val = kde_group_values(u, m, sy, KDE_BANDWIDTH)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, val / tot, np.nan)
+
+
+def calibration_gap_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["calibration_gap"], _sorted(conf, correct), w)
+
+
+def ks_ece_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["ks_ece"], _sorted(conf, correct), w)
+
+
+def ece_equal_mass_weighted(conf, correct, w, n_bins: int = 10) -> np.ndarray:
+    sig = _sorted(conf, correct, n_bins)
+    if sig.n_bins != n_bins:
+        sig = sig.with_bins(n_bins)
+    return _apply(WEIGHTED_KERNELS["ece_equal_mass"], sig, w)
+
+
+def kde_ece_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["kde_ece"], _sorted(conf, correct), w)
+
+
+calibration_gap_weighted.__doc__ = _kernel_doc("signed calibration gap (also ``overconfidence``)")
+ks_ece_weighted.__doc__ = _kernel_doc("KS calibration error (cumulative sums at tie-group ends)")
+ece_equal_mass_weighted.__doc__ = _kernel_doc(
+    "equal-mass ECE (bins recomputed per resample from the cumulative counts, "
+    "same tie rule as :func:`estimators.ece_equal_mass`)",
+    "\n    n_bins : int, default=10\n        Equal-mass bins.",
+)
+kde_ece_weighted.__doc__ = _kernel_doc(
+    "KDE ECE (``O(b * G^2)`` matrix products over the ``G`` distinct confidences)"
+)
+
+WEIGHTED_KERNELS.update(
+    {
+        "calibration_gap": lambda sig, ws, H: _gap_sorted(sig, ws),
+        "overconfidence": lambda sig, ws, H: _gap_sorted(sig, ws),
+        "ks_ece": lambda sig, ws, H: _ks_sorted(sig, ws),
+        "ece_equal_mass": lambda sig, ws, H: _ece_equal_mass_sorted(sig, ws),
+        "kde_ece": lambda sig, ws, H: _kde_sorted(sig, ws),
+    }
+)
+WEIGHTED_KERNELS.update(
+    {f"ece_{B}": (lambda sig, ws, H, _B=B: _ece_fixed_bins_sorted(sig, ws, _B)) for B in ECE_BIN_COUNTS}
+)
+
+
+def has_weighted_kernel(name: str) -> bool:
+    """Whether the bootstrap evaluates ``name`` with a vectorized count-weighted kernel.
+
+    Metrics without one (``smoothed_ece``, ``smece``: their bandwidth depends
+    on the resample) are evaluated by the **slower fallback**: the point
+    function of :data:`registry.METRICS` called on each resample's rows
+    (gathered by the index matrix), one Python call per resample.
+    """
+    return name in WEIGHTED_KERNELS
