@@ -180,11 +180,16 @@ def _apply(kernel, sig: SortedSignal, w) -> np.ndarray:
     ) if ws.shape[0] else np.zeros(0)
 
 
-def ece_weighted(conf, correct, w, n_bins: int = 10) -> np.ndarray:
+def _binned(name: str, conf, correct, w, n_bins: int) -> np.ndarray:
+    """A binned kernel on ``n_bins`` bins (the sorted signal re-binned if needed)."""
     sig = _sorted(conf, correct, n_bins)
     if sig.n_bins != n_bins:
         sig = sig.with_bins(n_bins)
-    return _apply(WEIGHTED_KERNELS["ece"], sig, w)
+    return _apply(WEIGHTED_KERNELS[name], sig, w)
+
+
+def ece_weighted(conf, correct, w, n_bins: int = 10) -> np.ndarray:
+    return _binned("ece", conf, correct, w, n_bins)
 
 
 def auroc_weighted(conf, correct, w) -> np.ndarray:
@@ -280,10 +285,7 @@ def ks_ece_weighted(conf, correct, w) -> np.ndarray:
 
 
 def ece_equal_mass_weighted(conf, correct, w, n_bins: int = 10) -> np.ndarray:
-    sig = _sorted(conf, correct, n_bins)
-    if sig.n_bins != n_bins:
-        sig = sig.with_bins(n_bins)
-    return _apply(WEIGHTED_KERNELS["ece_equal_mass"], sig, w)
+    return _binned("ece_equal_mass", conf, correct, w, n_bins)
 
 
 def kde_ece_weighted(conf, correct, w) -> np.ndarray:
