@@ -89,3 +89,21 @@ def test_a_failed_answer_shard_blocks_candidate_ratings_with_a_reason(caplog):
     out = [s for sh in gens[1:] for s in plan.on_done(sh, _gen(sh, GOLD))]
     assert not [s for s in out if s.part == "ca"] and plan.candidate_pool("triviaqa") is None
     assert not plan.expects_work("b")
+
+
+def test_a_thinking_and_a_non_thinking_entry_of_one_checkpoint_form_a_mode_pair():
+    """Study 001's mode comparison: two entries of the same model, chat_template_kwargs telling them apart,
+    are two models with their own shards (their identities differ), declared as a pair labelled mode."""
+    from confgrid.flows.plan import model_identity
+
+    spec = parse_grid(_grid(
+        models=[{"name": "think", "model": "confgrid-fixture", "chat_template_kwargs": {"enable_thinking": True}},
+                {"name": "nothink", "model": "confgrid-fixture", "chat_template_kwargs": {"enable_thinking": False}}],
+        comparison={"views": ["raw", "ia", "da"], "pairs": [{"a": "think", "b": "nothink", "label": "mode"}]}))
+    a, b = spec.models
+    assert model_identity(a) != model_identity(b)
+    plan = GridPlan(spec, ITEMS)
+    keys = {s.model: {x.key for x in plan.generate_shards() if x.model == s.model and x.stage == "generate"}
+            for s in plan.generate_shards()}
+    assert not keys["think"] & keys["nothink"]  # no shared shard: each mode generates its own answers
+    assert spec.comparison.pairs[0].label == "mode"
