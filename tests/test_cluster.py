@@ -160,12 +160,26 @@ def test_interrupted_run_then_resume(ray_local, tmp_path):
             if stopped.wait(20):
                 return
 
+    import signal
+
+    def watchdog(signum, frame):
+        raise RuntimeError(f"Ctrl-C was not handled within 400 s (SIGINT handler: {signal.getsignal(signal.SIGINT)})")
+
+    # a user's Ctrl-C reaches Python's default handler; an earlier test or library may have left another one
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    old_alarm = signal.signal(signal.SIGALRM, watchdog)
+    signal.alarm(400)  # fail, never hang, if the interrupt is lost
     threading.Thread(target=stop_when_hung, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        try:
-            run_grid(spec, out)
-        finally:
-            stopped.set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                run_grid(spec, out)
+            finally:
+                stopped.set()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old_alarm)
+        signal.signal(signal.SIGINT, old_int)
     man = _manifest(out)
     assert {r["status"] for r in man["shards"] if r["stage"] != "items"} >= {"done", "interrupted"}
     assert not [r for r in man["shards"] if r["status"] in ("running", "failed")]
