@@ -155,10 +155,13 @@ class Executor:
         """
         self._plan = plan
         self._bar = tqdm(total=0, desc="model work", unit="q", leave=False)
+        restore = self._catch_ctrl_c()
         try:
             self._submit(plan.generate_shards())
             idle_turns = 0
             while self._has_work():
+                if self._ctrl_c:
+                    raise KeyboardInterrupt
                 self._start_pools()
                 self._dispatch()
                 self._release_idle()
@@ -173,6 +176,7 @@ class Executor:
                 self._record_replicas()
                 self.store.flush()
         finally:
+            restore()
             self.close()
             self._bar.close()
         for stage, (n, rows) in self._reused_by_stage.items():
@@ -417,6 +421,30 @@ class Executor:
                     self._inflight[ref] = _InFlight(rep, shards, recs, rep.info.incarnation if rep.info else None)
 
     # -- results ------------------------------------------------------------------------
+    def _catch_ctrl_c(self) -> Callable[[], None]:
+        """Make Ctrl-C reliable while the driver waits on Ray: a SIGINT sets a flag that the loop turns into
+        ``KeyboardInterrupt`` within ``WAIT_FIRST_SECONDS`` (Ray's ``wait`` can consume a KeyboardInterrupt
+        raised inside it); a second Ctrl-C raises at once. Returns the function restoring the old handler.
+        Outside the main thread (a notebook's worker thread) nothing changes."""
+        import signal
+        import threading
+
+        self._ctrl_c = False
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def on_sigint(signum, frame):
+            if self._ctrl_c:
+                raise KeyboardInterrupt
+            self._ctrl_c = True
+            log.warning("Ctrl-C: stopping after the current wait (press again to stop at once)")
+
+        try:
+            old = signal.signal(signal.SIGINT, on_sigint)
+        except ValueError:  # not allowed here (an embedded interpreter)
+            return lambda: None
+        return lambda: signal.signal(signal.SIGINT, old)
+
     def _wait_one(self) -> None:
         import ray
 
