@@ -342,6 +342,7 @@ def ray_head():
             p.kill()
 
 
+@pytest.mark.slow  # a second Ray head and a job: over a minute on 2 cores; run with -m slow
 def test_submit_through_jobs_api(ray_head, tmp_path):
     from typer.testing import CliRunner
 

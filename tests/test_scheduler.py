@@ -109,6 +109,8 @@ def test_max_concurrent_models_one_runs_pools_one_after_another(four_gpus, tmp_p
     assert "waits for a free slot (execution.max_concurrent_models=1; running: chat32)" in caplog.text
 
 
+@pytest.mark.slow  # three pools and a reload: about a minute on 2 cores; run with -m slow (the ACE example
+# checks cross-model work in the default suite)
 def test_cross_model_probe_loads_a_model_twice_only_when_it_must(four_gpus, tmp_path):
     """The plausible-wrong probe needs the other model's answers: with room for both pools every model is
     loaded once; with one pool at a time the first model is released for the second and reloaded once."""
