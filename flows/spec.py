@@ -17,9 +17,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from confgrid import yaml_load
+from confgrid.flows.spec_base import (  # noqa: F401 - importable from here as before
+    LABEL_PATTERN,
+    GridSpecError,
+    _known,
+    _Spec,
+)
+from confgrid.flows.spec_methods import (  # noqa: F401
+    CA_RATING_KINDS,
+    METHOD_KINDS,
+    METHOD_TEMPLATES,
+    ComparisonSpec,
+    MethodSpec,
+    PairSpec,
+)
 
 __all__ = [
     "FIXTURE_MODEL",
@@ -54,68 +68,6 @@ FIXTURE_SMALL_MODEL = "confgrid-fixture-small"
 
 BUNDLED = "bundled"
 """Reserved dataset path: the adapter's bundled sample (protocols/data)."""
-
-
-#: Names are labels (models, datasets, answer sets, the grid): they become folder names, MLflow run names and
-#: table values, so no path separators, no leading dot.
-LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-
-
-class GridSpecError(ValueError):
-    """An invalid grid. ``problems`` lists one ``(field, message)`` per error."""
-
-    def __init__(self, problems: list[tuple[str, str]], source: str = "grid") -> None:
-        self.problems = problems
-        lines = [f"invalid {source}: {len(problems)} problem(s)"]
-        lines += [f"  - {field}: {msg}" for field, msg in problems]
-        super().__init__("\n".join(lines))
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
-
-
-def _choices_error(kind: str, value: str, choices: list[str] | tuple[str, ...]) -> ValueError:
-    return ValueError(f"unknown {kind} {value!r}; allowed: {', '.join(sorted(choices))}")
-
-
-def _registry(kind: str) -> Any:
-    """The :class:`~confgrid.registry.Registry` a grid name is checked against (imported lazily).
-
-    ``kind`` is the registry's own :attr:`~confgrid.registry.Registry.kind`, so
-    :func:`_choices_error` reads like the registry's :class:`~confgrid.registry.UnknownNameError`.
-    """
-    if kind == "dataset adapter":
-        from confgrid.protocols.datasets import ADAPTERS as reg
-    elif kind == "prompt":
-        from confgrid.protocols.prompts import PROMPTS as reg
-    elif kind == "scoring context":
-        from confgrid.protocols.contexts import CONTEXTS as reg
-    elif kind == "correctness rule":
-        from confgrid.protocols.correctness import RULES as reg
-    elif kind == "token aggregation":
-        from confgrid.protocols.aggregation import AGGREGATIONS as reg
-    else:
-        from confgrid.analysis.registry import METRICS as reg
-    return reg
-
-
-def _known(kind: str, values, *, distinct: bool = False):
-    """Check every name in ``values`` (a str, a sequence or None) against its registry; return ``values``.
-
-    Raises
-    ------
-    ValueError
-        Naming the unknown value and listing the allowed ones, or a repeated value when ``distinct``.
-    """
-    names = [values] if isinstance(values, str) else list(values or ())
-    reg = _registry(kind)
-    for v in names:
-        if v not in reg:
-            raise _choices_error(kind, v, reg.names())
-    if distinct and len(set(names)) != len(names):
-        raise ValueError(f"{kind}s must be distinct; received {names}")
-    return values
 
 
 class ModelSpec(_Spec):
@@ -452,170 +404,6 @@ class ExecutionSpec(_Spec):
     mlflow_shard_runs: StrictBool = Field(
         False, description="Also log one MLflow run per shard (the manifest, logged as an artifact, always has them)."
     )
-
-
-#: Confidence methods a grid may declare (``methods[].kind``; README "Confidence methods").
-METHOD_KINDS = ("self_consistency", "expected_accuracy", "p_true", "p_true_capability", "rating",
-                "verbalized_before", "hidden_states")
-#: Default template (prompt id) of each kind; ``None``: the grid's elicitation prompt.
-METHOD_TEMPLATES = {"self_consistency": None, "expected_accuracy": None, "p_true": "ptrue_verify",
-                    "p_true_capability": "ptrue_capability", "rating": "rate_0_100",
-                    "verbalized_before": "verbalized_before", "hidden_states": None}
-_SAMPLED = ("self_consistency", "expected_accuracy")
-_NEXT_TOKEN = ("p_true", "p_true_capability")
-
-
-class MethodSpec(_Spec):
-    """One confidence method (study 001 section 5.1 and Appendix D.3; study 004).
-
-    Every method runs on the main answer set's questions; its rows carry the
-    method's protocol (id, kind, template, k, temperature, seed) and a status.
-    """
-
-    id: str = Field(description="Label of the method: its signal name in every table.",
-                    pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
-    kind: Literal["self_consistency", "expected_accuracy", "p_true", "p_true_capability", "rating",
-                  "verbalized_before", "hidden_states"] = Field(
-        description="self_consistency (k samples, agreement with the first; majority share too), expected_accuracy "
-        "(mean correctness of k samples: the capability target), p_true (the model's own answer: A. True / B. "
-        "False), p_true_capability (can you answer it? Yes/No), rating (0-100 in \\boxed{} for the model's own "
-        "answer), verbalized_before (probability of answering correctly, asked before answering), hidden_states "
-        "(the last prompt token's hidden states, for probes).")
-    template: str | None = Field(None, description="Prompt id (protocols/prompts/*.yaml); default per kind.")
-    k: int | None = Field(None, ge=1, le=100_000, description="Samples per question (default 10 for "
-                          "self_consistency, 100 for expected_accuracy).")
-    temperature: float | Literal["model_default"] = Field(
-        1.0, description="Sampling temperature (> 0), or model_default: the model's generation_config values of "
-        "temperature, top_p and top_k (recorded with every row).")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass of sampling.")
-    top_k: int = Field(0, ge=0, description="Top-k of sampling (0: off).")
-    seed: int = Field(0, ge=0, description="Sampling seed; each question and sample derives its own.")
-    max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Generation budget (default: "
-                                       "elicitation.max_new_tokens for samples, 24 for rating and "
-                                       "verbalized_before).")
-    candidates: tuple[str, ...] | None = Field(None, min_length=2, description="p_true kinds: the candidate strings, "
-                                               "the first meaning true (default A, B; Yes, No for capability).")
-    cases: tuple[Literal["lower", "upper", "title"], ...] = Field(
-        (), description="Case variants of the candidates also read (a candidate is always read with and without a "
-        "leading space).")
-    merge: Literal["sum", "exact"] = Field("sum", description="How a candidate's variant tokens merge: sum of their "
-                                           "probabilities, or the exact token only (changing it reruns no model).")
-    renormalize: StrictBool = Field(True, description="p_true kinds: p(first) / sum over the candidates (True) or "
-                              "p(first) alone.")
-    top_logprobs: int = Field(20, ge=1, le=1000, description="Next tokens returned per question (p_true kinds).")
-    layers: tuple[int, ...] | None = Field(None, description="hidden_states: layer indices (0 = embeddings; "
-                                           "negative from the end); None = all.")
-    rule: str | None = Field(None, description="Correctness rule whose normalization decides agreement and whose "
-                             "labels grade the samples (default correctness.primary).")
-    models: tuple[str, ...] | None = Field(None, min_length=1, description="Names of the models that run the "
-                                           "method (default: every model).")
-    assistant_prefix: str = Field("", description="Text opening the assistant turn before the model's reply is "
-                                  "read (next-token and rating kinds), e.g. 'Answer:'.")
-
-    @field_validator("template")
-    @classmethod
-    def _known_template(cls, v: str | None) -> str | None:
-        return _known("prompt", v)
-
-    @field_validator("rule")
-    @classmethod
-    def _known_rule(cls, v: str | None) -> str | None:
-        return _known("correctness rule", v)
-
-    @model_validator(mode="after")
-    def _fields_of_the_kind(self) -> MethodSpec:
-        def only(field: str, kinds: tuple[str, ...]) -> None:
-            # a value other than the default (so a dumped grid, with every default written out, loads again)
-            if self.kind not in kinds and getattr(self, field) != type(self).model_fields[field].default:
-                raise ValueError(f"{field} is for kinds {list(kinds)}; kind {self.kind!r} has none "
-                                 f"(received {getattr(self, field)!r})")
-
-        only("k", _SAMPLED)
-        for f in ("temperature", "top_p", "top_k", "seed"):
-            only(f, _SAMPLED)
-        for f in ("candidates", "cases", "merge", "renormalize", "top_logprobs"):
-            only(f, _NEXT_TOKEN)
-        only("layers", ("hidden_states",))
-        only("assistant_prefix", ("p_true", "p_true_capability", "rating", "verbalized_before"))
-        if self.kind in _SAMPLED and self.temperature != "model_default" and self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 for {self.kind} (received {self.temperature!r}); greedy "
-                             "samples are all the same answer")
-        return self
-
-    @property
-    def n_samples(self) -> int:
-        return self.k or (10 if self.kind == "self_consistency" else 100)
-
-    def template_id(self, elicitation_prompt: str) -> str:
-        return self.template or METHOD_TEMPLATES[self.kind] or elicitation_prompt
-
-    def candidate_strings(self) -> tuple[str, ...]:
-        if self.candidates is not None:
-            return self.candidates
-        return ("Yes", "No") if self.kind == "p_true_capability" else ("A", "B")
-
-    def new_tokens(self, elicitation_tokens: int) -> int:
-        return self.max_new_tokens or (elicitation_tokens if self.kind in _SAMPLED else 24)
-
-    def agreement_rule(self, primary: str) -> str:
-        return self.rule or primary
-
-
-class PairSpec(_Spec):
-    """A declared pair of models for the accuracy-controlled comparison, with its comparison label."""
-
-    a: str = Field(description="Model name (gaps are A - B).")
-    b: str = Field(description="Model name.")
-    label: str = Field("pair", description="Comparison type, e.g. size or mode (reversal rates are grouped by it).",
-                       pattern=LABEL_PATTERN)
-
-
-#: Method kinds that rate a supplied answer: they rate every pooled candidate in the candidate-aligned view.
-CA_RATING_KINDS = ("p_true", "rating")
-
-
-class ComparisonSpec(_Spec):
-    """Accuracy-controlled comparison of calibration across models (study 001, ACE; README "Comparing models").
-
-    Off unless ``views`` is given. Every pair of models (or the declared
-    ``pairs``), on every dataset and compared method, gets the raw gap and the
-    aligned gaps of the chosen views, with paired bootstrap intervals.
-    """
-
-    views: tuple[Literal["raw", "ia", "da", "ca", "da_resample"], ...] = Field(
-        (), description="Views: raw, ia (instance-aligned), da (distribution-aligned), ca (candidate-aligned: every "
-        "model rates every model's answers), da_resample (DA by discarding rows instead of weighting). Empty: off.")
-    bootstrap: int = Field(2000, ge=0, le=1_000_000, description="Paired resamples of questions per cell (0: none).")
-    seed: int = Field(0, ge=0, description="Base seed; each cell derives its own.")
-    pairs: tuple[PairSpec, ...] | None = Field(None, description="Declared pairs (default: every pair, label 'pair').")
-    methods: tuple[str, ...] | None = Field(
-        None, description="Signals compared: verbalized (the stated score) and method ids (default: verbalized and "
-        "every confidence method of the grid).")
-    metrics: tuple[Literal["ece", "brier"], ...] = Field(("ece", "brier"), min_length=1)
-    target: Literal["mean"] | float = Field("mean", description="Common target accuracy of DA's third direction: the "
-                                            "pair's mean, or an accuracy in [0, 1].")
-    rule: str | None = Field(None, description="Correctness rule that normalizes and labels the candidates of CA "
-                             "(default correctness.primary).")
-    ia_strata: int | None = Field(None, ge=2, le=1000, description="Graded correctness: IA matches items whose "
-                                  "scores fall in the same of this many equal-width strata (default: exact match).")
-    n_strata: int = Field(10, ge=2, le=1000, description="Graded correctness: DA's outcome strata when a pair has "
-                          "more than 10 distinct scores (Appendix E.7).")
-
-    @field_validator("rule")
-    @classmethod
-    def _known_rule(cls, v: str | None) -> str | None:
-        return _known("correctness rule", v)
-
-    @field_validator("target")
-    @classmethod
-    def _target_range(cls, v):
-        if not isinstance(v, str) and not 0.0 <= v <= 1.0:
-            raise ValueError(f"target must be 'mean' or an accuracy in [0, 1] (received {v!r})")
-        return v
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.views)
 
 
 class GridSpec(_Spec):
