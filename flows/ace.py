@@ -60,7 +60,9 @@ def ace_rows(spec: GridSpec, signal_frames: list[pd.DataFrame], method_signals: 
         correctness label are left out (counted in the log).
     """
     wanted = spec.comparison_signals()
-    primary = {"answer_set": "main", "parse_policy": spec.parsing.policies[0], "rule": spec.correctness.primary}
+    from confgrid.flows.evaluate import primary_group
+
+    primary = primary_group(spec)
     frames = []
     for f in signal_frames:
         if f.empty or any(f[k].iloc[0] != v for k, v in primary.items()):

@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from confgrid.actors.calls import GenerationOutput, ScoreOutput
+from confgrid.actors.calls import GenerationOutput, SamplesOutput, ScoreOutput
 from confgrid.flows.plan import GridPlan, ShardRequest
 from confgrid.flows.spec import AnswerSetSpec
 from confgrid.flows.stages import aggregate_scores, relabel
+from confgrid.protocols.items import Item
 
 __all__ = ["shard_table", "Unit", "Assembly", "assemble", "verbalized_from_probe"]
 
@@ -39,7 +40,9 @@ def shard_table(plan: GridPlan, shard: ShardRequest, outputs: tuple[Any, ...]) -
         raise ValueError(f"shard {shard.label}: {len(outputs)} outputs for {len(shard.rows)} requests")
     base = {"model": shard.model, "dataset": shard.dataset, "answer_set": shard.answer_set, "item_id": shard.item_ids}
     if shard.stage == "generate":
-        gens: tuple[GenerationOutput, ...] = outputs
+        # a sampled answer set (temperature > 0) gets one SamplesOutput of n = 1 per request
+        gens: tuple[GenerationOutput, ...] = tuple(o.samples[0] if isinstance(o, SamplesOutput) else o
+                                                   for o in outputs)
         return pd.DataFrame({
             **base, "prompt_id": plan.set_of[shard.answer_set].prompt, "sample_idx": 0, "chunk": shard.chunk,
             "raw_output": [o.text for o in gens], "finish_reason": [o.finish_reason for o in gens],
@@ -115,6 +118,7 @@ class Unit:
     tokens: pd.DataFrame
     probe: pd.DataFrame | None
     probe_complete: bool = False  # every planned probe shard done, the cross-model kinds included
+    items: list[Item] = field(default_factory=list)  # the items the answer set asked (options, metadata)
 
 
 @dataclass
@@ -208,5 +212,6 @@ def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRe
                 tokens = aggregate_scores(sc_df, spec.scoring.aggregations)
                 if len(tokens):
                     out.stage_tables["scores"].append(pa.Table.from_pandas(tokens, preserve_index=False))
-                out.units[(m.name, d.name, a.id)] = Unit(a, graded, tokens, probe_df, probe_complete)
+                out.units[(m.name, d.name, a.id)] = Unit(a, graded, tokens, probe_df, probe_complete,
+                                                        list(plan.set_items[(a.id, d.name)]))
     return out

@@ -54,8 +54,9 @@ class Evaluation:
 
 
 def primary_group(spec: GridSpec) -> dict[str, str]:
-    """The main protocol: the main answer set, the first parse policy, the primary rule."""
-    return {"answer_set": "main", "parse_policy": spec.parsing.policies[0], "rule": spec.correctness.primary}
+    """The main protocol: the main answer set, the first parse policy and refusal policy, the primary rule."""
+    return {"answer_set": "main", "parse_policy": spec.parsing.policies[0], "refusal": spec.parsing.refusal[0],
+            "rule": spec.correctness.primary}
 
 
 def select(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:
@@ -89,10 +90,16 @@ def _settings_row(m: str, d: str, g: pd.DataFrame, sig: pd.DataFrame, dropped: d
                   group: dict[str, str]) -> dict[str, Any]:
     ok = g["parse_status"] == "ok"
     corr = g[f"correct_{group['rule']}"]
+    if group.get("refusal") == "chance":  # accuracy over every analyzed row, the chance letters included
+        first = sig.drop_duplicates("item_id") if not sig.empty else sig
+        accuracy = float(first["correct"].mean()) if len(first) else float("nan")
+    else:
+        accuracy = float(corr[ok].mean()) if ok.any() else float("nan")
     return {
         "setting": f"{m}/{d}", "model": m, "dataset": d, **group, "items": len(g),
         "parse_rate": float(ok.mean()) if len(g) else float("nan"),
-        "accuracy": float(corr[ok].mean()) if ok.any() else float("nan"),
+        "accuracy": accuracy,
+        "n_replaced": int(sig.loc[sig["replaced"], "item_id"].nunique()) if "replaced" in sig else 0,
         "n_analyzed": int(sig["item_id"].nunique()) if not sig.empty else 0,
         "used_fallback": int(g["used_fallback"].sum()),
         "dropped": "; ".join(f"{k}={v}" for k, v in sorted(dropped.items())),
@@ -107,6 +114,13 @@ def _log_undefined(caught: list) -> None:
                     for w in caught if issubclass(w.category, UndefinedMetricWarning))
     for msg, n in kinds.most_common():
         log.warning("%s (%d point estimate(s); reported as NaN)", msg, n)
+
+
+def _refusals(spec: GridSpec, a: Any) -> tuple[str, ...]:
+    """Refusal policies evaluated for an answer set: ``chance`` only where it shows options (format mc)."""
+    if a.format == "mc":
+        return spec.parsing.refusal
+    return tuple(dict.fromkeys(r if r != "chance" else "drop" for r in spec.parsing.refusal))
 
 
 def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit]) -> Evaluation:
@@ -131,11 +145,13 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit]) -> Evaluat
         for (mname, dname, aid), u in tqdm(units.items(), desc="bootstrap", unit="unit", leave=False):
             a = u.answer_set
             ctxs = a.scoring_contexts(spec.scoring.contexts)
-            for policy in spec.parsing.policies:
+            for policy, refusal in itertools.product(spec.parsing.policies, _refusals(spec, a)):
                 for rule in a.analysis_rules(spec.correctness.rules):
                     sig, dropped = signal_table(u.graded, u.tokens, ctxs, aggregations=spec.scoring.aggregations,
-                                                policy=policy, rule=rule, verbalized=a.verbalized_source() != "none")
-                    group = {"answer_set": aid, "parse_policy": policy, "rule": rule}
+                                                policy=policy, rule=rule, verbalized=a.verbalized_source() != "none",
+                                                refusal=refusal, items=u.items,
+                                                chance_seed=spec.parsing.chance_seed, chance_run=aid)
+                    group = {"answer_set": aid, "parse_policy": policy, "refusal": refusal, "rule": rule}
                     settings_rows.append(_settings_row(mname, dname, u.graded, sig, dropped, group))
                     if sig.empty:
                         continue
@@ -149,7 +165,9 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit]) -> Evaluat
                     for df, acc in zip(out[:3], (mets, gaps, shifts), strict=True):
                         if len(df):
                             acc.append(_with_group(df, group))
-                    groups.setdefault((aid, policy, rule), {})[f"{mname}/{dname}"] = (out[3], list(out[3].signal_names))
+                    if refusal == spec.parsing.refusal[0]:
+                        groups.setdefault((aid, policy, rule), {})[f"{mname}/{dname}"] = (out[3],
+                                                                                         list(out[3].signal_names))
     _log_undefined(undefined)
     cat = lambda frames: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()  # noqa: E731
     return Evaluation(cat(mets), cat(gaps), cat(shifts), pd.DataFrame(settings_rows), sig_frames, groups)

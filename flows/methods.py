@@ -69,8 +69,13 @@ def _protocol(method: MethodSpec, spec: GridSpec, used: dict[str, Any] | None = 
             "temperature": used.get("temperature", method.temperature if method.temperature != "model_default"
                                     else None),
             "top_p": used.get("top_p", method.top_p), "top_k": used.get("top_k", method.top_k),
-            "seed": method.seed, "merge": method.merge if method.kind.startswith("p_true") else None,
-            "renormalize": method.renormalize if method.kind.startswith("p_true") else None}
+            "seed": method.seed, "merge": method.merge if _next_token_kind(method) else None,
+            "renormalize": (method.renormalize if method.kind.startswith("p_true")
+                            else True if method.kind == "letter_probability" else None)}
+
+
+def _next_token_kind(method: MethodSpec) -> bool:
+    return method.kind.startswith("p_true") or method.kind == "letter_probability"
 
 
 def _greedy_correct(plan: GridPlan, model: str, dataset: str, rule: str) -> dict[str, float]:
@@ -181,7 +186,35 @@ def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataF
 
 def _from_next_token(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
                      out: dict[str, list]) -> None:
+    if method.kind == "letter_probability":
+        _letter_signals(plan, method, model, dataset, table, out)
+        return
     _rated_signals(plan, method, model, dataset, _next_token_values(method, table), out)
+
+
+def _letter_signals(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
+                    out: dict[str, list]) -> None:
+    """Letter token probabilities (study 002 Appendix E.1): the next-token distribution restricted to the item's
+    option letters and renormalized; the favoured letter(s) scored with proportional ties against the gold letter;
+    ``detail`` = how many option letters were absent from the returned top k (counted as 0, E.3)."""
+    from confgrid.protocols.json_output import TIE_SEPARATOR, favoured_score, letter_distribution
+    from confgrid.protocols.mc import LETTERS
+    from confgrid.protocols.methods import candidate_probability
+
+    items = {i.item_id: i for i in plan.set_items[("main", dataset)]}
+    proto = _protocol(method, plan.spec)
+    for r in table.itertuples(index=False):
+        item = items[r.item_id]
+        top = dict(zip((int(t) for t in r.top_token_ids), (float(v) for v in r.top_logprobs), strict=True))
+        ids = {c: {int(t): s for t, s in m.items()} for c, m in json.loads(r.candidate_tokens).items()}
+        letters = LETTERS[:len(item.options)]
+        d = letter_distribution({c: candidate_probability(ids.get(c, {}), top, c, method.merge) for c in letters})
+        gold = item.gold_letter.strip().upper() if item.gold_letter else None
+        out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": r.item_id,
+                               "confidence": d.confidence, "status": d.status, "rated": "favoured_letter",
+                               "rated_answer": TIE_SEPARATOR.join(d.favoured) or None,
+                               "correct": favoured_score(d.favoured, gold) if d.favoured else np.nan,
+                               "rule": "mc_favoured", "detail": d.n_absent, **proto})
 
 
 def _from_rate(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,

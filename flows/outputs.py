@@ -77,7 +77,9 @@ def _study_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: E
     p = primary_group(spec)
     try:
         if not ev.metrics.empty:
-            out.update(study_tables(ev.groups, (p["answer_set"], p["parse_policy"], p["rule"]), ev.metrics, ev.gaps,
+            primary_refusal = lambda df: df[df["refusal"] == p["refusal"]] if "refusal" in df else df  # noqa: E731
+            out.update(study_tables(ev.groups, (p["answer_set"], p["parse_policy"], p["rule"]),
+                                    primary_refusal(ev.metrics), primary_refusal(ev.gaps),
                                     spec.scoring.contexts, spec.scoring.aggregations, spec.metrics.names,
                                     spec.bootstrap.level))
     except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
@@ -121,7 +123,7 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
     for (mname, dname, aid), u in units.items():
         a, m = u.answer_set, models[mname]
         st = select(settings_df, {"setting": f"{mname}/{dname}", "answer_set": aid, "parse_policy": p["parse_policy"],
-                                  "rule": spec.correctness.primary})
+                                  "refusal": p["refusal"], "rule": spec.correctness.primary})
         dropped = {}
         if len(st) and st["dropped"].iloc[0]:
             dropped = {k: int(v) for k, v in (x.split("=") for x in st["dropped"].iloc[0].split("; "))}
@@ -137,7 +139,8 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
                 rows_total=len(u.graded), rows_dropped=dropped,
                 extra={"answer_set": aid, "answer_format": a.format, "verbalized_source": a.verbalized_source(),
                        "aggregations": list(spec.scoring.aggregations), "rules": list(spec.correctness.rules),
-                       "parse_policies": list(spec.parsing.policies), "metrics": list(spec.metrics.names),
+                       "parse_policies": list(spec.parsing.policies), "refusal_policies": list(spec.parsing.refusal),
+                       "chance_seed": spec.parsing.chance_seed, "metrics": list(spec.metrics.names),
                        "bootstrap": spec.bootstrap.model_dump(), "probe_rule": spec.probe.rule,
                        "provenance": provenance.get(mname, {})},
             ))

@@ -120,7 +120,7 @@ METHOD_STAGES = {"sample": "generate", "rate": "generate", "next_token": "next_t
 #: The stage of each method kind.
 KIND_STAGE = {"self_consistency": "sample", "expected_accuracy": "sample", "p_true": "next_token",
               "p_true_capability": "next_token", "rating": "rate", "verbalized_before": "rate",
-              "hidden_states": "hidden"}
+              "hidden_states": "hidden", "letter_probability": "next_token"}
 
 
 @dataclass(frozen=True)
@@ -288,6 +288,36 @@ def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str,
                 problems.append((ctx_field, f"{', '.join(map(repr, mc_ctx))} show(s) lettered options, but "
                                  f"{len(bare)} of {len(asked)} items of dataset {d.name!r} ({d.adapter}) have none "
                                  f"(e.g. {bare[0]!r}); allowed for it: contexts with item_format 'open'"))
+    problems += _check_json_items(spec, items)
+    return problems
+
+
+def _check_json_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str, str]]:
+    """JSON prompts and letter probabilities against the loaded items (:func:`check_items`)."""
+    problems: list[tuple[str, str]] = []
+    for i, a in enumerate(spec.answer_sets):
+        p = get_prompt(a.prompt)
+        where = f"answer_sets[{i}]"
+        if p.output == "json_options" and a.format != "mc":
+            problems.append((f"{where}.format", f"prompt {p.id!r} asks a probability per option letter (output "
+                             "json_options); it needs format 'mc' (the options shown)"))
+        if not p.asks_answer:
+            asked = [it for d in spec.datasets for it in set_items(a, items.get(d.name, []))]
+            bare = [it.item_id for it in asked if not it.metadata.get("given_answer")]
+            if bare:
+                problems.append((f"{where}.prompt", f"prompt {p.id!r} asks a probability for a supplied answer "
+                                 f"(answer_key null), but {len(bare)} of {len(asked)} items carry none (e.g. "
+                                 f"{bare[0]!r}); allowed: datasets whose items have metadata given_answer "
+                                 "(adapter halueval_qa)"))
+    main = get_prompt(spec.elicitation.prompt)
+    if not main.asks_answer or main.output == "json_options":
+        problems.append(("elicitation.prompt", f"prompt {main.id!r} ({'asks no answer' if not main.asks_answer else 'a probability per option'}) "
+                         "needs an answer set (answer_sets[]): the main set asks open questions"))
+    for j, m in enumerate(spec.methods):
+        if m.kind == "letter_probability" and not any(it.options for its in items.values() for it in its):
+            problems.append((f"methods[{j}].kind", "letter_probability reads the option letters, but no dataset "
+                             "of the grid has items with options (mmlu, mmlu_pro, agieval_*, boolq, a custom one "
+                             "with options)"))
     return problems
 
 
@@ -353,20 +383,23 @@ class GridPlan:
                     unit = self.units.setdefault((m.name, d.name, a.id), _Unit())
                     for c, chunk in enumerate(_chunks(self.set_items[(a.id, d.name)], size)):
                         texts = [prompt.render(question_text(i, a.format)) for i in chunk]
+                        smp = a.sampling
+                        decoding: Any = "greedy" if smp is None else ["sampling", smp.temperature, smp.top_p,
+                                                                       smp.seed]
                         key = shard_key("generate", {
                             "model": ident, "prompt": prompt.template, "prompt_id": prompt.id, "format": a.format,
-                            "max_new_tokens": a.new_tokens, "decoding": "greedy",
+                            "max_new_tokens": a.new_tokens, "decoding": decoding,
                             "items": [(i.item_id, t) for i, t in zip(chunk, texts, strict=True)]})
                         sh = ShardRequest("generate", m.name, d.name, a.id, c, key,
                                           tuple(GenerateRow(i.item_id, t) for i, t in zip(chunk, texts, strict=True)),
-                                          max_new_tokens=a.new_tokens)
+                                          max_new_tokens=a.new_tokens, sampling=smp)
                         unit.shards.append(sh)
                         out.append(sh)
         return out + self._method_shards_from_items()
 
     # -- confidence methods -------------------------------------------------------------
     def _method_shard(self, method: Any, model: str, dataset: str, chunk: int, rows: list[MethodRow],
-                      upstream: tuple[str, ...] = ()) -> ShardRequest:
+                      upstream: tuple[str, ...] = (), n_letters: int = 0) -> ShardRequest:
         """One shard of a method: its stage, engine-call parameters and content key."""
         stage = KIND_STAGE[method.kind]
         prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
@@ -383,7 +416,7 @@ class GridPlan:
         elif stage == "rate":
             params = {"max_new_tokens": method.new_tokens(self.spec.elicitation.max_new_tokens), "decoding": "greedy"}
         elif stage == "next_token":
-            params = {"top_logprobs": method.top_logprobs, "candidates": list(method.candidate_strings()),
+            params = {"top_logprobs": method.top_logprobs, "candidates": list(method.candidate_strings(n_letters)),
                       "cases": list(method.cases)}
         elif stage == "hidden":
             params = {"layers": list(method.layers) if method.layers is not None else "all"}
@@ -391,7 +424,8 @@ class GridPlan:
                                 "requests": [(r.item_id, r.user_text, r.assistant_prefix) for r in rows]})
         return ShardRequest(stage, model, dataset, "main", chunk, key, tuple(rows), max_new_tokens=int(
             params.get("max_new_tokens", 1)), upstream=upstream, method=method.id, sampling=sampling,
-            top_logprobs=method.top_logprobs, candidates=method.candidate_strings() if stage == "next_token" else (),
+            top_logprobs=method.top_logprobs, candidates=method.candidate_strings(n_letters) if stage == "next_token"
+            else (),
             cases=tuple(method.cases) if stage == "next_token" else (),
             layers=tuple(method.layers) if (stage == "hidden" and method.layers is not None) else None)
 
@@ -403,13 +437,15 @@ class GridPlan:
             prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
             if prompt.takes_answer:
                 continue
+            letters = method.kind == "letter_probability"  # the lettered question; items with options only
             for m in self.spec.method_models(method):
                 for d in self.spec.datasets:
-                    its = self.set_items[("main", d.name)]
+                    its = [i for i in self.set_items[("main", d.name)] if i.options or not letters]
+                    n_letters = max((len(i.options) for i in its), default=0) if letters else 0
                     for c, chunk in enumerate(_chunks(its, size)):
-                        rows = [MethodRow(i.item_id, prompt.render(question_text(i, "open")),
+                        rows = [MethodRow(i.item_id, prompt.render(question_text(i, "mc" if letters else "open")),
                                           assistant_prefix=method.assistant_prefix) for i in chunk]
-                        out.append(self._method_shard(method, m.name, d.name, c, rows))
+                        out.append(self._method_shard(method, m.name, d.name, c, rows, n_letters=n_letters))
         return out
 
     def _method_shards_from_answers(self, gen: ShardRequest, graded: pd.DataFrame) -> list[ShardRequest]:
@@ -436,8 +472,8 @@ class GridPlan:
         its = self.set_items[(a.id, shard.dataset)]
         rules = tuple(dict.fromkeys((*self.grade_rules, *a.analysis_rules(self.spec.correctness.rules))))
         primary = a.analysis_rules(self.spec.correctness.rules)[0] if a.format == "mc" else self.spec.correctness.primary
-        return grade_answers(parse_generations(generations, a.prompt, self.models[shard.model].reasoning_end), its,
-                             rules, primary)
+        parsed = parse_generations(generations, a.prompt, self.models[shard.model].reasoning_end, its, a.format)
+        return grade_answers(parsed, its, rules, primary)
 
     # -- events -------------------------------------------------------------------------
     def on_done(self, shard: ShardRequest, table: pd.DataFrame) -> list[ShardRequest]:

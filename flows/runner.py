@@ -221,6 +221,16 @@ def _comparison(spec: GridSpec, plan: GridPlan, done, submitted, ev: Evaluation,
     return ace
 
 
+def _calibration(spec: GridSpec, units, ev: Evaluation, mt, store: RunStore) -> None:
+    """results/calibration, refusals and runs (studies 002 and 003); a view of the data, never fatal."""
+    from confgrid.flows.calibration_tables import calibration_tables, write_calibration_tables
+
+    try:
+        write_calibration_tables(calibration_tables(spec, units, ev.signal_frames, mt.signals), store.root / "results")
+    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
+        log.warning("calibration tables not built: %s: %s", type(exc).__name__, exc)
+
+
 def _in_grid(spec: GridSpec):
     """Whether a manifest record belongs to a model, dataset and answer set of ``spec`` (by its label)."""
     import re
@@ -353,6 +363,7 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
                 tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])
         methods_df = evaluate_methods(spec, mt.signals)
         write_outputs(spec, store, ev, asm.units, ex.provenance, methods=methods_df, targets=mt.targets)
+        _calibration(spec, asm.units, ev, mt, store)
         ace = _comparison(spec, plan, done, ex.submitted, ev, mt, store, tables)
         c = ex.counters
         summary = RunSummary(store.root, ev.metrics, ev.gaps, ev.shifts, c.model_calls, c.reused, c.computed,

@@ -19,13 +19,14 @@ __all__ = ["METHOD_KINDS", "METHOD_TEMPLATES", "MethodSpec", "PairSpec", "CA_RAT
 
 #: Confidence methods a grid may declare (``methods[].kind``; README "Confidence methods").
 METHOD_KINDS = ("self_consistency", "expected_accuracy", "p_true", "p_true_capability", "rating",
-                "verbalized_before", "hidden_states")
+                "verbalized_before", "hidden_states", "letter_probability")
 #: Default template (prompt id) of each kind; ``None``: the grid's elicitation prompt.
 METHOD_TEMPLATES = {"self_consistency": None, "expected_accuracy": None, "p_true": "ptrue_verify",
                     "p_true_capability": "ptrue_capability", "rating": "rate_0_100",
-                    "verbalized_before": "verbalized_before", "hidden_states": None}
+                    "verbalized_before": "verbalized_before", "hidden_states": None,
+                    "letter_probability": "mc_letter"}
 _SAMPLED = ("self_consistency", "expected_accuracy")
-_NEXT_TOKEN = ("p_true", "p_true_capability")
+_NEXT_TOKEN = ("p_true", "p_true_capability", "letter_probability")
 
 
 class MethodSpec(_Spec):
@@ -38,12 +39,13 @@ class MethodSpec(_Spec):
     id: str = Field(description="Label of the method: its signal name in every table.",
                     pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
     kind: Literal["self_consistency", "expected_accuracy", "p_true", "p_true_capability", "rating",
-                  "verbalized_before", "hidden_states"] = Field(
+                  "verbalized_before", "hidden_states", "letter_probability"] = Field(
         description="self_consistency (k samples, agreement with the first; majority share too), expected_accuracy "
         "(mean correctness of k samples: the capability target), p_true (the model's own answer: A. True / B. "
         "False), p_true_capability (can you answer it? Yes/No), rating (0-100 in \\boxed{} for the model's own "
         "answer), verbalized_before (probability of answering correctly, asked before answering), hidden_states "
-        "(the last prompt token's hidden states, for probes).")
+        "(the last prompt token's hidden states, for probes), letter_probability (the next-token distribution "
+        "over the option letters after the lettered question, renormalized; study 002 Appendix E.1).")
     template: str | None = Field(None, description="Prompt id (protocols/prompts/*.yaml); default per kind.")
     k: int | None = Field(None, ge=1, le=100_000, description="Samples per question (default 10 for "
                           "self_consistency, 100 for expected_accuracy).")
@@ -99,7 +101,13 @@ class MethodSpec(_Spec):
         for f in ("candidates", "cases", "merge", "renormalize", "top_logprobs"):
             only(f, _NEXT_TOKEN)
         only("layers", ("hidden_states",))
-        only("assistant_prefix", ("p_true", "p_true_capability", "rating", "verbalized_before"))
+        only("assistant_prefix", ("p_true", "p_true_capability", "rating", "verbalized_before",
+                                  "letter_probability"))
+        if self.kind == "letter_probability":
+            for f in ("candidates", "renormalize"):
+                if getattr(self, f) != type(self).model_fields[f].default:
+                    raise ValueError(f"{f} is not for kind 'letter_probability': its candidates are the option "
+                                     "letters of each item, always renormalized over them (study 002 E.1)")
         if self.kind in _SAMPLED and self.temperature != "model_default" and self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for {self.kind} (received {self.temperature!r}); greedy "
                              "samples are all the same answer")
@@ -112,7 +120,12 @@ class MethodSpec(_Spec):
     def template_id(self, elicitation_prompt: str) -> str:
         return self.template or METHOD_TEMPLATES[self.kind] or elicitation_prompt
 
-    def candidate_strings(self) -> tuple[str, ...]:
+    def candidate_strings(self, n_letters: int = 0) -> tuple[str, ...]:
+        """Candidates read in the next-token distribution (letter_probability: the first ``n_letters`` letters)."""
+        if self.kind == "letter_probability":
+            from confgrid.protocols.mc import LETTERS
+
+            return tuple(LETTERS[:n_letters])
         if self.candidates is not None:
             return self.candidates
         return ("Yes", "No") if self.kind == "p_true_capability" else ("A", "B")

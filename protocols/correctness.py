@@ -7,7 +7,9 @@ Definitions from study 000 (section 3.4 and Appendix A, "Normalization" and
 
 Registered: ``containment`` (default), ``exact_match``, ``alias``
 (containment over the gold answers, all aliases and TriviaQA normalized
-aliases), ``mc_letter`` (multiple-choice letter match, Appendix F).
+aliases), ``mc_letter`` (multiple-choice letter match, Appendix F),
+``mc_favoured`` (the favoured option of option probabilities, ties scored
+proportionally, study 002 section 3).
 
 Examples
 --------
@@ -31,8 +33,10 @@ __all__ = [
     "containment",
     "exact_match",
     "get_rule",
+    "mc_favoured",
     "mc_letter",
     "normalize",
+    "option_letters",
     "register_rule",
 ]
 
@@ -219,3 +223,35 @@ def mc_letter(answer: str | None, item: Item) -> float:
         return float("nan")
     letter = parse_letter(answer, n_options=len(item.options))
     return float(letter is not None and letter == item.gold_letter.strip().upper())
+
+
+@register_rule("mc_favoured")
+def mc_favoured(answer: str | None, item: Item) -> float:
+    """Favoured-option match with proportional tie scoring (study 002 section 3).
+
+    The answer of an option-probabilities reply is its favoured letter, or the
+    tied favoured letters joined by ``|`` (``"A|C"``, protocols/json_output.py);
+    it scores ``1/m`` when the gold letter is among the ``m`` favoured
+    options, else 0. Any other answer is read like :func:`mc_letter` (one
+    letter: 1.0 or 0.0).
+
+    Returns
+    -------
+    float
+        In [0, 1]; NaN when the item has no options or no gold letter.
+    """
+    from confgrid.protocols.json_output import TIE_SEPARATOR, favoured_letters, favoured_score
+
+    if not item.options or not item.gold_letter:
+        return float("nan")
+    if isinstance(answer, str) and TIE_SEPARATOR in answer:
+        letters = [x for x in favoured_letters(answer) if x in option_letters(item)]
+        return favoured_score(letters, item.gold_letter.strip().upper())
+    return mc_letter(answer, item)
+
+
+def option_letters(item: Item) -> str:
+    """The option letters of ``item`` (``"ABCD"`` for four options)."""
+    from confgrid.protocols.mc import LETTERS
+
+    return LETTERS[: len(item.options)]

@@ -80,7 +80,10 @@ __all__ = [
 #: Every status :func:`parse_output` can return, then ``unlabelled_confidence``
 #: (set only by :func:`apply_parse_policy` under ``label_only``) and
 #: ``reasoning_unterminated`` (a thinking model's reasoning never ended, so
-#: there is no answer to parse; protocols/reasoning.py).
+#: there is no answer to parse; protocols/reasoning.py), then the statuses of
+#: JSON replies (protocols/json_output.py): ``refusal`` (declined, or no valid
+#: option letter), ``unparseable`` (no JSON object with the asked keys) and
+#: ``zero_sum`` (option probabilities that sum to 0).
 STATUSES = (
     "ok",
     "missing_answer",
@@ -91,6 +94,9 @@ STATUSES = (
     "empty",
     "unlabelled_confidence",
     "reasoning_unterminated",
+    "refusal",
+    "unparseable",
+    "zero_sum",
 )
 
 #: Parse policies (study 000 section 3.3 and Appendix B.1): ``label_or_fallback``
@@ -443,17 +449,28 @@ def _confidence(text: str, prob_re: _Label, percent_scale: bool, decimal_comma: 
     return _Read(None, "missing"), False
 
 
-def parse_for_prompt(text: str | None, prompt: object) -> ParseResult:
-    """:func:`parse_output` with the labels, scale and decimal separator a prompt declares.
+def parse_for_prompt(text: str | None, prompt: object, n_options: int | None = None) -> ParseResult:
+    """The reply read the way its prompt asked for it: labels, JSON answer and probability, or option probabilities.
 
     Parameters
     ----------
     text : str
         The generated text.
     prompt : Prompt or str
-        A :class:`~confgrid.protocols.prompts.Prompt` or a registered prompt id.
-        Missing labels fall back to ``Guess:`` / ``Probability:``; a prompt
-        without ``decimal_comma`` reads decimal points.
+        A :class:`~confgrid.protocols.prompts.Prompt` or a registered prompt
+        id. ``output: labels`` (default): :func:`parse_output` with the
+        prompt's labels (missing labels fall back to ``Guess:`` /
+        ``Probability:``), scale and decimal separator. ``output: json``:
+        :func:`confgrid.protocols.json_output.parse_json_answer` with the
+        prompt's keys and scale (a prompt without ``answer_key`` gives the
+        probability only, answer None). ``output: json_options``:
+        :func:`confgrid.protocols.json_output.parse_option_probabilities`;
+        the answer is the favoured letter, or the tied letters joined by
+        ``|`` (scored by the rule ``mc_favoured``), the confidence their
+        normalized probability.
+    n_options : int or None
+        Lettered options of the item (``json``: the answer must be one of
+        their letters; ``json_options``: required, else ``unparseable``).
 
     Raises
     ------
@@ -464,6 +481,25 @@ def parse_for_prompt(text: str | None, prompt: object) -> ParseResult:
     from confgrid.protocols.prompts import get_prompt
 
     p = get_prompt(prompt) if isinstance(prompt, str) else prompt
+    output = getattr(p, "output", "labels")
+    if output == "json":
+        from confgrid.protocols.json_output import parse_json_answer
+
+        if getattr(p, "answer_key", None) is None:  # a probability for a supplied answer
+            r = parse_json_answer(text, answer_key=p.confidence_key, confidence_key=p.confidence_key,
+                                  scale=p.scale, n_options=None)
+            return ParseResult(None, r.probability, r.status, False)
+        r = parse_json_answer(text, answer_key=p.answer_key, confidence_key=p.confidence_key, scale=p.scale,
+                              n_options=n_options)
+        return ParseResult(r.answer, r.probability, r.status, False)
+    if output == "json_options":
+        from confgrid.protocols.json_output import TIE_SEPARATOR, parse_option_probabilities
+
+        if not n_options:
+            return ParseResult(None, None, "empty" if not (text or "").strip() else "unparseable", False)
+        o = parse_option_probabilities(text, int(n_options))
+        answer = TIE_SEPARATOR.join(o.favoured) if o.favoured else None
+        return ParseResult(answer, o.confidence, o.status, False)
     return parse_output(
         text,
         answer_label=getattr(p, "answer_label", None) or "Guess:",

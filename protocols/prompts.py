@@ -40,6 +40,7 @@ from confgrid import yaml_load
 from confgrid.registry import Registry
 
 __all__ = [
+    "OUTPUTS",
     "PLACEHOLDER",
     "PROMPTS",
     "Prompt",
@@ -53,8 +54,13 @@ PLACEHOLDER = "{question}"
 #: Where a rating or verification template puts the proposed answer.
 ANSWER_PLACEHOLDER = "{answer}"
 
-_FIELDS = ("id", "template", "answer_label", "confidence_label", "scale", "decimal_comma", "deletions", "description")
+_FIELDS = ("id", "template", "answer_label", "confidence_label", "scale", "decimal_comma", "deletions", "description",
+           "output", "answer_key", "confidence_key")
 _SCALES = (None, "unit", "percent")
+#: How a reply is read (protocols/parsing.py ``parse_for_prompt``): ``labels`` (``Guess:`` / ``Probability:``
+#: lines), ``json`` (an answer and a probability, study 003 Appendix C; without ``answer_key`` a probability
+#: only, for a supplied answer), ``json_options`` (a probability per option letter, study 002 Appendix F.2).
+OUTPUTS = ("labels", "json", "json_options")
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,13 @@ class Prompt:
         :meth:`without_probability_request`; each must occur exactly once.
     description : str
         One line for humans and run reports.
+    output : str
+        How the reply is read, one of :data:`OUTPUTS` (default ``labels``).
+    answer_key, confidence_key : str or None
+        ``json`` output: the keys of the answer and of the probability
+        (matched case-insensitively; default ``answer`` and ``probability``).
+        ``answer_key: null``: the prompt asks for a probability only (the
+        answer rated is the item's supplied answer, e.g. HaluEval's).
     """
 
     id: str
@@ -95,6 +108,9 @@ class Prompt:
     decimal_comma: bool = False
     deletions: tuple[str, ...] = ()
     description: str = ""
+    output: str = "labels"
+    answer_key: str | None = "answer"
+    confidence_key: str | None = "probability"
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -108,6 +124,23 @@ class Prompt:
         if isinstance(self.deletions, str) or not all(isinstance(d, str) and d for d in self.deletions):
             raise ValueError(f"Prompt {self.id!r}: deletions={self.deletions!r}; must be a list of non-empty strings")
         object.__setattr__(self, "deletions", tuple(self.deletions))
+        if self.output not in OUTPUTS:
+            raise ValueError(f"Prompt {self.id!r}: output={self.output!r}; allowed: {list(OUTPUTS)}")
+        for key in ("answer_key", "confidence_key"):
+            v = getattr(self, key)
+            if v is not None and (not isinstance(v, str) or not v.strip()):
+                raise ValueError(f"Prompt {self.id!r}: {key}={v!r}; must be a non-empty string or null")
+        if self.output == "json":
+            if not self.confidence_key:
+                raise ValueError(f"Prompt {self.id!r}: output 'json' needs confidence_key (the probability's key)")
+            if self.scale not in ("unit", "percent"):
+                raise ValueError(f"Prompt {self.id!r}: output 'json' needs scale 'unit' or 'percent' "
+                                 f"(received {self.scale!r})")
+
+    @property
+    def asks_answer(self) -> bool:
+        """Whether the reply holds an answer (False: a json prompt that asks a probability for a supplied answer)."""
+        return self.output != "json" or self.answer_key is not None
 
     def render(self, question: str, answer: str | None = None) -> str:
         """The prompt text with ``{question}`` replaced by ``question`` (and ``{answer}`` by ``answer``).
@@ -263,7 +296,8 @@ def _prompt_from_mapping(data: Any, where: str) -> Prompt:
 
 def load_prompt_file(path: str | os.PathLike[str], *, register: bool = True) -> Prompt:
     """Read one YAML prompt file (keys: ``id``, ``template``, optional ``answer_label``,
-    ``confidence_label``, ``scale``, ``decimal_comma``, ``deletions``, ``description``).
+    ``confidence_label``, ``scale``, ``decimal_comma``, ``deletions``, ``description``,
+    ``output``, ``answer_key``, ``confidence_key``).
 
     Parameters
     ----------
