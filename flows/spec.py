@@ -160,7 +160,8 @@ class DatasetSpec(_Spec):
     """One dataset of the grid."""
 
     name: str = Field(description="Short label used in tables and MLflow.", pattern=LABEL_PATTERN)
-    adapter: str = Field(description="Dataset adapter: truthfulqa, triviaqa, mmlu or custom.")
+    adapter: str = Field(description="Dataset adapter: truthfulqa, triviaqa, mmlu, mmlu_pro, agieval_lsat_ar, "
+                         "agieval_sat_en, boolq, halueval_qa or custom (any name registered in ADAPTERS).")
     path: str = Field(
         BUNDLED,
         description="Local file or directory (relative to the grid file), a Hugging Face dataset name, or 'bundled' for the adapter's bundled sample.",

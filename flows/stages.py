@@ -13,7 +13,7 @@ import pandas as pd
 
 from confgrid.protocols.aggregation import get_aggregation
 from confgrid.protocols.contexts import get_context
-from confgrid.protocols.correctness import get_rule
+from confgrid.protocols.correctness import ANSWER_FREE_RULES, get_rule
 from confgrid.protocols.items import Item
 from confgrid.protocols.prompts import get_prompt
 
@@ -113,14 +113,16 @@ def grade_answers(parsed: pd.DataFrame, items: list[Item], rules: tuple[str, ...
     """Label every parsed answer under every requested correctness rule.
 
     Adds one float column ``correct_<rule>`` per rule (NaN where there is no
-    answer) and ``correct`` = the primary rule's label.
+    answer, except under a rule in ``ANSWER_FREE_RULES``, which reads only the
+    item) and ``correct`` = the primary rule's label.
     """
     by_id = {it.item_id: it for it in items}
     out = parsed.copy()
     for rule in rules:
         fn = get_rule(rule)
+        answer_free = rule in ANSWER_FREE_RULES
         out[f"correct_{rule}"] = [
-            float(fn(a, by_id[i])) if isinstance(a, str) and a.strip() else np.nan
+            float(fn(a, by_id[i])) if answer_free or (isinstance(a, str) and a.strip()) else np.nan
             for a, i in zip(out["answer"], out["item_id"], strict=True)
         ]
     out["correct"] = out[f"correct_{primary}"]

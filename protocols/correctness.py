@@ -3,13 +3,16 @@
 Definitions from study 000 (section 3.4 and Appendix A, "Normalization" and
 "Exact match"). A rule is a function ``rule(answer, item) -> float`` returning
 1.0 (correct) or 0.0 (wrong); rules are kept in a registry (:data:`RULES`).
-``mc_letter`` returns NaN (undefined, not wrong) for an item without options.
+``mc_letter`` and ``given_answer`` return NaN (undefined, not wrong) for an
+item they do not apply to.
 
 Registered: ``containment`` (default), ``exact_match``, ``alias``
 (containment over the gold answers, all aliases and TriviaQA normalized
 aliases), ``mc_letter`` (multiple-choice letter match, Appendix F),
 ``mc_favoured`` (the favoured option of option probabilities, ties scored
 proportionally, study 002 section 3).
+``given_answer`` (HaluEval QA: whether the answer the item showed is the
+right one; study 002 section 4.4).
 
 Examples
 --------
@@ -26,7 +29,9 @@ from confgrid.protocols.items import Item
 from confgrid.registry import Registry
 
 __all__ = [
+    "ANSWER_FREE_RULES",
     "DEFAULT_RULE",
+    "GIVEN_ANSWER_KEY",
     "RULES",
     "Rule",
     "alias",
@@ -34,6 +39,7 @@ __all__ = [
     "exact_match",
     "get_rule",
     "mc_favoured",
+    "given_answer",
     "mc_letter",
     "normalize",
     "option_letters",
@@ -121,7 +127,7 @@ def get_rule(name: str) -> Rule:
     UnknownNameError
         (a ``KeyError`` and a ``ValueError``) if no rule has that name, e.g.
         ``"unknown correctness rule 'contain'; allowed: alias, containment,
-        exact_match, mc_letter"``.
+        exact_match, given_answer, mc_letter"``.
     """
     return RULES.get(name)
 
@@ -223,6 +229,52 @@ def mc_letter(answer: str | None, item: Item) -> float:
         return float("nan")
     letter = parse_letter(answer, n_options=len(item.options))
     return float(letter is not None and letter == item.gold_letter.strip().upper())
+
+
+#: Metadata key :func:`given_answer` reads (set by the ``halueval_qa`` adapter).
+GIVEN_ANSWER_KEY = "given_answer_correct"
+
+#: Names of rules whose label does not depend on the model's answer: the grade
+#: stage (``flows/stages.py: grade_answers``) labels rows with no parsed answer
+#: under them too (other rules give such rows NaN). Add a rule of your own here
+#: when it reads only the item.
+ANSWER_FREE_RULES: set[str] = {"given_answer"}
+
+
+@register_rule("given_answer")
+def given_answer(answer: str | None, item: Item) -> float:
+    """Whether the answer the item showed the model is the right one (HaluEval QA; study 002 section 4.4).
+
+    In HaluEval QA the model does not answer: it is shown a candidate answer,
+    the right one or a hallucinated one, and states only its confidence that
+    this answer is correct (Appendix F.5). The event the confidence is about
+    is therefore fixed by the item, not by the text the model writes, and
+    the label is read from ``item.metadata["given_answer_correct"]``
+    (``"1"`` or ``"0"``, set by the ``halueval_qa`` adapter). ``answer`` is
+    ignored: an unparsed, empty or off-topic reply gets the same label (the
+    rule is in :data:`ANSWER_FREE_RULES`, so rows without a parsed answer are
+    labelled too), so
+    accuracy is fixed by the data (half right, half hallucinated) and
+    calibration compares the stated confidences with it. Study 002 section
+    4.4: "Calibration compared stated confidence with correctness"; section 7
+    reports accuracy "fixed for HaluEval", i.e. independent of the model (its
+    scoring sections 6.1 and B.1 are empty in the copy of the study).
+
+    Returns
+    -------
+    float
+        1.0 when the shown answer was the right one, 0.0 when it was the
+        hallucinated one. NaN when the item has no ``given_answer_correct``
+        metadata (every dataset but HaluEval QA) or its value is neither
+        ``"1"`` nor ``"0"``: the rule is undefined there, and a NaN label
+        drops the row from metrics instead of counting it as wrong.
+    """
+    flag = item.metadata.get(GIVEN_ANSWER_KEY)
+    if flag == "1":
+        return 1.0
+    if flag == "0":
+        return 0.0
+    return float("nan")
 
 
 @register_rule("mc_favoured")

@@ -1,6 +1,7 @@
 """The one item schema every dataset adapter produces.
 
-An item is one question with its gold answers. Adapters (``protocols/datasets.py``)
+An item is one question with its gold answers. Adapters (``protocols/datasets.py``,
+``protocols/adapters_qa.py``, ``protocols/adapters_mc.py``)
 map each benchmark's own columns onto this schema; every later stage reads only
 these fields.
 """

@@ -1,0 +1,383 @@
+"""Adapters of answer-text datasets: TruthfulQA, TriviaQA, HaluEval QA and a user's own file.
+
+The model answers in words (or, for HaluEval QA, rates an answer it is
+given); correctness compares text with the gold answers (or, for HaluEval QA,
+reads whether the given answer was the right one). Definitions: study 000
+section 3.4 and Appendix A (TruthfulQA, TriviaQA, custom files), study 002
+section 4.4 and Appendix F.5 (HaluEval QA). Registered on import; load them
+through :func:`confgrid.protocols.datasets.load_items`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confgrid.protocols.correctness import GIVEN_ANSWER_KEY
+from confgrid.protocols.dataset_io import (
+    dedup,
+    hash_id,
+    load_rows,
+    no_mapping,
+    register_adapter,
+    require_columns,
+    split_answers,
+    unique_ids,
+)
+from confgrid.protocols.items import Item
+
+__all__ = ["HALUEVAL_SEED", "custom", "halueval_given_right", "halueval_qa", "halueval_text", "triviaqa", "truthfulqa"]
+
+
+@register_adapter("truthfulqa")
+def truthfulqa(
+    source: str,
+    *,
+    split: str = "validation",
+    dataset_name: str = "truthfulqa",
+    hub_config: str | None = None,
+    **mapping: Any,
+) -> list[Item]:
+    """TruthfulQA generation set (Lin, Hilton and Evans 2022).
+
+    Reads the released ``TruthfulQA.csv`` (columns Type, Category, Question,
+    Best Answer, Correct Answers, Incorrect Answers, Source; answers joined by
+    ``"; "``; a leading UTF-8 BOM is fine) or the hub schema of ``truthful_qa``,
+    config ``generation`` (``question``, ``best_answer``, ``correct_answers``
+    list, ...).
+
+    Mapping (study 000 section 3.4): ``canonical`` = best answer;
+    ``gold_answers`` = best answer, then the correct answers (deduplicated,
+    order kept); ``aliases`` = ``gold_answers``; ``incorrect_answers`` from the
+    incorrect answers; ``item_id`` = ``truthfulqa-<first 10 hex of sha1(question)>``,
+    stable under subsetting; metadata: type, category, source, row.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``source`` names a file that does not exist.
+    KeyError
+        If a required column is missing.
+    """
+    no_mapping("truthfulqa", mapping)
+    rows = load_rows(source, split, hub_config or "generation")
+    items = []
+    for i, r in enumerate(rows):
+        if "Question" in r or "question" not in r:  # released CSV
+            require_columns(r, ["Question", "Best Answer", "Correct Answers"], f"truthfulqa {source!r}")
+            q, best = r["Question"], (r["Best Answer"] or "").strip()
+            correct = split_answers(r["Correct Answers"], ";")
+            incorrect = split_answers(r.get("Incorrect Answers"), ";")
+            meta = {"type": r.get("Type") or "", "category": r.get("Category") or "", "source": r.get("Source") or ""}
+        else:  # hub schema
+            require_columns(r, ["question", "best_answer", "correct_answers"], f"truthfulqa {source!r}")
+            q, best = r["question"], (r["best_answer"] or "").strip()
+            correct = split_answers(r["correct_answers"], ";")
+            incorrect = split_answers(r.get("incorrect_answers"), ";")
+            meta = {"type": r.get("type") or "", "category": r.get("category") or "", "source": r.get("source") or ""}
+        gold = dedup([best, *correct])
+        meta["row"] = str(i)
+        items.append(
+            Item(
+                item_id=hash_id("truthfulqa", q),
+                dataset=dataset_name,
+                question=q,
+                gold_answers=gold,
+                canonical=best or (gold[0] if gold else ""),
+                aliases=gold,
+                incorrect_answers=incorrect,
+                metadata=meta,
+            )
+        )
+    return unique_ids(items)
+
+
+_TRIVIAQA_HIDDEN = {"", "<unk>"}
+
+
+@register_adapter("triviaqa")
+def triviaqa(
+    source: str,
+    *,
+    split: str = "validation",
+    dataset_name: str = "triviaqa",
+    hub_config: str | None = None,
+    **mapping: Any,
+) -> list[Item]:
+    """TriviaQA (Joshi et al. 2017), hub schema or flat alias-list form.
+
+    Two row forms are accepted, detected per row:
+
+    * the Hugging Face ``trivia_qa`` schema (default config ``rc.nocontext``):
+      ``question``, ``question_id``, ``answer`` = {``value``, ``aliases``,
+      ``normalized_aliases``, ``normalized_value``, ...}. ``canonical`` =
+      ``answer.value``; ``aliases`` = ``answer.aliases`` as released;
+      ``normalized_aliases`` = ``answer.normalized_aliases``; ``gold_answers`` =
+      value then aliases (deduplicated, order kept); ``item_id`` = ``question_id``.
+    * the flat form (FlashRAG, the bundled sample): ``id``, ``question``,
+      ``golden_answers`` (alias list). ``canonical`` = first alias;
+      ``aliases`` = ``gold_answers`` = the list; ``normalized_aliases`` empty.
+
+    Metadata: ``category`` = ``"triviaqa"`` (TriviaQA has no categories), ``row``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``source`` names a file that does not exist.
+    KeyError
+        If a row has neither ``answer`` nor ``golden_answers``, or no question.
+    ValueError
+        If a row has no answer (the hub's test split hides its answers; use
+        ``split="validation"``).
+    """
+    no_mapping("triviaqa", mapping)
+    rows = load_rows(source, split, hub_config or "rc.nocontext")
+    items = []
+    for i, r in enumerate(rows):
+        require_columns(r, ["question"], f"triviaqa {source!r}")
+        if "answer" in r and isinstance(r["answer"], Mapping):
+            ans = r["answer"]
+            value = (ans.get("value") or "").strip()
+            aliases = split_answers(ans.get("aliases"), "")
+            norm = split_answers(ans.get("normalized_aliases"), "")
+            if value in _TRIVIAQA_HIDDEN and not aliases:
+                raise ValueError(
+                    f"triviaqa {source!r} row {i}: answer.value={ans.get('value')!r} and no aliases; "
+                    "the answers of this split are hidden (the hub's test split is; use split='validation')"
+                )
+            gold = dedup([value, *aliases]) if value not in _TRIVIAQA_HIDDEN else dedup(aliases)
+            item_id = str(r.get("question_id") or f"{dataset_name}-{i}")
+            canonical = value if value not in _TRIVIAQA_HIDDEN else gold[0]
+        elif "golden_answers" in r:
+            aliases = split_answers(r["golden_answers"], "")
+            norm = ()
+            gold = dedup(aliases)
+            if not gold:
+                raise ValueError(f"triviaqa {source!r} row {i}: golden_answers is empty; every item needs an answer")
+            item_id = str(r.get("id") or f"{dataset_name}-{i}")
+            canonical = gold[0]
+        else:
+            raise KeyError(
+                f"triviaqa {source!r}: missing required column 'answer' (hub schema) or 'golden_answers' "
+                f"(flat form); columns found: {sorted(r)}"
+            )
+        items.append(
+            Item(
+                item_id=item_id,
+                dataset=dataset_name,
+                question=r["question"],
+                gold_answers=gold,
+                canonical=canonical,
+                aliases=aliases,
+                normalized_aliases=norm,
+                metadata={"category": "triviaqa", "row": str(i)},
+            )
+        )
+    return unique_ids(items)
+
+
+@register_adapter("custom")
+def custom(
+    source: str,
+    *,
+    split: str = "train",
+    dataset_name: str = "custom",
+    hub_config: str | None = None,
+    question_column: str = "question",
+    answer_column: str | Sequence[str] = "answer",
+    answer_separator: str = ";",
+    id_column: str | None = None,
+    aliases_column: str | None = None,
+    canonical_column: str | None = None,
+) -> list[Item]:
+    """A user's own JSONL / JSON / CSV / Parquet file (or hub dataset) with a column mapping.
+
+    Parameters
+    ----------
+    source : str
+        Path of a ``.jsonl``/``.json``/``.csv``/``.tsv``/``.parquet`` file, or a hub name.
+    question_column : str, default "question"
+        Column holding the question text.
+    answer_column : str or sequence of str, default "answer"
+        Column(s) holding accepted answers. Each cell is a list, or a string
+        split on ``answer_separator``. With several columns their answers are
+        concatenated in column order (deduplicated).
+    answer_separator : str, default ";"
+        Separator of answers packed in one string cell; ``""`` keeps the cell whole.
+    id_column : str or None
+        Column holding item ids; None gives ``<dataset_name>-<row index>``.
+    aliases_column : str or None
+        Column of alternative spellings (list or separator-joined); added to
+        ``gold_answers`` after the answers and stored in ``aliases``.
+    canonical_column : str or None
+        Column of the canonical answer; None uses the first answer.
+
+    Metadata: ``category`` = ``dataset_name`` (a custom file has no category
+    column), ``row``.
+
+    Raises
+    ------
+    KeyError
+        If a mapped column is missing (named, with the columns found).
+    ValueError
+        If a row has no answer.
+    """
+    answer_columns = [answer_column] if isinstance(answer_column, str) else list(answer_column)
+    if not answer_columns:
+        raise ValueError("answer_column=[]: give at least one answer column")
+    rows = load_rows(source, split, hub_config)
+    required = [question_column, *answer_columns]
+    required += [c for c in (id_column, aliases_column, canonical_column) if c]
+    items = []
+    for i, r in enumerate(rows):
+        require_columns(r, required, f"custom {source!r}")
+        answers = [a for c in answer_columns for a in split_answers(r[c], answer_separator)]
+        aliases = split_answers(r[aliases_column], answer_separator) if aliases_column else ()
+        gold = dedup([*answers, *aliases])
+        if not gold:
+            raise ValueError(f"custom {source!r} row {i}: no answer in column(s) {answer_columns}")
+        canonical = str(r[canonical_column]).strip() if canonical_column and r[canonical_column] else gold[0]
+        q = r[question_column]
+        items.append(
+            Item(
+                item_id=str(r[id_column]) if id_column else f"{dataset_name}-{i}",
+                dataset=dataset_name,
+                question="" if q is None else str(q),
+                gold_answers=gold if canonical in gold else (canonical, *gold),
+                canonical=canonical,
+                aliases=aliases or gold,
+                metadata={"category": dataset_name, "row": str(i)},
+            )
+        )
+    return unique_ids(items)
+
+
+
+
+#: Seed of the right/hallucinated answer assignment of :func:`halueval_qa`.
+HALUEVAL_SEED = 0
+
+_HALUEVAL_COLUMNS = ("knowledge", "question", "right_answer", "hallucinated_answer")
+
+
+def halueval_given_right(keys: Sequence[str], seed: int = HALUEVAL_SEED) -> list[bool]:
+    """Which rows are given their right answer: exactly ``len(keys) // 2`` of them.
+
+    Rule: each row's key is hashed, ``sha256(f"{seed}\\x1f{key}")``; the rows
+    are ranked by that digest (ties, i.e. repeated keys, by row index) and
+    the first ``n // 2`` in that ranking get the right answer, the other
+    ``n - n // 2`` the hallucinated one (so an odd count has one more
+    hallucinated answer). The assignment depends only on the set of keys, not
+    on the order of the rows.
+
+    Parameters
+    ----------
+    keys : sequence of str
+        One key per row (:func:`halueval_qa` uses question and knowledge).
+    seed : int, default :data:`HALUEVAL_SEED`
+
+    Returns
+    -------
+    list of bool
+        ``True`` where the row is given its right answer; ``sum`` is ``len(keys) // 2``.
+    """
+    digests = [hashlib.sha256(f"{int(seed)}\x1f{k}".encode("utf-8")).hexdigest() for k in keys]
+    ranked = sorted(range(len(keys)), key=lambda i: (digests[i], i))
+    right = set(ranked[: len(keys) // 2])
+    return [i in right for i in range(len(keys))]
+
+
+def halueval_text(knowledge: str, question: str, given_answer: str) -> str:
+    """The text of a HaluEval QA item (study 002 Appendix F.5), one line each::
+
+        Context: <knowledge>
+        Question: <question>
+        Candidate Answer: <given answer>
+
+    The ``Context:`` line is left out when ``knowledge`` is empty.
+    """
+    lines = [f"Context: {knowledge}"] if knowledge else []
+    lines += [f"Question: {question}", f"Candidate Answer: {given_answer}"]
+    return "\n".join(lines)
+
+
+@register_adapter("halueval_qa")
+def halueval_qa(
+    source: str,
+    *,
+    split: str = "data",
+    dataset_name: str = "halueval_qa",
+    hub_config: str | None = None,
+    **mapping: Any,
+) -> list[Item]:
+    """HaluEval QA (Li et al. 2023), asked as "rate this given answer" (study 002 section 4.4, Appendix F.5).
+
+    Reads the released QA file (``data/qa_data.json``, 10,000 rows, or the
+    generation-stage ``qa_one-turn_data.json``: JSON Lines despite the
+    suffix) or a hub copy with the same columns (``pminervini/HaluEval``,
+    config ``qa``, split ``data``): ``knowledge``, ``question``,
+    ``right_answer``, ``hallucinated_answer``.
+
+    Each row becomes one item that shows the model one candidate answer, the
+    right one or the hallucinated one, and asks only for a confidence that it
+    is correct. Exactly half of the rows (``n // 2``; the extra row of an odd
+    count is hallucinated) are given the right answer, chosen by
+    :func:`halueval_given_right` with :data:`HALUEVAL_SEED` from the hash of
+    question and knowledge, so the choice is the same whatever the row order.
+    :func:`~confgrid.protocols.datasets.load_items` keeps the balance when it
+    draws a ``limit`` subset (it draws each half separately).
+
+    Mapping (every text stripped of surrounding whitespace): ``question`` =
+    :func:`halueval_text` (Context / Question / Candidate Answer lines);
+    ``gold_answers`` = ``aliases`` = (right answer,); ``canonical`` = right
+    answer; ``incorrect_answers`` = (hallucinated answer,); no options.
+    Metadata: ``given_answer``, ``given_answer_correct`` (``"1"`` right
+    answer shown, ``"0"`` hallucinated), ``knowledge``, ``category`` =
+    ``"halueval_qa"``, ``row``.
+    ``item_id`` = ``halueval_qa-<first 10 hex of sha1(question, knowledge)>``.
+    Grade with the correctness rule ``given_answer``
+    (:func:`confgrid.protocols.correctness.given_answer`): the target is
+    whether the shown answer is right, not the text the model writes.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``source`` names a file that does not exist.
+    KeyError
+        If a required column is missing (named, with the file).
+    ValueError
+        If a row's question, right answer or hallucinated answer is empty.
+    """
+    no_mapping("halueval_qa", mapping)
+    rows = load_rows(source, split, hub_config or "qa")
+    where = f"halueval_qa {source!r}"
+    for r in rows:
+        require_columns(r, _HALUEVAL_COLUMNS, where)
+    texts = [{c: str(r[c] or "").strip() for c in _HALUEVAL_COLUMNS} for r in rows]
+    right = halueval_given_right([f"{t['question']}\x1f{t['knowledge']}" for t in texts])
+    items = []
+    for i, (t, is_right) in enumerate(zip(texts, right, strict=True)):
+        for c in ("question", "right_answer", "hallucinated_answer"):
+            if not t[c]:
+                raise ValueError(f"{where} row {i}: {c} is empty; every row needs a question and both answers")
+        given = t["right_answer"] if is_right else t["hallucinated_answer"]
+        items.append(
+            Item(
+                item_id=hash_id("halueval_qa", t["question"], t["knowledge"]),
+                dataset=dataset_name,
+                question=halueval_text(t["knowledge"], t["question"], given),
+                gold_answers=(t["right_answer"],),
+                canonical=t["right_answer"],
+                aliases=(t["right_answer"],),
+                incorrect_answers=(t["hallucinated_answer"],),
+                metadata={
+                    "given_answer": given,
+                    GIVEN_ANSWER_KEY: "1" if is_right else "0",
+                    "knowledge": t["knowledge"],
+                    "category": "halueval_qa",
+                    "row": str(i),
+                },
+            )
+        )
+    return unique_ids(items)

@@ -1,0 +1,293 @@
+"""The dataset adapter registry and the row readers every adapter shares.
+
+An adapter maps one benchmark's rows onto :class:`~confgrid.protocols.items.Item`.
+Rows come through the Hugging Face ``datasets`` library:
+``load_dataset("csv" | "json" | "parquet", data_files=...)`` for a local file,
+``load_dataset(<hub name>, <config>, split=...)`` for a hub dataset
+(:func:`load_rows`). The adapters live in ``protocols/adapters_qa.py`` (answer
+text: TruthfulQA, TriviaQA, HaluEval QA, custom files) and
+``protocols/adapters_mc.py`` (options: MMLU, MMLU-Pro, AGIEval, BoolQ);
+``protocols/datasets.py`` imports both, which registers them, and holds the
+entry point :func:`~confgrid.protocols.datasets.load_items`.
+
+Import :data:`ADAPTERS` from ``confgrid.protocols.datasets``: imported from
+here alone, the registry holds only the adapters whose modules were imported.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.resources
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from confgrid.protocols.items import Item
+from confgrid.registry import Registry
+
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "bundled_path",
+    "dedup",
+    "get_adapter",
+    "hash_id",
+    "load_local",
+    "load_rows",
+    "no_mapping",
+    "register_adapter",
+    "require_columns",
+    "split_answers",
+    "unique_ids",
+]
+
+#: ``Adapter(source, *, split, dataset_name, hub_config, **mapping) -> list[Item]``.
+Adapter = Callable[..., list[Item]]
+
+#: Registered adapters, by name (kind ``"dataset adapter"``). Add one with :func:`register_adapter`.
+ADAPTERS: Registry[Adapter] = Registry("dataset adapter")
+
+_LOCAL_BUILDERS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+
+
+def bundled_path(*parts: str) -> str:
+    """Filesystem path of a bundled sample: ``confgrid/protocols/data/<parts...>`` (package data)."""
+    return str(importlib.resources.files("confgrid.protocols").joinpath("data", *parts))
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def register_adapter(name: str) -> Callable[[Adapter], Adapter]:
+    """Decorator registering an adapter under ``name`` in :data:`ADAPTERS`.
+
+    Parameters
+    ----------
+    name : str
+        Registry key, used as ``adapter=`` in
+        :func:`~confgrid.protocols.datasets.load_items` and in grid specs.
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the adapter unchanged.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is empty (at once) or already registered (when the
+        decorator is applied).
+    """
+    return ADAPTERS.register(name)
+
+
+def get_adapter(name: str) -> Adapter:
+    """The adapter registered under ``name``.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    callable
+        ``adapter(source, *, split, dataset_name, hub_config, **mapping) -> list[Item]``.
+
+    Raises
+    ------
+    UnknownNameError
+        (a ``KeyError`` and a ``ValueError``) if no adapter has that name,
+        e.g. ``"unknown dataset adapter 'squad'; allowed: agieval_lsat_ar, ..."``.
+    """
+    return ADAPTERS.get(name)
+
+
+# ----------------------------------------------------------------------------- loading rows
+
+
+def _looks_like_path(source: str) -> bool:
+    """True for strings meant as a local path; False for hub names (``trivia_qa``, ``cais/mmlu``)."""
+    p = Path(source)
+    return (
+        p.is_absolute()
+        or source.startswith((".", "~"))
+        or p.suffix.lower() in _LOCAL_BUILDERS
+        or source.endswith(("/", os.sep))
+        or source.replace(os.sep, "/").count("/") > 1
+    )
+
+
+def _csv_header(path: Path) -> list[str]:
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        return next(csv.reader(f, delimiter=delimiter), [])
+
+
+def load_local(path: Path, *, header: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of one local CSV / TSV / JSON / JSON Lines / Parquet file, through ``datasets``.
+
+    The builder follows the suffix (``.csv``/``.tsv`` CSV, ``.json``/``.jsonl``
+    JSON: a JSON list of objects or one object per line, whatever the suffix;
+    ``.parquet``/``.pq`` Parquet). CSV cells are read as strings with no NA
+    conversion (an answer "None" stays "None"); a UTF-8 byte-order mark is
+    removed from the first column name. An empty file has no rows.
+
+    Parameters
+    ----------
+    path : Path
+        The file.
+    header : sequence of str, optional
+        Column names of a headerless CSV (MMLU's ``question,A,B,C,D,answer``).
+
+    Returns
+    -------
+    list of dict
+        One dict per row, column name to cell value, in file order.
+
+    Raises
+    ------
+    ValueError
+        If the suffix is none of the above.
+    """
+    import datasets
+
+    builder = _LOCAL_BUILDERS.get(path.suffix.lower())
+    if builder is None:
+        raise ValueError(
+            f"path={str(path)!r}: unsupported file type {path.suffix!r}; allowed: {sorted(_LOCAL_BUILDERS)}"
+        )
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head.strip():
+        return []  # an empty file has no rows (datasets cannot infer its schema)
+    kwargs: dict[str, Any] = {}
+    if builder == "csv":
+        names = list(header) if header is not None else [c.lstrip("\ufeff") for c in _csv_header(path)]
+        kwargs = {
+            "keep_default_na": False,
+            "features": datasets.Features({c: datasets.Value("string") for c in names}),
+            "encoding": "utf-8-sig",
+        }
+        if path.suffix.lower() == ".tsv":
+            kwargs["sep"] = "\t"
+        if header is not None:
+            kwargs.update(column_names=list(header), header=None)
+        else:
+            kwargs.update(column_names=names, header=0)
+    ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+    return [dict(r) for r in ds]
+
+
+def load_rows(source: str, split: str, hub_config: str | None, **local_kwargs: Any) -> list[dict[str, Any]]:
+    """Rows from a local file (:func:`load_local`), or from a hub dataset when ``source`` is not a path.
+
+    Parameters
+    ----------
+    source : str
+        A local file, or a Hugging Face hub name (``"google/boolq"``; needs
+        network or a warm local cache).
+    split : str
+        Hub split; ignored for a local file (one file is one split).
+    hub_config : str or None
+        Hub configuration name.
+    **local_kwargs
+        Passed to :func:`load_local` (``header=``).
+
+    Returns
+    -------
+    list of dict
+        One dict per row, in file (hub) order.
+
+    Raises
+    ------
+    ValueError
+        If ``source`` is a directory.
+    FileNotFoundError
+        If ``source`` looks like a path (absolute, ``./``, a file suffix)
+        and does not exist, or loading it as a hub dataset fails (the
+        message carries the hub's error).
+    """
+    path = Path(source).expanduser()
+    if path.is_file():
+        return load_local(path, **local_kwargs)
+    if path.exists():
+        raise ValueError(f"path={source!r} is a directory; this adapter reads one file")
+    if _looks_like_path(source):
+        raise FileNotFoundError(f"path={source!r}: no such file")
+    import datasets  # hub name: needs network (or a warm local cache)
+
+    try:
+        ds = datasets.load_dataset(source, hub_config, split=split)
+    except Exception as exc:
+        raise FileNotFoundError(
+            f"path_or_name={source!r} is not a local file, and loading it as a Hugging Face hub dataset "
+            f"(config={hub_config!r}, split={split!r}) failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    return [dict(r) for r in ds]
+
+
+# ----------------------------------------------------------------------------- row helpers
+
+
+def require_columns(row: Mapping[str, Any], columns: Iterable[str], where: str) -> None:
+    """Raise ``KeyError`` naming the first of ``columns`` missing from ``row``.
+
+    ``where`` names the adapter and the file (``"boolq '/data/val.jsonl'"``);
+    the message also lists the columns found, e.g. ``"boolq 'x.jsonl':
+    missing required column 'passage'; columns found: ['idx', 'question']"``.
+    """
+    missing = [c for c in columns if c not in row]
+    if missing:
+        raise KeyError(f"{where}: missing required column {missing[0]!r}; columns found: {sorted(row)}")
+
+
+def split_answers(value: Any, sep: str) -> tuple[str, ...]:
+    """A list cell, or a ``sep``-joined string (``sep=""``: kept whole), as a tuple of stripped non-empty strings."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        parts: Iterable[Any] = value.split(sep) if sep else [value]
+    else:
+        parts = value
+    return tuple(s for s in (str(p).strip() for p in parts if p is not None) if s)
+
+
+def dedup(values: Iterable[str]) -> tuple[str, ...]:
+    """The non-empty ``values``, duplicates removed, first occurrences in order."""
+    return tuple(dict.fromkeys(v for v in values if v))
+
+
+def hash_id(prefix: str, *parts: str) -> str:
+    """``"<prefix>-<first 10 hex digits of sha1(parts joined by U+001F)>"``: an id stable under subsetting."""
+    digest = hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:10]
+    return f"{prefix}-{digest}"
+
+
+def unique_ids(items: list[Item]) -> list[Item]:
+    """Suffix repeated ids (``-2``, ``-3``...) in file order, so every id is unique."""
+    seen: dict[str, int] = {}
+    out = []
+    for it in items:
+        n = seen.get(it.item_id, 0) + 1
+        seen[it.item_id] = n
+        out.append(it if n == 1 else replace(it, item_id=f"{it.item_id}-{n}"))
+    return out
+
+
+def no_mapping(adapter: str, mapping: Mapping[str, Any]) -> None:
+    """Raise ``TypeError`` if a column mapping was given to an adapter whose columns are fixed."""
+    if mapping:
+        raise TypeError(
+            f"adapter={adapter!r} takes no column mapping; got unexpected keyword(s) {sorted(mapping)} "
+            "(column mappings are for adapter='custom')"
+        )
