@@ -175,3 +175,20 @@ def test_prompts_declare_their_output():
         Prompt("x", "{question}", output="json")
     with pytest.raises(ValueError, match="needs confidence_key"):
         Prompt("x", "{question}", output="json", scale="unit", confidence_key=None)
+
+
+def test_a_supplied_answer_is_rated_and_graded_by_the_item():
+    import pandas as pd
+
+    from confgrid.flows.stages import grade_answers, parse_generations
+    from confgrid.protocols.datasets import load_items
+
+    items = load_items("halueval_qa", limit=4, seed=0, dataset_name="halu")
+    gen = pd.DataFrame({"item_id": [it.item_id for it in items],
+                        "raw_output": ['{"Confidence": 0.9}', "```json\n{'confidence': '0.2'}\n```", "no idea", ""]})
+    parsed = parse_generations(gen, "json_confidence_given", items=items)
+    assert parsed["answer"].tolist() == [it.metadata["given_answer"] for it in items]
+    assert parsed["parse_status"].tolist() == ["ok", "ok", "unparseable", "empty"]
+    assert parsed["verbalized"].tolist()[:2] == [0.9, 0.2]
+    graded = grade_answers(parsed, items, ("given_answer",), "given_answer")
+    assert graded["correct"].tolist() == [float(it.metadata["given_answer_correct"]) for it in items]
