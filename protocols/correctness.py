@@ -7,7 +7,9 @@ Definitions from study 000 (section 3.4 and Appendix A, "Normalization" and
 
 Registered: ``containment`` (default), ``exact_match``, ``alias``
 (containment over the gold answers, all aliases and TriviaQA normalized
-aliases), ``mc_letter`` (multiple-choice letter match, Appendix F).
+aliases), ``mc_letter`` (multiple-choice letter match, Appendix F),
+``lifeeval`` (graded: the true probability in [0, 1] of a LifeEval guess,
+study 002 section 4.5; NaN on other items).
 
 Examples
 --------
@@ -31,12 +33,13 @@ __all__ = [
     "containment",
     "exact_match",
     "get_rule",
+    "lifeeval",
     "mc_letter",
     "normalize",
     "register_rule",
 ]
 
-#: ``rule(answer, item) -> 1.0 or 0.0``.
+#: ``rule(answer, item) -> float``: 1.0 or 0.0, graded in [0, 1] (``lifeeval``), or NaN where undefined.
 Rule = Callable[[str | None, Item], float]
 
 #: Registered correctness rules, by name (kind ``"correctness rule"``).
@@ -117,7 +120,7 @@ def get_rule(name: str) -> Rule:
     UnknownNameError
         (a ``KeyError`` and a ``ValueError``) if no rule has that name, e.g.
         ``"unknown correctness rule 'contain'; allowed: alias, containment,
-        exact_match, mc_letter"``.
+        exact_match, lifeeval, mc_letter"``.
     """
     return RULES.get(name)
 
@@ -219,3 +222,25 @@ def mc_letter(answer: str | None, item: Item) -> float:
         return float("nan")
     letter = parse_letter(answer, n_options=len(item.options))
     return float(letter is not None and letter == item.gold_letter.strip().upper())
+
+
+@register_rule("lifeeval")
+def lifeeval(answer: str | None, item: Item) -> float:
+    """LifeEval's graded correctness (study 002 section 4.5, Eq. 3): the true probability of the guess.
+
+    The answer's integer age (exactly one number in the text, decimals
+    rounded half up; :func:`confgrid.protocols.lifeeval_items.parse_age`) is
+    scored with :func:`confgrid.protocols.lifeeval_items.score_answer`:
+    ``P(D in window(guess, radius) | D >= min_age)`` under the item's life
+    table, year and window.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 0.0 when no single number can be read (``"old age"``,
+        ``"75-80"``); NaN for an item without LifeEval metadata (undefined,
+        like ``mc_letter`` on items without options).
+    """
+    from confgrid.protocols.lifeeval_items import score_answer
+
+    return score_answer(answer, item)

@@ -29,14 +29,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
+from confgrid.protocols.adapter_params import ADAPTER_PARAMS, check_params
 from confgrid.protocols.items import Item
+from confgrid.protocols.lifeeval import bundled_table_dir
+from confgrid.protocols.lifeeval_items import LifeEvalParams, lifeeval_adapter
 from confgrid.registry import Registry
 
 __all__ = [
     "ADAPTERS",
+    "ADAPTER_PARAMS",
     "BUNDLED",
     "Adapter",
+    "check_adapter_params",
     "get_adapter",
     "load_items",
     "register_adapter",
@@ -47,6 +53,7 @@ Adapter = Callable[..., list[Item]]
 
 #: Registered adapters, by name (kind ``"dataset adapter"``). Add one with :func:`register_adapter`.
 ADAPTERS: Registry[Adapter] = Registry("dataset adapter")
+
 
 _LOCAL_BUILDERS = {
     ".csv": "csv",
@@ -64,25 +71,32 @@ def _bundled_path(*parts: str) -> str:
 
 
 #: Bundled samples shipped with the package (see ``protocols/data/README.md``):
-#: 150 TruthfulQA rows (CSV), 150 TriviaQA rows (flat alias-list JSONL) and a
-#: directory of 4 MMLU subjects with 38 rows each.
+#: 150 TruthfulQA rows (CSV), 150 TriviaQA rows (flat alias-list JSONL), a
+#: directory of 4 MMLU subjects with 38 rows each, and the SSA period life
+#: tables of the 2020 Trustees Report that LifeEval is generated from.
 BUNDLED: dict[str, str] = {
     "truthfulqa": _bundled_path("truthfulqa", "TruthfulQA_sample150.csv"),
     "triviaqa": _bundled_path("triviaqa", "triviaqa_flashrag_sample150.jsonl"),
     "mmlu": _bundled_path("mmlu"),
+    "lifeeval": str(bundled_table_dir()),
 }
 
 
 # ----------------------------------------------------------------------------- registry
 
 
-def register_adapter(name: str) -> Callable[[Adapter], Adapter]:
+def register_adapter(name: str, *, params: type[BaseModel] | None = None) -> Callable[[Adapter], Adapter]:
     """Decorator registering an adapter under ``name`` in :data:`ADAPTERS`.
 
     Parameters
     ----------
     name : str
         Registry key, used as ``adapter=`` in :func:`load_items` and in grid specs.
+    params : pydantic model class or None
+        The adapter's parameters (a grid's ``datasets[].params``), checked by
+        :func:`check_adapter_params` and passed to the adapter as keyword
+        arguments; it should forbid extra keys (kept in :data:`ADAPTER_PARAMS`).
+        None: the adapter takes none.
 
     Returns
     -------
@@ -95,7 +109,30 @@ def register_adapter(name: str) -> Callable[[Adapter], Adapter]:
         If ``name`` is empty (at once) or already registered (when the
         decorator is applied).
     """
-    return ADAPTERS.register(name)
+    register = ADAPTERS.register(name)
+    if params is None:
+        return register
+
+    def decorator(fn: Adapter) -> Adapter:
+        out = register(fn)
+        ADAPTER_PARAMS[name] = params
+        return out
+
+    return decorator
+
+
+def check_adapter_params(adapter: str, params: Mapping[str, Any] | None, source: str | None = None) -> dict[str, Any]:
+    """Validate the ``params`` of a registered adapter (:func:`confgrid.protocols.adapter_params.check_params`).
+
+    Raises
+    ------
+    UnknownNameError
+        If ``adapter`` is not registered.
+    ValueError
+        Listing every problem of ``params`` (see ``check_params``).
+    """
+    get_adapter(adapter)
+    return check_params(adapter, params, source)
 
 
 def get_adapter(name: str) -> Adapter:
@@ -114,8 +151,8 @@ def get_adapter(name: str) -> Adapter:
     ------
     UnknownNameError
         (a ``KeyError`` and a ``ValueError``) if no adapter has that name,
-        e.g. ``"unknown dataset adapter 'squad'; allowed: custom, mmlu,
-        triviaqa, truthfulqa"``.
+        e.g. ``"unknown dataset adapter 'squad'; allowed: custom, lifeeval,
+        mmlu, triviaqa, truthfulqa"``.
     """
     return ADAPTERS.get(name)
 
@@ -553,6 +590,10 @@ def custom(
     return _unique_ids(items)
 
 
+# LifeEval (study 002 section 4.5): generated from a life table, see protocols/lifeeval_items.py
+register_adapter("lifeeval", params=LifeEvalParams)(lifeeval_adapter)
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -565,6 +606,7 @@ def load_items(
     dataset_name: str | None = None,
     *,
     hub_config: str | None = None,
+    params: Mapping[str, Any] | None = None,
     **mapping: Any,
 ) -> list[Item]:
     """Load a dataset as items, optionally a seeded random subset.
@@ -573,7 +615,7 @@ def load_items(
     ----------
     adapter : str
         Registered adapter name (:data:`ADAPTERS`): ``truthfulqa``, ``triviaqa``,
-        ``mmlu``, ``custom``.
+        ``mmlu``, ``custom``, ``lifeeval``.
     path_or_name : str or path-like or None
         A local file (or, for ``mmlu``, a directory), or a hub dataset name
         (e.g. ``"trivia_qa"``; needs network). None uses the bundled sample
@@ -591,6 +633,11 @@ def load_items(
         Value of ``Item.dataset`` (the grid's dataset entry); default the adapter name.
     hub_config : str or None
         Hub configuration name (adapter default when None, e.g. ``rc.nocontext``).
+    params : mapping or None
+        Parameters of an adapter that takes them (a grid's ``datasets[].params``;
+        ``lifeeval``: ``{"year": 2020, "window": "inclusive", ...}``), checked
+        with :func:`check_adapter_params` against the source and passed as
+        keyword arguments. Adapters without parameters reject any.
     **mapping
         Column mapping for ``custom`` (see :func:`custom`); other adapters reject it.
 
@@ -606,7 +653,8 @@ def load_items(
         If ``path_or_name`` names a file that does not exist.
     ValueError
         If ``limit`` < 1, or the dataset yields no items, or ``path_or_name`` is
-        None for an adapter without a bundled sample.
+        None for an adapter without a bundled sample, or ``params`` is invalid
+        for the adapter (every problem named, see :func:`check_adapter_params`).
     TypeError
         If a column mapping is given to an adapter that takes none.
     """
@@ -618,7 +666,11 @@ def load_items(
             raise ValueError(f"path_or_name=None: adapter {adapter!r} has no bundled sample; bundled: {sorted(BUNDLED)}")
         path_or_name = BUNDLED[adapter]
     source = os.fspath(path_or_name)
-    kwargs: dict[str, Any] = {"dataset_name": dataset_name or adapter, "hub_config": hub_config, **mapping}
+    if mapping and adapter in ADAPTER_PARAMS:
+        raise TypeError(f"adapter={adapter!r} takes its parameters as params={{...}}; got unexpected keyword(s) "
+                        f"{sorted(mapping)}")
+    checked = check_adapter_params(adapter, params, source)
+    kwargs: dict[str, Any] = {"dataset_name": dataset_name or adapter, "hub_config": hub_config, **checked, **mapping}
     if split is not None:
         kwargs["split"] = split
     items = fn(source, **kwargs)
