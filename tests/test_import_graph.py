@@ -14,7 +14,7 @@ import sys
 import pytest
 
 ANALYSIS = ["metrics", "estimators", "registry", "kernels", "bootstrap", "reliability", "transfer", "compare", "summary",
-            "tables"]
+            "tables", "hard_easy"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
 ALLOWED = {
@@ -28,6 +28,7 @@ ALLOWED = {
     "compare": {"metrics", "estimators", "registry", "kernels", "bootstrap"},
     "summary": {"metrics", "estimators", "registry", "kernels", "bootstrap", "compare"},
     "tables": {"metrics", "estimators", "registry", "kernels", "bootstrap", "compare", "summary"},
+    "hard_easy": {"metrics", "estimators", "registry", "kernels", "bootstrap"},
 }
 
 _PROBE = """
