@@ -82,7 +82,7 @@ def test_rule_returns_float_in_01_and_exact_implies_containment():
 
 def test_rule_registry():
     assert C.DEFAULT_RULE == "containment" and C.DEFAULT_RULE in C.RULES
-    with pytest.raises(KeyError, match=r"^unknown correctness rule 'nope'; allowed: alias, containment, exact_match, mc_letter$"):
+    with pytest.raises(KeyError, match=r"^unknown correctness rule 'nope'; allowed: alias, containment, exact_match, lifeeval, mc_letter$"):
         C.get_rule("nope")
     with pytest.raises(ValueError, match="already registered"):
         C.register_rule("exact_match")(lambda a, i: 0.0)

@@ -31,7 +31,7 @@ def _check_items(items: list[Item], dataset: str) -> None:
 
 
 def test_bundled_paths_exist_and_are_package_data():
-    assert set(D.BUNDLED) == {"truthfulqa", "triviaqa", "mmlu"}
+    assert set(D.BUNDLED) == {"truthfulqa", "triviaqa", "mmlu", "lifeeval"}
     for name, p in D.BUNDLED.items():
         assert Path(p).exists(), name
         assert "protocols" in Path(p).parts and "data" in Path(p).parts
@@ -271,7 +271,7 @@ def test_mapping_rejected_by_fixed_adapters():
 
 
 def test_registry_errors():
-    with pytest.raises(KeyError, match=r"^unknown dataset adapter 'nope'; allowed: custom, mmlu, triviaqa, truthfulqa$"):
+    with pytest.raises(KeyError, match=r"^unknown dataset adapter 'nope'; allowed: custom, lifeeval, mmlu, triviaqa, truthfulqa$"):
         D.get_adapter("nope")
     with pytest.raises(ValueError, match="already registered"):
         D.register_adapter("mmlu")(lambda *a, **k: [])
