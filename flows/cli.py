@@ -1,7 +1,7 @@
 """The ``confgrid`` command line.
 
 run, demo, show, analyze; resume, resubmit --failed, status; log (MLflow, later);
-submit and logs (Ray Jobs API).
+submit and logs (Ray Jobs API); lifeeval (write the LifeEval item set and its MAS).
 
 Exit status: 0 done; 1 some shards failed (the rest is stored); 2 bad input
 or options, nothing computed; 3 every result written but the MLflow record
@@ -330,6 +330,44 @@ def logs(
     from confgrid.cluster.jobs import job_logs
 
     typer.echo(_cluster_call(job_logs, address, job_id))
+
+
+@app.command("lifeeval")
+def lifeeval_cmd(
+    year: int = typer.Option(..., "--year", help="Calendar year of the period life table (bundled SSA table of the "
+                             "2020 Trustees Report: 1900-2017 historical, 2018-2095 projected)."),
+    window: str = typer.Option("inclusive", "--window", help="inclusive: |D - g| <= r (2r + 1 ages); official: the "
+                               "study code's floor(g - r) <= D < g + r (2r ages)."),
+    out: Path = typer.Option(..., "--out", help="CSV file to write, one row per item: sex, min_age, radius, "
+                             "best_guess, mas."),
+) -> None:
+    """Write the LifeEval item set (study 002, 4.5) of a year with each item's best guess and MAS; no model is run."""
+    import pandas as pd
+
+    from confgrid.flows.store import write_frame_atomic
+    from confgrid.protocols.lifeeval import WINDOWS, item_rows
+
+    if window not in WINDOWS:
+        typer.echo(f"--window {window!r}; allowed: {', '.join(WINDOWS)}", err=True)
+        raise typer.Exit(2)
+    if out.suffix != ".csv":
+        typer.echo(f"--out {str(out)!r}: expected a .csv file", err=True)
+        raise typer.Exit(2)
+    try:
+        rows = item_rows(year, window=window)  # type: ignore[arg-type]
+    except (ValueError, OSError) as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    df = pd.DataFrame([(r.sex, r.min_age, r.radius, r.best_guess, r.mas) for r in rows],
+                      columns=["sex", "min_age", "radius", "best_guess", "mas"])
+    try:
+        write_frame_atomic(df, out)
+    except OSError as exc:
+        typer.echo(f"cannot write {out}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
+    by_radius = ", ".join(f"r={r} {m:.4f}" for r, m in df.groupby("radius", sort=True)["mas"].mean().items())
+    typer.echo(f"wrote {len(df)} LifeEval items (year {year}, window {window}) to {out}; mean MAS "
+               f"{df['mas'].mean():.4f} ({by_radius})")
 
 
 from confgrid.flows.analyze import analyze_cmd  # noqa: E402

@@ -245,6 +245,7 @@ def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluatio
                   "model.tensor_parallel_size": m.tensor_parallel_size, "model.replicas": m.replicas,
                   "dataset": d.name, "dataset.adapter": d.adapter, "dataset.path": d.path,
                   "dataset.limit": d.limit or "all", "dataset.seed": d.seed,
+                  **{f"dataset.params.{k}": v for k, v in d.params.items()},
                   **{f"provenance.{k}": v for k, v in provenance.get(m.name, {}).items()}}
         gsub = gaps[gaps["setting"] == setting] if not gaps.empty else gaps
         metrics = result_metrics(sub, gsub)

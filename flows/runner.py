@@ -124,7 +124,8 @@ def _load_items(d: DatasetSpec) -> list[Item]:
     path = str(BUNDLED_PATHS[d.adapter]) if d.path == BUNDLED else d.path
     kwargs = d.columns.adapter_kwargs() if d.columns is not None else {}
     try:
-        items = load_items(d.adapter, path, split=d.split, limit=d.limit, seed=d.seed, dataset_name=d.name, **kwargs)
+        items = load_items(d.adapter, path, split=d.split, limit=d.limit, seed=d.seed, dataset_name=d.name,
+                           params=d.params, **kwargs)
     except (FileNotFoundError, KeyError, ValueError, TypeError, OSError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         raise DatasetError(f"dataset {d.name!r} ({d.adapter}, {path}): {msg}") from exc

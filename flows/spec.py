@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from confgrid import yaml_load
 from confgrid.flows.spec_base import (  # noqa: F401 - importable from here as before
@@ -161,7 +170,7 @@ class DatasetSpec(_Spec):
 
     name: str = Field(description="Short label used in tables and MLflow.", pattern=LABEL_PATTERN)
     adapter: str = Field(description="Dataset adapter: truthfulqa, triviaqa, mmlu, mmlu_pro, agieval_lsat_ar, "
-                         "agieval_sat_en, boolq, halueval_qa or custom (any name registered in ADAPTERS).")
+                         "agieval_sat_en, boolq, halueval_qa, lifeeval or custom (any name registered in ADAPTERS).")
     path: str = Field(
         BUNDLED,
         description="Local file or directory (relative to the grid file), a Hugging Face dataset name, or 'bundled' for the adapter's bundled sample.",
@@ -172,6 +181,32 @@ class DatasetSpec(_Spec):
     columns: ColumnMapping | None = Field(
         None, description="Column mapping of the custom adapter: question, answers, answer_separator, id, aliases, canonical."
     )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Parameters of an adapter that takes them, passed as keyword arguments (lifeeval: year, window, "
+        "sexes, min_ages, radii); kept as given after validation, in the items' shard key. Other adapters take none.",
+    )
+
+    @field_validator("params")
+    @classmethod
+    def _adapter_params(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        adapter = info.data.get("adapter")
+        if adapter is None:  # the adapter itself is invalid (reported on its own)
+            return v
+        from confgrid.protocols.datasets import BUNDLED as BUNDLED_PATHS
+        from confgrid.protocols.datasets import check_adapter_params
+
+        path = info.data.get("path", BUNDLED)
+        return check_adapter_params(adapter, v, BUNDLED_PATHS.get(adapter) if path == BUNDLED else path)
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_params(self, handler: Any) -> dict[str, Any]:
+        """No ``params`` key when there are none: grid.yaml and the items' shard key of a dataset without
+        parameters stay what they were before the field existed (earlier runs resume without recomputing)."""
+        data = handler(self)
+        if not self.params:
+            data.pop("params", None)
+        return data
 
     @model_validator(mode="after")
     def _columns_only_for_custom(self) -> DatasetSpec:

@@ -13,6 +13,8 @@ aliases), ``mc_letter`` (multiple-choice letter match, Appendix F),
 proportionally, study 002 section 3).
 ``given_answer`` (HaluEval QA: whether the answer the item showed is the
 right one; study 002 section 4.4).
+``lifeeval`` (graded: the true probability in [0, 1] of a LifeEval guess,
+study 002 section 4.5; NaN on other items).
 
 Examples
 --------
@@ -40,13 +42,14 @@ __all__ = [
     "get_rule",
     "mc_favoured",
     "given_answer",
+    "lifeeval",
     "mc_letter",
     "normalize",
     "option_letters",
     "register_rule",
 ]
 
-#: ``rule(answer, item) -> 1.0 or 0.0``.
+#: ``rule(answer, item) -> float``: 1.0 or 0.0, graded in [0, 1] (``lifeeval``), or NaN where undefined.
 Rule = Callable[[str | None, Item], float]
 
 #: Registered correctness rules, by name (kind ``"correctness rule"``).
@@ -127,7 +130,7 @@ def get_rule(name: str) -> Rule:
     UnknownNameError
         (a ``KeyError`` and a ``ValueError``) if no rule has that name, e.g.
         ``"unknown correctness rule 'contain'; allowed: alias, containment,
-        exact_match, given_answer, mc_letter"``.
+        exact_match, given_answer, lifeeval, mc_favoured, mc_letter"``.
     """
     return RULES.get(name)
 
@@ -275,6 +278,28 @@ def given_answer(answer: str | None, item: Item) -> float:
     if flag == "0":
         return 0.0
     return float("nan")
+
+
+@register_rule("lifeeval")
+def lifeeval(answer: str | None, item: Item) -> float:
+    """LifeEval's graded correctness (study 002 section 4.5, Eq. 3): the true probability of the guess.
+
+    The answer's integer age (exactly one number in the text, decimals
+    rounded half up; :func:`confgrid.protocols.lifeeval_items.parse_age`) is
+    scored with :func:`confgrid.protocols.lifeeval_items.score_answer`:
+    ``P(D in window(guess, radius) | D >= min_age)`` under the item's life
+    table, year and window.
+
+    Returns
+    -------
+    float
+        In [0, 1]; 0.0 when no single number can be read (``"old age"``,
+        ``"75-80"``); NaN for an item without LifeEval metadata (undefined,
+        like ``mc_letter`` on items without options).
+    """
+    from confgrid.protocols.lifeeval_items import score_answer
+
+    return score_answer(answer, item)
 
 
 @register_rule("mc_favoured")

@@ -68,7 +68,7 @@ def bundled_path(*parts: str) -> str:
 # ----------------------------------------------------------------------------- registry
 
 
-def register_adapter(name: str) -> Callable[[Adapter], Adapter]:
+def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Adapter]:
     """Decorator registering an adapter under ``name`` in :data:`ADAPTERS`.
 
     Parameters
@@ -76,6 +76,12 @@ def register_adapter(name: str) -> Callable[[Adapter], Adapter]:
     name : str
         Registry key, used as ``adapter=`` in
         :func:`~confgrid.protocols.datasets.load_items` and in grid specs.
+    params : pydantic model class or None
+        The adapter's parameters (a grid's ``datasets[].params``), checked by
+        :func:`confgrid.protocols.datasets.check_adapter_params` and passed to
+        the adapter as keyword arguments; it should forbid extra keys (kept in
+        :data:`confgrid.protocols.adapter_params.ADAPTER_PARAMS`). None: the
+        adapter takes none.
 
     Returns
     -------
@@ -88,7 +94,18 @@ def register_adapter(name: str) -> Callable[[Adapter], Adapter]:
         If ``name`` is empty (at once) or already registered (when the
         decorator is applied).
     """
-    return ADAPTERS.register(name)
+    register = ADAPTERS.register(name)
+    if params is None:
+        return register
+
+    def decorator(fn: Adapter) -> Adapter:
+        from confgrid.protocols.adapter_params import ADAPTER_PARAMS
+
+        out = register(fn)
+        ADAPTER_PARAMS[name] = params
+        return out
+
+    return decorator
 
 
 def get_adapter(name: str) -> Adapter:

@@ -27,18 +27,24 @@ Examples
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from confgrid.protocols.adapter_params import ADAPTER_PARAMS, check_params
 from confgrid.protocols.adapters_mc import agieval_lsat_ar, agieval_sat_en, boolq, mmlu, mmlu_pro
 from confgrid.protocols.adapters_qa import custom, halueval_qa, triviaqa, truthfulqa
 from confgrid.protocols.correctness import GIVEN_ANSWER_KEY
 from confgrid.protocols.dataset_io import ADAPTERS, Adapter, bundled_path, get_adapter, register_adapter
 from confgrid.protocols.items import Item
+from confgrid.protocols.lifeeval import bundled_table_dir
+from confgrid.protocols.lifeeval_items import LifeEvalParams, lifeeval_adapter
 
 __all__ = [
     "ADAPTERS",
+    "ADAPTER_PARAMS",
+    "check_adapter_params",
     "BUNDLED",
     "LIMIT_STRATA",
     "Adapter",
@@ -70,12 +76,30 @@ BUNDLED: dict[str, str] = {
     "agieval_sat_en": bundled_path("agieval", "sat-en_sample100.jsonl"),
     "halueval_qa": bundled_path("halueval", "qa_one-turn_sample150.jsonl"),
     "mmlu_pro": bundled_path("mmlu_pro", "mmlu_pro_test_sample150.jsonl"),
+    "lifeeval": str(bundled_table_dir()),  # the SSA period life tables LifeEval is generated from
 }
 
 #: Adapters whose ``limit`` draw is stratified, by the metadata key it is
 #: stratified on: ``halueval_qa`` keeps its right / hallucinated answers half
 #: and half (``given_answer_correct``).
 LIMIT_STRATA: dict[str, str] = {"halueval_qa": GIVEN_ANSWER_KEY}
+
+# LifeEval (study 002 section 4.5): generated from a life table, see protocols/lifeeval_items.py
+register_adapter("lifeeval", params=LifeEvalParams)(lifeeval_adapter)
+
+
+def check_adapter_params(adapter: str, params: Mapping[str, Any] | None, source: str | None = None) -> dict[str, Any]:
+    """Validate the ``params`` of a registered adapter (:func:`confgrid.protocols.adapter_params.check_params`).
+
+    Raises
+    ------
+    UnknownNameError
+        If ``adapter`` is not registered.
+    ValueError
+        Listing every problem of ``params`` (see ``check_params``).
+    """
+    get_adapter(adapter)
+    return check_params(adapter, params, source)
 
 
 def _draw(n: int, limit: int, rng: np.random.Generator) -> np.ndarray:
@@ -110,6 +134,7 @@ def load_items(
     dataset_name: str | None = None,
     *,
     hub_config: str | None = None,
+    params: Mapping[str, Any] | None = None,
     **mapping: Any,
 ) -> list[Item]:
     """Load a dataset as items, optionally a seeded random subset.
@@ -119,7 +144,7 @@ def load_items(
     adapter : str
         Registered adapter name (:data:`ADAPTERS`): ``truthfulqa``, ``triviaqa``,
         ``mmlu``, ``mmlu_pro``, ``agieval_lsat_ar``, ``agieval_sat_en``,
-        ``boolq``, ``halueval_qa``, ``custom``.
+        ``boolq``, ``halueval_qa``, ``custom``, ``lifeeval``.
     path_or_name : str or path-like or None
         A local file (or, for ``mmlu``, a directory), or a hub dataset name
         (e.g. ``"trivia_qa"``; needs network). None uses the bundled sample
@@ -143,6 +168,11 @@ def load_items(
         Value of ``Item.dataset`` (the grid's dataset entry); default the adapter name.
     hub_config : str or None
         Hub configuration name (adapter default when None, e.g. ``rc.nocontext``).
+    params : mapping or None
+        Parameters of an adapter that takes them (a grid's ``datasets[].params``;
+        ``lifeeval``: ``{"year": 2020, "window": "inclusive", ...}``), checked
+        with :func:`check_adapter_params` against the source and passed as
+        keyword arguments. Adapters without parameters reject any.
     **mapping
         Column mapping for ``custom`` (see :func:`custom`); other adapters reject it.
 
@@ -158,7 +188,8 @@ def load_items(
         If ``path_or_name`` names a file that does not exist.
     ValueError
         If ``limit`` < 1, or the dataset yields no items, or ``path_or_name`` is
-        None for an adapter without a bundled sample.
+        None for an adapter without a bundled sample, or ``params`` is invalid
+        for the adapter (every problem named, see :func:`check_adapter_params`).
     TypeError
         If a column mapping is given to an adapter that takes none.
     """
@@ -170,7 +201,11 @@ def load_items(
             raise ValueError(f"path_or_name=None: adapter {adapter!r} has no bundled sample; bundled: {sorted(BUNDLED)}")
         path_or_name = BUNDLED[adapter]
     source = os.fspath(path_or_name)
-    kwargs: dict[str, Any] = {"dataset_name": dataset_name or adapter, "hub_config": hub_config, **mapping}
+    if mapping and adapter in ADAPTER_PARAMS:
+        raise TypeError(f"adapter={adapter!r} takes its parameters as params={{...}}; got unexpected keyword(s) "
+                        f"{sorted(mapping)}")
+    checked = check_adapter_params(adapter, params, source)
+    kwargs: dict[str, Any] = {"dataset_name": dataset_name or adapter, "hub_config": hub_config, **checked, **mapping}
     if split is not None:
         kwargs["split"] = split
     items = fn(source, **kwargs)

@@ -82,7 +82,7 @@ def test_rule_returns_float_in_01_and_exact_implies_containment():
 
 def test_rule_registry():
     assert C.DEFAULT_RULE == "containment" and C.DEFAULT_RULE in C.RULES
-    assert {"alias", "containment", "exact_match", "mc_letter", "mc_favoured", "given_answer"} <= set(C.RULES)
+    assert {"alias", "containment", "exact_match", "mc_letter", "mc_favoured", "given_answer", "lifeeval"} <= set(C.RULES)
     allowed = ", ".join(sorted(C.RULES))
     with pytest.raises(KeyError, match=rf"^unknown correctness rule 'nope'; allowed: {allowed}$"):
         C.get_rule("nope")

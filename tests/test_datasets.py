@@ -32,7 +32,7 @@ def _check_items(items: list[Item], dataset: str) -> None:
 
 def test_bundled_paths_exist_and_are_package_data():
     assert set(D.BUNDLED) == {"truthfulqa", "triviaqa", "mmlu", "boolq", "agieval_lsat_ar", "agieval_sat_en",
-                              "halueval_qa", "mmlu_pro"}
+                              "halueval_qa", "mmlu_pro", "lifeeval"}
     for name, p in D.BUNDLED.items():
         assert Path(p).exists(), name
         assert "protocols" in Path(p).parts and "data" in Path(p).parts
@@ -272,7 +272,7 @@ def test_mapping_rejected_by_fixed_adapters():
 
 
 def test_registry_errors():
-    with pytest.raises(KeyError, match=r"^unknown dataset adapter 'nope'; allowed: agieval_lsat_ar, agieval_sat_en, boolq, custom, halueval_qa, mmlu, "
+    with pytest.raises(KeyError, match=r"^unknown dataset adapter 'nope'; allowed: agieval_lsat_ar, agieval_sat_en, boolq, custom, halueval_qa, lifeeval, mmlu, "
                        r"mmlu_pro, triviaqa, truthfulqa$"):
         D.get_adapter("nope")
     with pytest.raises(ValueError, match="already registered"):

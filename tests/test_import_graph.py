@@ -14,7 +14,7 @@ import sys
 import pytest
 
 ANALYSIS = ["metrics", "estimators", "registry", "kernels", "bootstrap", "reliability", "transfer", "compare", "summary",
-            "tables", "calibration_summary"]
+            "tables", "calibration_summary", "hard_easy"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
 ALLOWED = {
@@ -29,6 +29,7 @@ ALLOWED = {
     "summary": {"metrics", "estimators", "registry", "kernels", "bootstrap", "compare"},
     "tables": {"metrics", "estimators", "registry", "kernels", "bootstrap", "compare", "summary"},
     "calibration_summary": {"metrics", "estimators"},
+    "hard_easy": {"metrics", "estimators", "registry", "kernels", "bootstrap"},
 }
 
 _PROBE = """

@@ -77,6 +77,7 @@ BAD = [
     ("missing local model dir", "models.0.model", "./no_such_model_dir", "models[0].model", "does not exist"),
     ("bad model name", "models.0.name", "my model!", "models[0].name", "expected a label"),
     ("level out of range", "bootstrap", {"level": 1.5}, "bootstrap.level", "less than 1"),
+    ("params of an adapter without any", "datasets.0.params", {"year": 2020}, "datasets[0].params", "takes no params"),
 ]
 
 
