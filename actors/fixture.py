@@ -50,6 +50,7 @@ from pathlib import Path
 __all__ = [
     "FIXTURE_MODEL_DIR",
     "FIXTURE_SMALL_MODEL_DIR",
+    "FIXTURE_JSON_MODEL_DIR",
     "BUNDLED_MODELS",
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
@@ -74,9 +75,13 @@ FIXTURE_MODEL_DIR: Path = Path(str(importlib.resources.files("confgrid.actors") 
 #: The same recipe taught 30% of the questions (``--train-fraction 0.3``): a weaker model whose trained questions
 #: are a subset of the fixture's, for comparisons across models of different accuracy (study 001, examples/ace.yaml).
 FIXTURE_SMALL_MODEL_DIR: Path = Path(str(importlib.resources.files("confgrid.actors") / "fixture_model_small"))
+#: The same recipe with the JSON formats of studies 002 and 003 also taught (``--json-formats``;
+#: actors/fixture_json.py): the model of examples/confidencebench.yaml and examples/hard_easy.yaml.
+FIXTURE_JSON_MODEL_DIR: Path = Path(str(importlib.resources.files("confgrid.actors") / "fixture_model_json"))
 #: Reserved model ids of a grid -> the bundled directories.
 BUNDLED_MODELS: dict[str, Path] = {"confgrid-fixture": FIXTURE_MODEL_DIR,
-                                   "confgrid-fixture-small": FIXTURE_SMALL_MODEL_DIR}
+                                   "confgrid-fixture-small": FIXTURE_SMALL_MODEL_DIR,
+                                   "confgrid-fixture-json": FIXTURE_JSON_MODEL_DIR}
 
 BOS, EOS, PAD, USER, ASSISTANT = "<|begin|>", "<|end|>", "<|pad|>", "<|user|>", "<|assistant|>"
 #: Special tokens of the fixture tokenizer, in id order (ids 0..4).
@@ -342,7 +347,7 @@ def confidence_reply(answer: str, p: str) -> str:
 
 
 def _examples(tokenizer, split: dict[str, list[FixtureQuestion]], seed: int, unseen_format: str,
-              methods: bool = True, answer_repeats: int = 1):
+              methods: bool = True, answer_repeats: int = 1, json_formats: bool = False):
     """(input_ids, n_prompt, kind) triples; the loss covers the reply tokens and the EOS.
 
     ``methods``: also the confidence-method templates (actors/fixture_methods.py);
@@ -366,6 +371,10 @@ def _examples(tokenizer, split: dict[str, list[FixtureQuestion]], seed: int, uns
         from .fixture_methods import method_examples
 
         method_examples(add, split, is_correct, seed)
+    if json_formats:
+        from .fixture_json import json_examples
+
+        json_examples(add, {q.question for q in split["trained"] if q.dataset == "mmlu"}, seed)
     if unseen_format == "wrong":
         # Format only: a wrong answer (another trained question's answer from the
         # same dataset) with a low probability. The gold answer is never shown.
@@ -426,6 +435,7 @@ def train_fixture(
     unseen_format: str = "none",
     methods: bool = True,
     answer_repeats: int = 3,
+    json_formats: bool = False,
     layers: int = 4,
     intermediate: int = 384,
     max_answer_words: int = MAX_ANSWER_WORDS,
@@ -470,6 +480,9 @@ def train_fixture(
         the 0-100 rating in ``\\boxed{}``, verbalized-before; actors/fixture_methods.py).
     answer_repeats : int, default 3
         Copies of each trained answer's examples per epoch.
+    json_formats : bool, default False
+        Also teach the JSON formats of studies 002 and 003 (actors/fixture_json.py;
+        the bundled ``confgrid-fixture-json``).
     layers, intermediate : int, default 4 and 384
         Depth and MLP width of the model (see :func:`build_model`).
     max_answer_words : int
@@ -517,10 +530,14 @@ def train_fixture(
         from .fixture_methods import method_corpus
 
         corpus += method_corpus(questions)
+    if json_formats:
+        from .fixture_json import json_corpus
+
+        corpus += json_corpus()
     tokenizer = build_tokenizer(corpus)
     model = build_model(tokenizer, layers=layers, intermediate=intermediate, seed=seed)
     n_params = sum(p.numel() for p in model.parameters())
-    examples = _examples(tokenizer, split, seed, unseen_format, methods, answer_repeats)
+    examples = _examples(tokenizer, split, seed, unseen_format, methods, answer_repeats, json_formats)
     if verbose:
         lens = sorted(len(e[0]) for e in examples)
         print(f"vocab {len(tokenizer)}, params {n_params:,}, examples {len(examples)}, "
@@ -584,6 +601,7 @@ def train_fixture(
         "unseen_format": unseen_format,
         "methods": methods,
         "answer_repeats": answer_repeats,
+        "json_formats": json_formats,
         "max_answer_words": max_answer_words,
         "train_fraction": train_fraction,
         "batch_size": batch_size,
@@ -610,6 +628,12 @@ def train_fixture(
 
             be = TransformersBackend(str(out), dtype="float32", device="cpu", batch_size=32)
             summary["methods_eval"] = evaluate_methods(be, questions, chat_prompt_ids)
+        if json_formats:
+            from .fixture_json import evaluate_json
+            from .transformers_backend import TransformersBackend
+
+            be = TransformersBackend(str(out), dtype="float32", device="cpu", batch_size=32)
+            summary["json_eval"] = evaluate_json(be, chat_prompt_ids)
         (out / "metrics.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         if verbose:
             print(json.dumps(summary["eval"], indent=1), flush=True)
@@ -739,6 +763,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=6000, help="step cap for training (default 6000)")
     ap.add_argument("--no-methods", action="store_true", help="do not teach the confidence-method templates")
     ap.add_argument("--answer-repeats", type=int, default=3)
+    ap.add_argument("--json-formats", action="store_true",
+                    help="also teach the JSON formats of studies 002/003 (the bundled confgrid-fixture-json)")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=8)
@@ -756,7 +782,8 @@ def main(argv: list[str] | None = None) -> dict:
                          layers=args.layers, intermediate=args.intermediate,
                          max_answer_words=args.max_answer_words, train_fraction=args.train_fraction,
                          unseen_format=args.unseen_format, evaluate=not args.no_eval,
-                         methods=not args.no_methods, answer_repeats=args.answer_repeats)
+                         methods=not args.no_methods, answer_repeats=args.answer_repeats,
+                         json_formats=args.json_formats)
 
 
 if __name__ == "__main__":

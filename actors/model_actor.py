@@ -210,9 +210,9 @@ class ModelWorker:
         self._candidate_ids: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, dict[int, str]]] = {}
         self._fault = _fault_plan(config.name)
         path = config.model
-        if path in ("confgrid-fixture", "confgrid-fixture-small"):
-            from confgrid.actors.fixture import BUNDLED_MODELS
+        from confgrid.actors.fixture import BUNDLED_MODELS
 
+        if path in BUNDLED_MODELS:
             path = str(BUNDLED_MODELS[path])
         if config.backend == "transformers":
             from confgrid.actors.transformers_backend import TransformersBackend

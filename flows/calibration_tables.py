@@ -17,6 +17,16 @@ method signals, joined with the items' metadata. Written to ``results/``:
 * ``runs.{csv,parquet}``: for answer sets with ``runs > 1``, the mean and
   standard deviation across runs of every metric, and the pooled n (study
   003 Appendix A, Table 2).
+* ``hard_easy.{csv,parquet}`` and ``hard_easy_bins.{csv,parquet}``: the
+  hard-easy effect (study 002 Table 2): per cell, the OLS slope of
+  overconfidence (confidence - score) on difficulty with its paired
+  bootstrap interval, the share of confidences at multiples of 5%, and the
+  Pearson and Spearman correlation of confidence with the score (for
+  LifeEval the score is the true probability of the guess); and
+  overconfidence per difficulty bin (10 equal-width bins). Difficulty is
+  ``1 - MAS`` for LifeEval items (metadata ``mas``) and otherwise ``1 -`` the
+  accuracy of the item's ``category`` within the cell (analysis/hard_easy.py
+  ``group_difficulty``); a cell with neither has no row.
 """
 
 from __future__ import annotations
@@ -46,6 +56,8 @@ class CalibrationTables:
     calibration: pd.DataFrame = field(default_factory=pd.DataFrame)
     refusals: pd.DataFrame = field(default_factory=pd.DataFrame)
     runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hard_easy: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hard_easy_bins: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _item_columns(units: dict[tuple[str, str, str], Unit], group_by: tuple[str, ...]) -> pd.DataFrame:
@@ -56,9 +68,13 @@ def _item_columns(units: dict[tuple[str, str, str], Unit], group_by: tuple[str, 
             if (d, it.item_id) in seen:
                 continue
             seen.add((d, it.item_id))
+            mas = it.metadata.get("mas")
             rows.append({"dataset": d, "item_id": it.item_id, "n_options": len(it.options),
+                         "mas": float(mas) if mas not in (None, "") else float("nan"),
+                         "category": str(it.metadata.get("category", "")),
                          **{g: str(it.metadata.get(g, "")) for g in group_by}})
-    return pd.DataFrame(rows, columns=["dataset", "item_id", "n_options", *group_by])
+    cols = list(dict.fromkeys(["dataset", "item_id", "n_options", "mas", "category", *group_by]))
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _answer_rows(signal_frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -119,7 +135,48 @@ def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], 
     if run_of and len(calib):
         by = [c for c in _BY if c not in ("answer_set",)] + ["group", "group_value"]
         out.runs = runs_summary(calib, spec.run_groups(), by)
+    out.hard_easy, out.hard_easy_bins = _hard_easy(rows, spec)
     return out
+
+
+def _hard_easy(rows: pd.DataFrame, spec: GridSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """results/hard_easy and hard_easy_bins (see the module docstring)."""
+    import warnings
+
+    from confgrid.analysis.hard_easy import (
+        confidence_truth_correlation,
+        group_difficulty,
+        hard_easy_slope,
+        overconfidence_by_difficulty,
+        rounded_share,
+    )
+    from confgrid.analysis.metrics import UndefinedMetricWarning
+
+    slopes, bins = [], []
+    if rows.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    for key, g in rows.groupby(_BY, sort=False, dropna=False):
+        ident = dict(zip(_BY, key, strict=True))
+        conf, score = g["confidence"].to_numpy(float), g["correct"].to_numpy(float)
+        if g["mas"].notna().all():
+            difficulty, source = 1.0 - g["mas"].to_numpy(float), "1 - MAS"
+        elif (g["category"] != "").all() and g["category"].nunique() > 1:
+            difficulty, source = group_difficulty(score, g["category"].to_numpy()), "1 - accuracy of the category"
+        else:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UndefinedMetricWarning)
+            sl = hard_easy_slope(conf, score, difficulty, resamples=min(spec.bootstrap.resamples, 10_000),
+                                 seed=spec.bootstrap.seed, level=spec.bootstrap.level)
+            rs = rounded_share(conf)
+            cor = confidence_truth_correlation(conf, score)
+        slopes.append({**ident, "difficulty": source, "n": sl.n, "slope": sl.slope, "intercept": sl.intercept,
+                       "lo": sl.lo, "hi": sl.hi, "status": sl.status, "share_multiple_of_5": rs.share,
+                       "pearson": cor.pearson, "spearman": cor.spearman,
+                       "overconfidence": float(conf.mean() - score.mean()) if len(g) else float("nan")})
+        for b in overconfidence_by_difficulty(conf, score, difficulty, 10):
+            bins.append({**ident, "difficulty": source, **b._asdict()})
+    return pd.DataFrame(slopes), pd.DataFrame(bins)
 
 
 def write_calibration_tables(tables: CalibrationTables, results: Path) -> list[Path]:
@@ -127,7 +184,7 @@ def write_calibration_tables(tables: CalibrationTables, results: Path) -> list[P
     from confgrid.flows.store import write_frame_atomic
 
     paths = []
-    for name in ("calibration", "refusals", "runs"):
+    for name in ("calibration", "refusals", "runs", "hard_easy", "hard_easy_bins"):
         df = getattr(tables, name)
         if df is None or df.empty:
             continue

@@ -131,7 +131,10 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
             entries.append(build_checklist(
                 model=f"{mname} ({m.model}, revision {m.revision or 'default'})", dataset=dname,
                 use_chat_template=m.chat_template,
-                decoding={"method": "greedy", "max_new_tokens": a.new_tokens, "backend": m.backend, "dtype": m.dtype},
+                decoding={"method": "greedy" if a.sampling is None else "sampling", "max_new_tokens": a.new_tokens,
+                          "backend": m.backend, "dtype": m.dtype,
+                          **({} if a.sampling is None else {"temperature": a.temperature, "top_p": a.top_p,
+                                                            "seed": a.seed})},
                 elicitation_prompt=a.prompt, token_contexts=a.scoring_contexts(spec.scoring.contexts),
                 aggregation=spec.scoring.aggregations[0], correctness_rule=spec.correctness.primary,
                 ece_estimator="ece", n_bins=spec.metrics.ece_bins, parse_policy=spec.parsing.policies[0],
@@ -142,11 +145,42 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
                        "parse_policies": list(spec.parsing.policies), "refusal_policies": list(spec.parsing.refusal),
                        "chance_seed": spec.parsing.chance_seed, "metrics": list(spec.metrics.names),
                        "bootstrap": spec.bootstrap.model_dump(), "probe_rule": spec.probe.rule,
-                       "provenance": provenance.get(mname, {})},
+                       "provenance": provenance.get(mname, {}),
+                       "conventions": conventions(spec, a, dname)},
             ))
         except Exception as exc:  # noqa: BLE001 - recorded, never lose the run for it
             log.warning("checklist for %s/%s [%s] not built: %s", mname, dname, aid, exc)
     write_checklist(store.root, entries)
+
+
+def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
+    """The reading and scoring conventions behind one (answer set, dataset) that a reader could choose otherwise
+    (README "JSON elicitation, refusals and repeated runs", "LifeEval"), for the run's checklist."""
+    from confgrid.protocols.prompts import get_prompt
+
+    out = []
+    p = get_prompt(a.prompt)
+    if p.output != "labels":
+        out.append("JSON reply: the last object holding the asked key is read; keys case-insensitive; a '%' means "
+                   f"percent, else the prompt's scale ({p.scale or 'normalized'}) is applied, never guessed")
+    if p.output == "json_options":
+        out.append("option probabilities normalized to sum to 1 (a sum of 0 is status zero_sum); the favoured "
+                   "option is the argmax; a tie of m options including the gold one scores 1/m")
+    if a.format == "mc":
+        out.append(f"refusal policies {list(spec.parsing.refusal)}: drop leaves unusable replies out (counted); "
+                   f"chance scores them as a random letter (seed {spec.parsing.chance_seed}) with confidence 1/k")
+    if a.runs > 1 or a.id.rsplit(".run", 1)[-1].isdigit():
+        out.append("repeated runs: run r samples with seed + r - 1; results/runs.csv gives mean and sd (ddof 1)")
+    if any(mm.kind == "letter_probability" for mm in spec.methods):
+        out.append("letter token probabilities: the next-token distribution restricted to the option letters and "
+                   "renormalized; a letter absent from the top k counts as 0; ties scored 1/m")
+    d = next((x for x in spec.datasets if x.name == dataset), None)
+    if d is not None and d.adapter == "lifeeval":
+        window = (d.params or {}).get("window", "inclusive")
+        out.append(f"LifeEval window {window!r} (inclusive: |D - g| <= r, 2r + 1 ages; official: floor(g - r) <= D "
+                   "< g + r); deaths past the last listed age fall at that age; MAS = the best guess's true "
+                   "probability, the smallest guess on ties; an answer scores the true probability of its guess")
+    return out
 
 
 def expected_accuracy_summary(targets: pd.DataFrame) -> pd.DataFrame:

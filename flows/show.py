@@ -64,8 +64,10 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
             console.print(_table(wide, "Confidence methods: point [95% bootstrap interval] over each method's own "
                                        "rows (n); rated = the answer whose correctness is the target"))
     from confgrid.flows.show_ace import print_ace
+    from confgrid.flows.show_calibration import print_calibration
 
     print_ace(res, console)
+    print_calibration(res, console)
     ea = res / "expected_accuracy.parquet"
     if ea.is_file():
         console.print(_table(pd.read_parquet(ea), "Expected accuracy over k samples (the capability target)"))

@@ -47,6 +47,7 @@ from confgrid.flows.spec_methods import (  # noqa: F401
 __all__ = [
     "FIXTURE_MODEL",
     "FIXTURE_SMALL_MODEL",
+    "FIXTURE_JSON_MODEL",
     "BUNDLED",
     "GridSpecError",
     "ModelSpec",
@@ -74,6 +75,8 @@ FIXTURE_MODEL = "confgrid-fixture"
 """Reserved model id: the bundled smoke-test model (actors/fixture_model)."""
 FIXTURE_SMALL_MODEL = "confgrid-fixture-small"
 """Reserved model id: the weaker bundled smoke-test model (actors/fixture_model_small, 30% of questions taught)."""
+FIXTURE_JSON_MODEL = "confgrid-fixture-json"
+"""Reserved model id: the bundled smoke-test model also taught the JSON formats of studies 002/003 (actors/fixture_model_json)."""
 
 BUNDLED = "bundled"
 """Reserved dataset path: the adapter's bundled sample (protocols/data)."""
@@ -646,7 +649,7 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]
         if not isinstance(m, dict) or not isinstance(m.get("model"), str):
             continue
         val = m["model"]
-        if val in (FIXTURE_MODEL, FIXTURE_SMALL_MODEL):
+        if val in (FIXTURE_MODEL, FIXTURE_SMALL_MODEL, FIXTURE_JSON_MODEL):
             continue
         looks_local = val.startswith((".", "/", "~")) or (base_dir / val).exists()
         if looks_local:

@@ -127,3 +127,33 @@ def test_chance_fills_token_signals_with_one_over_k():
     assert tok.loc["q0", "confidence"] == 0.7 and tok.loc["q1", "confidence"] == 0.25
     drop, dropped = signal_table(g, tokens, ("mc_bare",), rule="mc_letter", items=items)
     assert sorted(drop["item_id"].unique()) == ["q0", "q2"]
+
+
+def test_hard_easy_cells_use_mas_or_the_category_accuracy():
+    from scipy.stats import linregress
+
+    from confgrid.flows.calibration_tables import _BY, _hard_easy
+    from confgrid.flows.spec import parse_grid
+
+    spec = parse_grid({"models": [{"name": "m", "model": "confgrid-fixture"}],
+                       "datasets": [{"name": "d", "adapter": "mmlu"}], "bootstrap": {"resamples": 200}})
+    rng = np.random.default_rng(1)
+    n = 60
+    base = {k: "x" for k in _BY}
+    life = pd.DataFrame({**base, "signal": "life", "confidence": rng.uniform(0, 1, n).round(2),
+                         "correct": rng.uniform(0, 1, n), "mas": rng.uniform(0.1, 1, n), "category": "radius 5"})
+    cats = pd.DataFrame({**base, "signal": "mc", "confidence": rng.uniform(0, 1, n), "correct": (rng.uniform(0, 1, n) > 0.5)
+                         .astype(float), "mas": np.nan, "category": np.repeat(["a", "b", "c"], n // 3)})
+    none = cats.assign(signal="flat", category="")  # no difficulty: no row
+    slopes, bins = _hard_easy(pd.concat([life, cats, none], ignore_index=True), spec)
+    assert set(slopes["signal"]) == {"life", "mc"}
+    row = slopes.set_index("signal")
+    ref = linregress(1 - life["mas"], life["confidence"] - life["correct"])
+    assert row.loc["life", "slope"] == pytest.approx(ref.slope) and row.loc["life", "difficulty"] == "1 - MAS"
+    assert row.loc["life", "lo"] <= row.loc["life", "slope"] <= row.loc["life", "hi"]
+    acc = cats.groupby("category")["correct"].transform("mean")
+    ref = linregress(1 - acc, cats["confidence"] - cats["correct"])
+    assert row.loc["mc", "slope"] == pytest.approx(ref.slope)
+    share = np.mean([round(100 * c, 6) % 5 == 0 for c in life["confidence"]])
+    assert row.loc["life", "share_multiple_of_5"] == pytest.approx(share)
+    assert len(bins[bins["signal"] == "life"]) == 10 and bins.loc[bins["signal"] == "life", "n"].sum() == n

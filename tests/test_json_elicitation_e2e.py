@@ -4,6 +4,8 @@ both refusal policies, and the calibration, refusal and runs tables; plus the gr
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -80,6 +82,12 @@ def test_runs_policies_and_tables(run):
     assert len(letters) == 8 and set(letters["rated"]) == {"favoured_letter"}
     ok = letters[letters["status"] == "ok"]
     assert ok["confidence"].between(0.25, 1.0).all()  # the favoured of 4 renormalized letters
+    # the run's checklist writes down the conventions and the sampling of each run
+    checklist = {e["extra"]["answer_set"]: e for e in json.loads((out / "results" / "checklist.json").read_text())}
+    run2 = checklist["cb.run2"]
+    assert run2["decoding"]["method"] == "sampling" and run2["decoding"]["seed"] == 1
+    assert any("refusal policies ['drop', 'chance']" in c for c in run2["extra"]["conventions"])
+    assert any("tie of m options" in c for c in checklist["opts"]["extra"]["conventions"])
 
 
 def test_grid_checks_fail_before_ray(monkeypatch, tmp_path):
