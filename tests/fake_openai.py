@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 #: Log-prob (nats) of every generated word.
 TOKEN_LOGPROB = -0.25
@@ -156,6 +156,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         with proxy.lock:
             proxy.seen += 1
             inject = proxy.seen <= proxy.fail_first
+            seen = proxy.seen
+        if proxy.on_request is not None:
+            proxy.on_request(seen)
         if inject:
             body = json.dumps({"error": {"message": "injected rate limit", "code": 429}}).encode()
             self.send_response(429)
@@ -190,11 +193,15 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
 class FaultProxy:
     """Forwards ``127.0.0.1:<free port>`` to ``upstream`` (``http://host:port``), answering 429 to the first
-    ``fail_first`` requests (with ``Retry-After: 0``); ``seen`` counts every request."""
+    ``fail_first`` requests (with ``Retry-After: 0``); ``seen`` counts every request, and ``on_request(seen)``
+    (if given) is called before each is answered (a test kills the upstream from it). An upstream that is down
+    gets the connection dropped, as a dead server would."""
 
-    def __init__(self, upstream: str, fail_first: int = 0, timeout_s: float = 120.0) -> None:
+    def __init__(self, upstream: str, fail_first: int = 0, timeout_s: float = 120.0,
+                 on_request: Callable[[int], None] | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.fail_first = fail_first
+        self.on_request = on_request
         self.timeout_s = timeout_s
         self.seen = 0
         self.lock = threading.Lock()
