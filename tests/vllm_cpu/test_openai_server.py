@@ -223,7 +223,9 @@ def test_killed_server_fails_a_shard_and_resume_completes(server, key, tmp_path)
         failed = [s for s in manifest["shards"] if s["status"] == "failed"]
         assert failed and all("APIConnectionError" in (s["error"] or "") for s in failed), failed
         server.start()
+        before = proxy.seen
         second = _confgrid("resume", str(out))
+        resumed = proxy.seen - before
         assert second.returncode == 0, second.stderr[-3000:]
     finally:
         proxy.close()
@@ -231,6 +233,7 @@ def test_killed_server_fails_a_shard_and_resume_completes(server, key, tmp_path)
             server.start()  # the module's server stays up for whatever runs after
     manifest = json.loads((out / "manifest.json").read_text())
     assert not [s for s in manifest["shards"] if s["status"] == "failed"]
+    assert 0 < resumed < 16  # 8 answers + 8 P(True): what the first run finished is reused
     gens = pd.read_parquet(out / "tables" / "generations.parquet")
     assert len(gens) == 8 and set(gens["logprobs_status"]) == {"ok"}
     # the same outputs as direct requests to the restarted server (greedy: deterministic)
