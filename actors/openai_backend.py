@@ -59,7 +59,8 @@ __all__ = ["ApiConfig", "ApiRequestError", "OpenAIBackend", "generation_logprobs
 LOGPROB_FLOOR = -9999.0
 #: ``logprobs_status`` of an output whose log-probs the server returned.
 LOGPROBS_OK = "ok"
-#: Finish reasons passed through as the server names them ("stop", "length"; "content_filter", ... kept as is).
+#: Statuses below 500 that are retried (rate limits); every 5xx is retried too. ``finish_reason`` is stored as the
+#: server names it ("stop", "length"; "content_filter", ... kept as is).
 _RETRY_STATUS = (429,)
 
 

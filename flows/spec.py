@@ -26,7 +26,7 @@ from confgrid.flows.spec_base import (  # noqa: F401 - importable from here as b
     _known,
     _Spec,
 )
-from confgrid.flows.spec_api import API_BACKENDS, ApiSpec, api_problems
+from confgrid.flows.spec_api import API_BACKENDS, ApiSpec, api_entry_problem, api_problems
 from confgrid.flows.spec_methods import (  # noqa: F401
     CA_RATING_KINDS,
     METHOD_KINDS,
@@ -132,17 +132,8 @@ class ModelSpec(_Spec):
 
     @model_validator(mode="after")
     def _api_section(self) -> ModelSpec:
-        if self.backend in API_BACKENDS:
-            if self.api is None:
-                raise ValueError(f"backend {self.backend!r} needs an api section (at least api.base_url)")
-            if not self.chat_template:
-                raise ValueError("chat_template: false is not possible with backend 'openai' (the server renders "
-                                 "its chat template; plain-text prompts need a transformers or vllm entry)")
-            if self.revision is not None:
-                raise ValueError(f"revision is not possible with backend 'openai' (the server decides what "
-                                 f"{self.model!r} is; received {self.revision!r})")
-        elif self.api is not None:
-            raise ValueError(f"api is only for backend 'openai' (received backend {self.backend!r})")
+        if (why := api_entry_problem(self)) is not None:
+            raise ValueError(why)
         return self
 
     @model_validator(mode="after")

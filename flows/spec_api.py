@@ -19,9 +19,9 @@ from pydantic import Field, StrictBool, field_validator
 from confgrid.flows.spec_base import _Spec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from confgrid.flows.spec import GridSpec
+    from confgrid.flows.spec import GridSpec, ModelSpec
 
-__all__ = ["ApiSpec", "api_problems", "API_BACKENDS"]
+__all__ = ["ApiSpec", "api_entry_problem", "api_problems", "API_BACKENDS"]
 
 #: Backends that reach a model through an HTTP API (no local weights or tokenizer).
 API_BACKENDS = ("openai",)
@@ -66,6 +66,26 @@ class ApiSpec(_Spec):
         from confgrid.actors.openai_backend import ApiConfig
 
         return ApiConfig(**self.model_dump())
+
+
+def api_entry_problem(m: ModelSpec) -> str | None:
+    """What is wrong with one model entry's backend / api pairing, or None.
+
+    An API backend needs ``api`` and refuses ``chat_template: false`` (the
+    server renders its template) and ``revision`` (the server decides what
+    the model is); ``api`` on another backend is an error.
+    """
+    if m.backend not in API_BACKENDS:
+        return None if m.api is None else f"api is only for backend 'openai' (received backend {m.backend!r})"
+    if m.api is None:
+        return f"backend {m.backend!r} needs an api section (at least api.base_url)"
+    if not m.chat_template:
+        return ("chat_template: false is not possible with backend 'openai' (the server renders its chat template; "
+                "plain-text prompts need a transformers or vllm entry)")
+    if m.revision is not None:
+        return (f"revision is not possible with backend 'openai' (the server decides what {m.model!r} is; received "
+                f"{m.revision!r})")
+    return None
 
 
 def api_problems(spec: GridSpec) -> list[tuple[str, str]]:

@@ -111,7 +111,7 @@ def test_shard_keys_depend_on_the_server_not_on_how_it_is_reached():
 
 
 def test_run_records_a_failed_shard_and_never_the_key(tmp_path, monkeypatch, caplog, capfd):
-    """One run on Ray: 12 items in 2 generate shards; one request fails for good (500 after its retry), so its
+    """One run on Ray: 6 items in 2 generate shards; one request fails for good (500 after its retry), so its
     shard fails (in the manifest, the error naming HTTP 500) and the other completes. The key, sent as the
     Authorization header, is in no file of the run directory and no captured output."""
     import json
@@ -122,16 +122,21 @@ def test_run_records_a_failed_shard_and_never_the_key(tmp_path, monkeypatch, cap
     monkeypatch.setenv(KEY_ENV, KEY)
     fake = FakeServer()
     fake.fail = [(500, {}), (500, {})]  # the first request and its one retry
-    g = grid(fake.base_url, execution={"shard_size": 6, "calls_in_flight": 1},
+    g = grid(fake.base_url, execution={"shard_size": 3, "calls_in_flight": 1},
              methods=[{"id": "pt", "kind": "p_true"}])
+    g["datasets"][0]["limit"] = 6
     g["models"][0]["api"].update(max_retries=1, backoff_s=0.0, max_concurrency=1)
     out = tmp_path / "run"
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
         with caplog.at_level(logging.DEBUG):
             with pytest.raises(ShardFailures) as err:
                 run_grid(parse_grid(copy.deepcopy(g)), out)
     finally:
         fake.close()
+        ray.shutdown()  # later tests check that Ray is not running
     assert err.value.summary.failed_shards == 1
     manifest = json.loads((out / "manifest.json").read_text())
     failed = [s for s in manifest["shards"] if s.get("status") == "failed"]
