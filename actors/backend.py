@@ -9,7 +9,10 @@ caller has already built:
 
 Two backends implement it: :class:`confgrid.actors.transformers_backend.TransformersBackend`
 (CPU or GPU, Hugging Face transformers) and, later, a vLLM backend. Callers
-type against :class:`Backend` only.
+type against :class:`Backend` only. An API model
+(:class:`confgrid.actors.openai_backend.OpenAIBackend`) has no token ids: it
+takes text, the server renders the chat template, and it is not a
+:class:`Backend` (the model actor calls it on text).
 """
 
 from __future__ import annotations

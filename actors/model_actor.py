@@ -5,7 +5,8 @@ engine call routed to it (:meth:`ModelWorker.run`, one or more shards per
 call, typed payloads of actors/calls.py). Prompts arrive as text (user turn,
 assistant prefix, separator, answer); the actor renders them with its own
 tokenizer and chat template (protocols/chat.py), so the driver never needs
-the model's files.
+the model's files. An API model (backend ``openai``) has neither: its text
+goes to the server as chat messages (actors/openai_backend.py).
 
 Resources are decided in one place, :func:`replica_resources`; the driver's
 pools (flows/pools.py) decide when replicas start and stop.
