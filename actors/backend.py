@@ -9,7 +9,10 @@ caller has already built:
 
 Two backends implement it: :class:`confgrid.actors.transformers_backend.TransformersBackend`
 (CPU or GPU, Hugging Face transformers) and, later, a vLLM backend. Callers
-type against :class:`Backend` only.
+type against :class:`Backend` only. An API model
+(:class:`confgrid.actors.openai_backend.OpenAIBackend`) has no token ids: it
+takes text, the server renders the chat template, and it is not a
+:class:`Backend` (the model actor calls it on text).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 __all__ = ["model_dir_problem", "check_model_dir", "Generation", "NextToken", "Backend", "FINISH_STOP", "FINISH_LENGTH", "check_sampling", "request_seed",
+           "text_request_seed",
            "eos_token_ids", "DEFAULT_TOP_LOGPROBS"]
 
 #: Next-token log-probs returned per prompt by default (study 001 D.3 requests logprobs=20).
@@ -110,6 +114,24 @@ def request_seed(seed: int, prompt: list[int], index: int | None = None) -> int:
     h = hashlib.blake2b(digest_size=8)
     h.update(int(seed).to_bytes(8, "little", signed=True))
     h.update(np.asarray(prompt, dtype=np.int64).tobytes())
+    if index is not None:
+        h.update(int(index).to_bytes(8, "little", signed=True))
+    return int.from_bytes(h.digest()[:4], "little")
+
+
+def text_request_seed(seed: int, user_text: str, assistant_prefix: str = "", index: int | None = None) -> int:
+    """A 32-bit seed of one text request (an API model: no token ids), like :func:`request_seed`.
+
+    Hashes ``seed``, the UTF-8 bytes of ``user_text`` and ``assistant_prefix``
+    (each length-prefixed, so no two splits of one string collide) and
+    ``index``: the same request gets the same seed in any shard or call.
+    """
+    h = hashlib.blake2b(digest_size=8, person=b"confgrid-text")
+    h.update(int(seed).to_bytes(8, "little", signed=True))
+    for part in (user_text, assistant_prefix):
+        b = part.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
     if index is not None:
         h.update(int(index).to_bytes(8, "little", signed=True))
     return int.from_bytes(h.digest()[:4], "little")

@@ -175,13 +175,23 @@ class GenerationOutput:
     n_tokens : int
         New tokens generated (>= 0).
     prompt_tokens : int
-        Tokens of the rendered prompt.
+        Tokens of the rendered prompt (an API model: the server's usage count, -1 when absent).
+    token_logprobs : tuple of float or None
+        An API model: the log-prob (nats, <= 0) of each generated token as the
+        server returned it; None when it returned none (or a local backend,
+        which does not record them here).
+    logprobs_status : str
+        ``""`` (local backends), ``"ok"``, or why ``token_logprobs`` is None
+        (``"no_logprobs"``, ``"no_logprob_content"``, ``"not_requested"``;
+        actors/openai_backend.py).
     """
 
     text: str
     finish_reason: str
     n_tokens: int
     prompt_tokens: int
+    token_logprobs: tuple[float, ...] | None = None
+    logprobs_status: str = ""
 
 
 @dataclass(frozen=True)
@@ -207,12 +217,18 @@ class NextTokenOutput:
     candidate_tokens : dict
         Each requested candidate -> ``{token id: decoded string}`` of its
         variants (empty without candidates).
+    logprobs_status : str
+        ``"ok"``, or (an API model) why no distribution came back
+        (``"no_logprobs"``, ``"no_logprob_content"``, ``"no_top_logprobs"``);
+        the tuples are then empty. An API model's ids are ``-1 - rank`` (it
+        returns strings, not vocabulary ids).
     """
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     prompt_tokens: int
     candidate_tokens: dict[str, dict[int, str]] = field(default_factory=dict)
+    logprobs_status: str = "ok"
 
 
 @dataclass(frozen=True)

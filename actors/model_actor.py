@@ -5,7 +5,8 @@ engine call routed to it (:meth:`ModelWorker.run`, one or more shards per
 call, typed payloads of actors/calls.py). Prompts arrive as text (user turn,
 assistant prefix, separator, answer); the actor renders them with its own
 tokenizer and chat template (protocols/chat.py), so the driver never needs
-the model's files.
+the model's files. An API model (backend ``openai``) has neither: its text
+goes to the server as chat messages (actors/openai_backend.py).
 
 Resources are decided in one place, :func:`replica_resources`; the driver's
 pools (flows/pools.py) decide when replicas start and stop.
@@ -63,6 +64,7 @@ class ModelConfig:
     scoring_bos: bool | None = None
     max_num_seqs: int | None = None
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()  # (key, value) pairs: the config stays hashable
+    api: Any = None  # backend 'openai': an actors/openai_backend.py ApiConfig
 
     def template_kwargs(self) -> dict[str, Any]:
         """The model's chat-template arguments as a dict."""
@@ -111,6 +113,8 @@ def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] |
       a nested one (nested placement groups deadlock).
     * No GPU in the cluster: the actor reserves the CPUs of one node (at most
       8) and uses them as torch threads.
+    * Backend ``openai`` (an API model): no GPU and one CPU, whatever the
+      cluster (the replica only waits on HTTP requests).
 
     Whether the replica fits anywhere is checked by the caller against the
     nodes (``flows/pools.py``, ``check_capacity``), never here.
@@ -122,6 +126,9 @@ def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] |
         ``ray.cluster_resources()``; read from the running cluster when None.
     """
     res = cluster_resources if cluster_resources is not None else ray.cluster_resources()
+    if config.backend == "openai":
+        return ReplicaResources(actor={"num_gpus": 0, "num_cpus": 1}, bundles=None, threads=None,
+                                per_node={"CPU": 1.0})
     gpus = res.get("GPU", 0)
     tp = config.tensor_parallel_size
     if tp > 1:
@@ -201,10 +208,11 @@ class ModelWorker:
 
     def __init__(self, config: ModelConfig, num_threads: int | None = None) -> None:
         t0 = time.time()
-        import torch
+        if config.backend != "openai":
+            import torch
 
-        if num_threads and not torch.cuda.is_available():
-            torch.set_num_threads(int(num_threads))
+            if num_threads and not torch.cuda.is_available():
+                torch.set_num_threads(int(num_threads))
         self.config = config
         self._calls = 0
         self._candidate_ids: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, dict[int, str]]] = {}
@@ -214,7 +222,12 @@ class ModelWorker:
 
         if path in BUNDLED_MODELS:
             path = str(BUNDLED_MODELS[path])
-        if config.backend == "transformers":
+        self.api = config.backend == "openai"
+        if self.api:
+            from confgrid.actors.openai_backend import OpenAIBackend
+
+            self.backend = OpenAIBackend(config.model, config.api, config.template_kwargs())
+        elif config.backend == "transformers":
             from confgrid.actors.transformers_backend import TransformersBackend
 
             self.backend = TransformersBackend(
@@ -237,7 +250,7 @@ class ModelWorker:
                 **extra,
             )
         else:
-            raise ValueError(f"backend: unknown backend {config.backend!r}; allowed: transformers, vllm")
+            raise ValueError(f"backend: unknown backend {config.backend!r}; allowed: transformers, vllm, openai")
         self.tokenizer = self.backend.tokenizer
         self.info = ReplicaInfo(pid=os.getpid(), host=socket.gethostname(), incarnation=uuid.uuid4().hex,
                                 load_seconds=round(time.time() - t0, 3))
@@ -327,6 +340,8 @@ class ModelWorker:
             One per input, in input order.
         """
         prefixes = assistant_prefixes or [""] * len(user_texts)
+        if self.api:  # the server renders the chat template: text goes as messages
+            return self.backend.generate(user_texts, prefixes, max_new_tokens, sampling)
         prompts = [self._prompt(t, p, self.config.generation_bos) for t, p in zip(user_texts, prefixes, strict=True)]
 
         def out(g, p):
@@ -382,6 +397,9 @@ class ModelWorker:
         """
         from confgrid.protocols.candidates import candidate_token_ids
 
+        if self.api:  # candidates are found among each row's returned token strings
+            return self.backend.next_token([r.user_text for r in requests], [r.assistant_prefix for r in requests],
+                                           top_logprobs, tuple(candidates), tuple(cases))
         prompts = [self._prompt(r.user_text, r.assistant_prefix, self.config.generation_bos) for r in requests]
         dists = self.backend.next_token(prompts, top_k=top_logprobs) if prompts else []
         cand: dict[str, dict[int, str]] = {}
@@ -401,8 +419,10 @@ class ModelWorker:
         Raises
         ------
         NotImplementedError
-            On the vLLM backend (its message names the alternative: a transformers entry of the model).
+            On the vLLM and openai backends (its message names the alternative: a transformers entry of the
+            model).
         """
+        self._refuse_api("hidden_states", "hidden states")
         prompts = [self._prompt(r.user_text, r.assistant_prefix, self.config.generation_bos) for r in requests]
         states = self.backend.hidden_states(prompts, layers=list(layers) if layers is not None else None) \
             if prompts else []
@@ -426,7 +446,13 @@ class ModelWorker:
         list of ScoreOutput
             ``logprobs`` (nats, one per answer token), ``answer_token_ids``,
             ``context_tokens``; in input order.
+
+        Raises
+        ------
+        NotImplementedError
+            On the openai backend (chat completions return no prompt log-probs).
         """
+        self._refuse_api("score", "forced scoring of a given answer (prompt log-probs)")
         from confgrid.protocols.chat import answer_ids, effective_separator
 
         pairs = []
@@ -438,6 +464,16 @@ class ModelWorker:
         return [ScoreOutput(logprobs=tuple(float(x) for x in s), answer_token_ids=tuple(int(t) for t in a),
                             context_tokens=len(c))
                 for s, (c, a) in zip(scores, pairs, strict=True)]
+
+    def _refuse_api(self, kind: str, what: str) -> None:
+        if self.api:
+            raise NotImplementedError(f"model {self.config.name!r} (backend openai): engine call {kind!r} needs "
+                                      f"{what}, which chat completions do not offer; allowed for an API model: "
+                                      "generate, next_token (the grid check refuses such grids before any work)")
+
+    def request_stats(self) -> dict[str, Any]:
+        """An API model: requests sent, retries, failures by status (actors/openai_backend.py); else ``{}``."""
+        return self.backend.request_stats() if self.api else {}
 
     def _maybe_fault(self) -> None:
         """The test fault of ``CONFGRID_FAULT`` (see :func:`_fault_plan`), at call ``after + 1``, once per marker."""

@@ -46,7 +46,7 @@ def shard_table(plan: GridPlan, shard: ShardRequest, outputs: tuple[Any, ...]) -
         return pd.DataFrame({
             **base, "prompt_id": plan.set_of[shard.answer_set].prompt, "sample_idx": 0, "chunk": shard.chunk,
             "raw_output": [o.text for o in gens], "finish_reason": [o.finish_reason for o in gens],
-            "n_new_tokens": [o.n_tokens for o in gens],
+            "n_new_tokens": [o.n_tokens for o in gens], **_generation_logprobs(gens),
         })
     if shard.stage == "score":
         m = plan.models[shard.model]
@@ -70,6 +70,22 @@ def shard_table(plan: GridPlan, shard: ShardRequest, outputs: tuple[Any, ...]) -
         "verbalized": pd.array([p.verbalized for p in parsed], dtype="Float64"),
         "parse_status": [p.status for p in parsed], "used_fallback": [bool(p.used_fallback) for p in parsed],
     })
+
+
+def _generation_logprobs(gens: tuple[GenerationOutput, ...]) -> dict[str, list]:
+    """An API model's columns of its generated tokens' log-probs (nats); ``{}`` for local backends.
+
+    ``token_logprobs``: one float per generated token (``[]`` when the server
+    returned none); ``sum_logprob``: their sum, NaN when none came back (never
+    0); ``logprobs_status``: ``ok`` or why they are missing
+    (actors/openai_backend.py ``generation_logprobs``).
+    """
+    if not any(o.logprobs_status for o in gens):
+        return {}
+    return {"token_logprobs": [list(o.token_logprobs or ()) for o in gens],
+            "sum_logprob": [float(sum(o.token_logprobs)) if o.token_logprobs is not None else float("nan")
+                            for o in gens],
+            "logprobs_status": [o.logprobs_status for o in gens]}
 
 
 def _method_table(shard: ShardRequest, outputs: tuple[Any, ...], base: dict[str, Any]) -> pd.DataFrame:
@@ -101,7 +117,8 @@ def _method_table(shard: ShardRequest, outputs: tuple[Any, ...], base: dict[str,
                              "candidate_tokens": [json.dumps({c: {str(t): v for t, v in ids.items()}
                                                               for c, ids in o.candidate_tokens.items()},
                                                              sort_keys=True) for o in outputs],
-                             "prompt_tokens": [o.prompt_tokens for o in outputs]})
+                             "prompt_tokens": [o.prompt_tokens for o in outputs],
+                             "logprobs_status": [o.logprobs_status for o in outputs]})
     return pd.DataFrame({**common, "layers": [list(o.layers) for o in outputs],
                          "hidden_size": [int(o.states.shape[1]) for o in outputs],
                          "states": [np.ascontiguousarray(o.states, dtype=np.float32).ravel() for o in outputs],

@@ -139,6 +139,10 @@ def _next_token_values(method: MethodSpec, table: pd.DataFrame) -> list[tuple[st
     cands = method.candidate_strings()
     out = []
     for r in table.itertuples(index=False):
+        status = getattr(r, "logprobs_status", "ok")  # absent from tables stored before it existed
+        if status != "ok":  # an API server returned no distribution: NaN with its reason, never 0
+            out.append((r.item_id, r.rated_answer if method.kind == "p_true" else None, None, str(status), None))
+            continue
         top = dict(zip((int(t) for t in r.top_token_ids), (float(v) for v in r.top_logprobs), strict=True))
         ids = {c: {int(t): s for t, s in m.items()} for c, m in json.loads(r.candidate_tokens).items()}
         probs = {c: candidate_probability(ids.get(c, {}), top, c, method.merge) for c in cands}

@@ -219,13 +219,20 @@ class ShardRequest:
 
 
 def model_identity(m: ModelSpec) -> dict[str, Any]:
-    """The model inputs every shard key depends on (not batch size, replicas or engine limits)."""
+    """The model inputs every shard key depends on (not batch size, replicas or engine limits).
+
+    An API model adds its ``base_url`` (two servers may serve different models under one name) but not its
+    key, concurrency, time-out or retries."""
     ident = {"model": m.model, "revision": m.revision, "backend": m.backend, "dtype": m.dtype,
              "chat_template": m.chat_template, "tensor_parallel_size": m.tensor_parallel_size}
     if m.generation_bos is not None or m.scoring_bos is not None:
         ident["bos"] = [m.generation_bos, m.scoring_bos]
     if m.chat_template_kwargs:
         ident["chat_template_kwargs"] = dict(sorted(m.chat_template_kwargs.items()))
+    if m.api is not None:  # an API model: the server is part of what the model is; how it is reached is not
+        ident["base_url"] = m.api.base_url
+        if m.api.assistant_prefill:
+            ident["assistant_prefill"] = True
     return ident
 
 
@@ -246,7 +253,9 @@ def set_items(a: AnswerSetSpec, its: list[Item]) -> list[Item]:
 def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str, str]]:
     """What the loaded items make impossible in ``spec``, found before any model is loaded.
 
-    A scoring context that shows lettered options (``item_format: mc``) needs
+    What the grid asks of an API model that chat completions cannot do
+    (flows/spec_api.py ``api_problems``; parse_grid checks it too). A scoring
+    context that shows lettered options (``item_format: mc``) needs
     every item of the answer set to have options; a multiple-choice answer set
     (``format: mc``) needs a dataset with at least one item that has options.
 
@@ -263,7 +272,9 @@ def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str,
         Empty if the grid can run; else one entry per problem, in the form of
         :class:`~confgrid.flows.spec.GridSpecError` (the caller raises it).
     """
-    problems: list[tuple[str, str]] = []
+    from confgrid.flows.spec_api import api_problems
+
+    problems: list[tuple[str, str]] = api_problems(spec)  # a grid built in Python skips parse_grid's check
     for i, a in enumerate(spec.all_answer_sets()):
         where = "elicitation" if a.id == "main" else f"answer_sets[{i - 1}]"
         ctx_field = ("scoring.contexts" if a.id == "main" or (a.contexts is None and a.format == "open")

@@ -59,6 +59,7 @@ def model_config(m: ModelSpec, spec: GridSpec):
         enable_prefix_caching=m.enable_prefix_caching, gpu_memory_utilization=m.gpu_memory_utilization,
         max_retries=spec.execution.max_retries, generation_bos=m.generation_bos, scoring_bos=m.scoring_bos,
         max_num_seqs=m.max_num_seqs, chat_template_kwargs=tuple(sorted(m.chat_template_kwargs.items())),
+        api=m.api.config() if m.api is not None else None,
     )
 
 

@@ -35,6 +35,7 @@ from confgrid.flows.spec_base import (  # noqa: F401 - importable from here as b
     _known,
     _Spec,
 )
+from confgrid.flows.spec_api import API_BACKENDS, ApiSpec, api_entry_problem, api_problems
 from confgrid.flows.spec_methods import (  # noqa: F401
     CA_RATING_KINDS,
     METHOD_KINDS,
@@ -51,6 +52,7 @@ __all__ = [
     "BUNDLED",
     "GridSpecError",
     "ModelSpec",
+    "ApiSpec",
     "DatasetSpec",
     "ElicitationSpec",
     "ComparisonSpec",
@@ -91,11 +93,14 @@ class ModelSpec(_Spec):
     )
     model: str = Field(
         description="Hugging Face repository name, local directory, or 'confgrid-fixture' / 'confgrid-fixture-small' "
-        "(the bundled smoke-test models)."
+        "(the bundled smoke-test models); backend openai: the server's model name."
     )
-    backend: Literal["transformers", "vllm"] = Field(
-        "transformers", description="Inference backend: 'transformers' (CPU or GPU) or 'vllm' (GPU; needs confgrid[gpu])."
+    backend: Literal["transformers", "vllm", "openai"] = Field(
+        "transformers", description="Inference backend: 'transformers' (CPU or GPU), 'vllm' (GPU; needs "
+        "confgrid[gpu]) or 'openai' (an OpenAI-compatible chat-completions server, see api; needs confgrid[api])."
     )
+    api: ApiSpec | None = Field(None, description="backend openai: the server (base_url, api_key_env, "
+                                "max_concurrency, timeout_s, max_retries, backoff_s, ...).")
     dtype: Literal["float32", "float16", "bfloat16"] = Field("float32", description="Weight and activation dtype.")
     revision: str | None = Field(None, description="Model revision (branch, tag or commit) on the hub; None = default branch.")
     chat_template: StrictBool = Field(
@@ -136,6 +141,12 @@ class ModelSpec(_Spec):
         None, description="Marker that ends a thinking model's reasoning: the answer is parsed from the text after "
         "its last occurrence (None: a <think>...</think> block is removed when present).",
     )
+
+    @model_validator(mode="after")
+    def _api_section(self) -> ModelSpec:
+        if (why := api_entry_problem(self)) is not None:
+            raise ValueError(why)
+        return self
 
     @model_validator(mode="after")
     def _tp_needs_vllm(self) -> ModelSpec:
@@ -411,7 +422,8 @@ class ScoringSpec(_Spec):
     """Where and how the token score of a fixed answer is read."""
 
     contexts: tuple[str, ...] = Field(
-        ("bare", "answer_slot", "guess_slot"), min_length=1, description="Scoring contexts the parsed answer is scored in."
+        ("bare", "answer_slot", "guess_slot"), description="Scoring contexts the parsed answer is scored in ([]: "
+        "none, so no token signals; what a grid with an API model declares)."
     )
     aggregations: tuple[str, ...] = Field(
         ("geometric_mean",), min_length=1,
@@ -649,7 +661,7 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]
         if not isinstance(m, dict) or not isinstance(m.get("model"), str):
             continue
         val = m["model"]
-        if val in (FIXTURE_MODEL, FIXTURE_SMALL_MODEL, FIXTURE_JSON_MODEL):
+        if val in (FIXTURE_MODEL, FIXTURE_SMALL_MODEL, FIXTURE_JSON_MODEL) or m.get("backend") in API_BACKENDS:
             continue
         looks_local = val.startswith((".", "/", "~")) or (base_dir / val).exists()
         if looks_local:
@@ -792,6 +804,7 @@ def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") ->
                 msg += f" (received {received!r})"
             problems.append((_format_loc(err["loc"]), msg))
         raise GridSpecError(problems, source) from None
+    problems += api_problems(spec)
     if problems:
         raise GridSpecError(problems, source)
     return spec

@@ -12,9 +12,9 @@ Pure: the tokenizer is only read (decoded id by id, once per candidate set).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-__all__ = ["CASES", "candidate_variants", "candidate_token_ids"]
+__all__ = ["CASES", "candidate_variants", "candidate_token_ids", "candidate_tokens_from_strings"]
 
 #: Case variants a method may declare.
 CASES = ("lower", "upper", "title")
@@ -68,6 +68,12 @@ def candidate_token_ids(tokenizer: Any, candidates: Sequence[str], cases: Sequen
     ValueError
         If two candidates share a token (the read would be ambiguous).
     """
+    return candidate_tokens_from_strings({tid: tokenizer.decode([tid]) for tid in range(len(tokenizer))},
+                                         candidates, cases)
+
+
+def _forms(candidates: Sequence[str], cases: Sequence[str]) -> dict[str, str]:
+    """Every token form (variant, bare or after one space) -> its candidate; raises if two candidates share one."""
     wanted: dict[str, str] = {}
     for cand in candidates:
         for v in candidate_variants(cand, cases):
@@ -75,10 +81,32 @@ def candidate_token_ids(tokenizer: Any, candidates: Sequence[str], cases: Sequen
                 if form in wanted and wanted[form] != cand:
                     raise ValueError(f"candidates {wanted[form]!r} and {cand!r} share the token form {form!r}")
                 wanted[form] = cand
+    return wanted
+
+
+def candidate_tokens_from_strings(tokens: Mapping[int, str], candidates: Sequence[str],
+                                  cases: Sequence[str] = ()) -> dict[str, dict[int, str]]:
+    """Like :func:`candidate_token_ids`, over given ``{id: token string}`` instead of a whole vocabulary.
+
+    An API model returns the top next tokens as strings: each returned token
+    gets an id (actors/openai_backend.py: ``-1 - rank``) and this finds the
+    candidates among them, by the same forms (a variant, bare or after one
+    space). Ids keep the order of ``tokens``.
+
+    Raises
+    ------
+    ValueError
+        If two candidates share a token form, or a candidate or case is invalid.
+
+    Examples
+    --------
+    >>> candidate_tokens_from_strings({-1: " A", -2: "B", -3: "A."}, ["A", "B"])
+    {'A': {-1: ' A'}, 'B': {-2: 'B'}}
+    """
+    wanted = _forms(candidates, cases)
     out: dict[str, dict[int, str]] = {c: {} for c in candidates}
-    for tid in range(len(tokenizer)):
-        s = tokenizer.decode([tid])
+    for tid, s in tokens.items():
         cand = wanted.get(s)
         if cand is not None:
-            out[cand][tid] = s
+            out[cand][int(tid)] = s
     return out

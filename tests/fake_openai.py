@@ -1,0 +1,212 @@
+"""A small OpenAI-compatible chat-completions server for tests, and a fault-injecting proxy (127.0.0.1 only).
+
+:class:`FakeServer` answers ``POST /v1/chat/completions`` with deterministic
+completions: the reply to a user turn is :func:`fake_reply` of its text, each
+generated "token" is one whitespace-separated word with log-prob
+:data:`TOKEN_LOGPROB`, and ``top_logprobs`` lists :data:`NEXT_TOKENS`. It
+records every request (body and headers) and can be told to answer the next
+requests with an error status (``fail``), to sleep (``delay_s``), or to omit
+log-probs (``logprobs=False``).
+
+:class:`FaultProxy` forwards to a real server and answers its first
+``fail_first`` requests with 429 itself.
+
+Both run in a daemon thread and stop with ``close()``; every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+#: Log-prob (nats) of every generated word.
+TOKEN_LOGPROB = -0.25
+#: The fake next-token distribution: (token, log-prob), most probable first.
+NEXT_TOKENS = ((" A", -0.2), ("B", -1.9), (" Yes", -3.0), ("A", -9999.0))
+
+
+def fake_reply(user_text: str, sample: int = 0, seed: int | None = None) -> str:
+    """The fake's deterministic reply: a guess and a probability that depend on the text (and sample, seed)."""
+    h = hashlib.sha256(f"{user_text}|{sample}|{seed}".encode()).digest()
+    guess = ("Paris", "Jupiter", "blue", "42")[h[0] % 4]
+    return f"Guess: {guess}\nProbability: {0.1 + 0.8 * h[1] / 255:.2f}"
+
+
+def _serve(handler: type, **attrs: Any) -> tuple[ThreadingHTTPServer, int, str]:
+    """An HTTP server on a free 127.0.0.1 port, serving in a daemon thread: (server, port, base_url)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    for k, v in attrs.items():
+        setattr(httpd, k, v)
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return httpd, port, f"http://127.0.0.1:{port}/v1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Any
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._send(200, {"status": "ok"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        fake: FakeServer = self.server.fake
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        with fake.lock:
+            fake.requests.append({"path": self.path, "body": body,
+                                  "headers": {k.lower(): v for k, v in self.headers.items()}})
+            failure = fake.fail.pop(0) if fake.fail else None
+            fake.active += 1
+            fake.max_active = max(fake.max_active, fake.active)
+        try:
+            if fake.delay_s:
+                time.sleep(fake.delay_s)
+        finally:
+            with fake.lock:
+                fake.active -= 1
+        if failure is not None:
+            status, headers = failure
+            self._send(status, {"error": {"message": f"injected {status}", "type": "fake", "code": status}}, headers)
+            return
+        self._send(200, fake.completion(body))
+
+
+class FakeServer:
+    """The fake server on ``127.0.0.1:<free port>``; ``base_url`` ends in ``/v1``.
+
+    Attributes
+    ----------
+    requests : list of dict
+        Every request received: ``path``, ``body`` (parsed JSON), ``headers`` (names lower-cased).
+    fail : list of (int, dict)
+        Statuses (and headers) to answer the next requests with, in order.
+    delay_s : float
+        Seconds each request sleeps before it is answered.
+    logprobs : bool
+        Whether responses carry ``logprobs`` when asked.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.fail: list[tuple[int, dict[str, str]]] = []
+        self.delay_s = 0.0
+        self.logprobs = True
+        self.active = 0
+        self.max_active = 0  # most requests being answered at once
+        self.lock = threading.Lock()
+        self._httpd, self.port, self.base_url = _serve(_Handler, fake=self)
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The chat completion answering ``body``."""
+        msgs = body["messages"]
+        user = next(m["content"] for m in msgs if m["role"] == "user")
+        budget = body.get("max_tokens") or body.get("max_completion_tokens") or 16
+        n = int(body.get("n") or 1)
+        choices = []
+        for k in range(n):
+            words = fake_reply(user, k if n > 1 else 0, body.get("seed")).split(" ")
+            tokens = [w if j == 0 else " " + w for j, w in enumerate(words)][:budget]
+            finish = "stop" if len(tokens) == len(words) else "length"
+            lp = None
+            if body.get("logprobs") and self.logprobs:
+                top = [{"token": t, "logprob": v, "bytes": list(t.encode())}
+                       for t, v in NEXT_TOKENS[: int(body.get("top_logprobs") or 0)]]
+                lp = {"content": [{"token": t, "logprob": TOKEN_LOGPROB, "bytes": list(t.encode()),
+                                   "top_logprobs": top} for t in tokens], "refusal": None}
+            choices.append({"index": k, "finish_reason": finish, "logprobs": lp,
+                            "message": {"role": "assistant", "content": "".join(tokens)}})
+        return {"id": "fake", "object": "chat.completion", "created": 0, "model": body["model"],
+                "system_fingerprint": "fp_fake", "choices": choices,
+                "usage": {"prompt_tokens": len(user.split()), "completion_tokens": sum(
+                    len(c["message"]["content"].split(" ")) for c in choices), "total_tokens": 0}}
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    server: Any
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _forward(self, method: str) -> None:
+        proxy: FaultProxy = self.server.proxy
+        data = self.rfile.read(int(self.headers.get("Content-Length", 0))) if method == "POST" else None
+        with proxy.lock:
+            proxy.seen += 1
+            inject = proxy.seen <= proxy.fail_first
+            seen = proxy.seen
+        if proxy.on_request is not None:
+            proxy.on_request(seen)
+        if inject:
+            body = json.dumps({"error": {"message": "injected rate limit", "code": 429}}).encode()
+            self.send_response(429)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
+        req = urllib.request.Request(proxy.upstream + self.path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=proxy.timeout_s) as resp:
+                status, out, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "application/json")
+        except urllib.error.HTTPError as exc:
+            status, out, ctype = exc.code, exc.read(), exc.headers.get("Content-Type", "application/json")
+        except OSError:  # the upstream is down: drop the connection, as a dead server would
+            self.close_connection = True
+            return
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._forward("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._forward("POST")
+
+
+class FaultProxy:
+    """Forwards ``127.0.0.1:<free port>`` to ``upstream`` (``http://host:port``), answering 429 to the first
+    ``fail_first`` requests (with ``Retry-After: 0``); ``seen`` counts every request, and ``on_request(seen)``
+    (if given) is called before each is answered (a test kills the upstream from it). An upstream that is down
+    gets the connection dropped, as a dead server would."""
+
+    def __init__(self, upstream: str, fail_first: int = 0, timeout_s: float = 120.0,
+                 on_request: Callable[[int], None] | None = None) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.fail_first = fail_first
+        self.on_request = on_request
+        self.timeout_s = timeout_s
+        self.seen = 0
+        self.lock = threading.Lock()
+        self._httpd, self.port, self.base_url = _serve(_ProxyHandler, proxy=self)
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
