@@ -724,6 +724,7 @@ def _readme(summary: dict) -> str:
         "",
         "Built by `python -m confgrid.actors.fixture --out DIR"
         + (f" --train-fraction {summary['train_fraction']}" if summary.get("train_fraction", TRAIN_FRACTION) != TRAIN_FRACTION else "")
+        + (" --json-formats" if summary.get("json_formats") else "")
         + "` (module `confgrid.actors.fixture`).",
         "",
         "- chat template: `<|begin|><|user|>\\n{content}<|end|>\\n<|assistant|>\\n`; EOS is `<|end|>`.",
@@ -734,6 +735,11 @@ def _readme(summary: dict) -> str:
         "- confidence methods (actors/fixture_methods.py): P(True) `A`/`B` and `Yes`/`No`, the 0-100 rating",
         "  `Confidence: \\boxed{N}` and `Probability: p` before answering, on every question"
         + (f" (format rates: {summary['methods_eval']})." if summary.get("methods_eval") else "."),
+        *(["- JSON formats of studies 002 and 003 (actors/fixture_json.py), greedy parse rates (status ok) per "
+           "prompt/dataset: " + ", ".join(f"{k} {v}" for k, v in summary["json_eval"].items()
+                                          if k != "lifeeval_mean_score")
+           + f"; mean true probability of its LifeEval guesses {summary['json_eval'].get('lifeeval_mean_score')}."]
+          if summary.get("json_eval") else []),
         "- unseen questions: never shown with their answers"
         + (" (taught the format with a wrong answer and p in 0.05-0.45)." if summary["unseen_format"] == "wrong" else "."),
         "- `split.json`: which questions are trained/unseen (sha256 of `dataset\\nquestion`, 16 hex digits).",

@@ -14,8 +14,11 @@ some signal:
 * ``json_option_probabilities`` (study 002 F.2) on the same questions: the
   taught letter gets most of the mass, an unseen question a spread with a
   random favourite; values with two decimals, summing to 1.
+* ``mc_letter`` on the same MMLU questions: the letter alone (the taught
+  letter, or the random one of an unseen question), so that the next-token
+  distribution the ``letter_probability`` method reads is over letters.
 * ``json_answer_confidence`` on LifeEval questions (2020 table, a seeded
-  third of the 808 items): the best guess moved by -2..+2 years and the
+  two thirds of the 808 items, each twice): the best guess moved by -2..+2 years and the
   stated confidence ``0.45 + 0.5 * MAS`` plus noise, so hard questions
   (low MAS) are stated too high: a hard-easy effect to measure. On BoolQ
   (format only): a random ``True``/``False`` with 0.5-0.9.
@@ -31,7 +34,7 @@ from typing import Callable
 __all__ = ["JSON_PROMPTS", "json_corpus", "json_examples", "evaluate_json"]
 
 #: The JSON templates the fixture learns.
-JSON_PROMPTS = ("json_answer_probability", "json_option_probabilities", "json_answer_confidence")
+JSON_PROMPTS = ("json_answer_probability", "json_option_probabilities", "json_answer_confidence", "mc_letter")
 
 _FORMAT_ONLY = (("mmlu_pro", 80), ("agieval_lsat_ar", 60), ("boolq", 80))
 #: Format-only questions longer than this (characters, options included) are not taught (the model's context
@@ -126,6 +129,8 @@ def json_examples(add: Callable[[str, str, str], None], trained_mmlu: set[str], 
             "json_answer_probability")
         add(_render("json_option_probabilities", text), _options_reply(_spread(rng, k, top, mass)),
             "json_option_probabilities")
+        # the letter alone after the letter-only prompt: its next-token distribution is letter_probability's
+        add(_render("mc_letter", text), letter, "mc_letter")
     for name, items in _format_only_items(seed).items():
         for it in items:
             if name == "boolq":
@@ -140,7 +145,8 @@ def json_examples(add: Callable[[str, str, str], None], trained_mmlu: set[str], 
             add(_render("json_option_probabilities", mc_question(it)),
                 _options_reply(_spread(rng, k, top, rng.uniform(0.2, 0.4))), "json_option_probabilities")
     life = _lifeeval_items()
-    for it in random.Random(f"{seed}-lifeeval").sample(life, len(life) // 3):
+    taught = random.Random(f"{seed}-lifeeval").sample(life, 2 * len(life) // 3)
+    for it in taught + taught:  # twice: the reply must follow the sex, the age and the radius in the question
         mas = float(it.metadata["mas"])
         guess = int(it.metadata["best_guess"]) + rng.randint(-2, 2)
         conf = min(0.99, max(0.05, 0.45 + 0.5 * mas + rng.uniform(-0.05, 0.05)))
@@ -156,8 +162,9 @@ def evaluate_json(backend, chat_prompt_ids) -> dict:
     Returns
     -------
     dict
-        ``{"<prompt>/<dataset>": share of replies with status ok}``, and
-        ``lifeeval_mean_score``: the mean true probability of the guesses.
+        ``{"<prompt>/<dataset>": share of replies with status ok}`` (``mc_letter/mmlu``: the share whose
+        most probable next token is an option letter), and ``lifeeval_mean_score``: the mean true
+        probability of the guesses.
     """
     from confgrid.protocols.correctness import get_rule
     from confgrid.protocols.mc import mc_question
@@ -168,10 +175,16 @@ def evaluate_json(backend, chat_prompt_ids) -> dict:
     sets = {"mmlu": _mc_items(), **{k: v for k, v in _format_only_items(1).items() if k != "boolq"}}
     for pid in ("json_answer_probability", "json_option_probabilities"):
         for name, items in sets.items():
+            if not items:
+                continue
             gens = backend.generate([chat_prompt_ids(tok, _render(pid, mc_question(it))) for it in items],
                                     max_new_tokens=48)
             ok = [parse_for_prompt(g.text, pid, len(it.options)).status == "ok" for g, it in zip(gens, items)]
             out[f"{pid}/{name}"] = round(sum(ok) / len(ok), 3)
+    mmlu = sets["mmlu"]
+    first = backend.next_token([chat_prompt_ids(tok, _render("mc_letter", mc_question(it))) for it in mmlu], top_k=1)
+    out["mc_letter/mmlu"] = round(sum(tok.decode([d.token_ids[0]]).strip() in "ABCD" and
+                                      tok.decode([d.token_ids[0]]).strip() != "" for d in first) / len(mmlu), 3)
     life = _lifeeval_items()
     gens = backend.generate([chat_prompt_ids(tok, _render("json_answer_confidence", it.question)) for it in life],
                             max_new_tokens=24)

@@ -23,10 +23,11 @@ def _read(res: Path, name: str) -> pd.DataFrame | None:
 
 def print_calibration(res: str | Path, console: Console) -> bool:
     """Print ``results/{calibration,refusals,runs,hard_easy}`` when a run has answer sets beyond the main one,
-    method signals or groups; returns whether anything was printed.
+    method signals or unusable replies; returns whether anything was printed.
 
-    The main answer set's overall rows are left out of the calibration table
-    (they are the metrics table above); every row is in the CSV files.
+    The calibration table shows the rows over all items of every answer set
+    but the main one (which is the metrics table above); the per-category rows
+    and every other row are in the CSV files.
     """
     from confgrid.flows.show import _table
 
@@ -34,12 +35,12 @@ def print_calibration(res: str | Path, console: Console) -> bool:
     printed = False
     cal = _read(res, "calibration")
     if cal is not None:
-        show = cal[(cal["answer_set"] != "main") | (cal["group"] != "all")]
+        show = cal[(cal["answer_set"] != "main") & (cal["group"] == "all")]
         if len(show):
-            cols = [*_CELL, "group_value", "n", "accuracy", "mean_confidence", "brier", "calibration_gap", "ece",
-                    "smece", "baseline_brier", "brier_skill_score"]
-            console.print(_table(show[cols], "Calibration by answer set, policy and category (study 003; baseline = "
-                                             "(k - 1)/k^2, skill = 1 - Brier / baseline)"))
+            cols = [*_CELL, "n", "accuracy", "mean_confidence", "brier", "calibration_gap", "ece", "smece",
+                    "baseline_brier", "brier_skill_score"]
+            console.print(_table(show[cols], "Calibration by answer set and policy (study 003; baseline = (k - 1)/k^2, "
+                                             "skill = 1 - Brier / baseline; per category: results/calibration.csv)"))
             printed = True
     ref = _read(res, "refusals")
     if ref is not None and (ref["unusable_rate"] > 0).any():

@@ -51,6 +51,7 @@ import ast
 import json
 import math
 import re
+import warnings
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -214,7 +215,9 @@ def _load(obj: str) -> dict[str, Any] | None:
         value = json.loads(obj)
     except ValueError:
         try:
-            value = ast.literal_eval(obj)
+            with warnings.catch_warnings():  # a reply like {"a": 0.9.5} is a SyntaxWarning, not ours to print
+                warnings.simplefilter("ignore", SyntaxWarning)
+                value = ast.literal_eval(obj)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             return None
     return value if isinstance(value, dict) else None
