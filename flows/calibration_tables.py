@@ -6,7 +6,8 @@ method signals, joined with the items' metadata. Written to ``results/``:
 * ``calibration.{csv,parquet}``: per (model, dataset, answer set, parse
   policy, refusal policy, rule, signal) and per value of every
   ``metrics.group_by`` metadata field (``category`` by default): n, accuracy,
-  mean confidence, Brier, calibration gap, ECE, smECE, the calibrated-random
+  mean confidence, Brier, calibration gap, ECE, smECE (when
+  ``metrics.calibration_extras`` asks for it), the calibrated-random
   baseline (k - 1)/k^2 and the Brier skill score
   (analysis/calibration_summary.py). Method signals (``letter_probability``
   and the rest) appear with answer set ``method`` and their own rule.
@@ -17,7 +18,8 @@ method signals, joined with the items' metadata. Written to ``results/``:
 * ``runs.{csv,parquet}``: for answer sets with ``runs > 1``, the mean and
   standard deviation across runs of every metric, and the pooled n (study
   003 Appendix A, Table 2).
-* ``hard_easy.{csv,parquet}`` and ``hard_easy_bins.{csv,parquet}``: the
+* ``hard_easy.{csv,parquet}`` and ``hard_easy_bins.{csv,parquet}`` (with
+  ``metrics.hard_easy``, or a LifeEval dataset in the grid): the
   hard-easy effect (study 002 Table 2): per cell, the OLS slope of
   overconfidence (confidence - score) on difficulty with its paired
   bootstrap interval, the share of confidences at multiples of 5%, and the
@@ -129,13 +131,15 @@ def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], 
     letters = {m.id for m in spec.methods if m.kind == "letter_probability"}
     asked = rows["answer_set"].isin(shown) | ((rows["answer_set"] == "method") & rows["signal"].isin(letters))
     rows.loc[~asked, "n_options"] = 0
-    calib = calibration_summary(rows, _BY, group_by, n_bins=spec.metrics.ece_bins)
+    calib = calibration_summary(rows, _BY, group_by, n_bins=spec.metrics.ece_bins,
+                                with_smece="smece" in spec.metrics.calibration_extras)
     out = CalibrationTables(calibration=calib, refusals=_refusal_rows(units, items, group_by))
     run_of = {r: base for base, ids in spec.run_groups().items() for r in ids}
     if run_of and len(calib):
         by = [c for c in _BY if c not in ("answer_set",)] + ["group", "group_value"]
         out.runs = runs_summary(calib, spec.run_groups(), by)
-    out.hard_easy, out.hard_easy_bins = _hard_easy(rows, spec)
+    if spec.metrics.hard_easy or any(d.adapter == "lifeeval" for d in spec.datasets):
+        out.hard_easy, out.hard_easy_bins = _hard_easy(rows, spec)
     return out
 
 

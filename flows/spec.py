@@ -330,6 +330,12 @@ class MetricsSpec(_Spec):
     ece_bins: int = Field(10, ge=1, le=1000, description="Equal-width ECE bins [k/B, (k+1)/B), last bin closed.")
     group_by: tuple[str, ...] = Field(("category",), description="Item metadata fields whose values become grouping "
                                       "rows of results/calibration.csv (per-category tables, study 003 section 5.2).")
+    hard_easy: StrictBool = Field(False, description="Write results/hard_easy.csv and hard_easy_bins.csv: the slope "
+                                  "of overconfidence on difficulty with a paired bootstrap interval per cell (study "
+                                  "002; on by default for grids with a lifeeval dataset).")
+    calibration_extras: tuple[Literal["smece"], ...] = Field(
+        (), description="Point metrics of results/calibration.csv beyond accuracy, Brier, gap and ECE: smece "
+        "(relplot's smECE; about 0.4 s per small group, so off by default).")
 
     @field_validator("names")
     @classmethod
