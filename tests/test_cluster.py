@@ -191,6 +191,7 @@ def test_interrupted_run_then_resume(ray_local, tmp_path):
     _rows_exactly_once(out)
 
 
+@pytest.mark.slow  # about 40 s (CI budget); a model that cannot load is also in the resubmit test below
 def test_a_model_that_cannot_load_leaves_the_others_results_whole(ray_local, tmp_path):
     """With the cross-model probe on, one model failing to load must not take the other model's metrics:
     they are computed, only the probe table waits for the missing answers (and fills in after resubmit)."""

@@ -38,8 +38,8 @@ def runs(tmp_path_factory):
     if ray.is_initialized():
         ray.shutdown()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    cb = parse_grid(_reduced("confidencebench.yaml", {"mmlu": 24, "mmlu_pro": 12}), base_dir=EXAMPLES)
-    he = parse_grid(_reduced("hard_easy.yaml", {"lifeeval": 80, "mmlu": 16, "mmlu_pro": 12}), base_dir=EXAMPLES)
+    cb = parse_grid(_reduced("confidencebench.yaml", {"mmlu": 16, "mmlu_pro": 8}), base_dir=EXAMPLES)
+    he = parse_grid(_reduced("hard_easy.yaml", {"lifeeval": 60, "mmlu": 12, "mmlu_pro": 8}), base_dir=EXAMPLES)
     out_cb, out_he = tmp_path_factory.mktemp("cb"), tmp_path_factory.mktemp("he")
     try:
         yield {"cb": (cb, out_cb, run_grid(cb, out_cb)), "he": (he, out_he, run_grid(he, out_he))}
@@ -123,4 +123,4 @@ def test_hard_easy_effect_on_lifeeval_and_multiple_choice(runs):
     assert any("tie of m options" in c for c in checklist[("mmlu", "options")]["extra"]["conventions"])
     assert any("LifeEval window 'inclusive'" in c for c in checklist[("lifeeval", "main")]["extra"]["conventions"])
     bins = _csv(out, "hard_easy_bins")
-    assert bins.groupby(["dataset", "answer_set", "signal", "rule"])["n"].sum().max() <= 80
+    assert bins.groupby(["dataset", "answer_set", "signal", "rule"])["n"].sum().max() <= 60

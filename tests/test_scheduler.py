@@ -96,6 +96,7 @@ def test_four_models_run_in_parallel_pools_each_loaded_once(four_gpus, tmp_path)
     assert again.model_calls == 0 and again.computed_shards == 0 and again.model_loads == 0
 
 
+@pytest.mark.slow  # about 30 s on 2 cores (CI budget); the pools' order is also in the schedule benchmark
 def test_max_concurrent_models_one_runs_pools_one_after_another(four_gpus, tmp_path, caplog):
     from confgrid.flows.runner import run_grid
 
@@ -135,6 +136,7 @@ def test_cross_model_probe_loads_a_model_twice_only_when_it_must(four_gpus, tmp_
     assert again.model_calls == 0 and again.model_loads == 0
 
 
+@pytest.mark.slow  # about 30 s on 2 cores (CI budget); run with -m slow
 def test_more_replicas_than_fit_run_as_room_frees_up(four_gpus, tmp_path, caplog):
     from confgrid.flows.runner import run_grid
 

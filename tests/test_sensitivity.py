@@ -27,7 +27,7 @@ def run(tmp_path_factory):
 
     raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     for d in raw["datasets"]:
-        d["limit"] = 8
+        d["limit"] = 6
     raw["bootstrap"]["resamples"] = 100
     raw["probe"]["resamples"] = 100
     raw["metrics"]["names"] = ["ece", "auroc", "aurc", "ks_ece"]
@@ -126,6 +126,7 @@ def test_rescoring_stored_answers_reproduces_token_scores_exactly(run):
             assert np.array_equal(np.asarray(o.logprobs), np.asarray(stored.at[item_id, "logprobs"])), (ctx, item_id)
 
 
+@pytest.mark.slow  # about 40 s (CI budget); rerunning no model on a downstream change: test_end_to_end.py
 def test_another_primary_rule_reruns_no_model_the_probe_included(run):
     """Fix the answer, vary the measurement: the plausible-wrong answers are chosen under probe.rule, so a
     new primary correctness rule reruns no generate, score or probe shard."""
