@@ -182,6 +182,7 @@ def test_several_shards_per_engine_call(four_gpus, tmp_path):
     _rows_exactly_once(tmp_path / "run", ["chat32"], 16, 2)
 
 
+@pytest.mark.slow  # about 15 s (CI budget); shared shards by content key are also in test_plan.py
 def test_two_names_for_one_model_share_its_shards_and_keep_their_names(four_gpus, tmp_path):
     """Shards are keyed by what a model is, not by its name: two entries with the same identity are computed
     once (one load), and every table row carries the name of the entry it is read for."""

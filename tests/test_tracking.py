@@ -80,6 +80,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # about 16 s (CI budget); run with -m slow
 def test_four_analyze_processes_share_one_fresh_sqlite_store(tmp_path):
     # four writers start together on a store that does not exist yet: without the lock they race through
     # MLflow's migrations (duplicate column, _alembic_tmp_* exists) and lose their runs
