@@ -5,20 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 
 __all__ = ["print_calibration"]
 
 _CELL = ["setting", "answer_set", "refusal", "rule", "signal"]
-
-
-def _read(res: Path, name: str) -> pd.DataFrame | None:
-    f = res / f"{name}.parquet"
-    if not f.is_file():
-        return None
-    df = pd.read_parquet(f)
-    return df if len(df) else None
 
 
 def print_calibration(res: str | Path, console: Console) -> bool:
@@ -30,6 +21,7 @@ def print_calibration(res: str | Path, console: Console) -> bool:
     and every other row are in the CSV files.
     """
     from confgrid.flows.show import _table
+    from confgrid.flows.show_ace import _read
 
     res = Path(res)
     printed = False
