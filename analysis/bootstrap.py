@@ -635,9 +635,21 @@ def interval(values, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     v = np.asarray(values, dtype=np.float64)
     q = [50.0 * (1.0 - level), 50.0 * (1.0 + level)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan slices
-        lo, hi = np.nanpercentile(v, q, axis=-1, method="linear")
+    if v.ndim == 0:
+        raise ValueError("values must have a resample axis (at least 1-D)")
+    # np.percentile on the rows without nan (one vectorized call), np.nanpercentile (a Python loop over rows)
+    # only on the rows that have one: the same numbers as np.nanpercentile on everything, many times faster
+    rows = v.reshape(int(np.prod(v.shape[:-1], dtype=np.int64)), v.shape[-1])
+    out = np.full((2, rows.shape[0]), np.nan)
+    has_nan = np.isnan(rows).any(axis=1)
+    clean = ~has_nan
+    if rows.shape[1] and clean.any():
+        out[:, clean] = np.percentile(rows[clean], q, axis=-1, method="linear")
+    if rows.shape[1] and has_nan.any():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-nan slices
+            out[:, has_nan] = np.nanpercentile(rows[has_nan], q, axis=-1, method="linear")
+    lo, hi = out[0].reshape(v.shape[:-1]), out[1].reshape(v.shape[:-1])
     if lo.ndim == 0:
         return float(lo), float(hi)
     return lo, hi

@@ -227,6 +227,26 @@ def test_interval_and_undefined_counts():
         BS.interval(v, level=1.5)
 
 
+def test_interval_equals_nanpercentile_on_mixed_rows():
+    """Rows without nan go through one vectorized np.percentile, rows with nan through np.nanpercentile: the
+    result equals np.nanpercentile over everything (to rounding), all-nan rows and empty resamples give nan."""
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(3, 4, 501))
+    v[0, 1, [5, 9]] = np.nan
+    v[2, 3, :] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref = np.nanpercentile(v, [5.0, 95.0], axis=-1, method="linear")
+    lo, hi = BS.interval(v, level=0.9)
+    assert lo.shape == hi.shape == (3, 4)
+    np.testing.assert_allclose(lo, ref[0], rtol=1e-14)
+    np.testing.assert_allclose(hi, ref[1], rtol=1e-14)
+    assert np.isnan(lo[2, 3]) and np.isnan(hi[2, 3])
+    lo, hi = BS.interval(np.empty((2, 0)))
+    assert lo.shape == (2,) and np.isnan(lo).all() and np.isnan(hi).all()
+    assert all(np.isnan(x) for x in BS.interval(np.empty(0)))
+
+
 def test_interval_coverage_sanity_mean_of_bernoulli():
     # Brier with confidence 0 is the mean correctness: a bootstrap of a sample mean.
     # Over 40 samples from Bernoulli(0.3), the 95% interval should cover 0.3 most of the time,

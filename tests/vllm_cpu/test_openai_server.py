@@ -1,17 +1,18 @@
 """The openai backend against a real ``vllm serve`` (vLLM's OpenAI-compatible server) on 127.0.0.1.
 
-One server per module serves the tiny Llama of conftest.py (CPU, float32),
+Two servers per module serve the tiny Llama of conftest.py (CPU, float32),
 requiring an API key (``VLLM_API_KEY``). Checked: generation (greedy text and
 the generated tokens' log-probs equal the transformers backend's on the same
 chat-rendered prompt; ``n`` samples with a seed are reproducible), next-token
 ``top_logprobs`` equal to the transformers backend's, a 429 answered by a small
 proxy in front of the server and retried, and a grid run through
 ``confgrid run`` whose server is killed mid-run (a shard fails, recorded in
-the manifest) and that ``confgrid resume`` completes, after the server is
-restarted, with the same outputs as direct requests; the key is in no file of
-the run directory and no line the commands printed.
+the manifest) and that ``confgrid resume`` completes once a server of the same
+model (the spare, launched with the first) answers at the same address, with
+the same outputs as direct requests; the key is in no file of the run
+directory and no line the commands printed.
 
-The server's process group is started here and killed here (by its pid);
+The servers' process groups are started here and killed here (by their pids);
 nothing else is stopped.
 """
 
@@ -64,8 +65,8 @@ class VllmServer:
         lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
         return "\n".join(lines[-n:])
 
-    def start(self) -> float:
-        """Start the server and wait for ``/health``; returns the seconds it took (fails with the log's tail)."""
+    def launch(self) -> None:
+        """Start the server process (returns at once; :meth:`wait_healthy` waits for it)."""
         # the engine in the server's process and no worker process (each would import vLLM again): on 2 cores
         # the server starts in about half the time
         env = dict(os.environ, VLLM_API_KEY=KEY, VLLM_HOST_IP="127.0.0.1", VLLM_CPU_KVCACHE_SPACE="1",
@@ -74,10 +75,14 @@ class VllmServer:
                "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32",
                "--max-model-len", "512", "--max-num-seqs", "16", "--enforce-eager", "--distributed-executor-backend",
                "uni", "--disable-uvicorn-access-log"]
-        t0 = time.time()
+        self._t0 = time.time()
         with open(self.log, "a") as out:
             self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        while time.time() - t0 < START_TIMEOUT_S:
+
+    def wait_healthy(self) -> float:
+        """Wait for ``/health``; returns the seconds since :meth:`launch` (fails with the log's tail)."""
+        assert self.proc is not None, "launch() first"
+        while time.time() - self._t0 < START_TIMEOUT_S:
             if self.proc.poll() is not None:
                 pytest.fail(f"vllm serve exited with {self.proc.returncode} while starting:\n{self.tail()}")
             try:
@@ -89,8 +94,13 @@ class VllmServer:
         else:
             self.kill()
             pytest.fail(f"vllm serve not healthy after {START_TIMEOUT_S} s:\n{self.tail()}")
-        self.start_seconds.append(round(time.time() - t0, 1))
+        self.start_seconds.append(round(time.time() - self._t0, 1))
         return self.start_seconds[-1]
+
+    def start(self) -> float:
+        """Start the server and wait for ``/health``; returns the seconds it took."""
+        self.launch()
+        return self.wait_healthy()
 
     def kill(self) -> None:
         """SIGKILL the server's process group (the API server and its engine process), then reap it."""
@@ -104,12 +114,26 @@ class VllmServer:
 
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    srv = VllmServer(model_dir, _free_port(), tmp_path_factory.mktemp("vllm_serve") / "server.log")
-    srv.start()
-    yield srv
-    srv.kill()
-    print(f"\nvllm serve start seconds: {srv.start_seconds}")
+def servers(model_dir, tmp_path_factory):
+    """(server, spare): two servers of the same model launched together (their start-ups overlap on 2 cores,
+    instead of a restart after the kill); the tests use ``server``, the killed-server test resumes on the spare."""
+    log_dir = tmp_path_factory.mktemp("vllm_serve")
+    srv = VllmServer(model_dir, _free_port(), log_dir / "server.log")
+    spare = VllmServer(model_dir, _free_port(), log_dir / "spare.log")
+    srv.launch()
+    spare.launch()
+    try:
+        srv.wait_healthy()
+        yield srv, spare
+    finally:
+        srv.kill()
+        spare.kill()
+    print(f"\nvllm serve start seconds: {srv.start_seconds} {spare.start_seconds}")
+
+
+@pytest.fixture(scope="module")
+def server(servers):
+    return servers[0]
 
 
 @pytest.fixture
@@ -200,11 +224,14 @@ def _confgrid(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=400, env=dict(os.environ))
 
 
-def test_killed_server_fails_a_shard_and_resume_completes(server, key, tmp_path):
-    """Killed when the proxy sees its 4th request (2 of 4 generate shards answered): a shard fails; resume after a
-    restart finishes the run, and every output equals a direct request to the restarted server."""
+def test_killed_server_fails_a_shard_and_resume_completes(servers, key, tmp_path):
+    """The server is killed (SIGKILL of its process group) when the proxy sees its 4th request (2 of 4 generate
+    shards answered): a shard fails; resume, once a server of the same model answers behind the same address (the
+    spare, launched with the first so that no restart is waited for), finishes the run, and every output equals
+    a direct request to that server."""
     import pandas as pd
 
+    server, spare = servers
     killed: list[int] = []
 
     def kill_on_fourth(seen: int) -> None:
@@ -222,21 +249,20 @@ def test_killed_server_fails_a_shard_and_resume_completes(server, key, tmp_path)
         manifest = json.loads((out / "manifest.json").read_text())
         failed = [s for s in manifest["shards"] if s["status"] == "failed"]
         assert failed and all("APIConnectionError" in (s["error"] or "") for s in failed), failed
-        server.start()
+        spare.wait_healthy()
+        proxy.upstream = spare.url  # the address the grid names answers again
         before = proxy.seen
         second = _confgrid("resume", str(out))
         resumed = proxy.seen - before
         assert second.returncode == 0, second.stderr[-3000:]
     finally:
         proxy.close()
-        if server.proc is None:
-            server.start()  # the module's server stays up for whatever runs after
     manifest = json.loads((out / "manifest.json").read_text())
     assert not [s for s in manifest["shards"] if s["status"] == "failed"]
     assert 0 < resumed < 16  # 8 answers + 8 P(True): what the first run finished is reused
     gens = pd.read_parquet(out / "tables" / "generations.parquet")
     assert len(gens) == 8 and set(gens["logprobs_status"]) == {"ok"}
-    # the same outputs as direct requests to the restarted server (greedy: deterministic)
+    # the same outputs as direct requests to the server that answered the resume (greedy: deterministic)
     from confgrid.flows.plan import GridPlan
     from confgrid.flows.runner import _load_items
     from confgrid.flows.spec import load_grid
@@ -244,7 +270,7 @@ def test_killed_server_fails_a_shard_and_resume_completes(server, key, tmp_path)
     spec = load_grid(out / "grid.yaml")
     rows = [r for sh in GridPlan(spec, {d.name: _load_items(d) for d in spec.datasets}).generate_shards()
             if sh.stage == "generate" for r in sh.rows]
-    direct = api(server.url + "/v1").generate([r.user_text for r in rows], [""] * len(rows), 8)
+    direct = api(spare.url + "/v1").generate([r.user_text for r in rows], [""] * len(rows), 8)
     by_item = dict(zip(gens["item_id"], gens["raw_output"], strict=True))
     assert [by_item[r.item_id] for r in rows] == [d.text for d in direct]
     nt = pd.read_parquet(out / "tables" / "next_token.parquet")
