@@ -185,13 +185,6 @@ def _hard_easy(rows: pd.DataFrame, spec: GridSpec) -> tuple[pd.DataFrame, pd.Dat
 
 def write_calibration_tables(tables: CalibrationTables, results: Path) -> list[Path]:
     """Write the non-empty tables as ``results/<name>.{csv,parquet}``; returns the CSV paths."""
-    from confgrid.flows.store import write_frame_atomic
+    from confgrid.flows.store import write_result_frames
 
-    paths = []
-    for name in ("calibration", "refusals", "runs", "hard_easy", "hard_easy_bins"):
-        df = getattr(tables, name)
-        if df is None or df.empty:
-            continue
-        paths.append(write_frame_atomic(df, results / f"{name}.csv"))
-        write_frame_atomic(df, results / f"{name}.parquet")
-    return paths
+    return write_result_frames(tables, ("calibration", "refusals", "runs", "hard_easy", "hard_easy_bins"), results)

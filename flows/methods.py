@@ -59,6 +59,8 @@ class MethodTables:
     targets: pd.DataFrame = field(default_factory=pd.DataFrame)
     next_token: pd.DataFrame = field(default_factory=pd.DataFrame)
     hidden: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: generated tokens per item of the rate-stage methods (model, dataset, method, item_id, generated_tokens)
+    costs: pd.DataFrame = field(default_factory=pd.DataFrame)
     incomplete: list[str] = field(default_factory=list)
 
 
@@ -260,7 +262,7 @@ def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Sh
     left out and named in :attr:`MethodTables.incomplete`.
     """
     spec = plan.spec
-    out: dict[str, list] = {"signals": [], "targets": [], "samples": [], "next_token": [], "hidden": []}
+    out: dict[str, list] = {"signals": [], "targets": [], "samples": [], "next_token": [], "hidden": [], "costs": []}
     tables = MethodTables()
     by_method: dict[tuple[str, str, str], list[ShardRequest]] = {}
     for sh in shards:
@@ -286,6 +288,8 @@ def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Sh
             _from_next_token(plan, method, model, dataset, table, out)
         elif stage == "rate":
             _from_rate(plan, method, model, dataset, table, out)
+            out["costs"].append(table[["model", "dataset", "method", "item_id", "n_new_tokens"]].rename(
+                columns={"n_new_tokens": "generated_tokens"}))
         else:
             out["hidden"].append(table)
     tables.samples = pd.concat(out["samples"], ignore_index=True) if out["samples"] else pd.DataFrame()
@@ -293,6 +297,7 @@ def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Sh
     tables.targets = pd.DataFrame(out["targets"])
     tables.next_token = pd.concat(out["next_token"], ignore_index=True) if out["next_token"] else pd.DataFrame()
     tables.hidden = pd.concat(out["hidden"], ignore_index=True) if out["hidden"] else pd.DataFrame()
+    tables.costs = pd.concat(out["costs"], ignore_index=True) if out["costs"] else pd.DataFrame()
     return tables
 
 

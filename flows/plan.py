@@ -27,12 +27,13 @@ from typing import Any, Literal, Union
 import pandas as pd
 
 from confgrid.actors.calls import GenerateRequest, Sampling, ScoreRequest, ShardWork
-from confgrid.flows.spec import AnswerSetSpec, GridSpec, ModelSpec
+from confgrid.flows.spec import AnswerSetSpec, GridSpec, MethodSpec, ModelSpec
 from confgrid.flows.stages import grade_answers, parse_generations, question_text, relabel, score_requests
 from confgrid.flows.store import shard_key
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.items import Item
 from confgrid.protocols.prompts import get_prompt
+from confgrid.protocols.splits import train_eval_split
 
 __all__ = [
     "Stage",
@@ -380,6 +381,15 @@ class GridPlan:
                                                 *(m.rule for m in spec.methods if m.rule),
                                                 *((self.ca_rule,) if spec.comparison.enabled else ()))))
         self._ca_done: set[str] = set()  # datasets whose candidate-rating shards are planned
+        cap = spec.capability
+        #: dataset -> {item_id: "train" | "eval"} of the capability section (empty without one)
+        self.splits: dict[str, dict[str, str]] = {
+            d.name: train_eval_split([i.item_id for i in self.set_items[("main", d.name)]], d.name,
+                                     cap.train_fraction, cap.split_seed) for d in spec.datasets} if cap.enabled else {}
+
+    def in_split(self, method: MethodSpec, dataset: str, item_id: str) -> bool:
+        """Whether a method with ``split`` train or eval runs on the item (every item for split all)."""
+        return method.split == "all" or self.splits.get(dataset, {}).get(item_id) == method.split
 
     # -- generate -----------------------------------------------------------------------
     def generate_shards(self) -> list[ShardRequest]:
@@ -451,7 +461,8 @@ class GridPlan:
             letters = method.kind == "letter_probability"  # the lettered question; items with options only
             for m in self.spec.method_models(method):
                 for d in self.spec.datasets:
-                    its = [i for i in self.set_items[("main", d.name)] if i.options or not letters]
+                    its = [i for i in self.set_items[("main", d.name)]
+                           if (i.options or not letters) and self.in_split(method, d.name, i.item_id)]
                     n_letters = max((len(i.options) for i in its), default=0) if letters else 0
                     for c, chunk in enumerate(_chunks(its, size)):
                         rows = [MethodRow(i.item_id, prompt.render(question_text(i, "mc" if letters else "open")),
@@ -472,7 +483,7 @@ class GridPlan:
             rows = [MethodRow(i, prompt.render(question_text(by_id[i], "open"), a.strip()), a.strip(),
                               method.assistant_prefix)
                     for i, a in zip(graded["item_id"], graded["answer"], strict=True)
-                    if isinstance(a, str) and a.strip()]
+                    if isinstance(a, str) and a.strip() and self.in_split(method, gen.dataset, i)]
             if rows:
                 out.append(self._method_shard(method, gen.model, gen.dataset, gen.chunk, rows, (gen.key,)))
         return out

@@ -38,6 +38,7 @@ import pyarrow as pa
 import yaml
 
 from confgrid.flows.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
+from confgrid.flows.capability import capability_mlflow_metrics
 from confgrid.flows.assemble import assemble, shard_table
 from confgrid.flows.evaluate import Evaluation, evaluate
 from confgrid.flows.execute import Executor
@@ -232,6 +233,21 @@ def _calibration(spec: GridSpec, units, ev: Evaluation, mt, store: RunStore) -> 
         log.warning("calibration tables not built: %s: %s", type(exc).__name__, exc)
 
 
+def _capability(spec: GridSpec, plan: GridPlan, mt, store: RunStore):
+    """results/capability_* (study 004); a view of the data, never fatal. Returns the tables (or None)."""
+    from confgrid.flows.capability import capability_tables, write_capability_tables
+
+    if not spec.capability.enabled:
+        return None
+    try:
+        tables = capability_tables(spec, plan.splits, mt.samples, mt.signals, mt.targets, mt.hidden, mt.costs)
+        write_capability_tables(tables, store.root / "results")
+        return tables
+    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
+        log.warning("capability tables not built: %s: %s", type(exc).__name__, exc, exc_info=True)
+        return None
+
+
 def _in_grid(spec: GridSpec):
     """Whether a manifest record belongs to a model, dataset and answer set of ``spec`` (by its label)."""
     import re
@@ -365,6 +381,7 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         methods_df = evaluate_methods(spec, mt.signals)
         write_outputs(spec, store, ev, asm.units, ex.provenance, methods=methods_df, targets=mt.targets)
         _calibration(spec, asm.units, ev, mt, store)
+        capability = _capability(spec, plan, mt, store)
         ace = _comparison(spec, plan, done, ex.submitted, ev, mt, store, tables)
         c = ex.counters
         summary = RunSummary(store.root, ev.metrics, ev.gaps, ev.shifts, c.model_calls, c.reused, c.computed,
@@ -382,6 +399,8 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
                             tables)
                 if ace is not None:
                     tracker.log_metrics(ace_mlflow_metrics(ace))
+                if capability is not None:
+                    tracker.log_metrics(capability_mlflow_metrics(capability))
             except Exception as exc:  # noqa: BLE001 - results are on disk already; say so and go on
                 failure = TrackingFailure.of(tracking_uri, exc)
                 log.error("%s; every result is in %s", failure.line(), store.root)

@@ -66,8 +66,11 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
     from confgrid.flows.show_ace import print_ace
     from confgrid.flows.show_calibration import print_calibration
 
+    from confgrid.flows.show_capability import print_capability
+
     print_ace(res, console)
     print_calibration(res, console)
+    print_capability(res, console)
     ea = res / "expected_accuracy.parquet"
     if ea.is_file():
         console.print(_table(pd.read_parquet(ea), "Expected accuracy over k samples (the capability target)"))

@@ -42,6 +42,7 @@ from confgrid.flows.spec_answers import (  # noqa: F401 - importable from here a
     ParsingSpec,
 )
 from confgrid.flows.spec_api import API_BACKENDS, ApiSpec, api_entry_problem, api_problems
+from confgrid.flows.spec_capability import CapabilitySpec, ProbeFitSpec, check_capability  # noqa: F401
 from confgrid.flows.spec_methods import (  # noqa: F401
     CA_RATING_KINDS,
     METHOD_KINDS,
@@ -401,6 +402,9 @@ class GridSpec(_Spec):
                                             "token score (self-consistency, P(True), ratings, expected accuracy...).")
     comparison: ComparisonSpec = Field(default_factory=ComparisonSpec,
                                        description="Accuracy-controlled comparison across models (study 001).")
+    capability: CapabilitySpec = Field(default_factory=CapabilitySpec,
+                                       description="Capability calibration: targets, estimators, train/eval split, "
+                                       "pass@k prediction, budget allocation (study 004).")
 
     @model_validator(mode="after")
     def _unique_names(self) -> GridSpec:
@@ -432,6 +436,7 @@ class GridSpec(_Spec):
                                      "(add an entry of the same model with backend: transformers and list it in "
                                      "this method's models)")
         self._check_comparison(names)
+        check_capability(self.capability, self.methods)
         return self
 
     def _check_comparison(self, names: list[str]) -> None:

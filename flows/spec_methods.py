@@ -76,6 +76,9 @@ class MethodSpec(_Spec):
                                            "method (default: every model).")
     assistant_prefix: str = Field("", description="Text opening the assistant turn before the model's reply is "
                                   "read (next-token and rating kinds), e.g. 'Answer:'.")
+    split: Literal["all", "train", "eval"] = Field(
+        "all", description="Items the method runs on: every item, or the train or evaluation split of the "
+        "capability section (study 004: k_train samples on the train split, k_eval on the evaluation split).")
 
     @field_validator("template")
     @classmethod

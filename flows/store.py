@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 __all__ = ["shard_key", "ShardRecord", "RunStore", "ManifestDamaged", "read_manifest", "file_sha256", "atomic_write",
+           "write_result_frames",
            "write_text_atomic", "write_parquet_atomic", "write_frame_atomic"]
 
 log = logging.getLogger("confgrid")
@@ -130,6 +131,18 @@ def write_frame_atomic(df: Any, path: str | Path) -> Path:
     if path.suffix == ".parquet":
         return atomic_write(path, lambda p: df.to_parquet(p, index=False))
     raise ValueError(f"write_frame_atomic: suffix {path.suffix!r} of {str(path)!r}; allowed: .csv, .parquet")
+
+
+def write_result_frames(tables: Any, names: tuple[str, ...], results: str | Path) -> list[Path]:
+    """Write the non-empty frames ``getattr(tables, name)`` as ``results/<name>.{csv,parquet}``; returns the CSVs."""
+    paths = []
+    for name in names:
+        df = getattr(tables, name)
+        if df is None or df.empty:
+            continue
+        paths.append(write_frame_atomic(df, Path(results) / f"{name}.csv"))
+        write_frame_atomic(df, Path(results) / f"{name}.parquet")
+    return paths
 
 
 def file_sha256(path: str | Path) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from ray_local import run_on_local_ray
 
 from confgrid.flows.spec import parse_grid
 
@@ -23,23 +24,13 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sensitivity.yam
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from confgrid.flows.runner import run_grid
-
     raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     for d in raw["datasets"]:
         d["limit"] = 6
     raw["bootstrap"]["resamples"] = 100
     raw["probe"]["resamples"] = 100
     raw["metrics"]["names"] = ["ece", "auroc", "aurc", "ks_ece"]
-    spec = parse_grid(raw, base_dir=EXAMPLE.parent)
-    out = tmp_path_factory.mktemp("sens")
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield spec, out, run_grid(spec, out)
-    finally:
-        ray.shutdown()
+    yield from run_on_local_ray(parse_grid(raw, base_dir=EXAMPLE.parent), tmp_path_factory.mktemp("sens"))
 
 
 def test_every_answer_set_and_axis_is_analyzed(run):

@@ -1,0 +1,145 @@
+"""The capability section of a grid (study 004): validation before anything runs, the split in the plan, and
+the capability tables built from hand-made method tables (pure, no Ray)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import spearmanr
+
+from confgrid.flows.capability import capability_mlflow_metrics, capability_tables
+from confgrid.flows.spec import GridSpecError, parse_grid
+from confgrid.protocols.splits import train_eval_split
+
+METHODS = [
+    {"id": "target", "kind": "expected_accuracy", "k": 4, "seed": 0, "split": "eval"},
+    {"id": "target_train", "kind": "expected_accuracy", "k": 2, "seed": 0, "split": "train"},
+    {"id": "sc", "kind": "self_consistency", "k": 4, "seed": 1, "split": "eval"},
+    {"id": "vb", "kind": "verbalized_before"},
+]
+CAP = {"target": "target", "train_target": "target_train", "estimators": ["vb", "sc"], "consistency_k": [2, 4],
+       "pass_at_k": [1, 4], "budgets": [1, 2], "allocation_seeds": 3}
+
+
+def grid(methods=None, capability=None, **kw):
+    return {"models": [{"name": "m", "model": "confgrid-fixture"}],
+            "datasets": [{"name": "tqa", "adapter": "triviaqa", "limit": 10}],
+            "methods": METHODS if methods is None else methods,
+            "capability": CAP if capability is None else capability,
+            "bootstrap": {"resamples": 50}, **kw}
+
+
+def test_a_valid_section_loads():
+    spec = parse_grid(grid())
+    assert spec.capability.enabled and spec.capability.estimators == ("vb", "sc")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"target": "vb"}, "capability.target: method 'vb' is of kind 'verbalized_before'"),
+    ({"target": "nope"}, "capability.target: unknown method 'nope'"),
+    ({"target": "target_train"}, "has split 'train'; it must be 'eval'"),
+    ({"estimators": ["target"]}, "allowed kinds"),
+    ({"consistency_k": [2, 8]}, "8 samples asked of method 'sc', which draws k=4"),
+    ({"train_target": None}, "capability.train_target: probes and isotonic"),
+    ({"budgets": [0]}, "capability.budgets"),
+    ({"train_fraction": 1.0}, "train_fraction"),
+])
+def test_bad_sections_fail_naming_the_field(change, message):
+    with pytest.raises(GridSpecError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        parse_grid(grid(capability={**CAP, **change}))
+
+
+def test_consistency_with_the_targets_seed_is_the_leak_and_refused():
+    methods = [dict(m, seed=0) if m["id"] == "sc" else m for m in METHODS]
+    with pytest.raises(GridSpecError, match="the leak of the official code"):
+        parse_grid(grid(methods=methods))
+
+
+def test_a_split_without_the_section_is_an_error():
+    with pytest.raises(GridSpecError, match="set a split"):
+        parse_grid(grid(methods=METHODS[:1], capability={}))
+
+
+def test_plan_runs_split_methods_on_their_split_only():
+    from confgrid.flows.plan import GridPlan
+    from confgrid.flows.runner import _load_items
+
+    spec = parse_grid(grid())
+    items = {d.name: _load_items(d) for d in spec.datasets}
+    plan = GridPlan(spec, items)
+    split = train_eval_split([i.item_id for i in items["tqa"]], "tqa", 0.5, 0)
+    assert plan.splits["tqa"] == split
+    by_method: dict[str, set] = {}
+    for sh in plan.generate_shards():
+        if sh.method:
+            by_method.setdefault(sh.method, set()).update(r.item_id for r in sh.rows)
+    assert by_method["target"] == {i for i, s in split.items() if s == "eval"}
+    assert by_method["target_train"] == {i for i, s in split.items() if s == "train"}
+    assert by_method["vb"] == set(split)
+
+
+def _frames(spec, rng):
+    """Samples, signals, targets and costs of one model and dataset, made by hand."""
+    ids = [f"q{i}" for i in range(20)]
+    split = train_eval_split(ids, "tqa", 0.5, 0)
+    ev = [i for i in ids if split[i] == "eval"]
+    tr = [i for i in ids if split[i] == "train"]
+    mu_true = {i: rng.random() for i in ids}
+    rows = []
+    for method, its, k in (("target", ev, 4), ("sc", ev, 4), ("target_train", tr, 2)):
+        for i in its:
+            for j in range(k):
+                ok = rng.random() < mu_true[i]
+                rows.append({"model": "m", "dataset": "tqa", "method": method, "item_id": i, "sample_idx": j,
+                             "answer": "right" if ok else ["w1", "w2"][j % 2], "correct_containment": float(ok),
+                             "n_new_tokens": 3})
+    samples = pd.DataFrame(rows)
+    tt = samples[samples["method"] == "target_train"].groupby("item_id")["correct_containment"].mean()
+    targets = pd.DataFrame({"model": "m", "dataset": "tqa", "method": "target_train", "item_id": tt.index,
+                            "expected_accuracy": tt.to_numpy()})
+    signals = pd.DataFrame({"model": "m", "dataset": "tqa", "signal": "vb", "method": "vb", "item_id": ids,
+                            "confidence": [min(1.0, mu_true[i] + 0.2) for i in ids]})
+    costs = pd.DataFrame({"model": "m", "dataset": "tqa", "method": "vb", "item_id": ids, "generated_tokens": 5})
+    return {"tqa": split}, samples, signals, targets, costs, ev
+
+
+def test_capability_tables_from_hand_made_method_tables():
+    from confgrid.analysis.capability.estimators import fit_isotonic
+    from confgrid.protocols.correctness import normalize
+    from confgrid.protocols.methods import majority_share
+
+    spec = parse_grid(grid())
+    splits, samples, signals, targets, costs, ev = _frames(spec, np.random.default_rng(0))
+    t = capability_tables(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
+    m = t.capability_metrics.set_index(["target", "estimator", "metric"])
+    tgt = samples[samples["method"] == "target"].sort_values(["item_id", "sample_idx"])
+    mu = tgt.groupby("item_id")["correct_containment"].mean().loc[sorted(ev)].to_numpy()
+    resp = tgt.groupby("item_id")["correct_containment"].first().loc[sorted(ev)].to_numpy()
+    vb = signals.set_index("item_id")["confidence"].loc[sorted(ev)].to_numpy()
+    assert m.loc[("capability", "vb", "brier"), "point"] == pytest.approx(np.mean((vb - mu) ** 2))
+    assert m.loc[("response", "vb", "brier"), "point"] == pytest.approx(np.mean((vb - resp) ** 2))
+    assert m.loc[("capability", "vb", "spearman"), "point"] == pytest.approx(spearmanr(vb, mu).statistic)
+    assert m.loc[("capability", "vb", "brier"), "cost_tokens"] == 5
+    # isotonic: fitted on the train split's (estimate, k_train target) pairs, applied to the eval split
+    tr_ids = sorted(i for i, s in splits["tqa"].items() if s == "train")
+    fit = fit_isotonic(signals.set_index("item_id")["confidence"].loc[tr_ids].to_numpy(),
+                       targets.set_index("item_id")["expected_accuracy"].loc[tr_ids].to_numpy())
+    assert m.loc[("capability", "vb+isotonic", "brier"), "point"] == pytest.approx(
+        np.mean((fit.predict(vb) - mu) ** 2))
+    # consistency from its own pool (never the target's samples), the majority share of the first k_c
+    sc = samples[samples["method"] == "sc"].sort_values(["item_id", "sample_idx"])
+    k2 = np.array([majority_share(list(g["answer"].head(2)), normalize).value for _, g in sc.groupby("item_id")])
+    assert m.loc[("capability", "sc_k2", "brier"), "point"] == pytest.approx(np.mean((k2 - mu) ** 2))
+    assert m.loc[("capability", "sc_k2", "brier"), "cost_tokens"] == 6  # 2 samples x 3 tokens
+    assert m.loc[("capability", "uniform_random", "brier"), "point"] == pytest.approx(np.mean(1 / 3 - mu + mu**2))
+    # pass@k: Oracle-CC is the target itself (MSE 0 at k = 1)
+    pk = t.capability_pass_at_k.set_index(["estimator", "k"])
+    assert pk.loc[("oracle_cc", 1), "mse"] == pytest.approx(0.0, abs=1e-15)
+    assert pk.loc[("oracle_cc", 4), "actual"] == pytest.approx(np.mean(mu > 0))  # n = k = 4: pass@4 = any
+    al = t.capability_allocation
+    assert set(al["allocation"]) == {"uniform", "greedy"} and (al["solved"].between(0, 1)).all()
+    assert set(t.capability_se_by_k["k"]) == {1, 2, 3, 4}
+    metrics = capability_mlflow_metrics(t)
+    assert metrics["capability/m/tqa/capability/vb/brier/point"] == pytest.approx(np.mean((vb - mu) ** 2))
+    assert all(v == v for v in metrics.values())
