@@ -279,10 +279,9 @@ def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples
                         fit = fit_isotonic(_by_item(sig, "confidence", train_ids), mu_train)
                         ests.append(_Estimate(f"{eid}+isotonic", eid, family, fit.predict(raw), tok, "train"))
             if cap.leaky_consistency:
-                for k in cap.consistency_k:
-                    if k <= mat.shape[1]:
-                        v, tok = _consistency(tsamp, eval_ids, k)
-                        ests.append(_Estimate(f"consistency_leaky_k{k}", cap.target, "consistency_leaky", v, tok))
+                for k in cap.consistency_k:  # k <= the target's k: checked when the grid loads
+                    v, tok = _consistency(tsamp, eval_ids, k)
+                    ests.append(_Estimate(f"consistency_leaky_k{k}", cap.target, "consistency_leaky", v, tok))
             seed = setting_seed(model, f"{d.name}/capability/{cap.target}", spec.bootstrap.seed)
             acc["capability_metrics"] += _metric_rows(where, ests, mu, resp, spec, seed)
             acc["capability_pass_at_k"] += _pass_rows(where, ests, mu, resp, mat, cap.pass_at_k)

@@ -110,7 +110,8 @@ def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> No
             if m.seed == target.seed and m.split in ("all", "eval"):
                 raise ValueError(f"capability.estimators: method {e!r} has seed {m.seed}, the target's seed: its "
                                  "samples would be the target's own (the leak of the official code); give it another "
-                                 "seed, or set capability.leaky_consistency: true for the leaky comparison")
+                                 "seed (capability.leaky_consistency: true adds the leaky variant, read from the "
+                                 "target's own samples, for comparison)")
         if m.split == "eval" and (m.kind in ("hidden_states",) or cap.isotonic and m.kind not in
                                   ("self_consistency",)):
             raise ValueError(f"capability.estimators: method {e!r} runs on the eval split only; probes and "
@@ -120,6 +121,9 @@ def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> No
             raise ValueError("capability.train_target: probes and isotonic recalibration are fitted on the train "
                              "split against its target; name an expected_accuracy method with split 'train' "
                              "(or set isotonic: false and list no hidden_states estimator)")
+    if cap.leaky_consistency and cap.consistency_k and max(cap.consistency_k) > target.n_samples:
+        raise ValueError(f"capability.leaky_consistency: consistency_k {max(cap.consistency_k)} exceeds the target's "
+                         f"k={target.n_samples} samples it is read from")
     bad = [k for k in cap.pass_at_k if k < 1]
     if bad:
         raise ValueError(f"capability.pass_at_k: k must be >= 1, got {bad}")

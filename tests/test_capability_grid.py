@@ -44,6 +44,7 @@ def test_a_valid_section_loads():
     ({"train_target": None}, "capability.train_target: probes and isotonic"),
     ({"budgets": [0]}, "capability.budgets"),
     ({"train_fraction": 1.0}, "train_fraction"),
+    ({"estimators": ["vb"], "leaky_consistency": True, "consistency_k": [2, 8]}, "consistency_k 8 exceeds the target's k=4"),
 ])
 def test_bad_sections_fail_naming_the_field(change, message):
     with pytest.raises(GridSpecError, match=message.replace("(", r"\(").replace("[", r"\[")):
