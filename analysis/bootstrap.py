@@ -67,7 +67,7 @@ from .kernels import (  # noqa: F401
     kde_ece_weighted,
     ks_ece_weighted,
 )
-from .clusters import Clusters, cluster_codes, resample_rows, row_counts
+from .clusters import Clusters, cluster_codes, resample_rows, row_counts, total_tables, v_diff
 from .metrics import UndefinedMetricWarning, bin_indices, harmonic_numbers, validate_inputs
 from .registry import METRICS, get_metric
 
@@ -415,14 +415,15 @@ def _counts_block(idx: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
     return out[:b]
 
 
-def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names, tot=None) -> dict[str, np.ndarray]:
+def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names, tot=None,
+                tables=None) -> dict[str, np.ndarray]:
     """AUROC / AURC of one signal on a block of ``b`` resamples.
 
     ``seg_counts`` (n_seg, b): the resamples' counts per segment (float64
     holding exact integers; every column sums to ``n``, or to ``tot`` (b,),
-    the row counts of cluster resamples: AUROC only, AURC's table assumes
-    ``n``). Arrays are laid out segment-major, so every step is vectorized
-    over the resamples.
+    the row counts of cluster resamples, whose AURC uses ``V_T`` of
+    :func:`clusters.v_diff` with ``tables``). Arrays are laid out
+    segment-major, so every step is vectorized over the resamples.
     """
     k, b = seg_counts.shape
     n = P.n if tot is None else tot
@@ -441,9 +442,12 @@ def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names, to
             num = ((hp * hp - lp * lp).sum(axis=0) - Pc * Pc).astype(np.float64)
             Pf = Pc.astype(np.float64)
         if "aurc" in names:
-            vh, vl = np.take(hi_t, B), np.take(lo_t, B)
             a, z = slice(f.k_neg, U, 2), slice(f.k_neg + 1, U + 1, 2)
-            dv = (vh[z] - vh[a]) + (vl[z] - vl[a])
+            if tot is None:
+                vh, vl = np.take(hi_t, B), np.take(lo_t, B)
+                dv = (vh[z] - vh[a]) + (vl[z] - vl[a])
+            else:
+                dv = v_diff(tables, B[a], B[z], tot)
             res["aurc"] = dv.sum(axis=0) / n
     else:
         lo_c, hi_c = B[f.unit_lo], B[f.unit_hi]  # count below / up to each unit
@@ -453,7 +457,8 @@ def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names, to
             Pf = p_u.sum(axis=0)
             num = (p_u * (lo_c + hi_c)).sum(axis=0) - Pf * Pf
         if "aurc" in names:
-            dv = (np.take(hi_t, hi_c) - np.take(hi_t, lo_c)) + (np.take(lo_t, hi_c) - np.take(lo_t, lo_c))
+            dv = ((np.take(hi_t, hi_c) - np.take(hi_t, lo_c)) + (np.take(lo_t, hi_c) - np.take(lo_t, lo_c))
+                  if tot is None else v_diff(tables, lo_c, hi_c, tot))
             m_u = (hi_c - lo_c).astype(np.float64)
             r_u = (m_u - p_u) / np.maximum(m_u, 1.0)  # mean error of the unit (0 when empty)
             res["aurc"] = (r_u * dv).sum(axis=0) / n
@@ -469,9 +474,8 @@ def _chunk_from_prepared(prep: _Prepared, metrics, idx_chunk, clusters: Clusters
     """``(S, M, b)`` values of one chunk; ``idx_chunk`` (b, n) in range (checked by the callers).
 
     With ``clusters``, ``idx_chunk`` (b, G) holds drawn clusters: each row
-    weighs its cluster's multiplicity, a resample has ``tot`` rows (varying),
-    the linear metrics and AUROC divide by ``tot`` and AURC goes through its
-    count-weighted kernel (the fused AURC table assumes ``n`` rows).
+    weighs its cluster's multiplicity and a resample has ``tot`` rows
+    (varying), which the fused metrics use in place of ``n``.
     Call inside :func:`_one_blas_thread` (the callers do).
     """
     idx_chunk = np.asarray(idx_chunk)
@@ -481,11 +485,12 @@ def _chunk_from_prepared(prep: _Prepared, metrics, idx_chunk, clusters: Clusters
     out = np.full((len(sigs), len(metrics), b), np.nan)
     if n == 0:  # no rows: every metric is undefined on every resample
         return out
-    fused_rank = _RANK_METRICS if clusters is None else frozenset({"auroc"})
-    rank = [name for name in metrics if name in fused_rank]
+    rank = [name for name in metrics if name in _RANK_METRICS]
     linear = [name for name in metrics if name in _LINEAR_METRICS]
     kernel = [name for name in metrics if name not in _FUSED_METRICS and name in WEIGHTED_KERNELS]
-    kernel += [name for name in metrics if name in _RANK_METRICS and name not in fused_rank]
+    tables = None  # AURC of cluster resamples: harmonic tables up to the chunk's largest resample
+    if clusters is not None and "aurc" in rank:
+        tables = total_tables(int(clusters.sizes[idx_chunk].sum(axis=1).max()))
     H = harmonic_numbers(n) if kernel and clusters is None else None
     slow = [name for name in metrics if name not in _FUSED_METRICS and name not in WEIGHTED_KERNELS]
     col = {name: j for j, name in enumerate(metrics)}
@@ -522,7 +527,7 @@ def _chunk_from_prepared(prep: _Prepared, metrics, idx_chunk, clusters: Clusters
                     out[s, j, rows] = E[e + nb + 1] / div
             if rank:
                 f = prep.fused[s]
-                for name, v in _rank_block(f, prep, E[k0 : k0 + f.n_seg], rank, tot).items():
+                for name, v in _rank_block(f, prep, E[k0 : k0 + f.n_seg], rank, tot, tables).items():
                     out[s, col[name], rows] = v
             if kernel:
                 ws = W[:, sig.order]

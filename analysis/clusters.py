@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Clusters", "cluster_codes", "row_counts", "resample_rows"]
+__all__ = ["Clusters", "cluster_codes", "row_counts", "resample_rows", "total_tables", "v_diff"]
 
 
 @dataclass(frozen=True)
@@ -179,3 +179,51 @@ def resample_rows(cluster_idx: np.ndarray, clusters: Clusters) -> list[np.ndarra
         Row indices, each of length ``sum of the drawn clusters' sizes``.
     """
     return [np.concatenate([clusters.members[k] for k in row]) for row in np.asarray(cluster_idx)]
+
+
+def total_tables(t_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Harmonic tables for AURC on resamples of up to ``t_max`` rows (the fused path of analysis/bootstrap.py).
+
+    Returns ``(h_hi, h_lo, c_hi, c_lo)``, each of shape (t_max + 1,), float64
+    pairs with ``hi + lo`` ~ the extended-precision value: ``H[k] = sum_{q=1}^k 1/q``
+    and ``CH[k] = sum_{q=0}^{k-1} H[q]``. A prefix does not depend on
+    ``t_max`` (sequential cumulative sums), so any table size gives the same
+    numbers.
+    """
+    t_max = int(t_max)
+    h = np.zeros(t_max + 1, dtype=np.longdouble)
+    np.cumsum(1.0 / np.arange(1, t_max + 1, dtype=np.longdouble), out=h[1:])
+    ch = np.zeros(t_max + 1, dtype=np.longdouble)
+    np.cumsum(h[:-1], out=ch[1:])
+    pairs = []
+    for v in (h, ch):
+        hi = v.astype(np.float64)
+        pairs += [hi, (v - hi.astype(np.longdouble)).astype(np.float64)]
+    return tuple(pairs)
+
+
+def v_diff(tables, a1: np.ndarray, a2: np.ndarray, tot: np.ndarray) -> np.ndarray:
+    """``V_T[a2] - V_T[a1]`` for resamples of ``T = tot`` rows, elementwise.
+
+    ``V_T[a] = sum_{q=T-a}^{T-1} (H[T] - H[q]) = a H[T] - CH[T] + CH[T-a]``:
+    the AURC mass of a run of answers between ascending cumulative counts
+    ``a1 < a2`` (see ``_aurc_table`` in analysis/bootstrap.py, which is this
+    table for ``T = n``).
+
+    Parameters
+    ----------
+    tables : tuple
+        :func:`total_tables` of at least ``max(tot)``.
+    a1, a2 : ndarray of shape (k, b), int
+    tot : ndarray of shape (b,), float64 holding integers
+
+    Returns
+    -------
+    ndarray of shape (k, b), float64
+    """
+    h_hi, h_lo, c_hi, c_lo = tables
+    T = tot.astype(np.int64)
+    x1, x2 = T - a1, T - a2
+    m = (a2 - a1).astype(np.float64)
+    dc = (np.take(c_hi, x2) - np.take(c_hi, x1)) + (np.take(c_lo, x2) - np.take(c_lo, x1))
+    return m * h_hi[T] + (m * h_lo[T] + dc)

@@ -27,9 +27,10 @@ BRUTE = {"ece": M.ece, "brier": M.brier, "auroc": M.auroc, "aurc": M.aurc}
 runner = CliRunner()
 
 
-def _data(n=120, seed=0, graded=False):
+def _data(n=120, seed=0, graded=False, ties=True):
     rng = np.random.default_rng(seed)
-    conf = np.round(rng.uniform(size=(2, n)), 1)  # many ties
+    conf = rng.uniform(size=(2, n))
+    conf = np.round(conf, 1) if ties else conf  # many ties, or (almost surely) none
     corr = rng.uniform(size=n) if graded else (rng.uniform(size=n) < conf[0]).astype(float)
     return conf, corr
 
@@ -78,9 +79,11 @@ def test_singleton_clusters_in_another_order_match_in_distribution():
     np.testing.assert_allclose(wb, wa, rtol=0.12)  # ... same distribution
 
 
-@pytest.mark.parametrize("graded", [False, True], ids=["binary", "graded"])
-def test_cluster_draws_by_hand_equal_the_bootstrap(graded):
-    conf, corr = _data(n=90, seed=3, graded=graded)
+@pytest.mark.parametrize(("graded", "ties"), [(False, True), (True, True), (False, False)],
+                         ids=["binary-ties", "graded-ties", "binary-distinct"])
+def test_cluster_draws_by_hand_equal_the_bootstrap(graded, ties):
+    # the fused AUROC / AURC path has a branch for binary correctness without mixed tie groups
+    conf, corr = _data(n=90, seed=3, graded=graded, ties=ties)
     rng = np.random.default_rng(4)
     groups = np.array([f"q{k}" for k in rng.integers(0, 25, size=90)])  # unequal sizes, string labels
     res = paired_bootstrap(conf, corr, list(BRUTE), n_resamples=45, seed=11, chunk_size=16, groups=groups)
