@@ -562,7 +562,9 @@ def analyze_cmd(
     Every bad row is reported by line (CSV: the header is line 1; Parquet:
     0-based row) and nothing is written (exit status 2). Within a setting,
     signals are compared on the items all of them scored; items left out are
-    counted in alignment.csv. Writes OUT/metrics.csv (setting, signal, metric,
+    counted in alignment.csv. --group-col COL resamples the clusters of COL
+    (e.g. the question of several generations) with all their items, for
+    intervals that allow for rows that are not independent. Writes OUT/metrics.csv (setting, signal, metric,
     point, lo, hi, n), OUT/gaps.csv (gap = metric(signal_a) -
     metric(signal_b), every ordered pair), OUT/alignment.csv, Parquet copies,
     and an MLflow parent run (experiment confgrid/analyze) with one child run
