@@ -35,6 +35,10 @@ resample. The resamples of a chunk are processed in row blocks of about
 ``2**17 / n`` rows (vectorized within a block) so the working arrays stay in
 cache and memory stays bounded by a small multiple of ``chunk_size * n * 8``
 bytes.
+
+With ``groups`` (a cluster label per item) the same chunks draw ``G``
+cluster indices instead of ``n`` item indices and every row of a drawn
+cluster weighs its cluster's multiplicity (analysis/clusters.py).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from .kernels import (  # noqa: F401
     kde_ece_weighted,
     ks_ece_weighted,
 )
+from .clusters import Clusters, cluster_codes, resample_rows, row_counts, total_tables, v_diff
 from .metrics import UndefinedMetricWarning, bin_indices, harmonic_numbers, validate_inputs
 from .registry import METRICS, get_metric
 
@@ -410,15 +415,18 @@ def _counts_block(idx: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
     return out[:b]
 
 
-def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names) -> dict[str, np.ndarray]:
+def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names, tot=None,
+                tables=None) -> dict[str, np.ndarray]:
     """AUROC / AURC of one signal on a block of ``b`` resamples.
 
     ``seg_counts`` (n_seg, b): the resamples' counts per segment (float64
-    holding exact integers; every column sums to ``n``). Arrays are laid out
+    holding exact integers; every column sums to ``n``, or to ``tot`` (b,),
+    the row counts of cluster resamples, whose AURC uses ``V_T`` of
+    :func:`clusters.v_diff` with ``tables``). Arrays are laid out
     segment-major, so every step is vectorized over the resamples.
     """
     k, b = seg_counts.shape
-    n = P.n
+    n = P.n if tot is None else tot
     Bt = np.empty((b, k + 1), dtype=np.int64)  # (the cumsum is fastest along contiguous rows)
     Bt[:, 0] = 0
     Bt[:, 1:] = seg_counts.T
@@ -434,9 +442,12 @@ def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names) ->
             num = ((hp * hp - lp * lp).sum(axis=0) - Pc * Pc).astype(np.float64)
             Pf = Pc.astype(np.float64)
         if "aurc" in names:
-            vh, vl = np.take(hi_t, B), np.take(lo_t, B)
             a, z = slice(f.k_neg, U, 2), slice(f.k_neg + 1, U + 1, 2)
-            dv = (vh[z] - vh[a]) + (vl[z] - vl[a])
+            if tot is None:
+                vh, vl = np.take(hi_t, B), np.take(lo_t, B)
+                dv = (vh[z] - vh[a]) + (vl[z] - vl[a])
+            else:
+                dv = v_diff(tables, B[a], B[z], tot)
             res["aurc"] = dv.sum(axis=0) / n
     else:
         lo_c, hi_c = B[f.unit_lo], B[f.unit_hi]  # count below / up to each unit
@@ -446,7 +457,8 @@ def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names) ->
             Pf = p_u.sum(axis=0)
             num = (p_u * (lo_c + hi_c)).sum(axis=0) - Pf * Pf
         if "aurc" in names:
-            dv = (np.take(hi_t, hi_c) - np.take(hi_t, lo_c)) + (np.take(lo_t, hi_c) - np.take(lo_t, lo_c))
+            dv = ((np.take(hi_t, hi_c) - np.take(hi_t, lo_c)) + (np.take(lo_t, hi_c) - np.take(lo_t, lo_c))
+                  if tot is None else v_diff(tables, lo_c, hi_c, tot))
             m_u = (hi_c - lo_c).astype(np.float64)
             r_u = (m_u - p_u) / np.maximum(m_u, 1.0)  # mean error of the unit (0 when empty)
             res["aurc"] = (r_u * dv).sum(axis=0) / n
@@ -458,9 +470,12 @@ def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names) ->
     return res
 
 
-def _chunk_from_prepared(prep: _Prepared, metrics, idx_chunk) -> np.ndarray:
+def _chunk_from_prepared(prep: _Prepared, metrics, idx_chunk, clusters: Clusters | None = None) -> np.ndarray:
     """``(S, M, b)`` values of one chunk; ``idx_chunk`` (b, n) in range (checked by the callers).
 
+    With ``clusters``, ``idx_chunk`` (b, G) holds drawn clusters: each row
+    weighs its cluster's multiplicity and a resample has ``tot`` rows
+    (varying), which the fused metrics use in place of ``n``.
     Call inside :func:`_one_blas_thread` (the callers do).
     """
     idx_chunk = np.asarray(idx_chunk)
@@ -473,7 +488,11 @@ def _chunk_from_prepared(prep: _Prepared, metrics, idx_chunk) -> np.ndarray:
     rank = [name for name in metrics if name in _RANK_METRICS]
     linear = [name for name in metrics if name in _LINEAR_METRICS]
     kernel = [name for name in metrics if name not in _FUSED_METRICS and name in WEIGHTED_KERNELS]
-    H = harmonic_numbers(n) if kernel else None
+    tables = None  # AURC of cluster resamples: harmonic tables up to the chunk's largest resample
+    if clusters is not None and "aurc" in rank:
+        tables = total_tables(int(clusters.sizes[idx_chunk].sum(axis=1).max()))
+    H = harmonic_numbers(n) if kernel and clusters is None else None
+    slow = [name for name in metrics if name not in _FUSED_METRICS and name not in WEIGHTED_KERNELS]
     col = {name: j for j, name in enumerate(metrics)}
     step = _block_rows(n)
     need_e = bool(linear or rank)
@@ -484,7 +503,13 @@ def _chunk_from_prepared(prep: _Prepared, metrics, idx_chunk) -> np.ndarray:
     for lo in range(0, b, step):
         blk = idx_chunk[lo : lo + step]
         rows = slice(lo, lo + blk.shape[0])
-        W = _counts_block(blk, n, buf)
+        if clusters is None:
+            W, tot, div = _counts_block(blk, n, buf), None, n
+        else:
+            W = row_counts(blk, clusters, buf)
+            tot = div = W.sum(axis=1)  # exact integer row counts of the resamples
+            H = harmonic_numbers(int(tot.max())) if kernel else None
+        picks = (blk if clusters is None else resample_rows(blk, clusters)) if slow else None
         # (L, b) = M.T @ W.T: sparse rows times the contiguous count columns, see _Prepared
         E = prep.MT @ np.ascontiguousarray(W.T) if (need_e and prep.MT is not None) else None
         for s, sig in enumerate(sigs):
@@ -495,34 +520,33 @@ def _chunk_from_prepared(prep: _Prepared, metrics, idx_chunk) -> np.ndarray:
                 nb = sig.n_bins
             if linear:
                 if ece_j is not None:
-                    out[s, ece_j, rows] = np.abs(E[e : e + nb]).sum(axis=0) / n
+                    out[s, ece_j, rows] = np.abs(E[e : e + nb]).sum(axis=0) / div
                 if brier_j is not None:
-                    out[s, brier_j, rows] = E[e + nb] / n
+                    out[s, brier_j, rows] = E[e + nb] / div
                 for j in gap_j:
-                    out[s, j, rows] = E[e + nb + 1] / n
+                    out[s, j, rows] = E[e + nb + 1] / div
             if rank:
                 f = prep.fused[s]
-                for name, v in _rank_block(f, prep, E[k0 : k0 + f.n_seg], rank).items():
+                for name, v in _rank_block(f, prep, E[k0 : k0 + f.n_seg], rank, tot, tables).items():
                     out[s, col[name], rows] = v
             if kernel:
                 ws = W[:, sig.order]
                 for name in kernel:
                     out[s, col[name], rows] = WEIGHTED_KERNELS[name](sig, ws, H)
-            for j, name in enumerate(metrics):
-                if name not in _FUSED_METRICS and name not in WEIGHTED_KERNELS:
-                    out[s, j, rows] = _fallback_rows(sig, name, blk)
+            for name in slow:
+                out[s, col[name], rows] = _fallback_rows(sig, name, picks)
     return out
 
 
-def _fallback_rows(sig: SortedSignal, name: str, idx: np.ndarray) -> np.ndarray:
-    """Slow path: the point function on each resample's rows (one call per resample)."""
+def _fallback_rows(sig: SortedSignal, name: str, idx) -> np.ndarray:
+    """Slow path: the point function on each resample's rows (``idx``: one index array per resample)."""
     info = METRICS.get(name)
     kw = {"n_bins": sig.n_bins} if info.takes_n_bins else {}
     conf = np.empty_like(sig.conf)
     conf[sig.order] = sig.conf
     corr = np.empty_like(sig.correct)
     corr[sig.order] = sig.correct
-    out = np.empty(idx.shape[0])
+    out = np.empty(len(idx))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         for r, rows in enumerate(idx):
@@ -530,7 +554,8 @@ def _fallback_rows(sig: SortedSignal, name: str, idx: np.ndarray) -> np.ndarray:
     return out
 
 
-def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bins: int = 10) -> np.ndarray:
+def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bins: int = 10,
+                    groups=None) -> np.ndarray:
     """Evaluate every (signal, metric) on one chunk of resamples.
 
     Parameters
@@ -544,9 +569,12 @@ def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bi
         ``"aurc"``, ``"brier"``).
     idx_chunk : ndarray of shape (b, n), int
         Resampled item indices (one row per resample), e.g. from
-        :func:`chunk_indices`.
+        :func:`chunk_indices`; with ``groups``, shape (b, G): drawn cluster
+        indices in ``[0, G)`` (cluster order of :func:`clusters.cluster_codes`).
     n_bins : int, default=10
         ECE bins.
+    groups : array-like of shape (n,), optional
+        A cluster label per item (see :func:`paired_bootstrap`).
 
     Returns
     -------
@@ -558,12 +586,14 @@ def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bi
     conf, corr = _stack_inputs(confidence, correct)
     idx_chunk = np.asarray(idx_chunk)
     n = conf.shape[1]
-    if idx_chunk.ndim != 2 or idx_chunk.shape[1] != n:
-        raise ValueError(f"idx_chunk must have shape (b, {n}), got {idx_chunk.shape}")
-    if idx_chunk.size and (idx_chunk.min() < 0 or idx_chunk.max() >= n):
-        raise ValueError(f"indices must lie in [0, {n})")
+    clusters = cluster_codes(groups, n) if groups is not None else None
+    k = n if clusters is None else clusters.n_clusters
+    if idx_chunk.ndim != 2 or idx_chunk.shape[1] != k:
+        raise ValueError(f"idx_chunk must have shape (b, {k}), got {idx_chunk.shape}")
+    if idx_chunk.size and (idx_chunk.min() < 0 or idx_chunk.max() >= k):
+        raise ValueError(f"indices must lie in [0, {k})")
     with _one_blas_thread():
-        return _chunk_from_prepared(_prepare(conf, corr, n_bins), metrics, idx_chunk)
+        return _chunk_from_prepared(_prepare(conf, corr, n_bins), metrics, idx_chunk, clusters)
 
 
 def bootstrap_chunks(
@@ -575,6 +605,7 @@ def bootstrap_chunks(
     chunks: Sequence[int],
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     n_bins: int = 10,
+    groups=None,
 ) -> list[np.ndarray]:
     """Evaluate several resample chunks of one setting (the unit of work of a worker).
 
@@ -594,6 +625,9 @@ def bootstrap_chunks(
         As in :func:`paired_bootstrap`.
     chunks : sequence of int
         Chunk indices in ``[0, n_chunks(n_resamples, chunk_size))``.
+    groups : array-like of shape (n,), optional
+        A cluster label per item, as in :func:`paired_bootstrap` (the chunk
+        then draws ``chunk_indices(G, ...)`` cluster indices).
 
     Returns
     -------
@@ -605,12 +639,14 @@ def bootstrap_chunks(
     n = conf.shape[1]
     if n == 0:
         raise ValueError("bootstrap_chunks needs n >= 1 rows")
+    clusters = cluster_codes(groups, n) if groups is not None else None
+    k = n if clusters is None else clusters.n_clusters
     prep = _prepare(conf, corr, n_bins)
     out = []
     with _one_blas_thread():
         for c in chunks:
-            idx = chunk_indices(n, n_resamples, seed, int(c), chunk_size)
-            out.append(_chunk_from_prepared(prep, metrics, idx))
+            idx = chunk_indices(k, n_resamples, seed, int(c), chunk_size)
+            out.append(_chunk_from_prepared(prep, metrics, idx, clusters))
     return out
 
 
@@ -669,6 +705,8 @@ class BootstrapResult:
         The ``M`` metric names, in column order.
     signal_names : list of str or None
     n_resamples, seed, chunk_size, n_bins : int
+    n_clusters : int or None
+        ``G`` of a cluster bootstrap (``groups`` given), else None.
     """
 
     point: np.ndarray
@@ -680,6 +718,7 @@ class BootstrapResult:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     n_bins: int = 10
     extra: dict = field(default_factory=dict)
+    n_clusters: int | None = None
 
     def interval(self, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         """``(lo, hi)``, each of shape (S, M)."""
@@ -728,6 +767,7 @@ def paired_bootstrap(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     n_bins: int = 10,
     signal_names: Sequence[str] | None = None,
+    groups=None,
 ) -> BootstrapResult:
     """Paired percentile bootstrap of every (signal, metric) of one setting.
 
@@ -752,18 +792,33 @@ def paired_bootstrap(
     n_bins : int, default=10
     signal_names : list of str, optional
         Stored on the result for :mod:`confgrid.analysis.compare`.
+    groups : array-like of shape (n,), optional
+        A cluster label per item (ints, strings, any hashable); given, the
+        bootstrap resamples clusters (analysis/clusters.py): each resample
+        draws ``G`` of the ``G`` distinct clusters with replacement (chunk
+        ``c``: ``chunk_indices(G, ...)``, seeded as above) and keeps all their
+        rows, each row weighted by its cluster's multiplicity. None (default):
+        the row-level draw, unchanged.
 
     Returns
     -------
     BootstrapResult
         ``point`` (S, M) and ``resamples`` (S, M, n_resamples); with no rows
         every value is ``nan`` (with an :class:`UndefinedMetricWarning`).
+        ``n_clusters`` is ``G`` with ``groups``.
+
+    Raises
+    ------
+    ValueError
+        Bad inputs or metric names; ``groups`` of the wrong shape or with a
+        missing label.
     """
     metrics = _check_metrics(metrics)
     conf, corr = _stack_inputs(confidence, correct)
     S, n = conf.shape
     if signal_names is not None and len(signal_names) != S:
         raise ValueError(f"signal_names has {len(signal_names)} names for {S} signals")
+    clusters = cluster_codes(groups, n) if groups is not None and n else None
     point = _point_estimates(conf, corr, metrics, n_bins)  # warns on undefined
     kw = dict(
         metrics=metrics,
@@ -772,15 +827,17 @@ def paired_bootstrap(
         seed=int(seed),
         chunk_size=int(chunk_size),
         n_bins=int(n_bins),
+        n_clusters=clusters.n_clusters if clusters is not None else None,
     )
     if n == 0:
         return BootstrapResult(point, np.full((S, len(metrics), int(n_resamples)), np.nan), **kw)
     prep = _prepare(conf, corr, n_bins)
     res = np.empty((S, len(metrics), int(n_resamples)))
     with _one_blas_thread():
-        for c, idx in resample_indices(n, n_resamples, seed, chunk_size):
+        k = n if clusters is None else clusters.n_clusters
+        for c, idx in resample_indices(k, n_resamples, seed, chunk_size):
             start = c * int(chunk_size)
-            res[:, :, start : start + idx.shape[0]] = _chunk_from_prepared(prep, metrics, idx)
+            res[:, :, start : start + idx.shape[0]] = _chunk_from_prepared(prep, metrics, idx, clusters)
     return BootstrapResult(point, res, **kw)
 
 

@@ -108,10 +108,13 @@ def max_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def run_vectorized(settings, n_resamples, chunk_size, n_bins=10):
+def run_vectorized(settings, n_resamples, chunk_size, n_bins=10, cluster_size=None):
+    """``paired_bootstrap`` per setting; ``cluster_size`` m: the cluster bootstrap with items ``i // m`` as clusters
+    (m = 1: singleton clusters in item order, the row-level draws through the cluster path)."""
     return [
         BS.paired_bootstrap(s["confidence"], s["correct"], METRICS, n_resamples=n_resamples, seed=s["seed"],
-                            chunk_size=chunk_size, n_bins=n_bins)
+                            chunk_size=chunk_size, n_bins=n_bins,
+                            groups=None if cluster_size is None else np.arange(s["correct"].size) // cluster_size)
         for s in settings
     ]
 
@@ -311,6 +314,9 @@ def main(argv=None) -> int:
                          "a shared machine starves them behind every normal-priority process; 0 runs them at the "
                          "priority of the in-process path)")
     ap.add_argument("--tracemalloc", action="store_true", help="also report the tracemalloc peak (extra pass)")
+    ap.add_argument("--cluster-size", type=int, default=10,
+                    help="also time the cluster bootstrap (--group-col, bootstrap.cluster) with clusters of this many "
+                         "consecutive items (10: Rank-Calibration's generations per question); 0: skip")
     a = ap.parse_args(argv)
     print(f"machine: {os.cpu_count()} CPUs; load average (1/5/15 min) before the run: {_load()} "
           "(wall times are inflated when other processes share the cores; CPU times much less so)")
@@ -332,6 +338,19 @@ def main(argv=None) -> int:
     print(f"vectorized (in process): {t_vec:8.2f} s wall, {cpu_vec:7.2f} s CPU   peak RSS {rss1:.0f} MiB "
           f"(+{rss1 - rss0:.0f} MiB during the run, of which {res_mib:.0f} MiB are the results)   load {_load()}"
           + (f"   peak traced {peak_vec:.1f} MiB" if a.tracemalloc else ""))
+
+    t_cl = float("nan")
+    if a.cluster_size > 0:
+        t_cl = cpu_cl = float("inf")
+        for _ in range(max(1, a.repeat)):
+            _, t, _ = measure(lambda: run_vectorized(settings, a.resamples, a.chunk_size, cluster_size=a.cluster_size))
+            t_cl, cpu_cl = min(t_cl, t), min(cpu_cl, _LAST_CPU[0])
+        print(f"clustered (in process, clusters of {a.cluster_size} items, {a.n // a.cluster_size} per setting): "
+              f"{t_cl:8.2f} s wall, {cpu_cl:7.2f} s CPU   = {t_cl / t_vec:.2f}x the row-level wall, "
+              f"{cpu_cl / cpu_vec:.2f}x its CPU   load {_load()}")
+        one = run_vectorized(settings[:1], a.resamples, a.chunk_size, cluster_size=1)[0]
+        np.testing.assert_allclose(one.resamples, vec[0].resamples, rtol=0, atol=1e-12)
+        print("clustered with singleton clusters == row level on the same draws (atol 1e-12): OK")
 
     n_naive = min(a.naive_resamples, a.resamples, a.chunk_size)
     ns = min(a.naive_settings, a.settings)
@@ -394,6 +413,8 @@ def main(argv=None) -> int:
           f"(target >= 100x): {_met(ok_ratio)}")
     print(f"  vectorized wall: {t_vec:.2f} s (CPU {cpu_vec:.2f} s) (target < 20 s): {_met(t_vec < 20)}")
     print(f"  peak memory of the in-process run: {rss1:.0f} MiB RSS (target < 2048 MiB): {_met(rss1 < 2048)}")
+    if a.cluster_size > 0:
+        print(f"  clustered / row-level bootstrap: {t_cl / t_vec:.2f}x wall (clusters of {a.cluster_size})")
     if ray_times:
         r = ray_times[1][0] / ray_times[2][0]
         rc = ray_times[1][1] / ray_times[2][1]

@@ -26,6 +26,10 @@ signal scored (instance-aligned). Items lacking some signal are left out of
 that setting, counted per signal in ``alignment.csv`` and announced with an
 :class:`AnalyzeWarning`, never silently.
 
+Clusters: with ``--group-col COL`` the bootstrap resamples the distinct
+values of ``COL`` with all their items (flows/analyze_groups.py); the tables
+say so (``cluster_col``, ``n_clusters``).
+
 Determinism: settings, signals and items are sorted (as strings), so the
 output does not depend on the order of the input rows. The bootstrap seed of
 a setting is ``setting_seed(setting, "", seed)`` (SHA-256 of the JSON
@@ -75,6 +79,7 @@ from confgrid.analysis.bootstrap import (
 )
 from confgrid.analysis.compare import excludes_zero
 from confgrid.analysis.registry import METRICS
+from confgrid.flows.analyze_groups import cluster_note, setting_groups, with_cluster_columns
 from confgrid.flows.analyze_input import (  # noqa: F401 - importable from here as before
     _FLAGS,
     MAX_PROBLEMS,
@@ -180,9 +185,11 @@ class _Setting:
     confidence: np.ndarray  # (S, n)
     correct: np.ndarray  # (S, n)
     seed: int
+    groups: np.ndarray | None = None  # (n,) cluster label per item (--group-col)
 
 
-def _align(rows: pd.DataFrame, base_seed: int) -> tuple[list[_Setting], pd.DataFrame]:
+def _align(rows: pd.DataFrame, base_seed: int, group_col: str | None = None,
+           where: pd.Series | None = None) -> tuple[list[_Setting], pd.DataFrame]:
     settings, table = [], []
     for name, sub in rows.groupby("setting", sort=True):
         per = {s: set(g) for s, g in sub.groupby("signal", sort=True)["item_id"]}
@@ -203,6 +210,7 @@ def _align(rows: pd.DataFrame, base_seed: int) -> tuple[list[_Setting], pd.DataF
             name, signals, common,
             wide_c[signals].to_numpy(np.float64).T.copy(), wide_y[signals].to_numpy(np.float64).T.copy(),
             setting_seed(name, "", base_seed),
+            setting_groups(sub, common, name, group_col, where) if group_col is not None else None,
         ))
     return settings, pd.DataFrame(table, columns=ALIGNMENT_COLUMNS)
 
@@ -272,6 +280,7 @@ def analyze(
     candidates: str | Path | None = None,
     comparison_resamples: int = 2000,
     ia_strata: int | None = None,
+    group_col: str | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Metrics with paired bootstrap intervals and pairwise gaps of an input file.
 
@@ -314,6 +323,11 @@ def analyze(
         score match). The ACE tables are returned too (``"ace_gaps"``, ...) and
         written as ``OUT/ace_*``; each setting of the usual tables is then
         ``model/setting``.
+    group_col : str, optional
+        A column of the file naming each item's cluster: the bootstrap then
+        resamples clusters with all their items (flows/analyze_groups.py);
+        the metrics and gaps tables gain ``cluster_col`` and ``n_clusters``.
+        None: items are resampled.
 
     Returns
     -------
@@ -362,21 +376,26 @@ def analyze(
     if out_dir.exists() and not out_dir.is_dir():
         raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
 
-    rows, _ = read_input(input_path, columns)
-    settings, alignment = _align(rows, int(seed))
+    if group_col is not None:
+        columns = {**(columns or {}), "group": group_col}
+    rows, where = read_input(input_path, columns)
+    settings, alignment = _align(rows, int(seed), group_col, where)
 
     if use_ray:
         from confgrid.flows.bootstrap_ray import bootstrap_settings_ray
 
         results = bootstrap_settings_ray(
-            {st.name: (st.confidence, st.correct, st.signals, st.seed) for st in settings},
+            {st.name: (st.confidence, st.correct, st.signals, st.seed, st.groups) for st in settings},
             metric_names, int(n_resamples), n_bins=int(n_bins), chunk_size=int(chunk_size), num_workers=num_workers)
     else:
         results = {st.name: paired_bootstrap(st.confidence, st.correct, metric_names, n_resamples=int(n_resamples),
                                              seed=st.seed, chunk_size=int(chunk_size), n_bins=int(n_bins),
-                                             signal_names=st.signals)
+                                             signal_names=st.signals, groups=st.groups)
                    for st in settings}
     metrics_df, gaps_df = _tables(settings, results, metric_names, level)
+    n_clusters = {st.name: results[st.name].n_clusters for st in settings if st.groups is not None}
+    metrics_df, gaps_df = (with_cluster_columns(df, group_col, n_clusters) for df in (metrics_df, gaps_df))
+    metrics_df.attrs["resampled"] = cluster_note(group_col, n_clusters)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = {"metrics": metrics_df, "gaps": gaps_df, "alignment": alignment}
@@ -384,6 +403,9 @@ def analyze(
         for ext in (".csv", ".parquet"):
             _write(df, out_dir / f"{name}{ext}")
     if "model" in rows.columns:
+        if group_col is not None:
+            warnings.warn(f"--group-col {group_col!r} clusters the metrics and gaps; the comparison across models "
+                          "still resamples single items", AnalyzeWarning, stacklevel=2)
         ace = compare_models(rows, out_dir, views=views, pairs=pairs, candidates=cand_df,
                              n_resamples=int(comparison_resamples), seed=int(seed), n_bins=int(n_bins),
                              ia_strata=ia_strata)
@@ -397,6 +419,8 @@ def analyze(
     params = dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
                   seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size), use_ray=bool(use_ray),
                   n_rows=len(rows), n_settings=len(settings), **{f"column.{r}": c for r, c in _columns(columns).items()})
+    if group_col is not None:  # a cluster bootstrap: say so, on which column, how many clusters
+        params.update(interval="clustered", group_col=group_col, n_clusters=",".join(map(str, n_clusters.values())))
     record = _record(input_path, settings, params, tracking_uri)
     from confgrid.flows.store import write_text_atomic
 
@@ -425,7 +449,10 @@ def _record(input_path: Path, settings: list[_Setting], params: dict[str, Any],
         "tags": {"confgrid.command": "analyze", "confgrid.input": str(input_path.resolve()),
                  "confgrid.input_sha256": digest},
         "children": [{"name": st.name, "params": dict(setting=st.name, seed=st.seed, n_items=len(st.items),
-                                                       signals=st.signals)} for st in settings],
+                                                       signals=st.signals,
+                                                       **({} if st.groups is None else
+                                                          {"n_clusters": len(set(st.groups.tolist()))}))}
+                     for st in settings],
     }
 
 
@@ -525,6 +552,8 @@ def analyze_cmd(
                                              help="Paired resamples per comparison cell."),
     ia_strata: int = typer.Option(None, "--ia-strata", help="Graded correctness: IA matches scores in the same of "
                                   "this many equal-width strata (default: exact score match)."),
+    group_col: str = typer.Option(None, "--group-col", help="Column naming each item's cluster (e.g. the question "
+                                  "of several generations): the bootstrap resamples clusters with all their items."),
 ) -> None:
     """Metrics with paired bootstrap intervals, and paired gaps between signals, of outputs from anywhere.
 
@@ -533,7 +562,9 @@ def analyze_cmd(
     Every bad row is reported by line (CSV: the header is line 1; Parquet:
     0-based row) and nothing is written (exit status 2). Within a setting,
     signals are compared on the items all of them scored; items left out are
-    counted in alignment.csv. Writes OUT/metrics.csv (setting, signal, metric,
+    counted in alignment.csv. --group-col COL resamples the clusters of COL
+    (e.g. the question of several generations) with all their items, for
+    intervals that allow for rows that are not independent. Writes OUT/metrics.csv (setting, signal, metric,
     point, lo, hi, n), OUT/gaps.csv (gap = metric(signal_a) -
     metric(signal_b), every ordered pair), OUT/alignment.csv, Parquet copies,
     and an MLflow parent run (experiment confgrid/analyze) with one child run
@@ -563,7 +594,7 @@ def analyze_cmd(
             tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
                              columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
                              num_workers=workers, views=views, pairs=pairs, candidates=candidates,
-                             comparison_resamples=comparison_bootstrap, ia_strata=ia_strata)
+                             comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, group_col=group_col)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
             typer.echo(f"confgrid analyze: {exc}", err=True)
@@ -571,10 +602,11 @@ def analyze_cmd(
     _echo_warnings(caught)
     m = tables["metrics"]
     typer.echo(f"{m['setting'].nunique()} setting(s), {len(m)} (setting, signal, metric) rows, "
-               f"{len(tables['gaps'])} gap rows, {bootstrap} paired resamples.")
+               f"{len(tables['gaps'])} gap rows, {bootstrap} {m.attrs.get('resampled', 'paired resamples')}.")
     if len(m) <= 60:
+        shown = ["setting", "signal", "metric", "point", "lo", "hi", "n", *(["n_clusters"] if group_col else [])]
         with pd.option_context("display.width", 120, "display.max_columns", 20):
-            typer.echo(m[["setting", "signal", "metric", "point", "lo", "hi", "n"]].to_string(index=False))
+            typer.echo(m[shown].to_string(index=False))
     typer.echo(f"Wrote {out / 'metrics.csv'}, {out / 'gaps.csv'}, {out / 'alignment.csv'} (+ .parquet)")
     if "ace_gaps" in tables:
         from rich.console import Console

@@ -3,7 +3,8 @@
 Split from flows/analyze.py (the analysis itself). The roles of the input
 columns are :data:`ROLES` (``setting``, ``item_id``, ``signal``,
 ``confidence``, ``correct``) and :data:`OPTIONAL_ROLES` (``model``: read when
-the file has the column, to compare models). Bad input raises
+the file has the column, to compare models; ``group``: read only when named,
+by ``--group-col``, and then required: the clusters of the bootstrap). Bad input raises
 :class:`AnalyzeInputError` listing every problem; nothing is computed then.
 """
 
@@ -23,10 +24,13 @@ __all__ = ["ROLES", "OPTIONAL_ROLES", "MAX_PROBLEMS", "AnalyzeInputError", "read
 
 #: the five roles of the input columns, in report order
 ROLES = ("setting", "item_id", "signal", "confidence", "correct")
-#: optional roles: read when the file has the column (``model``: compare models, study 001)
-OPTIONAL_ROLES = ("model",)
+#: optional roles: read when the file has the column (``model``: compare models, study 001), ``group`` only when
+#: named (the clusters of a cluster bootstrap, ``--group-col``; the file must have it then)
+OPTIONAL_ROLES = ("model", "group")
+_NAMED_ONLY = ("group",)
 _FLAGS = {"setting": "--setting-col", "item_id": "--item-col", "signal": "--signal-col",
-          "confidence": "--confidence-col", "correct": "--correct-col", "model": "--model-col"}
+          "confidence": "--confidence-col", "correct": "--correct-col", "model": "--model-col",
+          "group": "--group-col"}
 _FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 #: problems listed in an input error before "... and K more"
 MAX_PROBLEMS = 20
@@ -56,7 +60,11 @@ def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
                 raise AnalyzeInputError(f"{_FLAGS[role]}: empty column name")
             cols[role] = str(name)
     given = {r for r, n in (columns or {}).items() if n is not None}
-    for r in OPTIONAL_ROLES:  # an optional role named like a required one by default is simply not read
+    for r in _NAMED_ONLY:
+        if r not in given:
+            del cols[r]
+    # an optional role named like a required one by default is simply not read
+    for r in (o for o in OPTIONAL_ROLES if o not in _NAMED_ONLY):
         if r not in given and cols[r] in [cols[x] for x in ROLES]:
             del cols[r]
     names = list(cols.values())
@@ -93,9 +101,10 @@ def _format(path: Path) -> str:
 
 
 def _missing_columns(path: Path, found: Sequence[str], cols: dict[str, str]) -> None:
-    missing = [r for r in ROLES if cols[r] not in found]
+    missing = [r for r in (*ROLES, *_NAMED_ONLY) if r in cols and cols[r] not in found]
     if missing:
-        lack = "; ".join(f"{cols[r]!r} (the {r} column; map another name with {_FLAGS[r]} NAME)" for r in missing)
+        lack = "; ".join(f"{cols[r]!r} (the {r} column; map another name with {_FLAGS[r]} NAME)" if r != "group"
+                         else f"{cols[r]!r} (named by --group-col)" for r in missing)
         shown = ", ".join(repr(c) for c in found) if found else "none"
         raise AnalyzeInputError(f"{path}: missing column(s) {lack}. Columns found: {shown}")
 
@@ -189,13 +198,15 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tu
         ``.csv``, ``.jsonl`` / ``.ndjson`` or ``.parquet`` / ``.pq``.
     columns : mapping, optional
         Role -> column name for the roles of :data:`ROLES` that are named
-        differently in the file.
+        differently in the file; ``"group"`` names the cluster column
+        (``--group-col``), which is then required.
 
     Returns
     -------
     rows : DataFrame
         Columns ``setting``, ``item_id``, ``signal`` (str), ``confidence``,
-        ``correct`` (float64), one row per input row, in file order.
+        ``correct`` (float64), and ``group`` (str) when named, one row per
+        input row, in file order.
     where : Series of str
         Each row's place in the file (``"line 5"``, ``"row 3"``), same index.
 
@@ -225,7 +236,8 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tu
         label = role if cols[role] == role else f"{cols[role]!r} ({role})"
         out = []
         for i, v in enumerate(raw.values[role]):
-            value, msg = (_id if role in ("setting", "item_id", "signal", "model") else _number)(v, role, label)
+            check = _id if role in ("setting", "item_id", "signal", "model", "group") else _number
+            value, msg = check(v, role, label)
             if msg is not None:
                 problems.append((raw.pos[i], f"{raw.where[i]}: {msg}"))
                 ok[i] = False
@@ -243,6 +255,8 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tu
         rows.insert(1, "dataset", rows["setting"])
         rows["setting"] = [f"{m}/{d}" if m is not None and d is not None else None
                            for m, d in zip(rows["model"], rows["dataset"], strict=True)]
+    if "group" in parsed:  # the cluster of each row (--group-col)
+        rows["group"] = pd.Series(parsed["group"], dtype=object)
     where = pd.Series(raw.where, dtype=object)
     keyed = rows[["setting", "item_id", "signal"]].notna().all(axis=1).to_numpy()
     if keyed.any():

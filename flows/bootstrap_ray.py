@@ -48,6 +48,7 @@ from confgrid.analysis.bootstrap import (
     n_chunks,
     paired_bootstrap,
 )
+from confgrid.analysis.clusters import cluster_codes
 
 __all__ = ["SettingInput", "bootstrap_settings_ray", "bootstrap_one", "ensure_ray"]
 
@@ -67,12 +68,16 @@ class SettingInput:
     seed : int
         Non-negative bootstrap seed of the setting (e.g.
         :func:`~confgrid.analysis.bootstrap.setting_seed`).
+    groups : array-like of shape (n,) or None
+        A cluster label per item: the cluster bootstrap of
+        :func:`~confgrid.analysis.bootstrap.paired_bootstrap` (None: row level).
     """
 
     confidence: Any
     correct: Any
     signal_names: Sequence[str] | None
     seed: int
+    groups: Any = None
 
 
 def ensure_ray() -> None:
@@ -100,8 +105,9 @@ def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], metrics: 
         by_key.setdefault(key, []).append(c)
     settings, chunks, shapes, values = [], [], [], []
     for key, cs in by_key.items():
-        conf, corr, seed = ray.get(refs[key])
-        outs = bootstrap_chunks(conf, corr, metrics, n_resamples, seed, cs, chunk_size=chunk_size, n_bins=n_bins)
+        conf, corr, seed, groups = ray.get(refs[key])
+        outs = bootstrap_chunks(conf, corr, metrics, n_resamples, seed, cs, chunk_size=chunk_size, n_bins=n_bins,
+                                groups=groups)
         for c, out in zip(cs, outs, strict=True):
             settings.append(key)
             chunks.append(c)
@@ -127,13 +133,15 @@ def _as_input(name: str, value) -> SettingInput:
     if isinstance(value, SettingInput):
         return value
     try:
-        conf, corr, names, seed = value
+        conf, corr, names, seed, *rest = value
+        if len(rest) > 1:
+            raise ValueError
     except (TypeError, ValueError):
         raise ValueError(
-            f"settings[{name!r}] must be (confidence (S, n), correct (S, n) or (n,), signal_names, seed); "
+            f"settings[{name!r}] must be (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups]); "
             f"got {type(value).__name__}"
         ) from None
-    return SettingInput(conf, corr, names, seed)
+    return SettingInput(conf, corr, names, seed, *rest)
 
 
 def bootstrap_settings_ray(
@@ -148,9 +156,10 @@ def bootstrap_settings_ray(
 
     Parameters
     ----------
-    settings : mapping of str to SettingInput or 4-tuple
-        ``name -> (confidence (S, n), correct (S, n) or (n,), signal_names, seed)``;
-        ``S`` and ``n`` may differ between settings.
+    settings : mapping of str to SettingInput or 4- or 5-tuple
+        ``name -> (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups])``;
+        ``S`` and ``n`` may differ between settings; ``groups`` (n,) cluster
+        labels make that setting's bootstrap a cluster bootstrap.
     metrics : list of str
         Metric names with a weighted kernel (``"ece"``, ``"auroc"``,
         ``"aurc"``, ``"brier"``).
@@ -171,7 +180,7 @@ def bootstrap_settings_ray(
     dict of str to BootstrapResult
         Same keys and order as ``settings``. ``point`` and ``resamples`` are
         bit-identical to ``paired_bootstrap(confidence, correct, metrics,
-        n_resamples, seed, chunk_size, n_bins, signal_names)`` of each setting
+        n_resamples, seed, chunk_size, n_bins, signal_names, groups)`` of each setting
         (``nan`` where a metric is undefined on a resample).
 
     Raises
@@ -198,7 +207,7 @@ def bootstrap_settings_ray(
     for name, inp in inputs.items():
         try:
             head = paired_bootstrap(inp.confidence, inp.correct, metrics, n_resamples=1, seed=inp.seed,
-                                    chunk_size=1, n_bins=n_bins, signal_names=inp.signal_names)
+                                    chunk_size=1, n_bins=n_bins, signal_names=inp.signal_names, groups=inp.groups)
         except ValueError as exc:
             raise ValueError(f"setting {name!r}: {exc}") from None
         conf = np.asarray(inp.confidence, dtype=np.float64)
@@ -208,9 +217,12 @@ def bootstrap_settings_ray(
         results[name] = BootstrapResult(
             head.point, np.full((S, len(head.metrics), int(n_resamples)), np.nan), head.metrics,
             head.signal_names, int(n_resamples), int(inp.seed), int(chunk_size), int(n_bins),
+            n_clusters=head.n_clusters,
         )
         if n > 0:  # no rows: every resample is nan, as in paired_bootstrap
-            arrays[name] = (np.ascontiguousarray(conf), np.ascontiguousarray(corr), int(inp.seed))
+            # the int64 cluster codes travel (same clusters, same order as the labels)
+            groups = None if inp.groups is None else cluster_codes(inp.groups, n).codes
+            arrays[name] = (np.ascontiguousarray(conf), np.ascontiguousarray(corr), int(inp.seed), groups)
     if not arrays:
         return results
     metric_names = next(iter(results.values())).metrics
@@ -269,15 +281,16 @@ def bootstrap_one(
     signal_names: Sequence[str] | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     num_workers: int | None = None,
+    groups=None,
 ) -> BootstrapResult:
     """Paired bootstrap of one setting, in process or with Ray Data (same numbers).
 
     ``use_ray=False`` calls :func:`paired_bootstrap`; ``use_ray=True`` calls
     :func:`bootstrap_settings_ray` with this one setting. The results are
-    bit-identical.
+    bit-identical. ``groups`` (n,) cluster labels: the cluster bootstrap.
     """
     if not use_ray:
         return paired_bootstrap(conf, corr, metrics, n_resamples=n_resamples, seed=seed, chunk_size=chunk_size,
-                                n_bins=n_bins, signal_names=signal_names)
-    return bootstrap_settings_ray({"setting": (conf, corr, signal_names, seed)}, metrics, n_resamples,
+                                n_bins=n_bins, signal_names=signal_names, groups=groups)
+    return bootstrap_settings_ray({"setting": (conf, corr, signal_names, seed, groups)}, metrics, n_resamples,
                                   n_bins=n_bins, chunk_size=chunk_size, num_workers=num_workers)["setting"]

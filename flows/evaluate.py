@@ -26,7 +26,7 @@ from confgrid.flows.results import setting_tables
 from confgrid.flows.spec import GridSpec
 from confgrid.flows.stages import signal_table, token_signal
 
-__all__ = ["Evaluation", "evaluate", "primary_group", "select", "shift_pairs"]
+__all__ = ["Evaluation", "evaluate", "primary_group", "select", "shift_pairs", "item_clusters", "cluster_problems"]
 
 log = logging.getLogger("confgrid")
 
@@ -77,6 +77,54 @@ def shift_pairs(contexts: tuple[str, ...], aggregations: tuple[str, ...]) -> lis
     pairs = [(token_signal(a, prim, prim), token_signal(b, prim, prim)) for a, b in itertools.combinations(contexts, 2)]
     pairs += [(token_signal(c, prim, prim), token_signal(c, agg, prim)) for c in contexts for agg in aggregations[1:]]
     return pairs
+
+
+def item_clusters(items: list, field: str) -> dict[str, str]:
+    """item_id -> cluster label of ``bootstrap.cluster``: the item's metadata ``field``, or its id for ``item_id``.
+
+    Raises
+    ------
+    ValueError
+        An item lacks the field (the message names the first such item and the
+        fields the items have).
+    """
+    if field == "item_id":
+        return {it.item_id: it.item_id for it in items}
+    lack = [it for it in items if not str(it.metadata.get(field, "")).strip()]
+    if lack:
+        have = sorted({k for it in items for k in it.metadata})
+        raise ValueError(f"{len(lack)} of {len(items)} items have no metadata field {field!r} (e.g. "
+                         f"{lack[0].item_id!r}); their fields: {', '.join(have) or 'none'}; or use 'item_id'")
+    return {it.item_id: str(it.metadata[field]) for it in items}
+
+
+def cluster_problems(spec: GridSpec, items: dict[str, list]) -> list[tuple[str, str]]:
+    """``bootstrap.cluster`` against the loaded items, before any model runs (flows/runner.py).
+
+    Every item of every dataset needs the field, and a dataset needs at least
+    two clusters (with one, every resample is the whole data and the interval
+    has zero width).
+
+    Returns
+    -------
+    list of (field, message)
+        Empty when the grid can run; else :class:`~confgrid.flows.spec.GridSpecError` entries.
+    """
+    field = spec.bootstrap.cluster
+    if field is None:
+        return []
+    problems = []
+    for d in spec.datasets:
+        its = items.get(d.name, [])
+        try:
+            labels = item_clusters(its, field)
+        except ValueError as exc:
+            problems.append(("bootstrap.cluster", f"dataset {d.name!r} ({d.adapter}): {exc}"))
+            continue
+        if its and len(set(labels.values())) < 2:
+            problems.append(("bootstrap.cluster", f"dataset {d.name!r} ({d.adapter}): every item is in one cluster "
+                             f"of {field!r} ({next(iter(labels.values()))!r}); a cluster bootstrap needs two or more"))
+    return problems
 
 
 def _with_group(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:
@@ -139,6 +187,7 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit]) -> Evaluat
     from confgrid.analysis.metrics import UndefinedMetricWarning
 
     mets, gaps, shifts, sig_frames, settings_rows = [], [], [], [], []
+    cluster = spec.bootstrap.cluster
     groups: dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]] = {}
     with warnings.catch_warnings(record=True) as undefined:
         warnings.simplefilter("always", UndefinedMetricWarning)
@@ -161,7 +210,9 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit]) -> Evaluat
                                          base_seed=spec.bootstrap.seed, level=spec.bootstrap.level,
                                          use_ray=spec.execution.bootstrap_backend == "ray_data",
                                          num_workers=spec.execution.bootstrap_workers,
-                                         pairs=shift_pairs(ctxs, spec.scoring.aggregations))
+                                         pairs=shift_pairs(ctxs, spec.scoring.aggregations),
+                                         clusters=item_clusters(u.items, cluster) if cluster else None,
+                                         cluster_col=cluster)
                     for df, acc in zip(out[:3], (mets, gaps, shifts), strict=True):
                         if len(df):
                             acc.append(_with_group(df, group))

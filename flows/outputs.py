@@ -241,6 +241,7 @@ def grid_params(spec: GridSpec) -> dict[str, Any]:
         "bootstrap.resamples": spec.bootstrap.resamples,
         "bootstrap.seed": spec.bootstrap.seed,
         "bootstrap.level": spec.bootstrap.level,
+        **({"bootstrap.cluster": spec.bootstrap.cluster} if spec.bootstrap.cluster else {}),
         "models": [m.name for m in spec.models],
         "datasets": [d.name for d in spec.datasets],
         "confgrid_version": __version__,

@@ -9,6 +9,7 @@ signal and metric, and labels the tidy tables with the setting.
 from __future__ import annotations
 
 import itertools
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,8 @@ def setting_tables(
     use_ray: bool = False,
     num_workers: int | None = None,
     pairs: list[tuple[str, str]] | None = None,
+    clusters: Mapping[str, str] | None = None,
+    cluster_col: str | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, BootstrapResult]:
     """Metrics, gaps and shifts of one (model, dataset) setting.
 
@@ -51,6 +54,15 @@ def setting_tables(
         (flows/bootstrap_ray.py); bit-identical to the in-process path.
     pairs : list of (signal, signal), optional
         Token-signal pairs whose gap shift is reported (default: every pair).
+    clusters : mapping of str to str, optional
+        item_id -> cluster label (``bootstrap.cluster``): the bootstrap then
+        resamples clusters with all their items, and the three tables gain
+        the columns ``cluster_col`` (``cluster_col``) and ``n_clusters``.
+
+    Raises
+    ------
+    ValueError
+        ``clusters`` lacks an item of ``signals``.
 
     Returns
     -------
@@ -76,11 +88,21 @@ def setting_tables(
     conf = signals.pivot(index="item_id", columns="signal", values="confidence")[order].to_numpy(np.float64).T
     corr = signals.pivot(index="item_id", columns="signal", values="correct")[order].to_numpy(np.float64).T
     n = conf.shape[1]
+    groups = None
+    if clusters is not None:
+        items = signals.pivot(index="item_id", columns="signal", values="confidence").index
+        lack = [i for i in items if i not in clusters]
+        if lack:
+            raise ValueError(f"setting {setting!r}: no cluster ({cluster_col!r}) for {len(lack)} item(s), e.g. "
+                             f"{lack[0]!r}")
+        groups = np.array([clusters[i] for i in items], dtype=object)
     res = bootstrap_one(conf, corr, list(metrics), n_resamples=n_resamples,
                         seed=setting_seed(model, dataset, base_seed), n_bins=n_bins, signal_names=order,
-                        use_ray=use_ray, num_workers=num_workers)
+                        use_ray=use_ray, num_workers=num_workers, groups=groups)
     lo, hi = res.interval(level)
     base = {"setting": setting, "model": model, "dataset": dataset}
+    if groups is not None:  # the tables say the intervals are clustered, on which field, over how many clusters
+        base.update(cluster_col=cluster_col, n_clusters=res.n_clusters)
     metrics_df = pd.DataFrame([
         {**base, "signal": sig, "context": ctx_of[sig], "aggregation": agg_of.get(sig, ""), "metric": met,
          "point": res.point[s, j], "lo": lo[s, j], "hi": hi[s, j], "n": n}

@@ -40,7 +40,7 @@ import yaml
 from confgrid.flows.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
 from confgrid.flows.capability import capability_mlflow_metrics
 from confgrid.flows.assemble import assemble, shard_table
-from confgrid.flows.evaluate import Evaluation, evaluate
+from confgrid.flows.evaluate import Evaluation, cluster_problems, evaluate
 from confgrid.flows.execute import Executor
 from confgrid.flows.methods import evaluate_methods, method_tables
 from confgrid.flows.outputs import grid_params, log_results, write_outputs
@@ -342,7 +342,7 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
     _write_grid(spec, store, grid_text)
     # every dataset is loaded before any model, Ray or MLflow is touched: a bad file fails here
     items = {d.name: _load_items(d) for d in spec.datasets}
-    if problems := check_items(spec, items):
+    if problems := check_items(spec, items) + cluster_problems(spec, items):
         raise GridSpecError(problems, "grid (checked against the loaded items)")
     pruned = store.prune(_in_grid(spec))
     if pruned:

@@ -13,6 +13,7 @@ model) and ``path: bundled`` on a dataset (the bundled sample of its adapter).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -350,6 +351,19 @@ class BootstrapSpec(_Spec):
     resamples: int = Field(10_000, ge=1, le=1_000_000, description="Number of paired resamples.")
     seed: int = Field(0, ge=0, description="Base seed; each setting's seed is derived from (model, dataset, seed).")
     level: float = Field(0.95, gt=0.0, lt=1.0, description="Percentile interval level, in (0, 1).")
+    cluster: str | None = Field(
+        None, description="Cluster bootstrap: an item metadata field (e.g. category) or item_id; the bootstrap "
+        "resamples its distinct values with all their items (analysis/clusters.py). None: items are resampled.")
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster_field(cls, v: str | None) -> str | None:
+        # the per-answer columns of the signal table vary within an item: no cluster of items
+        per_answer = ("signal", "context", "aggregation", "confidence", "correct", "replaced")
+        if v is not None and (v in per_answer or not re.match(LABEL_PATTERN, v)):
+            raise ValueError(f"{v!r} is not an item-level field; allowed: an item metadata field of the datasets "
+                             "(e.g. 'category', 'subject'), 'item_id', or null for the item-level bootstrap")
+        return v
 
 
 class ExecutionSpec(_Spec):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,17 @@ def qwen3():
         785, 6722, 315, 9625, 374, 12095, 13,
     ]
     return tok
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local 2-CPU Ray for the module's tests (shut down after them unless Ray was already running)."""
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()

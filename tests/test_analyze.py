@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -368,19 +367,6 @@ def test_a_broken_sqlite_store_is_a_visible_failure(tmp_path):
         t = analyze(SMALL, tmp_path / "api", n_resamples=20, tracking_uri=f"sqlite:///{bad}")
     assert t["metrics"].attrs["tracking_failure"].tracking_uri == f"sqlite:///{bad}"
     assert "mlflow_parent_run_id" not in t["metrics"].attrs
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 def test_ray_path_writes_the_same_files(tmp_path, ray_local):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
@@ -12,19 +11,6 @@ from confgrid.analysis.bootstrap import UndefinedMetricWarning, paired_bootstrap
 from confgrid.flows.bootstrap_ray import SettingInput, bootstrap_one, bootstrap_settings_ray
 
 METRICS = ["ece", "auroc", "aurc", "brier"]
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 def _settings():

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-ANALYSIS = ["metrics", "estimators", "registry", "kernels", "bootstrap", "reliability", "transfer", "compare", "summary",
-            "tables", "calibration_summary", "hard_easy"]
+ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "bootstrap", "reliability", "transfer",
+            "compare", "summary", "tables", "calibration_summary", "hard_easy"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
 ALLOWED = {
@@ -22,14 +22,15 @@ ALLOWED = {
     "estimators": {"metrics"},
     "registry": {"metrics", "estimators"},
     "kernels": {"metrics", "estimators"},
-    "bootstrap": {"metrics", "estimators", "registry", "kernels"},
+    "clusters": set(),
+    "bootstrap": {"metrics", "estimators", "registry", "kernels", "clusters"},
     "reliability": {"metrics", "estimators"},
     "transfer": {"metrics"},
-    "compare": {"metrics", "estimators", "registry", "kernels", "bootstrap"},
-    "summary": {"metrics", "estimators", "registry", "kernels", "bootstrap", "compare"},
-    "tables": {"metrics", "estimators", "registry", "kernels", "bootstrap", "compare", "summary"},
+    "compare": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap"},
+    "summary": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap", "compare"},
+    "tables": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap", "compare", "summary"},
     "calibration_summary": {"metrics", "estimators"},
-    "hard_easy": {"metrics", "estimators", "registry", "kernels", "bootstrap"},
+    "hard_easy": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap"},
 }
 
 _PROBE = """
