@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from ray_local import run_on_local_ray
+from ray_grid import run_on_local_ray
 
 from confgrid.flows.spec import parse_grid
 
