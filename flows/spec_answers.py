@@ -14,7 +14,7 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.flows.spec_base import LABEL_PATTERN, _known, _Spec
 
-__all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "JSON_MAX_NEW_TOKENS"]
+__all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "JSON_MAX_NEW_TOKENS", "BOXED_MAX_NEW_TOKENS"]
 
 
 class ElicitationSpec(_Spec):
@@ -29,9 +29,21 @@ class ElicitationSpec(_Spec):
     def _known_prompt(cls, v: str) -> str:
         return _known("prompt", v)
 
+    @model_validator(mode="after")
+    def _worked_solution_budget(self) -> ElicitationSpec:
+        from confgrid.protocols.prompts import get_prompt
+
+        if get_prompt(self.prompt).output == "boxed" and "max_new_tokens" not in self.model_fields_set:
+            raise ValueError(f"prompt {self.prompt!r} asks for a worked solution (output boxed); the default budget "
+                             "of 32 new tokens cuts it off: set elicitation.max_new_tokens (e.g. 512, more for a "
+                             "thinking model)")
+        return self
+
 
 #: Decoding budget of a JSON prompt's answer set unless declared (an object with reasoning needs more than 32).
 JSON_MAX_NEW_TOKENS = 96
+#: Decoding budget of a worked-solution prompt's answer set (``output: boxed``) unless declared.
+BOXED_MAX_NEW_TOKENS = 512
 
 
 class AnswerSetSpec(_Spec):
@@ -47,12 +59,13 @@ class AnswerSetSpec(_Spec):
     format: Literal["open", "mc"] = Field(
         "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only)."
     )
-    max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Decoding budget (default 32 open, 20 mc).")
+    max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Decoding budget (default 32 open, 20 mc, "
+                                       "96 for a JSON prompt, 512 for a boxed worked solution).")
     shuffle_options: StrictBool = Field(False, description="mc: shuffle option order with a fixed seed per question.")
     shuffle_seed: int = Field(0, ge=0, description="mc: base seed of the option shuffle.")
     contexts: tuple[str, ...] | None = Field(
-        None, description="Scoring contexts of this set (default: none for a JSON prompt, scoring.contexts for open, "
-        "mc_bare/mc_answer_slot/mc_guess_slot for mc)."
+        None, description="Scoring contexts of this set (default: none for a JSON or boxed prompt, scoring.contexts "
+        "for open, mc_bare/mc_answer_slot/mc_guess_slot for mc)."
     )
     rules: tuple[str, ...] | None = Field(
         None, description="Correctness rules analyzed for this set (default: correctness.rules for open, mc_letter for mc).",
@@ -122,13 +135,17 @@ class AnswerSetSpec(_Spec):
 
     @property
     def new_tokens(self) -> int:
-        """Decoding budget: declared, else 20 (mc), 32 (open), JSON_MAX_NEW_TOKENS for a JSON prompt."""
+        """Decoding budget: declared, else 20 (mc), 32 (open), JSON_MAX_NEW_TOKENS for a JSON prompt,
+        BOXED_MAX_NEW_TOKENS for a worked solution (``output: boxed``)."""
         from confgrid.protocols.mc import MC_MAX_NEW_TOKENS
         from confgrid.protocols.prompts import get_prompt
 
         if self.max_new_tokens:
             return self.max_new_tokens
-        if get_prompt(self.prompt).output != "labels":
+        output = get_prompt(self.prompt).output
+        if output == "boxed":
+            return BOXED_MAX_NEW_TOKENS
+        if output != "labels":
             return JSON_MAX_NEW_TOKENS
         return MC_MAX_NEW_TOKENS if self.format == "mc" else 32
 
@@ -138,11 +155,13 @@ class AnswerSetSpec(_Spec):
         if self.verbalized is not None:
             return self.verbalized
         p = get_prompt(self.prompt)
-        return "stated" if p.confidence_label or p.output != "labels" else "probe"
+        # a JSON prompt states its probability; a labelled or boxed one only with a confidence label
+        return "stated" if p.confidence_label or p.output in ("json", "json_options") else "probe"
 
     def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
         """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come
-        from the ``letter_probability`` method), mc_bare/mc_answer_slot/mc_guess_slot for mc, else ``default``."""
+        from the ``letter_probability`` method) or a boxed worked solution, mc_bare/mc_answer_slot/mc_guess_slot
+        for mc, else ``default``."""
         from confgrid.protocols.prompts import get_prompt
 
         if self.contexts is not None:
