@@ -14,7 +14,8 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.flows.spec_base import LABEL_PATTERN, _known, _Spec
 
-__all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "JSON_MAX_NEW_TOKENS", "BOXED_MAX_NEW_TOKENS"]
+__all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "JSON_MAX_NEW_TOKENS", "BOXED_MAX_NEW_TOKENS",
+           "probe_prompt_problem"]
 
 
 class ElicitationSpec(_Spec):
@@ -81,7 +82,8 @@ class AnswerSetSpec(_Spec):
     verbalized: Literal["stated", "probe", "none"] | None = Field(
         None,
         description="Where the verbalized score comes from: 'stated' (the generation states it), 'probe' (the "
-        "supplied-answer format re-asks for it), 'none'. Default: stated if the prompt asks for a probability, else probe.",
+        "supplied-answer format re-asks for it), 'none'. Default: stated if the prompt asks for a probability, else "
+        "probe (none for a worked-solution prompt, output boxed).",
     )
 
     @field_validator("prompt")
@@ -155,8 +157,9 @@ class AnswerSetSpec(_Spec):
         if self.verbalized is not None:
             return self.verbalized
         p = get_prompt(self.prompt)
-        # a JSON prompt states its probability; a labelled or boxed one only with a confidence label
-        return "stated" if p.confidence_label or p.output in ("json", "json_options") else "probe"
+        if p.output == "boxed":  # a worked solution: its number re-supplied after Guess: is no reply to probe
+            return "stated" if p.confidence_label else "none"
+        return "stated" if p.confidence_label or p.output != "labels" else "probe"
 
     def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
         """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come
@@ -169,6 +172,29 @@ class AnswerSetSpec(_Spec):
         if get_prompt(self.prompt).output != "labels":
             return ()
         return ("mc_bare", "mc_answer_slot", "mc_guess_slot") if self.format == "mc" else default
+
+
+def probe_prompt_problem(elicitation: ElicitationSpec, answer_sets: tuple[AnswerSetSpec, ...],
+                         probe_enabled: bool) -> str | None:
+    """Why the supplied-answer probe cannot run, or None.
+
+    The probe of open answers (``probe.enabled``, or an open answer set whose
+    verbalized score comes from the probe) re-asks under the elicitation
+    prompt after its answer label (protocols/probe.py ``probe_request``), so
+    that prompt needs an answer label and a confidence label; a JSON or
+    worked-solution (``output: boxed``) prompt has neither.
+    """
+    from confgrid.protocols.prompts import get_prompt
+
+    users = (["probe.enabled"] if probe_enabled else []) + [
+        f"answer_sets[{a.id}] (verbalized: probe)" for a in answer_sets
+        if a.format == "open" and a.verbalized_source() == "probe"]
+    p = get_prompt(elicitation.prompt)
+    if not users or (p.answer_label and p.confidence_label):
+        return None
+    return (f"{', '.join(users)}: the supplied-answer probe re-asks under the elicitation prompt {p.id!r}, which "
+            f"lacks an answer or confidence label (answer_label {p.answer_label!r}, confidence_label "
+            f"{p.confidence_label!r}); use a labelled elicitation prompt such as 'confidence', or verbalized: none")
 
 
 class ParsingSpec(_Spec):

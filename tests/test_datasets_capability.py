@@ -360,7 +360,7 @@ def test_grid_accepts_the_datasets_rule_and_prompts():
     spec = parse_grid(raw)
     assert [d.adapter for d in spec.datasets] == ["gsm8k", "simpleqa"] and spec.correctness.primary == "numeric"
     plain = spec.answer_sets[0]
-    assert (plain.new_tokens, plain.verbalized_source(), plain.scoring_contexts(("bare",))) == (512, "probe", ())
+    assert (plain.new_tokens, plain.verbalized_source(), plain.scoring_contexts(("bare",))) == (512, "none", ())
     assert spec.all_answer_sets()[0].verbalized_source() == "stated"
     items = {d.name: D.load_items(d.adapter, limit=d.limit, seed=d.seed) for d in spec.datasets}
     assert check_items(spec, items) == []
@@ -368,5 +368,11 @@ def test_grid_accepts_the_datasets_rule_and_prompts():
     no_budget = {**raw, "elicitation": {"prompt": "gsm8k_boxed"}}
     with pytest.raises(GridSpecError, match="elicitation.*max_new_tokens"):
         parse_grid(no_budget)
+    # the probe would re-ask after a Guess: label the boxed prompt does not have: an error before anything runs
+    for extra in ({"answer_sets": [{"id": "ao", "prompt": "answer_only"}]}, {"probe": {"enabled": True}}):
+        with pytest.raises(GridSpecError, match="supplied-answer probe re-asks under the elicitation prompt "
+                                                "'gsm8k_boxed_confidence'"):
+            parse_grid({**raw, **extra})
+    assert parse_grid({**raw, "answer_sets": [{"id": "ao", "prompt": "answer_only", "verbalized": "none"}]})
     with pytest.raises(GridSpecError, match="unknown correctness rule 'numerical'"):
         parse_grid({**raw, "correctness": {"rules": ["numerical"], "primary": "numerical"}})
