@@ -1,8 +1,8 @@
 r"""The final number of a worked solution, and numeric comparison with a gold answer (study 004, GSM8K).
 
-The ``numeric`` correctness rule (protocols/correctness.py) and the ``boxed``
-prompt output (protocols/parsing.py ``parse_boxed_output``) both read a
-model's number with :func:`final_number`:
+The ``numeric`` correctness rule (protocols/correctness.py) and the reply
+of a prompt with ``output: boxed`` (:func:`parse_boxed_output`, below) both
+read a model's number with :func:`final_number`:
 
 1. the **last closed** ``\boxed{...}`` of the text, braces balanced (the box
    that closes last; an unclosed ``\boxed{`` of a truncated output is not a
@@ -13,7 +13,7 @@ model's number with :func:`final_number`:
 
 Number tokens (:data:`NUMBER_GRAMMAR`)::
 
-    token    = [sign] ["$" | "\$"] digits ["." 0-9+] ["%" | "\%"]   |  [sign] "." 0-9+
+    token    = [sign] ["$" | "\$"] (digits ["." 0-9+] | "." 0-9+) ["%" | "\%"]
     sign     = "+" | "-" | U+2212 (minus sign)
     digits   = 0-9+  |  1-3 digits ("," 3 digits)+        (thousands separators: 1,234,567)
     fraction = token "/" token  |  [sign] "\frac" | "\dfrac" | "\tfrac" "{" token "}" "{" token "}"
@@ -28,8 +28,8 @@ change nothing (``25%`` is 25, not 0.25: GSM8K states percentages as plain
 numbers). Inside ``\boxed{}``, LaTeX spacing (``\,``, ``\!``, ``\;``, ``\:``,
 ``\ ``) is removed and ``{,}`` is a comma, so ``\boxed{1{,}234}`` and
 ``\boxed{1\,234}`` are 1234. Not numbers: exponents (``1e5`` reads 1), mixed
-numbers (``1\frac{1}{2}`` reads 1/2), words (``eighteen``), digits of other
-scripts. At most :data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS`
+numbers (``1\frac{1}{2}`` reads 1/2), powers (``2^{10}`` reads 10), words
+(``eighteen``), digits of other scripts. At most :data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS`
 characters are read.
 
 A reply to a prompt with ``output: boxed`` (a worked solution ending in
