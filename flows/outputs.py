@@ -160,7 +160,13 @@ def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
 
     out = []
     p = get_prompt(a.prompt)
-    if p.output != "labels":
+    if p.output == "boxed":
+        out.append("worked solution: the answer is the last number in the last closed \\boxed{} (else the last "
+                   "number of the reply), thousands separators read, $ and % ignored, a/b only inside the box; "
+                   + ("the confidence is the number after the last "
+                      f"{p.confidence_label!r} label (no unlabelled fallback)" if p.confidence_label
+                      else "no confidence asked"))
+    elif p.output != "labels":
         out.append("JSON reply: the last object holding the asked key is read; keys case-insensitive; a '%' means "
                    f"percent, else the prompt's scale ({p.scale or 'normalized'}) is applied, never guessed")
     if p.output == "json_options":

@@ -41,6 +41,7 @@ from confgrid.flows.spec_answers import (  # noqa: F401 - importable from here a
     AnswerSetSpec,
     ElicitationSpec,
     ParsingSpec,
+    probe_prompt_problem,
 )
 from confgrid.flows.spec_api import API_BACKENDS, ApiSpec, api_entry_problem, api_problems
 from confgrid.flows.spec_capability import CapabilitySpec, ProbeFitSpec, check_capability  # noqa: F401
@@ -191,8 +192,9 @@ class DatasetSpec(_Spec):
     """One dataset of the grid."""
 
     name: str = Field(description="Short label used in tables and MLflow.", pattern=LABEL_PATTERN)
-    adapter: str = Field(description="Dataset adapter: truthfulqa, triviaqa, mmlu, mmlu_pro, agieval_lsat_ar, "
-                         "agieval_sat_en, boolq, halueval_qa, lifeeval or custom (any name registered in ADAPTERS).")
+    adapter: str = Field(description="Dataset adapter: truthfulqa, triviaqa, simpleqa, gsm8k, mmlu, mmlu_pro, "
+                         "agieval_lsat_ar, agieval_sat_en, boolq, halueval_qa, lifeeval or custom (any name "
+                         "registered in ADAPTERS).")
     path: str = Field(
         BUNDLED,
         description="Local file or directory (relative to the grid file), a Hugging Face dataset name, or 'bundled' for the adapter's bundled sample.",
@@ -451,6 +453,9 @@ class GridSpec(_Spec):
                                      "this method's models)")
         self._check_comparison(names)
         check_capability(self.capability, self.methods)
+        why = probe_prompt_problem(self.elicitation, self.answer_sets, self.probe.enabled)
+        if why:
+            raise ValueError(why)
         return self
 
     def _check_comparison(self, names: list[str]) -> None:

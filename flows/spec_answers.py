@@ -14,7 +14,8 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.flows.spec_base import LABEL_PATTERN, _known, _Spec
 
-__all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "JSON_MAX_NEW_TOKENS"]
+__all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "JSON_MAX_NEW_TOKENS", "BOXED_MAX_NEW_TOKENS",
+           "probe_prompt_problem"]
 
 
 class ElicitationSpec(_Spec):
@@ -29,9 +30,21 @@ class ElicitationSpec(_Spec):
     def _known_prompt(cls, v: str) -> str:
         return _known("prompt", v)
 
+    @model_validator(mode="after")
+    def _worked_solution_budget(self) -> ElicitationSpec:
+        from confgrid.protocols.prompts import get_prompt
+
+        if get_prompt(self.prompt).output == "boxed" and "max_new_tokens" not in self.model_fields_set:
+            raise ValueError(f"prompt {self.prompt!r} asks for a worked solution (output boxed); the default budget "
+                             "of 32 new tokens cuts it off: set elicitation.max_new_tokens (e.g. 512, more for a "
+                             "thinking model)")
+        return self
+
 
 #: Decoding budget of a JSON prompt's answer set unless declared (an object with reasoning needs more than 32).
 JSON_MAX_NEW_TOKENS = 96
+#: Decoding budget of a worked-solution prompt's answer set (``output: boxed``) unless declared.
+BOXED_MAX_NEW_TOKENS = 512
 
 
 class AnswerSetSpec(_Spec):
@@ -47,12 +60,13 @@ class AnswerSetSpec(_Spec):
     format: Literal["open", "mc"] = Field(
         "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only)."
     )
-    max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Decoding budget (default 32 open, 20 mc).")
+    max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Decoding budget (default 32 open, 20 mc, "
+                                       "96 for a JSON prompt, 512 for a boxed worked solution).")
     shuffle_options: StrictBool = Field(False, description="mc: shuffle option order with a fixed seed per question.")
     shuffle_seed: int = Field(0, ge=0, description="mc: base seed of the option shuffle.")
     contexts: tuple[str, ...] | None = Field(
-        None, description="Scoring contexts of this set (default: none for a JSON prompt, scoring.contexts for open, "
-        "mc_bare/mc_answer_slot/mc_guess_slot for mc)."
+        None, description="Scoring contexts of this set (default: none for a JSON or boxed prompt, scoring.contexts "
+        "for open, mc_bare/mc_answer_slot/mc_guess_slot for mc)."
     )
     rules: tuple[str, ...] | None = Field(
         None, description="Correctness rules analyzed for this set (default: correctness.rules for open, mc_letter for mc).",
@@ -68,7 +82,8 @@ class AnswerSetSpec(_Spec):
     verbalized: Literal["stated", "probe", "none"] | None = Field(
         None,
         description="Where the verbalized score comes from: 'stated' (the generation states it), 'probe' (the "
-        "supplied-answer format re-asks for it), 'none'. Default: stated if the prompt asks for a probability, else probe.",
+        "supplied-answer format re-asks for it), 'none'. Default: stated if the prompt asks for a probability, else "
+        "probe (none for a worked-solution prompt, output boxed).",
     )
 
     @field_validator("prompt")
@@ -122,13 +137,17 @@ class AnswerSetSpec(_Spec):
 
     @property
     def new_tokens(self) -> int:
-        """Decoding budget: declared, else 20 (mc), 32 (open), JSON_MAX_NEW_TOKENS for a JSON prompt."""
+        """Decoding budget: declared, else 20 (mc), 32 (open), JSON_MAX_NEW_TOKENS for a JSON prompt,
+        BOXED_MAX_NEW_TOKENS for a worked solution (``output: boxed``)."""
         from confgrid.protocols.mc import MC_MAX_NEW_TOKENS
         from confgrid.protocols.prompts import get_prompt
 
         if self.max_new_tokens:
             return self.max_new_tokens
-        if get_prompt(self.prompt).output != "labels":
+        output = get_prompt(self.prompt).output
+        if output == "boxed":
+            return BOXED_MAX_NEW_TOKENS
+        if output != "labels":
             return JSON_MAX_NEW_TOKENS
         return MC_MAX_NEW_TOKENS if self.format == "mc" else 32
 
@@ -138,11 +157,14 @@ class AnswerSetSpec(_Spec):
         if self.verbalized is not None:
             return self.verbalized
         p = get_prompt(self.prompt)
+        if p.output == "boxed":  # a worked solution: its number re-supplied after Guess: is no reply to probe
+            return "stated" if p.confidence_label else "none"
         return "stated" if p.confidence_label or p.output != "labels" else "probe"
 
     def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
         """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come
-        from the ``letter_probability`` method), mc_bare/mc_answer_slot/mc_guess_slot for mc, else ``default``."""
+        from the ``letter_probability`` method) or a boxed worked solution, mc_bare/mc_answer_slot/mc_guess_slot
+        for mc, else ``default``."""
         from confgrid.protocols.prompts import get_prompt
 
         if self.contexts is not None:
@@ -150,6 +172,29 @@ class AnswerSetSpec(_Spec):
         if get_prompt(self.prompt).output != "labels":
             return ()
         return ("mc_bare", "mc_answer_slot", "mc_guess_slot") if self.format == "mc" else default
+
+
+def probe_prompt_problem(elicitation: ElicitationSpec, answer_sets: tuple[AnswerSetSpec, ...],
+                         probe_enabled: bool) -> str | None:
+    """Why the supplied-answer probe cannot run, or None.
+
+    The probe of open answers (``probe.enabled``, or an open answer set whose
+    verbalized score comes from the probe) re-asks under the elicitation
+    prompt after its answer label (protocols/probe.py ``probe_request``), so
+    that prompt needs an answer label and a confidence label; a JSON or
+    worked-solution (``output: boxed``) prompt has neither.
+    """
+    from confgrid.protocols.prompts import get_prompt
+
+    users = (["probe.enabled"] if probe_enabled else []) + [
+        f"answer_sets[{a.id}] (verbalized: probe)" for a in answer_sets
+        if a.format == "open" and a.verbalized_source() == "probe"]
+    p = get_prompt(elicitation.prompt)
+    if not users or (p.answer_label and p.confidence_label):
+        return None
+    return (f"{', '.join(users)}: the supplied-answer probe re-asks under the elicitation prompt {p.id!r}, which "
+            f"lacks an answer or confidence label (answer_label {p.answer_label!r}, confidence_label "
+            f"{p.confidence_label!r}); use a labelled elicitation prompt such as 'confidence', or verbalized: none")
 
 
 class ParsingSpec(_Spec):

@@ -1,16 +1,19 @@
-"""Adapters of answer-text datasets: TruthfulQA, TriviaQA, HaluEval QA and a user's own file.
+"""Adapters of answer-text datasets: TruthfulQA, TriviaQA, SimpleQA, GSM8K, HaluEval QA and a user's own file.
 
-The model answers in words (or, for HaluEval QA, rates an answer it is
-given); correctness compares text with the gold answers (or, for HaluEval QA,
-reads whether the given answer was the right one). Definitions: study 000
-section 3.4 and Appendix A (TruthfulQA, TriviaQA, custom files), study 002
-section 4.4 and Appendix F.5 (HaluEval QA). Registered on import; load them
-through :func:`confgrid.protocols.datasets.load_items`.
+The model answers in words or a number (or, for HaluEval QA, rates an answer
+it is given); correctness compares text with the gold answers (GSM8K: the
+number, rule ``numeric``; HaluEval QA: whether the given answer was the right
+one). Definitions: study 000 section 3.4 and Appendix A (TruthfulQA,
+TriviaQA, custom files), study 002 section 4.4 and Appendix F.5 (HaluEval
+QA), study 004 (SimpleQA, GSM8K). Registered on import; load them through
+:func:`confgrid.protocols.datasets.load_items`.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,7 +30,8 @@ from confgrid.protocols.dataset_io import (
 )
 from confgrid.protocols.items import Item
 
-__all__ = ["HALUEVAL_SEED", "custom", "halueval_given_right", "halueval_qa", "halueval_text", "triviaqa", "truthfulqa"]
+__all__ = ["HALUEVAL_SEED", "custom", "gsm8k", "gsm8k_gold", "halueval_given_right", "halueval_qa", "halueval_text",
+           "simpleqa", "triviaqa", "truthfulqa"]
 
 
 @register_adapter("truthfulqa")
@@ -174,6 +178,150 @@ def triviaqa(
                 metadata={"category": "triviaqa", "row": str(i)},
             )
         )
+    return unique_ids(items)
+
+
+def _one_answer_item(prefix: str, dataset: str, question: str, answer: str, metadata: dict[str, str]) -> Item:
+    """An item with one gold answer (also its canonical form and its only alias); id ``<prefix>-<sha1(question)>``."""
+    return Item(item_id=hash_id(prefix, question), dataset=dataset, question=question, gold_answers=(answer,),
+                canonical=answer, aliases=(answer,), metadata=metadata)
+
+
+def _simpleqa_metadata(cell: Any, where: str, i: int) -> dict[str, str]:
+    """``topic`` and ``answer_type`` of a SimpleQA metadata cell: a Python dict literal (the CSV) or a mapping (hub)."""
+    if isinstance(cell, Mapping):
+        meta: Any = cell
+    elif cell is None or not str(cell).strip():
+        meta = {}
+    else:
+        try:
+            meta = ast.literal_eval(str(cell))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            meta = None
+        if not isinstance(meta, Mapping):
+            raise ValueError(f"{where} row {i}: metadata={str(cell)[:80]!r} is not a dict literal such as "
+                             "\"{'topic': 'Art', 'answer_type': 'Person', 'urls': [...]}\"")
+    return {k: str(meta.get(k) or "").strip() for k in ("topic", "answer_type")}
+
+
+@register_adapter("simpleqa")
+def simpleqa(
+    source: str,
+    *,
+    split: str = "test",
+    dataset_name: str = "simpleqa",
+    hub_config: str | None = None,
+    **mapping: Any,
+) -> list[Item]:
+    """SimpleQA (Wei et al. 2024, OpenAI), short fact-seeking questions with one answer each (study 004).
+
+    Reads the released ``simple_qa_test_set.csv`` (columns ``metadata``,
+    ``problem``, ``answer``; 4,326 rows) or a hub copy with the same columns
+    (e.g. ``basicv8vc/SimpleQA``, split ``test``). ``metadata`` is a Python
+    dict literal, ``{'topic': ..., 'answer_type': ..., 'urls': [...]}``
+    (read with :func:`ast.literal_eval`, never evaluated as code), or a mapping.
+
+    Mapping: ``question`` = problem; ``gold_answers`` = ``aliases`` =
+    (answer,); ``canonical`` = answer (texts stripped); ``item_id`` =
+    ``simpleqa-<first 10 hex of sha1(problem)>``. Metadata: ``topic`` (10
+    values: Science and technology, Politics, Art, ...), ``answer_type``
+    (Date, Person, Number, Place, Other), ``category`` = ``topic``, ``row``;
+    the source ``urls`` are dropped. SimpleQA's official grade is a model
+    judge (correct / incorrect / not attempted); confgrid grades with its
+    text rules (``containment`` by default), a different, stricter-or-looser
+    reading that a report should name.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``source`` names a file that does not exist.
+    KeyError
+        If ``problem`` or ``answer`` is missing.
+    ValueError
+        If a row's problem or answer is empty, or its metadata is not a dict literal.
+    """
+    no_mapping("simpleqa", mapping)
+    rows = load_rows(source, split, hub_config)
+    where = f"simpleqa {source!r}"
+    items = []
+    for i, r in enumerate(rows):
+        require_columns(r, ["problem", "answer"], where)
+        q, ans = str(r["problem"] or "").strip(), str(r["answer"] or "").strip()
+        if not q or not ans:
+            raise ValueError(f"{where} row {i}: {'problem' if not q else 'answer'} is empty; every row needs both")
+        meta = _simpleqa_metadata(r.get("metadata"), where, i)
+        items.append(_one_answer_item("simpleqa", dataset_name, q, ans, {**meta, "category": meta["topic"],
+                                                                          "row": str(i)}))
+    return unique_ids(items)
+
+
+_GSM8K_NUMBER = re.compile(r"[-+]?(?:[0-9]+|[0-9]{1,3}(?:,[0-9]{3})+)(?:\.[0-9]+)?")
+
+
+def gsm8k_gold(answer: str) -> str | None:
+    """The gold number of a GSM8K answer: the text after the last ``####``, stripped, commas removed.
+
+    ``"... #### 1,450,000"`` -> ``"1450000"``, ``"#### -3"`` -> ``"-3"``. None
+    when there is no ``####`` or what follows is not a number (an optional
+    sign, digits or comma-grouped thousands, an optional decimal part).
+
+    Examples
+    --------
+    >>> gsm8k_gold("She makes 9 * 2 = $18.\\n#### 18"), gsm8k_gold("#### 2,125"), gsm8k_gold("no marker")
+    ('18', '2125', None)
+    """
+    head, marker, tail = (answer or "").rpartition("####")
+    gold = tail.strip()
+    return gold.replace(",", "") if marker and _GSM8K_NUMBER.fullmatch(gold) else None
+
+
+@register_adapter("gsm8k")
+def gsm8k(
+    source: str,
+    *,
+    split: str = "test",
+    dataset_name: str = "gsm8k",
+    hub_config: str | None = None,
+    **mapping: Any,
+) -> list[Item]:
+    """GSM8K (Cobbe et al. 2021), grade-school math word problems with a numeric answer (study 004).
+
+    Reads the released JSON Lines (``grade_school_math/data/test.jsonl``:
+    ``question``, ``answer`` = the worked solution ending ``#### <number>``;
+    1,319 test rows) or the hub copy ``openai/gsm8k`` (config ``main``).
+
+    Mapping: ``question`` (surrounding whitespace stripped); ``gold_answers`` = ``aliases`` =
+    (the gold number,) and ``canonical`` = it: the text after ``####``
+    with its thousands separators removed (:func:`gsm8k_gold`; ``"2,125"``
+    -> ``"2125"``); ``item_id`` = ``gsm8k-<first 10 hex of sha1(question)>``.
+    Metadata: ``solution`` (the worked solution before ``####``, calculator
+    annotations ``<<...>>`` kept; about 300 characters), ``category`` =
+    ``"gsm8k"`` (GSM8K has no categories), ``row``. Grade with the rule
+    ``numeric`` (:func:`confgrid.protocols.correctness.numeric`) and a
+    worked-solution prompt (``gsm8k_boxed``, ``gsm8k_boxed_confidence``).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``source`` names a file that does not exist.
+    KeyError
+        If ``question`` or ``answer`` is missing.
+    ValueError
+        If a row's question is empty, or its answer has no ``####`` followed by a number.
+    """
+    no_mapping("gsm8k", mapping)
+    rows = load_rows(source, split, hub_config or "main")
+    where = f"gsm8k {source!r}"
+    items = []
+    for i, r in enumerate(rows):
+        require_columns(r, ["question", "answer"], where)
+        q, text = str(r["question"] or "").strip(), str(r["answer"] or "")
+        gold = gsm8k_gold(text)
+        if not q or gold is None:
+            raise ValueError(f"{where} row {i}: " + ("question is empty" if not q else
+                             f"answer={text[-60:]!r} does not end with '#### <number>'"))
+        meta = {"solution": text[: text.rfind("####")].strip(), "category": "gsm8k", "row": str(i)}
+        items.append(_one_answer_item("gsm8k", dataset_name, q, gold, meta))
     return unique_ids(items)
 
 

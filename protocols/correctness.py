@@ -15,6 +15,9 @@ proportionally, study 002 section 3).
 right one; study 002 section 4.4).
 ``lifeeval`` (graded: the true probability in [0, 1] of a LifeEval guess,
 study 002 section 4.5; NaN on other items).
+``numeric`` (the answer's final number equals a gold number within a relative
+tolerance of 1e-6: GSM8K, study 004; NaN on items without a numeric gold
+answer).
 
 Examples
 --------
@@ -45,6 +48,7 @@ __all__ = [
     "lifeeval",
     "mc_letter",
     "normalize",
+    "numeric",
     "option_letters",
     "register_rule",
 ]
@@ -130,7 +134,7 @@ def get_rule(name: str) -> Rule:
     UnknownNameError
         (a ``KeyError`` and a ``ValueError``) if no rule has that name, e.g.
         ``"unknown correctness rule 'contain'; allowed: alias, containment,
-        exact_match, given_answer, lifeeval, mc_favoured, mc_letter"``.
+        exact_match, given_answer, lifeeval, mc_favoured, mc_letter, numeric"``.
     """
     return RULES.get(name)
 
@@ -325,6 +329,47 @@ def mc_favoured(answer: str | None, item: Item) -> float:
         letters = [x for x in favoured_letters(answer) if x in option_letters(item)]
         return favoured_score(letters, item.gold_letter.strip().upper())
     return mc_letter(answer, item)
+
+
+@register_rule("numeric")
+def numeric(answer: str | None, item: Item) -> float:
+    r"""Numeric match of the final number (study 004's GSM8K convention).
+
+    The model's number is :func:`confgrid.protocols.numeric.final_number` of
+    the answer: the last number inside the last closed ``\boxed{...}`` if the
+    answer has a box (a simple fraction ``a/b`` or ``\frac{a}{b}`` counts
+    there), else the last number token of the answer; a sign, thousands
+    separators (``1,234``), decimals (``.`` only), a leading ``$`` and a
+    trailing ``%`` are read, and ``$`` / ``%`` change nothing (``25%`` is 25).
+    Each gold answer is read whole with
+    :func:`~confgrid.protocols.numeric.gold_number` (``"1,450,000"``,
+    ``"-3"``; a gold in words is not a number). Correct when
+    ``|a - g| <= 1e-6 * max(1, |g|)`` for some gold number ``g``
+    (:func:`~confgrid.protocols.numeric.numbers_match`, bound inclusive).
+
+    Conventions a reader could choose otherwise: only the **last** box
+    counts (an earlier draft answer in a box is ignored), and a box without a
+    number is wrong even when the text around it has the right number; with
+    no box, the last number of the text is the answer, so a worked solution
+    that ends on a check ("... 18, and 18 - 2 = 16") is graded on 16.
+
+    Returns
+    -------
+    float
+        1.0 or 0.0; 0.0 when the answer holds no number (None, ``""``,
+        ``"I don't know"``, ``\boxed{}``); NaN when no gold answer of the
+        item is a number (the rule is undefined there, and a NaN label drops
+        the row from metrics instead of counting it as wrong). Never raises.
+    """
+    from confgrid.protocols.numeric import final_number, gold_number, numbers_match
+
+    golds = [g for g in (gold_number(x) for x in item.gold_answers) if g is not None]
+    if not golds:
+        return float("nan")
+    a = final_number(answer).value
+    if a is None:
+        return 0.0
+    return float(any(numbers_match(a, g) for g in golds))
 
 
 def option_letters(item: Item) -> str:

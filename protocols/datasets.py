@@ -4,8 +4,8 @@ The entry point is :func:`load_items`. Adapters are kept in a registry
 (:data:`ADAPTERS`); importing this module registers every built-in one:
 
 * answer text (``protocols/adapters_qa.py``): ``truthfulqa``, ``triviaqa``,
-  ``halueval_qa`` (rate a given answer), ``custom`` (a user's file with a
-  column mapping);
+  ``simpleqa``, ``gsm8k`` (a numeric answer), ``halueval_qa`` (rate a given
+  answer), ``custom`` (a user's file with a column mapping);
 * options (``protocols/adapters_mc.py``): ``mmlu``, ``mmlu_pro``,
   ``agieval_lsat_ar``, ``agieval_sat_en``, ``boolq`` (True/False).
 
@@ -14,7 +14,8 @@ Every adapter reads its rows through the Hugging Face ``datasets`` library
 one item schema; every item carries ``metadata["category"]``. Definitions
 follow study 000 (section 3.4 and Appendix A: TruthfulQA, TriviaQA and MMLU
 asked as open questions), study 002 (sections 4.1-4.4 and Appendix F: BoolQ,
-LSAT-AR, SAT-EN, HaluEval QA) and study 003 (MMLU-Pro).
+LSAT-AR, SAT-EN, HaluEval QA), study 003 (MMLU-Pro) and study 004 (SimpleQA,
+GSM8K).
 
 Examples
 --------
@@ -34,7 +35,7 @@ import numpy as np
 
 from confgrid.protocols.adapter_params import ADAPTER_PARAMS, check_params
 from confgrid.protocols.adapters_mc import agieval_lsat_ar, agieval_sat_en, boolq, mmlu, mmlu_pro
-from confgrid.protocols.adapters_qa import custom, halueval_qa, triviaqa, truthfulqa
+from confgrid.protocols.adapters_qa import custom, gsm8k, halueval_qa, simpleqa, triviaqa, truthfulqa
 from confgrid.protocols.correctness import GIVEN_ANSWER_KEY
 from confgrid.protocols.dataset_io import ADAPTERS, Adapter, bundled_path, get_adapter, register_adapter
 from confgrid.protocols.items import Item
@@ -53,11 +54,13 @@ __all__ = [
     "boolq",
     "custom",
     "get_adapter",
+    "gsm8k",
     "halueval_qa",
     "load_items",
     "mmlu",
     "mmlu_pro",
     "register_adapter",
+    "simpleqa",
     "triviaqa",
     "truthfulqa",
 ]
@@ -65,8 +68,8 @@ __all__ = [
 #: Bundled samples shipped with the package (provenance, licenses and the
 #: sampling rule in ``protocols/data/README.md``): 150 TruthfulQA rows (CSV),
 #: 150 TriviaQA rows (flat alias-list JSONL), a directory of 4 MMLU subjects
-#: with 38 rows each, 150 BoolQ, 150 LSAT-AR, 100 SAT-EN, 150 HaluEval QA and
-#: 150 MMLU-Pro rows (JSON Lines).
+#: with 38 rows each, 150 BoolQ, 150 LSAT-AR, 100 SAT-EN, 150 HaluEval QA,
+#: 150 MMLU-Pro and 200 GSM8K rows (JSON Lines), 200 SimpleQA rows (CSV).
 BUNDLED: dict[str, str] = {
     "truthfulqa": bundled_path("truthfulqa", "TruthfulQA_sample150.csv"),
     "triviaqa": bundled_path("triviaqa", "triviaqa_flashrag_sample150.jsonl"),
@@ -76,6 +79,8 @@ BUNDLED: dict[str, str] = {
     "agieval_sat_en": bundled_path("agieval", "sat-en_sample100.jsonl"),
     "halueval_qa": bundled_path("halueval", "qa_one-turn_sample150.jsonl"),
     "mmlu_pro": bundled_path("mmlu_pro", "mmlu_pro_test_sample150.jsonl"),
+    "simpleqa": bundled_path("simpleqa", "simple_qa_test_sample200.csv"),
+    "gsm8k": bundled_path("gsm8k", "gsm8k_test_sample200.jsonl"),
     "lifeeval": str(bundled_table_dir()),  # the SSA period life tables LifeEval is generated from
 }
 
@@ -143,16 +148,16 @@ def load_items(
     ----------
     adapter : str
         Registered adapter name (:data:`ADAPTERS`): ``truthfulqa``, ``triviaqa``,
-        ``mmlu``, ``mmlu_pro``, ``agieval_lsat_ar``, ``agieval_sat_en``,
-        ``boolq``, ``halueval_qa``, ``custom``, ``lifeeval``.
+        ``simpleqa``, ``gsm8k``, ``mmlu``, ``mmlu_pro``, ``agieval_lsat_ar``,
+        ``agieval_sat_en``, ``boolq``, ``halueval_qa``, ``custom``, ``lifeeval``.
     path_or_name : str or path-like or None
         A local file (or, for ``mmlu``, a directory), or a hub dataset name
         (e.g. ``"trivia_qa"``; needs network). None uses the bundled sample
         (:data:`BUNDLED`) where the adapter has one.
     split : str or None
         Hub split (adapter default when None: ``validation`` for TriviaQA,
-        TruthfulQA and BoolQ, ``test`` for MMLU, MMLU-Pro and AGIEval,
-        ``data`` for HaluEval QA). Ignored for local files, which are one split.
+        TruthfulQA and BoolQ, ``test`` for MMLU, MMLU-Pro, AGIEval, SimpleQA
+        and GSM8K, ``data`` for HaluEval QA). Ignored for local files, which are one split.
     limit : int or None
         Number of items to keep, drawn without replacement with
         ``np.random.default_rng(seed)`` and kept in file order. For an

@@ -72,6 +72,8 @@ __all__ = [
     "ParseResult",
     "apply_parse_policy",
     "drop_reason",
+    "LabelledNumber",
+    "last_labelled_confidence",
     "parse_for_prompt",
     "parse_number",
     "parse_output",
@@ -449,6 +451,47 @@ def _confidence(text: str, prob_re: _Label, percent_scale: bool, decimal_comma: 
     return _Read(None, "missing"), False
 
 
+# a confidence after its label, optionally inside \boxed{} or $...$ ("Probability: \boxed{0.9}")
+_BOXED_CONF_TOKEN = re.compile(rf"{_HS}*+{_MD}?{_HS}*+(?:\$?\\boxed{_HS}*+\{{{_HS}*+|\$)?(?P<tok>{_TOKEN})")
+
+
+class LabelledNumber(NamedTuple):
+    """A confidence read after its label by :func:`last_labelled_confidence`.
+
+    ``value`` is in [0, 1] when ``status`` is ``ok``, else None (``out_of_range``,
+    ``unparsed_number``); ``start`` and ``end`` delimit the label and its number in the text.
+    """
+
+    value: float | None
+    status: str
+    start: int
+    end: int
+
+
+def last_labelled_confidence(text: str, label: str = "Probability:", *, scale: str | None = "unit",
+                             decimal_comma: bool = False) -> LabelledNumber | None:
+    r"""The **last** occurrence of ``label`` followed by a number, read like :func:`parse_output`'s labelled confidence.
+
+    The number may sit inside ``\boxed{...}`` or after a ``$`` (``Probability: \boxed{0.9}``);
+    labels match as in :func:`parse_output` (case, Markdown emphasis). None when no occurrence of
+    the label is followed by something number-like. Used by replies whose confidence ends a worked
+    solution (``output: boxed``, :func:`confgrid.protocols.numeric.parse_boxed_output`).
+
+    Raises
+    ------
+    ValueError
+        If ``label`` is not a non-empty string.
+    """
+    _check_label("label", label)
+    lab = _PROB if label == "Probability:" else _Label(label)
+    for m in reversed(list(lab._re.finditer(text))):
+        t = _BOXED_CONF_TOKEN.match(text, m.end())
+        if t is not None:
+            r = _read_token(t.group("tok"), scale == "percent", bool(decimal_comma))
+            return LabelledNumber(r.value, r.status, m.start(), t.end())
+    return None
+
+
 def parse_for_prompt(text: str | None, prompt: object, n_options: int | None = None) -> ParseResult:
     """The reply read the way its prompt asked for it: labels, JSON answer and probability, or option probabilities.
 
@@ -467,7 +510,9 @@ def parse_for_prompt(text: str | None, prompt: object, n_options: int | None = N
         :func:`confgrid.protocols.json_output.parse_option_probabilities`;
         the answer is the favoured letter, or the tied letters joined by
         ``|`` (scored by the rule ``mc_favoured``), the confidence their
-        normalized probability.
+        normalized probability. ``output: boxed``:
+        :func:`confgrid.protocols.numeric.parse_boxed_output` with the prompt's confidence label (none:
+        no confidence asked), scale and decimal separator.
     n_options : int or None
         Lettered options of the item (``json``: the answer must be one of
         their letters; ``json_options``: required, else ``unparseable``).
@@ -492,6 +537,12 @@ def parse_for_prompt(text: str | None, prompt: object, n_options: int | None = N
         r = parse_json_answer(text, answer_key=p.answer_key, confidence_key=p.confidence_key, scale=p.scale,
                               n_options=n_options)
         return ParseResult(r.answer, r.probability, r.status, False)
+    if output == "boxed":
+        from confgrid.protocols.numeric import parse_boxed_output
+
+        return parse_boxed_output(text, confidence_label=getattr(p, "confidence_label", None),
+                                  scale=getattr(p, "scale", None) or "unit",
+                                  decimal_comma=bool(getattr(p, "decimal_comma", False)))
     if output == "json_options":
         from confgrid.protocols.json_output import TIE_SEPARATOR, parse_option_probabilities
 

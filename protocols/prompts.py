@@ -17,7 +17,9 @@ contexts" and Appendix C):
 Further built-ins: ``confidence_percent`` (integer 0-100 scale, study 000
 Appendix B.1), ``mc_letter`` and ``mc_confidence`` (multiple-choice format,
 Appendix F; their ``{question}`` is the question with lettered options, see
-:mod:`confgrid.protocols.mc`).
+:mod:`confgrid.protocols.mc`), ``gsm8k_boxed`` and ``gsm8k_boxed_confidence``
+(a worked solution ending in ``\\boxed{}``, the second with a probability
+line; ``output: boxed``, study 004).
 
 Examples
 --------
@@ -59,8 +61,10 @@ _FIELDS = ("id", "template", "answer_label", "confidence_label", "scale", "decim
 _SCALES = (None, "unit", "percent")
 #: How a reply is read (protocols/parsing.py ``parse_for_prompt``): ``labels`` (``Guess:`` / ``Probability:``
 #: lines), ``json`` (an answer and a probability, study 003 Appendix C; without ``answer_key`` a probability
-#: only, for a supplied answer), ``json_options`` (a probability per option letter, study 002 Appendix F.2).
-OUTPUTS = ("labels", "json", "json_options")
+#: only, for a supplied answer), ``json_options`` (a probability per option letter, study 002 Appendix F.2),
+#: ``boxed`` (a worked solution: the answer is its final number, the last one in ``\boxed{}``; a confidence
+#: only after ``confidence_label``; protocols/numeric.py ``parse_boxed_output``, study 004 GSM8K).
+OUTPUTS = ("labels", "json", "json_options", "boxed")
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,9 @@ class Prompt:
             v = getattr(self, key)
             if v is not None and (not isinstance(v, str) or not v.strip()):
                 raise ValueError(f"Prompt {self.id!r}: {key}={v!r}; must be a non-empty string or null")
+        if self.output == "boxed" and self.confidence_label and self.scale not in ("unit", "percent"):
+            raise ValueError(f"Prompt {self.id!r}: output 'boxed' with a confidence_label needs scale 'unit' or "
+                             f"'percent' (received {self.scale!r})")
         if self.output == "json":
             if not self.confidence_key:
                 raise ValueError(f"Prompt {self.id!r}: output 'json' needs confidence_key (the probability's key)")

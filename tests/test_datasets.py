@@ -32,7 +32,7 @@ def _check_items(items: list[Item], dataset: str) -> None:
 
 def test_bundled_paths_exist_and_are_package_data():
     assert set(D.BUNDLED) == {"truthfulqa", "triviaqa", "mmlu", "boolq", "agieval_lsat_ar", "agieval_sat_en",
-                              "halueval_qa", "mmlu_pro", "lifeeval"}
+                              "halueval_qa", "mmlu_pro", "lifeeval", "simpleqa", "gsm8k"}
     for name, p in D.BUNDLED.items():
         assert Path(p).exists(), name
         assert "protocols" in Path(p).parts and "data" in Path(p).parts
@@ -272,8 +272,8 @@ def test_mapping_rejected_by_fixed_adapters():
 
 
 def test_registry_errors():
-    with pytest.raises(KeyError, match=r"^unknown dataset adapter 'nope'; allowed: agieval_lsat_ar, agieval_sat_en, boolq, custom, halueval_qa, lifeeval, mmlu, "
-                       r"mmlu_pro, triviaqa, truthfulqa$"):
+    with pytest.raises(KeyError, match=r"^unknown dataset adapter 'nope'; allowed: agieval_lsat_ar, agieval_sat_en, boolq, custom, gsm8k, halueval_qa, "
+                       r"lifeeval, mmlu, mmlu_pro, simpleqa, triviaqa, truthfulqa$"):
         D.get_adapter("nope")
     with pytest.raises(ValueError, match="already registered"):
         D.register_adapter("mmlu")(lambda *a, **k: [])

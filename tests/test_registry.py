@@ -145,7 +145,7 @@ def test_brief_example_message():
 
     with pytest.raises(KeyError) as exc:
         get_rule("contain")
-    assert str(exc.value) == "unknown correctness rule 'contain'; allowed: alias, containment, exact_match, given_answer, lifeeval, mc_favoured, mc_letter"
+    assert str(exc.value) == "unknown correctness rule 'contain'; allowed: alias, containment, exact_match, given_answer, lifeeval, mc_favoured, mc_letter, numeric"
 
 
 @pytest.mark.parametrize("entry", [e for e in _registries() if e[1] not in ("prompt", "scoring context", "metric")],
