@@ -39,7 +39,7 @@ from confgrid.analysis.capability.metrics import CAPABILITY_METRICS, capability_
 from confgrid.analysis.capability.pass_at_k import pass_at_k_row
 from confgrid.analysis.capability.targets import divergence, sample_matrix, se_by_k
 from confgrid.flows.spec import GridSpec, MethodSpec
-from confgrid.protocols.correctness import normalize
+from confgrid.protocols.correctness import agreement_key
 from confgrid.protocols.methods import majority_share
 
 __all__ = ["CapabilityTables", "capability_tables", "write_capability_tables", "capability_mlflow_metrics",
@@ -87,8 +87,9 @@ def _by_item(df: pd.DataFrame, col: str, ids: list[str]) -> np.ndarray:
     return np.array([m.get(i, np.nan) for i in ids], dtype=np.float64)
 
 
-def _consistency(samples: pd.DataFrame, ids: list[str], k: int) -> tuple[np.ndarray, float]:
-    """Majority share of the first k samples per item (all unparsed: 0), and mean generated tokens per item."""
+def _consistency(samples: pd.DataFrame, ids: list[str], k: int, rule: str) -> tuple[np.ndarray, float]:
+    """Majority share of the first k samples per item (agreement under the rule's key, all unparsed: 0), and
+    the mean generated tokens per item."""
     vals = np.full(len(ids), np.nan)
     tokens = []
     by = {i: g.sort_values("sample_idx").head(k) for i, g in samples.groupby("item_id", sort=False)}
@@ -97,7 +98,7 @@ def _consistency(samples: pd.DataFrame, ids: list[str], k: int) -> tuple[np.ndar
         if g is None or len(g) < k:
             continue
         answers = [a if isinstance(a, str) else None for a in g["answer"]]
-        c = majority_share(answers, normalize)
+        c = majority_share(answers, agreement_key(rule))
         vals[j] = c.value if c.value is not None else 0.0
         if "n_new_tokens" in g:
             tokens.append(float(pd.to_numeric(g["n_new_tokens"], errors="coerce").sum()))
@@ -259,7 +260,7 @@ def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples
                 if m.kind == "self_consistency":
                     pool = _rows(samples, model, d.name, eid)
                     for k in cap.consistency_k:
-                        v, tok = _consistency(pool, eval_ids, k)
+                        v, tok = _consistency(pool, eval_ids, k, m.agreement_rule(spec.correctness.primary))
                         ests.append(_Estimate(f"{eid}_k{k}", eid, "consistency", v, tok))
                 elif m.kind == "hidden_states":
                     ests += _probe_estimates(cap, m, _rows(hidden, model, d.name, eid), train_ids, mu_train,
@@ -280,7 +281,7 @@ def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples
                         ests.append(_Estimate(f"{eid}+isotonic", eid, family, fit.predict(raw), tok, "train"))
             if cap.leaky_consistency:
                 for k in cap.consistency_k:  # k <= the target's k: checked when the grid loads
-                    v, tok = _consistency(tsamp, eval_ids, k)
+                    v, tok = _consistency(tsamp, eval_ids, k, rule)
                     ests.append(_Estimate(f"consistency_leaky_k{k}", cap.target, "consistency_leaky", v, tok))
             seed = setting_seed(model, f"{d.name}/capability/{cap.target}", spec.bootstrap.seed)
             acc["capability_metrics"] += _metric_rows(where, ests, mu, resp, spec, seed)

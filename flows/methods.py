@@ -38,7 +38,7 @@ from confgrid.analysis.bootstrap import setting_seed
 from confgrid.flows.plan import GridPlan, ShardRequest
 from confgrid.flows.spec import GridSpec, MethodSpec
 from confgrid.flows.stages import grade_answers, relabel
-from confgrid.protocols.correctness import normalize
+from confgrid.protocols.correctness import agreement_key
 
 __all__ = ["MethodTables", "method_tables", "evaluate_methods", "rated_confidence", "ratings_of_supplied_answers",
            "METHOD_SIGNAL_COLUMNS"]
@@ -119,11 +119,12 @@ def _from_samples(plan: GridPlan, method: MethodSpec, model: str, dataset: str, 
                                    "n_unparsed": sum(a is None for a in answers), "rule": rule, **{
                                        k: proto[k] for k in ("temperature", "top_p", "top_k", "seed")}})
             continue
-        norm = [normalize(a) if a is not None and a.strip() else None for a in answers]
-        for signal, c in ((method.id, agreement_share(answers, normalize)),
-                          (f"{method.id}__majority", majority_share(answers, normalize))):
+        key = agreement_key(rule)
+        norm = [key(a) if a is not None and a.strip() else None for a in answers]
+        for signal, c in ((method.id, agreement_share(answers, key)),
+                          (f"{method.id}__majority", majority_share(answers, key))):
             if c.rated is not None:
-                k = next(j for j, n in enumerate(norm) if n == normalize(c.rated))
+                k = next(j for j, n in enumerate(norm) if n == key(c.rated))
                 rated_correct = correct[k]
             else:
                 rated_correct = np.nan

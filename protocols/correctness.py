@@ -35,6 +35,7 @@ from confgrid.registry import Registry
 
 __all__ = [
     "ANSWER_FREE_RULES",
+    "agreement_key",
     "DEFAULT_RULE",
     "GIVEN_ANSWER_KEY",
     "RULES",
@@ -377,3 +378,23 @@ def option_letters(item: Item) -> str:
     from confgrid.protocols.mc import LETTERS
 
     return LETTERS[: len(item.options)]
+
+
+def agreement_key(rule: str) -> Callable[[str], str]:
+    """How sampled answers are compared for agreement (self-consistency, response consistency) under ``rule``.
+
+    ``numeric``: the answer's final number written by
+    :func:`confgrid.protocols.numeric.format_number` (``"-3"`` and ``"3"`` differ, ``"1,234"`` equals
+    ``"1234"``; an answer without a number falls back to :func:`normalize`); every other rule:
+    :func:`normalize` (study 000 Appendix A), which drops signs and punctuation.
+    """
+    if rule != "numeric":
+        return normalize
+
+    def key(text: str) -> str:
+        from confgrid.protocols.numeric import final_number, format_number
+
+        v = final_number(text).value
+        return format_number(v) if v is not None else normalize(text)
+
+    return key

@@ -376,3 +376,16 @@ def test_grid_accepts_the_datasets_rule_and_prompts():
     assert parse_grid({**raw, "answer_sets": [{"id": "ao", "prompt": "answer_only", "verbalized": "none"}]})
     with pytest.raises(GridSpecError, match="unknown correctness rule 'numerical'"):
         parse_grid({**raw, "correctness": {"rules": ["numerical"], "primary": "numerical"}})
+
+
+def test_agreement_under_numeric_keeps_the_sign_and_reads_the_final_number():
+    from confgrid.protocols.correctness import agreement_key, normalize
+    from confgrid.protocols.methods import majority_share
+
+    key = agreement_key("numeric")
+    assert key("so the answer is \\boxed{-3}") == "-3" != key("3")
+    assert key("1,234") == key("\\boxed{1234}") == "1234"
+    assert key("no number here") == normalize("no number here")
+    assert agreement_key("containment") is normalize
+    c = majority_share(["\\boxed{-3}", "3", "-3.0", None], key)
+    assert (c.value, c.rated) == (0.5, "\\boxed{-3}")
