@@ -90,8 +90,6 @@ def _write_report(out: Path, log_mlflow: bool = True, opts=None) -> bool:
         typer.echo(f"warning: report not written: {type(exc).__name__}: {exc} (retry with `confgrid report {out}`)",
                    err=True)
         return False
-    for msg in res.messages:
-        typer.echo(f"warning: {msg}", err=True)
     typer.echo(f"Report: {res.path} ({len(res.figures.files)} figures in {res.path.parent / 'results' / 'figures'})")
     return not res.figures.failures
 

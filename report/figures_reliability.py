@@ -107,8 +107,8 @@ def reliability_figures(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
         p = tables.primary
         fig.suptitle(f"{setting}: reliability, {tables.n_bins} equal-width bins (answer set {p.get('answer_set')}, "
                      f"rule {p.get('rule')}, aggregation {p.get('aggregation')})", fontsize=10)
-        out.append(Drawn(file_stem("reliability", setting), fig,
+        out.append(Drawn(file_stem("reliability", *str(setting).split("/", 1)), fig,
                          f"Reliability diagrams of {setting}: bin accuracy against bin confidence (diagonal: perfect "
                          f"calibration), answers per bin below; empty bins are gaps. Titles: {opts.metric} with its "
-                         "95% paired bootstrap interval.", rs.reset_index(drop=True)))
+                         f"{tables.level:.0%} paired bootstrap interval.", rs.reset_index(drop=True)))
     return out

@@ -155,7 +155,7 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
         raise ValueError("render_report needs RunTables of a run directory (tables.root is None)")
     p = tables.primary
     name = tables.grid.get("name", root.name)
-    level = (tables.grid.get("bootstrap") or {}).get("level", 0.95)
+    level = tables.level
     group = ", ".join(f"{k} {v}" for k, v in p.items())
     sections: list[tuple[str, str, str]] = [
         ("protocol", "Protocol (reporting checklist)", _checklist(root)),

@@ -102,3 +102,8 @@ class RunTables:
     def n_bins(self) -> int:
         """The run's ECE bins (``metrics.ece_bins``; 10 when the grid does not say)."""
         return int((self.grid.get("metrics") or {}).get("ece_bins") or 10)
+
+    @property
+    def level(self) -> float:
+        """The level of the run's intervals (``bootstrap.level``; 0.95 when the grid does not say)."""
+        return float((self.grid.get("bootstrap") or {}).get("level") or 0.95)

@@ -21,3 +21,18 @@ def qwen3():
         785, 6722, 315, 9625, 374, 12095, 13,
     ]
     return tok
+
+
+@pytest.fixture(scope="session")
+def report_run(tmp_path_factory):
+    """A small finished-run directory (tests/report_example.py, no Ray) with its figures drawn at 640 x 480 px
+    and report.html written once for the figure and report tests: ``(root, ReportResult)``."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import report_example
+
+    from confgrid.report import FigureOptions, write_report
+
+    root = report_example.write_run(tmp_path_factory.mktemp("reportrun"))
+    return root, write_report(root, FigureOptions(width_px=640, height_px=480, dpi=80), log_mlflow=False)
