@@ -23,7 +23,8 @@ from confgrid.flows.outputs import fmt_interval
 from .registry import Drawn, FigureOptions, grid_shape, new_figure, register_figure
 from .run_tables import RunTables
 
-__all__ = ["reliability_figures", "draw_reliability_panel", "file_stem", "RELIABILITY_FAMILY"]
+__all__ = ["reliability_figures", "method_reliability_figures", "draw_reliability_panel", "file_stem",
+           "RELIABILITY_FAMILY"]
 
 RELIABILITY_FAMILY = "reliability"
 
@@ -74,13 +75,11 @@ def _signal_order(names: list[str]) -> list[str]:
     return sorted(names, key=lambda s: (s != "verbalized", names.index(s)))
 
 
-@register_figure(RELIABILITY_FAMILY, needs=("signals",), title="Reliability diagrams")
-def reliability_figures(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
-    """One figure per setting of the primary group: a reliability diagram per signal (verbalized, then the token
-    score of each scoring context), titled with ``opts.metric`` and its interval from ``results/metrics``."""
-    sig = select_group(tables.get("signals"), tables.primary)
+def _per_setting(sig: pd.DataFrame, tables: RunTables, opts: FigureOptions, titles: dict, stem: str,
+                 what: str) -> list[Drawn]:
+    """One figure per setting of a long signal table (``RELIABILITY_KEYS``, confidence, correct): a panel per
+    signal with its bins, counts and the ``titles`` metric."""
     rel = reliability_table(sig, n_bins=tables.n_bins)
-    titles = reliability_titles(select_group(tables.get("metrics"), tables.primary), opts.metric)
     out = []
     for setting, rs in rel.groupby("setting", sort=False):
         signals = _signal_order(list(dict.fromkeys(rs["signal"])))
@@ -104,11 +103,38 @@ def reliability_figures(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
             draw_reliability_panel(ax, axc, rows, title, smooth)
             if i == 0:
                 ax.legend(fontsize=7, loc="upper left")
-        p = tables.primary
-        fig.suptitle(f"{setting}: reliability, {tables.n_bins} equal-width bins (answer set {p.get('answer_set')}, "
-                     f"rule {p.get('rule')}, aggregation {p.get('aggregation')})", fontsize=10)
-        out.append(Drawn(file_stem("reliability", *str(setting).split("/", 1)), fig,
-                         f"Reliability diagrams of {setting}: bin accuracy against bin confidence (diagonal: perfect "
-                         f"calibration), answers per bin below; empty bins are gaps. Titles: {opts.metric} with its "
-                         f"{tables.level:.0%} paired bootstrap interval.", rs.reset_index(drop=True)))
+        fig.suptitle(f"{setting}: reliability of {what}, {tables.n_bins} equal-width bins", fontsize=10)
+        out.append(Drawn(file_stem(stem, *str(setting).split("/", 1)), fig,
+                         f"Reliability diagrams of {setting} ({what}): bin accuracy against bin confidence (diagonal: "
+                         "perfect calibration), answers per bin below; empty bins are gaps. Titles: "
+                         f"{opts.metric} with its {tables.level:.0%} paired bootstrap interval.",
+                         rs.reset_index(drop=True)))
     return out
+
+
+@register_figure(RELIABILITY_FAMILY, needs=("signals",), title="Reliability diagrams")
+def reliability_figures(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
+    """One figure per setting of the primary group: a reliability diagram per signal (verbalized, then the token
+    score of each scoring context), titled with ``opts.metric`` and its interval from ``results/metrics``."""
+    p = tables.primary
+    sig = select_group(tables.get("signals"), p)
+    titles = reliability_titles(select_group(tables.get("metrics"), p), opts.metric)
+    what = f"answer set {p.get('answer_set')}, rule {p.get('rule')}, aggregation {p.get('aggregation')}"
+    return _per_setting(sig, tables, opts, titles, "reliability", what)
+
+
+@register_figure("method_reliability", needs=("method_signals",), title="Reliability diagrams of the confidence "
+                 "methods")
+def method_reliability_figures(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
+    """One figure per setting: a reliability diagram per confidence method signal (``tables/method_signals``,
+    rows with a confidence and a label, each under its method's rule), titled from ``results/methods``."""
+    m = tables.get("method_signals")
+    m = m[m["confidence"].notna() & m["correct"].notna()]
+    sig = pd.DataFrame({"setting": m["model"] + "/" + m["dataset"], "model": m["model"], "dataset": m["dataset"],
+                        "signal": m["signal"] + " (rule " + m["rule"] + ")", "context": "", "aggregation": "",
+                        "confidence": m["confidence"].astype(float), "correct": m["correct"].astype(float)})
+    met = tables.get("methods")
+    if len(met):
+        met = met.assign(signal=met["signal"] + " (rule " + met["rule"] + ")")
+    return _per_setting(sig, tables, opts, reliability_titles(met, opts.metric), "reliability_methods",
+                        "the confidence methods")

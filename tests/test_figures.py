@@ -204,3 +204,20 @@ def test_smooth_curve_option_draws_the_smece_line(run):
     # the curve's smECE (relplot's fast estimate) agrees with analysis/estimators.py smece to 2 decimals
     assert float(label.split("smECE ")[1].rstrip(")")) == pytest.approx(smece(one["confidence"], one["correct"]),
                                                                       abs=0.01)
+
+
+def test_method_reliability_from_the_method_signals_table():
+    ms = pd.DataFrame({"model": "m", "dataset": "d", "signal": "p_true", "rule": "containment",
+                       "confidence": [0.05, 0.1, 0.95, np.nan], "correct": [0.0, 1.0, 1.0, 1.0]})
+    methods = pd.DataFrame({"setting": "m/d", "signal": "p_true", "rule": "containment", "metric": "ece",
+                            "point": [0.3], "lo": [0.1], "hi": [0.5]})
+    t = RunTables.of({"method_signals": ms, "methods": methods}, grid={"metrics": {"ece_bins": 2}})
+    assert [e.family for e in available_figures(t)] == ["method_reliability"]
+    drawn, failures = draw_figures(t, FigureOptions(width_px=300, height_px=300))
+    assert failures == []
+    (d,) = drawn["method_reliability"]
+    ref = reliability_diagram([0.05, 0.1, 0.95], [0, 1, 1], n_bins=2)  # the row without a confidence is left out
+    np.testing.assert_array_equal(d.data["count"], ref.counts)
+    np.testing.assert_allclose(d.data["accuracy"], ref.accuracy)
+    assert d.name == "reliability_methods__m__d"
+    assert d.figure.axes[0].get_title() == "p_true (rule containment)\nECE 0.300 [0.100, 0.500], n = 3"
