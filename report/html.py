@@ -71,7 +71,7 @@ def _esc(x) -> str:
 def _table(df: pd.DataFrame, max_rows: int = MAX_TABLE_ROWS, link: str | None = None) -> str:
     if df.empty:
         return '<p class="note">(no rows)</p>'
-    shown = df.head(max_rows)
+    shown = df.head(max_rows).rename_axis(columns=None)  # a pivot's column name is no column of the table
     note = ""
     if len(df) > max_rows:
         more = f' (<a href="{_esc(link)}">whole table</a>)' if link else ""
@@ -186,7 +186,8 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
             f"<title>confgrid report: {_esc(name)}</title><style>{_CSS}</style></head><body>"
             f"<h1>confgrid report: {_esc(name)}</h1>"
             f'<p class="note">Run directory {_esc(root)}; written {stamp} by confgrid {_esc(__version__)}. '
-            f"Tables and figures show the primary group ({_esc(group)}); every group is in the Parquet tables."
+            f"The settings, metrics and gap tables and the figures show the primary group ({_esc(group)}); the study "
+            "tables are shown as the run wrote them, and every group is in the Parquet tables."
             f"</p><nav><ul>{nav}</ul></nav>{body}</body></html>\n")
 
 

@@ -226,11 +226,13 @@ def test_figures_go_into_the_runs_mlflow_parent_run(first_run):
     from confgrid.report import FigureOptions, RunTables, write_figures
     from confgrid.report.html import _log_mlflow
 
-    _, out, summary = first_run
+    _, out, _ = first_run
     figs = write_figures(RunTables(out), out / "results" / "figures", FigureOptions(width_px=400, dpi=50),
                          families=["gaps"])
     paths = [figs.files[0].png, figs.files[0].svg]
     assert _log_mlflow(out, RunTables(out), paths) is None
-    logged = {a.path for a in MlflowClient(default_tracking_uri(out)).list_artifacts(summary.parent_run_id,
-                                                                                     "results/figures")}
+    from confgrid.flows.store import read_manifest
+
+    parent = read_manifest(out / "manifest.json")["meta"]["mlflow_parent_run_id"]  # the latest run into `out`
+    logged = {a.path for a in MlflowClient(default_tracking_uri(out)).list_artifacts(parent, "results/figures")}
     assert logged == {"results/figures/gaps.png", "results/figures/gaps.svg"}

@@ -68,7 +68,7 @@ def _artifact_dir() -> Path:
     return d
 
 
-def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_error(report, tmp_path, request):
+def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_error(report, tmp_path, capsys):
     _wait_for_ci_install()
     if not Path(CHROMIUM).is_file():
         pytest.skip("no Chromium at /usr/bin/chromium (Debian: apt-get install -y chromium)")
@@ -94,8 +94,8 @@ def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_er
     kept = _artifact_dir() / "report_screenshot.png"
     shutil.copyfile(shot, kept)
     assert kept.stat().st_size > 10_000
-    tr = request.config.pluginmanager.getplugin("terminalreporter")
-    (tr.write_line if tr else print)(f"report screenshot: {kept}")
+    with capsys.disabled():  # printed past pytest's capture, so the path shows in the test output
+        print(f"\nreport screenshot: {kept}")
 
 
 def test_confgrid_report_cli_exit_status(tmp_path):
