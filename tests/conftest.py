@@ -27,11 +27,7 @@ def qwen3():
 def report_run(tmp_path_factory):
     """A small finished-run directory (tests/report_example.py, no Ray) with its figures drawn at 640 x 480 px
     and report.html written once for the figure and report tests: ``(root, ReportResult)``."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
     import report_example
-
     from confgrid.report import FigureOptions, write_report
 
     root = report_example.write_run(tmp_path_factory.mktemp("reportrun"))

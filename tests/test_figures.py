@@ -4,24 +4,20 @@ the numbers of its data (reliability bins equal analysis/reliability.py's; empty
 from __future__ import annotations
 
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-import report_example  # noqa: E402
-
-from confgrid.analysis.figure_data import (  # noqa: E402
+import report_example
+from confgrid.analysis.figure_data import (
     ace_quadrants,
     random_baselines,
     reliability_table,
     select_group,
 )
-from confgrid.analysis.reliability import reliability_diagram  # noqa: E402
-from confgrid.report import (  # noqa: E402
+from confgrid.analysis.reliability import reliability_diagram
+from confgrid.report import (
     FIGURES,
     Drawn,
     FigureOptions,

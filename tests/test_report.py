@@ -10,16 +10,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-import report_example  # noqa: E402
-
-from confgrid.report import FIGURES  # noqa: E402
+import report_example
+from confgrid.report import FIGURES
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -99,10 +95,9 @@ def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_er
 
 
 def test_confgrid_report_cli_exit_status(tmp_path):
-    from typer.testing import CliRunner
-
     from confgrid.flows.cli import app
     from confgrid.report.registry import register_figure
+    from typer.testing import CliRunner
 
     cli = CliRunner()
     r = cli.invoke(app, ["report", str(tmp_path)])
