@@ -1,11 +1,13 @@
 """The ``confgrid`` command line.
 
-run, demo, show, analyze; resume, resubmit --failed, status; log (MLflow, later);
+run, demo, show, analyze, report; resume, resubmit --failed, status; log (MLflow, later);
 submit and logs (Ray Jobs API); lifeeval (write the LifeEval item set and its MAS).
 
 Exit status: 0 done; 1 some shards failed (the rest is stored); 2 bad input
 or options, nothing computed; 3 every result written but the MLflow record
-failed (``confgrid log OUT`` logs it later); 130 interrupted.
+failed (``confgrid log OUT`` logs it later); 130 interrupted. ``run`` and
+``demo`` end by writing OUT/report.html (``confgrid report``); a report that
+cannot be drawn is a warning and leaves the exit status as it is.
 """
 
 from __future__ import annotations
@@ -77,6 +79,21 @@ def _load(grid_path: Path):
         raise typer.Exit(2) from None
 
 
+def _write_report(out: Path, log_mlflow: bool = True, opts=None) -> bool:
+    """Draw the figures and write OUT/report.html; print its path. A failure is a warning (the results are
+    written already) and returns False; the exit status is not changed."""
+    try:
+        from confgrid.report import write_report
+
+        res = write_report(out, opts, log_mlflow=log_mlflow)
+    except Exception as exc:  # noqa: BLE001 - a view of finished results; never lose the run for it
+        typer.echo(f"warning: report not written: {type(exc).__name__}: {exc} (retry with `confgrid report {out}`)",
+                   err=True)
+        return False
+    typer.echo(f"Report: {res.path} ({len(res.figures.files)} figures in {res.path.parent / 'results' / 'figures'})")
+    return not res.figures.failures
+
+
 def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, grid_text: str | None,
              only_failed: bool = False, resume: bool = False) -> None:
     from confgrid.flows.pools import CapacityError
@@ -102,6 +119,7 @@ def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, gri
     except ShardFailures as exc:
         if exc.summary is not None and not exc.summary.metrics.empty:
             print_results(exc.summary.out_dir)
+            _write_report(exc.summary.out_dir, log_mlflow=exc.summary.tracking_failure is None)
         typer.echo(f"\n{exc}", err=True)
         if exc.summary is not None and exc.summary.tracking_failure is not None:
             typer.echo(exc.summary.tracking_failure.line(), err=True)
@@ -110,6 +128,7 @@ def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, gri
         typer.echo(f"No complete setting to report yet (see `confgrid status {summary.out_dir}`).")
     else:
         print_results(summary.out_dir)
+        _write_report(summary.out_dir, log_mlflow=summary.tracking_failure is None)
     if summary.tracking_failure is not None:
         _tracking_failed(summary.tracking_failure, summary.out_dir)
     if not summary.metrics.empty:
@@ -290,6 +309,35 @@ def show(out_dir: Path = typer.Argument(..., help="Output directory of a finishe
         typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
         raise typer.Exit(2)
     print_results(out_dir)
+
+
+@app.command()
+def report(
+    out_dir: Path = typer.Argument(..., help="Output directory of a finished run (old or new)."),
+    width: int = typer.Option(1200, "--width", help="Figure width in pixels."),
+    smooth: bool = typer.Option(False, "--smooth", help="Add the smooth smECE curve (relplot) to each reliability "
+                                "diagram (slower: a kernel fit per diagram)."),
+    no_mlflow: bool = typer.Option(False, "--no-mlflow", help="Do not log the figures to the run's MLflow parent run."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Redraw the figures of a finished run (results/figures/, PNG and SVG) and write OUT_DIR/report.html.
+
+    Exit status: 0 written; 1 written, but some figure could not be drawn (named on stderr and in the page);
+    2 not a run directory or a bad option.
+    """
+    _setup_logging(verbose)
+    if not (out_dir / "results" / "metrics.parquet").is_file():
+        typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
+        raise typer.Exit(2)
+    from confgrid.report import FigureOptions
+
+    try:
+        opts = FigureOptions(width_px=width, smooth=smooth)
+    except ValueError as exc:
+        typer.echo(f"--width: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if not _write_report(out_dir, log_mlflow=not no_mlflow, opts=opts):
+        raise typer.Exit(1)
 
 
 @app.command()

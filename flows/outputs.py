@@ -302,4 +302,7 @@ def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluatio
     tracker.log_artifacts(sorted(res.glob("*.csv")) + [res / "report.md", res / "checklist.json", res / "checklist.md"],
                           "results")
     tracker.log_artifacts(list(tables.values()), "tables")
+    figs = res / "figures"  # drawn by `confgrid run` / `confgrid report` (confgrid.report); logged again by `log`
+    tracker.log_artifacts(sorted(figs.glob("*.png")) + sorted(figs.glob("*.svg")), "results/figures")
+    tracker.log_artifacts([store.root / "report.html"])
     tracker.log_artifacts([store.root / "grid.yaml", store.root / "manifest.json"])

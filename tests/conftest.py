@@ -36,3 +36,14 @@ def ray_local():
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def report_run(tmp_path_factory):
+    """A small finished-run directory (tests/report_example.py, no Ray) with its figures drawn at 640 x 480 px
+    and report.html written once for the figure and report tests: ``(root, ReportResult)``."""
+    import report_example
+    from confgrid.report import FigureOptions, write_report
+
+    root = report_example.write_run(tmp_path_factory.mktemp("reportrun"))
+    return root, write_report(root, FigureOptions(width_px=640, height_px=480, dpi=80), log_mlflow=False)

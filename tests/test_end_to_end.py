@@ -188,6 +188,9 @@ def test_no_tracking_server_the_run_writes_everything_exits_3_and_log_logs_it(fi
     assert "Traceback" not in r.stderr
     assert f"MLflow tracking failed ({dead}): no MLflow server answers at {dead}" in r.stderr
     assert f"confgrid log {copy} --tracking-uri {dead}" in r.stderr
+    # the report is written all the same (figures not sent to the dead store), and its path printed
+    assert f"Report: {copy / 'report.html'}" in r.stdout
+    assert (copy / "results" / "figures" / "reliability__fixture__triviaqa.png").is_file()
     for name in ("metrics.parquet", "gaps.parquet", "settings.csv", "report.md", "checklist.json"):
         assert (copy / "results" / name).is_file(), name
     assert not (copy / "mlflow.db").exists()
@@ -209,4 +212,27 @@ def test_no_tracking_server_the_run_writes_everything_exits_3_and_log_logs_it(fi
     row = m[(m["setting"] == "fixture/triviaqa") & (m["signal"] == "verbalized") & (m["metric"] == "ece")]
     assert kids["fixture/triviaqa"]["verbalized/ece/point"] == pytest.approx(row["point"].item(), abs=1e-12)
     assert {a.path for a in client.list_artifacts(parent[0].info.run_id)} >= {"manifest.json", "grid.yaml", "results",
-                                                                            "tables"}
+                                                                            "tables", "report.html"}
+    figs = {a.path for a in client.list_artifacts(parent[0].info.run_id, "results/figures")}
+    assert {"results/figures/gaps.png", "results/figures/gaps.svg"} <= figs
+
+
+def test_figures_go_into_the_runs_mlflow_parent_run(first_run):
+    """`confgrid run` ends with write_report, which logs the figures into the run's parent run (the store the
+    run opened; here one family only, to keep the test short)."""
+    from mlflow.tracking import MlflowClient
+
+    from confgrid.flows.tracking import default_tracking_uri
+    from confgrid.report import FigureOptions, RunTables, write_figures
+    from confgrid.report.html import _log_mlflow
+
+    _, out, _ = first_run
+    figs = write_figures(RunTables(out), out / "results" / "figures", FigureOptions(width_px=400, dpi=50),
+                         families=["gaps"])
+    paths = [figs.files[0].png, figs.files[0].svg]
+    assert _log_mlflow(out, RunTables(out), paths) is None
+    from confgrid.flows.store import read_manifest
+
+    parent = read_manifest(out / "manifest.json")["meta"]["mlflow_parent_run_id"]  # the latest run into `out`
+    logged = {a.path for a in MlflowClient(default_tracking_uri(out)).list_artifacts(parent, "results/figures")}
+    assert logged == {"results/figures/gaps.png", "results/figures/gaps.svg"}

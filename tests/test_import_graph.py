@@ -14,7 +14,7 @@ import sys
 import pytest
 
 ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "bootstrap", "reliability", "transfer",
-            "compare", "summary", "tables", "calibration_summary", "hard_easy"]
+            "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
 ALLOWED = {
@@ -31,6 +31,7 @@ ALLOWED = {
     "tables": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap", "compare", "summary"},
     "calibration_summary": {"metrics", "estimators"},
     "hard_easy": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap"},
+    "figure_data": {"metrics", "estimators", "reliability"},
 }
 
 _PROBE = """

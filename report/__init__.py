@@ -1,0 +1,27 @@
+"""Figures and the HTML report of a run (``confgrid report``): draw from the results tables, never from a live run.
+
+Compute lives in :mod:`confgrid.analysis.figure_data`; drawing in the modules here. Importing this package
+registers every figure family (:data:`confgrid.report.registry.FIGURES`).
+"""
+
+from . import figures_reliability, figures_studies  # noqa: F401 - registers the figure families
+from .html import REPORT_FILE, ReportResult, render_report, write_report
+from .registry import (
+    FIGURE_DIR,
+    FIGURES,
+    Drawn,
+    FigureEntry,
+    FigureFile,
+    FigureOptions,
+    FigureSet,
+    available_figures,
+    draw_figures,
+    new_figure,
+    register_figure,
+    write_figures,
+)
+from .run_tables import RunTables
+
+__all__ = ["FIGURE_DIR", "FIGURES", "Drawn", "FigureEntry", "FigureFile", "FigureOptions", "FigureSet", "RunTables",
+           "available_figures", "draw_figures", "new_figure", "register_figure", "write_figures",
+           "REPORT_FILE", "ReportResult", "render_report", "write_report"]

@@ -1,0 +1,258 @@
+"""``OUT/report.html``: one self-contained page a reviewer reads without the terminal.
+
+The page opens offline: figures are embedded as base64 PNG (their SVG sits next to them under
+``results/figures/``), the style sheet is inline, there is no script, no CDN and no server. It holds the
+run's protocol (the reporting checklist, study 000 Table 5), the settings table, the metrics with their
+intervals, the gaps, every study table the run wrote, the figures, and relative links to the Parquet
+tables (valid while ``report.html`` stays in the run directory).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+from confgrid.analysis.figure_data import select_group
+from confgrid.analysis.tables import format_table
+from confgrid.flows.outputs import fmt_interval, result_matrix
+from confgrid.flows.store import write_text_atomic
+
+from confgrid import __version__
+
+from .registry import FIGURE_DIR, FIGURES, FigureOptions, FigureSet, write_figures
+from .run_tables import RunTables
+
+__all__ = ["write_report", "render_report", "ReportResult", "REPORT_FILE", "MAX_TABLE_ROWS"]
+
+log = logging.getLogger("confgrid")
+
+#: The report's file name in the run directory.
+REPORT_FILE = "report.html"
+#: Rows of a study table shown in the page (the whole table is linked).
+MAX_TABLE_ROWS = 60
+#: Tables with their own section (not repeated under "Study tables"); ``signals`` and the stage tables live
+#: in tables/ and are linked only.
+_OWN_SECTION = {"metrics", "gaps", "settings"}
+
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1250px;color:#222;
+line-height:1.4;padding:0 1em}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}h3{margin-top:1.4em}
+table{border-collapse:collapse;font-size:.8em;margin:.6em 0}th,td{border:1px solid #ccc;padding:.2em .5em;
+text-align:left;vertical-align:top}th{background:#f3f3f3}tr:nth-child(even) td{background:#fafafa}
+.scroll{overflow-x:auto}figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.85em;color:#444}details{margin:.4em 0}summary{cursor:pointer;font-weight:600}
+pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.8em;white-space:pre-wrap}.note{color:#666;
+font-size:.85em}.warn{color:#a33}nav li{margin:.1em 0}
+"""
+
+
+@dataclass
+class ReportResult:
+    """What :func:`write_report` did: the page, the figures (and failed families), whether they went to MLflow."""
+
+    path: Path
+    figures: FigureSet
+    logged: bool = False
+    messages: list[str] = field(default_factory=list)
+
+
+def _esc(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _table(df: pd.DataFrame, max_rows: int = MAX_TABLE_ROWS, link: str | None = None) -> str:
+    if df.empty:
+        return '<p class="note">(no rows)</p>'
+    shown = df.head(max_rows).rename_axis(columns=None)  # a pivot's column name is no column of the table
+    note = ""
+    if len(df) > max_rows:
+        more = f' (<a href="{_esc(link)}">whole table</a>)' if link else ""
+        note = f'<p class="note">first {max_rows} of {len(df)} rows{more}</p>'
+    return f'<div class="scroll">{shown.to_html(index=False, na_rep="-", border=0, escape=True)}</div>{note}'
+
+
+def _markdown(text: str) -> str:
+    from markdown_it import MarkdownIt  # markdown-it-py: a dependency of rich
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+
+
+def _checklist(root: Path) -> str:
+    p = root / "results" / "checklist.json"
+    if not p.is_file():
+        return '<p class="note">This run wrote no results/checklist.json.</p>'
+    from confgrid.protocols.checklist import render_checklist_markdown
+
+    parts = []
+    for i, e in enumerate(json.loads(p.read_text(encoding="utf-8"))):
+        head = f"{e.get('model')} / {e.get('dataset')} / answer set {e.get('extra', {}).get('answer_set', 'main')}"
+        try:  # the checklist's own headings sit below this section's
+            body = _markdown(re.sub(r"^(#+) ", lambda m: "#" * min(len(m.group(1)) + 3, 6) + " ",
+                                    render_checklist_markdown(e), flags=re.MULTILINE))
+        except (KeyError, TypeError) as exc:  # a checklist of another version: show it as JSON
+            body = f"<pre>{_esc(json.dumps(e, indent=1, default=str))}</pre><p class='note'>({_esc(exc)})</p>"
+        parts.append(f"<details{' open' if i == 0 else ''}><summary>{_esc(head)}</summary>{body}</details>")
+    return "\n".join(parts) + ' <p class="note">Also in <a href="results/checklist.md">results/checklist.md</a> ' \
+                               'and <a href="results/checklist.json">results/checklist.json</a>.</p>'
+
+
+def _gaps(gaps: pd.DataFrame) -> pd.DataFrame:
+    if gaps.empty:
+        return gaps
+    g = gaps.assign(gap=[fmt_interval(p, lo, hi) for p, lo, hi in zip(gaps["gap"], gaps["lo"], gaps["hi"], strict=True)])
+    return g[[c for c in ("setting", "context", "metric", "gap", "excludes_zero", "favours", "n") if c in g]]
+
+
+def _links(root: Path) -> str:
+    import pyarrow.parquet as pq
+
+    rows = []
+    for sub in ("results", "tables"):
+        for p in sorted((root / sub).glob("*.parquet")):
+            try:
+                n = pq.ParquetFile(p).metadata.num_rows
+            except Exception:  # noqa: BLE001 - a damaged file is still linked
+                n = "?"
+            rel = f"{sub}/{p.name}"
+            rows.append(f'<tr><td><a href="{_esc(rel)}">{_esc(rel)}</a></td><td>{n}</td>'
+                        f"<td>{p.stat().st_size / 1024:.1f}</td></tr>")
+    if not rows:
+        return '<p class="note">(no Parquet tables)</p>'
+    return "<table><tr><th>table</th><th>rows</th><th>KiB</th></tr>" + "".join(rows) + "</table>"
+
+
+def _figures(root: Path, figs: FigureSet) -> str:
+    parts = []
+    by_family: dict[str, list] = {}
+    for f in figs.files:
+        by_family.setdefault(f.family, []).append(f)
+    for family, files in by_family.items():
+        title = FIGURES[family].title if family in FIGURES else family
+        parts.append(f'<h3 id="fig-{_esc(family)}">{_esc(title)}</h3>')
+        for f in files:
+            b64 = base64.b64encode(f.png.read_bytes()).decode("ascii")
+            svg = f.svg.relative_to(root).as_posix() if f.svg.is_relative_to(root) else f.svg.as_posix()
+            parts.append(f'<figure><img src="data:image/png;base64,{b64}" alt="{_esc(f.name)}" '
+                         f'width="{f.size_px[0]}" height="{f.size_px[1]}"><figcaption>{_esc(f.caption)} '
+                         f'(<a href="{_esc(svg)}">SVG</a>)</figcaption></figure>')
+    for family, err in figs.failures:
+        parts.append(f'<p class="warn">Figure {_esc(family)} could not be drawn: {_esc(err)}</p>')
+    return "\n".join(parts) or '<p class="note">No figure: the run wrote none of the tables a figure needs.</p>'
+
+
+def render_report(tables: RunTables, figs: FigureSet) -> str:
+    """The report page as one HTML string (see the module docstring); ``tables.root`` must be the run directory."""
+    root = tables.root
+    if root is None:
+        raise ValueError("render_report needs RunTables of a run directory (tables.root is None)")
+    p = tables.primary
+    name = tables.grid.get("name", root.name)
+    level = tables.level
+    group = ", ".join(f"{k} {v}" for k, v in p.items())
+    sections: list[tuple[str, str, str]] = [
+        ("protocol", "Protocol (reporting checklist)", _checklist(root)),
+        ("settings", "Settings", _table(select_group(tables.get("settings"), p), 500, "results/settings.parquet")),
+        ("metrics", f"Metrics (point [{level:.0%} paired bootstrap interval])",
+         _table(result_matrix(select_group(tables.get("metrics"), p)), 500, "results/metrics.parquet")),
+        ("gaps", "Gap = metric(verbalized) - metric(token)",
+         _table(_gaps(select_group(tables.get("gaps"), p)), 500, "results/gaps.parquet")),
+    ]
+    study = []
+    for n in sorted(q.stem for q in (root / "results").glob("*.parquet")):
+        if n in _OWN_SECTION:
+            continue
+        df = tables.get(n)
+        try:
+            shown = format_table(df)
+        except Exception:  # noqa: BLE001 - show the table as it is
+            shown = df
+        study.append(f'<h3 id="table-{_esc(n)}">{_esc(n)}</h3>' + _table(shown, link=f"results/{n}.parquet"))
+    sections.append(("study", "Study tables", "\n".join(study) or '<p class="note">(none)</p>'))
+    sections.append(("figures", "Figures", _figures(root, figs)))
+    sections.append(("files", "Tables (Parquet)", _links(root)))
+    nav = "".join(f'<li><a href="#{sid}">{_esc(title)}</a></li>' for sid, title, _ in sections)
+    body = "\n".join(f'<h2 id="{sid}">{_esc(title)}</h2>\n{content}' for sid, title, content in sections)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>confgrid report: {_esc(name)}</title><style>{_CSS}</style></head><body>"
+            f"<h1>confgrid report: {_esc(name)}</h1>"
+            f'<p class="note">Run directory {_esc(root)}; written {stamp} by confgrid {_esc(__version__)}. '
+            f"The settings, metrics and gap tables and the figures show the primary group ({_esc(group)}); the study "
+            "tables are shown as the run wrote them, and every group is in the Parquet tables."
+            f"</p><nav><ul>{nav}</ul></nav>{body}</body></html>\n")
+
+
+def _log_mlflow(root: Path, tables: RunTables, paths: list[Path]) -> str | None:
+    """Log ``paths`` into the run's MLflow parent run; a message when that is not possible, else None."""
+    from confgrid.flows.store import read_manifest
+    from confgrid.flows.tracking import Tracker, default_tracking_uri, sqlite_path
+
+    try:
+        meta = read_manifest(root / "manifest.json").get("meta", {})
+    except Exception as exc:  # noqa: BLE001 - no manifest: nothing to log into
+        return f"figures not logged to MLflow: {exc}"
+    parent = meta.get("mlflow_parent_run_id")
+    uri = meta.get("custom_tracking_uri") or default_tracking_uri(root)
+    db = sqlite_path(uri)
+    if parent is None or (db is not None and not db.is_file()):
+        return "figures not logged to MLflow: the run has no MLflow parent run (see `confgrid log`)"
+    try:
+        tr = Tracker(uri, experiment=f"confgrid/{tables.grid.get('name', root.name)}")
+        tr.parent_run_id = parent
+        figs = [p for p in paths if p.suffix in (".png", ".svg")]
+        tr.log_artifacts(figs, FIGURE_DIR.as_posix())
+        tr.log_artifacts([p for p in paths if p not in figs])
+    except Exception as exc:  # noqa: BLE001 - the files are written; say what failed
+        return f"figures not logged to MLflow ({uri}): {type(exc).__name__}: {exc}"
+    return None
+
+
+def write_report(out_dir: str | Path, opts: FigureOptions | None = None, log_mlflow: bool = True) -> ReportResult:
+    """Draw every figure of a finished run into ``OUT/results/figures/`` and write ``OUT/report.html``.
+
+    Parameters
+    ----------
+    out_dir : path
+        A run directory (``results/metrics.parquet``; older runs work: what a figure needs and the run
+        lacks is left out).
+    opts : FigureOptions, optional
+    log_mlflow : bool
+        Log the figures and the page into the run's MLflow parent run (``manifest.json``); a store that
+        fails is a message in the result, never an exception.
+
+    Returns
+    -------
+    ReportResult
+
+    Raises
+    ------
+    FileNotFoundError
+        ``out_dir`` has no ``results/metrics.parquet``.
+    OSError
+        The page or a figure cannot be written (a figure that fails to draw is recorded instead).
+    """
+    root = Path(out_dir)
+    if not (root / "results" / "metrics.parquet").is_file():
+        raise FileNotFoundError(f"{root}: no results/metrics.parquet; is this the output directory of a finished run?")
+    tables = RunTables(root)
+    figs = write_figures(tables, root / FIGURE_DIR, opts)
+    path = root / REPORT_FILE
+    write_text_atomic(render_report(tables, figs), path)
+    res = ReportResult(path, figs)
+    res.messages += [f"figure {f}: {e}" for f, e in figs.failures]
+    if log_mlflow:
+        msg = _log_mlflow(root, tables, [f.png for f in figs.files] + [f.svg for f in figs.files] + [path])
+        res.logged = msg is None
+        if msg:
+            res.messages.append(msg)
+            log.warning("%s", msg)
+    return res

@@ -1,0 +1,124 @@
+"""report.html: one self-contained page, checked as a file and in a real headless browser (Chromium).
+
+The browser test needs Chromium from Debian packages (``apt-get install chromium``, at /usr/bin/chromium) and
+the ``playwright`` package (the ``test`` extra); without either it is skipped with the reason. Its full-page
+screenshot is kept under ``$CONFGRID_TEST_ARTIFACTS`` (default ``<tmp>/confgrid-test-artifacts``), path printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import report_example
+from confgrid.report import FIGURES
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def report(report_run):
+    return report_run[1]
+
+
+def test_the_page_is_self_contained_and_holds_every_section(report):
+    page = report.path.read_text(encoding="utf-8")
+    root = report.path.parent
+    assert report.path == root / "report.html" and report.figures.failures == []
+    assert "<script" not in page.lower()
+    # nothing is fetched: every src is inline, no URL with a scheme anywhere in an attribute
+    assert not re.search(r'(src|href)="(https?:)?//', page)
+    srcs = re.findall(r'<img [^>]*src="([^"]+)"', page)
+    assert len(srcs) == len(report.figures.files) >= 8
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    for section in ("Protocol (reporting checklist)", "Settings", "Metrics (point [95% paired bootstrap interval])",
+                    "Study tables", "Figures", "Tables (Parquet)"):
+        assert f">{section}</h2>" in page, section
+    assert "Reporting checklist: m (fixture) on qa" in page  # rendered from results/checklist.json
+    assert "table3_ablation" in page and "ace_gaps" in page and "calibration" in page
+    # relative links to the Parquet tables resolve from the page's folder
+    links = re.findall(r'href="([^"#]+\.parquet)"', page)
+    assert "results/metrics.parquet" in links and "tables/signals.parquet" in links
+    assert all((root / h).is_file() for h in links)
+    svgs = re.findall(r'href="([^"]+\.svg)"', page)
+    assert len(svgs) == len(srcs) and all((root / h).is_file() for h in svgs)
+
+
+def _wait_for_ci_install(timeout_s: float = 300.0) -> None:
+    """.ci/run installs Chromium in the background and touches ``$CONFGRID_CHROMIUM_DONE`` when it is done."""
+    import time
+
+    marker = os.environ.get("CONFGRID_CHROMIUM_DONE")
+    end = time.monotonic() + timeout_s
+    while marker and not Path(marker).exists() and time.monotonic() < end:
+        time.sleep(1.0)
+
+
+def _artifact_dir() -> Path:
+    d = Path(os.environ.get("CONFGRID_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "confgrid-test-artifacts")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_error(report, tmp_path, capsys):
+    _wait_for_ci_install()
+    if not Path(CHROMIUM).is_file():
+        pytest.skip("no Chromium at /usr/bin/chromium (Debian: apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    errors, requests = [], []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(report.path.as_uri(), wait_until="load")
+            widths = page.evaluate("[...document.images].map(i => i.complete ? i.naturalWidth : 0)")
+            shot = tmp_path / "report.png"
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert errors == []
+    assert [u for u in requests if not u.startswith(("data:", "file:"))] == []  # opens offline
+    assert len(widths) == len(report.figures.files)
+    assert all(w == f.size_px[0] for w, f in zip(widths, report.figures.files, strict=True))
+    kept = _artifact_dir() / "report_screenshot.png"
+    shutil.copyfile(shot, kept)
+    assert kept.stat().st_size > 10_000
+    with capsys.disabled():  # printed past pytest's capture, so the path shows in the test output
+        print(f"\nreport screenshot: {kept}")
+
+
+def test_confgrid_report_cli_exit_status(tmp_path):
+    from confgrid.flows.cli import app
+    from confgrid.report.registry import register_figure
+    from typer.testing import CliRunner
+
+    cli = CliRunner()
+    r = cli.invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 2 and "no results/metrics.parquet" in r.output
+    root = report_example.write_run(tmp_path / "run", with_studies=False)
+    r = cli.invoke(app, ["report", str(root), "--width", "50"])
+    assert r.exit_code == 2 and "width_px" in r.output
+    name = "test_cli_broken"
+
+    @register_figure(name, needs=("metrics",), title="broken")
+    def _draw(tables, opts):
+        raise RuntimeError("cannot draw this")
+
+    try:
+        r = cli.invoke(app, ["report", str(root), "--width", "400", "--no-mlflow"])
+    finally:
+        del FIGURES[name]
+    assert r.exit_code == 1, r.output  # written, but a figure failed
+    assert f"Report: {root / 'report.html'}" in r.output
+    page = (root / "report.html").read_text(encoding="utf-8")
+    assert f"Figure {name} could not be drawn: RuntimeError: cannot draw this" in page
+    assert sorted(p.name for p in (root / "results" / "figures").glob("*.png")) == [
+        "gaps.png", "reliability__m__mc.png", "reliability__m__qa.png"]
+
