@@ -4,7 +4,7 @@ Compute lives in :mod:`confgrid.analysis.figure_data`; drawing in the modules he
 registers every figure family (:data:`confgrid.report.registry.FIGURES`).
 """
 
-from . import figures_reliability, figures_studies  # noqa: F401 - registers the figure families
+from . import figures_capability, figures_reliability, figures_studies  # noqa: F401 - registers the figures
 from .html import REPORT_FILE, ReportResult, render_report, write_report
 from .registry import (
     FIGURE_DIR,

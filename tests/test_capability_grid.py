@@ -144,3 +144,22 @@ def test_capability_tables_from_hand_made_method_tables():
     metrics = capability_mlflow_metrics(t)
     assert metrics["capability/m/tqa/capability/vb/brier/point"] == pytest.approx(np.mean((vb - mu) ** 2))
     assert all(v == v for v in metrics.values())
+
+
+def test_capability_figures_draw_the_tables_at_the_size_asked(tmp_path):
+    from test_figures import png_size
+
+    from confgrid.flows.capability import CAPABILITY_TABLES
+    from confgrid.report import FigureOptions, RunTables, write_figures
+
+    spec = parse_grid(grid())
+    splits, samples, signals, targets, costs, _ = _frames(spec, np.random.default_rng(1))
+    t = capability_tables(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
+    frames = {name: getattr(t, name) for name in CAPABILITY_TABLES}
+    fs = write_figures(RunTables.of(frames), tmp_path, FigureOptions(width_px=600, height_px=400, dpi=50))
+    names = {f.name for f in fs.files}
+    assert {"capability_divergence", "capability_pass_at_k", "capability_allocation", "capability_se_by_k"} <= names
+    for f in fs.files:
+        assert png_size(tmp_path / f"{f.name}.png") == (600, 400)
+    drawn = pd.read_csv(tmp_path / "capability_pass_at_k.csv")
+    pd.testing.assert_frame_equal(drawn, t.capability_pass_at_k.reset_index(drop=True), check_dtype=False)

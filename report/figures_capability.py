@@ -1,0 +1,134 @@
+"""Study 004's figures from its results tables (flows/capability.py; drawn only when the run wrote them).
+
+* ``capability_divergence``: the capability target among items whose response target is 0 and 1 (Figure 2).
+* ``capability_pass_at_k``: predicted against actual pass@k per estimator (Figure 11).
+* ``capability_allocation``: share of items solved against the budget per allocation (Figure 12).
+* ``capability_se_by_k``: the standard error of the target from the first k samples (Figure 6).
+
+The tables hold the numbers already; the functions here only lay them out.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .figures_studies import _COLORS
+from .registry import Drawn, FigureOptions, panels, register_figure
+from .run_tables import RunTables
+
+__all__ = ["divergence_figure", "pass_at_k_figure", "allocation_figure", "se_by_k_figure"]
+
+
+def _cells(df: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(df["model"].astype(str) + "/" + df["dataset"].astype(str)))
+
+
+def _cell(df: pd.DataFrame, cell: str) -> pd.DataFrame:
+    return df[(df["model"].astype(str) + "/" + df["dataset"].astype(str)) == cell]
+
+
+@register_figure("capability_divergence", needs=("capability_divergence",),
+                 title="Divergence of the calibration targets (study 004 Figure 2)")
+def divergence_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
+    """One panel per (model, dataset): the share of items per bin of the capability target, for items whose
+    response target (one sample's correctness) is 0 and for those where it is 1; empty bins are zero bars."""
+    d = tables.get("capability_divergence")
+    cells = _cells(d)
+    fig, axes = panels(opts, cells)
+    for cell, ax in axes:
+        dc = _cell(d, cell)
+        for r, color, shift in ((0, _COLORS[3], -0.025), (1, _COLORS[0], 0.025)):
+            dr = dc[dc["response_target"] == r]
+            mid = (dr["bin_lo"] + dr["bin_hi"]) / 2
+            n = int(dr["n_items"].iloc[0]) if len(dr) else 0
+            ax.bar(mid + shift, dr["share"].fillna(0.0), width=0.045, color=color,
+                   label=f"response target {r} (n = {n})")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("capability target (expected accuracy)")
+        ax.set_ylabel("share of items")
+        ax.set_title(cell, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("The capability target given the response target", fontsize=10)
+    return [Drawn("capability_divergence", fig, "Distribution of the expected accuracy over k_eval samples among "
+                  "items whose first sample is wrong (response target 0) and right (1), one panel per model and "
+                  "dataset (study 004 Figure 2).", d)]
+
+
+@register_figure("capability_pass_at_k", needs=("capability_pass_at_k",),
+                 title="pass@k prediction (study 004 Figure 11)")
+def pass_at_k_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
+    """One panel per (model, dataset): the actual pass@k (black, the unbiased estimator of the stored samples)
+    and the predicted mean pass@k of each estimator (with its +-1.96 sigma band when at most 4 are drawn; the
+    bands are in the table), k on a log scale."""
+    d = tables.get("capability_pass_at_k")
+    cells = _cells(d)
+    fig, axes = panels(opts, cells)
+    estimators = list(dict.fromkeys(d["estimator"]))
+    for i, (cell, ax) in enumerate(axes):
+        dc = _cell(d, cell)
+        actual = dc[dc["status"] == "ok"].drop_duplicates("k").sort_values("k")
+        ax.plot(actual["k"], actual["actual"], "k-o", markersize=3, linewidth=1.6, label="actual")
+        for j, est in enumerate(estimators):
+            de = dc[dc["estimator"] == est].sort_values("k")
+            color = _COLORS[j % len(_COLORS)]
+            ax.plot(de["k"], de["predicted"], "--", color=color, linewidth=1, label=est)
+            if len(estimators) <= 4:  # more bands than that hide each other
+                ax.fill_between(de["k"], de["band_lo"], de["band_hi"], color=color, alpha=0.12, linewidth=0)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("k")
+        ax.set_ylabel("pass@k")
+        ax.set_title(cell, fontsize=9)
+        if i == 0:
+            ax.legend(fontsize=6, ncol=2)
+    fig.suptitle("Predicted pass@k = mean of 1 - (1 - p)^k against the actual pass@k", fontsize=10)
+    return [Drawn("capability_pass_at_k", fig, "Predicted pass@k of each estimator (dashed; band +-1.96 sigma in the data) "
+                  "against the unbiased pass@k of the stored samples (black); k above the stored samples has no "
+                  "actual value (study 004 Figure 11).", d)]
+
+
+@register_figure("capability_allocation", needs=("capability_allocation",),
+                 title="Inference budget allocation (study 004 Figure 12)")
+def allocation_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
+    """One panel per (model, dataset): share of items solved (mean over seeds) against the samples per item B,
+    for the uniform allocation (black) and the greedy allocation by each estimator."""
+    d = tables.get("capability_allocation")
+    d = d.assign(label=[a if a == "uniform" else f"greedy: {e}" for a, e in zip(d["allocation"], d["estimator"],
+                                                                                  strict=True)])
+    cells = _cells(d)
+    fig, axes = panels(opts, cells)
+    labels = [lab for lab in dict.fromkeys(d["label"]) if lab != "uniform"]
+    for i, (cell, ax) in enumerate(axes):
+        dc = _cell(d, cell)
+        u = dc[dc["label"] == "uniform"].sort_values("budget")
+        ax.plot(u["budget"], u["solved"], "k-o", markersize=3, linewidth=1.6, label="uniform")
+        for j, lab in enumerate(labels):
+            dl = dc[dc["label"] == lab].sort_values("budget")
+            ax.plot(dl["budget"], dl["solved"], "-", color=_COLORS[j % len(_COLORS)], linewidth=1, label=lab)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("samples per item B (total B x N)")
+        ax.set_ylabel("share of items solved")
+        ax.set_title(cell, fontsize=9)
+        if i == 0:
+            ax.legend(fontsize=6, ncol=2)
+    fig.suptitle("Budget allocation: greedy by each estimator against uniform", fontsize=10)
+    return [Drawn("capability_allocation", fig, "Share of items with a correct sample among those allocated, "
+                  "mean over seeds, against the budget per item (study 004 Figure 12).", d)]
+
+
+@register_figure("capability_se_by_k", needs=("capability_se_by_k",),
+                 title="Standard error of the capability target against k (study 004 Figure 6)")
+def se_by_k_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
+    """One line per (model, dataset): the mean standard error of the target from the first k samples."""
+    d = tables.get("capability_se_by_k")
+    fig, axes = panels(opts, ["standard error"])
+    for _, ax in axes:
+        for j, cell in enumerate(_cells(d)):
+            dc = _cell(d, cell).sort_values("k")
+            ax.plot(dc["k"], dc["mean_se"], "-", color=_COLORS[j % len(_COLORS)], label=cell)
+        ax.set_xlabel("k (samples per item)")
+        ax.set_ylabel("mean standard error of the target")
+        ax.legend(fontsize=7)
+    return [Drawn("capability_se_by_k", fig, "Mean over items of std(ddof 1)/sqrt(k) of the correctness of the "
+                  "first k samples (study 004 Figure 6).", d)]
