@@ -116,24 +116,6 @@ def _utf8_ok(data: bytes) -> bool:
 _BLOCK = 1 << 24
 
 
-def _count_before(buf: np.ndarray, positions: np.ndarray, test) -> np.ndarray:
-    """For each position (sorted), how many bytes before it satisfy ``test`` (numpy, 16 MiB blocks)."""
-    out = np.zeros(positions.size, np.int64)
-    base = 0
-    lo = 0
-    for i in range(0, buf.size, _BLOCK):
-        blk = test(buf[i:i + _BLOCK])
-        hi = np.searchsorted(positions, i + blk.size, side="right")
-        inside = positions[lo:hi] - i  # positions in (i, i + len]: count of bytes [i, pos)
-        cs = np.cumsum(blk, dtype=np.int64)
-        out[lo:hi] = base + np.where(inside > 0, cs[np.clip(inside - 1, 0, None)], 0)
-        base += int(cs[-1]) if cs.size else 0
-        lo = hi
-        del cs
-    out[lo:] = base
-    return out
-
-
 def _lines(data: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Lines of a text file: ``(bom, start, length without CR/LF, odd number of '"', only blanks)``, or None when
     the file is not plain (invalid UTF-8, a NUL byte, a lone CR)."""
@@ -151,14 +133,14 @@ def _lines(data: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.nda
     has = (length > 0) & (ends < buf.size)
     cr[has] = buf[ends[has] - 1] == 13
     length = length - cr
-    edges = np.concatenate([starts, ends])
-    order = np.argsort(edges, kind="stable")
-    quotes, filled = np.empty(edges.size, np.int64), np.empty(edges.size, np.int64)
-    quotes[order] = _count_before(buf, edges[order], lambda b: b == 34)
-    filled[order] = _count_before(buf, edges[order], lambda b: (b != 32) & (b != 9) & (b != 10) & (b != 13))
-    k = starts.size
-    odd = ((quotes[k:] - quotes[:k]) % 2).astype(bool)
-    blank = (filled[k:] - filled[:k]) == 0
+    quotes = np.concatenate([np.flatnonzero(buf[i:i + _BLOCK] == 34) + i for i in range(bom, buf.size, _BLOCK)]
+                            or [np.zeros(0, np.int64)])
+    odd = ((np.searchsorted(quotes, ends) - np.searchsorted(quotes, starts)) % 2).astype(bool)
+    blank = length == 0
+    first = np.zeros(starts.size, np.uint8)
+    first[~blank] = buf[starts[~blank]]
+    for i in np.flatnonzero(~blank & ((first == 32) | (first == 9))):  # rare: a line starting with a blank
+        blank[i] = not data[starts[i]:starts[i] + length[i]].strip(b" \t")
     return bom, starts, length, odd, blank
 
 

@@ -12,14 +12,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from confgrid.analysis import metrics as M
 from confgrid.flows import analyze_input as NEW
-from confgrid.flows.analyze import AnalyzeWarning
-from confgrid.flows.analyze_input import AnalyzeInputError, read_input
+from confgrid.flows.analyze import AnalyzeWarning, analyze
+from confgrid.flows.analyze_input import AnalyzeInputError, CheckOptions, read_input
 from confgrid.flows.cli import app
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-import analyze_rowwise_reference as REF
+import analyze_rowwise_reference as REF  # noqa: E402 - the per-row reader as it was (tests/ is not a package)
 
 FIX = Path(__file__).parent / "fixtures"
 SMALL = FIX / "analyze_small.csv"
@@ -233,3 +235,170 @@ def test_undefined_metric_warning_names_setting_and_signal(tmp_path):
     assert sorted(lines) == sorted(f"warning: setting 'A', signal {s!r}, auroc: AUROC is undefined: only one class "
                                    "present in correct (positive mass 4, negative mass 0); returning nan"
                                    for s in ("tok", "verb")), r.output
+
+
+# ---------------------------------------------------------------------------
+# graded correctness, uncertainty scores
+# ---------------------------------------------------------------------------
+
+
+def _graded(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    n = 30
+    df = pd.DataFrame({"setting": "A", "item_id": [f"q{i}" for i in range(n)] * 2,
+                       "signal": ["tok"] * n + ["verb"] * n, "confidence": rng.random(2 * n).round(3),
+                       "correct": np.tile(rng.choice([0.0, 0.3, 0.7, 0.75, 1.0], n), 2)})
+    p = tmp_path / "graded.csv"
+    df.to_csv(p, index=False)
+    return p
+
+
+def test_threshold_turns_graded_correctness_into_0_1(tmp_path):
+    p = _graded(tmp_path)
+    df = pd.read_csv(p)
+    r = runner.invoke(app, ["analyze", str(p), "--out", str(tmp_path / "soft"), "--bootstrap", "20", "--no-tracking"])
+    assert r.exit_code == 0, r.output
+    n_graded = int(((df.correct > 0) & (df.correct < 1)).sum())
+    assert f"correctness is graded ({n_graded} values strictly between 0 and 1): AUROC and AURC use them as soft " \
+           "labels" in r.output
+    r = runner.invoke(app, ["analyze", str(p), "--out", str(tmp_path / "hard"), "--bootstrap", "20", "--no-tracking",
+                            "--threshold", "0.7"])
+    assert r.exit_code == 0, r.output and "thresholded at 0.7" in r.output
+    m = pd.read_csv(tmp_path / "hard" / "metrics.csv").set_index(["signal", "metric"]).point
+    tok = df[df.signal == "tok"]
+    y = (tok.correct >= 0.7).astype(float).to_numpy()  # 0.7 itself counts as correct
+    assert set(y) == {0.0, 1.0}
+    assert m["tok", "auroc"] == pytest.approx(M.auroc(tok.confidence.to_numpy(), y), abs=1e-15)
+    assert m["tok", "brier"] == pytest.approx(float(np.mean((tok.confidence.to_numpy() - y) ** 2)), abs=1e-15)
+    rec = json.loads((tmp_path / "hard" / "analyze.json").read_text())["params"]
+    assert rec["threshold"] == 0.7 and rec["graded_soft_labels"] is False
+    assert json.loads((tmp_path / "soft" / "analyze.json").read_text())["params"]["graded_soft_labels"] is True
+    for bad in ("0", "1.5", "-1"):
+        r = runner.invoke(app, ["analyze", str(p), "--out", str(tmp_path / "x"), "--threshold", bad])
+        assert r.exit_code == 2 and "--threshold: must be a number in (0, 1]" in r.output
+
+
+def _ranking_metrics(score, y):
+    """AUROC by scikit-learn on the raw score; AURC on another order-preserving map of it (ranks / n)."""
+    from scipy.stats import rankdata
+    from sklearn.metrics import roc_auc_score
+
+    return roc_auc_score(y, score), M.aurc(rankdata(score) / score.size, y)
+
+
+@pytest.mark.parametrize("how", ["exp-neg", "sigmoid-neg", "rank"])
+def test_uncertainty_transforms_keep_auroc_and_aurc_exact(tmp_path, how):
+    rng = np.random.default_rng(2)
+    n = 60
+    u = np.round(rng.gamma(2.0, 1.5, n), 2)  # an NLL-like score, with ties
+    u[:5] = u[5]  # more ties
+    y = (rng.random(n) < 1 / (1 + u)).astype(float)
+    if how != "exp-neg":
+        u = u - 3.0  # any real value
+    df = pd.DataFrame({"setting": "A", "item_id": [f"q{i}" for i in range(n)], "signal": "nll", "confidence": u,
+                       "correct": y})
+    p = tmp_path / "u.parquet"
+    df.to_parquet(p, index=False)
+    t = analyze(p, tmp_path / "o", metrics="auroc,aurc,ece", n_resamples=20, track=False, uncertainty=how)
+    m = t["metrics"].set_index("metric").point
+    # reference: the negated score itself orders the items; AUROC and AURC depend on the order only
+    ref_auroc, ref_aurc = _ranking_metrics(-u, y)
+    assert m["auroc"] == pytest.approx(ref_auroc, abs=1e-15)
+    assert m["aurc"] == pytest.approx(ref_aurc, abs=1e-15)
+    rows, _ = read_input(p, options=CheckOptions(uncertainty=how))
+    c = rows.confidence.to_numpy()
+    assert ((c >= 0) & (c <= 1)).all()
+    want = {"exp-neg": np.exp(-u), "sigmoid-neg": 1 / (1 + np.exp(u)),
+            "rank": (n - pd.Series(u).rank(method="average").to_numpy()) / (n - 1)}[how]
+    np.testing.assert_allclose(c, want, rtol=1e-15, atol=0)
+
+
+def test_uncertainty_errors_and_merged_ties(tmp_path):
+    p = tmp_path / "neg.csv"
+    p.write_text(HEAD + "A,q1,v,-0.5,1\nA,q2,v,inf,0\nA,q3,v,0.2,1\n")
+    err = _error(p, options=CheckOptions(uncertainty="exp-neg"))
+    assert err.problems == [
+        "line 2: confidence -0.5 is not an uncertainty score for --uncertainty exp-neg: need a finite u >= 0 "
+        "(use sigmoid-neg or rank for any real u)",
+        "line 3: confidence inf is not an uncertainty score for --uncertainty exp-neg: need a finite u >= 0 "
+        "(use sigmoid-neg or rank for any real u)"]
+    with pytest.raises(AnalyzeInputError, match="--uncertainty: unknown transform 'log'; choose from exp-neg"):
+        CheckOptions(uncertainty="log")
+    q = tmp_path / "far.csv"
+    q.write_text(HEAD + "A,q1,v,800,1\nA,q2,v,900,0\nA,q3,v,1,1\n")  # exp(-800) == exp(-900) == 0.0
+    with pytest.warns(AnalyzeWarning, match="became one confidence .* in 1 \\(setting, signal\\) group"):
+        read_input(q, options=CheckOptions(uncertainty="exp-neg"))
+
+
+# ---------------------------------------------------------------------------
+# one setting at a time
+# ---------------------------------------------------------------------------
+
+
+def _multi(tmp_path: Path, row_group_size: int) -> Path:
+    rng = np.random.default_rng(3)
+    parts = []
+    for k in range(5):
+        n = 25 + 5 * k
+        for sig in ("tok", "verb"):
+            keep = rng.random(n) > (0.1 if sig == "verb" else 0.0)  # verb lacks some items: alignment leaves them
+            parts.append(pd.DataFrame({"setting": f"s{k}", "item_id": [f"q{i}" for i in range(n) if keep[i]],
+                                       "signal": sig, "confidence": rng.random(int(keep.sum())),
+                                       "correct": (rng.random(int(keep.sum())) < 0.6).astype(float)}))
+    df = pd.concat(parts).sample(frac=1.0, random_state=4)  # settings interleaved across row groups
+    p = tmp_path / f"multi_{row_group_size}.parquet"
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), p, row_group_size=row_group_size)
+    return p
+
+
+def test_settings_in_turn_equal_the_whole_file(tmp_path):
+    for rg in (17, 10_000):
+        p = _multi(tmp_path, rg)
+        out = {}
+        for mode in (True, False):
+            d = tmp_path / f"{rg}_{mode}"
+            with pytest.warns(AnalyzeWarning, match="left out"):
+                out[mode] = analyze(p, d, metrics="ece,auroc,brier", n_resamples=50, track=False, in_turn=mode)
+            assert json.loads((d / "analyze.json").read_text())["params"]["in_turn"] is mode
+        for name in ("metrics", "gaps", "alignment"):
+            pd.testing.assert_frame_equal(out[True][name], out[False][name], check_exact=True)
+        for name in ("metrics.csv", "gaps.csv", "alignment.csv"):
+            assert (tmp_path / f"{rg}_True" / name).read_bytes() == (tmp_path / f"{rg}_False" / name).read_bytes()
+
+
+def test_settings_in_turn_report_the_same_problems(tmp_path):
+    p = _multi(tmp_path, 13)
+    df = pq.read_table(p).to_pandas()
+    df.loc[df.index[3], "confidence"] = 1.7
+    df.loc[df.index[40], "setting"] = None
+    df.loc[df.index[41], "correct"] = 80.0
+    df = pd.concat([df, df.iloc[[7]]])  # a duplicate at the end
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), bad, row_group_size=13)
+    errs = []
+    for mode in (True, False):
+        with pytest.raises(AnalyzeInputError) as info:
+            analyze(bad, tmp_path / f"o{mode}", n_resamples=10, track=False, in_turn=mode)
+        errs.append(info.value)
+        assert not (tmp_path / f"o{mode}").exists()
+    assert errs[0].problems == errs[1].problems == _error(bad).problems
+    assert str(errs[0]) == str(errs[1]) and len(errs[0].problems) == 4
+    with pytest.raises(AnalyzeInputError, match="--in-turn: needs a Parquet input"):
+        analyze(SMALL, tmp_path / "x", n_resamples=10, track=False, in_turn=True)
+
+
+def test_settings_in_turn_with_ray_equal_in_process(tmp_path):
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        p = _multi(tmp_path, 29)
+        a = analyze(p, tmp_path / "a", metrics="ece,auroc", n_resamples=40, track=False, in_turn=True)
+        b = analyze(p, tmp_path / "b", metrics="ece,auroc", n_resamples=40, track=False, in_turn=True, use_ray=True,
+                    num_workers=2)
+    finally:
+        if started:
+            ray.shutdown()
+    for name in ("metrics", "gaps", "alignment"):
+        pd.testing.assert_frame_equal(a[name], b[name], check_exact=True)
