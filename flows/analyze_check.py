@@ -162,8 +162,15 @@ class IdColumn:
 
 
 def _combine(arr):
+    """One array from a chunked one; dictionary chunks get one shared dictionary (small for setting, signal)."""
     if isinstance(arr, pa.ChunkedArray):
-        return arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+        if arr.num_chunks == 1:
+            return arr.chunk(0)
+        if pa.types.is_dictionary(arr.type) and arr.num_chunks:
+            arr = arr.unify_dictionaries()
+            indices = pa.concat_arrays([c.indices for c in arr.chunks])
+            return pa.DictionaryArray.from_arrays(indices, arr.chunk(0).dictionary)
+        return arr.combine_chunks()
     return arr
 
 
@@ -185,7 +192,7 @@ def check_ids(arr: pa.Array | pa.ChunkedArray, label: str) -> IdColumn:
     t = getattr(arr, "type", None)  # None: Python values (PyValues), checked one by one
     if t is not None and pa.types.is_dictionary(t):
         inner = check_ids(arr.dictionary, label)
-        idx = arr.indices.to_numpy(zero_copy_only=False)
+        idx = pc.fill_null(arr.indices, 0).to_numpy(zero_copy_only=False)
         null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         safe = np.where(null, 0, idx).astype(np.int64) if n else np.zeros(0, np.int64)
         codes = inner.codes[safe] if inner.codes.size else np.full(n, -1, np.int64)
@@ -204,9 +211,13 @@ def check_ids(arr: pa.Array | pa.ChunkedArray, label: str) -> IdColumn:
         plain = pc.fill_null(pc.match_substring_regex(s, "[0-9A-Za-z]"), True)
         odd = np.flatnonzero(~np.asarray(plain.to_numpy(zero_copy_only=False), dtype=bool) & ~null)
         enc = pc.dictionary_encode(s)
-        codes = enc.indices.to_numpy(zero_copy_only=False)
-        codes = np.where(null, -1, codes).astype(np.int64)
-        cats = enc.dictionary.to_pylist()
+        # categories in Python's str order (UTF-8 byte order is code-point order): sort the distinct values once
+        order = np.asarray(pc.array_sort_indices(enc.dictionary), dtype=np.int64)
+        rank = np.empty(order.size, np.int64)
+        rank[order] = np.arange(order.size)
+        codes = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False)
+        codes = np.where(null, -1, rank[np.where(null, 0, codes)] if order.size else -1).astype(np.int64)
+        cats = enc.dictionary.take(pa.array(order)).to_pylist()
         messages, row_msg = [], np.full(n, -1, np.int64)
         if odd.size:
             seen: dict[str, int] = {}
@@ -220,7 +231,6 @@ def check_ids(arr: pa.Array | pa.ChunkedArray, label: str) -> IdColumn:
         if null.any():
             row_msg[null] = len(messages)
             messages.append(f"{label} is missing (null)")
-        codes, cats = _sorted_codes(codes, cats)
         bad = np.flatnonzero(row_msg >= 0)
         return IdColumn(codes, cats, bad, messages, row_msg[bad])
     # floats, booleans, nested values: the scalar rule on each distinct value
@@ -367,14 +377,25 @@ def range_check(col: NumberColumn, role: str, label: str, tol: float = CLIP_TOLE
 
 def duplicates(keys: list[np.ndarray], pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows repeating an earlier row's key (every code >= 0): ``(rows, first_rows)``, both int64, in row order."""
+    import pandas as pd
+
     ok = np.ones(pos.size, bool)
     for k in keys:
         ok &= k >= 0
     rows = np.flatnonzero(ok)
     if rows.size == 0:
         return rows, rows
-    import pandas as pd
-
+    sizes = [int(k.max()) + 1 for k in keys]
+    if math.prod(sizes) < 2 ** 62:  # one int64 key per row
+        key = np.zeros(rows.size, np.int64)
+        for k, size in zip(keys, sizes, strict=True):
+            key = key * size + k[rows]
+        index = pd.Index(key)
+        if index.is_unique:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        dup = index.duplicated(keep="first")
+        first_of = pd.Series(rows[~dup], index=key[~dup])
+        return rows[dup], first_of.reindex(key[dup]).to_numpy(np.int64)
     frame = pd.DataFrame({f"k{i}": k[rows] for i, k in enumerate(keys)})
     dup = frame.duplicated(keep="first").to_numpy()
     if not dup.any():

@@ -44,6 +44,8 @@ ROLES = ("setting", "item_id", "signal", "confidence", "correct")
 OPTIONAL_ROLES = ("model",)
 FLAGS = {"setting": "--setting-col", "item_id": "--item-col", "signal": "--signal-col",
          "confidence": "--confidence-col", "correct": "--correct-col", "model": "--model-col"}
+#: roles with few distinct values: read as dictionary columns where the format allows
+_FEW = ("setting", "signal", "model")
 _CSV_FIELD_LIMIT = 131072  # csv.field_size_limit() default: longer lines take the csv-module path
 
 
@@ -201,7 +203,8 @@ def _read_csv_fast(path: Path, data: bytes, cols: dict[str, str]) -> Chunk | Non
             read_options=pcsv.ReadOptions(column_names=names, use_threads=True),
             parse_options=pcsv.ParseOptions(invalid_row_handler=invalid, newlines_in_values=False),
             convert_options=pcsv.ConvertOptions(include_columns=[names[i] for i in index.values()],
-                                                column_types={names[i]: pa.string() for i in index.values()},
+                                                column_types={names[i]: pa.dictionary(pa.int32(), pa.string())
+                                                              if r in _FEW else pa.string() for r, i in index.items()},
                                                 strings_can_be_null=False, quoted_strings_can_be_null=False),
         )
     except (pa.ArrowInvalid, pa.ArrowException):
@@ -333,12 +336,12 @@ class PyValues:
 # ---------------------------------------------------------------------------
 
 
-def open_parquet(path: Path):
+def open_parquet(path: Path, read_dictionary: Sequence[str] | None = None):
     """``pyarrow.parquet.ParquetFile`` or :class:`AnalyzeInputError` naming the file."""
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, read_dictionary=read_dictionary)
     except Exception as exc:  # noqa: BLE001 - any reader failure is an input error
         raise AnalyzeInputError(f"{path}: cannot read as Parquet ({exc})") from None
 
@@ -350,6 +353,9 @@ def read_parquet(path: Path, cols: dict[str, str], row_groups: Sequence[int] | N
     names = pf.schema_arrow.names
     missing_columns(path, names, cols)
     roles = list(roles) if roles is not None else _roles_of(cols, names)
+    few = [cols[r] for r in roles if r in _FEW and pa.types.is_string(pf.schema_arrow.field(cols[r]).type)]
+    if few:  # settings, signals, models: few distinct values, read as dictionaries and checked once each
+        pf = open_parquet(path, read_dictionary=few)
     columns = [cols[r] for r in roles]
     if row_groups is None:
         table = pf.read(columns=columns)

@@ -54,12 +54,12 @@ ALIGNMENT_COLUMNS = ["setting", "signal", "n_items", "n_used", "n_left_out", "le
 
 @dataclass
 class Setting:
-    """One setting's aligned arrays: ``confidence`` and ``correct`` of shape (S, n) float64, signals and items
-    sorted as str."""
+    """One setting's aligned arrays: ``confidence`` and ``correct`` of shape (S, n) float64, signals (list) and
+    items (a pandas Index) sorted as str."""
 
     name: str
     signals: list[str]
-    items: list[str]
+    items: Any
     confidence: np.ndarray
     correct: np.ndarray
     seed: int
@@ -109,7 +109,7 @@ def _align_one(name: str, sub: pd.DataFrame, base_seed: int) -> tuple[Setting, l
     if left_msg:
         msgs.append(f"setting {name!r}: items not scored by every signal are left out of the paired analysis "
                     f"({', '.join(left_msg)}); {n} items used. See alignment.csv.")
-    items = [str(item_cats[i]) for i in common_codes]
+    items = item_cats.take(common_codes)  # an Index of str (no Python list of a million items)
     return Setting(name, signals, items, conf, corr, setting_seed(name, "", base_seed), msgs), table
 
 
