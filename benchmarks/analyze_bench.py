@@ -119,6 +119,8 @@ def measure(what: str, impl: str, file: Path, args: argparse.Namespace, whole_fi
         raise SystemExit(f"{what}/{impl} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
     res = json.loads(p.stdout.strip().splitlines()[-1])
     res["wall_s"] = wall
+    print(f"  {what} {impl}{' --whole-file' if whole_file else ''} {file.name}: {wall:.1f} s, "
+          f"{res['peak_gib']:.2f} GiB peak (load {os.getloadavg()[0]:.1f})", flush=True)
     return res
 
 
@@ -130,6 +132,7 @@ def main() -> None:
     ap.add_argument("--what", default="read,analyze", help="read, analyze or both")
     ap.add_argument("--no-before", action="store_true", help="only the current path")
     ap.add_argument("--no-csv", action="store_true", help="read only the Parquet file")
+    ap.add_argument("--no-whole-file", action="store_true", help="skip analyze --whole-file")
     ap.add_argument("--before", default=BEFORE, help="commit of today's path")
     ap.add_argument("--child", choices=["read", "analyze"], help=argparse.SUPPRESS)
     ap.add_argument("--impl", choices=["before", "after"], help=argparse.SUPPRESS)
@@ -144,7 +147,7 @@ def main() -> None:
     t0 = time.perf_counter()
     pq_path, csv_path = make_data(args.rows, args.settings, args.dir, csv="read" in what and not args.no_csv)
     print(f"data: {args.rows:,} rows, {args.settings} settings, one signal ({time.perf_counter() - t0:.1f} s); "
-          f"load average before: {os.getloadavg()}")
+          f"load average before: {os.getloadavg()}", flush=True)
     impls = ["after"] if args.no_before else ["before", "after"]
     runs = []
     if "read" in what:
@@ -154,8 +157,9 @@ def main() -> None:
     if "analyze" in what:
         for impl in impls:
             runs.append(("analyze ece,brier x10", "parquet", impl, measure("analyze", impl, pq_path, args)))
-        runs.append(("analyze ece,brier x10", "parquet", "after --whole-file",
-                     measure("analyze", "after", pq_path, args, whole_file=True)))
+        if not args.no_whole_file:
+            runs.append(("analyze ece,brier x10", "parquet", "after --whole-file",
+                         measure("analyze", "after", pq_path, args, whole_file=True)))
     print(f"{'what':24} {'input':8} {'path':20} {'process s':>10} {'work s':>8} {'peak GiB':>9}")
     for w, fmt, impl, r in runs:
         print(f"{w:24} {fmt:8} {impl:20} {r['wall_s']:10.1f} {r['work_s']:8.1f} {r['peak_gib']:9.2f}")

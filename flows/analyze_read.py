@@ -302,8 +302,8 @@ def _read_jsonl_rows(path: Path, cols: dict[str, str]) -> Chunk:
                 continue
             for k in rec:
                 seen.setdefault(k, None)
-            for r in values:
-                values[r].append(rec.get(cols[r]))
+            for r, column in values.items():
+                column.append(rec.get(cols[r]))
             pos.append(no)
     if pos:
         missing_columns(path, list(seen), cols)

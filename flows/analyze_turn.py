@@ -101,8 +101,9 @@ def _align_one(name: str, sub: pd.DataFrame, base_seed: int) -> tuple[Setting, l
         conf[s, k[used]] = c_all[rows[used]]
         corr[s, k[used]] = y_all[rows[used]]
         left = np.sort(item_codes[rows[~used]])
-        table.append(dict(setting=name, signal=signals[s], n_items=int(rows.size), n_used=int(n),
-                          n_left_out=int(left.size), left_out_examples=" ".join(str(item_cats[i]) for i in left[:5])))
+        table.append({"setting": name, "signal": signals[s], "n_items": int(rows.size), "n_used": int(n),
+                      "n_left_out": int(left.size),
+                      "left_out_examples": " ".join(str(item_cats[i]) for i in left[:5])})
         if left.size:
             left_msg.append(f"{signals[s]!r}: {left.size} of {rows.size}")
     msgs = []
