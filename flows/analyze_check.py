@@ -207,27 +207,27 @@ def check_ids(arr: pa.Array | pa.ChunkedArray, label: str) -> IdColumn:
     if t is not None and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)):
         null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         s = arr if not pa.types.is_integer(t) else pc.cast(arr, pa.string())
-        # only a string without an ASCII letter or digit can be blank: those go through the scalar rule
-        plain = pc.fill_null(pc.match_substring_regex(s, "[0-9A-Za-z]"), True)
-        odd = np.flatnonzero(~np.asarray(plain.to_numpy(zero_copy_only=False), dtype=bool) & ~null)
         enc = pc.dictionary_encode(s)
         # categories in Python's str order (UTF-8 byte order is code-point order): sort the distinct values once
-        order = np.asarray(pc.array_sort_indices(enc.dictionary), dtype=np.int64)
-        rank = np.empty(order.size, np.int64)
-        rank[order] = np.arange(order.size)
-        codes = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False)
-        codes = np.where(null, -1, rank[np.where(null, 0, codes)] if order.size else -1).astype(np.int64)
-        cats = enc.dictionary.take(pa.array(order)).to_pylist()
-        messages, row_msg = [], np.full(n, -1, np.int64)
-        if odd.size:
-            seen: dict[str, int] = {}
-            for i in odd:
-                v = cats[codes[i]]
-                _, msg = _id(v, label)
-                if msg is not None:
-                    row_msg[i] = seen.setdefault(msg, len(seen))
-                    codes[i] = -1
-            messages = list(seen)
+        order = pc.array_sort_indices(enc.dictionary)
+        rank = np.empty(len(order), np.int64)
+        rank[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+        ordered = enc.dictionary.take(order)
+        idx = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False)
+        codes = np.where(null, -1, rank[idx] if rank.size else -1).astype(np.int64)
+        cats = ordered.to_pylist()
+        # only a distinct value without an ASCII letter or digit can be blank: those go through the scalar rule
+        plain = np.asarray(pc.match_substring_regex(ordered, "[0-9A-Za-z]").to_numpy(zero_copy_only=False), bool)
+        cat_msg, seen = np.full(len(cats), -1, np.int64), {}
+        for c in np.flatnonzero(~plain):
+            _, msg = _id(cats[c], label)
+            if msg is not None:
+                cat_msg[c] = seen.setdefault(msg, len(seen))
+        messages = list(seen)
+        row_msg = np.full(n, -1, np.int64)
+        if seen:
+            row_msg = np.where(codes >= 0, cat_msg[np.maximum(codes, 0)], -1)
+            codes = np.where(row_msg >= 0, -1, codes)
         if null.any():
             row_msg[null] = len(messages)
             messages.append(f"{label} is missing (null)")
@@ -313,6 +313,17 @@ def parse_numbers(arr: pa.Array | pa.ChunkedArray, role: str, label: str) -> Num
         return _numeric(arr, label)
     n = len(arr)
     x = np.full(n, math.nan)
+    if t is not None and (pa.types.is_string(t) or pa.types.is_large_string(t)) and arr.null_count == 0:
+        try:  # every value a number pyarrow parses (as Python's float() would: correctly rounded)
+            fast = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            fast = None
+        if fast is not None and not np.isnan(fast).any():
+            def shown_fast(rows: np.ndarray) -> list[str]:
+                return [v.strip() for v in arr.take(pa.array(rows, pa.int64())).to_pylist()]
+
+            return NumberColumn(fast.astype(np.float64, copy=True), np.zeros(0, np.int64), lambda sel: [],
+                                shown_fast)
     if t is not None and (pa.types.is_string(t) or pa.types.is_large_string(t)):
         null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         simple = np.asarray(pc.fill_null(pc.match_substring_regex(arr, _DECIMAL), False)
@@ -387,9 +398,11 @@ def duplicates(keys: list[np.ndarray], pos: np.ndarray) -> tuple[np.ndarray, np.
         return rows, rows
     sizes = [int(k.max()) + 1 for k in keys]
     if math.prod(sizes) < 2 ** 62:  # one int64 key per row
+        every = rows.size == pos.size  # no bad key: no gather
         key = np.zeros(rows.size, np.int64)
         for k, size in zip(keys, sizes, strict=True):
-            key = key * size + k[rows]
+            key *= size
+            key += k if every else k[rows]
         index = pd.Index(key)
         if index.is_unique:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)

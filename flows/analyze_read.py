@@ -122,7 +122,7 @@ def _lines(data: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.nda
     """Lines of a text file: ``(bom, start, length without CR/LF, odd number of '"', only blanks)``, or None when
     the file is not plain (invalid UTF-8, a NUL byte, a lone CR)."""
     bom = 3 if data.startswith(codecs.BOM_UTF8) else 0
-    if not _utf8_ok(data) or b"\x00" in data or data.count(b"\r") != data.count(b"\r\n"):
+    if not _utf8_ok(data) or b"\x00" in data or (b"\r" in data and data.count(b"\r") != data.count(b"\r\n")):
         return None
     buf = np.frombuffer(data, dtype=np.uint8)
     ends = np.concatenate([np.flatnonzero(buf[i:i + _BLOCK] == 10) + i for i in range(bom, buf.size, _BLOCK)]
@@ -136,7 +136,7 @@ def _lines(data: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.nda
     cr[has] = buf[ends[has] - 1] == 13
     length = length - cr
     quotes = np.concatenate([np.flatnonzero(buf[i:i + _BLOCK] == 34) + i for i in range(bom, buf.size, _BLOCK)]
-                            or [np.zeros(0, np.int64)])
+                            or [np.zeros(0, np.int64)]) if b'"' in data else np.zeros(0, np.int64)
     odd = ((np.searchsorted(quotes, ends) - np.searchsorted(quotes, starts)) % 2).astype(bool)
     blank = length == 0
     first = np.zeros(starts.size, np.uint8)
