@@ -41,7 +41,8 @@ def make_data(rows: int, settings: int, out: Path, csv: bool) -> tuple[Path, Pat
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    pq_path, csv_path = out / f"rows_{rows}.parquet", (out / f"rows_{rows}.csv") if csv else None
+    stem = f"rows_{rows}_settings_{settings}"
+    pq_path, csv_path = out / f"{stem}.parquet", (out / f"{stem}.csv") if csv else None
     if pq_path.exists() and (csv_path is None or csv_path.exists()):
         return pq_path, csv_path
     rng = np.random.default_rng(0)

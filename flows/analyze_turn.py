@@ -289,7 +289,9 @@ def _one(plan: Plan, name: str | None, options: CheckOptions, metrics: list[str]
     del rows
     res, undefined = bootstrap_named(st, metrics, n_resamples, chunk_size, n_bins, warn=False)
     out.messages += [("analyze", m) for m in st.messages] + [("undefined", m) for m in undefined]
-    st.confidence = st.correct = np.zeros((len(st.signals), 0))  # the arrays are not needed any more
+    # the arrays and item ids are not needed any more (only their count is): memory stays that of one setting
+    st.confidence = st.correct = np.zeros((len(st.signals), 0))
+    st.items = range(len(st.items))
     out.setting, out.alignment, out.result = st, table, res
     return out
 
