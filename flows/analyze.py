@@ -59,14 +59,13 @@ import json
 import logging
 import sys
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import typer
-
 from confgrid.analysis.bootstrap import (
     DEFAULT_CHUNK_SIZE,
     WEIGHTED_KERNELS,
@@ -74,40 +73,41 @@ from confgrid.analysis.bootstrap import (
     UndefinedMetricWarning,
     interval,
     n_undefined,
-    paired_bootstrap,
-    setting_seed,
 )
 from confgrid.analysis.compare import excludes_zero
 from confgrid.analysis.registry import METRICS
-from confgrid.flows.analyze_groups import cluster_note, setting_groups, with_cluster_columns
+from confgrid.flows.analyze_groups import cluster_note, with_cluster_columns
 from confgrid.flows.analyze_input import (  # noqa: F401 - importable from here as before
     _FLAGS,
     MAX_PROBLEMS,
     OPTIONAL_ROLES,
     ROLES,
     AnalyzeInputError,
+    AnalyzeWarning,
+    CheckOptions,
     _columns,
     read_input,
+    read_rows,
 )
 
 if TYPE_CHECKING:
     from confgrid.flows.tracking import Logged
 
 __all__ = [
-    "ROLES",
+    "DEFAULT_METRICS",
     "EXPERIMENT",
     "MAX_PROBLEMS",
-    "DEFAULT_METRICS",
+    "RECORD_FILE",
+    "ROLES",
     "AnalyzeInputError",
     "AnalyzeWarning",
     "TrackingWarning",
-    "RECORD_FILE",
+    "analyze",
+    "analyze_cmd",
     "available_metrics",
+    "log_analysis",
     "parse_metrics",
     "read_input",
-    "analyze",
-    "log_analysis",
-    "analyze_cmd",
 ]
 
 EXPERIMENT = "confgrid/analyze"
@@ -120,10 +120,6 @@ METRICS_COLUMNS = ["setting", "signal", "metric", "point", "lo", "hi", "n", "n_u
 GAPS_COLUMNS = ["setting", "signal_a", "signal_b", "metric", "gap", "lo", "hi", "excludes_zero", "favours", "n",
                 "n_undefined"]
 ALIGNMENT_COLUMNS = ["setting", "signal", "n_items", "n_used", "n_left_out", "left_out_examples"]
-
-
-class AnalyzeWarning(UserWarning):
-    """Something the user should know about the analysis (e.g. items left out by alignment)."""
 
 
 class TrackingWarning(AnalyzeWarning):
@@ -177,44 +173,6 @@ def parse_metrics(metrics: str | Sequence[str]) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-@dataclass
-class _Setting:
-    name: str
-    signals: list[str]
-    items: list[str]
-    confidence: np.ndarray  # (S, n)
-    correct: np.ndarray  # (S, n)
-    seed: int
-    groups: np.ndarray | None = None  # (n,) cluster label per item (--group-col)
-
-
-def _align(rows: pd.DataFrame, base_seed: int, group_col: str | None = None,
-           where: pd.Series | None = None) -> tuple[list[_Setting], pd.DataFrame]:
-    settings, table = [], []
-    for name, sub in rows.groupby("setting", sort=True):
-        per = {s: set(g) for s, g in sub.groupby("signal", sort=True)["item_id"]}
-        signals = list(per)
-        common = sorted(set.intersection(*per.values()))
-        left = {s: sorted(per[s].difference(common)) for s in signals}
-        for s in signals:
-            table.append(dict(setting=name, signal=s, n_items=len(per[s]), n_used=len(common),
-                              n_left_out=len(left[s]), left_out_examples=" ".join(left[s][:5])))
-        if any(left.values()):
-            detail = ", ".join(f"{s!r}: {len(left[s])} of {len(per[s])}" for s in signals if left[s])
-            warnings.warn(
-                f"setting {name!r}: items not scored by every signal are left out of the paired analysis "
-                f"({detail}); {len(common)} items used. See alignment.csv.", AnalyzeWarning, stacklevel=3)
-        wide_c = sub.pivot(index="item_id", columns="signal", values="confidence").reindex(index=common)
-        wide_y = sub.pivot(index="item_id", columns="signal", values="correct").reindex(index=common)
-        settings.append(_Setting(
-            name, signals, common,
-            wide_c[signals].to_numpy(np.float64).T.copy(), wide_y[signals].to_numpy(np.float64).T.copy(),
-            setting_seed(name, "", base_seed),
-            setting_groups(sub, common, name, group_col, where) if group_col is not None else None,
-        ))
-    return settings, pd.DataFrame(table, columns=ALIGNMENT_COLUMNS)
-
-
 def _favours(metric: str, pa: float, pb: float, a: str, b: str) -> str:
     """The better signal by point estimate: :func:`confgrid.analysis.compare.better_signal` (signed: closer to 0)."""
     from confgrid.analysis.compare import better_signal
@@ -222,7 +180,7 @@ def _favours(metric: str, pa: float, pb: float, a: str, b: str) -> str:
     return better_signal(metric, pa, pb, a, b)
 
 
-def _tables(settings: list[_Setting], results: dict[str, BootstrapResult], metrics: list[str],
+def _tables(settings: list, results: dict[str, BootstrapResult], metrics: list[str],
             level: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     mrows, grows = [], []
     for st in settings:
@@ -280,6 +238,9 @@ def analyze(
     candidates: str | Path | None = None,
     comparison_resamples: int = 2000,
     ia_strata: int | None = None,
+    threshold: float | None = None,
+    uncertainty: str | None = None,
+    in_turn: bool | None = None,
     group_col: str | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Metrics with paired bootstrap intervals and pairwise gaps of an input file.
@@ -323,6 +284,20 @@ def analyze(
         score match). The ACE tables are returned too (``"ace_gaps"``, ...) and
         written as ``OUT/ace_*``; each setting of the usual tables is then
         ``model/setting``.
+    threshold : float in (0, 1], optional
+        Graded correctness to 0/1: ``correct >= threshold`` is correct
+        (Rank-Calibration: ROUGE >= 0.7). Without it graded values are soft
+        labels for AUROC and AURC (``attrs["n_graded"]`` counts them).
+    uncertainty : str, optional
+        The confidence column holds an uncertainty score u (lower = more
+        confident), mapped by a monotone decreasing transform of
+        :data:`~confgrid.flows.analyze_input.UNCERTAINTY` (``exp-neg``,
+        ``sigmoid-neg``, ``rank``); AUROC and AURC are those of -u.
+    in_turn : bool, optional
+        Analyze one setting at a time, reading each setting's rows from the
+        Parquet row groups that hold it (flows/analyze_turn.py; same numbers,
+        memory of the largest setting). Default: on for Parquet input without
+        a model column; True for other input is an error.
     group_col : str, optional
         A column of the file naming each item's cluster: the bootstrap then
         resamples clusters with all their items (flows/analyze_groups.py);
@@ -358,7 +333,12 @@ def analyze(
     TrackingWarning
         When the MLflow store fails (the files are written).
     """
-    from confgrid.flows.analyze_ace import compare_models, parse_pairs, parse_views, read_candidates
+    from confgrid.flows.analyze_ace import (
+        compare_models,
+        parse_pairs,
+        parse_views,
+        read_candidates,
+    )
 
     metric_names = parse_metrics(metrics)
     views = parse_views(views)
@@ -376,37 +356,46 @@ def analyze(
     if out_dir.exists() and not out_dir.is_dir():
         raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
 
+    from confgrid.flows.analyze_turn import in_turn_wanted as _in_turn
+    from confgrid.flows.analyze_turn import object_frame as _object_frame
+    from confgrid.flows.analyze_turn import whole_file as _whole
+
+    options = CheckOptions(threshold, uncertainty)
     if group_col is not None:
         columns = {**(columns or {}), "group": group_col}
-    rows, where = read_input(input_path, columns)
-    settings, alignment = _align(rows, int(seed), group_col, where)
+    cols = _columns(columns)
+    in_turn = _in_turn(input_path, cols, in_turn)
+    rows = None
+    if in_turn:
+        from confgrid.flows.analyze_turn import ALIGNMENT_COLUMNS as _AC
+        from confgrid.flows.analyze_turn import analyze_in_turn
 
-    if use_ray:
-        from confgrid.flows.bootstrap_ray import bootstrap_settings_ray
-
-        results = bootstrap_settings_ray(
-            {st.name: (st.confidence, st.correct, st.signals, st.seed, st.groups) for st in settings},
-            metric_names, int(n_resamples), n_bins=int(n_bins), chunk_size=int(chunk_size), num_workers=num_workers)
+        outcomes, _plan = analyze_in_turn(input_path, cols, options, metric_names, int(n_resamples), int(seed),
+                                          int(chunk_size), int(n_bins), use_ray=use_ray, num_workers=num_workers)
+        settings = [o.setting for o in outcomes]
+        results = {o.name: o.result for o in outcomes}
+        alignment = pd.DataFrame([r for o in outcomes for r in o.alignment], columns=_AC)
+        n_rows, n_graded = _plan.n_rows, sum(o.n_graded for o in outcomes)
     else:
-        results = {st.name: paired_bootstrap(st.confidence, st.correct, metric_names, n_resamples=int(n_resamples),
-                                             seed=st.seed, chunk_size=int(chunk_size), n_bins=int(n_bins),
-                                             signal_names=st.signals, groups=st.groups)
-                   for st in settings}
+        rows = read_rows(input_path, columns, options)
+        n_rows, n_graded = int(rows.pos.size), rows.n_graded
+        settings, results, alignment = _whole(rows, metric_names, int(seed), int(n_resamples), int(chunk_size),
+                                              int(n_bins), use_ray, num_workers, group_col)
     metrics_df, gaps_df = _tables(settings, results, metric_names, level)
-    n_clusters = {st.name: results[st.name].n_clusters for st in settings if st.groups is not None}
+    n_clusters = {st.name: st.n_clusters for st in settings if st.n_clusters is not None}
     metrics_df, gaps_df = (with_cluster_columns(df, group_col, n_clusters) for df in (metrics_df, gaps_df))
-    metrics_df.attrs["resampled"] = cluster_note(group_col, n_clusters)
+    metrics_df.attrs.update(n_graded=n_graded, resampled=cluster_note(group_col, n_clusters))
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = {"metrics": metrics_df, "gaps": gaps_df, "alignment": alignment}
     for name, df in tables.items():
         for ext in (".csv", ".parquet"):
             _write(df, out_dir / f"{name}{ext}")
-    if "model" in rows.columns:
+    if rows is not None and "model" in rows.frame.columns:
         if group_col is not None:
             warnings.warn(f"--group-col {group_col!r} clusters the metrics and gaps; the comparison across models "
                           "still resamples single items", AnalyzeWarning, stacklevel=2)
-        ace = compare_models(rows, out_dir, views=views, pairs=pairs, candidates=cand_df,
+        ace = compare_models(_object_frame(rows.frame), out_dir, views=views, pairs=pairs, candidates=cand_df,
                              n_resamples=int(comparison_resamples), seed=int(seed), n_bins=int(n_bins),
                              ia_strata=ia_strata)
         if ace is not None:
@@ -418,7 +407,9 @@ def analyze(
                                 "(--model-col NAME)")
     params = dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
                   seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size), use_ray=bool(use_ray),
-                  n_rows=len(rows), n_settings=len(settings), **{f"column.{r}": c for r, c in _columns(columns).items()})
+                  n_rows=n_rows, n_settings=len(settings), threshold=threshold, uncertainty=uncertainty,
+                  graded_soft_labels=bool(n_graded and threshold is None), in_turn=bool(in_turn),
+                  **{f"column.{r}": c for r, c in cols.items()})
     if group_col is not None:  # a cluster bootstrap: say so, on which column, how many clusters
         params.update(interval="clustered", group_col=group_col, n_clusters=",".join(map(str, n_clusters.values())))
     record = _record(input_path, settings, params, tracking_uri)
@@ -439,19 +430,19 @@ def analyze(
     return tables
 
 
-def _record(input_path: Path, settings: list[_Setting], params: dict[str, Any],
+def _record(input_path: Path, settings: list, params: dict[str, Any],
             tracking_uri: str | None) -> dict[str, Any]:
     """The analysis' MLflow record without its metrics: parent run name, params and tags, one child per setting
     (``OUT/analyze.json``)."""
-    digest = hashlib.sha256(input_path.read_bytes()).hexdigest()
+    with open(input_path, "rb") as f:  # streamed: the input may be larger than memory
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
     return {
         "run_name": input_path.name, "tracking_uri": tracking_uri, "params": params,
         "tags": {"confgrid.command": "analyze", "confgrid.input": str(input_path.resolve()),
                  "confgrid.input_sha256": digest},
         "children": [{"name": st.name, "params": dict(setting=st.name, seed=st.seed, n_items=len(st.items),
-                                                       signals=st.signals,
-                                                       **({} if st.groups is None else
-                                                          {"n_clusters": len(set(st.groups.tolist()))}))}
+                                                       signals=st.signals, **({} if st.n_clusters is None else
+                                                                              {"n_clusters": st.n_clusters}))}
                      for st in settings],
     }
 
@@ -552,6 +543,16 @@ def analyze_cmd(
                                              help="Paired resamples per comparison cell."),
     ia_strata: int = typer.Option(None, "--ia-strata", help="Graded correctness: IA matches scores in the same of "
                                   "this many equal-width strata (default: exact score match)."),
+    threshold: float = typer.Option(None, "--threshold", help="Graded correctness to 0/1: correct >= T counts as "
+                                    "correct (Rank-Calibration: ROUGE >= 0.7). Without it AUROC and AURC use graded "
+                                    "values as soft labels."),
+    uncertainty: str = typer.Option(None, "--uncertainty", help="The confidence column is an uncertainty score u "
+                                    "(lower = more confident): exp-neg (c = exp(-u), u >= 0), sigmoid-neg (c = 1/(1 + "
+                                    "exp(u))) or rank (within setting and signal); order-preserving, so AUROC and "
+                                    "AURC are exact."),
+    in_turn: bool = typer.Option(None, "--in-turn/--whole-file", help="One setting at a time, read from the Parquet "
+                                 "row groups that hold it (bounded memory; default for Parquet without a model "
+                                 "column)."),
     group_col: str = typer.Option(None, "--group-col", help="Column naming each item's cluster (e.g. the question "
                                   "of several generations): the bootstrap resamples clusters with all their items."),
 ) -> None:
@@ -594,7 +595,8 @@ def analyze_cmd(
             tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
                              columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
                              num_workers=workers, views=views, pairs=pairs, candidates=candidates,
-                             comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, group_col=group_col)
+                             comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, threshold=threshold,
+                             uncertainty=uncertainty, in_turn=in_turn, group_col=group_col)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
             typer.echo(f"confgrid analyze: {exc}", err=True)
@@ -607,11 +609,17 @@ def analyze_cmd(
         shown = ["setting", "signal", "metric", "point", "lo", "hi", "n", *(["n_clusters"] if group_col else [])]
         with pd.option_context("display.width", 120, "display.max_columns", 20):
             typer.echo(m[shown].to_string(index=False))
+    n_graded = m.attrs.get("n_graded", 0)
+    if n_graded and threshold is None:
+        typer.echo(f"note: correctness is graded ({n_graded} values strictly between 0 and 1): AUROC and AURC use "
+                   "them as soft labels (an item counts as correct with weight y and wrong with 1 - y); "
+                   "--threshold T makes correct >= T a 1 and the rest 0.")
+    elif threshold is not None:
+        typer.echo(f"note: correctness thresholded at {threshold:g} (correct >= {threshold:g} is 1, else 0).")
     typer.echo(f"Wrote {out / 'metrics.csv'}, {out / 'gaps.csv'}, {out / 'alignment.csv'} (+ .parquet)")
     if "ace_gaps" in tables:
-        from rich.console import Console
-
         from confgrid.flows.show_ace import print_ace
+        from rich.console import Console
 
         print_ace(out, Console(width=200))
         typer.echo(f"Wrote the comparison across models: {out}/ace_*.csv (+ .parquet, .md)")

@@ -5,49 +5,141 @@ columns are :data:`ROLES` (``setting``, ``item_id``, ``signal``,
 ``confidence``, ``correct``) and :data:`OPTIONAL_ROLES` (``model``: read when
 the file has the column, to compare models; ``group``: read only when named,
 by ``--group-col``, and then required: the clusters of the bootstrap). Bad input raises
-:class:`AnalyzeInputError` listing every problem; nothing is computed then.
+:class:`AnalyzeInputError` listing the problems, with hints on what to do
+(percentages, uncertainty scores); nothing is computed then.
+
+Reading is column-wise (flows/analyze_read.py: pyarrow readers, each row's
+line or row number kept) and so is checking (flows/analyze_check.py); the
+rules and messages are those of the per-row reader this replaced (kept as
+tests/analyze_rowwise_reference.py), with two changes: a confidence or
+correctness value within :data:`~confgrid.flows.analyze_check.CLIP_TOLERANCE`
+(1e-6) outside [0, 1] is clipped with an :class:`AnalyzeWarning` instead of
+rejected, and the options ``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`).
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import math
-from dataclasses import dataclass
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from confgrid.flows.analyze_check import (
+    KEPT_PROBLEMS,
+    Problems,
+    check_ids,
+    duplicates,
+    parse_numbers,
+    range_check,
+)
+from confgrid.flows.analyze_read import FLAGS as _FLAGS
+from confgrid.flows.analyze_read import (
+    NAMED_ONLY,
+    OPTIONAL_ROLES,
+    ROLES,
+    AnalyzeInputError,
+    Chunk,
+    read_csv,
+    read_jsonl,
+    read_parquet,
+)
 
-__all__ = ["ROLES", "OPTIONAL_ROLES", "MAX_PROBLEMS", "AnalyzeInputError", "read_input"]
+__all__ = [
+    "MAX_PROBLEMS",
+    "OPTIONAL_ROLES",
+    "ROLES",
+    "UNCERTAINTY",
+    "AnalyzeInputError",
+    "AnalyzeWarning",
+    "CheckOptions",
+    "InputRows",
+    "check_chunk",
+    "input_format",
+    "raise_problems",
+    "read_input",
+    "read_rows",
+]
 
-#: the five roles of the input columns, in report order
-ROLES = ("setting", "item_id", "signal", "confidence", "correct")
-#: optional roles: read when the file has the column (``model``: compare models, study 001), ``group`` only when
-#: named (the clusters of a cluster bootstrap, ``--group-col``; the file must have it then)
-OPTIONAL_ROLES = ("model", "group")
-_NAMED_ONLY = ("group",)
-_FLAGS = {"setting": "--setting-col", "item_id": "--item-col", "signal": "--signal-col",
-          "confidence": "--confidence-col", "correct": "--correct-col", "model": "--model-col",
-          "group": "--group-col"}
 _FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 #: problems listed in an input error before "... and K more"
 MAX_PROBLEMS = 20
+#: ``--uncertainty`` transforms of an uncertainty score u (lower = more confident) to a confidence c in [0, 1];
+#: each is monotone decreasing, so the order of the items (hence AUROC and AURC) is that of -u
+UNCERTAINTY = {
+    "exp-neg": "c = exp(-u), u >= 0 (an NLL or entropy in nats: c is the geometric-mean probability)",
+    "sigmoid-neg": "c = 1 / (1 + exp(u)), any real u",
+    "rank": "c = (n - r) / (n - 1) with r the average rank (1..n, ties share) of u among the n rows of its "
+            "setting and signal; c = 0.5 when n = 1",
+}
+_ID_ROLES = ("setting", "item_id", "signal", "model", "group")
 
-class AnalyzeInputError(ValueError):
-    """The input or an option cannot be analyzed; nothing was written.
 
-    Attributes
-    ----------
-    problems : list of str
-        Every problem found (``"line 5: confidence 1.5 is outside [0, 1]"``),
-        in file order; the message lists the first :data:`MAX_PROBLEMS`.
+class AnalyzeWarning(UserWarning):
+    """Something the user should know about the analysis (items left out by alignment, clipped values...)."""
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """How numbers are read: ``threshold`` (correct >= T becomes 1, else 0; None: keep graded values) and
+    ``uncertainty`` (a key of :data:`UNCERTAINTY`: the confidence column holds an uncertainty score)."""
+
+    threshold: float | None = None
+    uncertainty: str | None = None
+
+    def __post_init__(self) -> None:
+        t = self.threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < float(t) <= 1.0):
+            raise AnalyzeInputError(f"--threshold: must be a number in (0, 1], got {t!r} (correct >= T counts as "
+                                    "correct; the Rank-Calibration convention for ROUGE is 0.7)")
+        if self.uncertainty is not None and self.uncertainty not in UNCERTAINTY:
+            raise AnalyzeInputError(f"--uncertainty: unknown transform {self.uncertainty!r}; choose from "
+                                    f"{', '.join(UNCERTAINTY)}")
+
+
+@dataclass
+class _Stats:
+    """Range statistics of the parsed confidence values, for the hints (summed over chunks)."""
+
+    lo: float = math.inf
+    hi: float = -math.inf
+    n_far: int = 0  # values outside [0, 1] beyond the clip tolerance
+    n_above_one: int = 0
+
+    def add(self, x: np.ndarray, n_far: int) -> None:
+        ok = x[np.isfinite(x)]
+        if ok.size:
+            self.lo, self.hi = min(self.lo, float(ok.min())), max(self.hi, float(ok.max()))
+            self.n_above_one += int((ok > 1.0).sum())
+        self.n_far += n_far
+
+
+@dataclass
+class InputRows:
+    """Checked input rows.
+
+    ``frame``: columns ``setting``, ``item_id``, ``signal`` (pandas
+    Categorical of str, categories sorted), ``confidence``, ``correct``
+    (float64 in [0, 1]); with a model column also ``model`` and ``dataset``
+    first and ``setting`` = ``"model/dataset"``; with ``--group-col`` also
+    ``group`` (Categorical of str, the cluster of each row). ``pos``: each row's line
+    (``unit`` ``"line"``) or 0-based row (``"row"``) number. ``n_graded``:
+    correctness values strictly between 0 and 1 before any threshold.
     """
 
-    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.problems = list(problems)
+    frame: pd.DataFrame
+    pos: np.ndarray
+    unit: str
+    n_graded: int = 0
+    stats: dict[str, _Stats] = field(default_factory=dict)
+
+    def where(self) -> pd.Series:
+        """Each row's place as text (``"line 5"``, ``"row 3"``)."""
+        return pd.Series([f"{self.unit} {p}" for p in self.pos.tolist()], dtype=object)
+
 
 
 def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
@@ -60,12 +152,8 @@ def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
                 raise AnalyzeInputError(f"{_FLAGS[role]}: empty column name")
             cols[role] = str(name)
     given = {r for r, n in (columns or {}).items() if n is not None}
-    for r in _NAMED_ONLY:
-        if r not in given:
-            del cols[r]
-    # an optional role named like a required one by default is simply not read
-    for r in (o for o in OPTIONAL_ROLES if o not in _NAMED_ONLY):
-        if r not in given and cols[r] in [cols[x] for x in ROLES]:
+    for r in OPTIONAL_ROLES:  # an optional role named like a required one by default is simply not read
+        if r not in given and (r in NAMED_ONLY or cols[r] in [cols[x] for x in ROLES]):
             del cols[r]
     names = list(cols.values())
     clash = sorted({n for n in names if names.count(n) > 1})
@@ -75,121 +163,252 @@ def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
     return cols
 
 
-# ---------------------------------------------------------------------------
-# reading
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class _Raw:
-    """Required columns of the input as Python values, with each row's place in the file."""
-
-    values: dict[str, list[Any]]  # role -> values
-    where: list[str]  # "line 5" / "row 3"
-    pos: list[int]  # sort key of each row (line or row number)
-    problems: list[tuple[int, str]]  # structural problems (malformed lines), by position
-
-
-def _format(path: Path) -> str:
+def input_format(path: Path) -> str:
+    """``"csv"``, ``"jsonl"`` or ``"parquet"`` from the extension; :class:`AnalyzeInputError` otherwise or if absent."""
     fmt = _FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise AnalyzeInputError(
             f"INPUT {str(path)!r}: unsupported extension {path.suffix!r}; use one of "
             f"{', '.join(sorted(_FORMATS))} (CSV with a header row, JSON Lines, Parquet)"
         )
+    if not path.is_file():
+        raise AnalyzeInputError(f"INPUT {str(path)!r}: no such file")
     return fmt
 
 
-def _missing_columns(path: Path, found: Sequence[str], cols: dict[str, str]) -> None:
-    missing = [r for r in (*ROLES, *_NAMED_ONLY) if r in cols and cols[r] not in found]
-    if missing:
-        lack = "; ".join(f"{cols[r]!r} (the {r} column; map another name with {_FLAGS[r]} NAME)" if r != "group"
-                         else f"{cols[r]!r} (named by --group-col)" for r in missing)
-        shown = ", ".join(repr(c) for c in found) if found else "none"
-        raise AnalyzeInputError(f"{path}: missing column(s) {lack}. Columns found: {shown}")
-
-
-def _read_csv(path: Path, cols: dict[str, str]) -> _Raw:
-    values: dict[str, list[Any]] = {r: [] for r in ROLES}
-    where, pos, problems = [], [], []
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        header, index, last = None, {}, 0
-        for row in reader:
-            start, last = last + 1, reader.line_num  # a quoted field may span lines
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue  # blank line
-            if header is None:
-                header = [h.strip() for h in row]
-                _missing_columns(path, header, cols)
-                dup = sorted({cols[r] for r in ROLES if header.count(cols[r]) > 1})
-                if dup:
-                    raise AnalyzeInputError(f"{path}: header line {start} repeats column(s) {', '.join(dup)}")
-                index = {r: header.index(cols[r]) for r in ROLES}
-                for r in OPTIONAL_ROLES:
-                    if r in cols and cols[r] in header:
-                        index[r] = header.index(cols[r])
-                        values[r] = []
-                continue
-            if len(row) != len(header):
-                problems.append((start, f"line {start}: {len(row)} fields, but the header has {len(header)}"))
-            for r in index:
-                values[r].append(row[index[r]] if index[r] < len(row) else None)
-            where.append(f"line {start}")
-            pos.append(start)
-    if header is None:
-        raise AnalyzeInputError(f"{path}: empty file (expected a header row naming the columns)")
-    return _Raw(values, where, pos, problems)
-
-
-def _read_jsonl(path: Path, cols: dict[str, str]) -> _Raw:
-    values: dict[str, list[Any]] = {r: [] for r in ROLES}
-    where, pos, problems, seen = [], [], [], {}
-    with open(path, encoding="utf-8-sig") as f:
-        for no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as exc:
-                problems.append((no, f"line {no}: not valid JSON ({exc.msg} at character {exc.pos + 1})"))
-                continue
-            if not isinstance(rec, dict):
-                problems.append((no, f"line {no}: expected a JSON object, got {type(rec).__name__}"))
-                continue
-            for k in rec:
-                seen.setdefault(k, None)
-            for r in (*ROLES, *(o for o in OPTIONAL_ROLES if o in cols)):
-                values.setdefault(r, []).append(rec.get(cols[r]))
-            where.append(f"line {no}")
-            pos.append(no)
-    if where:
-        _missing_columns(path, list(seen), cols)
-    elif not problems:
-        raise AnalyzeInputError(f"{path}: no records (expected one JSON object per line)")
-    for r in OPTIONAL_ROLES:
-        if r not in cols or cols[r] not in seen:
-            values.pop(r, None)
-    return _Raw(values, where, pos, problems)
-
-
-def _read_parquet(path: Path, cols: dict[str, str]) -> _Raw:
-    import pyarrow.parquet as pq
-
+def _read_chunk(path: Path, cols: dict[str, str]) -> Chunk:
+    fmt = input_format(path)
     try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:  # noqa: BLE001 - any reader failure is an input error
-        raise AnalyzeInputError(f"{path}: cannot read as Parquet ({exc})") from None
-    names = pf.schema_arrow.names
-    _missing_columns(path, names, cols)
-    roles = [*ROLES, *(r for r in OPTIONAL_ROLES if r in cols and cols[r] in names)]
-    table = pf.read(columns=[cols[r] for r in roles])
-    values = {r: table.column(cols[r]).to_pylist() for r in roles}
-    n = table.num_rows
-    return _Raw(values, [f"row {i}" for i in range(n)], list(range(n)), [])
+        return {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}[fmt](path, cols)
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start:exc.start + 1].hex()
+        raise AnalyzeInputError(f"{path}: not UTF-8 text (invalid byte 0x{bad}); save the file as UTF-8") from None
+    except csv.Error as exc:
+        raise AnalyzeInputError(f"{path}: unreadable CSV ({exc})") from None
 
 
-def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, pd.Series]:
+# ---------------------------------------------------------------------------
+# checking a chunk of rows
+# ---------------------------------------------------------------------------
+
+
+def _label(cols: dict[str, str], role: str) -> str:
+    return role if cols[role] == role else f"{cols[role]!r} ({role})"
+
+
+def _categorical(codes: np.ndarray, cats: list[str]) -> pd.Categorical:
+    return pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object), validate=False)
+
+
+def _composite(model, dataset) -> tuple[np.ndarray, list[str]]:
+    """``"model/dataset"`` codes (-1 unless both are valid); equal strings merged, categories sorted."""
+    ok = (model.codes >= 0) & (dataset.codes >= 0)
+    key = np.where(ok, model.codes * max(len(dataset.categories), 1) + dataset.codes, -1)
+    uniq, inv = np.unique(key[ok], return_inverse=True)
+    names = [f"{model.categories[k // max(len(dataset.categories), 1)]}/"
+             f"{dataset.categories[k % max(len(dataset.categories), 1)]}" for k in uniq.tolist()]
+    srt, order = np.unique(np.array(names, dtype=object), return_inverse=True) if names else ([], [])
+    codes = np.full(key.size, -1, np.int64)
+    codes[ok] = np.asarray(order, np.int64)[inv]
+    return codes, [str(s) for s in srt]
+
+
+def _uncertainty(u: np.ndarray, how: str, groups: np.ndarray) -> np.ndarray:
+    """Confidence from an uncertainty score (nan stays nan); see :data:`UNCERTAINTY`."""
+    if how == "exp-neg":
+        return np.exp(-u)
+    if how == "sigmoid-neg":
+        from scipy.special import expit
+
+        return expit(-u)
+    frame = pd.DataFrame({"g": groups, "u": u})
+    r = frame.groupby("g", sort=False)["u"].rank(method="average").to_numpy()
+    n = frame.groupby("g", sort=False)["u"].transform("count").to_numpy().astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 1, (n - r) / (n - 1), 0.5)
+
+
+def _merged_ties(groups: np.ndarray, u: np.ndarray, c: np.ndarray) -> int:
+    """Groups where the transform mapped distinct u to one c (float round-off)."""
+    ok = ~np.isnan(u)
+    a = pd.DataFrame({"g": groups[ok], "v": u[ok]}).drop_duplicates().groupby("g").size()
+    b = pd.DataFrame({"g": groups[ok], "v": c[ok]}).drop_duplicates().groupby("g").size()
+    return int((a != b.reindex(a.index)).sum())
+
+
+def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = CheckOptions()
+                ) -> tuple[InputRows, Problems]:
+    """Check the rows of ``chunk`` column by column.
+
+    Returns the accepted rows (every row, with nan / missing codes where a
+    value is bad) and the problems (empty when every row is good). Warns
+    (:class:`AnalyzeWarning`) about clipped values and ties made by an
+    uncertainty transform.
+    """
+    problems = Problems(chunk.unit)
+    if chunk.structural:
+        problems.add_messages(np.array([p for p, _ in chunk.structural]), 0, [m for _, m in chunk.structural])
+    present = [r for r in (*ROLES, *OPTIONAL_ROLES) if r in chunk.arrays]
+    kind = {r: i + 1 for i, r in enumerate(present)}
+    ids, nums, stats = {}, {}, {}
+    n = chunk.pos.size
+    for role in present:
+        label = _label(cols, role)
+        if role in _ID_ROLES:
+            col = check_ids(chunk.arrays[role], label)
+            problems.add(chunk.pos[col.bad], kind[role], col.formatter())
+            ids[role] = col
+            continue
+        parsed = parse_numbers(chunk.arrays[role], role, label)
+        problems.add(chunk.pos[parsed.bad], kind[role], parsed.fmt)
+        if role == "confidence" and options.uncertainty is not None:
+            nums[role] = parsed  # transformed below, once the groups are known
+            continue
+        x, far, fmt, clipped = range_check(parsed, role, label)
+        problems.add(chunk.pos[far], kind[role], fmt)
+        st = stats[role] = _Stats()
+        st.add(parsed.x, far.size)
+        if clipped.size:
+            warnings.warn(f"{label}: {clipped.size} value(s) within 1e-6 outside [0, 1] (float32 round-off) "
+                          f"clipped to [0, 1]; first at {chunk.unit} {chunk.pos[clipped[0]]}", AnalyzeWarning,
+                          stacklevel=3)
+        nums[role] = x
+    if "model" in ids:
+        setting_codes, setting_cats = _composite(ids["model"], ids["setting"])
+    else:
+        setting_codes, setting_cats = ids["setting"].codes, ids["setting"].categories
+    if options.uncertainty is not None:
+        parsed = nums["confidence"]
+        u = parsed.x
+        label = _label(cols, "confidence")
+        bad_u = np.flatnonzero(~np.isnan(u) & (~np.isfinite(u) | ((u < 0) if options.uncertainty == "exp-neg"
+                                                                    else False)))
+        need = "a finite u >= 0 (use sigmoid-neg or rank for any real u)" if options.uncertainty == "exp-neg" \
+            else "a finite value"
+        problems.add(chunk.pos[bad_u], kind["confidence"],
+                     lambda sel, b=bad_u, p=parsed: [f"{label} {s} is not an uncertainty score for --uncertainty "
+                                                     f"{options.uncertainty}: need {need}" for s in p.shown(b[sel])])
+        u = u.copy()
+        u[bad_u] = math.nan
+        groups = setting_codes * (len(ids["signal"].categories) + 1) + ids["signal"].codes
+        c = _uncertainty(u, options.uncertainty, groups)
+        if options.uncertainty != "rank":
+            merged = _merged_ties(groups, u, c)
+            if merged:
+                warnings.warn(f"--uncertainty {options.uncertainty}: distinct uncertainty values became one "
+                              f"confidence (float round-off) in {merged} (setting, signal) group(s); AUROC and AURC "
+                              "there are not exactly those of -u; --uncertainty rank keeps every order exactly",
+                              AnalyzeWarning, stacklevel=3)
+        nums["confidence"] = c
+    keys = [setting_codes, ids["item_id"].codes, ids["signal"].codes]
+    dup, first = duplicates(keys, chunk.pos)
+    if dup.size:
+        names = [setting_cats, ids["item_id"].categories, ids["signal"].categories]
+
+        def fmt(sel: np.ndarray) -> list[str]:
+            out = []
+            for i in sel:
+                k = [names[j][keys[j][dup[i]]] for j in range(3)]
+                out.append(f"duplicate (setting, item_id, signal) = ({k[0]!r}, {k[1]!r}, {k[2]!r}); first at "
+                           f"{chunk.unit} {chunk.pos[first[i]]}")
+            return out
+
+        problems.add(chunk.pos[dup], len(present) + 1, fmt)
+    y = nums["correct"]
+    n_graded = int(((y > 0.0) & (y < 1.0)).sum())
+    if options.threshold is not None:
+        y = np.where(np.isnan(y), y, (y >= float(options.threshold)).astype(np.float64))
+    frame = pd.DataFrame({
+        "setting": _categorical(setting_codes, setting_cats),
+        "item_id": _categorical(ids["item_id"].codes, ids["item_id"].categories),
+        "signal": _categorical(ids["signal"].codes, ids["signal"].categories),
+        "confidence": nums["confidence"],
+        "correct": y,
+    })
+    if "model" in ids:
+        frame.insert(0, "model", _categorical(ids["model"].codes, ids["model"].categories))
+        frame.insert(1, "dataset", _categorical(ids["setting"].codes, ids["setting"].categories))
+    if "group" in ids:  # the cluster of each row (--group-col), checked like an id
+        frame["group"] = _categorical(ids["group"].codes, ids["group"].categories)
+    del n
+    return InputRows(frame, chunk.pos, chunk.unit, n_graded, stats), problems
+
+
+def _hints(stats: dict[str, _Stats], cols: dict[str, str]) -> list[str]:
+    out = []
+    for role in ("confidence", "correct"):
+        st = stats.get(role)
+        if st is None or st.n_far == 0:
+            continue
+        label = _label(cols, role)
+        if st.lo >= 0.0 and st.hi <= 100.0 and st.n_above_one:
+            out.append(f"{label}: every value lies in [0, 100] and {st.n_above_one} exceed 1; they look like "
+                       f"percentages: divide the column by 100 ({role} must lie in [0, 1])")
+        elif role == "confidence":
+            what = "negative values" if st.lo < 0 else f"values up to {st.hi:g}"
+            logp = "; if they are log-probabilities (<= 0), give exp(value) instead" if st.hi <= 0 else ""
+            out.append(f"{label}: {what} (range {st.lo:g} to {st.hi:g}) look like an uncertainty score (lower = "
+                       f"more confident: an NLL, an entropy), not a confidence; pass --uncertainty exp-neg "
+                       f"(c = exp(-u), u >= 0), sigmoid-neg (c = 1 / (1 + exp(u))) or rank; each keeps the order, "
+                       f"so AUROC and AURC are exact{logp}")
+    return out
+
+
+def raise_problems(path: Path, problems: Problems, stats: Sequence[dict[str, _Stats]] = (),
+                   cols: dict[str, str] | None = None) -> None:
+    """Raise :class:`AnalyzeInputError` listing ``problems`` (if any) in file order, with hints from ``stats``."""
+    total = problems.count()
+    if not total:
+        return
+    merged: dict[str, _Stats] = {}
+    for part in stats:
+        for role, st in part.items():
+            m = merged.setdefault(role, _Stats())
+            m.lo, m.hi = min(m.lo, st.lo), max(m.hi, st.hi)
+            m.n_far += st.n_far
+            m.n_above_one += st.n_above_one
+    hints = _hints(merged, cols or _columns(None))
+    msgs = [m for _, _, m in problems.keyed(KEPT_PROBLEMS)]
+    shown = "\n".join(f"  {m}" for m in msgs[:MAX_PROBLEMS])
+    more = f"\n  ... and {total - MAX_PROBLEMS} more problem(s)" if total > MAX_PROBLEMS else ""
+    tail = "".join(f"\nhint: {h}" for h in hints)
+    raise AnalyzeInputError(
+        f"{path}: {total} problem(s) in the input; nothing was computed or written.\n{shown}{more}{tail}", msgs,
+        total, hints)
+
+
+# ---------------------------------------------------------------------------
+# entry points
+# ---------------------------------------------------------------------------
+
+
+def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
+              options: CheckOptions = CheckOptions()) -> InputRows:
+    """Read and check a whole input file column-wise (see :func:`read_input` for the rules).
+
+    Returns
+    -------
+    InputRows
+        Categorical ids and float64 numbers, one row per input row, in file order.
+
+    Raises
+    ------
+    AnalyzeInputError
+        As :func:`read_input`.
+    """
+    path = Path(path)
+    input_format(path)
+    cols = _columns(columns)
+    chunk = _read_chunk(path, cols)
+    rows, problems = check_chunk(chunk, cols, options)
+    raise_problems(path, problems, [rows.stats], cols)
+    if rows.pos.size == 0:
+        raise AnalyzeInputError(f"{path}: no data rows")
+    return rows
+
+
+def read_input(path: str | Path, columns: Mapping[str, str] | None = None,
+               options: CheckOptions = CheckOptions()) -> tuple[pd.DataFrame, pd.Series]:
     """Read and check an input file.
 
     Parameters
@@ -200,6 +419,8 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tu
         Role -> column name for the roles of :data:`ROLES` that are named
         differently in the file; ``"group"`` names the cluster column
         (``--group-col``), which is then required.
+    options : CheckOptions, optional
+        ``threshold`` (graded correctness -> 0/1) and ``uncertainty``.
 
     Returns
     -------
@@ -213,118 +434,16 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tu
     Raises
     ------
     AnalyzeInputError
-        Unsupported extension, missing file or columns, or bad rows (all of
-        them in :attr:`AnalyzeInputError.problems`).
+        Unsupported extension, missing file or columns, or bad rows (the
+        first :data:`~confgrid.flows.analyze_check.KEPT_PROBLEMS` of them in
+        :attr:`AnalyzeInputError.problems`, the count in ``n_problems``, what to
+        do in ``hints``): missing values (empty, null, NaN), non-numbers,
+        confidence or correct outside [0, 1] by more than 1e-6, duplicate
+        (setting, item_id, signal) rows (naming both places), malformed lines.
     """
-    path = Path(path)
-    fmt = _format(path)
-    if not path.is_file():
-        raise AnalyzeInputError(f"INPUT {str(path)!r}: no such file")
-    cols = _columns(columns)
-    try:
-        raw = {"csv": _read_csv, "jsonl": _read_jsonl, "parquet": _read_parquet}[fmt](path, cols)
-    except UnicodeDecodeError as exc:
-        bad = exc.object[exc.start:exc.start + 1].hex()
-        raise AnalyzeInputError(f"{path}: not UTF-8 text (invalid byte 0x{bad}); save the file as UTF-8") from None
-    except csv.Error as exc:
-        raise AnalyzeInputError(f"{path}: unreadable CSV ({exc})") from None
-    problems = list(raw.problems)
-    n = len(raw.where)
-    ok = np.ones(n, dtype=bool)
-    parsed: dict[str, list[Any]] = {}
-    for role in (r for r in (*ROLES, *OPTIONAL_ROLES) if r in raw.values):
-        label = role if cols[role] == role else f"{cols[role]!r} ({role})"
-        out = []
-        for i, v in enumerate(raw.values[role]):
-            check = _id if role in ("setting", "item_id", "signal", "model", "group") else _number
-            value, msg = check(v, role, label)
-            if msg is not None:
-                problems.append((raw.pos[i], f"{raw.where[i]}: {msg}"))
-                ok[i] = False
-            out.append(value)
-        parsed[role] = out
-    rows = pd.DataFrame({
-        "setting": pd.Series(parsed["setting"], dtype=object),
-        "item_id": pd.Series(parsed["item_id"], dtype=object),
-        "signal": pd.Series(parsed["signal"], dtype=object),
-        "confidence": pd.Series(parsed["confidence"], dtype=np.float64),
-        "correct": pd.Series(parsed["correct"], dtype=np.float64),
-    })
-    if "model" in parsed:  # one setting per (model, setting): each model's own metrics; the comparison pairs them
-        rows.insert(0, "model", pd.Series(parsed["model"], dtype=object))
-        rows.insert(1, "dataset", rows["setting"])
-        rows["setting"] = [f"{m}/{d}" if m is not None and d is not None else None
-                           for m, d in zip(rows["model"], rows["dataset"], strict=True)]
-    if "group" in parsed:  # the cluster of each row (--group-col)
-        rows["group"] = pd.Series(parsed["group"], dtype=object)
-    where = pd.Series(raw.where, dtype=object)
-    keyed = rows[["setting", "item_id", "signal"]].notna().all(axis=1).to_numpy()
-    if keyed.any():
-        keys = rows.loc[keyed, ["setting", "item_id", "signal"]]
-        dup = keys.duplicated(keep="first")
-        if dup.any():
-            first = {}
-            for i, k in zip(keys.index, map(tuple, keys.to_numpy()), strict=True):
-                if k in first:
-                    problems.append((raw.pos[i], f"{raw.where[i]}: duplicate (setting, item_id, signal) = "
-                                                 f"({k[0]!r}, {k[1]!r}, {k[2]!r}); first at {raw.where[first[k]]}"))
-                else:
-                    first[k] = i
-    if problems:
-        problems.sort(key=lambda p: p[0])  # stable: within a row, role order
-        msgs = [m for _, m in problems]
-        shown = "\n".join(f"  {m}" for m in msgs[:MAX_PROBLEMS])
-        more = f"\n  ... and {len(msgs) - MAX_PROBLEMS} more problem(s)" if len(msgs) > MAX_PROBLEMS else ""
-        raise AnalyzeInputError(
-            f"{path}: {len(msgs)} problem(s) in the input; nothing was computed or written.\n{shown}{more}", msgs
-        )
-    if n == 0:
-        raise AnalyzeInputError(f"{path}: no data rows")
-    return rows, where
-
-
-def _missing(v: Any) -> str | None:
-    if v is None:
-        return "missing (null)"
-    if isinstance(v, float) and math.isnan(v):
-        return "missing (NaN)"
-    if isinstance(v, str) and not v.strip():
-        return "missing (empty)"
-    return None
-
-
-def _id(v: Any, role: str, label: str) -> tuple[str | None, str | None]:
-    why = _missing(v)
-    if why is not None:
-        return None, f"{label} is {why}"
-    if isinstance(v, (list, dict)):
-        return None, f"{label} must be a single value, got {json.dumps(v)[:40]}"
-    return str(v), None
-
-
-def _number(v: Any, role: str, label: str) -> tuple[float, str | None]:
-    why = _missing(v)
-    if why is not None:
-        return math.nan, f"{label} is {why}"
-    if isinstance(v, bool):
-        x = float(v)
-    elif isinstance(v, (int, float, np.integer, np.floating)):
-        x = float(v)
-    elif isinstance(v, str):
-        s = v.strip()
-        if role == "correct" and s.lower() in ("true", "false"):
-            x = 1.0 if s.lower() == "true" else 0.0
-        else:
-            try:
-                x = float(s)
-            except ValueError:
-                return math.nan, f"{label} {v!r} is not a number"
-            if math.isnan(x):
-                return math.nan, f"{label} is missing ({s!r})"
-    else:
-        return math.nan, f"{label} {json.dumps(v, default=str)[:40]} is not a number"
-    if not 0.0 <= x <= 1.0:
-        hint = " (use 0/1 or a graded value in between)" if role == "correct" else ""
-        shown = v.strip() if isinstance(v, str) else str(v)
-        return math.nan, f"{label} {shown} is outside [0, 1]{hint}"
-    return x, None
+    rows = read_rows(path, columns, options)
+    frame = rows.frame.copy()
+    for c in frame.columns:
+        if isinstance(frame[c].dtype, pd.CategoricalDtype):
+            frame[c] = frame[c].astype(object)
+    return frame, rows.where()

@@ -268,7 +268,44 @@ def test_analyze_group_col_errors(tmp_path):
         analyze(bad, tmp_path / "o4", n_resamples=5, track=False, group_col="question")
 
 
-@pytest.mark.slow  # ~27 s on 2 cores (Ray start and one Ray Data stage); the fast check is the next test
+def _parquet(src: Path, row_group_size: int, df: pd.DataFrame | None = None) -> Path:
+    """``src`` as Parquet, rows shuffled so that each setting spreads over several row groups."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    df = pd.read_csv(src) if df is None else df
+    p = src.with_suffix(".parquet")
+    pq.write_table(pa.Table.from_pandas(df.sample(frac=1.0, random_state=1), preserve_index=False), p,
+                   row_group_size=row_group_size)
+    return p
+
+
+def test_analyze_group_col_settings_in_turn_equal_the_whole_file(tmp_path):
+    pq_src = _parquet(_write_csv(tmp_path / "gens.csv", n_q=10, gens=3), row_group_size=23)
+    out = {mode: analyze(pq_src, tmp_path / f"o{mode}", n_resamples=200, track=False, group_col="question",
+                         in_turn=mode) for mode in (True, False)}
+    assert (out[True]["metrics"]["n_clusters"] == 10).all()
+    for name in ("metrics", "gaps", "alignment"):
+        pd.testing.assert_frame_equal(out[True][name], out[False][name], check_exact=True)
+    rec = {mode: json.loads((tmp_path / f"o{mode}" / "analyze.json").read_text()) for mode in (True, False)}
+    assert rec[True]["params"]["in_turn"] is True and rec[True]["params"]["interval"] == "clustered"
+    assert rec[True]["children"] == rec[False]["children"] and rec[True]["children"][0]["params"]["n_clusters"] == 10
+    # the same input errors, each before anything is written
+    with pytest.raises(AnalyzeInputError, match=r"missing column\(s\) 'qid' \(named by --group-col\)"):
+        analyze(pq_src, tmp_path / "x", n_resamples=5, track=False, group_col="qid", in_turn=True)
+    df = pd.read_csv(tmp_path / "gens.csv")
+    df.loc[df.index[df.setting == "m2/d1"][[1, 2]], "question"] = ["z1", "z2"]  # an item of m2/d1 in two clusters
+    bad = _parquet(tmp_path / "bad.csv", 23, df)
+    errs = []
+    for mode in (True, False):
+        with pytest.raises(AnalyzeInputError, match=r"setting 'm2/d1': the rows of an item must name one") as ei:
+            analyze(bad, tmp_path / f"b{mode}", n_resamples=5, track=False, group_col="question", in_turn=mode)
+        errs.append(str(ei.value))
+        assert not (tmp_path / f"b{mode}").exists()
+    assert errs[0] == errs[1] and "'z1' at row" in errs[0]
+
+
+@pytest.mark.slow  # ~25 s on 2 cores (Ray start, one Ray Data stage, one Ray task per setting)
 def test_analyze_group_col_ray_equals_in_process(tmp_path, ray_local):
     src = _write_csv(tmp_path / "gens.csv", n_q=8, gens=3)
     a, b = tmp_path / "a", tmp_path / "b"
@@ -277,6 +314,13 @@ def test_analyze_group_col_ray_equals_in_process(tmp_path, ray_local):
     analyze(src, b, use_ray=True, num_workers=2, **kw)
     for name in ("metrics.csv", "gaps.csv"):
         assert (a / name).read_bytes() == (b / name).read_bytes()
+    # Parquet settings in turn, one Ray task per setting: the same numbers
+    c, d = tmp_path / "c", tmp_path / "d"
+    pq_src = _parquet(src, row_group_size=19)
+    analyze(pq_src, c, in_turn=True, **kw)
+    analyze(pq_src, d, in_turn=True, use_ray=True, num_workers=2, **kw)
+    for name in ("metrics.csv", "gaps.csv"):
+        assert (a / name).read_bytes() == (c / name).read_bytes() == (d / name).read_bytes()
 
 
 def test_what_the_ray_path_ships_gives_the_in_process_numbers():
