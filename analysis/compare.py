@@ -299,27 +299,21 @@ def shifts(
     """
     names = _names(result, signal_names)
     _index(names, verbalized, "verbalized signal")
-    rows = []
+    rows, diffs = [], []
     for a, b in pairs:
         _index(names, a, "context_a")
         _index(names, b, "context_b")
         for j, metric in enumerate(result.metrics):
             pa, va = _gap_values(result, names, verbalized, a, j)
             pb, vb = _gap_values(result, names, verbalized, b, j)
-            d = vb - va
-            lo, hi = interval(d, level)
-            rows.append(
-                dict(
-                    context_a=a,
-                    context_b=b,
-                    metric=metric,
-                    point=float(pb - pa),
-                    lo=lo,
-                    hi=hi,
-                    excludes_zero=excludes_zero(lo, hi),
-                    n_undefined=int(n_undefined(d)),
-                )
-            )
+            diffs.append(vb - va)
+            rows.append(dict(context_a=a, context_b=b, metric=metric, point=float(pb - pa)))
+    if rows:  # one percentile call over every (pair, metric) row of resamples
+        d = np.vstack(diffs)
+        lo, hi = interval(d, level)
+        und = n_undefined(d)
+        for r, l_, h_, u in zip(rows, lo, hi, und, strict=True):
+            r.update(lo=float(l_), hi=float(h_), excludes_zero=excludes_zero(l_, h_), n_undefined=int(u))
     cols = ["context_a", "context_b", "metric", "point", "lo", "hi", "excludes_zero", "n_undefined"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -387,15 +381,22 @@ def flips(
     names = _names(result, signal_names)
     _index(names, verbalized, "verbalized signal")
     rows = []
+    memo: dict[tuple[str, int], tuple[float, tuple[float, float, float]]] = {}
+
+    def context(c: str, j: int) -> tuple[float, tuple[float, float, float]]:
+        """(point gap, (advantage point, lo, hi)) of context ``c`` under metric ``j``, computed once per call."""
+        if (c, j) not in memo:
+            g, _ = _gap_values(result, names, verbalized, c, j)
+            p, v = advantage(result, names, verbalized, c, j)
+            memo[(c, j)] = (float(g), (p, *interval(v, level)))
+        return memo[(c, j)]
+
     for a, b in pairs:
         _index(names, a, "context_a")
         _index(names, b, "context_b")
         for j, metric in enumerate(result.metrics):
-            ga, _ = _gap_values(result, names, verbalized, a, j)
-            gb, _ = _gap_values(result, names, verbalized, b, j)
-            pa, va = advantage(result, names, verbalized, a, j)
-            pb, vb = advantage(result, names, verbalized, b, j)
-            ta, tb = (pa, *interval(va, level)), (pb, *interval(vb, level))
+            (ga, ta), (gb, tb) = context(a, j), context(b, j)
+            pa, pb = ta[0], tb[0]
             rows.append(
                 dict(
                     context_a=a,

@@ -248,6 +248,7 @@ def test_sigkill_restart_is_recorded(ray_local, tmp_path, caplog):
     _rows_exactly_once(out)
 
 
+@pytest.mark.slow  # about 25 s (CI budget); resubmitting failed shards: test_killed_replica_then_resubmit_failed
 def test_failed_shards_keep_their_mlflow_run_on_resubmit(ray_local, tmp_path):
     """A model that cannot load fails its shards (recorded, run continues to the end); once fixed,
     `resubmit --failed` reruns exactly those shards (and their dependents) in the same MLflow runs."""

@@ -138,6 +138,7 @@ def test_changing_only_downstream_axes_reruns_no_model(first_run, tmp_path):
     assert r["token_score"] == pytest.approx(math.exp(min(r["logprobs"])), rel=1e-12)
 
 
+@pytest.mark.slow  # about 22 s (CI budget); damaged shards and manifests: tests/test_store_integrity.py
 def test_resume_recomputes_a_damaged_shard_and_rebuilds_a_damaged_manifest(first_run, tmp_path, caplog):
     """Issue 14, items 1-2: a truncated shard and a garbage manifest cost one shard's recomputation, no crash."""
     import shutil
