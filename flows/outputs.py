@@ -76,7 +76,7 @@ def _study_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: E
     out: dict[str, pd.DataFrame] = {}
     p = primary_group(spec)
     try:
-        if not ev.metrics.empty:
+        if not ev.metrics.empty and spec.scoring.contexts:  # study 000's tables compare scoring contexts
             primary_refusal = lambda df: df[df["refusal"] == p["refusal"]] if "refusal" in df else df  # noqa: E731
             out.update(study_tables(ev.groups, (p["answer_set"], p["parse_policy"], p["rule"]),
                                     primary_refusal(ev.metrics), primary_refusal(ev.gaps),
