@@ -27,6 +27,18 @@ def _cell(df: pd.DataFrame, cell: str) -> pd.DataFrame:
     return df[(df["model"].astype(str) + "/" + df["dataset"].astype(str)) == cell]
 
 
+def _label(ax, cell: str, xlabel: str, ylabel: str, legend: bool, log_x: bool = False, ncol: int = 1) -> None:
+    """The axes of one (model, dataset) panel: labels, the cell as title, y in [0, 1], a legend if asked."""
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(cell, fontsize=9)
+    if legend:
+        ax.legend(fontsize=7 if ncol == 1 else 6, ncol=ncol)
+
+
 @register_figure("capability_divergence", needs=("capability_divergence",),
                  title="Divergence of the calibration targets (study 004 Figure 2)")
 def divergence_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
@@ -43,11 +55,9 @@ def divergence_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
             n = int(dr["n_items"].iloc[0]) if len(dr) else 0
             ax.bar(mid + shift, dr["share"].fillna(0.0), width=0.045, color=color,
                    label=f"response target {r} (n = {n})")
+        _label(ax, cell, "capability target (expected accuracy)", "share of items", legend=True)
         ax.set_xlim(0, 1)
-        ax.set_xlabel("capability target (expected accuracy)")
-        ax.set_ylabel("share of items")
-        ax.set_title(cell, fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_ylim(auto=True)
     fig.suptitle("The capability target given the response target", fontsize=10)
     return [Drawn("capability_divergence", fig, "Distribution of the expected accuracy over k_eval samples among "
                   "items whose first sample is wrong (response target 0) and right (1), one panel per model and "
@@ -74,13 +84,7 @@ def pass_at_k_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
             ax.plot(de["k"], de["predicted"], "--", color=color, linewidth=1, label=est)
             if len(estimators) <= 4:  # more bands than that hide each other
                 ax.fill_between(de["k"], de["band_lo"], de["band_hi"], color=color, alpha=0.12, linewidth=0)
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("k")
-        ax.set_ylabel("pass@k")
-        ax.set_title(cell, fontsize=9)
-        if i == 0:
-            ax.legend(fontsize=6, ncol=2)
+        _label(ax, cell, "k", "pass@k", legend=i == 0, log_x=True, ncol=2)
     fig.suptitle("Predicted pass@k = mean of 1 - (1 - p)^k against the actual pass@k", fontsize=10)
     return [Drawn("capability_pass_at_k", fig, "Predicted pass@k of each estimator (dashed; band +-1.96 sigma in the data) "
                   "against the unbiased pass@k of the stored samples (black); k above the stored samples has no "
@@ -105,13 +109,8 @@ def allocation_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
         for j, lab in enumerate(labels):
             dl = dc[dc["label"] == lab].sort_values("budget")
             ax.plot(dl["budget"], dl["solved"], "-", color=_COLORS[j % len(_COLORS)], linewidth=1, label=lab)
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("samples per item B (total B x N)")
-        ax.set_ylabel("share of items solved")
-        ax.set_title(cell, fontsize=9)
-        if i == 0:
-            ax.legend(fontsize=6, ncol=2)
+        _label(ax, cell, "samples per item B (total B x N)", "share of items solved", legend=i == 0, log_x=True,
+               ncol=2)
     fig.suptitle("Budget allocation: greedy by each estimator against uniform", fontsize=10)
     return [Drawn("capability_allocation", fig, "Share of items with a correct sample among those allocated, "
                   "mean over seeds, against the budget per item (study 004 Figure 12).", d)]

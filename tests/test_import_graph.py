@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "bootstrap", "reliability", "transfer",
+ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap", "reliability", "transfer",
             "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
@@ -23,14 +23,15 @@ ALLOWED = {
     "registry": {"metrics", "estimators"},
     "kernels": {"metrics", "estimators"},
     "clusters": set(),
-    "bootstrap": {"metrics", "estimators", "registry", "kernels", "clusters"},
+    "resampling": set(),
+    "bootstrap": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling"},
     "reliability": {"metrics", "estimators"},
     "transfer": {"metrics"},
-    "compare": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap"},
-    "summary": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap", "compare"},
-    "tables": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap", "compare", "summary"},
+    "compare": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap"},
+    "summary": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap", "compare"},
+    "tables": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap", "compare", "summary"},
     "calibration_summary": {"metrics", "estimators"},
-    "hard_easy": {"metrics", "estimators", "registry", "kernels", "clusters", "bootstrap"},
+    "hard_easy": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap"},
     "figure_data": {"metrics", "estimators", "reliability"},
 }
 
