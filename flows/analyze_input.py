@@ -106,15 +106,35 @@ class _Stats:
 
     lo: float = math.inf
     hi: float = -math.inf
-    n_far: int = 0  # values outside [0, 1] beyond the clip tolerance
+    n_far: int = 0  # finite values outside [0, 1] beyond the clip tolerance
     n_above_one: int = 0
+    n_nonfinite: int = 0  # inf, -inf (NaN is an empty cell, reported by the reader)
+    nonfinite: list[str] = field(default_factory=list)  # the first few, "inf at line 7"
 
-    def add(self, x: np.ndarray, n_far: int) -> None:
-        ok = x[np.isfinite(x)]
+    def add(self, x: np.ndarray, far: np.ndarray, pos: np.ndarray | None = None, unit: str = "line") -> None:
+        """Add a chunk's parsed values ``x`` (n,) whose rows ``far`` lie outside [0, 1]; ``pos`` their places."""
+        finite = np.isfinite(x)
+        ok = x[finite]
         if ok.size:
             self.lo, self.hi = min(self.lo, float(ok.min())), max(self.hi, float(ok.max()))
             self.n_above_one += int((ok > 1.0).sum())
-        self.n_far += n_far
+        inf = far[np.isinf(x[far])]
+        self.n_far += far.size - inf.size
+        self.n_nonfinite += inf.size
+        for i in inf[: max(0, _SHOWN_NONFINITE - len(self.nonfinite))]:
+            where = f" at {unit} {pos[i]}" if pos is not None else ""
+            self.nonfinite.append(f"{float(x[i])!r}{where}")
+
+    def merge(self, other: _Stats) -> None:
+        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
+        self.n_far += other.n_far
+        self.n_above_one += other.n_above_one
+        self.n_nonfinite += other.n_nonfinite
+        self.nonfinite += other.nonfinite[: max(0, _SHOWN_NONFINITE - len(self.nonfinite))]
+
+
+#: Non-finite values the hint names by their place.
+_SHOWN_NONFINITE = 5
 
 
 @dataclass
@@ -267,7 +287,7 @@ def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = Chec
         x, far, fmt, clipped = range_check(parsed, role, label)
         problems.add(chunk.pos[far], kind[role], fmt)
         st = stats[role] = _Stats()
-        st.add(parsed.x, far.size)
+        st.add(parsed.x, far, chunk.pos, chunk.unit)
         if clipped.size:
             warnings.warn(f"{label}: {clipped.size} value(s) within 1e-6 outside [0, 1] (float32 round-off) "
                           f"clipped to [0, 1]; first at {chunk.unit} {chunk.pos[clipped[0]]}", AnalyzeWarning,
@@ -338,9 +358,15 @@ def _hints(stats: dict[str, _Stats], cols: dict[str, str]) -> list[str]:
     out = []
     for role in ("confidence", "correct"):
         st = stats.get(role)
-        if st is None or st.n_far == 0:
+        if st is None:
             continue
         label = _label(cols, role)
+        if st.n_nonfinite:
+            more = f" (first {len(st.nonfinite)} shown)" if st.n_nonfinite > len(st.nonfinite) else ""
+            out.append(f"{label}: {st.n_nonfinite} non-finite value(s): {', '.join(st.nonfinite)}{more}; {role} "
+                       "must be a finite number in [0, 1] (an empty cell is a missing value)")
+        if st.n_far == 0:  # the range hints below speak of the finite values only
+            continue
         if st.lo >= 0.0 and st.hi <= 100.0 and st.n_above_one:
             out.append(f"{label}: every value lies in [0, 100] and {st.n_above_one} exceed 1; they look like "
                        f"percentages: divide the column by 100 ({role} must lie in [0, 1])")
@@ -363,10 +389,7 @@ def raise_problems(path: Path, problems: Problems, stats: Sequence[dict[str, _St
     merged: dict[str, _Stats] = {}
     for part in stats:
         for role, st in part.items():
-            m = merged.setdefault(role, _Stats())
-            m.lo, m.hi = min(m.lo, st.lo), max(m.hi, st.hi)
-            m.n_far += st.n_far
-            m.n_above_one += st.n_above_one
+            merged.setdefault(role, _Stats()).merge(st)
     hints = _hints(merged, cols or _columns(None))
     msgs = [m for _, _, m in problems.keyed(KEPT_PROBLEMS)]
     shown = "\n".join(f"  {m}" for m in msgs[:MAX_PROBLEMS])

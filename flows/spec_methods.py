@@ -8,13 +8,13 @@ P(True), expected accuracy).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.flows.spec_base import LABEL_PATTERN, _known, _Spec
 
-__all__ = ["METHOD_KINDS", "METHOD_TEMPLATES", "MethodSpec", "PairSpec", "CA_RATING_KINDS", "ComparisonSpec"]
+__all__ = ["METHOD_KINDS", "METHOD_TEMPLATES", "RENORMALIZE_DEFAULTS", "MethodSpec", "PairSpec", "CA_RATING_KINDS", "ComparisonSpec"]
 
 
 #: Confidence methods a grid may declare (``methods[].kind``; README "Confidence methods").
@@ -25,6 +25,10 @@ METHOD_TEMPLATES = {"self_consistency": None, "expected_accuracy": None, "p_true
                     "p_true_capability": "ptrue_capability", "rating": "rate_0_100",
                     "verbalized_before": "verbalized_before", "hidden_states": None,
                     "letter_probability": "mc_letter"}
+#: ``renormalize`` of the p_true kinds when a grid does not say (README "Confidence methods" names the sources):
+#: study 001 Appendix D.3 defines P(True) as "the probability assigned to token A" alone (p(A) = .6, p(B) = .2
+#: gives .60, not .75); study 004's capability P(True) is kept renormalized over its Yes/No pair.
+RENORMALIZE_DEFAULTS = {"p_true": False, "p_true_capability": True}
 _SAMPLED = ("self_consistency", "expected_accuracy")
 _NEXT_TOKEN = ("p_true", "p_true_capability", "letter_probability")
 
@@ -65,8 +69,10 @@ class MethodSpec(_Spec):
         "leading space).")
     merge: Literal["sum", "exact"] = Field("sum", description="How a candidate's variant tokens merge: sum of their "
                                            "probabilities, or the exact token only (changing it reruns no model).")
-    renormalize: StrictBool = Field(True, description="p_true kinds: p(first) / sum over the candidates (True) or "
-                              "p(first) alone.")
+    renormalize: StrictBool | None = Field(
+        None, description="p_true kinds: p(first) / sum over the candidates (true) or p(first) alone (false). "
+        "Default per kind (RENORMALIZE_DEFAULTS): false for p_true (study 001 Appendix D.3: the probability of "
+        "token A alone), true for p_true_capability (study 004's Yes/No pair).")
     top_logprobs: int = Field(20, ge=1, le=1000, description="Next tokens returned per question (p_true kinds).")
     layers: tuple[int, ...] | None = Field(None, description="hidden_states: layer indices (0 = embeddings; "
                                            "negative from the end); None = all.")
@@ -79,6 +85,14 @@ class MethodSpec(_Spec):
     split: Literal["all", "train", "eval"] = Field(
         "all", description="Items the method runs on: every item, or the train or evaluation split of the "
         "capability section (study 004: k_train samples on the train split, k_eval on the evaluation split).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renormalize_default(cls, data: Any) -> Any:
+        """Fill ``renormalize`` with its kind's default (:data:`RENORMALIZE_DEFAULTS`) when it is not given."""
+        if isinstance(data, dict) and data.get("renormalize") is None and data.get("kind") in RENORMALIZE_DEFAULTS:
+            data = {**data, "renormalize": RENORMALIZE_DEFAULTS[data["kind"]]}
+        return data
 
     @field_validator("template")
     @classmethod

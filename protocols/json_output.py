@@ -48,13 +48,15 @@ Reading rules (each a decision a report should state, README "JSON elicitation")
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import math
 import re
 import warnings
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from confgrid.protocols.mc import LETTERS, parse_letter
 from confgrid.protocols.parsing import MAX_PARSE_CHARS, parse_number
@@ -502,7 +504,11 @@ def chance_answer(seed: int, item_id: str, n_options: int, run: str = "") -> str
     """The seeded uniformly random letter that replaces a refused answer (study 003 section 3.2).
 
     Deterministic in (``seed``, ``item_id``, ``run``): the same refusal gets
-    the same letter in every evaluation, and each run draws its own.
+    the same letter in every evaluation, and each run draws its own. The
+    letter is the first draw ``integers(0, n_options)`` of a numpy generator
+    seeded by ``SeedSequence`` over the SHA-256 digest of the key, so draws
+    of different runs, and of neighbouring item ids, are independent (a
+    checksum modulo k is not: runs agreed on every item or on none).
 
     Raises
     ------
@@ -511,5 +517,6 @@ def chance_answer(seed: int, item_id: str, n_options: int, run: str = "") -> str
     """
     if isinstance(n_options, bool) or not isinstance(n_options, int) or not 1 <= n_options <= len(LETTERS):
         raise ValueError(f"n_options={n_options!r}; allowed: an integer from 1 to {len(LETTERS)}")
-    h = zlib.crc32(f"{seed}\x1f{item_id}\x1f{run}".encode())
-    return LETTERS[h % n_options]
+    digest = hashlib.sha256(f"{seed}\x1f{item_id}\x1f{run}".encode()).digest()
+    rng = np.random.default_rng(np.random.SeedSequence(int.from_bytes(digest, "little")))
+    return LETTERS[int(rng.integers(0, n_options))]

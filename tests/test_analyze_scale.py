@@ -185,6 +185,36 @@ def test_percentages_suggest_dividing_by_100(tmp_path):
     assert "3 exceed 1" in err.hints[0] and str(err).endswith(err.hints[0])
 
 
+def test_non_finite_values_are_named_with_their_lines_not_taken_for_uncertainty(tmp_path):
+    """Issue 23 item 4: one inf among confidences in [0, 1] was told "values up to 1 (range 0 to 1) look like an
+    uncertainty score"; the hint must name the non-finite value and its line, and no range hint follows."""
+    p = tmp_path / "inf.csv"
+    p.write_text(HEAD + "A,q1,v,0.5,1\nA,q2,v,0.3,0\nA,q3,v,inf,1\nA,q4,v,1.0,1\n")
+    err = _error(p)
+    assert err.problems == ["line 4: confidence inf is outside [0, 1]"]
+    assert err.hints == ["confidence: 1 non-finite value(s): inf at line 4; confidence must be a finite number "
+                         "in [0, 1] (an empty cell is a missing value)"]
+    for ext in ("parquet", "jsonl"):  # the column-wise readers of the other formats say the same
+        q = tmp_path / f"inf.{ext}"
+        df = pd.DataFrame({"setting": "A", "item_id": [f"q{i}" for i in range(7)], "signal": "v",
+                           "confidence": [0.5, -np.inf, 0.2, np.inf, 0.9, np.inf, np.inf], "correct": 1.0})
+        if ext == "parquet":
+            df.to_parquet(q, index=False)
+        else:
+            q.write_text("".join(f'{{"setting": "A", "item_id": "{r.item_id}", "signal": "v", "confidence": '
+                                 f'{"Infinity" if r.confidence == np.inf else "-Infinity" if r.confidence == -np.inf else r.confidence}'
+                                 f', "correct": 1}}\n' for r in df.itertuples()))
+        err = _error(q)
+        hint = [h for h in err.hints if "non-finite" in h]
+        assert len(hint) == 1 and "4 non-finite value(s)" in hint[0] and "-inf at" in hint[0], err.hints
+        assert not any("uncertainty" in h for h in err.hints), err.hints
+    mixed = tmp_path / "mixed.csv"  # a real uncertainty column with one inf: both hints, the range of the finite
+    mixed.write_text(HEAD + "A,q1,v,350,1\nA,q2,v,inf,0\nA,q3,v,0.2,1\n")
+    err = _error(mixed)
+    assert any("inf at line 3" in h for h in err.hints)
+    assert any("values up to 350 (range 0.2 to 350)" in h for h in err.hints), err.hints
+
+
 def test_uncertainty_scores_point_to_the_flag(tmp_path):
     for values, word in (([-0.2, -1.5, -0.01], "negative values"), ([3.2, 150.0, 0.4], "values up to 150")):
         p = tmp_path / "u.csv"

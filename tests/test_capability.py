@@ -53,6 +53,24 @@ def test_ece_hand_computed_with_one_in_the_last_bin_and_bin_edges():
     assert np.isnan(ece_to_target([], [])) and np.isnan(brier_to_target([], []))
 
 
+def test_ece_bins_on_float_edges_equal_metrics_ece():
+    """Issue 23 item 2: the capability ECE binned by floor(p * B); 0.3 * 3 = 0.8999999999999999 (isotonic block
+    means give such values) times 10 rounds to 9.0, so it left the bin of 0.85 and the ECE was 0.525. With the
+    documented edges [k/B, (k+1)/B) it lies in [0.8, 0.9) beside 0.85, by hand |0.875 - 0.5| = 0.375."""
+    p, mu = np.array([0.3 * 3, 0.85]), np.array([0.0, 1.0])
+    assert p[0] < 0.9
+    assert ece_to_target(p, mu) == pytest.approx(0.375, abs=1e-15)
+    assert ece_to_target(p, mu) == M.ece(p, mu)
+    # values exactly on the edges and one ulp either side, every bin count: the same as metrics.ece
+    edges = np.array([0.0, 0.1, 0.2, 0.3, 0.7, 0.9, 1.0])
+    vals = np.unique(np.clip(np.r_[edges, np.nextafter(edges, 0), np.nextafter(edges, 1), 0.3 * 3, 0.1 * 3], 0, 1))
+    target = RNG.random(vals.size)
+    for b in (5, 10, 15, 20):
+        assert ece_to_target(vals, target, n_bins=b) == pytest.approx(M.ece(vals, target, n_bins=b), abs=1e-15)
+    dv = divergence(np.array([0.3 * 3, 0.9, 0.85]), np.array([0, 0, 0]))
+    assert dv[dv["response_target"] == 0]["count"].tolist()[8:] == [2, 1]  # 0.8999.. and 0.85 in [0.8, 0.9)
+
+
 def test_spearman_ties_constant_and_errors():
     assert spearman_to_target([0.1, 0.1, 0.5, 0.9], [0.0, 0.2, 0.2, 1.0]) == pytest.approx(
         spearmanr([0.1, 0.1, 0.5, 0.9], [0.0, 0.2, 0.2, 1.0]).statistic)

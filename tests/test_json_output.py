@@ -7,6 +7,7 @@ import math
 import time
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from confgrid.protocols.correctness import get_rule
@@ -156,6 +157,29 @@ def test_chance_letters_are_seeded_and_uniform():
     assert len(set(runs)) > 1  # each run draws its own
     with pytest.raises(ValueError, match="n_options=0"):
         chance_answer(0, "q", 0)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_chance_letters_are_independent_across_runs_and_items(k):
+    """Issue 23 item 1: a checksum modulo k made run1 and run3 agree on every item and run1 and run2 on none
+    (k = 4), and at k = 2 repeated the letter four ids back 82% of the time. Independent draws agree with
+    probability 1/k; the counts must lie in a 4.5-sigma binomial band around n/k."""
+    from scipy.stats import binom
+
+    n = 8000
+    ids = [f"q{i}" for i in range(n)]
+    runs = {r: np.array([chance_answer(7, q, k, r) for q in ids]) for r in ("run1", "run2", "run3")}
+    lo, hi = binom.ppf(3.4e-6, n, 1 / k), binom.isf(3.4e-6, n, 1 / k)
+    for a, b in (("run1", "run2"), ("run1", "run3"), ("run2", "run3")):
+        agree = int((runs[a] == runs[b]).sum())
+        assert lo <= agree <= hi, (a, b, agree, n / k)
+    for lag in (1, 2, 4):  # serial repeats within a run
+        x = runs["run1"]
+        rep = int((x[lag:] == x[:-lag]).sum())
+        lo_l, hi_l = binom.ppf(3.4e-6, n - lag, 1 / k), binom.isf(3.4e-6, n - lag, 1 / k)
+        assert lo_l <= rep <= hi_l, (lag, rep, (n - lag) / k)
+    counts = Counter(runs["run2"])  # and every letter about n/k times
+    assert set(counts) == set("ABCDE"[:k]) and all(lo <= c <= hi for c in counts.values())
 
 
 def test_prompts_declare_their_output():

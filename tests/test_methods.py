@@ -204,7 +204,8 @@ def test_self_consistency_and_expected_accuracy_tables():
 def test_p_true_and_rating_rate_the_greedy_answer():
     from confgrid.flows.methods import evaluate_methods, method_tables
 
-    plan, items = _plan_with([{"id": "pt", "kind": "p_true"}, {"id": "rt", "kind": "rating"}])
+    plan, items = _plan_with([{"id": "pt", "kind": "p_true"}, {"id": "rt", "kind": "rating"},
+                              {"id": "ptn", "kind": "p_true", "renormalize": True}])
     gen, gen_table, follow = _done_generate(plan, items)
     method_shards = [s for s in follow if s.method]
     assert {s.stage for s in method_shards} == {"next_token", "rate"}
@@ -214,7 +215,7 @@ def test_p_true_and_rating_rate_the_greedy_answer():
     for s in method_shards:
         if s.stage == "next_token":
             cands = json.dumps({"A": {"10": "A"}, "B": {"11": "B"}})
-            done[s.key] = pd.DataFrame({"model": "m", "dataset": "triviaqa", "answer_set": "main", "method": "pt",
+            done[s.key] = pd.DataFrame({"model": "m", "dataset": "triviaqa", "answer_set": "main", "method": s.method,
                                         "chunk": 0, "item_id": s.item_ids,
                                         "rated_answer": [r.rated_answer for r in s.rows],
                                         "top_token_ids": [[10, 11], [11, 7]],
@@ -229,7 +230,9 @@ def test_p_true_and_rating_rate_the_greedy_answer():
     t = method_tables(plan, done, [gen, *method_shards])
     sig = t.signals.set_index(["signal", "item_id"])
     first, second = method_shards[0].item_ids
-    assert sig.loc[("pt", first), "confidence"] == pytest.approx(0.75)
+    # study 001 D.3 by hand: p(A) = .6, p(B) = .2 -> P(True) = .60 by default; .6 / .8 = .75 renormalized
+    assert sig.loc[("pt", first), "confidence"] == pytest.approx(0.6, abs=1e-12)
+    assert sig.loc[("ptn", first), "confidence"] == pytest.approx(0.75, abs=1e-12)
     assert sig.loc[("pt", first), "correct"] == 1.0 and sig.loc[("pt", second), "correct"] == 0.0
     assert sig.loc[("pt", second), "status"] == "target_absent" and sig.loc[("pt", second), "confidence"] == 0.0
     assert sig.loc[("rt", first), "confidence"] == pytest.approx(0.8) and sig.loc[("rt", second), "status"] == "missing"
@@ -237,4 +240,23 @@ def test_p_true_and_rating_rate_the_greedy_answer():
     rt = m[(m["signal"] == "rt") & (m["metric"] == "ece")].iloc[0]
     assert rt["n"] == 1 and rt["dropped"] == "missing=1"
     pt = m[(m["signal"] == "pt") & (m["metric"] == "ece")].iloc[0]
-    assert pt["n"] == 2 and pt["point"] == pytest.approx((abs(0.75 - 1) + abs(0 - 0)) / 2)
+    assert pt["n"] == 2 and pt["point"] == pytest.approx((abs(0.6 - 1) + abs(0 - 0)) / 2)
+    ptn = m[(m["signal"] == "ptn") & (m["metric"] == "ece")].iloc[0]
+    assert ptn["point"] == pytest.approx((abs(0.75 - 1) + abs(0 - 0)) / 2)
+
+
+def test_p_true_renormalize_defaults_per_kind():
+    """Issue 23 item 3: P(True) is p(A) alone by default (study 001 D.3), the capability form renormalized (study
+    004); a grid may still say either, and the value is written out so a dumped grid loads to the same spec."""
+    from confgrid.flows.spec_methods import RENORMALIZE_DEFAULTS, MethodSpec
+
+    pt = MethodSpec(id="pt", kind="p_true")
+    cap = MethodSpec(id="pc", kind="p_true_capability")
+    assert (pt.renormalize, cap.renormalize) == (False, True) == (RENORMALIZE_DEFAULTS["p_true"],
+                                                                  RENORMALIZE_DEFAULTS["p_true_capability"])
+    assert MethodSpec(id="pt", kind="p_true", renormalize=True).renormalize is True
+    assert MethodSpec.model_validate(pt.model_dump()) == pt
+    assert MethodSpec(id="r", kind="rating").renormalize is None
+    # by hand: p(A) = .6, p(B) = .2
+    assert p_true({"A": 0.6, "B": 0.2}, "A", pt.renormalize).value == pytest.approx(0.6, abs=1e-15)
+    assert p_true({"Yes": 0.6, "No": 0.2}, "Yes", cap.renormalize).value == pytest.approx(0.75, abs=1e-15)

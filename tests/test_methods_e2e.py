@@ -97,7 +97,7 @@ def test_downstream_changes_rerun_no_model(run):
     from confgrid.flows.runner import run_grid
 
     spec, out, first = run
-    again = run_grid(parse_grid(_grid(p_true={"merge": "exact", "renormalize": False},
+    again = run_grid(parse_grid(_grid(p_true={"merge": "exact", "renormalize": True},
                                       self_consistency={"rule": "exact_match"}), base_dir=EXAMPLE.parent), out)
     assert again.model_calls == 0 and again.model_loads == 0
     a = again.methods[again.methods["signal"] == "p_true"]

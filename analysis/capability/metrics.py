@@ -9,8 +9,11 @@ sample's correctness for the response target):
 * ECE: 10 equal-width bins ``[k/10, (k+1)/10)``, a confidence of exactly 1.0
   in the last bin, ``sum_b (n_b / n) |mean_b p - mean_b mu|``. (The study's
   official code drops p = 1.0 from every bin while keeping it in n; that is
-  not copied.) Identical to :func:`confgrid.analysis.metrics.ece` with a
-  graded target.
+  not copied.) Computed by the one ECE kernel
+  (:func:`confgrid.analysis.kernels.ece_weighted`, bins of
+  :func:`confgrid.analysis.metrics.bin_indices`), so a value such as
+  ``0.8999999999999999`` from an isotonic block mean falls in the bin
+  ``[0.8, 0.9)`` exactly as in :func:`confgrid.analysis.metrics.ece`.
 * Spearman's rho between p and mu (average ranks for ties; NaN when either is
   constant).
 
@@ -30,6 +33,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from confgrid.analysis.bootstrap import interval
+from confgrid.analysis.kernels import brier_weighted, ece_weighted
 
 __all__ = ["CAPABILITY_METRICS", "CapabilityBootstrap", "capability_bootstrap", "brier_to_target", "ece_to_target",
            "spearman_to_target", "item_weights"]
@@ -50,11 +54,6 @@ def _check(p, mu) -> tuple[np.ndarray, np.ndarray]:
     return p, mu
 
 
-def _bins(p: np.ndarray, n_bins: int) -> np.ndarray:
-    """Bin index of each estimate: floor(p * n_bins), 1.0 in the last bin."""
-    return np.minimum((p * n_bins).astype(np.int64), n_bins - 1)
-
-
 def item_weights(n: int, n_resamples: int, seed: int) -> np.ndarray:
     """Count weights of an item bootstrap: row r holds how often each of the n items is drawn in resample r.
 
@@ -69,22 +68,6 @@ def item_weights(n: int, n_resamples: int, seed: int) -> np.ndarray:
     idx = rng.integers(0, n, size=(int(n_resamples), n), dtype=np.int64)
     flat = (idx + (np.arange(n_resamples, dtype=np.int64) * n)[:, None]).ravel()
     return np.bincount(flat, minlength=n_resamples * n).astype(np.float64).reshape(n_resamples, n)
-
-
-def _brier_w(p, mu, w):
-    tot = w.sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (w @ (p - mu) ** 2) / tot
-
-
-def _ece_w(p, mu, w, n_bins):
-    b = _bins(p, n_bins)
-    onehot = np.zeros((len(p), n_bins))
-    onehot[np.arange(len(p)), b] = 1.0
-    signed = (w * (p - mu)) @ onehot  # (R, n_bins): sum over a bin's drawn items of p - mu
-    tot = w.sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.abs(signed).sum(axis=-1) / tot
 
 
 def _spearman_rows(p: np.ndarray, mu: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -125,7 +108,7 @@ def ece_to_target(p, mu, n_bins: int = 10) -> float:
     ok = ~(np.isnan(p) | np.isnan(mu))
     if not ok.any():
         return float("nan")
-    return float(_ece_w(p[ok], mu[ok], np.ones((1, int(ok.sum()))), n_bins)[0])
+    return float(ece_weighted(p[ok], mu[ok], np.ones((1, int(ok.sum()))), n_bins)[0])
 
 
 def spearman_to_target(p, mu) -> float:
@@ -186,8 +169,8 @@ def capability_bootstrap(estimates: dict[str, np.ndarray], target: np.ndarray, n
         pe, te, w = p[ok], t[ok], W[:, ok]
         point[e] = [brier_to_target(pe, te), ece_to_target(pe, te, n_bins), _spearman(pe, te)]
         if n_resamples:
-            res[e, 0] = _brier_w(pe, te, w)
-            res[e, 1] = _ece_w(pe, te, w, n_bins)
+            res[e, 0] = brier_weighted(pe, te, w)
+            res[e, 1] = ece_weighted(pe, te, w, n_bins)
             res[e, 2] = _spearman_rows(pe, te, w)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

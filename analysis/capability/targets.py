@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from confgrid.analysis.metrics import bin_indices
+
 __all__ = ["sample_matrix", "se_by_k", "divergence", "DIVERGENCE_BINS"]
 
 #: Equal-width bins of the capability target in the divergence table ([k/10, (k+1)/10), 1.0 in the last).
@@ -102,7 +104,7 @@ def divergence(capability: np.ndarray, response: np.ndarray, n_bins: int = DIVER
     rows = []
     for r in (0, 1):
         c = cap[(resp > 0.5) == bool(r)]
-        b = np.minimum((c * n_bins).astype(np.int64), n_bins - 1)
+        b = bin_indices(c, n_bins)
         counts = np.bincount(b, minlength=n_bins)
         q = np.quantile(c, [0.25, 0.5, 0.75]) if len(c) else [np.nan] * 3
         stats = {"n_items": len(c), "mean": float(c.mean()) if len(c) else np.nan, "q25": float(q[0]),
