@@ -15,7 +15,6 @@ pools (flows/pools.py) decide when replicas start and stop.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import time
 import uuid
@@ -214,9 +213,7 @@ class ModelWorker:
             if num_threads and not torch.cuda.is_available():
                 torch.set_num_threads(int(num_threads))
         self.config = config
-        self._calls = 0
         self._candidate_ids: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, dict[int, str]]] = {}
-        self._fault = _fault_plan(config.name)
         path = config.model
         from confgrid.actors.fixture import BUNDLED_MODELS
 
@@ -288,8 +285,6 @@ class ModelWorker:
             If ``call.kind`` is unknown, or from the backend on invalid ids.
         """
         started = time.time()
-        self._calls += 1
-        self._maybe_fault()
         flat = [r for w in call.shards for r in w.requests]
         if call.kind == "generate":
             outs: list[Any] = self.generate([r.user_text for r in flat], call.max_new_tokens,
@@ -474,55 +469,6 @@ class ModelWorker:
     def request_stats(self) -> dict[str, Any]:
         """An API model: requests sent, retries, failures by status (actors/openai_backend.py); else ``{}``."""
         return self.backend.request_stats() if self.api else {}
-
-    def _maybe_fault(self) -> None:
-        """The test fault of ``CONFGRID_FAULT`` (see :func:`_fault_plan`), at call ``after + 1``, once per marker."""
-        f = self._fault
-        if f is None or self._calls != f["after"] + 1:
-            return
-        marker = Path(f["marker"])
-        if marker.exists():  # once per marker: a restarted (or resubmitted) replica runs on
-            return
-        if f["mode"] == "sigkill":
-            marker.write_text(f"{os.getpid()}\n", encoding="utf-8")
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif f["mode"] == "hang":
-            marker.write_text(ray.get_runtime_context().get_actor_name() or "", encoding="utf-8")
-            while True:  # until the test kills the actor
-                time.sleep(0.1)
-
-
-def _fault_plan(model_name: str) -> dict[str, Any] | None:
-    """A deterministic fault for tests, read from ``CONFGRID_FAULT`` (never set it in production).
-
-    ``CONFGRID_FAULT="model=<name>;mode=<sigkill|hang>;after=<N>;marker=<path>"``
-    (several plans separated by ``|``) makes the replicas of model ``<name>``
-    fail at the start of their engine call ``N + 1``, once per marker file
-    (the fault writes it first): ``sigkill`` kills the process (Ray may
-    restart the actor; the new process runs on), ``hang`` writes the actor's
-    name to the marker and blocks until the actor is killed. The variable must
-    be set before Ray starts, so that the actors inherit it.
-
-    Raises
-    ------
-    ValueError
-        If the variable is set but malformed.
-    """
-    raw = os.environ.get("CONFGRID_FAULT")
-    if not raw:
-        return None
-    for one in raw.split("|"):
-        try:
-            f = dict(part.split("=", 1) for part in one.split(";") if part)
-            plan = {"model": f["model"], "mode": f["mode"], "after": int(f["after"]), "marker": f["marker"]}
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"CONFGRID_FAULT={raw!r}: expected 'model=..;mode=sigkill|hang;after=N;marker=PATH'"
-                             ) from exc
-        if plan["mode"] not in ("sigkill", "hang"):
-            raise ValueError(f"CONFGRID_FAULT mode={plan['mode']!r}; allowed: sigkill, hang")
-        if plan["model"] == model_name:
-            return plan
-    return None
 
 
 ModelActor = ray.remote(ModelWorker)

@@ -49,7 +49,16 @@ from tqdm.auto import tqdm
 
 from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady
 from confgrid.flows.plan import GridPlan, ShardRequest
-from confgrid.flows.pools import CapacityError, ModelPool, Replica, at_once, check_capacity, model_config, node_resources
+from confgrid.flows.pools import (
+    CapacityError,
+    ModelPool,
+    Replica,
+    actor_entry,
+    at_once,
+    check_capacity,
+    model_config,
+    node_resources,
+)
 from confgrid.flows.runlog import LOG_NAME, trace
 from confgrid.flows.spec import GridSpec, ModelSpec
 from confgrid.flows.store import RunStore, ShardRecord
@@ -495,6 +504,24 @@ class Executor:
         self.provenance.setdefault(rep.model, {k: v for k, v in ready.provenance.items()})
         log.info("replica %s: ready on %s (model loaded in %.1f s)", rep.name, ready.replica.host,
                  ready.replica.load_seconds)
+        n = self._count_restarts(rep)
+        if n:
+            log.warning("replica %s: Ray restarted its actor %d time(s) while the model loaded (now pid %s on %s); "
+                        "recorded in manifest.json", rep.name, n, ready.replica.pid, ready.replica.host)
+
+    def _count_restarts(self, rep: Replica, at_least: int = 0) -> int:
+        """Count the actor's restarts not yet counted (Ray's own count, or ``at_least`` when it cannot be read).
+
+        Adds them to the replica and the run's counters and returns how many; Ray's count covers every restart,
+        also one while the model loaded, which no engine call sees.
+        """
+        entry = actor_entry(rep.handle)
+        seen = entry.num_restarts if entry is not None else rep.restarts_accounted + at_least
+        new = max(seen - rep.restarts_accounted, at_least)
+        rep.restarts_accounted = max(seen, rep.restarts_accounted + new)
+        rep.restarts += new
+        self.counters.restarts += new
+        return new
 
     def _on_call(self, ref: Any, f: _InFlight) -> None:
         import ray
@@ -520,19 +547,19 @@ class Executor:
         rep.last_progress = time.time()
         restarted = f.incarnation is not None and result.replica.incarnation != f.incarnation
         if rep.info is not None and result.replica.incarnation != rep.info.incarnation:
-            rep.restarts += 1
+            n = self._count_restarts(rep, at_least=1)
             rep.loads += 1
             rep.load_seconds += result.replica.load_seconds
-            self.counters.restarts += 1
             self.counters.loads += 1
-            log.warning("replica %s: Ray restarted its actor (pid %s on %s -> pid %s on %s) and retried the calls "
+            log.warning("replica %s: Ray restarted its actor (pid %s on %s -> pid %s on %s%s) and retried the calls "
                         "in flight; recorded in manifest.json", rep.name, rep.info.pid, rep.info.host,
-                        result.replica.pid, result.replica.host)
+                        result.replica.pid, result.replica.host, f"; {n} restarts" if n > 1 else "")
             rep.info = result.replica
         new: list[ShardRequest] = []
         for sh, rec in zip(f.shards, f.records, strict=True):
-            if restarted:
+            if restarted:  # Ray ran the call again on the restarted actor: a second attempt of the shard
                 rec.restarts += 1
+                rec.attempts += 1
             try:
                 table = self.build(sh, result.outputs[sh.key])
                 self.store.finish(rec, pa.Table.from_pandas(table, preserve_index=False))
@@ -654,13 +681,8 @@ def _placed(handle: Any) -> bool | None:
 
     Read from the GCS actor table (no dashboard needed); None when that cannot be read.
     """
-    try:
-        from ray._private import state
-
-        info = state.actors(actor_id=handle._actor_id.hex())
-        return bool(info.get("Address", {}).get("Port"))
-    except Exception:  # noqa: BLE001 - best effort, for a log line
-        return None
+    entry = actor_entry(handle)
+    return None if entry is None else entry.placed
 
 
 def _free_resources() -> dict[str, float]:

@@ -29,7 +29,8 @@ from typing import Any
 from confgrid.actors.calls import ReplicaInfo
 from confgrid.flows.spec import GridSpec, ModelSpec
 
-__all__ = ["CapacityError", "Replica", "ModelPool", "model_config", "check_capacity", "node_resources"]
+__all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool", "model_config", "check_capacity",
+           "node_resources"]
 
 log = logging.getLogger("confgrid")
 
@@ -115,6 +116,41 @@ def at_once(need: dict[str, float], nodes: list[dict[str, float]]) -> int:
     return total
 
 
+@dataclass(frozen=True)
+class ActorEntry:
+    """A replica's actor as Ray's GCS actor table has it (read with :func:`actor_entry`).
+
+    ``num_restarts`` counts every restart of the actor (a crash while loading
+    included), ``state`` is Ray's actor state (``PENDING_CREATION``, ``ALIVE``,
+    ``RESTARTING``, ``DEAD``), ``placed`` whether a worker holds it (a raylet
+    port is set: the model is loading or loaded), ``node_id`` / ``node_ip`` /
+    ``pid`` where it runs now ("" and 0 while not placed).
+    """
+
+    state: str
+    num_restarts: int
+    placed: bool
+    node_id: str
+    node_ip: str
+    pid: int
+
+
+def actor_entry(handle: Any) -> ActorEntry | None:
+    """The GCS actor-table entry of a replica's actor; None when it cannot be read (no dashboard is needed)."""
+    try:
+        from ray._private import state
+
+        info = state.actors(actor_id=handle._actor_id.hex())
+    except Exception:  # noqa: BLE001 - best effort: the caller falls back on what it knows
+        return None
+    if not info:
+        return None
+    addr = info.get("Address") or {}
+    return ActorEntry(state=str(info.get("State", "")), num_restarts=int(info.get("NumRestarts") or 0),
+                      placed=bool(addr.get("Port")), node_id=str(addr.get("NodeID") or ""),
+                      node_ip=str(addr.get("IPAddress") or ""), pid=int(info.get("Pid") or 0))
+
+
 @dataclass
 class Replica:
     """One model replica: a Ray actor and what happened to it.
@@ -134,7 +170,11 @@ class Replica:
     loads : int
         Model loads of this replica (1 + Ray restarts).
     restarts : int
-        Ray restarts seen (a new process answering calls of the same actor).
+        Ray restarts seen (a new process answering calls of the same actor),
+        restarts while the model loaded included.
+    restarts_accounted : int
+        Ray's restart count of the actor (:attr:`ActorEntry.num_restarts`)
+        already counted in ``restarts``.
     """
 
     model: str
@@ -151,6 +191,7 @@ class Replica:
     info: ReplicaInfo | None = None
     loads: int = 0
     restarts: int = 0
+    restarts_accounted: int = 0
     load_seconds: float = 0.0
     busy_seconds: float = 0.0
     calls: int = 0

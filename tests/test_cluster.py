@@ -1,11 +1,12 @@
 """Failure semantics on real Ray (no mocks), with deterministic faults.
 
-The faults come from the replicas themselves (``CONFGRID_FAULT``, read by
-actors/model_actor.py), set before Ray starts so every actor inherits it:
-``hang`` blocks a replica at a given call and names it in a marker file, so the
-test kills exactly that replica while it is computing; ``sigkill`` kills the
-replica's process at a given call, so Ray restarts the actor and retries its
-calls. Nothing polls the disk for a moment to strike.
+The faults are installed in Ray's worker processes by the tests
+(tests/ray_faults.py, Ray's ``worker_process_setup_hook``; the product has no
+fault hook): ``hang`` blocks a replica at a given engine call, ``hang_load``
+before its model loads, and names it in a marker file; the test then kills
+exactly that replica as a user or the OS would: ``ray.kill``, SIGKILL of its
+process (Ray restarts the actor and retries its calls), Ctrl-C of the driver.
+Nothing polls the disk for a moment to strike.
 
 The Jobs API test starts its own head node (its own ``--temp-dir`` and ports)
 and stops only that node's processes, never other Ray processes of the machine.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +29,7 @@ import pandas as pd
 import pytest
 import yaml
 
+import ray_faults
 from confgrid.flows.spec import parse_grid
 
 ray = pytest.importorskip("ray")
@@ -42,24 +45,37 @@ GRID = {
 FAULT_DIR = Path(tempfile.mkdtemp(prefix="confgrid-faults-"))
 HANG_MARKER = FAULT_DIR / "hang"
 KILL_MARKER = FAULT_DIR / "sigkill"
+LOAD_MARKER = FAULT_DIR / "sigkill-load"
 STOP_MARKER = FAULT_DIR / "stop"
+FAULTS = (ray_faults.Fault("hangs", "hang", 5, HANG_MARKER), ray_faults.Fault("crashes", "hang", 3, KILL_MARKER),
+          ray_faults.Fault("crashes_loading", "hang_load", 0, LOAD_MARKER),
+          ray_faults.Fault("stops", "hang", 3, STOP_MARKER))
 
 
 @pytest.fixture(scope="module")
 def ray_local():
     if ray.is_initialized():
         ray.shutdown()
-    before = os.environ.get("CONFGRID_FAULT")
-    os.environ["CONFGRID_FAULT"] = (f"model=hangs;mode=hang;after=5;marker={HANG_MARKER}"
-                                    f"|model=crashes;mode=sigkill;after=3;marker={KILL_MARKER}"
-                                    f"|model=stops;mode=hang;after=3;marker={STOP_MARKER}")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    before = {k: os.environ.get(k) for k in (ray_faults.ENV, "PYTHONPATH")}
+    ray.init(**ray_faults.ray_init_kwargs(FAULTS, num_cpus=2, include_dashboard=False, log_to_driver=False))
     yield
     ray.shutdown()
-    if before is None:
-        os.environ.pop("CONFGRID_FAULT", None)
-    else:
-        os.environ["CONFGRID_FAULT"] = before
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _sigkill_when_hung(marker: Path) -> threading.Thread:
+    """SIGKILL the replica's process once it hangs at its fault (the OS killing it: Ray restarts the actor)."""
+    def kill():
+        pid, _ = ray_faults.read_marker(marker)
+        os.kill(pid, signal.SIGKILL)
+
+    th = threading.Thread(target=kill, daemon=True)
+    th.start()
+    return th
 
 
 def _manifest(out: Path) -> dict:
@@ -93,10 +109,7 @@ def test_killed_replica_then_resubmit_failed(ray_local, tmp_path):
 
     th = threading.Thread(target=target)
     th.start()
-    deadline = time.time() + 300
-    while not (HANG_MARKER.exists() and HANG_MARKER.read_text()) and time.time() < deadline:
-        time.sleep(0.05)
-    name = HANG_MARKER.read_text()
+    _, name = ray_faults.read_marker(HANG_MARKER)
     ray.kill(ray.get_actor(name))  # the replica is inside call 6, deterministically
     th.join(600)
     assert errors and isinstance(errors[0], ShardFailures), errors
@@ -151,9 +164,7 @@ def test_interrupted_run_then_resume(ray_local, tmp_path):
     stopped = threading.Event()
 
     def stop_when_hung():
-        deadline = time.time() + 300
-        while not (STOP_MARKER.exists() and STOP_MARKER.read_text()) and time.time() < deadline:
-            time.sleep(0.05)
+        ray_faults.read_marker(STOP_MARKER)
         # Ctrl-C, as a user presses it: again if the first press was lost (Ray defers SIGINT while it
         # deserializes a result in the main thread, and a simulated signal can be dropped then)
         for _ in range(6):
@@ -224,27 +235,66 @@ def test_a_model_that_cannot_load_leaves_the_others_results_whole(ray_local, tmp
     assert (out / "results" / "table17_probe.csv").is_file()
 
 
+def _parent_metrics(out: Path) -> dict:
+    import mlflow
+
+    man = _manifest(out)
+    client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    return client.get_run(man["meta"]["mlflow_parent_run_id"]).data.metrics
+
+
 def test_sigkill_restart_is_recorded(ray_local, tmp_path, caplog):
-    """SIGKILL of a replica's process: Ray restarts the actor and retries the calls in flight; the run
-    completes, the restart is in the manifest (replica and affected shards) and in the log."""
+    """SIGKILL of a replica's process while it computes (issue 23 item 5): Ray restarts the actor and retries
+    the calls in flight; the run completes, and the restart is in the manifest (replica: restarts and the
+    reload; every shard that was in flight: attempts 2, restarts 1), the run summary, the log and the parent
+    MLflow run."""
     from confgrid.flows.runner import run_grid
 
     grid = dict(GRID, name="crashtest")
     grid["models"] = [{"name": "crashes", "model": "confgrid-fixture", "batch_size": 8}]
     spec = parse_grid(grid)
     out = tmp_path / "run"
+    killer = _sigkill_when_hung(KILL_MARKER)
     with caplog.at_level("INFO", logger="confgrid"):
         summary = run_grid(spec, out)
+    killer.join(5)
     assert KILL_MARKER.exists()  # the fault did fire
     man = _manifest(out)
     (rep,) = man["meta"]["replicas"]
     assert rep["restarts"] == 1 and rep["loads"] == 2
     assert man["meta"]["loads"] == {"crashes": 2}
     hit = [r for r in man["shards"] if r["restarts"]]
-    assert hit and all(r["status"] == "done" for r in hit)
+    assert hit and all(r["status"] == "done" and r["attempts"] == 2 and r["restarts"] == 1 for r in hit)
+    assert all(r["attempts"] == 1 for r in man["shards"] if not r["restarts"] and r["stage"] != "items")
     assert {r["status"] for r in man["shards"]} == {"done"}
     assert summary.restarts == 1 and summary.failed_shards == 0
+    assert man["meta"]["invocations"][-1]["restarts"] == 1
     assert "restarted its actor" in caplog.text
+    assert _parent_metrics(out)["restarts"] == 1
+    _rows_exactly_once(out)
+
+
+def test_sigkill_while_the_model_loads_is_recorded(ray_local, tmp_path, caplog):
+    """SIGKILL of a replica's process while its model loads (issue 23 item 5; a user's kill -9 4 s into the
+    demo): no engine call sees the new process, yet the restart is counted from Ray's own restart count: on the
+    replica, in the summary, the log and the parent MLflow run; every row exists once."""
+    from confgrid.flows.runner import run_grid
+
+    grid = dict(GRID, name="loadcrash")
+    grid["models"] = [{"name": "crashes_loading", "model": "confgrid-fixture", "batch_size": 8}]
+    spec = parse_grid(grid)
+    out = tmp_path / "run"
+    killer = _sigkill_when_hung(LOAD_MARKER)
+    with caplog.at_level("INFO", logger="confgrid"):
+        summary = run_grid(spec, out)
+    killer.join(5)
+    assert LOAD_MARKER.exists()
+    man = _manifest(out)
+    (rep,) = man["meta"]["replicas"]
+    assert rep["restarts"] == 1 and rep["loads"] == 1  # one load finished: the killed one never did
+    assert summary.restarts == 1 and summary.failed_shards == 0
+    assert "while the model loaded" in caplog.text
+    assert _parent_metrics(out)["restarts"] == 1
     _rows_exactly_once(out)
 
 
@@ -319,7 +369,7 @@ def ray_head():
     temp = tempfile.mkdtemp(prefix="cgr", dir="/tmp")  # short: Ray's socket paths must stay under 108 chars
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_AUTH_MODE": "disabled"}
-    env.pop("CONFGRID_FAULT", None)
+    env.pop(ray_faults.ENV, None)
     dash = _free_port()
     subprocess.run([ray_bin, "start", "--head", f"--port={_free_port()}", "--node-ip-address=127.0.0.1",
                     "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--num-cpus=2",

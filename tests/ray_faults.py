@@ -1,0 +1,137 @@
+"""Deterministic faults inside Ray's worker processes, for tests only (the product has no fault hook).
+
+:func:`install` is Ray's ``worker_process_setup_hook``: a test starts Ray with
+:func:`ray_init_kwargs` (this folder on the workers' ``PYTHONPATH`` and the
+hook named in ``runtime_env``), and every worker process runs it before any
+actor code. It patches :class:`confgrid.actors.model_actor.ModelWorker` in that
+process so that the replicas of a named model stop at a chosen point and say
+where they are; the test then kills them as a user or the OS would
+(``os.kill(pid, SIGKILL)``, ``ray.kill``, Ctrl-C). Nothing polls for a moment
+to strike.
+
+``CONFGRID_TEST_FAULT="model=<name>;mode=<mode>;after=<N>;marker=<path>"``,
+several plans separated by ``|``:
+
+``hang``
+    At the start of engine call ``N + 1`` the replica writes
+    ``"<pid> <actor name>"`` to the marker and blocks (at most
+    :data:`HANG_SECONDS`) until it is killed.
+``hang_load``
+    Before the model loads, the same (``after`` is ignored).
+
+Each plan fires once per marker file (the marker is written first), so a
+replica that Ray restarts, or a later resume, runs on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The environment variable holding the plans.
+ENV = "CONFGRID_TEST_FAULT"
+#: A hung replica gives up after this long, so a test never hangs forever.
+HANG_SECONDS = 600.0
+MODES = ("hang", "hang_load")
+
+
+@dataclass(frozen=True)
+class Fault:
+    model: str
+    mode: str
+    after: int
+    marker: Path
+
+
+def plans(raw: str | None = None) -> list[Fault]:
+    """Parse ``CONFGRID_TEST_FAULT`` (or ``raw``); raises ValueError naming the bad part."""
+    raw = os.environ.get(ENV, "") if raw is None else raw
+    out = []
+    for one in filter(None, raw.split("|")):
+        try:
+            f = dict(part.split("=", 1) for part in one.split(";") if part)
+            fault = Fault(f["model"], f["mode"], int(f.get("after", 0)), Path(f["marker"]))
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{ENV}={raw!r}: expected 'model=NAME;mode=hang|hang_load;after=N;marker=PATH'") from exc
+        if fault.mode not in MODES:
+            raise ValueError(f"{ENV} mode={fault.mode!r}; allowed: {', '.join(MODES)}")
+        out.append(fault)
+    return out
+
+
+def spec(*faults: Fault) -> str:
+    """The value of :data:`ENV` for ``faults``."""
+    return "|".join(f"model={f.model};mode={f.mode};after={f.after};marker={f.marker}" for f in faults)
+
+
+def _hang_once(fault: Fault, name: str) -> None:
+    if fault.marker.exists():  # fired before: a restarted replica (or a resume) runs on
+        return
+    tmp = fault.marker.with_suffix(".tmp")
+    tmp.write_text(f"{os.getpid()} {name}", encoding="utf-8")
+    tmp.replace(fault.marker)
+    deadline = time.monotonic() + HANG_SECONDS
+    while time.monotonic() < deadline:  # until the test kills this process
+        time.sleep(0.05)
+    raise RuntimeError(f"test fault {fault}: not killed within {HANG_SECONDS:.0f} s")
+
+
+def install() -> None:
+    """Ray's ``worker_process_setup_hook``: patch ModelWorker in this worker process per the plans."""
+    faults = plans()
+    if not faults:
+        return
+    import ray
+
+    from confgrid.actors.model_actor import ModelWorker
+
+    init, run = ModelWorker.__init__, ModelWorker.run
+
+    def actor_name() -> str:
+        try:
+            return ray.get_runtime_context().get_actor_name() or ""
+        except Exception:  # noqa: BLE001 - outside an actor
+            return ""
+
+    def patched_init(self, config, *args, **kwargs):
+        for f in faults:
+            if f.model == config.name and f.mode == "hang_load":
+                _hang_once(f, actor_name())
+        init(self, config, *args, **kwargs)
+        self._test_calls = 0
+
+    def patched_run(self, call):
+        self._test_calls += 1
+        for f in faults:
+            if f.model == self.config.name and f.mode == "hang" and self._test_calls == f.after + 1:
+                _hang_once(f, actor_name())
+        return run(self, call)
+
+    ModelWorker.__init__ = patched_init
+    ModelWorker.run = patched_run
+
+
+def ray_init_kwargs(faults: list[Fault] | tuple[Fault, ...], **kw) -> dict:
+    """``ray.init`` keyword arguments that install the faults in every worker (sets the environment first).
+
+    The workers inherit the driver's environment: :data:`ENV` and this folder on ``PYTHONPATH``.
+    """
+    here = str(Path(__file__).resolve().parent)
+    os.environ[ENV] = spec(*faults)
+    path = os.environ.get("PYTHONPATH", "")
+    if here not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, path) if p)
+    return {**kw, "runtime_env": {"worker_process_setup_hook": "ray_faults.install"}}
+
+
+def read_marker(marker: Path, timeout: float = 300.0) -> tuple[int, str]:
+    """Wait until a fault fired; returns ``(pid, actor name)`` of the replica that is hanging."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if marker.exists():
+            pid, _, name = marker.read_text(encoding="utf-8").partition(" ")
+            return int(pid), name
+        time.sleep(0.05)
+    raise TimeoutError(f"the fault with marker {marker} did not fire within {timeout:.0f} s")
