@@ -509,16 +509,16 @@ class Executor:
             log.warning("replica %s: Ray restarted its actor %d time(s) while the model loaded (now pid %s on %s); "
                         "recorded in manifest.json", rep.name, n, ready.replica.pid, ready.replica.host)
 
-    def _count_restarts(self, rep: Replica, at_least: int = 0) -> int:
-        """Count the actor's restarts not yet counted (Ray's own count, or ``at_least`` when it cannot be read).
+    def _count_restarts(self, rep: Replica, fallback: int = 0) -> int:
+        """Count the actor's restarts not yet counted; returns how many (added to the replica and the counters).
 
-        Adds them to the replica and the run's counters and returns how many; Ray's count covers every restart,
-        also one while the model loaded, which no engine call sees.
+        Ray's own restart count of the actor (GCS actor table) is the truth: it covers every restart, also one
+        while the model loaded, which no engine call sees, and a restart Ray counted before the driver saw its
+        new process is not counted twice. ``fallback`` is used when the table cannot be read.
         """
         entry = actor_entry(rep.handle)
-        seen = entry.num_restarts if entry is not None else rep.restarts_accounted + at_least
-        new = max(seen - rep.restarts_accounted, at_least)
-        rep.restarts_accounted = max(seen, rep.restarts_accounted + new)
+        new = max(0, entry.num_restarts - rep.restarts_accounted) if entry is not None else fallback
+        rep.restarts_accounted += new
         rep.restarts += new
         self.counters.restarts += new
         return new
@@ -547,13 +547,13 @@ class Executor:
         rep.last_progress = time.time()
         restarted = f.incarnation is not None and result.replica.incarnation != f.incarnation
         if rep.info is not None and result.replica.incarnation != rep.info.incarnation:
-            n = self._count_restarts(rep, at_least=1)
+            n = self._count_restarts(rep, fallback=1)  # 0: Ray counted it already (seen at the ping)
             rep.loads += 1
             rep.load_seconds += result.replica.load_seconds
             self.counters.loads += 1
             log.warning("replica %s: Ray restarted its actor (pid %s on %s -> pid %s on %s%s) and retried the calls "
                         "in flight; recorded in manifest.json", rep.name, rep.info.pid, rep.info.host,
-                        result.replica.pid, result.replica.host, f"; {n} restarts" if n > 1 else "")
+                        result.replica.pid, result.replica.host, f"; {n} restarts" if n > 1 else "; counted when it became ready" if n == 0 else "")
             rep.info = result.replica
         new: list[ShardRequest] = []
         for sh, rec in zip(f.shards, f.records, strict=True):
