@@ -109,24 +109,30 @@ def reliability_titles(metrics: pd.DataFrame, metric: str = "ece") -> dict[tuple
     return {(r.setting, r.signal): (float(r.point), float(r.lo), float(r.hi)) for r in m.itertuples()}
 
 
-def gap_intervals(gaps: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The gap g per setting and context with its interval (study 000 Figure 3).
+def gap_intervals(gaps: pd.DataFrame, metric: str, signal_a: str = "verbalized") -> pd.DataFrame:
+    """The paired gap against ``signal_a`` per setting and compared signal, with its interval (study 000 Figure 3,
+    with the confidence methods beside the token score of each context).
 
     Parameters
     ----------
     gaps : DataFrame
-        ``results/gaps`` of one group (columns setting, context, metric, gap, lo, hi, excludes_zero).
+        ``results/gaps`` of one group (columns setting, signal_a, signal_b, context, metric, gap, lo, hi,
+        excludes_zero).
     metric : str
+    signal_a : str
+        The reference signal (gap = metric(signal_a) - metric(signal_b)).
 
     Returns
     -------
-    DataFrame: setting, context, gap, lo, hi, excludes_zero; settings and contexts in table order.
+    DataFrame: setting, signal_b, label (the context of a token signal, else the signal), gap, lo, hi,
+    excludes_zero; in table order.
     """
-    cols = ["setting", "context", "gap", "lo", "hi", "excludes_zero"]
+    cols = ["setting", "signal_b", "label", "gap", "lo", "hi", "excludes_zero"]
     if gaps.empty:
         return pd.DataFrame(columns=cols)
-    g = gaps[gaps["metric"] == metric]
-    return g[cols].reset_index(drop=True)
+    g = gaps[(gaps["metric"] == metric) & (gaps["signal_a"] == signal_a)]
+    label = g["context"].where(g["context"].astype(str) != "", g["signal_b"])
+    return g.assign(label=label)[cols].reset_index(drop=True)
 
 
 def ablation_path(table3: pd.DataFrame, metric: str) -> pd.DataFrame:

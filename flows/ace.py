@@ -40,15 +40,16 @@ ACE_TABLES = ("ace_gaps", "ace_reversals", "ace_patterns", "ace_pattern_shares",
               "ace_bootstrap_summary", "ace_retention", "ace_self_preference", "ace_correlation")
 
 
-def ace_rows(spec: GridSpec, signal_frames: list[pd.DataFrame], method_signals: pd.DataFrame) -> pd.DataFrame:
+def ace_rows(spec: GridSpec, answers: pd.DataFrame, method_signals: pd.DataFrame) -> pd.DataFrame:
     """Own-answer rows of every compared signal (analysis/ace/frame.py contract).
 
     Parameters
     ----------
     spec : GridSpec
         The grid (its comparison section names the signals).
-    signal_frames : list of DataFrame
-        :attr:`~confgrid.flows.evaluate.Evaluation.signal_frames` (verbalized and token signals).
+    answers : DataFrame
+        The rows of the one signal table that entered the metrics, with ``correct`` = target
+        (:meth:`~confgrid.flows.evaluate.Evaluation.analyzed`); its verbalized and token signals are read.
     method_signals : DataFrame
         ``tables/method_signals.parquet`` (flows/methods.py).
 
@@ -60,14 +61,14 @@ def ace_rows(spec: GridSpec, signal_frames: list[pd.DataFrame], method_signals: 
         correctness label are left out (counted in the log).
     """
     wanted = spec.comparison_signals()
-    from confgrid.flows.evaluate import primary_group
+    from confgrid.flows.evaluate import primary_group, select
 
     primary = primary_group(spec)
     frames = []
-    for f in signal_frames:
-        if f.empty or any(f[k].iloc[0] != v for k, v in primary.items()):
-            continue
-        f = f[f["signal"].isin(wanted) & (f["aggregation"].isin(["", spec.scoring.aggregations[0]]))]
+    f = select(answers, primary) if len(answers) else answers
+    if len(f):
+        f = f[f["kind"].isin(["verbalized", "token"]) & f["signal"].isin(wanted)
+              & f["aggregation"].isin(["", spec.scoring.aggregations[0]])]
         frames.append(pd.DataFrame({"model": f["model"], "dataset": f["dataset"], "method": f["signal"],
                                     "item_id": f["item_id"].astype(str), "signal": f["confidence"],
                                     "correct": f["correct"], "answer": None}))
@@ -185,8 +186,8 @@ def write_ace(tables, res: Path) -> dict[str, Path]:
 
 def ace_mlflow_metrics(tables) -> dict[str, float]:
     """MLflow metrics of the comparison: per pair, dataset, method, metric and view, the gap and its interval
-    (``ace/<a>_vs_<b>/<dataset>/<method>/<metric>/<view>/{gap,lo,hi}``), and the retention probability of
-    every reversal."""
+    (``ace/<a>_vs_<b>/<dataset>/<method>/<metric>/<view>/{point,lo,hi}``: the keys of every estimate end in
+    point/lo/hi), and the retention probability of every reversal."""
     from confgrid.flows.tracking import mlflow_key
 
     out: dict[str, float] = {}
@@ -195,7 +196,7 @@ def ace_mlflow_metrics(tables) -> dict[str, float]:
     for r in tables.gaps.itertuples(index=False):
         base = ("ace", f"{r.model_a}_vs_{r.model_b}", r.dataset, r.method, r.metric, r.view)
         if r.gap == r.gap:
-            out[mlflow_key(*base, "gap")] = float(r.gap)
+            out[mlflow_key(*base, "point")] = float(r.gap)
         idx = (r.model_a, r.model_b, r.dataset, r.method, r.metric, r.view)
         if boot is not None and idx in boot.index:
             b = boot.loc[idx]

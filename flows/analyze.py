@@ -71,10 +71,17 @@ from confgrid.analysis.bootstrap import (
     WEIGHTED_KERNELS,
     BootstrapResult,
     UndefinedMetricWarning,
-    interval,
-    n_undefined,
 )
-from confgrid.analysis.compare import excludes_zero
+from confgrid.analysis.evaluation import (
+    GAP_COLUMNS,
+    METRIC_COLUMNS,
+    SHIFT_COLUMNS,
+    Comparisons,
+    UnitPlan,
+    estimates,
+    plan_unit,
+    unit_names,
+)
 from confgrid.analysis.registry import METRICS
 from confgrid.flows.analyze_groups import cluster_note, with_cluster_columns
 from confgrid.flows.analyze_input import (  # noqa: F401 - importable from here as before
@@ -114,11 +121,10 @@ EXPERIMENT = "confgrid/analyze"
 DEFAULT_METRICS = ("ece", "auroc", "aurc", "brier")
 #: the analysis' MLflow params and tags in the output directory (what ``confgrid log`` logs)
 RECORD_FILE = "analyze.json"
-#: the tables of an analysis, each written as .csv and .parquet
-TABLES = ("metrics", "gaps", "alignment")
-METRICS_COLUMNS = ["setting", "signal", "metric", "point", "lo", "hi", "n", "n_undefined"]
-GAPS_COLUMNS = ["setting", "signal_a", "signal_b", "metric", "gap", "lo", "hi", "excludes_zero", "favours", "n",
-                "n_undefined"]
+#: the tables of an analysis, each written as OUT/results/<name>.csv and .parquet (the layout of a run)
+TABLES = ("metrics", "gaps", "shifts", "alignment")
+#: the one results schema (analysis/evaluation.py), the same as a run's
+METRICS_COLUMNS, GAPS_COLUMNS = METRIC_COLUMNS, GAP_COLUMNS
 ALIGNMENT_COLUMNS = ["setting", "signal", "n_items", "n_used", "n_left_out", "left_out_examples"]
 
 
@@ -173,38 +179,30 @@ def parse_metrics(metrics: str | Sequence[str]) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-def _favours(metric: str, pa: float, pb: float, a: str, b: str) -> str:
-    """The better signal by point estimate: :func:`confgrid.analysis.compare.better_signal` (signed: closer to 0)."""
-    from confgrid.analysis.compare import better_signal
+def _parse_signal_pairs(value: str | Sequence[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
+    """``"a:b,c:d"`` or pairs -> checked pairs of two different signal names.
 
-    return better_signal(metric, pa, pb, a, b)
+    Raises
+    ------
+    AnalyzeInputError
+        An entry that is not two different names.
+    """
+    if value is None:
+        return ()
+    items = [tuple(x.split(":")) for x in value.split(",") if x.strip()] if isinstance(value, str) else \
+        [tuple(x) for x in value]
+    for p in items:
+        if len(p) != 2 or not all(str(n).strip() for n in p) or p[0] == p[1]:
+            raise AnalyzeInputError(f"--signal-pairs: {':'.join(map(str, p))!r} is not two different signal names "
+                                    "(A:B, comma-separated)")
+    return tuple((str(a).strip(), str(b).strip()) for a, b in items)
 
 
-def _tables(settings: list, results: dict[str, BootstrapResult], metrics: list[str],
-            level: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    mrows, grows = [], []
-    for st in settings:
-        res = results[st.name]
-        n = len(st.items)
-        lo, hi = res.interval(level)
-        und = res.n_undefined
-        for s, sig in enumerate(st.signals):
-            for j, met in enumerate(metrics):
-                mrows.append(dict(setting=st.name, signal=sig, metric=met, point=float(res.point[s, j]),
-                                  lo=float(lo[s, j]), hi=float(hi[s, j]), n=n, n_undefined=int(und[s, j])))
-        for a, sa in enumerate(st.signals):
-            for b, sb in enumerate(st.signals):
-                if a == b:
-                    continue
-                for j, met in enumerate(metrics):
-                    d = res.resamples[a, j] - res.resamples[b, j]
-                    g = float(res.point[a, j] - res.point[b, j])
-                    glo, ghi = interval(d, level)
-                    grows.append(dict(setting=st.name, signal_a=sa, signal_b=sb, metric=met, gap=g,
-                                      lo=float(glo), hi=float(ghi), excludes_zero=bool(excludes_zero(glo, ghi)),
-                                      favours=_favours(met, res.point[a, j], res.point[b, j], sa, sb), n=n,
-                                      n_undefined=int(n_undefined(d))))
-    return pd.DataFrame(mrows, columns=METRICS_COLUMNS), pd.DataFrame(grows, columns=GAPS_COLUMNS)
+def _tables(settings: list, results: dict[str, BootstrapResult], level: float,
+            units: list[UnitPlan]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Metrics, gaps and shifts of the settings through the one evaluator (analysis/evaluation.py)."""
+    est = estimates(units, [results[st.name] for st in settings], level)
+    return est.metrics, est.gaps, est.shifts
 
 
 def _write(df: pd.DataFrame, path: Path) -> None:
@@ -242,6 +240,8 @@ def analyze(
     uncertainty: str | None = None,
     in_turn: bool | None = None,
     group_col: str | None = None,
+    against: str | None = None,
+    signal_pairs: str | Sequence[tuple[str, str]] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Metrics with paired bootstrap intervals and pairwise gaps of an input file.
 
@@ -302,7 +302,20 @@ def analyze(
         A column of the file naming each item's cluster: the bootstrap then
         resamples clusters with all their items (flows/analyze_groups.py);
         the metrics and gaps tables gain ``cluster_col`` and ``n_clusters``.
-        None: items are resampled.
+        None: items are resampled. For a signal table (below) only
+        ``cluster`` (its cluster column) is allowed.
+    against : str, optional
+        Compare every signal against this one only (``gap = metric(against) -
+        metric(other)``) instead of every ordered pair; a signal table is
+        compared against ``verbalized`` by default, as a run is.
+    signal_pairs : str or list of (str, str), optional
+        Pairs of signals to compare (``"a:b,c:d"``), with ``against`` or
+        instead of every ordered pair (a grid's ``metrics.pairs``).
+
+    A run's signal table (``tables/signals.parquet``, analysis/signals.py:
+    Parquet with the unit, status and align columns) is read as such
+    (flows/analyze_table.py): its units, statuses and alignment are those of
+    the run, so the tables equal the run's, byte for byte.
 
     Returns
     -------
@@ -356,24 +369,40 @@ def analyze(
     if out_dir.exists() and not out_dir.is_dir():
         raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
 
+    from confgrid.flows.analyze_turn import ALL_PAIRS, unit_of
     from confgrid.flows.analyze_turn import in_turn_wanted as _in_turn
     from confgrid.flows.analyze_turn import object_frame as _object_frame
     from confgrid.flows.analyze_turn import whole_file as _whole
 
+    from confgrid.flows.analyze_table import analyze_signal_table, is_signal_table
+
     options = CheckOptions(threshold, uncertainty)
+    declared = _parse_signal_pairs(signal_pairs)
+    comparisons = ALL_PAIRS if against is None and not declared else Comparisons(against=against, pairs=declared)
+    table_input = is_signal_table(input_path)
     if group_col is not None:
         columns = {**(columns or {}), "group": group_col}
     cols = _columns(columns)
-    in_turn = _in_turn(input_path, cols, in_turn)
+    in_turn = False if table_input else _in_turn(input_path, cols, in_turn)
     rows = None
-    if in_turn:
+    units = None
+    shifts_df = pd.DataFrame(columns=SHIFT_COLUMNS)
+    if table_input:
+        out = analyze_signal_table(input_path, metric_names, int(n_resamples), int(seed), int(n_bins), level,
+                                   int(chunk_size), use_ray=use_ray, num_workers=num_workers, group_col=group_col,
+                                   against=against, pairs=declared)
+        settings, results, alignment, units = out.settings, out.results, out.alignment, out.units
+        n_rows, n_graded = out.n_rows, 0
+    elif in_turn:
         from confgrid.flows.analyze_turn import ALIGNMENT_COLUMNS as _AC
         from confgrid.flows.analyze_turn import analyze_in_turn
 
         outcomes, _plan = analyze_in_turn(input_path, cols, options, metric_names, int(n_resamples), int(seed),
-                                          int(chunk_size), int(n_bins), use_ray=use_ray, num_workers=num_workers)
+                                          int(chunk_size), int(n_bins), use_ray=use_ray, num_workers=num_workers,
+                                          comparisons=comparisons)
         settings = [o.setting for o in outcomes]
         results = {o.name: o.result for o in outcomes}
+        units = [o.unit for o in outcomes]
         alignment = pd.DataFrame([r for o in outcomes for r in o.alignment], columns=_AC)
         n_rows, n_graded = _plan.n_rows, sum(o.n_graded for o in outcomes)
     else:
@@ -381,21 +410,29 @@ def analyze(
         n_rows, n_graded = int(rows.pos.size), rows.n_graded
         settings, results, alignment = _whole(rows, metric_names, int(seed), int(n_resamples), int(chunk_size),
                                               int(n_bins), use_ray, num_workers, group_col)
-    metrics_df, gaps_df = _tables(settings, results, metric_names, level)
+    if units is None:
+        units = [unit_of(st, comparisons) for st in settings]
+    metrics_df, gaps_df, shifts_df = _tables(settings, results, level, units)
     n_clusters = {st.name: st.n_clusters for st in settings if st.n_clusters is not None}
-    metrics_df, gaps_df = (with_cluster_columns(df, group_col, n_clusters) for df in (metrics_df, gaps_df))
+    metrics_df, gaps_df, shifts_df = (with_cluster_columns(df, group_col, n_clusters)
+                                      for df in (metrics_df, gaps_df, shifts_df))
     metrics_df.attrs.update(n_graded=n_graded, resampled=cluster_note(group_col, n_clusters))
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = {"metrics": metrics_df, "gaps": gaps_df, "alignment": alignment}
+    tables = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "alignment": alignment}
     for name, df in tables.items():
         for ext in (".csv", ".parquet"):
-            _write(df, out_dir / f"{name}{ext}")
+            _write(df, out_dir / "results" / f"{name}{ext}")
+    from confgrid.flows.store import write_text_atomic as _write_text
+
+    # the run layout: `confgrid show` and `confgrid report` read the primary group from here (an analysis has
+    # one group: every row)
+    _write_text(json.dumps({}), out_dir / "results" / "primary.json")
     if rows is not None and "model" in rows.frame.columns:
         if group_col is not None:
             warnings.warn(f"--group-col {group_col!r} clusters the metrics and gaps; the comparison across models "
                           "still resamples single items", AnalyzeWarning, stacklevel=2)
-        ace = compare_models(_object_frame(rows.frame), out_dir, views=views, pairs=pairs, candidates=cand_df,
+        ace = compare_models(_object_frame(rows.frame), out_dir / "results", views=views, pairs=pairs, candidates=cand_df,
                              n_resamples=int(comparison_resamples), seed=int(seed), n_bins=int(n_bins),
                              ia_strata=ia_strata)
         if ace is not None:
@@ -460,13 +497,14 @@ def _track(record: dict[str, Any], out_dir: Path, tracking_uri: str, metrics_df:
 
     tracker = Tracker(tracking_uri, EXPERIMENT)
     with tracker.parent(record["run_name"], record["params"], tags=record["tags"]) as run_id:
+        m_units, g_units = unit_names(metrics_df), unit_names(gaps_df)
         for ch in record["children"]:
             name = ch["name"]
-            values = result_metrics(metrics_df[metrics_df["setting"] == name], gaps_df[gaps_df["setting"] == name])
+            values = result_metrics(metrics_df[m_units == name], gaps_df[g_units == name])
             tags = {"confgrid.kind": "setting", "confgrid.setting": name, "confgrid.command": "analyze"}
             tracker.child(name, ch["params"], values, [], tags=tags)
-        tracker.log_artifacts([out_dir / f"{name}{ext}" for name in TABLES for ext in (".csv", ".parquet")],
-                              "results")
+        tracker.log_artifacts([out_dir / "results" / f"{name}{ext}" for name in TABLES for ext in (".csv", ".parquet")
+                               if (out_dir / "results" / f"{name}{ext}").is_file()], "results")
     return run_id
 
 
@@ -495,14 +533,14 @@ def log_analysis(out_dir: str | Path, tracking_uri: str | None = None) -> Logged
     from confgrid.flows.tracking import Logged, TrackingError, TrackingFailure
 
     out_dir = Path(out_dir)
-    for need in (RECORD_FILE, "metrics.parquet", "gaps.parquet"):
+    for need in (RECORD_FILE, "results/metrics.parquet", "results/gaps.parquet"):
         if not (out_dir / need).is_file():
             raise FileNotFoundError(f"{out_dir}: no {need}; is this the directory of a finished analysis?")
     record = json.loads((out_dir / RECORD_FILE).read_text(encoding="utf-8"))
     uri = tracking_uri or _uri(record, out_dir)
     try:
-        run_id = _track(record, out_dir, uri, pd.read_parquet(out_dir / "metrics.parquet"),
-                        pd.read_parquet(out_dir / "gaps.parquet"))
+        run_id = _track(record, out_dir, uri, pd.read_parquet(out_dir / "results" / "metrics.parquet"),
+                        pd.read_parquet(out_dir / "results" / "gaps.parquet"))
     except Exception as exc:
         raise TrackingError(TrackingFailure.of(uri, exc)) from exc
     return Logged(run_id, uri, EXPERIMENT)
@@ -512,8 +550,9 @@ def analyze_cmd(
     input: Path = typer.Argument(..., metavar="INPUT", show_default=False,
                                  help="Per-question outputs: .csv (header row), .jsonl/.ndjson or .parquet/.pq; "
                                       "one row per (setting, item_id, signal)."),
-    out: Path = typer.Option(..., "--out", help="Output directory (metrics.csv, gaps.csv, alignment.csv, "
-                                                 "Parquet copies, analyze.json, mlflow.db).", show_default=False),
+    out: Path = typer.Option(..., "--out", help="Output directory (results/metrics.csv, gaps.csv, shifts.csv, "
+                                                 "alignment.csv, Parquet copies; analyze.json, mlflow.db).",
+                             show_default=False),
     metrics: str = typer.Option(",".join(DEFAULT_METRICS), "--metrics",
                                 help=f"Comma-separated metrics; choices: {', '.join(available_metrics())}. "
                                      f"Slow (one call per resample): {', '.join(_slow_metrics()) or 'none'}."),
@@ -555,6 +594,11 @@ def analyze_cmd(
                                  "column)."),
     group_col: str = typer.Option(None, "--group-col", help="Column naming each item's cluster (e.g. the question "
                                   "of several generations): the bootstrap resamples clusters with all their items."),
+    against: str = typer.Option(None, "--against", help="Compare every signal against this one only (gap = "
+                                "metric(AGAINST) - metric(other)); default: every ordered pair, or verbalized for a "
+                                "run's tables/signals.parquet."),
+    signal_pairs: str = typer.Option(None, "--signal-pairs", help="Pairs of signals A:B,C:D to compare (with "
+                                     "--against, or instead of every ordered pair; a grid's metrics.pairs)."),
 ) -> None:
     """Metrics with paired bootstrap intervals, and paired gaps between signals, of outputs from anywhere.
 
@@ -596,7 +640,8 @@ def analyze_cmd(
                              columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
                              num_workers=workers, views=views, pairs=pairs, candidates=candidates,
                              comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, threshold=threshold,
-                             uncertainty=uncertainty, in_turn=in_turn, group_col=group_col)
+                             uncertainty=uncertainty, in_turn=in_turn, group_col=group_col, against=against,
+                             signal_pairs=signal_pairs)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
             typer.echo(f"confgrid analyze: {exc}", err=True)
@@ -616,13 +661,15 @@ def analyze_cmd(
                    "--threshold T makes correct >= T a 1 and the rest 0.")
     elif threshold is not None:
         typer.echo(f"note: correctness thresholded at {threshold:g} (correct >= {threshold:g} is 1, else 0).")
-    typer.echo(f"Wrote {out / 'metrics.csv'}, {out / 'gaps.csv'}, {out / 'alignment.csv'} (+ .parquet)")
+    res = out / "results"
+    typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'} "
+               "(+ .parquet)")
     if "ace_gaps" in tables:
         from confgrid.flows.show_ace import print_ace
         from rich.console import Console
 
-        print_ace(out, Console(width=200))
-        typer.echo(f"Wrote the comparison across models: {out}/ace_*.csv (+ .parquet, .md)")
+        print_ace(res, Console(width=200))
+        typer.echo(f"Wrote the comparison across models: {res}/ace_*.csv (+ .parquet, .md)")
     run_id = m.attrs.get("mlflow_parent_run_id")
     if run_id:
         typer.echo(f"MLflow parent run {run_id} (experiment {EXPERIMENT}) in "

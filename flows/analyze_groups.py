@@ -73,17 +73,20 @@ def setting_groups(setting: str, column: str, item_codes: np.ndarray, group_code
 
 
 def with_cluster_columns(df: pd.DataFrame, column: str | None, n_clusters: Mapping[str, int]) -> pd.DataFrame:
-    """``df`` with ``cluster_col`` (the group column) and ``n_clusters`` (per setting) after ``n``.
+    """``df`` with ``cluster_col`` (the group column) and ``n_clusters`` (per unit, keyed by
+    :func:`~confgrid.analysis.evaluation.unit_name`: the setting of an ``analyze`` input) after ``n``.
 
     Unchanged when ``column`` is None (a row-level bootstrap), so row-level
-    outputs keep their columns.
+    outputs keep their columns. The one place a run and ``analyze`` add them.
     """
+    from confgrid.analysis.evaluation import unit_names
+
     if column is None or df.empty:
         return df
     out = df.copy()
     at = list(out.columns).index("n") + 1 if "n" in out.columns else len(out.columns)
     out.insert(at, "cluster_col", column)
-    out.insert(at + 1, "n_clusters", out["setting"].map(dict(n_clusters)).astype("int64"))
+    out.insert(at + 1, "n_clusters", unit_names(out).map(dict(n_clusters)).fillna(0).astype("int64"))
     return out
 
 

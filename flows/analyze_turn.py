@@ -31,6 +31,7 @@ from confgrid.analysis.bootstrap import (
     paired_bootstrap,
     setting_seed,
 )
+from confgrid.analysis.evaluation import Comparisons, UnitPlan, plan_unit
 from confgrid.flows.analyze_check import Problems, check_ids
 from confgrid.flows.analyze_groups import setting_groups
 from confgrid.flows.analyze_input import (
@@ -48,8 +49,10 @@ from confgrid.flows.analyze_read import (
 )
 
 __all__ = [
+    "ALL_PAIRS",
     "Setting",
     "align",
+    "unit_of",
     "analyze_in_turn",
     "bootstrap_named",
     "in_turn_wanted",
@@ -155,6 +158,20 @@ def align(rows: InputRows | pd.DataFrame, base_seed: int, warn: bool = True,
             for m in st.messages:
                 warnings.warn(m, AnalyzeWarning, stacklevel=2)
     return settings, pd.DataFrame(table, columns=ALIGNMENT_COLUMNS)
+
+
+#: what ``confgrid analyze`` compares in a generic input: every ordered pair of signals of a setting
+ALL_PAIRS = Comparisons(against=None, all_pairs=True)
+
+
+def unit_of(st: Setting, comparisons: Comparisons = ALL_PAIRS) -> UnitPlan:
+    """The one evaluator's unit of an aligned setting (every signal on the setting's common items, ``kind``
+    ``input``; analysis/evaluation.py); its seed is the setting's (``setting_seed(setting, "", seed)``)."""
+    S, n = len(st.signals), len(st.items)
+    items = np.asarray(st.items, dtype=object) if n else np.empty(0, dtype=object)
+    return plan_unit({"setting": st.name}, items, st.signals, st.confidence.reshape(S, n),
+                     st.correct.reshape(S, n), np.ones((S, n), dtype=bool), ["input"] * S,
+                     {s: {"kind": "input"} for s in st.signals}, comparisons, st.seed, st.groups)
 
 
 def named_undefined(st: Setting, point: np.ndarray, metrics: list[str], n_bins: int) -> list[str]:
@@ -304,10 +321,11 @@ class Outcome:
     result: Any = None
     messages: list[tuple[str, str]] = field(default_factory=list)
     error: tuple[str, list[str]] | None = None
+    unit: UnitPlan | None = None
 
 
 def _one(plan: Plan, name: str | None, options: CheckOptions, metrics: list[str], n_resamples: int, seed: int,
-         chunk_size: int, n_bins: int, compute: bool) -> Outcome:
+         chunk_size: int, n_bins: int, compute: bool, comparisons: Comparisons = ALL_PAIRS) -> Outcome:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AnalyzeWarning)
         rows, problems = check_chunk(_setting_chunk(plan, name), plan.cols, options)
@@ -324,6 +342,8 @@ def _one(plan: Plan, name: str | None, options: CheckOptions, metrics: list[str]
     del rows
     res, undefined = bootstrap_named(st, metrics, n_resamples, chunk_size, n_bins, warn=False)
     out.messages += [("analyze", m) for m in st.messages] + [("undefined", m) for m in undefined]
+    out.unit = unit_of(st, comparisons)
+    out.unit.drop_arrays()
     # the arrays and item ids are not needed any more (only their count is): memory stays that of one setting
     st.confidence = st.correct = np.zeros((len(st.signals), 0))
     st.items, st.groups = range(len(st.items)), None
@@ -332,8 +352,8 @@ def _one(plan: Plan, name: str | None, options: CheckOptions, metrics: list[str]
 
 
 def analyze_in_turn(path: Path, cols: dict[str, str], options: CheckOptions, metrics: list[str], n_resamples: int,
-                    seed: int, chunk_size: int, n_bins: int, use_ray: bool = False, num_workers: int | None = None
-                    ) -> tuple[list[Outcome], Plan]:
+                    seed: int, chunk_size: int, n_bins: int, use_ray: bool = False, num_workers: int | None = None,
+                    comparisons: Comparisons = ALL_PAIRS) -> tuple[list[Outcome], Plan]:
     """Check and analyze each setting of a Parquet file in turn (or as Ray tasks); raise every problem at the end.
 
     Returns the outcomes in setting order (each with its result) and the plan.
@@ -345,12 +365,13 @@ def analyze_in_turn(path: Path, cols: dict[str, str], options: CheckOptions, met
     names: list[str | None] = list(plan.groups) + ([None] if plan.bad_groups else [])
     args = (options, metrics, n_resamples, seed, chunk_size, n_bins)
     outcomes: list[Outcome] = []
+    kw = {"comparisons": comparisons}
     if use_ray:
-        outcomes = _ray_outcomes(plan, names, args, num_workers)
+        outcomes = _ray_outcomes(plan, names, args, num_workers, comparisons)
     else:
         failed = False
         for name in names:
-            out = _one(plan, name, *args, compute=not failed)
+            out = _one(plan, name, *args, compute=not failed, **kw)
             failed = failed or out.n_problems > 0 or out.error is not None
             outcomes.append(out)
     keyed = sorted((p for o in outcomes for p in o.problems), key=lambda p: (p[0], p[1]))
@@ -380,7 +401,8 @@ def _raise(path: Path, keyed: list[tuple[int, int, str]], total: int, stats: lis
     raise_problems(path, _Keyed("row"), stats, cols)
 
 
-def _ray_outcomes(plan: Plan, names: list[str | None], args: tuple, num_workers: int | None) -> list[Outcome]:
+def _ray_outcomes(plan: Plan, names: list[str | None], args: tuple, num_workers: int | None,
+                  comparisons: Comparisons = ALL_PAIRS) -> list[Outcome]:
     import ray
     from confgrid.flows.bootstrap_ray import ensure_ray
 
@@ -393,7 +415,7 @@ def _ray_outcomes(plan: Plan, names: list[str | None], args: tuple, num_workers:
     while queue or pending:
         while queue and len(pending) < limit:
             i, name = queue.pop(0)
-            pending[task.remote(plan, name, *args, compute=True)] = i
+            pending[task.remote(plan, name, *args, compute=True, comparisons=comparisons)] = i
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:
             results[pending.pop(ref)] = ray.get(ref)

@@ -50,7 +50,7 @@ from confgrid.analysis.bootstrap import (
 )
 from confgrid.analysis.clusters import cluster_codes
 
-__all__ = ["SettingInput", "bootstrap_settings_ray", "bootstrap_one", "ensure_ray"]
+__all__ = ["SettingInput", "bootstrap_settings_ray", "bootstrap_one", "bootstrap_units", "ensure_ray"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,8 @@ class SettingInput:
     groups : array-like of shape (n,) or None
         A cluster label per item: the cluster bootstrap of
         :func:`~confgrid.analysis.bootstrap.paired_bootstrap` (None: row level).
+    masks : bool array of shape (S, n) or None
+        Each signal's support (:func:`~confgrid.analysis.bootstrap.paired_bootstrap`); None: every item.
     """
 
     confidence: Any
@@ -78,6 +80,7 @@ class SettingInput:
     signal_names: Sequence[str] | None
     seed: int
     groups: Any = None
+    masks: Any = None
 
 
 def ensure_ray() -> None:
@@ -105,9 +108,9 @@ def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], metrics: 
         by_key.setdefault(key, []).append(c)
     settings, chunks, shapes, values = [], [], [], []
     for key, cs in by_key.items():
-        conf, corr, seed, groups = ray.get(refs[key])
+        conf, corr, seed, groups, masks = ray.get(refs[key])
         outs = bootstrap_chunks(conf, corr, metrics, n_resamples, seed, cs, chunk_size=chunk_size, n_bins=n_bins,
-                                groups=groups)
+                                groups=groups, masks=masks)
         for c, out in zip(cs, outs, strict=True):
             settings.append(key)
             chunks.append(c)
@@ -134,11 +137,12 @@ def _as_input(name: str, value) -> SettingInput:
         return value
     try:
         conf, corr, names, seed, *rest = value
-        if len(rest) > 1:
+        if len(rest) > 2:
             raise ValueError
     except (TypeError, ValueError):
         raise ValueError(
-            f"settings[{name!r}] must be (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups]); "
+            f"settings[{name!r}] must be (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups[, "
+            "masks]]); "
             f"got {type(value).__name__}"
         ) from None
     return SettingInput(conf, corr, names, seed, *rest)
@@ -156,10 +160,11 @@ def bootstrap_settings_ray(
 
     Parameters
     ----------
-    settings : mapping of str to SettingInput or 4- or 5-tuple
-        ``name -> (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups])``;
+    settings : mapping of str to SettingInput or 4- to 6-tuple
+        ``name -> (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups[, masks]])``;
         ``S`` and ``n`` may differ between settings; ``groups`` (n,) cluster
-        labels make that setting's bootstrap a cluster bootstrap.
+        labels make that setting's bootstrap a cluster bootstrap; ``masks``
+        (S, n) bool give each signal its support.
     metrics : list of str
         Metric names with a weighted kernel (``"ece"``, ``"auroc"``,
         ``"aurc"``, ``"brier"``).
@@ -180,7 +185,7 @@ def bootstrap_settings_ray(
     dict of str to BootstrapResult
         Same keys and order as ``settings``. ``point`` and ``resamples`` are
         bit-identical to ``paired_bootstrap(confidence, correct, metrics,
-        n_resamples, seed, chunk_size, n_bins, signal_names, groups)`` of each setting
+        n_resamples, seed, chunk_size, n_bins, signal_names, groups, masks)`` of each setting
         (``nan`` where a metric is undefined on a resample).
 
     Raises
@@ -207,7 +212,8 @@ def bootstrap_settings_ray(
     for name, inp in inputs.items():
         try:
             head = paired_bootstrap(inp.confidence, inp.correct, metrics, n_resamples=1, seed=inp.seed,
-                                    chunk_size=1, n_bins=n_bins, signal_names=inp.signal_names, groups=inp.groups)
+                                    chunk_size=1, n_bins=n_bins, signal_names=inp.signal_names, groups=inp.groups,
+                                    masks=inp.masks)
         except ValueError as exc:
             raise ValueError(f"setting {name!r}: {exc}") from None
         conf = np.asarray(inp.confidence, dtype=np.float64)
@@ -222,7 +228,8 @@ def bootstrap_settings_ray(
         if n > 0:  # no rows: every resample is nan, as in paired_bootstrap
             # the int64 cluster codes travel (same clusters, same order as the labels)
             groups = None if inp.groups is None else cluster_codes(inp.groups, n).codes
-            arrays[name] = (np.ascontiguousarray(conf), np.ascontiguousarray(corr), int(inp.seed), groups)
+            masks = None if inp.masks is None else np.ascontiguousarray(inp.masks, dtype=bool)
+            arrays[name] = (np.ascontiguousarray(conf), np.ascontiguousarray(corr), int(inp.seed), groups, masks)
     if not arrays:
         return results
     metric_names = next(iter(results.values())).metrics
@@ -294,3 +301,25 @@ def bootstrap_one(
                                 n_bins=n_bins, signal_names=signal_names, groups=groups)
     return bootstrap_settings_ray({"setting": (conf, corr, signal_names, seed, groups)}, metrics, n_resamples,
                                   n_bins=n_bins, chunk_size=chunk_size, num_workers=num_workers)["setting"]
+
+
+def bootstrap_units(units: Sequence[Any], metrics: Sequence[str], n_resamples: int, n_bins: int = 10,
+                    use_ray: bool = False, num_workers: int | None = None,
+                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[BootstrapResult]:
+    """The paired bootstrap of every unit of the one evaluator (:class:`~confgrid.analysis.evaluation.UnitPlan`).
+
+    ``use_ray``: every unit's resample chunks in **one** Ray Data job (:func:`bootstrap_settings_ray`), else in
+    process; the numbers are bit-identical. Returns one result per unit, in order, whose signals are the
+    unit's cells (``cell_names``).
+    """
+    if not units:
+        return []
+    if not use_ray:
+        return [paired_bootstrap(u.confidence, u.target, metrics, n_resamples=n_resamples, seed=u.seed,
+                                 chunk_size=chunk_size, n_bins=n_bins, signal_names=u.cell_names, groups=u.groups,
+                                 masks=u.masks) for u in units]
+    out = bootstrap_settings_ray(
+        {str(i): SettingInput(u.confidence, u.target, u.cell_names, u.seed, u.groups, u.masks)
+         for i, u in enumerate(units)}, metrics, n_resamples, n_bins=n_bins, chunk_size=chunk_size,
+        num_workers=num_workers)
+    return [out[str(i)] for i in range(len(units))]

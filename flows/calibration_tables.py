@@ -79,12 +79,11 @@ def _item_columns(units: dict[tuple[str, str, str], Unit], group_by: tuple[str, 
     return pd.DataFrame(rows, columns=cols)
 
 
-def _answer_rows(signal_frames: list[pd.DataFrame]) -> pd.DataFrame:
-    frames = [f for f in signal_frames if len(f)]
-    if not frames:
+def _answer_rows(answers: pd.DataFrame) -> pd.DataFrame:
+    """The answer's signals (verbalized and token scores) among the analyzed rows of the one signal table."""
+    if answers.empty:
         return pd.DataFrame(columns=[*_BY, "item_id", "confidence", "correct"])
-    sig = pd.concat(frames, ignore_index=True)
-    return sig[[*_BY, "item_id", "confidence", "correct"]]
+    return answers.loc[answers["kind"].isin(["verbalized", "token"]), [*_BY, "item_id", "confidence", "correct"]]
 
 
 def _method_rows(method_signals: pd.DataFrame, spec: GridSpec) -> pd.DataFrame:
@@ -118,12 +117,12 @@ def _refusal_rows(units: dict[tuple[str, str, str], Unit], items: pd.DataFrame,
     return pd.DataFrame(out)
 
 
-def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], signal_frames: list[pd.DataFrame],
+def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], answers: pd.DataFrame,
                        method_signals: pd.DataFrame | None = None) -> CalibrationTables:
     """The three tables of the module docstring for one run (pure; no model call)."""
     group_by = tuple(spec.metrics.group_by)
     items = _item_columns(units, group_by)
-    rows = pd.concat([_answer_rows(signal_frames), _method_rows(method_signals, spec)], ignore_index=True)
+    rows = pd.concat([_answer_rows(answers), _method_rows(method_signals, spec)], ignore_index=True)
     rows = rows.merge(items, on=["dataset", "item_id"], how="left")
     rows["n_options"] = rows["n_options"].fillna(0)
     # the random baseline needs the options shown: mc answer sets and letter probabilities only

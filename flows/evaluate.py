@@ -1,11 +1,13 @@
-"""Evaluation: metrics, gaps and shifts with paired bootstrap intervals for every unit of a run.
+"""Evaluation of a run: the one signal table through the one evaluator.
 
-For each (model, dataset, answer set) unit and each (parse policy, correctness
-rule) of the grid, the signal table is built on the instance-aligned rows
-(flows/stages.py ``signal_table``) and the paired bootstrap runs once for all
-its signals and metrics (flows/results.py ``setting_tables``), in the driver
-or on Ray Data (``execution.bootstrap_backend``). Nothing here calls a model:
-changing the rule, aggregation, estimator or bins reruns only this.
+The run's signal table (flows/signals.py: every answer's verbalized and token
+scores per unit of pairing, and every confidence method's rows) is planned
+unit by unit (analysis/evaluation.py: each signal on its support, each
+compared pair on the items both have) and bootstrapped on one resample stream
+per unit, all units at once, in the driver or in one Ray Data job
+(``execution.bootstrap_backend``). ``confgrid analyze`` runs the same
+evaluator on its input. Nothing here calls a model: changing the rule,
+aggregation, estimator or bins reruns only this.
 """
 
 from __future__ import annotations
@@ -18,39 +20,69 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
+from confgrid.analysis.bootstrap import BootstrapResult
+from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
+from confgrid.analysis.signals import UNIT_COLUMNS, analyzed
 from confgrid.flows.assemble import Unit
-from confgrid.flows.results import setting_tables
+from confgrid.flows.signals import ANSWER_ALIGN
 from confgrid.flows.spec import GridSpec
-from confgrid.flows.stages import signal_table, token_signal
+from confgrid.flows.stages import token_signal
 
-__all__ = ["Evaluation", "evaluate", "primary_group", "select", "shift_pairs", "item_clusters", "cluster_problems"]
+__all__ = ["Evaluation", "evaluate", "primary_group", "select", "shift_pairs", "item_clusters", "cluster_problems",
+           "comparisons_of", "dropped_table", "methods_view"]
 
 log = logging.getLogger("confgrid")
 
 
 @dataclass
 class Evaluation:
-    """The tidy result tables of a run and the bootstrap results behind them.
+    """The one evaluator's result for a run, and the signal table it read.
 
     Attributes
     ----------
-    metrics, gaps, shifts, settings : DataFrame
-        ``results/{metrics,gaps,shifts,settings}.csv`` (columns in README.md "Results").
-    signal_frames : list of DataFrame
-        The signal table of every (unit, policy, rule), labelled.
-    groups : dict
-        (answer set, parse policy, rule) -> {setting: (BootstrapResult, signal names)}, for the study tables.
+    metrics, gaps, shifts : DataFrame
+        ``results/{metrics,gaps,shifts}`` (columns :data:`~confgrid.analysis.evaluation.METRIC_COLUMNS`,
+        ``GAP_COLUMNS``, ``SHIFT_COLUMNS``): every signal of every unit, methods included.
+    settings : DataFrame
+        ``results/settings``: per unit, items, parse rate, accuracy, rows replaced and analyzed.
+    dropped : DataFrame
+        ``results/dropped``: per unit and signal, rows by status, and usable rows the alignment left out.
+    signals : DataFrame
+        The one signal table (``tables/signals.parquet``, analysis/signals.py).
+    units : list of UnitPlan
+        The units as evaluated, and ``results`` their bootstrap results (for the study tables).
     """
 
     metrics: pd.DataFrame
     gaps: pd.DataFrame
     shifts: pd.DataFrame
     settings: pd.DataFrame
-    signal_frames: list[pd.DataFrame] = field(default_factory=list)
-    groups: dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]] = field(default_factory=dict)
+    dropped: pd.DataFrame = field(default_factory=pd.DataFrame)
+    signals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    units: list = field(default_factory=list)
+    results: list = field(default_factory=list)
+
+    def groups(self, refusal: str) -> dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]]:
+        """(answer set, parse policy, rule) -> {setting: (bootstrap of the signals' own cells, signal names)} of
+        the units under one refusal policy (the study tables' input)."""
+        out: dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]] = {}
+        for u, res in zip(self.units, self.results, strict=True):
+            lab = u.labels
+            if lab["refusal"] != refusal or lab["target_kind"] != "correct":
+                continue
+            S = len(u.signals)
+            own = BootstrapResult(res.point[:S], res.resamples[:S], res.metrics, list(u.signals), res.n_resamples,
+                                  res.seed, res.chunk_size, res.n_bins, n_clusters=res.n_clusters)
+            out.setdefault((lab["answer_set"], lab["parse_policy"], lab["rule"]), {})[lab["setting"]] = (
+                own, list(u.signals))
+        return out
+
+    def analyzed(self) -> pd.DataFrame:
+        """The signal rows that entered the metrics (each signal on its own support), with ``correct`` = target."""
+        return analyzed(self.signals).rename(columns={"target": "correct"})
 
 
 def primary_group(spec: GridSpec) -> dict[str, str]:
@@ -127,31 +159,44 @@ def cluster_problems(spec: GridSpec, items: dict[str, list]) -> list[tuple[str, 
     return problems
 
 
-def _with_group(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:
-    out = df.copy()
-    for i, (k, v) in enumerate(group.items()):
-        out.insert(3 + i, k, v)
-    return out
+#: What a run compares: every signal against verbalized, and the gap shifts between scoring contexts and token
+#: aggregations (study 000); ``confgrid analyze`` of a signal table compares the same by default.
+RUN_COMPARISONS = Comparisons(against="verbalized", token_shifts=True)
 
 
-def _settings_row(m: str, d: str, g: pd.DataFrame, sig: pd.DataFrame, dropped: dict[str, int],
-                  group: dict[str, str]) -> dict[str, Any]:
-    ok = g["parse_status"] == "ok"
-    corr = g[f"correct_{group['rule']}"]
-    if group.get("refusal") == "chance":  # accuracy over every analyzed row, the chance letters included
-        first = sig.drop_duplicates("item_id") if not sig.empty else sig
-        accuracy = float(first["correct"].mean()) if len(first) else float("nan")
-    else:
-        accuracy = float(corr[ok].mean()) if ok.any() else float("nan")
-    return {
-        "setting": f"{m}/{d}", "model": m, "dataset": d, **group, "items": len(g),
-        "parse_rate": float(ok.mean()) if len(g) else float("nan"),
-        "accuracy": accuracy,
-        "n_replaced": int(sig.loc[sig["replaced"], "item_id"].nunique()) if "replaced" in sig else 0,
-        "n_analyzed": int(sig["item_id"].nunique()) if not sig.empty else 0,
-        "used_fallback": int(g["used_fallback"].sum()),
-        "dropped": "; ".join(f"{k}={v}" for k, v in sorted(dropped.items())),
-    }
+def comparisons_of(spec: GridSpec) -> Comparisons:
+    """The pairs a run compares: :data:`RUN_COMPARISONS` and the grid's ``metrics.pairs``."""
+    return Comparisons(against=RUN_COMPARISONS.against, pairs=tuple(tuple(p) for p in spec.metrics.pairs),
+                       token_shifts=RUN_COMPARISONS.token_shifts)
+
+
+#: ``results/settings`` columns.
+SETTINGS_COLUMNS = ["setting", "model", "dataset", "answer_set", "parse_policy", "refusal", "rule", "items",
+                    "parse_rate", "accuracy", "n_replaced", "n_analyzed", "used_fallback"]
+
+
+def _settings_rows(spec: GridSpec, units: dict[tuple[str, str, str], Unit], signals: pd.DataFrame) -> pd.DataFrame:
+    """Per unit: items, parse rate, accuracy (of the analyzed rows under the chance policy), rows replaced and
+    analyzed (the answers every signal of the answer was evaluated on)."""
+    from confgrid.flows.signals import unit_keys
+
+    done = analyzed(signals)
+    rows = []
+    for key in unit_keys(spec, units):
+        u = units[(key["model"], key["dataset"], key["answer_set"])]
+        g = u.graded
+        ok = g["parse_status"] == "ok"
+        mine = select(done, {**key, "target_kind": "correct"})
+        ans = mine[mine["align"] == ANSWER_ALIGN].drop_duplicates("item_id")
+        if key["refusal"] == "chance":  # accuracy over every analyzed row, the chance letters included
+            accuracy = float(ans["target"].mean()) if len(ans) else float("nan")
+        else:
+            corr = g[f"correct_{key['rule']}"]
+            accuracy = float(corr[ok].mean()) if ok.any() else float("nan")
+        rows.append({**key, "items": len(g), "parse_rate": float(ok.mean()) if len(g) else float("nan"),
+                     "accuracy": accuracy, "n_replaced": int(ans["replaced"].sum()), "n_analyzed": len(ans),
+                     "used_fallback": int(g["used_fallback"].sum())})
+    return pd.DataFrame(rows, columns=SETTINGS_COLUMNS)
 
 
 def _log_undefined(caught: list) -> None:
@@ -164,61 +209,88 @@ def _log_undefined(caught: list) -> None:
         log.warning("%s (%d point estimate(s); reported as NaN)", msg, n)
 
 
-def _refusals(spec: GridSpec, a: Any) -> tuple[str, ...]:
-    """Refusal policies evaluated for an answer set: ``chance`` only where it shows options (format mc)."""
-    if a.format == "mc":
-        return spec.parsing.refusal
-    return tuple(dict.fromkeys(r if r != "chance" else "drop" for r in spec.parsing.refusal))
+def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
+             method_signals: pd.DataFrame | None = None) -> Evaluation:
+    """The one evaluator of a run: metrics, gaps, shifts and flips of every signal, methods included.
 
-
-def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit]) -> Evaluation:
-    """Metrics with paired bootstrap intervals, per (setting, answer set, parse policy, correctness rule).
+    Builds the run's one signal table (flows/signals.py), plans every unit's cells (analysis/evaluation.py),
+    runs every unit's paired bootstrap at once (in process, or in one Ray Data job with
+    ``execution.bootstrap_backend: ray_data``) and turns the resamples into the tables.
 
     Parameters
     ----------
     spec : GridSpec
     units : dict
         (model, dataset, answer set) -> :class:`~confgrid.flows.assemble.Unit` (complete units only).
+    method_signals : DataFrame, optional
+        ``tables/method_signals`` rows (flows/methods.py).
 
     Returns
     -------
     Evaluation
+
+    Raises
+    ------
+    ValueError
+        ``bootstrap.cluster`` names a field some analyzed item lacks.
     """
     from confgrid.analysis.metrics import UndefinedMetricWarning
+    from confgrid.flows.bootstrap_ray import bootstrap_units
+    from confgrid.flows.signals import run_signal_table
 
-    mets, gaps, shifts, sig_frames, settings_rows = [], [], [], [], []
+    signals = run_signal_table(spec, units, method_signals)
     cluster = spec.bootstrap.cluster
-    groups: dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]] = {}
+    if cluster:
+        labels: dict[str, str] = {}
+        for u in units.values():
+            labels.update(item_clusters(u.items, cluster))
+        signals["cluster"] = signals["item_id"].map(labels).fillna(signals["item_id"]).astype(object)
+    plans = plan_units(signals, comparisons_of(spec), spec.bootstrap.seed, clustered=bool(cluster))
     with warnings.catch_warnings(record=True) as undefined:
         warnings.simplefilter("always", UndefinedMetricWarning)
-        for (mname, dname, aid), u in tqdm(units.items(), desc="bootstrap", unit="unit", leave=False):
-            a = u.answer_set
-            ctxs = a.scoring_contexts(spec.scoring.contexts)
-            for policy, refusal in itertools.product(spec.parsing.policies, _refusals(spec, a)):
-                for rule in a.analysis_rules(spec.correctness.rules):
-                    sig, dropped = signal_table(u.graded, u.tokens, ctxs, aggregations=spec.scoring.aggregations,
-                                                policy=policy, rule=rule, verbalized=a.verbalized_source() != "none",
-                                                refusal=refusal, items=u.items,
-                                                chance_seed=spec.parsing.chance_seed, chance_run=aid)
-                    group = {"answer_set": aid, "parse_policy": policy, "refusal": refusal, "rule": rule}
-                    settings_rows.append(_settings_row(mname, dname, u.graded, sig, dropped, group))
-                    if sig.empty:
-                        continue
-                    sig_frames.append(sig.assign(setting=f"{mname}/{dname}", model=mname, dataset=dname, **group))
-                    out = setting_tables(sig, model=mname, dataset=dname, metrics=spec.metrics.names,
-                                         n_bins=spec.metrics.ece_bins, n_resamples=spec.bootstrap.resamples,
-                                         base_seed=spec.bootstrap.seed, level=spec.bootstrap.level,
-                                         use_ray=spec.execution.bootstrap_backend == "ray_data",
-                                         num_workers=spec.execution.bootstrap_workers,
-                                         pairs=shift_pairs(ctxs, spec.scoring.aggregations),
-                                         clusters=item_clusters(u.items, cluster) if cluster else None,
-                                         cluster_col=cluster)
-                    for df, acc in zip(out[:3], (mets, gaps, shifts), strict=True):
-                        if len(df):
-                            acc.append(_with_group(df, group))
-                    if refusal == spec.parsing.refusal[0]:
-                        groups.setdefault((aid, policy, rule), {})[f"{mname}/{dname}"] = (out[3],
-                                                                                         list(out[3].signal_names))
+        results = bootstrap_units(plans, list(spec.metrics.names), spec.bootstrap.resamples,
+                                  n_bins=spec.metrics.ece_bins,
+                                  use_ray=spec.execution.bootstrap_backend == "ray_data" and bool(plans),
+                                  num_workers=spec.execution.bootstrap_workers)
     _log_undefined(undefined)
-    cat = lambda frames: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()  # noqa: E731
-    return Evaluation(cat(mets), cat(gaps), cat(shifts), pd.DataFrame(settings_rows), sig_frames, groups)
+    est = estimates(plans, results, spec.bootstrap.level)
+    if cluster:  # the tables say the intervals are clustered, on which field, over how many clusters
+        from confgrid.flows.analyze_groups import with_cluster_columns
+
+        n_cl = {u.name: int(pd.unique(u.groups).size) for u in plans if u.groups is not None}
+        est.metrics, est.gaps, est.shifts = (with_cluster_columns(df, cluster, n_cl)
+                                             for df in (est.metrics, est.gaps, est.shifts))
+    return Evaluation(est.metrics, est.gaps, est.shifts, _settings_rows(spec, units, signals),
+                      dropped_table(plans, signals), signals, plans, results)
+
+
+def dropped_table(plans: list, signals: pd.DataFrame) -> pd.DataFrame:
+    """``results/dropped``: per unit and signal, rows by status (``ok`` included), and ``left_out_by_alignment``:
+    usable rows left out because an aligned signal of the same answer had no usable value there."""
+    cols = [*UNIT_COLUMNS, "signal", "status", "n"]
+    if signals.empty:
+        return pd.DataFrame(columns=cols)
+    counts = signals.groupby([*UNIT_COLUMNS, "signal", "status"], sort=False).size().rename("n").reset_index()
+    extra = [{**u.labels, "signal": s, "status": "left_out_by_alignment", "n": n}
+             for u in plans for s, n in u.left_out.items() if n]
+    return pd.concat([counts, pd.DataFrame(extra, columns=cols)], ignore_index=True)[cols]
+
+
+#: The protocol columns of a method signal shown beside its metrics (results/methods).
+METHOD_PROTOCOL = ("template", "k", "temperature", "top_p", "top_k", "seed", "merge", "renormalize")
+
+
+def methods_view(spec: GridSpec, ev: Evaluation) -> pd.DataFrame:
+    """``results/methods``: the metrics of every confidence-method signal of the main answer set under the first
+    parse and refusal policies, with the method's protocol (a view of ``results/metrics``; the paired gaps
+    against verbalized are in ``results/gaps``, the rows left out by status in ``results/dropped``)."""
+    m = ev.metrics
+    if m.empty:
+        return pd.DataFrame()
+    keep = (~m["kind"].isin(["verbalized", "token"]) & (m["answer_set"] == "main")
+            & (m["parse_policy"] == spec.parsing.policies[0]) & (m["refusal"] == spec.parsing.refusal[0]))
+    view = m[keep]
+    if view.empty:
+        return pd.DataFrame()
+    proto = ev.signals.drop_duplicates([*UNIT_COLUMNS, "signal"])[[*UNIT_COLUMNS, "signal", *METHOD_PROTOCOL]]
+    return view.merge(proto, on=[*UNIT_COLUMNS, "signal"], how="left").reset_index(drop=True)

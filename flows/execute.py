@@ -149,6 +149,7 @@ class Executor:
         self._reused_by_stage: dict[str, list[int]] = {}
         self._said: dict[str, float] = {}
         self._bar: Any = None
+        self._bounds: dict[str, int] = {}  # generate key -> requests its later shards may add (the bar counts them)
         self._plan: GridPlan | None = None
         self._invocation: dict[str, Any] | None = None
 
@@ -254,9 +255,15 @@ class Executor:
                 rec = self.store.begin(sh.stage, sh.label, sh.key)
                 todo += self._fail([sh], [rec], self._dead_reason[sh.model])
             else:
+                counted = [u for u in sh.upstream if u in self._bounds]
+                if counted:  # counted within its generate shard's bound: take it out of the bound
+                    self._bounds[counted[0]] -= len(sh.rows)
+                    self._bar.total -= len(sh.rows)
                 heapq.heappush(self._queues[sh.model], (_STAGE_RANK[sh.stage], next(self._seq), sh))
                 self._queued[sh.key] = [sh]
-                self._bar.total += len(sh.rows)
+                bound = self._plan.downstream_bound(sh)  # its later shards, counted now: the total never grows
+                self._bounds[sh.key] = bound
+                self._bar.total += len(sh.rows) + bound
                 self._bar.refresh()
 
     def _has_work(self) -> bool:
@@ -582,6 +589,15 @@ class Executor:
             log.warning("shard(s) %s went through the restart of %s (restarts recorded per shard)",
                         ", ".join(s.label for s in f.shards[:5]) + (" ..." if len(f.shards) > 5 else ""), rep.name)
         self._submit(new)
+        self._settle_bounds(f.shards)
+
+    def _settle_bounds(self, shards: list[ShardRequest]) -> None:
+        """Take the unused part of finished (or failed) generate shards' bounds off the bar's total."""
+        for sh in shards:
+            left = self._bounds.pop(sh.key, 0)
+            if left:
+                self._bar.total -= left
+                self._bar.refresh()
 
     def _replica_died(self, rep: Replica, err: str) -> None:
         pool = self.pools.get(rep.model)
@@ -610,6 +626,7 @@ class Executor:
                     r.extra["traceback"] = tb if first is None else f"see shard {first}"
                     first = first or f"{s.stage}/{s.label}"
                 self.store.fail(r, error)
+                self._settle_bounds([s])
                 self.failed.append({"stage": s.stage, "setting": s.label, "key": s.key, "error": r.error})
                 log.error("shard %s %s failed: %s", s.stage, s.label, r.error)
                 self._track(s, r)

@@ -27,20 +27,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from confgrid.analysis.bootstrap import setting_seed
 from confgrid.flows.plan import GridPlan, ShardRequest
 from confgrid.flows.spec import GridSpec, MethodSpec
 from confgrid.flows.stages import grade_answers, relabel
 from confgrid.protocols.correctness import agreement_key
 
-__all__ = ["MethodTables", "method_tables", "evaluate_methods", "rated_confidence", "ratings_of_supplied_answers",
+__all__ = ["MethodTables", "method_tables", "rated_confidence", "ratings_of_supplied_answers",
            "METHOD_SIGNAL_COLUMNS"]
 
 log = logging.getLogger("confgrid")
@@ -300,53 +298,3 @@ def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Sh
     tables.hidden = pd.concat(out["hidden"], ignore_index=True) if out["hidden"] else pd.DataFrame()
     tables.costs = pd.concat(out["costs"], ignore_index=True) if out["costs"] else pd.DataFrame()
     return tables
-
-
-def evaluate_methods(spec: GridSpec, signals: pd.DataFrame) -> pd.DataFrame:
-    """Metrics of every method signal per (model, dataset), with paired-bootstrap intervals over its own rows.
-
-    A method signal is evaluated on the items where it has a confidence
-    (status ``ok``, or ``target_absent``: a recorded 0) and the rated answer
-    has a correctness label; the rows left out are counted by status in
-    ``dropped``. The bootstrap seed is ``setting_seed(model, dataset + "/" +
-    signal, bootstrap.seed)``.
-
-    Returns
-    -------
-    DataFrame
-        Columns setting, model, dataset, method, kind, signal, rated, rule,
-        metric, point, lo, hi, n, dropped, and the method's protocol
-        (template, k, temperature, top_p, top_k, seed, merge, renormalize).
-    """
-    from confgrid.flows.bootstrap_ray import bootstrap_one
-
-    rows = []
-    if signals.empty:
-        return pd.DataFrame()
-    for (model, dataset, signal), g in signals.groupby(["model", "dataset", "signal"], sort=False):
-        usable = g["confidence"].notna() & g["correct"].notna()
-        reasons = (g.loc[g["confidence"].isna(), "status"].tolist()
-                   + ["rated_answer_ungraded"] * int((g["confidence"].notna() & g["correct"].isna()).sum()))
-        dropped = "; ".join(f"{k}={v}" for k, v in sorted(Counter(reasons).items()))
-        first = g.iloc[0]
-        base = {"setting": f"{model}/{dataset}", "model": model, "dataset": dataset, "method": first["method"],
-                "kind": first["kind"], "signal": signal, "rated": first["rated"], "rule": first["rule"]}
-        proto = {k: first[k] for k in ("template", "k", "temperature", "top_p", "top_k", "seed", "merge",
-                                       "renormalize")}
-        u = g[usable]
-        n = len(u)
-        if n == 0:
-            for met in spec.metrics.names:
-                rows.append({**base, "metric": met, "point": np.nan, "lo": np.nan, "hi": np.nan, "n": 0,
-                             "dropped": dropped, **proto})
-            continue
-        conf = u["confidence"].to_numpy(np.float64)[None, :]
-        corr = u["correct"].to_numpy(np.float64)[None, :]
-        res = bootstrap_one(conf, corr, list(spec.metrics.names), n_resamples=spec.bootstrap.resamples,
-                            seed=setting_seed(model, f"{dataset}/{signal}", spec.bootstrap.seed),
-                            n_bins=spec.metrics.ece_bins, signal_names=[signal], use_ray=False)
-        lo, hi = res.interval(spec.bootstrap.level)
-        for j, met in enumerate(spec.metrics.names):
-            rows.append({**base, "metric": met, "point": float(res.point[0, j]), "lo": float(lo[0, j]),
-                         "hi": float(hi[0, j]), "n": n, "dropped": dropped, **proto})
-    return pd.DataFrame(rows)

@@ -58,8 +58,8 @@ def render_markdown(metrics_df, gaps_df, shifts_df, settings_df) -> str:
     if not gaps_df.empty:
         g = gaps_df.assign(gap=[fmt_interval(p, lo, hi) for p, lo, hi in
                                 zip(gaps_df["gap"], gaps_df["lo"], gaps_df["hi"], strict=True)])
-        parts += ["## Gap = metric(verbalized) - metric(token)", "",
-                  to_markdown(g[["setting", "context", "metric", "gap", "excludes_zero", "favours"]]), ""]
+        parts += ["## Paired gap = metric(signal_a) - metric(signal_b) on the items both have", "",
+                  to_markdown(g[["setting", "signal_a", "signal_b", "metric", "gap", "excludes_zero", "favours", "n"]]), ""]
     if not shifts_df.empty:
         s = shifts_df.assign(shift=[fmt_interval(p, lo, hi) for p, lo, hi in
                                     zip(shifts_df["shift"], shifts_df["lo"], shifts_df["hi"], strict=True)])
@@ -78,7 +78,7 @@ def _study_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: E
     try:
         if not ev.metrics.empty and spec.scoring.contexts:  # study 000's tables compare scoring contexts
             primary_refusal = lambda df: df[df["refusal"] == p["refusal"]] if "refusal" in df else df  # noqa: E731
-            out.update(study_tables(ev.groups, (p["answer_set"], p["parse_policy"], p["rule"]),
+            out.update(study_tables(ev.groups(p["refusal"]), (p["answer_set"], p["parse_policy"], p["rule"]),
                                     primary_refusal(ev.metrics), primary_refusal(ev.gaps),
                                     spec.scoring.contexts, spec.scoring.aggregations, spec.metrics.names,
                                     spec.bootstrap.level))
@@ -97,8 +97,9 @@ def _study_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: E
                                  spec.bootstrap.level)
         out["table17_probe"] = tbl
         out["probe_pairs"] = pairs
-    main_frames = {f"{f['model'].iloc[0]}/{f['dataset'].iloc[0]}": f for f in ev.signal_frames
-                   if len(f) and all(f[k].iloc[0] == v for k, v in p.items())}
+    answers = select(ev.analyzed(), p)
+    answers = answers[answers["kind"].isin(["verbalized", "token"])] if len(answers) else answers
+    main_frames = {setting: f for setting, f in answers.groupby("setting", sort=False)} if len(answers) else {}
     if {"bare", "guess_slot"} <= set(spec.scoring.contexts) and main_frames:
         from confgrid.flows.report import transfer_tables
 
@@ -111,8 +112,19 @@ def _study_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: E
     return out
 
 
+def rows_dropped(dropped: pd.DataFrame, unit: dict[str, str]) -> dict[str, int]:
+    """Answers of a unit left out of the metrics, by reason: the first answer signal's rows by status (``ok``
+    excluded) and ``left_out_by_alignment`` (results/dropped)."""
+    d = select(dropped, unit)
+    if d.empty:
+        return {}
+    first = d["signal"].iloc[0] if "verbalized" not in set(d["signal"]) else "verbalized"
+    d = d[(d["signal"] == first) & (d["status"] != "ok")]
+    return {str(k): int(v) for k, v in zip(d["status"], d["n"], strict=True)}
+
+
 def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, str]],
-               units: dict[tuple[str, str, str], Unit], settings_df: pd.DataFrame) -> None:
+               units: dict[tuple[str, str, str], Unit], dropped_df: pd.DataFrame) -> None:
     """The reporting checklist (study 000 Table 5) of every (model, dataset, answer set)."""
     from confgrid.flows.report import write_checklist
     from confgrid.protocols.checklist import build_checklist
@@ -122,11 +134,9 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
     entries = []
     for (mname, dname, aid), u in units.items():
         a, m = u.answer_set, models[mname]
-        st = select(settings_df, {"setting": f"{mname}/{dname}", "answer_set": aid, "parse_policy": p["parse_policy"],
-                                  "refusal": p["refusal"], "rule": spec.correctness.primary})
-        dropped = {}
-        if len(st) and st["dropped"].iloc[0]:
-            dropped = {k: int(v) for k, v in (x.split("=") for x in st["dropped"].iloc[0].split("; "))}
+        dropped = rows_dropped(dropped_df, {"setting": f"{mname}/{dname}", "answer_set": aid,
+                                            "parse_policy": p["parse_policy"], "refusal": p["refusal"],
+                                            "rule": spec.correctness.primary})
         try:
             entries.append(build_checklist(
                 model=f"{mname} ({m.model}, revision {m.revision or 'default'})", dataset=dname,
@@ -210,18 +220,22 @@ def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[t
     from confgrid.analysis.tables import format_table, to_markdown
 
     res = store.root / "results"
-    outputs = {"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings}
+    outputs = {"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings,
+               "dropped": ev.dropped}
     if methods is not None and len(methods):
         outputs["methods"] = methods
     if targets is not None and len(targets):
         outputs["expected_accuracy"] = expected_accuracy_summary(targets)
     outputs.update(_study_tables(spec, units, ev))
     for name, df in outputs.items():
+        if df.columns.empty:  # a view with nothing to show: no file, never a CSV without its header
+            log.debug("results/%s: no columns, not written", name)
+            continue
         write_frame_atomic(df, res / f"{name}.csv")
         write_frame_atomic(df, res / f"{name}.parquet")
         if name.startswith(("table", "transfer", "selection")) and len(df):
             write_text_atomic(to_markdown(format_table(df)), res / f"{name}.md")
-    _checklist(spec, store, provenance, units, ev.settings)
+    _checklist(spec, store, provenance, units, ev.dropped)
     p = primary_group(spec)
     write_text_atomic(json.dumps({**p, "aggregation": spec.scoring.aggregations[0]}), res / "primary.json")
     write_text_atomic(render_markdown(select(ev.metrics, p), select(ev.gaps, p), select(ev.shifts, p),

@@ -488,6 +488,25 @@ class GridPlan:
                 out.append(self._method_shard(method, gen.model, gen.dataset, gen.chunk, rows, (gen.key,)))
         return out
 
+    def downstream_bound(self, gen: ShardRequest) -> int:
+        """An upper bound of the requests that :meth:`on_done` of generate shard ``gen`` can plan: one per item
+        and scoring context, own probe kind, answer-rating method and cross-model probe kind (the answers that do
+        not parse plan none). The progress bar counts it from the start, so its total only shrinks."""
+        if gen.stage != "generate":
+            return 0
+        a = self.set_of[gen.answer_set]
+        per_item = len(a.scoring_contexts(self.spec.scoring.contexts))
+        if a.id == "main" and self.spec.probe.enabled:
+            per_item += len(self.spec.probe.kinds)
+        elif a.verbalized_source() == "probe":
+            per_item += 1
+        if a.id == "main":
+            per_item += sum(1 for m in self.spec.methods
+                            if get_prompt(m.template_id(self.spec.elicitation.prompt)).takes_answer
+                            and gen.model in {x.name for x in self.spec.method_models(m)})
+            per_item += len(self.spec.ca_methods()) * len(self.models)
+        return per_item * len(gen.rows)
+
     def grade(self, shard: ShardRequest, generations: pd.DataFrame) -> pd.DataFrame:
         """Parse and grade one generate shard's answers (pure; every rule of the grid and the probe rule)."""
         a = self.set_of[shard.answer_set]

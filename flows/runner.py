@@ -40,9 +40,10 @@ import yaml
 from confgrid.flows.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
 from confgrid.flows.capability import capability_mlflow_metrics
 from confgrid.flows.assemble import assemble, shard_table
-from confgrid.flows.evaluate import Evaluation, cluster_problems, evaluate
+from confgrid.analysis.signals import to_arrow as signals_arrow
+from confgrid.flows.evaluate import Evaluation, cluster_problems, evaluate, methods_view
 from confgrid.flows.execute import Executor
-from confgrid.flows.methods import evaluate_methods, method_tables
+from confgrid.flows.methods import method_tables
 from confgrid.flows.outputs import grid_params, log_results, write_outputs
 from confgrid.flows.plan import GridPlan, check_items
 from confgrid.flows.ray_session import init_ray
@@ -209,7 +210,7 @@ def _comparison(spec: GridSpec, plan: GridPlan, done, submitted, ev: Evaluation,
     (``ace_rows``, ``ace_candidates``); None without a ``comparison`` section."""
     if not spec.comparison.enabled:
         return None
-    rows = ace_rows(spec, ev.signal_frames, mt.signals)
+    rows = ace_rows(spec, ev.analyzed(), mt.signals)
     ratings = ca_ratings(plan, done, submitted, mt.samples)
     tables["ace_rows"] = store.write_table("ace_rows", [pa.Table.from_pandas(rows, preserve_index=False)])
     if ratings is not None and len(ratings):
@@ -228,7 +229,7 @@ def _calibration(spec: GridSpec, units, ev: Evaluation, mt, store: RunStore) -> 
     from confgrid.flows.calibration_tables import calibration_tables, write_calibration_tables
 
     try:
-        write_calibration_tables(calibration_tables(spec, units, ev.signal_frames, mt.signals), store.root / "results")
+        write_calibration_tables(calibration_tables(spec, units, ev.analyzed(), mt.signals), store.root / "results")
     except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
         log.warning("calibration tables not built: %s: %s", type(exc).__name__, exc)
 
@@ -369,16 +370,14 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         for name, tl in asm.stage_tables.items():
             if name != "signals":
                 tables[name] = store.write_table(name, tl)
-        ev = evaluate(spec, asm.units)
-        if ev.signal_frames:
-            tables["signals"] = store.write_table(
-                "signals", [pa.Table.from_pandas(f, preserve_index=False) for f in ev.signal_frames])
         mt = method_tables(plan, done, ex.submitted)
         for name, df in (("samples", mt.samples), ("method_signals", mt.signals), ("targets", mt.targets),
                          ("next_token", mt.next_token), ("hidden_states", mt.hidden)):
             if len(df):
                 tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])
-        methods_df = evaluate_methods(spec, mt.signals)
+        ev = evaluate(spec, asm.units, mt.signals)
+        tables["signals"] = store.write_table("signals", [signals_arrow(ev.signals)])
+        methods_df = methods_view(spec, ev)
         write_outputs(spec, store, ev, asm.units, ex.provenance, methods=methods_df, targets=mt.targets)
         _calibration(spec, asm.units, ev, mt, store)
         capability = _capability(spec, plan, mt, store)

@@ -28,26 +28,28 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
 
     console = console or Console(width=200)
     res = Path(out_dir) / "results"
-    settings = pd.read_parquet(res / "settings.parquet")
-    metrics = pd.read_parquet(res / "metrics.parquet")
-    gaps = pd.read_parquet(res / "gaps.parquet")
-    shifts = pd.read_parquet(res / "shifts.parquet")
+
+    def read(name: str) -> pd.DataFrame:  # a run writes every table; an analysis has no settings
+        f = res / f"{name}.parquet"
+        return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
+
+    settings, metrics, gaps, shifts = (read(n) for n in ("settings", "metrics", "gaps", "shifts"))
     primary = _primary_group(res)
     settings, metrics, gaps, shifts = (_sel(df, primary) for df in (settings, metrics, gaps, shifts))
     if primary:
         console.print(f"Main protocol: {', '.join(f'{k}={v}' for k, v in primary.items())} "
                       "(other answer sets, parse policies and rules are in results/*.csv)")
     if not settings.empty:
-        console.print(_table(settings[["setting", "items", "parse_rate", "accuracy", "n_analyzed", "dropped"]], "Settings"))
+        cols = [c for c in ("setting", "items", "parse_rate", "accuracy", "n_analyzed", "n_replaced") if c in settings]
+        console.print(_table(settings[cols], "Settings (rows left out, by status: results/dropped.csv)"))
     if not metrics.empty:
         console.print(_table(result_matrix(metrics), "Metrics per setting and signal: point [95% paired bootstrap interval]"))
     if not gaps.empty:
-        col = "gap" if "gap" in gaps.columns else "g"  # run directories written before the rename
-        g = gaps.assign(gap=[_fmt(p, lo, hi) for p, lo, hi in zip(gaps[col], gaps["lo"], gaps["hi"], strict=True)])
-        wide = g.pivot_table(index=["setting", "context"], columns="metric", values="gap", aggfunc="first",
-                             sort=False).reset_index()
-        console.print(_table(wide, "Gap = metric(verbalized) - metric(token): >0 favours token under ECE/AURC, "
-                                   "verbalized under AUROC"))
+        g = gaps.assign(gap=[_fmt(p, lo, hi) for p, lo, hi in zip(gaps["gap"], gaps["lo"], gaps["hi"], strict=True)])
+        wide = g.pivot_table(index=["setting", "signal_a", "signal_b", "n"], columns="metric", values="gap",
+                             aggfunc="first", sort=False).reset_index()
+        console.print(_table(wide, "Paired gap = metric(signal_a) - metric(signal_b) [95% interval] on the n items "
+                                   "both have: >0 favours signal_b under ECE/AURC/Brier, signal_a under AUROC"))
     if not shifts.empty:
         shifts = shifts[shifts["from_aggregation"] == shifts["to_aggregation"]] if "from_aggregation" in shifts else shifts
         s = shifts.assign(shift=[_fmt(p, lo, hi) for p, lo, hi in zip(shifts["shift"], shifts["lo"], shifts["hi"], strict=True)])
@@ -61,8 +63,9 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
                                          zip(methods["point"], methods["lo"], methods["hi"], strict=True)])
             wide = wide.pivot_table(index=["setting", "signal", "rated", "n"], columns="metric", values="value",
                                     aggfunc="first", sort=False).reset_index()
-            console.print(_table(wide, "Confidence methods: point [95% bootstrap interval] over each method's own "
-                                       "rows (n); rated = the answer whose correctness is the target"))
+            console.print(_table(wide, "Confidence methods: point [95% paired bootstrap interval] over each "
+                                       "method's own rows (n); rated = the answer whose correctness is the target; "
+                                       "their gaps against verbalized are in the gap table"))
     from confgrid.flows.show_ace import print_ace
     from confgrid.flows.show_calibration import print_calibration
 

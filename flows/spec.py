@@ -340,6 +340,10 @@ class MetricsSpec(_Spec):
     calibration_extras: tuple[Literal["smece"], ...] = Field(
         (), description="Point metrics of results/calibration.csv beyond accuracy, Brier, gap and ECE: smece "
         "(relplot's smECE; about 0.4 s per small group, so off by default).")
+    pairs: tuple[tuple[str, str], ...] = Field(
+        (), description="Paired gaps beyond every signal against verbalized: [signal_a, signal_b] pairs of signal "
+        "names (verbalized, token_<context>[__<aggregation>], a method id, <id>__majority), each gap = "
+        "metric(signal_a) - metric(signal_b) on the items both have, on the unit's resamples.")
 
     @field_validator("names")
     @classmethod
@@ -452,11 +456,37 @@ class GridSpec(_Spec):
                                      "(add an entry of the same model with backend: transformers and list it in "
                                      "this method's models)")
         self._check_comparison(names)
+        self._check_pairs()
         check_capability(self.capability, self.methods)
         why = probe_prompt_problem(self.elicitation, self.answer_sets, self.probe.enabled)
         if why:
             raise ValueError(why)
         return self
+
+    def signal_names(self) -> list[str]:
+        """Every signal a run of this grid can produce: verbalized, the token score of each scoring context and
+        aggregation (of every answer set's contexts), each method's signal(s)."""
+        from confgrid.flows.stages import token_signal
+
+        prim = self.scoring.aggregations[0]
+        contexts = dict.fromkeys(c for a in self.all_answer_sets() for c in a.scoring_contexts(self.scoring.contexts))
+        out = ["verbalized"] + [token_signal(c, agg, prim) for c in contexts for agg in self.scoring.aggregations]
+        for m in self.methods:
+            if m.kind in ("expected_accuracy", "hidden_states"):
+                continue
+            out.append(m.id)
+            if m.kind == "self_consistency":
+                out.append(f"{m.id}__majority")
+        return out
+
+    def _check_pairs(self) -> None:
+        known = self.signal_names()
+        for i, pair in enumerate(self.metrics.pairs):
+            bad = [n for n in pair if n not in known]
+            if bad:
+                raise ValueError(f"metrics.pairs[{i}]: unknown signal(s) {bad}; allowed: {', '.join(known)}")
+            if pair[0] == pair[1]:
+                raise ValueError(f"metrics.pairs[{i}]: a signal against itself ({pair[0]!r})")
 
     def _check_comparison(self, names: list[str]) -> None:
         c = self.comparison

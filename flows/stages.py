@@ -26,14 +26,13 @@ __all__ = [
     "grade_answers",
     "score_requests",
     "aggregate_scores",
-    "signal_table",
     "token_signal",
     "context_user_text",
 ]
 
 
 #: Refusal policies (study 003 section 3.2): ``drop`` leaves unparsed rows out (counted), ``chance`` scores them
-#: as a seeded random letter with confidence 1/k (``signal_table``).
+#: as a seeded random letter with confidence 1/k (flows/signals.py ``answer_rows``).
 REFUSAL_POLICIES = ("drop", "chance")
 
 
@@ -178,123 +177,3 @@ def aggregate_scores(scores: pd.DataFrame, aggregations: tuple[str, ...] | str) 
     out["token_score"] = out[f"token_score__{aggs[0]}"]
     out["aggregation"] = aggs[0]
     return out
-
-
-def signal_table(
-    graded: pd.DataFrame,
-    tokens: pd.DataFrame,
-    contexts: tuple[str, ...],
-    *,
-    aggregations: tuple[str, ...] = ("geometric_mean",),
-    policy: str = "label_or_fallback",
-    rule: str | None = None,
-    verbalized: bool = True,
-    refusal: str = "drop",
-    items: list[Item] | None = None,
-    chance_seed: int = 0,
-    chance_run: str = "",
-) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Long table of (item_id, signal, confidence, correct) on the instance-aligned rows.
-
-    A row enters the metrics only if, under the parse ``policy``, it parsed
-    (answer and, when ``verbalized``, a verbalized score), has a label under
-    ``rule`` and a finite token score in every context and aggregation; so every
-    signal of a unit is evaluated on the same answers (the alignment rule, study
-    000 section 3.1).
-
-    Refusal policy (study 003 section 3.2): ``drop`` leaves every row that
-    did not parse out (counted by status); ``chance`` keeps the rows of items
-    with options (``items``) whose parse failed, scored as a seeded uniformly
-    random letter (:func:`confgrid.protocols.json_output.chance_answer`,
-    seeded by ``chance_seed``, the item and ``chance_run``: each run draws its own) with confidence ``1/k`` in every
-    signal (the verbalized one and each token score), so a model cannot
-    improve its score by refusing; such rows have ``replaced = True``. Items
-    without options cannot be replaced and are dropped as under ``drop``.
-
-    Returns
-    -------
-    table : DataFrame
-        Columns item_id, signal, context, aggregation, confidence, correct, replaced.
-    dropped : dict
-        Rows left out, by reason (``parse:<status>``, ``rule:<rule>:undefined``,
-        ``token_score_missing``).
-    """
-    from confgrid.protocols.parsing import ParseResult, apply_parse_policy
-
-    if refusal not in REFUSAL_POLICIES:
-        raise ValueError(f"refusal={refusal!r}; allowed: {list(REFUSAL_POLICIES)}")
-    columns = ["item_id", "signal", "context", "aggregation", "confidence", "correct", "replaced"]
-    dropped: dict[str, int] = {}
-    g = graded.set_index("item_id")
-    if g.empty:
-        return pd.DataFrame(columns=columns), dropped
-    status = []
-    for ans, verb, st, fb in zip(g["answer"], g["verbalized"], g["parse_status"], g["used_fallback"], strict=True):
-        r = apply_parse_policy(ParseResult(ans if isinstance(ans, str) else None,
-                                           None if pd.isna(verb) else float(verb), st, bool(fb)), policy)
-        if not verbalized and r.answer is not None and r.answer.strip():
-            status.append("ok")
-        else:
-            status.append(r.status)
-    status = pd.Series(status, index=g.index)
-    corr_col = f"correct_{rule}" if rule else "correct"
-    chance = pd.Series(np.nan, index=g.index)  # 1/k of a replaced row
-    if refusal == "chance":
-        g, chance = _chance_rows(g, status, items or [], corr_col, rule, chance_seed, chance_run)
-        status = status.where(chance.isna(), "ok")
-    ok = status == "ok"
-    for st, cnt in status[~ok].value_counts().items():
-        dropped[f"parse:{st}"] = int(cnt)
-    labelled = g[corr_col].notna()
-    if (ok & ~labelled).sum():
-        dropped[f"rule:{rule}:undefined"] = int((ok & ~labelled).sum())
-    keep = g.index[ok & labelled]
-    wide = {}
-    primary = aggregations[0]
-    for ctx in contexts:
-        t = tokens[tokens["context_id"] == ctx].set_index("item_id") if len(tokens) else pd.DataFrame()
-        for agg in aggregations:
-            col = f"token_score__{agg}"
-            v = (t[col] if col in t else pd.Series(dtype=float)).reindex(keep).astype(float)
-            wide[(ctx, agg)] = v.where(chance.reindex(keep).isna(), chance.reindex(keep))
-    finite = np.ones(len(keep), dtype=bool)
-    for v in wide.values():
-        finite &= np.isfinite(v.to_numpy(dtype=float, na_value=np.nan))
-    if (~finite).sum():
-        dropped["token_score_missing"] = int((~finite).sum())
-    keep = keep[finite]
-    corr = g.loc[keep, corr_col].to_numpy(dtype=float)
-    replaced = chance.reindex(keep).notna().to_numpy()
-    rows = []
-    if verbalized:
-        verb = g.loc[keep, "verbalized"].to_numpy(dtype=float, na_value=np.nan)
-        rows.append(pd.DataFrame({"item_id": keep, "signal": "verbalized", "context": "", "aggregation": "",
-                                  "confidence": verb, "correct": corr, "replaced": replaced}))
-    for (ctx, agg), v in wide.items():
-        rows.append(pd.DataFrame({"item_id": keep, "signal": token_signal(ctx, agg, primary), "context": ctx,
-                                  "aggregation": agg, "confidence": v.reindex(keep).to_numpy(dtype=float),
-                                  "correct": corr, "replaced": replaced}))
-    return (pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=columns)), dropped
-
-
-def _chance_rows(g: pd.DataFrame, status: pd.Series, items: list[Item], corr_col: str, rule: str | None,
-                 seed: int, run: str) -> tuple[pd.DataFrame, pd.Series]:
-    """Rows of ``g`` (indexed by item_id) whose parse failed, answered by chance: letter, 1/k, its correctness."""
-    from confgrid.protocols.json_output import chance_answer
-
-    by_id = {it.item_id: it for it in items}
-    rule_name = rule or (str(g["correct_rule"].iloc[0]) if "correct_rule" in g and len(g) else None)
-    fn = get_rule(rule_name) if rule_name else None
-    g = g.copy()
-    chance = pd.Series(np.nan, index=g.index)
-    for item_id in status.index[status != "ok"]:
-        item = by_id.get(item_id)
-        if item is None or not item.options or fn is None:
-            continue
-        k = len(item.options)
-        letter = chance_answer(seed, item_id, k, run)
-        g.loc[item_id, "answer"] = letter
-        g.loc[item_id, "verbalized"] = 1.0 / k
-        g.loc[item_id, corr_col] = float(fn(letter, item))
-        chance[item_id] = 1.0 / k
-    return g, chance

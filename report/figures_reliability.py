@@ -112,29 +112,40 @@ def _per_setting(sig: pd.DataFrame, tables: RunTables, opts: FigureOptions, titl
     return out
 
 
+def _analyzed(tables: RunTables, answer: bool) -> pd.DataFrame:
+    """The rows of ``tables/signals`` that entered the metrics in the primary group, with ``correct`` = target:
+    the answer's signals (verbalized and token scores) or the confidence methods'."""
+    from confgrid.analysis.signals import analyzed
+
+    sig = tables.get("signals")
+    if sig.empty:
+        return sig
+    sig = select_group(analyzed(sig), tables.primary).rename(columns={"target": "correct"})
+    is_answer = sig["kind"].isin(["verbalized", "token"])
+    return sig[is_answer if answer else ~is_answer].reset_index(drop=True)
+
+
 @register_figure(RELIABILITY_FAMILY, needs=("signals",), title="Reliability diagrams")
 def reliability_figures(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
     """One figure per setting of the primary group: a reliability diagram per signal (verbalized, then the token
     score of each scoring context), titled with ``opts.metric`` and its interval from ``results/metrics``."""
     p = tables.primary
-    sig = select_group(tables.get("signals"), p)
     titles = reliability_titles(select_group(tables.get("metrics"), p), opts.metric)
     what = f"answer set {p.get('answer_set')}, rule {p.get('rule')}, aggregation {p.get('aggregation')}"
-    return _per_setting(sig, tables, opts, titles, "reliability", what)
+    return _per_setting(_analyzed(tables, answer=True), tables, opts, titles, "reliability", what)
 
 
-@register_figure("method_reliability", needs=("method_signals",), title="Reliability diagrams of the confidence "
-                 "methods")
+@register_figure("method_reliability", needs=("signals", "methods"),
+                 title="Reliability diagrams of the confidence methods")
 def method_reliability_figures(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
-    """One figure per setting: a reliability diagram per confidence method signal (``tables/method_signals``,
-    rows with a confidence and a label, each under its method's rule), titled from ``results/methods``."""
-    m = tables.get("method_signals")
-    m = m[m["confidence"].notna() & m["correct"].notna()]
-    sig = pd.DataFrame({"setting": m["model"] + "/" + m["dataset"], "model": m["model"], "dataset": m["dataset"],
-                        "signal": m["signal"] + " (rule " + m["rule"] + ")", "context": "", "aggregation": "",
-                        "confidence": m["confidence"].astype(float), "correct": m["correct"].astype(float)})
-    met = tables.get("methods")
+    """One figure per setting: a reliability diagram per confidence method signal (its rows of the one signal
+    table, each graded under its method's rule, on its own items), titled from ``results/metrics``."""
+    sig = _analyzed(tables, answer=False)
+    if sig.empty:
+        return []
+    sig = sig.assign(signal=sig["signal"] + " (rule " + sig["target_rule"] + ")", context="", aggregation="")
+    met = select_group(tables.get("metrics"), tables.primary)
     if len(met):
-        met = met.assign(signal=met["signal"] + " (rule " + met["rule"] + ")")
+        met = met.assign(signal=met["signal"] + " (rule " + met["target_rule"] + ")")
     return _per_setting(sig, tables, opts, reliability_titles(met, opts.metric), "reliability_methods",
                         "the confidence methods")

@@ -1,6 +1,6 @@
 """The studies' figures, each from the results table that holds its numbers (drawn only when the run wrote it).
 
-* ``gaps``: the gap g = metric(verbalized) - metric(token) per setting in each context, with its interval
+* ``gaps``: the gap g = metric(verbalized) - metric(other signal) per setting for each token context and method, with its interval
   (study 000 Figure 3; ``results/gaps``).
 * ``ablation``: the mean gap along the ablation path (study 000 Table 3; ``results/table3_ablation``).
 * ``probe``: paired differences of stated confidence (study 000 Table 17; ``results/table17_probe``).
@@ -53,7 +53,7 @@ def gaps_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
     if not metrics:
         return []
     settings = list(dict.fromkeys(g["setting"]))
-    contexts = list(dict.fromkeys(g["context"]))
+    contexts = list(dict.fromkeys(gap_intervals(g, metrics[0])["label"]))  # token contexts, then methods
     fig, axes = panels(replace(opts, panel_px=max(opts.panel_px, 28 * len(settings) + 120)), metrics)
     data = []
     for i, (met, ax) in enumerate(axes):
@@ -61,7 +61,7 @@ def gaps_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
         data.append(d.assign(metric=met))
         y0 = {s: k for k, s in enumerate(settings)}
         for j, ctx in enumerate(contexts):
-            dc = d[d["context"] == ctx]
+            dc = d[d["label"] == ctx]
             y = np.array([y0[s] for s in dc["setting"]]) + (j - (len(contexts) - 1) / 2) * 0.8 / max(len(contexts), 1)
             x = dc["gap"].to_numpy(float)
             err = np.vstack([x - dc["lo"].to_numpy(float), dc["hi"].to_numpy(float) - x])
@@ -73,10 +73,10 @@ def gaps_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
         ax.axvline(0, color="grey", linewidth=0.8)
         ax.set_yticks(range(len(settings)), settings if i % 3 == 0 else [""] * len(settings), fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel(f"g = {met}(verbalized) - {met}(token)")
+        ax.set_xlabel(f"g ({met})")
         ax.set_title(met, fontsize=9)
         if i == 0:
-            fig.legend(fontsize=7, title="context", title_fontsize=7, loc="outside right upper")
+            fig.legend(fontsize=7, title="token context / method", title_fontsize=7, loc="outside right upper")
     fig.suptitle("Gap per setting and scoring context with its paired bootstrap interval (filled: excludes 0)",
                  fontsize=10)
     return [Drawn("gaps", fig, "The gap g per setting (rows) in each scoring context (colours), with its paired "

@@ -108,7 +108,8 @@ def _gaps(gaps: pd.DataFrame) -> pd.DataFrame:
     if gaps.empty:
         return gaps
     g = gaps.assign(gap=[fmt_interval(p, lo, hi) for p, lo, hi in zip(gaps["gap"], gaps["lo"], gaps["hi"], strict=True)])
-    return g[[c for c in ("setting", "context", "metric", "gap", "excludes_zero", "favours", "n") if c in g]]
+    return g[[c for c in ("setting", "signal_a", "signal_b", "metric", "gap", "excludes_zero", "favours", "n")
+              if c in g]]
 
 
 def _links(root: Path) -> str:
@@ -162,7 +163,7 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
         ("settings", "Settings", _table(select_group(tables.get("settings"), p), 500, "results/settings.parquet")),
         ("metrics", f"Metrics (point [{level:.0%} paired bootstrap interval])",
          _table(result_matrix(select_group(tables.get("metrics"), p)), 500, "results/metrics.parquet")),
-        ("gaps", "Gap = metric(verbalized) - metric(token)",
+        ("gaps", "Paired gap = metric(signal_a) - metric(signal_b)",
          _table(_gaps(select_group(tables.get("gaps"), p)), 500, "results/gaps.parquet")),
     ]
     study = []

@@ -2,7 +2,7 @@
 
 Two settings, three signals each (verbalized and the token score in two contexts), 40 items; the verbalized
 score never falls in [0.2, 0.5), so its reliability diagram has empty bins. ``metrics`` and ``gaps`` come from
-the run's own code (flows/results.py ``setting_tables``), ``calibration`` from analysis/calibration_summary.py,
+the run's own evaluator (analysis/evaluation.py), ``calibration`` from analysis/calibration_summary.py,
 ``hard_easy_bins`` from analysis/hard_easy.py; the study-000 and ACE tables are small hand-made frames with the
 columns a run writes.
 """
@@ -25,36 +25,40 @@ N = 40
 
 
 def signals_table(seed: int = 0) -> pd.DataFrame:
-    """The long signal table (``tables/signals.parquet``) of the two settings, plus rows of another group."""
+    """The one signal table (``tables/signals.parquet``, analysis/signals.py) of the two settings, plus rows of
+    another group."""
+    from confgrid.analysis.signals import conform
+
     rng = np.random.default_rng(seed)
     frames = []
     for model, dataset in SETTINGS:
         correct = (rng.random(N) < 0.6).astype(float)
         verbal = np.where(rng.random(N) < 0.5, rng.uniform(0.0, 0.2, N), rng.uniform(0.5, 1.0, N)).round(2)
-        sig = {"verbalized": ("", "", verbal),
-               "token_bare": ("bare", "geometric_mean", rng.uniform(0, 1, N)),
-               "token_guess_slot": ("guess_slot", "geometric_mean", np.clip(0.3 + 0.5 * correct + rng.normal(0, .1, N),
-                                                                             0, 1))}
-        for name, (ctx, agg, conf) in sig.items():
+        sig = {"verbalized": ("verbalized", "", "", verbal),
+               "token_bare": ("token", "bare", "geometric_mean", rng.uniform(0, 1, N)),
+               "token_guess_slot": ("token", "guess_slot", "geometric_mean",
+                                    np.clip(0.3 + 0.5 * correct + rng.normal(0, .1, N), 0, 1))}
+        for name, (kind, ctx, agg, conf) in sig.items():
             frames.append(pd.DataFrame({"item_id": [f"{dataset}-{i}" for i in range(N)], "signal": name,
-                                        "context": ctx, "aggregation": agg, "confidence": conf, "correct": correct,
-                                        "replaced": False, "setting": f"{model}/{dataset}", "model": model,
-                                        "dataset": dataset, **GROUP}))
+                                        "kind": kind, "context": ctx, "aggregation": agg, "confidence": conf,
+                                        "target": correct, "replaced": False, "setting": f"{model}/{dataset}",
+                                        "model": model, "dataset": dataset, "align": "answer",
+                                        "target_rule": GROUP["rule"], **GROUP}))
     s = pd.concat(frames, ignore_index=True)
-    other = s.assign(rule="exact_match", confidence=1.0 - s["confidence"])  # another group: never drawn
-    return pd.concat([s, other], ignore_index=True)
+    other = s.assign(rule="exact_match", target_rule="exact_match", confidence=1.0 - s["confidence"])  # never drawn
+    return conform(pd.concat([s, other], ignore_index=True))
 
 
 def _results(signals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from confgrid.flows.results import setting_tables
+    from confgrid.analysis.bootstrap import paired_bootstrap
+    from confgrid.analysis.evaluation import estimates, plan_units
+    from confgrid.flows.evaluate import RUN_COMPARISONS
 
-    mets, gaps = [], []
-    for (model, dataset), sig in signals[signals["rule"] == "containment"].groupby(["model", "dataset"], sort=False):
-        m, g, _, _ = setting_tables(sig, model=model, dataset=dataset, metrics=("ece", "auroc"), n_bins=10,
-                                    n_resamples=50, base_seed=0)
-        mets.append(m.assign(**GROUP))
-        gaps.append(g.assign(**GROUP))
-    return pd.concat(mets, ignore_index=True), pd.concat(gaps, ignore_index=True)
+    plans = plan_units(signals[signals["rule"] == "containment"], RUN_COMPARISONS, base_seed=0)
+    res = [paired_bootstrap(u.confidence, u.target, ["ece", "auroc"], n_resamples=50, seed=u.seed,
+                            signal_names=u.cell_names, masks=u.masks) for u in plans]
+    est = estimates(plans, res)
+    return est.metrics, est.gaps
 
 
 def study_tables() -> dict[str, pd.DataFrame]:
@@ -86,7 +90,7 @@ def calibration_and_bins(signals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFr
     from confgrid.analysis.hard_easy import overconfidence_by_difficulty
 
     by = ["setting", "model", "dataset", "answer_set", "parse_policy", "refusal", "rule", "signal"]
-    rows = signals.assign(n_options=4.0)
+    rows = signals.rename(columns={"target": "correct"}).assign(n_options=4.0)
     calib = calibration_summary(rows, by, (), n_bins=10, with_smece=False)
     bins = []
     for key, g in rows[rows["rule"] == "containment"].groupby(by, sort=False):

@@ -47,7 +47,7 @@ def test_a_model_column_runs_the_comparison_and_keeps_each_models_metrics(tmp_pa
     assert g.loc[("verbalized", "ece", "ia"), "gap"] == pytest.approx(0.0, abs=1e-12)
     assert g.loc[("verbalized", "ece", "ia"), "retention"] == pytest.approx(25 / 40)
     assert {"ace_bootstrap", "ace_reversals", "ace_patterns"} <= set(res)
-    assert (tmp_path / "out" / "ace_gaps.csv").is_file() and (tmp_path / "out" / "ace_gaps.md").is_file()
+    assert (tmp_path / "out" / "results" / "ace_gaps.csv").is_file() and (tmp_path / "out" / "results" / "ace_gaps.md").is_file()
 
 
 def test_candidate_ratings_from_a_file_give_the_ca_view(tmp_path):

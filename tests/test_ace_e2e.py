@@ -66,7 +66,7 @@ def test_every_model_loaded_once_and_every_view_computed(ace_run):
     logged = client.get_run(summary.parent_run_id).data.metrics
     r = gaps[(gaps["view"] == "da") & (gaps["method"] == "p_true") & (gaps["metric"] == "ece")].iloc[0]
     key = f"ace/large_vs_small/{r['dataset']}/p_true/ece/da"
-    assert logged[f"{key}/gap"] == pytest.approx(r["gap"]) and f"{key}/lo" in logged and f"{key}/hi" in logged
+    assert logged[f"{key}/point"] == pytest.approx(r["gap"]) and f"{key}/lo" in logged and f"{key}/hi" in logged
 
 
 def test_every_rater_rates_every_pooled_candidate(ace_run):

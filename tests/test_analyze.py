@@ -51,8 +51,10 @@ def test_hand_checked_metrics_and_gaps(tmp_path):
     out = tmp_path / "out"
     r = invoke(SMALL, "--out", out, *FAST)
     assert r.exit_code == 0, r.output
-    m = pd.read_csv(out / "metrics.csv")
-    assert list(m.columns[:7]) == ["setting", "signal", "metric", "point", "lo", "hi", "n"]
+    m = pd.read_csv(out / "results" / "metrics.csv", keep_default_na=False, na_values=[""])
+    from confgrid.analysis.evaluation import METRIC_COLUMNS
+
+    assert list(m.columns) == METRIC_COLUMNS  # the one results schema, the same as a run's
     assert len(m) == 2 * 2 * 4 and set(m.n) == {8}
     pt = m.set_index(["setting", "signal", "metric"]).point
 
@@ -72,8 +74,10 @@ def test_hand_checked_metrics_and_gaps(tmp_path):
             assert pt[setting, signal, "brier"] == pytest.approx(M.brier(c, y), abs=1e-15)
     assert (m.lo <= m.point + 1e-12).all() and (m.point <= m.hi + 1e-12).all()
 
-    g = pd.read_csv(out / "gaps.csv")
-    assert list(g.columns[:8]) == ["setting", "signal_a", "signal_b", "metric", "gap", "lo", "hi", "excludes_zero"]
+    g = pd.read_csv(out / "results" / "gaps.csv")
+    from confgrid.analysis.evaluation import GAP_COLUMNS
+
+    assert list(g.columns) == GAP_COLUMNS
     assert len(g) == 2 * 2 * 4  # ordered pairs (2 per setting) x metrics
     gi = g.set_index(["setting", "signal_a", "signal_b", "metric"])
     row = gi.loc["m1/d1", "verbalized", "token", "auroc"]
@@ -83,10 +87,10 @@ def test_hand_checked_metrics_and_gaps(tmp_path):
     assert back.gap == -row.gap and back.lo == pytest.approx(-row.hi) and back.hi == pytest.approx(-row.lo)
     assert bool(row.excludes_zero) == bool(row.lo > 0 or row.hi < 0)
 
-    al = pd.read_csv(out / "alignment.csv")
+    al = pd.read_csv(out / "results" / "alignment.csv")
     assert set(al.n_left_out) == {0} and set(al.n_used) == {8}
     for name in ("metrics", "gaps", "alignment"):
-        assert pd.read_parquet(out / f"{name}.parquet").shape[0] == pd.read_csv(out / f"{name}.csv").shape[0]
+        assert pd.read_parquet(out / "results" / f"{name}.parquet").shape[0] == pd.read_csv(out / "results" / f"{name}.csv").shape[0]
 
 
 def test_fixed_seed_gives_identical_files_and_row_order_does_not_matter(tmp_path):
@@ -96,11 +100,11 @@ def test_fixed_seed_gives_identical_files_and_row_order_does_not_matter(tmp_path
     for src, out in zip([SMALL, SMALL, shuffled], outs, strict=True):
         assert invoke(src, "--out", out, *FAST, "--seed", 5).exit_code == 0
     for name in ("metrics.csv", "gaps.csv", "alignment.csv"):
-        ref = (outs[0] / name).read_bytes()
-        assert (outs[1] / name).read_bytes() == ref
-        assert (outs[2] / name).read_bytes() == ref
+        ref = (outs[0] / "results" / name).read_bytes()
+        assert (outs[1] / "results" / name).read_bytes() == ref
+        assert (outs[2] / "results" / name).read_bytes() == ref
     assert invoke(SMALL, "--out", tmp_path / "d", *FAST, "--seed", 6).exit_code == 0
-    assert (tmp_path / "d" / "metrics.csv").read_bytes() != (outs[0] / "metrics.csv").read_bytes()
+    assert (tmp_path / "d" / "results" / "metrics.csv").read_bytes() != (outs[0] / "results" / "metrics.csv").read_bytes()
 
 
 def test_formats_and_column_mapping_give_the_same_numbers(tmp_path):
@@ -118,7 +122,7 @@ def test_formats_and_column_mapping_give_the_same_numbers(tmp_path):
         out = tmp_path / src.suffix[1:]
         r = invoke(src, "--out", out, *FAST, *flags)
         assert r.exit_code == 0, r.output
-        assert (out / "metrics.csv").read_bytes() == (ref_out / "metrics.csv").read_bytes()
+        assert (out / "results" / "metrics.csv").read_bytes() == (ref_out / "results" / "metrics.csv").read_bytes()
     # without the flags: the missing columns are named with the flag to map them and the columns found
     r = invoke(jsonl, "--out", tmp_path / "x", *FAST)
     assert r.exit_code == 2
@@ -130,7 +134,7 @@ def test_metric_choice_and_ece_bins(tmp_path):
     out = tmp_path / "out"
     r = invoke(SMALL, "--out", out, *FAST, "--metrics", "auroc,ece", "--ece-bins", 5)
     assert r.exit_code == 0, r.output
-    m = pd.read_csv(out / "metrics.csv")
+    m = pd.read_csv(out / "results" / "metrics.csv")
     assert list(m.metric.unique()) == ["auroc", "ece"]
     c, y = wide("m2/d1")["verbalized"]
     got = m[(m.setting == "m2/d1") & (m.signal == "verbalized") & (m.metric == "ece")].point.item()
@@ -296,7 +300,7 @@ def test_mlflow_parent_and_child_runs(tmp_path):
     assert child["metrics.verbalized/ece/point"] == pytest.approx(0.225)
     assert parent["params.n_resamples"].item() == B
     # the same vocabulary as a grid run: gaps too, gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}
-    g = pd.read_csv(out / "gaps.csv").set_index(["setting", "signal_a", "signal_b", "metric"])
+    g = pd.read_csv(out / "results" / "gaps.csv").set_index(["setting", "signal_a", "signal_b", "metric"])
     assert child["metrics.gap/token-verbalized/ece/point"] == pytest.approx(g.loc[("m1/d1", "token", "verbalized",
                                                                                    "ece"), "gap"])
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(pid, "results")}
@@ -325,7 +329,7 @@ def test_no_tracking_server_writes_everything_exits_3_and_log_logs_it_later(tmp_
     r = invoke(SMALL, "--out", out, "--bootstrap", B, "--tracking-uri", dead)
     assert r.exit_code == EXIT_TRACKING_FAILED == 3, r.output
     for name in ("metrics", "gaps", "alignment"):
-        assert (out / f"{name}.csv").is_file() and (out / f"{name}.parquet").is_file()
+        assert (out / "results" / f"{name}.csv").is_file() and (out / "results" / f"{name}.parquet").is_file()
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert lines[0] == f"confgrid analyze: MLflow tracking failed ({dead}): no MLflow server answers at {dead} " \
@@ -345,7 +349,7 @@ def test_no_tracking_server_writes_everything_exits_3_and_log_logs_it_later(tmp_
     assert sorted(child) == ["m1/d1", "m2/d1"]
     assert child["m1/d1"].metrics["token/auroc/point"] == 1.0  # by hand, see test_hand_checked_metrics_and_gaps
     assert child["m1/d1"].metrics["verbalized/ece/point"] == pytest.approx(0.225)
-    m = pd.read_csv(out / "metrics.csv").set_index(["setting", "signal", "metric"])
+    m = pd.read_csv(out / "results" / "metrics.csv").set_index(["setting", "signal", "metric"])
     assert child["m2/d1"].metrics["verbalized/brier/hi"] == pytest.approx(m.loc[("m2/d1", "verbalized", "brier"), "hi"])
     assert {a.path for a in client.list_artifacts(parent[0].info.run_id, "results")} >= {"results/metrics.csv"}
     # without --tracking-uri, log goes to the store the analysis was given (still down): exit 3 again
@@ -361,7 +365,7 @@ def test_a_broken_sqlite_store_is_a_visible_failure(tmp_path):
     out = tmp_path / "out"
     r = invoke(SMALL, "--out", out, "--bootstrap", B, "--tracking-uri", f"sqlite:///{bad}")
     assert r.exit_code == 3, r.output
-    assert (out / "metrics.csv").is_file() and (out / "analyze.json").is_file()
+    assert (out / "results" / "metrics.csv").is_file() and (out / "analyze.json").is_file()
     assert f"MLflow tracking failed (sqlite:///{bad}): " in r.stderr and "Traceback" not in r.stderr
     with pytest.warns(AnalyzeWarning, match="MLflow tracking failed"):  # the Python API says it too
         t = analyze(SMALL, tmp_path / "api", n_resamples=20, tracking_uri=f"sqlite:///{bad}")
@@ -376,5 +380,5 @@ def test_ray_path_writes_the_same_files(tmp_path, ray_local):
     r = invoke(SMALL, "--out", b, *FAST, "--ray", "--workers", 2)
     assert r.exit_code == 0, r.output
     for name in ("metrics.csv", "gaps.csv", "alignment.csv"):
-        assert (a / name).read_bytes() == (b / name).read_bytes()
-    assert np.isfinite(pd.read_csv(b / "metrics.csv").lo).all()
+        assert (a / "results" / name).read_bytes() == (b / "results" / name).read_bytes()
+    assert np.isfinite(pd.read_csv(b / "results" / "metrics.csv").lo).all()

@@ -293,7 +293,7 @@ def test_threshold_turns_graded_correctness_into_0_1(tmp_path):
     r = runner.invoke(app, ["analyze", str(p), "--out", str(tmp_path / "hard"), "--bootstrap", "20", "--no-tracking",
                             "--threshold", "0.7"])
     assert r.exit_code == 0, r.output and "thresholded at 0.7" in r.output
-    m = pd.read_csv(tmp_path / "hard" / "metrics.csv").set_index(["signal", "metric"]).point
+    m = pd.read_csv(tmp_path / "hard" / "results" / "metrics.csv").set_index(["signal", "metric"]).point
     tok = df[df.signal == "tok"]
     y = (tok.correct >= 0.7).astype(float).to_numpy()  # 0.7 itself counts as correct
     assert set(y) == {0.0, 1.0}
@@ -390,7 +390,7 @@ def test_settings_in_turn_equal_the_whole_file(tmp_path):
         for name in ("metrics", "gaps", "alignment"):
             pd.testing.assert_frame_equal(out[True][name], out[False][name], check_exact=True)
         for name in ("metrics.csv", "gaps.csv", "alignment.csv"):
-            assert (tmp_path / f"{rg}_True" / name).read_bytes() == (tmp_path / f"{rg}_False" / name).read_bytes()
+            assert (tmp_path / f"{rg}_True" / "results" / name).read_bytes() == (tmp_path / f"{rg}_False" / "results" / name).read_bytes()
 
 
 def test_settings_in_turn_report_the_same_problems(tmp_path):

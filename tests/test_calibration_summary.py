@@ -15,7 +15,7 @@ from confgrid.analysis.calibration_summary import (
     random_baseline_brier,
     runs_summary,
 )
-from confgrid.flows.stages import signal_table
+from confgrid.flows.signals import answer_rows
 from confgrid.protocols.items import Item
 
 
@@ -99,33 +99,44 @@ def _graded() -> tuple[pd.DataFrame, list[Item]]:
     return g, items
 
 
+def _used(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one unit that enter the metrics (usable, on the answer's aligned items)."""
+    from confgrid.analysis.signals import analyzed, conform
+
+    return analyzed(conform(rows, setting="m/d")).rename(columns={"target": "correct"})
+
+
 def test_refusal_drop_and_chance():
     from confgrid.protocols.json_output import chance_answer
 
     g, items = _graded()
     tokens = pd.DataFrame(columns=["item_id", "context_id"])
-    drop, dropped = signal_table(g, tokens, (), rule="mc_letter", refusal="drop", items=items)
+    rows = answer_rows(g, tokens, (), rule="mc_letter", refusal="drop", items=items)
+    drop = _used(rows)
     assert sorted(drop["item_id"]) == ["q0", "q2"]
-    assert dropped == {"parse:refusal": 1, "parse:unparseable": 2}
-    ch, dropped = signal_table(g, tokens, (), rule="mc_letter", refusal="chance", items=items, chance_seed=3)
+    v = rows.set_index("item_id")["status"]
+    assert v.to_dict() == {"q0": "ok", "q1": "refusal", "q2": "ok", "q3": "unparseable", "open": "unparseable"}
+    ch_rows = answer_rows(g, tokens, (), rule="mc_letter", refusal="chance", items=items, chance_seed=3)
+    ch = _used(ch_rows)
     # the two MC refusals are kept at 1/4 with their seeded letters; the open item cannot be replaced
-    assert sorted(ch["item_id"]) == ["q0", "q1", "q2", "q3"] and dropped == {"parse:unparseable": 1}
+    assert sorted(ch["item_id"]) == ["q0", "q1", "q2", "q3"]
+    assert ch_rows.set_index("item_id").loc["open", "status"] == "unparseable"
     rep = ch.set_index("item_id")
     assert rep.loc["q1", "confidence"] == 0.25 and rep.loc["q3", "confidence"] == 0.25 and rep.loc["q1", "replaced"]
     assert not rep.loc["q0", "replaced"] and rep.loc["q0", "confidence"] == 0.9
     for q in ("q1", "q3"):
         assert rep.loc[q, "correct"] == float(chance_answer(3, q, 4) == "B")
     with pytest.raises(ValueError, match="refusal='skip'"):
-        signal_table(g, tokens, (), rule="mc_letter", refusal="skip")
+        answer_rows(g, tokens, (), rule="mc_letter", refusal="skip")
 
 
 def test_chance_fills_token_signals_with_one_over_k():
     g, items = _graded()
     tokens = pd.DataFrame({"item_id": ["q0", "q2"], "context_id": "mc_bare", "token_score__geometric_mean": [0.7, 0.4]})
-    ch, _ = signal_table(g, tokens, ("mc_bare",), rule="mc_letter", refusal="chance", items=items)
+    ch = _used(answer_rows(g, tokens, ("mc_bare",), rule="mc_letter", refusal="chance", items=items))
     tok = ch[ch["signal"] == "token_mc_bare"].set_index("item_id")
     assert tok.loc["q0", "confidence"] == 0.7 and tok.loc["q1", "confidence"] == 0.25
-    drop, dropped = signal_table(g, tokens, ("mc_bare",), rule="mc_letter", items=items)
+    drop = _used(answer_rows(g, tokens, ("mc_bare",), rule="mc_letter", items=items))
     assert sorted(drop["item_id"].unique()) == ["q0", "q2"]
 
 

@@ -218,9 +218,9 @@ def test_analyze_group_col_end_to_end(tmp_path):
     assert r.exit_code == 0, r.output
     assert "300 paired resamples of clusters of 'question' (12 cluster(s) per setting; clustered intervals)" \
         in r.output
-    m = pd.read_csv(out / "metrics.csv")
+    m = pd.read_csv(out / "results" / "metrics.csv")
     assert (m["cluster_col"] == "question").all() and (m["n_clusters"] == 12).all() and (m["n"] == 48).all()
-    g = pd.read_csv(out / "gaps.csv")
+    g = pd.read_csv(out / "results" / "gaps.csv")
     assert (g["cluster_col"] == "question").all() and (g["n_clusters"] == 12).all()
     rec = json.loads((out / "analyze.json").read_text())
     assert rec["params"]["interval"] == "clustered" and rec["params"]["group_col"] == "question"
@@ -313,14 +313,14 @@ def test_analyze_group_col_ray_equals_in_process(tmp_path, ray_local):
     analyze(src, a, **kw)
     analyze(src, b, use_ray=True, num_workers=2, **kw)
     for name in ("metrics.csv", "gaps.csv"):
-        assert (a / name).read_bytes() == (b / name).read_bytes()
+        assert (a / "results" / name).read_bytes() == (b / "results" / name).read_bytes()
     # Parquet settings in turn, one Ray task per setting: the same numbers
     c, d = tmp_path / "c", tmp_path / "d"
     pq_src = _parquet(src, row_group_size=19)
     analyze(pq_src, c, in_turn=True, **kw)
     analyze(pq_src, d, in_turn=True, use_ray=True, num_workers=2, **kw)
     for name in ("metrics.csv", "gaps.csv"):
-        assert (a / name).read_bytes() == (c / name).read_bytes() == (d / name).read_bytes()
+        assert (a / "results" / name).read_bytes() == (c / "results" / name).read_bytes() == (d / "results" / name).read_bytes()
 
 
 def test_what_the_ray_path_ships_gives_the_in_process_numbers():

@@ -68,7 +68,7 @@ def test_reliability_data_equals_the_reliability_diagram_and_ignores_other_group
     prim = sig[sig["rule"] == "containment"]
     assert len(got) == 2 * 3 * 10  # settings x signals x bins: empty bins kept
     for (setting, signal), g in prim.groupby(["setting", "signal"]):
-        ref = reliability_diagram(g["confidence"], g["correct"], n_bins=10)
+        ref = reliability_diagram(g["confidence"], g["target"], n_bins=10)
         mine = got[(got["setting"] == setting) & (got["signal"] == signal)].sort_values("bin")
         np.testing.assert_array_equal(np.r_[mine["bin_lo"], mine["bin_hi"].iloc[-1]], ref.bin_edges)
         np.testing.assert_array_equal(mine["count"], ref.counts)
@@ -114,7 +114,7 @@ def test_gaps_and_hard_easy_data_are_the_tables_rows(run):
     gaps = select_group(t.get("gaps"), t.primary)
     got = drawn["gaps"][0].data
     assert len(got) == len(gaps) and set(got["metric"]) == {"ece", "auroc"}
-    merged = got.merge(gaps, on=["setting", "context", "metric"], suffixes=("", "_t"))
+    merged = got.merge(gaps, on=["setting", "signal_b", "metric"], suffixes=("", "_t"))
     np.testing.assert_array_equal(merged["gap"], merged["gap_t"])
     he = drawn["hard_easy"][0].data
     assert (he["n"] == 0).sum() > 0 and he.loc[he["n"] == 0, "overconfidence"].isna().all()  # empty bins kept
@@ -198,17 +198,22 @@ def test_smooth_curve_option_draws_the_smece_line(run):
     sig = t.get("signals")
     one = sig[(sig["setting"] == "m/qa") & (sig["signal"] == "verbalized") & (sig["rule"] == "containment")]
     # the curve's smECE (relplot's fast estimate) agrees with analysis/estimators.py smece to 2 decimals
-    assert float(label.split("smECE ")[1].rstrip(")")) == pytest.approx(smece(one["confidence"], one["correct"]),
+    assert float(label.split("smECE ")[1].rstrip(")")) == pytest.approx(smece(one["confidence"], one["target"]),
                                                                       abs=0.01)
 
 
-def test_method_reliability_from_the_method_signals_table():
-    ms = pd.DataFrame({"model": "m", "dataset": "d", "signal": "p_true", "rule": "containment",
-                       "confidence": [0.05, 0.1, 0.95, np.nan], "correct": [0.0, 1.0, 1.0, 1.0]})
-    methods = pd.DataFrame({"setting": "m/d", "signal": "p_true", "rule": "containment", "metric": "ece",
+def test_method_reliability_from_the_signal_table():
+    from confgrid.analysis.signals import conform
+
+    ms = conform(pd.DataFrame({"item_id": list("abcd"), "signal": "p_true", "kind": "p_true", "method": "p_true",
+                               "target_rule": "containment", "confidence": [0.05, 0.1, 0.95, np.nan],
+                               "target": [0.0, 1.0, 1.0, 1.0], "status": ["ok", "ok", "ok", "all_absent"]}),
+                 setting="m/d", model="m", dataset="d", answer_set="main", parse_policy="label_or_fallback",
+                 refusal="drop", rule="containment")
+    metrics = pd.DataFrame({"setting": "m/d", "signal": "p_true", "target_rule": "containment", "metric": "ece",
                             "point": [0.3], "lo": [0.1], "hi": [0.5]})
-    t = RunTables.of({"method_signals": ms, "methods": methods}, grid={"metrics": {"ece_bins": 2}})
-    assert [e.family for e in available_figures(t)] == ["method_reliability"]
+    t = RunTables.of({"signals": ms, "methods": metrics, "metrics": metrics}, grid={"metrics": {"ece_bins": 2}})
+    assert [e.family for e in available_figures(t)] == ["reliability", "method_reliability"]
     drawn, failures = draw_figures(t, FigureOptions(width_px=300, height_px=300))
     assert failures == []
     (d,) = drawn["method_reliability"]

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap", "reliability", "transfer",
-            "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data"]
+ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "reliability", "transfer",
+            "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "evaluation"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
 ALLOWED = {
@@ -24,15 +24,19 @@ ALLOWED = {
     "kernels": {"metrics", "estimators"},
     "clusters": set(),
     "resampling": set(),
-    "bootstrap": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling"},
+    "fused": {"metrics", "estimators", "registry", "kernels", "clusters"},
+    "bootstrap": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused"},
     "reliability": {"metrics", "estimators"},
     "transfer": {"metrics"},
-    "compare": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap"},
-    "summary": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap", "compare"},
-    "tables": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap", "compare", "summary"},
+    "compare": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
+    "summary": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "compare"},
+    "tables": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "compare", "summary"},
     "calibration_summary": {"metrics", "estimators"},
-    "hard_easy": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "bootstrap"},
+    "hard_easy": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
     "figure_data": {"metrics", "estimators", "reliability"},
+    "signals": set(),
+    "evaluation": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
+                   "compare", "signals"},
 }
 
 _PROBE = """

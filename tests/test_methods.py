@@ -201,8 +201,24 @@ def test_self_consistency_and_expected_accuracy_tables():
     assert len(t.samples) == 2 * 3 * 4 and {"answer", "correct_containment"} <= set(t.samples.columns)
 
 
+def _evaluate_methods(method_signals: pd.DataFrame):
+    """The one evaluator on the method rows alone (each method on its own items): metrics and dropped counts."""
+    from confgrid.analysis.bootstrap import paired_bootstrap
+    from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
+    from confgrid.analysis.signals import conform
+    from confgrid.flows.evaluate import dropped_table
+    from confgrid.flows.signals import method_rows
+
+    rows = method_rows(method_signals)
+    table = conform(rows.assign(setting=rows["model"] + "/" + rows["dataset"]))
+    plans = plan_units(table, Comparisons(against=None), base_seed=0)
+    res = [paired_bootstrap(u.confidence, u.target, ["ece", "auroc"], n_resamples=20, seed=u.seed,
+                            signal_names=u.cell_names, masks=u.masks) for u in plans]
+    return estimates(plans, res).metrics, dropped_table(plans, table)
+
+
 def test_p_true_and_rating_rate_the_greedy_answer():
-    from confgrid.flows.methods import evaluate_methods, method_tables
+    from confgrid.flows.methods import method_tables
 
     plan, items = _plan_with([{"id": "pt", "kind": "p_true"}, {"id": "rt", "kind": "rating"},
                               {"id": "ptn", "kind": "p_true", "renormalize": True}])
@@ -236,9 +252,10 @@ def test_p_true_and_rating_rate_the_greedy_answer():
     assert sig.loc[("pt", first), "correct"] == 1.0 and sig.loc[("pt", second), "correct"] == 0.0
     assert sig.loc[("pt", second), "status"] == "target_absent" and sig.loc[("pt", second), "confidence"] == 0.0
     assert sig.loc[("rt", first), "confidence"] == pytest.approx(0.8) and sig.loc[("rt", second), "status"] == "missing"
-    m = evaluate_methods(plan.spec, t.signals)
+    m, dropped = _evaluate_methods(t.signals)
     rt = m[(m["signal"] == "rt") & (m["metric"] == "ece")].iloc[0]
-    assert rt["n"] == 1 and rt["dropped"] == "missing=1"
+    assert rt["n"] == 1
+    assert dropped.set_index(["signal", "status"]).loc[("rt", "missing"), "n"] == 1
     pt = m[(m["signal"] == "pt") & (m["metric"] == "ece")].iloc[0]
     assert pt["n"] == 2 and pt["point"] == pytest.approx((abs(0.6 - 1) + abs(0 - 0)) / 2)
     ptn = m[(m["signal"] == "ptn") & (m["metric"] == "ece")].iloc[0]
@@ -260,3 +277,23 @@ def test_p_true_renormalize_defaults_per_kind():
     # by hand: p(A) = .6, p(B) = .2
     assert p_true({"A": 0.6, "B": 0.2}, "A", pt.renormalize).value == pytest.approx(0.6, abs=1e-15)
     assert p_true({"Yes": 0.6, "No": 0.2}, "Yes", cap.renormalize).value == pytest.approx(0.75, abs=1e-15)
+
+
+def test_declared_signal_pairs_are_checked_when_the_grid_loads():
+    """metrics.pairs: paired gaps beyond every signal against verbalized; an unknown name fails before any model
+    runs, naming the signals the grid can produce."""
+    from confgrid.flows.evaluate import comparisons_of
+    from confgrid.flows.spec import GridSpecError, parse_grid
+
+    base = {"models": [{"name": "m", "model": "confgrid-fixture"}],
+            "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 3}],
+            "methods": [{"id": "pt", "kind": "p_true"}, {"id": "sc", "kind": "self_consistency", "k": 3}]}
+    spec = parse_grid({**base, "metrics": {"pairs": [["pt", "sc__majority"], ["token_bare", "pt"]]}})
+    c = comparisons_of(spec)
+    assert c.pairs == (("pt", "sc__majority"), ("token_bare", "pt")) and c.against == "verbalized"
+    assert c.pairs_of(["verbalized", "token_bare", "pt", "sc", "sc__majority"])[-2:] == list(c.pairs)
+    with pytest.raises(GridSpecError, match=r"metrics.pairs\[0\]: unknown signal\(s\) \['p_true'\]; allowed: "
+                                            r"verbalized, token_bare"):
+        parse_grid({**base, "metrics": {"pairs": [["p_true", "sc"]]}})
+    with pytest.raises(GridSpecError, match="a signal against itself"):
+        parse_grid({**base, "metrics": {"pairs": [["pt", "pt"]]}})

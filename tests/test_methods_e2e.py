@@ -61,6 +61,54 @@ def test_every_method_has_its_metrics(run):
     assert (out / "results" / "methods.csv").is_file() and (out / "results" / "expected_accuracy.csv").is_file()
 
 
+def test_every_method_is_paired_with_verbalized_on_the_items_both_have(run):
+    """Issue 20: each method signal has a paired gap against verbalized in results/gaps (on the items both have,
+    one resample stream per unit) and its metric rows in results/metrics, as the token signals do."""
+    from confgrid.analysis.metrics import ece
+    from confgrid.analysis.signals import analyzed
+
+    spec, out, _ = run
+    gaps = pd.read_parquet(out / "results" / "gaps.parquet")
+    metrics = pd.read_parquet(out / "results" / "metrics.parquet")
+    primary = {"answer_set": "main", "parse_policy": spec.parsing.policies[0], "refusal": spec.parsing.refusal[0]}
+    for k, v in primary.items():
+        gaps, metrics = gaps[gaps[k] == v], metrics[metrics[k] == v]
+    methods = {"self_consistency", "self_consistency__majority", "p_true", "p_true_capability", "rating",
+               "verbalized_before"}
+    for setting in ("fixture/triviaqa", "fixture/mmlu"):
+        g = gaps[(gaps["setting"] == setting) & (gaps["signal_a"] == "verbalized")]
+        assert methods <= set(g["signal_b"]), set(g["signal_b"])
+        assert methods <= set(metrics.loc[metrics["setting"] == setting, "signal"])
+    # the P(True) gap's point by hand on the items both signals have
+    sig = analyzed(pd.read_parquet(out / "tables" / "signals.parquet"))
+    unit = sig[(sig["setting"] == "fixture/triviaqa") & (sig["rule"] == spec.correctness.primary)
+               & (sig["parse_policy"] == primary["parse_policy"]) & (sig["refusal"] == primary["refusal"])]
+    v = unit[unit["signal"] == "verbalized"].set_index("item_id")
+    p = unit[unit["signal"] == "p_true"].set_index("item_id")
+    both = v.index.intersection(p.index)
+    assert 0 < len(both) < len(v.index.union(p.index)) or len(both) == len(v)
+    row = gaps[(gaps["setting"] == "fixture/triviaqa") & (gaps["signal_b"] == "p_true") & (gaps["metric"] == "ece")
+               & (gaps["rule"] == spec.correctness.primary)].iloc[0]
+    want = ece(v.loc[both, "confidence"], v.loc[both, "target"]) - ece(p.loc[both, "confidence"],
+                                                                      p.loc[both, "target"])
+    assert row["gap"] == pytest.approx(want, abs=1e-12) and row["n"] == len(both)
+    assert row["lo"] <= row["gap"] + 1e-12 <= row["hi"] + 2e-12
+
+
+def test_analyze_of_the_signal_table_equals_the_run_byte_for_byte(run, tmp_path):
+    """Issue 20: the run's one signal table through `confgrid analyze` gives the run's metrics, gaps and shifts,
+    column for column, byte for byte (same evaluator, same units, same seeds)."""
+    from confgrid.flows.analyze import analyze
+
+    spec, out, _ = run
+    a = tmp_path / "analyzed"
+    analyze(out / "tables" / "signals.parquet", a, metrics=list(spec.metrics.names),
+            n_resamples=spec.bootstrap.resamples, seed=spec.bootstrap.seed, n_bins=spec.metrics.ece_bins,
+            level=spec.bootstrap.level, track=False)
+    for name in ("metrics", "gaps", "shifts"):
+        assert (a / "results" / f"{name}.csv").read_bytes() == (out / "results" / f"{name}.csv").read_bytes(), name
+
+
 def test_the_fixture_answers_the_method_templates_in_their_formats(run):
     _, out, _ = run
     sig = pd.read_parquet(out / "tables" / "method_signals.parquet")

@@ -417,15 +417,17 @@ def test_an_interrupt_while_parsing_propagates(monkeypatch, exc):
 def test_unparsed_number_is_a_drop_reason_of_its_own():
     import pandas as pd
 
-    from confgrid.flows.stages import parse_generations, signal_table
+    from confgrid.analysis.signals import analyzed, conform
+    from confgrid.flows.signals import answer_rows
+    from confgrid.flows.stages import parse_generations
 
     assert "unparsed_number" in STATUSES and "unparsed_number" in DROP_REASONS
     r = parse_output("Guess: Paris\nProbability: 1/2")
     assert drop_reason(r) == drop_reason(r, "label_only") == "unparsed_number"
     gen = pd.DataFrame({"item_id": ["1", "2", "3"], "raw_output": [
         "Guess: Paris\nProbability: 0.8", "Guess: Rome\nProbability: 1e-5", "Guess: Oslo"]})
-    graded = parse_generations(gen, "confidence").assign(correct=1.0)
+    graded = parse_generations(gen, "confidence").assign(correct_containment=1.0)
     assert list(graded["parse_status"]) == ["ok", "unparsed_number", "missing_confidence"]
-    table, dropped = signal_table(graded, pd.DataFrame(), ())
-    assert dropped == {"parse:unparsed_number": 1, "parse:missing_confidence": 1}
-    assert list(table["item_id"]) == ["1"]
+    rows = answer_rows(graded, pd.DataFrame(), (), rule="containment")
+    assert list(rows["status"]) == ["ok", "unparsed_number", "missing_confidence"]  # the status is the reason
+    assert list(analyzed(conform(rows, setting="m/d"))["item_id"]) == ["1"]

@@ -64,7 +64,9 @@ def _artifact_dir() -> Path:
     return d
 
 
-def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_error(report, tmp_path, capsys):
+def _open_in_chromium(path: Path, shot: Path) -> tuple[list[str], list[str], list[int]]:
+    """Load a page in headless Chromium: (console and page errors, requested URLs, each image's natural width);
+    a full-page screenshot goes to ``shot``. Skips without Chromium or Playwright."""
     _wait_for_ci_install()
     if not Path(CHROMIUM).is_file():
         pytest.skip("no Chromium at /usr/bin/chromium (Debian: apt-get install -y chromium)")
@@ -77,12 +79,17 @@ def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_er
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("request", lambda r: requests.append(r.url))
-            page.goto(report.path.as_uri(), wait_until="load")
+            page.goto(path.as_uri(), wait_until="load")
             widths = page.evaluate("[...document.images].map(i => i.complete ? i.naturalWidth : 0)")
-            shot = tmp_path / "report.png"
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
+    return errors, requests, widths
+
+
+def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_error(report, tmp_path, capsys):
+    shot = tmp_path / "report.png"
+    errors, requests, widths = _open_in_chromium(report.path, shot)
     assert errors == []
     assert [u for u in requests if not u.startswith(("data:", "file:"))] == []  # opens offline
     assert len(widths) == len(report.figures.files)
@@ -122,3 +129,31 @@ def test_confgrid_report_cli_exit_status(tmp_path):
     assert sorted(p.name for p in (root / "results" / "figures").glob("*.png")) == [
         "gaps.png", "reliability__m__mc.png", "reliability__m__qa.png"]
 
+
+
+def test_report_of_an_analyze_directory_loads_in_chromium(tmp_path, capsys):
+    """Issue 20: `confgrid analyze` writes the run's results layout, so `confgrid report` (and `show`) work on
+    its directory: the page holds the metrics and gaps, its figures load, nothing is requested online."""
+    from confgrid.flows.cli import app
+    from typer.testing import CliRunner
+
+    src = Path(__file__).resolve().parent / "fixtures" / "analyze_small.csv"
+    out = tmp_path / "analysis"
+    cli = CliRunner()
+    r = cli.invoke(app, ["analyze", str(src), "--out", str(out), "--bootstrap", "200", "--no-tracking",
+                         "--against", "verbalized"])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["show", str(out)])
+    assert r.exit_code == 0 and "Paired gap" in r.output and "token" in r.output, r.output
+    r = cli.invoke(app, ["report", str(out), "--width", "500", "--no-mlflow"])
+    assert r.exit_code == 0, r.output
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "verbalized" in page and "token" in page and "gaps.png" not in page  # figures are embedded
+    shot = tmp_path / "analysis.png"
+    errors, requests, widths = _open_in_chromium(out / "report.html", shot)
+    assert errors == [] and [u for u in requests if not u.startswith(("data:", "file:"))] == []
+    assert widths and all(w == 500 for w in widths)
+    kept = _artifact_dir() / "analyze_report_screenshot.png"
+    shutil.copyfile(shot, kept)
+    with capsys.disabled():
+        print(f"\nanalyze report screenshot: {kept}")

@@ -96,6 +96,38 @@ def test_four_models_run_in_parallel_pools_each_loaded_once(four_gpus, tmp_path)
     assert again.model_calls == 0 and again.computed_shards == 0 and again.model_loads == 0
 
 
+def test_the_progress_total_comes_from_the_plan_and_never_grows(four_gpus, tmp_path, monkeypatch):
+    """Issue 20: the bar's total counts each generate shard's later shards from the start (an upper bound), so
+    it only shrinks as answers that do not parse plan fewer requests, and ends at the requests made."""
+    import confgrid.flows.execute as ex
+    from confgrid.flows.runner import run_grid
+
+    seen: list[tuple[int, int]] = []
+
+    class Bar:  # records (total, n) whenever the executor touches the bar
+        def __init__(self, total=0, **_):
+            self.total, self.n = total, 0
+
+        def refresh(self):
+            seen.append((self.total, self.n))
+
+        def update(self, k):
+            self.n += k
+            seen.append((self.total, self.n))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(ex, "tqdm", Bar)
+    grid = _grid(models=MODELS[:1])
+    summary = run_grid(parse_grid(grid), tmp_path / "run")
+    first = next(i for i, (_, n) in enumerate(seen) if n > 0)  # the plan is queued before any work is done
+    totals = [t for t, _ in seen[first - 1:]]
+    assert all(b <= a for a, b in zip(totals, totals[1:])), totals  # never grows once work has started
+    assert totals[0] == 16 + 16 * 2  # 16 generations + at most 16 answers in each of 2 contexts
+    assert seen[-1] == (summary.model_calls, summary.model_calls)  # it ends at 100%
+
+
 @pytest.mark.slow  # about 30 s on 2 cores (CI budget); the pools' order is also in the schedule benchmark
 def test_max_concurrent_models_one_runs_pools_one_after_another(four_gpus, tmp_path, caplog):
     from confgrid.flows.runner import run_grid

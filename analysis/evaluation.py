@@ -1,0 +1,472 @@
+"""The one evaluator: metrics, paired gaps, shifts and flips of every signal of a unit, on one resample stream.
+
+Pure (numpy and pandas; the resampling runs in analysis/bootstrap.py or,
+spread over a cluster, in flows/bootstrap_ray.py, with the same numbers).
+``confgrid run`` and ``confgrid analyze`` both build :class:`UnitPlan` objects
+(from the signal table of analysis/signals.py, or from the aligned arrays of
+an input file) and turn bootstrap results into tables with :func:`estimates`.
+
+Within a unit (the unit of pairing: a model on a dataset under one answer set,
+parse policy, refusal policy and correctness rule; a setting of ``analyze``)
+every signal is evaluated on its *support*:
+
+* a signal with an empty ``align`` label: the items where it is usable;
+* signals sharing an ``align`` label: the items where every one of them is
+  usable (study 000 section 3.1: the verbalized and token scores of one
+  answer are evaluated on the same answers);
+* a gap between signals ``a`` and ``b``: the items both have (their two
+  supports intersected), so the comparison is instance-aligned.
+
+Each distinct (signal, support) is one *cell*; all cells of a unit are
+evaluated on the same resamples of the unit's items (the union of the
+supports), so every metric, gap, shift and flip comes from one paired
+bootstrap (:func:`confgrid.analysis.bootstrap.paired_bootstrap` with
+``masks``). A unit whose signals all share one support is the aligned
+bootstrap of study 000 Appendix A, value for value.
+
+Gap ``= metric(signal_a) - metric(signal_b)``; shift ``= gap(a, to) -
+gap(a, from)`` on the same resamples; flip and resolved flip follow
+:mod:`confgrid.analysis.compare` (a signed metric compares distances from 0).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .bootstrap import BootstrapResult, interval, n_undefined
+from .compare import better_signal, excludes_zero, flip
+from .registry import get_metric
+from .resampling import setting_seed
+from .signals import UNIT_COLUMNS
+
+__all__ = ["Comparisons", "UnitPlan", "plan_unit", "plan_units", "unit_seed", "unit_name", "unit_names",
+           "token_shift_pairs", "estimates",
+           "Estimates",
+           "METRIC_COLUMNS", "GAP_COLUMNS", "SHIFT_COLUMNS", "SIGNAL_INFO"]
+
+#: Per-signal protocol columns carried into the metrics table (the gap table carries kind, context and
+#: aggregation of both signals).
+SIGNAL_INFO = ("kind", "method", "context", "aggregation", "rated", "target_rule")
+METRIC_COLUMNS = [*UNIT_COLUMNS, "signal", *SIGNAL_INFO, "metric", "point", "lo", "hi", "n", "n_undefined"]
+GAP_COLUMNS = [*UNIT_COLUMNS, "signal_a", "signal_b", "kind_a", "kind_b", "context", "aggregation", "metric", "gap",
+               "lo", "hi", "excludes_zero", "favours", "n", "n_undefined"]
+SHIFT_COLUMNS = [*UNIT_COLUMNS, "signal_a", "from_signal", "to_signal", "from_context", "to_context",
+                 "from_aggregation", "to_aggregation", "metric", "shift", "lo", "hi", "excludes_zero", "flip",
+                 "resolved_flip", "n", "n_undefined"]
+
+
+@dataclass(frozen=True)
+class Comparisons:
+    """Which pairs of signals a unit compares.
+
+    Attributes
+    ----------
+    against : str or None
+        Every signal against this one (``gap = metric(against) - metric(other)``),
+        when the unit has it; ``"verbalized"`` in a run.
+    pairs : tuple of (str, str)
+        Declared pairs ``(signal_a, signal_b)`` (a grid's ``comparisons.pairs``);
+        a pair whose signals the unit lacks is skipped.
+    all_pairs : bool
+        Every ordered pair of the unit's signals (``confgrid analyze``'s default).
+    shifts : tuple of (str, str)
+        ``(from_signal, to_signal)``: the shift of the gap against ``against``
+        from one signal to the other.
+    token_shifts : bool
+        Also the shifts of study 000 among the unit's token signals
+        (:func:`token_shift_pairs`): every pair of scoring contexts under the
+        primary token aggregation, and each other aggregation against the
+        primary one in the same context.
+    """
+
+    against: str | None = "verbalized"
+    pairs: tuple[tuple[str, str], ...] = ()
+    all_pairs: bool = False
+    shifts: tuple[tuple[str, str], ...] = ()
+    token_shifts: bool = False
+
+    def pairs_of(self, signals: Sequence[str]) -> list[tuple[str, str]]:
+        """The ordered pairs ``(a, b)`` compared among ``signals`` (in signal order, without duplicates)."""
+        have = set(signals)
+        out: list[tuple[str, str]] = []
+        if self.all_pairs:
+            out += [(a, b) for a, b in itertools.permutations(signals, 2)]
+        if self.against is not None and self.against in have:
+            out += [(self.against, s) for s in signals if s != self.against]
+        out += [(a, b) for a, b in self.pairs if a in have and b in have and a != b]
+        return list(dict.fromkeys(out))
+
+
+@dataclass
+class UnitPlan:
+    """One unit, ready for the paired bootstrap: cells (signal x support) over the unit's items.
+
+    Attributes
+    ----------
+    labels : dict
+        The unit's values of :data:`~confgrid.analysis.signals.UNIT_COLUMNS`.
+    seed : int
+        Bootstrap seed (:func:`unit_seed`).
+    items : ndarray of shape (n,)
+        Item ids of the resampled items (the union of the cells' supports).
+    groups : ndarray of shape (n,) or None
+        Cluster label of each item (a clustered bootstrap), else None.
+    signals : list of str
+        The unit's signals; signal ``i`` is evaluated on its own support in cell ``i``.
+    info : dict
+        signal -> its protocol (:data:`SIGNAL_INFO`).
+    confidence, target : ndarray of shape (C, n), float64
+        Each cell's values (NaN outside its support).
+    masks : ndarray of shape (C, n), bool
+        Each cell's support.
+    cell_names : list of str
+        ``C`` labels (``signal`` for own cells, ``signal|a&b`` for a pair's).
+    pairs : list of (a, b, cell_a, cell_b)
+        Each compared pair with the cells holding its two signals on their common items.
+    shifts : list of (a, from_signal, to_signal, n)
+        Shifts of the gap against ``a``, with the items both gaps have.
+    cell_n : list of int
+        Items in each cell's support (kept when the arrays are dropped to save memory).
+    n_rows : dict
+        signal -> rows the unit has for it (usable or not).
+    left_out : dict
+        signal -> usable rows left out by the alignment rule (an aligned partner lacks the item).
+    """
+
+    labels: dict[str, str]
+    seed: int
+    items: np.ndarray
+    groups: np.ndarray | None
+    signals: list[str]
+    info: dict[str, dict[str, Any]]
+    confidence: np.ndarray
+    target: np.ndarray
+    masks: np.ndarray
+    cell_names: list[str]
+    pairs: list[tuple[str, str, int, int]] = field(default_factory=list)
+    shifts: list[tuple[str, str, str, int]] = field(default_factory=list)
+    cell_n: list[int] = field(default_factory=list)
+    n_rows: dict[str, int] = field(default_factory=dict)
+    left_out: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """A label of the unit: its non-empty unit values joined by ``|`` (:func:`unit_names` of its rows)."""
+        return unit_name(self.labels[c] for c in UNIT_COLUMNS)
+
+    def n_of(self, cell: int) -> int:
+        """Items in a cell's support."""
+        return int(self.cell_n[cell])
+
+    def drop_arrays(self) -> None:
+        """Free the (C, n) arrays once bootstrapped (the tables need only the counts); keeps the item count."""
+        self.confidence = self.target = np.zeros((len(self.cell_names), 0))
+        self.masks = np.zeros((len(self.cell_names), 0), dtype=bool)
+        self.items, self.groups = np.empty(0, dtype=object), None
+
+
+def unit_name(values) -> str:
+    """The label of a unit from its values of :data:`~confgrid.analysis.signals.UNIT_COLUMNS` (non-empty ones
+    joined by ``|``): ``"m/d|main|label_or_fallback|drop|containment|correct"``; for a setting of ``analyze``
+    input, the setting itself."""
+    return "|".join(str(v) for v in values if v is not None and str(v) != "")
+
+
+def unit_names(df: pd.DataFrame) -> pd.Series:
+    """:func:`unit_name` of every row of a table with the unit columns (missing ones count as empty)."""
+    cols = [c for c in UNIT_COLUMNS if c in df.columns]
+    return pd.Series([unit_name(v) for v in df[cols].itertuples(index=False, name=None)], index=df.index,
+                     dtype=object)
+
+
+def token_shift_pairs(signals: Sequence[str], info: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Study 000's shift pairs among token signals (``kind`` ``token``), read from their protocol columns.
+
+    Contexts and aggregations keep the order in which the signals list them; the first aggregation is the
+    primary one. Returns every pair of contexts under the primary aggregation, then, per context, each other
+    aggregation against the primary one (the pairs of flows/evaluate.py ``shift_pairs``).
+    """
+    tok = {(info[s].get("context", ""), info[s].get("aggregation", "")): s for s in signals
+           if info.get(s, {}).get("kind") == "token"}
+    if not tok:
+        return []
+    contexts = list(dict.fromkeys(c for c, _ in tok))
+    aggs = list(dict.fromkeys(a for _, a in tok))
+    prim = aggs[0]
+    pairs = [(tok[(a, prim)], tok[(b, prim)]) for a, b in itertools.combinations(contexts, 2)
+             if (a, prim) in tok and (b, prim) in tok]
+    pairs += [(tok[(c, prim)], tok[(c, agg)]) for c in contexts for agg in aggs[1:]
+              if (c, prim) in tok and (c, agg) in tok]
+    return pairs
+
+
+def unit_seed(labels: Mapping[str, str], base_seed: int) -> int:
+    """The bootstrap seed of a unit: ``setting_seed(model, dataset, base)`` when both are named, else
+    ``setting_seed(setting, "", base)`` (an ``analyze`` input without a model column): the same derivation in
+    ``run`` and ``analyze``, so the same signal table gives the same draws."""
+    if labels.get("model") and labels.get("dataset"):
+        return setting_seed(labels["model"], labels["dataset"], base_seed)
+    return setting_seed(labels["setting"], "", base_seed)
+
+
+def plan_unit(labels: Mapping[str, str], items: np.ndarray, signals: Sequence[str], confidence: np.ndarray,
+              target: np.ndarray, ok: np.ndarray, align: Sequence[str], info: Mapping[str, Mapping[str, Any]],
+              comparisons: Comparisons, seed: int, groups: np.ndarray | None = None,
+              n_rows: Mapping[str, int] | None = None) -> UnitPlan:
+    """The cells of one unit from its dense signal arrays (pure).
+
+    Parameters
+    ----------
+    labels : mapping
+        The unit's values of :data:`~confgrid.analysis.signals.UNIT_COLUMNS` (missing ones are ``""``).
+    items : ndarray of shape (N,)
+        Every item id the unit has rows for.
+    signals : sequence of str
+        ``S`` signal names (unique).
+    confidence, target : ndarray of shape (S, N), float64
+        Each signal's value per item (NaN where it has none).
+    ok : ndarray of shape (S, N), bool
+        Whether the value is usable (:func:`confgrid.analysis.signals.usable`).
+    align : sequence of str
+        Each signal's ``align`` label (see the module docstring).
+    info : mapping
+        signal -> protocol values (:data:`SIGNAL_INFO`; missing ones ``""``).
+    comparisons : Comparisons
+    seed : int
+        The unit's bootstrap seed (:func:`unit_seed`).
+    groups : ndarray of shape (N,), optional
+        Each item's cluster (a clustered bootstrap).
+    n_rows : mapping, optional
+        signal -> rows the unit has for it (default: non-NaN confidences).
+
+    Returns
+    -------
+    UnitPlan
+
+    Raises
+    ------
+    ValueError
+        Shapes that disagree, or duplicate signal names.
+    """
+    signals = list(signals)
+    S, N = len(signals), len(items)
+    conf = np.asarray(confidence, dtype=np.float64).reshape(S, N)
+    tgt = np.asarray(target, dtype=np.float64).reshape(S, N)
+    ok = np.asarray(ok, dtype=bool).reshape(S, N)
+    if len(set(signals)) != S or len(align) != S:
+        raise ValueError(f"unit {dict(labels)}: signals must be unique with one align label each, got {signals}")
+    own = ok.copy()
+    for label in {a for a in align if a}:
+        members = [i for i, a in enumerate(align) if a == label]
+        common = ok[members].all(axis=0)
+        own[members] = common
+    left = {s: int((ok[i] & ~own[i]).sum()) for i, s in enumerate(signals)}
+    index = {s: i for i, s in enumerate(signals)}
+    pairs = comparisons.pairs_of(signals)
+    cells: list[tuple[int, np.ndarray, str]] = [(i, own[i], signals[i]) for i in range(S)]
+    seen: dict[tuple[int, bytes], int] = {(i, own[i].tobytes()): i for i in range(S)}
+    pair_cells = []
+    for a, b in pairs:
+        ia, ib = index[a], index[b]
+        both = own[ia] & own[ib]
+        cab = []
+        for i in (ia, ib):
+            key = (i, both.tobytes())
+            if key not in seen:
+                seen[key] = len(cells)
+                cells.append((i, both, f"{signals[i]}|{a}&{b}"))
+            cab.append(seen[key])
+        pair_cells.append((a, b, cab[0], cab[1]))
+    used = np.zeros(N, dtype=bool)
+    for _, m, _ in cells:
+        used |= m
+    keep = np.flatnonzero(used)
+    C = len(cells)
+    c_conf = np.full((C, keep.size), np.nan)
+    c_tgt = np.full((C, keep.size), np.nan)
+    c_mask = np.zeros((C, keep.size), dtype=bool)
+    for c, (i, m, _) in enumerate(cells):
+        mk = m[keep]
+        c_mask[c] = mk
+        c_conf[c, mk] = conf[i, keep[mk]]
+        c_tgt[c, mk] = tgt[i, keep[mk]]
+    ag = comparisons.against
+    cell_of = {(a, b): (ca, cb) for a, b, ca, cb in pair_cells}
+    wanted = list(comparisons.shifts) + (token_shift_pairs(signals, info) if comparisons.token_shifts else [])
+    shifts = [(ag, f, t, int((c_mask[cell_of[(ag, f)][0]] & c_mask[cell_of[(ag, t)][0]]).sum()))
+              for f, t in dict.fromkeys(wanted) if ag is not None and (ag, f) in cell_of and (ag, t) in cell_of]
+    return UnitPlan(
+        labels={c: str(labels.get(c, "") or "") for c in UNIT_COLUMNS}, seed=int(seed),
+        items=np.asarray(items, dtype=object)[keep],
+        groups=None if groups is None else np.asarray(groups, dtype=object)[keep],
+        signals=signals, info={s: {k: info.get(s, {}).get(k, "") for k in SIGNAL_INFO} for s in signals},
+        confidence=c_conf, target=c_tgt, masks=c_mask, cell_names=[name for *_, name in cells], pairs=pair_cells,
+        shifts=shifts, n_rows=dict(n_rows) if n_rows is not None else {s: int(np.isfinite(conf[i]).sum())
+                                                                        for i, s in enumerate(signals)},
+        left_out=left, cell_n=[int(m.sum()) for m in c_mask],
+    )
+
+
+def plan_units(signals: pd.DataFrame, comparisons: Comparisons, base_seed: int, clustered: bool = False
+               ) -> list[UnitPlan]:
+    """Every unit of a conformed signal table (analysis/signals.py), in the order units first appear.
+
+    Within a unit, signals keep the order of their first row; items are ordered by first appearance.
+    ``clustered``: resample the ``cluster`` column's clusters (an item must have one cluster).
+
+    Raises
+    ------
+    ValueError
+        An item with two clusters in one unit (naming both).
+    """
+    from .signals import usable
+
+    if signals.empty:
+        return []
+    df = signals.assign(_ok=usable(signals).to_numpy())
+    out = []
+    for key, g in df.groupby(list(UNIT_COLUMNS), sort=False):
+        labels = dict(zip(UNIT_COLUMNS, key, strict=True))
+        names = list(dict.fromkeys(g["signal"]))
+        items = pd.Index(pd.unique(g["item_id"]))
+        S, N = len(names), len(items)
+        si = pd.Index(names).get_indexer(g["signal"])
+        ii = items.get_indexer(g["item_id"])
+        conf = np.full((S, N), np.nan)
+        tgt = np.full((S, N), np.nan)
+        ok = np.zeros((S, N), dtype=bool)
+        conf[si, ii] = g["confidence"].to_numpy(np.float64)
+        tgt[si, ii] = g["target"].to_numpy(np.float64)
+        ok[si, ii] = g["_ok"].to_numpy(bool)
+        first = g.drop_duplicates("signal").set_index("signal")
+        info = {s: {k: _plain(first.at[s, k]) for k in SIGNAL_INFO} for s in names}
+        align = [str(first.at[s, "align"]) for s in names]
+        groups = None
+        if clustered:
+            per_item = g.drop_duplicates(["item_id", "cluster"])
+            twice = per_item["item_id"].duplicated(keep=False)
+            if twice.any():
+                bad = per_item[twice].iloc[:2]
+                raise ValueError(f"unit {labels['setting']!r}: item {bad['item_id'].iloc[0]!r} is in clusters "
+                                 f"{bad['cluster'].iloc[0]!r} and {bad['cluster'].iloc[1]!r}; an item needs one")
+            groups = per_item.set_index("item_id")["cluster"].reindex(items).to_numpy(dtype=object)
+        n_rows = g.groupby("signal", sort=False).size().to_dict()
+        out.append(plan_unit(labels, items.to_numpy(dtype=object), names, conf, tgt, ok, align, info, comparisons,
+                             unit_seed(labels, base_seed), groups, n_rows))
+    return out
+
+
+def _plain(v: Any) -> Any:
+    return "" if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA else v
+
+
+@dataclass
+class Estimates:
+    """The estimates of a set of units: ``metrics``, ``gaps``, ``shifts`` (columns :data:`METRIC_COLUMNS`,
+    :data:`GAP_COLUMNS`, :data:`SHIFT_COLUMNS`)."""
+
+    metrics: pd.DataFrame
+    gaps: pd.DataFrame
+    shifts: pd.DataFrame
+
+
+def _advantage(metric: str, pa_: float, pb: float, ra: np.ndarray, rb: np.ndarray) -> tuple[float, np.ndarray]:
+    """The statistic whose sign says which signal is better (:func:`confgrid.analysis.compare.advantage`)."""
+    if get_metric(metric).signed:
+        return float(abs(pa_) - abs(pb)), np.abs(ra) - np.abs(rb)
+    return float(pa_ - pb), ra - rb
+
+
+def estimates(units: Sequence[UnitPlan], results: Sequence[BootstrapResult], level: float = 0.95) -> Estimates:
+    """Metrics, gaps and shifts (with flips) of every unit from its paired bootstrap (pure).
+
+    Parameters
+    ----------
+    units : sequence of UnitPlan
+    results : sequence of BootstrapResult
+        ``results[u]`` is the bootstrap of ``units[u]``'s cells (``masks`` =
+        ``units[u].masks``), every unit with the same metrics.
+    level : float in (0, 1)
+        Interval level (percentile interval).
+
+    Returns
+    -------
+    Estimates
+        ``n`` is the items of the signal's support (metrics) or the items both
+        signals have (gaps, shifts); ``n_undefined`` the resamples where the
+        value is undefined; ``favours`` the better signal by point estimate
+        (:func:`~confgrid.analysis.compare.better_signal`); a shift's
+        ``flip``: the better signal differs between the two gaps, by point;
+        ``resolved_flip``: a flip where both advantages' intervals exclude 0.
+    """
+    mrows, grows, srows = [], [], []
+    for u, res in zip(units, results, strict=True):
+        lab = u.labels
+        metrics = list(res.metrics)
+        lo, hi = res.interval(level)
+        und = res.n_undefined
+        for s, sig in enumerate(u.signals):
+            n = u.n_of(s)
+            for j, met in enumerate(metrics):
+                mrows.append({**lab, "signal": sig, **u.info[sig], "metric": met, "point": float(res.point[s, j]),
+                              "lo": float(lo[s, j]), "hi": float(hi[s, j]), "n": n, "n_undefined": int(und[s, j])})
+        gap_vals, gap_rows, adv = [], [], {}
+        for a, b, ca, cb in u.pairs:
+            n = u.n_of(ca)
+            for j, met in enumerate(metrics):
+                pa_, pb = res.point[ca, j], res.point[cb, j]
+                gap_vals.append(res.resamples[ca, j] - res.resamples[cb, j])
+                gap_rows.append({**lab, "signal_a": a, "signal_b": b, "kind_a": u.info[a]["kind"],
+                                 "kind_b": u.info[b]["kind"], "context": u.info[b]["context"],
+                                 "aggregation": u.info[b]["aggregation"], "metric": met, "gap": float(pa_ - pb),
+                                 "favours": better_signal(met, pa_, pb, a, b), "n": n})
+                adv[(a, b, j)] = _advantage(met, pa_, pb, res.resamples[ca, j], res.resamples[cb, j])
+        if gap_rows:  # one percentile call over every (pair, metric) row
+            d = np.vstack(gap_vals)
+            glo, ghi = interval(d, level)
+            gu = n_undefined(d)
+            for r, v, w, k in zip(gap_rows, np.atleast_1d(glo), np.atleast_1d(ghi), np.atleast_1d(gu), strict=True):
+                r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)), n_undefined=int(k))
+            grows += gap_rows
+        srows += _shift_rows(u, res, metrics, adv, level)
+    return Estimates(pd.DataFrame(mrows, columns=METRIC_COLUMNS), pd.DataFrame(grows, columns=GAP_COLUMNS),
+                     pd.DataFrame(srows, columns=SHIFT_COLUMNS))
+
+
+def _shift_rows(u: UnitPlan, res: BootstrapResult, metrics: list[str], adv: dict, level: float) -> list[dict]:
+    if not u.shifts:
+        return []
+    cell = {(a, b): (ca, cb) for a, b, ca, cb in u.pairs}
+    rows, diffs, advs = [], [], []
+    for a, f, t, n_both in u.shifts:
+        (fa, fb), (ta, tb) = cell[(a, f)], cell[(a, t)]
+        for j, met in enumerate(metrics):
+            g_from = res.resamples[fa, j] - res.resamples[fb, j]
+            g_to = res.resamples[ta, j] - res.resamples[tb, j]
+            diffs.append(g_to - g_from)
+            p_from = res.point[fa, j] - res.point[fb, j]
+            p_to = res.point[ta, j] - res.point[tb, j]
+            (af, rf), (at, rt) = adv[(a, f, j)], adv[(a, t, j)]
+            advs += [rf, rt]
+            rows.append({**u.labels, "signal_a": a, "from_signal": f, "to_signal": t,
+                         "from_context": u.info[f]["context"], "to_context": u.info[t]["context"],
+                         "from_aggregation": u.info[f]["aggregation"], "to_aggregation": u.info[t]["aggregation"],
+                         "metric": met, "shift": float(p_to - p_from), "flip": flip(af, at),
+                         "_adv": (af, at), "n": n_both})
+    d = np.vstack(diffs)
+    lo, hi = interval(d, level)
+    und = n_undefined(d)
+    alo, ahi = interval(np.vstack(advs), level)
+    alo, ahi = np.atleast_1d(alo), np.atleast_1d(ahi)
+    for i, (r, v, w, k) in enumerate(zip(rows, np.atleast_1d(lo), np.atleast_1d(hi), np.atleast_1d(und),
+                                         strict=True)):
+        af, at = r.pop("_adv")
+        resolved = r["flip"] and excludes_zero(alo[2 * i], ahi[2 * i]) and excludes_zero(alo[2 * i + 1], ahi[2 * i + 1])
+        r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)), resolved_flip=bool(resolved),
+                 n_undefined=int(k))
+    return rows
