@@ -15,7 +15,7 @@ from confgrid.analysis import bootstrap as BS
 from confgrid.analysis.ace import ACEInputError, ACEWarning, ace_tables
 from confgrid.analysis.ace import frame as F
 from confgrid.analysis.ace import views as V
-from confgrid.analysis.metrics import UndefinedMetricWarning, brier, ece
+from confgrid.analysis.metrics import UndefinedMetricWarning, bin_indices, brier, ece
 
 
 def cell_of(conf_a, z_a, conf_b, z_b, a="A", b="B"):
@@ -68,7 +68,7 @@ def test_ece_gap_under_common_overconfidence():
     ca, za = _conditional(8, 8)  # a_A = 0.5
     cb, zb = _conditional(4, 12)  # a_B = 0.25
     for c, z in ((ca, za), (cb, zb)):  # the regime's assumption holds in every non-empty bin
-        b = BS.bin_indices(c)
+        b = bin_indices(c)
         for k in np.unique(b):
             assert c[b == k].mean() > z[b == k].mean()
     gap = V.weighted_ece(ca, za) - V.weighted_ece(cb, zb)

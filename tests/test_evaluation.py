@@ -193,3 +193,30 @@ def test_a_unit_without_any_usable_row_and_a_signal_with_none():
     gap = est.gaps.set_index("signal_b").loc["p_true"]
     assert gap["n"] == 0 and np.isnan(gap["gap"]) and gap["favours"] == "neither"
     assert plan_units(empty(), Comparisons(), 0) == []
+
+
+def test_twenty_units_are_one_ray_data_job(monkeypatch):
+    """Issue 20: the evaluation of a 20-setting grid is one Ray Data job (bootstrap_settings_ray is called once
+    with every unit), and its results are the in-process ones, unit by unit."""
+    import confgrid.flows.bootstrap_ray as BR
+
+    frames = []
+    for i in range(20):
+        t = _table(10 + i, n=12)
+        frames.append(t.assign(setting=f"m{i}/d", model=f"m{i}"))
+    plans = plan_units(pd.concat(frames, ignore_index=True), Comparisons(against="verbalized"), base_seed=1)
+    assert len(plans) == 20
+    calls = []
+
+    def one_job(settings, metrics, n_resamples, n_bins=10, chunk_size=DEFAULT_CHUNK_SIZE, num_workers=None):
+        calls.append(len(settings))
+        return {k: paired_bootstrap(v.confidence, v.correct, metrics, n_resamples=n_resamples, seed=v.seed,
+                                    chunk_size=chunk_size, n_bins=n_bins, signal_names=v.signal_names,
+                                    groups=v.groups, masks=v.masks) for k, v in settings.items()}
+
+    monkeypatch.setattr(BR, "bootstrap_settings_ray", one_job)
+    ray_path = BR.bootstrap_units(plans, ["ece", "auroc"], 30, use_ray=True)
+    local = BR.bootstrap_units(plans, ["ece", "auroc"], 30, use_ray=False)
+    assert calls == [20]
+    for a, b in zip(ray_path, local, strict=True):
+        np.testing.assert_array_equal(a.resamples, b.resamples)

@@ -145,7 +145,7 @@ def test_analyze_and_compare_agree_on_the_same_data(tmp_path):
         assert ag.loc[("token", "verbalized", m), "favours"] == cg.loc[m, "favours"], m
     assert cg.loc["calibration_gap", "point"] == pytest.approx(-0.6)
     assert cg.loc["calibration_gap", "favours"] == cg.loc["overconfidence", "favours"] == "token"
-    assert AN._favours("calibration_gap", -0.5, 0.1, "verbalized", "token") == "token"
+    assert C.better_signal("calibration_gap", -0.5, 0.1, "verbalized", "token") == "token"
 
 
 def test_docstring_examples():
