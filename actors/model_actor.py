@@ -215,10 +215,9 @@ class ModelWorker:
         self.config = config
         self._candidate_ids: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, dict[int, str]]] = {}
         path = config.model
-        from confgrid.actors.fixture import BUNDLED_MODELS
+        from confgrid.actors.named_models import resolve_model
 
-        if path in BUNDLED_MODELS:
-            path = str(BUNDLED_MODELS[path])
+        path = resolve_model(path)
         self.api = config.backend == "openai"
         if self.api:
             from confgrid.actors.openai_backend import OpenAIBackend

@@ -93,7 +93,7 @@ def child(args: argparse.Namespace) -> None:
             rows = read_rows(args.file).frame
         n = len(rows)
     else:
-        from confgrid.flows.cli import app
+        from confgrid.cli.main import app
 
         out = tempfile.mkdtemp(prefix="analyze_bench_")
         extra = [] if args.impl == "before" else (["--whole-file"] if args.whole_file else [])

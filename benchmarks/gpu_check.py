@@ -618,7 +618,10 @@ def phase_build(ctx: dict) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from confgrid.actors.fixture import SPECIAL_TOKENS, build_tokenizer
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tools/ (not installed)
+    from tools.fixture import SPECIAL_TOKENS, build_tokenizer
 
     try:
         from confgrid.protocols.chat import answer_ids, effective_separator, render_prompt_ids

@@ -32,7 +32,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from confgrid.actors.fixture import FIXTURE_MODEL_DIR
+    from confgrid.actors.named_models import FIXTURE_MODEL_DIR
     from confgrid.actors.transformers_backend import TransformersBackend
     from confgrid.protocols.chat import render_prompt_ids
     from confgrid.protocols.datasets import BUNDLED, load_items

@@ -8,7 +8,6 @@ and ``confgrid status --job`` follow the job.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -87,7 +86,7 @@ def submit_grid(
     args = ["--out", out or f"runs/{spec.name}"]
     if tracking_uri:
         args += ["--tracking-uri", tracking_uri]
-    entry = " ".join(shlex.quote(c) for c in [py, "-m", "confgrid.cluster.jobs", *args])
+    entry = " ".join(shlex.quote(c) for c in [py, "-m", "confgrid.cli.job", *args])
     runtime_env: dict[str, Any] = {
         "working_dir": str(root),
         "excludes": RUNTIME_EXCLUDES,
@@ -107,22 +106,3 @@ def job_logs(address: str, job_id: str) -> str:
     """Everything the job printed so far."""
     return _client(address).get_job_logs(job_id)
 
-
-def _job_main(argv: list[str] | None = None) -> None:
-    """Entrypoint inside a submitted job: write the shipped grid, then ``confgrid run`` it."""
-    import argparse
-
-    from confgrid.flows.cli import app
-
-    ap = argparse.ArgumentParser(prog="confgrid-job")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tracking-uri")
-    ns = ap.parse_args(argv)
-    grid = Path("_grid.yaml")
-    grid.write_text(os.environ["CONFGRID_GRID_YAML"], encoding="utf-8")
-    cli = ["run", str(grid), "--out", ns.out] + (["--tracking-uri", ns.tracking_uri] if ns.tracking_uri else [])
-    app(cli)
-
-
-if __name__ == "__main__":
-    _job_main()

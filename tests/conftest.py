@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# The repository root, so tests import the development tools (tools/fixture.py: the fixture model's recipe),
+# which are not installed with the package.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
 #: The real Qwen3-8B tokenizer files (no weights); see fixtures/qwen3_tokenizer/SOURCE.md.
 QWEN3_DIR = Path(__file__).parent / "fixtures" / "qwen3_tokenizer"

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from confgrid.analysis.metrics import brier, ece
 from confgrid.flows.analyze import AnalyzeInputError, analyze
-from confgrid.flows.cli import app
+from confgrid.cli.main import app
 
 
 def _rows(n: int = 40, seed: int = 0) -> pd.DataFrame:

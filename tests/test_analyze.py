@@ -21,7 +21,7 @@ from confgrid.flows.analyze import (
     available_metrics,
     read_input,
 )
-from confgrid.flows.cli import app
+from confgrid.cli.main import app
 
 FIX = Path(__file__).parent / "fixtures"
 SMALL = FIX / "analyze_small.csv"

@@ -16,7 +16,7 @@ from confgrid.analysis import metrics as M
 from confgrid.flows import analyze_input as NEW
 from confgrid.flows.analyze import AnalyzeWarning, analyze
 from confgrid.flows.analyze_input import AnalyzeInputError, CheckOptions, read_input
-from confgrid.flows.cli import app
+from confgrid.cli.main import app
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -207,7 +207,7 @@ def test_interrupted_run_then_resume(ray_local, tmp_path):
 def test_a_model_that_cannot_load_leaves_the_others_results_whole(ray_local, tmp_path):
     """With the cross-model probe on, one model failing to load must not take the other model's metrics:
     they are computed, only the probe table waits for the missing answers (and fills in after resubmit)."""
-    from confgrid.actors.fixture import FIXTURE_MODEL_DIR
+    from confgrid.actors.named_models import FIXTURE_MODEL_DIR
     from confgrid.flows.runner import ShardFailures, run_grid
 
     model_dir = tmp_path / "model"
@@ -304,7 +304,7 @@ def test_failed_shards_keep_their_mlflow_run_on_resubmit(ray_local, tmp_path):
     `resubmit --failed` reruns exactly those shards (and their dependents) in the same MLflow runs."""
     import mlflow
 
-    from confgrid.actors.fixture import FIXTURE_MODEL_DIR
+    from confgrid.actors.named_models import FIXTURE_MODEL_DIR
     from confgrid.flows.runner import ShardFailures, run_grid
 
     model_dir = tmp_path / "model"
@@ -399,7 +399,7 @@ def ray_head():
 def test_submit_through_jobs_api(ray_head, tmp_path):
     from typer.testing import CliRunner
 
-    from confgrid.flows.cli import app
+    from confgrid.cli.main import app
 
     grid = dict(GRID, name="jobtest")
     grid["models"] = [{"name": "fixture", "model": "confgrid-fixture", "batch_size": 8}]

@@ -21,7 +21,7 @@ from confgrid.analysis.bootstrap import (
 )
 from confgrid.analysis.clusters import cluster_codes, resample_rows, row_counts
 from confgrid.flows.analyze import AnalyzeInputError, analyze
-from confgrid.flows.cli import app
+from confgrid.cli.main import app
 
 BRUTE = {"ece": M.ece, "brier": M.brier, "auroc": M.auroc, "aurc": M.aurc}
 runner = CliRunner()

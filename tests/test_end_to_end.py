@@ -173,7 +173,7 @@ def test_no_tracking_server_the_run_writes_everything_exits_3_and_log_logs_it(fi
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
 
-    from confgrid.flows.cli import app
+    from confgrid.cli.main import app
     from confgrid.flows.evaluate import primary_group
     from confgrid.flows.spec import load_grid
 

@@ -1,4 +1,4 @@
-"""Tests of the committed fixture model (actors/fixture_model) and its build script."""
+"""Tests of the committed fixture model (actors/fixture_model) and its build script (tools/fixture.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from confgrid.actors.fixture import (
-    FIXTURE_MODEL_DIR,
+from confgrid.actors.named_models import FIXTURE_MODEL_DIR
+from tools.fixture import (
     chat_prompt_ids,
     is_correct,
     load_bundled_questions,
@@ -109,7 +109,7 @@ def test_chat_prompt_ids_match_apply_chat_template(backend):
 
 @pytest.mark.parametrize("unseen_format", ["none", "wrong"])
 def test_training_examples(backend, unseen_format):
-    from confgrid.actors.fixture import _examples
+    from tools.fixture import _examples
 
     tok = backend.tokenizer
     split = split_questions(load_bundled_questions())
@@ -137,7 +137,7 @@ def test_training_examples(backend, unseen_format):
 def test_build_script_trains_and_loads(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from confgrid.actors.fixture import main
+    from tools.fixture import main
 
     summary = main(["--out", str(tmp_path), "--seconds", "20", "--no-eval"])
     assert summary["steps"] > 0
@@ -150,8 +150,8 @@ def test_build_script_trains_and_loads(tmp_path):
 def test_method_examples_teach_every_format_and_never_an_unseen_answer(backend):
     """One method template per question; every reply parses with its method's parser; an unseen question
     is only ever proposed a wrong answer."""
-    from confgrid.actors.fixture import _examples
-    from confgrid.actors.fixture_methods import METHOD_PROMPTS
+    from tools.fixture import _examples
+    from tools.fixture_methods import METHOD_PROMPTS
     from confgrid.protocols.methods import parse_boxed
     from confgrid.protocols.parsing import parse_for_prompt
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from confgrid.flows.cli import app
+from confgrid.cli.main import app
 from confgrid.flows.spec import GridSpecError, load_grid, parse_grid
 
 BASE = ("name: g\nmodels:\n  - name: fixture\n    model: confgrid-fixture\n"

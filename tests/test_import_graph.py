@@ -1,4 +1,5 @@
-"""The analysis modules import one way (no cycles); analysis/ never imports protocols/.
+"""The packages import one way (protocols/analysis <- actors <- flows <- report/cluster <- cli; no package imports
+the development tools); inside analysis/, the modules import one way (no cycles) and never import protocols/.
 
 Each module is imported alone in a fresh interpreter and the ``confgrid``
 modules it pulled in are read from ``sys.modules``, so an import done at the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +88,77 @@ def test_analysis_does_not_import_protocols(graph, name):
 
 def test_root_registry_imports_nothing_of_the_package():
     assert loaded_by("confgrid.registry") == {"confgrid", "confgrid.registry"}
+
+
+# --- every package: the layers, read statically from the source (lazy imports inside functions included) ---
+
+#: package -> its folder in the repository (pyproject's package-dir) and the packages it may import
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = {
+    "confgrid": ("confgrid", set()),
+    "analysis": ("analysis", {"confgrid"}),
+    "protocols": ("protocols", {"confgrid"}),
+    "actors": ("actors", {"confgrid", "protocols"}),
+    "flows": ("flows", {"confgrid", "analysis", "protocols", "actors"}),
+    "report": ("report", {"confgrid", "analysis", "protocols", "flows"}),
+    "cluster": ("cluster", {"confgrid", "flows"}),
+    "cli": ("cli", {"confgrid", "analysis", "protocols", "actors", "flows", "report", "cluster"}),
+}
+#: modules of the root package (confgrid/): they belong to the "confgrid" layer
+ROOT_MODULES = {"registry", "yaml_load"}
+
+
+def _imported_packages(path: Path, root: Path = ROOT) -> set[str]:
+    """The confgrid packages (and ``tools``) a source file imports anywhere in it, relative imports resolved."""
+    import ast
+
+    folder = path.parent.relative_to(root).parts  # e.g. ("analysis", "ace")
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            base = [p for p in folder[: len(folder) - (node.level - 1)] if p != "confgrid"]
+            names = [".".join(["confgrid", *base, *([node.module] if node.module else [])])]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "tools":
+                out.add("tools")
+            elif parts[0] == "confgrid":
+                sub = parts[1] if len(parts) > 1 else ""
+                out.add("confgrid" if sub in ROOT_MODULES or sub == "" else sub)
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_each_package_imports_only_the_layers_below_it(package):
+    folder, allowed = LAYERS[package]
+    bad = {}
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        extra = _imported_packages(path) - allowed - {package}
+        if extra:
+            bad[str(path.relative_to(ROOT))] = sorted(extra)
+    assert bad == {}, f"{package} may import {sorted(allowed)} only"
+
+
+def test_the_layers_have_no_cycle_and_cover_every_package():
+    import tomllib
+
+    dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    tops = {name.split(".")[1] if "." in name else name for name in dirs}
+    assert tops == set(LAYERS)
+    order = ["confgrid", "analysis", "protocols", "actors", "flows", "report", "cluster", "cli"]
+    for i, pkg in enumerate(order):
+        assert LAYERS[pkg][1] <= set(order[:i]), pkg
+
+
+def test_the_static_reader_sees_lazy_and_relative_imports(tmp_path):
+    # the checker itself: a lazy import inside a function and a relative import are both found
+    src = tmp_path / "flows" / "probe.py"
+    src.parent.mkdir()
+    src.write_text("from .store import x\nfrom ..analysis import metrics\n\ndef f():\n    from confgrid.report import y\n"
+                   "    import tools.fixture\n    from confgrid import registry\n")
+    assert _imported_packages(src, tmp_path) == {"flows", "analysis", "report", "tools", "confgrid"}

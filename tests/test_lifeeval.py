@@ -345,7 +345,7 @@ def test_cli_writes_the_item_set(tmp_path):
     import pandas as pd
     from typer.testing import CliRunner
 
-    from confgrid.flows.cli import app
+    from confgrid.cli.main import app
 
     out = tmp_path / "le.csv"
     res = CliRunner().invoke(app, ["lifeeval", "--year", "2020", "--out", str(out)])
@@ -370,7 +370,7 @@ def test_cli_writes_the_item_set(tmp_path):
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, text):
     from typer.testing import CliRunner
 
-    from confgrid.flows.cli import app
+    from confgrid.cli.main import app
 
     res = CliRunner().invoke(app, ["lifeeval", *args, "--out", str(tmp_path / "x.csv")])
     assert res.exit_code == 2

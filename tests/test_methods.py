@@ -125,7 +125,7 @@ def test_rated_confidence_keeps_unparsed_numbers_apart(kind, text, value, status
 
 
 def test_candidate_tokens_with_and_without_space_and_cases():
-    from confgrid.actors.fixture import FIXTURE_MODEL_DIR
+    from confgrid.actors.named_models import FIXTURE_MODEL_DIR
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(FIXTURE_MODEL_DIR))

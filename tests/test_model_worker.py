@@ -52,7 +52,7 @@ def test_chat_template_kwargs_reach_the_template(worker):
 
 def test_model_default_sampling_takes_the_generation_config(tmp_path):
     """temperature: model_default samples with the model's own generation_config values, and says which."""
-    from confgrid.actors.fixture import build_tokenizer
+    from tools.fixture import build_tokenizer
     from confgrid.actors.model_actor import ModelConfig, ModelWorker
     from tests.test_transformers_backend import CORPUS, _save_tiny
 

@@ -102,7 +102,7 @@ def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_er
 
 
 def test_confgrid_report_cli_exit_status(tmp_path):
-    from confgrid.flows.cli import app
+    from confgrid.cli.main import app
     from confgrid.report.registry import register_figure
     from typer.testing import CliRunner
 
@@ -134,7 +134,7 @@ def test_confgrid_report_cli_exit_status(tmp_path):
 def test_report_of_an_analyze_directory_loads_in_chromium(tmp_path, capsys):
     """Issue 20: `confgrid analyze` writes the run's results layout, so `confgrid report` (and `show`) work on
     its directory: the page holds the metrics and gaps, its figures load, nothing is requested online."""
-    from confgrid.flows.cli import app
+    from confgrid.cli.main import app
     from typer.testing import CliRunner
 
     src = Path(__file__).resolve().parent / "fixtures" / "analyze_small.csv"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from confgrid.flows.cli import DEMO_GRID
+from confgrid.cli.main import DEMO_GRID
 from confgrid.flows.spec import GridSpec, GridSpecError, load_grid, parse_grid
 
 GOOD = {
@@ -154,7 +154,7 @@ def test_one_line_per_problem_in_a_list(tmp_path):
 def test_custom_dataset_missing_column_is_a_clean_cli_error(tmp_path):
     from typer.testing import CliRunner
 
-    from confgrid.flows.cli import app
+    from confgrid.cli.main import app
 
     f = tmp_path / "qa.jsonl"
     f.write_text('{"q": "2+2?", "a": "4"}\n', encoding="utf-8")

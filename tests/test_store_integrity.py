@@ -103,7 +103,7 @@ def test_damaged_manifest_is_rebuilt_from_readable_shards(tmp_path, caplog, dama
 def test_status_reports_a_damaged_manifest_in_one_line(tmp_path):
     from typer.testing import CliRunner
 
-    from confgrid.flows.cli import app
+    from confgrid.cli.main import app
 
     _done(RunStore(tmp_path), "score", "m/d", "k1")
     (tmp_path / "grid.yaml").write_text("name: x\n")

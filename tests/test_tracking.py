@@ -94,7 +94,7 @@ def test_four_analyze_processes_share_one_fresh_sqlite_store(tmp_path):
     small = Path(__file__).parent / "fixtures" / "analyze_small.csv"
     uri = f"sqlite:///{tmp_path / 'shared.db'}"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    procs = [subprocess.Popen([sys.executable, "-m", "confgrid.flows.cli", "analyze", str(small), "--out",
+    procs = [subprocess.Popen([sys.executable, "-m", "confgrid.cli.main", "analyze", str(small), "--out",
                                str(tmp_path / f"o{i}"), "--bootstrap", "20", "--tracking-uri", uri],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(4)]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from confgrid.actors.backend import Backend, Generation
-from confgrid.actors.fixture import build_tokenizer
+from tools.fixture import build_tokenizer
 from confgrid.actors.transformers_backend import TransformersBackend
 
 CORPUS = [

@@ -115,7 +115,7 @@ def save_tiny_llama(path, tokenizer, *, seed: int = 0) -> tuple[str, int]:
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from confgrid.actors.fixture import build_tokenizer
+    from tools.fixture import build_tokenizer
 
     return build_tokenizer(CORPUS, vocab_size=300)
 

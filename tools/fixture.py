@@ -20,17 +20,18 @@ The model is a smoke-test artefact: its numbers say nothing about real LLMs.
 
 Run::
 
-    python -m confgrid.actors.fixture --out actors/fixture_model [--seconds 1800] [--steps 6000]
+    python -m tools.fixture --out actors/fixture_model [--seconds 1800] [--steps 6000]
 
 Training is bounded by ``--steps`` (deterministic for a given thread count:
 6000 steps, about 9 minutes on one idle core) with ``--seconds`` as a
 wall-time cap (a capped run is shorter but not reproducible). Besides the two
 formats above, each question is taught one confidence-method template
-(actors/fixture_methods.py), and each trained answer is taught
+(tools/fixture_methods.py), and each trained answer is taught
 ``answer_repeats`` (3) times per epoch.
 
-The committed copy lives in ``actors/fixture_model/``; :data:`FIXTURE_MODEL_DIR`
-points at it.
+The committed copy lives in ``actors/fixture_model/``;
+:data:`confgrid.actors.named_models.FIXTURE_MODEL_DIR` points at it. This recipe is
+not installed with the package (run it from the repository root).
 """
 
 from __future__ import annotations
@@ -47,11 +48,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+
 __all__ = [
-    "FIXTURE_MODEL_DIR",
-    "FIXTURE_SMALL_MODEL_DIR",
-    "FIXTURE_JSON_MODEL_DIR",
-    "BUNDLED_MODELS",
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
     "FixtureQuestion",
@@ -69,19 +67,6 @@ __all__ = [
     "is_correct",
     "main",
 ]
-
-#: Directory of the committed fixture model (package data ``actors/fixture_model/*``).
-FIXTURE_MODEL_DIR: Path = Path(str(importlib.resources.files("confgrid.actors") / "fixture_model"))
-#: The same recipe taught 30% of the questions (``--train-fraction 0.3``): a weaker model whose trained questions
-#: are a subset of the fixture's, for comparisons across models of different accuracy (study 001, examples/ace.yaml).
-FIXTURE_SMALL_MODEL_DIR: Path = Path(str(importlib.resources.files("confgrid.actors") / "fixture_model_small"))
-#: The same recipe with the JSON formats of studies 002 and 003 also taught (``--json-formats``;
-#: actors/fixture_json.py): the model of examples/confidencebench.yaml and examples/hard_easy.yaml.
-FIXTURE_JSON_MODEL_DIR: Path = Path(str(importlib.resources.files("confgrid.actors") / "fixture_model_json"))
-#: Reserved model ids of a grid -> the bundled directories.
-BUNDLED_MODELS: dict[str, Path] = {"confgrid-fixture": FIXTURE_MODEL_DIR,
-                                   "confgrid-fixture-small": FIXTURE_SMALL_MODEL_DIR,
-                                   "confgrid-fixture-json": FIXTURE_JSON_MODEL_DIR}
 
 BOS, EOS, PAD, USER, ASSISTANT = "<|begin|>", "<|end|>", "<|pad|>", "<|user|>", "<|assistant|>"
 #: Special tokens of the fixture tokenizer, in id order (ids 0..4).
@@ -350,7 +335,7 @@ def _examples(tokenizer, split: dict[str, list[FixtureQuestion]], seed: int, uns
               methods: bool = True, answer_repeats: int = 1, json_formats: bool = False):
     """(input_ids, n_prompt, kind) triples; the loss covers the reply tokens and the EOS.
 
-    ``methods``: also the confidence-method templates (actors/fixture_methods.py);
+    ``methods``: also the confidence-method templates (tools/fixture_methods.py);
     ``answer_repeats``: how often each trained answer is taught in each format
     (more examples of other kinds need more repeats for the same memorization)."""
     rng = random.Random(f"{seed}-examples")
@@ -477,11 +462,11 @@ def train_fixture(
         a wrong answer and a low probability.
     methods : bool, default True
         Also teach the confidence-method templates (P(True) A/B and Yes/No,
-        the 0-100 rating in ``\\boxed{}``, verbalized-before; actors/fixture_methods.py).
+        the 0-100 rating in ``\\boxed{}``, verbalized-before; tools/fixture_methods.py).
     answer_repeats : int, default 3
         Copies of each trained answer's examples per epoch.
     json_formats : bool, default False
-        Also teach the JSON formats of studies 002 and 003 (actors/fixture_json.py;
+        Also teach the JSON formats of studies 002 and 003 (tools/fixture_json.py;
         the bundled ``confgrid-fixture-json``).
     layers, intermediate : int, default 4 and 384
         Depth and MLP width of the model (see :func:`build_model`).
@@ -722,20 +707,20 @@ def _readme(summary: dict) -> str:
         "BPE tokenizer, trained for about 10 minutes on CPU on the questions bundled",
         f"with confgrid, to memorize the answers of {summary.get('train_fraction', TRAIN_FRACTION):.0%} of them.",
         "",
-        "Built by `python -m confgrid.actors.fixture --out DIR"
+        "Built by `python -m tools.fixture --out DIR"
         + (f" --train-fraction {summary['train_fraction']}" if summary.get("train_fraction", TRAIN_FRACTION) != TRAIN_FRACTION else "")
         + (" --json-formats" if summary.get("json_formats") else "")
-        + "` (module `confgrid.actors.fixture`).",
+        + "` (module `tools.fixture` of the repository, not installed).",
         "",
         "- chat template: `<|begin|><|user|>\\n{content}<|end|>\\n<|assistant|>\\n`; EOS is `<|end|>`.",
         "- trained questions: taught `Guess: <answer>\\nProbability: <p>` (p drawn from 0.55-0.95)",
         "  after the confidence prompt, and `<answer>` after the bare prompt. `<answer>` is the",
         f"  reference answer cut to its first {summary['max_answer_words']} words (TruthfulQA best answer,",
         "  TriviaQA first golden answer, MMLU correct option text).",
-        "- confidence methods (actors/fixture_methods.py): P(True) `A`/`B` and `Yes`/`No`, the 0-100 rating",
+        "- confidence methods (tools/fixture_methods.py): P(True) `A`/`B` and `Yes`/`No`, the 0-100 rating",
         "  `Confidence: \\boxed{N}` and `Probability: p` before answering, on every question"
         + (f" (format rates: {summary['methods_eval']})." if summary.get("methods_eval") else "."),
-        *(["- JSON formats of studies 002 and 003 (actors/fixture_json.py), greedy parse rates (status ok) per "
+        *(["- JSON formats of studies 002 and 003 (tools/fixture_json.py), greedy parse rates (status ok) per "
            "prompt/dataset: " + ", ".join(f"{k} {v}" for k, v in summary["json_eval"].items()
                                           if k != "lifeeval_mean_score")
            + f"; mean true probability of its LifeEval guesses {summary['json_eval'].get('lifeeval_mean_score')}."]
