@@ -257,12 +257,13 @@ def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples
             ests: list[_Estimate] = []
             for eid in cap.estimators:
                 m = methods[eid]
-                if m.kind == "self_consistency":
+                role = m.kind_entry.capability
+                if role == "consistency":
                     pool = _rows(samples, model, d.name, eid)
                     for k in cap.consistency_k:
                         v, tok = _consistency(pool, eval_ids, k, m.agreement_rule(spec.correctness.primary))
                         ests.append(_Estimate(f"{eid}_k{k}", eid, "consistency", v, tok))
-                elif m.kind == "hidden_states":
+                elif role == "probe":
                     ests += _probe_estimates(cap, m, _rows(hidden, model, d.name, eid), train_ids, mu_train,
                                              eval_ids, acc["capability_probes"], where)
                 else:
@@ -274,11 +275,10 @@ def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples
                     raw = _by_item(sig, "confidence", eval_ids)
                     rc = _rows(costs, model, d.name, eid)
                     tok = float(pd.to_numeric(rc["generated_tokens"]).mean()) if len(rc) else 1.0
-                    family = "verbalized" if m.kind in ("verbalized_before", "rating") else "p_true"
-                    ests.append(_Estimate(eid, eid, family, raw, tok))
+                    ests.append(_Estimate(eid, eid, role, raw, tok))
                     if cap.isotonic:
                         fit = fit_isotonic(_by_item(sig, "confidence", train_ids), mu_train)
-                        ests.append(_Estimate(f"{eid}+isotonic", eid, family, fit.predict(raw), tok, "train"))
+                        ests.append(_Estimate(f"{eid}+isotonic", eid, role, fit.predict(raw), tok, "train"))
             if cap.leaky_consistency:
                 for k in cap.consistency_k:  # k <= the target's k: checked when the grid loads
                     v, tok = _consistency(tsamp, eval_ids, k, rule)

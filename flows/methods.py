@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -48,6 +48,20 @@ METHOD_SIGNAL_COLUMNS = ["model", "dataset", "method", "kind", "signal", "item_i
                          "top_p", "top_k", "seed", "merge", "renormalize"]
 
 
+class RatedValue(NamedTuple):
+    """One rating read from a method shard's row: the confidence of one item, before it meets its target."""
+
+    item_id: str
+    #: the answer rated (P(True), the rating: the proposed answer shown in the template); None for kinds that rate
+    #: no shown answer
+    rated_answer: str | None
+    #: confidence in [0, 1], or None (with its status)
+    confidence: float | None
+    status: str
+    #: the formula's detail (P(True): the candidates' probability mass), or None
+    detail: Any = None
+
+
 @dataclass
 class MethodTables:
     """Everything the methods of a run produced (empty frames when the grid declares none)."""
@@ -65,17 +79,13 @@ class MethodTables:
 def _protocol(method: MethodSpec, spec: GridSpec, used: dict[str, Any] | None = None) -> dict[str, Any]:
     used = used or {}
     return {"method": method.id, "kind": method.kind, "template": method.template_id(spec.elicitation.prompt),
-            "k": method.n_samples if method.kind in ("self_consistency", "expected_accuracy") else None,
+            "k": method.n_samples if method.kind_entry.sampled else None,
             "temperature": used.get("temperature", method.temperature if method.temperature != "model_default"
                                     else None),
             "top_p": used.get("top_p", method.top_p), "top_k": used.get("top_k", method.top_k),
-            "seed": method.seed, "merge": method.merge if _next_token_kind(method) else None,
-            "renormalize": (method.renormalize if method.kind.startswith("p_true")
-                            else True if method.kind == "letter_probability" else None)}
-
-
-def _next_token_kind(method: MethodSpec) -> bool:
-    return method.kind.startswith("p_true") or method.kind == "letter_probability"
+            "seed": method.seed, "merge": method.merge if method.kind_entry.next_token else None,
+            "renormalize": (True if method.kind_entry.letters else method.renormalize if method.kind_entry.next_token
+                            else None)}
 
 
 def _greedy_correct(plan: GridPlan, model: str, dataset: str, rule: str) -> dict[str, float]:
@@ -110,7 +120,7 @@ def _from_samples(plan: GridPlan, method: MethodSpec, model: str, dataset: str, 
     for item_id, g in samples.sort_values(["item_id", "sample_idx"]).groupby("item_id", sort=True):
         answers = [a if isinstance(a, str) else None for a in g["answer"]]
         correct = g[f"correct_{rule}"].tolist()
-        if method.kind == "expected_accuracy":
+        if method.kind_entry.output == "target":
             ea = expected_accuracy(correct)
             out["targets"].append({"model": model, "dataset": dataset, "method": method.id, "item_id": item_id,
                                    "expected_accuracy": ea.value, "se": ea.detail, "k": len(answers),
@@ -128,13 +138,13 @@ def _from_samples(plan: GridPlan, method: MethodSpec, model: str, dataset: str, 
                 rated_correct = np.nan
             out["signals"].append({"model": model, "dataset": dataset, "signal": signal, "item_id": item_id,
                                    "confidence": c.value, "status": c.status,
-                                   "rated": "first_sample" if signal == method.id else "majority_answer",
+                                   "rated": method.kind_entry.rated if signal == method.id else "majority_answer",
                                    "rated_answer": c.rated, "correct": rated_correct, "rule": rule, "detail": None,
                                    **proto})
 
 
-def _next_token_values(method: MethodSpec, table: pd.DataFrame) -> list[tuple[str, str | None, Any, str, Any]]:
-    """(item_id, rated_answer, P(True), status, detail) of every row of a next-token method table."""
+def _next_token_values(method: MethodSpec, table: pd.DataFrame) -> list[RatedValue]:
+    """The P(True) of every row of a next-token method table."""
     from confgrid.protocols.methods import candidate_probability, p_true
 
     cands = method.candidate_strings()
@@ -142,20 +152,22 @@ def _next_token_values(method: MethodSpec, table: pd.DataFrame) -> list[tuple[st
     for r in table.itertuples(index=False):
         status = getattr(r, "logprobs_status", "ok")  # absent from tables stored before it existed
         if status != "ok":  # an API server returned no distribution: NaN with its reason, never 0
-            out.append((r.item_id, r.rated_answer if method.kind == "p_true" else None, None, str(status), None))
+            out.append(RatedValue(r.item_id, r.rated_answer if method.kind_entry.takes_answer else None, None,
+                                  str(status)))
             continue
         top = dict(zip((int(t) for t in r.top_token_ids), (float(v) for v in r.top_logprobs), strict=True))
         ids = {c: {int(t): s for t, s in m.items()} for c, m in json.loads(r.candidate_tokens).items()}
         probs = {c: candidate_probability(ids.get(c, {}), top, c, method.merge) for c in cands}
         c = p_true(probs, cands[0], method.renormalize)
-        out.append((r.item_id, r.rated_answer if method.kind == "p_true" else None, c.value, c.status, c.detail))
+        out.append(RatedValue(r.item_id, r.rated_answer if method.kind_entry.takes_answer else None, c.value,
+                              c.status, c.detail))
     return out
 
 
-def rated_confidence(text: str | None, kind: str, template: str) -> tuple[float | None, str]:
+def rated_confidence(text: str | None, parser: str | None, template: str) -> tuple[float | None, str]:
     """The confidence in [0, 1] (or None) and the status of one rating or verbalized-before output.
 
-    ``kind`` ``rating``: the last ``\\boxed{N}`` / 100 (``parse_boxed``), statuses ``ok``,
+    ``parser`` ``boxed_rating`` (the 0-100 rating): the last ``\\boxed{N}`` / 100 (``parse_boxed``), statuses ``ok``,
     ``missing``, ``unparsed_number``, ``out_of_range``. Otherwise the stated confidence of
     ``template`` (``parse_for_prompt``): ``ok``, ``out_of_range``, ``unparsed_number``, or
     ``missing`` for every other parse status. ``text`` is the output after its reasoning block.
@@ -164,7 +176,7 @@ def rated_confidence(text: str | None, kind: str, template: str) -> tuple[float 
     from confgrid.protocols.parsing import parse_for_prompt
     from confgrid.protocols.prompts import get_prompt
 
-    if kind == "rating":
+    if parser == "boxed_rating":
         c = parse_boxed(text, decimal_comma=get_prompt(template).decimal_comma)
         return c.value, c.status
     p = parse_for_prompt(text, template)
@@ -173,8 +185,8 @@ def rated_confidence(text: str | None, kind: str, template: str) -> tuple[float 
     return None, p.status if p.status in ("out_of_range", "unparsed_number") else "missing"
 
 
-def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataFrame) -> list[tuple]:
-    """(item_id, rated_answer, confidence, status, detail) of every row of a rate-stage method table."""
+def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataFrame) -> list[RatedValue]:
+    """The stated rating of every row of a rate-stage method table."""
     from confgrid.protocols.reasoning import strip_reasoning
 
     template = method.template_id(plan.spec.elicitation.prompt)
@@ -184,14 +196,14 @@ def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataF
         if v.status == "unterminated":
             value, status = None, "reasoning_unterminated"
         else:
-            value, status = rated_confidence(v.text, method.kind, template)
-        out.append((r.item_id, r.rated_answer or None, value, status, None))
+            value, status = rated_confidence(v.text, method.kind_entry.parser, template)
+        out.append(RatedValue(r.item_id, r.rated_answer or None, value, status))
     return out
 
 
 def _from_next_token(plan: GridPlan, method: MethodSpec, model: str, dataset: str, table: pd.DataFrame,
                      out: dict[str, list]) -> None:
-    if method.kind == "letter_probability":
+    if method.kind_entry.letters:
         _letter_signals(plan, method, model, dataset, table, out)
         return
     _rated_signals(plan, method, model, dataset, _next_token_values(method, table), out)
@@ -216,7 +228,7 @@ def _letter_signals(plan: GridPlan, method: MethodSpec, model: str, dataset: str
         d = letter_distribution({c: candidate_probability(ids.get(c, {}), top, c, method.merge) for c in letters})
         gold = item.gold_letter.strip().upper() if item.gold_letter else None
         out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": r.item_id,
-                               "confidence": d.confidence, "status": d.status, "rated": "favoured_letter",
+                               "confidence": d.confidence, "status": d.status, "rated": method.kind_entry.rated,
                                "rated_answer": TIE_SEPARATOR.join(d.favoured) or None,
                                "correct": favoured_score(d.favoured, gold) if d.favoured else np.nan,
                                "rule": "mc_favoured", "detail": d.n_absent, **proto})
@@ -227,17 +239,17 @@ def _from_rate(plan: GridPlan, method: MethodSpec, model: str, dataset: str, tab
     _rated_signals(plan, method, model, dataset, _rate_values(plan, method, model, table), out)
 
 
-def _rated_signals(plan: GridPlan, method: MethodSpec, model: str, dataset: str, values: list[tuple],
+def _rated_signals(plan: GridPlan, method: MethodSpec, model: str, dataset: str, values: list[RatedValue],
                    out: dict[str, list]) -> None:
     """Signal rows of a method that rates the model's greedy answer (graded under the method's rule)."""
     rule = method.agreement_rule(plan.spec.correctness.primary)
     greedy = _greedy_correct(plan, model, dataset, rule)
     proto = _protocol(method, plan.spec)
-    for item_id, rated, value, status, detail in values:
-        out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": item_id,
-                               "confidence": value, "status": status, "rated": "greedy_answer",
-                               "rated_answer": rated, "correct": greedy.get(item_id, np.nan), "rule": rule,
-                               "detail": detail, **proto})
+    for v in values:
+        out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": v.item_id,
+                               "confidence": v.confidence, "status": v.status, "rated": method.kind_entry.rated,
+                               "rated_answer": v.rated_answer, "correct": greedy.get(v.item_id, np.nan),
+                               "rule": rule, "detail": v.detail, **proto})
 
 
 def ratings_of_supplied_answers(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataFrame) -> pd.DataFrame:
@@ -248,10 +260,9 @@ def ratings_of_supplied_answers(plan: GridPlan, method: MethodSpec, model: str, 
     DataFrame
         Columns item_id, rated_answer, confidence (float in [0, 1] or None), status.
     """
-    values = (_next_token_values(method, table) if method.kind.startswith("p_true")
+    values = (_next_token_values(method, table) if method.kind_entry.next_token
               else _rate_values(plan, method, model, table))
-    return pd.DataFrame([(i, a, v, st) for i, a, v, st, _ in values],
-                        columns=["item_id", "rated_answer", "confidence", "status"])
+    return pd.DataFrame([v[:4] for v in values], columns=list(RatedValue._fields[:4]))
 
 
 def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRequest]) -> MethodTables:

@@ -32,6 +32,7 @@ from confgrid.flows.stages import grade_answers, parse_generations, question_tex
 from confgrid.flows.store import shard_key
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.items import Item
+from confgrid.protocols.method_kinds import STAGE_CALLS
 from confgrid.protocols.prompts import get_prompt
 from confgrid.protocols.splits import train_eval_split
 
@@ -42,7 +43,6 @@ __all__ = [
     "ProbeRow",
     "MethodRow",
     "METHOD_STAGES",
-    "KIND_STAGE",
     "ShardRequest",
     "GridPlan",
     "model_identity",
@@ -116,12 +116,8 @@ class MethodRow:
 
 Row = Union[GenerateRow, ScoreRow, ProbeRow, MethodRow]
 
-#: Method stages: what each stores, and the engine call that computes it.
-METHOD_STAGES = {"sample": "generate", "rate": "generate", "next_token": "next_token", "hidden": "hidden_states"}
-#: The stage of each method kind.
-KIND_STAGE = {"self_consistency": "sample", "expected_accuracy": "sample", "p_true": "next_token",
-              "p_true_capability": "next_token", "rating": "rate", "verbalized_before": "rate",
-              "hidden_states": "hidden", "letter_probability": "next_token"}
+#: Method stages -> the engine call that computes each (protocols/method_kinds.py: every kind's stage).
+METHOD_STAGES = STAGE_CALLS
 
 
 @dataclass(frozen=True)
@@ -326,7 +322,7 @@ def _check_json_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tupl
         problems.append(("elicitation.prompt", f"prompt {main.id!r} ({'asks no answer' if not main.asks_answer else 'a probability per option'}) "
                          "needs an answer set (answer_sets[]): the main set asks open questions"))
     for j, m in enumerate(spec.methods):
-        if m.kind == "letter_probability" and not any(it.options for its in items.values() for it in its):
+        if m.kind_entry.letters and not any(it.options for its in items.values() for it in its):
             problems.append((f"methods[{j}].kind", "letter_probability reads the option letters, but no dataset "
                              "of the grid has items with options (mmlu, mmlu_pro, agieval_*, boolq, a custom one "
                              "with options)"))
@@ -422,7 +418,7 @@ class GridPlan:
     def _method_shard(self, method: Any, model: str, dataset: str, chunk: int, rows: list[MethodRow],
                       upstream: tuple[str, ...] = (), n_letters: int = 0) -> ShardRequest:
         """One shard of a method: its stage, engine-call parameters and content key."""
-        stage = KIND_STAGE[method.kind]
+        stage = method.kind_entry.stage
         prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
         ident = model_identity(self.models[model])
         params: dict[str, Any] = {"max_new_tokens": 1}
@@ -458,7 +454,7 @@ class GridPlan:
             prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
             if prompt.takes_answer:
                 continue
-            letters = method.kind == "letter_probability"  # the lettered question; items with options only
+            letters = method.kind_entry.letters  # the lettered question; items with options only
             for m in self.spec.method_models(method):
                 for d in self.spec.datasets:
                     its = [i for i in self.set_items[("main", d.name)]

@@ -45,10 +45,9 @@ from confgrid.flows.spec_answers import (  # noqa: F401 - importable from here a
 )
 from confgrid.flows.spec_api import API_BACKENDS, ApiSpec, api_entry_problem, api_problems
 from confgrid.flows.spec_capability import CapabilitySpec, ProbeFitSpec, check_capability  # noqa: F401
+from confgrid.protocols.method_kinds import METHOD_KINDS as METHOD_KIND_ENTRIES
 from confgrid.flows.spec_methods import (  # noqa: F401
-    CA_RATING_KINDS,
     METHOD_KINDS,
-    METHOD_TEMPLATES,
     ComparisonSpec,
     MethodSpec,
     PairSpec,
@@ -66,7 +65,6 @@ __all__ = [
     "ElicitationSpec",
     "ComparisonSpec",
     "PairSpec",
-    "CA_RATING_KINDS",
     "ScoringSpec",
     "CorrectnessSpec",
     "MetricsSpec",
@@ -449,7 +447,7 @@ class GridSpec(_Spec):
             unknown = [n for n in (x.models or ()) if n not in names]
             if unknown:
                 raise ValueError(f"methods[{x.id}].models: unknown model(s) {unknown}; allowed: {names}")
-            if x.kind == "hidden_states":
+            if x.kind_entry.stage == "hidden":
                 vllm = [n for n in (x.models or names) if backend[n] == "vllm"]
                 if vllm:
                     raise ValueError(f"methods[{x.id}]: hidden_states needs the transformers backend; {vllm} use vllm "
@@ -472,11 +470,7 @@ class GridSpec(_Spec):
         contexts = dict.fromkeys(c for a in self.all_answer_sets() for c in a.scoring_contexts(self.scoring.contexts))
         out = ["verbalized"] + [token_signal(c, agg, prim) for c in contexts for agg in self.scoring.aggregations]
         for m in self.methods:
-            if m.kind in ("expected_accuracy", "hidden_states"):
-                continue
-            out.append(m.id)
-            if m.kind == "self_consistency":
-                out.append(f"{m.id}__majority")
+            out.extend(m.kind_entry.signals(m.id))
         return out
 
     def _check_pairs(self) -> None:
@@ -504,16 +498,17 @@ class GridSpec(_Spec):
         for m in c.methods or ():
             if m not in allowed:
                 raise ValueError(f"comparison.methods: unknown signal {m!r}; allowed: {allowed}")
-        if "ca" in c.views and not any(k in (*CA_RATING_KINDS, "self_consistency") for k in self.comparison_kinds()):
+        raters = [k.name for _, k in METHOD_KIND_ENTRIES.items() if k.takes_answer]
+        if "ca" in c.views and not any(k in (*raters, "self_consistency") for k in self.comparison_kinds()):
             raise ValueError("comparison.views: 'ca' needs a compared method that can rate a supplied answer "
-                             f"(kinds {list(CA_RATING_KINDS)}, or self_consistency through its samples)")
+                             f"(kinds {raters}, or self_consistency through its samples)")
 
     def comparison_signals(self, all_signals: bool = False) -> list[str]:
         """The signals the comparison compares: ``comparison.methods``, or verbalized and every confidence method
         (``all_signals``: every signal it could compare, the ``__majority`` signals of self-consistency included)."""
-        conf = [m for m in self.methods if m.kind not in ("expected_accuracy", "hidden_states")]
+        conf = [m for m in self.methods if m.kind_entry.output == "confidence"]
         every = (["verbalized"] + [f"token_{c}" for c in self.scoring.contexts] + [m.id for m in conf]
-                 + [f"{m.id}__majority" for m in conf if m.kind == "self_consistency"])
+                 + [s for m in conf for s in m.kind_entry.signals(m.id)[1:]])
         if all_signals:
             return every
         return list(self.comparison.methods) if self.comparison.methods is not None else (
@@ -528,7 +523,7 @@ class GridSpec(_Spec):
     def ca_methods(self) -> list[MethodSpec]:
         """The compared methods whose raters rate every pooled candidate with a model call (kinds p_true, rating)."""
         wanted = set(self.comparison_signals()) if "ca" in self.comparison.views else set()
-        return [m for m in self.methods if m.id in wanted and m.kind in CA_RATING_KINDS]
+        return [m for m in self.methods if m.id in wanted and m.kind_entry.takes_answer]
 
     def method_models(self, method: MethodSpec) -> list[ModelSpec]:
         """The models that run ``method``, in declaration order."""

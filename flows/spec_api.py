@@ -138,14 +138,14 @@ def api_problems(spec: GridSpec) -> list[tuple[str, str]]:
             if m.name not in {mm.name for mm in spec.method_models(x)}:
                 continue
             where = f"methods[{j}]"
-            if x.kind == "hidden_states":
+            if x.kind_entry.stage == "hidden":
                 problems.append((where, f"{who} cannot run method {x.id!r} (stage 'hidden'): chat completions return "
                                  "no hidden states; allowed: list only local models in this method's models"))
-            if x.temperature == "model_default" and x.kind in ("self_consistency", "expected_accuracy"):
+            if x.temperature == "model_default" and x.kind_entry.sampled:
                 problems.append((f"{where}.temperature", f"{who} cannot run method {x.id!r} with temperature "
                                  "model_default: a server's generation defaults are not visible; allowed: a "
                                  "temperature > 0"))
-            if x.kind in ("p_true", "p_true_capability") and x.top_logprobs > m.api.max_top_logprobs:
+            if x.kind_entry.next_token and x.top_logprobs > m.api.max_top_logprobs:
                 problems.append((f"{where}.top_logprobs", f"{who}: method {x.id!r} asks top_logprobs="
                                  f"{x.top_logprobs}; allowed: 1..{m.api.max_top_logprobs} (api.max_top_logprobs)"))
             if x.assistant_prefix and not m.api.assistant_prefill:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field, StrictBool
 
 from confgrid.flows.spec_base import _Spec
+from confgrid.protocols.method_kinds import METHOD_KINDS
 
 if TYPE_CHECKING:
     from confgrid.flows.spec_methods import MethodSpec
@@ -20,8 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["CapabilitySpec", "ProbeFitSpec", "ESTIMATOR_KINDS", "check_capability"]
 
 #: Method kinds that may serve as capability estimators (``capability.estimators``).
-ESTIMATOR_KINDS = ("verbalized_before", "p_true_capability", "p_true", "rating", "self_consistency",
-                   "hidden_states")
+ESTIMATOR_KINDS = tuple(k.name for _, k in METHOD_KINDS.items() if k.capability not in (None, "target"))
 
 
 class ProbeFitSpec(_Spec):
@@ -103,7 +103,7 @@ def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> No
         if m.kind not in ESTIMATOR_KINDS:
             raise ValueError(f"capability.estimators: method {e!r} is of kind {m.kind!r}; allowed kinds: "
                              f"{list(ESTIMATOR_KINDS)}")
-        if m.kind == "self_consistency":
+        if m.kind_entry.capability == "consistency":
             if cap.consistency_k and m.n_samples < max(cap.consistency_k):
                 raise ValueError(f"capability.consistency_k: {max(cap.consistency_k)} samples asked of method {e!r}, "
                                  f"which draws k={m.n_samples}")
@@ -112,12 +112,12 @@ def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> No
                                  "samples would be the target's own (the leak of the official code); give it another "
                                  "seed (capability.leaky_consistency: true adds the leaky variant, read from the "
                                  "target's own samples, for comparison)")
-        if m.split == "eval" and (m.kind in ("hidden_states",) or cap.isotonic and m.kind not in
-                                  ("self_consistency",)):
+        role = m.kind_entry.capability
+        if m.split == "eval" and (role == "probe" or cap.isotonic and role != "consistency"):
             raise ValueError(f"capability.estimators: method {e!r} runs on the eval split only; probes and "
                              "isotonic maps are fitted on the train split: give it split 'all'")
-    if any(by_id[e].kind in ("hidden_states",) for e in cap.estimators) or cap.isotonic:
-        if cap.train_target is None and any(by_id[e].kind != "self_consistency" for e in cap.estimators):
+    if any(by_id[e].kind_entry.capability == "probe" for e in cap.estimators) or cap.isotonic:
+        if cap.train_target is None and any(by_id[e].kind_entry.capability != "consistency" for e in cap.estimators):
             raise ValueError("capability.train_target: probes and isotonic recalibration are fitted on the train "
                              "split against its target; name an expected_accuracy method with split 'train' "
                              "(or set isotonic: false and list no hidden_states estimator)")

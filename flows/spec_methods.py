@@ -8,29 +8,21 @@ P(True), expected accuracy).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.flows.spec_base import LABEL_PATTERN, _known, _Spec
+from confgrid.protocols.method_kinds import METHOD_KINDS as KINDS
+from confgrid.protocols.method_kinds import MethodKind, method_kind
 
-__all__ = ["METHOD_KINDS", "METHOD_TEMPLATES", "RENORMALIZE_DEFAULTS", "MethodSpec", "PairSpec", "CA_RATING_KINDS", "ComparisonSpec"]
+__all__ = ["METHOD_KINDS", "MethodSpec", "PairSpec", "ComparisonSpec"]
 
 
-#: Confidence methods a grid may declare (``methods[].kind``; README "Confidence methods").
-METHOD_KINDS = ("self_consistency", "expected_accuracy", "p_true", "p_true_capability", "rating",
-                "verbalized_before", "hidden_states", "letter_probability")
-#: Default template (prompt id) of each kind; ``None``: the grid's elicitation prompt.
-METHOD_TEMPLATES = {"self_consistency": None, "expected_accuracy": None, "p_true": "ptrue_verify",
-                    "p_true_capability": "ptrue_capability", "rating": "rate_0_100",
-                    "verbalized_before": "verbalized_before", "hidden_states": None,
-                    "letter_probability": "mc_letter"}
-#: ``renormalize`` of the p_true kinds when a grid does not say (README "Confidence methods" names the sources):
-#: study 001 Appendix D.3 defines P(True) as "the probability assigned to token A" alone (p(A) = .6, p(B) = .2
-#: gives .60, not .75); study 004's capability P(True) is kept renormalized over its Yes/No pair.
-RENORMALIZE_DEFAULTS = {"p_true": False, "p_true_capability": True}
-_SAMPLED = ("self_consistency", "expected_accuracy")
-_NEXT_TOKEN = ("p_true", "p_true_capability", "letter_probability")
+#: Confidence methods a grid may declare (``methods[].kind``; README "Confidence methods"): the names of the one
+#: method-kind registry (protocols/method_kinds.py), in declaration order.
+METHOD_KINDS: tuple[str, ...] = tuple(KINDS.names())
 
 
 class MethodSpec(_Spec):
@@ -42,8 +34,7 @@ class MethodSpec(_Spec):
 
     id: str = Field(description="Label of the method: its signal name in every table.",
                     pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
-    kind: Literal["self_consistency", "expected_accuracy", "p_true", "p_true_capability", "rating",
-                  "verbalized_before", "hidden_states", "letter_probability"] = Field(
+    kind: Literal[METHOD_KINDS] = Field(  # type: ignore[valid-type]  # the registry's names
         description="self_consistency (k samples, agreement with the first; majority share too), expected_accuracy "
         "(mean correctness of k samples: the capability target), p_true (the model's own answer: A. True / B. "
         "False), p_true_capability (can you answer it? Yes/No), rating (0-100 in \\boxed{} for the model's own "
@@ -71,7 +62,7 @@ class MethodSpec(_Spec):
                                            "probabilities, or the exact token only (changing it reruns no model).")
     renormalize: StrictBool | None = Field(
         None, description="p_true kinds: p(first) / sum over the candidates (true) or p(first) alone (false). "
-        "Default per kind (RENORMALIZE_DEFAULTS): false for p_true (study 001 Appendix D.3: the probability of "
+        "Default per kind (protocols/method_kinds.py): false for p_true (study 001 Appendix D.3: the probability of "
         "token A alone), true for p_true_capability (study 004's Yes/No pair).")
     top_logprobs: int = Field(20, ge=1, le=1000, description="Next tokens returned per question (p_true kinds).")
     layers: tuple[int, ...] | None = Field(None, description="hidden_states: layer indices (0 = embeddings; "
@@ -89,9 +80,11 @@ class MethodSpec(_Spec):
     @model_validator(mode="before")
     @classmethod
     def _renormalize_default(cls, data: Any) -> Any:
-        """Fill ``renormalize`` with its kind's default (:data:`RENORMALIZE_DEFAULTS`) when it is not given."""
-        if isinstance(data, dict) and data.get("renormalize") is None and data.get("kind") in RENORMALIZE_DEFAULTS:
-            data = {**data, "renormalize": RENORMALIZE_DEFAULTS[data["kind"]]}
+        """Fill ``renormalize`` with its kind's default (:attr:`MethodKind.renormalize`) when it is not given."""
+        if isinstance(data, dict) and data.get("renormalize") is None and data.get("kind") in KINDS:
+            default = method_kind(data["kind"]).renormalize
+            if default is not None:
+                data = {**data, "renormalize": default}
         return data
 
     @field_validator("template")
@@ -106,49 +99,53 @@ class MethodSpec(_Spec):
 
     @model_validator(mode="after")
     def _fields_of_the_kind(self) -> MethodSpec:
-        def only(field: str, kinds: tuple[str, ...]) -> None:
+        entry = self.kind_entry
+
+        def only(field: str, applies: Callable[[MethodKind], bool]) -> None:
             # a value other than the default (so a dumped grid, with every default written out, loads again)
-            if self.kind not in kinds and getattr(self, field) != type(self).model_fields[field].default:
-                raise ValueError(f"{field} is for kinds {list(kinds)}; kind {self.kind!r} has none "
+            if not applies(entry) and getattr(self, field) != type(self).model_fields[field].default:
+                kinds = [k.name for _, k in KINDS.items() if applies(k)]
+                raise ValueError(f"{field} is for kinds {kinds}; kind {self.kind!r} has none "
                                  f"(received {getattr(self, field)!r})")
 
-        only("k", _SAMPLED)
-        for f in ("temperature", "top_p", "top_k", "seed"):
-            only(f, _SAMPLED)
+        for f in ("k", "temperature", "top_p", "top_k", "seed"):
+            only(f, lambda k: k.sampled)
         for f in ("candidates", "cases", "merge", "renormalize", "top_logprobs"):
-            only(f, _NEXT_TOKEN)
-        only("layers", ("hidden_states",))
-        only("assistant_prefix", ("p_true", "p_true_capability", "rating", "verbalized_before",
-                                  "letter_probability"))
-        if self.kind == "letter_probability":
+            only(f, lambda k: k.next_token)
+        only("layers", lambda k: k.stage == "hidden")
+        only("assistant_prefix", lambda k: k.prefix)
+        if entry.letters:
             for f in ("candidates", "renormalize"):
                 if getattr(self, f) != type(self).model_fields[f].default:
-                    raise ValueError(f"{f} is not for kind 'letter_probability': its candidates are the option "
+                    raise ValueError(f"{f} is not for kind {self.kind!r}: its candidates are the option "
                                      "letters of each item, always renormalized over them (study 002 E.1)")
-        if self.kind in _SAMPLED and self.temperature != "model_default" and self.temperature <= 0:
+        if entry.sampled and self.temperature != "model_default" and self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for {self.kind} (received {self.temperature!r}); greedy "
                              "samples are all the same answer")
         return self
 
     @property
+    def kind_entry(self) -> MethodKind:
+        """The method kind's registry entry (stage, default template, what it rates; protocols/method_kinds.py)."""
+        return method_kind(self.kind)
+
+    @property
     def n_samples(self) -> int:
-        return self.k or (10 if self.kind == "self_consistency" else 100)
+        return self.k or self.kind_entry.default_k or 0
 
     def template_id(self, elicitation_prompt: str) -> str:
-        return self.template or METHOD_TEMPLATES[self.kind] or elicitation_prompt
+        return self.template or self.kind_entry.template or elicitation_prompt
 
     def candidate_strings(self, n_letters: int = 0) -> tuple[str, ...]:
         """Candidates read in the next-token distribution (letter_probability: the first ``n_letters`` letters)."""
-        if self.kind == "letter_probability":
+        if self.kind_entry.letters:
             from confgrid.protocols.mc import LETTERS
 
             return tuple(LETTERS[:n_letters])
-        if self.candidates is not None:
-            return self.candidates
-        return ("Yes", "No") if self.kind == "p_true_capability" else ("A", "B")
+        return self.candidates if self.candidates is not None else (self.kind_entry.candidates or ())
 
     def new_tokens(self, elicitation_tokens: int) -> int:
-        return self.max_new_tokens or (elicitation_tokens if self.kind in _SAMPLED else 24)
+        return self.max_new_tokens or self.kind_entry.default_new_tokens or elicitation_tokens
 
     def agreement_rule(self, primary: str) -> str:
         return self.rule or primary
@@ -164,9 +161,6 @@ class PairSpec(_Spec):
 
 
 #: Method kinds that rate a supplied answer: they rate every pooled candidate in the candidate-aligned view.
-CA_RATING_KINDS = ("p_true", "rating")
-
-
 class ComparisonSpec(_Spec):
     """Accuracy-controlled comparison of calibration across models (study 001, ACE; README "Comparing models").
 

@@ -119,9 +119,10 @@ def _timed(f, *args) -> float:
 ])
 def test_rated_confidence_keeps_unparsed_numbers_apart(kind, text, value, status):
     from confgrid.flows.methods import rated_confidence
+    from confgrid.protocols.method_kinds import method_kind
 
     template = "rate_0_100" if kind == "rating" else "verbalized_before"
-    assert rated_confidence(text, kind, template) == (pytest.approx(value) if value is not None else None, status)
+    assert rated_confidence(text, method_kind(kind).parser, template) == (pytest.approx(value) if value is not None else None, status)
 
 
 def test_candidate_tokens_with_and_without_space_and_cases():
@@ -265,12 +266,13 @@ def test_p_true_and_rating_rate_the_greedy_answer():
 def test_p_true_renormalize_defaults_per_kind():
     """Issue 23 item 3: P(True) is p(A) alone by default (study 001 D.3), the capability form renormalized (study
     004); a grid may still say either, and the value is written out so a dumped grid loads to the same spec."""
-    from confgrid.flows.spec_methods import RENORMALIZE_DEFAULTS, MethodSpec
+    from confgrid.flows.spec_methods import MethodSpec
+    from confgrid.protocols.method_kinds import method_kind
 
     pt = MethodSpec(id="pt", kind="p_true")
     cap = MethodSpec(id="pc", kind="p_true_capability")
-    assert (pt.renormalize, cap.renormalize) == (False, True) == (RENORMALIZE_DEFAULTS["p_true"],
-                                                                  RENORMALIZE_DEFAULTS["p_true_capability"])
+    assert (pt.renormalize, cap.renormalize) == (False, True) == (method_kind("p_true").renormalize,
+                                                                  method_kind("p_true_capability").renormalize)
     assert MethodSpec(id="pt", kind="p_true", renormalize=True).renormalize is True
     assert MethodSpec.model_validate(pt.model_dump()) == pt
     assert MethodSpec(id="r", kind="rating").renormalize is None
@@ -297,3 +299,35 @@ def test_declared_signal_pairs_are_checked_when_the_grid_loads():
         parse_grid({**base, "metrics": {"pairs": [["p_true", "sc"]]}})
     with pytest.raises(GridSpecError, match="a signal against itself"):
         parse_grid({**base, "metrics": {"pairs": [["pt", "pt"]]}})
+
+
+def test_method_kinds_are_one_registry():
+    # the grid's kind field, the capability estimator kinds and the stages all come from protocols/method_kinds.py
+    import typing
+
+    from confgrid.flows.spec_capability import ESTIMATOR_KINDS
+    from confgrid.flows.spec_methods import MethodSpec
+    from confgrid.protocols.method_kinds import METHOD_KINDS, STAGE_CALLS, method_kind
+    from confgrid.registry import UnknownNameError
+
+    allowed = typing.get_args(MethodSpec.model_fields["kind"].annotation)
+    assert set(allowed) == set(METHOD_KINDS.names()) and len(allowed) == 8
+    assert set(ESTIMATOR_KINDS) == {"self_consistency", "p_true", "p_true_capability", "rating", "verbalized_before",
+                                    "hidden_states"}
+    for name, k in METHOD_KINDS.items():
+        assert k.call == STAGE_CALLS[k.stage]
+        assert (k.default_k is not None) == k.sampled, name
+        assert (k.parser is not None) == (k.stage == "rate"), name
+        assert (k.rated is None) == (k.output != "confidence"), name
+        m = MethodSpec(id="m", kind=name)
+        assert m.template_id("confidence") == (k.template or "confidence")
+    assert method_kind("self_consistency").signals("sc") == ("sc", "sc__majority")
+    assert method_kind("hidden_states").signals("h") == () and method_kind("rating").signals("r") == ("r",)
+    with pytest.raises(UnknownNameError, match="unknown method kind 'p_tru'; allowed: expected_accuracy"):
+        method_kind("p_tru")
+    # a field of another kind names the kinds that have it
+    with pytest.raises(ValueError, match=r"k is for kinds \['self_consistency', 'expected_accuracy'\]"):
+        MethodSpec(id="m", kind="rating", k=5)
+    with pytest.raises(ValueError, match=r"top_logprobs is for kinds \['p_true', 'p_true_capability', "
+                                         r"'letter_probability'\]"):
+        MethodSpec(id="m", kind="rating", top_logprobs=5)
