@@ -22,12 +22,13 @@ from __future__ import annotations
 import csv
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from confgrid.flows.analyze_check import (
     KEPT_PROBLEMS,
     Problems,
@@ -47,12 +48,16 @@ from confgrid.flows.analyze_read import (
     read_jsonl,
     read_parquet,
 )
+from confgrid.registry import Registry
 
 __all__ = [
     "MAX_PROBLEMS",
     "OPTIONAL_ROLES",
     "ROLES",
     "UNCERTAINTY",
+    "UncertaintyTransform",
+    "INPUT_FORMATS",
+    "InputFormat",
     "AnalyzeInputError",
     "AnalyzeWarning",
     "CheckOptions",
@@ -64,17 +69,71 @@ __all__ = [
     "read_rows",
 ]
 
-_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+@dataclass(frozen=True)
+class InputFormat:
+    """A file format ``confgrid analyze`` reads: its extensions, what it is, and its chunk reader."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    description: str
+    read: Callable[[Path, dict[str, str]], Chunk]
+
+
+#: The input formats by name (the one Registry class), chosen by the file's extension.
+INPUT_FORMATS: Registry[InputFormat] = Registry("input format", value_type=InputFormat)
+for _f in (InputFormat("csv", (".csv",), "CSV with a header row", read_csv),
+           InputFormat("jsonl", (".jsonl", ".ndjson"), "JSON Lines", read_jsonl),
+           InputFormat("parquet", (".parquet", ".pq"), "Parquet", read_parquet)):
+    INPUT_FORMATS.register(_f.name, _f)
 #: problems listed in an input error before "... and K more"
 MAX_PROBLEMS = 20
-#: ``--uncertainty`` transforms of an uncertainty score u (lower = more confident) to a confidence c in [0, 1];
-#: each is monotone decreasing, so the order of the items (hence AUROC and AURC) is that of -u
-UNCERTAINTY = {
-    "exp-neg": "c = exp(-u), u >= 0 (an NLL or entropy in nats: c is the geometric-mean probability)",
-    "sigmoid-neg": "c = 1 / (1 + exp(u)), any real u",
-    "rank": "c = (n - r) / (n - 1) with r the average rank (1..n, ties share) of u among the n rows of its "
-            "setting and signal; c = 0.5 when n = 1",
-}
+
+
+def _exp_neg(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    return np.exp(-u)
+
+
+def _sigmoid_neg(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    from scipy.special import expit
+
+    return expit(-u)
+
+
+def _rank(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    frame = pd.DataFrame({"g": groups, "u": u})
+    r = frame.groupby("g", sort=False)["u"].rank(method="average").to_numpy()
+    n = frame.groupby("g", sort=False)["u"].transform("count").to_numpy().astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 1, (n - r) / (n - 1), 0.5)
+
+
+@dataclass(frozen=True)
+class UncertaintyTransform:
+    """A ``--uncertainty`` transform of an uncertainty score u (lower = more confident) to a confidence c.
+
+    ``apply(u, groups)`` maps float64 u of shape (n,) (NaN stays NaN) to c in [0, 1], with ``groups`` (n,) int64
+    the (setting, signal) code of each row; each transform is monotone decreasing within a group, so the order of
+    the items (hence AUROC and AURC) is that of -u. ``nonnegative``: u must be >= 0.
+    """
+
+    name: str
+    rule: str
+    apply: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    nonnegative: bool = False
+    #: within its (setting, signal) group, not row by row (a rank)
+    grouped: bool = False
+
+
+#: ``--uncertainty`` transforms by name (the one Registry class).
+UNCERTAINTY: Registry[UncertaintyTransform] = Registry("uncertainty transform", value_type=UncertaintyTransform)
+for _t in (
+    UncertaintyTransform("exp-neg", "c = exp(-u), u >= 0 (an NLL or entropy in nats: c is the geometric-mean "
+                         "probability)", _exp_neg, nonnegative=True),
+    UncertaintyTransform("sigmoid-neg", "c = 1 / (1 + exp(u)), any real u", _sigmoid_neg),
+    UncertaintyTransform("rank", "c = (n - r) / (n - 1) with r the average rank (1..n, ties share) of u among the n "
+                         "rows of its setting and signal; c = 0.5 when n = 1", _rank, grouped=True),
+):
+    UNCERTAINTY.register(_t.name, _t)
 _ID_ROLES = ("setting", "item_id", "signal", "model", "group")
 
 
@@ -97,7 +156,7 @@ class CheckOptions:
                                     "correct; the Rank-Calibration convention for ROUGE is 0.7)")
         if self.uncertainty is not None and self.uncertainty not in UNCERTAINTY:
             raise AnalyzeInputError(f"--uncertainty: unknown transform {self.uncertainty!r}; choose from "
-                                    f"{', '.join(UNCERTAINTY)}")
+                                    f"{', '.join(UNCERTAINTY.names())}")
 
 
 @dataclass
@@ -185,11 +244,12 @@ def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
 
 def input_format(path: Path) -> str:
     """``"csv"``, ``"jsonl"`` or ``"parquet"`` from the extension; :class:`AnalyzeInputError` otherwise or if absent."""
-    fmt = _FORMATS.get(path.suffix.lower())
+    by_suffix = {s: f.name for _, f in INPUT_FORMATS.items() for s in f.suffixes}
+    fmt = by_suffix.get(path.suffix.lower())
     if fmt is None:
         raise AnalyzeInputError(
             f"INPUT {str(path)!r}: unsupported extension {path.suffix!r}; use one of "
-            f"{', '.join(sorted(_FORMATS))} (CSV with a header row, JSON Lines, Parquet)"
+            f"{', '.join(sorted(by_suffix))} ({', '.join(f.description for _, f in INPUT_FORMATS.items())})"
         )
     if not path.is_file():
         raise AnalyzeInputError(f"INPUT {str(path)!r}: no such file")
@@ -199,7 +259,7 @@ def input_format(path: Path) -> str:
 def _read_chunk(path: Path, cols: dict[str, str]) -> Chunk:
     fmt = input_format(path)
     try:
-        return {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}[fmt](path, cols)
+        return INPUT_FORMATS.get(fmt).read(path, cols)
     except UnicodeDecodeError as exc:
         bad = exc.object[exc.start:exc.start + 1].hex()
         raise AnalyzeInputError(f"{path}: not UTF-8 text (invalid byte 0x{bad}); save the file as UTF-8") from None
@@ -231,21 +291,6 @@ def _composite(model, dataset) -> tuple[np.ndarray, list[str]]:
     codes = np.full(key.size, -1, np.int64)
     codes[ok] = np.asarray(order, np.int64)[inv]
     return codes, [str(s) for s in srt]
-
-
-def _uncertainty(u: np.ndarray, how: str, groups: np.ndarray) -> np.ndarray:
-    """Confidence from an uncertainty score (nan stays nan); see :data:`UNCERTAINTY`."""
-    if how == "exp-neg":
-        return np.exp(-u)
-    if how == "sigmoid-neg":
-        from scipy.special import expit
-
-        return expit(-u)
-    frame = pd.DataFrame({"g": groups, "u": u})
-    r = frame.groupby("g", sort=False)["u"].rank(method="average").to_numpy()
-    n = frame.groupby("g", sort=False)["u"].transform("count").to_numpy().astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 1, (n - r) / (n - 1), 0.5)
 
 
 def _merged_ties(groups: np.ndarray, u: np.ndarray, c: np.ndarray) -> int:
@@ -301,9 +346,10 @@ def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = Chec
         parsed = nums["confidence"]
         u = parsed.x
         label = _label(cols, "confidence")
-        bad_u = np.flatnonzero(~np.isnan(u) & (~np.isfinite(u) | ((u < 0) if options.uncertainty == "exp-neg"
-                                                                    else False)))
-        need = "a finite u >= 0 (use sigmoid-neg or rank for any real u)" if options.uncertainty == "exp-neg" \
+        transform = UNCERTAINTY.get(options.uncertainty)
+        bad_u = np.flatnonzero(~np.isnan(u) & (~np.isfinite(u) | ((u < 0) if transform.nonnegative else False)))
+        anyreal = [t.name for _, t in UNCERTAINTY.items() if not t.nonnegative]
+        need = f"a finite u >= 0 (use {' or '.join(anyreal)} for any real u)" if transform.nonnegative \
             else "a finite value"
         problems.add(chunk.pos[bad_u], kind["confidence"],
                      lambda sel, b=bad_u, p=parsed: [f"{label} {s} is not an uncertainty score for --uncertainty "
@@ -311,8 +357,8 @@ def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = Chec
         u = u.copy()
         u[bad_u] = math.nan
         groups = setting_codes * (len(ids["signal"].categories) + 1) + ids["signal"].codes
-        c = _uncertainty(u, options.uncertainty, groups)
-        if options.uncertainty != "rank":
+        c = transform.apply(u, groups)
+        if not transform.grouped:
             merged = _merged_ties(groups, u, c)
             if merged:
                 warnings.warn(f"--uncertainty {options.uncertainty}: distinct uncertainty values became one "

@@ -17,10 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from confgrid.registry import Registry
+
 __all__ = ["ADAPTER_PARAMS", "check_params"]
 
-#: The parameter model of each adapter that takes ``params``, by adapter name.
-ADAPTER_PARAMS: dict[str, type[BaseModel]] = {}
+#: The parameter model of each adapter that takes ``params``, by adapter name (the one Registry class).
+ADAPTER_PARAMS: Registry[type[BaseModel]] = Registry("adapter parameter model")
 
 
 def check_params(adapter: str, params: Mapping[str, Any] | None, source: str | None = None) -> dict[str, Any]:
@@ -53,7 +55,7 @@ def check_params(adapter: str, params: Mapping[str, Any] | None, source: str | N
         ``source``; or any parameter at all for an adapter that takes none.
     """
     given = dict(params or {})
-    model = ADAPTER_PARAMS.get(adapter)
+    model = ADAPTER_PARAMS.get(adapter) if adapter in ADAPTER_PARAMS else None
     if model is None:
         if given:
             raise ValueError(f"adapter {adapter!r} takes no params; received {sorted(given)} (adapters with params: "

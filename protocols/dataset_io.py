@@ -102,7 +102,7 @@ def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Ad
         from confgrid.protocols.adapter_params import ADAPTER_PARAMS
 
         out = register(fn)
-        ADAPTER_PARAMS[name] = params
+        ADAPTER_PARAMS.register(name, params)
         return out
 
     return decorator

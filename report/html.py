@@ -136,7 +136,7 @@ def _figures(root: Path, figs: FigureSet) -> str:
     for f in figs.files:
         by_family.setdefault(f.family, []).append(f)
     for family, files in by_family.items():
-        title = FIGURES[family].title if family in FIGURES else family
+        title = FIGURES.get(family).title if family in FIGURES else family
         parts.append(f'<h3 id="fig-{_esc(family)}">{_esc(title)}</h3>')
         for f in files:
             b64 = base64.b64encode(f.png.read_bytes()).decode("ascii")

@@ -27,6 +27,8 @@ from typing import Any
 
 import pandas as pd
 
+from confgrid.registry import Registry
+
 from .run_tables import RunTables
 
 __all__ = ["FigureOptions", "Drawn", "FigureEntry", "FigureFile", "FigureSet", "FIGURES", "register_figure",
@@ -94,8 +96,9 @@ class FigureEntry:
     draw: Callable[[RunTables, FigureOptions], list[Drawn]]
 
 
-#: family -> entry, in registration order (the order of the report's figure sections).
-FIGURES: dict[str, FigureEntry] = {}
+#: family -> entry, in registration order (the order of the report's figure sections); the one Registry class,
+#: so an unknown family names the allowed ones.
+FIGURES: Registry[FigureEntry] = Registry("figure family", value_type=FigureEntry)
 
 
 def register_figure(family: str, needs: tuple[str, ...], title: str) -> Callable:
@@ -107,12 +110,12 @@ def register_figure(family: str, needs: tuple[str, ...], title: str) -> Callable
         ``family`` is already registered, or ``needs`` is empty.
     """
     if family in FIGURES:
-        raise ValueError(f"figure family {family!r} is already registered (by {FIGURES[family].draw.__module__})")
+        raise ValueError(f"figure family {family!r} is already registered (by {FIGURES.get(family).draw.__module__})")
     if not needs:
         raise ValueError(f"figure family {family!r}: needs must name at least one results table")
 
     def deco(fn: Callable[[RunTables, FigureOptions], list[Drawn]]) -> Callable:
-        FIGURES[family] = FigureEntry(family, tuple(needs), title, fn)
+        FIGURES.register(family, FigureEntry(family, tuple(needs), title, fn))
         return fn
 
     return deco
@@ -120,7 +123,7 @@ def register_figure(family: str, needs: tuple[str, ...], title: str) -> Callable
 
 def available_figures(tables: RunTables) -> list[FigureEntry]:
     """The registered families whose tables the run has (with rows)."""
-    return [e for e in FIGURES.values() if all(tables.has(n) for n in e.needs)]
+    return [e for _, e in FIGURES.items() if all(tables.has(n) for n in e.needs)]
 
 
 def new_figure(opts: FigureOptions, n_rows: int = 1):

@@ -153,7 +153,7 @@ def test_a_new_family_is_one_registration_drawn_only_when_its_table_exists(run):
         drawn, failures = draw_figures(t, FigureOptions(width_px=300, height_px=200), [name])
         assert failures == [] and drawn[name][0].data["pass"].tolist() == [0.2, 0.3, 0.5]
     finally:
-        del FIGURES[name]
+        FIGURES.unregister(name)
 
 
 def test_a_family_that_raises_is_recorded_and_the_others_are_drawn(run, tmp_path):
@@ -167,7 +167,7 @@ def test_a_family_that_raises_is_recorded_and_the_others_are_drawn(run, tmp_path
         figs = write_figures(RunTables(run), tmp_path, FigureOptions(width_px=300, height_px=200),
                              families=[name, "probe"])
     finally:
-        del FIGURES[name]
+        FIGURES.unregister(name)
     assert figs.failures == [(name, "KeyError: 'no such column'")]
     assert [f.family for f in figs.files] == ["probe"]
 

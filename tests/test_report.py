@@ -121,7 +121,7 @@ def test_confgrid_report_cli_exit_status(tmp_path):
     try:
         r = cli.invoke(app, ["report", str(root), "--width", "400", "--no-mlflow"])
     finally:
-        del FIGURES[name]
+        FIGURES.unregister(name)
     assert r.exit_code == 1, r.output  # written, but a figure failed
     assert f"Report: {root / 'report.html'}" in r.output
     page = (root / "report.html").read_text(encoding="utf-8")
