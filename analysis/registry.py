@@ -65,7 +65,7 @@ from . import estimators as _E
 from . import metrics as _M
 
 __all__ = ["METRICS", "MetricInfo", "UnknownMetricError", "get_metric", "register_metric", "closure_variant",
-           "binned_metrics"]
+           "binned_metrics", "with_closures"]
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,33 @@ def closure_variant(name: str, closure: str) -> str:
     if name not in METRICS and closure == "right_float":  # no fixed edges (equal mass): the right closure
         name = _E.closure_name(info.family, "right")
     return get_metric(name).name
+
+
+def with_closures(names, closures) -> list[str]:
+    """The metric names evaluated when the binned ones are taken under each of ``closures``.
+
+    Every binned name (any closure) is replaced by its family's name under each closure, in the order
+    given; other names stay. Duplicates are dropped, the first place kept.
+
+    Examples
+    --------
+    >>> with_closures(["ece", "auroc", "ece_15"], ["left", "right"])
+    ['ece', 'ece_right', 'auroc', 'ece_15', 'ece_15_right']
+    >>> with_closures(["ece", "brier"], ["right"])
+    ['ece_right', 'brier']
+
+    Raises
+    ------
+    ValueError
+        An unknown closure (naming it and the choices), or no closure at all.
+    """
+    closures = [_M.check_closure(c) for c in closures]
+    if not closures:
+        raise ValueError(f"name at least one closure; choose from {', '.join(_M.CLOSURES)}")
+    out: list[str] = []
+    for n in names:
+        out += [closure_variant(n, c) for c in closures] if get_metric(n).closure is not None else [n]
+    return list(dict.fromkeys(out))
 
 
 def binned_metrics(closure: str = "left") -> list[str]:
