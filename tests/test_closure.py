@@ -204,3 +204,27 @@ def test_capability_ece_closure_through_the_kernel():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert ece_to_target(p, mu, 10, closure) == pytest.approx(ece(p, mu, 10, closure), abs=1e-15)
+
+
+def test_study002_published_ece_needs_the_right_closure_on_float_edges():
+    """Study 002's Table 1 (the authors' export) from their per-item outputs: a sample of five cells shipped in
+    tests/data/study002 (MIT). The right closure on np.linspace / R seq edges reproduces every cell; the right
+    closure on exact edges k/B misses the cells holding 0.7000000000000001; the default left closure misses
+    SciQ Llama-70B by 0.035 (issue 26)."""
+    from pathlib import Path
+
+    d = Path(__file__).parent / "data" / "study002"
+    items = pd.read_csv(d / "items.csv")
+    table = pd.read_csv(d / "table1.csv").set_index(["qset", "llm"])
+    got = {}
+    for key, g in items.groupby(["qset", "llm"]):
+        c, y = g["stated_confidence"].to_numpy(float), g["correct"].to_numpy(float)
+        assert len(g) == table.at[key, "num_tot"]
+        assert y.mean() == pytest.approx(table.at[key, "accuracy"], abs=1e-12)
+        got[key] = {cl: ece(c, y, 10, cl) for cl in CLOSURES}
+        assert got[key]["right_float"] == pytest.approx(table.at[key, "ece"], abs=1e-12), key
+    float_edge = {("SciQ", "Gemini-2.5-Flash"), ("SciQ", "Llama-8B"), ("SAT", "DeepSeek-R1")}
+    for key, v in got.items():
+        assert (abs(v["right"] - table.at[key, "ece"]) > 1e-4) == (key in float_edge), key
+    sciq = got[("SciQ", "Llama-70B")]
+    assert round(sciq["left"], 4) == 0.0077 and round(sciq["right"], 4) == 0.0422
