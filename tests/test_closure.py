@@ -228,3 +228,83 @@ def test_study002_published_ece_needs_the_right_closure_on_float_edges():
         assert (abs(v["right"] - table.at[key, "ece"]) > 1e-4) == (key in float_edge), key
     sciq = got[("SciQ", "Llama-70B")]
     assert round(sciq["left"], 4) == 0.0077 and round(sciq["right"], 4) == 0.0422
+
+
+def test_grid_axis_expands_every_binned_metric():
+    from confgrid.flows.spec import MetricsSpec
+
+    m = MetricsSpec(names=("ece", "auroc", "ece_15", "ece_equal_mass"), ece_closure=("left", "right"))
+    assert m.evaluated == ["ece", "ece_right", "auroc", "ece_15", "ece_15_right", "ece_equal_mass",
+                           "ece_equal_mass_right"]
+    assert MetricsSpec().evaluated == ["ece", "auroc", "aurc"]  # the default grid computes what it always did
+
+
+def test_closure_notes_and_edge_table_by_hand():
+    from confgrid.analysis.closure import closure_notes
+    from confgrid.analysis.signals import UNIT_COLUMNS
+    from confgrid.flows.outputs import render_markdown
+
+    unit = {c: "" for c in UNIT_COLUMNS} | {"setting": "m/SciQ"}
+    met = pd.DataFrame([
+        {**unit, "signal": "verbalized", "metric": "ece", "point": 0.008, "lo": 0.004, "hi": 0.016},
+        {**unit, "signal": "verbalized", "metric": "ece_right", "point": 0.042, "lo": 0.03, "hi": 0.05},
+        {**unit, "signal": "token", "metric": "ece", "point": 0.05, "lo": 0.02, "hi": 0.08},
+        {**unit, "signal": "token", "metric": "ece_right", "point": 0.06, "lo": 0.03, "hi": 0.09},  # within 0.03
+    ])
+    gaps = pd.DataFrame([
+        {**unit, "signal_a": "verbalized", "signal_b": "token", "metric": "ece", "gap": -0.042},
+        {**unit, "signal_a": "verbalized", "signal_b": "token", "metric": "ece_right", "gap": -0.018},  # same sign
+    ])
+    edges = pd.DataFrame([{**unit, "signal": "verbalized", "n_bins": 10, "n": 996, "on_edge": 0.8755,
+                           "on_inner_edge": 0.33}])
+    notes = closure_notes(met, gaps, edges, 10)
+    assert notes["what"].tolist() == ["metric"] and notes["signal"].tolist() == ["verbalized"]
+    assert notes["note"].iloc[0] == ("ECE depends on the bin closure here: 0.008 (left) vs 0.042 (right); "
+                                     "88% of confidences lie on bin edges")
+    flipped = gaps.assign(gap=[-0.042, 0.01])
+    g = closure_notes(met, flipped, edges, 10)
+    assert g["what"].tolist() == ["metric", "gap"]
+    assert "changes sign with the bin closure: -0.042 (left) vs +0.010 (right)" in g["note"].iloc[1]
+    md = render_markdown(met, gaps.iloc[:0], pd.DataFrame(), pd.DataFrame(), notes)
+    assert "- m/SciQ / verbalized: ECE depends on the bin closure here: 0.008 (left) vs 0.042 (right)" in md
+    assert closure_notes(met[met["metric"] == "ece"], gaps, edges).empty  # one closure: nothing to compare
+
+
+def test_analyze_both_closures_keeps_the_left_numbers(tmp_path):
+    """analyze --ece-closure left,right: ece is byte-for-byte the left-only run's (same resamples), ece_right
+    comes beside it, results/edges and results/closure are written and show prints the note."""
+    import io
+
+    from rich.console import Console
+
+    from confgrid.flows.analyze import AnalyzeInputError, analyze
+    from confgrid.flows.show import print_results
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(300):
+        c = rng.choice([0.7, 0.8, 0.9, 0.95, 1.0], p=[0.1, 0.2, 0.4, 0.2, 0.1])
+        y = int(rng.random() < {0.7: 0.6, 0.8: 0.9, 0.9: 0.97, 0.95: 0.8, 1.0: 1.0}[c])
+        rows += [{"setting": "a/q", "item_id": i, "signal": "verbalized", "confidence": c, "correct": y},
+                 {"setting": "a/q", "item_id": i, "signal": "token",
+                  "confidence": float(np.clip(c + rng.normal(0, 0.07), 0, 1)), "correct": y}]
+    src = tmp_path / "in.csv"
+    pd.DataFrame(rows).to_csv(src, index=False)
+    kw = dict(metrics="ece,auroc", n_resamples=300, track=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = analyze(src, tmp_path / "left", **kw)
+        both = analyze(src, tmp_path / "both", ece_closure="left,right", **kw)
+    m1, m2 = one["metrics"], both["metrics"]
+    assert m2["metric"].drop_duplicates().tolist() == ["ece", "ece_right", "auroc"]
+    pd.testing.assert_frame_equal(m1.reset_index(drop=True), m2[m2["metric"] != "ece_right"].reset_index(drop=True))
+    e = both["edges"].set_index("signal")
+    c = pd.DataFrame(rows).query("signal == 'verbalized'")["confidence"]
+    assert e.at["verbalized", "on_edge"] == pytest.approx(np.isin(c, np.arange(11) / 10).mean())
+    assert (tmp_path / "both" / "results" / "closure.csv").is_file()
+    assert both["closure"]["note"].str.contains("ECE depends on the bin closure here").any()
+    out = io.StringIO()
+    print_results(tmp_path / "both", Console(file=out, width=250))
+    assert "ECE depends on the bin closure here" in out.getvalue()
+    with pytest.raises(AnalyzeInputError, match="--ece-closure: 'centre'; give one or more of left, right"):
+        analyze(src, tmp_path / "bad", ece_closure="centre", **kw)
