@@ -696,8 +696,12 @@ def analyze_cmd(
     elif threshold is not None:
         typer.echo(f"note: correctness thresholded at {threshold:g} (correct >= {threshold:g} is 1, else 0).")
     res = out / "results"
-    typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'} "
-               "(+ .parquet)")
+    from confgrid.flows.outputs import closure_lines
+
+    for line in closure_lines(tables.get("closure")):
+        typer.echo(f"note: {line} (results/closure.csv)")
+    typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'}, "
+               f"{res / 'edges.csv'}, {res / 'closure.csv'} (+ .parquet)")
     if "ace_gaps" in tables:
         from confgrid.flows.show_ace import print_ace
         from rich.console import Console
