@@ -308,3 +308,24 @@ def test_analyze_both_closures_keeps_the_left_numbers(tmp_path):
     assert "ECE depends on the bin closure here" in out.getvalue()
     with pytest.raises(AnalyzeInputError, match="--ece-closure: 'centre'; give one or more of left, right"):
         analyze(src, tmp_path / "bad", ece_closure="centre", **kw)
+
+
+def test_checklist_records_closure_and_edge_shares():
+    from confgrid.analysis.signals import UNIT_COLUMNS
+    from confgrid.flows.outputs import _edge_shares
+    from confgrid.protocols.checklist import build_checklist, render_checklist_markdown
+
+    group = {"setting": "m/d", "answer_set": "main", "parse_policy": "p", "refusal": "drop", "rule": "containment"}
+    unit = {c: "" for c in UNIT_COLUMNS} | group
+    edges = pd.DataFrame([{**unit, "signal": "verbalized", "n_bins": 10, "n": 5, "on_edge": 0.8, "on_inner_edge": 0.4},
+                          {**unit, "signal": "verbalized", "n_bins": 15, "n": 5, "on_edge": 0.2, "on_inner_edge": 0.0},
+                          {**unit, "setting": "m/e", "signal": "verbalized", "n_bins": 10, "n": 5, "on_edge": 0.1,
+                           "on_inner_edge": 0.0}])
+    shares = _edge_shares(edges, group, 10)
+    assert shares == {"verbalized": 0.8}
+    c = build_checklist(model="m", dataset="d", use_chat_template=False, decoding={}, ece_closure=["left", "right"],
+                        on_edge=shares)
+    assert c["ece"]["closure"] == ["left", "right"] and c["ece"]["on_edge"] == {"verbalized": 0.8}
+    md = render_checklist_markdown(c)
+    assert "| ECE estimator | ece, bins: 10, closure: left, right |" in md
+    assert "| confidences on bin edges | verbalized 80% |" in md
