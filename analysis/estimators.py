@@ -14,6 +14,10 @@ registry name        function
 ``ece_<B>``          :func:`metrics.ece` with ``B`` = 5, 10, 15, 20, 30 or 50
                      equal-width bins (fixed; the bootstrap's ``n_bins``
                      does not apply)
+``<name>_right``     the binned estimators above (``ece``, ``ece_<B>``,
+                     ``ece_equal_mass``) with right-closed bins, and
+``<name>_right_float`` ``ece`` and ``ece_<B>`` on the float edges of
+                     ``np.linspace`` (see :data:`metrics.CLOSURES`)
 ``kde_ece``          :func:`kde_ece` (Nadaraya-Watson, bandwidth 0.05)
 ``ks_ece``           :func:`ks_ece` (Gupta et al. 2021)
 ``smoothed_ece``     :func:`smoothed_ece` (plain Gaussian kernel, Silverman)
@@ -31,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from .metrics import _check_n_bins, _prepare, ece
+from .metrics import CLOSURES, _check_n_bins, _prepare, check_closure, ece
 
 __all__ = [
     "ECE_BIN_COUNTS",
@@ -47,6 +51,8 @@ __all__ = [
     "calibration_gap",
     "overconfidence",
     "FIXED_BIN_ECE",
+    "CLOSED_BIN_ECE",
+    "closure_name",
 ]
 
 #: bin counts of study 000, Appendix G ("Bin counts"), registered as ``ece_<B>``
@@ -68,15 +74,21 @@ def _block_starts(total: int, n_bins: int) -> np.ndarray:
     return k * q + np.minimum(k, rem)
 
 
-def equal_mass_group_bins(group_ends, total: int, n_bins: int) -> np.ndarray:
+def equal_mass_group_bins(group_ends, total: int, n_bins: int, closure: str = "left",
+                          group_starts=None) -> np.ndarray:
     """Equal-mass bin of each tie group, given the groups' cumulative end ranks.
 
     The ``total`` sorted answers are cut into ``n_bins`` consecutive blocks as
     ``np.array_split`` does (the first ``total % n_bins`` blocks one answer
     longer); a block boundary that falls inside a group of tied confidences
     is moved down to the start of that group, so the whole group joins the
-    higher bin. A group whose answers occupy ranks ``[start, end)`` therefore
-    lies in bin ``#{k >= 1 : r_k < end}``, with ``r_k`` the block starts.
+    higher bin (``closure="left"``: the quantile edge's value opens the upper
+    bin), or up to its end, so the whole group joins the lower bin
+    (``closure="right"``: the value closes the lower bin, as R's
+    ``cut(x, quantile(x, ...), include.lowest = TRUE)`` and ``pandas.qcut``
+    do). A group whose answers occupy ranks ``[start, end)`` therefore lies
+    in bin ``#{k >= 1 : r_k < end}`` (left) or ``#{k >= 1 : r_k <= start}``
+    (right), with ``r_k`` the block starts.
 
     Parameters
     ----------
@@ -86,6 +98,10 @@ def equal_mass_group_bins(group_ends, total: int, n_bins: int) -> np.ndarray:
     total : int
         Number of answers.
     n_bins : int
+    closure : {"left", "right"}, default="left"
+        ``"right_float"`` counts as ``"right"`` (equal-mass bins have no fixed edges).
+    group_starts : array-like of int, same shape as ``group_ends``
+        Start rank of each group; needed by the right closure.
 
     Returns
     -------
@@ -93,10 +109,14 @@ def equal_mass_group_bins(group_ends, total: int, n_bins: int) -> np.ndarray:
         Bin index in ``0 .. n_bins - 1``.
     """
     r = _block_starts(total, n_bins)[1:]
-    return np.searchsorted(r, np.asarray(group_ends), side="left").astype(np.int64)
+    if check_closure(closure) == "left":
+        return np.searchsorted(r, np.asarray(group_ends), side="left").astype(np.int64)
+    if group_starts is None:
+        raise ValueError("equal_mass_group_bins: the right closure needs group_starts")
+    return np.searchsorted(r, np.asarray(group_starts), side="right").astype(np.int64)
 
 
-def equal_mass_bin_starts(sorted_conf, n_bins: int = 10) -> np.ndarray:
+def equal_mass_bin_starts(sorted_conf, n_bins: int = 10, closure: str = "left") -> np.ndarray:
     """Sorted position where each equal-mass bin starts (see :func:`ece_equal_mass`).
 
     Parameters
@@ -104,6 +124,9 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10) -> np.ndarray:
     sorted_conf : ndarray of shape (n_samples,)
         Confidences sorted ascending.
     n_bins : int
+    closure : {"left", "right"}, default="left"
+        A tie group cut by a block boundary joins the upper (left) or the lower
+        (right) bin; ``"right_float"`` counts as ``"right"``.
 
     Returns
     -------
@@ -116,14 +139,23 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10) -> np.ndarray:
     --------
     >>> equal_mass_bin_starts(np.array([0.1, 0.2, 0.2, 0.2, 0.5, 0.9]), 3).tolist()
     [0, 1, 4, 6]
+    >>> equal_mass_bin_starts(np.array([0.1, 0.2, 0.2, 0.2, 0.5, 0.9]), 3, "right").tolist()
+    [0, 4, 4, 6]
     """
     cs = np.asarray(sorted_conf, dtype=np.float64)
     n = cs.size
     n_bins = _check_n_bins(n_bins)
+    check_closure(closure)
     r = _block_starts(n, n_bins)
     if n == 0:
         return np.zeros(n_bins + 1, dtype=np.int64)
     tie_starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
+    if closure != "left":
+        # end of the tie group holding position r_k - 1: a group cut by the boundary stays below it
+        tie_ends = np.r_[tie_starts[1:], n]
+        g = np.searchsorted(tie_starts, np.clip(r - 1, 0, n - 1), side="right") - 1
+        moved = np.where(r <= 0, 0, np.where(r < n, tie_ends[g], n))
+        return np.r_[moved, n].astype(np.int64)
     # start of the tie group containing position p (p < n): last tie start <= p
     moved = np.where(
         r < n, tie_starts[np.searchsorted(tie_starts, np.minimum(r, n - 1), side="right") - 1], n
@@ -131,7 +163,7 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10) -> np.ndarray:
     return np.r_[moved, n].astype(np.int64)
 
 
-def ece_equal_mass(confidence, correct, n_bins: int = 10) -> float:
+def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """Expected calibration error with equal-mass (equal-count) bins.
 
     The answers are sorted by confidence and the sorted order is cut into
@@ -141,7 +173,10 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10) -> float:
     a group of equal confidences is moved down to the first answer of that
     group, so tied answers always share a bin (the whole group joins the
     higher bin) and the value does not depend on the input order. Bins left
-    empty by that move (or when ``n < B``) contribute 0. Then
+    empty by that move (or when ``n < B``) contribute 0. With
+    ``closure="right"`` the boundary moves up to the end of the tie group
+    instead, so the group joins the lower bin (R's ``cut`` on quantile edges,
+    ``pandas.qcut``: a value equal to a quantile edge closes the bin below). Then
     ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` as for :func:`metrics.ece`.
     Reference: study 000, Appendix G ("Estimators").
 
@@ -153,6 +188,8 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10) -> float:
         Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
     n_bins : int, default=10
         Number of equal-mass bins ``B >= 1``.
+    closure : {"left", "right"}, default="left"
+        Which bin a tie group on a quantile edge joins (``"right_float"`` counts as ``"right"``).
 
     Returns
     -------
@@ -181,6 +218,13 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10) -> float:
 
     >>> round(ece_equal_mass([0.1, 0.5, 0.5, 0.9], [0, 1, 0, 1], n_bins=2), 12)
     0.05
+
+    With correctness ``[0, 1, 1, 1]`` the left closure gives ``(0.1 + |3 - 1.9|) / 4``; the right closure
+    keeps the tie group in the lower bin, ``{0.1, 0.5, 0.5}`` and ``{0.9}``, so ``(|2 - 1.1| + 0.1) / 4``:
+
+    >>> [round(ece_equal_mass([0.1, 0.5, 0.5, 0.9], [0, 1, 1, 1], n_bins=2, closure=c), 12)
+    ...  for c in ("left", "right")]
+    [0.3, 0.25]
     """
     n_bins = _check_n_bins(n_bins)
     prep = _prepare("ECE (equal mass)", confidence, correct)
@@ -189,7 +233,7 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10) -> float:
     c, y = prep
     order = np.argsort(c, kind="stable")
     cs, ys = c[order], y[order]
-    starts = equal_mass_bin_starts(cs, n_bins)
+    starts = equal_mass_bin_starts(cs, n_bins, closure)
     d = np.r_[0.0, np.cumsum(ys - cs)]
     # empty bins give 0 difference
     return float(np.sum(np.abs(d[starts[1:]] - d[starts[:-1]])) / c.size)
@@ -579,20 +623,29 @@ def overconfidence(confidence, correct) -> float:
 # ---------------------------------------------------------------------------
 
 
-def _make_ece_b(n_bins: int):
-    def ece_b(confidence, correct) -> float:
-        return ece(confidence, correct, n_bins=n_bins)
+def closure_name(name: str, closure: str) -> str:
+    """The registry name of a binned metric under a closure: ``ece`` -> ``ece_right``, ``ece_15`` ->
+    ``ece_15_right_float``; the left closure keeps the name (``ece``, unchanged)."""
+    return name if check_closure(closure) == "left" else f"{name}_{closure}"
 
-    ece_b.__name__ = ece_b.__qualname__ = f"ece_{n_bins}"
+
+def _make_ece_b(n_bins: int, closure: str = "left"):
+    def ece_b(confidence, correct) -> float:
+        return ece(confidence, correct, n_bins=n_bins, closure=closure)
+
+    ece_b.__name__ = ece_b.__qualname__ = closure_name(f"ece_{n_bins}", closure)
     ece_b.__doc__ = (
-        f"ECE with {n_bins} equal-width bins: ``ece(confidence, correct, n_bins={n_bins})``.\n\n"
+        f"ECE with {n_bins} equal-width bins, {closure}-closed: "
+        f"``ece(confidence, correct, n_bins={n_bins}, closure={closure!r})``.\n\n"
         "    See :func:`confgrid.analysis.metrics.ece`; lower is better. Reference:\n"
-        "    study 000, Appendix G (\"Bin counts\").\n"
+        "    study 000, Appendix G (\"Bin counts\"); closures: :data:`confgrid.analysis.metrics.CLOSURES`.\n"
     )
     return ece_b
 
 
 #: ``{B: ece_B}``: the fixed-bin ECE functions ``ece_5`` ... ``ece_50`` (registered as ``ece_<B>``).
 FIXED_BIN_ECE = {b: _make_ece_b(b) for b in ECE_BIN_COUNTS}
+#: ``{(B, closure): f}``: the fixed-bin ECE functions of the other closures (``ece_10_right``, ``ece_10_right_float``).
+CLOSED_BIN_ECE = {(b, c): _make_ece_b(b, c) for c in CLOSURES[1:] for b in ECE_BIN_COUNTS}
 globals().update({f.__name__: f for f in FIXED_BIN_ECE.values()})
 __all__ += [f.__name__ for f in FIXED_BIN_ECE.values()]

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .bootstrap import BootstrapResult, interval, n_undefined
+from .closure import EDGE_COLUMNS, edge_rows, edge_table
 from .compare import better_signal, excludes_zero, flip
 from .registry import get_metric
 from .resampling import setting_seed
@@ -136,6 +137,10 @@ class UnitPlan:
         signal -> rows the unit has for it (usable or not).
     left_out : dict
         signal -> usable rows left out by the alignment rule (an aligned partner lacks the item).
+    edges : dict
+        ``{B: [(on_edge, on_inner_edge) per signal]}``: the signal's confidences exactly on an edge ``k/B``
+        of the equal-width bins in use (analysis/closure.py), counted at planning time so that they survive
+        :meth:`drop_arrays`.
     """
 
     labels: dict[str, str]
@@ -153,6 +158,7 @@ class UnitPlan:
     cell_n: list[int] = field(default_factory=list)
     n_rows: dict[str, int] = field(default_factory=dict)
     left_out: dict[str, int] = field(default_factory=dict)
+    edges: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -217,7 +223,7 @@ def unit_seed(labels: Mapping[str, str], base_seed: int) -> int:
 def plan_unit(labels: Mapping[str, str], items: np.ndarray, signals: Sequence[str], confidence: np.ndarray,
               target: np.ndarray, ok: np.ndarray, align: Sequence[str], info: Mapping[str, Mapping[str, Any]],
               comparisons: Comparisons, seed: int, groups: np.ndarray | None = None,
-              n_rows: Mapping[str, int] | None = None) -> UnitPlan:
+              n_rows: Mapping[str, int] | None = None, edge_bins: Sequence[int] = ()) -> UnitPlan:
     """The cells of one unit from its dense signal arrays (pure).
 
     Parameters
@@ -243,6 +249,9 @@ def plan_unit(labels: Mapping[str, str], items: np.ndarray, signals: Sequence[st
         Each item's cluster (a clustered bootstrap).
     n_rows : mapping, optional
         signal -> rows the unit has for it (default: non-NaN confidences).
+    edge_bins : sequence of int, optional
+        Bin counts whose edges each signal's confidences are counted on (:attr:`UnitPlan.edges`;
+        :func:`confgrid.analysis.closure.edge_bins`).
 
     Returns
     -------
@@ -308,16 +317,17 @@ def plan_unit(labels: Mapping[str, str], items: np.ndarray, signals: Sequence[st
         confidence=c_conf, target=c_tgt, masks=c_mask, cell_names=[name for *_, name in cells], pairs=pair_cells,
         shifts=shifts, n_rows=dict(n_rows) if n_rows is not None else {s: int(np.isfinite(conf[i]).sum())
                                                                         for i, s in enumerate(signals)},
-        left_out=left, cell_n=[int(m.sum()) for m in c_mask],
+        left_out=left, cell_n=[int(m.sum()) for m in c_mask], edges=edge_rows(c_conf[:S], c_mask[:S], edge_bins),
     )
 
 
-def plan_units(signals: pd.DataFrame, comparisons: Comparisons, base_seed: int, clustered: bool = False
-               ) -> list[UnitPlan]:
+def plan_units(signals: pd.DataFrame, comparisons: Comparisons, base_seed: int, clustered: bool = False,
+               edge_bins: Sequence[int] = ()) -> list[UnitPlan]:
     """Every unit of a conformed signal table (analysis/signals.py), in the order units first appear.
 
     Within a unit, signals keep the order of their first row; items are ordered by first appearance.
     ``clustered``: resample the ``cluster`` column's clusters (an item must have one cluster).
+    ``edge_bins``: see :func:`plan_unit`.
 
     Raises
     ------
@@ -357,7 +367,7 @@ def plan_units(signals: pd.DataFrame, comparisons: Comparisons, base_seed: int, 
             groups = per_item.set_index("item_id")["cluster"].reindex(items).to_numpy(dtype=object)
         n_rows = g.groupby("signal", sort=False).size().to_dict()
         out.append(plan_unit(labels, items.to_numpy(dtype=object), names, conf, tgt, ok, align, info, comparisons,
-                             unit_seed(labels, base_seed), groups, n_rows))
+                             unit_seed(labels, base_seed), groups, n_rows, edge_bins))
     return out
 
 
@@ -368,11 +378,13 @@ def _plain(v: Any) -> Any:
 @dataclass
 class Estimates:
     """The estimates of a set of units: ``metrics``, ``gaps``, ``shifts`` (columns :data:`METRIC_COLUMNS`,
-    :data:`GAP_COLUMNS`, :data:`SHIFT_COLUMNS`)."""
+    :data:`GAP_COLUMNS`, :data:`SHIFT_COLUMNS`) and ``edges`` (the share of each signal's confidences on bin
+    edges, :data:`~confgrid.analysis.closure.EDGE_COLUMNS`)."""
 
     metrics: pd.DataFrame
     gaps: pd.DataFrame
     shifts: pd.DataFrame
+    edges: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EDGE_COLUMNS))
 
 
 def _advantage(metric: str, pa_: float, pb: float, ra: np.ndarray, rb: np.ndarray) -> tuple[float, np.ndarray]:
@@ -435,7 +447,7 @@ def estimates(units: Sequence[UnitPlan], results: Sequence[BootstrapResult], lev
             grows += gap_rows
         srows += _shift_rows(u, res, metrics, adv, level)
     return Estimates(pd.DataFrame(mrows, columns=METRIC_COLUMNS), pd.DataFrame(grows, columns=GAP_COLUMNS),
-                     pd.DataFrame(srows, columns=SHIFT_COLUMNS))
+                     pd.DataFrame(srows, columns=SHIFT_COLUMNS), edge_table(units))
 
 
 def _shift_rows(u: UnitPlan, res: BootstrapResult, metrics: list[str], adv: dict, level: float) -> list[dict]:

@@ -58,7 +58,8 @@ def select_group(df: pd.DataFrame, primary: Mapping[str, str]) -> pd.DataFrame:
     return df[mask].reset_index(drop=True)
 
 
-def reliability_table(signals: pd.DataFrame, n_bins: int = 10, strategy: str = "uniform") -> pd.DataFrame:
+def reliability_table(signals: pd.DataFrame, n_bins: int = 10, strategy: str = "uniform",
+                      closure: str = "left") -> pd.DataFrame:
     """Per-bin reliability data of every (setting, signal, context) in a long signal table.
 
     Parameters
@@ -67,9 +68,9 @@ def reliability_table(signals: pd.DataFrame, n_bins: int = 10, strategy: str = "
         ``tables/signals.parquet`` rows (already restricted to one group, e.g. with
         :func:`select_group`): columns setting, model, dataset, signal, context, aggregation,
         confidence (float in [0, 1]), correct (float in [0, 1]).
-    n_bins, strategy
+    n_bins, strategy, closure
         As :func:`confgrid.analysis.reliability.reliability_diagram` (the run's ``metrics.ece_bins``
-        with ``"uniform"`` gives the bins of its ECE).
+        with ``"uniform"`` and the first of its ``metrics.ece_closure`` give the bins of its ECE).
 
     Returns
     -------
@@ -92,7 +93,7 @@ def reliability_table(signals: pd.DataFrame, n_bins: int = 10, strategy: str = "
     frames = []
     for key, g in signals.groupby(list(RELIABILITY_KEYS), sort=False, dropna=False):
         d = reliability_diagram(g["confidence"].to_numpy(np.float64), g["correct"].to_numpy(np.float64),
-                                n_bins=n_bins, strategy=strategy)
+                                n_bins=n_bins, strategy=strategy, closure=closure)
         f = pd.DataFrame({"bin": np.arange(d.n_bins), "bin_lo": d.bin_edges[:-1], "bin_hi": d.bin_edges[1:],
                           "count": d.counts, "mean_confidence": d.mean_confidence, "accuracy": d.accuracy})
         frames.append(f.assign(**dict(zip(RELIABILITY_KEYS, key, strict=True))))

@@ -11,12 +11,12 @@ analysis/bootstrap.py; split from it so that each file stays one unit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .estimators import KDE_BANDWIDTH, ECE_BIN_COUNTS, equal_mass_group_bins, kde_group_values
-from .metrics import aurc_tie_groups, bin_indices, harmonic_numbers, validate_inputs
+from .estimators import KDE_BANDWIDTH, ECE_BIN_COUNTS, closure_name, equal_mass_group_bins, kde_group_values
+from .metrics import CLOSURES, aurc_tie_groups, bin_indices, check_closure, harmonic_numbers, validate_inputs
 
 __all__ = [
     "SortedSignal",
@@ -54,6 +54,9 @@ class SortedSignal:
 
     Tie groups (equal confidence) and ECE bins are contiguous blocks of the
     sorted order; ``tie_starts`` / ``bin_starts`` are their first positions.
+    ``closure`` is the bin closure of ``bin_starts`` (:data:`metrics.CLOSURES`);
+    the bins of other counts or closures are computed once per signal and kept
+    (:meth:`with_bins`).
     """
 
     order: np.ndarray  # (n,) permutation: sorted position -> item
@@ -62,9 +65,11 @@ class SortedSignal:
     tie_starts: np.ndarray  # (G,) start of each tie group, ascending confidence
     bin_starts: np.ndarray  # start of each non-empty ECE bin
     n_bins: int
+    closure: str = "left"
+    _rebinned: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_arrays(cls, confidence, correct, n_bins: int = 10) -> "SortedSignal":
+    def from_arrays(cls, confidence, correct, n_bins: int = 10, closure: str = "left") -> "SortedSignal":
         c, y = validate_inputs(confidence, correct)
         if not (np.isfinite(c).all() and np.isfinite(y).all()):
             raise ValueError("SortedSignal needs finite confidence and correct")
@@ -73,11 +78,12 @@ class SortedSignal:
         n = cs.size
         if n:
             tie_starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
-            bins = bin_indices(cs, n_bins)
+            bins = bin_indices(cs, n_bins, closure)
             bin_starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
         else:
+            check_closure(closure)
             tie_starts = bin_starts = np.zeros(0, dtype=np.int64)
-        return cls(order, cs, ys, tie_starts, bin_starts, int(n_bins))
+        return cls(order, cs, ys, tie_starts, bin_starts, int(n_bins), closure)
 
     def sort_weights(self, w) -> np.ndarray:
         w = np.asarray(w, dtype=np.float64)
@@ -89,11 +95,22 @@ class SortedSignal:
             raise ValueError("w must hold non-negative integer counts (multiplicities)")
         return w[:, self.order]
 
-    def with_bins(self, n_bins: int) -> "SortedSignal":
-        """The same signal with ECE bins for another ``n_bins``."""
-        bins = bin_indices(self.conf, n_bins)
-        starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]]) if bins.size else bins
-        return SortedSignal(self.order, self.conf, self.correct, self.tie_starts, starts, int(n_bins))
+    def with_bins(self, n_bins: int, closure: str | None = None) -> "SortedSignal":
+        """The same signal with ECE bins for another ``n_bins`` and/or closure (default: this one's closure).
+
+        Computed once per (n_bins, closure) and kept, so the bootstrap bins a signal once however many
+        resample blocks it evaluates.
+        """
+        closure = self.closure if closure is None else check_closure(closure)
+        if (int(n_bins), closure) == (self.n_bins, self.closure):
+            return self
+        key = (int(n_bins), closure)
+        if key not in self._rebinned:
+            bins = bin_indices(self.conf, n_bins, closure)
+            starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]]) if bins.size else bins
+            self._rebinned[key] = SortedSignal(self.order, self.conf, self.correct, self.tie_starts, starts,
+                                               int(n_bins), closure)
+        return self._rebinned[key]
 
 
 def _sorted(conf, correct, n_bins: int = 10) -> SortedSignal:
@@ -180,16 +197,14 @@ def _apply(kernel, sig: SortedSignal, w) -> np.ndarray:
     ) if ws.shape[0] else np.zeros(0)
 
 
-def _binned(name: str, conf, correct, w, n_bins: int) -> np.ndarray:
-    """A binned kernel on ``n_bins`` bins (the sorted signal re-binned if needed)."""
-    sig = _sorted(conf, correct, n_bins)
-    if sig.n_bins != n_bins:
-        sig = sig.with_bins(n_bins)
+def _binned(name: str, conf, correct, w, n_bins: int, closure: str = "left") -> np.ndarray:
+    """A binned kernel on ``n_bins`` bins of ``closure`` (the sorted signal re-binned if needed)."""
+    sig = _sorted(conf, correct, n_bins).with_bins(n_bins, closure)
     return _apply(WEIGHTED_KERNELS[name], sig, w)
 
 
-def ece_weighted(conf, correct, w, n_bins: int = 10) -> np.ndarray:
-    return _binned("ece", conf, correct, w, n_bins)
+def ece_weighted(conf, correct, w, n_bins: int = 10, closure: str = "left") -> np.ndarray:
+    return _binned("ece", conf, correct, w, n_bins, closure)
 
 
 def auroc_weighted(conf, correct, w) -> np.ndarray:
@@ -206,6 +221,8 @@ def brier_weighted(conf, correct, w) -> np.ndarray:
 
 ece_weighted.__doc__ = _kernel_doc(
     "ECE", "\n    n_bins : int, default=10\n        Equal-width bins, as in :func:`metrics.ece`."
+    "\n    closure : {'left', 'right', 'right_float'}, default='left'\n        The bin closure "
+    "(:data:`metrics.CLOSURES`); a prepared signal is re-binned to it."
 )
 auroc_weighted.__doc__ = _kernel_doc("AUROC")
 aurc_weighted.__doc__ = _kernel_doc("AURC (exact expectation over tie orders)")
@@ -229,10 +246,8 @@ def _gap_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
         return np.where(tot > 0, ws @ (sig.conf - sig.correct) / tot, np.nan)
 
 
-def _ece_fixed_bins_sorted(sig: SortedSignal, ws: np.ndarray, n_bins: int) -> np.ndarray:
-    if sig.n_bins != n_bins:
-        sig = sig.with_bins(n_bins)
-    return _ece_sorted(sig, ws)
+def _ece_fixed_bins_sorted(sig: SortedSignal, ws: np.ndarray, n_bins: int, closure: str = "left") -> np.ndarray:
+    return _ece_sorted(sig.with_bins(n_bins, closure), ws)
 
 
 def _ks_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
@@ -246,20 +261,22 @@ def _ks_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
         return np.where(tot > 0, ks / tot, np.nan)
 
 
-def _ece_equal_mass_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+def _ece_equal_mass_sorted(sig: SortedSignal, ws: np.ndarray, closure: str = "left") -> np.ndarray:
     # equal-mass bins per resample from the cumulative counts of the tie groups
     B = sig.n_bins
     tot = ws.sum(axis=1)
     m = _group_sums(ws, sig.tie_starts)
     d = _group_sums(ws * (sig.correct - sig.conf), sig.tie_starts)
     ends = np.rint(np.cumsum(m, axis=1)).astype(np.int64)
+    starts = ends - np.rint(m).astype(np.int64) if closure != "left" else None
     out = np.full(ws.shape[0], np.nan)
     tot_i = np.rint(tot).astype(np.int64)
     for T in np.unique(tot_i):
         if T <= 0:
             continue
         rows = np.flatnonzero(tot_i == T)
-        bins = equal_mass_group_bins(ends[rows], int(T), B)  # (r, G)
+        bins = equal_mass_group_bins(ends[rows], int(T), B, closure,
+                                     None if starts is None else starts[rows])  # (r, G)
         flat = (bins + (np.arange(rows.size, dtype=np.int64) * B)[:, None]).ravel()
         sums = np.bincount(flat, weights=d[rows].ravel(), minlength=rows.size * B).reshape(rows.size, B)
         out[rows] = np.abs(sums).sum(axis=1) / T
@@ -284,8 +301,9 @@ def ks_ece_weighted(conf, correct, w) -> np.ndarray:
     return _apply(WEIGHTED_KERNELS["ks_ece"], _sorted(conf, correct), w)
 
 
-def ece_equal_mass_weighted(conf, correct, w, n_bins: int = 10) -> np.ndarray:
-    return _binned("ece_equal_mass", conf, correct, w, n_bins)
+def ece_equal_mass_weighted(conf, correct, w, n_bins: int = 10, closure: str = "left") -> np.ndarray:
+    name = "ece_equal_mass" if check_closure(closure) == "left" else "ece_equal_mass_right"
+    return _binned(name, conf, correct, w, n_bins)
 
 
 def kde_ece_weighted(conf, correct, w) -> np.ndarray:
@@ -297,7 +315,8 @@ ks_ece_weighted.__doc__ = _kernel_doc("KS calibration error (cumulative sums at 
 ece_equal_mass_weighted.__doc__ = _kernel_doc(
     "equal-mass ECE (bins recomputed per resample from the cumulative counts, "
     "same tie rule as :func:`estimators.ece_equal_mass`)",
-    "\n    n_bins : int, default=10\n        Equal-mass bins.",
+    "\n    n_bins : int, default=10\n        Equal-mass bins.\n    closure : {'left', 'right'}, default='left'"
+    "\n        Which bin a tie group on a quantile edge joins ('right_float' counts as 'right').",
 )
 kde_ece_weighted.__doc__ = _kernel_doc(
     "KDE ECE (``O(b * G^2)`` matrix products over the ``G`` distinct confidences)"
@@ -313,8 +332,15 @@ WEIGHTED_KERNELS.update(
     }
 )
 WEIGHTED_KERNELS.update(
-    {f"ece_{B}": (lambda sig, ws, H, _B=B: _ece_fixed_bins_sorted(sig, ws, _B)) for B in ECE_BIN_COUNTS}
+    {closure_name(f"ece_{B}", c): (lambda sig, ws, H, _B=B, _c=c: _ece_fixed_bins_sorted(sig, ws, _B, _c))
+     for B in ECE_BIN_COUNTS for c in CLOSURES}
 )
+# the other closures of the binned estimators whose bin count is the bootstrap's n_bins
+WEIGHTED_KERNELS.update(
+    {closure_name("ece", c): (lambda sig, ws, H, _c=c: _ece_sorted(sig.with_bins(sig.n_bins, _c), ws))
+     for c in CLOSURES[1:]}
+)
+WEIGHTED_KERNELS["ece_equal_mass_right"] = lambda sig, ws, H: _ece_equal_mass_sorted(sig, ws, "right")
 
 
 def has_weighted_kernel(name: str) -> bool:

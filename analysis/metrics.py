@@ -35,7 +35,11 @@ import numpy as np
 __all__ = [
     "UndefinedMetricWarning",
     "validate_inputs",
+    "CLOSURES",
+    "check_closure",
+    "bin_edges",
     "bin_indices",
+    "edge_counts",
     "harmonic_numbers",
     "ece",
     "auroc",
@@ -149,13 +153,79 @@ def _prepare(metric: str, confidence, correct):
 # ---------------------------------------------------------------------------
 
 
-def bin_indices(confidence, n_bins: int = 10) -> np.ndarray:
-    """Equal-width bin index of each confidence, robust at the bin edges.
+#: The bin closures of every binned estimator (ECE, ``ece_<B>``, equal-mass ECE, reliability bins):
+#:
+#: * ``"left"`` (confgrid's default, unchanged): bin ``k`` is ``[k/B, (k+1)/B)``, the last bin also holds
+#:   ``1.0``; edges are the correctly rounded doubles ``k / B``. numpy's ``np.digitize(x, edges)`` and
+#:   ``pandas.cut(x, edges, right=False)`` bin this way.
+#: * ``"right"``: bin ``k`` is ``(k/B, (k+1)/B]``, the first bin also holds ``0``; the same edges ``k / B``.
+#:   The default of R's ``cut`` (``right = TRUE``) and of ``pandas.cut``; scikit-learn's
+#:   ``calibration_curve`` puts a value on an edge in the lower bin too.
+#: * ``"right_float"``: right-closed on the floating-point edges ``k * fl(1/B)`` that ``np.linspace(0, 1, B + 1)``
+#:   (scikit-learn's ``calibration_curve``) and R's ``seq(0, 1, by = 1/B)`` compute, e.g. ``0.30000000000000004``,
+#:   ``0.6000000000000001``, ``0.7000000000000001`` for ``B = 10``. It differs from ``"right"`` only for values
+#:   between ``k/B`` and ``k * fl(1/B)``, such as a stated 70% stored as ``0.7000000000000001`` after float
+#:   arithmetic. This is the rule that reproduces study 002's published Table 1 (README, "Reproducing a
+#:   published ECE").
+CLOSURES = ("left", "right", "right_float")
 
-    Bin ``k`` is ``[k/B, (k+1)/B)``; the last bin also holds ``1.0``. The
-    edges are the correctly rounded doubles ``k / B`` (not ``np.linspace``,
-    whose ``3 * 0.1`` is ``0.30000000000000004``), so a confidence written
-    as exactly ``0.3`` lands in the bin starting at 0.3.
+
+def check_closure(closure) -> str:
+    """Return ``closure`` if it is one of :data:`CLOSURES`, else raise ``ValueError`` naming it and the choices."""
+    if closure not in CLOSURES:
+        raise ValueError(f"closure must be one of {', '.join(CLOSURES)}; got {closure!r}")
+    return closure
+
+
+def bin_edges(n_bins: int = 10, closure: str = "left") -> np.ndarray:
+    """The ``n_bins + 1`` equal-width bin edges a closure uses.
+
+    ``"left"`` and ``"right"``: the correctly rounded doubles ``k / B`` (not ``np.linspace``, whose
+    ``3 * 0.1`` is ``0.30000000000000004``). ``"right_float"``: ``k * fl(1/B)`` with the last edge ``1.0``,
+    bit for bit the edges of ``np.linspace(0, 1, B + 1)`` and of R's ``seq(0, 1, by = 1/B)``.
+
+    Parameters
+    ----------
+    n_bins : int, default=10
+    closure : {"left", "right", "right_float"}, default="left"
+
+    Returns
+    -------
+    ndarray of shape (n_bins + 1,), float64
+        Ascending, from ``0.0`` to ``1.0``.
+
+    Raises
+    ------
+    ValueError
+        ``n_bins < 1`` or an unknown closure.
+
+    Examples
+    --------
+    >>> bin_edges(10)[[3, 7]].tolist()
+    [0.3, 0.7]
+    >>> bin_edges(10, "right_float")[[3, 7]].tolist()
+    [0.30000000000000004, 0.7000000000000001]
+    """
+    n_bins = _check_n_bins(n_bins)
+    check_closure(closure)
+    k = np.arange(n_bins + 1, dtype=np.float64)
+    if closure == "right_float":
+        edges = k * (1.0 / n_bins)
+        edges[-1] = 1.0
+        return edges
+    return k / n_bins
+
+
+def bin_indices(confidence, n_bins: int = 10, closure: str = "left") -> np.ndarray:
+    """Equal-width bin index of each confidence under a declared closure, robust at the bin edges.
+
+    ``closure="left"`` (the default, the rule of every ECE confgrid reported before closures existed): bin
+    ``k`` is ``[k/B, (k+1)/B)`` and the last bin also holds ``1.0``, so a confidence written as exactly
+    ``0.3`` lands in the bin starting at 0.3. ``closure="right"``: bin ``k`` is ``(k/B, (k+1)/B]`` and the
+    first bin also holds ``0.0`` (R's ``cut(x, seq(0, 1, 1/B), include.lowest = TRUE)``,
+    ``pandas.cut(x, edges, right=True, include_lowest=True)``), so ``0.3`` lands in the bin ending at 0.3.
+    ``closure="right_float"``: right-closed on the float edges of :func:`bin_edges` (scikit-learn's
+    ``calibration_curve``: ``np.searchsorted(np.linspace(0, 1, B + 1)[1:-1], p)``). See :data:`CLOSURES`.
 
     Parameters
     ----------
@@ -163,21 +233,53 @@ def bin_indices(confidence, n_bins: int = 10) -> np.ndarray:
         Finite values in ``[0, 1]``.
     n_bins : int, default=10
         Number of bins ``B >= 1``.
+    closure : {"left", "right", "right_float"}, default="left"
 
     Returns
     -------
     ndarray of shape (n_samples,), dtype int64
-        Values in ``0 .. n_bins - 1``.
+        Values in ``0 .. n_bins - 1``. Raises ``ValueError`` as :func:`bin_edges` does.
 
     Examples
     --------
     >>> bin_indices(np.array([0.0, 0.1, 0.3, 0.7, 0.99, 1.0])).tolist()
     [0, 1, 3, 7, 9, 9]
+    >>> bin_indices(np.array([0.0, 0.1, 0.3, 0.7, 0.99, 1.0]), closure="right").tolist()
+    [0, 0, 2, 6, 9, 9]
     """
-    n_bins = _check_n_bins(n_bins)
-    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-    idx = np.searchsorted(edges, np.asarray(confidence, dtype=np.float64), side="right") - 1
-    return np.clip(idx, 0, n_bins - 1).astype(np.int64, copy=False)
+    edges = bin_edges(n_bins, closure)
+    side = "right" if closure == "left" else "left"
+    idx = np.searchsorted(edges, np.asarray(confidence, dtype=np.float64), side=side) - 1
+    return np.clip(idx, 0, edges.size - 2).astype(np.int64, copy=False)
+
+
+def edge_counts(confidence, n_bins: int = 10) -> tuple[int, int]:
+    """How many confidences lie exactly on an edge ``k / B`` of the equal-width bins.
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+        Finite values in ``[0, 1]`` (non-finite ones count as off every edge).
+    n_bins : int, default=10
+
+    Returns
+    -------
+    (on_edge, on_inner_edge) : tuple of int
+        ``on_edge``: values equal to some ``k / B``, ``k = 0 .. B`` (0 and 1 included: the study 002 count,
+        "57% of the confidences lie on an edge of the 10 bins"). ``on_inner_edge``: values equal to an inner
+        edge ``k = 1 .. B - 1``, the only ones the ``left`` and ``right`` closures put in different bins.
+
+    Examples
+    --------
+    >>> edge_counts([0.0, 0.05, 0.3, 0.9, 1.0])
+    (4, 2)
+    """
+    c = np.asarray(confidence, dtype=np.float64)
+    edges = bin_edges(n_bins, "left")
+    pos = np.searchsorted(edges, c, side="left")
+    on = (pos < edges.size) & (edges[np.minimum(pos, edges.size - 1)] == c)
+    inner = on & (pos > 0) & (pos < edges.size - 1)
+    return int(on.sum()), int(inner.sum())
 
 
 def _check_n_bins(n_bins) -> int:
@@ -232,12 +334,15 @@ def aurc_tie_groups(m, e, K, C, H: np.ndarray):
 # ---------------------------------------------------------------------------
 
 
-def ece(confidence, correct, n_bins: int = 10) -> float:
+def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """Expected calibration error with equal-width bins.
 
     The ``n_samples`` answers are sorted into ``B = n_bins`` bins
     ``[k/B, (k+1)/B)`` for ``k = 0 .. B-1``, the last bin also including
-    ``1.0``; then ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` where ``acc_b``
+    ``1.0`` (``closure="left"``, the default); with ``closure="right"`` the
+    bins are ``(k/B, (k+1)/B]``, the first also including ``0`` (R's ``cut``,
+    scikit-learn's ``calibration_curve``, study 002), and ``"right_float"``
+    uses the float edges of ``np.linspace`` (:func:`bin_indices`); then ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` where ``acc_b``
     is the mean correctness and ``conf_b`` the mean confidence in bin ``b``
     (empty bins contribute 0). Reference: study 000, Appendix A.
 
@@ -249,6 +354,8 @@ def ece(confidence, correct, n_bins: int = 10) -> float:
         Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
     n_bins : int, default=10
         Number of equal-width bins.
+    closure : {"left", "right", "right_float"}, default="left"
+        Which bin a confidence on an edge joins (:data:`CLOSURES`).
 
     Returns
     -------
@@ -266,14 +373,21 @@ def ece(confidence, correct, n_bins: int = 10) -> float:
     --------
     >>> ece([0.0, 0.1, 0.5, 1.0], [0, 0, 1, 1])
     0.15
+
+    ``0.1`` lies on an edge: the left closure pools it with ``0.15``
+    (``|1 - 0.25| / 3``), the right closure with nothing (``(|1 - 0.1| + |0 - 0.15|) / 3``):
+
+    >>> round(ece([0.1, 0.15, 1.0], [1, 0, 1]), 12), round(ece([0.1, 0.15, 1.0], [1, 0, 1], closure="right"), 12)
+    (0.25, 0.35)
     """
     n_bins = _check_n_bins(n_bins)
+    check_closure(closure)
     prep = _prepare("ECE", confidence, correct)
     if prep is None:
         return float("nan")
     c, y = prep
     n = c.size
-    b = bin_indices(c, n_bins)
+    b = bin_indices(c, n_bins, closure)
     n_b = np.bincount(b, minlength=n_bins)
     sum_c = np.bincount(b, weights=c, minlength=n_bins)
     sum_y = np.bincount(b, weights=y, minlength=n_bins)

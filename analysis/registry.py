@@ -28,7 +28,18 @@ name                direction     function
 ``calibration_gap`` signed, 0     :func:`estimators.calibration_gap`
 ``overconfidence``  signed, 0     :func:`estimators.overconfidence`
 ``ece_<B>``         lower better  ``ece`` with B = 5, 10, 15, 20, 30, 50 bins
+``ece_right``       lower better  ``ece``, right-closed bins ``(k/B, (k+1)/B]``
+``ece_right_float`` lower better  ``ece``, right-closed on ``np.linspace`` edges
+``ece_<B>_right``   lower better  ``ece_<B>`` right-closed (also ``_right_float``)
+``ece_equal_mass_right`` lower    ``ece_equal_mass``, ties on a quantile edge below
 =================== ============= ================================================
+
+The binned estimators carry their bin closure (:attr:`MetricInfo.closure`,
+:data:`confgrid.analysis.metrics.CLOSURES`): the unsuffixed names are
+left-closed, as they always were; ``<name>_right`` and ``<name>_right_float``
+are the other closures, registered for every binned name
+(:func:`closure_variant`). Being metrics of the same unit, both closures are
+computed on the same resamples, so their values and gaps are paired.
 
 Examples
 --------
@@ -53,7 +64,8 @@ from confgrid.registry import Registry, UnknownNameError
 from . import estimators as _E
 from . import metrics as _M
 
-__all__ = ["METRICS", "MetricInfo", "UnknownMetricError", "get_metric", "register_metric"]
+__all__ = ["METRICS", "MetricInfo", "UnknownMetricError", "get_metric", "register_metric", "closure_variant",
+           "binned_metrics", "with_closures"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,12 @@ class MetricInfo:
     signed : bool, default=False
         True for a signed summary (e.g. ``calibration_gap``) whose best
         value is 0; ``lower_is_better`` then refers to its absolute value.
+    closure : str or None, default=None
+        The bin closure of a binned estimator (``"left"``, ``"right"``,
+        ``"right_float"``); None for a metric without bins.
+    family : str, default=""
+        The left-closed name of a binned estimator (``ece_15`` for
+        ``ece_15_right``); empty for a metric without bins.
     """
 
     name: str
@@ -80,6 +98,8 @@ class MetricInfo:
     lower_is_better: bool
     description: str
     signed: bool = False
+    closure: str | None = None
+    family: str = ""
 
     @property
     def takes_n_bins(self) -> bool:
@@ -148,13 +168,98 @@ def get_metric(name: str) -> MetricInfo:
     return METRICS.get(name)
 
 
+def closure_variant(name: str, closure: str) -> str:
+    """The registered name of binned metric ``name``'s family under ``closure``.
+
+    Examples
+    --------
+    >>> closure_variant("ece_15", "right"), closure_variant("ece_right", "left")
+    ('ece_15_right', 'ece')
+    >>> closure_variant("ece_equal_mass", "right_float")  # equal-mass bins have no fixed edges
+    'ece_equal_mass_right'
+
+    Raises
+    ------
+    ValueError
+        ``name`` has no bins (naming it and the binned metrics), or an unknown closure.
+    """
+    info = get_metric(name)
+    if info.closure is None:
+        raise ValueError(f"metric {name!r} has no bins, so no closure; binned metrics: "
+                         f"{', '.join(binned_metrics())}")
+    name = _E.closure_name(info.family, _M.check_closure(closure))
+    if name not in METRICS and closure == "right_float":  # no fixed edges (equal mass): the right closure
+        name = _E.closure_name(info.family, "right")
+    return get_metric(name).name
+
+
+def with_closures(names, closures) -> list[str]:
+    """The metric names evaluated when the binned ones are taken under each of ``closures``.
+
+    Every binned name (any closure) is replaced by its family's name under each closure, in the order
+    given; other names stay. Duplicates are dropped, the first place kept.
+
+    Examples
+    --------
+    >>> with_closures(["ece", "auroc", "ece_15"], ["left", "right"])
+    ['ece', 'ece_right', 'auroc', 'ece_15', 'ece_15_right']
+    >>> with_closures(["ece", "brier"], ["right"])
+    ['ece_right', 'brier']
+
+    Raises
+    ------
+    ValueError
+        An unknown closure (naming it and the choices), or no closure at all.
+    """
+    closures = [_M.check_closure(c) for c in closures]
+    if not closures:
+        raise ValueError(f"name at least one closure; choose from {', '.join(_M.CLOSURES)}")
+    out: list[str] = []
+    for n in names:
+        out += [closure_variant(n, c) for c in closures] if get_metric(n).closure is not None else [n]
+    return list(dict.fromkeys(out))
+
+
+def binned_metrics(closure: str = "left") -> list[str]:
+    """Registered binned metrics of one closure, sorted (``ece``, ``ece_10``, ..., ``ece_equal_mass``)."""
+    return sorted(n for n in METRICS if METRICS.get(n).closure == closure)
+
+
+def _closed(func, closure: str, name: str):
+    """``func`` with its bin closure fixed (``n_bins`` still free)."""
+
+    def f(confidence, correct, n_bins: int = 10) -> float:
+        return func(confidence, correct, n_bins=n_bins, closure=closure)
+
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = f"``{func.__name__}(confidence, correct, n_bins, closure={closure!r})``; lower is better."
+    return f
+
+
+def _binned() -> list[MetricInfo]:
+    kinds = {"right": "right-closed bins", "right_float": "right-closed on np.linspace edges"}
+    out = [MetricInfo("ece", _M.ece, True, "expected calibration error, equal-width bins", closure="left",
+                      family="ece"),
+           MetricInfo("ece_equal_mass", _E.ece_equal_mass, True, "ECE, equal-mass bins", closure="left",
+                      family="ece_equal_mass")]
+    out += [MetricInfo(f"ece_{b}", f, True, f"ECE, {b} equal-width bins", closure="left", family=f"ece_{b}")
+            for b, f in _E.FIXED_BIN_ECE.items()]
+    for c, what in kinds.items():
+        out.append(MetricInfo(_E.closure_name("ece", c), _closed(_M.ece, c, _E.closure_name("ece", c)), True,
+                              f"expected calibration error, equal-width {what}", closure=c, family="ece"))
+        out += [MetricInfo(f.__name__, f, True, f"ECE, {b} equal-width {what}", closure=c, family=f"ece_{b}")
+                for (b, cc), f in _E.CLOSED_BIN_ECE.items() if cc == c]
+    out.append(MetricInfo("ece_equal_mass_right", _closed(_E.ece_equal_mass, "right", "ece_equal_mass_right"),
+                          True, "ECE, equal-mass bins, a tie group on a quantile edge in the lower bin",
+                          closure="right", family="ece_equal_mass"))
+    return out
+
+
 def _builtins() -> list[MetricInfo]:
     infos = [
-        MetricInfo("ece", _M.ece, True, "expected calibration error, equal-width bins"),
         MetricInfo("auroc", _M.auroc, False, "AUROC of confidence for correctness"),
         MetricInfo("aurc", _M.aurc, True, "area under the risk-coverage curve"),
         MetricInfo("brier", _M.brier, True, "Brier score"),
-        MetricInfo("ece_equal_mass", _E.ece_equal_mass, True, "ECE, equal-mass bins"),
         MetricInfo("kde_ece", _E.kde_ece, True, "KDE ECE (Gaussian kernel regression, h=0.05)"),
         MetricInfo("ks_ece", _E.ks_ece, True, "KS calibration error (Gupta et al. 2021)"),
         MetricInfo("smoothed_ece", _E.smoothed_ece, True, "smoothed ECE (plain Gaussian kernel, Silverman)"),
@@ -165,8 +270,7 @@ def _builtins() -> list[MetricInfo]:
                    "overconfidence (study 002): mean confidence - accuracy; same value as calibration_gap",
                    signed=True),
     ]
-    infos += [MetricInfo(f"ece_{b}", f, True, f"ECE, {b} equal-width bins") for b, f in _E.FIXED_BIN_ECE.items()]
-    return infos
+    return _binned() + infos
 
 
 for _info in _builtins():

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .estimators import equal_mass_bin_starts
-from .metrics import UndefinedMetricWarning, _check_n_bins, _undefined_reason, bin_indices, validate_inputs
+from .metrics import (UndefinedMetricWarning, _check_n_bins, _undefined_reason, bin_edges, bin_indices,
+                      check_closure, validate_inputs)
 
 __all__ = ["ReliabilityData", "reliability_diagram", "plot_reliability", "STRATEGIES"]
 
@@ -28,9 +29,10 @@ class ReliabilityData:
     Attributes
     ----------
     bin_edges : ndarray of shape (n_bins + 1,)
-        ``uniform``: ``k / n_bins``. ``quantile``: ``0``, the confidence of
-        the first answer of each bin ``k = 1 .. n_bins - 1`` (1.0 for bins
-        past the last answer), ``1``; membership of the quantile bins is
+        ``uniform``: ``k / n_bins`` (:func:`metrics.bin_edges` of the
+        closure). ``quantile``: ``0``, the confidence of the first answer of
+        each bin ``k = 1 .. n_bins - 1`` (1.0 for bins past the last answer;
+        right closure: the last answer of bin ``k - 1``, 0 before the first), ``1``; membership of the quantile bins is
         defined by rank (see :func:`estimators.ece_equal_mass`); an empty
         bin ``k >= 1`` has two equal edges (an empty first bin spans
         ``[0, first confidence)``).
@@ -42,6 +44,8 @@ class ReliabilityData:
         Mean correctness per bin, ``nan`` for an empty bin.
     strategy : str
         ``"uniform"`` or ``"quantile"``.
+    closure : str
+        The bin closure (:data:`metrics.CLOSURES`).
     """
 
     bin_edges: np.ndarray
@@ -49,6 +53,7 @@ class ReliabilityData:
     mean_confidence: np.ndarray
     accuracy: np.ndarray
     strategy: str = "uniform"
+    closure: str = "left"
 
     @property
     def n_bins(self) -> int:
@@ -64,7 +69,8 @@ class ReliabilityData:
         return float(np.sum(self.counts[nz] / n * np.abs(self.accuracy[nz] - self.mean_confidence[nz])))
 
 
-def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "uniform") -> ReliabilityData:
+def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "uniform",
+                        closure: str = "left") -> ReliabilityData:
     """Bin edges, counts, mean confidence and accuracy per bin.
 
     Parameters
@@ -79,12 +85,16 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
         ``"uniform"``: equal-width bins ``[k/B, (k+1)/B)``, the last closed
         (the bins of :func:`metrics.ece`). ``"quantile"``: equal-mass bins
         with the tie rule of :func:`estimators.ece_equal_mass`.
+    closure : {"left", "right", "right_float"}, default="left"
+        Which bin a confidence on an edge (uniform) or a tie group on a
+        quantile edge (quantile) joins, as in :func:`metrics.ece` and
+        :func:`estimators.ece_equal_mass`.
 
     Returns
     -------
     ReliabilityData
         Its ``ece`` property equals :func:`metrics.ece` (uniform) or
-        :func:`estimators.ece_equal_mass` (quantile). With no rows or a
+        :func:`estimators.ece_equal_mass` (quantile) of the same closure. With no rows or a
         non-finite input every count is 0 and every mean ``nan``, with an
         :class:`UndefinedMetricWarning`.
 
@@ -104,23 +114,27 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
     n_bins = _check_n_bins(n_bins)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {list(STRATEGIES)}, got {strategy!r}")
+    check_closure(closure)
     c, y = validate_inputs(confidence, correct)
     reason = _undefined_reason(c, y)
     if reason is not None:
         warnings.warn(f"reliability diagram is undefined: {reason}; all bins empty",
                       UndefinedMetricWarning, stacklevel=2)
-        edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+        edges = bin_edges(n_bins, closure)
         empty = np.full(n_bins, np.nan)
-        return ReliabilityData(edges, np.zeros(n_bins, dtype=np.int64), empty, empty.copy(), strategy)
+        return ReliabilityData(edges, np.zeros(n_bins, dtype=np.int64), empty, empty.copy(), strategy, closure)
     if strategy == "uniform":
-        edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-        b = bin_indices(c, n_bins)
+        edges = bin_edges(n_bins, closure)
+        b = bin_indices(c, n_bins, closure)
     else:
         order = np.argsort(c, kind="stable")
         cs = c[order]
-        starts = equal_mass_bin_starts(cs, n_bins)
-        first = np.append(cs, 1.0)[starts[1:-1]]
-        edges = np.r_[0.0, first, 1.0]
+        starts = equal_mass_bin_starts(cs, n_bins, closure)
+        if closure == "left":
+            inner = np.append(cs, 1.0)[starts[1:-1]]  # the first answer of each bin
+        else:
+            inner = np.r_[0.0, cs][starts[1:-1]]  # the last answer of the bin below
+        edges = np.r_[0.0, inner, 1.0]
         b = np.empty(c.size, dtype=np.int64)
         b[order] = np.repeat(np.arange(n_bins), np.diff(starts))
     counts = np.bincount(b, minlength=n_bins).astype(np.int64)
@@ -129,7 +143,7 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
     with np.errstate(invalid="ignore", divide="ignore"):
         conf_b = np.where(counts > 0, sc / np.maximum(counts, 1), np.nan)
         acc_b = np.where(counts > 0, sy / np.maximum(counts, 1), np.nan)
-    return ReliabilityData(edges, counts, conf_b, acc_b, strategy)
+    return ReliabilityData(edges, counts, conf_b, acc_b, strategy, closure)
 
 
 def plot_reliability(data: ReliabilityData, ax=None, label: str | None = None):

@@ -72,6 +72,7 @@ from confgrid.analysis.bootstrap import (
     BootstrapResult,
     UndefinedMetricWarning,
 )
+from confgrid.analysis.closure import closure_notes, edge_bins
 from confgrid.analysis.evaluation import (
     GAP_COLUMNS,
     METRIC_COLUMNS,
@@ -199,10 +200,28 @@ def _parse_signal_pairs(value: str | Sequence[tuple[str, str]] | None) -> tuple[
 
 
 def _tables(settings: list, results: dict[str, BootstrapResult], level: float,
-            units: list[UnitPlan]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Metrics, gaps and shifts of the settings through the one evaluator (analysis/evaluation.py)."""
+            units: list[UnitPlan]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Metrics, gaps, shifts and edge shares of the settings through the one evaluator (analysis/evaluation.py)."""
     est = estimates(units, [results[st.name] for st in settings], level)
-    return est.metrics, est.gaps, est.shifts
+    return est.metrics, est.gaps, est.shifts, est.edges
+
+
+def parse_closures(value: str | Sequence[str]) -> list[str]:
+    """``"left,right"`` or a list -> checked bin closures (``--ece-closure``).
+
+    Raises
+    ------
+    AnalyzeInputError
+        An unknown or repeated closure, or none (naming it and the choices).
+    """
+    from confgrid.analysis.metrics import CLOSURES
+
+    names = [c.strip().lower() for c in (value.split(",") if isinstance(value, str) else value) if c.strip()]
+    bad = [c for c in names if c not in CLOSURES]
+    if bad or not names or len(set(names)) != len(names):
+        raise AnalyzeInputError(f"--ece-closure: {value!r}; give one or more of {', '.join(CLOSURES)} "
+                                "(comma-separated, each once)")
+    return names
 
 
 def _write(df: pd.DataFrame, path: Path) -> None:
@@ -224,6 +243,7 @@ def analyze(
     n_resamples: int = 10_000,
     seed: int = 0,
     n_bins: int = 10,
+    ece_closure: str | Sequence[str] = "left",
     columns: Mapping[str, str] | None = None,
     tracking_uri: str | None = None,
     track: bool = True,
@@ -259,6 +279,10 @@ def analyze(
         Base seed (>= 0); a setting's seed is ``setting_seed(setting, "", seed)``.
     n_bins : int, default=10
         Equal-width ECE bins.
+    ece_closure : str or list of str, default "left"
+        Bin closures of the binned metrics (``left``, ``right``, ``right_float``; comma-separated works):
+        ``"left,right"`` computes ``ece`` and ``ece_right`` (and ``ece_<B>_right`` ...) on the same
+        resamples and writes ``results/closure.csv`` where they differ (README, "Reproducing a published ECE").
     columns : mapping, optional
         Role -> column name, for roles named differently in the file.
     tracking_uri : str, optional
@@ -353,7 +377,10 @@ def analyze(
         read_candidates,
     )
 
-    metric_names = parse_metrics(metrics)
+    from confgrid.analysis.registry import with_closures
+
+    closures = parse_closures(ece_closure)
+    metric_names = with_closures(parse_metrics(metrics), closures)
     views = parse_views(views)
     pairs = parse_pairs(pairs) if isinstance(pairs, str) or pairs is None else list(pairs)
     cand_df = read_candidates(candidates) if candidates is not None else None
@@ -411,15 +438,17 @@ def analyze(
         settings, results, alignment = _whole(rows, metric_names, int(seed), int(n_resamples), int(chunk_size),
                                               int(n_bins), use_ray, num_workers, group_col)
     if units is None:
-        units = [unit_of(st, comparisons) for st in settings]
-    metrics_df, gaps_df, shifts_df = _tables(settings, results, level, units)
+        units = [unit_of(st, comparisons, edge_bins(metric_names, int(n_bins))) for st in settings]
+    metrics_df, gaps_df, shifts_df, edges_df = _tables(settings, results, level, units)
     n_clusters = {st.name: st.n_clusters for st in settings if st.n_clusters is not None}
     metrics_df, gaps_df, shifts_df = (with_cluster_columns(df, group_col, n_clusters)
                                       for df in (metrics_df, gaps_df, shifts_df))
     metrics_df.attrs.update(n_graded=n_graded, resampled=cluster_note(group_col, n_clusters))
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "alignment": alignment}
+    closure_df = closure_notes(metrics_df, gaps_df, edges_df, int(n_bins))
+    tables = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "alignment": alignment,
+              "edges": edges_df, "closure": closure_df}
     for name, df in tables.items():
         for ext in (".csv", ".parquet"):
             _write(df, out_dir / "results" / f"{name}{ext}")
@@ -443,7 +472,7 @@ def analyze(
         raise AnalyzeInputError("--views/--candidates compare models: the input needs a model column "
                                 "(--model-col NAME)")
     params = dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
-                  seed=int(seed), n_bins=int(n_bins), level=level, chunk_size=int(chunk_size), use_ray=bool(use_ray),
+                  seed=int(seed), n_bins=int(n_bins), ece_closure=",".join(closures), level=level, chunk_size=int(chunk_size), use_ray=bool(use_ray),
                   n_rows=n_rows, n_settings=len(settings), threshold=threshold, uncertainty=uncertainty,
                   graded_soft_labels=bool(n_graded and threshold is None), in_turn=bool(in_turn),
                   **{f"column.{r}": c for r, c in cols.items()})
@@ -559,6 +588,11 @@ def analyze_cmd(
     bootstrap: int = typer.Option(10_000, "--bootstrap", help="Paired bootstrap resamples per setting."),
     seed: int = typer.Option(0, "--seed", help="Base seed; a setting's seed is setting_seed(setting, '', SEED)."),
     ece_bins: int = typer.Option(10, "--ece-bins", help="Equal-width ECE bins."),
+    ece_closure: str = typer.Option("left", "--ece-closure",
+                                    help="Bin closures of the binned metrics, comma-separated: left ([k/B, (k+1)/B), "
+                                         "the default), right ((k/B, (k+1)/B], R cut, scikit-learn, study 002), "
+                                         "right_float (right-closed on np.linspace edges). left,right adds "
+                                         "ece_right beside ece and writes results/closure.csv where they differ."),
     setting_col: str = typer.Option("setting", "--setting-col", help="Column holding the setting (unit of pairing)."),
     item_col: str = typer.Option("item_id", "--item-col", help="Column holding the question id."),
     signal_col: str = typer.Option("signal", "--signal-col", help="Column holding the confidence method."),
@@ -637,7 +671,7 @@ def analyze_cmd(
         warnings.simplefilter("always", UndefinedMetricWarning)
         try:
             tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
-                             columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
+                             ece_closure=ece_closure, columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
                              num_workers=workers, views=views, pairs=pairs, candidates=candidates,
                              comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, threshold=threshold,
                              uncertainty=uncertainty, in_turn=in_turn, group_col=group_col, against=against,
@@ -662,8 +696,12 @@ def analyze_cmd(
     elif threshold is not None:
         typer.echo(f"note: correctness thresholded at {threshold:g} (correct >= {threshold:g} is 1, else 0).")
     res = out / "results"
-    typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'} "
-               "(+ .parquet)")
+    from confgrid.flows.outputs import closure_lines
+
+    for line in closure_lines(tables.get("closure")):
+        typer.echo(f"note: {line} (results/closure.csv)")
+    typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'}, "
+               f"{res / 'edges.csv'}, {res / 'closure.csv'} (+ .parquet)")
     if "ace_gaps" in tables:
         from confgrid.flows.show_ace import print_ace
         from rich.console import Console

@@ -75,6 +75,7 @@ def analyze_signal_table(path: Path, metrics: list[str], n_resamples: int, seed:
     AnalyzeInputError
         A value outside [0, 1], a duplicate row, a ``--group-col`` other than ``cluster``.
     """
+    from confgrid.analysis.closure import edge_bins
     from confgrid.flows.bootstrap_ray import bootstrap_units
     from confgrid.flows.evaluate import RUN_COMPARISONS
 
@@ -91,7 +92,8 @@ def analyze_signal_table(path: Path, metrics: list[str], n_resamples: int, seed:
     comparisons = Comparisons(against=RUN_COMPARISONS.against if against is None else against, pairs=pairs,
                               token_shifts=True)
     try:
-        plans = plan_units(table, comparisons, seed, clustered=group_col is not None)
+        plans = plan_units(table, comparisons, seed, clustered=group_col is not None,
+                           edge_bins=edge_bins(metrics, n_bins))
     except ValueError as exc:
         raise AnalyzeInputError(f"{path}: {exc}") from None
     with warnings.catch_warnings():

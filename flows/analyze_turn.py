@@ -22,7 +22,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,6 +31,7 @@ from confgrid.analysis.bootstrap import (
     paired_bootstrap,
     setting_seed,
 )
+from confgrid.analysis.closure import edge_bins
 from confgrid.analysis.evaluation import Comparisons, UnitPlan, plan_unit
 from confgrid.flows.analyze_check import Problems, check_ids
 from confgrid.flows.analyze_groups import setting_groups
@@ -164,14 +165,16 @@ def align(rows: InputRows | pd.DataFrame, base_seed: int, warn: bool = True,
 ALL_PAIRS = Comparisons(against=None, all_pairs=True)
 
 
-def unit_of(st: Setting, comparisons: Comparisons = ALL_PAIRS) -> UnitPlan:
+def unit_of(st: Setting, comparisons: Comparisons = ALL_PAIRS, edge_bins: Sequence[int] = ()) -> UnitPlan:
     """The one evaluator's unit of an aligned setting (every signal on the setting's common items, ``kind``
-    ``input``; analysis/evaluation.py); its seed is the setting's (``setting_seed(setting, "", seed)``)."""
+    ``input``; analysis/evaluation.py); its seed is the setting's (``setting_seed(setting, "", seed)``);
+    ``edge_bins``: the bin counts whose edges the confidences are counted on (analysis/closure.py)."""
     S, n = len(st.signals), len(st.items)
     items = np.asarray(st.items, dtype=object) if n else np.empty(0, dtype=object)
     return plan_unit({"setting": st.name}, items, st.signals, st.confidence.reshape(S, n),
                      st.correct.reshape(S, n), np.ones((S, n), dtype=bool), ["input"] * S,
-                     {s: {"kind": "input"} for s in st.signals}, comparisons, st.seed, st.groups)
+                     {s: {"kind": "input"} for s in st.signals}, comparisons, st.seed, st.groups,
+                     edge_bins=edge_bins)
 
 
 def named_undefined(st: Setting, point: np.ndarray, metrics: list[str], n_bins: int) -> list[str]:
@@ -342,7 +345,7 @@ def _one(plan: Plan, name: str | None, options: CheckOptions, metrics: list[str]
     del rows
     res, undefined = bootstrap_named(st, metrics, n_resamples, chunk_size, n_bins, warn=False)
     out.messages += [("analyze", m) for m in st.messages] + [("undefined", m) for m in undefined]
-    out.unit = unit_of(st, comparisons)
+    out.unit = unit_of(st, comparisons, edge_bins(metrics, n_bins))
     out.unit.drop_arrays()
     # the arrays and item ids are not needed any more (only their count is): memory stays that of one setting
     st.confidence = st.correct = np.zeros((len(st.signals), 0))

@@ -159,7 +159,7 @@ def _metric_rows(where: dict, ests: list[_Estimate], mu: np.ndarray, resp: np.nd
     R, level = spec.bootstrap.resamples, spec.bootstrap.level
     for target_name, t in (("capability", mu), ("response", resp)):
         res = capability_bootstrap({e.name: e.values for e in ests}, t, n_resamples=R, seed=seed, level=level,
-                                   n_bins=spec.metrics.ece_bins)
+                                   n_bins=spec.metrics.ece_bins, closure=spec.metrics.ece_closure[0])
         for j, e in enumerate(ests):
             for m, metric in enumerate(CAPABILITY_METRICS):
                 rows.append({**where, "target": target_name, "estimator": e.name, "method": e.method,

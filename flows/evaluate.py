@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from confgrid.analysis.bootstrap import BootstrapResult
+from confgrid.analysis.closure import closure_notes, edge_bins
 from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
 from confgrid.analysis.signals import UNIT_COLUMNS, analyzed
 from confgrid.flows.assemble import Unit
@@ -54,6 +55,9 @@ class Evaluation:
         The one signal table (``tables/signals.parquet``, analysis/signals.py).
     units : list of UnitPlan
         The units as evaluated, and ``results`` their bootstrap results (for the study tables).
+    edges, closure : DataFrame
+        ``results/edges`` (each signal's share of confidences on bin edges) and ``results/closure`` (where the
+        bin closure changes a result; analysis/closure.py).
     """
 
     metrics: pd.DataFrame
@@ -64,6 +68,8 @@ class Evaluation:
     signals: pd.DataFrame = field(default_factory=pd.DataFrame)
     units: list = field(default_factory=list)
     results: list = field(default_factory=list)
+    edges: pd.DataFrame = field(default_factory=pd.DataFrame)
+    closure: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def groups(self, refusal: str) -> dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]]:
         """(answer set, parse policy, rule) -> {setting: (bootstrap of the signals' own cells, signal names)} of
@@ -245,10 +251,12 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
         for u in units.values():
             labels.update(item_clusters(u.items, cluster))
         signals["cluster"] = signals["item_id"].map(labels).fillna(signals["item_id"]).astype(object)
-    plans = plan_units(signals, comparisons_of(spec), spec.bootstrap.seed, clustered=bool(cluster))
+    metrics = spec.metrics.evaluated
+    plans = plan_units(signals, comparisons_of(spec), spec.bootstrap.seed, clustered=bool(cluster),
+                       edge_bins=edge_bins(metrics, spec.metrics.ece_bins))
     with warnings.catch_warnings(record=True) as undefined:
         warnings.simplefilter("always", UndefinedMetricWarning)
-        results = bootstrap_units(plans, list(spec.metrics.names), spec.bootstrap.resamples,
+        results = bootstrap_units(plans, metrics, spec.bootstrap.resamples,
                                   n_bins=spec.metrics.ece_bins,
                                   use_ray=spec.execution.bootstrap_backend == "ray_data" and bool(plans),
                                   num_workers=spec.execution.bootstrap_workers)
@@ -261,7 +269,8 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
         est.metrics, est.gaps, est.shifts = (with_cluster_columns(df, cluster, n_cl)
                                              for df in (est.metrics, est.gaps, est.shifts))
     return Evaluation(est.metrics, est.gaps, est.shifts, _settings_rows(spec, units, signals),
-                      dropped_table(plans, signals), signals, plans, results)
+                      dropped_table(plans, signals), signals, plans, results, est.edges,
+                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins))
 
 
 def dropped_table(plans: list, signals: pd.DataFrame) -> pd.DataFrame:

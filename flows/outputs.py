@@ -13,6 +13,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from confgrid import __version__
@@ -45,11 +46,22 @@ def result_matrix(metrics_df: pd.DataFrame) -> pd.DataFrame:
     return wide[cols].reset_index()
 
 
-def render_markdown(metrics_df, gaps_df, shifts_df, settings_df) -> str:
+def closure_lines(closure_df) -> list[str]:
+    """One line per result the bin closure changes (``results/closure``): ``setting: note``."""
+    if closure_df is None or closure_df.empty:
+        return []
+    return [f"{r.setting} / {r.signal}: {r.note}" for r in closure_df.itertuples(index=False)]
+
+
+def render_markdown(metrics_df, gaps_df, shifts_df, settings_df, closure_df=None) -> str:
     """The results as a Markdown report (results/report.md)."""
     from confgrid.analysis.tables import to_markdown
 
     parts = ["# confgrid results", ""]
+    lines = closure_lines(closure_df)
+    if lines:
+        parts += ["## The bin closure matters here (results/closure.csv, results/edges.csv)", "",
+                  *[f"- {x}" for x in lines], ""]
     if not settings_df.empty:
         parts += ["## Settings", "", to_markdown(settings_df), ""]
     wide = result_matrix(metrics_df)
@@ -123,8 +135,17 @@ def rows_dropped(dropped: pd.DataFrame, unit: dict[str, str]) -> dict[str, int]:
     return {str(k): int(v) for k, v in zip(d["status"], d["n"], strict=True)}
 
 
+def _edge_shares(edges: pd.DataFrame, group: dict[str, str], n_bins: int) -> dict[str, float]:
+    """Signal -> share of its confidences on an edge of the ``n_bins`` bins, in one group of ``results/edges``."""
+    if edges is None or edges.empty:
+        return {}
+    e = edges[(edges["n_bins"] == n_bins) & np.logical_and.reduce([edges[k] == v for k, v in group.items()])]
+    return {str(r.signal): round(float(r.on_edge), 4) for r in e.itertuples(index=False) if np.isfinite(r.on_edge)}
+
+
 def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, str]],
-               units: dict[tuple[str, str, str], Unit], dropped_df: pd.DataFrame) -> None:
+               units: dict[tuple[str, str, str], Unit], dropped_df: pd.DataFrame,
+               ev_edges: pd.DataFrame | None = None) -> None:
     """The reporting checklist (study 000 Table 5) of every (model, dataset, answer set)."""
     from confgrid.flows.report import write_checklist
     from confgrid.protocols.checklist import build_checklist
@@ -147,13 +168,17 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
                                                             "seed": a.seed})},
                 elicitation_prompt=a.prompt, token_contexts=a.scoring_contexts(spec.scoring.contexts),
                 aggregation=spec.scoring.aggregations[0], correctness_rule=spec.correctness.primary,
-                ece_estimator="ece", n_bins=spec.metrics.ece_bins, parse_policy=spec.parsing.policies[0],
+                ece_estimator="ece", n_bins=spec.metrics.ece_bins, ece_closure=list(spec.metrics.ece_closure),
+                on_edge=_edge_shares(ev_edges, {"setting": f"{mname}/{dname}", "answer_set": aid,
+                                                 "parse_policy": p["parse_policy"], "refusal": p["refusal"],
+                                                 "rule": p["rule"]}, spec.metrics.ece_bins),
+                parse_policy=spec.parsing.policies[0],
                 system_prompt=provenance.get(mname, {}).get("system_prompt"),
                 rows_total=len(u.graded), rows_dropped=dropped,
                 extra={"answer_set": aid, "answer_format": a.format, "verbalized_source": a.verbalized_source(),
                        "aggregations": list(spec.scoring.aggregations), "rules": list(spec.correctness.rules),
                        "parse_policies": list(spec.parsing.policies), "refusal_policies": list(spec.parsing.refusal),
-                       "chance_seed": spec.parsing.chance_seed, "metrics": list(spec.metrics.names),
+                       "chance_seed": spec.parsing.chance_seed, "metrics": spec.metrics.evaluated,
                        "bootstrap": spec.bootstrap.model_dump(), "probe_rule": spec.probe.rule,
                        "provenance": provenance.get(mname, {}),
                        "conventions": conventions(spec, a, dname)},
@@ -221,7 +246,7 @@ def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[t
 
     res = store.root / "results"
     outputs = {"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings,
-               "dropped": ev.dropped}
+               "dropped": ev.dropped, "edges": ev.edges, "closure": ev.closure}
     if methods is not None and len(methods):
         outputs["methods"] = methods
     if targets is not None and len(targets):
@@ -235,11 +260,11 @@ def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[t
         write_frame_atomic(df, res / f"{name}.parquet")
         if name.startswith(("table", "transfer", "selection")) and len(df):
             write_text_atomic(to_markdown(format_table(df)), res / f"{name}.md")
-    _checklist(spec, store, provenance, units, ev.dropped)
+    _checklist(spec, store, provenance, units, ev.dropped, ev.edges)
     p = primary_group(spec)
     write_text_atomic(json.dumps({**p, "aggregation": spec.scoring.aggregations[0]}), res / "primary.json")
     write_text_atomic(render_markdown(select(ev.metrics, p), select(ev.gaps, p), select(ev.shifts, p),
-                                      select(ev.settings, p)), res / "report.md")
+                                      select(ev.settings, p), ev.closure), res / "report.md")
 
 
 def grid_params(spec: GridSpec) -> dict[str, Any]:
@@ -257,6 +282,7 @@ def grid_params(spec: GridSpec) -> dict[str, Any]:
         "correctness.primary": spec.correctness.primary,
         "metrics.names": list(spec.metrics.names),
         "metrics.ece_bins": spec.metrics.ece_bins,
+        "metrics.ece_closure": list(spec.metrics.ece_closure),
         "metrics.ece_estimator": "equal_width",
         "bootstrap.resamples": spec.bootstrap.resamples,
         "bootstrap.seed": spec.bootstrap.seed,

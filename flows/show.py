@@ -44,6 +44,10 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         console.print(_table(settings[cols], "Settings (rows left out, by status: results/dropped.csv)"))
     if not metrics.empty:
         console.print(_table(result_matrix(metrics), "Metrics per setting and signal: point [95% paired bootstrap interval]"))
+    from confgrid.flows.outputs import closure_lines
+
+    for line in closure_lines(_sel(read("closure"), primary)):  # where the bin closure changes a result
+        console.print(f"Note: {line} (results/closure.csv)", markup=False)
     if not gaps.empty:
         g = gaps.assign(gap=[_fmt(p, lo, hi) for p, lo, hi in zip(gaps["gap"], gaps["lo"], gaps["hi"], strict=True)])
         wide = g.pivot_table(index=["setting", "signal_a", "signal_b", "n"], columns="metric", values="gap",

@@ -330,6 +330,13 @@ class MetricsSpec(_Spec):
 
     names: tuple[str, ...] = Field(("ece", "auroc", "aurc"), min_length=1, description="Metric names.")
     ece_bins: int = Field(10, ge=1, le=1000, description="Equal-width ECE bins [k/B, (k+1)/B), last bin closed.")
+    ece_closure: tuple[Literal["left", "right", "right_float"], ...] = Field(
+        ("left",), min_length=1,
+        description="Bin closures of every binned metric named (ece, ece_<B>, ece_equal_mass), an axis: left "
+        "(the default, [k/B, (k+1)/B), unchanged), right ((k/B, (k+1)/B], R's cut and scikit-learn, as study 002) "
+        "and right_float (right-closed on np.linspace's float edges, which reproduces study 002's Table 1). "
+        "[left, right] adds ece_right beside ece (and ece_<B>_right ...), on the same resamples, and the "
+        "results say where the two differ (results/closure.csv).")
     group_by: tuple[str, ...] = Field(("category",), description="Item metadata fields whose values become grouping "
                                       "rows of results/calibration.csv (per-category tables, study 003 section 5.2).")
     hard_easy: StrictBool = Field(False, description="Write results/hard_easy.csv and hard_easy_bins.csv: the slope "
@@ -347,6 +354,21 @@ class MetricsSpec(_Spec):
     @classmethod
     def _known_metrics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return _known("metric", v)
+
+    @field_validator("ece_closure")
+    @classmethod
+    def _unique_closures(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"ece_closure lists a closure twice: {list(v)}")
+        return v
+
+    @property
+    def evaluated(self) -> list[str]:
+        """The metric names the evaluator computes: :attr:`names` with every binned metric under each
+        closure of :attr:`ece_closure` (:func:`confgrid.analysis.registry.with_closures`)."""
+        from confgrid.analysis.registry import with_closures
+
+        return with_closures(self.names, self.ece_closure)
 
 
 class BootstrapSpec(_Spec):

@@ -63,6 +63,10 @@ def _jsonable(value: Any, where: str) -> Any:
         raise ValueError(f"build_checklist: {where} is not JSON-serialisable ({e})") from None
 
 
+def _shares(on_edge: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:.0%}" for k, v in on_edge.items()) or "-"
+
+
 def build_checklist(
     *,
     model: str,
@@ -75,6 +79,8 @@ def build_checklist(
     correctness_rule: str = DEFAULT_RULE,
     ece_estimator: str = "ece",
     n_bins: int | None = 10,
+    ece_closure: Sequence[str] = ("left",),
+    on_edge: Mapping[str, float] | None = None,
     parse_policy: str = DEFAULT_PARSE_POLICY,
     chat_template: str | None = None,
     system_prompt: str | None = None,
@@ -109,6 +115,11 @@ def build_checklist(
         Name of the ECE estimator as analysis knows it (not validated here).
     n_bins : int or None
         Bin count of a binned estimator; None for estimators without bins.
+    ece_closure : sequence of str, default ("left",)
+        The bin closures the binned estimators were computed under (``left``: ``[k/B, (k+1)/B)``; ``right``:
+        ``(k/B, (k+1)/B]``; ``right_float``: right-closed on ``np.linspace`` edges).
+    on_edge : mapping or None
+        Signal -> share of its confidences exactly on an edge ``k/B`` of the ``n_bins`` bins (``results/edges``).
     parse_policy : str
         One of :data:`~confgrid.protocols.parsing.PARSE_POLICIES`.
     chat_template : str or None
@@ -175,7 +186,8 @@ def build_checklist(
         "add_bos_scoring": add_bos_scoring,
     }
     correctness = {"rule": correctness_rule, "definition": _first_line(rule_fn)}
-    ece = {"estimator": ece_estimator, "n_bins": n_bins}
+    ece = {"estimator": ece_estimator, "n_bins": n_bins, "closure": list(ece_closure),
+           "on_edge": _jsonable(dict(on_edge or {}), "on_edge")}
     verbalized = {
         "signal": "verbalized",
         "elicitation_prompt": {
@@ -264,7 +276,9 @@ def render_checklist_markdown(checklist: Mapping[str, Any]) -> str:
         f"| BOS (generation / scoring) | {_cell(t['add_bos_generation'])} / {_cell(t['add_bos_scoring'])} |",
         f"| decoding | {_cell(c['decoding'])} |",
         f"| correctness rule | {_cell(c['correctness_rule']['rule'])}: {_cell(c['correctness_rule']['definition'])} |",
-        f"| ECE estimator | {_cell(c['ece']['estimator'])}, bins: {_cell(c['ece']['n_bins'])} |",
+        f"| ECE estimator | {_cell(c['ece']['estimator'])}, bins: {_cell(c['ece']['n_bins'])}, closure: "
+        f"{_cell(', '.join(c['ece'].get('closure', ['left'])))} |",
+        f"| confidences on bin edges | {_cell(_shares(c['ece'].get('on_edge') or {}))} |",
         f"| rows generated / kept | {_cell(c['rows']['total'])} / {_cell(c['rows']['kept'])} |",
         "",
     ]

@@ -75,11 +75,20 @@ def _signal_order(names: list[str]) -> list[str]:
     return sorted(names, key=lambda s: (s != "verbalized", names.index(s)))
 
 
+def _title_metric(metric: str, tables: RunTables) -> str:
+    """The titles' metric under the closure of the drawn bins (``ece`` -> ``ece_right`` for a right-closed run)."""
+    from confgrid.analysis.registry import METRICS, closure_variant
+
+    if metric in METRICS and METRICS.get(metric).closure is not None:
+        return closure_variant(metric, tables.closure)
+    return metric
+
+
 def _per_setting(sig: pd.DataFrame, tables: RunTables, opts: FigureOptions, titles: dict, stem: str,
                  what: str) -> list[Drawn]:
     """One figure per setting of a long signal table (``RELIABILITY_KEYS``, confidence, correct): a panel per
     signal with its bins, counts and the ``titles`` metric."""
-    rel = reliability_table(sig, n_bins=tables.n_bins)
+    rel = reliability_table(sig, n_bins=tables.n_bins, closure=tables.closure)
     out = []
     for setting, rs in rel.groupby("setting", sort=False):
         signals = _signal_order(list(dict.fromkeys(rs["signal"])))
@@ -130,7 +139,7 @@ def reliability_figures(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
     """One figure per setting of the primary group: a reliability diagram per signal (verbalized, then the token
     score of each scoring context), titled with ``opts.metric`` and its interval from ``results/metrics``."""
     p = tables.primary
-    titles = reliability_titles(select_group(tables.get("metrics"), p), opts.metric)
+    titles = reliability_titles(select_group(tables.get("metrics"), p), _title_metric(opts.metric, tables))
     what = f"answer set {p.get('answer_set')}, rule {p.get('rule')}, aggregation {p.get('aggregation')}"
     return _per_setting(_analyzed(tables, answer=True), tables, opts, titles, "reliability", what)
 
@@ -147,5 +156,5 @@ def method_reliability_figures(tables: RunTables, opts: FigureOptions) -> list[D
     met = select_group(tables.get("metrics"), tables.primary)
     if len(met):
         met = met.assign(signal=met["signal"] + " (rule " + met["target_rule"] + ")")
-    return _per_setting(sig, tables, opts, reliability_titles(met, opts.metric), "reliability_methods",
+    return _per_setting(sig, tables, opts, reliability_titles(met, _title_metric(opts.metric, tables)), "reliability_methods",
                         "the confidence methods")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 from confgrid.analysis.figure_data import select_group
 from confgrid.analysis.tables import format_table
-from confgrid.flows.outputs import fmt_interval, result_matrix
+from confgrid.flows.outputs import closure_lines, fmt_interval, result_matrix
 from confgrid.flows.store import write_text_atomic
 
 from confgrid import __version__
@@ -39,7 +39,7 @@ REPORT_FILE = "report.html"
 MAX_TABLE_ROWS = 60
 #: Tables with their own section (not repeated under "Study tables"); ``signals`` and the stage tables live
 #: in tables/ and are linked only.
-_OWN_SECTION = {"metrics", "gaps", "settings"}
+_OWN_SECTION = {"metrics", "gaps", "settings", "closure"}
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1250px;color:#222;
@@ -158,8 +158,13 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
     name = tables.grid.get("name", root.name)
     level = tables.level
     group = ", ".join(f"{k} {v}" for k, v in p.items())
+    notes = closure_lines(select_group(tables.get("closure"), p))
     sections: list[tuple[str, str, str]] = [
         ("protocol", "Protocol (reporting checklist)", _checklist(root)),
+        *([("closure", "The bin closure matters here",
+            "<ul>" + "".join(f"<li>{_esc(x)}</li>" for x in notes) + "</ul>"
+            '<p class="note">results/closure.csv; each signal\'s share of confidences on bin edges: '
+            'results/edges.csv</p>')] if notes else []),
         ("settings", "Settings", _table(select_group(tables.get("settings"), p), 500, "results/settings.parquet")),
         ("metrics", f"Metrics (point [{level:.0%} paired bootstrap interval])",
          _table(result_matrix(select_group(tables.get("metrics"), p)), 500, "results/metrics.parquet")),

@@ -104,6 +104,13 @@ class RunTables:
         return int((self.grid.get("metrics") or {}).get("ece_bins") or 10)
 
     @property
+    def closure(self) -> str:
+        """The bin closure of the run's reliability bins: the first of ``metrics.ece_closure`` (``left`` when the
+        grid does not say)."""
+        closures = (self.grid.get("metrics") or {}).get("ece_closure") or ["left"]
+        return str(closures[0])
+
+    @property
     def level(self) -> float:
         """The level of the run's intervals (``bootstrap.level``; 0.95 when the grid does not say)."""
         return float((self.grid.get("bootstrap") or {}).get("level") or 0.95)

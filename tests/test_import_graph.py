@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "reliability", "transfer",
-            "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "evaluation"]
+            "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "closure",
+            "evaluation"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
 ALLOWED = {
@@ -37,8 +38,9 @@ ALLOWED = {
     "hard_easy": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
     "figure_data": {"metrics", "estimators", "reliability"},
     "signals": set(),
+    "closure": {"metrics", "estimators", "registry", "signals"},
     "evaluation": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
-                   "compare", "signals"},
+                   "compare", "signals", "closure"},
 }
 
 _PROBE = """

@@ -104,8 +104,8 @@ def test_analyze_of_the_signal_table_equals_the_run_byte_for_byte(run, tmp_path)
     a = tmp_path / "analyzed"
     analyze(out / "tables" / "signals.parquet", a, metrics=list(spec.metrics.names),
             n_resamples=spec.bootstrap.resamples, seed=spec.bootstrap.seed, n_bins=spec.metrics.ece_bins,
-            level=spec.bootstrap.level, track=False)
-    for name in ("metrics", "gaps", "shifts"):
+            ece_closure=list(spec.metrics.ece_closure), level=spec.bootstrap.level, track=False)
+    for name in ("metrics", "gaps", "shifts", "edges", "closure"):  # edges, closure: issue 26
         assert (a / "results" / f"{name}.csv").read_bytes() == (out / "results" / f"{name}.csv").read_bytes(), name
 
 

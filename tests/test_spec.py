@@ -60,6 +60,8 @@ BAD = [
     ("missing dataset file", "datasets.0.path", "./no/such/file.csv", "datasets[0].path", "does not exist"),
     ("bins < 1", "metrics", {"ece_bins": 0}, "metrics.ece_bins", "greater than or equal to 1"),
     ("resamples < 1", "bootstrap", {"resamples": 0}, "bootstrap.resamples", "greater than or equal to 1"),
+    ("unknown ECE closure", "metrics", {"ece_closure": ["left", "up"]}, "metrics.ece_closure[1]", "'right_float'"),
+    ("ECE closure twice", "metrics", {"ece_closure": ["right", "right"]}, "metrics.ece_closure", "twice"),
     ("unknown dtype", "models.0.dtype", "float8", "models[0].dtype", "float8"),
     ("unknown backend", "models.0.backend", "onnx", "models[0].backend", "'transformers'"),
     ("unknown adapter", "datasets.0.adapter", "squad", "datasets[0].adapter", "truthfulqa"),

@@ -56,13 +56,14 @@ def _weighted_inputs(what: str, confidence, correct, weights):
     return c, y, w, total
 
 
-def weighted_ece(confidence, correct, weights=None, n_bins: int = 10) -> float:
+def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: str = "left") -> float:
     """ECE with real-valued row weights in the bin counts, accuracy and confidence.
 
     ``ECE_w = sum_b (W_b / W) |acc_b - conf_b|`` with ``W_b = sum_{i in b} w_i``,
     ``acc_b = sum_{i in b} w_i z_i / W_b``, ``conf_b = sum_{i in b} w_i c_i / W_b``
     and ``W = sum_i w_i``; bins ``[k/B, (k+1)/B)``, the last one holding
-    ``1.0`` (:func:`confgrid.analysis.metrics.bin_indices`). Computed in the
+    ``1.0`` (:func:`confgrid.analysis.metrics.bin_indices`), or another
+    ``closure`` (``"right"``: ``(k/B, (k+1)/B]``; :data:`metrics.CLOSURES`). Computed in the
     same order as :func:`confgrid.analysis.metrics.ece`, so weights all 1 give
     exactly (bit for bit) the existing ECE; integer weights give the ECE of
     the rows repeated that many times. Reference: study 001, section 4.2.
@@ -76,6 +77,7 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10) -> float:
     weights : array-like of shape (n,), optional
         Finite, ``>= 0``; default all 1.
     n_bins : int, default=10
+    closure : {"left", "right", "right_float"}, default="left"
 
     Returns
     -------
@@ -101,7 +103,7 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10) -> float:
     if prep is None:
         return float("nan")
     c, y, w, total = prep
-    b = bin_indices(c, n_bins)
+    b = bin_indices(c, n_bins, closure)
     n_b = np.bincount(b, weights=w, minlength=n_bins)
     sum_c = np.bincount(b, weights=w * c, minlength=n_bins)
     sum_y = np.bincount(b, weights=w * y, minlength=n_bins)
@@ -129,16 +131,21 @@ def weighted_brier(confidence, correct, weights=None) -> float:
     return float(np.sum(w * (c - y) ** 2) / total)
 
 
+#: the ECE names of the comparison and their bin closures (``ece``: left, as always)
+_ECE_CLOSURES = {"ece": "left", "ece_right": "right", "ece_right_float": "right_float"}
+
+
 def metric_value(metric: str, confidence, correct, weights=None, n_bins: int = 10) -> float:
-    """:func:`weighted_ece` or :func:`weighted_brier` by name.
+    """:func:`weighted_ece` (``ece``, ``ece_right``, ``ece_right_float``: its bin closure) or
+    :func:`weighted_brier` by name.
 
     Raises
     ------
     ValueError
         If ``metric`` is not in :data:`METRICS`.
     """
-    if metric == "ece":
-        return weighted_ece(confidence, correct, weights, n_bins)
+    if metric in _ECE_CLOSURES:
+        return weighted_ece(confidence, correct, weights, n_bins, _ECE_CLOSURES[metric])
     if metric == "brier":
         return weighted_brier(confidence, correct, weights)
     raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")

@@ -99,8 +99,9 @@ def brier_to_target(p, mu) -> float:
     return float(np.mean((p[ok] - mu[ok]) ** 2)) if ok.any() else float("nan")
 
 
-def ece_to_target(p, mu, n_bins: int = 10) -> float:
-    """ECE of ``p`` against ``mu`` (both (n,), in [0, 1]) with ``n_bins`` equal-width bins, 1.0 in the last bin.
+def ece_to_target(p, mu, n_bins: int = 10, closure: str = "left") -> float:
+    """ECE of ``p`` against ``mu`` (both (n,), in [0, 1]) with ``n_bins`` equal-width bins, 1.0 in the last bin
+    (``closure="left"``; ``"right"``: ``(k/B, (k+1)/B]``, 0 in the first bin; :data:`metrics.CLOSURES`).
 
     Study 004 Table 13 (with the last-bin fix stated in the module docstring). Empty input: NaN.
     """
@@ -108,7 +109,7 @@ def ece_to_target(p, mu, n_bins: int = 10) -> float:
     ok = ~(np.isnan(p) | np.isnan(mu))
     if not ok.any():
         return float("nan")
-    return float(ece_weighted(p[ok], mu[ok], np.ones((1, int(ok.sum()))), n_bins)[0])
+    return float(ece_weighted(p[ok], mu[ok], np.ones((1, int(ok.sum()))), n_bins, closure)[0])
 
 
 def spearman_to_target(p, mu) -> float:
@@ -138,7 +139,8 @@ class CapabilityBootstrap:
 
 
 def capability_bootstrap(estimates: dict[str, np.ndarray], target: np.ndarray, n_resamples: int = 1000,
-                         seed: int = 0, level: float = 0.95, n_bins: int = 10) -> CapabilityBootstrap:
+                         seed: int = 0, level: float = 0.95, n_bins: int = 10,
+                         closure: str = "left") -> CapabilityBootstrap:
     """Brier, ECE and Spearman of each estimator against ``target``, paired over resampled items.
 
     Parameters
@@ -147,6 +149,7 @@ def capability_bootstrap(estimates: dict[str, np.ndarray], target: np.ndarray, n
     target : ndarray (n,), float64 in [0, 1] (NaN items are left out of every estimator)
     n_resamples, seed : the item bootstrap (:func:`item_weights`; every estimator gets the same draws)
     level : interval level (percentile interval, :func:`confgrid.analysis.bootstrap.interval`)
+    n_bins, closure : the ECE bins (:func:`ece_to_target`)
 
     Raises
     ------
@@ -167,10 +170,10 @@ def capability_bootstrap(estimates: dict[str, np.ndarray], target: np.ndarray, n
         if not ok.any():
             continue
         pe, te, w = p[ok], t[ok], W[:, ok]
-        point[e] = [brier_to_target(pe, te), ece_to_target(pe, te, n_bins), _spearman(pe, te)]
+        point[e] = [brier_to_target(pe, te), ece_to_target(pe, te, n_bins, closure), _spearman(pe, te)]
         if n_resamples:
             res[e, 0] = brier_weighted(pe, te, w)
-            res[e, 1] = ece_weighted(pe, te, w, n_bins)
+            res[e, 1] = ece_weighted(pe, te, w, n_bins, closure)
             res[e, 2] = _spearman_rows(pe, te, w)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
