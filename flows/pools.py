@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from confgrid.errors import FieldsPickle
 from confgrid.actors.calls import ReplicaInfo
 from confgrid.flows.spec import GridSpec, ModelSpec
 
@@ -35,7 +36,7 @@ __all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool",
 log = logging.getLogger("confgrid")
 
 
-class CapacityError(ValueError):
+class CapacityError(FieldsPickle, ValueError):
     """A replica of the grid cannot fit on any node of the cluster (raised before any model is loaded).
 
     Attributes
@@ -49,8 +50,13 @@ class CapacityError(ValueError):
         super().__init__("the grid cannot run on this cluster:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def model_config(m: ModelSpec, spec: GridSpec):
-    """The actor's plain, picklable copy of a model entry (actors/model_actor.py ``ModelConfig``)."""
+def model_config(m: ModelSpec, spec: GridSpec, api_cache: str | None = None):
+    """The actor's plain, picklable copy of a model entry (actors/model_actor.py ``ModelConfig``).
+
+    ``api_cache``: the run's answer cache folder (actors/api_cache.py), given to an API model's replicas.
+    """
+    import dataclasses
+
     from confgrid.actors.model_actor import ModelConfig
 
     return ModelConfig(
@@ -60,7 +66,7 @@ def model_config(m: ModelSpec, spec: GridSpec):
         enable_prefix_caching=m.enable_prefix_caching, gpu_memory_utilization=m.gpu_memory_utilization,
         max_retries=spec.execution.max_retries, generation_bos=m.generation_bos, scoring_bos=m.scoring_bos,
         max_num_seqs=m.max_num_seqs, chat_template_kwargs=tuple(sorted(m.chat_template_kwargs.items())),
-        api=m.api.config() if m.api is not None else None,
+        api=dataclasses.replace(m.api.config(), cache_dir=api_cache) if m.api is not None else None,
     )
 
 

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from confgrid.errors import FieldsPickle
+
 __all__ = ["init_ray", "RayConnectError", "RayTarget", "ray_target", "wait_reachable", "private_temp_dir",
            "DEFAULT_CONNECT_TIMEOUT"]
 
@@ -27,7 +29,7 @@ log = logging.getLogger("confgrid")
 DEFAULT_CONNECT_TIMEOUT = 60.0
 
 
-class RayConnectError(ConnectionError):
+class RayConnectError(FieldsPickle, ConnectionError):
     """A Ray cluster address that does not answer (or cannot be resolved)."""
 
 
