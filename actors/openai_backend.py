@@ -508,8 +508,8 @@ class OpenAIBackend:
             When it still fails (``counts`` attached); ``fatal`` when the model is stopped.
         """
         counts = RequestCounts(requests=1)
-        key = request_key(self.model_name, self.config.base_url, {**kwargs, **extra}) if self._cache else None
-        stored = self._cache.get(key) if key else None
+        key = request_key(self.model_name, self.config.base_url, {**kwargs, **extra}) if self._cache is not None else None
+        stored = self._cache.get(key) if key is not None else None
         if stored is not None:
             data, wrong = check_reply("application/json", stored, n)
             if wrong is None:
@@ -536,7 +536,7 @@ class OpenAIBackend:
                 self._sleep(self._retry_wait(attempt, f.response))
                 continue
             self._note(True)
-            if key:
+            if key is not None:
                 self._cache.put(key, body)
             counts.answered = 1
             return self._answer(data, counts)
