@@ -14,7 +14,7 @@ import pickle
 import time
 
 import pytest
-from fake_openai import FakeServer, fake_reply
+from fake_openai import fake_reply
 
 from confgrid.actors.api_cache import AnswerCache, request_key
 from confgrid.actors.calls import EngineCall, GenerateRequest, RequestCounts, ShardWork
@@ -22,13 +22,6 @@ from confgrid.actors.openai_backend import ApiConfig, ApiRequestError, OpenAIBac
 
 KEY_ENV = "CONFGRID_TEST_FAULT_KEY"
 KEY = "sk-fault-test-0123456789FAKE"
-
-
-@pytest.fixture
-def fake():
-    srv = FakeServer()
-    yield srv
-    srv.close()
 
 
 @pytest.fixture

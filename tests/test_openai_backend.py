@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from fake_openai import NEXT_TOKENS, TOKEN_LOGPROB, FakeServer, fake_reply
+from fake_openai import NEXT_TOKENS, TOKEN_LOGPROB, fake_reply
 
 from confgrid.actors.backend import text_request_seed
 from confgrid.actors.calls import EngineCall, GenerateRequest, Sampling, ScoreRequest, ShardWork
@@ -22,13 +22,6 @@ from confgrid.actors.openai_backend import ApiConfig, ApiRequestError, OpenAIBac
 
 KEY_ENV = "CONFGRID_TEST_FAKE_KEY"
 KEY = "sk-test-0123456789abcdefFAKE"
-
-
-@pytest.fixture
-def fake():
-    srv = FakeServer()
-    yield srv
-    srv.close()
 
 
 @pytest.fixture
