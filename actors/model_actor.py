@@ -224,7 +224,7 @@ class ModelWorker:
         if self.api:
             from confgrid.actors.openai_backend import OpenAIBackend
 
-            self.backend = OpenAIBackend(config.model, config.api, config.template_kwargs())
+            self.backend = OpenAIBackend(config.model, config.api, config.template_kwargs(), name=config.name)
         elif config.backend == "transformers":
             from confgrid.actors.transformers_backend import TransformersBackend
 

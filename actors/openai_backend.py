@@ -311,6 +311,8 @@ class OpenAIBackend:
         Sent as ``chat_template_kwargs`` (a vLLM extra field) when not empty.
     sleep : callable, optional
         The wait between retries (tests pass a recorder).
+    name : str, optional
+        The grid's name of the model (``models[].name``), used in error messages; default ``model``.
 
     Raises
     ------
@@ -324,7 +326,7 @@ class OpenAIBackend:
     tokenizer = None  # no local tokenizer: the server renders the chat template
 
     def __init__(self, model: str, config: ApiConfig, chat_template_kwargs: dict[str, Any] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, name: str | None = None) -> None:
         try:
             import openai
         except ImportError as exc:  # pragma: no cover - the extra is in the test environments
@@ -337,6 +339,7 @@ class OpenAIBackend:
                                  "in the replica's process; set it where the run starts (Ray workers inherit it)")
         self._secret = key if config.api_key_env else None
         self.model_name = model
+        self.name = name or model  # the grid's name of the model, in every error message
         self.config = config
         self.template_kwargs = dict(chat_template_kwargs or {})
         self._sleep = sleep
@@ -392,7 +395,7 @@ class OpenAIBackend:
         return text.replace(self._secret, "***") if self._secret else text
 
     def _where(self) -> str:
-        return f"model {self.model_name!r} at {self.config.base_url}"
+        return f"model {self.name!r} at {self.config.base_url}"
 
     def _key_note(self) -> str:
         """What a 401/403 says about the key: which variable it came from, and that it was set (never its value)."""

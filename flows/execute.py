@@ -397,9 +397,15 @@ class Executor:
             self._release(pool, reason)
         queued = [sh for _, _, sh in self._queues[name]]
         self._queues[name] = []
+        api = self.models[name].backend == "openai"
         for sh in queued:
             group = self._queued.pop(sh.key, [sh])
             recs = [self.store.begin(s.stage, s.label, s.key) for s in group]
+            if api:  # requests asked for and never sent: "0 answered of N requests" counts them
+                for s, rec in zip(group, recs, strict=True):
+                    counts = RequestCounts(requests=len(s.rows))
+                    rec.requests = counts.as_dict()
+                    self.counters.api.add(counts)
             self._submit(self._fail(group, recs, reason))
 
     # -- dispatch -----------------------------------------------------------------------
