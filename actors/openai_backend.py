@@ -143,20 +143,21 @@ class ApiRequestError(FieldsPickle, RuntimeError):
         The last HTTP status (None: no response, e.g. connection refused or a time-out).
     attempts : int
         Requests sent for it (1 + retries; 0: not sent, the model was stopped).
-    cause : str or None
-        The last failure's cause (:data:`~confgrid.actors.calls.RETRY_CAUSES`, or ``"stopped"``).
+    failure : str or None
+        The last failure's cause (:data:`~confgrid.actors.calls.RETRY_CAUSES`, or ``"stopped"``). Not named
+        ``cause``: Ray's error wrapper keeps the original exception under that name.
     fatal : bool
         The model is stopped (401, 403, 404 or ``max_consecutive_failures``): its other requests fail unsent.
     counts : RequestCounts or None
         The request's attempts by cause.
     """
 
-    def __init__(self, message: str, status: int | None, attempts: int, cause: str | None = None,
+    def __init__(self, message: str, status: int | None, attempts: int, failure: str | None = None,
                  fatal: bool = False, counts: RequestCounts | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.attempts = attempts
-        self.cause = cause
+        self.failure = failure
         self.fatal = fatal
         self.counts = counts
 
@@ -191,7 +192,7 @@ def unwrap(outcomes: list[ApiOutcome]) -> list[Any]:
     """
     errors = [o.error for o in outcomes if o.error is not None]
     if errors:
-        raise next((e for e in errors if e.fatal and e.cause != "stopped"), errors[0])
+        raise next((e for e in errors if e.fatal and e.failure != "stopped"), errors[0])
     return [o.output for o in outcomes]
 
 

@@ -770,10 +770,9 @@ def _error_text(exc: BaseException) -> str:
     cause (``JSONDecodeError: ...``, ``ImportError: vLLM is not installed ...``). Colour codes are removed.
     """
     cause = getattr(exc, "cause", None)
-    if getattr(exc, "names_itself", False):  # e.g. an API request's error: "model 'm' at URL: failed after ..."
-        return _ANSI.sub("", str(exc)).strip().splitlines()[0]
-    if getattr(cause, "names_itself", False):
-        return _ANSI.sub("", str(cause)).strip().splitlines()[0]
+    named = cause if cause is not None and not isinstance(cause, type) else exc
+    if getattr(named, "names_itself", False):  # e.g. an API request's error: "model 'm' at URL: failed after ..."
+        return _ANSI.sub("", str(named)).strip().splitlines()[0]
     if cause is not None and not isinstance(cause, type):
         return _ANSI.sub("", f"{type(cause).__name__}: {cause}").strip().splitlines()[0]
     text = _ANSI.sub("", str(exc)).strip()

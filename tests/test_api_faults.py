@@ -62,7 +62,7 @@ def test_every_exception_class_pickles_with_its_fields():
         assert type(back) is type(exc) and str(back) == str(exc) and back.args == exc.args
         assert back.__dict__.keys() == exc.__dict__.keys(), type(exc)
     err = pickle.loads(pickle.dumps(all_exception_classes()[0]))
-    assert (err.status, err.attempts, err.cause, err.fatal, err.counts.failures) == (500, 3, "5xx", False, {"5xx": 3})
+    assert (err.status, err.attempts, err.failure, err.fatal, err.counts.failures) == (500, 3, "5xx", False, {"5xx": 3})
 
 
 @pytest.mark.parametrize("ctype, body, n, wrong", [
@@ -113,7 +113,7 @@ def test_persistent_malformed_replies_name_model_server_problem_and_body(fake, k
     msg = str(err.value)
     assert msg.startswith(f"model 'tiny-model' at {fake.base_url}: failed after 2 attempt(s) (malformed reply: "
                           "content type 'text/html', not JSON)")
-    assert "502 Bad Gateway" in msg and err.value.cause == "malformed" and KEY not in msg
+    assert "502 Bad Gateway" in msg and err.value.failure == "malformed" and KEY not in msg
     fake.always = "empty_choices"  # the P(True) path goes through the same check (was an IndexError)
     with pytest.raises(ApiRequestError, match=r"'choices' is empty"):
         backend(fake, max_retries=0).next_token(["q"], [""], 2)

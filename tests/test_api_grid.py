@@ -122,6 +122,32 @@ def ray_key(request):
     os.environ.pop(KEY_ENV, None)
 
 
+def test_every_exception_class_crosses_a_ray_actor_call_with_its_fields(ray_key):
+    """Each exception class of the package, raised in a Ray actor, reaches the driver as itself (not Ray's
+    UnserializableException) with its fields, and the shard error text is its message without a wrapper."""
+    from test_api_faults import all_exception_classes
+
+    from confgrid.flows.execute import _error_text
+
+    @ray_key.remote
+    class Raiser:
+        def throw(self, exc):
+            raise exc
+
+    actor = Raiser.remote()
+    for exc in all_exception_classes():
+        with pytest.raises(type(exc)) as got:
+            ray_key.get(actor.throw.remote(exc))
+        back = got.value.cause if hasattr(got.value, "cause") and isinstance(got.value.cause, type(exc)) \
+            else got.value
+        assert {k: v for k, v in vars(back).items() if k in vars(exc)} == vars(exc), type(exc)
+    api = all_exception_classes()[0]
+    with pytest.raises(type(api)) as got:
+        ray_key.get(actor.throw.remote(api))
+    assert _error_text(got.value) == str(api)  # "model 'm' at http://h/v1: failed after 3 attempt(s) (HTTP 500): boom"
+    ray_key.kill(actor)
+
+
 def _run(g, out, resume=False):
     """run_grid on the module's Ray; returns (ShardFailures or None)."""
     from confgrid.flows.runner import ShardFailures, run_grid
