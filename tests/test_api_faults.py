@@ -231,3 +231,20 @@ def test_request_counts_sum_line_and_metrics():
     m = a.metrics()
     assert (m["api_requests"], m["api_answered"], m["api_failed_429"], m["api_failed_5xx"]) == (5.0, 2.0, 2.0, 0.0)
     assert RequestCounts(requests=30, attempts=30, failures={"4xx": 30}).line().startswith("0 answered of 30 requests")
+
+
+def test_the_private_cluster_start_drops_only_rays_token_notice(caplog):
+    """Ray's token-authentication notice is dropped while confgrid starts its private local cluster; other Ray
+    warnings, and the notice outside that start, pass."""
+    import logging
+
+    from confgrid.flows.ray_session import _quiet_token_notice
+
+    ray_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    notice = "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out."
+    with caplog.at_level(logging.WARNING, logger=ray_log.name):
+        with _quiet_token_notice():
+            ray_log.warning(notice)
+            ray_log.warning("Generated new authentication token and saved to /x")
+        ray_log.warning(notice)
+    assert [r.getMessage() for r in caplog.records] == ["Generated new authentication token and saved to /x", notice]
