@@ -248,3 +248,26 @@ def test_the_private_cluster_start_drops_only_rays_token_notice(caplog):
             ray_log.warning("Generated new authentication token and saved to /x")
         ray_log.warning(notice)
     assert [r.getMessage() for r in caplog.records] == ["Generated new authentication token and saved to /x", notice]
+
+
+def test_status_sums_the_api_requests_of_the_manifest(tmp_path):
+    """`confgrid status` adds up the shards' request counts (the latest attempt of each shard)."""
+    from typer.testing import CliRunner
+
+    from confgrid.flows.cli import app
+    from confgrid.flows.store import RunStore
+
+    store = RunStore(tmp_path)
+    counts = [RequestCounts(requests=3, answered=3, cached=1, attempts=4, retries=1, failures={"429": 1}),
+              RequestCounts(requests=3, answered=1, attempts=5, retries=2, failures={"5xx": 4})]
+    for i, c in enumerate(counts):
+        rec = store.begin("generate", f"api/tqa#{i}", f"k{i}")
+        rec.requests = c.as_dict()
+        store.fail(rec, "model 'api' at http://h/v1: failed after 2 attempt(s) (HTTP 500): x")
+    local = store.begin("generate", "local/tqa#0", "k9")  # a local model's shard has no request counts
+    store.fail(local, "x")
+    (tmp_path / "grid.yaml").write_text("name: x\n")
+    res = CliRunner().invoke(app, ["status", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert ("API requests (latest attempt of 2 shard(s)): 4 answered of 6 requests (1 from the answer cache); "
+            "9 HTTP attempts, 3 retries; failed attempts: 429 x1, 5xx x4") in res.output
