@@ -24,12 +24,21 @@ What chat completions cannot give: prompt log-probs (so no forced scoring of
 a given answer) and hidden states; the grid check refuses both before any
 work starts (flows/spec_api.py).
 
-Requests run ``max_concurrency`` at a time on a thread pool. A request that
-gets 429, a 5xx status, a connection error or a time-out is retried up to
-``max_retries`` times, waiting ``backoff_s * 2**attempt`` seconds (at most
-``max_backoff_s``) or the server's ``Retry-After`` (capped the same way); one
-that still fails raises :class:`ApiRequestError`, which fails its shard. The
-API key is read from the environment variable the grid names, on the
+Requests run ``max_concurrency`` at a time on a thread pool. ``timeout_s``
+bounds one attempt from the moment it is sent to the last byte of its body.
+An attempt that gets 429, 408, 409, a 5xx status, no connection, no complete
+answer in time, or a 200 whose body is unusable (:func:`check_reply`: the
+*malformed* cause) is retried up to ``max_retries`` times, waiting
+``backoff_s * 2**attempt`` seconds (at most ``max_backoff_s``) or the
+server's ``Retry-After`` (capped the same way); other 4xx fail at once. A
+401, 403 or 404, or ``max_consecutive_failures`` failed attempts in a row,
+stop the model: every later request of the replica fails unsent (``fatal``).
+A request that still fails gives an :class:`ApiRequestError` (it pickles with
+its fields) for its shard alone; the other requests run to their end, and
+every answer is stored in the run's answer cache (actors/api_cache.py) as it
+arrives, so a resume sends only what was never answered. Each request's
+attempts are counted by cause (:class:`~confgrid.actors.calls.RequestCounts`).
+The API key is read from the environment variable the grid names, on the
 replica, and never enters a record, a log line or an error message.
 
 Definitions: OpenAI API reference, "Create chat completion" (``logprobs``,
