@@ -271,3 +271,35 @@ def test_status_sums_the_api_requests_of_the_manifest(tmp_path):
     assert res.exit_code == 0, res.output
     assert ("API requests (latest attempt of 2 shard(s)): 4 answered of 6 requests (1 from the answer cache); "
             "9 HTTP attempts, 3 retries; failed attempts: 429 x1, 5xx x4") in res.output
+
+
+_WRITER = """
+import sys
+from confgrid.actors.api_cache import AnswerCache
+cache = AnswerCache(sys.argv[1])
+print("ready", flush=True)
+for i in range(100000):  # bounded; killed long before
+    cache.put(f"{i:064x}", str(i) * 20000)
+"""
+
+
+def test_answer_cache_entries_survive_kill_9_whole_or_absent(tmp_path):
+    """A process killed with SIGKILL while it writes cache entries leaves only whole entries (each one read back
+    equals what was written); a temporary file left behind is never read as an answer."""
+    import signal
+    import subprocess
+    import sys
+
+    cache = tmp_path / "api_cache"
+    p = subprocess.Popen([sys.executable, "-c", _WRITER, str(cache)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    store = AnswerCache(cache)
+    entries = sorted(cache.glob("??/*.json"))
+    assert len(entries) >= 1
+    for path in entries:
+        i = int(path.stem, 16)
+        assert store.get(path.stem) == str(i) * 20000
+    assert store.get(f"{len(entries) + 5:064x}") is None
