@@ -55,6 +55,7 @@ from confgrid.flows.pools import (
     Replica,
     actor_entry,
     at_once,
+    cancel_calls,
     check_capacity,
     model_config,
     node_resources,
@@ -204,27 +205,11 @@ class Executor:
             for rec in f.records:
                 if rec.status == "running":
                     rec.status, rec.error = "interrupted", "the run stopped before this shard finished"
-        self._cancel_inflight()
+        cancel_calls(list(self._inflight))  # not retried by Ray: no false "will be retried" on Ctrl-C
         for pool in list(self.pools.values()):
             self._release(pool, "end of run" if self._queues[pool.name] or self._inflight else "its work is done")
         self._record_replicas()
         self.store.flush(force=True)
-
-    def _cancel_inflight(self) -> None:
-        """Cancel the engine calls still in flight (an interrupted run) before their replicas are killed: a
-        cancelled call is not retried, so Ray does not print "There are N retries remaining, so the task will be
-        retried" for calls nobody will retry."""
-        if not self._inflight:
-            return
-        import ray
-
-        if not ray.is_initialized():
-            return
-        for ref in list(self._inflight):
-            try:
-                ray.cancel(ref)
-            except Exception as exc:  # noqa: BLE001 - best effort: the replica is killed right after
-                trace.debug("cancelling an engine call failed: %s", exc)
 
     def _record_replicas(self) -> None:
         """Every replica's timeline and the loads per model, in the manifest, as they change.

@@ -30,8 +30,8 @@ from confgrid.errors import FieldsPickle
 from confgrid.actors.calls import ReplicaInfo
 from confgrid.flows.spec import GridSpec, ModelSpec
 
-__all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool", "model_config", "check_capacity",
-           "node_resources"]
+__all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool", "model_config", "cancel_calls",
+           "check_capacity", "node_resources"]
 
 log = logging.getLogger("confgrid")
 
@@ -68,6 +68,23 @@ def model_config(m: ModelSpec, spec: GridSpec, api_cache: str | None = None):
         max_num_seqs=m.max_num_seqs, chat_template_kwargs=tuple(sorted(m.chat_template_kwargs.items())),
         api=dataclasses.replace(m.api.config(), cache_dir=api_cache) if m.api is not None else None,
     )
+
+
+def cancel_calls(refs: list[Any]) -> None:
+    """Cancel engine calls still in flight (an interrupted run), before their replicas are killed.
+
+    A cancelled call is not retried, so Ray does not print "There are N retries remaining, so the task will be
+    retried" for calls nobody will retry. Best effort: nothing is raised.
+    """
+    import ray
+
+    if not refs or not ray.is_initialized():
+        return
+    for ref in refs:
+        try:
+            ray.cancel(ref)
+        except Exception:  # noqa: BLE001 - the replica is killed right after anyway
+            pass
 
 
 def node_resources() -> list[dict[str, float]]:
