@@ -30,6 +30,8 @@ __all__ = [
     "ReplicaInfo",
     "CallResult",
     "ReplicaReady",
+    "RequestCounts",
+    "RETRY_CAUSES",
 ]
 
 
@@ -309,12 +311,20 @@ class CallResult:
         Wall-clock time (``time.time()`` on the replica) the call started.
     seconds : float
         Wall-clock seconds the call ran on the replica.
+    failed : dict of str to exception
+        Shard key -> why the shard failed (an API model: a request that
+        still failed after its retries); such a shard has no ``outputs``
+        entry. The other shards of the call are kept.
+    requests : dict of str to RequestCounts
+        Shard key -> its HTTP requests (API models only; empty otherwise).
     """
 
     outputs: dict[str, tuple[Any, ...]]
     replica: ReplicaInfo
     started: float
     seconds: float
+    failed: dict[str, BaseException] = field(default_factory=dict)
+    requests: dict[str, RequestCounts] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -331,3 +341,86 @@ class ReplicaReady:
 
     replica: ReplicaInfo
     provenance: dict[str, str] = field(default_factory=dict)
+
+
+#: Causes of a failed attempt of an API request, as counted in :attr:`RequestCounts.failures`: 429, a 5xx
+#: status, 408 and 409 (retried, like the openai client does), a time-out (``api.timeout_s`` passed), no
+#: connection, a 200 whose body is unusable (``malformed``), and the statuses that are not retried
+#: (``4xx``: 400, 401, 403, 404, 422...).
+RETRY_CAUSES = ("429", "5xx", "408", "409", "timeout", "connection", "malformed", "4xx")
+
+
+@dataclass
+class RequestCounts:
+    """The API requests behind one shard (or a sum of shards): what was asked, sent and answered.
+
+    Attributes
+    ----------
+    requests : int
+        Requests the shard needed (one per prompt; ``n`` samples are one request).
+    answered : int
+        Of those, how many got a usable answer (sent now or read from the answer cache).
+    cached : int
+        Answers read from the run's answer cache (actors/api_cache.py): no HTTP request sent.
+    attempts : int
+        HTTP requests sent (first tries and retries).
+    retries : int
+        Of those, the attempts after a request's first.
+    failures : dict of str to int
+        Failed attempts by cause (:data:`RETRY_CAUSES`); every one but a request's last is a retry.
+    system_fingerprints : list of str
+        Distinct ``system_fingerprint`` values of the answers (sorted).
+    """
+
+    requests: int = 0
+    answered: int = 0
+    cached: int = 0
+    attempts: int = 0
+    retries: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    system_fingerprints: list[str] = field(default_factory=list)
+
+    def add(self, other: RequestCounts) -> None:
+        """Add ``other``'s counts to these (fingerprints: the union)."""
+        self.requests += other.requests
+        self.answered += other.answered
+        self.cached += other.cached
+        self.attempts += other.attempts
+        self.retries += other.retries
+        for k, v in other.failures.items():
+            self.failures[k] = self.failures.get(k, 0) + v
+        self.system_fingerprints = sorted(set(self.system_fingerprints) | set(other.system_fingerprints))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON for the manifest (and :meth:`from_dict`'s input)."""
+        return {"requests": self.requests, "answered": self.answered, "cached": self.cached,
+                "attempts": self.attempts, "retries": self.retries, "failures": dict(sorted(self.failures.items())),
+                "system_fingerprints": list(self.system_fingerprints)}
+
+    def line(self) -> str:
+        """One line for the console: ``5 answered of 8 requests (2 from the answer cache); 9 HTTP attempts,
+        3 retries; failed attempts: 429 x2, timeout x1``."""
+        text = f"{self.answered} answered of {self.requests} requests"
+        if self.cached:
+            text += f" ({self.cached} from the answer cache)"
+        text += f"; {self.attempts} HTTP attempts, {self.retries} retries"
+        if self.failures:
+            text += "; failed attempts: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.failures.items()))
+        return text
+
+    def metrics(self, prefix: str = "api_") -> dict[str, float]:
+        """Flat numeric metrics (MLflow): requests, answered, cached, attempts, retries and ``failed_<cause>`` for
+        every cause of :data:`RETRY_CAUSES` (0 when none)."""
+        out = {f"{prefix}{k}": float(getattr(self, k)) for k in ("requests", "answered", "cached", "attempts",
+                                                                  "retries")}
+        for cause in RETRY_CAUSES:
+            out[f"{prefix}failed_{cause}"] = float(self.failures.get(cause, 0))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestCounts:
+        """The inverse of :meth:`as_dict` (a manifest entry)."""
+        return cls(requests=int(d.get("requests", 0)), answered=int(d.get("answered", 0)),
+                   cached=int(d.get("cached", 0)), attempts=int(d.get("attempts", 0)),
+                   retries=int(d.get("retries", 0)), failures={str(k): int(v) for k, v in (d.get("failures") or {}).items()},
+                   system_fingerprints=sorted(d.get("system_fingerprints") or []))

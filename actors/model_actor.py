@@ -33,6 +33,7 @@ from confgrid.actors.calls import (
     NextTokenOutput,
     ReplicaInfo,
     ReplicaReady,
+    RequestCounts,
     Sampling,
     SamplesOutput,
     ScoreOutput,
@@ -222,7 +223,7 @@ class ModelWorker:
         if self.api:
             from confgrid.actors.openai_backend import OpenAIBackend
 
-            self.backend = OpenAIBackend(config.model, config.api, config.template_kwargs())
+            self.backend = OpenAIBackend(config.model, config.api, config.template_kwargs(), name=config.name)
         elif config.backend == "transformers":
             from confgrid.actors.transformers_backend import TransformersBackend
 
@@ -285,6 +286,8 @@ class ModelWorker:
         """
         started = time.time()
         flat = [r for w in call.shards for r in w.requests]
+        if self.api and call.kind in ("generate", "next_token"):
+            return self._run_api(call, flat, started)
         if call.kind == "generate":
             outs: list[Any] = self.generate([r.user_text for r in flat], call.max_new_tokens,
                                             [r.assistant_prefix for r in flat], sampling=call.sampling)
@@ -303,6 +306,34 @@ class ModelWorker:
             by_key[w.key] = tuple(outs[i : i + len(w.requests)])
             i += len(w.requests)
         return CallResult(outputs=by_key, replica=self.info, started=started, seconds=round(time.time() - started, 4))
+
+    def _run_api(self, call: EngineCall, flat: list[Any], started: float) -> CallResult:
+        """An API model's call: every request runs to its end; a shard with a failed request fails alone (its
+        answered requests are in the run's answer cache), the others are returned; each shard's request counts."""
+        from confgrid.actors.openai_backend import unwrap
+
+        texts, prefixes = [r.user_text for r in flat], [r.assistant_prefix for r in flat]
+        if call.kind == "generate":
+            outcomes = self.backend.generate_outcomes(texts, prefixes, call.max_new_tokens, call.sampling)
+        else:
+            outcomes = self.backend.next_token_outcomes(texts, prefixes, call.top_logprobs, tuple(call.candidates),
+                                                        tuple(call.candidate_cases))
+        outputs: dict[str, tuple[Any, ...]] = {}
+        failed: dict[str, BaseException] = {}
+        counts: dict[str, RequestCounts] = {}
+        i = 0
+        for w in call.shards:
+            mine = outcomes[i : i + len(w.requests)]
+            i += len(w.requests)
+            counts[w.key] = RequestCounts()
+            for o in mine:
+                counts[w.key].add(o.counts)
+            try:
+                outputs[w.key] = tuple(unwrap(mine))
+            except Exception as exc:  # noqa: BLE001 - the backend's ApiRequestError: this shard fails, not the call
+                failed[w.key] = exc
+        return CallResult(outputs=outputs, replica=self.info, started=started,
+                          seconds=round(time.time() - started, 4), failed=failed, requests=counts)
 
     def _prompt(self, user_text: str, assistant_prefix: str, add_bos: bool | None) -> list[int]:
         from confgrid.protocols.chat import render_prompt_ids
@@ -465,9 +496,9 @@ class ModelWorker:
                                       f"{what}, which chat completions do not offer; allowed for an API model: "
                                       "generate, next_token (the grid check refuses such grids before any work)")
 
-    def request_stats(self) -> dict[str, Any]:
-        """An API model: requests sent, retries, failures by status (actors/openai_backend.py); else ``{}``."""
-        return self.backend.request_stats() if self.api else {}
+    def request_stats(self) -> RequestCounts | None:
+        """An API model: every request of this replica so far (actors/openai_backend.py); else None."""
+        return self.backend.request_stats() if self.api else None
 
 
 ModelActor = ray.remote(ModelWorker)

@@ -11,7 +11,7 @@ killing a phase's whole process group. Phases, in order:
     A random Llama-architecture model (about 0.9B parameters at full size:
     hidden 2048, 16 layers, 16 heads, 8 KV heads, MLP 5632, vocab 32000) with
     a byte-level BPE tokenizer of exactly that vocabulary, trained on
-    generated pseudo-word text with ``confgrid.actors.fixture.build_tokenizer``;
+    generated pseudo-word text with ``tools.fixture.build_tokenizer``;
     saved with ``save_pretrained`` in bf16. The LM-head rows of the special
     tokens are zero, so their logit is exactly 0 while the largest of the
     32000 random logits is far above 0: greedy decoding never emits EOS, and
@@ -735,7 +735,7 @@ def phase_build(ctx: dict) -> dict:
             "params_total_billions": round(params_total / 1e9, 3),
             "lm_head_init_std": round(lm_std, 5), "special_token_lm_head_rows": "zero (greedy never emits EOS)",
         },
-        "tokenizer": {"kind": "byte-level BPE, confgrid.actors.fixture.build_tokenizer on generated pseudo-words",
+        "tokenizer": {"kind": "byte-level BPE, tools.fixture.build_tokenizer on generated pseudo-words",
                       "trained_vocab": trained, "vocab": len(tok), "train_s": round(t_tok, 1)},
         "workload": {
             "generation": {"prompts_per_rep": size["gen_prompts"], "reps": size["gen_sets"],

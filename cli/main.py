@@ -251,6 +251,14 @@ def status(
     console = Console(width=200)
     console.print(t)
     typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    api = [r["requests"] for r in data["shards"] if r.get("requests")]
+    if api:
+        from confgrid.actors.calls import RequestCounts
+
+        total = RequestCounts()
+        for d in api:
+            total.add(RequestCounts.from_dict(d))
+        typer.echo(f"API requests (latest attempt of {len(api)} shard(s)): {total.line()}")
     reps = data.get("meta", {}).get("replicas") or []
     if reps:
         rt = Table(title="Replicas (model loads, Ray restarts, seconds loading and computing)")

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from confgrid.errors import FieldsPickle
+
 __all__ = [
     "FLAGS",
     "NAMED_ONLY",
@@ -54,7 +56,7 @@ _FEW = ("setting", "signal", "model")
 _CSV_FIELD_LIMIT = 131072  # csv.field_size_limit() default: longer lines take the csv-module path
 
 
-class AnalyzeInputError(ValueError):
+class AnalyzeInputError(FieldsPickle, ValueError):
     """The input or an option cannot be analyzed; nothing was written.
 
     Attributes

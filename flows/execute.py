@@ -40,14 +40,14 @@ import logging
 import re
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady
+from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady, RequestCounts
 from confgrid.flows.plan import GridPlan, ShardRequest
 from confgrid.flows.pools import (
     CapacityError,
@@ -55,6 +55,7 @@ from confgrid.flows.pools import (
     Replica,
     actor_entry,
     at_once,
+    cancel_calls,
     check_capacity,
     model_config,
     node_resources,
@@ -89,6 +90,7 @@ class Counters:
     skipped: int = 0  # shards neither done nor failed, left for `resume` (resubmit --failed only)
     loads: int = 0  # model loads (replica starts that finished loading, Ray restarts included)
     restarts: int = 0  # Ray actor restarts seen
+    api: RequestCounts = field(default_factory=RequestCounts)  # API models' requests of this invocation
 
 
 @dataclass
@@ -203,6 +205,7 @@ class Executor:
             for rec in f.records:
                 if rec.status == "running":
                     rec.status, rec.error = "interrupted", "the run stopped before this shard finished"
+        cancel_calls(list(self._inflight))  # not retried by Ray: no false "will be retried" on Ctrl-C
         for pool in list(self.pools.values()):
             self._release(pool, "end of run" if self._queues[pool.name] or self._inflight else "its work is done")
         self._record_replicas()
@@ -302,6 +305,16 @@ class Executor:
                          "up", name, n, _fmt(need), fit)
         self._ray_ready = True
 
+    def _api_cache(self, m: ModelSpec) -> str | None:
+        """An API model's answer cache: ``<run dir>/api_cache`` (created here, so a replica can tell it reaches it)."""
+        if m.backend != "openai":
+            return None
+        from confgrid.actors.api_cache import CACHE_DIR
+
+        path = self.store.root / CACHE_DIR
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
     def _alive_pools(self) -> list[ModelPool]:
         return [p for p in self.pools.values() if not p.released]
 
@@ -318,7 +331,7 @@ class Executor:
                 continue
             m = self.models[name]
             load = sum(1 for p in self.history if p.name == name)
-            pool = ModelPool(m, model_config(m, self.spec), load)
+            pool = ModelPool(m, model_config(m, self.spec, self._api_cache(m)), load)
             try:
                 pool.start(self._cluster)
             except Exception as exc:  # noqa: BLE001 - e.g. a placement group that can never be created
@@ -386,9 +399,15 @@ class Executor:
             self._release(pool, reason)
         queued = [sh for _, _, sh in self._queues[name]]
         self._queues[name] = []
+        api = self.models[name].backend == "openai"
         for sh in queued:
             group = self._queued.pop(sh.key, [sh])
             recs = [self.store.begin(s.stage, s.label, s.key) for s in group]
+            if api:  # requests asked for and never sent: "0 answered of N requests" counts them
+                for s, rec in zip(group, recs, strict=True):
+                    counts = RequestCounts(requests=len(s.rows))
+                    rec.requests = counts.as_dict()
+                    self.counters.api.add(counts)
             self._submit(self._fail(group, recs, reason))
 
     # -- dispatch -----------------------------------------------------------------------
@@ -563,10 +582,21 @@ class Executor:
                         result.replica.pid, result.replica.host, f"; {n} restarts" if n > 1 else "; counted when it became ready" if n == 0 else "")
             rep.info = result.replica
         new: list[ShardRequest] = []
+        stop: str | None = None
         for sh, rec in zip(f.shards, f.records, strict=True):
             if restarted:  # Ray ran the call again on the restarted actor: a second attempt of the shard
                 rec.restarts += 1
                 rec.attempts += 1
+            counts = result.requests.get(sh.key)
+            if counts is not None:  # an API model: the shard's requests, in the manifest and the run's sums
+                rec.requests = counts.as_dict()
+                self.counters.api.add(counts)
+            if sh.key in result.failed:
+                exc = result.failed[sh.key]
+                if getattr(exc, "fatal", False) and stop is None:
+                    stop = _error_text(exc)
+                new += self._fail([sh], [rec], _error_text(exc))
+                continue
             try:
                 table = self.build(sh, result.outputs[sh.key])
                 self.store.finish(rec, pa.Table.from_pandas(table, preserve_index=False))
@@ -590,6 +620,10 @@ class Executor:
                         ", ".join(s.label for s in f.shards[:5]) + (" ..." if len(f.shards) > 5 else ""), rep.name)
         self._submit(new)
         self._settle_bounds(f.shards)
+        if stop is not None and rep.model not in self._dead_reason:
+            log.error("model %s: stopped; its remaining shards fail with the reason (confgrid resume starts it "
+                      "afresh)", rep.model)
+            self._model_dead(rep.model, stop)
 
     def _settle_bounds(self, shards: list[ShardRequest]) -> None:
         """Take the unused part of finished (or failed) generate shards' bounds off the bar's total."""
@@ -738,6 +772,9 @@ def _error_text(exc: BaseException) -> str:
     cause (``JSONDecodeError: ...``, ``ImportError: vLLM is not installed ...``). Colour codes are removed.
     """
     cause = getattr(exc, "cause", None)
+    named = cause if cause is not None and not isinstance(cause, type) else exc
+    if getattr(named, "names_itself", False):  # e.g. an API request's error: "model 'm' at URL: failed after ..."
+        return _ANSI.sub("", str(named)).strip().splitlines()[0]
     if cause is not None and not isinstance(cause, type):
         return _ANSI.sub("", f"{type(cause).__name__}: {cause}").strip().splitlines()[0]
     text = _ANSI.sub("", str(exc)).strip()

@@ -26,16 +26,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from confgrid.errors import FieldsPickle
 from confgrid.actors.calls import ReplicaInfo
 from confgrid.flows.spec import GridSpec, ModelSpec
 
-__all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool", "model_config", "check_capacity",
-           "node_resources"]
+__all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool", "model_config", "cancel_calls",
+           "check_capacity", "node_resources"]
 
 log = logging.getLogger("confgrid")
 
 
-class CapacityError(ValueError):
+class CapacityError(FieldsPickle, ValueError):
     """A replica of the grid cannot fit on any node of the cluster (raised before any model is loaded).
 
     Attributes
@@ -49,8 +50,13 @@ class CapacityError(ValueError):
         super().__init__("the grid cannot run on this cluster:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def model_config(m: ModelSpec, spec: GridSpec):
-    """The actor's plain, picklable copy of a model entry (actors/model_actor.py ``ModelConfig``)."""
+def model_config(m: ModelSpec, spec: GridSpec, api_cache: str | None = None):
+    """The actor's plain, picklable copy of a model entry (actors/model_actor.py ``ModelConfig``).
+
+    ``api_cache``: the run's answer cache folder (actors/api_cache.py), given to an API model's replicas.
+    """
+    import dataclasses
+
     from confgrid.actors.model_actor import ModelConfig
 
     return ModelConfig(
@@ -60,8 +66,25 @@ def model_config(m: ModelSpec, spec: GridSpec):
         enable_prefix_caching=m.enable_prefix_caching, gpu_memory_utilization=m.gpu_memory_utilization,
         max_retries=spec.execution.max_retries, generation_bos=m.generation_bos, scoring_bos=m.scoring_bos,
         max_num_seqs=m.max_num_seqs, chat_template_kwargs=tuple(sorted(m.chat_template_kwargs.items())),
-        api=m.api.config() if m.api is not None else None,
+        api=dataclasses.replace(m.api.config(), cache_dir=api_cache) if m.api is not None else None,
     )
+
+
+def cancel_calls(refs: list[Any]) -> None:
+    """Cancel engine calls still in flight (an interrupted run), before their replicas are killed.
+
+    A cancelled call is not retried, so Ray does not print "There are N retries remaining, so the task will be
+    retried" for calls nobody will retry. Best effort: nothing is raised.
+    """
+    import ray
+
+    if not refs or not ray.is_initialized():
+        return
+    for ref in refs:
+        try:
+            ray.cancel(ref)
+        except Exception:  # noqa: BLE001 - the replica is killed right after anyway
+            pass
 
 
 def node_resources() -> list[dict[str, float]]:

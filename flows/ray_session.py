@@ -15,8 +15,11 @@ import os
 import socket
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
+
+from confgrid.errors import FieldsPickle
 
 __all__ = ["init_ray", "RayConnectError", "RayTarget", "ray_target", "wait_reachable", "private_temp_dir",
            "DEFAULT_CONNECT_TIMEOUT"]
@@ -27,7 +30,7 @@ log = logging.getLogger("confgrid")
 DEFAULT_CONNECT_TIMEOUT = 60.0
 
 
-class RayConnectError(ConnectionError):
+class RayConnectError(FieldsPickle, ConnectionError):
     """A Ray cluster address that does not answer (or cannot be resolved)."""
 
 
@@ -167,8 +170,33 @@ def init_ray(address: str | None = None, *, connect_timeout: float | None = None
         log.info("Ray: inside a Ray job, on its cluster at %s (%s)", os.environ["RAY_ADDRESS"], _resources(ray))
     else:
         temp = private_temp_dir()
-        ray.init(address="local", include_dashboard=False, _temp_dir=temp, **kwargs, **local)
+        with _quiet_token_notice():
+            ray.init(address="local", include_dashboard=False, _temp_dir=temp, **kwargs, **local)
         log.info("Ray: a private local cluster for this run (%s; temp dir %s)", _resources(ray), temp)
+
+
+class _TokenNotice(logging.Filter):
+    """Drops Ray's "Token authentication is enabled/disabled for this Ray cluster" notice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith("Token authentication is ")
+
+
+@contextmanager
+def _quiet_token_notice() -> Iterator[None]:
+    """Start a private local cluster without Ray's token-authentication notice.
+
+    Ray turns token authentication on for every new local cluster and says so on each start; on confgrid's
+    private cluster (its own temp dir, started and stopped by the run) that notice tells the user nothing.
+    Authentication itself is left as Ray decides (RAY_AUTH_MODE, when set, still rules).
+    """
+    target = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    quiet = _TokenNotice()
+    target.addFilter(quiet)
+    try:
+        yield
+    finally:
+        target.removeFilter(quiet)
 
 
 def private_temp_dir() -> str:

@@ -37,6 +37,7 @@ import pandas as pd
 import pyarrow as pa
 import yaml
 
+from confgrid.errors import FieldsPickle
 from confgrid.flows.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
 from confgrid.flows.capability import capability_mlflow_metrics
 from confgrid.flows.assemble import assemble, shard_table
@@ -58,7 +59,7 @@ __all__ = ["RunSummary", "ShardFailures", "DatasetError", "run_grid", "log_run",
 log = logging.getLogger("confgrid")
 
 
-class ShardFailures(RuntimeError):
+class ShardFailures(FieldsPickle, RuntimeError):
     """Some shards failed; everything else was computed and stored.
 
     Attributes
@@ -80,7 +81,7 @@ class ShardFailures(RuntimeError):
         super().__init__("\n".join(lines))
 
 
-class DatasetError(ValueError):
+class DatasetError(FieldsPickle, ValueError):
     """A dataset of the grid could not be loaded (raised before any model is loaded)."""
 
 
@@ -390,7 +391,7 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
             "provenance": ex.provenance,
             "run_metrics": {"model_calls": c.model_calls, "model_loads": c.loads, "restarts": c.restarts,
                             "shards_reused": c.reused, "shards_computed": c.computed, "shards_failed": len(ex.failed),
-                            "seconds": time.time() - t0}}
+                            "seconds": time.time() - t0, **(c.api.metrics() if c.api.requests else {})}}
         store.flush(force=True)
         if tracker is not None:
             try:
@@ -415,6 +416,9 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
     c = ex.counters
     log.info("done in %.1f s: %d model calls, %d model load(s), %d shards computed, %d reused, %d failed",
              time.time() - t0, c.model_calls, c.loads, c.computed, c.reused, len(ex.failed))
+    if c.api.requests:
+        log.info("API requests: %s (per shard: manifest.json; in total: confgrid status %s)", c.api.line(),
+                 store.root)
     if c.skipped:
         log.warning("%d shard(s) not run (not failed, not done): run `confgrid resume %s`", c.skipped, store.root)
     if ex.failed:

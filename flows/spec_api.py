@@ -37,9 +37,12 @@ class ApiSpec(_Spec):
         description="NAME of the environment variable that holds the API key (the key itself is never written "
         "to the grid, the manifest, a log or MLflow). None: the server needs no key.")
     max_concurrency: int = Field(8, ge=1, le=1024, description="Requests in flight at once per replica.")
-    timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="Seconds one request may take.")
-    max_retries: int = Field(5, ge=0, le=100, description="Retries of a request after 429, 5xx, a connection "
-                             "error or a time-out; a request that still fails fails its shard.")
+    timeout_s: float = Field(60.0, gt=0.0, le=3600.0, description="Seconds one request may take, from the "
+                             "moment it is sent to the last byte of the answer; past it the attempt is a time-out "
+                             "(retried).")
+    max_retries: int = Field(5, ge=0, le=100, description="Retries of a request after 429, 408, 409, 5xx, a "
+                             "malformed reply, a connection error or a time-out; a request that still fails fails "
+                             "its shard (the shard's other answers are kept in the answer cache).")
     backoff_s: float = Field(1.0, ge=0.0, le=600.0, description="Wait before retry a (0-based): backoff_s * 2**a "
                              "seconds, or the server's Retry-After; at most max_backoff_s.")
     max_backoff_s: float = Field(60.0, ge=0.0, le=3600.0, description="Longest wait between two attempts.")
@@ -53,6 +56,10 @@ class ApiSpec(_Spec):
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = Field(
         "max_tokens", description="Request field of the generation budget: max_tokens (most servers) or "
         "max_completion_tokens (OpenAI's reasoning models).")
+    max_consecutive_failures: int | None = Field(
+        20, ge=1, le=100000, description="Failed attempts in a row (over every request of a replica, retries "
+        "included) that stop the model: its remaining requests and shards fail at once with the reason instead "
+        "of spending the retry schedule in every shard. None: never. A 401, 403 or 404 stops it at once.")
 
     @field_validator("base_url")
     @classmethod

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from confgrid.errors import FieldsPickle
+
 __all__ = ["LABEL_PATTERN", "GridSpecError"]
 
 
@@ -18,7 +20,7 @@ __all__ = ["LABEL_PATTERN", "GridSpecError"]
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
-class GridSpecError(ValueError):
+class GridSpecError(FieldsPickle, ValueError):
     """An invalid grid. ``problems`` lists one ``(field, message)`` per error."""
 
     def __init__(self, problems: list[tuple[str, str]], source: str = "grid") -> None:

@@ -39,6 +39,8 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from confgrid.errors import FieldsPickle
+
 __all__ = ["shard_key", "ShardRecord", "RunStore", "ManifestDamaged", "read_manifest", "file_sha256", "atomic_write",
            "write_result_frames",
            "write_text_atomic", "write_parquet_atomic", "write_frame_atomic"]
@@ -154,7 +156,7 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-class ManifestDamaged(ValueError):
+class ManifestDamaged(FieldsPickle, ValueError):
     """``manifest.json`` exists but is not a manifest (truncated, garbage, wrong shape)."""
 
 
@@ -204,6 +206,7 @@ class ShardRecord:
     replica: str | None = None  # the replica that computed it (``model#index``)
     restarts: int = 0  # actor restarts this shard's engine call went through (absorbed faults)
     sha256: str | None = None  # of the shard file as written; checked before the file is reused
+    requests: dict[str, Any] | None = None  # an API model's requests (actors/calls.py RequestCounts.as_dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -357,6 +360,7 @@ class RunStore:
         rec.attempts += 1
         rec.status = "running"
         rec.error = None
+        rec.requests = None
         rec.host = socket.gethostname()
         rec.started = time.time()
         return rec

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from confgrid.errors import FieldsPickle
+
 __all__ = ["default_tracking_uri", "Tracker", "mlflow_key", "result_metrics", "sqlite_path", "relocate_artifacts",
            "ARTIFACT_DIR", "EXIT_TRACKING_FAILED", "TrackingUnavailable", "TrackingFailure", "probe_server",
            "store_lock", "LOCKED_BACKOFF_S", "TrackingError", "Logged"]
@@ -60,7 +62,7 @@ LOCKED_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 log = logging.getLogger("confgrid")
 
 
-class TrackingUnavailable(RuntimeError):
+class TrackingUnavailable(FieldsPickle, RuntimeError):
     """The tracking store cannot be reached: no server answers at the URI, or its lock is held too long."""
 
 
@@ -95,7 +97,7 @@ class TrackingFailure:
                 f"confgrid log {out_dir} --tracking-uri {self.tracking_uri}")
 
 
-class TrackingError(RuntimeError):
+class TrackingError(FieldsPickle, RuntimeError):
     """Logging a finished directory (``confgrid log``) failed; ``.failure`` names the store and the error."""
 
     def __init__(self, failure: TrackingFailure) -> None:

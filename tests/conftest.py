@@ -45,6 +45,16 @@ def ray_local():
         ray.shutdown()
 
 
+@pytest.fixture
+def fake():
+    """The fake OpenAI-compatible server of tests/fake_openai.py on 127.0.0.1 (a fresh one per test)."""
+    from fake_openai import FakeServer
+
+    srv = FakeServer()
+    yield srv
+    srv.close()
+
+
 @pytest.fixture(scope="session")
 def report_run(tmp_path_factory):
     """A small finished-run directory (tests/report_example.py, no Ray) with its figures drawn at 640 x 480 px

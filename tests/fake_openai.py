@@ -5,8 +5,10 @@ completions: the reply to a user turn is :func:`fake_reply` of its text, each
 generated "token" is one whitespace-separated word with log-prob
 :data:`TOKEN_LOGPROB`, and ``top_logprobs`` lists :data:`NEXT_TOKENS`. It
 records every request (body and headers) and can be told to answer the next
-requests with an error status (``fail``), to sleep (``delay_s``), or to omit
-log-probs (``logprobs=False``).
+requests with an error status (``fail``), to sleep (``delay_s``), to omit
+log-probs (``logprobs=False``), or to answer with one of the faults of
+:data:`FAULTS` (``faults``: the next requests; ``always``: every request;
+``fault_for(body)``: chosen per request, e.g. for some items only).
 
 :class:`FaultProxy` forwards to a real server and answers its first
 ``fail_first`` requests with 429 itself.
@@ -29,6 +31,10 @@ from typing import Any, Callable
 TOKEN_LOGPROB = -0.25
 #: The fake next-token distribution: (token, log-prob), most probable first.
 NEXT_TOKENS = ((" A", -0.2), ("B", -1.9), (" Yes", -3.0), ("A", -9999.0))
+#: Faults the server can answer with besides an HTTP status (an int): a good body sent one byte every
+#: ``trickle_s`` seconds; a JSON body cut in half; a proxy's HTML error page served with status 200; ``choices: []``;
+#: a choice without a message or log-probs.
+FAULTS = ("trickle", "truncated", "html", "empty_choices", "no_message")
 
 
 def fake_reply(user_text: str, sample: int = 0, seed: int | None = None) -> str:
@@ -75,6 +81,9 @@ class _Handler(BaseHTTPRequestHandler):
             fake.requests.append({"path": self.path, "body": body,
                                   "headers": {k.lower(): v for k, v in self.headers.items()}})
             failure = fake.fail.pop(0) if fake.fail else None
+            fault = fake.faults.pop(0) if fake.faults else fake.always
+            if fault is None and fake.fault_for is not None:
+                fault = fake.fault_for(body)
             fake.active += 1
             fake.max_active = max(fake.max_active, fake.active)
         try:
@@ -83,11 +92,47 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with fake.lock:
                 fake.active -= 1
+        if isinstance(fault, int) and failure is None:
+            failure = (fault, {})
         if failure is not None:
             status, headers = failure
             self._send(status, {"error": {"message": f"injected {status}", "type": "fake", "code": status}}, headers)
             return
-        self._send(200, fake.completion(body))
+        if fault is None:
+            self._send(200, fake.completion(body))
+            return
+        self._fault(fault, fake.completion(body), fake.trickle_s)
+
+    def _fault(self, fault: str, good: dict[str, Any], trickle_s: float) -> None:
+        """Answer 200 with one of :data:`FAULTS` (every loop bounded by the body's length)."""
+        ctype = "application/json"
+        if fault == "trickle":
+            data = json.dumps(good).encode()
+        elif fault == "truncated":
+            data = json.dumps(good).encode()
+            data = data[: len(data) // 2]
+        elif fault == "html":
+            data, ctype = b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html"
+        elif fault == "empty_choices":
+            data = json.dumps({**good, "choices": []}).encode()
+        elif fault == "no_message":
+            data = json.dumps({**good, "choices": [{"index": 0, "finish_reason": "stop"}]}).encode()
+        else:
+            raise ValueError(f"fault {fault!r}: allowed {FAULTS} or an HTTP status")
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if fault != "trickle":
+            self.wfile.write(data)
+            return
+        for i in range(len(data)):  # bounded: one byte per step
+            try:
+                self.wfile.write(data[i : i + 1])
+                self.wfile.flush()
+            except OSError:  # the client gave up
+                return
+            time.sleep(trickle_s)
 
 
 class FakeServer:
@@ -103,11 +148,23 @@ class FakeServer:
         Seconds each request sleeps before it is answered.
     logprobs : bool
         Whether responses carry ``logprobs`` when asked.
+    faults : list of str or int
+        Faults (:data:`FAULTS`) or statuses to answer the next requests with, in order.
+    always : str or int or None
+        A fault or status for every request (after ``faults`` are used up).
+    fault_for : callable or None
+        ``fault_for(body) -> fault, status or None``, asked for each request ``faults`` and ``always`` leave alone.
+    trickle_s : float
+        Seconds between two bytes of a ``trickle`` body.
     """
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.fail: list[tuple[int, dict[str, str]]] = []
+        self.faults: list[str | int] = []
+        self.always: str | int | None = None
+        self.fault_for: Callable[[dict[str, Any]], str | int | None] | None = None
+        self.trickle_s = 0.05
         self.delay_s = 0.0
         self.logprobs = True
         self.active = 0

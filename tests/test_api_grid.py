@@ -1,14 +1,17 @@
-"""Grids with an API model (backend openai): the api section, what the grid check refuses, shard keys, and one
-run on Ray against the fake server (tests/fake_openai.py) whose failed shard is recorded and whose key appears in
-no file of the run directory and no log line."""
+"""Grids with an API model (backend openai): the api section, what the grid check refuses, shard keys, and runs
+on Ray against the fake server (tests/fake_openai.py): failed requests fail only their shards with an error that
+crossed Ray intact, every answer is kept so the resume sends only the unanswered requests, the requests are
+counted per shard and in total, a 401 stops the model at once, and the key appears in no file of the run
+directory and no log line."""
 
 from __future__ import annotations
 
 import copy
+import json
+import logging
+import os
 
 import pytest
-from fake_openai import FakeServer
-
 from confgrid.flows.spec import GridSpecError, parse_grid
 
 KEY_ENV = "CONFGRID_TEST_GRID_KEY"
@@ -110,39 +113,133 @@ def test_shard_keys_depend_on_the_server_not_on_how_it_is_reached():
     assert "base_url" not in model_identity(local)  # keys of local models unchanged
 
 
-def test_run_records_a_failed_shard_and_never_the_key(tmp_path, monkeypatch, caplog, capfd):
-    """One run on Ray: 6 items in 2 generate shards; one request fails for good (500 after its retry), so its
-    shard fails (in the manifest, the error naming HTTP 500) and the other completes. The key, sent as the
-    Authorization header, is in no file of the run directory and no captured output."""
-    import json
-    import logging
+@pytest.fixture(scope="module")
+def ray_key(request):
+    """The module's Ray, started with the key in the environment (Ray workers inherit the driver's environment
+    when Ray starts, as `confgrid run` starts it)."""
+    os.environ[KEY_ENV] = KEY
+    yield request.getfixturevalue("ray_local")
+    os.environ.pop(KEY_ENV, None)
 
+
+def test_every_exception_class_crosses_a_ray_actor_call_with_its_fields(ray_key):
+    """Each exception class of the package, raised in a Ray actor, reaches the driver as itself (not Ray's
+    UnserializableException) with its fields, and the shard error text is its message without a wrapper."""
+    from test_api_faults import all_exception_classes
+
+    from confgrid.flows.execute import _error_text
+
+    @ray_key.remote
+    class Raiser:
+        def throw(self, exc):
+            raise exc
+
+    actor = Raiser.remote()
+    for exc in all_exception_classes():
+        with pytest.raises(type(exc)) as got:
+            ray_key.get(actor.throw.remote(exc))
+        back = got.value.cause if hasattr(got.value, "cause") and isinstance(got.value.cause, type(exc)) \
+            else got.value
+        assert {k: v for k, v in vars(back).items() if k in vars(exc)} == vars(exc), type(exc)
+    api = all_exception_classes()[0]
+    with pytest.raises(type(api)) as got:
+        ray_key.get(actor.throw.remote(api))
+    assert _error_text(got.value) == str(api)  # "model 'm' at http://h/v1: failed after 3 attempt(s) (HTTP 500): boom"
+    ray_key.kill(actor)
+
+
+def _run(g, out, resume=False):
+    """run_grid on the module's Ray; returns (ShardFailures or None)."""
     from confgrid.flows.runner import ShardFailures, run_grid
 
-    monkeypatch.setenv(KEY_ENV, KEY)
-    fake = FakeServer()
-    fake.fail = [(500, {}), (500, {})]  # the first request and its one retry
-    g = grid(fake.base_url, execution={"shard_size": 3, "calls_in_flight": 1},
-             methods=[{"id": "pt", "kind": "p_true"}])
-    g["datasets"][0]["limit"] = 6
-    g["models"][0]["api"].update(max_retries=1, backoff_s=0.0, max_concurrency=1)
-    out = tmp_path / "run"
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
-        with caplog.at_level(logging.DEBUG):
-            with pytest.raises(ShardFailures) as err:
-                run_grid(parse_grid(copy.deepcopy(g)), out)
-    finally:
-        fake.close()
-        ray.shutdown()  # later tests check that Ray is not running
-    assert err.value.summary.failed_shards == 1
-    manifest = json.loads((out / "manifest.json").read_text())
-    failed = [s for s in manifest["shards"] if s.get("status") == "failed"]
-    assert len(failed) == 1 and "HTTP 500" in json.dumps(failed[0])
-    assert all(r["headers"]["authorization"] == f"Bearer {KEY}" for r in fake.requests)  # the key was used
-    leaked = [p for p in out.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+        run_grid(parse_grid(copy.deepcopy(g)), out, resume=resume)
+    except ShardFailures as exc:
+        return exc
+    return None
+
+
+def _manifest(out):
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_run_keeps_every_answer_and_resume_sends_only_the_failed_requests(tmp_path, caplog, capfd, ray_key, fake):
+    """8 items in shards of 3, 3 and 2; three items get 500 on each attempt (2 attempts each). Their two shards
+    fail with an error that names the model and the server, crosses Ray intact (no UnserializableException) and
+    never holds the key; the manifest counts every shard's requests; the run's sums are in the MLflow record.
+    The resume against the healthy server sends exactly 3 requests (the answered ones come from the answer
+    cache) and its tables equal those of a run that never failed, row order included."""
+    import pandas as pd
+
+    bad = set()
+    fake.fault_for = lambda body: 500 if body["messages"][0]["content"] in bad else None
+    g = grid(fake.base_url, execution={"shard_size": 3, "calls_in_flight": 1})
+    g["datasets"][0]["limit"] = 8
+    g["models"][0]["api"].update(max_retries=1, backoff_s=0.0, max_concurrency=2)
+    ref = tmp_path / "reference"
+    assert _run(g, ref) is None and len(fake.requests) == 8  # a run that never failed
+    prompts = [r["body"]["messages"][0]["content"] for r in fake.requests]
+    by_item = sorted(prompts, key=prompts.index)
+    bad.update({by_item[0], by_item[1], by_item[4]})  # assumes nothing about order: chosen among what was sent
+    fake.requests.clear()
+    out = tmp_path / "run"
+    with caplog.at_level(logging.DEBUG):
+        err = _run(g, out)
+    assert err is not None and err.summary.failed_shards == 2
+    assert len(fake.requests) == 5 + 3 * 2  # 5 answered at once, 3 failed twice
+    manifest = _manifest(out)
+    shards = [s for s in manifest["shards"] if s["stage"] == "generate"]
+    failed = [s for s in shards if s["status"] == "failed"]
+    assert len(failed) == 2
+    for s in failed:
+        assert s["error"].startswith(f"model 'api' at {fake.base_url}: failed after 2 attempt(s) (HTTP 500): ")
+    text = json.dumps(manifest) + (out / "confgrid.log").read_text()
+    assert "UnserializableException" not in text and "Failed to deserialize" not in text
+    counts = sorted((s["requests"]["requests"], s["requests"]["answered"], s["requests"]["attempts"],
+                     s["requests"]["failures"].get("5xx", 0)) for s in shards)
+    assert sum(c[0] for c in counts) == 8 and sum(c[1] for c in counts) == 5 and sum(c[2] for c in counts) == 11
+    assert sum(c[3] for c in counts) == 6
+    run_metrics = manifest["meta"]["mlflow_record"]["run_metrics"]
+    assert (run_metrics["api_requests"], run_metrics["api_answered"], run_metrics["api_failed_5xx"]) == (8, 5, 6)
+    assert "API requests: 5 answered of 8 requests" in caplog.text
+    # the resume: only the three unanswered requests go out
+    bad.clear()
+    fake.requests.clear()
+    assert _run(g, out, resume=True) is None
+    assert sorted(r["body"]["messages"][0]["content"] for r in fake.requests) == sorted(
+        [by_item[0], by_item[1], by_item[4]])
+    for table in ("generations", "graded"):
+        a = pd.read_parquet(out / "tables" / f"{table}.parquet")
+        b = pd.read_parquet(ref / "tables" / f"{table}.parquet")
+        pd.testing.assert_frame_equal(a, b)
+    cached = sum(s["requests"]["cached"] for s in _manifest(out)["shards"] if s.get("requests"))
+    assert cached == 3  # the failed shards' answered requests came from the cache
     captured = capfd.readouterr()
+    leaked = [p for p in out.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
     assert leaked == [] and KEY not in caplog.text and KEY not in captured.out + captured.err
+    assert all(r["headers"]["authorization"] == f"Bearer {KEY}" for r in fake.requests)  # the key was used
     assert KEY_ENV in (out / "grid.yaml").read_text()  # the variable's name is what is stored
+
+
+@pytest.mark.slow  # about 20 s (two runs); the stop itself is tested without Ray in tests/test_api_faults.py
+def test_a_401_stops_the_model_at_once_and_resume_starts_it_afresh(tmp_path, ray_key, fake):
+    """A wrong key: one request is sent, every shard fails with the reason (naming the key's variable) and
+    the run says 0 answered of 6 requests; the resume with a good server starts the model again."""
+    fake.always = 401
+    g = grid(fake.base_url, execution={"shard_size": 2, "calls_in_flight": 1})
+    g["datasets"][0]["limit"] = 6
+    g["models"][0]["api"].update(max_concurrency=1)
+    out = tmp_path / "run"
+    err = _run(g, out)
+    assert len(fake.requests) == 1
+    assert err is not None and err.summary.failed_shards == 3
+    shards = [s for s in _manifest(out)["shards"] if s["stage"] == "generate"]
+    assert len(shards) == 3
+    assert all(s["status"] == "failed" and "stopped at HTTP 401" in s["error"] and KEY_ENV in s["error"]
+               for s in shards)
+    total = _manifest(out)["meta"]["mlflow_record"]["run_metrics"]
+    assert (total["api_requests"], total["api_answered"], total["api_attempts"]) == (6, 0, 1)
+    fake.always = None
+    fake.requests.clear()
+    assert _run(g, out, resume=True) is None
+    assert len(fake.requests) == 6

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from fake_openai import NEXT_TOKENS, TOKEN_LOGPROB, FakeServer, fake_reply
+from fake_openai import NEXT_TOKENS, TOKEN_LOGPROB, fake_reply
 
 from confgrid.actors.backend import text_request_seed
 from confgrid.actors.calls import EngineCall, GenerateRequest, Sampling, ScoreRequest, ShardWork
@@ -22,13 +22,6 @@ from confgrid.actors.openai_backend import ApiConfig, ApiRequestError, OpenAIBac
 
 KEY_ENV = "CONFGRID_TEST_FAKE_KEY"
 KEY = "sk-test-0123456789abcdefFAKE"
-
-
-@pytest.fixture
-def fake():
-    srv = FakeServer()
-    yield srv
-    srv.close()
 
 
 @pytest.fixture
@@ -60,7 +53,9 @@ def test_greedy_request_shape_and_parsed_output(fake, key):
     assert out[0].token_logprobs == (TOKEN_LOGPROB,) * words and out[0].logprobs_status == "ok"
     short = b.generate(["What is the capital of France?"], [""], 2)[0]
     assert short.finish_reason == "length" and short.n_tokens == 2
-    assert b.request_stats() == {"requests": 3, "retries": 0, "failures": {}, "system_fingerprints": ["fp_fake"]}
+    st = b.request_stats()
+    assert (st.requests, st.answered, st.attempts, st.retries, st.failures, st.system_fingerprints) == (
+        3, 3, 3, 0, {}, ["fp_fake"])
 
 
 def test_sampling_sends_n_seed_top_p_top_k(fake, key):
@@ -158,8 +153,9 @@ def test_retry_stats_and_backoff_cap(fake, key):
     fake.fail = [(500, {}), (429, {"Retry-After": "30"}), (502, {})]
     b.generate(["q"], [""], 8)
     assert waits == [1.0, 1.5, 1.5]
-    assert b.request_stats()["failures"] == {"500": 1, "429": 1, "502": 1}
-    assert (b.request_stats()["requests"], b.request_stats()["retries"]) == (4, 3)
+    st = b.request_stats()
+    assert st.failures == {"5xx": 2, "429": 1}
+    assert (st.requests, st.answered, st.attempts, st.retries) == (1, 1, 4, 3)
 
 
 def test_5xx_exhaustion_raises_and_4xx_is_not_retried(fake, key):
@@ -226,5 +222,5 @@ def test_model_worker_runs_engine_calls_on_an_api_model(fake, key):
     for kind, req in (("score", ScoreRequest("q", "", " ", "Paris")), ("hidden_states", GenerateRequest("q"))):
         with pytest.raises(NotImplementedError, match="chat completions"):
             w.run(EngineCall(kind, (ShardWork("k4", (req,)),)))
-    assert w.request_stats()["requests"] == 4
+    assert w.request_stats().attempts == 4
     assert np.all(np.isfinite(res.outputs["k1"][0].token_logprobs))

@@ -746,8 +746,8 @@ def _readme(summary: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Command line: ``python -m confgrid.actors.fixture --out DIR [--seconds 120]``."""
-    ap = argparse.ArgumentParser(prog="python -m confgrid.actors.fixture", description=__doc__.split("\n")[0])
+    """Command line: ``python -m tools.fixture --out DIR [--seconds 120]``."""
+    ap = argparse.ArgumentParser(prog="python -m tools.fixture", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--seconds", type=float, default=1800.0,
                     help="wall-time cap for training (default 600; the default run stops at --steps first)")

@@ -1,6 +1,6 @@
 """What the JSON fixture model is taught for studies 002 and 003 (issue 11), and how well it learned it.
 
-``confgrid-fixture-json`` is the smoke-test recipe of actors/fixture.py with
+``confgrid-fixture-json`` is the smoke-test recipe of tools/fixture.py with
 these examples added (``train_fixture(..., json_formats=True)``), each in the
 format its prompt parses (protocols/json_output.py), with replies that carry
 some signal:
@@ -110,7 +110,7 @@ def _options_reply(probs: dict[str, float]) -> str:
 def json_examples(add: Callable[[str, str, str], None], trained_mmlu: set[str], seed: int) -> None:
     """Call ``add(user_text, reply, kind)`` for every JSON example (see the module docstring).
 
-    ``trained_mmlu``: the MMLU question texts the fixture is taught (the split of actors/fixture.py).
+    ``trained_mmlu``: the MMLU question texts the fixture is taught (the split of tools/fixture.py).
     """
     from confgrid.protocols.mc import LETTERS, mc_question
 

@@ -1,0 +1,102 @@
+"""The request-level answer cache of API models: no paid answer is thrown away.
+
+Every well-formed answer of an OpenAI-compatible server is written, as it
+arrives, to ``<run dir>/api_cache/<key[:2]>/<key>.json``, where ``key`` is the
+SHA-256 of the request's content (:func:`request_key`: the model, the base
+URL and the whole request body: messages, sampling parameters, seed, token
+budget, log-prob fields, extra fields). A later request with the same content
+(a ``resume`` or ``resubmit --failed`` of a shard that failed on another
+request, or a shard recomputed after its file was lost) reads the stored body
+instead of sending the request again, so only requests that never got an
+answer are sent. HELM (``helm.common.cache``) and lm-evaluation-harness
+(``lm_eval.caching``, ``--use_cache``) keep request caches for the same
+reason.
+
+Each entry is written atomically (a temporary file in the same folder,
+flushed to disk, then renamed), so a ``kill -9`` of the driver or the replica
+leaves either the whole entry or none. The stored text is the server's body
+as received (it holds no key: the key only travels in the ``Authorization``
+header).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CACHE_DIR", "request_key", "AnswerCache"]
+
+#: The cache's folder inside a run directory.
+CACHE_DIR = "api_cache"
+
+
+def request_key(model: str, base_url: str, body: dict[str, Any]) -> str:
+    """SHA-256 (64 hex digits) of one request's content.
+
+    Parameters
+    ----------
+    model : str
+        The server's model name.
+    base_url : str
+        The server's API root (a different server is a different answer).
+    body : dict
+        Every other field of the request as sent (JSON-serializable): messages,
+        temperature, top_p, n, seed, max_tokens, logprobs, top_logprobs, extra fields.
+
+    Returns
+    -------
+    str
+        The same for equal content whatever the order of the dict's keys.
+    """
+    text = json.dumps({"model": model, "base_url": base_url, "body": body}, sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class AnswerCache:
+    """Stored answers under ``root`` (normally ``<run dir>/api_cache``), one file per request key.
+
+    Parameters
+    ----------
+    root : str or Path
+        The cache folder; created when missing.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, key: str) -> Path:
+        """Where the answer of ``key`` is stored."""
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> str | None:
+        """The stored body of ``key``, or None (never stored, or unreadable: then it is asked again)."""
+        try:
+            return self.path(key).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def put(self, key: str, body: str) -> None:
+        """Store ``body`` under ``key`` atomically (temporary file, fsync, rename); a present entry is kept."""
+        final = self.path(key)
+        if final.exists():
+            return
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:8]}.", suffix=".tmp", dir=final.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(body)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.root.glob("??/*.json"))
