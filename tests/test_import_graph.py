@@ -107,7 +107,7 @@ LAYERS = {
     "cli": ("cli", {"confgrid", "analysis", "protocols", "actors", "flows", "report", "cluster"}),
 }
 #: modules of the root package (confgrid/): they belong to the "confgrid" layer
-ROOT_MODULES = {"registry", "yaml_load"}
+ROOT_MODULES = {"registry", "yaml_load", "errors"}
 
 
 def _imported_packages(path: Path, root: Path = ROOT) -> set[str]:
