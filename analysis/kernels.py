@@ -85,14 +85,19 @@ class SortedSignal:
             tie_starts = bin_starts = np.zeros(0, dtype=np.int64)
         return cls(order, cs, ys, tie_starts, bin_starts, int(n_bins), closure)
 
-    def sort_weights(self, w) -> np.ndarray:
+    def sort_weights(self, w, integer: bool = True) -> np.ndarray:
+        """``w`` (b, n) or (n,) in sorted order; ``integer``: multiplicities (AUROC and AURC need them: their
+        tie terms count draws), else any finite weights >= 0 (ECE, Brier and the gap sum weights only)."""
         w = np.asarray(w, dtype=np.float64)
         if w.ndim == 1:
             w = w[None, :]
         if w.ndim != 2 or w.shape[1] != self.order.size:
             raise ValueError(f"w must have shape (b, {self.order.size}), got {w.shape}")
-        if w.size and (w.min() < 0 or not np.array_equal(w, np.rint(w))):
-            raise ValueError("w must hold non-negative integer counts (multiplicities)")
+        if w.size and not np.isfinite(w).all():
+            raise ValueError("w must be finite")
+        if w.size and (w.min() < 0 or (integer and not np.array_equal(w, np.rint(w)))):
+            raise ValueError("w must hold non-negative integer counts (multiplicities)" if integer
+                             else "w must be non-negative")
         return w[:, self.order]
 
     def with_bins(self, n_bins: int, closure: str | None = None) -> "SortedSignal":
@@ -164,7 +169,9 @@ def _brier_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
         return np.where(tot > 0, ws @ ((sig.conf - sig.correct) ** 2) / tot, np.nan)
 
 
-def _kernel_doc(name: str, extra: str = "") -> str:
+def _kernel_doc(name: str, extra: str = "", real: bool = False) -> str:
+    weights = ("Row weights per resample: any finite values >= 0 (bootstrap multiplicities, or the real\n"
+               "        weights of ACE's distribution-aligned view)") if real else "Integer multiplicities of each item per resample"
     return f"""Count-weighted {name} of ``b`` resamples at once.
 
     Parameters
@@ -175,7 +182,7 @@ def _kernel_doc(name: str, extra: str = "") -> str:
     correct : ndarray of shape (n,)
         Correctness, binary or graded in ``[0, 1]``.
     w : ndarray of shape (b, n) or (n,)
-        Integer multiplicities of each item per resample.{extra}
+        {weights}.{extra}
 
     Returns
     -------
@@ -186,12 +193,12 @@ def _kernel_doc(name: str, extra: str = "") -> str:
     """
 
 
-def _apply(kernel, sig: SortedSignal, w) -> np.ndarray:
-    ws = sig.sort_weights(w)
+def _apply(kernel, sig: SortedSignal, w, integer: bool = True) -> np.ndarray:
+    ws = sig.sort_weights(w, integer)
     n = ws.shape[1]
     step = _block_rows(n)
     tot = ws.sum(axis=1)
-    H = harmonic_numbers(int(np.rint(tot.max())) if tot.size else 0)
+    H = harmonic_numbers(int(np.rint(tot.max())) if tot.size and integer else 0)
     return np.concatenate(
         [kernel(sig, ws[lo : lo + step], H) for lo in range(0, ws.shape[0], step)]
     ) if ws.shape[0] else np.zeros(0)
@@ -200,7 +207,7 @@ def _apply(kernel, sig: SortedSignal, w) -> np.ndarray:
 def _binned(name: str, conf, correct, w, n_bins: int, closure: str = "left") -> np.ndarray:
     """A binned kernel on ``n_bins`` bins of ``closure`` (the sorted signal re-binned if needed)."""
     sig = _sorted(conf, correct, n_bins).with_bins(n_bins, closure)
-    return _apply(WEIGHTED_KERNELS[name], sig, w)
+    return _apply(WEIGHTED_KERNELS[name], sig, w, integer=False)
 
 
 def ece_weighted(conf, correct, w, n_bins: int = 10, closure: str = "left") -> np.ndarray:
@@ -216,17 +223,17 @@ def aurc_weighted(conf, correct, w) -> np.ndarray:
 
 
 def brier_weighted(conf, correct, w) -> np.ndarray:
-    return _apply(WEIGHTED_KERNELS["brier"], _sorted(conf, correct), w)
+    return _apply(WEIGHTED_KERNELS["brier"], _sorted(conf, correct), w, integer=False)
 
 
 ece_weighted.__doc__ = _kernel_doc(
     "ECE", "\n    n_bins : int, default=10\n        Equal-width bins, as in :func:`metrics.ece`."
     "\n    closure : {'left', 'right', 'right_float'}, default='left'\n        The bin closure "
-    "(:data:`metrics.CLOSURES`); a prepared signal is re-binned to it."
+    "(:data:`metrics.CLOSURES`); a prepared signal is re-binned to it.", real=True
 )
 auroc_weighted.__doc__ = _kernel_doc("AUROC")
 aurc_weighted.__doc__ = _kernel_doc("AURC (exact expectation over tie orders)")
-brier_weighted.__doc__ = _kernel_doc("Brier score")
+brier_weighted.__doc__ = _kernel_doc("Brier score", real=True)
 
 #: metric name -> kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)
 WEIGHTED_KERNELS = {

@@ -147,14 +147,32 @@ def test_example_diagnostics(example_views):
 # ---------------------------------------------------------------------------
 
 
-def test_weights_one_reproduce_the_existing_metrics_bit_for_bit():
+def _reference_weighted_ece(c, y, w, n_bins=10):
+    """The per-study formula ACE used before the one kernel (study 001 E.5), kept as an independent reference."""
+    b = bin_indices(c, n_bins)
+    n_b = np.bincount(b, weights=w, minlength=n_bins)
+    s_c = np.bincount(b, weights=w * c, minlength=n_bins)
+    s_y = np.bincount(b, weights=w * y, minlength=n_bins)
+    nz = n_b > 0
+    return float(np.sum(n_b[nz] / w.sum() * np.abs(s_y[nz] / n_b[nz] - s_c[nz] / n_b[nz])))
+
+
+def test_weights_one_reproduce_the_existing_metrics():
+    # ACE's weighted ECE and Brier are the bootstrap's weighted kernels (analysis/kernels.py): weights all 1 give the
+    # point metrics to float round-off, and real weights give the per-study formula
     rng = np.random.default_rng(5)
     c = np.round(rng.random(200), 2)  # many ties and values on bin edges
     z = (rng.random(200) < c).astype(float)
-    assert V.weighted_ece(c, z, np.ones(200)) == ece(c, z)
-    assert V.weighted_brier(c, z, np.ones(200)) == brier(c, z)
+    assert V.weighted_ece(c, z, np.ones(200)) == pytest.approx(ece(c, z), rel=1e-13, abs=1e-15)
+    assert V.weighted_brier(c, z, np.ones(200)) == pytest.approx(brier(c, z), rel=1e-13, abs=1e-15)
     g = rng.random(200)  # graded correctness
-    assert V.weighted_ece(c, g) == ece(c, g)
+    assert V.weighted_ece(c, g) == pytest.approx(ece(c, g), rel=1e-13, abs=1e-15)
+    w = rng.random(200) * 3  # real DA-style weights, some near 0
+    w[:5] = 0.0
+    assert V.weighted_ece(c, z, w) == pytest.approx(_reference_weighted_ece(c, z, w), rel=1e-12, abs=1e-15)
+    assert V.weighted_brier(c, z, w) == pytest.approx(float(np.sum(w * (c - z) ** 2) / w.sum()), rel=1e-12)
+    with pytest.raises(ValueError, match="finite"):
+        V.weighted_ece(c, z, np.r_[np.nan, w[1:]])
 
 
 def test_integer_weights_equal_duplicated_rows_and_the_repo_kernel():

@@ -2,11 +2,11 @@
 
 Real-valued row weights enter ECE's bin counts, bin accuracy and bin
 confidence, with the bins and bin-edge rule of
-:func:`confgrid.analysis.metrics.bin_indices`. (The count-weighted kernels of
-:mod:`confgrid.analysis.bootstrap` take only integer multiplicities, and they
-sum in another order; these functions are computed in the order of
-:func:`confgrid.analysis.metrics.ece` and ``brier``, so weights all 1 give
-those values bit for bit.)
+:func:`confgrid.analysis.metrics.bin_indices`. Both are computed by the one
+weighted kernel of the package (:func:`confgrid.analysis.kernels.ece_weighted`
+and ``brier_weighted``, the kernels of the paired bootstrap), with the weights
+as one row; weights all 1 give :func:`confgrid.analysis.metrics.ece` and
+``brier`` to float round-off.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from confgrid.analysis.metrics import (
-    UndefinedMetricWarning,
-    bin_indices,
-    validate_inputs,
-)
+
+from confgrid.analysis.kernels import brier_weighted, ece_weighted
+from confgrid.analysis.metrics import UndefinedMetricWarning, validate_inputs
 
 __all__ = ["METRICS", "undefined", "weighted_ece", "weighted_brier", "metric_value", "kish_ess"]
 
@@ -96,19 +94,14 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: s
     --------
     >>> weighted_ece([0.0, 0.1, 0.5, 1.0], [0, 0, 1, 1])
     0.15
-    >>> weighted_ece([0.9, 0.9, 0.2], [1, 0, 0], weights=[1.0, 2.0, 0.0])  # |1/3 - 0.9|
-    0.5666666666666667
+    >>> round(weighted_ece([0.9, 0.9, 0.2], [1, 0, 0], weights=[1.0, 2.0, 0.0]), 12)  # |1/3 - 0.9|
+    0.566666666667
     """
     prep = _weighted_inputs("weighted ECE", confidence, correct, weights)
     if prep is None:
         return float("nan")
-    c, y, w, total = prep
-    b = bin_indices(c, n_bins, closure)
-    n_b = np.bincount(b, weights=w, minlength=n_bins)
-    sum_c = np.bincount(b, weights=w * c, minlength=n_bins)
-    sum_y = np.bincount(b, weights=w * y, minlength=n_bins)
-    nz = n_b > 0
-    return float(np.sum(n_b[nz] / total * np.abs(sum_y[nz] / n_b[nz] - sum_c[nz] / n_b[nz])))
+    c, y, w, _ = prep
+    return float(ece_weighted(c, y, w[None, :], n_bins, closure)[0])  # the one weighted kernel (analysis/kernels.py)
 
 
 def weighted_brier(confidence, correct, weights=None) -> float:
@@ -127,8 +120,8 @@ def weighted_brier(confidence, correct, weights=None) -> float:
     prep = _weighted_inputs("weighted Brier", confidence, correct, weights)
     if prep is None:
         return float("nan")
-    c, y, w, total = prep
-    return float(np.sum(w * (c - y) ** 2) / total)
+    c, y, w, _ = prep
+    return float(brier_weighted(c, y, w[None, :])[0])  # the one weighted kernel (analysis/kernels.py)
 
 
 #: the ECE names of the comparison and their bin closures (``ece``: left, as always)

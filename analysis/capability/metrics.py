@@ -96,7 +96,9 @@ def brier_to_target(p, mu) -> float:
     """
     p, mu = _check(p, mu)
     ok = ~(np.isnan(p) | np.isnan(mu))
-    return float(np.mean((p[ok] - mu[ok]) ** 2)) if ok.any() else float("nan")
+    if not ok.any():
+        return float("nan")
+    return float(brier_weighted(p[ok], mu[ok], np.ones((1, int(ok.sum()))))[0])  # the one weighted kernel
 
 
 def ece_to_target(p, mu, n_bins: int = 10, closure: str = "left") -> float:
