@@ -199,11 +199,10 @@ def _parse_signal_pairs(value: str | Sequence[tuple[str, str]] | None) -> tuple[
     return tuple((str(a).strip(), str(b).strip()) for a, b in items)
 
 
-def _tables(settings: list, results: dict[str, BootstrapResult], level: float,
-            units: list[UnitPlan]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Metrics, gaps, shifts and edge shares of the settings through the one evaluator (analysis/evaluation.py)."""
-    est = estimates(units, [results[st.name] for st in settings], level)
-    return est.metrics, est.gaps, est.shifts, est.edges
+def _tables(settings: list, results: dict[str, BootstrapResult], level: float, units: list[UnitPlan]):
+    """Metrics, gaps, shifts and edge shares of the settings (an ``Estimates`` record) through the one evaluator
+    (analysis/evaluation.py)."""
+    return estimates(units, [results[st.name] for st in settings], level)
 
 
 def parse_closures(value: str | Sequence[str]) -> list[str]:
@@ -439,7 +438,8 @@ def analyze(
                                               int(n_bins), use_ray, num_workers, group_col)
     if units is None:
         units = [unit_of(st, comparisons, edge_bins(metric_names, int(n_bins))) for st in settings]
-    metrics_df, gaps_df, shifts_df, edges_df = _tables(settings, results, level, units)
+    est = _tables(settings, results, level, units)
+    metrics_df, gaps_df, shifts_df, edges_df = est.metrics, est.gaps, est.shifts, est.edges
     n_clusters = {st.name: st.n_clusters for st in settings if st.n_clusters is not None}
     metrics_df, gaps_df, shifts_df = (with_cluster_columns(df, group_col, n_clusters)
                                       for df in (metrics_df, gaps_df, shifts_df))

@@ -85,7 +85,7 @@ class DatasetError(FieldsPickle, ValueError):
     """A dataset of the grid could not be loaded (raised before any model is loaded)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunSummary:
     """What a run produced.
 
@@ -384,8 +384,10 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         capability = _capability(spec, plan, mt, store)
         ace = _comparison(spec, plan, done, ex.submitted, ev, mt, store, tables)
         c = ex.counters
-        summary = RunSummary(store.root, ev.metrics, ev.gaps, ev.shifts, c.model_calls, c.reused, c.computed,
-                             parent_id, tables, len(ex.failed), c.skipped, c.loads, c.restarts, methods_df)
+        summary = RunSummary(out_dir=store.root, metrics=ev.metrics, gaps=ev.gaps, shifts=ev.shifts,
+                             model_calls=c.model_calls, reused_shards=c.reused, computed_shards=c.computed,
+                             parent_run_id=parent_id, tables=tables, failed_shards=len(ex.failed),
+                             skipped_shards=c.skipped, model_loads=c.loads, restarts=c.restarts, methods=methods_df)
         # what the MLflow record holds beyond the files, kept for `confgrid log` (log_run)
         store.meta["mlflow_record"] = {
             "provenance": ex.provenance,
