@@ -125,9 +125,13 @@ def write_frame_atomic(df: Any, path: str | Path) -> Path:
     Raises
     ------
     ValueError
-        For any other suffix.
+        For any other suffix, or a frame without columns: every table keeps its header, empty or not (a CSV
+        with no header line cannot be read back).
     """
     path = Path(path)
+    if len(df.columns) == 0:
+        raise ValueError(f"write_frame_atomic: the table for {str(path)!r} has no columns; build it with its "
+                         "columns (an empty table keeps its header)")
     if path.suffix == ".csv":
         return atomic_write(path, lambda p: df.to_csv(p, index=False, lineterminator="\n"))
     if path.suffix == ".parquet":

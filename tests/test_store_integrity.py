@@ -113,3 +113,16 @@ def test_status_reports_a_damaged_manifest_in_one_line(tmp_path):
     out = res.output.strip()
     assert "\n" not in out and "not a readable manifest" in out and "resume" in out
     assert "Traceback" not in out
+
+
+def test_an_empty_table_keeps_its_header(tmp_path):
+    import pandas as pd
+
+    from confgrid.flows.store import write_frame_atomic
+
+    p = write_frame_atomic(pd.DataFrame(columns=["setting", "signal", "point"]), tmp_path / "shifts.csv")
+    assert p.read_text() == "setting,signal,point\n"
+    assert list(pd.read_csv(p).columns) == ["setting", "signal", "point"]
+    with pytest.raises(ValueError, match="has no columns"):
+        write_frame_atomic(pd.DataFrame(), tmp_path / "none.csv")
+    assert not (tmp_path / "none.csv").exists()
