@@ -196,8 +196,8 @@ def test_429_from_a_proxy_is_retried(server, key):
     finally:
         proxy.close()
     assert o.n_tokens == 6 and proxy.seen == 3
-    stats = b.request_stats()
-    assert (stats["requests"], stats["retries"], stats["failures"]) == (3, 2, {"429": 2})
+    stats = b.request_stats()  # a RequestCounts record: one request, answered on its third attempt
+    assert (stats.requests, stats.answered, stats.attempts, stats.retries, stats.failures) == (1, 1, 3, 2, {"429": 2})
 
 
 GRID = """
