@@ -55,6 +55,15 @@ def fake():
     srv.close()
 
 
+@pytest.fixture
+def key(monkeypatch):
+    """The fake server's key in its variable (tests/fake_openai.py ``KEY_ENV``) for the test's duration."""
+    from fake_openai import KEY, KEY_ENV
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    return KEY
+
+
 @pytest.fixture(scope="session")
 def report_run(tmp_path_factory):
     """A small finished-run directory (tests/report_example.py, no Ray) with its figures drawn at 640 x 480 px

@@ -267,3 +267,17 @@ class FaultProxy:
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+#: The key variable and value the backend tests send to the fake server (a fake: never a real key).
+KEY_ENV = "CONFGRID_TEST_FAKE_KEY"
+KEY = "sk-test-0123456789abcdefFAKE"
+
+
+def fake_backend(fake: "FakeServer", waits: list | None = None, **kw: Any):
+    """An OpenAIBackend of model ``tiny-model`` on ``fake`` (defaults: ``backoff_s`` 0.01, ``max_retries`` 2; ``kw``
+    overrides any ApiConfig field); its waits are appended to ``waits`` instead of slept."""
+    from confgrid.actors.openai_backend import ApiConfig, OpenAIBackend
+
+    cfg = ApiConfig(base_url=fake.base_url, api_key_env=KEY_ENV, **{"backoff_s": 0.01, "max_retries": 2, **kw})
+    return OpenAIBackend("tiny-model", cfg, sleep=waits.append if waits is not None else (lambda s: None))

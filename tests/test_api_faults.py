@@ -14,25 +14,15 @@ import pickle
 import time
 
 import pytest
-from fake_openai import fake_reply
+from fake_openai import KEY, KEY_ENV, fake_backend, fake_reply
 
 from confgrid.actors.api_cache import AnswerCache, request_key
 from confgrid.actors.calls import EngineCall, GenerateRequest, RequestCounts, ShardWork
 from confgrid.actors.openai_backend import ApiConfig, ApiRequestError, OpenAIBackend, check_reply
 
-KEY_ENV = "CONFGRID_TEST_FAULT_KEY"
-KEY = "sk-fault-test-0123456789FAKE"
-
-
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, KEY)
-    return KEY
-
 
 def backend(fake, **kw):
-    cfg = ApiConfig(base_url=fake.base_url, api_key_env=KEY_ENV, **{"backoff_s": 0.0, "max_retries": 2, **kw})
-    return OpenAIBackend("tiny-model", cfg, sleep=lambda s: None)
+    return fake_backend(fake, **{"backoff_s": 0.0, **kw})
 
 
 def all_exception_classes():

@@ -14,26 +14,12 @@ import time
 
 import numpy as np
 import pytest
-from fake_openai import NEXT_TOKENS, TOKEN_LOGPROB, fake_reply
+from fake_openai import KEY, KEY_ENV, NEXT_TOKENS, TOKEN_LOGPROB, fake_reply
+from fake_openai import fake_backend as backend
 
 from confgrid.actors.backend import text_request_seed
 from confgrid.actors.calls import EngineCall, GenerateRequest, Sampling, ScoreRequest, ShardWork
 from confgrid.actors.openai_backend import ApiConfig, ApiRequestError, OpenAIBackend
-
-KEY_ENV = "CONFGRID_TEST_FAKE_KEY"
-KEY = "sk-test-0123456789abcdefFAKE"
-
-
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, KEY)
-    return KEY
-
-
-def backend(fake, waits=None, **kw):
-    cfg = ApiConfig(base_url=fake.base_url, api_key_env=KEY_ENV, **{"backoff_s": 0.01, "max_retries": 2, **kw})
-    sleep = waits.append if waits is not None else (lambda s: None)
-    return OpenAIBackend("tiny-model", cfg, sleep=sleep)
 
 
 def test_greedy_request_shape_and_parsed_output(fake, key):
