@@ -17,6 +17,8 @@ import numpy as np
 
 from confgrid.analysis.kernels import brier_weighted, ece_weighted
 from confgrid.analysis.metrics import UndefinedMetricWarning, validate_inputs
+from confgrid.analysis.registry import METRICS as METRIC_REGISTRY
+from confgrid.analysis.registry import get_metric
 
 __all__ = ["METRICS", "undefined", "weighted_ece", "weighted_brier", "metric_value", "kish_ess"]
 
@@ -124,9 +126,6 @@ def weighted_brier(confidence, correct, weights=None) -> float:
     return float(brier_weighted(c, y, w[None, :])[0])  # the one weighted kernel (analysis/kernels.py)
 
 
-#: the ECE names of the comparison and their bin closures (``ece``: left, as always)
-_ECE_CLOSURES = {"ece": "left", "ece_right": "right", "ece_right_float": "right_float"}
-
 
 def metric_value(metric: str, confidence, correct, weights=None, n_bins: int = 10) -> float:
     """:func:`weighted_ece` (``ece``, ``ece_right``, ``ece_right_float``: its bin closure) or
@@ -137,8 +136,9 @@ def metric_value(metric: str, confidence, correct, weights=None, n_bins: int = 1
     ValueError
         If ``metric`` is not in :data:`METRICS`.
     """
-    if metric in _ECE_CLOSURES:
-        return weighted_ece(confidence, correct, weights, n_bins, _ECE_CLOSURES[metric])
+    info = get_metric(metric) if metric in METRIC_REGISTRY else None
+    if info is not None and info.family == "ece":  # ece and its closure variants: the registry holds the closure
+        return weighted_ece(confidence, correct, weights, n_bins, info.closure)
     if metric == "brier":
         return weighted_brier(confidence, correct, weights)
     raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
