@@ -286,12 +286,16 @@ class ReplicaInfo:
         actor (same Ray actor, new process) has a new one.
     load_seconds : float
         Seconds the model load of this incarnation took (wall clock, >= 0).
+    node_id, node_ip : str
+        The Ray node the process runs on ("" outside Ray).
     """
 
     pid: int
     host: str
     incarnation: str
     load_seconds: float
+    node_id: str = ""
+    node_ip: str = ""
 
 
 @dataclass(frozen=True)

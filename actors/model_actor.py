@@ -249,8 +249,9 @@ class ModelWorker:
         else:
             raise ValueError(f"backend: unknown backend {config.backend!r}; allowed: transformers, vllm, openai")
         self.tokenizer = self.backend.tokenizer
+        node_id, node_ip = _node_here()
         self.info = ReplicaInfo(pid=os.getpid(), host=socket.gethostname(), incarnation=uuid.uuid4().hex,
-                                load_seconds=round(time.time() - t0, 3))
+                                load_seconds=round(time.time() - t0, 3), node_id=node_id, node_ip=node_ip)
 
     def ping(self) -> ReplicaReady:
         """The replica has loaded its model: who it is and what it runs."""
@@ -502,3 +503,11 @@ class ModelWorker:
 
 
 ModelActor = ray.remote(ModelWorker)
+
+
+def _node_here() -> tuple[str, str]:
+    """The Ray node id and IP of this process ("", "" outside a Ray worker)."""
+    try:
+        return ray.get_runtime_context().get_node_id() or "", ray.util.get_node_ip_address() or ""
+    except Exception:  # noqa: BLE001 - not in a Ray worker (a test builds the worker directly)
+        return "", ""

@@ -219,7 +219,10 @@ def status(
         if not address:
             typer.echo("status --job needs --address (the Jobs API, e.g. http://HEAD:8265)", err=True)
             raise typer.Exit(2)
-        typer.echo(_cluster_call(job_status, address, job))
+        st = _cluster_call(job_status, address, job)
+        typer.echo(st)
+        if st in ("FAILED", "STOPPED"):
+            raise typer.Exit(1)
         return
     if out_dir is None:
         typer.echo("give OUT_DIR, or --job ID --address URL", err=True)
@@ -235,22 +238,30 @@ def status(
     except ManifestDamaged as exc:
         typer.echo(f"{exc}; `confgrid resume {out_dir}` rebuilds it from the shard files", err=True)
         raise typer.Exit(1)
+    import socket
+
+    from confgrid.flows.run_status import run_status
+
+    st = run_status(data, socket.gethostname())
     if as_json:
         typer.echo(json.dumps(data, indent=1))
-        return
+        raise typer.Exit(st.exit_code)
     t = Table(title=f"Shards of {out_dir}")
-    for col in ("stage", "shard", "status", "attempts", "restarts", "rows", "seconds", "replica", "host", "key",
+    stale = set(st.stale)
+    for col in ("stage", "shard", "status", "attempts", "restarts", "rows", "seconds", "replica", "node", "key",
                 "error"):
         t.add_column(col)
-    counts: dict[str, int] = {}
     for r in sorted(data["shards"], key=lambda r: (r["stage"], r["setting"])):
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-        t.add_row(r["stage"], r["setting"], r["status"] + (" (reused)" if r.get("reused") else ""), str(r["attempts"]),
+        shown = "stale (driver gone)" if f"{r['stage']} {r['setting']}" in stale and r["status"] == "running" else (
+            r["status"] + (" (reused)" if r.get("reused") else ""))
+        t.add_row(r["stage"], r["setting"], shown, str(r["attempts"]),
                   str(r.get("restarts") or 0), str(r.get("rows") or ""), str(r.get("seconds") or ""),
-                  str(r.get("replica") or ""), str(r.get("host") or ""), r["key"][:12], (r.get("error") or "")[:120])
+                  str(r.get("replica") or ""), str(r.get("node_ip") or r.get("host") or ""), r["key"][:12],
+                  (r.get("error") or "")[:120])
     console = Console(width=200)
     console.print(t)
-    typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(st.counts.items())))
+    typer.echo(st.driver_line)
     api = [r["requests"] for r in data["shards"] if r.get("requests")]
     if api:
         from confgrid.actors.calls import RequestCounts
@@ -262,12 +273,21 @@ def status(
     reps = data.get("meta", {}).get("replicas") or []
     if reps:
         rt = Table(title="Replicas (model loads, Ray restarts, seconds loading and computing)")
-        for col in ("replica", "state", "loads", "restarts", "load s", "busy s", "calls", "host", "error"):
+        for col in ("replica", "state", "loads", "restarts", "load s", "busy s", "calls", "host", "node", "error"):
             rt.add_column(col)
         for r in reps:
+            node = f"{r.get('node_ip') or ''} {(r.get('node_id') or '')[:8]}".strip()
             rt.add_row(r["replica"], r["state"], str(r["loads"]), str(r["restarts"]), f"{r['load_seconds']:.1f}",
-                       f"{r['busy_seconds']:.1f}", str(r["calls"]), str(r.get("host") or ""), (r.get("error") or "")[:80])
+                       f"{r['busy_seconds']:.1f}", str(r["calls"]), str(r.get("host") or ""), node,
+                       (r.get("error") or "")[:80])
         console.print(rt)
+    if st.exit_code:
+        from confgrid.flows.runner import address_hint
+
+        hint = address_hint(((data.get("meta", {}).get("invocations") or [{}])[-1]).get("address"))
+        typer.echo(f"{st.failed} failed, {len(st.stale)} stale shard(s): `confgrid resume {out_dir}{hint}` (or "
+                   f"`confgrid resubmit {out_dir} --failed{hint}`) runs them", err=True)
+        raise typer.Exit(st.exit_code)
 
 
 @app.command("log")

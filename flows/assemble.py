@@ -23,7 +23,7 @@ from confgrid.flows.spec import AnswerSetSpec
 from confgrid.flows.stages import aggregate_scores, relabel
 from confgrid.protocols.items import Item
 
-__all__ = ["shard_table", "Unit", "Assembly", "assemble", "verbalized_from_probe"]
+__all__ = ["shard_table", "Unit", "Assembly", "assemble", "verbalized_from_probe", "empty_schema"]
 
 log = logging.getLogger("confgrid")
 
@@ -70,6 +70,38 @@ def shard_table(plan: GridPlan, shard: ShardRequest, outputs: tuple[Any, ...]) -
         "verbalized": pd.array([p.verbalized for p in parsed], dtype="Float64"),
         "parse_status": [p.status for p in parsed], "used_fallback": [bool(p.used_fallback) for p in parsed],
     })
+
+
+_KEYS = [("model", pa.string()), ("dataset", pa.string()), ("answer_set", pa.string()), ("item_id", pa.string())]
+_GENERATIONS = [*_KEYS, ("prompt_id", pa.string()), ("sample_idx", pa.int64()), ("chunk", pa.int64()),
+                ("raw_output", pa.string()), ("finish_reason", pa.string()), ("n_new_tokens", pa.int64())]
+_PARSED = [("answer", pa.string()), ("verbalized", pa.float64()), ("parse_status", pa.string()),
+           ("used_fallback", pa.bool_())]
+
+
+def empty_schema(stage: str, aggregations: tuple[str, ...] = (), rules: tuple[str, ...] = ()) -> pa.Schema:
+    """The columns a stage table has when no shard of it is complete (``tables/<stage>.parquet`` keeps them).
+
+    ``stage`` is ``generations``, ``graded``, ``scores`` or ``probe``; ``aggregations`` (the grid's token
+    aggregations, the primary first) name the scores' ``token_score__<name>`` columns and ``rules`` the graded
+    table's ``correct_<rule>`` ones. Raises ValueError for another stage, naming the allowed ones.
+    """
+    if stage == "generations":
+        return pa.schema(_GENERATIONS)
+    if stage == "graded":
+        return pa.schema([*_GENERATIONS, *_PARSED, *((f"correct_{r}", pa.float64()) for r in rules),
+                          ("correct", pa.float64()), ("correct_rule", pa.string())])
+    if stage == "scores":
+        return pa.schema([*_KEYS, ("context_id", pa.string()), ("chunk", pa.int64()), ("answer_source", pa.string()),
+                          ("answer", pa.string()), ("logprobs", pa.list_(pa.float64())),
+                          ("answer_token_ids", pa.list_(pa.int64())), ("n_tokens", pa.int64()),
+                          ("context_tokens", pa.int64()), ("backend", pa.string()), ("dtype", pa.string()),
+                          *((f"token_score__{a}", pa.float64()) for a in aggregations),
+                          ("token_score", pa.float64()), ("aggregation", pa.string())])
+    if stage == "probe":
+        return pa.schema([*_KEYS, ("kind", pa.string()), ("answer", pa.string()), ("source", pa.string()),
+                          ("raw_output", pa.string()), *_PARSED[1:]])
+    raise ValueError(f"empty_schema: stage {stage!r}; allowed: generations, graded, scores, probe")
 
 
 def _generation_logprobs(gens: tuple[GenerationOutput, ...]) -> dict[str, list]:
@@ -211,8 +243,17 @@ def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRe
                 needed = [*g_sh, *s_sh, *(p_sh if a.verbalized_source() == "probe" else [])]
                 missing = [s for s in needed if s.key not in done]
                 if missing:
-                    log.warning("%s/%s [%s]: %d shard(s) missing; no metrics for it", m.name, d.name, a.id,
-                                len(missing))
+                    # shards never planned count too: the scores (and own-answer probe) of missing answers
+                    per_gen = len(a.scoring_contexts(spec.scoring.contexts)) + (a.verbalized_source() == "probe")
+                    unplanned = sum(per_gen for s in g_sh if s.key not in done)
+                    log.warning("%s/%s [%s]: %d shard(s) missing (%d planned and not done, %d not planned because "
+                                "the answers they read are missing); no metrics for it", m.name, d.name, a.id,
+                                len(missing) + unplanned, len(missing), unplanned)
+                    part = [_own(done, s) for s in s_sh if s.key in done]  # kept like the generations above
+                    if part:
+                        out.stage_tables["scores"].append(pa.Table.from_pandas(
+                            aggregate_scores(pd.concat(part, ignore_index=True), spec.scoring.aggregations),
+                            preserve_index=False))
                     continue
                 probe_complete = all(s.key in done for s in p_sh) and not (
                     a.id == "main" and plan.expects_cross_for(m.name, d.name))

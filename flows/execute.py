@@ -21,8 +21,10 @@ Engine calls
 
 Failures
     A call that fails fails its shards (recorded with the error; every other
-    shard goes on); a replica whose actor died is dropped; when a model has no
-    replica left its remaining shards fail with the reason. Ray restarts a
+    shard goes on). A call whose replica could not be reached or is gone (its
+    node died) puts its shards back in the queue for the other replicas, and
+    the replica leaves the ready set until it answers again (flows/liveness.py);
+    when a model has no replica left its remaining shards fail with the reason. Ray restarts a
     crashed actor at most ``execution.max_retries`` times and retries its calls;
     every restart is recorded (``restarts`` on the replica and on each shard
     whose call went through it, and a log line).
@@ -48,11 +50,15 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady, RequestCounts
+from confgrid.flows.liveness import ReplicaLiveness, classify_fault
 from confgrid.flows.plan import GridPlan, ShardRequest
 from confgrid.flows.pools import (
     CapacityError,
     ModelPool,
     Replica,
+    _fmt,
+    _free_resources,
+    _placed,
     actor_entry,
     at_once,
     cancel_calls,
@@ -108,7 +114,7 @@ def prompts_per_call(m: ModelSpec) -> int | None:
     return DEFAULT_VLLM_PROMPTS_PER_CALL if m.backend == "vllm" else None
 
 
-class Executor:
+class Executor(ReplicaLiveness):
     """Runs shard requests on model pools and records every outcome in the store.
 
     Parameters
@@ -154,6 +160,7 @@ class Executor:
         self._bounds: dict[str, int] = {}  # generate key -> requests its later shards may add (the bar counts them)
         self._plan: GridPlan | None = None
         self._invocation: dict[str, Any] | None = None
+        self._liveness_init()
 
     # -- public -------------------------------------------------------------------------
     def run(self, plan: GridPlan) -> dict[str, pd.DataFrame]:
@@ -177,6 +184,11 @@ class Executor:
                 self._start_pools()
                 self._dispatch()
                 self._release_idle()
+                self._watch_nodes()
+                self._probe_unreachable()
+                if not self._inflight and not self._pings and self._unreachable():
+                    time.sleep(0.2)  # work waits for a replica Ray may bring back; the probe looks again
+                    continue
                 if not self._inflight and not self._pings:
                     idle_turns += 1  # pools were just released or failed; the next turn starts or fails them
                     if idle_turns > 3:
@@ -209,6 +221,7 @@ class Executor:
         for pool in list(self.pools.values()):
             self._release(pool, "end of run" if self._queues[pool.name] or self._inflight else "its work is done")
         self._record_replicas()
+        self._invocation["ended_at"] = time.time()  # `confgrid status`: running shards after this are stale
         self.store.flush(force=True)
 
     def _record_replicas(self) -> None:
@@ -219,7 +232,11 @@ class Executor:
         """
         replicas = [r.record() for p in self.history for r in p.replicas]
         if self._invocation is None:
-            self._invocation = {"started_at": time.time(), "only_failed": self.only_failed}
+            import os
+            import socket
+
+            self._invocation = {"started_at": time.time(), "only_failed": self.only_failed, "driver_pid": os.getpid(),
+                                "driver_host": socket.gethostname(), "address": self.address}
             self.store.meta.setdefault("invocations", []).append(self._invocation)
         elif replicas == self.store.meta.get("replicas"):
             return
@@ -268,6 +285,10 @@ class Executor:
                 self._bounds[sh.key] = bound
                 self._bar.total += len(sh.rows) + bound
                 self._bar.refresh()
+
+    def _requeue_shard(self, sh: ShardRequest) -> None:
+        """Put a shard whose replica was lost back in its model's queue (its twins stay grouped under it)."""
+        heapq.heappush(self._queues[sh.model], (_STAGE_RANK[sh.stage], next(self._seq), sh))
 
     def _has_work(self) -> bool:
         return any(self._queues.values()) or bool(self._inflight)
@@ -351,6 +372,7 @@ class Executor:
         for ref, rep in list(self._pings.items()):
             if rep in pool.replicas:
                 del self._pings[ref]
+        self._settle_unreachable(pool)
         pool.release()
         self.pools.pop(pool.name, None)
         if any(r.loads for r in pool.replicas):
@@ -450,7 +472,7 @@ class Executor:
                     recs = []
                     for sh in shards:
                         rec = self.store.begin(sh.stage, sh.label, sh.key)
-                        rec.replica = rep.name
+                        rec.replica, rec.node_id, rec.node_ip = rep.name, rep.node_id or None, rep.node_ip or None
                         recs.append(rec)
                     ref = rep.handle.run.remote(call)
                     rep.inflight += 1
@@ -508,6 +530,13 @@ class Executor:
             ready: ReplicaReady = ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - the model could not be loaded (or the actor died while loading)
             trace.error("replica %s: ping failed", rep.name, exc_info=exc)
+            if rep.state == "unreachable":  # still not back: look again later, or it is gone
+                if classify_fault(exc) == "gone":
+                    self._mark_lost(rep, _error_text(exc))
+                return
+            if classify_fault(exc) == "unreachable" and pool is not None and not pool.released:
+                self._probe_at[id(rep)] = time.time() + 1.0  # its node may be dying: ask again, not counted
+                return
             if (not getattr(exc, "_actor_init_failed", False) and pool is not None and not pool.released
                     and rep.ping_retries < self.spec.execution.max_retries):
                 rep.ping_retries += 1
@@ -522,14 +551,18 @@ class Executor:
                 if not pool.alive():
                     self._model_dead(rep.model, f"model {rep.model!r} could not be loaded: {rep.error}")
             return
+        if rep.state == "unreachable":
+            self._on_back(rep, ready)
+            return
         rep.state, rep.ready_at, rep.info = "ready", time.time(), ready.replica
+        rep.node_id, rep.node_ip = ready.replica.node_id, ready.replica.node_ip
         rep.last_progress = rep.ready_at
         rep.loads += 1
         rep.load_seconds += ready.replica.load_seconds
         self.counters.loads += 1
         self.provenance.setdefault(rep.model, {k: v for k, v in ready.provenance.items()})
-        log.info("replica %s: ready on %s (model loaded in %.1f s)", rep.name, ready.replica.host,
-                 ready.replica.load_seconds)
+        log.info("replica %s: ready on %s, node %s (model loaded in %.1f s)", rep.name, ready.replica.host,
+                 ready.replica.node_ip or "?", ready.replica.load_seconds)
         n = self._count_restarts(rep)
         if n:
             log.warning("replica %s: Ray restarted its actor %d time(s) while the model loaded (now pid %s on %s); "
@@ -551,7 +584,7 @@ class Executor:
 
     def _on_call(self, ref: Any, f: _InFlight) -> None:
         import ray
-        from ray.exceptions import ActorDiedError, RayActorError
+        from ray.exceptions import RayActorError
 
         rep = f.replica
         rep.inflight -= 1
@@ -560,9 +593,11 @@ class Executor:
         except RayActorError as exc:
             err = _error_text(exc)
             trace.error("engine call on %s failed", rep.name, exc_info=exc)
-            self._submit(self._fail(f.shards, f.records, err, traceback_text(exc)))
-            if isinstance(exc, ActorDiedError):  # not ActorUnavailableError: that one may come back
-                self._replica_died(rep, err)
+            fault = classify_fault(exc)
+            if fault == "work":
+                self._submit(self._fail(f.shards, f.records, err, traceback_text(exc)))
+            else:  # the replica is unreachable or gone, not the work: its shards go back in the queue
+                self._on_replica_fault(f, exc, err, fault)
             return
         except Exception as exc:  # noqa: BLE001 - the call failed; its shards are recorded, never lost
             trace.error("engine call on %s failed", rep.name, exc_info=exc)
@@ -632,16 +667,6 @@ class Executor:
             if left:
                 self._bar.total -= left
                 self._bar.refresh()
-
-    def _replica_died(self, rep: Replica, err: str) -> None:
-        pool = self.pools.get(rep.model)
-        if rep.state == "dead" or pool is None:
-            return
-        rep.state, rep.error = "dead", err
-        log.error("replica %s: died (%s)", rep.name, err)
-        pool.stop_replica(rep, "dead")
-        if not pool.alive():
-            self._model_dead(rep.model, f"no live replica of model {rep.model!r} (replica {rep.name} died: {err})")
 
     def _fail(self, shards: list[ShardRequest], records: list[ShardRecord], error: str,
               tb: str | None = None) -> list[ShardRequest]:
@@ -725,28 +750,6 @@ class Executor:
                           f"{sum(len(s.rows) for g in calls for s in g.shards)} requests); waiting for it")
         for msg in self._plan.waiting_for():
             self._say(f"plan:{msg}", msg)
-
-
-def _placed(handle: Any) -> bool | None:
-    """Whether Ray has placed a not-yet-ready actor on a worker (it is loading), or still waits for resources.
-
-    Read from the GCS actor table (no dashboard needed); None when that cannot be read.
-    """
-    entry = actor_entry(handle)
-    return None if entry is None else entry.placed
-
-
-def _free_resources() -> dict[str, float]:
-    import ray
-
-    try:
-        return {k: float(v) for k, v in ray.available_resources().items()}
-    except Exception:  # noqa: BLE001 - the log line is best effort
-        return {}
-
-
-def _fmt(res: dict[str, float]) -> str:
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in res.items()) + "}"
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -99,6 +99,26 @@ def _fmt(res: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in res.items()) + "}"
 
 
+def _free_resources() -> dict[str, float]:
+    """What the cluster has free now (for a log line; {} when Ray does not answer)."""
+    import ray
+
+    try:
+        return {k: float(v) for k, v in ray.available_resources().items()}
+    except Exception:  # noqa: BLE001 - the log line is best effort
+        return {}
+
+
+def _placed(handle: Any) -> bool | None:
+    """Whether Ray has placed a not-yet-ready actor on a worker process (it is loading), or still waits for resources.
+
+    Read from the GCS actor table (no dashboard needed); None when that cannot be read. A queued lease already
+    names a raylet port, so a worker process (a pid) is required too.
+    """
+    entry = actor_entry(handle)
+    return None if entry is None else (entry.placed and entry.pid > 0)
+
+
 def check_capacity(needs: dict[str, tuple[int, dict[str, float], str]], nodes: list[dict[str, float]]) -> list[str]:
     """Which models' replicas fit on no node (pure; the caller raises :class:`CapacityError`).
 
@@ -188,8 +208,12 @@ class Replica:
         (a model reloaded for cross-model work has ``load == 1``).
     state : str
         ``waiting`` (asked for, not loaded yet: waiting for resources or
-        loading), ``ready``, ``dead`` (crashed, not restartable) or
+        loading), ``ready``, ``unreachable`` (a call could not reach it; out of
+        the ready set until it answers a ping: flows/liveness.py), ``dead``
+        (crashed or killed, not restartable), ``lost`` (gone with its node) or
         ``released``.
+    node_id, node_ip : str
+        The Ray node it runs on (its latest process; "" until it is ready).
     loads : int
         Model loads of this replica (1 + Ray restarts).
     restarts : int
@@ -221,6 +245,10 @@ class Replica:
     inflight: int = 0
     error: str | None = None
     last_progress: float | None = None  # when it was ready or its last engine call finished
+    node_id: str = ""
+    node_ip: str = ""
+    unreachable_since: float = 0.0  # when a call last found it unreachable
+    lost_at: float | None = None  # when it was recorded lost or dead
 
     @property
     def name(self) -> str:
@@ -233,7 +261,8 @@ class Replica:
                 "released_at": self.released_at, "loads": self.loads, "restarts": self.restarts,
                 "load_seconds": round(self.load_seconds, 3), "busy_seconds": round(self.busy_seconds, 3),
                 "calls": self.calls, "host": self.info.host if self.info else None,
-                "pid": self.info.pid if self.info else None, "error": self.error,
+                "pid": self.info.pid if self.info else None, "node_id": self.node_id or None,
+                "node_ip": self.node_ip or None, "lost_at": self.lost_at, "error": self.error,
                 **({"traceback": self.traceback} if self.traceback else {})}
 
 
@@ -280,7 +309,7 @@ class ModelPool:
 
     def alive(self) -> bool:
         """Some replica is ready or may still become ready."""
-        return not self.released and any(r.state in ("ready", "waiting") for r in self.replicas)
+        return not self.released and any(r.state in ("ready", "waiting", "unreachable") for r in self.replicas)
 
     def stop_replica(self, rep: Replica, state: str = "released") -> None:
         """Kill one replica's actor and free its placement group (idempotent)."""
@@ -290,7 +319,7 @@ class ModelPool:
         if rep.state in ("released",):
             return
         if not ray.is_initialized():  # Ray was shut down under us (a test, Ctrl-C): its actors are gone
-            rep.state = "released" if rep.state != "dead" else rep.state
+            rep.state = rep.state if rep.state in ("dead", "lost") else "released"
             return
         try:
             ray.kill(rep.handle)
@@ -302,7 +331,7 @@ class ModelPool:
             except Exception:  # noqa: BLE001 - already removed
                 pass
             rep.pg = None
-        if rep.state != "dead":
+        if rep.state not in ("dead", "lost"):
             rep.state = state
         rep.released_at = rep.released_at or time.time()
 

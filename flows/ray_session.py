@@ -210,5 +210,5 @@ def private_temp_dir() -> str:
 
 def _resources(ray: Any) -> str:
     res = ray.cluster_resources()
-    parts = [f"{len(ray.nodes())} node(s)"] + [f"{res[k]:g} {k}" for k in ("CPU", "GPU") if res.get(k)]
+    parts = [f"{sum(1 for n in ray.nodes() if n.get('Alive'))} node(s)"]  # dead nodes stay in the table + [f"{res[k]:g} {k}" for k in ("CPU", "GPU") if res.get(k)]
     return ", ".join(parts)

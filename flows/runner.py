@@ -40,7 +40,7 @@ import yaml
 from confgrid.errors import FieldsPickle
 from confgrid.flows.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
 from confgrid.flows.capability import capability_mlflow_metrics
-from confgrid.flows.assemble import assemble, shard_table
+from confgrid.flows.assemble import assemble, empty_schema, shard_table
 from confgrid.analysis.signals import to_arrow as signals_arrow
 from confgrid.flows.evaluate import Evaluation, cluster_problems, evaluate, methods_view
 from confgrid.flows.execute import Executor
@@ -70,15 +70,21 @@ class ShardFailures(FieldsPickle, RuntimeError):
         What the run produced despite the failures.
     """
 
-    def __init__(self, failed: list[dict[str, Any]], out_dir: Path, summary: RunSummary | None = None) -> None:
+    def __init__(self, failed: list[dict[str, Any]], out_dir: Path, summary: RunSummary | None = None,
+                 address: str | None = None) -> None:
         self.failed = failed
         self.summary = summary
         lines = [f"{len(failed)} shard(s) failed; every other shard is stored in {out_dir}:"]
         lines += [f"  - {f['stage']} {f['setting']} ({f['key'][:12]}): {f['error']}" for f in failed[:20]]
         if len(failed) > 20:
             lines.append(f"  ... and {len(failed) - 20} more (see manifest.json)")
-        lines.append(f"rerun only these with: confgrid resubmit {out_dir} --failed")
+        lines.append(f"rerun only these with: confgrid resubmit {out_dir} --failed{address_hint(address)}")
         super().__init__("\n".join(lines))
+
+
+def address_hint(address: str | None) -> str:
+    """`` --address A`` for a hint's command line when the run joined a cluster at ``A`` (else "")."""
+    return f" --address {address}" if address else ""
 
 
 class DatasetError(FieldsPickle, ValueError):
@@ -370,7 +376,8 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         asm = assemble(plan, done, ex.submitted)
         for name, tl in asm.stage_tables.items():
             if name != "signals":
-                tables[name] = store.write_table(name, tl)
+                tables[name] = store.write_table(name, tl, empty_schema(
+                    name, tuple(spec.scoring.aggregations), tuple(spec.correctness.rules)))
         mt = method_tables(plan, done, ex.submitted)
         for name, df in (("samples", mt.samples), ("method_signals", mt.signals), ("targets", mt.targets),
                          ("next_token", mt.next_token), ("hidden_states", mt.hidden)):
@@ -409,8 +416,8 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         status = "FAILED" if ex.failed else "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
-        log.warning("interrupted: every finished shard is stored in %s; continue with `confgrid resume %s`",
-                    store.root, store.root)
+        log.warning("interrupted: every finished shard is stored in %s; continue with `confgrid resume %s%s`",
+                    store.root, store.root, address_hint(address))
         raise
     finally:
         failure = failure or _close_tracking(tracker, status)
@@ -422,9 +429,10 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         log.info("API requests: %s (per shard: manifest.json; in total: confgrid status %s)", c.api.line(),
                  store.root)
     if c.skipped:
-        log.warning("%d shard(s) not run (not failed, not done): run `confgrid resume %s`", c.skipped, store.root)
+        log.warning("%d shard(s) not run (not failed, not done): run `confgrid resume %s%s`", c.skipped, store.root,
+                    address_hint(address))
     if ex.failed:
-        raise ShardFailures(ex.failed, store.root, summary)
+        raise ShardFailures(ex.failed, store.root, summary, address)
     return summary
 
 

@@ -208,6 +208,8 @@ class ShardRecord:
     reused: bool = False
     mlflow_run_id: str | None = None
     replica: str | None = None  # the replica that computed it (``model#index``)
+    node_id: str | None = None  # the Ray node of that replica (id and IP)
+    node_ip: str | None = None
     restarts: int = 0  # actor restarts this shard's engine call went through (absorbed faults)
     sha256: str | None = None  # of the shard file as written; checked before the file is reused
     requests: dict[str, Any] | None = None  # an API model's requests (actors/calls.py RequestCounts.as_dict)
@@ -434,9 +436,14 @@ class RunStore:
         self._dirty = False
         self._saved_at = time.time()
 
-    def write_table(self, stage: str, tables: list[pa.Table]) -> Path:
-        """Concatenate a stage's shard tables into ``tables/<stage>.parquet``."""
+    def write_table(self, stage: str, tables: list[pa.Table], empty: pa.Schema | None = None) -> Path:
+        """Concatenate a stage's shard tables into ``tables/<stage>.parquet``.
+
+        ``empty``: the columns the file keeps when ``tables`` is empty (a table with no rows still has its
+        schema, so reading a column of it works); without it an empty table has no columns.
+        """
         path = self.table_path(stage)
-        table = pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
+        table = (pa.concat_tables(tables, promote_options="default") if tables
+                 else empty.empty_table() if empty is not None else pa.table({}))
         write_parquet_atomic(table, path)
         return path

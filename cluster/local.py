@@ -1,0 +1,289 @@
+"""A multi-node Ray cluster on one machine: a head and worker nodes, each a `ray start` of its own.
+
+For tests and benchmarks of the cluster path (a replica per node, a node lost
+mid-run) without a second machine. Every node gets its own ``--temp-dir``
+(so its processes are told apart from any other Ray on the machine by their
+command lines), its own ports, declared resources (``--num-gpus`` on workers:
+GPUs the node claims to have; the fixture models run on CPU anyway) and a node
+label ``confgrid.node=<name>``. :meth:`LocalCluster.stop` ends exactly the
+processes of these nodes, by their pids; it never runs ``ray stop``, which
+would end every Ray process of the machine.
+
+``python -m confgrid.cluster.local --workers 2 --gpus 2`` starts one and
+prints its address; Ctrl-C stops it (benchmarks/README.md).
+
+The head gets short health-check intervals (``RAY_health_check_*``), so a node
+whose raylet is killed is declared dead within about 4 s instead of Ray's
+default of about 15 to 30 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["LocalNode", "LocalCluster", "start_local_cluster", "FAST_HEALTH_CHECK"]
+
+#: The head's health checks for a test cluster: a node that stops answering is dead after about 3 x 1 s.
+FAST_HEALTH_CHECK = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
+                     "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ports(n: int) -> list[int]:
+    """``n`` distinct free ports (each bound once, then released)."""
+    out: set[int] = set()
+    while len(out) < n:
+        out.add(_free_port())
+    return sorted(out)
+
+
+@dataclass
+class LocalNode:
+    """One node of a :class:`LocalCluster`.
+
+    Attributes
+    ----------
+    name : str
+        ``head``, ``worker1``, ... (also its label ``confgrid.node``).
+    temp_dir : str
+        The node's own ``--temp-dir``; every process of the node has it (or its session folder) on its
+        command line.
+    resources : dict of str to float
+        What it declares (``{"CPU": c, "GPU": g}``).
+    """
+
+    name: str
+    temp_dir: str
+    resources: dict[str, float]
+
+    def processes(self) -> list:
+        """The live processes of this node (psutil), found by its temp dir on their command lines, with their
+        children (Ray's workers)."""
+        import psutil
+
+        ours = {}
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if self.temp_dir in " ".join(p.info["cmdline"] or []):
+                    ours[p.pid] = p
+                    ours.update({c.pid: c for c in p.children(recursive=True)})
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return list(ours.values())
+
+    def pid_of(self, name: str) -> int | None:
+        """The pid of the node's process called ``name`` (``raylet``, ``gcs_server``), or None."""
+        for p in self.processes():
+            try:
+                if p.name() == name or Path((p.cmdline() or [""])[0]).name == name:
+                    return p.pid
+            except Exception:  # noqa: BLE001 - it ended meanwhile
+                continue
+        return None
+
+    def kill_raylet(self) -> int:
+        """SIGKILL this node's raylet (the node is lost as if its machine died); returns its pid.
+
+        Raises
+        ------
+        RuntimeError
+            If the node has no raylet process (already killed, or never started).
+        """
+        pid = self.pid_of("raylet")
+        if pid is None:
+            raise RuntimeError(f"node {self.name}: no raylet process with {self.temp_dir} on its command line")
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def owns_pid(self, pid: int) -> bool:
+        """Whether ``pid`` is one of this node's processes (e.g. a replica's actor process)."""
+        return any(p.pid == pid for p in self.processes())
+
+    def stop(self, timeout: float = 8.0) -> None:
+        """End every process of the node: SIGTERM, then SIGKILL after ``timeout`` seconds."""
+        import psutil
+
+        procs = self.processes()
+        for p in procs:
+            try:
+                p.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=timeout)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+@dataclass
+class LocalCluster:
+    """A head and worker nodes started by :func:`start_local_cluster`.
+
+    Attributes
+    ----------
+    address : str
+        ``127.0.0.1:PORT``, the GCS address (``confgrid run --address``).
+    dashboard : str
+        ``http://127.0.0.1:PORT``, the Jobs API (``confgrid submit --address``).
+    nodes : list of LocalNode
+        The head first.
+    """
+
+    address: str
+    dashboard: str
+    nodes: list[LocalNode] = field(default_factory=list)
+
+    @property
+    def workers(self) -> list[LocalNode]:
+        return self.nodes[1:]
+
+    def node_of_pid(self, pid: int) -> LocalNode | None:
+        """The node whose processes include ``pid``."""
+        return next((n for n in self.nodes if n.owns_pid(pid)), None)
+
+    def stop(self) -> None:
+        """Stop the workers, then the head, each by its own pids."""
+        for n in reversed(self.nodes):
+            n.stop()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _ray_bin(python: str | None) -> str:
+    exe = Path(python or sys.executable)
+    ray = exe.with_name("ray")
+    return str(ray) if ray.exists() else "ray"
+
+
+def _start(args: list[str], env: dict[str, str], timeout: float) -> None:
+    res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:3])} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+
+
+def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_worker: float = 1,
+                        head_cpus: float = 1, *, python: str | None = None, root: str | None = None,
+                        fast_health_check: bool = True, env: dict[str, str] | None = None,
+                        timeout: float = 180.0) -> LocalCluster:
+    """Start a head (``--num-gpus 0``) and ``workers`` worker nodes on this machine; returns once all joined.
+
+    Parameters
+    ----------
+    workers : int
+        Worker nodes (>= 0).
+    gpus_per_worker, cpus_per_worker, head_cpus : float
+        Declared resources per node.
+    python : str, optional
+        The interpreter whose ``ray`` executable starts the nodes (default: this one).
+    root : str, optional
+        Folder for the nodes' temp dirs (default ``/tmp``: Ray's socket paths must stay under 108 characters).
+    fast_health_check : bool
+        :data:`FAST_HEALTH_CHECK` on the head: a lost node is declared dead within seconds.
+    env : dict, optional
+        Extra environment for every node.
+    timeout : float
+        Seconds each ``ray start`` and the wait for the nodes may take.
+
+    Raises
+    ------
+    RuntimeError
+        If a ``ray start`` fails (its stderr is in the message) or the nodes do not all join in time; the nodes
+        already started are stopped first.
+    """
+    if workers < 0:
+        raise ValueError(f"workers: {workers}; allowed: >= 0")
+    base = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "RAY_AUTH_MODE": "disabled", **(env or {})}
+    base.pop("RAY_ADDRESS", None)
+    ray = _ray_bin(python)
+    gcs, dash = _ports(2)
+    cluster = LocalCluster(f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}")
+    try:
+        for i in range(workers + 1):
+            name = "head" if i == 0 else f"worker{i}"
+            temp = tempfile.mkdtemp(prefix=f"cg{name[0]}{i}", dir=root or "/tmp")
+            res = {"CPU": float(head_cpus), "GPU": 0.0} if i == 0 else {"CPU": float(cpus_per_worker),
+                                                                         "GPU": float(gpus_per_worker)}
+            nm, om, me, al, ag, rt, wlo = _ports(7)
+            args = [ray, "start", f"--temp-dir={temp}", "--node-ip-address=127.0.0.1",
+                    f"--num-cpus={res['CPU']:g}", f"--num-gpus={res['GPU']:g}",
+                    f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--metrics-export-port={me}",
+                    f"--dashboard-agent-listen-port={al}", f"--dashboard-agent-grpc-port={ag}",
+                    f"--runtime-env-agent-port={rt}", f"--labels={json.dumps({'confgrid.node': name})}",
+                    "--disable-usage-stats"]
+            node_env = dict(base)
+            if i == 0:
+                args += ["--head", f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+                         "--include-dashboard=true"]
+                if fast_health_check:
+                    node_env.update(FAST_HEALTH_CHECK)
+            else:
+                args += [f"--address={cluster.address}", f"--min-worker-port={wlo}",
+                         f"--max-worker-port={wlo + 40}"]
+            cluster.nodes.append(LocalNode(name, temp, res))
+            _start(args, node_env, timeout)
+        _wait_nodes(cluster, workers + 1, python, base, timeout)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _wait_nodes(cluster: LocalCluster, n: int, python: str | None, env: dict[str, str], timeout: float) -> None:
+    """Wait until the GCS lists ``n`` alive nodes (asked from a separate process: this one may join later)."""
+    code = ("import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False); "
+            "print(sum(1 for x in ray.nodes() if x['Alive']))")
+    deadline = time.monotonic() + timeout
+    seen = "?"
+    while time.monotonic() < deadline:
+        res = subprocess.run([python or sys.executable, "-c", code, cluster.address], env=env, capture_output=True,
+                             text=True, timeout=timeout)
+        seen = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-500:]
+        if seen == str(n):
+            return
+        time.sleep(1.0)
+    raise RuntimeError(f"local cluster at {cluster.address}: {n} node(s) expected, saw {seen} after {timeout:g} s")
+
+
+def main() -> None:  # pragma: no cover - a helper for people, exercised by tests/test_multinode.py's fixture
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--gpus", type=float, default=2, help="GPUs each worker declares")
+    ap.add_argument("--cpus", type=float, default=1, help="CPUs each worker declares")
+    a = ap.parse_args()
+    cluster = start_local_cluster(a.workers, a.gpus, a.cpus)
+    print(f"Ray cluster at {cluster.address} (Jobs API {cluster.dashboard}); nodes: "
+          + ", ".join(f"{n.name} {n.resources}" for n in cluster.nodes) + "; Ctrl-C stops it", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,81 @@
+"""confgrid on a CUDA device: the transformers backend against itself on CPU, batch invariance on the GPU, a grid
+whose replica holds a GPU, and vLLM against transformers on the same token ids (when vLLM is installed).
+
+The fixture model (actors/fixture_model, 1.1M parameters) keeps every check to seconds; the checks are those of
+benchmarks/gpu_check.py's ``tf`` and parity phases, as tests.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+PROMPTS = ["Question: What is the capital of France?\nAnswer:", "Question: Who wrote Hamlet?\nAnswer:",
+           "Question: What is 2 + 2?\nAnswer:", "Question: Which planet is known as the red planet?\nAnswer:"]
+ANSWERS = [" Paris", " William Shakespeare", " 4", " Mars"]
+
+
+def _backend(device: str, batch_size: int = 16, dtype: str = "float32"):
+    from confgrid.actors.named_models import resolve_model
+    from confgrid.actors.transformers_backend import TransformersBackend
+
+    return TransformersBackend(resolve_model("confgrid-fixture"), dtype=dtype, device=device, batch_size=batch_size)
+
+
+def _requests(tok):
+    return [(tok(p, add_special_tokens=False)["input_ids"], tok(a, add_special_tokens=False)["input_ids"])
+            for p, a in zip(PROMPTS, ANSWERS, strict=True)]
+
+
+def test_cuda_scores_and_greedy_ids_match_cpu():
+    cpu, gpu = _backend("cpu"), _backend("cuda")
+    assert gpu.provenance()["device"].startswith("cuda")
+    reqs = _requests(cpu.tokenizer)
+    for a, b in zip(cpu.score(reqs), gpu.score(reqs), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-4, rtol=0)
+    prompts = [r[0] for r in reqs]
+    ga = cpu.generate(prompts, max_new_tokens=12)
+    gb = gpu.generate(prompts, max_new_tokens=12)
+    assert [(g.text, g.n_tokens) for g in ga] == [(g.text, g.n_tokens) for g in gb]
+
+
+def test_cuda_scores_do_not_depend_on_the_batch():
+    one, many = _backend("cuda", batch_size=1), _backend("cuda", batch_size=16)
+    reqs = _requests(one.tokenizer) * 4
+    for a, b in zip(one.score(reqs), many.score(reqs), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_a_grid_runs_on_a_gpu_replica(tmp_path):
+    from confgrid.flows.runner import run_grid
+    from confgrid.flows.spec import parse_grid
+
+    spec = parse_grid({"name": "gputest", "models": [{"name": "fx", "model": "confgrid-fixture", "batch_size": 8}],
+                       "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 8, "seed": 0}],
+                       "bootstrap": {"resamples": 50}, "execution": {"shard_size": 4}})
+    summary = run_grid(spec, tmp_path / "run")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert {r["status"] for r in manifest["shards"]} == {"done"}
+    assert manifest["meta"]["loads"] == {"fx": 1}
+    assert manifest["meta"]["mlflow_record"]["provenance"]["fx"]["device"].startswith("cuda")
+    assert not summary.metrics.empty
+
+
+def test_vllm_matches_transformers_on_the_same_ids():
+    pytest.importorskip("vllm", reason="vLLM is not installed in this environment")
+    from confgrid.actors.named_models import resolve_model
+    from confgrid.actors.vllm_backend import VLLMBackend
+
+    tf = _backend("cuda")
+    reqs = _requests(tf.tokenizer)
+    engine = VLLMBackend(resolve_model("confgrid-fixture"), dtype="float32", gpu_memory_utilization=0.3,
+                         enforce_eager=True)
+    try:
+        for a, b in zip(tf.score(reqs), engine.score(reqs), strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-3, rtol=0)
+    finally:
+        engine.shutdown()
