@@ -212,7 +212,7 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
     """
     if workers < 0:
         raise ValueError(f"workers: {workers}; allowed: >= 0")
-    base = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    base = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
             "RAY_AUTH_MODE": "disabled", **(env or {})}
     base.pop("RAY_ADDRESS", None)
     ray = _ray_bin(python)
@@ -229,7 +229,7 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
                     f"--num-cpus={res['CPU']:g}", f"--num-gpus={res['GPU']:g}",
                     f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--metrics-export-port={me}",
                     f"--dashboard-agent-listen-port={al}", f"--dashboard-agent-grpc-port={ag}",
-                    f"--runtime-env-agent-port={rt}", f"--labels={json.dumps({'confgrid.node': name})}",
+                    f"--runtime-env-agent-port={rt}", f"--labels=confgrid.node={name}",
                     "--disable-usage-stats"]
             node_env = dict(base)
             if i == 0:

@@ -702,7 +702,7 @@ class Executor(ReplicaLiveness):
             metrics={"attempts": rec.attempts, "seconds": rec.seconds or 0.0, "rows": rec.rows or 0,
                      "restarts": rec.restarts},
             tags={"confgrid.kind": "shard", "confgrid.status": rec.status, "confgrid.key": sh.key,
-                  "confgrid.stage": sh.stage, "confgrid.setting": sh.setting,
+                  "confgrid.stage": sh.stage, "confgrid.setting": sh.setting, "confgrid.node": rec.node_ip or "",
                   **({"confgrid.error": (rec.error or "")[:4000]} if rec.error else {})},
         )
 

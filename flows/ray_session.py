@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import tempfile
 import time
@@ -164,15 +165,45 @@ def init_ray(address: str | None = None, *, connect_timeout: float | None = None
         if target.probe is not None:
             wait_reachable(*target.probe, timeout)
         ray.init(address=target.address, **kwargs)
+        _route_ray_errors()
         log.info("Ray: joined the cluster at %s (%s)", address, _resources(ray))
     elif target.kind == "job":
         ray.init(**kwargs)
+        _route_ray_errors()
         log.info("Ray: inside a Ray job, on its cluster at %s (%s)", os.environ["RAY_ADDRESS"], _resources(ray))
     else:
         temp = private_temp_dir()
         with _quiet_token_notice():
             ray.init(address="local", include_dashboard=False, _temp_dir=temp, **kwargs, **local)
         log.info("Ray: a private local cluster for this run (%s; temp dir %s)", _resources(ray), temp)
+
+
+def _route_ray_errors() -> None:
+    """Send Ray's error messages for the driver (a raylet's death with 20 lines of its ``[state-dump]`` log, a
+    node marked dead) to OUT/confgrid.log instead of the console; the console gets their first sentence as one
+    line of confgrid's. Ray prints them from a listener thread through ``ray._private.worker.print_to_stdstream``,
+    looked up on each message, so replacing that name reroutes them (other output is printed as before)."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # another Ray layout: its messages stay on the console
+        return
+    plain = ray_worker.print_to_stdstream
+    if getattr(plain, "_confgrid", False):
+        return
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        if data.get("pid") != "raylet":
+            plain(data, ignore_prefix)
+            return
+        from confgrid.flows.runlog import LOG_NAME, trace
+
+        text = "\n".join(str(line) for line in data.get("lines") or [])
+        trace.warning("Ray's message to the driver:\n%s", text)
+        first = re.split(r"(?<=\.)\s", " ".join(text.split()), maxsplit=1)[0][:200]
+        log.warning("Ray: %s (Ray's own message in %s)", first, LOG_NAME)
+
+    to_log._confgrid = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_log
 
 
 class _TokenNotice(logging.Filter):
@@ -210,5 +241,6 @@ def private_temp_dir() -> str:
 
 def _resources(ray: Any) -> str:
     res = ray.cluster_resources()
-    parts = [f"{sum(1 for n in ray.nodes() if n.get('Alive'))} node(s)"]  # dead nodes stay in the table + [f"{res[k]:g} {k}" for k in ("CPU", "GPU") if res.get(k)]
+    alive = sum(1 for n in ray.nodes() if n.get("Alive"))  # dead nodes stay in Ray's node table
+    parts = [f"{alive} node(s)"] + [f"{res[k]:g} {k}" for k in ("CPU", "GPU") if res.get(k)]
     return ", ".join(parts)

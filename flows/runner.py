@@ -400,6 +400,7 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
             "provenance": ex.provenance,
             "run_metrics": {"model_calls": c.model_calls, "model_loads": c.loads, "restarts": c.restarts,
                             "shards_reused": c.reused, "shards_computed": c.computed, "shards_failed": len(ex.failed),
+                            "replicas_lost": sum(r.state == "lost" for p in ex.history for r in p.replicas),
                             "seconds": time.time() - t0, **(c.api.metrics() if c.api.requests else {})}}
         store.flush(force=True)
         if tracker is not None:

@@ -122,10 +122,10 @@ def ex(tmp_path, monkeypatch):
     from confgrid.flows import execute, pools
     from confgrid.flows.execute import Executor, _InFlight
     from confgrid.flows.plan import GridPlan
-    from confgrid.protocols.datasets import load_items
+    from confgrid.flows.runner import _load_items
 
     spec = parse_grid(GRID)
-    items = {d.name: load_items(d) for d in spec.datasets}
+    items = {d.name: _load_items(d) for d in spec.datasets}
     plan = GridPlan(spec, items)
     e = Executor(spec, RunStore(tmp_path / "run"), build=lambda sh, outs: pd.DataFrame())
     e._plan, e._bar = plan, tqdm(total=0, disable=True)
@@ -260,7 +260,7 @@ def test_ray_session_counts_alive_nodes_only():
 
 def _manifest(statuses, invocation):
     return {"meta": {"invocations": [invocation] if invocation else []},
-            "shards": [{"stage": "generate", "setting": f"m/d#{i}", "key": f"k{i}", "status": s}
+            "shards": [{"stage": "generate", "setting": f"m/d#{i}", "key": f"k{i}", "status": s, "attempts": 1}
                        for i, s in enumerate(statuses)]}
 
 
@@ -335,15 +335,15 @@ def test_empty_stage_tables_keep_their_schema(tmp_path):
     from confgrid.actors.calls import ScoreOutput
 
     store = RunStore(tmp_path / "run")
-    path = store.write_table("scores", [], empty_schema("scores", ("geometric_mean", "min"), ("containment",)))
+    path = store.write_table("scores", [], empty_schema("scores", ("geometric_mean", "min_probability"), ("containment",)))
     t = pq.read_table(path)
     assert t.num_rows == 0 and t.column("token_score").type == pa.float64()
-    assert "token_score__min" in t.column_names
+    assert "token_score__min_probability" in t.column_names
     # the columns are those a real score shard has after aggregation, in the same order
     plan = SimpleNamespace(models={"m": SimpleNamespace(backend="transformers", dtype="float32")})
     sh = ShardRequest("score", "m", "d", "main", 0, "key", (ScoreRow("i1", "q", "", " ", "Paris"),), context="bare")
     out = ScoreOutput(logprobs=(-0.5, -0.25), answer_token_ids=(7, 8), context_tokens=12)
-    rows = aggregate_scores(shard_table(plan, sh, (out,)), ("geometric_mean", "min"))
+    rows = aggregate_scores(shard_table(plan, sh, (out,)), ("geometric_mean", "min_probability"))
     assert list(rows.columns) == t.column_names
     assert pa.Table.from_pandas(rows, preserve_index=False).cast(t.schema).num_rows == 1
     for stage in ("generations", "graded", "probe"):
@@ -352,3 +352,31 @@ def test_empty_stage_tables_keep_their_schema(tmp_path):
     with pytest.raises(ValueError, match="stage 'signals'; allowed: generations, graded, scores, probe"):
         empty_schema("signals")
     assert store.write_table("x", []).exists() and pq.read_table(store.table_path("x")).num_columns == 0
+
+
+def test_raylet_messages_go_to_the_run_log(monkeypatch, caplog):
+    from ray._private import worker as ray_worker
+
+    from confgrid.flows import ray_session
+
+    from confgrid.flows.runlog import trace
+
+    printed, traced = [], []
+    monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, ignore_prefix=False: printed.append(data))
+    caplog.set_level(logging.DEBUG)
+    handler = logging.Handler()
+    handler.emit = lambda record: traced.append(record.getMessage())
+    monkeypatch.setattr(trace, "handlers", [handler])  # the run log's handlers, restored after the test
+    ray_session._route_ray_errors()
+    ray_session._route_ray_errors()  # idempotent: not wrapped twice
+    dump = ("Raylet is terminated. Termination is unexpected. Possible reasons include: (1) SIGKILL\n"
+            "    [state-dump] NodeManager.ScheduleAndGrantLeases - 1 total")
+    ray_worker.print_to_stdstream({"lines": [dump], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    assert printed == []
+    console = [r for r in caplog.records if r.name == "confgrid"]
+    assert [r.getMessage() for r in console] == [
+        "Ray: Raylet is terminated. (Ray's own message in confgrid.log)"]
+    assert any("[state-dump]" in m for m in traced)
+    other = {"lines": ["hello"], "pid": 123, "is_err": False}
+    ray_worker.print_to_stdstream(other, ignore_prefix=False)
+    assert printed == [other]
