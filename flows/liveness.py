@@ -212,7 +212,7 @@ class ReplicaLiveness:
         return [r for p in self.pools.values() if not p.released for r in p.replicas
                 if r.state == "unreachable" or (r.state == "waiting" and id(r) in self._probe_at)]
 
-    def _on_replica_fault(self, f: Any, exc: BaseException, err: str, fault: Fault) -> None:
+    def _on_replica_fault(self, f: Any, exc: BaseException | None, err: str, fault: Fault) -> None:
         """A call failed because its replica is unreachable or gone: put its shards back (bounded), mark it."""
         rep = f.replica
         back, failed = [], []
@@ -258,6 +258,19 @@ class ReplicaLiveness:
         if not pool.alive():
             self._model_dead(rep.model, f"no live replica of model {rep.model!r} (replica {rep.name} "
                                         f"{'lost with ' + node_line(None, rep.node_id, rep.node_ip) if node_gone else 'died'}: {err})")
+
+    def _abandon_calls(self, node: NodeInfo) -> None:
+        """The calls in flight on a lost node's replicas: Ray keeps such a call queued until it restarts the actor,
+        which may be never (no room left), so the call is given up: cancelled (best effort), its shards put back
+        in the queue, its replica marked unreachable. A late result of a given-up call is ignored."""
+        from confgrid.flows.pools import cancel_calls
+
+        gone = [(ref, f) for ref, f in self._inflight.items() if f.replica.node_id == node.node_id]
+        for ref, f in gone:
+            del self._inflight[ref]
+            f.replica.inflight -= 1
+            self._on_replica_fault(f, None, f"its {node_line(node)} was lost", "unreachable")
+        cancel_calls([ref for ref, _ in gone])
 
     def _settle_unreachable(self, pool: Any) -> None:
         """Before a pool is released: a replica still unreachable is recorded ``lost`` with its node if that node
@@ -317,6 +330,7 @@ class ReplicaLiveness:
             return
         for node in self._nodes.poll():
             reps = [r for p in self.pools.values() if not p.released for r in p.replicas if r.node_id == node.node_id]
+            self._abandon_calls(node)
             log.error("Ray %s was lost (labels %s); replica(s) on it: %s; their calls in flight go back in the queue "
                       "(at most execution.max_retries=%d times per shard)", node_line(node), node.labels or "{}",
                       ", ".join(r.name for r in reps) or "none", self.spec.execution.max_retries)

@@ -222,6 +222,23 @@ def test_replica_gone_with_its_node_is_lost_and_the_other_finishes(ex, caplog):
     assert len(ex._queues["m"]) == 1 and not ex.failed and ex._test.pool.alive()
 
 
+def test_calls_in_flight_on_a_lost_node_are_given_up_and_their_shards_queued(ex):
+    """Ray keeps a call to a lost node's actor queued until the actor restarts (maybe never): the executor gives
+    it up when the node is lost, instead of waiting on it."""
+    for i, f in ex._test.calls.items():
+        ex._inflight[f"ref{i}"] = f
+    ex._test.nodes[1] = NodeInfo(W2, "10.0.0.2", False, GPU2)
+    ex._watch_nodes()
+    assert list(ex._inflight) == ["ref0"]
+    rep1 = ex._test.pool.replicas[1]
+    assert rep1.state == "unreachable" and rep1.inflight == 0
+    assert [sh.key for _, _, sh in ex._queues["m"]] == [ex._test.gen[1].key]
+    assert "node 10.0.0.2 (bbbbbbbb) was lost" in ex._test.calls[1].records[0].error
+    assert not ex.failed and "m" not in ex._dead_reason
+    ex._release(ex._test.pool, "its work is done")  # released while still unreachable: recorded lost
+    assert rep1.state == "lost" and rep1.lost_at is not None and ex._test.pool.replicas[0].state == "released"
+
+
 def test_last_fitting_node_lost_fails_the_model_naming_the_node(ex):
     from confgrid.flows.execute import Executor
 
