@@ -19,7 +19,6 @@ default of about 15 to 30 s.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -113,7 +112,7 @@ class LocalNode:
         """Whether ``pid`` is one of this node's processes (e.g. a replica's actor process)."""
         return any(p.pid == pid for p in self.processes())
 
-    def stop(self, timeout: float = 8.0) -> None:
+    def stop(self, timeout: float = 3.0) -> None:
         """End every process of the node: SIGTERM, then SIGKILL after ``timeout`` seconds."""
         import psutil
 
@@ -140,7 +139,7 @@ class LocalCluster:
     address : str
         ``127.0.0.1:PORT``, the GCS address (``confgrid run --address``).
     dashboard : str
-        ``http://127.0.0.1:PORT``, the Jobs API (``confgrid submit --address``).
+        ``http://127.0.0.1:PORT``, the Jobs API (``confgrid submit --address``; with ``dashboard=True``).
     nodes : list of LocalNode
         The head first.
     """
@@ -175,15 +174,20 @@ def _ray_bin(python: str | None) -> str:
     return str(ray) if ray.exists() else "ray"
 
 
-def _start(args: list[str], env: dict[str, str], timeout: float) -> None:
-    res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:3])} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _started(proc: subprocess.Popen, timeout: float) -> None:
+    """Wait for a ``ray start`` to return; raises RuntimeError with its stderr if it failed."""
+    _, err = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(proc.args[:3])} failed (exit {proc.returncode}):\n{err[-3000:]}")
 
 
 def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_worker: float = 1,
                         head_cpus: float = 1, *, python: str | None = None, root: str | None = None,
-                        fast_health_check: bool = True, env: dict[str, str] | None = None,
+                        fast_health_check: bool = True, dashboard: bool = False, env: dict[str, str] | None = None,
                         timeout: float = 180.0) -> LocalCluster:
     """Start a head (``--num-gpus 0``) and ``workers`` worker nodes on this machine; returns once all joined.
 
@@ -199,6 +203,8 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
         Folder for the nodes' temp dirs (default ``/tmp``: Ray's socket paths must stay under 108 characters).
     fast_health_check : bool
         :data:`FAST_HEALTH_CHECK` on the head: a lost node is declared dead within seconds.
+    dashboard : bool
+        Start the head's dashboard, which serves the Jobs API (``confgrid submit``); about 10 s of CPU more.
     env : dict, optional
         Extra environment for every node.
     timeout : float
@@ -234,14 +240,15 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
             node_env = dict(base)
             if i == 0:
                 args += ["--head", f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-                         "--include-dashboard=true"]
+                         f"--include-dashboard={'true' if dashboard else 'false'}"]
                 if fast_health_check:
                     node_env.update(FAST_HEALTH_CHECK)
             else:
                 args += [f"--address={cluster.address}", f"--min-worker-port={wlo}",
                          f"--max-worker-port={wlo + 40}"]
             cluster.nodes.append(LocalNode(name, temp, res))
-            _start(args, node_env, timeout)
+            # one at a time: side by side, a loaded machine lets a raylet miss its registration deadline
+            _started(_start(args, node_env), timeout)
         _wait_nodes(cluster, workers + 1, python, base, timeout)
     except BaseException:
         cluster.stop()
@@ -251,18 +258,15 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
 
 def _wait_nodes(cluster: LocalCluster, n: int, python: str | None, env: dict[str, str], timeout: float) -> None:
     """Wait until the GCS lists ``n`` alive nodes (asked from a separate process: this one may join later)."""
-    code = ("import ray,sys; ray.init(address=sys.argv[1], log_to_driver=False); "
-            "print(sum(1 for x in ray.nodes() if x['Alive']))")
-    deadline = time.monotonic() + timeout
-    seen = "?"
-    while time.monotonic() < deadline:
-        res = subprocess.run([python or sys.executable, "-c", code, cluster.address], env=env, capture_output=True,
-                             text=True, timeout=timeout)
-        seen = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-500:]
-        if seen == str(n):
-            return
-        time.sleep(1.0)
-    raise RuntimeError(f"local cluster at {cluster.address}: {n} node(s) expected, saw {seen} after {timeout:g} s")
+    code = ("import ray,sys,time; ray.init(address=sys.argv[1], log_to_driver=False); n=int(sys.argv[2]); "
+            "end=time.monotonic()+float(sys.argv[3]); alive=lambda: sum(1 for x in ray.nodes() if x['Alive'])\n"
+            "while alive() < n and time.monotonic() < end: time.sleep(0.5)\nprint(alive())")
+    res = subprocess.run([python or sys.executable, "-c", code, cluster.address, str(n), str(timeout)], env=env,
+                         capture_output=True, text=True, timeout=timeout + 60)
+    seen = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-500:]
+    if seen != str(n):
+        raise RuntimeError(f"local cluster at {cluster.address}: {n} node(s) expected, saw {seen} after "
+                           f"{timeout:g} s")
 
 
 def main() -> None:  # pragma: no cover - a helper for people, exercised by tests/test_multinode.py's fixture
@@ -273,7 +277,7 @@ def main() -> None:  # pragma: no cover - a helper for people, exercised by test
     ap.add_argument("--gpus", type=float, default=2, help="GPUs each worker declares")
     ap.add_argument("--cpus", type=float, default=1, help="CPUs each worker declares")
     a = ap.parse_args()
-    cluster = start_local_cluster(a.workers, a.gpus, a.cpus)
+    cluster = start_local_cluster(a.workers, a.gpus, a.cpus, dashboard=True)
     print(f"Ray cluster at {cluster.address} (Jobs API {cluster.dashboard}); nodes: "
           + ", ".join(f"{n.name} {n.resources}" for n in cluster.nodes) + "; Ctrl-C stops it", flush=True)
     try:

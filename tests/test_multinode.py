@@ -7,8 +7,11 @@ replica to lose is chosen deterministically: a test fault (tests/ray_faults.py)
 makes it stop at a given engine call, or before its model loads, and name its
 pid; the test then SIGKILLs the raylet of the node that holds that pid.
 
-Only :func:`test_two_replicas_one_node_lost` is in the default suite (about a
-minute on 2 cores); the others are ``slow`` (``pytest -m slow tests/test_multinode.py``).
+Every test here is ``slow`` (``pytest -m slow tests/test_multinode.py``): three
+``ray start`` take 45 to 65 s on 2 shared cores before any model loads, so even
+the smallest case is over the 90 s one unmarked multi-node test may take in CI.
+The executor's decisions they exercise are tested without Ray, in
+milliseconds, in tests/test_cluster_units.py.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ def _status_code(out: Path) -> int:
     return CliRunner().invoke(app, ["status", str(out)]).exit_code
 
 
+@pytest.mark.slow  # cluster start, the run and an undisturbed run: about 3 minutes on 2 cores
 def test_two_replicas_one_node_lost(local_cluster, tmp_path):
     """(a) Two replicas of one model, one per worker; the node of the one that is computing is lost: the run
     ends rc 0 with every row once, equal to an undisturbed run; the lost replica is recorded with its node."""
