@@ -107,7 +107,10 @@ def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, gri
         summary = run_grid(spec, out, address=address, tracking_uri=tracking_uri, grid_text=grid_text,
                            only_failed=only_failed, resume=resume)
     except KeyboardInterrupt:
-        typer.echo(f"\ninterrupted; every finished shard is stored; continue with: confgrid resume {out}", err=True)
+        from confgrid.flows.runner import address_hint
+
+        typer.echo(f"\ninterrupted; every finished shard is stored; continue with: confgrid resume {out}"
+                   f"{address_hint(address)}", err=True)
         raise typer.Exit(130) from None
     except (DatasetError, CapacityError, GridSpecError, RayConnectError) as exc:
         typer.echo(str(exc), err=True)

@@ -565,8 +565,9 @@ class Executor(ReplicaLiveness):
                  ready.replica.node_ip or "?", ready.replica.load_seconds)
         n = self._count_restarts(rep)
         if n:
-            log.warning("replica %s: Ray restarted its actor %d time(s) while the model loaded (now pid %s on %s); "
-                        "recorded in manifest.json", rep.name, n, ready.replica.pid, ready.replica.host)
+            log.warning("replica %s: Ray restarted its actor %d time(s) while the model loaded (now pid %s on %s, node "
+                        "%s); recorded in manifest.json", rep.name, n, ready.replica.pid, ready.replica.host,
+                        ready.replica.node_ip or "?")
 
     def _count_restarts(self, rep: Replica, fallback: int = 0) -> int:
         """Count the actor's restarts not yet counted; returns how many (added to the replica and the counters).
