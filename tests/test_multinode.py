@@ -219,3 +219,57 @@ def test_only_fitting_node_lost_fails_fast_naming_it_then_resume(local_cluster, 
     finally:
         ray.shutdown()
         cluster2.stop()
+
+
+@pytest.mark.slow  # a cluster with its Jobs API, a submitted job and a resume: about 4 minutes on 2 cores
+def test_submitted_job_driver_killed_then_resumed(tmp_path):
+    """``confgrid submit`` to the multi-node cluster; the job's driver is SIGKILLed (by the pid its manifest
+    records) while shards run: ``status`` shows them stale and exits 1; ``resume --address`` completes the run
+    with every row once and the MLflow parent run FINISHED."""
+    import signal
+
+    import mlflow
+    import yaml
+    from typer.testing import CliRunner
+
+    from confgrid.cli.main import app
+    from confgrid.cluster.local import start_local_cluster
+    from confgrid.flows.runner import run_grid
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = start_local_cluster(2, gpus_per_worker=1, dashboard=True)
+    try:
+        grid = _grid("sub", 2)
+        gpath = tmp_path / "grid.yaml"
+        gpath.write_text(yaml.safe_dump(grid), encoding="utf-8")
+        out = tmp_path / "jobout"
+        res = CliRunner().invoke(app, ["submit", str(gpath), "--address", cluster.dashboard, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        deadline = time.time() + 300
+        while time.time() < deadline:  # the job's driver records its pid; strike once some shard is done
+            try:
+                m = _manifest(out)
+            except (OSError, ValueError):
+                m = {}
+            inv = (m.get("meta", {}).get("invocations") or [{}])[-1]
+            if inv.get("driver_pid") and any(r["status"] == "done" for r in m.get("shards", [])):
+                break
+            time.sleep(0.2)
+        os.kill(inv["driver_pid"], signal.SIGKILL)
+        time.sleep(1.0)
+        st = CliRunner().invoke(app, ["status", str(out)])
+        m = _manifest(out)
+        if any(r["status"] == "running" for r in m["shards"]):
+            assert st.exit_code == 1 and "stale (driver gone)" in st.output, st.output
+        assert "gone without ending the run" in st.output
+        summary = run_grid(parse_grid(grid), out, address=cluster.address, resume=True)
+        assert {r["status"] for r in _manifest(out)["shards"]} == {"done"}
+        _rows_exactly_once(out)
+        assert CliRunner().invoke(app, ["status", str(out)]).exit_code == 0
+        run = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}").get_run(summary.parent_run_id)
+        assert run.info.status == "FINISHED"
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.stop()
