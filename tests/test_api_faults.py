@@ -258,7 +258,7 @@ def test_status_sums_the_api_requests_of_the_manifest(tmp_path):
     store.fail(local, "x")
     (tmp_path / "grid.yaml").write_text("name: x\n")
     res = CliRunner().invoke(app, ["status", str(tmp_path)])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # failed shards: status exits 1 (issue 27)
     assert ("API requests (latest attempt of 2 shard(s)): 4 answered of 6 requests (1 from the answer cache); "
             "9 HTTP attempts, 3 retries; failed attempts: 429 x1, 5xx x4") in res.output
 
