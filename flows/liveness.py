@@ -266,10 +266,15 @@ class ReplicaLiveness:
         from confgrid.flows.pools import cancel_calls
 
         gone = [(ref, f) for ref, f in self._inflight.items() if f.replica.node_id == node.node_id]
+        merged: dict[int, Any] = {}  # one fault per replica (one log line), all its calls' shards
         for ref, f in gone:
             del self._inflight[ref]
             f.replica.inflight -= 1
-            self._on_replica_fault(f, None, f"its {node_line(node)} was lost", "unreachable")
+            m = merged.setdefault(id(f.replica), type(f)(f.replica, [], [], f.incarnation))
+            m.shards += f.shards
+            m.records += f.records
+        for m in merged.values():
+            self._on_replica_fault(m, None, f"its {node_line(node)} was lost", "unreachable")
         cancel_calls([ref for ref, _ in gone])
 
     def _settle_unreachable(self, pool: Any) -> None:
