@@ -136,7 +136,7 @@ def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, gri
         _tracking_failed(summary.tracking_failure, summary.out_dir)
     if not summary.metrics.empty:
         typer.echo(f"\nOutputs in {summary.out_dir} (tables/, results/, manifest.json); MLflow parent run "
-                   f"{summary.parent_run_id} in {tracking_uri or 'sqlite:///' + str(summary.out_dir / 'mlflow.db')}")
+                   f"{summary.parent_run_id} in {summary.tracking_uri}")
 
 
 @app.command()

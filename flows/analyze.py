@@ -478,7 +478,10 @@ def analyze(
                   **{f"column.{r}": c for r, c in cols.items()})
     if group_col is not None:  # a cluster bootstrap: say so, on which column, how many clusters
         params.update(interval="clustered", group_col=group_col, n_clusters=",".join(map(str, n_clusters.values())))
-    record = _record(input_path, settings, params, tracking_uri)
+    from confgrid.flows.tracking import choose_tracking_uri
+
+    choice = choose_tracking_uri(tracking_uri, out_dir)  # --tracking-uri, then MLFLOW_TRACKING_URI, then OUT's store
+    record = _record(input_path, settings, params, None if choice.source == "run folder" else choice.uri)
     from confgrid.flows.store import write_text_atomic
 
     write_text_atomic(json.dumps(record, indent=1), out_dir / RECORD_FILE)
@@ -487,6 +490,8 @@ def analyze(
         from confgrid.flows.tracking import TrackingFailure
 
         uri = _uri(record, out_dir)
+        logging.getLogger("confgrid").info("%s", choice.line())
+        metrics_df.attrs["tracking_uri"] = uri
         try:
             metrics_df.attrs["mlflow_parent_run_id"] = _track(record, out_dir, uri, metrics_df, gaps_df)
         except Exception as exc:  # noqa: BLE001 - the results are written; tracking is the last step
@@ -711,7 +716,7 @@ def analyze_cmd(
     run_id = m.attrs.get("mlflow_parent_run_id")
     if run_id:
         typer.echo(f"MLflow parent run {run_id} (experiment {EXPERIMENT}) in "
-                   f"{tracking_uri or 'sqlite:///' + str(out.resolve() / 'mlflow.db')}")
+                   f"{m.attrs.get('tracking_uri')}")
     failure = m.attrs.get("tracking_failure")
     if failure is not None:
         from confgrid.flows.tracking import EXIT_TRACKING_FAILED

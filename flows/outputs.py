@@ -21,7 +21,7 @@ from confgrid.flows.assemble import Unit
 from confgrid.flows.evaluate import Evaluation, primary_group, select
 from confgrid.flows.spec import GridSpec
 from confgrid.flows.store import RunStore, write_frame_atomic, write_text_atomic
-from confgrid.flows.tracking import Tracker, result_metrics
+from confgrid.flows.tracking import DatasetRef, ModelRef, Tracker, items_digest, result_metrics
 
 __all__ = ["write_outputs", "result_matrix", "render_markdown", "grid_params", "log_results", "fmt_interval"]
 
@@ -295,6 +295,41 @@ def grid_params(spec: GridSpec) -> dict[str, Any]:
     }
 
 
+def dataset_refs(spec: GridSpec, items: pd.DataFrame) -> dict[str, DatasetRef]:
+    """Each dataset of the grid as an MLflow dataset input: name, digest of the item ids the run used, source.
+
+    Parameters
+    ----------
+    spec : GridSpec
+    items : DataFrame
+        ``tables/items.parquet`` (columns ``dataset`` and ``item_id`` at least).
+
+    Returns
+    -------
+    dict
+        Dataset name -> :class:`~confgrid.flows.tracking.DatasetRef`; a dataset without items is left out.
+    """
+    from confgrid.flows.spec import BUNDLED
+
+    out: dict[str, DatasetRef] = {}
+    for d in spec.datasets:
+        ids = items.loc[items["dataset"] == d.name, "item_id"]
+        if ids.empty:
+            continue
+        bundled = d.path == BUNDLED
+        out[d.name] = DatasetRef(name=d.name, digest=items_digest(ids),
+                                 source=f"bundled:{d.adapter}" if bundled else str(d.path),
+                                 source_type="bundled" if bundled else "local", n_items=int(ids.nunique()))
+    return out
+
+
+def model_ref(m: Any) -> ModelRef:
+    """A grid model (``ModelSpec``) as the setting runs' logged model: its id, revision, backend and dtype."""
+    return ModelRef(name=m.name, model_id=m.model, revision=m.revision or "",
+                    params={"backend": m.backend, "dtype": m.dtype,
+                            "tensor_parallel_size": str(m.tensor_parallel_size)})
+
+
 def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluation,
                 provenance: dict[str, dict[str, str]], run_metrics: dict[str, float], tables: dict[str, Path]) -> None:
     """One MLflow child run per (model, dataset) setting; run counters, results and tables on the parent.
@@ -316,6 +351,8 @@ def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluatio
     if not met.empty:
         met = met[met["aggregation"].isin(["", spec.scoring.aggregations[0]])]
     settings = select(ev.settings, primary)
+    datasets = (dataset_refs(spec, pd.read_parquet(tables["items"], columns=["dataset", "item_id"]))
+                if "items" in tables else {})
     for m, d in spec.settings():
         setting = f"{m.name}/{d.name}"
         sub = met[met["setting"] == setting] if not met.empty else met
@@ -335,7 +372,8 @@ def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluatio
         csv = write_frame_atomic(sub, store.root / "results" / "by_setting" / f"{m.name}__{d.name}.csv")
         runs[setting] = tracker.child(run_name=setting, params=params, metrics=metrics, artifacts=[csv],
                                       tags={"confgrid.kind": "setting", "confgrid.setting": setting},
-                                      run_id=runs.get(setting), step=step)
+                                      run_id=runs.get(setting), step=step, dataset=datasets.get(d.name),
+                                      model=model_ref(m))
     tracker.log_metrics(run_metrics, step=step)
     store.save_manifest()
     res = store.root / "results"

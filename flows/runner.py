@@ -51,7 +51,7 @@ from confgrid.flows.ray_session import init_ray
 from confgrid.flows.runlog import run_log, trace
 from confgrid.flows.spec import BUNDLED, DatasetSpec, GridSpec, GridSpecError
 from confgrid.flows.store import RunStore, shard_key, write_text_atomic
-from confgrid.flows.tracking import Logged, Tracker, TrackingError, TrackingFailure, default_tracking_uri
+from confgrid.flows.tracking import Logged, Tracker, TrackingError, TrackingFailure, choose_tracking_uri
 from confgrid.protocols.items import Item, items_to_table
 
 __all__ = ["RunSummary", "ShardFailures", "DatasetError", "run_grid", "log_run", "init_ray"]
@@ -107,6 +107,8 @@ class RunSummary:
         ``results/methods.csv``: every confidence method's metrics (empty without methods).
     tracking_failure : TrackingFailure or None
         Set when the MLflow record could not be opened or written (the results are written all the same).
+    tracking_uri : str or None
+        The store the run logged into (see :func:`confgrid.flows.tracking.choose_tracking_uri`).
     """
 
     out_dir: Path
@@ -124,6 +126,7 @@ class RunSummary:
     restarts: int = 0
     methods: pd.DataFrame = field(default_factory=pd.DataFrame)
     tracking_failure: TrackingFailure | None = None
+    tracking_uri: str | None = None
 
 
 def _load_items(d: DatasetSpec) -> list[Item]:
@@ -176,17 +179,19 @@ def _write_grid(spec: GridSpec, store: RunStore, grid_text: str | None) -> None:
 
 
 def _tracking_uri(store: RunStore, given: str | None) -> str:
-    """The MLflow store of the run: the one given now, else the one given when the folder was first run, else
-    ``sqlite:///OUT/mlflow.db`` of the folder as it is now (so a moved or copied folder logs into itself)."""
-    if given:
-        store.meta["custom_tracking_uri"] = given
-        return given
+    """The MLflow store of the run (:func:`confgrid.flows.tracking.choose_tracking_uri`): the one given now, else
+    the one recorded when the folder was first run with one (option or ``MLFLOW_TRACKING_URI``), else
+    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///OUT/mlflow.db`` of the folder as it is now (so a moved or copied
+    folder logs into itself). Logs which it is and records a chosen server for the folder's later commands."""
     custom = store.meta.get("custom_tracking_uri")
     if custom is None and "custom_tracking_uri" not in store.meta:  # a manifest written before the key existed
         old = store.meta.get("tracking_uri")
         custom = old if old and not old.endswith("/mlflow.db") else None
-        store.meta["custom_tracking_uri"] = custom
-    return custom or default_tracking_uri(store.root)
+    choice = choose_tracking_uri(given, store.root, recorded=custom)
+    store.meta["custom_tracking_uri"] = None if choice.source == "run folder" else choice.uri
+    store.meta["tracking_uri_source"] = choice.source
+    log.info("%s", choice.line())
+    return choice.uri
 
 
 def _start_tracking(spec: GridSpec, store: RunStore, tracking_uri: str, reopen: bool) -> Tracker:
@@ -422,7 +427,7 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         raise
     finally:
         failure = failure or _close_tracking(tracker, status)
-    summary.tracking_failure = failure
+    summary.tracking_failure, summary.tracking_uri = failure, tracking_uri
     c = ex.counters
     log.info("done in %.1f s: %d model calls, %d model load(s), %d shards computed, %d reused, %d failed",
              time.time() - t0, c.model_calls, c.loads, c.computed, c.reused, len(ex.failed))

@@ -43,9 +43,10 @@ from typing import Any, Callable, Iterator
 
 from confgrid.errors import FieldsPickle
 
-__all__ = ["default_tracking_uri", "Tracker", "mlflow_key", "result_metrics", "sqlite_path", "relocate_artifacts",
+__all__ = ["default_tracking_uri", "choose_tracking_uri", "TrackingChoice", "ENV_TRACKING_URI", "Tracker", "mlflow_key", "result_metrics", "sqlite_path", "relocate_artifacts",
            "ARTIFACT_DIR", "EXIT_TRACKING_FAILED", "TrackingUnavailable", "TrackingFailure", "probe_server",
-           "store_lock", "LOCKED_BACKOFF_S", "TrackingError", "Logged"]
+           "store_lock", "LOCKED_BACKOFF_S", "TrackingError", "Logged", "DatasetRef", "ModelRef", "items_digest",
+           "model_name", "EXPERIMENT_KIND_TAG", "EXPERIMENT_KIND"]
 
 #: Folder of MLflow artifacts next to a local SQLite store (``OUT/mlartifacts`` for the default store).
 ARTIFACT_DIR = "mlartifacts"
@@ -215,11 +216,148 @@ class _Retrying:
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
 PARENT_TAG = "mlflow.parentRunId"
+#: Experiment tag the MLflow UI (3.x) reads to choose an experiment's first page.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+#: Its value for confgrid's experiments: the runs table (``genai_development`` opens on traces, which confgrid
+#: does not log).
+EXPERIMENT_KIND = "custom_model_development"
+#: Characters MLflow refuses in a logged model's name (``mlflow.utils.validation._validate_logged_model_name``).
+_BAD_MODEL_NAME = re.compile(r"[/:.%\"']")
+#: Hexadecimal characters kept of a dataset digest (MLflow's column holds 36).
+DIGEST_CHARS = 16
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """A dataset as an MLflow run input: the questions one setting ran on.
+
+    Attributes
+    ----------
+    name : str
+        The grid's dataset name.
+    digest : str
+        :func:`items_digest` of its item ids.
+    source : str
+        Where the items come from: a file path, or ``bundled:<name>`` for a dataset shipped with confgrid.
+    source_type : str
+        ``local`` (a file) or ``bundled``.
+    n_items : int
+        Items in the setting (the dataset after ``limit``).
+    """
+
+    name: str
+    digest: str
+    source: str
+    source_type: str
+    n_items: int
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model as MLflow's Models column shows it: a logged model per setting run, named after the grid's model.
+
+    Attributes
+    ----------
+    name : str
+        The grid's model name (characters MLflow refuses in a model name become ``-``).
+    model_id : str
+        The model's id or path (``model`` in the grid).
+    revision : str
+        Its revision ("" when none was pinned).
+    params : dict
+        Further model params (backend, dtype...), logged on the model.
+    """
+
+    name: str
+    model_id: str
+    revision: str
+    params: dict[str, str]
+
+
+def items_digest(item_ids: Any) -> str:
+    """The digest of a set of questions: the first :data:`DIGEST_CHARS` hex characters of the SHA-256 of the
+    sorted, distinct item ids joined by newlines (the same questions in any order have the same digest).
+
+    Parameters
+    ----------
+    item_ids : iterable of str
+
+    Raises
+    ------
+    ValueError
+        No item id.
+    """
+    import hashlib
+
+    ids = sorted({str(i) for i in item_ids})
+    if not ids:
+        raise ValueError("item_ids: no item id to digest; a dataset input needs at least one item")
+    return hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()[:DIGEST_CHARS]
+
+
+def model_name(name: str) -> str:
+    """``name`` as MLflow accepts a logged model's name: ``/ : . % " '`` become ``-``."""
+    return _BAD_MODEL_NAME.sub("-", name) or "model"
 
 
 def default_tracking_uri(out_dir: str | Path) -> str:
     """``sqlite:///<out_dir>/mlflow.db`` (absolute path)."""
     return f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+
+
+#: The environment variable MLflow itself reads for its tracking URI (the team's server, typically).
+ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
+
+
+@dataclass(frozen=True)
+class TrackingChoice:
+    """The MLflow store a command logs into and why it is that one.
+
+    Attributes
+    ----------
+    uri : str
+        The tracking URI.
+    source : str
+        ``"--tracking-uri"`` (given to this command), ``"recorded"`` (given to an earlier command on the same
+        folder, by option or environment, and kept in its manifest), ``"MLFLOW_TRACKING_URI"`` (the
+        environment) or ``"run folder"`` (``sqlite:///OUT/mlflow.db``).
+    """
+
+    uri: str
+    source: str
+
+    def line(self) -> str:
+        """``MLflow tracking URI <uri> (from <source>)``, the log line of every command that tracks."""
+        return f"MLflow tracking URI {self.uri} (from {self.source})"
+
+
+def choose_tracking_uri(given: str | None, out_dir: str | Path, *, recorded: str | None = None,
+                        environ: dict[str, str] | None = None) -> TrackingChoice:
+    """The store of a command on ``out_dir``: the first of ``given``, ``recorded``, ``$MLFLOW_TRACKING_URI`` and
+    the folder's own ``sqlite:///OUT/mlflow.db``.
+
+    ``recorded`` is what an earlier command on the same folder was given (option or environment), so a resume
+    or resubmit continues the parent run in the store it was started in whatever the environment says now.
+    An empty string counts as unset.
+
+    Parameters
+    ----------
+    given : str or None
+        ``--tracking-uri`` of this command.
+    out_dir : path
+        The run (or analysis) folder.
+    recorded : str or None
+        The folder's manifest entry ``custom_tracking_uri``.
+    environ : dict, optional
+        The environment to read (default ``os.environ``).
+    """
+    import os
+
+    env = (os.environ if environ is None else environ).get(ENV_TRACKING_URI) or None
+    for uri, source in ((given, "--tracking-uri"), (recorded, "recorded"), (env, ENV_TRACKING_URI)):
+        if uri:
+            return TrackingChoice(uri, source)
+    return TrackingChoice(default_tracking_uri(out_dir), "run folder")
 
 
 def sqlite_path(tracking_uri: str) -> Path | None:
@@ -351,11 +489,14 @@ class Tracker:
 
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
+            if exp.tags.get(EXPERIMENT_KIND_TAG) is None:  # made by an older confgrid: opened on traces
+                self.client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return exp.experiment_id
         # a local store keeps its artifacts next to it (MLflow's default is ./mlruns of the working directory)
         location = (db.parent / ARTIFACT_DIR).resolve().as_uri() if db is not None else None
         try:
-            return self.client.create_experiment(name, artifact_location=location)
+            return self.client.create_experiment(name, artifact_location=location,
+                                                 tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         except MlflowException:  # another client of the same server created it meanwhile
             exp = self.client.get_experiment_by_name(name)
             if exp is None:
@@ -412,11 +553,14 @@ class Tracker:
             self.client.set_terminated(self.parent_run_id, status=status)
 
     def child(self, run_name: str, params: dict[str, Any], metrics: dict[str, float], artifacts: list[Path],
-              tags: dict[str, str] | None = None, run_id: str | None = None, step: int = 0) -> str:
+              tags: dict[str, str] | None = None, run_id: str | None = None, step: int = 0,
+              dataset: DatasetRef | None = None, model: ModelRef | None = None) -> str:
         """Log one finished setting as a child of the parent; returns its run id. NaN metrics are skipped.
 
         ``run_id``: the setting's run from an earlier invocation of the same parent (resume, resubmit); its
         metrics get new values at ``step``. If its params differ now (another grid), a new child run is made.
+        ``dataset`` is logged as the run's input (:meth:`log_dataset`), ``model`` as its logged model
+        (:meth:`log_model`, once per run).
         """
         from mlflow.exceptions import MlflowException
 
@@ -427,6 +571,7 @@ class Tracker:
             except MlflowException:  # changed params are not allowed on a run: a new child
                 self.client.set_terminated(run_id, status="FINISHED")
             else:
+                self._describe(run_id, dataset, model, step)
                 for a in artifacts:
                     if Path(a).exists():
                         self.client.log_artifact(run_id, str(a))
@@ -436,11 +581,49 @@ class Tracker:
                                      tags={PARENT_TAG: self.parent_run_id or "", **(tags or {})})
         rid = run.info.run_id
         self._log(rid, params=params, metrics=metrics, step=step)
+        self._describe(rid, dataset, model, step)
         for a in artifacts:
             if Path(a).exists():
                 self.client.log_artifact(rid, str(a))
         self.client.set_terminated(rid, status="FINISHED")
         return rid
+
+    def _describe(self, run_id: str, dataset: DatasetRef | None, model: ModelRef | None, step: int) -> None:
+        """The dataset input (logging the same one again is a no-op for MLflow) and, if the run has none yet,
+        the logged model of a setting run."""
+        if dataset is not None:
+            self.log_dataset(run_id, dataset)
+        if model is not None and not self.client.get_run(run_id).inputs.model_inputs:
+            self.log_model(run_id, model, step)
+
+    def log_dataset(self, run_id: str, dataset: DatasetRef) -> None:
+        """Log ``dataset`` as an input of ``run_id`` (context ``evaluation``): the UI's Dataset column."""
+        import json
+
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        ds = Dataset(name=dataset.name, digest=dataset.digest, source_type=dataset.source_type,
+                     source=json.dumps({"path": dataset.source}), profile=json.dumps({"num_items": dataset.n_items}))
+        self.client.log_inputs(run_id, datasets=[DatasetInput(ds, tags=[InputTag("mlflow.data.context", "evaluation")])])
+
+    def log_model(self, run_id: str, model: ModelRef, step: int = 0) -> str:
+        """Record ``model`` as a logged model (no files: its id, revision and params), linked to ``run_id`` as an
+        input and as an output at ``step``; returns the logged model's id.
+
+        The setting run evaluates the model, so it is an input; it is an output too because the runs table's
+        Models column (MLflow 3.17) reads the outputs: ``search_runs`` returns a run's model outputs but not its
+        model inputs."""
+        from mlflow.entities import LoggedModelInput, LoggedModelOutput
+
+        params = {"model_id": model.model_id, "revision": model.revision or "", **model.params}
+        lm = self.client.create_logged_model(self.experiment_id, name=model_name(model.name), source_run_id=run_id,
+                                             params={mlflow_key(k): _param(v) for k, v in params.items()},
+                                             tags={"confgrid.model_id": model.model_id,
+                                                   "confgrid.revision": model.revision or ""}, model_type="llm")
+        self.client.finalize_logged_model(lm.model_id, "READY")
+        self.client.log_inputs(run_id, models=[LoggedModelInput(lm.model_id)])
+        self.client.log_outputs(run_id, [LoggedModelOutput(lm.model_id, step)])
+        return lm.model_id
 
     def shard_run(self, *, run_id: str | None, name: str, params: dict[str, Any], metrics: dict[str, float],
                   tags: dict[str, str]) -> str:

@@ -8,6 +8,7 @@ of the same grid must make zero model calls.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -237,3 +238,112 @@ def test_figures_go_into_the_runs_mlflow_parent_run(first_run):
     parent = read_manifest(out / "manifest.json")["meta"]["mlflow_parent_run_id"]  # the latest run into `out`
     logged = {a.path for a in MlflowClient(default_tracking_uri(out)).list_artifacts(parent, "results/figures")}
     assert logged == {"results/figures/gaps.png", "results/figures/gaps.svg"}
+
+
+# ---------------------------------------------------------------------------
+# a team's tracking server: `mlflow server --serve-artifacts`, chosen through MLFLOW_TRACKING_URI
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One real ``mlflow server`` for the module (tests/mlflow_server.py), with folders no run shares."""
+    from mlflow_server import mlflow_server
+
+    with mlflow_server(tmp_path_factory.mktemp("mlflow_server")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def server_run(first_run, server, tmp_path_factory):
+    """A copy of the finished run, run again by ``confgrid run`` with only ``MLFLOW_TRACKING_URI`` pointing at
+    the server (every shard reused): ``(copy, CLI result)``."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from confgrid.cli.main import app
+
+    _, out, _ = first_run
+    copy = tmp_path_factory.mktemp("client") / "run"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("results", "mlflow.db*", "mlartifacts"))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", server.url)
+    try:
+        r = CliRunner().invoke(app, ["run", str(copy / "grid.yaml"), "--out", str(copy)])
+    finally:
+        mp.undo()
+    return copy, r
+
+
+def test_a_tracking_server_from_the_environment_receives_the_run_and_serves_its_artifacts(server, server_run,
+                                                                                           tmp_path):
+    import hashlib
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from confgrid.flows.store import read_manifest
+
+    copy, r = server_run
+    assert r.exit_code == 0, r.output
+    meta = read_manifest(copy / "manifest.json")["meta"]
+    parent_id = meta["mlflow_parent_run_id"]
+    assert f"MLflow parent run {parent_id} in {server.url}" in r.stdout
+    assert f"MLflow tracking URI {server.url} (from MLFLOW_TRACKING_URI)" in (copy / "confgrid.log").read_text()
+    assert meta["custom_tracking_uri"] == server.url and meta["tracking_uri_source"] == "MLFLOW_TRACKING_URI"
+    # nothing of MLflow's in the run folder: the store and the artifacts are the server's
+    assert not (copy / "mlflow.db").exists() and not (copy / "mlartifacts").exists()
+    client = MlflowClient(server.url)
+    exp = client.get_experiment_by_name("confgrid/e2e")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # the UI opens on the runs table
+    parent = client.get_run(parent_id)
+    assert parent.info.status == "FINISHED" and parent.info.artifact_uri.startswith("mlflow-artifacts:/")
+    # an artifact goes through the server and comes back byte for byte; the server's folder holds it
+    got = Path(client.download_artifacts(parent_id, "grid.yaml", str(tmp_path)))
+    assert got.read_bytes() == (copy / "grid.yaml").read_bytes()
+    assert len(list(server.artifact_root.rglob("grid.yaml"))) == 1
+    assert {"results", "tables", "manifest.json", "report.html"} <= {a.path for a in client.list_artifacts(parent_id)}
+    # each setting run: its dataset as an input (name, digest of its item ids, source) and its model
+    items = pd.read_parquet(copy / "tables" / "items.parquet", columns=["dataset", "item_id"])
+    kids = [x for x in client.search_runs([exp.experiment_id]) if x.data.tags.get("mlflow.parentRunId") == parent_id]
+    assert sorted(k.info.run_name for k in kids) == ["fixture/mmlu", "fixture/triviaqa", "fixture/truthfulqa"]
+    for kid in kids:
+        name = kid.info.run_name.split("/")[1]
+        (inp,) = kid.inputs.dataset_inputs
+        ids = sorted(items.loc[items["dataset"] == name, "item_id"])
+        assert len(ids) == 24
+        assert inp.dataset.name == name and inp.dataset.source_type == "bundled"
+        assert inp.dataset.digest == hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
+        assert json.loads(inp.dataset.source) == {"path": f"bundled:{name}"}
+        assert [t.value for t in inp.tags if t.key == "mlflow.data.context"] == ["evaluation"]
+        (out_model,) = kid.outputs.model_outputs  # the runs table's Models column
+        model = client.get_logged_model(out_model.model_id)
+        assert model.name == "fixture" and model.params["model_id"] == "confgrid-fixture"
+        assert model.params["revision"] == "" and model.source_run_id == kid.info.run_id
+        assert [m.model_id for m in client.get_run(kid.info.run_id).inputs.model_inputs] == [model.model_id]
+
+
+def test_the_mlflow_ui_lists_the_setting_runs_with_their_metrics(server, server_run, capsys):
+    """Headless Chromium opens the experiment in the server's UI: the runs table (not the traces page) lists the
+    setting runs with a metric column, their dataset and their model."""
+    from chromium import artifact_dir, browser
+    from mlflow.tracking import MlflowClient
+
+    copy, r = server_run
+    assert r.exit_code == 0, r.output
+    exp = MlflowClient(server.url).get_experiment_by_name("confgrid/e2e")
+    kept = artifact_dir() / "mlflow_ui_runs.png"
+    with browser() as b:
+        page = b.new_page(viewport={"width": 1600, "height": 1000})
+        page.goto(f"{server.url}/#/experiments/{exp.experiment_id}", wait_until="networkidle", timeout=120_000)
+        page.get_by_text("fixture/truthfulqa").first.wait_for(timeout=60_000)
+        text = page.inner_text("body")
+        page.screenshot(path=str(kept), full_page=True)
+    assert "No data available" not in text
+    for name in ("fixture/mmlu", "fixture/triviaqa", "fixture/truthfulqa"):
+        assert name in text, name
+    assert "verbalized/ece/point" in text
+    assert kept.stat().st_size > 10_000
+    with capsys.disabled():  # printed past pytest's capture, so the path shows in the test output
+        print(f"\nMLflow UI screenshot: {kept}")

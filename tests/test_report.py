@@ -1,23 +1,19 @@
 """report.html: one self-contained page, checked as a file and in a real headless browser (Chromium).
 
-The browser test needs Chromium from Debian packages (``apt-get install chromium``, at /usr/bin/chromium) and
-the ``playwright`` package (the ``test`` extra); without either it is skipped with the reason. Its full-page
-screenshot is kept under ``$CONFGRID_TEST_ARTIFACTS`` (default ``<tmp>/confgrid-test-artifacts``), path printed.
+The browser test needs Chromium and Playwright (tests/chromium.py); without either it is skipped with the
+reason. Its full-page screenshot is kept under ``$CONFGRID_TEST_ARTIFACTS``, path printed.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 import report_example
+from chromium import artifact_dir, browser
 from confgrid.report import FIGURES
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
@@ -48,42 +44,18 @@ def test_the_page_is_self_contained_and_holds_every_section(report):
     assert len(svgs) == len(srcs) and all((root / h).is_file() for h in svgs)
 
 
-def _wait_for_ci_install(timeout_s: float = 300.0) -> None:
-    """.ci/run installs Chromium in the background and touches ``$CONFGRID_CHROMIUM_DONE`` when it is done."""
-    import time
-
-    marker = os.environ.get("CONFGRID_CHROMIUM_DONE")
-    end = time.monotonic() + timeout_s
-    while marker and not Path(marker).exists() and time.monotonic() < end:
-        time.sleep(1.0)
-
-
-def _artifact_dir() -> Path:
-    d = Path(os.environ.get("CONFGRID_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "confgrid-test-artifacts")
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
 def _open_in_chromium(path: Path, shot: Path) -> tuple[list[str], list[str], list[int]]:
     """Load a page in headless Chromium: (console and page errors, requested URLs, each image's natural width);
     a full-page screenshot goes to ``shot``. Skips without Chromium or Playwright."""
-    _wait_for_ci_install()
-    if not Path(CHROMIUM).is_file():
-        pytest.skip("no Chromium at /usr/bin/chromium (Debian: apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
     errors, requests = [], []
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(path.as_uri(), wait_until="load")
-            widths = page.evaluate("[...document.images].map(i => i.complete ? i.naturalWidth : 0)")
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+    with browser() as b:
+        page = b.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(path.as_uri(), wait_until="load")
+        widths = page.evaluate("[...document.images].map(i => i.complete ? i.naturalWidth : 0)")
+        page.screenshot(path=str(shot), full_page=True)
     return errors, requests, widths
 
 
@@ -94,7 +66,7 @@ def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_er
     assert [u for u in requests if not u.startswith(("data:", "file:"))] == []  # opens offline
     assert len(widths) == len(report.figures.files)
     assert all(w == f.size_px[0] for w, f in zip(widths, report.figures.files, strict=True))
-    kept = _artifact_dir() / "report_screenshot.png"
+    kept = artifact_dir() / "report_screenshot.png"
     shutil.copyfile(shot, kept)
     assert kept.stat().st_size > 10_000
     with capsys.disabled():  # printed past pytest's capture, so the path shows in the test output
@@ -153,7 +125,7 @@ def test_report_of_an_analyze_directory_loads_in_chromium(tmp_path, capsys):
     errors, requests, widths = _open_in_chromium(out / "report.html", shot)
     assert errors == [] and [u for u in requests if not u.startswith(("data:", "file:"))] == []
     assert widths and all(w == 500 for w in widths)
-    kept = _artifact_dir() / "analyze_report_screenshot.png"
+    kept = artifact_dir() / "analyze_report_screenshot.png"
     shutil.copyfile(shot, kept)
     with capsys.disabled():
         print(f"\nanalyze report screenshot: {kept}")
