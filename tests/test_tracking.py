@@ -180,3 +180,90 @@ def test_probe_server_fails_fast_when_nothing_answers_and_passes_any_http_answer
         srv.shutdown()
         srv.server_close()
     probe_server("sqlite:////nowhere/mlflow.db")  # not a server: not probed
+
+
+# ---------------------------------------------------------------------------
+# which store, and what a setting run says about its dataset and model
+# ---------------------------------------------------------------------------
+
+
+def test_tracking_uri_precedence_option_recorded_environment_folder(tmp_path):
+    from confgrid.flows.tracking import choose_tracking_uri
+
+    env = {"MLFLOW_TRACKING_URI": "http://team:5000"}
+    folder = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    assert choose_tracking_uri("http://given:1", tmp_path, recorded="http://rec:2", environ=env).source == "--tracking-uri"
+    c = choose_tracking_uri(None, tmp_path, recorded="http://rec:2", environ=env)
+    assert (c.uri, c.source) == ("http://rec:2", "recorded")
+    c = choose_tracking_uri(None, tmp_path, recorded=None, environ=env)
+    assert (c.uri, c.source) == ("http://team:5000", "MLFLOW_TRACKING_URI")
+    assert c.line() == "MLflow tracking URI http://team:5000 (from MLFLOW_TRACKING_URI)"
+    for unset in ({}, {"MLFLOW_TRACKING_URI": ""}):
+        c = choose_tracking_uri("", tmp_path, recorded="", environ=unset)
+        assert (c.uri, c.source) == (folder, "run folder")
+
+
+def test_a_run_folder_records_the_store_from_the_environment_and_logs_it(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from confgrid.flows.runner import _tracking_uri
+    from confgrid.flows.store import RunStore
+
+    store = RunStore(tmp_path / "run")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://team:5000")
+    with caplog.at_level(logging.INFO, logger="confgrid"):
+        assert _tracking_uri(store, None) == "http://team:5000"
+    assert "MLflow tracking URI http://team:5000 (from MLFLOW_TRACKING_URI)" in caplog.text
+    assert store.meta["custom_tracking_uri"] == "http://team:5000"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # a resume elsewhere continues in the same store
+    assert _tracking_uri(store, None) == "http://team:5000" and store.meta["tracking_uri_source"] == "recorded"
+    assert _tracking_uri(store, "sqlite:///x.db") == "sqlite:///x.db"  # the option wins, and is kept
+    assert _tracking_uri(store, None) == "sqlite:///x.db"
+    fresh = RunStore(tmp_path / "other")
+    assert _tracking_uri(fresh, None) == f"sqlite:///{(tmp_path / 'other').resolve() / 'mlflow.db'}"
+    assert fresh.meta["custom_tracking_uri"] is None and fresh.meta["tracking_uri_source"] == "run folder"
+
+
+def test_items_digest_is_of_the_set_of_ids_and_model_names_are_made_valid():
+    import hashlib
+
+    from confgrid.flows.tracking import items_digest, model_name
+
+    ref = hashlib.sha256(b"q1\nq10\nq2").hexdigest()[:16]  # sorted as strings
+    assert items_digest(["q2", "q10", "q1"]) == ref == items_digest(["q1", "q2", "q10", "q2"])
+    assert items_digest(["q1"]) != items_digest(["q1", "q2"]) and len(ref) == 16
+    with pytest.raises(ValueError, match="item_ids: no item id"):
+        items_digest([])
+    assert model_name("Qwen/Qwen2.5-7B:it's") == "Qwen-Qwen2-5-7B-it-s" and model_name("fixture") == "fixture"
+
+
+def test_experiment_kind_tag_dataset_input_and_model_of_a_setting_run(tmp_path):
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from confgrid.flows.tracking import DatasetRef, ModelRef
+
+    uri = default_tracking_uri(tmp_path)
+    client = MlflowClient(uri)
+    old = client.create_experiment("confgrid/old", artifact_location=(tmp_path / "a").as_uri())  # no kind tag
+    t = Tracker(uri, "confgrid/old")
+    assert t.experiment_id == old
+    assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+    ds = DatasetRef("qa", "0123456789abcdef", "/data/qa.jsonl", "local", 3)
+    mr = ModelRef("org/m.1", "org/m-1", "abc123", {"backend": "vllm"})
+    with t.parent("grid", {"a": 1}):
+        kid = t.child("m/qa", {"x": 1}, {"v/ece/point": 0.2}, [], dataset=ds, model=mr)
+        again = t.child("m/qa", {"x": 1}, {"v/ece/point": 0.3}, [], run_id=kid, step=1, dataset=ds, model=mr)
+    assert again == kid
+    run = client.get_run(kid)
+    (inp,) = run.inputs.dataset_inputs  # logged twice, recorded once
+    assert (inp.dataset.name, inp.dataset.digest, inp.dataset.source_type) == ("qa", "0123456789abcdef", "local")
+    assert json.loads(inp.dataset.source) == {"path": "/data/qa.jsonl"}
+    assert json.loads(inp.dataset.profile) == {"num_items": 3}
+    (mi,) = run.inputs.model_inputs  # one logged model per setting run, however often it is logged
+    (mo,) = run.outputs.model_outputs
+    assert mi.model_id == mo.model_id and mo.step == 0
+    lm = client.get_logged_model(mi.model_id)
+    assert lm.name == "org-m-1" and lm.source_run_id == kid
+    assert lm.params == {"model_id": "org/m-1", "revision": "abc123", "backend": "vllm"}
