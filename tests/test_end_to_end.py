@@ -325,18 +325,26 @@ def test_a_tracking_server_from_the_environment_receives_the_run_and_serves_its_
 
 
 def test_the_mlflow_ui_lists_the_setting_runs_with_their_metrics(server, server_run, capsys):
-    """Headless Chromium opens the experiment in the server's UI: the runs table (not the traces page) lists the
-    setting runs with a metric column, their dataset and their model."""
+    """Headless Chromium opens the experiment in the server's UI on the runs table (not the GenAI traces page),
+    adds a metric column, expands the parent run and finds the three setting runs."""
     from chromium import artifact_dir, browser
     from mlflow.tracking import MlflowClient
 
-    copy, r = server_run
+    _, r = server_run
     assert r.exit_code == 0, r.output
     exp = MlflowClient(server.url).get_experiment_by_name("confgrid/e2e")
     kept = artifact_dir() / "mlflow_ui_runs.png"
     with browser() as b:
         page = b.new_page(viewport={"width": 1600, "height": 1000})
-        page.goto(f"{server.url}/#/experiments/{exp.experiment_id}", wait_until="networkidle", timeout=120_000)
+        # MLflow 3.17: the "Model training" side of the UI's GenAI / Model training switch (README)
+        page.goto(f"{server.url}/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning",
+                  wait_until="networkidle", timeout=120_000)
+        page.locator(".ag-row").first.wait_for(timeout=120_000)
+        page.get_by_role("button", name="Columns").click(timeout=30_000)
+        page.get_by_text("verbalized/ece/point").first.click(timeout=30_000)
+        page.keyboard.press("Escape")
+        # the parent run's "+" (its run-name cell) shows its child runs
+        page.locator('.ag-row button[data-component-id*="runnamecellrenderer"]').first.click(timeout=30_000)
         page.get_by_text("fixture/truthfulqa").first.wait_for(timeout=60_000)
         text = page.inner_text("body")
         page.screenshot(path=str(kept), full_page=True)
