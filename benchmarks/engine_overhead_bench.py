@@ -120,39 +120,6 @@ def score_shards(plan, gen_calls, outputs) -> list:
     return made
 
 
-class Head:
-    """A one-node Ray cluster started by ``ray start --head --block`` (stopped by its own process group)."""
-
-    def __init__(self) -> None:
-        import socket
-        import subprocess
-
-        ports = []
-        for _ in range(3):
-            with socket.socket() as sk:
-                sk.bind(("127.0.0.1", 0))
-                ports.append(sk.getsockname()[1])
-        self.address = f"127.0.0.1:{ports[0]}"
-        # explicit agent ports: the raylet then does not wait for the agent's port file, which a loaded 2-core
-        # machine writes too late (raylet: "Timed out waiting for file .../metrics_agent_port_...")
-        cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--num-cpus", "2",
-               "--port", str(ports[0]), "--node-ip-address", "127.0.0.1", "--include-dashboard", "false",
-               "--dashboard-agent-grpc-port", str(ports[1]), "--metrics-export-port", str(ports[2]),
-               "--temp-dir", tempfile.mkdtemp(prefix="ray-engine-bench-")]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        time.sleep(20)
-
-    def stop(self) -> None:
-        import signal
-
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        self.proc.wait(timeout=60)
-
-
-def start_head() -> Head:
-    return Head()
-
-
 def run_actor(spec, plan, repeats: int) -> dict:
     """Generation and scoring through one ModelActor on a local 2-CPU Ray (engine start not timed)."""
     import ray
@@ -163,8 +130,8 @@ def run_actor(spec, plan, repeats: int) -> dict:
 
     m = spec.models[0]
     cap = prompts_per_call(m)
-    head = start_head()
-    ray.init(address=head.address, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=tempfile.mkdtemp(prefix="ray-engine-bench-"))
     try:
         t0 = time.perf_counter()
         actor, _ = start_replica(model_config(m, spec))
@@ -187,7 +154,6 @@ def run_actor(spec, plan, repeats: int) -> dict:
         ray.kill(actor)
     finally:
         ray.shutdown()
-        head.stop()
     return {"load_s": load, "gen_s": gen_s, "score_s": score_s, "gen_calls": gen_calls, "score_calls": sc_calls,
             "new_tokens": new_tokens, "score_rows": score_rows}
 
