@@ -326,13 +326,17 @@ def test_a_tracking_server_from_the_environment_receives_the_run_and_serves_its_
 
 def test_the_mlflow_ui_lists_the_setting_runs_with_their_metrics(server, server_run, capsys):
     """Headless Chromium opens the experiment in the server's UI on the runs table (not the GenAI traces page),
-    adds a metric column, expands the parent run and finds the three setting runs."""
+    adds a metric column, expands the parent run and finds the three setting runs with their datasets."""
     from chromium import artifact_dir, browser
     from mlflow.tracking import MlflowClient
 
     _, r = server_run
     assert r.exit_code == 0, r.output
-    exp = MlflowClient(server.url).get_experiment_by_name("confgrid/e2e")
+    client = MlflowClient(server.url)
+    exp = client.get_experiment_by_name("confgrid/e2e")
+    datasets = {x.inputs.dataset_inputs[0].dataset.name: x.inputs.dataset_inputs[0].dataset.digest
+                for x in client.search_runs([exp.experiment_id]) if x.inputs.dataset_inputs}
+    assert sorted(datasets) == ["mmlu", "triviaqa", "truthfulqa"]
     kept = artifact_dir() / "mlflow_ui_runs.png"
     with browser() as b:
         page = b.new_page(viewport={"width": 1600, "height": 1000})
@@ -352,6 +356,8 @@ def test_the_mlflow_ui_lists_the_setting_runs_with_their_metrics(server, server_
     for name in ("fixture/mmlu", "fixture/triviaqa", "fixture/truthfulqa"):
         assert name in text, name
     assert "verbalized/ece/point" in text
+    for name, digest in datasets.items():  # the Dataset column: name (digest)
+        assert f"{name} ({digest[:8]}" in text or f"{name} ({digest})" in text, (name, digest)
     assert kept.stat().st_size > 10_000
     with capsys.disabled():  # printed past pytest's capture, so the path shows in the test output
         print(f"\nMLflow UI screenshot: {kept}")
