@@ -125,3 +125,20 @@ def test_named_model_in_registry_and_grid():
     spec = parse_grid({"models": [{"name": "smol", "model": SMOLLM2_NAME}],
                        "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 3}]})
     assert spec.models[0].model == SMOLLM2_NAME
+
+
+def test_real_small_examples_parse():
+    """examples/real_small.yaml is the demo's protocol on the named model; the few-shot grid registers its prompt."""
+    import yaml
+
+    from confgrid.flows.spec import load_grid
+
+    root = Path(__file__).resolve().parent.parent
+    demo = yaml.safe_load((root / "flows" / "grids" / "demo.yaml").read_text())
+    raw = yaml.safe_load((root / "examples" / "real_small.yaml").read_text())
+    for key in ("elicitation", "scoring", "correctness", "metrics"):
+        assert raw[key] == demo[key], key
+    assert [m["model"] for m in raw["models"]] == ["smollm2-135m-instruct"]
+    few = load_grid(root / "examples" / "real_small_fewshot.yaml")
+    assert few.elicitation.prompt == "confidence_fewshot" and few.probe.enabled
+    assert load_grid(root / "examples" / "real_small.yaml").models[0].model == "smollm2-135m-instruct"
