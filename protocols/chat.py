@@ -221,6 +221,11 @@ def answer_ids(tokenizer: Any, answer: str, separator: str) -> list[int]:
     ``"▁"`` at the start of any separately tokenized string, so there the
     first answer token carries a space even with separator ``""``; check
     ``tokenizer.decode(context_ids + answer_ids)`` for such models.
+
+    The separator joins the first answer token only where the vocabulary has such a token. SmolLM2 (byte-level
+    BPE, digits never merged) has ``" Jupiter"`` as one token but no token of a space and a digit: ``" 1945"``
+    is ``[" ", "1", "9", "4", "5"]``, so there the first answer token of a number is the space alone and a
+    ``first_token`` aggregation reads p(" ") (tests/test_smollm2.py).
     """
     if answer is None or not answer.strip():
         raise ValueError(f"answer={answer!r}: empty; there is nothing to score")

@@ -151,3 +151,16 @@ def test_chat_template_once_without_a_second_bos(tok):
         # system (the template's default), user and the opened assistant turn: three turns, each once
         assert ids.count(im_start) == 3 and text.count("<|im_start|>user\n") == 1
         assert text.count(QUESTION) == 1 and text.endswith("<|im_start|>assistant\nGuess:")
+
+
+def test_gguf_pre_tokenizer_difference_is_harmless(tok):
+    """The GGUF declares llama.cpp's "smollm" pre-tokenizer (digits split one by one before the GPT-2 split);
+    transformers' GGUF loader builds a plain byte-level one. They give the same ids because no token of this
+    vocabulary holds a digit beside anything else."""
+    import re
+
+    vocab = tok.get_vocab()
+    assert len(vocab) == 49152
+    assert not [t for t in vocab if len(t) > 1 and re.search(r"[0-9]", t)]
+    assert tok.convert_ids_to_tokens(tok("In 2024, 15.5%", add_special_tokens=False)["input_ids"]) == [
+        "In", "Ġ", "2", "0", "2", "4", ",", "Ġ", "1", "5", ".", "5", "%"]
