@@ -4,7 +4,7 @@ suite through CONFGRID_CACHE_DIR). Head dimension 64, so the CPU attention kerne
 
 vLLM and transformers must agree on this model's prompt log-probs (the token scores of the demo's contexts)
 and greedy answers on the same token ids. Tensor parallelism 2 is refused by vLLM for this model (9 attention
-heads are not divisible by 2); the slow test records the error.
+heads are not divisible by 2); a test records the error (vLLM refuses it before starting any worker).
 
 vLLM is imported inside the tests only (conftest.py of this folder skips them without vLLM).
 """
@@ -67,12 +67,12 @@ def test_prompt_logprobs_and_greedy_answers_agree(smol_vllm, smol_hf):
           f"max abs diff {diff:.3g} nats; greedy answers equal")
 
 
-@pytest.mark.slow
 def test_tensor_parallel_2_is_refused(smollm2_dir, monkeypatch):
-    """vLLM checks the head count before it starts workers: 9 heads cannot be split over 2 ranks."""
+    """vLLM checks the head count before it starts workers (1.6 s): 9 heads cannot be split over 2 ranks."""
     from confgrid.actors.vllm_backend import VLLMBackend
 
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # one core per rank (../shared/vllm-cpu.md)
-    with pytest.raises(Exception, match=r"attention heads \(9\) must be divisible by tensor parallel size \(2\)"):
+    with pytest.raises(Exception, match=r"attention heads \(9\) must be divisible by tensor parallel size \(2\)") as err:
         VLLMBackend(str(smollm2_dir), dtype="float32", tensor_parallel_size=2, max_model_len=512,
                     enforce_eager=True)
+    print(f"\nsmollm2 tensor_parallel_size=2: {type(err.value).__name__}: {err.value}")
