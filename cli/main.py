@@ -13,37 +13,16 @@ cannot be drawn is a warning and leaves the exit status as it is.
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from importlib.resources import files
 from pathlib import Path
 
 import typer
 
+from confgrid.cli.console import setup_logging
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="confgrid: fix the answer, vary the measurement.")
 
 DEMO_GRID = files("confgrid.flows") / "grids" / "demo.yaml"
-
-
-def _setup_logging(verbose: bool) -> None:
-    """confgrid's own log lines on stderr; other libraries keep their own handlers (no duplicates)."""
-    import os
-
-    log = logging.getLogger("confgrid")
-    for old in [h for h in log.handlers if getattr(h, "_confgrid_console", False)]:
-        log.removeHandler(old)  # a second command in one process (tests, notebooks): the stderr of now
-    if not log.handlers:
-        h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(logging.Formatter("[confgrid] %(message)s"))
-        h._confgrid_console = True  # type: ignore[attr-defined]
-        log.addHandler(h)
-    log.setLevel(logging.DEBUG if verbose else logging.INFO)
-    log.propagate = False
-    for noisy in ("ray", "mlflow", "alembic", "urllib3", "filelock", "datasets", "httpx", "huggingface_hub"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # an unreachable tracking server fails in seconds, not minutes
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
 def _check_tracking_uri(uri: str | None) -> None:
@@ -148,7 +127,7 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a grid: generate, parse, grade, score, metrics with paired bootstrap intervals."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     spec = _load(grid)
     _execute(spec, out or Path("runs") / grid.stem, address, tracking_uri, grid.read_text(encoding="utf-8"))
 
@@ -161,7 +140,7 @@ def demo(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the embedded default grid: the bundled smoke-test model on 452 bundled questions."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     grid = Path(str(DEMO_GRID))
     _execute(_load(grid), out, address, tracking_uri, grid.read_text(encoding="utf-8"))
 
@@ -180,7 +159,7 @@ def resume(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run whatever the run in OUT_DIR has not finished (done shards are reused, no model call for them)."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     _run_dir(out_dir)
     _execute(_load(out_dir / "grid.yaml"), out_dir, address, None, None, resume=True)
 
@@ -193,7 +172,7 @@ def resubmit(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Rerun the failed shards of a run (`--failed`), then the CPU stages and metrics."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     if not failed:
         typer.echo("resubmit needs --failed (to run everything not done, use `confgrid resume`)", err=True)
         raise typer.Exit(2)
@@ -310,7 +289,7 @@ def log_cmd(
     from confgrid.flows.spec import GridSpecError
     from confgrid.flows.tracking import TrackingError
 
-    _setup_logging(verbose)
+    setup_logging(verbose)
     _check_tracking_uri(tracking_uri)
     if (out_dir / "grid.yaml").is_file():
         fn = log_run
@@ -356,7 +335,7 @@ def report(
     Exit status: 0 written; 1 written, but some figure could not be drawn (named on stderr and in the page);
     2 not a run directory or a bad option.
     """
-    _setup_logging(verbose)
+    setup_logging(verbose)
     if not (out_dir / "results" / "metrics.parquet").is_file():
         typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
         raise typer.Exit(2)
@@ -449,7 +428,7 @@ def lifeeval_cmd(
                f"{df['mas'].mean():.4f} ({by_radius})")
 
 
-from confgrid.flows.analyze import analyze_cmd  # noqa: E402
+from confgrid.cli.analyze import analyze_cmd  # noqa: E402
 
 app.command("analyze")(analyze_cmd)
 

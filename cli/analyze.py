@@ -1,0 +1,190 @@
+"""``confgrid analyze``: the command over :func:`confgrid.flows.analyze.analyze` (options, messages, exit status).
+
+Exit status: 0 done; 2 bad input or options (every bad row named, nothing written); 3 every file written but the
+MLflow record failed (``confgrid log OUT`` logs it later).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import typer
+
+from confgrid.analysis.bootstrap import UndefinedMetricWarning
+from confgrid.cli.console import setup_logging
+from confgrid.flows.analyze import (
+    DEFAULT_METRICS,
+    EXPERIMENT,
+    AnalyzeInputError,
+    AnalyzeWarning,
+    TrackingWarning,
+    analyze,
+    available_metrics,
+    slow_metrics,
+)
+
+__all__ = ["analyze_cmd"]
+
+
+def analyze_cmd(
+    input: Path = typer.Argument(..., metavar="INPUT", show_default=False,
+                                 help="Per-question outputs: .csv (header row), .jsonl/.ndjson or .parquet/.pq; "
+                                      "one row per (setting, item_id, signal)."),
+    out: Path = typer.Option(..., "--out", help="Output directory (results/metrics.csv, gaps.csv, shifts.csv, "
+                                                 "alignment.csv, Parquet copies; analyze.json, mlflow.db).",
+                             show_default=False),
+    metrics: str = typer.Option(",".join(DEFAULT_METRICS), "--metrics",
+                                help=f"Comma-separated metrics; choices: {', '.join(available_metrics())}. "
+                                     f"Slow (one call per resample): {', '.join(slow_metrics()) or 'none'}."),
+    bootstrap: int = typer.Option(10_000, "--bootstrap", help="Paired bootstrap resamples per setting."),
+    seed: int = typer.Option(0, "--seed", help="Base seed; a setting's seed is setting_seed(setting, '', SEED)."),
+    ece_bins: int = typer.Option(10, "--ece-bins", help="Equal-width ECE bins."),
+    ece_closure: str = typer.Option("left", "--ece-closure",
+                                    help="Bin closures of the binned metrics, comma-separated: left ([k/B, (k+1)/B), "
+                                         "the default), right ((k/B, (k+1)/B], R cut, scikit-learn, study 002), "
+                                         "right_float (right-closed on np.linspace edges). left,right adds "
+                                         "ece_right beside ece and writes results/closure.csv where they differ."),
+    setting_col: str = typer.Option("setting", "--setting-col", help="Column holding the setting (unit of pairing)."),
+    item_col: str = typer.Option("item_id", "--item-col", help="Column holding the question id."),
+    signal_col: str = typer.Option("signal", "--signal-col", help="Column holding the confidence method."),
+    confidence_col: str = typer.Option("confidence", "--confidence-col", help="Column holding confidence in [0, 1]."),
+    correct_col: str = typer.Option("correct", "--correct-col", help="Column holding correctness (0/1 or in [0, 1])."),
+    tracking_uri: str = typer.Option(None, "--tracking-uri",
+                                     help="MLflow tracking URI (default: sqlite:///OUT/mlflow.db)."),
+    tracking: bool = typer.Option(True, "--tracking/--no-tracking", help="Log the analysis to MLflow."),
+    use_ray: bool = typer.Option(False, "--ray/--no-ray", help="Spread the bootstrap over Ray Data CPU workers "
+                                                               "(same numbers; joins RAY_ADDRESS if set)."),
+    workers: int = typer.Option(None, "--workers",
+                                help="With --ray: most CPU workers at once (default: every CPU of the cluster)."),
+    model_col: str = typer.Option("model", "--model-col", help="Column holding the model (optional; with two or "
+                                  "more models the accuracy-controlled comparison of study 001 runs too)."),
+    views: str = typer.Option(None, "--views", help="Comparison views, e.g. raw,ia,da,ca (default raw,ia,da; ca "
+                              "with --candidates)."),
+    pairs: str = typer.Option(None, "--pairs", help="Model pairs A:B[:LABEL],... (default: every pair)."),
+    candidates: Path = typer.Option(None, "--candidates", help="Candidate ratings for the CA view (columns dataset, "
+                                    "item_id, candidate, surface, producers, label, rater, method, signal)."),
+    comparison_bootstrap: int = typer.Option(2000, "--comparison-bootstrap",
+                                             help="Paired resamples per comparison cell."),
+    ia_strata: int = typer.Option(None, "--ia-strata", help="Graded correctness: IA matches scores in the same of "
+                                  "this many equal-width strata (default: exact score match)."),
+    threshold: float = typer.Option(None, "--threshold", help="Graded correctness to 0/1: correct >= T counts as "
+                                    "correct (Rank-Calibration: ROUGE >= 0.7). Without it AUROC and AURC use graded "
+                                    "values as soft labels."),
+    uncertainty: str = typer.Option(None, "--uncertainty", help="The confidence column is an uncertainty score u "
+                                    "(lower = more confident): exp-neg (c = exp(-u), u >= 0), sigmoid-neg (c = 1/(1 + "
+                                    "exp(u))) or rank (within setting and signal); order-preserving, so AUROC and "
+                                    "AURC are exact."),
+    in_turn: bool = typer.Option(None, "--in-turn/--whole-file", help="One setting at a time, read from the Parquet "
+                                 "row groups that hold it (bounded memory; default for Parquet without a model "
+                                 "column)."),
+    group_col: str = typer.Option(None, "--group-col", help="Column naming each item's cluster (e.g. the question "
+                                  "of several generations): the bootstrap resamples clusters with all their items."),
+    against: str = typer.Option(None, "--against", help="Compare every signal against this one only (gap = "
+                                "metric(AGAINST) - metric(other)); default: every ordered pair, or verbalized for a "
+                                "run's tables/signals.parquet."),
+    signal_pairs: str = typer.Option(None, "--signal-pairs", help="Pairs of signals A:B,C:D to compare (with "
+                                     "--against, or instead of every ordered pair; a grid's metrics.pairs)."),
+) -> None:
+    """Metrics with paired bootstrap intervals, and paired gaps between signals, of outputs from anywhere.
+
+    INPUT has one row per (setting, item_id, signal) with columns setting,
+    item_id, signal, confidence, correct (rename with the --*-col flags).
+    Every bad row is reported by line (CSV: the header is line 1; Parquet:
+    0-based row) and nothing is written (exit status 2). Within a setting,
+    signals are compared on the items all of them scored; items left out are
+    counted in alignment.csv. --group-col COL resamples the clusters of COL
+    (e.g. the question of several generations) with all their items, for
+    intervals that allow for rows that are not independent. Writes OUT/metrics.csv (setting, signal, metric,
+    point, lo, hi, n), OUT/gaps.csv (gap = metric(signal_a) -
+    metric(signal_b), every ordered pair), OUT/alignment.csv, Parquet copies,
+    and an MLflow parent run (experiment confgrid/analyze) with one child run
+    per setting. If the MLflow store fails, every file is still written and the
+    exit status is 3; log them later with `confgrid log OUT`.
+    """
+    setup_logging(False)
+    if use_ray:  # quiet Ray Data: no progress bars, no INFO line per execution
+        import ray.data
+
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+    columns = dict(setting=setting_col, item_id=item_col, signal=signal_col, confidence=confidence_col,
+                   correct=correct_col, model=model_col)
+    if tracking_uri and "://" not in tracking_uri:
+        typer.echo(f"confgrid analyze: --tracking-uri {tracking_uri!r} is not a URI; use sqlite:///PATH/mlflow.db "
+                   "or http://HOST:5000", err=True)
+        raise typer.Exit(2)
+    import os
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AnalyzeWarning)
+        warnings.simplefilter("always", UndefinedMetricWarning)
+        try:
+            tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
+                             ece_closure=ece_closure, columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
+                             num_workers=workers, views=views, pairs=pairs, candidates=candidates,
+                             comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, threshold=threshold,
+                             uncertainty=uncertainty, in_turn=in_turn, group_col=group_col, against=against,
+                             signal_pairs=signal_pairs)
+        except AnalyzeInputError as exc:
+            _echo_warnings(caught)
+            typer.echo(f"confgrid analyze: {exc}", err=True)
+            raise typer.Exit(2) from None
+    _echo_warnings(caught)
+    m = tables["metrics"]
+    typer.echo(f"{m['setting'].nunique()} setting(s), {len(m)} (setting, signal, metric) rows, "
+               f"{len(tables['gaps'])} gap rows, {bootstrap} {m.attrs.get('resampled', 'paired resamples')}.")
+    if len(m) <= 60:
+        shown = ["setting", "signal", "metric", "point", "lo", "hi", "n", *(["n_clusters"] if group_col else [])]
+        with pd.option_context("display.width", 120, "display.max_columns", 20):
+            typer.echo(m[shown].to_string(index=False))
+    n_graded = m.attrs.get("n_graded", 0)
+    if n_graded and threshold is None:
+        typer.echo(f"note: correctness is graded ({n_graded} values strictly between 0 and 1): AUROC and AURC use "
+                   "them as soft labels (an item counts as correct with weight y and wrong with 1 - y); "
+                   "--threshold T makes correct >= T a 1 and the rest 0.")
+    elif threshold is not None:
+        typer.echo(f"note: correctness thresholded at {threshold:g} (correct >= {threshold:g} is 1, else 0).")
+    res = out / "results"
+    from confgrid.flows.outputs import closure_lines
+
+    for line in closure_lines(tables.get("closure")):
+        typer.echo(f"note: {line} (results/closure.csv)")
+    typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'}, "
+               f"{res / 'edges.csv'}, {res / 'closure.csv'} (+ .parquet)")
+    if "ace_gaps" in tables:
+        from confgrid.flows.show_ace import print_ace
+        from rich.console import Console
+
+        print_ace(res, Console(width=200))
+        typer.echo(f"Wrote the comparison across models: {res}/ace_*.csv (+ .parquet, .md)")
+    run_id = m.attrs.get("mlflow_parent_run_id")
+    if run_id:
+        typer.echo(f"MLflow parent run {run_id} (experiment {EXPERIMENT}) in "
+                   f"{m.attrs.get('tracking_uri')}")
+    failure = m.attrs.get("tracking_failure")
+    if failure is not None:
+        from confgrid.flows.tracking import EXIT_TRACKING_FAILED
+
+        typer.echo(f"confgrid analyze: {failure.line()}\n{failure.hint(out)}", err=True)
+        raise typer.Exit(EXIT_TRACKING_FAILED)
+
+
+def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:
+    shown = set()
+    for w in caught:
+        if issubclass(w.category, TrackingWarning):
+            continue  # said once, with the exit status, at the end
+        if issubclass(w.category, (AnalyzeWarning, UndefinedMetricWarning)):
+            msg = str(w.message)
+            if msg not in shown:
+                shown.add(msg)
+                typer.echo(f"warning: {msg}", err=True)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, file=sys.stderr)
