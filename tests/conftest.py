@@ -92,3 +92,20 @@ def report_run(tmp_path_factory):
 
     root = report_example.write_run(tmp_path_factory.mktemp("reportrun"))
     return root, write_report(root, FigureOptions(width_px=640, height_px=480, dpi=80), log_mlflow=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_tracking_uri_leaks_between_tests():
+    """Every test starts without ``MLFLOW_TRACKING_URI`` and without MLflow's process-wide tracking URI.
+
+    ``mlflow.set_tracking_uri`` (which tests call to read a run's store back) also sets the environment variable
+    for subprocesses, and confgrid honours that variable (``choose_tracking_uri``): without this reset a later
+    test's run would log into an earlier test's store."""
+    saved = os.environ.pop("MLFLOW_TRACKING_URI", None)
+    yield
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    if saved is not None:
+        os.environ["MLFLOW_TRACKING_URI"] = saved
+    utils = sys.modules.get("mlflow.tracking._tracking_service.utils")
+    if utils is not None:
+        utils._tracking_uri = None
