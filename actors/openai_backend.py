@@ -62,6 +62,7 @@ from typing import Any, Callable
 
 from confgrid.actors.api_cache import AnswerCache, request_key
 from confgrid.actors.backend import check_sampling, text_request_seed
+from confgrid.actors.http_deadline import deadline_client, request_deadline
 from confgrid.actors.calls import GenerationOutput, NextTokenOutput, RequestCounts, Sampling, SamplesOutput
 from confgrid.errors import FieldsPickle
 
@@ -355,7 +356,8 @@ class OpenAIBackend:
         self._sleep = sleep
         self._openai = openai
         # the client's own retries are off: this backend retries, counts and honours Retry-After itself
-        self._client = openai.OpenAI(base_url=config.base_url, api_key=key, timeout=config.timeout_s, max_retries=0)
+        self._client = openai.OpenAI(base_url=config.base_url, api_key=key, timeout=config.timeout_s, max_retries=0,
+                                     http_client=deadline_client(openai, config.max_concurrency))
         self._pool = ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="confgrid-api")
         self._lock = threading.Lock()
         self._total = RequestCounts()
@@ -418,9 +420,9 @@ class OpenAIBackend:
     def _send(self, kwargs: dict[str, Any], extra: dict[str, Any], n: int | None) -> tuple[str, dict[str, Any]]:
         """Send one attempt and read its whole body within ``timeout_s``; returns (body text, parsed body).
 
-        The deadline runs from the moment the request is sent to the last byte of the body: the openai client
-        bounds connecting and the wait for the headers (each by ``timeout_s``), and a timer shuts the socket
-        when the deadline passes while the body is still arriving (a server sending it byte by byte).
+        The deadline runs from the moment the request is sent to the last byte of the body, headers included: every
+        socket operation of this thread is shortened to what is left of it (actors/http_deadline.py), so a server
+        that trickles its headers or its body a byte at a time is cut when ``timeout_s`` has passed.
 
         Raises
         ------
@@ -428,38 +430,12 @@ class OpenAIBackend:
             With the cause: an HTTP status, ``timeout``, ``connection`` or ``malformed``.
         """
         o = self._openai
-        deadline = time.monotonic() + self.config.timeout_s
-        expired = threading.Event()
         try:
-            with self._client.chat.completions.with_streaming_response.create(
-                    model=self.model_name, extra_body=extra or None, **kwargs) as raw:
+            with request_deadline(self.config.timeout_s), \
+                    self._client.chat.completions.with_streaming_response.create(
+                        model=self.model_name, extra_body=extra or None, **kwargs) as raw:
                 http = raw.http_response
-                stream = http.extensions.get("network_stream")
-                sock = stream.get_extra_info("socket") if stream is not None else None
-
-                def cut() -> None:
-                    expired.set()
-                    if sock is not None:
-                        try:
-                            sock.shutdown(socket.SHUT_RDWR)
-                        except OSError:
-                            pass
-
-                timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
-                timer.daemon = True
-                timer.start()
-                try:
-                    chunks = []
-                    for chunk in http.iter_bytes():
-                        chunks.append(chunk)
-                        if time.monotonic() > deadline:
-                            expired.set()
-                            break
-                finally:
-                    timer.cancel()
-                if expired.is_set():
-                    raise TimeoutError
-                body = b"".join(chunks).decode("utf-8", errors="replace")
+                body = b"".join(http.iter_bytes()).decode("utf-8", errors="replace")
                 ctype = http.headers.get("content-type")
         except o.APIStatusError as exc:
             st = exc.status_code
@@ -474,15 +450,13 @@ class OpenAIBackend:
                 from None
         except o.APIConnectionError as exc:
             raise _Failed("connection", None, "APIConnectionError", str(exc.__cause__ or exc)) from None
-        except Exception as exc:  # noqa: BLE001 - the body stopped arriving: cut at the deadline, or the peer left
-            if expired.is_set() or isinstance(exc, TimeoutError):
-                raise _Failed("timeout", None, "APITimeoutError",
-                              f"the body did not arrive within timeout_s={self.config.timeout_s:g} s") from None
+        except Exception as exc:  # noqa: BLE001 - the body stopped arriving: past the deadline, or the peer left
             transport = type(exc).__module__.split(".")[0].startswith(("httpx", "httpcore")) or isinstance(exc, OSError)
             if not transport:
                 raise
-            if "Timeout" in type(exc).__name__:  # the HTTP library's read time-out (no byte for timeout_s)
-                raise _Failed("timeout", None, "APITimeoutError", f"{type(exc).__name__}: {exc}") from None
+            if "Timeout" in type(exc).__name__:  # the deadline passed while the body was arriving
+                raise _Failed("timeout", None, "APITimeoutError",
+                              f"the body did not arrive within timeout_s={self.config.timeout_s:g} s") from None
             raise _Failed("connection", None, "APIConnectionError", f"{type(exc).__name__}: {exc}") from None
         data, wrong = check_reply(ctype, body, n)
         if wrong is not None:

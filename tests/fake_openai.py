@@ -32,9 +32,9 @@ TOKEN_LOGPROB = -0.25
 #: The fake next-token distribution: (token, log-prob), most probable first.
 NEXT_TOKENS = ((" A", -0.2), ("B", -1.9), (" Yes", -3.0), ("A", -9999.0))
 #: Faults the server can answer with besides an HTTP status (an int): a good body sent one byte every
-#: ``trickle_s`` seconds; a JSON body cut in half; a proxy's HTML error page served with status 200; ``choices: []``;
+#: ``trickle_s`` seconds; the status line and headers sent that way (then the body at once); a JSON body cut in half; a proxy's HTML error page served with status 200; ``choices: []``;
 #: a choice without a message or log-probs.
-FAULTS = ("trickle", "truncated", "html", "empty_choices", "no_message")
+FAULTS = ("trickle", "trickle_headers", "truncated", "html", "empty_choices", "no_message")
 
 
 def fake_reply(user_text: str, sample: int = 0, seed: int | None = None) -> str:
@@ -106,7 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _fault(self, fault: str, good: dict[str, Any], trickle_s: float) -> None:
         """Answer 200 with one of :data:`FAULTS` (every loop bounded by the body's length)."""
         ctype = "application/json"
-        if fault == "trickle":
+        if fault in ("trickle", "trickle_headers"):
             data = json.dumps(good).encode()
         elif fault == "truncated":
             data = json.dumps(good).encode()
@@ -119,20 +119,23 @@ class _Handler(BaseHTTPRequestHandler):
             data = json.dumps({**good, "choices": [{"index": 0, "finish_reason": "stop"}]}).encode()
         else:
             raise ValueError(f"fault {fault!r}: allowed {FAULTS} or an HTTP status")
-        self.send_response(200)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if fault != "trickle":
-            self.wfile.write(data)
+        head = (f"{self.protocol_version} 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
+                f"Server: fake-openai\r\n\r\n").encode()
+        slow = {"trickle": data, "trickle_headers": head}.get(fault)
+        if slow is None:
+            self.wfile.write(head + data)
             return
-        for i in range(len(data)):  # bounded: one byte per step
+        if fault == "trickle":
+            self.wfile.write(head)
+        for i in range(len(slow)):  # bounded: one byte per step
             try:
-                self.wfile.write(data[i : i + 1])
+                self.wfile.write(slow[i : i + 1])
                 self.wfile.flush()
             except OSError:  # the client gave up
                 return
             time.sleep(trickle_s)
+        if fault == "trickle_headers":
+            self.wfile.write(data)
 
 
 class FakeServer:

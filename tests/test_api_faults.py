@@ -75,8 +75,12 @@ def test_check_reply_accepts_a_usable_body_and_null_logprobs():
     assert wrong is None and data["choices"][0]["logprobs"] is None
 
 
-def test_a_trickling_body_is_cut_at_the_deadline_and_retried(fake, key):
-    fake.always, fake.trickle_s = "trickle", 0.05  # a ~330-byte body: about 16 s in full
+@pytest.mark.parametrize("fault", ["trickle", "trickle_headers"])
+def test_a_trickling_reply_is_cut_at_the_deadline_and_retried(fake, key, fault):
+    """Each byte arrives well within any per-read time-out, so only a deadline on the whole request ends it:
+    ``trickle`` sends the body a byte per 50 ms (a ~330-byte body: about 16 s in full), ``trickle_headers`` the
+    status line and headers (~90 bytes: about 4.5 s)."""
+    fake.always, fake.trickle_s = fault, 0.05
     b = backend(fake, timeout_s=0.5, max_retries=1)
     t0 = time.monotonic()
     with pytest.raises(ApiRequestError, match=r"failed after 2 attempt\(s\) \(APITimeoutError\)") as err:
@@ -293,3 +297,22 @@ def test_answer_cache_entries_survive_kill_9_whole_or_absent(tmp_path):
         i = int(path.stem, 16)
         assert store.get(path.stem) == str(i) * 20000
     assert store.get(f"{len(entries) + 5:064x}") is None
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan")])
+def test_request_deadline_refuses_a_budget_that_is_not_a_positive_finite_number(bad):
+    from confgrid.actors.http_deadline import request_deadline
+
+    with pytest.raises(ValueError, match=r"seconds=.*positive finite"):
+        with request_deadline(bad):
+            pass
+
+
+def test_a_thread_without_a_deadline_keeps_the_per_operation_time_outs(fake, key):
+    """The deadline belongs to the request that set it: after a cut request, the next one on the same client
+    answers in full."""
+    b = backend(fake, timeout_s=0.5, max_retries=0)
+    fake.faults = ["trickle_headers"]
+    with pytest.raises(ApiRequestError, match="APITimeoutError"):
+        b.generate(["q"], [""], 8)
+    assert b.generate(["q"], [""], 8)[0].text == fake_reply("q")
