@@ -116,8 +116,13 @@ def test_shard_keys_depend_on_the_server_not_on_how_it_is_reached():
 @pytest.fixture(scope="module")
 def ray_key(request):
     """The module's Ray, started with the key in the environment (Ray workers inherit the driver's environment
-    when Ray starts, as `confgrid run` starts it)."""
+    when Ray starts, as `confgrid run` starts it). A Ray left running by an earlier module started without the key,
+    so it is shut down first."""
+    import ray
+
     os.environ[KEY_ENV] = KEY
+    if ray.is_initialized():
+        ray.shutdown()
     yield request.getfixturevalue("ray_local")
     os.environ.pop(KEY_ENV, None)
 
