@@ -146,7 +146,6 @@ def test_killed_replica_then_resubmit_failed(ray_local, tmp_path):
     assert len(_manifest(out)["meta"]["invocations"]) == 3
 
 
-@pytest.mark.slow  # about 30 s (CI budget); resume after a stop is also in test_end_to_end.py
 def test_interrupted_run_then_resume(ray_local, tmp_path, capfd):
     """Ctrl-C in the middle of a call: the in-flight shards are recorded as interrupted (neither done nor
     failed), the pools are released, the MLflow parent run is KILLED, and Ray prints no "will be retried" for
