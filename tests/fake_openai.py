@@ -14,12 +14,24 @@ log-probs (``logprobs=False``), or to answer with one of the faults of
 ``fail_first`` requests with 429 itself.
 
 Both run in a daemon thread and stop with ``close()``; every loop is bounded.
+
+:class:`FakeServerProcess` runs the fake server as a process of its own
+(``python tests/fake_openai.py --port P``), as a user's server would be: it is
+configured and read over HTTP (``POST /_fake/config``, ``GET /_fake/requests``,
+``POST /_fake/clear``), faults are chosen per prompt (``fault_by_prompt``), and
+it is stopped, or killed mid-run, by its own pid.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import os
+import select
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -44,9 +56,10 @@ def fake_reply(user_text: str, sample: int = 0, seed: int | None = None) -> str:
     return f"Guess: {guess}\nProbability: {0.1 + 0.8 * h[1] / 255:.2f}"
 
 
-def _serve(handler: type, **attrs: Any) -> tuple[ThreadingHTTPServer, int, str]:
-    """An HTTP server on a free 127.0.0.1 port, serving in a daemon thread: (server, port, base_url)."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def _serve(handler: type, port: int = 0, **attrs: Any) -> tuple[ThreadingHTTPServer, int, str]:
+    """An HTTP server on 127.0.0.1 (``port``, or a free one if 0), serving in a daemon thread: (server, port,
+    base_url)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
     httpd.daemon_threads = True
     for k, v in attrs.items():
         setattr(httpd, k, v)
@@ -72,11 +85,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802
+        fake: FakeServer = self.server.fake
+        if self.path == "/_fake/requests":
+            with fake.lock:
+                self._send(200, {"requests": list(fake.requests)})
+            return
         self._send(200, {"status": "ok"})
 
     def do_POST(self) -> None:  # noqa: N802
         fake: FakeServer = self.server.fake
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        if self.path.startswith("/_fake/"):
+            self._control(fake, self.path, body)
+            return
         with fake.lock:
             fake.requests.append({"path": self.path, "body": body,
                                   "headers": {k.lower(): v for k, v in self.headers.items()}})
@@ -102,6 +123,30 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, fake.completion(body))
             return
         self._fault(fault, fake.completion(body), fake.trickle_s)
+
+    def _control(self, fake: "FakeServer", path: str, body: dict[str, Any]) -> None:
+        """The control endpoints of the process mode: ``/_fake/config`` sets attributes, ``/_fake/clear`` forgets
+        the requests seen."""
+        with fake.lock:
+            if path == "/_fake/clear":
+                fake.requests.clear()
+            elif path == "/_fake/config":
+                unknown = sorted(set(body) - set(CONFIG_FIELDS))
+                if unknown:
+                    self._send(400, {"error": f"unknown config field(s) {unknown}; allowed: {CONFIG_FIELDS}"})
+                    return
+                for k, v in body.items():
+                    if k == "fault_by_prompt":
+                        table = dict(v or {})
+                        fake.fault_for = (lambda b, t=table: t.get(_user_text(b))) if table else None
+                    elif k == "fail":
+                        fake.fail = [(int(st), dict(h)) for st, h in v]
+                    else:
+                        setattr(fake, k, v)
+            else:
+                self._send(404, {"error": f"no control endpoint {path}"})
+                return
+        self._send(200, {"ok": True})
 
     def _fault(self, fault: str, good: dict[str, Any], trickle_s: float) -> None:
         """Answer 200 with one of :data:`FAULTS` (every loop bounded by the body's length)."""
@@ -138,6 +183,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
+#: What ``POST /_fake/config`` may set on a :class:`FakeServerProcess` (``fault_by_prompt``: {user text: fault}).
+CONFIG_FIELDS = ("always", "faults", "fail", "fault_by_prompt", "trickle_s", "delay_s", "logprobs")
+
+
+def _user_text(body: dict[str, Any]) -> str:
+    return next((m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "user"), "")
+
+
 class FakeServer:
     """The fake server on ``127.0.0.1:<free port>``; ``base_url`` ends in ``/v1``.
 
@@ -161,7 +214,7 @@ class FakeServer:
         Seconds between two bytes of a ``trickle`` body.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.requests: list[dict[str, Any]] = []
         self.fail: list[tuple[int, dict[str, str]]] = []
         self.faults: list[str | int] = []
@@ -173,7 +226,7 @@ class FakeServer:
         self.active = 0
         self.max_active = 0  # most requests being answered at once
         self.lock = threading.Lock()
-        self._httpd, self.port, self.base_url = _serve(_Handler, fake=self)
+        self._httpd, self.port, self.base_url = _serve(_Handler, port=port, fake=self)
 
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """The chat completion answering ``body``."""
@@ -284,3 +337,84 @@ def fake_backend(fake: "FakeServer", waits: list | None = None, **kw: Any):
 
     cfg = ApiConfig(base_url=fake.base_url, api_key_env=KEY_ENV, **{"backoff_s": 0.01, "max_retries": 2, **kw})
     return OpenAIBackend("tiny-model", cfg, sleep=waits.append if waits is not None else (lambda s: None))
+
+
+class FakeServerProcess:
+    """:class:`FakeServer` in a process of its own, started by the test and stopped (or killed) by its pid.
+
+    Parameters
+    ----------
+    port : int
+        The port to bind on 127.0.0.1 (0: a free one; give the old port to restart a killed server in place).
+    ready_s : float
+        Seconds to wait for the process to print its address; it is killed and ``RuntimeError`` raised after.
+    """
+
+    def __init__(self, port: int = 0, ready_s: float = 30.0) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--port", str(port)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        ready, _, _ = select.select([self.proc.stdout], [], [], ready_s)
+        line = self.proc.stdout.readline().strip() if ready else ""
+        if not line.startswith("http://"):
+            self.kill()
+            raise RuntimeError(f"the fake server (pid {self.proc.pid}) did not start within {ready_s} s: {line!r}")
+        self.base_url = line
+        self.port = int(line.rsplit(":", 1)[1].split("/")[0])
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = self.base_url.rsplit("/v1", 1)[0] + path
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def configure(self, **fields: Any) -> None:
+        """Set fields of :data:`CONFIG_FIELDS` on the server (``fault_by_prompt={user text: fault}``)."""
+        self._call("/_fake/config", fields)
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every chat request received since the start or the last :meth:`clear` (``path``, ``body``, ``headers``)."""
+        return self._call("/_fake/requests")["requests"]
+
+    def clear(self) -> None:
+        self._call("/_fake/clear", {})
+
+    def kill(self) -> None:
+        """SIGKILL the server by its pid (a server that dies mid-run), and reap it."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM by pid, SIGKILL if it has not exited within 5 s."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def main() -> None:
+    """``python tests/fake_openai.py [--port P]``: serve until SIGTERM; the first line printed is the base URL."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    fake = FakeServer(port=args.port)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    print(fake.base_url, flush=True)
+    while not done.wait(0.5):  # bounded steps until SIGTERM
+        pass
+    fake.close()
+
+
+if __name__ == "__main__":
+    main()
