@@ -111,7 +111,7 @@ class ShardWork:
     Attributes
     ----------
     key : str
-        The shard's content key (flows/store.py); outputs come back under it.
+        The shard's content key (flows/store/run_store.py); outputs come back under it.
     requests : tuple
         :class:`GenerateRequest` or :class:`ScoreRequest` items, all of the
         call's kind.

@@ -9,7 +9,7 @@ the model's files. An API model (backend ``openai``) has neither: its text
 goes to the server as chat messages (actors/openai_backend.py).
 
 Resources are decided in one place, :func:`replica_resources`; the driver's
-pools (flows/pools.py) decide when replicas start and stop.
+pools (flows/execute/pools.py) decide when replicas start and stop.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] |
       cluster (the replica only waits on HTTP requests).
 
     Whether the replica fits anywhere is checked by the caller against the
-    nodes (``flows/pools.py``, ``check_capacity``), never here.
+    nodes (``flows/execute/pools.py``, ``check_capacity``), never here.
 
     Parameters
     ----------

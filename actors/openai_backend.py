@@ -22,7 +22,7 @@ template. What such a server offers, and what this backend asks of it
 
 What chat completions cannot give: prompt log-probs (so no forced scoring of
 a given answer) and hidden states; the grid check refuses both before any
-work starts (flows/spec_api.py).
+work starts (flows/spec/api.py).
 
 Requests run ``max_concurrency`` at a time on a thread pool. ``timeout_s``
 bounds one attempt from the moment it is sent to the last byte of its body.
@@ -171,7 +171,7 @@ class ApiRequestError(FieldsPickle, RuntimeError):
         self.fatal = fatal
         self.counts = counts
 
-    #: the driver shows the message as is, without the class name (flows/execute.py ``_error_text``)
+    #: the driver shows the message as is, without the class name (flows/execute/executor.py ``_error_text``)
     names_itself = True
 
 

@@ -49,39 +49,17 @@ from typing import Sequence
 
 import numpy as np
 
-# the count-weighted kernels (analysis/kernels.py), importable from here as before
-from .kernels import (  # noqa: F401
-    WEIGHTED_KERNELS,
-    SortedSignal,
-    _block_rows,
-    aurc_weighted,
-    auroc_weighted,
-    brier_weighted,
-    calibration_gap_weighted,
-    ece_equal_mass_weighted,
-    ece_weighted,
-    has_weighted_kernel,
-    kde_ece_weighted,
-    ks_ece_weighted,
-)
-from .resampling import (  # noqa: F401 - importable from here as before
+from .resampling import (
     DEFAULT_CHUNK_SIZE,
     chunk_indices,
-    counts_from_indices,
-    n_chunks,
     resample_indices,
-    setting_seed,
 )
 from .clusters import cluster_codes
 from .fused import evaluate_chunk, one_blas_thread, prepare
-from .metrics import UndefinedMetricWarning, validate_inputs
+from .metrics import validate_inputs
 from .registry import METRICS, get_metric
 
 __all__ = [
-    "setting_seed",
-    "chunk_indices",
-    "resample_indices",
-    "counts_from_indices",
     "bootstrap_chunk",
     "bootstrap_chunks",
     "BootstrapResult",
@@ -89,9 +67,6 @@ __all__ = [
     "interval",
     "n_undefined",
     "mean_over_settings",
-    "n_chunks",
-    "DEFAULT_CHUNK_SIZE",
-    "UndefinedMetricWarning",
 ]
 
 

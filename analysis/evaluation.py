@@ -1,7 +1,7 @@
 """The one evaluator: metrics, paired gaps, shifts and flips of every signal of a unit, on one resample stream.
 
 Pure (numpy and pandas; the resampling runs in analysis/bootstrap.py or,
-spread over a cluster, in flows/bootstrap_ray.py, with the same numbers).
+spread over a cluster, in flows/evaluate/bootstrap_ray.py, with the same numbers).
 ``confgrid run`` and ``confgrid analyze`` both build :class:`UnitPlan` objects
 (from the signal table of analysis/signals.py, or from the aligned arrays of
 an input file) and turn bootstrap results into tables with :func:`estimates`.
@@ -195,7 +195,7 @@ def token_shift_pairs(signals: Sequence[str], info: Mapping[str, Mapping[str, An
 
     Contexts and aggregations keep the order in which the signals list them; the first aggregation is the
     primary one. Returns every pair of contexts under the primary aggregation, then, per context, each other
-    aggregation against the primary one (the pairs of flows/evaluate.py ``shift_pairs``).
+    aggregation against the primary one (the pairs of flows/evaluate/run_evaluation.py ``shift_pairs``).
     """
     tok = {(info[s].get("context", ""), info[s].get("aggregation", "")): s for s in signals
            if info.get(s, {}).get("kind") == "token"}

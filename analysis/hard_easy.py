@@ -38,7 +38,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.stats
 
-from confgrid.analysis.bootstrap import DEFAULT_CHUNK_SIZE, chunk_indices, interval, n_chunks
+from confgrid.analysis.bootstrap import interval
+from confgrid.analysis.resampling import DEFAULT_CHUNK_SIZE, chunk_indices, n_chunks
 from confgrid.analysis.metrics import UndefinedMetricWarning, bin_indices
 
 __all__ = [

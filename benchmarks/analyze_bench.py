@@ -3,9 +3,10 @@
 Each measurement runs in its own Python process (``python analyze_bench.py --child ...``) so that its peak
 RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, imports included) is its own; the parent times the whole
 process (``time.perf_counter`` around ``subprocess.run``: interpreter start, imports, work). "before" is
-today's path measured in the same run: flows/analyze_input.py and flows/analyze.py of ``--before`` (default
-5a5d572, the commit before the column-wise reader) loaded from git in place of the current modules, every
-other module current.
+the path of commit ``--before`` (default 5a5d572, the commit before the column-wise reader) measured in the same
+run: that commit's whole source tree, exported from git into a temporary folder and imported from there
+(its package folders linked under one ``confgrid`` package, as its pyproject's package-dir maps them), with
+this environment's installed libraries.
 
     .venv/bin/python benchmarks/analyze_bench.py                        # 8,000,000 rows, before and after
     .venv/bin/python benchmarks/analyze_bench.py --rows 200000          # quick check
@@ -28,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,35 +65,48 @@ def make_data(rows: int, settings: int, out: Path, csv: bool) -> tuple[Path, Pat
     return pq_path, csv_path
 
 
-def _load_before(commit: str) -> None:
-    """Put the ``commit`` versions of flows/analyze_input.py and flows/analyze.py in place of the current ones."""
-    import confgrid.flows  # noqa: F401 - the package first
+def _before_tree(commit: str, where: Path) -> Path:
+    """Export ``commit``'s source tree into ``where`` and return a folder whose ``confgrid`` package is that tree
+    (each package folder of its pyproject's package-dir linked in place), for ``PYTHONPATH``."""
+    import re
+    import tarfile
+    import tomllib
 
-    for mod in ("analyze_input", "analyze"):
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:flows/{mod}.py"], check=True,
-                             capture_output=True, text=True).stdout
-        m = types.ModuleType(f"confgrid.flows.{mod}")
-        m.__file__ = f"<{commit}:flows/{mod}.py>"
-        sys.modules[m.__name__] = m
-        exec(compile(src, m.__file__, "exec"), m.__dict__)  # noqa: S102 - our own history
+    src, root = where / f"tree-{commit}", where / f"pkg-{commit}"
+    if not (root / "confgrid").is_dir():
+        src.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], check=True, capture_output=True).stdout
+        import io
+
+        tarfile.open(fileobj=io.BytesIO(archive)).extractall(src, filter="data")
+        dirs = tomllib.loads((src / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+        pkg = root / "confgrid"
+        pkg.mkdir(parents=True, exist_ok=True)
+        for f in (src / dirs["confgrid"]).glob("*.py"):
+            (pkg / f.name).symlink_to(f)
+        for name, folder in sorted(dirs.items()):
+            if re.fullmatch(r"confgrid\.\w+", name):  # a top-level subpackage; nested ones come with their folder
+                (pkg / name.split(".")[1]).symlink_to(src / folder)
+    return root
 
 
 def child(args: argparse.Namespace) -> None:
-    if args.impl == "before":
-        _load_before(args.before)
+    import importlib
+
     t0 = time.perf_counter()
     if args.child == "read":
-        if args.impl == "before":
-            from confgrid.flows.analyze_input import read_input
-
-            rows, _ = read_input(args.file)
+        if args.impl == "before":  # that commit's module, by its name then
+            rows, _ = importlib.import_module("confgrid.flows." + "analyze_input").read_input(args.file)
         else:
-            from confgrid.flows.analyze_input import read_rows
+            from confgrid.flows.analyze.input import read_rows
 
             rows = read_rows(args.file).frame
         n = len(rows)
     else:
-        from confgrid.cli.main import app
+        try:
+            app = importlib.import_module("confgrid.cli.main").app
+        except ModuleNotFoundError:  # the commit before the cli/ package
+            app = importlib.import_module("confgrid.flows." + "cli").app
 
         out = tempfile.mkdtemp(prefix="analyze_bench_")
         extra = [] if args.impl == "before" else (["--whole-file"] if args.whole_file else [])
@@ -109,10 +122,12 @@ def child(args: argparse.Namespace) -> None:
 
 
 def measure(what: str, impl: str, file: Path, args: argparse.Namespace, whole_file: bool = False) -> dict:
-    cmd = [sys.executable, __file__, "--child", what, "--impl", impl, "--file", str(file), "--before", args.before]
+    cmd = [sys.executable, __file__, "--child", what, "--impl", impl, "--file", str(file)]
     if whole_file:
         cmd.append("--whole-file")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false")
+    if impl == "before":  # that commit's tree first on the path (the editable install's finder comes after it)
+        env["PYTHONPATH"] = os.pathsep.join([str(_before_tree(args.before, args.dir)), env.get("PYTHONPATH", "")])
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - t0

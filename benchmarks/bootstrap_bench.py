@@ -16,7 +16,7 @@ Paths timed, on the same resample indices in the same process:
   on ``--naive-resamples`` resamples of ``--naive-settings`` settings and
   extrapolated linearly to the full size (the output says so);
 * Ray Data (hook): :func:`run_ray` calls
-  ``confgrid.flows.bootstrap_ray.bootstrap_settings_ray`` with 1 and 2
+  ``confgrid.flows.evaluate.bootstrap_ray.bootstrap_settings_ray`` with 1 and 2
   workers if that module exists; otherwise it is reported as skipped.
 
 Each path prints wall time (``perf_counter``), CPU time (``process_time``;
@@ -52,6 +52,7 @@ from typing import Callable
 import numpy as np
 
 from confgrid.analysis import bootstrap as BS
+from confgrid.analysis import resampling as RS
 from confgrid.analysis import metrics as M
 
 METRICS = ["ece", "auroc", "aurc"]
@@ -74,7 +75,7 @@ def make_settings(n_settings: int, n: int, n_signals: int, seed: int = 0) -> lis
             rows.append(c)
         out.append(dict(name=f"model{k // 4}/dataset{k % 4}", model=f"model{k // 4}", dataset=f"dataset{k % 4}",
                         confidence=np.vstack(rows), correct=y,
-                        seed=BS.setting_seed(f"model{k // 4}", f"dataset{k % 4}", 0)))
+                        seed=RS.setting_seed(f"model{k // 4}", f"dataset{k % 4}", 0)))
     return out
 
 
@@ -134,7 +135,7 @@ def run_naive(settings, n_resamples_total, n_naive, chunk_size):
     for s in settings:
         conf, y = s["confidence"], s["correct"]
         n = y.size
-        idx = BS.chunk_indices(n, n_resamples_total, s["seed"], 0, chunk_size)[:n_naive]
+        idx = RS.chunk_indices(n, n_resamples_total, s["seed"], 0, chunk_size)[:n_naive]
         res = np.empty((conf.shape[0], len(METRICS), idx.shape[0]))
         for r, rows in enumerate(idx):
             yy = y[rows]
@@ -155,7 +156,7 @@ def run_naive(settings, n_resamples_total, n_naive, chunk_size):
 def run_ray(runner: Callable, settings, n_resamples, chunk_size, n_bins, num_workers):
     """HOOK for the Ray Data path.
 
-    ``runner`` is ``confgrid.flows.bootstrap_ray.bootstrap_settings_ray``
+    ``runner`` is ``confgrid.flows.evaluate.bootstrap_ray.bootstrap_settings_ray``
     (flows engineer), called as ``runner(mapping, metrics, n_resamples,
     n_bins=, chunk_size=, num_workers=)`` with ``mapping`` = setting name ->
     ``(confidence (S, n), correct (n,), signal_names, seed)``; it returns
@@ -167,7 +168,7 @@ def run_ray(runner: Callable, settings, n_resamples, chunk_size, n_bins, num_wor
 
 def ray_runner():
     try:
-        from confgrid.flows.bootstrap_ray import bootstrap_settings_ray, ensure_ray
+        from confgrid.flows.evaluate.bootstrap_ray import bootstrap_settings_ray, ensure_ray
     except ImportError as exc:
         return None, f"skipped ({exc})"
     ensure_ray()  # start-up is not timed
@@ -184,7 +185,7 @@ def warm_workers(k: int) -> list[int]:
         import scipy.sparse  # noqa: F401
         import ray.data  # noqa: F401
         import confgrid.analysis.bootstrap  # noqa: F401
-        import confgrid.flows.bootstrap_ray  # noqa: F401
+        import confgrid.flows.evaluate.bootstrap_ray  # noqa: F401
 
         time.sleep(1.0)
         return os.getpid()
@@ -302,7 +303,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--signals", type=int, default=4, choices=[4, 6])
     ap.add_argument("--resamples", type=int, default=10_000)
-    ap.add_argument("--chunk-size", type=int, default=BS.DEFAULT_CHUNK_SIZE)
+    ap.add_argument("--chunk-size", type=int, default=RS.DEFAULT_CHUNK_SIZE)
     ap.add_argument("--naive-resamples", type=int, default=100, help="resamples per setting in the naive loop")
     ap.add_argument("--naive-settings", type=int, default=2, help="settings in the naive loop")
     ap.add_argument("--repeat", type=int, default=2,

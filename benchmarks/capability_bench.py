@@ -36,7 +36,7 @@ def main() -> None:
     import ray
 
     from confgrid.flows.runner import run_grid
-    from confgrid.flows.spec import parse_grid
+    from confgrid.flows.spec.grid import parse_grid
 
     raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     if args.limit:

@@ -67,9 +67,9 @@ def demo_plan(model_dir: str, limit: int | None):
     """The demo grid with its model replaced by the tiny Llama on vLLM: (spec, plan)."""
     import yaml
 
-    from confgrid.flows.plan import GridPlan
+    from confgrid.flows.plan.grid_plan import GridPlan
     from confgrid.flows.runner import _load_items
-    from confgrid.flows.spec import parse_grid
+    from confgrid.flows.spec.grid import parse_grid
 
     raw = yaml.safe_load((ROOT / "flows" / "grids" / "demo.yaml").read_text(encoding="utf-8"))
     raw["models"] = [{"name": "tiny", "model": model_dir, "backend": "vllm", "dtype": "float32",
@@ -111,7 +111,7 @@ def engine_kwargs(m) -> dict:
 
 def score_shards(plan, gen_calls, outputs) -> list:
     """The plan's score shards made from the generations (``outputs``: CallResult per generation call)."""
-    from confgrid.flows.assemble import shard_table
+    from confgrid.flows.tables.assemble import shard_table
 
     made = []
     for (_, shards), res in zip(gen_calls, outputs, strict=True):
@@ -125,8 +125,8 @@ def run_actor(spec, plan, repeats: int) -> dict:
     import ray
 
     from confgrid.actors.model_actor import start_replica
-    from confgrid.flows.execute import prompts_per_call
-    from confgrid.flows.pools import model_config
+    from confgrid.flows.execute.executor import prompts_per_call
+    from confgrid.flows.execute.pools import model_config
 
     m = spec.models[0]
     cap = prompts_per_call(m)

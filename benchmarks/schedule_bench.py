@@ -76,7 +76,7 @@ def timeline(out: Path) -> dict:
 
 def run_once(items: int, concurrent: int | None, root: Path) -> dict:
     from confgrid.flows.runner import run_grid
-    from confgrid.flows.spec import parse_grid
+    from confgrid.flows.spec.grid import parse_grid
 
     out = Path(tempfile.mkdtemp(prefix="sched-", dir=root))
     spec = parse_grid(grid(items, concurrent))

@@ -1,4 +1,4 @@
-"""``confgrid analyze``: the command over :func:`confgrid.flows.analyze.analyze` (options, messages, exit status).
+"""``confgrid analyze``: the command over :func:`confgrid.flows.analyze.analysis.analyze` (options, messages, exit status).
 
 Exit status: 0 done; 2 bad input or options (every bad row named, nothing written); 3 every file written but the
 MLflow record failed (``confgrid log OUT`` logs it later).
@@ -14,18 +14,11 @@ from pathlib import Path
 import pandas as pd
 import typer
 
-from confgrid.analysis.bootstrap import UndefinedMetricWarning
+from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.cli.console import setup_logging
-from confgrid.flows.analyze import (
-    DEFAULT_METRICS,
-    EXPERIMENT,
-    AnalyzeInputError,
-    AnalyzeWarning,
-    TrackingWarning,
-    analyze,
-    available_metrics,
-    slow_metrics,
-)
+from confgrid.flows.analyze.analysis import DEFAULT_METRICS, EXPERIMENT, TrackingWarning, analyze, available_metrics, slow_metrics
+from confgrid.flows.analyze.input import AnalyzeWarning
+from confgrid.flows.analyze.read import AnalyzeInputError
 
 __all__ = ["analyze_cmd"]
 
@@ -152,14 +145,14 @@ def analyze_cmd(
     elif threshold is not None:
         typer.echo(f"note: correctness thresholded at {threshold:g} (correct >= {threshold:g} is 1, else 0).")
     res = out / "results"
-    from confgrid.flows.outputs import closure_lines
+    from confgrid.flows.evaluate.outputs import closure_lines
 
     for line in closure_lines(tables.get("closure")):
         typer.echo(f"note: {line} (results/closure.csv)")
     typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'}, "
                f"{res / 'edges.csv'}, {res / 'closure.csv'} (+ .parquet)")
     if "ace_gaps" in tables:
-        from confgrid.flows.show_ace import print_ace
+        from confgrid.cli.show.ace import print_ace
         from rich.console import Console
 
         print_ace(res, Console(width=200))

@@ -49,7 +49,8 @@ def _cluster_call(fn, *args, **kwargs):
 
 
 def _load(grid_path: Path):
-    from confgrid.flows.spec import GridSpecError, load_grid
+    from confgrid.flows.spec.grid import load_grid
+    from confgrid.flows.spec.base import GridSpecError
 
     try:
         return load_grid(grid_path)
@@ -75,11 +76,11 @@ def _write_report(out: Path, log_mlflow: bool = True, opts=None) -> bool:
 
 def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, grid_text: str | None,
              only_failed: bool = False, resume: bool = False) -> None:
-    from confgrid.flows.pools import CapacityError
-    from confgrid.flows.ray_session import RayConnectError
+    from confgrid.flows.execute.pools import CapacityError
+    from confgrid.flows.execute.ray_session import RayConnectError
     from confgrid.flows.runner import DatasetError, ShardFailures, run_grid
-    from confgrid.flows.show import print_results
-    from confgrid.flows.spec import GridSpecError
+    from confgrid.cli.show.tables import print_results
+    from confgrid.flows.spec.base import GridSpecError
 
     _check_tracking_uri(tracking_uri)
     try:
@@ -177,7 +178,7 @@ def resubmit(
         typer.echo("resubmit needs --failed (to run everything not done, use `confgrid resume`)", err=True)
         raise typer.Exit(2)
     _run_dir(out_dir)
-    from confgrid.flows.store import RunStore
+    from confgrid.flows.store.run_store import RunStore
 
     n = len(RunStore(out_dir).failed())
     typer.echo(f"{n} failed shard(s) recorded in {out_dir / 'manifest.json'}")
@@ -213,7 +214,7 @@ def status(
     from rich.console import Console
     from rich.table import Table
 
-    from confgrid.flows.store import ManifestDamaged, read_manifest
+    from confgrid.flows.store.run_store import ManifestDamaged, read_manifest
 
     try:
         data = read_manifest(out_dir / "manifest.json")
@@ -222,7 +223,7 @@ def status(
         raise typer.Exit(1)
     import socket
 
-    from confgrid.flows.run_status import run_status
+    from confgrid.flows.store.run_status import run_status
 
     st = run_status(data, socket.gethostname())
     if as_json:
@@ -284,9 +285,9 @@ def log_cmd(
 
     For a run whose tracking failed (exit status 3), or to copy a run into another store.
     """
-    from confgrid.flows.analyze import RECORD_FILE, log_analysis
+    from confgrid.flows.analyze.analysis import RECORD_FILE, log_analysis
     from confgrid.flows.runner import log_run
-    from confgrid.flows.spec import GridSpecError
+    from confgrid.flows.spec.base import GridSpecError
     from confgrid.flows.tracking import TrackingError
 
     setup_logging(verbose)
@@ -313,7 +314,7 @@ def log_cmd(
 @app.command()
 def show(out_dir: Path = typer.Argument(..., help="Output directory of a finished run.")) -> None:
     """Print the result tables of a finished run."""
-    from confgrid.flows.show import print_results
+    from confgrid.cli.show.tables import print_results
 
     if not (out_dir / "results" / "metrics.parquet").is_file():
         typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
@@ -402,7 +403,7 @@ def lifeeval_cmd(
     """Write the LifeEval item set (study 002, 4.5) of a year with each item's best guess and MAS; no model is run."""
     import pandas as pd
 
-    from confgrid.flows.store import write_frame_atomic
+    from confgrid.flows.store.run_store import write_frame_atomic
     from confgrid.protocols.lifeeval import WINDOWS, item_rows
 
     if window not in WINDOWS:

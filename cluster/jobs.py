@@ -74,7 +74,7 @@ def submit_grid(
     GridSpecError
         If the grid is invalid.
     """
-    from confgrid.flows.spec import load_grid
+    from confgrid.flows.spec.grid import load_grid
 
     spec = load_grid(grid)
     root = project_root()

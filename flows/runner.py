@@ -3,12 +3,12 @@
 The steps, each in its own file:
 
 =================  =====================================================================
-flows/plan.py      the pure plan: spec + items -> named, typed shard requests, stage by stage
-flows/execute.py   the executor: model pools on Ray, model-major scheduling, retries, restarts
-flows/pools.py     replica pools, their life cycle, the cluster capacity check
-flows/assemble.py  rows from model outputs; the per-unit tables the metrics read
-flows/evaluate.py  the metric and paired-bootstrap loop
-flows/outputs.py   result files, study tables, checklist, report, MLflow results
+flows/plan/grid_plan.py      the pure plan: spec + items -> named, typed shard requests, stage by stage
+flows/execute/executor.py   the executor: model pools on Ray, model-major scheduling, retries, restarts
+flows/execute/pools.py     replica pools, their life cycle, the cluster capacity check
+flows/tables/assemble.py  rows from model outputs; the per-unit tables the metrics read
+flows/evaluate/run_evaluation.py  the metric and paired-bootstrap loop
+flows/evaluate/outputs.py   result files, study tables, checklist, report, MLflow results
 =================  =====================================================================
 
 A shard already in the store is reused (running the same grid twice makes no
@@ -38,23 +38,24 @@ import pyarrow as pa
 import yaml
 
 from confgrid.errors import FieldsPickle
-from confgrid.flows.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
-from confgrid.flows.capability import capability_mlflow_metrics
-from confgrid.flows.assemble import assemble, empty_schema, shard_table
+from confgrid.flows.evaluate.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
+from confgrid.flows.evaluate.capability import capability_mlflow_metrics
+from confgrid.flows.tables.assemble import assemble, empty_schema, shard_table
 from confgrid.analysis.signals import to_arrow as signals_arrow
-from confgrid.flows.evaluate import Evaluation, cluster_problems, evaluate, methods_view
-from confgrid.flows.execute import Executor
-from confgrid.flows.methods import method_tables
-from confgrid.flows.outputs import grid_params, log_results, write_outputs
-from confgrid.flows.plan import GridPlan, check_items
-from confgrid.flows.ray_session import init_ray
-from confgrid.flows.runlog import run_log, trace
-from confgrid.flows.spec import BUNDLED, DatasetSpec, GridSpec, GridSpecError
-from confgrid.flows.store import RunStore, shard_key, write_text_atomic
+from confgrid.flows.evaluate.run_evaluation import Evaluation, cluster_problems, evaluate, methods_view
+from confgrid.flows.execute.executor import Executor
+from confgrid.flows.evaluate.methods import method_tables
+from confgrid.flows.evaluate.outputs import grid_params, log_results, write_outputs
+from confgrid.flows.plan.grid_plan import GridPlan, check_items
+from confgrid.flows.execute.ray_session import init_ray
+from confgrid.flows.store.runlog import run_log, trace
+from confgrid.flows.spec.grid import BUNDLED, DatasetSpec, GridSpec
+from confgrid.flows.spec.base import GridSpecError
+from confgrid.flows.store.run_store import RunStore, shard_key, write_text_atomic
 from confgrid.flows.tracking import Logged, Tracker, TrackingError, TrackingFailure, choose_tracking_uri
 from confgrid.protocols.items import Item, items_to_table
 
-__all__ = ["RunSummary", "ShardFailures", "DatasetError", "run_grid", "log_run", "init_ray"]
+__all__ = ["RunSummary", "ShardFailures", "DatasetError", "run_grid", "log_run"]
 
 log = logging.getLogger("confgrid")
 
@@ -238,7 +239,7 @@ def _comparison(spec: GridSpec, plan: GridPlan, done, submitted, ev: Evaluation,
 
 def _calibration(spec: GridSpec, units, ev: Evaluation, mt, store: RunStore) -> None:
     """results/calibration, refusals and runs (studies 002 and 003); a view of the data, never fatal."""
-    from confgrid.flows.calibration_tables import calibration_tables, write_calibration_tables
+    from confgrid.flows.evaluate.calibration_tables import calibration_tables, write_calibration_tables
 
     try:
         write_calibration_tables(calibration_tables(spec, units, ev.analyzed(), mt.signals), store.root / "results")
@@ -248,7 +249,7 @@ def _calibration(spec: GridSpec, units, ev: Evaluation, mt, store: RunStore) -> 
 
 def _capability(spec: GridSpec, plan: GridPlan, mt, store: RunStore):
     """results/capability_* (study 004); a view of the data, never fatal. Returns the tables (or None)."""
-    from confgrid.flows.capability import capability_tables, write_capability_tables
+    from confgrid.flows.evaluate.capability import capability_tables, write_capability_tables
 
     if not spec.capability.enabled:
         return None
@@ -297,7 +298,7 @@ def run_grid(
     Parameters
     ----------
     spec : GridSpec
-        A validated grid (flows/spec.py); validation has already happened, so
+        A validated grid (flows/spec/grid.py); validation has already happened, so
         nothing here fails on a bad field before a model is loaded.
     out_dir : path
         Output directory; created if missing. Reusing a directory reuses
@@ -326,10 +327,10 @@ def run_grid(
         Before any model is loaded, if a dataset cannot be read.
     CapacityError
         Before any model is loaded, if a model's replica fits on no node of
-        the cluster (flows/pools.py).
+        the cluster (flows/execute/pools.py).
     GridSpecError
         Before any model is loaded, if the loaded items make the grid
-        impossible (flows/plan.py ``check_items``).
+        impossible (flows/plan/grid_plan.py ``check_items``).
     ShardFailures
         After every other shard ran, if any shard failed (its error is in the
         manifest, the full traceback in ``OUT/confgrid.log``); ``.summary``
@@ -447,7 +448,7 @@ def log_run(out_dir: str | Path, tracking_uri: str | None = None) -> Logged:
 
     A new parent run with the grid's params, the run's counters and the result files, tables, grid and
     manifest as artifacts, and a child run per (model, dataset) setting with its metrics
-    (:func:`confgrid.flows.outputs.log_results`, read back from ``results/*.parquet``). For a run whose
+    (:func:`confgrid.flows.evaluate.outputs.log_results`, read back from ``results/*.parquet``). For a run whose
     tracking failed, or to copy a run into another store.
 
     Parameters
@@ -470,7 +471,7 @@ def log_run(out_dir: str | Path, tracking_uri: str | None = None) -> Logged:
     TrackingError
         The store failed (the parent run is then marked FAILED if it was made).
     """
-    from confgrid.flows.spec import load_grid
+    from confgrid.flows.spec.grid import load_grid
 
     root = Path(out_dir)
     res = root / "results"

@@ -32,7 +32,7 @@ __all__ = [
 
 
 #: Refusal policies (study 003 section 3.2): ``drop`` leaves unparsed rows out (counted), ``chance`` scores them
-#: as a seeded random letter with confidence 1/k (flows/signals.py ``answer_rows``).
+#: as a seeded random letter with confidence 1/k (flows/tables/signals.py ``answer_rows``).
 REFUSAL_POLICIES = ("drop", "chance")
 
 

@@ -33,36 +33,19 @@ from typing import Any
 
 import numpy as np
 
+from confgrid.protocols import adapters_mc, adapters_qa  # noqa: F401 - registers their adapters on import
 from confgrid.protocols.adapter_params import ADAPTER_PARAMS, check_params
-from confgrid.protocols.adapters_mc import agieval_lsat_ar, agieval_sat_en, boolq, mmlu, mmlu_pro
-from confgrid.protocols.adapters_qa import custom, gsm8k, halueval_qa, simpleqa, triviaqa, truthfulqa
 from confgrid.protocols.correctness import GIVEN_ANSWER_KEY
-from confgrid.protocols.dataset_io import ADAPTERS, Adapter, bundled_path, get_adapter, register_adapter
+from confgrid.protocols.dataset_io import bundled_path, get_adapter, register_adapter
 from confgrid.protocols.items import Item
 from confgrid.protocols.lifeeval import bundled_table_dir
 from confgrid.protocols.lifeeval_items import LifeEvalParams, lifeeval_adapter
 
 __all__ = [
-    "ADAPTERS",
-    "ADAPTER_PARAMS",
     "check_adapter_params",
     "BUNDLED",
     "LIMIT_STRATA",
-    "Adapter",
-    "agieval_lsat_ar",
-    "agieval_sat_en",
-    "boolq",
-    "custom",
-    "get_adapter",
-    "gsm8k",
-    "halueval_qa",
     "load_items",
-    "mmlu",
-    "mmlu_pro",
-    "register_adapter",
-    "simpleqa",
-    "triviaqa",
-    "truthfulqa",
 ]
 
 #: Bundled samples shipped with the package (provenance, licenses and the

@@ -1,4 +1,4 @@
-"""Study 004's figures from its results tables (flows/capability.py; drawn only when the run wrote them).
+"""Study 004's figures from its results tables (flows/evaluate/capability.py; drawn only when the run wrote them).
 
 * ``capability_divergence``: the capability target among items whose response target is 0 and 1 (Figure 2).
 * ``capability_pass_at_k``: predicted against actual pass@k per estimator (Figure 11).

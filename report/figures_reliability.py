@@ -18,7 +18,7 @@ from confgrid.analysis.figure_data import (
     select_group,
     smooth_curve,
 )
-from confgrid.flows.outputs import fmt_interval
+from confgrid.flows.evaluate.outputs import fmt_interval
 
 from .registry import Drawn, FigureOptions, grid_shape, new_figure, register_figure
 from .run_tables import RunTables

@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 from confgrid.analysis.figure_data import select_group
 from confgrid.analysis.tables import format_table
-from confgrid.flows.outputs import closure_lines, fmt_interval, result_matrix
-from confgrid.flows.store import write_text_atomic
+from confgrid.flows.evaluate.outputs import closure_lines, fmt_interval, result_matrix
+from confgrid.flows.store.run_store import write_text_atomic
 
 from confgrid import __version__
 
@@ -199,7 +199,7 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
 
 def _log_mlflow(root: Path, tables: RunTables, paths: list[Path]) -> str | None:
     """Log ``paths`` into the run's MLflow parent run; a message when that is not possible, else None."""
-    from confgrid.flows.store import read_manifest
+    from confgrid.flows.store.run_store import read_manifest
     from confgrid.flows.tracking import Tracker, default_tracking_uri, sqlite_path
 
     try:

@@ -214,7 +214,7 @@ def write_figures(tables: RunTables, out_dir: str | Path, opts: FigureOptions | 
     FigureSet
         Written files in registry order, and the families that failed (drawing or writing).
     """
-    from confgrid.flows.store import atomic_write, write_frame_atomic
+    from confgrid.flows.store.run_store import atomic_write, write_frame_atomic
 
     opts = opts or FigureOptions()
     out = Path(out_dir)

@@ -1,12 +1,12 @@
 """The per-row reader of ``confgrid analyze`` as it was before the column-wise one (commit 5a5d572), kept verbatim.
 
 Not product code: the reference that tests/test_analyze_scale.py compares
-flows/analyze_input.py against (same accepted rows, same problems), and the
+flows/analyze/input.py against (same accepted rows, same problems), and the
 "before" of benchmarks/analyze_bench.py. Its original docstring follows.
 
 Reading and checking the input of ``confgrid analyze``: CSV, JSON Lines or Parquet, every bad row by its place.
 
-Split from flows/analyze.py (the analysis itself). The roles of the input
+Split from flows/analyze/analysis.py (the analysis itself). The roles of the input
 columns are :data:`ROLES` (``setting``, ``item_id``, ``signal``,
 ``confidence``, ``correct``) and :data:`OPTIONAL_ROLES` (``model``: read when
 the file has the column, to compare models). Bad input raises

@@ -52,7 +52,7 @@ def signals_table(seed: int = 0) -> pd.DataFrame:
 def _results(signals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     from confgrid.analysis.bootstrap import paired_bootstrap
     from confgrid.analysis.evaluation import estimates, plan_units
-    from confgrid.flows.evaluate import RUN_COMPARISONS
+    from confgrid.flows.evaluate.run_evaluation import RUN_COMPARISONS
 
     plans = plan_units(signals[signals["rule"] == "containment"], RUN_COMPARISONS, base_seed=0)
     res = [paired_bootstrap(u.confidence, u.target, ["ece", "auroc"], n_resamples=50, seed=u.seed,
@@ -111,7 +111,7 @@ def checklist_entries() -> list[dict]:
 
 def write_run(root: Path, with_studies: bool = True) -> Path:
     """Write the run directory (results/, tables/signals.parquet, primary.json, grid.yaml); returns ``root``."""
-    from confgrid.flows.report import write_checklist
+    from confgrid.flows.evaluate.study_tables import write_checklist
 
     res, tab = root / "results", root / "tables"
     res.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from confgrid.analysis.metrics import brier, ece
-from confgrid.flows.analyze import AnalyzeInputError, analyze
+from confgrid.flows.analyze.analysis import analyze
+from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.cli.main import app
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from confgrid.analysis.ace import ace_tables
 from confgrid.analysis.ace import bootstrap as AB
+from confgrid.analysis.ace import weighted as ACW
 from confgrid.analysis.ace import candidates as CA
 from confgrid.analysis.ace import frame as F
 from confgrid.analysis.ace import views as V
@@ -34,7 +35,7 @@ def _resampled_ca(ca: CA.CACell, rep: np.ndarray) -> CA.CACell:
                      ca.signal_a[take], ca.signal_b[take], ca.own_a[take], ca.own_b[take], rep.size)
 
 
-def loop_bootstrap(cell, point, opts, ca, sp, n_resamples, seed, metrics=V.METRICS):
+def loop_bootstrap(cell, point, opts, ca, sp, n_resamples, seed, metrics=ACW.METRICS):
     """Brute force: rebuild every resample's rows and call the point-estimate functions on them."""
     W = AB.cell_counts(cell.n, n_resamples, seed)
     gaps, pref = {}, {d.rater: np.empty(n_resamples) for d in sp}

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from confgrid.analysis.ace import ACEInputError, ace_tables
 from confgrid.analysis.ace import candidates as CA
+from confgrid.analysis.ace import weighted as W
 from confgrid.analysis.ace import frame as F
-from confgrid.analysis.ace import views as V
 
 
 @pytest.fixture(scope="module")
@@ -149,4 +149,4 @@ def test_graded_candidate_labels():
     # rater B: 0.6 on all 17 pairs, labels 0.75 (9) and 0.25 (8): ECE = |0.6 - (9 * 0.75 + 8 * 0.25) / 17|
     assert v["ece"].value_b == pytest.approx(abs(0.6 - (9 * 0.75 + 8 * 0.25) / 17), abs=1e-12)
     assert v["brier"].value_b == pytest.approx((9 * 0.15 ** 2 + 8 * 0.35 ** 2) / 17, abs=1e-12)
-    assert v["ece"].value_a == V.weighted_ece(ca.signal_a, ca.label)
+    assert v["ece"].value_a == W.weighted_ece(ca.signal_a, ca.label)

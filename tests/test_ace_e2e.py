@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from confgrid.flows.spec import load_grid, parse_grid
+from confgrid.flows.spec.grid import load_grid, parse_grid
 
 ray = pytest.importorskip("ray")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ace.yaml"
@@ -83,7 +83,7 @@ def test_second_run_makes_no_model_call_and_show_prints_the_tables(ace_run):
     from rich.console import Console
 
     from confgrid.flows.runner import run_grid
-    from confgrid.flows.show import print_results
+    from confgrid.cli.show.tables import print_results
 
     spec, out, first = ace_run
     before = pd.read_parquet(out / "results" / "ace_gaps.parquet")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from confgrid.flows.plan import GridPlan, ShardRequest
-from confgrid.flows.spec import GridSpecError, parse_grid
+from confgrid.flows.plan.grid_plan import GridPlan, ShardRequest
+from confgrid.flows.spec.grid import parse_grid
+from confgrid.flows.spec.base import GridSpecError
 from confgrid.protocols.correctness import normalize
 from confgrid.protocols.datasets import BUNDLED, load_items
 
@@ -94,7 +95,7 @@ def test_a_failed_answer_shard_blocks_candidate_ratings_with_a_reason(caplog):
 def test_a_thinking_and_a_non_thinking_entry_of_one_checkpoint_form_a_mode_pair():
     """Study 001's mode comparison: two entries of the same model, chat_template_kwargs telling them apart,
     are two models with their own shards (their identities differ), declared as a pair labelled mode."""
-    from confgrid.flows.plan import model_identity
+    from confgrid.flows.plan.grid_plan import model_identity
 
     spec = parse_grid(_grid(
         models=[{"name": "think", "model": "confgrid-fixture", "chat_template_kwargs": {"enable_thinking": True}},

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from confgrid.analysis.ace import reversals as R
-from confgrid.analysis.bootstrap import interval, resample_indices, setting_seed
+from confgrid.analysis.bootstrap import interval
+from confgrid.analysis.resampling import resample_indices, setting_seed
 from scipy import stats
 
 

@@ -11,7 +11,9 @@ import ace_example as EX
 import numpy as np
 import pandas as pd
 import pytest
-from confgrid.analysis import bootstrap as BS
+from confgrid.analysis.ace import weighted as W
+from confgrid.analysis.ace import da as DA
+from confgrid.analysis import kernels as KN
 from confgrid.analysis.ace import ACEInputError, ACEWarning, ace_tables
 from confgrid.analysis.ace import frame as F
 from confgrid.analysis.ace import views as V
@@ -42,8 +44,8 @@ def test_constant_confidence(q, k):
     z = np.r_[np.ones(k), np.zeros(10 - k)]
     a = k / 10
     c = np.full(10, q)
-    assert V.weighted_ece(c, z) == pytest.approx(abs(a - q), abs=1e-12)
-    assert V.weighted_brier(c, z) == pytest.approx(q * q + a * (1 - 2 * q), abs=1e-12)
+    assert W.weighted_ece(c, z) == pytest.approx(abs(a - q), abs=1e-12)
+    assert W.weighted_brier(c, z) == pytest.approx(q * q + a * (1 - 2 * q), abs=1e-12)
 
 
 def _conditional(n_right: int, n_wrong: int, right=(0.62, 0.92), wrong=(0.68, 0.98)):
@@ -59,7 +61,7 @@ def test_brier_is_linear_in_accuracy_under_shared_conditionals():
     for n_right, n_wrong in [(16, 4), (10, 10), (4, 16), (20, 0)]:
         c, z = _conditional(n_right, n_wrong)
         a = n_right / (n_right + n_wrong)
-        assert V.weighted_brier(c, z) == pytest.approx(L0 + a * (L1 - L0), abs=1e-12)
+        assert W.weighted_brier(c, z) == pytest.approx(L0 + a * (L1 - L0), abs=1e-12)
 
 
 def test_ece_gap_under_common_overconfidence():
@@ -71,7 +73,7 @@ def test_ece_gap_under_common_overconfidence():
         b = bin_indices(c)
         for k in np.unique(b):
             assert c[b == k].mean() > z[b == k].mean()
-    gap = V.weighted_ece(ca, za) - V.weighted_ece(cb, zb)
+    gap = W.weighted_ece(ca, za) - W.weighted_ece(cb, zb)
     assert gap == pytest.approx((0.25 - 0.5) * (1 - 0.77 + 0.83), abs=1e-12)  # = -0.265
 
 
@@ -81,9 +83,9 @@ def test_da_with_equal_accuracy_gives_weights_one_and_the_raw_metric():
     zb = rng.permutation(za)
     cell = cell_of(rng.random(12), za, rng.random(12), zb)
     pv = V.cell_views(cell)
-    d = V.da_weights(za, V.outcome_distribution(zb, pv.strata), pv.strata)
+    d = DA.da_weights(za, DA.outcome_distribution(zb, pv.strata), pv.strata)
     assert np.array_equal(d.weights, np.ones(12)) and d.ess == 12.0
-    for m in V.METRICS:
+    for m in W.METRICS:
         raw = pv.get("raw", m)
         for view in V.DA_VIEWS:
             v = pv.get(view, m)
@@ -95,7 +97,7 @@ def test_ia_on_identical_correctness_keeps_everything():
     z = (rng.random(30) < 0.6).astype(float)
     cell = cell_of(rng.random(30), z, rng.random(30), z)
     pv = V.cell_views(cell)
-    for m in V.METRICS:
+    for m in W.METRICS:
         ia, raw = pv.get("ia", m), pv.get("raw", m)
         assert ia.retention == 1.0 and ia.n_a == 30
         assert (ia.value_a, ia.value_b) == (raw.value_a, raw.value_b)
@@ -163,16 +165,16 @@ def test_weights_one_reproduce_the_existing_metrics():
     rng = np.random.default_rng(5)
     c = np.round(rng.random(200), 2)  # many ties and values on bin edges
     z = (rng.random(200) < c).astype(float)
-    assert V.weighted_ece(c, z, np.ones(200)) == pytest.approx(ece(c, z), rel=1e-13, abs=1e-15)
-    assert V.weighted_brier(c, z, np.ones(200)) == pytest.approx(brier(c, z), rel=1e-13, abs=1e-15)
+    assert W.weighted_ece(c, z, np.ones(200)) == pytest.approx(ece(c, z), rel=1e-13, abs=1e-15)
+    assert W.weighted_brier(c, z, np.ones(200)) == pytest.approx(brier(c, z), rel=1e-13, abs=1e-15)
     g = rng.random(200)  # graded correctness
-    assert V.weighted_ece(c, g) == pytest.approx(ece(c, g), rel=1e-13, abs=1e-15)
+    assert W.weighted_ece(c, g) == pytest.approx(ece(c, g), rel=1e-13, abs=1e-15)
     w = rng.random(200) * 3  # real DA-style weights, some near 0
     w[:5] = 0.0
-    assert V.weighted_ece(c, z, w) == pytest.approx(_reference_weighted_ece(c, z, w), rel=1e-12, abs=1e-15)
-    assert V.weighted_brier(c, z, w) == pytest.approx(float(np.sum(w * (c - z) ** 2) / w.sum()), rel=1e-12)
+    assert W.weighted_ece(c, z, w) == pytest.approx(_reference_weighted_ece(c, z, w), rel=1e-12, abs=1e-15)
+    assert W.weighted_brier(c, z, w) == pytest.approx(float(np.sum(w * (c - z) ** 2) / w.sum()), rel=1e-12)
     with pytest.raises(ValueError, match="finite"):
-        V.weighted_ece(c, z, np.r_[np.nan, w[1:]])
+        W.weighted_ece(c, z, np.r_[np.nan, w[1:]])
 
 
 def test_integer_weights_equal_duplicated_rows_and_the_repo_kernel():
@@ -181,38 +183,38 @@ def test_integer_weights_equal_duplicated_rows_and_the_repo_kernel():
     z = (rng.random(40) < 0.5).astype(float)
     w = rng.integers(0, 4, 40).astype(float)
     rep = np.repeat(np.arange(40), w.astype(int))
-    assert V.weighted_ece(c, z, w) == pytest.approx(ece(c[rep], z[rep]), abs=1e-12)
-    assert V.weighted_brier(c, z, w) == pytest.approx(brier(c[rep], z[rep]), abs=1e-12)
-    assert V.weighted_ece(c, z, w) == pytest.approx(BS.ece_weighted(c, z, w[None, :])[0], abs=1e-12)
+    assert W.weighted_ece(c, z, w) == pytest.approx(ece(c[rep], z[rep]), abs=1e-12)
+    assert W.weighted_brier(c, z, w) == pytest.approx(brier(c[rep], z[rep]), abs=1e-12)
+    assert W.weighted_ece(c, z, w) == pytest.approx(KN.ece_weighted(c, z, w[None, :])[0], abs=1e-12)
 
 
 def test_bin_edges_and_extreme_confidences():
     c, z = [0.0, 0.1, 1.0, 0.3], [0, 1, 1, 0]
     # bins 0, 1, 9, 3 hold one row each: (0 + 0.9 + 0 + 0.3) / 4; weights (1, 2, 1, 1): (0 + 1.8 + 0 + 0.3) / 5
-    assert V.weighted_ece(c, z) == pytest.approx(0.3, abs=1e-12)
-    assert V.weighted_ece(c, z, [1, 2, 1, 1]) == pytest.approx(0.42, abs=1e-12)
+    assert W.weighted_ece(c, z) == pytest.approx(0.3, abs=1e-12)
+    assert W.weighted_ece(c, z, [1, 2, 1, 1]) == pytest.approx(0.42, abs=1e-12)
     # 0.3 and 0.7 - 0.4 (= 0.29999999999999993) fall in different bins, as in metrics.ece
-    assert V.weighted_ece([0.3, 0.7 - 0.4], [1, 0]) == ece([0.3, 0.7 - 0.4], [1, 0])
+    assert W.weighted_ece([0.3, 0.7 - 0.4], [1, 0]) == ece([0.3, 0.7 - 0.4], [1, 0])
     # the bin [0.9, 1.0] holds 0.9 and 1.0 together: |1 - 1.9| / 2
-    assert V.weighted_ece([0.9, 1.0], [1, 0]) == pytest.approx(0.45, abs=1e-12)
+    assert W.weighted_ece([0.9, 1.0], [1, 0]) == pytest.approx(0.45, abs=1e-12)
 
 
 def test_kish_ess_by_hand():
-    assert V.kish_ess([1, 1, 1, 1]) == 4.0
-    assert V.kish_ess([3, 1]) == pytest.approx(16 / 10)  # (3+1)^2 / (9+1)
-    assert V.kish_ess([2, 0, 0]) == 1.0
-    assert np.isnan(V.kish_ess([])) and np.isnan(V.kish_ess([0.0, 0.0]))
+    assert W.kish_ess([1, 1, 1, 1]) == 4.0
+    assert W.kish_ess([3, 1]) == pytest.approx(16 / 10)  # (3+1)^2 / (9+1)
+    assert W.kish_ess([2, 0, 0]) == 1.0
+    assert np.isnan(W.kish_ess([])) and np.isnan(W.kish_ess([0.0, 0.0]))
 
 
 def test_empty_and_zero_weight_inputs_are_nan_with_a_warning():
     with pytest.warns(UndefinedMetricWarning):
-        assert np.isnan(V.weighted_ece([], []))
+        assert np.isnan(W.weighted_ece([], []))
     with pytest.warns(UndefinedMetricWarning):
-        assert np.isnan(V.weighted_brier([0.5, 0.5], [1, 0], [0.0, 0.0]))
+        assert np.isnan(W.weighted_brier([0.5, 0.5], [1, 0], [0.0, 0.0]))
     with pytest.raises(ValueError, match="weights"):
-        V.weighted_ece([0.5], [1], [-1.0])
+        W.weighted_ece([0.5], [1], [-1.0])
     with pytest.raises(ValueError, match="metric"):
-        V.metric_value("auroc", [0.5], [1])
+        W.metric_value("auroc", [0.5], [1])
 
 
 # ---------------------------------------------------------------------------
@@ -243,22 +245,22 @@ def test_both_perfect_models_are_supported():
 def test_low_ess_warns():
     z = np.r_[np.ones(19), 0.0]  # a = 0.95 -> 0.5: w = 0.5/0.95 (right), 10 (wrong); ESS = 400 / (19 w^2 + 100)
     with pytest.warns(ACEWarning, match="ESS/N"):
-        d = V.da_weights(z, [0.5, 0.5], V.Strata((0.0, 1.0)))
+        d = DA.da_weights(z, [0.5, 0.5], DA.Strata((0.0, 1.0)))
     assert d.ess == pytest.approx(400 / (19 * (0.5 / 0.95) ** 2 + 100), rel=1e-12)
-    assert d.ess_frac < V.ESS_WARNING
+    assert d.ess_frac < DA.ESS_WARNING
 
 
 def test_graded_strata_and_weights_by_hand():
     za = [1, 1, 0.5, 0.5, 0.5, 0]  # p_A over levels (0, 0.5, 1) = (1, 3, 2) / 6
     zb = [1, 0.5, 0, 0, 0, 0.5]  # p_B = (3, 2, 1) / 6
-    s = V.outcome_strata(za, zb)
+    s = DA.outcome_strata(za, zb)
     assert s.levels == (0.0, 0.5, 1.0)
-    d = V.da_weights(za, V.outcome_distribution(zb, s), s)
+    d = DA.da_weights(za, DA.outcome_distribution(zb, s), s)
     # w = q/p: level 1 -> (1/6)/(2/6) = 0.5, level 0.5 -> (2/6)/(3/6) = 2/3, level 0 -> 3
     np.testing.assert_allclose(d.weights, [0.5, 0.5, 2 / 3, 2 / 3, 2 / 3, 3.0], rtol=1e-12)
     assert np.sum(d.weights * np.asarray(za)) / np.sum(d.weights) == pytest.approx(np.mean(zb))
     many = np.linspace(0, 1, 12)  # 12 distinct levels -> 10 equal-width strata, bin-edge rule of bin_indices
-    s2 = V.outcome_strata(many)
+    s2 = DA.outcome_strata(many)
     assert s2.levels is None and s2.assign([0.0, 0.1, 0.95, 1.0]).tolist() == [0, 1, 9, 9]
     with pytest.raises(ValueError, match="not one of"):
         s.assign([0.25])
@@ -300,12 +302,12 @@ def test_numeric_target_needs_binary_correctness():
 
 def test_resampling_alternative_keeps_the_target_composition():
     z = np.r_[np.ones(9), np.zeros(3)]  # a = 0.75 -> 0.5: N' = min(9/0.5, 3/0.5) = 6 -> 3 right, 3 wrong
-    s = V.Strata((0.0, 1.0))
-    k1 = V.resample_rows(z, [0.5, 0.5], s, np.random.default_rng(1))
-    k2 = V.resample_rows(z, [0.5, 0.5], s, np.random.default_rng(1))
+    s = DA.Strata((0.0, 1.0))
+    k1 = DA.resample_rows(z, [0.5, 0.5], s, np.random.default_rng(1))
+    k2 = DA.resample_rows(z, [0.5, 0.5], s, np.random.default_rng(1))
     assert k1.tolist() == k2.tolist() and k1.size == 6 and z[k1].sum() == 3
     assert set(k1) >= {9, 10, 11}  # every wrong row kept: only rows of the surplus stratum are discarded
-    assert V.resample_rows(np.ones(4), [0.5, 0.5], s, np.random.default_rng(0)) is None
+    assert DA.resample_rows(np.ones(4), [0.5, 0.5], s, np.random.default_rng(0)) is None
     cell = F.matched_cells(EX.rows()).cells[0]
     pv = V.cell_views(cell, views=("da_resample",), rng=np.random.default_rng(0))
     v = pv.get("da_resample", "ece")

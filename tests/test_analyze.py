@@ -12,15 +12,9 @@ from typer.testing import CliRunner
 
 from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
-from confgrid.flows.analyze import (
-    EXPERIMENT,
-    MAX_PROBLEMS,
-    AnalyzeInputError,
-    AnalyzeWarning,
-    analyze,
-    available_metrics,
-    read_input,
-)
+from confgrid.flows.analyze.analysis import EXPERIMENT, analyze, available_metrics
+from confgrid.flows.analyze.input import AnalyzeWarning, MAX_PROBLEMS, read_input
+from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.cli.main import app
 
 FIX = Path(__file__).parent / "fixtures"

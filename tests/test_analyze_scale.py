@@ -13,9 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from confgrid.analysis import metrics as M
-from confgrid.flows import analyze_input as NEW
-from confgrid.flows.analyze import AnalyzeWarning, analyze
-from confgrid.flows.analyze_input import AnalyzeInputError, CheckOptions, read_input
+from confgrid.flows.analyze import input as NEW
+from confgrid.flows.analyze.analysis import analyze
+from confgrid.flows.analyze.input import AnalyzeWarning
+from confgrid.flows.analyze.input import CheckOptions, read_input
+from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.cli.main import app
 from typer.testing import CliRunner
 
@@ -126,7 +128,7 @@ def test_column_wise_reader_equals_the_per_row_reader_on_every_fixture(tmp_path)
 
 
 def test_fast_paths_are_taken_for_plain_files_and_left_for_odd_ones(tmp_path):
-    from confgrid.flows import analyze_read as R
+    from confgrid.flows.analyze import read as R
 
     cols = NEW._columns(None)
     by_name = {p.name: p for p, _ in _cases(tmp_path)}

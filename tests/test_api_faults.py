@@ -28,7 +28,12 @@ def backend(fake, **kw):
 def all_exception_classes():
     """Every exception class the package defines (with a constructor call that fills its fields)."""
     from confgrid.errors import FieldsPickle
-    from confgrid.flows import analyze_read, pools, ray_session, runner, spec_base, store, tracking
+    from confgrid.flows import runner, tracking
+    from confgrid.flows.analyze import read as analyze_read
+    from confgrid.flows.execute import pools
+    from confgrid.flows.execute import ray_session
+    from confgrid.flows.spec import base as spec_base
+    from confgrid.flows.store import run_store as store
 
     del FieldsPickle
     return [
@@ -232,7 +237,7 @@ def test_the_private_cluster_start_drops_only_rays_token_notice(caplog):
     warnings, and the notice outside that start, pass."""
     import logging
 
-    from confgrid.flows.ray_session import _quiet_token_notice
+    from confgrid.flows.execute.ray_session import _quiet_token_notice
 
     ray_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
     notice = "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out."
@@ -249,7 +254,7 @@ def test_status_sums_the_api_requests_of_the_manifest(tmp_path):
     from typer.testing import CliRunner
 
     from confgrid.cli.main import app
-    from confgrid.flows.store import RunStore
+    from confgrid.flows.store.run_store import RunStore
 
     store = RunStore(tmp_path)
     counts = [RequestCounts(requests=3, answered=3, cached=1, attempts=4, retries=1, failures={"429": 1}),

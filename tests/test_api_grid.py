@@ -12,7 +12,8 @@ import logging
 import os
 
 import pytest
-from confgrid.flows.spec import GridSpecError, parse_grid
+from confgrid.flows.spec.grid import parse_grid
+from confgrid.flows.spec.base import GridSpecError
 
 KEY_ENV = "CONFGRID_TEST_GRID_KEY"
 KEY = "sk-grid-test-FAKE-7c1d9e"
@@ -92,15 +93,15 @@ def test_what_an_api_model_may_run_passes_and_prefill_lifts_the_prefix_refusals(
 
 
 def test_check_items_refuses_a_grid_built_in_python():
-    from confgrid.flows.plan import check_items
-    from confgrid.flows.spec import GridSpec
+    from confgrid.flows.plan.grid_plan import check_items
+    from confgrid.flows.spec.grid import GridSpec
 
     spec = GridSpec.model_validate(grid(scoring={"contexts": ["bare"]}))  # skips parse_grid's check
     assert [f for f, _ in check_items(spec, {"tqa": []})] == ["scoring.contexts"]
 
 
 def test_shard_keys_depend_on_the_server_not_on_how_it_is_reached():
-    from confgrid.flows.plan import model_identity
+    from confgrid.flows.plan.grid_plan import model_identity
 
     base = parse_grid(grid()).models[0]
     ident = model_identity(base)
@@ -132,7 +133,7 @@ def test_every_exception_class_crosses_a_ray_actor_call_with_its_fields(ray_key)
     UnserializableException) with its fields, and the shard error text is its message without a wrapper."""
     from test_api_faults import all_exception_classes
 
-    from confgrid.flows.execute import _error_text
+    from confgrid.flows.execute.executor import _error_text
 
     @ray_key.remote
     class Raiser:

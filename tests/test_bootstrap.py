@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from confgrid.analysis import bootstrap as BS
+from confgrid.analysis import resampling as RS
+from confgrid.analysis import kernels as KN
 from confgrid.analysis.fused import _aurc_table
 from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
@@ -18,10 +20,10 @@ from confgrid.analysis.metrics import UndefinedMetricWarning
 
 ALL = ["ece", "auroc", "aurc", "brier"]
 KERNELS = {
-    "ece": BS.ece_weighted,
-    "auroc": BS.auroc_weighted,
-    "aurc": BS.aurc_weighted,
-    "brier": BS.brier_weighted,
+    "ece": KN.ece_weighted,
+    "auroc": KN.auroc_weighted,
+    "aurc": KN.aurc_weighted,
+    "brier": KN.brier_weighted,
 }
 
 
@@ -58,7 +60,7 @@ def loop_chunk(conf, corr, metrics, idx, n_bins=10):
 def test_counts_from_indices_vs_loop():
     rng = np.random.default_rng(0)
     idx = rng.integers(0, 7, size=(13, 7))
-    w = BS.counts_from_indices(idx)
+    w = RS.counts_from_indices(idx)
     ref = np.zeros((13, 7))
     for r in range(13):
         for i in idx[r]:
@@ -69,7 +71,7 @@ def test_counts_from_indices_vs_loop():
 
 def test_resample_indices_chunks_follow_the_rule():
     n, B, seed, cs = 11, 25, 123, 10
-    chunks = list(BS.resample_indices(n, B, seed, cs))
+    chunks = list(RS.resample_indices(n, B, seed, cs))
     assert [c for c, _ in chunks] == [0, 1, 2]
     assert [a.shape for _, a in chunks] == [(10, 11), (10, 11), (5, 11)]
     for c, a in chunks:
@@ -77,15 +79,15 @@ def test_resample_indices_chunks_follow_the_rule():
         ref = np.random.default_rng(np.random.SeedSequence([seed, c])).integers(0, n, size=(a.shape[0], n))
         np.testing.assert_array_equal(a, ref)
         # a single chunk can be regenerated on its own (worker-independent)
-        np.testing.assert_array_equal(a, BS.chunk_indices(n, B, seed, c, cs))
+        np.testing.assert_array_equal(a, RS.chunk_indices(n, B, seed, c, cs))
 
 
 def test_setting_seed_stable_and_distinct():
-    s = BS.setting_seed("qwen", "triviaqa", 0)
-    assert s == BS.setting_seed("qwen", "triviaqa", 0)
+    s = RS.setting_seed("qwen", "triviaqa", 0)
+    assert s == RS.setting_seed("qwen", "triviaqa", 0)
     assert 0 <= s < 2**63
-    others = {BS.setting_seed("qwen", "triviaqa", 1), BS.setting_seed("triviaqa", "qwen", 0),
-              BS.setting_seed("qwe", "ntriviaqa", 0)}
+    others = {RS.setting_seed("qwen", "triviaqa", 1), RS.setting_seed("triviaqa", "qwen", 0),
+              RS.setting_seed("qwe", "ntriviaqa", 0)}
     assert s not in others and len(others) == 3
     # pinned value: sha256 of the JSON list, first 8 bytes, top bit cleared
     import hashlib
@@ -115,11 +117,11 @@ def test_ece_kernel_bins(n_bins):
     rng = np.random.default_rng(n_bins)
     c = rng.choice(np.arange(n_bins + 1) / n_bins, 40)
     y = rng.integers(0, 2, 40).astype(float)
-    w = BS.counts_from_indices(rng.integers(0, 40, (5, 40)))
+    w = RS.counts_from_indices(rng.integers(0, 40, (5, 40)))
     ref = [M.ece(np.repeat(c, w[r].astype(int)), np.repeat(y, w[r].astype(int)), n_bins=n_bins) for r in range(5)]
-    np.testing.assert_allclose(BS.ece_weighted(c, y, w, n_bins=n_bins), ref, rtol=1e-12, atol=1e-12)
-    sig = BS.SortedSignal.from_arrays(c, y, n_bins=10)  # re-binned on request
-    np.testing.assert_allclose(BS.ece_weighted(sig, None, w, n_bins=n_bins), ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(KN.ece_weighted(c, y, w, n_bins=n_bins), ref, rtol=1e-12, atol=1e-12)
+    sig = KN.SortedSignal.from_arrays(c, y, n_bins=10)  # re-binned on request
+    np.testing.assert_allclose(KN.ece_weighted(sig, None, w, n_bins=n_bins), ref, rtol=1e-12, atol=1e-12)
 
 
 def test_kernels_zero_weight_rows_are_nan():
@@ -128,8 +130,8 @@ def test_kernels_zero_weight_rows_are_nan():
     for name, f in KERNELS.items():
         out = f(c, y, w)
         assert math.isnan(out[0]), name
-    assert math.isnan(BS.auroc_weighted(c, y, w)[1])  # one class only
-    assert BS.aurc_weighted(c, y, w)[1] == 1.0
+    assert math.isnan(KN.auroc_weighted(c, y, w)[1])  # one class only
+    assert KN.aurc_weighted(c, y, w)[1] == 1.0
 
 
 # ---------------------------------------------------------------------------
@@ -141,7 +143,7 @@ def test_kernels_zero_weight_rows_are_nan():
 def test_chunk_equals_per_resample_loop(n, decimals):
     rng = np.random.default_rng(n)
     conf, corr = make_setting(rng, S=3, n=n, tie_decimals=decimals)
-    idx = BS.chunk_indices(n, 120, seed=7, chunk_index=0, chunk_size=120)
+    idx = RS.chunk_indices(n, 120, seed=7, chunk_index=0, chunk_size=120)
     got = BS.bootstrap_chunk(conf, corr, ALL, idx)
     ref = loop_chunk(conf, corr, ALL, idx)
     assert got.shape == (3, 4, 120)
@@ -193,7 +195,7 @@ def test_paired_bootstrap_is_concatenation_of_chunks_and_deterministic():
     np.testing.assert_array_equal(r1.point, r2.point)
     assert r1.resamples.shape == (2, 4, 250) and r1.resamples.dtype == np.float64
     # chunks processed in any order (as separate workers would) and placed by index
-    chunks = dict(BS.resample_indices(30, 250, 5, 100))
+    chunks = dict(RS.resample_indices(30, 250, 5, 100))
     out = {c: BS.bootstrap_chunk(conf, corr, ALL, chunks[c]) for c in [2, 0, 1]}
     np.testing.assert_array_equal(np.concatenate([out[c] for c in range(3)], axis=-1), r1.resamples)
     # a different seed gives different resamples
@@ -308,7 +310,7 @@ def test_mean_over_settings():
 
 def test_memory_bounded_chunks():
     # chunks never exceed chunk_size rows, whatever n_resamples is
-    sizes = [a.shape[0] for _, a in BS.resample_indices(50, 2345, 1, chunk_size=1000)]
+    sizes = [a.shape[0] for _, a in RS.resample_indices(50, 2345, 1, chunk_size=1000)]
     assert sizes == [1000, 1000, 345]
 
 
@@ -323,8 +325,8 @@ def test_row_blocks_do_not_change_results(monkeypatch):
 
     monkeypatch.setattr(K, "_BLOCK_ELEMS", 4 * n)  # the row blocks of analysis/kernels.py, used by the bootstrap
     np.testing.assert_allclose(BS.bootstrap_chunk(conf, corr, ALL, idx), ref, rtol=1e-12, atol=1e-12)
-    w = BS.counts_from_indices(idx)
-    np.testing.assert_allclose(BS.aurc_weighted(conf[0], corr, w), ref[0, ALL.index("aurc")], rtol=1e-12, atol=1e-12)
+    w = RS.counts_from_indices(idx)
+    np.testing.assert_allclose(KN.aurc_weighted(conf[0], corr, w), ref[0, ALL.index("aurc")], rtol=1e-12, atol=1e-12)
 
 
 def test_docstring_examples():
@@ -335,9 +337,9 @@ def test_docstring_examples():
 
 def test_kernels_reject_non_count_weights():
     with pytest.raises(ValueError, match="integer counts"):
-        BS.aurc_weighted([0.2, 0.4], [1, 0], [[0.5, 1.5]])
+        KN.aurc_weighted([0.2, 0.4], [1, 0], [[0.5, 1.5]])
     with pytest.raises(ValueError, match="integer counts"):
-        BS.auroc_weighted([0.2, 0.4], [1, 0], [[-1, 3]])
+        KN.auroc_weighted([0.2, 0.4], [1, 0], [[-1, 3]])
 
 
 # ---------------------------------------------------------------------------

@@ -7,8 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
-from confgrid.analysis.bootstrap import UndefinedMetricWarning, paired_bootstrap
-from confgrid.flows.bootstrap_ray import SettingInput, bootstrap_one, bootstrap_settings_ray
+from confgrid.analysis.bootstrap import paired_bootstrap
+from confgrid.analysis.metrics import UndefinedMetricWarning
+from confgrid.flows.evaluate.bootstrap_ray import SettingInput, bootstrap_one, bootstrap_settings_ray
 
 METRICS = ["ece", "auroc", "aurc", "brier"]
 
@@ -118,7 +119,7 @@ def test_errors_name_the_setting_before_any_ray_work():
 
 def test_tasks_spanning_settings_and_chunks_bit_identical(ray_local, monkeypatch):
     # one worker, few tasks: every task evaluates chunks of several settings
-    import confgrid.flows.bootstrap_ray as BR
+    import confgrid.flows.evaluate.bootstrap_ray as BR
 
     monkeypatch.setattr(BR, "TASKS_PER_WORKER", 2)
     settings = _settings()

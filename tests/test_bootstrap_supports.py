@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from confgrid.analysis import bootstrap as BS
+from confgrid.analysis import resampling as RS
 from confgrid.analysis import registry as REG
 from confgrid.analysis.clusters import cluster_codes, resample_rows
 from confgrid.analysis.metrics import UndefinedMetricWarning
@@ -99,7 +100,7 @@ def test_a_gap_on_the_items_both_have_is_paired():
     c = np.vstack([conf[1], conf[2]])
     y = np.vstack([corr[1], corr[2]])
     r = BS.paired_bootstrap(c, y, ["ece", "auroc"], n_resamples=200, seed=1, masks=np.vstack([both, both]))
-    idx = np.concatenate([i for _, i in BS.resample_indices(conf.shape[1], 200, 1, BS.DEFAULT_CHUNK_SIZE)])
+    idx = np.concatenate([i for _, i in RS.resample_indices(conf.shape[1], 200, 1, RS.DEFAULT_CHUNK_SIZE)])
     ref = _loop(c, y, np.vstack([both, both]), ["ece", "auroc"], list(idx))
     np.testing.assert_allclose(r.resamples[0] - r.resamples[1], ref[0] - ref[1], rtol=1e-11, atol=1e-12,
                                equal_nan=True)

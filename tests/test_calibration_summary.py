@@ -15,7 +15,7 @@ from confgrid.analysis.calibration_summary import (
     random_baseline_brier,
     runs_summary,
 )
-from confgrid.flows.signals import answer_rows
+from confgrid.flows.tables.signals import answer_rows
 from confgrid.protocols.items import Item
 
 
@@ -143,8 +143,8 @@ def test_chance_fills_token_signals_with_one_over_k():
 def test_hard_easy_cells_use_mas_or_the_category_accuracy():
     from scipy.stats import linregress
 
-    from confgrid.flows.calibration_tables import _BY, _hard_easy
-    from confgrid.flows.spec import parse_grid
+    from confgrid.flows.evaluate.calibration_tables import _BY, _hard_easy
+    from confgrid.flows.spec.grid import parse_grid
 
     spec = parse_grid({"models": [{"name": "m", "model": "confgrid-fixture"}],
                        "datasets": [{"name": "d", "adapter": "mmlu"}], "bootstrap": {"resamples": 200}})

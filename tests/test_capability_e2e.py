@@ -11,7 +11,7 @@ import pytest
 import yaml
 from ray_grid import run_on_local_ray
 
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
 
@@ -88,7 +88,7 @@ def test_show_prints_the_tables_and_mlflow_has_the_metrics(run):
     import mlflow
     from rich.console import Console
 
-    from confgrid.flows.show import print_results
+    from confgrid.cli.show.tables import print_results
 
     _, out, summary = run
     console = Console(width=220, record=True)

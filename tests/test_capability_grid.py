@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from confgrid.flows.capability import capability_mlflow_metrics, capability_tables
-from confgrid.flows.spec import GridSpecError, parse_grid
+from confgrid.flows.evaluate.capability import capability_mlflow_metrics, capability_tables
+from confgrid.flows.spec.grid import parse_grid
+from confgrid.flows.spec.base import GridSpecError
 from confgrid.protocols.splits import train_eval_split
 
 METHODS = [
@@ -63,7 +64,7 @@ def test_a_split_without_the_section_is_an_error():
 
 
 def test_plan_runs_split_methods_on_their_split_only():
-    from confgrid.flows.plan import GridPlan
+    from confgrid.flows.plan.grid_plan import GridPlan
     from confgrid.flows.runner import _load_items
 
     spec = parse_grid(grid())
@@ -149,7 +150,7 @@ def test_capability_tables_from_hand_made_method_tables():
 def test_capability_figures_draw_the_tables_at_the_size_asked(tmp_path):
     from test_figures import png_size
 
-    from confgrid.flows.capability import CAPABILITY_TABLES
+    from confgrid.flows.evaluate.capability import CAPABILITY_TABLES
     from confgrid.report import FigureOptions, RunTables, write_figures
 
     spec = parse_grid(grid())

@@ -231,7 +231,7 @@ def test_study002_published_ece_needs_the_right_closure_on_float_edges():
 
 
 def test_grid_axis_expands_every_binned_metric():
-    from confgrid.flows.spec import MetricsSpec
+    from confgrid.flows.spec.grid import MetricsSpec
 
     m = MetricsSpec(names=("ece", "auroc", "ece_15", "ece_equal_mass"), ece_closure=("left", "right"))
     assert m.evaluated == ["ece", "ece_right", "auroc", "ece_15", "ece_15_right", "ece_equal_mass",
@@ -242,7 +242,7 @@ def test_grid_axis_expands_every_binned_metric():
 def test_closure_notes_and_edge_table_by_hand():
     from confgrid.analysis.closure import closure_notes
     from confgrid.analysis.signals import UNIT_COLUMNS
-    from confgrid.flows.outputs import render_markdown
+    from confgrid.flows.evaluate.outputs import render_markdown
 
     unit = {c: "" for c in UNIT_COLUMNS} | {"setting": "m/SciQ"}
     met = pd.DataFrame([
@@ -277,8 +277,9 @@ def test_analyze_both_closures_keeps_the_left_numbers(tmp_path):
 
     from rich.console import Console
 
-    from confgrid.flows.analyze import AnalyzeInputError, analyze
-    from confgrid.flows.show import print_results
+    from confgrid.flows.analyze.analysis import analyze
+    from confgrid.flows.analyze.read import AnalyzeInputError
+    from confgrid.cli.show.tables import print_results
 
     rng = np.random.default_rng(0)
     rows = []
@@ -312,7 +313,7 @@ def test_analyze_both_closures_keeps_the_left_numbers(tmp_path):
 
 def test_checklist_records_closure_and_edge_shares():
     from confgrid.analysis.signals import UNIT_COLUMNS
-    from confgrid.flows.outputs import _edge_shares
+    from confgrid.flows.evaluate.outputs import _edge_shares
     from confgrid.protocols.checklist import build_checklist, render_checklist_markdown
 
     group = {"setting": "m/d", "answer_set": "main", "parse_policy": "p", "refusal": "drop", "rule": "containment"}

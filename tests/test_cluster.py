@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 import ray_faults
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
 

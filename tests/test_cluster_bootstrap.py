@@ -11,16 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from confgrid.analysis import metrics as M
-from confgrid.analysis.bootstrap import (
-    bootstrap_chunk,
-    bootstrap_chunks,
-    chunk_indices,
-    interval,
-    paired_bootstrap,
-    setting_seed,
-)
+from confgrid.analysis.bootstrap import bootstrap_chunk, bootstrap_chunks, interval, paired_bootstrap
+from confgrid.analysis.resampling import chunk_indices, setting_seed
 from confgrid.analysis.clusters import cluster_codes, resample_rows, row_counts
-from confgrid.flows.analyze import AnalyzeInputError, analyze
+from confgrid.flows.analyze.analysis import analyze
+from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.cli.main import app
 
 BRUTE = {"ece": M.ece, "brier": M.brier, "auroc": M.auroc, "aurc": M.aurc}
@@ -324,7 +319,7 @@ def test_analyze_group_col_ray_equals_in_process(tmp_path, ray_local):
 
 
 def test_what_the_ray_path_ships_gives_the_in_process_numbers():
-    # flows/bootstrap_ray.py sends each setting's int64 cluster codes, not its labels, to bootstrap_chunks
+    # flows/evaluate/bootstrap_ray.py sends each setting's int64 cluster codes, not its labels, to bootstrap_chunks
     conf, corr = _data(n=60, seed=8)
     labels = np.array([f"question {k % 13}" for k in range(60)], dtype=object)
     ref = paired_bootstrap(conf, corr, list(BRUTE), n_resamples=70, seed=4, chunk_size=32, groups=labels)
@@ -344,8 +339,9 @@ GRID = {"name": "t", "models": [{"name": "m", "model": "confgrid-fixture"}],
 
 def test_grid_cluster_field_is_validated():
     from confgrid.flows.runner import _load_items
-    from confgrid.flows.evaluate import cluster_problems
-    from confgrid.flows.spec import GridSpecError, parse_grid
+    from confgrid.flows.evaluate.run_evaluation import cluster_problems
+    from confgrid.flows.spec.grid import parse_grid
+    from confgrid.flows.spec.base import GridSpecError
 
     for bad in ("confidence", "signal", "a b", ""):
         with pytest.raises(GridSpecError) as ei:
@@ -362,10 +358,10 @@ def test_grid_cluster_field_is_validated():
 
 
 def test_grid_evaluate_resamples_the_clusters():
-    from confgrid.flows.assemble import Unit
-    from confgrid.flows.evaluate import evaluate, item_clusters
+    from confgrid.flows.tables.assemble import Unit
+    from confgrid.flows.evaluate.run_evaluation import evaluate, item_clusters
     from confgrid.flows.runner import _load_items
-    from confgrid.flows.spec import parse_grid
+    from confgrid.flows.spec.grid import parse_grid
 
     spec = parse_grid(GRID)
     its = _load_items(spec.datasets[0])

@@ -22,12 +22,12 @@ import pytest
 from tqdm.auto import tqdm
 
 from confgrid.actors.calls import ReplicaInfo, ReplicaReady
-from confgrid.flows import liveness
-from confgrid.flows.liveness import NodeInfo, NodeWatch, actor_verdict, lost_nodes, requeue_or_fail, stranded_models
-from confgrid.flows.pools import ModelPool, Replica
-from confgrid.flows.run_status import driver_state, run_status
-from confgrid.flows.spec import parse_grid
-from confgrid.flows.store import RunStore
+from confgrid.flows.execute import liveness
+from confgrid.flows.execute.liveness import NodeInfo, NodeWatch, actor_verdict, lost_nodes, requeue_or_fail, stranded_models
+from confgrid.flows.execute.pools import ModelPool, Replica
+from confgrid.flows.store.run_status import driver_state, run_status
+from confgrid.flows.spec.grid import parse_grid
+from confgrid.flows.store.run_store import RunStore
 
 ray_exceptions = pytest.importorskip("ray.exceptions")
 
@@ -119,9 +119,10 @@ class _Plan:
 @pytest.fixture
 def ex(tmp_path, monkeypatch):
     """An executor with one pool of two ready fake replicas (no Ray), each with two shards in one call."""
-    from confgrid.flows import execute, pools
-    from confgrid.flows.execute import Executor, _InFlight
-    from confgrid.flows.plan import GridPlan
+    from confgrid.flows.execute import executor as execute
+    from confgrid.flows.execute import pools
+    from confgrid.flows.execute.executor import Executor, _InFlight
+    from confgrid.flows.plan.grid_plan import GridPlan
     from confgrid.flows.runner import _load_items
 
     spec = parse_grid(GRID)
@@ -161,7 +162,7 @@ def ex(tmp_path, monkeypatch):
 
 
 def _fault(e, index, exc):
-    from confgrid.flows.execute import _error_text
+    from confgrid.flows.execute.executor import _error_text
 
     f = e._test.calls[index]
     f.replica.inflight -= 1
@@ -240,7 +241,7 @@ def test_calls_in_flight_on_a_lost_node_are_given_up_and_their_shards_queued(ex)
 
 
 def test_last_fitting_node_lost_fails_the_model_naming_the_node(ex):
-    from confgrid.flows.execute import Executor
+    from confgrid.flows.execute.executor import Executor
 
     _fault(ex, 1, _unavailable())  # one shard queued again
     ex._test.nodes[0] = NodeInfo(W1, "10.0.0.1", False, GPU2)
@@ -265,7 +266,7 @@ def test_waiting_for_nodes_keeps_the_model(ex):
 
 
 def test_ray_session_counts_alive_nodes_only():
-    from confgrid.flows.ray_session import _resources
+    from confgrid.flows.execute.ray_session import _resources
 
     fake = SimpleNamespace(nodes=lambda: [{"Alive": True}, {"Alive": False}, {"Alive": True}],
                            cluster_resources=lambda: {"CPU": 4.0, "GPU": 2.0})
@@ -346,8 +347,8 @@ def test_resubmit_hint_carries_the_address():
 
 
 def test_empty_stage_tables_keep_their_schema(tmp_path):
-    from confgrid.flows.assemble import empty_schema, shard_table
-    from confgrid.flows.plan import ScoreRow, ShardRequest
+    from confgrid.flows.tables.assemble import empty_schema, shard_table
+    from confgrid.flows.plan.grid_plan import ScoreRow, ShardRequest
     from confgrid.flows.stages import aggregate_scores
     from confgrid.actors.calls import ScoreOutput
 
@@ -374,9 +375,9 @@ def test_empty_stage_tables_keep_their_schema(tmp_path):
 def test_raylet_messages_go_to_the_run_log(monkeypatch, caplog):
     from ray._private import worker as ray_worker
 
-    from confgrid.flows import ray_session
+    from confgrid.flows.execute import ray_session
 
-    from confgrid.flows.runlog import trace
+    from confgrid.flows.store.runlog import trace
 
     printed, traced = [], []
     monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, ignore_prefix=False: printed.append(data))

@@ -10,6 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from confgrid.protocols import datasets as D
+from confgrid.protocols import adapters_mc as AMC
+from confgrid.protocols import dataset_io as DIO
 from confgrid.protocols.items import Item, items_from_table, items_to_table
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -274,10 +276,10 @@ def test_mapping_rejected_by_fixed_adapters():
 def test_registry_errors():
     with pytest.raises(KeyError, match=r"^unknown dataset adapter 'nope'; allowed: agieval_lsat_ar, agieval_sat_en, boolq, custom, gsm8k, halueval_qa, "
                        r"lifeeval, mmlu, mmlu_pro, simpleqa, triviaqa, truthfulqa$"):
-        D.get_adapter("nope")
+        DIO.get_adapter("nope")
     with pytest.raises(ValueError, match="already registered"):
-        D.register_adapter("mmlu")(lambda *a, **k: [])
-    assert D.get_adapter("mmlu") is D.mmlu
+        DIO.register_adapter("mmlu")(lambda *a, **k: [])
+    assert DIO.get_adapter("mmlu") is AMC.mmlu
 
 
 def test_hub_name_goes_to_hub_loader(monkeypatch):

@@ -344,8 +344,9 @@ def test_grading_through_the_runner_stages():
 
 
 def test_grid_accepts_the_datasets_rule_and_prompts():
-    from confgrid.flows.plan import check_items
-    from confgrid.flows.spec import GridSpecError, parse_grid
+    from confgrid.flows.plan.grid_plan import check_items
+    from confgrid.flows.spec.grid import parse_grid
+    from confgrid.flows.spec.base import GridSpecError
 
     raw = {
         "name": "cap",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
 
@@ -160,7 +160,7 @@ def test_resume_recomputes_a_damaged_shard_and_rebuilds_a_damaged_manifest(first
     third = run_grid(spec, copy, resume=True)
     assert third.computed_shards == 0 and third.model_calls == 0
     pd.testing.assert_frame_equal(first.metrics, third.metrics)
-    from confgrid.flows.store import read_manifest
+    from confgrid.flows.store.run_store import read_manifest
 
     settings = {r["setting"] for r in read_manifest(copy / "manifest.json")["shards"]}
     assert not any(s.startswith("recovered:") for s in settings)
@@ -175,8 +175,8 @@ def test_no_tracking_server_the_run_writes_everything_exits_3_and_log_logs_it(fi
     from typer.testing import CliRunner
 
     from confgrid.cli.main import app
-    from confgrid.flows.evaluate import primary_group
-    from confgrid.flows.spec import load_grid
+    from confgrid.flows.evaluate.run_evaluation import primary_group
+    from confgrid.flows.spec.grid import load_grid
 
     _, out, _ = first_run
     copy = tmp_path / "copy"
@@ -233,7 +233,7 @@ def test_figures_go_into_the_runs_mlflow_parent_run(first_run):
                          families=["gaps"])
     paths = [figs.files[0].png, figs.files[0].svg]
     assert _log_mlflow(out, RunTables(out), paths) is None
-    from confgrid.flows.store import read_manifest
+    from confgrid.flows.store.run_store import read_manifest
 
     parent = read_manifest(out / "manifest.json")["meta"]["mlflow_parent_run_id"]  # the latest run into `out`
     logged = {a.path for a in MlflowClient(default_tracking_uri(out)).list_artifacts(parent, "results/figures")}
@@ -283,7 +283,7 @@ def test_a_tracking_server_from_the_environment_receives_the_run_and_serves_its_
 
     from mlflow.tracking import MlflowClient
 
-    from confgrid.flows.store import read_manifest
+    from confgrid.flows.store.run_store import read_manifest
 
     copy, r = server_run
     assert r.exit_code == 0, r.output

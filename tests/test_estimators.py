@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from scipy import integrate
 
 from confgrid.analysis import bootstrap as BS
+from confgrid.analysis import kernels as KN
 from confgrid.analysis import estimators as E
 from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
@@ -22,8 +23,8 @@ from confgrid.analysis.metrics import UndefinedMetricWarning
 NEW = ["ece_equal_mass", "kde_ece", "ks_ece", "smoothed_ece", "calibration_gap", "overconfidence"] + [
     f"ece_{b}" for b in E.ECE_BIN_COUNTS
 ]
-KERNEL_METRICS = [m for m in NEW if BS.has_weighted_kernel(m)]
-FALLBACK = [m for m in NEW if not BS.has_weighted_kernel(m)]
+KERNEL_METRICS = [m for m in NEW if KN.has_weighted_kernel(m)]
+FALLBACK = [m for m in NEW if not KN.has_weighted_kernel(m)]
 try:
     import relplot  # noqa: F401
 
@@ -439,14 +440,14 @@ def test_kernels_graded_and_unit_weights():
     c, y = data(11, n=45, decimals=2, graded=True)
     for name in KERNEL_METRICS:
         info = REG.get_metric(name)
-        got = K._apply(BS.WEIGHTED_KERNELS[name], BS.SortedSignal.from_arrays(c, y, 10), np.ones((2, 45)))
+        got = K._apply(KN.WEIGHTED_KERNELS[name], KN.SortedSignal.from_arrays(c, y, 10), np.ones((2, 45)))
         np.testing.assert_allclose(got, info.func(c, y), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
 def test_kernel_zero_weight_row_is_nan():
     c, y = np.array([0.2, 0.8]), np.array([0.0, 1.0])
     w = np.array([[0.0, 0.0], [1.0, 1.0]])
-    for f in (BS.calibration_gap_weighted, BS.ks_ece_weighted, BS.kde_ece_weighted, BS.ece_equal_mass_weighted):
+    for f in (KN.calibration_gap_weighted, KN.ks_ece_weighted, KN.kde_ece_weighted, KN.ece_equal_mass_weighted):
         out = f(c, y, w)
         assert math.isnan(out[0]) and np.isfinite(out[1])
 

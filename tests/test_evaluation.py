@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from confgrid.analysis import registry as REG
-from confgrid.analysis.bootstrap import DEFAULT_CHUNK_SIZE, interval, paired_bootstrap, resample_indices
+from confgrid.analysis.bootstrap import interval, paired_bootstrap
+from confgrid.analysis.resampling import DEFAULT_CHUNK_SIZE, resample_indices
 from confgrid.analysis.evaluation import (
     Comparisons,
     estimates,
@@ -160,7 +161,7 @@ def test_shifts_and_flips_of_token_signals():
 
 
 def test_token_shift_pairs_are_study_000s():
-    from confgrid.flows.evaluate import shift_pairs
+    from confgrid.flows.evaluate.run_evaluation import shift_pairs
 
     info = {}
     names = []
@@ -198,7 +199,7 @@ def test_a_unit_without_any_usable_row_and_a_signal_with_none():
 def test_twenty_units_are_one_ray_data_job(monkeypatch):
     """Issue 20: the evaluation of a 20-setting grid is one Ray Data job (bootstrap_settings_ray is called once
     with every unit), and its results are the in-process ones, unit by unit."""
-    import confgrid.flows.bootstrap_ray as BR
+    import confgrid.flows.evaluate.bootstrap_ray as BR
 
     frames = []
     for i in range(20):

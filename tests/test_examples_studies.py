@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
 

@@ -16,7 +16,7 @@ import pytest
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import compare as C
 from confgrid.analysis import summary as SM
-from confgrid.flows import analyze as AN
+from confgrid.flows.analyze import analysis as AN
 from confgrid.registry import UnknownNameError
 
 SIGNED = ["calibration_gap", "overconfidence"]

@@ -117,7 +117,7 @@ def test_cache_root_and_sha(tmp_path, monkeypatch):
 
 def test_named_model_in_registry_and_grid():
     from confgrid.actors.named_models import NAMED_MODELS, SMOLLM2_NAME, resolve_model
-    from confgrid.flows.spec import parse_grid
+    from confgrid.flows.spec.grid import parse_grid
 
     assert SMOLLM2_NAME == "smollm2-135m-instruct" and SMOLLM2_NAME in NAMED_MODELS
     assert resolve_model("confgrid-fixture").endswith("fixture_model")
@@ -131,7 +131,7 @@ def test_real_small_examples_parse():
     """examples/real_small.yaml is the demo's protocol on the named model; the few-shot grid registers its prompt."""
     import yaml
 
-    from confgrid.flows.spec import load_grid
+    from confgrid.flows.spec.grid import load_grid
 
     root = Path(__file__).resolve().parent.parent
     demo = yaml.safe_load((root / "flows" / "grids" / "demo.yaml").read_text())

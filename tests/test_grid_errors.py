@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from confgrid.cli.main import app
-from confgrid.flows.spec import GridSpecError, load_grid, parse_grid
+from confgrid.flows.spec.grid import load_grid, parse_grid
+from confgrid.flows.spec.base import GridSpecError
 
 BASE = ("name: g\nmodels:\n  - name: fixture\n    model: confgrid-fixture\n"
         "datasets:\n  - name: truthfulqa\n    adapter: truthfulqa\n    limit: 6\n")
@@ -123,7 +124,7 @@ def _closed_port() -> int:
 
 
 def test_without_address_a_private_local_cluster():
-    from confgrid.flows.ray_session import private_temp_dir, ray_target
+    from confgrid.flows.execute.ray_session import private_temp_dir, ray_target
 
     t = ray_target(None, environ={})
     assert t.kind == "local" and t.address == "local"
@@ -133,7 +134,7 @@ def test_without_address_a_private_local_cluster():
 
 
 def test_given_addresses_are_probed():
-    from confgrid.flows.ray_session import ray_target
+    from confgrid.flows.execute.ray_session import ray_target
 
     assert ray_target("ray://head:10001", environ={}).probe == ("head", 10001)
     assert ray_target("10.0.0.5:6379", environ={}).probe == ("10.0.0.5", 6379)
@@ -141,7 +142,7 @@ def test_given_addresses_are_probed():
 
 
 def test_a_dead_address_times_out_with_a_message():
-    from confgrid.flows.ray_session import RayConnectError, init_ray
+    from confgrid.flows.execute.ray_session import RayConnectError, init_ray
 
     port = _closed_port()
     t0 = time.monotonic()

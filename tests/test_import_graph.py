@@ -164,3 +164,94 @@ def test_the_static_reader_sees_lazy_and_relative_imports(tmp_path):
     src.write_text("from .store import x\nfrom ..analysis import metrics\n\ndef f():\n    from confgrid.report import y\n"
                    "    import tools.fixture\n    from confgrid import registry\n")
     assert _imported_packages(src, tmp_path) == {"flows", "analysis", "report", "tools", "confgrid"}
+
+
+# --- flows/ by concept: its subpackages import one way, and the pure ones never load Ray ---
+
+#: flows' subpackage (or top module) -> the ones it may import; a plan (what to compute) is pure and testable
+#: without Ray, the executor only runs it (DESIGN.md); ``runner`` ties them together
+FLOWS_LAYERS = {
+    "stages": set(),
+    "store": set(),
+    "tracking": set(),
+    "spec": {"stages"},
+    "plan": {"spec", "stages", "store"},
+    "tables": {"plan", "spec", "stages", "store"},
+    "execute": {"plan", "spec", "stages", "store", "tables"},
+    "evaluate": {"execute", "plan", "spec", "stages", "store", "tables", "tracking"},
+    "analyze": {"evaluate", "execute", "plan", "spec", "stages", "store", "tables", "tracking"},
+    "runner": {"analyze", "evaluate", "execute", "plan", "spec", "stages", "store", "tables", "tracking"},
+}
+#: the pure parts of flows/: no Ray, statically or at import
+PURE = ("stages", "store", "spec", "plan", "tables")
+
+
+def _flows_part(path: Path) -> str:
+    rel = path.relative_to(ROOT / "flows").parts
+    return rel[0] if len(rel) > 1 else rel[0][: -len(".py")]
+
+
+def _flows_imports(path: Path) -> tuple[set[str], bool]:
+    """The flows parts a file of flows/ imports (lazy imports included), and whether it imports ray."""
+    import ast
+
+    parts, ray = set(), False
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        for name in names:
+            if name.startswith("confgrid.flows."):
+                parts.add(name.split(".")[2])
+            ray = ray or name.split(".")[0] == "ray"
+    return parts, ray
+
+
+def test_every_flows_file_belongs_to_a_declared_part():
+    found = {_flows_part(p) for p in (ROOT / "flows").rglob("*.py") if p.name != "__init__.py" or
+             p.parent != ROOT / "flows"}
+    assert found <= set(FLOWS_LAYERS), sorted(found - set(FLOWS_LAYERS))
+
+
+def test_flows_parts_import_one_way_and_the_pure_ones_never_ray():
+    bad, ray = {}, []
+    for path in sorted((ROOT / "flows").rglob("*.py")):
+        if path.parent == ROOT / "flows" and path.name == "__init__.py":
+            continue
+        me = _flows_part(path)
+        parts, uses_ray = _flows_imports(path)
+        extra = parts - FLOWS_LAYERS[me] - {me}
+        if extra:
+            bad[str(path.relative_to(ROOT))] = sorted(extra)
+        if uses_ray and me in PURE:
+            ray.append(str(path.relative_to(ROOT)))
+    assert bad == {}, "flows/ parts import only the parts below them (FLOWS_LAYERS)"
+    assert ray == [], "spec, plan, tables, stages and store are pure: no Ray"
+
+
+@pytest.mark.parametrize("module", ["confgrid.flows.spec.grid", "confgrid.flows.plan.grid_plan",
+                                    "confgrid.flows.tables.assemble", "confgrid.flows.tables.signals"])
+def test_a_plan_is_built_without_ray_or_the_executor(module):
+    """Importing the spec, the plan or the stage tables loads neither Ray nor flows.execute (a fresh interpreter)."""
+    probe = ("import importlib, json, sys; importlib.import_module(sys.argv[1]); "
+             "print(json.dumps(sorted(m for m in sys.modules if m == 'ray' or m.startswith(('ray.', 'confgrid.flows.execute')))))")
+    out = subprocess.run([sys.executable, "-c", probe, module], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_every_package_folder_is_installed():
+    """Each folder with an ``__init__.py`` under a package folder is in pyproject's ``packages`` and
+    ``package-dir`` (a folder left out would be missing from a non-editable install)."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    dirs = {d: name for name, d in setup["package-dir"].items()}
+    missing = []
+    for folder, _ in LAYERS.values():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = str(init.parent.relative_to(ROOT))
+            if "__pycache__" in rel:
+                continue
+            if rel not in dirs or dirs[rel] not in setup["packages"]:
+                missing.append(rel)
+    assert missing == []

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from confgrid.flows.spec import GridSpecError, parse_grid
+from confgrid.flows.spec.grid import parse_grid
+from confgrid.flows.spec.base import GridSpecError
 
 ray = pytest.importorskip("ray")
 

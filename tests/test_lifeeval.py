@@ -388,8 +388,8 @@ def _grid(params, **dataset):
 
 def test_grid_params_validated_and_in_the_items_key():
     from confgrid.flows.runner import _load_items
-    from confgrid.flows.spec import parse_grid
-    from confgrid.flows.store import shard_key
+    from confgrid.flows.spec.grid import parse_grid
+    from confgrid.flows.store.run_store import shard_key
 
     spec = parse_grid(_grid({"year": 2020, "window": "inclusive", "radii": (1, 5)}))
     d = spec.datasets[0]
@@ -416,7 +416,8 @@ def test_grid_params_validated_and_in_the_items_key():
     ({}, "year: Field required"),
 ])
 def test_grid_params_errors_name_the_parameter(params, text):
-    from confgrid.flows.spec import GridSpecError, parse_grid
+    from confgrid.flows.spec.grid import parse_grid
+    from confgrid.flows.spec.base import GridSpecError
 
     with pytest.raises(GridSpecError) as ei:
         parse_grid(_grid(params))

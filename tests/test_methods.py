@@ -1,5 +1,5 @@
 """Confidence methods, pure parts: the formulas (protocols/methods.py), candidate tokens
-(protocols/candidates.py) and the method tables built from hand-made shard outputs (flows/methods.py)."""
+(protocols/candidates.py) and the method tables built from hand-made shard outputs (flows/evaluate/methods.py)."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def _timed(f, *args) -> float:
     ("verbalized_before", "Guess: Paris", None, "missing"),
 ])
 def test_rated_confidence_keeps_unparsed_numbers_apart(kind, text, value, status):
-    from confgrid.flows.methods import rated_confidence
+    from confgrid.flows.evaluate.methods import rated_confidence
     from confgrid.protocols.method_kinds import method_kind
 
     template = "rate_0_100" if kind == "rating" else "verbalized_before"
@@ -146,8 +146,8 @@ def test_candidate_tokens_with_and_without_space_and_cases():
 
 
 def _plan_with(methods):
-    from confgrid.flows.plan import GridPlan
-    from confgrid.flows.spec import parse_grid
+    from confgrid.flows.plan.grid_plan import GridPlan
+    from confgrid.flows.spec.grid import parse_grid
     from confgrid.protocols.datasets import BUNDLED, load_items
 
     items = {"triviaqa": load_items("triviaqa", BUNDLED["triviaqa"], limit=3, seed=0, dataset_name="triviaqa")}
@@ -169,7 +169,7 @@ def _done_generate(plan, items):
 
 
 def test_self_consistency_and_expected_accuracy_tables():
-    from confgrid.flows.methods import method_tables
+    from confgrid.flows.evaluate.methods import method_tables
 
     plan, items = _plan_with([{"id": "sc", "kind": "self_consistency", "k": 4},
                               {"id": "ea", "kind": "expected_accuracy", "k": 4}])
@@ -207,8 +207,8 @@ def _evaluate_methods(method_signals: pd.DataFrame):
     from confgrid.analysis.bootstrap import paired_bootstrap
     from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
     from confgrid.analysis.signals import conform
-    from confgrid.flows.evaluate import dropped_table
-    from confgrid.flows.signals import method_rows
+    from confgrid.flows.evaluate.run_evaluation import dropped_table
+    from confgrid.flows.tables.signals import method_rows
 
     rows = method_rows(method_signals)
     table = conform(rows.assign(setting=rows["model"] + "/" + rows["dataset"]))
@@ -219,7 +219,7 @@ def _evaluate_methods(method_signals: pd.DataFrame):
 
 
 def test_p_true_and_rating_rate_the_greedy_answer():
-    from confgrid.flows.methods import method_tables
+    from confgrid.flows.evaluate.methods import method_tables
 
     plan, items = _plan_with([{"id": "pt", "kind": "p_true"}, {"id": "rt", "kind": "rating"},
                               {"id": "ptn", "kind": "p_true", "renormalize": True}])
@@ -266,7 +266,7 @@ def test_p_true_and_rating_rate_the_greedy_answer():
 def test_p_true_renormalize_defaults_per_kind():
     """Issue 23 item 3: P(True) is p(A) alone by default (study 001 D.3), the capability form renormalized (study
     004); a grid may still say either, and the value is written out so a dumped grid loads to the same spec."""
-    from confgrid.flows.spec_methods import MethodSpec
+    from confgrid.flows.spec.methods import MethodSpec
     from confgrid.protocols.method_kinds import method_kind
 
     pt = MethodSpec(id="pt", kind="p_true")
@@ -284,8 +284,9 @@ def test_p_true_renormalize_defaults_per_kind():
 def test_declared_signal_pairs_are_checked_when_the_grid_loads():
     """metrics.pairs: paired gaps beyond every signal against verbalized; an unknown name fails before any model
     runs, naming the signals the grid can produce."""
-    from confgrid.flows.evaluate import comparisons_of
-    from confgrid.flows.spec import GridSpecError, parse_grid
+    from confgrid.flows.evaluate.run_evaluation import comparisons_of
+    from confgrid.flows.spec.grid import parse_grid
+    from confgrid.flows.spec.base import GridSpecError
 
     base = {"models": [{"name": "m", "model": "confgrid-fixture"}],
             "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 3}],
@@ -305,8 +306,8 @@ def test_method_kinds_are_one_registry():
     # the grid's kind field, the capability estimator kinds and the stages all come from protocols/method_kinds.py
     import typing
 
-    from confgrid.flows.spec_capability import ESTIMATOR_KINDS
-    from confgrid.flows.spec_methods import MethodSpec
+    from confgrid.flows.spec.capability import ESTIMATOR_KINDS
+    from confgrid.flows.spec.methods import MethodSpec
     from confgrid.protocols.method_kinds import METHOD_KINDS, STAGE_CALLS, method_kind
     from confgrid.registry import UnknownNameError
 

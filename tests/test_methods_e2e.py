@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
 
@@ -98,7 +98,7 @@ def test_every_method_is_paired_with_verbalized_on_the_items_both_have(run):
 def test_analyze_of_the_signal_table_equals_the_run_byte_for_byte(run, tmp_path):
     """Issue 20: the run's one signal table through `confgrid analyze` gives the run's metrics, gaps and shifts,
     column for column, byte for byte (same evaluator, same units, same seeds)."""
-    from confgrid.flows.analyze import analyze
+    from confgrid.flows.analyze.analysis import analyze
 
     spec, out, _ = run
     a = tmp_path / "analyzed"
@@ -156,7 +156,7 @@ def test_downstream_changes_rerun_no_model(run):
 def test_show_prints_every_methods_metrics(run):
     from rich.console import Console
 
-    from confgrid.flows.show import print_results
+    from confgrid.cli.show.tables import print_results
 
     _, out, _ = run
     console = Console(width=250, record=True)

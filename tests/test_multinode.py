@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 import ray_faults
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("psutil")

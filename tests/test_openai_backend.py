@@ -105,9 +105,9 @@ def test_next_token_parses_top_logprobs(fake, key):
 def test_missing_logprobs_give_nan_with_a_reason_never_zero(fake, key):
     import pandas as pd
 
-    from confgrid.flows.assemble import _generation_logprobs
-    from confgrid.flows.methods import _next_token_values
-    from confgrid.flows.spec import MethodSpec
+    from confgrid.flows.tables.assemble import _generation_logprobs
+    from confgrid.flows.evaluate.methods import _next_token_values
+    from confgrid.flows.spec.methods import MethodSpec
 
     fake.logprobs = False
     b = backend(fake)

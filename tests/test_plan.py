@@ -1,4 +1,4 @@
-"""The pure plan (flows/plan.py) and the capacity check (flows/pools.py), without Ray or a model.
+"""The pure plan (flows/plan/grid_plan.py) and the capacity check (flows/execute/pools.py), without Ray or a model.
 
 Generations are fed to the plan by hand, as the executor would after a model
 call, so the whole chain (generate -> parse + grade -> score + own probe ->
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from confgrid.flows.plan import GridPlan, ShardRequest
-from confgrid.flows.pools import at_once, check_capacity
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.plan.grid_plan import GridPlan, ShardRequest
+from confgrid.flows.execute.pools import at_once, check_capacity
+from confgrid.flows.spec.grid import parse_grid
 from confgrid.protocols.datasets import BUNDLED, load_items
 
 ITEMS = {"triviaqa": load_items("triviaqa", BUNDLED["triviaqa"], limit=6, seed=0, dataset_name="triviaqa")}
@@ -159,14 +159,14 @@ def test_replicas_at_once():
 
 @pytest.mark.parametrize("bad", [{"max_concurrent_models": 0}, {"calls_in_flight": 0}])
 def test_bad_execution_knobs_fail_validation(bad):
-    from confgrid.flows.spec import GridSpecError
+    from confgrid.flows.spec.base import GridSpecError
 
     with pytest.raises(GridSpecError, match="execution"):
         parse_grid(_grid(execution=bad))
 
 
 def test_unknown_probe_rule_lists_the_rules():
-    from confgrid.flows.spec import GridSpecError
+    from confgrid.flows.spec.base import GridSpecError
 
     with pytest.raises(GridSpecError, match=r"probe\.rule: unknown correctness rule 'contain'"):
         parse_grid(_grid(probe={"enabled": True, "rule": "contain"}))

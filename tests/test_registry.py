@@ -117,7 +117,7 @@ def _registries():
     from confgrid.protocols.aggregation import AGGREGATIONS, get_aggregation, register_aggregation
     from confgrid.protocols.contexts import CONTEXTS, get_context, register_context
     from confgrid.protocols.correctness import RULES, get_rule, register_rule
-    from confgrid.protocols.datasets import ADAPTERS, get_adapter, register_adapter
+    from confgrid.protocols.dataset_io import ADAPTERS, get_adapter, register_adapter
     from confgrid.protocols.prompts import PROMPTS, get_prompt, register_prompt
 
     return [
@@ -200,7 +200,7 @@ def test_unknown_metric_error_is_the_registry_error():
 
 
 def test_grid_spec_error_reads_like_the_registry_error():
-    from confgrid.flows.spec import _known
+    from confgrid.flows.spec.base import _known
     from confgrid.protocols.correctness import get_rule
 
     with pytest.raises(ValueError) as spec_err:
@@ -211,7 +211,7 @@ def test_grid_spec_error_reads_like_the_registry_error():
 
 
 def test_user_files_registered_twice_with_same_content_are_accepted(tmp_path):
-    from confgrid.flows.spec import _register_user_files
+    from confgrid.flows.spec.grid import _register_user_files
     from confgrid.protocols.prompts import PROMPTS
 
     f = tmp_path / "p.yaml"

@@ -8,8 +8,8 @@ import os
 
 import pandas as pd
 
-from confgrid.flows.spec import load_grid, parse_grid
-from confgrid.flows.store import RunStore, ShardRecord
+from confgrid.flows.spec.grid import load_grid, parse_grid
+from confgrid.flows.store.run_store import RunStore, ShardRecord
 
 
 def test_grid_yaml_resolves_relative_paths_so_resume_works_from_anywhere(tmp_path, monkeypatch):
@@ -82,7 +82,7 @@ def test_relabel_sets_the_names_of_the_shard_it_is_read_for():
 def test_error_text_is_one_line_with_the_cause():
     from ray.exceptions import ActorDiedError
 
-    from confgrid.flows.execute import _error_text
+    from confgrid.flows.execute.executor import _error_text
 
     died = ActorDiedError.__new__(ActorDiedError)  # as Ray raises it for an actor whose constructor failed
     died.error_msg = ("The actor died because of an error raised in its creation task, \x1b[36mray::"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
 
@@ -99,7 +99,7 @@ def test_four_models_run_in_parallel_pools_each_loaded_once(four_gpus, tmp_path)
 def test_the_progress_total_comes_from_the_plan_and_never_grows(four_gpus, tmp_path, monkeypatch):
     """Issue 20: the bar's total counts each generate shard's later shards from the start (an upper bound), so
     it only shrinks as answers that do not parse plan fewer requests, and ends at the requests made."""
-    import confgrid.flows.execute as ex
+    import confgrid.flows.execute.executor as ex
     from confgrid.flows.runner import run_grid
 
     seen: list[tuple[int, int]] = []
@@ -183,7 +183,7 @@ def test_more_replicas_than_fit_run_as_room_frees_up(four_gpus, tmp_path, caplog
 
 
 def test_a_grid_that_cannot_fit_fails_before_any_model_is_loaded(four_gpus, tmp_path):
-    from confgrid.flows.pools import CapacityError
+    from confgrid.flows.execute.pools import CapacityError
     from confgrid.flows.runner import run_grid
 
     grid = _grid(models=[MODELS[0], {"name": "big", "model": "confgrid-fixture", "backend": "vllm",

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from ray_grid import run_on_local_ray
 
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from confgrid.flows.spec import parse_grid
+from confgrid.flows.spec.grid import parse_grid
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from confgrid.cli.main import DEMO_GRID
-from confgrid.flows.spec import GridSpec, GridSpecError, load_grid, parse_grid
+from confgrid.flows.spec.grid import GridSpec, load_grid, parse_grid
+from confgrid.flows.spec.base import GridSpecError
 
 GOOD = {
     "name": "t",

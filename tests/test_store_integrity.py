@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from confgrid.flows.store import ManifestDamaged, RunStore, file_sha256, read_manifest
+from confgrid.flows.store.run_store import ManifestDamaged, RunStore, file_sha256, read_manifest
 
 
 def _done(store: RunStore, stage: str, setting: str, key: str, n: int = 50) -> None:
@@ -118,7 +118,7 @@ def test_status_reports_a_damaged_manifest_in_one_line(tmp_path):
 def test_an_empty_table_keeps_its_header(tmp_path):
     import pandas as pd
 
-    from confgrid.flows.store import write_frame_atomic
+    from confgrid.flows.store.run_store import write_frame_atomic
 
     p = write_frame_atomic(pd.DataFrame(columns=["setting", "signal", "point"]), tmp_path / "shifts.csv")
     assert p.read_text() == "setting,signal,point\n"

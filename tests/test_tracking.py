@@ -207,7 +207,7 @@ def test_a_run_folder_records_the_store_from_the_environment_and_logs_it(tmp_pat
     import logging
 
     from confgrid.flows.runner import _tracking_uri
-    from confgrid.flows.store import RunStore
+    from confgrid.flows.store.run_store import RunStore
 
     store = RunStore(tmp_path / "run")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://team:5000")

@@ -44,11 +44,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-from confgrid.analysis.bootstrap import (
-    counts_from_indices,
-    resample_indices,
-    setting_seed,
-)
+from confgrid.analysis.resampling import counts_from_indices, resample_indices, setting_seed
 from confgrid.analysis.compare import excludes_zero, flip
 from confgrid.analysis.metrics import bin_indices
 from threadpoolctl import threadpool_limits

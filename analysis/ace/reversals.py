@@ -38,7 +38,8 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from confgrid.analysis.bootstrap import interval, resample_indices, setting_seed
+from confgrid.analysis.bootstrap import interval
+from confgrid.analysis.resampling import resample_indices, setting_seed
 from confgrid.analysis.compare import flip
 from scipy import stats
 

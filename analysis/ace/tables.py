@@ -42,7 +42,8 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from confgrid.analysis.bootstrap import interval, n_undefined, setting_seed
+from confgrid.analysis.bootstrap import interval, n_undefined
+from confgrid.analysis.resampling import setting_seed
 from confgrid.analysis.compare import better_signal, excludes_zero
 
 from .bootstrap import (

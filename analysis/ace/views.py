@@ -70,7 +70,6 @@ import numpy as np
 from confgrid.analysis.metrics import bin_indices
 
 from .da import (
-    ESS_WARNING,
     DAWeights,
     Strata,
     da_weights,
@@ -81,29 +80,13 @@ from .da import (
 from .frame import ACEInputError, Cell
 from .weighted import (
     METRICS,
-    kish_ess,
     metric_value,
     undefined,
-    weighted_brier,
-    weighted_ece,
 )
 
-# the names of .weighted and .da are re-exported: one import serves the whole point-estimate layer
 __all__ = [
-    "METRICS",
-    "ESS_WARNING",
     "IA_VIEWS",
     "DA_VIEWS",
-    "weighted_ece",
-    "weighted_brier",
-    "metric_value",
-    "kish_ess",
-    "Strata",
-    "outcome_strata",
-    "outcome_distribution",
-    "DAWeights",
-    "da_weights",
-    "resample_rows",
     "IASplit",
     "ia_split",
     "ViewOptions",

@@ -52,7 +52,7 @@ def test_cuda_scores_do_not_depend_on_the_batch():
 
 def test_a_grid_runs_on_a_gpu_replica(tmp_path):
     from confgrid.flows.runner import run_grid
-    from confgrid.flows.spec import parse_grid
+    from confgrid.flows.spec.grid import parse_grid
 
     spec = parse_grid({"name": "gputest", "models": [{"name": "fx", "model": "confgrid-fixture", "batch_size": 8}],
                        "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 8, "seed": 0}],

@@ -263,9 +263,9 @@ def test_killed_server_fails_a_shard_and_resume_completes(servers, key, tmp_path
     gens = pd.read_parquet(out / "tables" / "generations.parquet")
     assert len(gens) == 8 and set(gens["logprobs_status"]) == {"ok"}
     # the same outputs as direct requests to the server that answered the resume (greedy: deterministic)
-    from confgrid.flows.plan import GridPlan
+    from confgrid.flows.plan.grid_plan import GridPlan
     from confgrid.flows.runner import _load_items
-    from confgrid.flows.spec import load_grid
+    from confgrid.flows.spec.grid import load_grid
 
     spec = load_grid(out / "grid.yaml")
     rows = [r for sh in GridPlan(spec, {d.name: _load_items(d) for d in spec.datasets}).generate_shards()

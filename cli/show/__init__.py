@@ -1,0 +1,2 @@
+"""`confgrid show`: a finished run's result tables printed to the terminal.
+"""

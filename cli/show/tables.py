@@ -1,0 +1,118 @@
+"""Print a finished run's result tables to the terminal (``confgrid show``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["print_results"]
+
+
+def _table(df: pd.DataFrame, title: str) -> Table:
+    t = Table(title=title, show_lines=False)
+    for c in df.columns:
+        t.add_column(str(c))
+    for row in df.itertuples(index=False):
+        t.add_row(*[f"{x:.3f}" if isinstance(x, float) else str(x) for x in row])
+    return t
+
+
+def print_results(out_dir: str | Path, console: Console | None = None) -> None:
+    """Print settings, metrics (point [95% CI]), gaps and shifts of a run."""
+    from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
+    from confgrid.flows.evaluate.outputs import result_matrix
+
+    console = console or Console(width=200)
+    res = Path(out_dir) / "results"
+
+    def read(name: str) -> pd.DataFrame:  # a run writes every table; an analysis has no settings
+        f = res / f"{name}.parquet"
+        return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
+
+    settings, metrics, gaps, shifts = (read(n) for n in ("settings", "metrics", "gaps", "shifts"))
+    primary = _primary_group(res)
+    settings, metrics, gaps, shifts = (_sel(df, primary) for df in (settings, metrics, gaps, shifts))
+    if primary:
+        console.print(f"Main protocol: {', '.join(f'{k}={v}' for k, v in primary.items())} "
+                      "(other answer sets, parse policies and rules are in results/*.csv)")
+    if not settings.empty:
+        cols = [c for c in ("setting", "items", "parse_rate", "accuracy", "n_analyzed", "n_replaced") if c in settings]
+        console.print(_table(settings[cols], "Settings (rows left out, by status: results/dropped.csv)"))
+    if not metrics.empty:
+        console.print(_table(result_matrix(metrics), "Metrics per setting and signal: point [95% paired bootstrap interval]"))
+    from confgrid.flows.evaluate.outputs import closure_lines
+
+    for line in closure_lines(_sel(read("closure"), primary)):  # where the bin closure changes a result
+        console.print(f"Note: {line} (results/closure.csv)", markup=False)
+    if not gaps.empty:
+        g = gaps.assign(gap=[_fmt(p, lo, hi) for p, lo, hi in zip(gaps["gap"], gaps["lo"], gaps["hi"], strict=True)])
+        wide = g.pivot_table(index=["setting", "signal_a", "signal_b", "n"], columns="metric", values="gap",
+                             aggfunc="first", sort=False).reset_index()
+        console.print(_table(wide, "Paired gap = metric(signal_a) - metric(signal_b) [95% interval] on the n items "
+                                   "both have: >0 favours signal_b under ECE/AURC/Brier, signal_a under AUROC"))
+    if not shifts.empty:
+        shifts = shifts[shifts["from_aggregation"] == shifts["to_aggregation"]] if "from_aggregation" in shifts else shifts
+        s = shifts.assign(shift=[_fmt(p, lo, hi) for p, lo, hi in zip(shifts["shift"], shifts["lo"], shifts["hi"], strict=True)])
+        console.print(_table(s[["setting", "from_context", "to_context", "metric", "shift", "flip", "resolved_flip"]],
+                             "Shift of the gap between scoring contexts"))
+    mf = res / "methods.parquet"
+    if mf.is_file():
+        methods = pd.read_parquet(mf)
+        if not methods.empty:
+            wide = methods.assign(value=[_fmt(p, lo, hi) for p, lo, hi in
+                                         zip(methods["point"], methods["lo"], methods["hi"], strict=True)])
+            wide = wide.pivot_table(index=["setting", "signal", "rated", "n"], columns="metric", values="value",
+                                    aggfunc="first", sort=False).reset_index()
+            console.print(_table(wide, "Confidence methods: point [95% paired bootstrap interval] over each "
+                                       "method's own rows (n); rated = the answer whose correctness is the target; "
+                                       "their gaps against verbalized are in the gap table"))
+    from confgrid.cli.show.ace import print_ace
+    from confgrid.cli.show.calibration import print_calibration
+
+    from confgrid.cli.show.capability import print_capability
+
+    print_ace(res, console)
+    print_calibration(res, console)
+    print_capability(res, console)
+    ea = res / "expected_accuracy.parquet"
+    if ea.is_file():
+        console.print(_table(pd.read_parquet(ea), "Expected accuracy over k samples (the capability target)"))
+    from confgrid.analysis.tables import format_table
+
+    titles = {
+        "table2_contexts": "Table 2: the same answers in three contexts (token metric and gap g per context)",
+        "table3_ablation": "Table 3: the ablation path (mean gap over settings and each step's mean |shift|)",
+        "table4_axes": "Table 4: mean |shift| of g per protocol axis",
+        "table15_estimators": "Table 15: ECE estimators replacing 10-bin ECE (mean and max |shift of g|, flips)",
+        "transfer": "Calibration transfer (Appendix G): Brier penalty of a map fitted in one context, applied in another",
+        "table17_probe": "Table 17: supplied-answer probe, paired differences of stated confidence (pooled pairs)",
+    }
+    for name, title in titles.items():
+        f = res / f"{name}.parquet"
+        if f.is_file():
+            df = pd.read_parquet(f)
+            if not df.empty:
+                if name == "table17_probe":
+                    df = df.assign(mean_diff=[_fmt(p, lo, hi) for p, lo, hi in zip(df["mean_diff"], df["lo"], df["hi"], strict=True)])
+                    df = df[["pair", "n", "mean_diff", "share_strings_differ"]]
+                else:
+                    df = format_table(df)
+                console.print(_table(df, title))
+
+
+def _primary_group(res: Path) -> dict[str, str]:
+    f = res / "primary.json"
+    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
+
+
+def _sel(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:
+    if df.empty:
+        return df
+    for k, v in group.items():
+        if k in df.columns:
+            df = df[df[k].isin(["", v])] if k == "aggregation" else df[df[k] == v]
+    return df.reset_index(drop=True)

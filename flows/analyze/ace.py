@@ -1,0 +1,103 @@
+"""``confgrid analyze`` on outputs of several models: the accuracy-controlled comparison (study 001, ACE).
+
+An input with a ``model`` column (one row per model, setting, item, signal)
+is compared across models: the setting is the dataset, the signal the
+confidence method. Candidate ratings for the CA view come from a second file
+(``--candidates``) with the columns of analysis/ace/candidates.py
+``RATING_COLUMNS`` (dataset, item_id, candidate, surface, producers, label,
+rater, method, signal); without it CA is skipped with a message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+__all__ = ["DEFAULT_VIEWS", "parse_views", "parse_pairs", "read_candidates", "compare_models"]
+
+#: Views of an analysis with a model column (ca is added when candidate ratings are given).
+DEFAULT_VIEWS = ("raw", "ia", "da")
+
+
+def parse_views(text: str | Sequence[str] | None) -> list[str] | None:
+    """``"raw,ia,da,ca"`` -> list; None stays None (the default views)."""
+    from confgrid.analysis.ace.tables import VIEWS
+    from confgrid.flows.analyze.read import AnalyzeInputError
+
+    if text is None:
+        return None
+    views = [v.strip() for v in (text.split(",") if isinstance(text, str) else text) if v.strip()]
+    bad = [v for v in views if v not in VIEWS]
+    if bad or not views:
+        raise AnalyzeInputError(f"--views: unknown view(s) {bad or [text]}; allowed: {', '.join(VIEWS)}")
+    return views
+
+
+def parse_pairs(text: str | None) -> list[tuple[str, str, str]] | None:
+    """``"a:b:size,c:d"`` -> [(a, b, size), (c, d, pair)]; None: every pair."""
+    from confgrid.flows.analyze.read import AnalyzeInputError
+
+    if not text:
+        return None
+    out = []
+    for part in text.split(","):
+        bits = [b.strip() for b in part.split(":")]
+        if len(bits) not in (2, 3) or not all(bits):
+            raise AnalyzeInputError(f"--pairs: {part!r} is not MODEL_A:MODEL_B or MODEL_A:MODEL_B:LABEL")
+        out.append((bits[0], bits[1], bits[2] if len(bits) == 3 else "pair"))
+    return out
+
+
+def read_candidates(path: str | Path) -> pd.DataFrame:
+    """Read a candidate-ratings file (CSV, JSONL or Parquet); ``producers`` may be ``a|b`` text."""
+    from confgrid.flows.analyze.read import AnalyzeInputError
+
+    path = Path(path)
+    if not path.is_file():
+        raise AnalyzeInputError(f"--candidates {str(path)!r}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        df = pd.read_csv(path, dtype={"item_id": str})
+    elif suffix in (".jsonl", ".ndjson"):
+        df = pd.read_json(path, lines=True, dtype={"item_id": str})
+    elif suffix in (".parquet", ".pq"):
+        df = pd.read_parquet(path)
+    else:
+        raise AnalyzeInputError(f"--candidates {str(path)!r}: unsupported extension {suffix!r}; use .csv, .jsonl "
+                                "or .parquet")
+    return df
+
+
+def compare_models(rows: pd.DataFrame, out_dir: Path, *, views: Sequence[str] | None, pairs, candidates,
+                   n_resamples: int, seed: int, n_bins: int, ia_strata: int | None = None):
+    """Run the comparison on ``read_input``'s rows (with ``model`` and ``dataset``) and write ``OUT/ace_*``.
+
+    Returns
+    -------
+    ACETables or None
+        None if fewer than two models.
+
+    Raises
+    ------
+    AnalyzeInputError
+        A bad pair, view or candidate table (the ACE layer's message).
+    """
+    from confgrid.analysis.ace.frame import ACEInputError
+    from confgrid.analysis.ace.tables import ace_tables
+    from confgrid.flows.evaluate.ace import write_ace
+    from confgrid.flows.analyze.read import AnalyzeInputError
+
+    if rows["model"].nunique() < 2:
+        return None
+    ace_in = pd.DataFrame({"model": rows["model"], "dataset": rows["dataset"], "method": rows["signal"],
+                           "item_id": rows["item_id"], "signal": rows["confidence"], "correct": rows["correct"]})
+    views = list(views) if views is not None else [*DEFAULT_VIEWS, *(["ca"] if candidates is not None else [])]
+    try:
+        tables = ace_tables(ace_in, candidates if "ca" in views else None, pairs=pairs, views=views,
+                            n_bootstrap=n_resamples, seed=seed, n_bins=n_bins, ia_strata=ia_strata)
+    except ACEInputError as exc:
+        raise AnalyzeInputError(f"comparison across models: {exc}") from None
+    write_ace(tables, out_dir)
+    return tables

@@ -1,0 +1,515 @@
+"""Reading and checking the input of ``confgrid analyze``: CSV, JSON Lines or Parquet, every bad row by its place.
+
+Split from flows/analyze/analysis.py (the analysis itself). The roles of the input
+columns are :data:`ROLES` (``setting``, ``item_id``, ``signal``,
+``confidence``, ``correct``) and :data:`OPTIONAL_ROLES` (``model``: read when
+the file has the column, to compare models; ``group``: read only when named,
+by ``--group-col``, and then required: the clusters of the bootstrap). Bad input raises
+:class:`AnalyzeInputError` listing the problems, with hints on what to do
+(percentages, uncertainty scores); nothing is computed then.
+
+Reading is column-wise (flows/analyze/read.py: pyarrow readers, each row's
+line or row number kept) and so is checking (flows/analyze/check.py); the
+rules and messages are those of the per-row reader this replaced (kept as
+tests/analyze_rowwise_reference.py), with two changes: a confidence or
+correctness value within :data:`~confgrid.flows.analyze.check.CLIP_TOLERANCE`
+(1e-6) outside [0, 1] is clipped with an :class:`AnalyzeWarning` instead of
+rejected, and the options ``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from confgrid.flows.analyze.check import (
+    KEPT_PROBLEMS,
+    Problems,
+    check_ids,
+    duplicates,
+    parse_numbers,
+    range_check,
+)
+from confgrid.flows.analyze.read import FLAGS as _FLAGS
+from confgrid.flows.analyze.read import (
+    NAMED_ONLY,
+    OPTIONAL_ROLES,
+    ROLES,
+    AnalyzeInputError,
+    Chunk,
+    read_csv,
+    read_jsonl,
+    read_parquet,
+)
+from confgrid.registry import Registry
+
+__all__ = [
+    "MAX_PROBLEMS",
+    "UNCERTAINTY",
+    "UncertaintyTransform",
+    "INPUT_FORMATS",
+    "InputFormat",
+    "AnalyzeWarning",
+    "CheckOptions",
+    "InputRows",
+    "check_chunk",
+    "input_format",
+    "raise_problems",
+    "read_input",
+    "read_rows",
+]
+
+@dataclass(frozen=True)
+class InputFormat:
+    """A file format ``confgrid analyze`` reads: its extensions, what it is, and its chunk reader."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    description: str
+    read: Callable[[Path, dict[str, str]], Chunk]
+
+
+#: The input formats by name (the one Registry class), chosen by the file's extension.
+INPUT_FORMATS: Registry[InputFormat] = Registry("input format", value_type=InputFormat)
+for _f in (InputFormat("csv", (".csv",), "CSV with a header row", read_csv),
+           InputFormat("jsonl", (".jsonl", ".ndjson"), "JSON Lines", read_jsonl),
+           InputFormat("parquet", (".parquet", ".pq"), "Parquet", read_parquet)):
+    INPUT_FORMATS.register(_f.name, _f)
+#: problems listed in an input error before "... and K more"
+MAX_PROBLEMS = 20
+
+
+def _exp_neg(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    return np.exp(-u)
+
+
+def _sigmoid_neg(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    from scipy.special import expit
+
+    return expit(-u)
+
+
+def _rank(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    frame = pd.DataFrame({"g": groups, "u": u})
+    r = frame.groupby("g", sort=False)["u"].rank(method="average").to_numpy()
+    n = frame.groupby("g", sort=False)["u"].transform("count").to_numpy().astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 1, (n - r) / (n - 1), 0.5)
+
+
+@dataclass(frozen=True)
+class UncertaintyTransform:
+    """A ``--uncertainty`` transform of an uncertainty score u (lower = more confident) to a confidence c.
+
+    ``apply(u, groups)`` maps float64 u of shape (n,) (NaN stays NaN) to c in [0, 1], with ``groups`` (n,) int64
+    the (setting, signal) code of each row; each transform is monotone decreasing within a group, so the order of
+    the items (hence AUROC and AURC) is that of -u. ``nonnegative``: u must be >= 0.
+    """
+
+    name: str
+    rule: str
+    apply: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    nonnegative: bool = False
+    #: within its (setting, signal) group, not row by row (a rank)
+    grouped: bool = False
+
+
+#: ``--uncertainty`` transforms by name (the one Registry class).
+UNCERTAINTY: Registry[UncertaintyTransform] = Registry("uncertainty transform", value_type=UncertaintyTransform)
+for _t in (
+    UncertaintyTransform("exp-neg", "c = exp(-u), u >= 0 (an NLL or entropy in nats: c is the geometric-mean "
+                         "probability)", _exp_neg, nonnegative=True),
+    UncertaintyTransform("sigmoid-neg", "c = 1 / (1 + exp(u)), any real u", _sigmoid_neg),
+    UncertaintyTransform("rank", "c = (n - r) / (n - 1) with r the average rank (1..n, ties share) of u among the n "
+                         "rows of its setting and signal; c = 0.5 when n = 1", _rank, grouped=True),
+):
+    UNCERTAINTY.register(_t.name, _t)
+_ID_ROLES = ("setting", "item_id", "signal", "model", "group")
+
+
+class AnalyzeWarning(UserWarning):
+    """Something the user should know about the analysis (items left out by alignment, clipped values...)."""
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """How numbers are read: ``threshold`` (correct >= T becomes 1, else 0; None: keep graded values) and
+    ``uncertainty`` (a key of :data:`UNCERTAINTY`: the confidence column holds an uncertainty score)."""
+
+    threshold: float | None = None
+    uncertainty: str | None = None
+
+    def __post_init__(self) -> None:
+        t = self.threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < float(t) <= 1.0):
+            raise AnalyzeInputError(f"--threshold: must be a number in (0, 1], got {t!r} (correct >= T counts as "
+                                    "correct; the Rank-Calibration convention for ROUGE is 0.7)")
+        if self.uncertainty is not None and self.uncertainty not in UNCERTAINTY:
+            raise AnalyzeInputError(f"--uncertainty: unknown transform {self.uncertainty!r}; choose from "
+                                    f"{', '.join(UNCERTAINTY.names())}")
+
+
+@dataclass
+class _Stats:
+    """Range statistics of the parsed confidence values, for the hints (summed over chunks)."""
+
+    lo: float = math.inf
+    hi: float = -math.inf
+    n_far: int = 0  # finite values outside [0, 1] beyond the clip tolerance
+    n_above_one: int = 0
+    n_nonfinite: int = 0  # inf, -inf (NaN is an empty cell, reported by the reader)
+    nonfinite: list[str] = field(default_factory=list)  # the first few, "inf at line 7"
+
+    def add(self, x: np.ndarray, far: np.ndarray, pos: np.ndarray | None = None, unit: str = "line") -> None:
+        """Add a chunk's parsed values ``x`` (n,) whose rows ``far`` lie outside [0, 1]; ``pos`` their places."""
+        finite = np.isfinite(x)
+        ok = x[finite]
+        if ok.size:
+            self.lo, self.hi = min(self.lo, float(ok.min())), max(self.hi, float(ok.max()))
+            self.n_above_one += int((ok > 1.0).sum())
+        inf = far[np.isinf(x[far])]
+        self.n_far += far.size - inf.size
+        self.n_nonfinite += inf.size
+        for i in inf[: max(0, _SHOWN_NONFINITE - len(self.nonfinite))]:
+            where = f" at {unit} {pos[i]}" if pos is not None else ""
+            self.nonfinite.append(f"{float(x[i])!r}{where}")
+
+    def merge(self, other: _Stats) -> None:
+        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
+        self.n_far += other.n_far
+        self.n_above_one += other.n_above_one
+        self.n_nonfinite += other.n_nonfinite
+        self.nonfinite += other.nonfinite[: max(0, _SHOWN_NONFINITE - len(self.nonfinite))]
+
+
+#: Non-finite values the hint names by their place.
+_SHOWN_NONFINITE = 5
+
+
+@dataclass
+class InputRows:
+    """Checked input rows.
+
+    ``frame``: columns ``setting``, ``item_id``, ``signal`` (pandas
+    Categorical of str, categories sorted), ``confidence``, ``correct``
+    (float64 in [0, 1]); with a model column also ``model`` and ``dataset``
+    first and ``setting`` = ``"model/dataset"``; with ``--group-col`` also
+    ``group`` (Categorical of str, the cluster of each row). ``pos``: each row's line
+    (``unit`` ``"line"``) or 0-based row (``"row"``) number. ``n_graded``:
+    correctness values strictly between 0 and 1 before any threshold.
+    """
+
+    frame: pd.DataFrame
+    pos: np.ndarray
+    unit: str
+    n_graded: int = 0
+    stats: dict[str, _Stats] = field(default_factory=dict)
+
+    def where(self) -> pd.Series:
+        """Each row's place as text (``"line 5"``, ``"row 3"``)."""
+        return pd.Series([f"{self.unit} {p}" for p in self.pos.tolist()], dtype=object)
+
+
+
+def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
+    cols = {r: r for r in (*ROLES, *OPTIONAL_ROLES)}
+    for role, name in (columns or {}).items():
+        if role not in cols:
+            raise AnalyzeInputError(f"columns: unknown role {role!r}; roles are {', '.join((*ROLES, *OPTIONAL_ROLES))}")
+        if name is not None:
+            if not str(name).strip():
+                raise AnalyzeInputError(f"{_FLAGS[role]}: empty column name")
+            cols[role] = str(name)
+    given = {r for r, n in (columns or {}).items() if n is not None}
+    for r in OPTIONAL_ROLES:  # an optional role named like a required one by default is simply not read
+        if r not in given and (r in NAMED_ONLY or cols[r] in [cols[x] for x in ROLES]):
+            del cols[r]
+    names = list(cols.values())
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        roles = [f"{r}={c!r}" for r, c in cols.items() if c in clash]
+        raise AnalyzeInputError(f"one column cannot serve two roles: {', '.join(roles)}")
+    return cols
+
+
+def input_format(path: Path) -> str:
+    """``"csv"``, ``"jsonl"`` or ``"parquet"`` from the extension; :class:`AnalyzeInputError` otherwise or if absent."""
+    by_suffix = {s: f.name for _, f in INPUT_FORMATS.items() for s in f.suffixes}
+    fmt = by_suffix.get(path.suffix.lower())
+    if fmt is None:
+        raise AnalyzeInputError(
+            f"INPUT {str(path)!r}: unsupported extension {path.suffix!r}; use one of "
+            f"{', '.join(sorted(by_suffix))} ({', '.join(f.description for _, f in INPUT_FORMATS.items())})"
+        )
+    if not path.is_file():
+        raise AnalyzeInputError(f"INPUT {str(path)!r}: no such file")
+    return fmt
+
+
+def _read_chunk(path: Path, cols: dict[str, str]) -> Chunk:
+    fmt = input_format(path)
+    try:
+        return INPUT_FORMATS.get(fmt).read(path, cols)
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start:exc.start + 1].hex()
+        raise AnalyzeInputError(f"{path}: not UTF-8 text (invalid byte 0x{bad}); save the file as UTF-8") from None
+    except csv.Error as exc:
+        raise AnalyzeInputError(f"{path}: unreadable CSV ({exc})") from None
+
+
+# ---------------------------------------------------------------------------
+# checking a chunk of rows
+# ---------------------------------------------------------------------------
+
+
+def _label(cols: dict[str, str], role: str) -> str:
+    return role if cols[role] == role else f"{cols[role]!r} ({role})"
+
+
+def _categorical(codes: np.ndarray, cats: list[str]) -> pd.Categorical:
+    return pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object), validate=False)
+
+
+def _composite(model, dataset) -> tuple[np.ndarray, list[str]]:
+    """``"model/dataset"`` codes (-1 unless both are valid); equal strings merged, categories sorted."""
+    ok = (model.codes >= 0) & (dataset.codes >= 0)
+    key = np.where(ok, model.codes * max(len(dataset.categories), 1) + dataset.codes, -1)
+    uniq, inv = np.unique(key[ok], return_inverse=True)
+    names = [f"{model.categories[k // max(len(dataset.categories), 1)]}/"
+             f"{dataset.categories[k % max(len(dataset.categories), 1)]}" for k in uniq.tolist()]
+    srt, order = np.unique(np.array(names, dtype=object), return_inverse=True) if names else ([], [])
+    codes = np.full(key.size, -1, np.int64)
+    codes[ok] = np.asarray(order, np.int64)[inv]
+    return codes, [str(s) for s in srt]
+
+
+def _merged_ties(groups: np.ndarray, u: np.ndarray, c: np.ndarray) -> int:
+    """Groups where the transform mapped distinct u to one c (float round-off)."""
+    ok = ~np.isnan(u)
+    a = pd.DataFrame({"g": groups[ok], "v": u[ok]}).drop_duplicates().groupby("g").size()
+    b = pd.DataFrame({"g": groups[ok], "v": c[ok]}).drop_duplicates().groupby("g").size()
+    return int((a != b.reindex(a.index)).sum())
+
+
+def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = CheckOptions()
+                ) -> tuple[InputRows, Problems]:
+    """Check the rows of ``chunk`` column by column.
+
+    Returns the accepted rows (every row, with nan / missing codes where a
+    value is bad) and the problems (empty when every row is good). Warns
+    (:class:`AnalyzeWarning`) about clipped values and ties made by an
+    uncertainty transform.
+    """
+    problems = Problems(chunk.unit)
+    if chunk.structural:
+        problems.add_messages(np.array([p for p, _ in chunk.structural]), 0, [m for _, m in chunk.structural])
+    present = [r for r in (*ROLES, *OPTIONAL_ROLES) if r in chunk.arrays]
+    kind = {r: i + 1 for i, r in enumerate(present)}
+    ids, nums, stats = {}, {}, {}
+    n = chunk.pos.size
+    for role in present:
+        label = _label(cols, role)
+        if role in _ID_ROLES:
+            col = check_ids(chunk.arrays[role], label)
+            problems.add(chunk.pos[col.bad], kind[role], col.formatter())
+            ids[role] = col
+            continue
+        parsed = parse_numbers(chunk.arrays[role], role, label)
+        problems.add(chunk.pos[parsed.bad], kind[role], parsed.fmt)
+        if role == "confidence" and options.uncertainty is not None:
+            nums[role] = parsed  # transformed below, once the groups are known
+            continue
+        x, far, fmt, clipped = range_check(parsed, role, label)
+        problems.add(chunk.pos[far], kind[role], fmt)
+        st = stats[role] = _Stats()
+        st.add(parsed.x, far, chunk.pos, chunk.unit)
+        if clipped.size:
+            warnings.warn(f"{label}: {clipped.size} value(s) within 1e-6 outside [0, 1] (float32 round-off) "
+                          f"clipped to [0, 1]; first at {chunk.unit} {chunk.pos[clipped[0]]}", AnalyzeWarning,
+                          stacklevel=3)
+        nums[role] = x
+    if "model" in ids:
+        setting_codes, setting_cats = _composite(ids["model"], ids["setting"])
+    else:
+        setting_codes, setting_cats = ids["setting"].codes, ids["setting"].categories
+    if options.uncertainty is not None:
+        parsed = nums["confidence"]
+        u = parsed.x
+        label = _label(cols, "confidence")
+        transform = UNCERTAINTY.get(options.uncertainty)
+        bad_u = np.flatnonzero(~np.isnan(u) & (~np.isfinite(u) | ((u < 0) if transform.nonnegative else False)))
+        anyreal = [t.name for _, t in UNCERTAINTY.items() if not t.nonnegative]
+        need = f"a finite u >= 0 (use {' or '.join(anyreal)} for any real u)" if transform.nonnegative \
+            else "a finite value"
+        problems.add(chunk.pos[bad_u], kind["confidence"],
+                     lambda sel, b=bad_u, p=parsed: [f"{label} {s} is not an uncertainty score for --uncertainty "
+                                                     f"{options.uncertainty}: need {need}" for s in p.shown(b[sel])])
+        u = u.copy()
+        u[bad_u] = math.nan
+        groups = setting_codes * (len(ids["signal"].categories) + 1) + ids["signal"].codes
+        c = transform.apply(u, groups)
+        if not transform.grouped:
+            merged = _merged_ties(groups, u, c)
+            if merged:
+                warnings.warn(f"--uncertainty {options.uncertainty}: distinct uncertainty values became one "
+                              f"confidence (float round-off) in {merged} (setting, signal) group(s); AUROC and AURC "
+                              "there are not exactly those of -u; --uncertainty rank keeps every order exactly",
+                              AnalyzeWarning, stacklevel=3)
+        nums["confidence"] = c
+    keys = [setting_codes, ids["item_id"].codes, ids["signal"].codes]
+    dup, first = duplicates(keys, chunk.pos)
+    if dup.size:
+        names = [setting_cats, ids["item_id"].categories, ids["signal"].categories]
+
+        def fmt(sel: np.ndarray) -> list[str]:
+            out = []
+            for i in sel:
+                k = [names[j][keys[j][dup[i]]] for j in range(3)]
+                out.append(f"duplicate (setting, item_id, signal) = ({k[0]!r}, {k[1]!r}, {k[2]!r}); first at "
+                           f"{chunk.unit} {chunk.pos[first[i]]}")
+            return out
+
+        problems.add(chunk.pos[dup], len(present) + 1, fmt)
+    y = nums["correct"]
+    n_graded = int(((y > 0.0) & (y < 1.0)).sum())
+    if options.threshold is not None:
+        y = np.where(np.isnan(y), y, (y >= float(options.threshold)).astype(np.float64))
+    frame = pd.DataFrame({
+        "setting": _categorical(setting_codes, setting_cats),
+        "item_id": _categorical(ids["item_id"].codes, ids["item_id"].categories),
+        "signal": _categorical(ids["signal"].codes, ids["signal"].categories),
+        "confidence": nums["confidence"],
+        "correct": y,
+    })
+    if "model" in ids:
+        frame.insert(0, "model", _categorical(ids["model"].codes, ids["model"].categories))
+        frame.insert(1, "dataset", _categorical(ids["setting"].codes, ids["setting"].categories))
+    if "group" in ids:  # the cluster of each row (--group-col), checked like an id
+        frame["group"] = _categorical(ids["group"].codes, ids["group"].categories)
+    del n
+    return InputRows(frame, chunk.pos, chunk.unit, n_graded, stats), problems
+
+
+def _hints(stats: dict[str, _Stats], cols: dict[str, str]) -> list[str]:
+    out = []
+    for role in ("confidence", "correct"):
+        st = stats.get(role)
+        if st is None:
+            continue
+        label = _label(cols, role)
+        if st.n_nonfinite:
+            more = f" (first {len(st.nonfinite)} shown)" if st.n_nonfinite > len(st.nonfinite) else ""
+            out.append(f"{label}: {st.n_nonfinite} non-finite value(s): {', '.join(st.nonfinite)}{more}; {role} "
+                       "must be a finite number in [0, 1] (an empty cell is a missing value)")
+        if st.n_far == 0:  # the range hints below speak of the finite values only
+            continue
+        if st.lo >= 0.0 and st.hi <= 100.0 and st.n_above_one:
+            out.append(f"{label}: every value lies in [0, 100] and {st.n_above_one} exceed 1; they look like "
+                       f"percentages: divide the column by 100 ({role} must lie in [0, 1])")
+        elif role == "confidence":
+            what = "negative values" if st.lo < 0 else f"values up to {st.hi:g}"
+            logp = "; if they are log-probabilities (<= 0), give exp(value) instead" if st.hi <= 0 else ""
+            out.append(f"{label}: {what} (range {st.lo:g} to {st.hi:g}) look like an uncertainty score (lower = "
+                       f"more confident: an NLL, an entropy), not a confidence; pass --uncertainty exp-neg "
+                       f"(c = exp(-u), u >= 0), sigmoid-neg (c = 1 / (1 + exp(u))) or rank; each keeps the order, "
+                       f"so AUROC and AURC are exact{logp}")
+    return out
+
+
+def raise_problems(path: Path, problems: Problems, stats: Sequence[dict[str, _Stats]] = (),
+                   cols: dict[str, str] | None = None) -> None:
+    """Raise :class:`AnalyzeInputError` listing ``problems`` (if any) in file order, with hints from ``stats``."""
+    total = problems.count()
+    if not total:
+        return
+    merged: dict[str, _Stats] = {}
+    for part in stats:
+        for role, st in part.items():
+            merged.setdefault(role, _Stats()).merge(st)
+    hints = _hints(merged, cols or _columns(None))
+    msgs = [m for _, _, m in problems.keyed(KEPT_PROBLEMS)]
+    shown = "\n".join(f"  {m}" for m in msgs[:MAX_PROBLEMS])
+    more = f"\n  ... and {total - MAX_PROBLEMS} more problem(s)" if total > MAX_PROBLEMS else ""
+    tail = "".join(f"\nhint: {h}" for h in hints)
+    raise AnalyzeInputError(
+        f"{path}: {total} problem(s) in the input; nothing was computed or written.\n{shown}{more}{tail}", msgs,
+        total, hints)
+
+
+# ---------------------------------------------------------------------------
+# entry points
+# ---------------------------------------------------------------------------
+
+
+def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
+              options: CheckOptions = CheckOptions()) -> InputRows:
+    """Read and check a whole input file column-wise (see :func:`read_input` for the rules).
+
+    Returns
+    -------
+    InputRows
+        Categorical ids and float64 numbers, one row per input row, in file order.
+
+    Raises
+    ------
+    AnalyzeInputError
+        As :func:`read_input`.
+    """
+    path = Path(path)
+    input_format(path)
+    cols = _columns(columns)
+    chunk = _read_chunk(path, cols)
+    rows, problems = check_chunk(chunk, cols, options)
+    raise_problems(path, problems, [rows.stats], cols)
+    if rows.pos.size == 0:
+        raise AnalyzeInputError(f"{path}: no data rows")
+    return rows
+
+
+def read_input(path: str | Path, columns: Mapping[str, str] | None = None,
+               options: CheckOptions = CheckOptions()) -> tuple[pd.DataFrame, pd.Series]:
+    """Read and check an input file.
+
+    Parameters
+    ----------
+    path : path
+        ``.csv``, ``.jsonl`` / ``.ndjson`` or ``.parquet`` / ``.pq``.
+    columns : mapping, optional
+        Role -> column name for the roles of :data:`ROLES` that are named
+        differently in the file; ``"group"`` names the cluster column
+        (``--group-col``), which is then required.
+    options : CheckOptions, optional
+        ``threshold`` (graded correctness -> 0/1) and ``uncertainty``.
+
+    Returns
+    -------
+    rows : DataFrame
+        Columns ``setting``, ``item_id``, ``signal`` (str), ``confidence``,
+        ``correct`` (float64), and ``group`` (str) when named, one row per
+        input row, in file order.
+    where : Series of str
+        Each row's place in the file (``"line 5"``, ``"row 3"``), same index.
+
+    Raises
+    ------
+    AnalyzeInputError
+        Unsupported extension, missing file or columns, or bad rows (the
+        first :data:`~confgrid.flows.analyze.check.KEPT_PROBLEMS` of them in
+        :attr:`AnalyzeInputError.problems`, the count in ``n_problems``, what to
+        do in ``hints``): missing values (empty, null, NaN), non-numbers,
+        confidence or correct outside [0, 1] by more than 1e-6, duplicate
+        (setting, item_id, signal) rows (naming both places), malformed lines.
+    """
+    rows = read_rows(path, columns, options)
+    frame = rows.frame.copy()
+    for c in frame.columns:
+        if isinstance(frame[c].dtype, pd.CategoricalDtype):
+            frame[c] = frame[c].astype(object)
+    return frame, rows.where()

@@ -1,0 +1,189 @@
+"""The calibration tables of studies 002 and 003 for a run: per category, refusals, and across runs.
+
+Pure (no Ray, no model): built from the evaluation's signal rows and the
+method signals, joined with the items' metadata. Written to ``results/``:
+
+* ``calibration.{csv,parquet}``: per (model, dataset, answer set, parse
+  policy, refusal policy, rule, signal) and per value of every
+  ``metrics.group_by`` metadata field (``category`` by default): n, accuracy,
+  mean confidence, Brier, calibration gap, ECE, smECE (when
+  ``metrics.calibration_extras`` asks for it), the calibrated-random
+  baseline (k - 1)/k^2 and the Brier skill score
+  (analysis/calibration_summary.py). Method signals (``letter_probability``
+  and the rest) appear with answer set ``method`` and their own rule.
+* ``refusals.{csv,parquet}``: per (model, dataset, answer set) and
+  category: replies, ``refusal`` (declined or no valid letter),
+  ``unparseable``, other unusable statuses, and their rates (study 003
+  section 5.3).
+* ``runs.{csv,parquet}``: for answer sets with ``runs > 1``, the mean and
+  standard deviation across runs of every metric, and the pooled n (study
+  003 Appendix A, Table 2).
+* ``hard_easy.{csv,parquet}`` and ``hard_easy_bins.{csv,parquet}`` (with
+  ``metrics.hard_easy``, or a LifeEval dataset in the grid): the
+  hard-easy effect (study 002 Table 2): per cell, the OLS slope of
+  overconfidence (confidence - score) on difficulty with its paired
+  bootstrap interval, the share of confidences at multiples of 5%, and the
+  Pearson and Spearman correlation of confidence with the score (for
+  LifeEval the score is the true probability of the guess); and
+  overconfidence per difficulty bin (10 equal-width bins). Difficulty is
+  ``1 - MAS`` for LifeEval items (metadata ``mas``) and otherwise ``1 -`` the
+  accuracy of the item's ``category`` within the cell (analysis/hard_easy.py
+  ``group_difficulty``); a cell with neither has no row.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from confgrid.analysis.calibration_summary import calibration_summary, runs_summary
+from confgrid.flows.tables.assemble import Unit
+from confgrid.flows.spec.grid import GridSpec
+
+__all__ = ["CalibrationTables", "calibration_tables", "write_calibration_tables"]
+
+log = logging.getLogger("confgrid")
+
+_BY = ["setting", "model", "dataset", "answer_set", "parse_policy", "refusal", "rule", "signal"]
+
+
+@dataclass
+class CalibrationTables:
+    """``results/calibration``, ``results/refusals`` and ``results/runs`` (empty frames when there is nothing)."""
+
+    calibration: pd.DataFrame = field(default_factory=pd.DataFrame)
+    refusals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hard_easy: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hard_easy_bins: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def _item_columns(units: dict[tuple[str, str, str], Unit], group_by: tuple[str, ...]) -> pd.DataFrame:
+    """(dataset, item_id) -> n_options and the group_by metadata fields."""
+    rows, seen = [], set()
+    for (_m, d, _a), u in units.items():
+        for it in u.items:
+            if (d, it.item_id) in seen:
+                continue
+            seen.add((d, it.item_id))
+            mas = it.metadata.get("mas")
+            rows.append({"dataset": d, "item_id": it.item_id, "n_options": len(it.options),
+                         "mas": float(mas) if mas not in (None, "") else float("nan"),
+                         "category": str(it.metadata.get("category", "")),
+                         **{g: str(it.metadata.get(g, "")) for g in group_by}})
+    cols = list(dict.fromkeys(["dataset", "item_id", "n_options", "mas", "category", *group_by]))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _answer_rows(answers: pd.DataFrame) -> pd.DataFrame:
+    """The answer's signals (verbalized and token scores) among the analyzed rows of the one signal table."""
+    if answers.empty:
+        return pd.DataFrame(columns=[*_BY, "item_id", "confidence", "correct"])
+    return answers.loc[answers["kind"].isin(["verbalized", "token"]), [*_BY, "item_id", "confidence", "correct"]]
+
+
+def _method_rows(method_signals: pd.DataFrame, spec: GridSpec) -> pd.DataFrame:
+    if method_signals is None or method_signals.empty:
+        return pd.DataFrame(columns=[*_BY, "item_id", "confidence", "correct"])
+    m = method_signals[method_signals["confidence"].notna() & method_signals["correct"].notna()]
+    return pd.DataFrame({"setting": m["model"] + "/" + m["dataset"], "model": m["model"], "dataset": m["dataset"],
+                         "answer_set": "method", "parse_policy": "", "refusal": "", "rule": m["rule"],
+                         "signal": m["signal"], "item_id": m["item_id"].astype(str),
+                         "confidence": m["confidence"].astype(float), "correct": m["correct"].astype(float)})
+
+
+def _refusal_rows(units: dict[tuple[str, str, str], Unit], items: pd.DataFrame,
+                  group_by: tuple[str, ...]) -> pd.DataFrame:
+    out: list[dict[str, Any]] = []
+    for (m, d, a), u in units.items():
+        g = u.graded[["item_id", "parse_status"]].merge(items[items["dataset"] == d], on="item_id", how="left")
+        parts = [("all", "", g)]
+        for col in group_by:
+            parts += [(col, str(v), sub) for v, sub in g.groupby(col, sort=True) if str(v) != ""]
+        for group, value, sub in parts:
+            n = len(sub)
+            st = sub["parse_status"]
+            refusal, unparseable = int((st == "refusal").sum()), int((st == "unparseable").sum())
+            other = int((st != "ok").sum()) - refusal - unparseable
+            out.append({"setting": f"{m}/{d}", "model": m, "dataset": d, "answer_set": a, "group": group,
+                        "group_value": value, "replies": n, "refusal": refusal, "unparseable": unparseable,
+                        "other_unusable": other,
+                        "refusal_rate": refusal / n if n else float("nan"),
+                        "unusable_rate": (refusal + unparseable + other) / n if n else float("nan")})
+    return pd.DataFrame(out)
+
+
+def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], answers: pd.DataFrame,
+                       method_signals: pd.DataFrame | None = None) -> CalibrationTables:
+    """The three tables of the module docstring for one run (pure; no model call)."""
+    group_by = tuple(spec.metrics.group_by)
+    items = _item_columns(units, group_by)
+    rows = pd.concat([_answer_rows(answers), _method_rows(method_signals, spec)], ignore_index=True)
+    rows = rows.merge(items, on=["dataset", "item_id"], how="left")
+    rows["n_options"] = rows["n_options"].fillna(0)
+    # the random baseline needs the options shown: mc answer sets and letter probabilities only
+    shown = {a.id for a in spec.all_answer_sets() if a.format == "mc"}
+    letters = {m.id for m in spec.methods if m.kind_entry.letters}
+    asked = rows["answer_set"].isin(shown) | ((rows["answer_set"] == "method") & rows["signal"].isin(letters))
+    rows.loc[~asked, "n_options"] = 0
+    calib = calibration_summary(rows, _BY, group_by, n_bins=spec.metrics.ece_bins,
+                                with_smece="smece" in spec.metrics.calibration_extras)
+    out = CalibrationTables(calibration=calib, refusals=_refusal_rows(units, items, group_by))
+    run_of = {r: base for base, ids in spec.run_groups().items() for r in ids}
+    if run_of and len(calib):
+        by = [c for c in _BY if c not in ("answer_set",)] + ["group", "group_value"]
+        out.runs = runs_summary(calib, spec.run_groups(), by)
+    if spec.metrics.hard_easy or any(d.adapter == "lifeeval" for d in spec.datasets):
+        out.hard_easy, out.hard_easy_bins = _hard_easy(rows, spec)
+    return out
+
+
+def _hard_easy(rows: pd.DataFrame, spec: GridSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """results/hard_easy and hard_easy_bins (see the module docstring)."""
+    import warnings
+
+    from confgrid.analysis.hard_easy import (
+        confidence_truth_correlation,
+        group_difficulty,
+        hard_easy_slope,
+        overconfidence_by_difficulty,
+        rounded_share,
+    )
+    from confgrid.analysis.metrics import UndefinedMetricWarning
+
+    slopes, bins = [], []
+    if rows.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    for key, g in rows.groupby(_BY, sort=False, dropna=False):
+        ident = dict(zip(_BY, key, strict=True))
+        conf, score = g["confidence"].to_numpy(float), g["correct"].to_numpy(float)
+        if g["mas"].notna().all():
+            difficulty, source = 1.0 - g["mas"].to_numpy(float), "1 - MAS"
+        elif (g["category"] != "").all() and g["category"].nunique() > 1:
+            difficulty, source = group_difficulty(score, g["category"].to_numpy()), "1 - accuracy of the category"
+        else:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UndefinedMetricWarning)
+            sl = hard_easy_slope(conf, score, difficulty, resamples=min(spec.bootstrap.resamples, 10_000),
+                                 seed=spec.bootstrap.seed, level=spec.bootstrap.level)
+            rs = rounded_share(conf)
+            cor = confidence_truth_correlation(conf, score)
+        slopes.append({**ident, "difficulty": source, "n": sl.n, "slope": sl.slope, "intercept": sl.intercept,
+                       "lo": sl.lo, "hi": sl.hi, "status": sl.status, "share_multiple_of_5": rs.share,
+                       "pearson": cor.pearson, "spearman": cor.spearman,
+                       "overconfidence": float(conf.mean() - score.mean()) if len(g) else float("nan")})
+        for b in overconfidence_by_difficulty(conf, score, difficulty, 10):
+            bins.append({**ident, "difficulty": source, **b._asdict()})
+    return pd.DataFrame(slopes), pd.DataFrame(bins)
+
+
+def write_calibration_tables(tables: CalibrationTables, results: Path) -> list[Path]:
+    """Write the non-empty tables as ``results/<name>.{csv,parquet}``; returns the CSV paths."""
+    from confgrid.flows.store.run_store import write_result_frames
+
+    return write_result_frames(tables, ("calibration", "refusals", "runs", "hard_easy", "hard_easy_bins"), results)

@@ -1,0 +1,332 @@
+"""Capability calibration of a run (study 004): from the method tables to ``results/capability_*``.
+
+Pure (no Ray, no model): it re-reads the stored samples, method signals,
+targets and hidden states. Per (model, dataset):
+
+1. Targets on the evaluation split: the capability target (expected accuracy
+   over the k_eval samples of ``capability.target``) and the response target
+   (the correctness of the first of those samples). The train split's target
+   comes from ``capability.train_target`` (k_train samples).
+2. Estimators on the evaluation split: every method in
+   ``capability.estimators``, as it is and (``isotonic``) after an isotonic
+   map fitted on the train split; response consistency (the majority share)
+   at each k_c from its own sample pool (a seed other than the target's), and
+   (``leaky_consistency``) from the target's own samples for comparison;
+   linear probes on the mean over layers and on one layer of the hidden
+   states, fitted on the train split; the uniform random baseline.
+3. Brier, ECE and Spearman against both targets with paired item-bootstrap
+   intervals; pass@k prediction; budget allocation; the standard error of the
+   target against k; the divergence of the two targets.
+
+Tables (README "Capability calibration"): ``capability_metrics``,
+``capability_pass_at_k``, ``capability_allocation``, ``capability_se_by_k``,
+``capability_divergence``, ``capability_probes``, each CSV and Parquet.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from confgrid.analysis.bootstrap import interval
+from confgrid.analysis.resampling import setting_seed
+from confgrid.analysis.capability.allocation import greedy_allocation, solved_share, uniform_allocation
+from confgrid.analysis.capability.estimators import fit_isotonic, fit_probe, uniform_brier, uniform_expected_ece
+from confgrid.analysis.capability.metrics import CAPABILITY_METRICS, capability_bootstrap, item_weights
+from confgrid.analysis.capability.pass_at_k import pass_at_k_row
+from confgrid.analysis.capability.targets import divergence, sample_matrix, se_by_k
+from confgrid.flows.spec.grid import GridSpec
+from confgrid.flows.spec.methods import MethodSpec
+from confgrid.protocols.correctness import agreement_key
+from confgrid.protocols.methods import majority_share
+
+__all__ = ["CapabilityTables", "capability_tables", "write_capability_tables", "capability_mlflow_metrics",
+           "CAPABILITY_TABLES"]
+
+log = logging.getLogger("confgrid")
+
+#: Names of the capability tables under results/.
+CAPABILITY_TABLES = ("capability_metrics", "capability_pass_at_k", "capability_allocation", "capability_se_by_k",
+                     "capability_divergence", "capability_probes")
+UNIFORM = "uniform_random"
+ORACLE_CC, ORACLE_RC = "oracle_cc", "oracle_rc"
+
+
+@dataclass
+class CapabilityTables:
+    """The capability tables of a run (empty frames without a capability section)."""
+
+    capability_metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    capability_pass_at_k: pd.DataFrame = field(default_factory=pd.DataFrame)
+    capability_allocation: pd.DataFrame = field(default_factory=pd.DataFrame)
+    capability_se_by_k: pd.DataFrame = field(default_factory=pd.DataFrame)
+    capability_divergence: pd.DataFrame = field(default_factory=pd.DataFrame)
+    capability_probes: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+@dataclass
+class _Estimate:
+    name: str
+    method: str
+    family: str
+    values: np.ndarray  # (N_eval,), NaN where undefined
+    cost_tokens: float
+    fitted_on: str = ""
+
+
+def _rows(df: pd.DataFrame, model: str, dataset: str, method: str) -> pd.DataFrame:
+    if df is None or df.empty:
+        return pd.DataFrame()
+    return df[(df["model"] == model) & (df["dataset"] == dataset) & (df["method"] == method)]
+
+
+def _by_item(df: pd.DataFrame, col: str, ids: list[str]) -> np.ndarray:
+    m = dict(zip(df["item_id"], pd.to_numeric(df[col], errors="coerce"), strict=True)) if len(df) else {}
+    return np.array([m.get(i, np.nan) for i in ids], dtype=np.float64)
+
+
+def _consistency(samples: pd.DataFrame, ids: list[str], k: int, rule: str) -> tuple[np.ndarray, float]:
+    """Majority share of the first k samples per item (agreement under the rule's key, all unparsed: 0), and
+    the mean generated tokens per item."""
+    vals = np.full(len(ids), np.nan)
+    tokens = []
+    by = {i: g.sort_values("sample_idx").head(k) for i, g in samples.groupby("item_id", sort=False)}
+    for j, i in enumerate(ids):
+        g = by.get(i)
+        if g is None or len(g) < k:
+            continue
+        answers = [a if isinstance(a, str) else None for a in g["answer"]]
+        c = majority_share(answers, agreement_key(rule))
+        vals[j] = c.value if c.value is not None else 0.0
+        if "n_new_tokens" in g:
+            tokens.append(float(pd.to_numeric(g["n_new_tokens"], errors="coerce").sum()))
+    return vals, float(np.mean(tokens)) if tokens else float("nan")
+
+
+def _features(hidden: pd.DataFrame, ids: list[str], layer: int | None) -> np.ndarray:
+    """(N, d) features: the mean over layers (layer None) or one layer of the last prompt token's states."""
+    by = {r.item_id: r for r in hidden.itertuples(index=False)}
+    rows = []
+    for i in ids:
+        r = by.get(i)
+        if r is None:
+            rows.append(None)
+            continue
+        if layer is None:
+            rows.append(np.asarray(r.mean_state, dtype=np.float64))
+        else:
+            st = np.asarray(r.states, dtype=np.float64).reshape(len(r.layers), int(r.hidden_size))
+            rows.append(st[layer])
+    d = next((len(x) for x in rows if x is not None), 0)
+    return np.vstack([x if x is not None else np.full(d, np.nan) for x in rows]) if rows else np.zeros((0, d))
+
+
+def _probe_estimates(cap, m: MethodSpec, hidden: pd.DataFrame, train_ids, mu_train, eval_ids,
+                     probe_rows: list, where: dict) -> list[_Estimate]:
+    out = []
+    if hidden.empty:
+        return out
+    n_layers = len(hidden.iloc[0]["layers"])
+    layer = cap.probe.layer if cap.probe.layer >= 0 else n_layers + cap.probe.layer
+    if not 0 <= layer < n_layers:
+        log.warning("capability.probe.layer %d: method %s has %d layers; single-layer probe left out",
+                    cap.probe.layer, m.id, n_layers)
+        feats = [("mean", None)]
+    else:
+        feats = [("mean", None), (f"layer{layer}", layer)]
+    for tag, lay in feats:
+        Xtr, Xev = _features(hidden, train_ids, lay), _features(hidden, eval_ids, lay)
+        ok = ~np.isnan(Xtr).any(axis=1) & ~np.isnan(mu_train)
+        fit = fit_probe(Xtr[ok], mu_train[ok], kind=cap.probe.model, folds=cap.probe.folds, seed=cap.probe.seed)
+        pred = np.full(len(eval_ids), np.nan)
+        have = ~np.isnan(Xev).any(axis=1)
+        if have.any():
+            pred[have] = fit.predict(Xev[have])
+        name = f"{m.id}_probe_{tag}"
+        probe_rows.append({**where, "estimator": name, "method": m.id, "features": tag, "probe_model": fit.kind,
+                           "strength": fit.strength, "standardize": fit.standardize, "n_train": fit.n_train,
+                           "cv_brier": min(fit.cv_brier.values()) if fit.cv_brier else np.nan,
+                           "candidates": ";".join(f"{k}={v:.6g}" for k, v in fit.cv_brier.items())})
+        out.append(_Estimate(name, m.id, "probe", pred, 0.0, "train"))
+    return out
+
+
+def _metric_rows(where: dict, ests: list[_Estimate], mu: np.ndarray, resp: np.ndarray, spec: GridSpec,
+                 seed: int) -> list[dict]:
+    rows = []
+    R, level = spec.bootstrap.resamples, spec.bootstrap.level
+    for target_name, t in (("capability", mu), ("response", resp)):
+        res = capability_bootstrap({e.name: e.values for e in ests}, t, n_resamples=R, seed=seed, level=level,
+                                   n_bins=spec.metrics.ece_bins, closure=spec.metrics.ece_closure[0])
+        for j, e in enumerate(ests):
+            for m, metric in enumerate(CAPABILITY_METRICS):
+                rows.append({**where, "target": target_name, "estimator": e.name, "method": e.method,
+                             "family": e.family, "cost_tokens": e.cost_tokens, "fitted_on": e.fitted_on,
+                             "metric": metric, "point": res.point[j, m], "lo": res.lo[j, m], "hi": res.hi[j, m],
+                             "n": int(res.n[j]), "dropped": int(len(t) - res.n[j])})
+        # the uniform random baseline: the expected Brier 1/3 - mu + mu^2 (bootstrapped over the same items), the
+        # mean ECE of 200 seeded draws, Spearman 0 (its expectation)
+        ok = ~np.isnan(t)
+        ub = uniform_brier(t[ok])
+        W = item_weights(len(t), R, seed)[:, ok]
+        lo, hi = interval((W @ ub) / W.sum(axis=1), level) if ok.any() else (np.nan, np.nan)
+        vals = {"brier": (float(ub.mean()) if ok.any() else np.nan, lo, hi),
+                "ece": (uniform_expected_ece(t[ok], seed=seed, n_bins=spec.metrics.ece_bins), np.nan, np.nan),
+                "spearman": (0.0, np.nan, np.nan)}
+        for metric in CAPABILITY_METRICS:
+            p, lo_, hi_ = vals[metric]
+            rows.append({**where, "target": target_name, "estimator": UNIFORM, "method": "", "family": "baseline",
+                         "cost_tokens": 0.0, "fitted_on": "", "metric": metric, "point": p, "lo": lo_, "hi": hi_,
+                         "n": int(ok.sum()), "dropped": int((~ok).sum())})
+    return rows
+
+
+def _pass_rows(where: dict, ests: list[_Estimate], mu, resp, mat, ks) -> list[dict]:
+    n = (~np.isnan(mat)).sum(axis=1)
+    c = np.nan_to_num(mat, nan=0.0).round().astype(np.int64).sum(axis=1)
+    rows = []
+    for name, family, p in [(e.name, e.family, e.values) for e in ests] + [(ORACLE_CC, "oracle", mu),
+                                                                              (ORACLE_RC, "oracle", resp)]:
+        for k in ks:
+            r = pass_at_k_row(p, n, c, k)
+            rows.append({**where, "estimator": name, "family": family, "k": r.k, "n_items": r.n_items,
+                         "predicted": r.predicted, "band_lo": r.band_lo, "band_hi": r.band_hi, "actual": r.actual,
+                         "mse": r.mse, "status": r.status})
+    return rows
+
+
+def _allocation_rows(where: dict, ests: list[_Estimate], mu, mat, cap) -> list[dict]:
+    N, K = mat.shape
+    corr = np.nan_to_num(mat, nan=0.0)
+    rows = []
+    cands = [(e.name, e.family, e.values) for e in ests] + [(ORACLE_CC, "oracle", mu)]
+    for B in cap.budgets:
+        capped = B > K
+        mean, sd = solved_share(corr, uniform_allocation(N, B, K), cap.allocation_seeds)
+        rows.append({**where, "budget": B, "allocation": "uniform", "estimator": "", "family": "uniform",
+                     "solved": mean, "solved_sd": sd, "n_items": N, "capped": capped, "filled": 0})
+        for name, family, p in cands:
+            p = np.asarray(p, dtype=np.float64)
+            miss = np.isnan(p)
+            if miss.all():
+                continue
+            p = np.where(miss, np.nanmean(p), p)  # an item without an estimate gets the estimator's mean
+            mean, sd = solved_share(corr, greedy_allocation(p, B * N, K), cap.allocation_seeds)
+            rows.append({**where, "budget": B, "allocation": "greedy", "estimator": name, "family": family,
+                         "solved": mean, "solved_sd": sd, "n_items": N, "capped": capped, "filled": int(miss.sum())})
+    return rows
+
+
+def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples: pd.DataFrame,
+                      signals: pd.DataFrame, targets: pd.DataFrame, hidden: pd.DataFrame,
+                      costs: pd.DataFrame) -> CapabilityTables:
+    """Every capability table of a run (module docstring) from its method tables.
+
+    Parameters
+    ----------
+    splits : dataset -> {item_id: "train" | "eval"} (:func:`confgrid.protocols.splits.train_eval_split`)
+    samples, signals, targets, hidden, costs : the frames of :class:`confgrid.flows.evaluate.methods.MethodTables`
+
+    A (model, dataset) whose target samples are missing is left out with a warning.
+    """
+    cap = spec.capability
+    out = CapabilityTables()
+    if not cap.enabled:
+        return out
+    methods = {m.id: m for m in spec.methods}
+    target_m = methods[cap.target]
+    rule = target_m.agreement_rule(spec.correctness.primary)
+    acc: dict[str, list] = {name: [] for name in CAPABILITY_TABLES}
+    models = [m.name for m in spec.method_models(target_m)]
+    for model in models:
+        for d in spec.datasets:
+            where = {"model": model, "dataset": d.name}
+            tsamp = _rows(samples, model, d.name, cap.target)
+            if tsamp.empty:
+                log.warning("capability: %s/%s has no samples of the target %s; left out", model, d.name, cap.target)
+                continue
+            eval_ids, mat = sample_matrix(tsamp, f"correct_{rule}")
+            mu = np.nanmean(mat, axis=1)  # NaN: a missing sample (an unparsed one counts 0 already)
+            resp = mat[:, 0].copy()
+            split = splits.get(d.name, {})
+            train_ids = sorted(i for i, s in split.items() if s == "train")
+            mu_train = (_by_item(_rows(targets, model, d.name, cap.train_target), "expected_accuracy", train_ids)
+                        if cap.train_target else np.full(len(train_ids), np.nan))
+            ests: list[_Estimate] = []
+            for eid in cap.estimators:
+                m = methods[eid]
+                role = m.kind_entry.capability
+                if role == "consistency":
+                    pool = _rows(samples, model, d.name, eid)
+                    for k in cap.consistency_k:
+                        v, tok = _consistency(pool, eval_ids, k, m.agreement_rule(spec.correctness.primary))
+                        ests.append(_Estimate(f"{eid}_k{k}", eid, "consistency", v, tok))
+                elif role == "probe":
+                    ests += _probe_estimates(cap, m, _rows(hidden, model, d.name, eid), train_ids, mu_train,
+                                             eval_ids, acc["capability_probes"], where)
+                else:
+                    sig = signals[(signals["model"] == model) & (signals["dataset"] == d.name)
+                                  & (signals["signal"] == eid)] if len(signals) else pd.DataFrame()
+                    if sig.empty:
+                        log.warning("capability: %s/%s has no rows of estimator %s; left out", model, d.name, eid)
+                        continue
+                    raw = _by_item(sig, "confidence", eval_ids)
+                    rc = _rows(costs, model, d.name, eid)
+                    tok = float(pd.to_numeric(rc["generated_tokens"]).mean()) if len(rc) else 1.0
+                    ests.append(_Estimate(eid, eid, role, raw, tok))
+                    if cap.isotonic:
+                        fit = fit_isotonic(_by_item(sig, "confidence", train_ids), mu_train)
+                        ests.append(_Estimate(f"{eid}+isotonic", eid, role, fit.predict(raw), tok, "train"))
+            if cap.leaky_consistency:
+                for k in cap.consistency_k:  # k <= the target's k: checked when the grid loads
+                    v, tok = _consistency(tsamp, eval_ids, k, rule)
+                    ests.append(_Estimate(f"consistency_leaky_k{k}", cap.target, "consistency_leaky", v, tok))
+            seed = setting_seed(model, f"{d.name}/capability/{cap.target}", spec.bootstrap.seed)
+            acc["capability_metrics"] += _metric_rows(where, ests, mu, resp, spec, seed)
+            acc["capability_pass_at_k"] += _pass_rows(where, ests, mu, resp, mat, cap.pass_at_k)
+            acc["capability_allocation"] += _allocation_rows(where, ests, mu, mat, cap)
+            acc["capability_se_by_k"].append(se_by_k(mat).assign(**where))
+            acc["capability_divergence"].append(divergence(mu, resp).assign(**where))
+    for name in CAPABILITY_TABLES:
+        rows = acc[name]
+        if rows and isinstance(rows[0], pd.DataFrame):
+            df = pd.concat(rows, ignore_index=True)
+            df = df[["model", "dataset", *[c for c in df.columns if c not in ("model", "dataset")]]]
+        else:
+            df = pd.DataFrame(rows)
+        setattr(out, name, df)
+    return out
+
+
+def write_capability_tables(tables: CapabilityTables, results: Path) -> list[Path]:
+    """Write the non-empty tables as ``results/<name>.{csv,parquet}``; returns the CSV paths."""
+    from confgrid.flows.store.run_store import write_result_frames
+
+    return write_result_frames(tables, CAPABILITY_TABLES, results)
+
+
+def capability_mlflow_metrics(tables: CapabilityTables) -> dict[str, float]:
+    """MLflow metrics of the capability study: ``capability/<model>/<dataset>/<target>/<estimator>/<metric>/
+    {point,lo,hi}``, the pass@k MSE (``.../pass_at_k/<estimator>/k<k>/mse``) and the solved share of each
+    allocation (``.../allocation/<allocation>_<estimator>/B<B>/solved``); NaN values are left out."""
+    from confgrid.flows.tracking import mlflow_key
+
+    out: dict[str, float] = {}
+
+    def put(key: str, v) -> None:
+        if v is not None and v == v:
+            out[key] = float(v)
+
+    for r in tables.capability_metrics.itertuples(index=False):
+        for stat in ("point", "lo", "hi"):
+            put(mlflow_key("capability", r.model, r.dataset, r.target, r.estimator, r.metric, stat), getattr(r, stat))
+    for r in tables.capability_pass_at_k.itertuples(index=False):
+        put(mlflow_key("capability", r.model, r.dataset, "pass_at_k", r.estimator, f"k{r.k}", "mse"), r.mse)
+    for r in tables.capability_allocation.itertuples(index=False):
+        name = f"{r.allocation}_{r.estimator}" if r.estimator else r.allocation
+        put(mlflow_key("capability", r.model, r.dataset, "allocation", name, f"B{r.budget}", "solved"), r.solved)
+    return out

@@ -1,0 +1,386 @@
+"""Outputs of a run: result files, study tables, the reporting checklist, the report, and MLflow.
+
+Everything is written atomically (flows/store/run_store.py ``atomic_write``) under
+``OUT/results``; a table that cannot be built (a view of the data) fails soft
+with a log line and never loses the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from confgrid import __version__
+from confgrid.flows.tables.assemble import Unit
+from confgrid.flows.evaluate.run_evaluation import Evaluation, primary_group, select
+from confgrid.flows.spec.grid import GridSpec
+from confgrid.flows.store.run_store import RunStore, write_frame_atomic, write_text_atomic
+from confgrid.flows.tracking import DatasetRef, ModelRef, Tracker, items_digest, result_metrics
+
+__all__ = ["write_outputs", "result_matrix", "render_markdown", "grid_params", "log_results", "fmt_interval"]
+
+log = logging.getLogger("confgrid")
+
+
+def fmt_interval(p: float, lo: float, hi: float) -> str:
+    """``0.123 [0.100, 0.150]``; ``NaN`` for an undefined point estimate."""
+    if pd.isna(p):
+        return "NaN"
+    return f"{p:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def result_matrix(metrics_df: pd.DataFrame) -> pd.DataFrame:
+    """Wide view: one row per (setting, signal), one column per metric, 'point [lo, hi]'."""
+    if metrics_df.empty:
+        return pd.DataFrame()
+    df = metrics_df.assign(value=[fmt_interval(p, lo, hi) for p, lo, hi in
+                                  zip(metrics_df["point"], metrics_df["lo"], metrics_df["hi"], strict=True)])
+    wide = df.pivot_table(index=["setting", "signal"], columns="metric", values="value", aggfunc="first", sort=False)
+    cols = list(dict.fromkeys(metrics_df["metric"]))
+    return wide[cols].reset_index()
+
+
+def closure_lines(closure_df) -> list[str]:
+    """One line per result the bin closure changes (``results/closure``): ``setting: note``."""
+    if closure_df is None or closure_df.empty:
+        return []
+    return [f"{r.setting} / {r.signal}: {r.note}" for r in closure_df.itertuples(index=False)]
+
+
+def render_markdown(metrics_df, gaps_df, shifts_df, settings_df, closure_df=None) -> str:
+    """The results as a Markdown report (results/report.md)."""
+    from confgrid.analysis.tables import to_markdown
+
+    parts = ["# confgrid results", ""]
+    lines = closure_lines(closure_df)
+    if lines:
+        parts += ["## The bin closure matters here (results/closure.csv, results/edges.csv)", "",
+                  *[f"- {x}" for x in lines], ""]
+    if not settings_df.empty:
+        parts += ["## Settings", "", to_markdown(settings_df), ""]
+    wide = result_matrix(metrics_df)
+    if not wide.empty:
+        parts += ["## Metrics (point [95% paired bootstrap interval])", "", to_markdown(wide), ""]
+    if not gaps_df.empty:
+        g = gaps_df.assign(gap=[fmt_interval(p, lo, hi) for p, lo, hi in
+                                zip(gaps_df["gap"], gaps_df["lo"], gaps_df["hi"], strict=True)])
+        parts += ["## Paired gap = metric(signal_a) - metric(signal_b) on the items both have", "",
+                  to_markdown(g[["setting", "signal_a", "signal_b", "metric", "gap", "excludes_zero", "favours", "n"]]), ""]
+    if not shifts_df.empty:
+        s = shifts_df.assign(shift=[fmt_interval(p, lo, hi) for p, lo, hi in
+                                    zip(shifts_df["shift"], shifts_df["lo"], shifts_df["hi"], strict=True)])
+        parts += ["## Shift of the gap between contexts", "",
+                  to_markdown(s[["setting", "from_context", "to_context", "metric", "shift", "excludes_zero", "flip",
+                                 "resolved_flip"]]), ""]
+    return "\n".join(parts)
+
+
+def _study_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: Evaluation) -> dict[str, pd.DataFrame]:
+    """Study 000's tables for this run (flows/evaluate/study_tables.py); a table fails soft, with a log line."""
+    from confgrid.flows.evaluate.study_tables import probe_table, selection_table, study_tables
+
+    out: dict[str, pd.DataFrame] = {}
+    p = primary_group(spec)
+    try:
+        if not ev.metrics.empty and spec.scoring.contexts:  # study 000's tables compare scoring contexts
+            primary_refusal = lambda df: df[df["refusal"] == p["refusal"]] if "refusal" in df else df  # noqa: E731
+            out.update(study_tables(ev.groups(p["refusal"]), (p["answer_set"], p["parse_policy"], p["rule"]),
+                                    primary_refusal(ev.metrics), primary_refusal(ev.gaps),
+                                    spec.scoring.contexts, spec.scoring.aggregations, spec.metrics.names,
+                                    spec.bootstrap.level))
+    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
+        log.warning("study tables not built: %s: %s", type(exc).__name__, exc)
+    for a in spec.answer_sets:
+        if a.format == "open" and a.verbalized_source() == "probe":
+            sel = selection_table(units, a.id, spec.bootstrap.seed, spec.bootstrap.resamples, spec.bootstrap.level)
+            if len(sel):
+                out[f"selection_{a.id}"] = sel
+    probes = [u.probe for (m, d, a), u in units.items() if a == "main" and u.probe_complete and u.probe is not None]
+    if spec.probe.enabled and probes:
+        graded = pd.concat([u.graded for (m, d, a), u in units.items() if a == "main" and u.probe_complete],
+                           ignore_index=True)
+        tbl, pairs = probe_table(pd.concat(probes, ignore_index=True), graded, spec.probe.resamples, spec.probe.seed,
+                                 spec.bootstrap.level)
+        out["table17_probe"] = tbl
+        out["probe_pairs"] = pairs
+    answers = select(ev.analyzed(), p)
+    answers = answers[answers["kind"].isin(["verbalized", "token"])] if len(answers) else answers
+    main_frames = {setting: f for setting, f in answers.groupby("setting", sort=False)} if len(answers) else {}
+    if {"bare", "guess_slot"} <= set(spec.scoring.contexts) and main_frames:
+        from confgrid.flows.evaluate.study_tables import transfer_tables
+
+        try:
+            pen, ttab = transfer_tables(main_frames, "guess_slot", "bare", spec.bootstrap.seed)
+            if len(pen):
+                out["transfer_penalties"], out["transfer"] = pen, ttab
+        except Exception as exc:  # noqa: BLE001 - a view of the data; never lose the run for it
+            log.warning("calibration transfer not computed: %s: %s", type(exc).__name__, exc)
+    return out
+
+
+def rows_dropped(dropped: pd.DataFrame, unit: dict[str, str]) -> dict[str, int]:
+    """Answers of a unit left out of the metrics, by reason: the first answer signal's rows by status (``ok``
+    excluded) and ``left_out_by_alignment`` (results/dropped)."""
+    d = select(dropped, unit)
+    if d.empty:
+        return {}
+    first = d["signal"].iloc[0] if "verbalized" not in set(d["signal"]) else "verbalized"
+    d = d[(d["signal"] == first) & (d["status"] != "ok")]
+    return {str(k): int(v) for k, v in zip(d["status"], d["n"], strict=True)}
+
+
+def _edge_shares(edges: pd.DataFrame, group: dict[str, str], n_bins: int) -> dict[str, float]:
+    """Signal -> share of its confidences on an edge of the ``n_bins`` bins, in one group of ``results/edges``."""
+    if edges is None or edges.empty:
+        return {}
+    e = edges[(edges["n_bins"] == n_bins) & np.logical_and.reduce([edges[k] == v for k, v in group.items()])]
+    return {str(r.signal): round(float(r.on_edge), 4) for r in e.itertuples(index=False) if np.isfinite(r.on_edge)}
+
+
+def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, str]],
+               units: dict[tuple[str, str, str], Unit], dropped_df: pd.DataFrame,
+               ev_edges: pd.DataFrame | None = None) -> None:
+    """The reporting checklist (study 000 Table 5) of every (model, dataset, answer set)."""
+    from confgrid.flows.evaluate.study_tables import write_checklist
+    from confgrid.protocols.checklist import build_checklist
+
+    models = {m.name: m for m in spec.models}
+    p = primary_group(spec)
+    entries = []
+    for (mname, dname, aid), u in units.items():
+        a, m = u.answer_set, models[mname]
+        dropped = rows_dropped(dropped_df, {"setting": f"{mname}/{dname}", "answer_set": aid,
+                                            "parse_policy": p["parse_policy"], "refusal": p["refusal"],
+                                            "rule": spec.correctness.primary})
+        try:
+            entries.append(build_checklist(
+                model=f"{mname} ({m.model}, revision {m.revision or 'default'})", dataset=dname,
+                use_chat_template=m.chat_template,
+                decoding={"method": "greedy" if a.sampling is None else "sampling", "max_new_tokens": a.new_tokens,
+                          "backend": m.backend, "dtype": m.dtype,
+                          **({} if a.sampling is None else {"temperature": a.temperature, "top_p": a.top_p,
+                                                            "seed": a.seed})},
+                elicitation_prompt=a.prompt, token_contexts=a.scoring_contexts(spec.scoring.contexts),
+                aggregation=spec.scoring.aggregations[0], correctness_rule=spec.correctness.primary,
+                ece_estimator="ece", n_bins=spec.metrics.ece_bins, ece_closure=list(spec.metrics.ece_closure),
+                on_edge=_edge_shares(ev_edges, {"setting": f"{mname}/{dname}", "answer_set": aid,
+                                                 "parse_policy": p["parse_policy"], "refusal": p["refusal"],
+                                                 "rule": p["rule"]}, spec.metrics.ece_bins),
+                parse_policy=spec.parsing.policies[0],
+                system_prompt=provenance.get(mname, {}).get("system_prompt"),
+                rows_total=len(u.graded), rows_dropped=dropped,
+                extra={"answer_set": aid, "answer_format": a.format, "verbalized_source": a.verbalized_source(),
+                       "aggregations": list(spec.scoring.aggregations), "rules": list(spec.correctness.rules),
+                       "parse_policies": list(spec.parsing.policies), "refusal_policies": list(spec.parsing.refusal),
+                       "chance_seed": spec.parsing.chance_seed, "metrics": spec.metrics.evaluated,
+                       "bootstrap": spec.bootstrap.model_dump(), "probe_rule": spec.probe.rule,
+                       "provenance": provenance.get(mname, {}),
+                       "conventions": conventions(spec, a, dname)},
+            ))
+        except Exception as exc:  # noqa: BLE001 - recorded, never lose the run for it
+            log.warning("checklist for %s/%s [%s] not built: %s", mname, dname, aid, exc)
+    write_checklist(store.root, entries)
+
+
+def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
+    """The reading and scoring conventions behind one (answer set, dataset) that a reader could choose otherwise
+    (README "JSON elicitation, refusals and repeated runs", "LifeEval"), for the run's checklist."""
+    from confgrid.protocols.prompts import get_prompt
+
+    out = []
+    p = get_prompt(a.prompt)
+    if p.output == "boxed":
+        out.append("worked solution: the answer is the last number in the last closed \\boxed{} (else the last "
+                   "number of the reply), thousands separators read, $ and % ignored, a/b only inside the box; "
+                   + ("the confidence is the number after the last "
+                      f"{p.confidence_label!r} label (no unlabelled fallback)" if p.confidence_label
+                      else "no confidence asked"))
+    elif p.output != "labels":
+        out.append("JSON reply: the last object holding the asked key is read; keys case-insensitive; a '%' means "
+                   f"percent, else the prompt's scale ({p.scale or 'normalized'}) is applied, never guessed")
+    if p.output == "json_options":
+        out.append("option probabilities normalized to sum to 1 (a sum of 0 is status zero_sum); the favoured "
+                   "option is the argmax; a tie of m options including the gold one scores 1/m")
+    if a.format == "mc":
+        out.append(f"refusal policies {list(spec.parsing.refusal)}: drop leaves unusable replies out (counted); "
+                   f"chance scores them as a random letter (seed {spec.parsing.chance_seed}) with confidence 1/k")
+    if a.runs > 1 or a.id.rsplit(".run", 1)[-1].isdigit():
+        out.append("repeated runs: run r samples with seed + r - 1; results/runs.csv gives mean and sd (ddof 1)")
+    if any(mm.kind_entry.letters for mm in spec.methods):
+        out.append("letter token probabilities: the next-token distribution restricted to the option letters and "
+                   "renormalized; a letter absent from the top k counts as 0; ties scored 1/m")
+    d = next((x for x in spec.datasets if x.name == dataset), None)
+    if d is not None and d.adapter == "lifeeval":
+        window = (d.params or {}).get("window", "inclusive")
+        out.append(f"LifeEval window {window!r} (inclusive: |D - g| <= r, 2r + 1 ages; official: floor(g - r) <= D "
+                   "< g + r); deaths past the last listed age fall at that age; MAS = the best guess's true "
+                   "probability, the smallest guess on ties; an answer scores the true probability of its guess")
+    return out
+
+
+def expected_accuracy_summary(targets: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, dataset, method): items, mean expected accuracy, share of items strictly between 0 and 1
+    (where response and capability calibration differ, study 004 Figure 2), mean standard error."""
+    if targets.empty:
+        return pd.DataFrame()
+    g = targets.groupby(["model", "dataset", "method"], sort=False)
+    return pd.DataFrame({
+        "items": g.size(), "k": g["k"].first(), "mean_expected_accuracy": g["expected_accuracy"].mean(),
+        "share_between_0_and_1": g["expected_accuracy"].apply(lambda x: float(((x > 0) & (x < 1)).mean())),
+        "mean_se": g["se"].mean(), "unparsed_samples": g["n_unparsed"].sum(),
+    }).reset_index()
+
+
+def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[tuple[str, str, str], Unit],
+                  provenance: dict[str, dict[str, str]], methods: pd.DataFrame | None = None,
+                  targets: pd.DataFrame | None = None) -> None:
+    """Write ``results/``: the tidy tables, the study tables, the method metrics, the checklist,
+    ``primary.json`` and ``report.md``."""
+    from confgrid.analysis.tables import format_table, to_markdown
+
+    res = store.root / "results"
+    outputs = {"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings,
+               "dropped": ev.dropped, "edges": ev.edges, "closure": ev.closure}
+    if methods is not None and len(methods):
+        outputs["methods"] = methods
+    if targets is not None and len(targets):
+        outputs["expected_accuracy"] = expected_accuracy_summary(targets)
+    outputs.update(_study_tables(spec, units, ev))
+    for name, df in outputs.items():
+        if df.columns.empty:  # a view with nothing to show: no file, never a CSV without its header
+            log.debug("results/%s: no columns, not written", name)
+            continue
+        write_frame_atomic(df, res / f"{name}.csv")
+        write_frame_atomic(df, res / f"{name}.parquet")
+        if name.startswith(("table", "transfer", "selection")) and len(df):
+            write_text_atomic(to_markdown(format_table(df)), res / f"{name}.md")
+    _checklist(spec, store, provenance, units, ev.dropped, ev.edges)
+    p = primary_group(spec)
+    write_text_atomic(json.dumps({**p, "aggregation": spec.scoring.aggregations[0]}), res / "primary.json")
+    write_text_atomic(render_markdown(select(ev.metrics, p), select(ev.gaps, p), select(ev.shifts, p),
+                                      select(ev.settings, p), ev.closure), res / "report.md")
+
+
+def grid_params(spec: GridSpec) -> dict[str, Any]:
+    """The grid's protocol axes as MLflow params of the parent run."""
+    return {
+        "elicitation.prompt": spec.elicitation.prompt,
+        "elicitation.max_new_tokens": spec.elicitation.max_new_tokens,
+        "scoring.contexts": list(spec.scoring.contexts),
+        "scoring.aggregations": list(spec.scoring.aggregations),
+        "answer_sets": ["main"] + [a.id for a in spec.answer_sets],
+        "parsing.policies": list(spec.parsing.policies),
+        "probe.enabled": spec.probe.enabled,
+        "probe.rule": spec.probe.rule,
+        "correctness.rules": list(spec.correctness.rules),
+        "correctness.primary": spec.correctness.primary,
+        "metrics.names": list(spec.metrics.names),
+        "metrics.ece_bins": spec.metrics.ece_bins,
+        "metrics.ece_closure": list(spec.metrics.ece_closure),
+        "metrics.ece_estimator": "equal_width",
+        "bootstrap.resamples": spec.bootstrap.resamples,
+        "bootstrap.seed": spec.bootstrap.seed,
+        "bootstrap.level": spec.bootstrap.level,
+        **({"bootstrap.cluster": spec.bootstrap.cluster} if spec.bootstrap.cluster else {}),
+        "models": [m.name for m in spec.models],
+        "datasets": [d.name for d in spec.datasets],
+        "confgrid_version": __version__,
+        "python": platform.python_version(),
+    }
+
+
+def dataset_refs(spec: GridSpec, items: pd.DataFrame) -> dict[str, DatasetRef]:
+    """Each dataset of the grid as an MLflow dataset input: name, digest of the item ids the run used, source.
+
+    Parameters
+    ----------
+    spec : GridSpec
+    items : DataFrame
+        ``tables/items.parquet`` (columns ``dataset`` and ``item_id`` at least).
+
+    Returns
+    -------
+    dict
+        Dataset name -> :class:`~confgrid.flows.tracking.DatasetRef`; a dataset without items is left out.
+    """
+    from confgrid.flows.spec.grid import BUNDLED
+
+    out: dict[str, DatasetRef] = {}
+    for d in spec.datasets:
+        ids = items.loc[items["dataset"] == d.name, "item_id"]
+        if ids.empty:
+            continue
+        bundled = d.path == BUNDLED
+        out[d.name] = DatasetRef(name=d.name, digest=items_digest(ids),
+                                 source=f"bundled:{d.adapter}" if bundled else str(d.path),
+                                 source_type="bundled" if bundled else "local", n_items=int(ids.nunique()))
+    return out
+
+
+def model_ref(m: Any) -> ModelRef:
+    """A grid model (``ModelSpec``) as the setting runs' logged model: its id, revision, backend and dtype."""
+    return ModelRef(name=m.name, model_id=m.model, revision=m.revision or "",
+                    params={"backend": m.backend, "dtype": m.dtype,
+                            "tensor_parallel_size": str(m.tensor_parallel_size)})
+
+
+def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluation,
+                provenance: dict[str, dict[str, str]], run_metrics: dict[str, float], tables: dict[str, Path]) -> None:
+    """One MLflow child run per (model, dataset) setting; run counters, results and tables on the parent.
+
+    Metric keys are the same as ``confgrid analyze``'s (flows/tracking.py ``result_metrics``):
+    ``<signal>/<metric>/{point,lo,hi}`` and ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``. A resumed or
+    resubmitted run logs into the same child runs (``meta.mlflow_setting_runs``), at step = the invocation's
+    index, so each metric's history shows every invocation.
+    """
+    axes = grid_params(spec)
+    primary = primary_group(spec)
+    # one child run per setting per parent run: a resume or resubmit logs into the same runs, at the next step
+    runs = store.meta.setdefault("mlflow_setting_runs", {})
+    if runs.get("parent") != tracker.parent_run_id:
+        runs.clear()
+        runs["parent"] = tracker.parent_run_id
+    step = max(len(store.meta.get("invocations", [])) - 1, 0)
+    met, gaps = select(ev.metrics, primary), select(ev.gaps, primary)
+    if not met.empty:
+        met = met[met["aggregation"].isin(["", spec.scoring.aggregations[0]])]
+    settings = select(ev.settings, primary)
+    datasets = (dataset_refs(spec, pd.read_parquet(tables["items"], columns=["dataset", "item_id"]))
+                if "items" in tables else {})
+    for m, d in spec.settings():
+        setting = f"{m.name}/{d.name}"
+        sub = met[met["setting"] == setting] if not met.empty else met
+        if sub.empty:
+            continue
+        params = {**axes, "model": m.name, "model.id": m.model, "model.backend": m.backend, "model.dtype": m.dtype,
+                  "model.revision": m.revision or "", "model.chat_template": m.chat_template,
+                  "model.tensor_parallel_size": m.tensor_parallel_size, "model.replicas": m.replicas,
+                  "dataset": d.name, "dataset.adapter": d.adapter, "dataset.path": d.path,
+                  "dataset.limit": d.limit or "all", "dataset.seed": d.seed,
+                  **{f"dataset.params.{k}": v for k, v in d.params.items()},
+                  **{f"provenance.{k}": v for k, v in provenance.get(m.name, {}).items()}}
+        gsub = gaps[gaps["setting"] == setting] if not gaps.empty else gaps
+        metrics = result_metrics(sub, gsub)
+        for r in settings[settings["setting"] == setting].itertuples():
+            metrics.update({"parse_rate": r.parse_rate, "accuracy": r.accuracy, "n_analyzed": r.n_analyzed})
+        csv = write_frame_atomic(sub, store.root / "results" / "by_setting" / f"{m.name}__{d.name}.csv")
+        runs[setting] = tracker.child(run_name=setting, params=params, metrics=metrics, artifacts=[csv],
+                                      tags={"confgrid.kind": "setting", "confgrid.setting": setting},
+                                      run_id=runs.get(setting), step=step, dataset=datasets.get(d.name),
+                                      model=model_ref(m))
+    tracker.log_metrics(run_metrics, step=step)
+    store.save_manifest()
+    res = store.root / "results"
+    tracker.log_artifacts(sorted(res.glob("*.csv")) + [res / "report.md", res / "checklist.json", res / "checklist.md"],
+                          "results")
+    tracker.log_artifacts(list(tables.values()), "tables")
+    figs = res / "figures"  # drawn by `confgrid run` / `confgrid report` (confgrid.report); logged again by `log`
+    tracker.log_artifacts(sorted(figs.glob("*.png")) + sorted(figs.glob("*.svg")), "results/figures")
+    tracker.log_artifacts([store.root / "report.html"])
+    tracker.log_artifacts([store.root / "grid.yaml", store.root / "manifest.json"])

@@ -1,0 +1,282 @@
+"""The study's tables and the reporting checklist of a run (study 000 Tables 2, 3, 4, 17 and Table 5).
+
+Built from the per-unit bootstrap results the runner keeps, with the pure
+functions of analysis/summary.py and analysis/tables.py; written to
+``OUT/results/table*.{csv,parquet}`` and ``OUT/results/checklist.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from confgrid.analysis.bootstrap import BootstrapResult, interval
+from confgrid.analysis.compare import advantages
+from confgrid.analysis.summary import summarize_axis, summarize_estimators, summarize_gaps, summarize_shifts
+from confgrid.analysis.tables import (
+    ablation_path_table,
+    axis_table,
+    estimators_table,
+    three_context_table,
+    transfer_table,
+)
+from confgrid.flows.store.run_store import write_text_atomic
+
+__all__ = ["study_tables", "probe_table", "selection_table", "transfer_tables", "write_checklist", "ABLATION_PATH",
+           "ESTIMATORS"]
+
+log = logging.getLogger("confgrid")
+
+#: The ablation path of study 000 Table 3: from the bare context to the Guess: slot, one edit at a time,
+#: with the Answer: marker fixed, then the final switch to Guess:.
+ABLATION_PATH = (
+    ("bare", "start: bare context"),
+    ("answer_slot", "Answer: moves into the assistant turn"),
+    ("abl_instruction_answer", "answer-only instruction"),
+    ("abl_noprob_answer", "output template (confidence prompt without probability request)"),
+    ("abl_confidence_answer", "probability request"),
+    ("abl_confidence_guess", "marker Answer: -> Guess:"),
+)
+
+Results = Mapping[str, tuple[BootstrapResult, list[str]]]
+
+
+def _res(results: Results) -> tuple[dict[str, BootstrapResult], dict[str, list[str]]]:
+    return {s: r for s, (r, _) in results.items()}, {s: n for s, (_, n) in results.items()}
+
+
+def study_tables(
+    groups: Mapping[tuple[str, str, str], Results],
+    primary: tuple[str, str, str],
+    metrics_df: pd.DataFrame,
+    gaps_df: pd.DataFrame,
+    contexts: tuple[str, ...],
+    aggregations: tuple[str, ...],
+    metric_names: tuple[str, ...],
+    level: float = 0.95,
+) -> dict[str, pd.DataFrame]:
+    """Table 2 (three contexts), Table 3 (ablation path) and Table 4 (mean |shift| per axis).
+
+    Parameters
+    ----------
+    groups : mapping (answer_set, parse_policy, rule) -> {setting: (BootstrapResult, signal names)}
+    primary : the main group
+    metrics_df, gaps_df : the run's tidy tables (columns answer_set, parse_policy, rule, ...)
+    contexts : the main answer set's scoring contexts
+    aggregations : token aggregations; the first is primary
+
+    Returns
+    -------
+    dict of name -> DataFrame; a table whose contexts or axes the grid did not
+    ask for is left out.
+    """
+    out: dict[str, pd.DataFrame] = {}
+    main = groups.get(primary)
+    if not main:
+        return out
+    res, names = _res(main)
+    sel = lambda df: df[(df["answer_set"] == primary[0]) & (df["parse_policy"] == primary[1])  # noqa: E731
+                        & (df["rule"] == primary[2]) & (df["aggregation"].isin(["", aggregations[0]]))]
+    m, g = sel(metrics_df), sel(gaps_df)
+    three = [c for c in ("bare", "answer_slot", "guess_slot") if c in contexts]
+    if len(three) >= 2:
+        # the per-resample advantage of each token signal (for a signed metric |v| - |t|) decides resolved flips
+        adv = pd.concat([advantages(r, names[s], level=level).assign(setting=s) for s, r in res.items()],
+                        ignore_index=True)
+        adv = adv[adv["signal"].isin([f"token_{c}" for c in three])]
+        adv = adv.assign(context=adv["signal"].str.removeprefix("token_"))
+        out["table2_contexts"] = pd.concat(
+            [three_context_table(m, g, met, three, advantages=adv).assign(metric=met) for met in metric_names],
+            ignore_index=True)
+    path = [(c, change) for c, change in ABLATION_PATH if c in contexts]
+    if len(path) >= 3:
+        sigs = [f"token_{c}" for c, _ in path]
+        gsum = summarize_gaps(res, sigs, list(metric_names), names, level=level)
+        ssum = summarize_shifts(res, list(zip(sigs[:-1], sigs[1:], strict=True)), list(metric_names), names, level=level)
+        out["table3_ablation"] = pd.concat(
+            [ablation_path_table(gsum, ssum, [(f"token_{c}", ch) for c, ch in path], met).assign(metric=met)
+             for met in metric_names], ignore_index=True)
+    axes: dict[str, pd.DataFrame] = {}
+    if "bare" in contexts and "guess_slot" in contexts:
+        s = summarize_shifts(res, [("token_bare", "token_guess_slot")], list(metric_names), names, level=level)
+        axes["context (bare -> Guess: slot)"] = s
+    ref = "guess_slot" if "guess_slot" in contexts else contexts[0]
+    for agg in aggregations[1:]:
+        s = summarize_shifts(res, [(f"token_{ref}", f"token_{ref}__{agg}")], list(metric_names), names, level=level)
+        axes[f"aggregation ({aggregations[0]} -> {agg}, {ref})"] = s
+    for (aset, policy, rule), other in groups.items():
+        if (aset, policy) == primary[:2] and rule != primary[2]:
+            ra, _ = _res(main)
+            rb, nb = _res(other)
+            try:
+                s = summarize_axis(ra, rb, f"token_{ref}", list(metric_names), {**names, **nb}, level=level)
+            except ValueError as exc:  # different items under the two rules: not paired
+                log.info("correctness-rule axis %s -> %s not summarized: %s", primary[2], rule, exc)
+                continue
+            axes[f"correctness rule ({primary[2]} -> {rule}, {ref})"] = s
+    ests = [e for e in metric_names if e != "ece" and (e.startswith("ece") or e in ESTIMATORS)]
+    if "ece" in metric_names and ests and three:
+        pair = ("token_bare", "token_guess_slot") if {"bare", "guess_slot"} <= set(contexts) else None
+        est = summarize_estimators(res, [f"token_{c}" for c in three], ests, base="ece", context_pair=pair,
+                                   signal_names=names, level=level)
+        out["table15_estimators"] = estimators_table(est)
+        for e in ests:  # the estimator axis of Table 4: the gap under the estimator vs under 10-bin ECE
+            sub = est[(est["estimator"] == e) & (est["signal"] == f"token_{ref}")]
+            if len(sub):
+                axes[f"ECE estimator (ece -> {e}, {ref})"] = sub.assign(metric=e)
+    if axes:
+        out["table4_axes"] = axis_table(axes)
+    return out
+
+
+#: ECE estimators other than binned ECE (study 000 "Estimators"): compared against 10-bin ECE in Table 15.
+ESTIMATORS = ("ece_equal_mass", "kde_ece", "ks_ece", "smoothed_ece", "smece")
+
+
+def transfer_tables(signal_frames: Mapping[str, pd.DataFrame], context_a: str, context_b: str, seed: int,
+                    n_folds: int = 5, n_splits: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Calibration transfer between two contexts (study 000 Appendix G), per setting and pooled.
+
+    Parameters
+    ----------
+    signal_frames : mapping setting -> long signal table (item_id, signal, confidence, correct)
+    context_a, context_b : scoring contexts; maps fitted on one are applied to the same answers' scores in the other
+
+    Returns
+    -------
+    (penalties, table): every (setting, method, direction, split) row, and the summary per method and direction.
+    """
+    from confgrid.analysis.resampling import setting_seed
+    from confgrid.analysis.transfer import transfer_penalties
+
+    rows = []
+    for setting, sig in signal_frames.items():
+        a = sig[sig["signal"] == f"token_{context_a}"].set_index("item_id")
+        b = sig[sig["signal"] == f"token_{context_b}"].set_index("item_id")
+        ids = a.index.intersection(b.index)
+        y = a.loc[ids, "correct"].to_numpy(dtype=float)
+        if len(ids) < n_folds or len(np.unique(y)) < 2 or not np.isin(y, (0.0, 1.0)).all():
+            log.info("transfer %s: skipped (%d answers, needs both classes and binary labels)", setting, len(ids))
+            continue
+        m, d = setting.split("/", 1)
+        pen = transfer_penalties(a.loc[ids, "confidence"].to_numpy(float), b.loc[ids, "confidence"].to_numpy(float),
+                                 y, contexts=(context_a, context_b), n_folds=n_folds, n_splits=n_splits,
+                                 seed=setting_seed(m, d, seed))
+        rows.append(pen.assign(setting=setting))
+    if not rows:
+        return pd.DataFrame(), pd.DataFrame()
+    pen = pd.concat(rows, ignore_index=True)
+    return pen, transfer_table(pen)
+
+
+def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, seed: int,
+                level: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Table 17: paired differences of stated confidence, pooled over settings, with bootstrap intervals.
+
+    Parameters
+    ----------
+    probe : the probe table (model, dataset, item_id, kind, answer, verbalized, ...)
+    graded : the main set's graded answers (model, dataset, item_id, answer, verbalized, correct)
+
+    Returns
+    -------
+    (table, pairs): one row per pair definition (n, mean difference [lo, hi],
+    share of pairs whose strings differ), and the pooled pairs themselves.
+    The interval resamples the pooled pairs (study 000 Table 17).
+    """
+    from confgrid.protocols.probe import PAIRS, probe_pairs
+
+    own = graded[["model", "dataset", "item_id", "correct"]].rename(columns={"correct": "own_correct"})
+    gen = graded.assign(kind="generated")[["model", "dataset", "item_id", "kind", "answer", "verbalized"]]
+    tbl = pd.concat([probe[["model", "dataset", "item_id", "kind", "answer", "verbalized"]], gen], ignore_index=True)
+    tbl = tbl.merge(own, on=["model", "dataset", "item_id"], how="left")
+    tbl["verbalized"] = tbl["verbalized"].astype(float)
+    pairs = probe_pairs(tbl)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 17]))
+    rows = []
+    for p in PAIRS:
+        d = pairs[pairs["pair"] == p.id]["diff"].to_numpy(dtype=float) if len(pairs) else np.array([])
+        n = len(d)
+        if n == 0:
+            rows.append({"pair": p.id, "description": p.description, "n": 0, "mean_diff": np.nan, "lo": np.nan,
+                         "hi": np.nan, "share_strings_differ": np.nan})
+            continue
+        idx = rng.integers(0, n, size=(n_resamples, n))
+        lo, hi = interval(d[idx].mean(axis=1), level)
+        differ = pairs[pairs["pair"] == p.id]["strings_differ"].mean() if "strings_differ" in pairs else np.nan
+        rows.append({"pair": p.id, "description": p.description, "n": n, "mean_diff": float(d.mean()),
+                     "lo": float(lo), "hi": float(hi), "share_strings_differ": float(differ)})
+    return pd.DataFrame(rows), pairs
+
+
+def write_checklist(out_dir: Path, entries: list[dict[str, Any]]) -> tuple[Path, Path]:
+    """Write the reporting checklists (one per model x dataset x answer set) as JSON and Markdown."""
+    from confgrid.protocols.checklist import render_checklist_markdown
+
+    res = Path(out_dir) / "results"
+    res.mkdir(parents=True, exist_ok=True)
+    jpath, mpath = res / "checklist.json", res / "checklist.md"
+    write_text_atomic(json.dumps(entries, indent=1, sort_keys=True, default=str), jpath)
+    md = ["# Reporting checklist (study 000, Table 5)", ""]
+    for e in entries:
+        md += [f"## {e.get('model')} / {e.get('dataset')} / answer set {e.get('extra', {}).get('answer_set', 'main')}",
+               "", render_checklist_markdown(e), ""]
+    write_text_atomic("\n".join(md), mpath)
+    return jpath, mpath
+
+
+def selection_table(units: Mapping[tuple[str, str, str], Any], other_set: str, seed: int,
+                    n_resamples: int = 10_000, level: float = 0.95) -> pd.DataFrame:
+    """The selection effect (study 000 section 4.2, Appendix C "Selection").
+
+    For each (model, dataset) with both the main answers and ``other_set``'s
+    answers, on the items where the two answers differ after normalization:
+    the mean token score of each set in every context both were scored in,
+    and the paired difference main - other with a bootstrap interval over
+    items. Each answer scores higher in the context where it was generated.
+
+    ``units`` maps (model, dataset, answer set) to units with ``graded`` and
+    ``tokens`` tables (flows/tables/assemble.py ``Unit``).
+
+    Returns
+    -------
+    DataFrame
+        setting, other_set, context, n_both, share_differ, n_differ,
+        mean_main, mean_other, diff, lo, hi.
+    """
+    from confgrid.analysis.resampling import setting_seed
+    from confgrid.protocols.correctness import normalize
+
+    rows = []
+    for (m, d, aid), u in units.items():
+        if aid != "main" or (m, d, other_set) not in units:
+            continue
+        o = units[(m, d, other_set)]
+        ga = u.graded.set_index("item_id")["answer"]
+        gb = o.graded.set_index("item_id")["answer"]
+        both = [i for i in ga.index if i in gb.index and isinstance(ga[i], str) and isinstance(gb[i], str)
+                and ga[i].strip() and gb[i].strip()]
+        differ = [i for i in both if normalize(ga[i]) != normalize(gb[i])]
+        ta, tb = u.tokens, o.tokens
+        if ta.empty or tb.empty:
+            continue
+        for ctx in sorted(set(ta["context_id"]) & set(tb["context_id"])):
+            sa = ta[ta["context_id"] == ctx].set_index("item_id")["token_score"]
+            sb = tb[tb["context_id"] == ctx].set_index("item_id")["token_score"]
+            ids = [i for i in differ if i in sa.index and i in sb.index]
+            diff = (sa.reindex(ids) - sb.reindex(ids)).to_numpy(dtype=float)
+            lo = hi = np.nan
+            if len(ids):
+                rng = np.random.default_rng(np.random.SeedSequence([setting_seed(m, d, seed), 4242]))
+                lo, hi = interval(diff[rng.integers(0, len(ids), size=(n_resamples, len(ids)))].mean(axis=1), level)
+            rows.append({"setting": f"{m}/{d}", "other_set": other_set, "context": ctx, "n_both": len(both),
+                         "share_differ": len(differ) / len(both) if both else np.nan, "n_differ": len(ids),
+                         "mean_main": float(sa.reindex(ids).mean()) if ids else np.nan,
+                         "mean_other": float(sb.reindex(ids).mean()) if ids else np.nan,
+                         "diff": float(diff.mean()) if len(ids) else np.nan, "lo": float(lo), "hi": float(hi)})
+    return pd.DataFrame(rows)

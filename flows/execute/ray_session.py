@@ -1,0 +1,246 @@
+"""The one Ray start-up helper: join a given cluster, or start a private local one.
+
+Without an address (and outside a Ray job) confgrid starts its own local
+cluster, with its own temp dir, and never joins a cluster somebody else started
+on the machine with ``ray start`` (``ray.init()`` alone would, through
+``/tmp/ray/ray_current_cluster``, and hang on it once that cluster is gone). A
+given address is checked first: one that does not answer within
+``connect_timeout`` seconds is an error that names it, not a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from confgrid.errors import FieldsPickle
+
+__all__ = ["init_ray", "RayConnectError", "RayTarget", "ray_target", "wait_reachable", "private_temp_dir",
+           "DEFAULT_CONNECT_TIMEOUT"]
+
+log = logging.getLogger("confgrid")
+
+#: Seconds to wait for a given cluster address to accept a connection (``CONFGRID_RAY_CONNECT_TIMEOUT``).
+DEFAULT_CONNECT_TIMEOUT = 60.0
+
+
+class RayConnectError(FieldsPickle, ConnectionError):
+    """A Ray cluster address that does not answer (or cannot be resolved)."""
+
+
+@dataclass(frozen=True)
+class RayTarget:
+    """Which cluster a driver connects to.
+
+    Attributes
+    ----------
+    kind : str
+        ``join`` (a given address), ``job`` (inside a Ray job: the job's
+        cluster, from ``RAY_ADDRESS``) or ``local`` (a private local cluster).
+    address : str or None
+        The address passed to ``ray.init`` (``local`` for a private cluster).
+    probe : tuple of (str, int) or None
+        ``(host, port)`` checked before joining; None for ``local``, and for
+        ``auto`` when no address file exists (Ray then reports it).
+    """
+
+    kind: str
+    address: str | None
+    probe: tuple[str, int] | None
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    addr = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def ray_target(address: str | None, environ: dict[str, str] | None = None) -> RayTarget:
+    """Decide which cluster to use (pure: reads only ``environ`` and, for ``auto``, Ray's address file).
+
+    Parameters
+    ----------
+    address : str or None
+        ``--address`` as given: ``ray://HEAD:10001``, ``HOST:6379``, ``auto``
+        (the cluster ``ray start`` started on this machine), or None.
+    environ : mapping, optional
+        The environment (default ``os.environ``); ``RAY_ADDRESS`` set means
+        the driver runs inside a Ray job.
+
+    Returns
+    -------
+    RayTarget
+    """
+    env = os.environ if environ is None else environ
+    if address:
+        if address == "auto":
+            resolved = env.get("RAY_ADDRESS") or _address_file()
+            return RayTarget("join", "auto", _host_port(resolved) if resolved else None)
+        return RayTarget("join", address, _host_port(address))
+    if env.get("RAY_ADDRESS"):
+        return RayTarget("job", None, None)
+    return RayTarget("local", "local", None)
+
+
+def _address_file() -> str | None:
+    try:
+        from ray._private.utils import read_ray_address
+
+        return read_ray_address()
+    except Exception:  # noqa: BLE001 - a private Ray API: without it, Ray itself resolves "auto"
+        return None
+
+
+def wait_reachable(host: str, port: int, timeout: float) -> None:
+    """Wait until ``host:port`` accepts a TCP connection, for at most ``timeout`` seconds.
+
+    Raises
+    ------
+    RayConnectError
+        If nothing answers in time; the message names the address and the
+        seconds waited.
+    """
+    deadline = time.monotonic() + timeout
+    last: OSError | None = None
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(5.0, left))):
+                return
+        except OSError as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            raise RayConnectError(f"Ray cluster at {host}:{port} does not answer after {timeout:g} s ({last}); "
+                                  "check --address (or omit it to run on a private local cluster)")
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def init_ray(address: str | None = None, *, connect_timeout: float | None = None, **local: Any) -> None:
+    """Connect this driver to Ray, once.
+
+    Parameters
+    ----------
+    address : str, optional
+        A cluster to join (``ray://HEAD:10001``, ``auto``, ``HOST:6379``).
+        None: inside a Ray job (``RAY_ADDRESS`` set) join the job's cluster,
+        else start a private local cluster (temp dir :func:`private_temp_dir`).
+    connect_timeout : float, optional
+        Seconds a given address may take to answer (default
+        ``CONFGRID_RAY_CONNECT_TIMEOUT`` or 60).
+    **local
+        Extra ``ray.init`` arguments for a local cluster only (``num_cpus``,
+        ``num_gpus``...); ignored when joining.
+
+    Raises
+    ------
+    RayConnectError
+        If a given address does not answer within ``connect_timeout``.
+
+    Notes
+    -----
+    Does nothing if Ray is already initialized (a caller, a test, a notebook
+    started it). Says in the log which cluster the run uses. Usage statistics
+    are off unless the user turned them on; the actors' logs are not streamed to
+    the driver (confgrid logs what matters).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
+    target = ray_target(address)
+    if target.kind == "join":
+        timeout = connect_timeout if connect_timeout is not None else float(
+            os.environ.get("CONFGRID_RAY_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT))
+        if target.probe is not None:
+            wait_reachable(*target.probe, timeout)
+        ray.init(address=target.address, **kwargs)
+        _route_ray_errors()
+        log.info("Ray: joined the cluster at %s (%s)", address, _resources(ray))
+    elif target.kind == "job":
+        ray.init(**kwargs)
+        _route_ray_errors()
+        log.info("Ray: inside a Ray job, on its cluster at %s (%s)", os.environ["RAY_ADDRESS"], _resources(ray))
+    else:
+        temp = private_temp_dir()
+        with _quiet_token_notice():
+            ray.init(address="local", include_dashboard=False, _temp_dir=temp, **kwargs, **local)
+        log.info("Ray: a private local cluster for this run (%s; temp dir %s)", _resources(ray), temp)
+
+
+def _route_ray_errors() -> None:
+    """Send Ray's error messages for the driver (a raylet's death with 20 lines of its ``[state-dump]`` log, a
+    node marked dead) to OUT/confgrid.log instead of the console; the console gets their first sentence as one
+    line of confgrid's. Ray prints them from a listener thread through ``ray._private.worker.print_to_stdstream``,
+    looked up on each message, so replacing that name reroutes them (other output is printed as before)."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # another Ray layout: its messages stay on the console
+        return
+    plain = ray_worker.print_to_stdstream
+    if getattr(plain, "_confgrid", False):
+        return
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        if data.get("pid") != "raylet":
+            plain(data, ignore_prefix)
+            return
+        from confgrid.flows.store.runlog import LOG_NAME, trace
+
+        text = "\n".join(str(line) for line in data.get("lines") or [])
+        trace.warning("Ray's message to the driver:\n%s", text)
+        first = re.split(r"(?<=\.)\s", " ".join(text.split()), maxsplit=1)[0][:200]
+        log.warning("Ray: %s (Ray's own message in %s)", first, LOG_NAME)
+
+    to_log._confgrid = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_log
+
+
+class _TokenNotice(logging.Filter):
+    """Drops Ray's "Token authentication is enabled/disabled for this Ray cluster" notice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith("Token authentication is ")
+
+
+@contextmanager
+def _quiet_token_notice() -> Iterator[None]:
+    """Start a private local cluster without Ray's token-authentication notice.
+
+    Ray turns token authentication on for every new local cluster and says so on each start; on confgrid's
+    private cluster (its own temp dir, started and stopped by the run) that notice tells the user nothing.
+    Authentication itself is left as Ray decides (RAY_AUTH_MODE, when set, still rules).
+    """
+    target = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    quiet = _TokenNotice()
+    target.addFilter(quiet)
+    try:
+        yield
+    finally:
+        target.removeFilter(quiet)
+
+
+def private_temp_dir() -> str:
+    """Ray's temp dir for confgrid's local clusters: ``<tmp>/confgrid-ray-<uid>`` (short: Ray's socket paths
+    must stay under 107 characters). Each run starts its own cluster in it (``address="local"``); a plain
+    ``ray.init()`` elsewhere on the machine looks in ``/tmp/ray`` and never joins one of them."""
+    path = os.path.join(tempfile.gettempdir(), f"confgrid-ray-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _resources(ray: Any) -> str:
+    res = ray.cluster_resources()
+    alive = sum(1 for n in ray.nodes() if n.get("Alive"))  # dead nodes stay in Ray's node table
+    parts = [f"{alive} node(s)"] + [f"{res[k]:g} {k}" for k in ("CPU", "GPU") if res.get(k)]
+    return ", ".join(parts)

@@ -1,0 +1,221 @@
+"""Grid sections of the generated answers: the elicitation (main set), further answer sets and parsing.
+
+Split from flows/spec/grid.py (the grid as a whole); every name here is importable
+from ``confgrid.flows.spec.grid`` as well. Definitions: study 000 sections 3.3-3.4,
+4.3 and Appendix B.1 (answer sets, parse policies), study 003 section 3.2
+(refusal policies, repeated runs), study 002 Appendix F (JSON prompts).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, StrictBool, field_validator, model_validator
+
+from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
+
+__all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "JSON_MAX_NEW_TOKENS", "BOXED_MAX_NEW_TOKENS",
+           "probe_prompt_problem"]
+
+
+class ElicitationSpec(_Spec):
+    """How answers and verbalized confidence are elicited (the generate stage)."""
+
+    prompt: str = Field("confidence", description="Id of the confidence prompt (protocols/prompts/*.yaml).")
+    max_new_tokens: int = Field(32, ge=1, le=262_144, description="Greedy decoding budget in new tokens (up to the "
+                                "model's context; a thinking model needs thousands).")
+
+    @field_validator("prompt")
+    @classmethod
+    def _known_prompt(cls, v: str) -> str:
+        return _known("prompt", v)
+
+    @model_validator(mode="after")
+    def _worked_solution_budget(self) -> ElicitationSpec:
+        from confgrid.protocols.prompts import get_prompt
+
+        if get_prompt(self.prompt).output == "boxed" and "max_new_tokens" not in self.model_fields_set:
+            raise ValueError(f"prompt {self.prompt!r} asks for a worked solution (output boxed); the default budget "
+                             "of 32 new tokens cuts it off: set elicitation.max_new_tokens (e.g. 512, more for a "
+                             "thinking model)")
+        return self
+
+
+#: Decoding budget of a JSON prompt's answer set unless declared (an object with reasoning needs more than 32).
+JSON_MAX_NEW_TOKENS = 96
+#: Decoding budget of a worked-solution prompt's answer set (``output: boxed``) unless declared.
+BOXED_MAX_NEW_TOKENS = 512
+
+
+class AnswerSetSpec(_Spec):
+    """A further set of answers, generated under another prompt or format (study 000 sections 3.4, 4.3, B.1).
+
+    The main answer set is ``elicitation``; each entry here adds one more
+    generation of every question, scored in its own contexts. Its rows carry
+    ``answer_set = id`` everywhere downstream.
+    """
+
+    id: str = Field(description="Label of the answer set (tables, MLflow).", pattern=LABEL_PATTERN)
+    prompt: str = Field(description="Generation prompt id, e.g. answer_only, mc_confidence, mc_letter, confidence_percent.")
+    format: Literal["open", "mc"] = Field(
+        "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only)."
+    )
+    max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Decoding budget (default 32 open, 20 mc, "
+                                       "96 for a JSON prompt, 512 for a boxed worked solution).")
+    shuffle_options: StrictBool = Field(False, description="mc: shuffle option order with a fixed seed per question.")
+    shuffle_seed: int = Field(0, ge=0, description="mc: base seed of the option shuffle.")
+    contexts: tuple[str, ...] | None = Field(
+        None, description="Scoring contexts of this set (default: none for a JSON or boxed prompt, scoring.contexts "
+        "for open, mc_bare/mc_answer_slot/mc_guess_slot for mc)."
+    )
+    rules: tuple[str, ...] | None = Field(
+        None, description="Correctness rules analyzed for this set (default: correctness.rules for open, mc_letter for mc).",
+    )
+    temperature: float = Field(0.0, ge=0.0, le=10.0, description="Decoding temperature (0: greedy; study 003 "
+                               "runs at 1.0).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass when sampling (temperature > 0).")
+    seed: int = Field(0, ge=0, description="Sampling seed (temperature > 0); run r of `runs` uses seed + r - 1, and "
+                      "each question derives its own.")
+    runs: int = Field(1, ge=1, le=100, description="Independent runs of the set (study 003: 3 at temperature 1.0): "
+                      "answer sets <id>.run1 ... <id>.runN, each with its own seed; results/runs.csv gives the mean "
+                      "and standard deviation across runs and the pooled n.")
+    verbalized: Literal["stated", "probe", "none"] | None = Field(
+        None,
+        description="Where the verbalized score comes from: 'stated' (the generation states it), 'probe' (the "
+        "supplied-answer format re-asks for it), 'none'. Default: stated if the prompt asks for a probability, else "
+        "probe (none for a worked-solution prompt, output boxed).",
+    )
+
+    @field_validator("prompt")
+    @classmethod
+    def _known_prompt(cls, v: str) -> str:
+        return _known("prompt", v)
+
+    @model_validator(mode="after")
+    def _runs_need_sampling(self) -> AnswerSetSpec:
+        if self.runs > 1 and self.temperature == 0:
+            raise ValueError(f"runs={self.runs} at temperature 0 repeats the same greedy answers; set a temperature "
+                             "> 0 (study 003 uses 1.0) or runs: 1")
+        return self
+
+    @property
+    def sampling(self) -> Any:
+        """The decoding of this set: None (greedy) or a :class:`~confgrid.actors.calls.Sampling` with n = 1."""
+        if self.temperature == 0:
+            return None
+        from confgrid.actors.calls import Sampling
+
+        return Sampling(temperature=float(self.temperature), top_p=float(self.top_p), n=1, seed=int(self.seed))
+
+    def expand_runs(self) -> tuple[AnswerSetSpec, ...]:
+        """This set, or its runs ``<id>.run1`` ... ``<id>.runN`` (seed + r - 1 each) when ``runs > 1``."""
+        if self.runs == 1:
+            return (self,)
+        return tuple(self.model_copy(update={"id": f"{self.id}.run{r}", "seed": self.seed + r - 1, "runs": 1})
+                     for r in range(1, self.runs + 1))
+
+    @field_validator("contexts")
+    @classmethod
+    def _known_contexts(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return _known("scoring context", v)
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return _known("correctness rule", v)
+
+    def analysis_rules(self, rules: tuple[str, ...]) -> tuple[str, ...]:
+        """Rules this set is analyzed under (multiple choice: letter match only, unless declared; a prompt
+        that states option probabilities: the favoured option with ties scored proportionally)."""
+        if self.rules is not None:
+            return self.rules
+        if self.format == "mc":
+            from confgrid.protocols.prompts import get_prompt
+
+            return ("mc_favoured",) if get_prompt(self.prompt).output == "json_options" else ("mc_letter",)
+        return tuple(r for r in rules if r != "mc_letter") or rules
+
+    @property
+    def new_tokens(self) -> int:
+        """Decoding budget: declared, else 20 (mc), 32 (open), JSON_MAX_NEW_TOKENS for a JSON prompt,
+        BOXED_MAX_NEW_TOKENS for a worked solution (``output: boxed``)."""
+        from confgrid.protocols.mc import MC_MAX_NEW_TOKENS
+        from confgrid.protocols.prompts import get_prompt
+
+        if self.max_new_tokens:
+            return self.max_new_tokens
+        output = get_prompt(self.prompt).output
+        if output == "boxed":
+            return BOXED_MAX_NEW_TOKENS
+        if output != "labels":
+            return JSON_MAX_NEW_TOKENS
+        return MC_MAX_NEW_TOKENS if self.format == "mc" else 32
+
+    def verbalized_source(self) -> str:
+        from confgrid.protocols.prompts import get_prompt
+
+        if self.verbalized is not None:
+            return self.verbalized
+        p = get_prompt(self.prompt)
+        if p.output == "boxed":  # a worked solution: its number re-supplied after Guess: is no reply to probe
+            return "stated" if p.confidence_label else "none"
+        return "stated" if p.confidence_label or p.output != "labels" else "probe"
+
+    def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
+        """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come
+        from the ``letter_probability`` method) or a boxed worked solution, mc_bare/mc_answer_slot/mc_guess_slot
+        for mc, else ``default``."""
+        from confgrid.protocols.prompts import get_prompt
+
+        if self.contexts is not None:
+            return self.contexts
+        if get_prompt(self.prompt).output != "labels":
+            return ()
+        return ("mc_bare", "mc_answer_slot", "mc_guess_slot") if self.format == "mc" else default
+
+
+def probe_prompt_problem(elicitation: ElicitationSpec, answer_sets: tuple[AnswerSetSpec, ...],
+                         probe_enabled: bool) -> str | None:
+    """Why the supplied-answer probe cannot run, or None.
+
+    The probe of open answers (``probe.enabled``, or an open answer set whose
+    verbalized score comes from the probe) re-asks under the elicitation
+    prompt after its answer label (protocols/probe.py ``probe_request``), so
+    that prompt needs an answer label and a confidence label; a JSON or
+    worked-solution (``output: boxed``) prompt has neither.
+    """
+    from confgrid.protocols.prompts import get_prompt
+
+    users = (["probe.enabled"] if probe_enabled else []) + [
+        f"answer_sets[{a.id}] (verbalized: probe)" for a in answer_sets
+        if a.format == "open" and a.verbalized_source() == "probe"]
+    p = get_prompt(elicitation.prompt)
+    if not users or (p.answer_label and p.confidence_label):
+        return None
+    return (f"{', '.join(users)}: the supplied-answer probe re-asks under the elicitation prompt {p.id!r}, which "
+            f"lacks an answer or confidence label (answer_label {p.answer_label!r}, confidence_label "
+            f"{p.confidence_label!r}); use a labelled elicitation prompt such as 'confidence', or verbalized: none")
+
+
+class ParsingSpec(_Spec):
+    """Which parsed rows enter the metrics (study 000 Appendix A "Parsing", B.1)."""
+
+    policies: tuple[Literal["label_or_fallback", "label_only"], ...] = Field(
+        ("label_or_fallback",), min_length=1,
+        description="label_or_fallback keeps a score taken from the first standalone number when the Probability: "
+        "label is missing; label_only keeps only labelled scores. Several policies are compared side by side.",
+    )
+    refusal: tuple[Literal["drop", "chance"], ...] = Field(
+        ("drop",), min_length=1,
+        description="Refusal policy (study 003 section 3.2): drop leaves a reply without a usable answer and "
+        "confidence out (counted by status); chance scores it as a seeded random option letter with confidence "
+        "1/k (answer sets that show options), so refusing cannot improve a score. Several are compared side by side.",
+    )
+    chance_seed: int = Field(0, ge=0, description="Seed of the random letters of the chance refusal policy.")
+
+    @field_validator("refusal")
+    @classmethod
+    def _unique_refusal(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"refusal policies must be unique; received {list(v)}")
+        return v
