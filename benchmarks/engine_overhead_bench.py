@@ -24,6 +24,7 @@ ratio is raw seconds / confgrid seconds (throughput of confgrid relative to raw;
 Usage::
 
     VLLM_HOST_IP=127.0.0.1 .venv-vllm/bin/python benchmarks/engine_overhead_bench.py [--repeats 3] [--limit N]
+    ... engine_overhead_bench.py --model smollm2-135m-instruct --limit 20   # the real small model (issue 28)
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def tiny_model(folder: Path) -> str:
     return path
 
 
-def demo_plan(model_dir: str, limit: int | None):
-    """The demo grid with its model replaced by the tiny Llama on vLLM: (spec, plan)."""
+def demo_plan(model_dir: str, limit: int | None, chat_template: bool = False):
+    """The demo grid with its model replaced by ``model_dir`` on vLLM: (spec, plan)."""
     import yaml
 
     from confgrid.flows.plan.grid_plan import GridPlan
@@ -73,7 +74,7 @@ def demo_plan(model_dir: str, limit: int | None):
 
     raw = yaml.safe_load((ROOT / "flows" / "grids" / "demo.yaml").read_text(encoding="utf-8"))
     raw["models"] = [{"name": "tiny", "model": model_dir, "backend": "vllm", "dtype": "float32",
-                      "chat_template": False}]
+                      "chat_template": chat_template}]
     if limit:
         for d in raw["datasets"]:
             d["limit"] = limit
@@ -208,15 +209,22 @@ def main() -> None:  # pragma: no cover - a benchmark
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--limit", type=int, default=None, help="items per dataset (default: all 452 questions)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--model", default=None,
+                    help="a named model instead of the tiny Llama, e.g. smollm2-135m-instruct (its chat template on)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = tiny_model(Path(tmp) / "tiny_llama")
-        spec, plan = demo_plan(model_dir, args.limit)
+        if args.model:
+            from confgrid.actors.named_models import resolve_model
+
+            model_dir, chat = str(resolve_model(args.model)), True
+        else:
+            model_dir, chat = tiny_model(Path(tmp) / "tiny_llama"), False
+        spec, plan = demo_plan(model_dir, args.limit, chat)
         a = run_actor(spec, plan, args.repeats)
         r = run_raw(spec, a["gen_calls"], a["score_calls"], args.repeats)
     n_gen = sum(len(w.requests) for c, _ in a["gen_calls"] for w in c.shards)
     n_sc = sum(len(w.requests) for c, _ in a["score_calls"] for w in c.shards)
-    res = {"generate_requests": n_gen, "score_requests": n_sc, "generate_calls": len(a["gen_calls"]),
+    res = {"model": args.model or "tiny random Llama", "generate_requests": n_gen, "score_requests": n_sc, "generate_calls": len(a["gen_calls"]),
            "score_calls": len(a["score_calls"]), "score_prompt_tokens": r["score_tokens"],
            "new_tokens": {"confgrid": a["new_tokens"], "raw": r["new_tokens"]},
            "load_s": {"confgrid": round(a["load_s"], 1), "raw": round(r["load_s"], 1)},
