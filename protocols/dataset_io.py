@@ -10,7 +10,7 @@ text: TruthfulQA, TriviaQA, HaluEval QA, custom files) and
 ``protocols/datasets.py`` imports both, which registers them, and holds the
 entry point :func:`~confgrid.protocols.datasets.load_items`.
 
-Import :data:`ADAPTERS` from ``confgrid.protocols.datasets``: imported from
+Read the registry through :func:`confgrid.protocols.datasets.registered_adapters`: imported from
 here alone, the registry holds only the adapters whose modules were imported.
 """
 

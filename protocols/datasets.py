@@ -36,12 +36,14 @@ import numpy as np
 from confgrid.protocols import adapters_mc, adapters_qa  # noqa: F401 - registers their adapters on import
 from confgrid.protocols.adapter_params import ADAPTER_PARAMS, check_params
 from confgrid.protocols.correctness import GIVEN_ANSWER_KEY
-from confgrid.protocols.dataset_io import bundled_path, get_adapter, register_adapter
+from confgrid.protocols.dataset_io import ADAPTERS, Adapter, bundled_path, get_adapter, register_adapter
 from confgrid.protocols.items import Item
+from confgrid.registry import Registry
 from confgrid.protocols.lifeeval import bundled_table_dir
 from confgrid.protocols.lifeeval_items import LifeEvalParams, lifeeval_adapter
 
 __all__ = [
+    "registered_adapters",
     "check_adapter_params",
     "BUNDLED",
     "LIMIT_STRATA",
@@ -74,6 +76,21 @@ LIMIT_STRATA: dict[str, str] = {"halueval_qa": GIVEN_ANSWER_KEY}
 
 # LifeEval (study 002 section 4.5): generated from a life table, see protocols/lifeeval_items.py
 register_adapter("lifeeval", params=LifeEvalParams)(lifeeval_adapter)
+
+
+def registered_adapters() -> "Registry[Adapter]":
+    """The dataset adapter registry with every built-in adapter registered (and any a user registered since).
+
+    Read the registry through this function, not as ``protocols.dataset_io.ADAPTERS``: that module alone
+    holds only the adapters whose modules happen to have been imported; this module imports them all
+    (adapters_qa, adapters_mc) and registers ``lifeeval``.
+
+    Returns
+    -------
+    confgrid.registry.Registry
+        Adapter name -> adapter callable; ``.names()`` lists them.
+    """
+    return ADAPTERS
 
 
 def check_adapter_params(adapter: str, params: Mapping[str, Any] | None, source: str | None = None) -> dict[str, Any]:

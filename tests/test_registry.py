@@ -117,7 +117,8 @@ def _registries():
     from confgrid.protocols.aggregation import AGGREGATIONS, get_aggregation, register_aggregation
     from confgrid.protocols.contexts import CONTEXTS, get_context, register_context
     from confgrid.protocols.correctness import RULES, get_rule, register_rule
-    from confgrid.protocols.dataset_io import ADAPTERS, get_adapter, register_adapter
+    from confgrid.protocols.dataset_io import get_adapter, register_adapter
+    from confgrid.protocols.datasets import registered_adapters
     from confgrid.protocols.prompts import PROMPTS, get_prompt, register_prompt
 
     return [
@@ -125,7 +126,7 @@ def _registries():
         (CONTEXTS, "scoring context", get_context, register_context, "answer_slot"),
         (RULES, "correctness rule", get_rule, register_rule, "containment"),
         (AGGREGATIONS, "token aggregation", get_aggregation, register_aggregation, "geometric_mean"),
-        (ADAPTERS, "dataset adapter", get_adapter, register_adapter, "mmlu"),
+        (registered_adapters(), "dataset adapter", get_adapter, register_adapter, "mmlu"),
         (METRICS, "metric", get_metric, register_metric, "ece"),
     ]
 
@@ -233,3 +234,18 @@ def test_metric_registry_docstring_examples():
 
     res = doctest.testmod(mod, raise_on_error=False)
     assert res.failed == 0 and res.attempted >= 4
+
+
+def test_a_grid_alone_sees_every_built_in_adapter():
+    """In a fresh interpreter that imports only the grid spec, every built-in dataset adapter is known (the
+    registry is read through protocols.datasets.registered_adapters, which registers them all)."""
+    import subprocess
+    import sys
+
+    probe = ("from confgrid.flows.spec.base import _registry; "
+             "print(','.join(sorted(_registry('dataset adapter').names())))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().split(",") == ["agieval_lsat_ar", "agieval_sat_en", "boolq", "custom", "gsm8k",
+                                             "halueval_qa", "lifeeval", "mmlu", "mmlu_pro", "simpleqa", "triviaqa",
+                                             "truthfulqa"]

@@ -45,7 +45,9 @@ def _registry(kind: str) -> Any:
     :func:`_choices_error` reads like the registry's :class:`~confgrid.registry.UnknownNameError`.
     """
     if kind == "dataset adapter":
-        from confgrid.protocols.dataset_io import ADAPTERS as reg
+        from confgrid.protocols.datasets import registered_adapters
+
+        reg = registered_adapters()
     elif kind == "prompt":
         from confgrid.protocols.prompts import PROMPTS as reg
     elif kind == "scoring context":
