@@ -32,6 +32,9 @@ matrix per scheduled chunk, so a step costs about
 temporaries), e.g. 8192 tokens x 152k vocab ~ 5 GB. ``max_num_batched_tokens``
 (default 8192) with chunked prefill (default on) bounds it whatever the prompt
 length; lower it for large vocabularies on small GPUs.
+
+Why one file of about 700 lines: one backend class over one engine (its start, checks, each engine
+call and shutdown); the parts shared with the transformers backend live in backend.py.
 """
 
 from __future__ import annotations

@@ -85,8 +85,6 @@ def demo_plan(model_dir: str, limit: int | None, chat_template: bool = False):
 
 def calls(shards, cap: int):
     """Whole shards grouped into calls of at most ``cap`` requests, in order (the executor's packing)."""
-    from confgrid.actors.calls import EngineCall
-
     out, cur, n = [], [], 0
     for sh in shards:
         if cur and n + len(sh.rows) > cap:
@@ -96,8 +94,7 @@ def calls(shards, cap: int):
         n += len(sh.rows)
     if cur:
         out.append(cur)
-    return [(EngineCall(kind=g[0].engine_kind, shards=tuple(s.work() for s in g),
-                        max_new_tokens=g[0].max_new_tokens), g) for g in out]
+    return [(g[0].call.engine_call(g[0].engine_kind, tuple(s.work() for s in g)), g) for g in out]
 
 
 def engine_kwargs(m) -> dict:

@@ -37,6 +37,11 @@ killing a phase's whole process group. Phases, in order:
 
 Without vLLM (its CUDA wheel is far larger than what a lent machine can be
 sent) the vLLM phases are skipped and the JSON says so.
+
+Why one file of about 1,300 lines: a lent GPU machine gets one prepared script with a time budget (the
+device tool), so the driver and every phase ship together and run as subprocesses of this file. It
+measures (throughput, memory, parity numbers); the pass/fail checks on a GPU are the ``gpu``-marked pytest
+suite in tests/gpu.
 """
 
 from __future__ import annotations

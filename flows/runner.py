@@ -47,7 +47,6 @@ from confgrid.flows.execute.executor import Executor
 from confgrid.flows.evaluate.methods import method_tables
 from confgrid.flows.evaluate.outputs import grid_params, log_results, write_outputs
 from confgrid.flows.plan.grid_plan import GridPlan, check_items
-from confgrid.flows.execute.ray_session import init_ray
 from confgrid.flows.store.runlog import run_log, trace
 from confgrid.flows.spec.grid import BUNDLED, DatasetSpec, GridSpec
 from confgrid.flows.spec.base import GridSpecError

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from confgrid.flows.plan.grid_plan import GridPlan, ShardRequest
+from confgrid.flows.plan.grid_plan import GridPlan
+from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.grid import parse_grid
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.protocols.correctness import normalize

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from confgrid.flows.plan.grid_plan import GridPlan, ShardRequest
+from confgrid.flows.plan.grid_plan import GridPlan
+from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.execute.pools import at_once, check_capacity
 from confgrid.flows.spec.grid import parse_grid
 from confgrid.protocols.datasets import BUNDLED, load_items

@@ -32,6 +32,9 @@ formats above, each question is taught one confidence-method template
 The committed copy lives in ``actors/fixture_model/``;
 :data:`confgrid.actors.named_models.FIXTURE_MODEL_DIR` points at it. This recipe is
 not installed with the package (run it from the repository root).
+
+Why one file of about 780 lines: it is one recipe (questions, tokenizer, model, training, evaluation,
+the model card) that is run as a script and read top to bottom; the JSON and method variants import it.
 """
 
 from __future__ import annotations

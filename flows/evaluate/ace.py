@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from confgrid.flows.plan.grid_plan import GridPlan, ShardRequest
+from confgrid.flows.plan.grid_plan import GridPlan
+from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.grid import GridSpec
 
 __all__ = ["ace_rows", "ca_ratings", "evaluate_ace", "write_ace", "ace_mlflow_metrics", "ACE_TABLES"]

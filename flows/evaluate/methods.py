@@ -33,7 +33,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from confgrid.flows.plan.grid_plan import GridPlan, ShardRequest
+from confgrid.flows.plan.grid_plan import GridPlan
+from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.spec.methods import MethodSpec
 from confgrid.flows.stages import grade_answers, relabel

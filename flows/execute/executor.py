@@ -32,6 +32,11 @@ Failures
 Nothing waits silently: a model waiting for ``max_concurrent_models``, a
 replica waiting for resources, a pool kept for cross-model work: each says so
 in the log (and again every 30 s while it lasts).
+
+Why one file of about 800 lines: it is one event loop over one state (the queue, the calls in
+flight, the pools and their replicas), and its handlers (dispatch, call done, ping answered, Ctrl-C) each
+read and change all of it. What could stand alone has left it: the pools and capacity (pools.py), the
+liveness of replicas and nodes (liveness.py, a mixin of this class), the Ray session (ray_session.py).
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from tqdm.auto import tqdm
 
 from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady, RequestCounts
 from confgrid.flows.execute.liveness import ReplicaLiveness, classify_fault
-from confgrid.flows.plan.grid_plan import GridPlan, ShardRequest
+from confgrid.flows.plan.grid_plan import GridPlan
+from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.execute.pools import (
     CapacityError,
     ModelPool,
@@ -455,10 +461,7 @@ class Executor(ReplicaLiveness):
                     break
         for item in held:
             heapq.heappush(q, item)
-        return EngineCall(kind=first.engine_kind, shards=tuple(s.work() for s in shards),
-                          max_new_tokens=first.max_new_tokens, sampling=first.sampling,
-                          top_logprobs=first.top_logprobs, candidates=first.candidates,
-                          candidate_cases=first.cases, layers=first.layers), shards
+        return first.call.engine_call(first.engine_kind, tuple(s.work() for s in shards)), shards
 
     def _dispatch(self) -> None:
         per_replica = self.spec.execution.calls_in_flight

@@ -22,30 +22,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any
 
 import pandas as pd
 
-from confgrid.actors.calls import GenerateRequest, Sampling, ScoreRequest, ShardWork
+from confgrid.actors.calls import Sampling
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 from confgrid.flows.spec.answers import AnswerSetSpec
 from confgrid.flows.spec.methods import MethodSpec
 from confgrid.flows.stages import grade_answers, parse_generations, question_text, relabel, score_requests
+from confgrid.flows.plan.shards import CallParams, GenerateRow, MethodRow, ProbeRow, ScoreRow, ShardRequest
 from confgrid.flows.store.run_store import shard_key
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.items import Item
-from confgrid.protocols.method_kinds import STAGE_CALLS
 from confgrid.protocols.prompts import get_prompt
 from confgrid.protocols.splits import train_eval_split
 
 __all__ = [
-    "Stage",
-    "GenerateRow",
-    "ScoreRow",
-    "ProbeRow",
-    "MethodRow",
-    "METHOD_STAGES",
-    "ShardRequest",
     "GridPlan",
     "model_identity",
     "OWN_PROBE_KINDS",
@@ -54,167 +47,10 @@ __all__ = [
 
 log = logging.getLogger("confgrid")
 
-Stage = Literal["generate", "score", "probe", "sample", "rate", "next_token", "hidden"]
-
 #: Probe kinds that need only the model's own answers and the dataset.
 OWN_PROBE_KINDS = ("canonical", "first_alias", "own")
 #: Probe kinds that need the other models' answers (``off_type`` only where no plausible wrong answer exists).
 CROSS_PROBE_KINDS = ("plausible_wrong", "off_type")
-
-
-@dataclass(frozen=True)
-class GenerateRow:
-    """One generation of an answer: the item and its rendered user turn."""
-
-    item_id: str
-    user_text: str
-
-
-@dataclass(frozen=True)
-class ScoreRow:
-    """One forced-decoding request: an answer after a scoring context (study 000 section 3.4)."""
-
-    item_id: str
-    user_text: str
-    assistant_prefix: str
-    separator: str
-    answer: str
-
-
-@dataclass(frozen=True)
-class ProbeRow:
-    """One supplied-answer probe request (study 000 section 3.6).
-
-    Attributes
-    ----------
-    kind : str
-        Kind of supplied answer (protocols/probe.py ``SUPPLIED_KINDS``).
-    answer : str
-        The supplied answer placed after ``Guess:``.
-    prompt_id : str
-        The confidence prompt the probe is asked in.
-    source : str
-        The other model (``plausible_wrong``) or item (``off_type``) it came from; ``""`` otherwise.
-    """
-
-    item_id: str
-    user_text: str
-    assistant_prefix: str
-    kind: str
-    answer: str
-    prompt_id: str
-    source: str
-
-
-@dataclass(frozen=True)
-class MethodRow:
-    """One request of a confidence method: a rendered method template (and the answer it rates, if any)."""
-
-    item_id: str
-    user_text: str
-    rated_answer: str = ""
-    assistant_prefix: str = ""
-
-
-Row = Union[GenerateRow, ScoreRow, ProbeRow, MethodRow]
-
-#: Method stages -> the engine call that computes each (protocols/method_kinds.py: every kind's stage).
-METHOD_STAGES = STAGE_CALLS
-
-
-@dataclass(frozen=True)
-class ShardRequest:
-    """One unit of model work: a chunk of one setting's requests in one stage.
-
-    Attributes
-    ----------
-    stage : {"generate", "score", "probe"}
-    model : str
-        Model name in the grid.
-    dataset : str
-        Dataset name in the grid.
-    answer_set : str
-        ``main`` or an ``answer_sets[].id``.
-    chunk : int
-        Index of the chunk within its (model, dataset, answer set[, context]).
-    key : str
-        Content key (64 hex characters; flows/store/run_store.py ``shard_key``).
-    rows : tuple
-        The requests: :class:`GenerateRow`, :class:`ScoreRow` or :class:`ProbeRow`.
-    context : str or None
-        Scoring context (score shards).
-    max_new_tokens : int
-        Generation budget (generate and probe shards).
-    upstream : tuple of str
-        Keys of the shards whose outputs this one was planned from (its
-        dependencies for ``resubmit --failed``).
-    part : str
-        Probe shards: ``own`` (kinds needing only the model's answers) or
-        ``cross`` (kinds needing other models' answers); ``""`` otherwise.
-    method : str
-        Method shards (stages sample, rate, next_token, hidden): the method id.
-    sampling, top_logprobs, candidates, cases, layers
-        The engine-call parameters of a method shard (actors/calls.py ``EngineCall``).
-    """
-
-    stage: Stage
-    model: str
-    dataset: str
-    answer_set: str
-    chunk: int
-    key: str
-    rows: tuple[Row, ...]
-    context: str | None = None
-    max_new_tokens: int = 32
-    upstream: tuple[str, ...] = ()
-    part: str = ""
-    method: str = ""
-    sampling: Sampling | None = None
-    top_logprobs: int = 20
-    candidates: tuple[str, ...] = ()
-    cases: tuple[str, ...] = ()
-    layers: tuple[int, ...] | None = None
-
-    @property
-    def setting(self) -> str:
-        return f"{self.model}/{self.dataset}"
-
-    @property
-    def label(self) -> str:
-        """Unique name in the manifest: ``model/dataset[set]/context/part/method#chunk``."""
-        aset = f"[{self.answer_set}]" if self.answer_set != "main" else ""
-        ctx = f"/{self.context}" if self.context else ""
-        part = f"/{self.part}" if self.part else ""
-        method = f"/{self.method}" if self.method else ""
-        return f"{self.setting}{aset}{ctx}{part}{method}#{self.chunk}"
-
-    @property
-    def item_ids(self) -> list[str]:
-        return [r.item_id for r in self.rows]
-
-    @property
-    def engine_kind(self) -> str:
-        """What the replica runs: ``generate`` (generate, probe, sample, rate), ``score``, ``next_token``,
-        ``hidden_states``."""
-        if self.stage == "score":
-            return "score"
-        return METHOD_STAGES.get(self.stage, "generate")
-
-    def call_key(self) -> tuple:
-        """Shards with equal call keys can share one engine call."""
-        return (self.engine_kind, self.max_new_tokens, self.sampling, self.top_logprobs, self.candidates,
-                self.cases, self.layers)
-
-    def work(self) -> ShardWork:
-        """The shard's requests as the replica receives them."""
-        if self.stage == "score":
-            reqs: tuple[Any, ...] = tuple(ScoreRequest(r.user_text, r.assistant_prefix, r.separator, r.answer)
-                                          for r in self.rows)
-        elif self.stage in ("probe", *METHOD_STAGES):
-            reqs = tuple(GenerateRequest(r.user_text, r.assistant_prefix) for r in self.rows)
-        else:
-            reqs = tuple(GenerateRequest(r.user_text) for r in self.rows)
-        return ShardWork(key=self.key, requests=reqs)
 
 
 def model_identity(m: ModelSpec) -> dict[str, Any]:
@@ -411,7 +247,7 @@ class GridPlan:
                             "items": [(i.item_id, t) for i, t in zip(chunk, texts, strict=True)]})
                         sh = ShardRequest("generate", m.name, d.name, a.id, c, key,
                                           tuple(GenerateRow(i.item_id, t) for i, t in zip(chunk, texts, strict=True)),
-                                          max_new_tokens=a.new_tokens, sampling=smp)
+                                          call=CallParams(max_new_tokens=a.new_tokens, sampling=smp))
                         unit.shards.append(sh)
                         out.append(sh)
         return out + self._method_shards_from_items()
@@ -441,12 +277,13 @@ class GridPlan:
             params = {"layers": list(method.layers) if method.layers is not None else "all"}
         key = shard_key(stage, {"model": ident, "prompt": prompt.template, **params,
                                 "requests": [(r.item_id, r.user_text, r.assistant_prefix) for r in rows]})
-        return ShardRequest(stage, model, dataset, "main", chunk, key, tuple(rows), max_new_tokens=int(
-            params.get("max_new_tokens", 1)), upstream=upstream, method=method.id, sampling=sampling,
-            top_logprobs=method.top_logprobs, candidates=method.candidate_strings(n_letters) if stage == "next_token"
-            else (),
-            cases=tuple(method.cases) if stage == "next_token" else (),
-            layers=tuple(method.layers) if (stage == "hidden" and method.layers is not None) else None)
+        call = CallParams(max_new_tokens=int(params.get("max_new_tokens", 1)), sampling=sampling,
+                          top_logprobs=method.top_logprobs,
+                          candidates=method.candidate_strings(n_letters) if stage == "next_token" else (),
+                          cases=tuple(method.cases) if stage == "next_token" else (),
+                          layers=tuple(method.layers) if (stage == "hidden" and method.layers is not None) else None)
+        return ShardRequest(stage, model, dataset, "main", chunk, key, tuple(rows), upstream=upstream,
+                            method=method.id, call=call)
 
     def _method_shards_from_items(self) -> list[ShardRequest]:
         """Methods that need only the questions: samples, capability P(True), verbalized before, hidden states."""
@@ -693,7 +530,7 @@ class GridPlan:
         if part == "cross":
             inputs["rule"] = self.spec.probe.rule  # the rule that chose the plausible wrong answers
         return ShardRequest("probe", model, dataset, a.id, chunk, shard_key("probe", inputs), tuple(rows),
-                            max_new_tokens=PROBE_MAX_NEW_TOKENS, upstream=upstream, part=part)
+                            call=CallParams(max_new_tokens=PROBE_MAX_NEW_TOKENS), upstream=upstream, part=part)
 
     def _own_probe_shards(self, gen: ShardRequest, graded: pd.DataFrame) -> list[ShardRequest]:
         """Probe rows from the model's own answers: a set without a stated score gets its answers re-supplied

@@ -9,6 +9,11 @@ allowed.
 Paths in a grid are resolved relative to the grid file. Two reserved values
 point inside the package: ``model: confgrid-fixture`` (the bundled smoke-test
 model) and ``path: bundled`` on a dataset (the bundled sample of its adapter).
+
+Why one file of about 740 lines: the sections a grid always has (models, datasets, scoring,
+correctness, metrics, bootstrap, execution) and the :class:`GridSpec` checks that read several of them
+at once are one schema, and ``parse_grid`` turns pydantic's errors on it into one list of problems; the
+optional sections live beside it (methods.py, api.py, answers.py, capability.py).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ import pandas as pd
 import pyarrow as pa
 
 from confgrid.actors.calls import GenerationOutput, SamplesOutput, ScoreOutput
-from confgrid.flows.plan.grid_plan import GridPlan, ShardRequest
+from confgrid.flows.plan.grid_plan import GridPlan
+from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.answers import AnswerSetSpec
 from confgrid.flows.stages import aggregate_scores, relabel
 from confgrid.protocols.items import Item
