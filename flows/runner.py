@@ -43,6 +43,7 @@ from confgrid.flows.evaluate.capability import capability_mlflow_metrics
 from confgrid.flows.tables.assemble import assemble, empty_schema, shard_table
 from confgrid.analysis.signals import to_arrow as signals_arrow
 from confgrid.flows.evaluate.run_evaluation import Evaluation, cluster_problems, evaluate, methods_view
+from confgrid.flows.execute.liveness import lost_node_tags
 from confgrid.flows.execute.executor import Executor
 from confgrid.flows.evaluate.methods import method_tables
 from confgrid.flows.evaluate.outputs import grid_params, log_results, write_outputs
@@ -406,12 +407,14 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
             "run_metrics": {"model_calls": c.model_calls, "model_loads": c.loads, "restarts": c.restarts,
                             "shards_reused": c.reused, "shards_computed": c.computed, "shards_failed": len(ex.failed),
                             "replicas_lost": sum(r.state == "lost" for p in ex.history for r in p.replicas),
-                            "seconds": time.time() - t0, **(c.api.metrics() if c.api.requests else {})}}
+                            "seconds": time.time() - t0, **(c.api.metrics() if c.api.requests else {})},
+            "run_tags": lost_node_tags([r for p in ex.history for r in p.replicas])}
         store.flush(force=True)
         if tracker is not None:
             try:
                 log_results(spec, store, tracker, ev, ex.provenance, store.meta["mlflow_record"]["run_metrics"],
                             tables)
+                tracker.log_tags(store.meta["mlflow_record"]["run_tags"])
                 if ace is not None:
                     tracker.log_metrics(ace_mlflow_metrics(ace))
                 if capability is not None:
@@ -488,6 +491,7 @@ def log_run(out_dir: str | Path, tracking_uri: str | None = None) -> Logged:
     try:
         tracker = _start_tracking(spec, store, tracking_uri, reopen=False)
         log_results(spec, store, tracker, ev, record.get("provenance", {}), record.get("run_metrics", {}), tables)
+        tracker.log_tags(record.get("run_tags", {}))
         tracker.close_parent("FINISHED")
     except Exception as exc:
         _close_tracking(tracker, "FAILED")

@@ -647,3 +647,8 @@ class Tracker:
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         self._log(self.parent_run_id, metrics=metrics, step=step)
+
+    def log_tags(self, tags: dict[str, str]) -> None:
+        """Set tags on the parent run (e.g. the nodes lost during the run)."""
+        if tags:
+            self._log(self.parent_run_id, tags=tags)

@@ -398,3 +398,17 @@ def test_raylet_messages_go_to_the_run_log(monkeypatch, caplog):
     other = {"lines": ["hello"], "pid": 123, "is_err": False}
     ray_worker.print_to_stdstream(other, ignore_prefix=False)
     assert printed == [other]
+
+
+def test_lost_node_tags_name_each_lost_replica_and_its_node():
+    from confgrid.flows.execute.liveness import lost_node_tags
+    from confgrid.flows.execute.pools import Replica
+
+    def rep(i, state, ip="", node=""):
+        return Replica(model="fx", index=i, load=0, state=state, node_ip=ip, node_id=node)
+
+    assert lost_node_tags([rep(0, "released", "10.0.0.1"), rep(1, "dead", "10.0.0.2")]) == {}
+    tags = lost_node_tags([rep(0, "lost", "10.0.0.2"), rep(1, "released", "10.0.0.1"), rep(2, "lost", "10.0.0.2"),
+                           rep(3, "lost", "", "abc123")])
+    assert tags == {"confgrid.lost_nodes": "10.0.0.2, abc123",
+                    "confgrid.lost_replicas": "fx#0@10.0.0.2, fx#2@10.0.0.2, fx#3@abc123"}

@@ -146,6 +146,9 @@ def test_two_replicas_one_node_lost(local_cluster, tmp_path):
     client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     parent = client.get_run(summary.parent_run_id)
     assert parent.info.status == "FINISHED"
+    assert parent.data.metrics["replicas_lost"] == 1
+    assert lost["replica"] in parent.data.tags["confgrid.lost_replicas"]
+    assert (lost["node_ip"] or lost["node_id"]) in parent.data.tags["confgrid.lost_nodes"]
     print(f"\nnode lost and absorbed: {time.time() - t0:.1f} s")
 
     # the same grid undisturbed (the surviving worker alone) gives the same tables

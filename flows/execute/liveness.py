@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from confgrid.flows.execute.pools import check_capacity
 
-__all__ = ["NodeInfo", "Fault", "classify_fault", "requeue_or_fail", "actor_verdict", "lost_nodes",
+__all__ = ["NodeInfo", "Fault", "classify_fault", "requeue_or_fail", "actor_verdict", "lost_nodes", "lost_node_tags",
            "stranded_models", "node_line", "read_nodes", "NodeWatch", "ReplicaLiveness", "PROBE_SECONDS"]
 
 log = logging.getLogger("confgrid")
@@ -124,6 +124,28 @@ def lost_nodes(before: dict[str, NodeInfo], now: list[NodeInfo]) -> list[NodeInf
     """Nodes alive in ``before`` that are dead or absent in ``now`` (pure), as they were last seen alive."""
     alive_now = {n.node_id for n in now if n.alive}
     return [n for nid, n in before.items() if n.alive and nid not in alive_now]
+
+
+def lost_node_tags(replicas: list) -> dict[str, str]:
+    """The parent MLflow run's tags for replicas lost with their node: ``{}`` when none was lost.
+
+    Parameters
+    ----------
+    replicas : list of Replica
+        Every replica of the run (flows/execute/pools.py ``Replica``), in any state.
+
+    Returns
+    -------
+    dict of str to str
+        ``confgrid.lost_nodes``: the lost nodes' IPs (or node ids where no IP was known), sorted, comma-separated;
+        ``confgrid.lost_replicas``: the lost replicas' names with their node, e.g. ``fx#1@10.0.0.2``.
+    """
+    lost = [r for r in replicas if r.state == "lost"]
+    if not lost:
+        return {}
+    where = {r.name: (r.node_ip or r.node_id or "unknown node") for r in lost}
+    return {"confgrid.lost_nodes": ", ".join(sorted(set(where.values()))),
+            "confgrid.lost_replicas": ", ".join(f"{n}@{w}" for n, w in sorted(where.items()))}
 
 
 def stranded_models(needs: dict[str, tuple[int, dict[str, float], str]], alive: list[NodeInfo],
