@@ -8,6 +8,8 @@ CPU stages (parse, grade, aggregate) rerun from stored tables in milliseconds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -27,6 +29,8 @@ __all__ = [
     "score_requests",
     "aggregate_scores",
     "token_signal",
+    "ContextText",
+    "ScoreText",
     "context_user_text",
 ]
 
@@ -129,29 +133,57 @@ def grade_answers(parsed: pd.DataFrame, items: list[Item], rules: tuple[str, ...
     return out
 
 
-def context_user_text(context_id: str, item: Item) -> tuple[str, str, str]:
-    """(user text, assistant prefix, separator) of a scoring context for one item."""
+@dataclass(frozen=True)
+class ContextText:
+    """A scoring context rendered for one item (study 000 section 3.4): the user turn, the assistant turn's
+    prefix before the answer, and the separator between them and the answer."""
+
+    user_text: str
+    assistant_prefix: str
+    separator: str
+
+
+@dataclass(frozen=True)
+class ScoreText:
+    """One forced-decoding request of an item's parsed answer in a scoring context."""
+
+    item_id: str
+    user_text: str
+    assistant_prefix: str
+    separator: str
+    answer: str
+
+
+def context_user_text(context_id: str, item: Item) -> ContextText:
+    """The scoring context ``context_id`` rendered for ``item``."""
     ctx = get_context(context_id)
-    return ctx.item_text(item), ctx.assistant_prefix, ctx.separator
+    return ContextText(ctx.item_text(item), ctx.assistant_prefix, ctx.separator)
 
 
-def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> tuple[list[str], list[tuple[str, str, str, str]]]:
-    """Forced-decoding requests for every row that has a non-empty parsed answer.
+def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> list[ScoreText]:
+    """Forced-decoding requests for every row that has a non-empty parsed answer, in the rows' order.
+
+    Parameters
+    ----------
+    parsed : DataFrame
+        Rows with ``item_id`` and ``answer`` (str; empty, None or NaN rows are skipped).
+    items : list of Item
+        The items the rows refer to.
+    context_id : str
+        A registered scoring context.
 
     Returns
     -------
-    item_ids : list of str
-    requests : list of (user_text, assistant_prefix, separator, answer)
+    list of ScoreText
     """
     by_id = {it.item_id: it for it in items}
-    ids, reqs = [], []
+    out = []
     for item_id, answer in zip(parsed["item_id"], parsed["answer"], strict=True):
         if not isinstance(answer, str) or not answer.strip():
             continue
-        user, prefix, sep = context_user_text(context_id, by_id[item_id])
-        ids.append(item_id)
-        reqs.append((user, prefix, sep, answer))
-    return ids, reqs
+        c = context_user_text(context_id, by_id[item_id])
+        out.append(ScoreText(item_id, c.user_text, c.assistant_prefix, c.separator, answer))
+    return out
 
 
 def token_signal(context: str, aggregation: str, primary: str) -> str:

@@ -109,8 +109,9 @@ def test_rescoring_stored_answers_reproduces_token_scores_exactly(run):
     g = graded[(graded["model"] == "fixture") & (graded["dataset"] == d.name) & (graded["answer_set"] == "main")]
     worker = ModelWorker(ModelConfig(name="fixture", model="confgrid-fixture", batch_size=32))
     for ctx in ("answer_slot", "guess_slot"):
-        ids, reqs = score_requests(g, items, ctx)
-        again = worker.score([ScoreRequest(*r) for r in reqs])
+        reqs = score_requests(g, items, ctx)
+        ids = [r.item_id for r in reqs]
+        again = worker.score([ScoreRequest(r.user_text, r.assistant_prefix, r.separator, r.answer) for r in reqs])
         stored = scores[(scores["model"] == "fixture") & (scores["dataset"] == d.name)
                         & (scores["answer_set"] == "main") & (scores["context_id"] == ctx)].set_index("item_id")
         for item_id, o in zip(ids, again, strict=True):

@@ -494,13 +494,13 @@ class GridPlan:
         out = []
         for ctx_id in a.scoring_contexts(self.spec.scoring.contexts):
             ctx = get_context(ctx_id)
-            ids, reqs = score_requests(graded, its, ctx_id)
+            reqs = score_requests(graded, its, ctx_id)
             if not reqs:
                 continue
             key = shard_key("score", {"model": ident, "context": [ctx.user_prompt, get_prompt(ctx.user_prompt).template,
                                                                   ctx.assistant_prefix, ctx.separator, ctx.item_format],
-                                      "requests": [(i, q[i], r[0], r[3]) for i, r in zip(ids, reqs, strict=True)]})
-            rows = tuple(ScoreRow(i, *r) for i, r in zip(ids, reqs, strict=True))
+                                      "requests": [(r.item_id, q[r.item_id], r.user_text, r.answer) for r in reqs]})
+            rows = tuple(ScoreRow(r.item_id, r.user_text, r.assistant_prefix, r.separator, r.answer) for r in reqs)
             out.append(ShardRequest("score", gen.model, gen.dataset, a.id, gen.chunk, key, rows, context=ctx_id,
                                     upstream=(gen.key,)))
         return out
