@@ -197,8 +197,8 @@ class ModelWorker:
 
     Raises
     ------
-    ValueError
-        If ``config.backend`` is unknown.
+    confgrid.registry.UnknownNameError
+        If ``config.backend`` is not a registered backend (actors/backends.py; a ``ValueError`` too).
     OSError, ValueError
         From the backend when the model cannot be loaded (missing or broken
         files); inside Ray this fails the actor's creation, and the driver
@@ -206,8 +206,11 @@ class ModelWorker:
     """
 
     def __init__(self, config: ModelConfig, num_threads: int | None = None) -> None:
+        from confgrid.actors.backends import BACKENDS
+
         t0 = time.time()
-        if config.backend != "openai":
+        entry = BACKENDS.get(config.backend)  # an unknown name raises UnknownNameError listing the allowed ones
+        if not entry.api:  # an API model loads no torch
             import torch
 
             if num_threads and not torch.cuda.is_available():
@@ -218,35 +221,8 @@ class ModelWorker:
         from confgrid.actors.named_models import resolve_model
 
         path = resolve_model(path)
-        self.api = config.backend == "openai"
-        if self.api:
-            from confgrid.actors.openai_backend import OpenAIBackend
-
-            self.backend = OpenAIBackend(config.model, config.api, config.template_kwargs(), name=config.name)
-        elif config.backend == "transformers":
-            from confgrid.actors.transformers_backend import TransformersBackend
-
-            self.backend = TransformersBackend(
-                path, dtype=config.dtype, revision=config.revision, batch_size=config.batch_size
-            )
-        elif config.backend == "vllm":  # pragma: no cover - needs confgrid[gpu]
-            from confgrid.actors.vllm_backend import VLLMBackend
-
-            extra = {"max_num_seqs": config.max_num_seqs} if config.max_num_seqs is not None else {}
-            self.backend = VLLMBackend(
-                path,
-                dtype=config.dtype,
-                revision=config.revision,
-                tensor_parallel_size=config.tensor_parallel_size,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                enable_chunked_prefill=config.enable_chunked_prefill,
-                enable_prefix_caching=config.enable_prefix_caching,
-                gpu_memory_utilization=config.gpu_memory_utilization,
-                distributed_executor_backend="ray" if config.tensor_parallel_size > 1 else None,
-                **extra,
-            )
-        else:
-            raise ValueError(f"backend: unknown backend {config.backend!r}; allowed: transformers, vllm, openai")
+        self.api = entry.api
+        self.backend = entry.build(config, path)
         self.tokenizer = self.backend.tokenizer
         node_id, node_ip = _node_here()
         self.info = ReplicaInfo(pid=os.getpid(), host=socket.gethostname(), incarnation=uuid.uuid4().hex,

@@ -64,7 +64,7 @@ BAD = [
     ("unknown ECE closure", "metrics", {"ece_closure": ["left", "up"]}, "metrics.ece_closure[1]", "'right_float'"),
     ("ECE closure twice", "metrics", {"ece_closure": ["right", "right"]}, "metrics.ece_closure", "twice"),
     ("unknown dtype", "models.0.dtype", "float8", "models[0].dtype", "float8"),
-    ("unknown backend", "models.0.backend", "onnx", "models[0].backend", "'transformers'"),
+    ("unknown backend", "models.0.backend", "onnx", "models[0].backend", "allowed: openai, transformers, vllm"),
     ("unknown adapter", "datasets.0.adapter", "squad", "datasets[0].adapter", "truthfulqa"),
     ("unknown metric", "metrics", {"names": ["ece", "f1"]}, "metrics.names", "f1"),
     ("unknown aggregation", "scoring", {"aggregations": ["median"]}, "scoring.aggregations", "geometric_mean"),

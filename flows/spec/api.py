@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, StrictBool, field_validator
 
+from confgrid.actors.backends import api_backends
 from confgrid.flows.spec.base import _Spec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -23,8 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["ApiSpec", "api_entry_problem", "api_problems", "API_BACKENDS"]
 
-#: Backends that reach a model through an HTTP API (no local weights or tokenizer).
-API_BACKENDS = ("openai",)
+#: Backends that reach a model through an HTTP API (no local weights or tokenizer): read from the backend registry.
+API_BACKENDS = api_backends()
 
 
 class ApiSpec(_Spec):

@@ -48,6 +48,8 @@ def _registry(kind: str) -> Any:
         from confgrid.protocols.datasets import registered_adapters
 
         reg = registered_adapters()
+    elif kind == "backend":
+        from confgrid.actors.backends import BACKENDS as reg
     elif kind == "prompt":
         from confgrid.protocols.prompts import PROMPTS as reg
     elif kind == "scoring context":

@@ -95,9 +95,10 @@ class ModelSpec(_Spec):
         description="Hugging Face repository name, local directory, or 'confgrid-fixture' / 'confgrid-fixture-small' "
         "(the bundled smoke-test models); backend openai: the server's model name."
     )
-    backend: Literal["transformers", "vllm", "openai"] = Field(
-        "transformers", description="Inference backend: 'transformers' (CPU or GPU), 'vllm' (GPU; needs "
-        "confgrid[gpu]) or 'openai' (an OpenAI-compatible chat-completions server, see api; needs confgrid[api])."
+    backend: str = Field(
+        "transformers", description="Inference backend (actors/backends.py BACKENDS): 'transformers' (CPU or GPU), "
+        "'vllm' (GPU; needs confgrid[gpu]) or 'openai' (an OpenAI-compatible chat-completions server, see api; "
+        "needs confgrid[api])."
     )
     api: ApiSpec | None = Field(None, description="backend openai: the server (base_url, api_key_env, "
                                 "max_concurrency, timeout_s, max_retries, backoff_s, ...).")
@@ -141,6 +142,11 @@ class ModelSpec(_Spec):
         None, description="Marker that ends a thinking model's reasoning: the answer is parsed from the text after "
         "its last occurrence (None: a <think>...</think> block is removed when present).",
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        return _known("backend", v)
 
     @model_validator(mode="after")
     def _api_section(self) -> ModelSpec:
