@@ -146,6 +146,7 @@ def test_each_fault_mode_fails_only_its_items_and_resume_sends_only_what_was_nev
     assert leaked == [] and KEY not in failed.stdout + failed.stderr + resumed.stdout + resumed.stderr
 
 
+@pytest.mark.slow  # about 33 s (CI budget); a real vLLM server killed mid-run: tests/vllm_cpu/test_openai_server.py
 def test_a_server_killed_mid_run_gives_connection_failures_and_resume_completes_on_its_restart(
         tmp_path, servers, server, reference):
     ref, _ = reference
@@ -177,6 +178,7 @@ def test_a_server_killed_mid_run_gives_connection_failures_and_resume_completes_
     _same_tables(out, ref)
 
 
+@pytest.mark.slow  # about 31 s (CI budget); the stop and resume on Ray: tests/test_api_grid.py, unit: test_api_faults
 def test_a_wrong_key_stops_the_model_at_once_and_resubmit_failed_completes_it(tmp_path, server, reference):
     """401 on everything: the model stops at once (only the requests already in flight, max_concurrency 2, are
     sent), the message names the key's variable and never the key; `resubmit --failed` with a good server

@@ -342,7 +342,7 @@ def test_the_mlflow_ui_lists_the_setting_runs_with_their_metrics(server, server_
         page = b.new_page(viewport={"width": 1600, "height": 1000})
         # MLflow 3.17: the "Model training" side of the UI's GenAI / Model training switch (README)
         page.goto(f"{server.url}/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning",
-                  wait_until="networkidle", timeout=120_000)
+                  wait_until="domcontentloaded", timeout=120_000)  # the UI polls: never network-idle
         page.locator(".ag-row").first.wait_for(timeout=120_000)
         page.get_by_role("button", name="Columns").click(timeout=30_000)
         page.get_by_text("verbalized/ece/point").first.click(timeout=30_000)
