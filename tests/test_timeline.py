@@ -161,3 +161,26 @@ def test_the_executor_records_the_timeline(tmp_path):
     ms = 0.001  # spans are rounded to milliseconds
     assert inv["started_at"] - ms <= meta["queued"][0][0] <= meta["queued"][0][1] <= inv["ended_at"] + ms
     assert inv["ended_at"] <= time.time()
+
+
+def test_a_replica_withdrawn_before_it_loaded_says_whether_it_was_loading(tmp_path, monkeypatch):
+    """The request for a replica whose model's work is done is withdrawn; the manifest says whether Ray had
+    placed it (a load cut short) or it still waited for resources (no Ray: the placement is faked)."""
+    import pandas as pd
+
+    from confgrid.flows.execute import executor as execute
+    from confgrid.flows.execute.executor import Executor
+    from confgrid.flows.execute.pools import ModelPool, Replica
+    from confgrid.flows.spec.grid import parse_grid
+    from confgrid.flows.store.run_store import RunStore
+
+    spec = parse_grid({"name": "t", "models": [{"name": "m", "model": "confgrid-fixture", "replicas": 3}],
+                       "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 8}]})
+    e = Executor(spec, RunStore(tmp_path / "run"), build=lambda sh, outs: pd.DataFrame())
+    pool = ModelPool(spec.models[0], config=None, load=0)
+    pool.replicas = [Replica("m", i, 0, handle=i) for i in range(3)]
+    monkeypatch.setattr(execute, "_placed", lambda handle: {0: True, 1: False, 2: None}[handle])
+    for rep in pool.replicas:
+        e._cancel_waiting(pool, rep)
+    assert [r.record()["withdrawn"] for r in pool.replicas] == ["loading", "waiting", "unknown"]
+    assert [r.state for r in pool.replicas] == ["released"] * 3 and all(r.loads == 0 for r in pool.replicas)

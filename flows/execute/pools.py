@@ -229,6 +229,11 @@ class Replica:
     loading, computing : list of [start, end]
         Its model loads and engine calls as measured inside the replica
         (``time.time()``; flows/execute/timeline.py says what they cover).
+    withdrawn : str or None
+        Set when the request for it was withdrawn before its model was loaded
+        (its model's work was done first): ``loading`` (Ray had placed it: a
+        load started and was cut short), ``waiting`` (still waiting for
+        resources), ``unknown`` (the actor table could not be read).
     """
 
     model: str
@@ -259,6 +264,7 @@ class Replica:
     gpus: float = 0.0
     loading: list[list[float]] = field(default_factory=list)
     computing: list[list[float]] = field(default_factory=list)
+    withdrawn: str | None = None
 
     @property
     def name(self) -> str:
@@ -285,7 +291,7 @@ class Replica:
                 "pid": self.info.pid if self.info else None, "node_id": self.node_id or None,
                 "node_ip": self.node_ip or None, "lost_at": self.lost_at, "error": self.error,
                 "gpus": self.gpus, "loading": [list(x) for x in self.loading],
-                "computing": [list(x) for x in self.computing],
+                "computing": [list(x) for x in self.computing], "withdrawn": self.withdrawn,
                 **({"traceback": self.traceback} if self.traceback else {})}
 
 
