@@ -168,7 +168,7 @@ def test_a_replica_withdrawn_before_it_loaded_says_whether_it_was_loading(tmp_pa
     placed it (a load cut short) or it still waited for resources (no Ray: the placement is faked)."""
     import pandas as pd
 
-    from confgrid.flows.execute import executor as execute
+    from confgrid.flows.execute import pools
     from confgrid.flows.execute.executor import Executor
     from confgrid.flows.execute.pools import ModelPool, Replica
     from confgrid.flows.spec.grid import parse_grid
@@ -179,8 +179,10 @@ def test_a_replica_withdrawn_before_it_loaded_says_whether_it_was_loading(tmp_pa
     e = Executor(spec, RunStore(tmp_path / "run"), build=lambda sh, outs: pd.DataFrame())
     pool = ModelPool(spec.models[0], config=None, load=0)
     pool.replicas = [Replica("m", i, 0, handle=i) for i in range(3)]
-    monkeypatch.setattr(execute, "_placed", lambda handle: {0: True, 1: False, 2: None}[handle])
-    for rep in pool.replicas:
+    monkeypatch.setattr(pools, "_placed", lambda handle: {0: True, 1: False, 2: None}[handle])
+    for rep in pool.replicas[:2]:
         e._cancel_waiting(pool, rep)
-    assert [r.record()["withdrawn"] for r in pool.replicas] == ["loading", "waiting", "unknown"]
-    assert [r.state for r in pool.replicas] == ["released"] * 3 and all(r.loads == 0 for r in pool.replicas)
+    pool.replicas.append(Replica("m", 3, 0, handle=2, state="ready", loads=1))
+    pool.release()  # the end of the run (Ray not running here): the replica still waiting is withdrawn too
+    assert [r.record()["withdrawn"] for r in pool.replicas] == ["loading", "waiting", "unknown", None]
+    assert [r.state for r in pool.replicas] == ["released"] * 4

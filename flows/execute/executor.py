@@ -439,12 +439,10 @@ class Executor(ReplicaLiveness):
         for ref, r in list(self._pings.items()):
             if r is rep:
                 del self._pings[ref]
-        placed = _placed(rep.handle)
-        rep.withdrawn = "loading" if placed else "waiting" if placed is False else "unknown"
         pool.stop_replica(rep)
         log.info("replica %s: not needed any more (no work left for it); request withdrawn (%s)", rep.name,
-                 "it was loading its model" if placed else "it was waiting for resources" if placed is False
-                 else "loading or waiting for resources")
+                 {"loading": "it was loading its model", "waiting": "it was waiting for resources"}.get(
+                     rep.withdrawn or "", "loading or waiting for resources"))
 
     def _model_dead(self, name: str, reason: str) -> None:
         """No replica of ``name`` is left: every shard queued for it fails with ``reason``."""

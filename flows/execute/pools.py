@@ -342,12 +342,19 @@ class ModelPool:
         return not self.released and any(r.state in ("ready", "waiting", "unreachable") for r in self.replicas)
 
     def stop_replica(self, rep: Replica, state: str = "released") -> None:
-        """Kill one replica's actor and free its placement group (idempotent)."""
+        """Kill one replica's actor and free its placement group (idempotent).
+
+        A replica stopped while still ``waiting`` (its model not loaded) records in ``withdrawn`` whether Ray had
+        placed it (its load had started) or it still waited for resources.
+        """
         import ray
         from ray.util.placement_group import remove_placement_group
 
         if rep.state in ("released",):
             return
+        if rep.state == "waiting" and rep.withdrawn is None:
+            placed = _placed(rep.handle)  # None when the actor table cannot be read (Ray gone)
+            rep.withdrawn = "loading" if placed else "waiting" if placed is False else "unknown"
         if not ray.is_initialized():  # Ray was shut down under us (a test, Ctrl-C): its actors are gone
             rep.state = rep.state if rep.state in ("dead", "lost") else "released"
             return
