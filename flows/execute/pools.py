@@ -230,10 +230,11 @@ class Replica:
         Its model loads and engine calls as measured inside the replica
         (``time.time()``; flows/execute/timeline.py says what they cover).
     withdrawn : str or None
-        Set when the request for it was withdrawn before its model was loaded
-        (its model's work was done first): ``loading`` (Ray had placed it: a
-        load started and was cut short), ``waiting`` (still waiting for
-        resources), ``unknown`` (the actor table could not be read).
+        Set when it was stopped before its model was loaded (usually: the other
+        replicas did its model's work first; also a run that ended or was
+        interrupted meanwhile): ``loading`` (Ray had placed it: a load started
+        and was cut short), ``waiting`` (still waiting for resources),
+        ``unknown`` (the actor table could not be read).
     """
 
     model: str
