@@ -288,6 +288,9 @@ class ReplicaInfo:
         Seconds the model load of this incarnation took (wall clock, >= 0).
     node_id, node_ip : str
         The Ray node the process runs on ("" outside Ray).
+    load_started : float
+        Wall-clock time (``time.time()`` on the replica) the model load of
+        this incarnation began; 0.0 when unknown.
     """
 
     pid: int
@@ -296,6 +299,7 @@ class ReplicaInfo:
     load_seconds: float
     node_id: str = ""
     node_ip: str = ""
+    load_started: float = 0.0
 
 
 @dataclass(frozen=True)

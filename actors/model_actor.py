@@ -226,7 +226,8 @@ class ModelWorker:
         self.tokenizer = self.backend.tokenizer
         node_id, node_ip = _node_here()
         self.info = ReplicaInfo(pid=os.getpid(), host=socket.gethostname(), incarnation=uuid.uuid4().hex,
-                                load_seconds=round(time.time() - t0, 3), node_id=node_id, node_ip=node_ip)
+                                load_seconds=round(time.time() - t0, 3), node_id=node_id, node_ip=node_ip,
+                                load_started=round(t0, 3))
 
     def ping(self) -> ReplicaReady:
         """The replica has loaded its model: who it is and what it runs."""

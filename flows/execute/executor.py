@@ -33,10 +33,11 @@ Nothing waits silently: a model waiting for ``max_concurrent_models``, a
 replica waiting for resources, a pool kept for cross-model work: each says so
 in the log (and again every 30 s while it lasts).
 
-Why one file of about 800 lines: it is one event loop over one state (the queue, the calls in
+Why one file of about 830 lines: it is one event loop over one state (the queue, the calls in
 flight, the pools and their replicas), and its handlers (dispatch, call done, ping answered, Ctrl-C) each
 read and change all of it. What could stand alone has left it: the pools and capacity (pools.py), the
-liveness of replicas and nodes (liveness.py, a mixin of this class), the Ray session (ray_session.py).
+liveness of replicas and nodes (liveness.py, a mixin of this class), the replicas' timeline spans (timeline.py),
+the Ray session (ray_session.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from tqdm.auto import tqdm
 
 from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady, RequestCounts
 from confgrid.flows.execute.liveness import ReplicaLiveness, classify_fault
+from confgrid.flows.execute.timeline import MERGE_GAP_S, add_span
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.execute.pools import (
@@ -166,6 +168,7 @@ class Executor(ReplicaLiveness):
         self._bounds: dict[str, int] = {}  # generate key -> requests its later shards may add (the bar counts them)
         self._plan: GridPlan | None = None
         self._invocation: dict[str, Any] | None = None
+        self._queue_spans: list[list[float | None]] = []  # when some shard waited in a queue (meta.queued)
         self._liveness_init()
 
     # -- public -------------------------------------------------------------------------
@@ -180,6 +183,7 @@ class Executor(ReplicaLiveness):
         """
         self._plan = plan
         self._bar = tqdm(total=0, desc="model work", unit="q", leave=False)
+        self._record_replicas()  # the invocation starts now (its started_at opens the timeline's window)
         restore = self._catch_ctrl_c()
         try:
             self._submit(plan.generate_shards())
@@ -226,6 +230,7 @@ class Executor(ReplicaLiveness):
         cancel_calls(list(self._inflight))  # not retried by Ray: no false "will be retried" on Ctrl-C
         for pool in list(self.pools.values()):
             self._release(pool, "end of run" if self._queues[pool.name] or self._inflight else "its work is done")
+        self._note_queue(closing=True)
         self._record_replicas()
         self._invocation["ended_at"] = time.time()  # `confgrid status`: running shards after this are stale
         self.store.flush(force=True)
@@ -233,10 +238,12 @@ class Executor(ReplicaLiveness):
     def _record_replicas(self) -> None:
         """Every replica's timeline and the loads per model, in the manifest, as they change.
 
-        ``meta.replicas`` and ``meta.loads`` describe this invocation; ``meta.invocations`` keeps one entry per
-        invocation of the run directory (run, resume, resubmit), with its replicas, loads and restarts.
+        ``meta.replicas``, ``meta.loads`` and ``meta.queued`` (flows/execute/timeline.py) describe this
+        invocation; ``meta.invocations`` keeps one entry per invocation of the run directory (run, resume,
+        resubmit), with its replicas, loads and restarts.
         """
         replicas = [r.record() for p in self.history for r in p.replicas]
+        queued = [list(x) for x in self._queue_spans]
         if self._invocation is None:
             import os
             import socket
@@ -244,11 +251,12 @@ class Executor(ReplicaLiveness):
             self._invocation = {"started_at": time.time(), "only_failed": self.only_failed, "driver_pid": os.getpid(),
                                 "driver_host": socket.gethostname(), "address": self.address}
             self.store.meta.setdefault("invocations", []).append(self._invocation)
-        elif replicas == self.store.meta.get("replicas"):
+        elif replicas == self.store.meta.get("replicas") and queued == self.store.meta.get("queued"):
             return
         loads = {m: sum(r.loads for p in self.history if p.name == m for r in p.replicas) for m in self.models}
         self.store.meta["replicas"] = replicas
         self.store.meta["loads"] = loads
+        self.store.meta["queued"] = queued
         self._invocation.update(replicas=replicas, loads=loads, restarts=self.counters.restarts)
         self.store.touch()
 
@@ -291,10 +299,27 @@ class Executor(ReplicaLiveness):
                 self._bounds[sh.key] = bound
                 self._bar.total += len(sh.rows) + bound
                 self._bar.refresh()
+        self._note_queue()
 
     def _requeue_shard(self, sh: ShardRequest) -> None:
         """Put a shard whose replica was lost back in its model's queue (its twins stay grouped under it)."""
         heapq.heappush(self._queues[sh.model], (_STAGE_RANK[sh.stage], next(self._seq), sh))
+        self._note_queue()
+
+    def _note_queue(self, closing: bool = False) -> None:
+        """Open a ``meta.queued`` span when some shard starts waiting in a queue, close it when none waits
+        (``closing``: the invocation ends, close it anyway)."""
+        waiting = any(self._queues.values()) and not closing
+        spans = self._queue_spans
+        is_open = bool(spans) and spans[-1][1] is None
+        now = round(time.time(), 3)
+        if waiting and not is_open:
+            if spans and now - spans[-1][1] <= MERGE_GAP_S:
+                spans[-1][1] = None  # reopened at once: one span
+            else:
+                spans.append([now, None])
+        elif not waiting and is_open:
+            spans[-1][1] = now
 
     def _has_work(self) -> bool:
         return any(self._queues.values()) or bool(self._inflight)
@@ -311,8 +336,13 @@ class Executor(ReplicaLiveness):
 
         nodes = node_resources()
         # GPUs: does the cluster have any; CPUs: what one node offers (a CPU replica reserves one node's CPUs)
-        self._cluster = {"GPU": float(ray.cluster_resources().get("GPU", 0.0)),
-                         "CPU": max((n["CPU"] for n in nodes), default=1.0)}
+        total = ray.cluster_resources()
+        self._cluster = {"GPU": float(total.get("GPU", 0.0)), "CPU": max((n["CPU"] for n in nodes), default=1.0)}
+        # what the cluster declares, for the timeline's GPU-seconds (flows/execute/timeline.py)
+        self.store.meta["cluster"] = {"GPU": float(total.get("GPU", 0.0)), "CPU": float(total.get("CPU", 0.0)),
+                                      "nodes": len(nodes)}
+        if self._invocation is not None:
+            self._invocation["cluster"] = self.store.meta["cluster"]
         self._needs = {}
         for m in self.spec.models:
             rr = replica_resources(model_config(m, self.spec), self._cluster)
@@ -417,7 +447,9 @@ class Executor(ReplicaLiveness):
             if r is rep:
                 del self._pings[ref]
         pool.stop_replica(rep)
-        log.info("replica %s: not needed any more (no work left for it); request withdrawn", rep.name)
+        log.info("replica %s: not needed any more (no work left for it); request withdrawn (%s)", rep.name,
+                 {"loading": "it was loading its model", "waiting": "it was waiting for resources"}.get(
+                     rep.withdrawn or "", "loading or waiting for resources"))
 
     def _model_dead(self, name: str, reason: str) -> None:
         """No replica of ``name`` is left: every shard queued for it fails with ``reason``."""
@@ -437,6 +469,7 @@ class Executor(ReplicaLiveness):
                     rec.requests = counts.as_dict()
                     self.counters.api.add(counts)
             self._submit(self._fail(group, recs, reason))
+        self._note_queue()
 
     # -- dispatch -----------------------------------------------------------------------
     def _next_call(self, name: str) -> tuple[EngineCall, list[ShardRequest]] | None:
@@ -480,6 +513,7 @@ class Executor(ReplicaLiveness):
                     ref = rep.handle.run.remote(call)
                     rep.inflight += 1
                     self._inflight[ref] = _InFlight(rep, shards, recs, rep.info.incarnation if rep.info else None)
+        self._note_queue()
 
     # -- results ------------------------------------------------------------------------
     def _catch_ctrl_c(self) -> Callable[[], None]:
@@ -560,8 +594,7 @@ class Executor(ReplicaLiveness):
         rep.state, rep.ready_at, rep.info = "ready", time.time(), ready.replica
         rep.node_id, rep.node_ip = ready.replica.node_id, ready.replica.node_ip
         rep.last_progress = rep.ready_at
-        rep.loads += 1
-        rep.load_seconds += ready.replica.load_seconds
+        rep.loaded(ready.replica, rep.ready_at)
         self.counters.loads += 1
         self.provenance.setdefault(rep.model, {k: v for k, v in ready.provenance.items()})
         log.info("replica %s: ready on %s, node %s (model loaded in %.1f s)", rep.name, ready.replica.host,
@@ -610,11 +643,11 @@ class Executor(ReplicaLiveness):
         rep.calls += 1
         rep.busy_seconds += result.seconds
         rep.last_progress = time.time()
+        add_span(rep.computing, result.started, result.started + result.seconds)
         restarted = f.incarnation is not None and result.replica.incarnation != f.incarnation
         if rep.info is not None and result.replica.incarnation != rep.info.incarnation:
             n = self._count_restarts(rep, fallback=1)  # 0: Ray counted it already (seen at the ping)
-            rep.loads += 1
-            rep.load_seconds += result.replica.load_seconds
+            rep.loaded(result.replica, result.started)
             self.counters.loads += 1
             log.warning("replica %s: Ray restarted its actor (pid %s on %s -> pid %s on %s%s) and retried the calls "
                         "in flight; recorded in manifest.json", rep.name, rep.info.pid, rep.info.host,

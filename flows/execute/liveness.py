@@ -337,8 +337,7 @@ class ReplicaLiveness:
         restarted = rep.info is not None and ready.replica.incarnation != rep.info.incarnation
         if restarted:
             n = self._count_restarts(rep, fallback=1)
-            rep.loads += 1
-            rep.load_seconds += ready.replica.load_seconds
+            rep.loaded(ready.replica, time.time())
             self.counters.loads += 1
             log.warning("replica %s: back after %.0f s unreachable; Ray restarted its actor (pid %s on %s -> pid %s "
                         "on %s%s); recorded in manifest.json", rep.name, time.time() - rep.unreachable_since,

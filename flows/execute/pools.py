@@ -28,6 +28,7 @@ from typing import Any
 
 from confgrid.errors import FieldsPickle
 from confgrid.actors.calls import ReplicaInfo
+from confgrid.flows.execute.timeline import add_span
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 
 __all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool", "model_config", "cancel_calls",
@@ -222,6 +223,18 @@ class Replica:
     restarts_accounted : int
         Ray's restart count of the actor (:attr:`ActorEntry.num_restarts`)
         already counted in ``restarts``.
+    gpus : float
+        GPUs one replica reserves (``tensor_parallel_size`` for a
+        tensor-parallel replica; 0 without GPUs).
+    loading, computing : list of [start, end]
+        Its model loads and engine calls as measured inside the replica
+        (``time.time()``; flows/execute/timeline.py says what they cover).
+    withdrawn : str or None
+        Set when it was stopped before its model was loaded (usually: the other
+        replicas did its model's work first; also a run that ended or was
+        interrupted meanwhile): ``loading`` (Ray had placed it: a load started
+        and was cut short), ``waiting`` (still waiting for resources),
+        ``unknown`` (the actor table could not be read).
     """
 
     model: str
@@ -249,10 +262,25 @@ class Replica:
     node_ip: str = ""
     unreachable_since: float = 0.0  # when a call last found it unreachable
     lost_at: float | None = None  # when it was recorded lost or dead
+    gpus: float = 0.0
+    loading: list[list[float]] = field(default_factory=list)
+    computing: list[list[float]] = field(default_factory=list)
+    withdrawn: str | None = None
 
     @property
     def name(self) -> str:
         return f"{self.model}#{self.index}" + (f".{self.load}" if self.load else "")
+
+    def loaded(self, info: ReplicaInfo, seen_at: float) -> None:
+        """Count one model load of this replica (``loads``, ``load_seconds``) and record its ``loading`` span.
+
+        The span is the replica's own (``info.load_started``); a replica that did not send its start time gets
+        the ``load_seconds`` before ``seen_at`` (when the driver learnt of the load).
+        """
+        self.loads += 1
+        self.load_seconds += info.load_seconds
+        start = info.load_started or seen_at - info.load_seconds
+        add_span(self.loading, start, start + info.load_seconds, gap=0.0)
 
     def record(self) -> dict[str, Any]:
         """The replica's line in ``manifest.json`` (``meta.replicas``)."""
@@ -263,6 +291,8 @@ class Replica:
                 "calls": self.calls, "host": self.info.host if self.info else None,
                 "pid": self.info.pid if self.info else None, "node_id": self.node_id or None,
                 "node_ip": self.node_ip or None, "lost_at": self.lost_at, "error": self.error,
+                "gpus": self.gpus, "loading": [list(x) for x in self.loading],
+                "computing": [list(x) for x in self.computing], "withdrawn": self.withdrawn,
                 **({"traceback": self.traceback} if self.traceback else {})}
 
 
@@ -293,10 +323,11 @@ class ModelPool:
 
         ``cluster_resources`` is what actors/model_actor.py ``replica_resources`` sizes a replica by.
         """
-        from confgrid.actors.model_actor import start_replica
+        from confgrid.actors.model_actor import replica_resources, start_replica
 
+        gpus = replica_resources(self.config, cluster_resources).per_node.get("GPU", 0.0)
         for r in range(self.spec.replicas):
-            rep = Replica(self.spec.name, r, self.load)
+            rep = Replica(self.spec.name, r, self.load, gpus=gpus)
             rep.handle, rep.pg = start_replica(self.config, r, cluster_resources, load=self.load)
             self.replicas.append(rep)
         return self.replicas
@@ -312,12 +343,19 @@ class ModelPool:
         return not self.released and any(r.state in ("ready", "waiting", "unreachable") for r in self.replicas)
 
     def stop_replica(self, rep: Replica, state: str = "released") -> None:
-        """Kill one replica's actor and free its placement group (idempotent)."""
+        """Kill one replica's actor and free its placement group (idempotent).
+
+        A replica stopped while still ``waiting`` (its model not loaded) records in ``withdrawn`` whether Ray had
+        placed it (its load had started) or it still waited for resources.
+        """
         import ray
         from ray.util.placement_group import remove_placement_group
 
         if rep.state in ("released",):
             return
+        if rep.state == "waiting" and rep.withdrawn is None:
+            placed = _placed(rep.handle)  # None when the actor table cannot be read (Ray gone)
+            rep.withdrawn = "loading" if placed else "waiting" if placed is False else "unknown"
         if not ray.is_initialized():  # Ray was shut down under us (a test, Ctrl-C): its actors are gone
             rep.state = rep.state if rep.state in ("dead", "lost") else "released"
             return
