@@ -122,7 +122,8 @@ def test_rated_confidence_keeps_unparsed_numbers_apart(kind, text, value, status
     from confgrid.protocols.method_kinds import method_kind
 
     template = "rate_0_100" if kind == "rating" else "verbalized_before"
-    assert rated_confidence(text, method_kind(kind).parser, template) == (pytest.approx(value) if value is not None else None, status)
+    got = rated_confidence(text, method_kind(kind).parser, template)
+    assert (got.value, got.status) == (pytest.approx(value) if value is not None else None, status)
 
 
 def test_candidate_tokens_with_and_without_space_and_cases():

@@ -40,7 +40,7 @@ from confgrid.flows.spec.methods import MethodSpec
 from confgrid.flows.stages import grade_answers, relabel
 from confgrid.protocols.correctness import agreement_key
 
-__all__ = ["MethodTables", "method_tables", "rated_confidence", "ratings_of_supplied_answers",
+__all__ = ["MethodTables", "method_tables", "RatedConfidence", "rated_confidence", "ratings_of_supplied_answers",
            "METHOD_SIGNAL_COLUMNS"]
 
 log = logging.getLogger("confgrid")
@@ -166,7 +166,16 @@ def _next_token_values(method: MethodSpec, table: pd.DataFrame) -> list[RatedVal
     return out
 
 
-def rated_confidence(text: str | None, parser: str | None, template: str) -> tuple[float | None, str]:
+@dataclass(frozen=True)
+class RatedConfidence:
+    """What one rating or verbalized-before output states: a confidence in [0, 1] (None when it states none) and
+    the parse status (``ok``, ``missing``, ``unparsed_number``, ``out_of_range``)."""
+
+    value: float | None
+    status: str
+
+
+def rated_confidence(text: str | None, parser: str | None, template: str) -> RatedConfidence:
     """The confidence in [0, 1] (or None) and the status of one rating or verbalized-before output.
 
     ``parser`` ``boxed_rating`` (the 0-100 rating): the last ``\\boxed{N}`` / 100 (``parse_boxed``), statuses ``ok``,
@@ -180,11 +189,11 @@ def rated_confidence(text: str | None, parser: str | None, template: str) -> tup
 
     if parser == "boxed_rating":
         c = parse_boxed(text, decimal_comma=get_prompt(template).decimal_comma)
-        return c.value, c.status
+        return RatedConfidence(c.value, c.status)
     p = parse_for_prompt(text, template)
     if p.verbalized is not None:
-        return p.verbalized, "ok"
-    return None, p.status if p.status in ("out_of_range", "unparsed_number") else "missing"
+        return RatedConfidence(p.verbalized, "ok")
+    return RatedConfidence(None, p.status if p.status in ("out_of_range", "unparsed_number") else "missing")
 
 
 def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataFrame) -> list[RatedValue]:
@@ -195,11 +204,9 @@ def _rate_values(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataF
     out = []
     for r in table.itertuples(index=False):
         v = strip_reasoning(r.raw_output, plan.models[model].reasoning_end)
-        if v.status == "unterminated":
-            value, status = None, "reasoning_unterminated"
-        else:
-            value, status = rated_confidence(v.text, method.kind_entry.parser, template)
-        out.append(RatedValue(r.item_id, r.rated_answer or None, value, status))
+        c = (RatedConfidence(None, "reasoning_unterminated") if v.status == "unterminated"
+             else rated_confidence(v.text, method.kind_entry.parser, template))
+        out.append(RatedValue(r.item_id, r.rated_answer or None, c.value, c.status))
     return out
 
 
