@@ -182,7 +182,7 @@ def _route_ray_errors() -> None:
     """Send Ray's error messages for the driver (a raylet's death with 20 lines of its ``[state-dump]`` log, a
     node marked dead) to OUT/confgrid.log instead of the console; the console gets their first sentence as one
     line of confgrid's. Ray prints them from a listener thread through ``ray._private.worker.print_to_stdstream``,
-    looked up on each message, so replacing that name reroutes them (other output is printed as before)."""
+    looked up on each message, so replacing that name reroutes them (Ray's other output is printed unchanged)."""
     try:
         from ray._private import worker as ray_worker
     except ImportError:  # another Ray layout: its messages stay on the console
