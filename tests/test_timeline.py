@@ -186,3 +186,22 @@ def test_a_replica_withdrawn_before_it_loaded_says_whether_it_was_loading(tmp_pa
     pool.release()  # the end of the run (Ray not running here): the replica still waiting is withdrawn too
     assert [r.record()["withdrawn"] for r in pool.replicas] == ["loading", "waiting", "unknown", None]
     assert [r.state for r in pool.replicas] == ["released"] * 4
+
+
+def test_note_waiting_opens_closes_and_joins_spans():
+    from confgrid.flows.execute.timeline import note_waiting
+
+    spans: list = []
+    note_waiting(spans, False, 1.0)
+    assert spans == []  # nothing waits: no span
+    note_waiting(spans, True, 1.0)
+    note_waiting(spans, True, 1.5)  # still waiting: the same open span
+    assert spans == [[1.0, None]]
+    note_waiting(spans, False, 2.0)
+    assert spans == [[1.0, 2.0]]
+    note_waiting(spans, True, 2.005)  # reopened within the gap (10 ms): the span continues
+    assert spans == [[1.0, None]]
+    note_waiting(spans, False, 3.0)
+    note_waiting(spans, True, 4.0)  # a later wait: a new span
+    note_waiting(spans, False, 4.25)
+    assert spans == [[1.0, 3.0], [4.0, 4.25]]

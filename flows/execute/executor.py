@@ -33,7 +33,7 @@ Nothing waits silently: a model waiting for ``max_concurrent_models``, a
 replica waiting for resources, a pool kept for cross-model work: each says so
 in the log (and again every 30 s while it lasts).
 
-Why one file of about 830 lines: it is one event loop over one state (the queue, the calls in
+Why one file of about 820 lines: it is one event loop over one state (the queue, the calls in
 flight, the pools and their replicas), and its handlers (dispatch, call done, ping answered, Ctrl-C) each
 read and change all of it. What could stand alone has left it: the pools and capacity (pools.py), the
 liveness of replicas and nodes (liveness.py, a mixin of this class), the replicas' timeline spans (timeline.py),
@@ -57,7 +57,7 @@ from tqdm.auto import tqdm
 
 from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady, RequestCounts
 from confgrid.flows.execute.liveness import ReplicaLiveness, classify_fault
-from confgrid.flows.execute.timeline import MERGE_GAP_S, add_span
+from confgrid.flows.execute.timeline import add_span, note_waiting
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.execute.pools import (
@@ -307,19 +307,8 @@ class Executor(ReplicaLiveness):
         self._note_queue()
 
     def _note_queue(self, closing: bool = False) -> None:
-        """Open a ``meta.queued`` span when some shard starts waiting in a queue, close it when none waits
-        (``closing``: the invocation ends, close it anyway)."""
-        waiting = any(self._queues.values()) and not closing
-        spans = self._queue_spans
-        is_open = bool(spans) and spans[-1][1] is None
-        now = round(time.time(), 3)
-        if waiting and not is_open:
-            if spans and now - spans[-1][1] <= MERGE_GAP_S:
-                spans[-1][1] = None  # reopened at once: one span
-            else:
-                spans.append([now, None])
-        elif not waiting and is_open:
-            spans[-1][1] = now
+        """Keep ``meta.queued``: when some shard waited in a queue (``closing``: the invocation ends)."""
+        note_waiting(self._queue_spans, any(self._queues.values()) and not closing, time.time())
 
     def _has_work(self) -> bool:
         return any(self._queues.values()) or bool(self._inflight)

@@ -40,7 +40,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-__all__ = ["MERGE_GAP_S", "IdleShare", "add_span", "merge_spans", "overlap_seconds", "idle_while_queued",
+__all__ = ["MERGE_GAP_S", "IdleShare", "add_span", "note_waiting", "merge_spans", "overlap_seconds", "idle_while_queued",
            "idle_share_of_run"]
 
 #: Engine calls of one replica closer than this many seconds are recorded as one computing span.
@@ -63,6 +63,21 @@ def add_span(spans: list[list[float]], start: float, end: float, gap: float = ME
         spans[-1][1] = max(spans[-1][1], end)
     else:
         spans.append([start, end])
+
+
+def note_waiting(spans: list[list[float | None]], waiting: bool, now: float, gap: float = MERGE_GAP_S) -> None:
+    """Keep ``spans`` (in place) as the spans during which something waited: open a span (end None) when waiting
+    starts, close the open one when it stops; a span reopened within ``gap`` seconds of its end continues it.
+    ``now`` is rounded to milliseconds."""
+    now = round(now, 3)
+    is_open = bool(spans) and spans[-1][1] is None
+    if waiting and not is_open:
+        if spans and now - spans[-1][1] <= gap:
+            spans[-1][1] = None  # reopened at once: one span
+        else:
+            spans.append([now, None])
+    elif not waiting and is_open:
+        spans[-1][1] = now
 
 
 def merge_spans(spans: Sequence[Sequence[float | None]], lo: float, hi: float) -> list[tuple[float, float]]:
