@@ -24,6 +24,7 @@ __all__ = [
     "auroc_weighted",
     "aurc_weighted",
     "brier_weighted",
+    "spearman_weighted",
     "calibration_gap_weighted",
     "ks_ece_weighted",
     "ece_equal_mass_weighted",
@@ -169,6 +170,38 @@ def _brier_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
         return np.where(tot > 0, ws @ ((sig.conf - sig.correct) ** 2) / tot, np.nan)
 
 
+def _average_ranks(ws: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Average ranks (1-based) of the draws of ``n`` items in sorted order, per resample row.
+
+    ``ws`` (b, n) counts in ascending order of the ranked value, ``starts`` the first position of each tie
+    group. A group holding ``W_g`` draws after ``C_g`` smaller ones ranks them ``C_g + 1 .. C_g + W_g``: each
+    gets the average ``C_g + (W_g + 1) / 2`` (scipy's ``rankdata(method="average")`` of the drawn rows).
+    Returns (b, n) float64, in the same order as ``ws``.
+    """
+    n = ws.shape[1]
+    g = _group_sums(ws, starts)
+    below = np.cumsum(g, axis=1) - g
+    per_group = below + (g + 1.0) / 2.0
+    return np.repeat(per_group, np.diff(np.r_[starts, n]), axis=1)
+
+
+def _spearman_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
+    # ranks of the confidence (the sorted order) and of the target (its own stable order), weighted Pearson
+    rx = _average_ranks(ws, sig.tie_starts)
+    perm = np.argsort(sig.correct, kind="stable")
+    ys = sig.correct[perm]
+    ystarts = np.flatnonzero(np.r_[True, ys[1:] != ys[:-1]]) if ys.size else np.zeros(0, dtype=np.int64)
+    ry = np.empty_like(ws)
+    ry[:, perm] = _average_ranks(ws[:, perm], ystarts)
+    tot = ws.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dx = rx - ((ws * rx).sum(axis=1) / tot)[:, None]
+        dy = ry - ((ws * ry).sum(axis=1) / tot)[:, None]
+        vx, vy = (ws * dx * dx).sum(axis=1), (ws * dy * dy).sum(axis=1)
+        ok = (tot >= 2) & (vx > 0) & (vy > 0)
+        return np.where(ok, (ws * dx * dy).sum(axis=1) / np.sqrt(np.where(ok, vx * vy, 1.0)), np.nan)
+
+
 def _kernel_doc(name: str, extra: str = "", real: bool = False) -> str:
     weights = ("Row weights per resample: any finite values >= 0 (bootstrap multiplicities, or the real\n"
                "        weights of ACE's distribution-aligned view)") if real else "Integer multiplicities of each item per resample"
@@ -226,6 +259,10 @@ def brier_weighted(conf, correct, w) -> np.ndarray:
     return _apply(WEIGHTED_KERNELS["brier"], _sorted(conf, correct), w, integer=False)
 
 
+def spearman_weighted(conf, correct, w) -> np.ndarray:
+    return _apply(WEIGHTED_KERNELS["spearman"], _sorted(conf, correct), w)
+
+
 ece_weighted.__doc__ = _kernel_doc(
     "ECE", "\n    n_bins : int, default=10\n        Equal-width bins, as in :func:`metrics.ece`."
     "\n    closure : {'left', 'right', 'right_float'}, default='left'\n        The bin closure "
@@ -234,6 +271,8 @@ ece_weighted.__doc__ = _kernel_doc(
 auroc_weighted.__doc__ = _kernel_doc("AUROC")
 aurc_weighted.__doc__ = _kernel_doc("AURC (exact expectation over tie orders)")
 brier_weighted.__doc__ = _kernel_doc("Brier score", real=True)
+spearman_weighted.__doc__ = _kernel_doc("Spearman's rho (average ranks of the drawn rows, as "
+                                        ":func:`metrics.spearman`; study 004 Table 12)")
 
 #: metric name -> kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)
 WEIGHTED_KERNELS = {
@@ -241,6 +280,7 @@ WEIGHTED_KERNELS = {
     "auroc": lambda sig, ws, H: _auroc_sorted(sig, ws),
     "aurc": lambda sig, ws, H: _aurc_sorted(sig, ws, H),
     "brier": lambda sig, ws, H: _brier_sorted(sig, ws),
+    "spearman": lambda sig, ws, H: _spearman_sorted(sig, ws),
 }
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "auroc",
     "aurc",
     "brier",
+    "spearman",
 ]
 
 
@@ -543,3 +544,54 @@ def brier(confidence, correct) -> float:
         return float("nan")
     c, y = prep
     return float(np.mean((c - y) ** 2))
+
+
+def spearman(confidence, correct) -> float:
+    """Spearman's rank correlation between confidence and the target (average ranks on ties).
+
+    The Pearson correlation of the two rank vectors (``scipy.stats.rankdata``, ties sharing their average rank),
+    so it equals ``scipy.stats.spearmanr(confidence, correct).statistic``. It measures how well confidence
+    orders items by the target (discrimination), whatever the scale; with a graded target such as the expected
+    accuracy over k samples it is study 004's Table 12 (Spearman's rho of each estimator against the capability
+    and the response target).
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        The target: bool / binary ``{0, 1}`` or graded float in ``[0, 1]`` (e.g. expected accuracy).
+
+    Returns
+    -------
+    float
+        rho in ``[-1, 1]``; **higher is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there
+        are fewer than 2 rows, an input is non-finite, or either input is constant (no ranking to correlate).
+
+    Raises
+    ------
+    ValueError
+        If a value lies outside ``[0, 1]`` or the shapes disagree.
+
+    Examples
+    --------
+    >>> spearman([0.1, 0.5, 0.9], [0.0, 0.5, 1.0])
+    1.0
+    >>> round(spearman([0.2, 0.2, 0.9, 0.4], [0, 1, 1, 0]), 6)
+    0.235702
+    """
+    from scipy.stats import rankdata
+
+    prep = _prepare("Spearman", confidence, correct)
+    if prep is None:
+        return float("nan")
+    c, y = prep
+    if c.size < 2 or np.all(c == c[0]) or np.all(y == y[0]):
+        warnings.warn("Spearman is undefined: " + ("fewer than 2 rows" if c.size < 2 else
+                      f"{'confidence' if np.all(c == c[0]) else 'correct'} is constant") + "; returning nan",
+                      UndefinedMetricWarning, stacklevel=2)
+        return float("nan")
+    rx, ry = rankdata(c), rankdata(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    return float((rx @ ry) / np.sqrt((rx @ rx) * (ry @ ry)))

@@ -20,6 +20,7 @@ name                direction     function
 ``auroc``           higher better :func:`metrics.auroc`
 ``aurc``            lower better  :func:`metrics.aurc`
 ``brier``           lower better  :func:`metrics.brier`
+``spearman``        higher better :func:`metrics.spearman` (rank correlation; study 004 Table 12)
 ``ece_equal_mass``  lower better  :func:`estimators.ece_equal_mass` (``n_bins``)
 ``kde_ece``         lower better  :func:`estimators.kde_ece`
 ``ks_ece``          lower better  :func:`estimators.ks_ece`
@@ -260,6 +261,7 @@ def _builtins() -> list[MetricInfo]:
         MetricInfo("auroc", _M.auroc, False, "AUROC of confidence for correctness"),
         MetricInfo("aurc", _M.aurc, True, "area under the risk-coverage curve"),
         MetricInfo("brier", _M.brier, True, "Brier score"),
+        MetricInfo("spearman", _M.spearman, False, "Spearman's rank correlation of confidence with the target"),
         MetricInfo("kde_ece", _E.kde_ece, True, "KDE ECE (Gaussian kernel regression, h=0.05)"),
         MetricInfo("ks_ece", _E.ks_ece, True, "KS calibration error (Gupta et al. 2021)"),
         MetricInfo("smoothed_ece", _E.smoothed_ece, True, "smoothed ECE (plain Gaussian kernel, Silverman)"),

@@ -18,11 +18,12 @@ from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
 from confgrid.analysis.metrics import UndefinedMetricWarning
 
-ALL = ["ece", "auroc", "aurc", "brier"]
+ALL = ["ece", "auroc", "aurc", "brier", "spearman"]
 KERNELS = {
     "ece": KN.ece_weighted,
     "auroc": KN.auroc_weighted,
     "aurc": KN.aurc_weighted,
+    "spearman": KN.spearman_weighted,
     "brier": KN.brier_weighted,
 }
 
@@ -124,6 +125,29 @@ def test_ece_kernel_bins(n_bins):
     np.testing.assert_allclose(KN.ece_weighted(sig, None, w, n_bins=n_bins), ref, rtol=1e-12, atol=1e-12)
 
 
+def test_spearman_kernel_equals_scipy_on_the_drawn_rows_and_its_edge_cases():
+    """Spearman's rho of a resample = scipy's spearmanr of the rows it draws (ties: average ranks), for binary,
+    graded and tied targets; NaN where the drawn rows have a constant confidence or target, or fewer than 2."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(5)
+    for y in (rng.integers(0, 2, 30).astype(float), np.round(rng.random(30) * 4) / 4, rng.random(30)):
+        c = np.round(rng.random(30), 1)
+        w = RS.counts_from_indices(rng.integers(0, 30, (20, 30)))
+        ref = [spearmanr(np.repeat(c, w[r].astype(int)), np.repeat(y, w[r].astype(int))).statistic
+               for r in range(20)]
+        np.testing.assert_allclose(KN.spearman_weighted(c, y, w), ref, rtol=1e-12, atol=1e-12)
+    c, y = np.array([0.0, 0.1, 1.0]), np.array([0.0, 1.0, 1.0])
+    w = np.array([[3.0, 0.0, 0.0], [0.0, 2.0, 1.0], [1.0, 1.0, 1.0], [0.0, 0.0, 1.0]])
+    out = KN.spearman_weighted(c, y, w)
+    assert np.isnan(out[0]) and np.isnan(out[1]) and np.isnan(out[3])  # one value; constant target; one row
+    assert out[2] == pytest.approx(spearmanr(c, y).statistic, abs=1e-15)
+    with pytest.warns(M.UndefinedMetricWarning, match="Spearman is undefined: confidence is constant"):
+        assert math.isnan(M.spearman([0.5, 0.5], [0, 1]))
+    with pytest.warns(M.UndefinedMetricWarning, match="no rows"):
+        assert math.isnan(M.spearman([], []))
+
+
 def test_kernels_zero_weight_rows_are_nan():
     c, y = np.array([0.2, 0.8]), np.array([0.0, 1.0])
     w = np.array([[0.0, 0.0], [1.0, 0.0]])
@@ -146,7 +170,7 @@ def test_chunk_equals_per_resample_loop(n, decimals):
     idx = RS.chunk_indices(n, 120, seed=7, chunk_index=0, chunk_size=120)
     got = BS.bootstrap_chunk(conf, corr, ALL, idx)
     ref = loop_chunk(conf, corr, ALL, idx)
-    assert got.shape == (3, 4, 120)
+    assert got.shape == (3, len(ALL), 120)
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)  # NaN where the loop has NaN
     if n == 5:
         assert np.isnan(ref[:, ALL.index("auroc")]).any()  # one-class resamples exercised
@@ -193,7 +217,7 @@ def test_paired_bootstrap_is_concatenation_of_chunks_and_deterministic():
     r2 = BS.paired_bootstrap(conf, corr, ALL, n_resamples=250, seed=5, chunk_size=100)
     np.testing.assert_array_equal(r1.resamples, r2.resamples)
     np.testing.assert_array_equal(r1.point, r2.point)
-    assert r1.resamples.shape == (2, 4, 250) and r1.resamples.dtype == np.float64
+    assert r1.resamples.shape == (2, len(ALL), 250) and r1.resamples.dtype == np.float64
     # chunks processed in any order (as separate workers would) and placed by index
     chunks = dict(RS.resample_indices(30, 250, 5, 100))
     out = {c: BS.bootstrap_chunk(conf, corr, ALL, chunks[c]) for c in [2, 0, 1]}
@@ -410,7 +434,7 @@ def test_bootstrap_chunks_equal_paired_bootstrap_slices():
     got = BS.bootstrap_chunks(conf, corr, ALL, 230, 9, [4, 0, 2], chunk_size=50)
     for c, v in zip([4, 0, 2], got):
         np.testing.assert_array_equal(v, full.resamples[:, :, c * 50 : c * 50 + v.shape[-1]])
-    assert got[0].shape == (3, 4, 30)
+    assert got[0].shape == (3, len(ALL), 30)
     with pytest.raises(ValueError, match="chunk_index"):
         BS.bootstrap_chunks(conf, corr, ALL, 230, 9, [5], chunk_size=50)
 
