@@ -52,9 +52,10 @@ import numpy as np
 from .resampling import (
     DEFAULT_CHUNK_SIZE,
     chunk_indices,
+    counts_from_indices,
     resample_indices,
 )
-from .clusters import cluster_codes
+from .clusters import cluster_codes, row_counts
 from .fused import evaluate_chunk, one_blas_thread, prepare
 from .metrics import validate_inputs
 from .registry import METRICS, get_metric
@@ -67,6 +68,7 @@ __all__ = [
     "interval",
     "n_undefined",
     "mean_over_settings",
+    "resample_counts",
 ]
 
 
@@ -424,6 +426,35 @@ def paired_bootstrap(
             start = c * int(chunk_size)
             res[:, :, start : start + idx.shape[0]] = evaluate_chunk(prep, metrics, idx, clusters)
     return BootstrapResult(point, res, **kw)
+
+
+def resample_counts(n: int, n_resamples: int, seed: int, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                    groups=None) -> np.ndarray:
+    """The multiplicity of each of ``n`` items in each resample that :func:`paired_bootstrap` draws with these
+    arguments (row-level, or of each item's cluster with ``groups``).
+
+    For a quantity that is not a metric of a signal but must stay paired with a unit's metrics (e.g. study
+    004's uniform-random Brier baseline, flows/evaluate/capability.py): ``(W @ x) / W.sum(axis=1)`` is the
+    resampled mean of a per-item value ``x`` on the very resamples of the unit.
+
+    Returns
+    -------
+    ndarray of shape (n_resamples, n), float64
+        Exact integers; a row sums to ``n`` (row-level) or to the drawn clusters' rows. ``n == 0``: shape
+        ``(n_resamples, 0)``.
+
+    Raises
+    ------
+    ValueError
+        Bad ``n_resamples``, ``seed`` or ``chunk_size``; ``groups`` of the wrong shape or with a missing label.
+    """
+    if int(n) == 0:
+        return np.zeros((int(n_resamples), 0))
+    clusters = cluster_codes(groups, n) if groups is not None else None
+    k = n if clusters is None else clusters.n_clusters
+    out = [counts_from_indices(idx, n) if clusters is None else row_counts(idx, clusters)
+           for _, idx in resample_indices(k, n_resamples, seed, chunk_size)]
+    return np.concatenate(out)
 
 
 def mean_over_settings(resamples: Sequence[np.ndarray]) -> np.ndarray:

@@ -141,6 +141,10 @@ class UnitPlan:
         ``{B: [(on_edge, on_inner_edge) per signal]}``: the signal's confidences exactly on an edge ``k/B``
         of the equal-width bins in use (analysis/closure.py), counted at planning time so that they survive
         :meth:`drop_arrays`.
+    metrics : tuple of str
+        The metrics this unit is evaluated under; empty (the default): the evaluator's list. A producer whose
+        units are graded against another target sets its own (study 004's estimators: Brier, ECE and
+        Spearman against the expected accuracy, flows/evaluate/capability.py).
     """
 
     labels: dict[str, str]
@@ -159,6 +163,7 @@ class UnitPlan:
     n_rows: dict[str, int] = field(default_factory=dict)
     left_out: dict[str, int] = field(default_factory=dict)
     edges: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    metrics: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -402,7 +407,7 @@ def estimates(units: Sequence[UnitPlan], results: Sequence[BootstrapResult], lev
     units : sequence of UnitPlan
     results : sequence of BootstrapResult
         ``results[u]`` is the bootstrap of ``units[u]``'s cells (``masks`` =
-        ``units[u].masks``), every unit with the same metrics.
+        ``units[u].masks``) under the unit's metrics (:attr:`UnitPlan.metrics`, or the evaluator's list).
     level : float in (0, 1)
         Interval level (percentile interval).
 

@@ -129,3 +129,24 @@ def test_tasks_spanning_settings_and_chunks_bit_identical(ray_local, monkeypatch
     for name, inp in settings.items():
         ref = _reference(inp, 170, 40, 10)
         assert np.array_equal(got[name].resamples, ref.resamples, equal_nan=True)
+
+
+def test_a_setting_with_its_own_metrics_in_the_same_job(ray_local):
+    """Issue 20: a unit graded against another target (study 004's estimators: Brier, ECE, Spearman against the
+    expected accuracy) joins the run's one Ray Data job under its own metrics, bit-identical to in process."""
+    settings = _settings()
+    rng = np.random.default_rng(3)
+    mu = np.round(rng.random(30) * 4) / 4  # a graded target: expected accuracy over 4 samples
+    own = ["brier", "ece", "spearman"]
+    settings["C"] = SettingInput(np.round(rng.random((2, 30)), 1), mu, ["vb", "sc_k2"], 99, metrics=own)
+    B, chunk = 120, 50
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        got = bootstrap_settings_ray(settings, METRICS, B, chunk_size=chunk, num_workers=2)
+        ref_c = paired_bootstrap(settings["C"].confidence, mu, own, n_resamples=B, seed=99, chunk_size=chunk,
+                                 signal_names=["vb", "sc_k2"])
+        ref_a = _reference(settings["A"], B, chunk, 10)
+    assert got["C"].metrics == ref_c.metrics == own and got["A"].metrics == ref_a.metrics == METRICS
+    assert np.array_equal(got["C"].resamples, ref_c.resamples, equal_nan=True)
+    assert np.array_equal(got["A"].resamples, ref_a.resamples, equal_nan=True)
+    assert np.isfinite(got["C"].resamples[:, 2]).all()  # Spearman through its weighted kernel

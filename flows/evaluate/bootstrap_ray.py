@@ -68,6 +68,8 @@ class SettingInput:
         :func:`~confgrid.analysis.bootstrap.paired_bootstrap` (None: row level).
     masks : bool array of shape (S, n) or None
         Each signal's support (:func:`~confgrid.analysis.bootstrap.paired_bootstrap`); None: every item.
+    metrics : sequence of str or None
+        This setting's metrics; None: the job's (``metrics`` of :func:`bootstrap_settings_ray`).
     """
 
     confidence: Any
@@ -76,6 +78,7 @@ class SettingInput:
     seed: int
     groups: Any = None
     masks: Any = None
+    metrics: Sequence[str] | None = None
 
 
 def ensure_ray() -> None:
@@ -85,7 +88,7 @@ def ensure_ray() -> None:
     init_ray(None)
 
 
-def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], metrics: list[str], n_resamples: int,
+def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], n_resamples: int,
                 chunk_size: int, n_bins: int) -> dict[str, np.ndarray]:
     """Ray Data UDF: evaluate the ``(setting, chunk)`` rows of one batch.
 
@@ -103,7 +106,7 @@ def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], metrics: 
         by_key.setdefault(key, []).append(c)
     settings, chunks, shapes, values = [], [], [], []
     for key, cs in by_key.items():
-        conf, corr, seed, groups, masks = ray.get(refs[key])
+        conf, corr, seed, groups, masks, metrics = ray.get(refs[key])
         outs = bootstrap_chunks(conf, corr, metrics, n_resamples, seed, cs, chunk_size=chunk_size, n_bins=n_bins,
                                 groups=groups, masks=masks)
         for c, out in zip(cs, outs, strict=True):
@@ -161,8 +164,8 @@ def bootstrap_settings_ray(
         labels make that setting's bootstrap a cluster bootstrap; ``masks``
         (S, n) bool give each signal its support.
     metrics : list of str
-        Metric names with a weighted kernel (``"ece"``, ``"auroc"``,
-        ``"aurc"``, ``"brier"``).
+        Metric names (registered, analysis/registry.py) of every setting whose
+        :attr:`SettingInput.metrics` is None.
     n_resamples : int
         ``B``, resamples per setting (need not be a multiple of ``chunk_size``).
     n_bins : int, default=10
@@ -205,8 +208,9 @@ def bootstrap_settings_ray(
     results: dict[str, BootstrapResult] = {}
     arrays: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
     for name, inp in inputs.items():
+        mets = list(inp.metrics) if inp.metrics else list(metrics)
         try:
-            head = paired_bootstrap(inp.confidence, inp.correct, metrics, n_resamples=1, seed=inp.seed,
+            head = paired_bootstrap(inp.confidence, inp.correct, mets, n_resamples=1, seed=inp.seed,
                                     chunk_size=1, n_bins=n_bins, signal_names=inp.signal_names, groups=inp.groups,
                                     masks=inp.masks)
         except ValueError as exc:
@@ -224,10 +228,10 @@ def bootstrap_settings_ray(
             # the int64 cluster codes travel (same clusters, same order as the labels)
             groups = None if inp.groups is None else cluster_codes(inp.groups, n).codes
             masks = None if inp.masks is None else np.ascontiguousarray(inp.masks, dtype=bool)
-            arrays[name] = (np.ascontiguousarray(conf), np.ascontiguousarray(corr), int(inp.seed), groups, masks)
+            arrays[name] = (np.ascontiguousarray(conf), np.ascontiguousarray(corr), int(inp.seed), groups, masks,
+                            list(head.metrics))
     if not arrays:
         return results
-    metric_names = next(iter(results.values())).metrics
 
     import ray
     import ray.data
@@ -245,7 +249,7 @@ def bootstrap_settings_ray(
     ctx.op_resource_reservation_enabled, ctx.enable_progress_bars = False, False
     ds = ray.data.from_items(rows, override_num_blocks=n_tasks).map_batches(
         _chunk_task,
-        fn_kwargs=dict(refs=refs, metrics=list(metric_names), n_resamples=int(n_resamples),
+        fn_kwargs=dict(refs=refs, n_resamples=int(n_resamples),
                        chunk_size=int(chunk_size), n_bins=int(n_bins)),
         batch_size=None,
         batch_format="numpy",
@@ -304,17 +308,19 @@ def bootstrap_units(units: Sequence[Any], metrics: Sequence[str], n_resamples: i
     """The paired bootstrap of every unit of the one evaluator (:class:`~confgrid.analysis.evaluation.UnitPlan`).
 
     ``use_ray``: every unit's resample chunks in **one** Ray Data job (:func:`bootstrap_settings_ray`), else in
-    process; the numbers are bit-identical. Returns one result per unit, in order, whose signals are the
-    unit's cells (``cell_names``).
+    process; the numbers are bit-identical. A unit with its own metrics (``UnitPlan.metrics``) is evaluated under
+    them, the others under ``metrics``. Returns one result per unit, in order, whose signals are the unit's
+    cells (``cell_names``).
     """
     if not units:
         return []
     if not use_ray:
-        return [paired_bootstrap(u.confidence, u.target, metrics, n_resamples=n_resamples, seed=u.seed,
-                                 chunk_size=chunk_size, n_bins=n_bins, signal_names=u.cell_names, groups=u.groups,
-                                 masks=u.masks) for u in units]
+        return [paired_bootstrap(u.confidence, u.target, list(u.metrics) or metrics, n_resamples=n_resamples,
+                                 seed=u.seed, chunk_size=chunk_size, n_bins=n_bins, signal_names=u.cell_names,
+                                 groups=u.groups, masks=u.masks) for u in units]
     out = bootstrap_settings_ray(
-        {str(i): SettingInput(u.confidence, u.target, u.cell_names, u.seed, u.groups, u.masks)
+        {str(i): SettingInput(u.confidence, u.target, u.cell_names, u.seed, u.groups, u.masks,
+                              tuple(u.metrics) or None)
          for i, u in enumerate(units)}, metrics, n_resamples, n_bins=n_bins, chunk_size=chunk_size,
         num_workers=num_workers)
     return [out[str(i)] for i in range(len(units))]
