@@ -39,7 +39,7 @@ import yaml
 
 from confgrid.errors import FieldsPickle
 from confgrid.flows.evaluate.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
-from confgrid.flows.evaluate.capability import capability_mlflow_metrics
+from confgrid.flows.evaluate.capability import capability_mlflow_metrics, capability_rows
 from confgrid.flows.tables.assemble import assemble, empty_schema, shard_table
 from confgrid.analysis.signals import to_arrow as signals_arrow
 from confgrid.flows.evaluate.run_evaluation import Evaluation, cluster_problems, evaluate, methods_view
@@ -237,24 +237,38 @@ def _comparison(spec: GridSpec, plan: GridPlan, done, submitted, ev: Evaluation,
     return ace
 
 
-def _calibration(spec: GridSpec, units, ev: Evaluation, mt, store: RunStore) -> None:
+def _calibration(spec: GridSpec, units, ev: Evaluation, store: RunStore) -> None:
     """results/calibration, refusals and runs (studies 002 and 003); a view of the data, never fatal."""
     from confgrid.flows.evaluate.calibration_tables import calibration_tables, write_calibration_tables
 
     try:
-        write_calibration_tables(calibration_tables(spec, units, ev.analyzed(), mt.signals), store.root / "results")
+        write_calibration_tables(calibration_tables(spec, units, ev.analyzed()), store.root / "results")
     except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
         log.warning("calibration tables not built: %s: %s", type(exc).__name__, exc)
 
 
-def _capability(spec: GridSpec, plan: GridPlan, mt, store: RunStore):
-    """results/capability_* (study 004); a view of the data, never fatal. Returns the tables (or None)."""
-    from confgrid.flows.evaluate.capability import capability_tables, write_capability_tables
+def _capability_estimates(spec: GridSpec, plan: GridPlan, mt):
+    """The capability estimators' values (study 004), or None (no capability section, or they could not be
+    computed: logged, never fatal)."""
+    from confgrid.flows.evaluate.capability import capability_estimates
 
     if not spec.capability.enabled:
         return None
     try:
-        tables = capability_tables(spec, plan.splits, mt.samples, mt.signals, mt.targets, mt.hidden, mt.costs)
+        return capability_estimates(spec, plan.splits, mt.samples, mt.signals, mt.targets, mt.hidden, mt.costs)
+    except Exception as exc:  # noqa: BLE001 - the estimators are a view; never lose the run for them
+        log.warning("capability estimators not computed: %s: %s", type(exc).__name__, exc, exc_info=True)
+        return None
+
+
+def _capability(spec: GridSpec, est, ev: Evaluation, store: RunStore):
+    """results/capability_* (study 004); a view of the data, never fatal. Returns the tables (or None)."""
+    from confgrid.flows.evaluate.capability import capability_tables, write_capability_tables
+
+    if est is None:
+        return None
+    try:
+        tables = capability_tables(spec, est, ev.metrics, ev.signals)
         write_capability_tables(tables, store.root / "results")
         return tables
     except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
@@ -389,12 +403,14 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
                          ("next_token", mt.next_token), ("hidden_states", mt.hidden)):
             if len(df):
                 tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])
-        ev = evaluate(spec, asm.units, mt.signals)
+        cap_est = _capability_estimates(spec, plan, mt)
+        ev = evaluate(spec, asm.units, mt.signals,
+                      extra=[capability_rows(spec, cap_est)] if cap_est is not None else [])
         tables["signals"] = store.write_table("signals", [signals_arrow(ev.signals)])
         methods_df = methods_view(spec, ev)
         write_outputs(spec, store, ev, asm.units, ex.provenance, methods=methods_df, targets=mt.targets)
-        _calibration(spec, asm.units, ev, mt, store)
-        capability = _capability(spec, plan, mt, store)
+        _calibration(spec, asm.units, ev, store)
+        capability = _capability(spec, cap_est, ev, store)
         ace = _comparison(spec, plan, done, ex.submitted, ev, mt, store, tables)
         c = ex.counters
         summary = RunSummary(out_dir=store.root, metrics=ev.metrics, gaps=ev.gaps, shifts=ev.shifts,

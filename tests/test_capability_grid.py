@@ -8,7 +8,13 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from confgrid.flows.evaluate.capability import capability_mlflow_metrics, capability_tables
+from confgrid.flows.evaluate.capability import (
+    capability_estimates,
+    capability_mlflow_metrics,
+    capability_rows,
+    capability_tables,
+)
+from confgrid.flows.evaluate.run_evaluation import evaluate
 from confgrid.flows.spec.grid import parse_grid
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.protocols.splits import train_eval_split
@@ -106,6 +112,13 @@ def _frames(spec, rng):
     return {"tqa": split}, samples, signals, targets, costs, ev
 
 
+def tables_of(spec, *frames):
+    """The capability tables as a run builds them: the estimators' rows through the run's one evaluator."""
+    est = capability_estimates(spec, *frames)
+    ev = evaluate(spec, {}, None, extra=[capability_rows(spec, est)])
+    return capability_tables(spec, est, ev.metrics, ev.signals), ev
+
+
 def test_capability_tables_from_hand_made_method_tables():
     from confgrid.analysis.capability.estimators import fit_isotonic
     from confgrid.protocols.correctness import normalize
@@ -113,7 +126,7 @@ def test_capability_tables_from_hand_made_method_tables():
 
     spec = parse_grid(grid())
     splits, samples, signals, targets, costs, ev = _frames(spec, np.random.default_rng(0))
-    t = capability_tables(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
+    t, _ = tables_of(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
     m = t.capability_metrics.set_index(["target", "estimator", "metric"])
     tgt = samples[samples["method"] == "target"].sort_values(["item_id", "sample_idx"])
     mu = tgt.groupby("item_id")["correct_containment"].mean().loc[sorted(ev)].to_numpy()
@@ -155,7 +168,7 @@ def test_capability_figures_draw_the_tables_at_the_size_asked(tmp_path):
 
     spec = parse_grid(grid())
     splits, samples, signals, targets, costs, _ = _frames(spec, np.random.default_rng(1))
-    t = capability_tables(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
+    t, _ = tables_of(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
     frames = {name: getattr(t, name) for name in CAPABILITY_TABLES}
     fs = write_figures(RunTables.of(frames), tmp_path, FigureOptions(width_px=600, height_px=400, dpi=50))
     names = {f.name for f in fs.files}
@@ -164,3 +177,73 @@ def test_capability_figures_draw_the_tables_at_the_size_asked(tmp_path):
         assert png_size(tmp_path / f"{f.name}.png") == (600, 400)
     drawn = pd.read_csv(tmp_path / "capability_pass_at_k.csv")
     pd.testing.assert_frame_equal(drawn, t.capability_pass_at_k.reset_index(drop=True), check_dtype=False)
+
+
+def test_the_estimators_are_rows_of_the_one_signal_table_and_their_metrics_a_view_of_its_estimates():
+    """Issue 20: the capability estimators are signal rows (kind capability_estimator, graded against the expected
+    accuracy or the first sample's correctness) evaluated by the run's one evaluator; capability_metrics is a
+    view of its metrics; the points equal the study's own reference (capability_bootstrap) and the intervals a
+    brute-force loop over the unit's own resamples."""
+    from confgrid.analysis.bootstrap import interval, resample_counts
+    from confgrid.analysis.capability.metrics import capability_bootstrap
+    from confgrid.analysis.evaluation import unit_seed
+
+    spec = parse_grid(grid())
+    splits, samples, signals, targets, costs, _ = _frames(spec, np.random.default_rng(2))
+    t, ev = tables_of(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
+    rows = ev.signals
+    assert set(rows["kind"]) == {"capability_estimator"} and set(rows["answer_set"]) == {"capability"}
+    assert set(rows["target_kind"]) == {"expected_accuracy", "correct"}
+    names = set(t.capability_metrics["estimator"]) - {"uniform_random"}
+    assert set(rows["signal"]) == names == {"vb", "vb+isotonic", "sc_k2", "sc_k4"}
+    assert rows.loc[rows["signal"] == "sc_k2", "k"].eq(2).all()
+    view = t.capability_metrics.set_index(["target", "estimator", "metric"])
+    kind = {"capability": "expected_accuracy", "response": "correct"}
+    for r in ev.metrics.itertuples(index=False):
+        target = next(k for k, v in kind.items() if v == r.target_kind)
+        v = view.loc[(target, r.signal, r.metric)]
+        assert (v["point"], v["lo"], v["hi"], v["n"]) == (r.point, r.lo, r.hi, r.n)
+    for target, tk in kind.items():
+        unit = rows[rows["target_kind"] == tk]
+        wide = unit.pivot(index="item_id", columns="signal", values="confidence")
+        tgt = unit.drop_duplicates("item_id").set_index("item_id")["target"].reindex(wide.index).to_numpy()
+        ref = capability_bootstrap({s: wide[s].to_numpy() for s in sorted(names)}, tgt, n_resamples=10, seed=0)
+        for j, s in enumerate(ref.names):
+            for m, metric in enumerate(("brier", "ece", "spearman")):
+                assert view.loc[(target, s, metric), "point"] == pytest.approx(ref.point[j, m], abs=1e-12)
+        # brute force: the unit's resamples (its items in table order), each estimator on its own drawn items
+        labels = unit.iloc[0][["setting", "model", "dataset", "answer_set", "parse_policy", "refusal", "rule",
+                               "target_kind"]].to_dict()
+        items = list(dict.fromkeys(unit["item_id"]))
+        W = resample_counts(len(items), spec.bootstrap.resamples, unit_seed(labels, spec.bootstrap.seed))
+        for s in ("vb", "sc_k2"):
+            p = unit[unit["signal"] == s].set_index("item_id")["confidence"].reindex(items).to_numpy()
+            y = unit.drop_duplicates("item_id").set_index("item_id")["target"].reindex(items).to_numpy()
+            ok = np.isfinite(p) & np.isfinite(y)
+            brier = np.array([np.average((p[ok] - y[ok]) ** 2, weights=w[ok]) for w in W])
+            rho = []
+            for w in W:
+                idx = np.repeat(np.flatnonzero(ok), w[ok].astype(int))
+                a, b = p[idx], y[idx]
+                rho.append(np.nan if np.all(a == a[0]) or np.all(b == b[0]) else spearmanr(a, b).statistic)
+            for metric, vals in (("brier", brier), ("spearman", np.array(rho))):
+                lo, hi = interval(vals[None, :], spec.bootstrap.level)
+                assert (view.loc[(target, s, metric), "lo"], view.loc[(target, s, metric), "hi"]) == \
+                    pytest.approx((float(lo[0]), float(hi[0])), abs=1e-12)
+
+
+def test_declared_pairs_of_estimators_get_paired_gaps_and_unknown_names_fail():
+    spec = parse_grid(grid(metrics={"pairs": [["vb", "sc_k2"], ["vb+isotonic", "vb"]]}))
+    splits, samples, signals, targets, costs, _ = _frames(spec, np.random.default_rng(3))
+    t, ev = tables_of(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
+    g = ev.gaps
+    assert set(zip(g["signal_a"], g["signal_b"], strict=True)) == {("vb", "sc_k2"), ("vb+isotonic", "vb")}
+    assert set(g["target_kind"]) == {"expected_accuracy", "correct"} and set(g["metric"]) == {"brier", "ece",
+                                                                                              "spearman"}
+    m = ev.metrics.set_index(["target_kind", "signal", "metric"])["point"]
+    for r in g.itertuples(index=False):  # both estimators are defined on every evaluation item here
+        assert r.gap == pytest.approx(m[(r.target_kind, r.signal_a, r.metric)] - m[(r.target_kind, r.signal_b,
+                                                                                      r.metric)], abs=1e-12)
+        assert r.lo <= r.gap <= r.hi
+    with pytest.raises(GridSpecError, match=r"metrics.pairs\[0\]: unknown signal\(s\) \['sc_k3'\]; allowed: .*sc_k2"):
+        parse_grid(grid(metrics={"pairs": [["vb", "sc_k3"]]}))

@@ -15,8 +15,14 @@ targets and hidden states. Per (model, dataset):
    linear probes on the mean over layers and on one layer of the hidden
    states, fitted on the train split; the uniform random baseline.
 3. Brier, ECE and Spearman against both targets with paired item-bootstrap
-   intervals; pass@k prediction; budget allocation; the standard error of the
-   target against k; the divergence of the two targets.
+   intervals: the estimators are rows of the run's one signal table
+   (:func:`capability_rows`: kind ``capability_estimator``, target kind
+   ``expected_accuracy`` or ``correct``), evaluated by the one evaluator in the
+   run's bootstrap job, so ``results/metrics`` holds them and a grid's
+   ``metrics.pairs`` gives their paired gaps; ``capability_metrics`` is a view
+   of those rows beside the uniform random baseline. Then pass@k prediction;
+   budget allocation; the standard error of the target against k; the
+   divergence of the two targets.
 
 Tables (README "Capability calibration"): ``capability_metrics``,
 ``capability_pass_at_k``, ``capability_allocation``, ``capability_se_by_k``,
@@ -32,20 +38,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from confgrid.analysis.bootstrap import interval
-from confgrid.analysis.resampling import setting_seed
+from confgrid.analysis.bootstrap import interval, resample_counts
+from confgrid.analysis.evaluation import unit_seed
+from confgrid.analysis.signals import conform
 from confgrid.analysis.capability.allocation import greedy_allocation, solved_share, uniform_allocation
 from confgrid.analysis.capability.estimators import fit_isotonic, fit_probe, uniform_brier, uniform_expected_ece
-from confgrid.analysis.capability.metrics import CAPABILITY_METRICS, capability_bootstrap, item_weights
+from confgrid.analysis.capability.metrics import CAPABILITY_METRICS
 from confgrid.analysis.capability.pass_at_k import pass_at_k_row
 from confgrid.analysis.capability.targets import divergence, sample_matrix, se_by_k
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.spec.methods import MethodSpec
+from confgrid.flows.tables.signals import CAPABILITY_SET, ProducerRows
 from confgrid.protocols.correctness import agreement_key
 from confgrid.protocols.methods import majority_share
 
-__all__ = ["CapabilityTables", "capability_tables", "write_capability_tables", "capability_mlflow_metrics",
-           "CAPABILITY_TABLES"]
+__all__ = ["CapabilityTables", "CapabilityCell", "CapabilityEstimates", "capability_estimates", "capability_rows",
+           "capability_tables", "write_capability_tables", "capability_mlflow_metrics", "CAPABILITY_TABLES",
+           "CAPABILITY_SET"]
 
 log = logging.getLogger("confgrid")
 
@@ -53,6 +62,8 @@ log = logging.getLogger("confgrid")
 CAPABILITY_TABLES = ("capability_metrics", "capability_pass_at_k", "capability_allocation", "capability_se_by_k",
                      "capability_divergence", "capability_probes")
 UNIFORM = "uniform_random"
+#: Target name in the capability tables -> ``target_kind`` of its unit.
+TARGETS = {"capability": "expected_accuracy", "response": "correct"}
 ORACLE_CC, ORACLE_RC = "oracle_cc", "oracle_rc"
 
 
@@ -76,6 +87,7 @@ class _Estimate:
     values: np.ndarray  # (N_eval,), NaN where undefined
     cost_tokens: float
     fitted_on: str = ""
+    k: int | None = None  # samples of a consistency estimator
 
 
 def _rows(df: pd.DataFrame, model: str, dataset: str, method: str) -> pd.DataFrame:
@@ -155,34 +167,35 @@ def _probe_estimates(cap, m: MethodSpec, hidden: pd.DataFrame, train_ids, mu_tra
     return out
 
 
-def _metric_rows(where: dict, ests: list[_Estimate], mu: np.ndarray, resp: np.ndarray, spec: GridSpec,
-                 seed: int) -> list[dict]:
-    rows = []
+def _unit_labels(cell: "CapabilityCell", target_kind: str) -> dict[str, str]:
+    """The unit of pairing of one (model, dataset, target) of the capability study in the one signal table."""
+    return {"setting": f"{cell.model}/{cell.dataset}", "model": cell.model, "dataset": cell.dataset,
+            "answer_set": CAPABILITY_SET, "parse_policy": "", "refusal": "", "rule": cell.rule,
+            "target_kind": target_kind}
+
+
+def _uniform_rows(where: dict, target_name: str, cell: "CapabilityCell", t: np.ndarray, used: np.ndarray,
+                  spec: GridSpec, groups) -> list[dict]:
+    """The uniform random baseline on the unit's items: the expected Brier ``1/3 - mu + mu^2`` resampled on the
+    unit's own resamples (:func:`~confgrid.analysis.bootstrap.resample_counts`), the mean ECE of 200 seeded
+    draws, Spearman 0 (its expectation)."""
     R, level = spec.bootstrap.resamples, spec.bootstrap.level
-    for target_name, t in (("capability", mu), ("response", resp)):
-        res = capability_bootstrap({e.name: e.values for e in ests}, t, n_resamples=R, seed=seed, level=level,
-                                   n_bins=spec.metrics.ece_bins, closure=spec.metrics.ece_closure[0])
-        for j, e in enumerate(ests):
-            for m, metric in enumerate(CAPABILITY_METRICS):
-                rows.append({**where, "target": target_name, "estimator": e.name, "method": e.method,
-                             "family": e.family, "cost_tokens": e.cost_tokens, "fitted_on": e.fitted_on,
-                             "metric": metric, "point": res.point[j, m], "lo": res.lo[j, m], "hi": res.hi[j, m],
-                             "n": int(res.n[j]), "dropped": int(len(t) - res.n[j])})
-        # the uniform random baseline: the expected Brier 1/3 - mu + mu^2 (bootstrapped over the same items), the
-        # mean ECE of 200 seeded draws, Spearman 0 (its expectation)
-        ok = ~np.isnan(t)
-        ub = uniform_brier(t[ok])
-        W = item_weights(len(t), R, seed)[:, ok]
-        lo, hi = interval((W @ ub) / W.sum(axis=1), level) if ok.any() else (np.nan, np.nan)
-        vals = {"brier": (float(ub.mean()) if ok.any() else np.nan, lo, hi),
-                "ece": (uniform_expected_ece(t[ok], seed=seed, n_bins=spec.metrics.ece_bins), np.nan, np.nan),
+    tu = t[used]
+    n = int(used.sum())
+    if n:
+        ub = uniform_brier(tu)
+        seed = unit_seed(_unit_labels(cell, TARGETS[target_name]), spec.bootstrap.seed)
+        W = resample_counts(n, R, seed, groups=groups)
+        lo, hi = interval((W @ ub) / W.sum(axis=1), level)
+        vals = {"brier": (float(ub.mean()), lo, hi),
+                "ece": (uniform_expected_ece(tu, seed=seed, n_bins=spec.metrics.ece_bins), np.nan, np.nan),
                 "spearman": (0.0, np.nan, np.nan)}
-        for metric in CAPABILITY_METRICS:
-            p, lo_, hi_ = vals[metric]
-            rows.append({**where, "target": target_name, "estimator": UNIFORM, "method": "", "family": "baseline",
-                         "cost_tokens": 0.0, "fitted_on": "", "metric": metric, "point": p, "lo": lo_, "hi": hi_,
-                         "n": int(ok.sum()), "dropped": int((~ok).sum())})
-    return rows
+    else:
+        vals = {m: (np.nan, np.nan, np.nan) for m in CAPABILITY_METRICS}
+    return [{**where, "target": target_name, "estimator": UNIFORM, "method": "", "family": "baseline",
+             "cost_tokens": 0.0, "fitted_on": "", "metric": metric, "point": vals[metric][0], "lo": vals[metric][1],
+             "hi": vals[metric][2], "n": n, "dropped": int(np.isfinite(t).sum()) - n}
+            for metric in CAPABILITY_METRICS]
 
 
 def _pass_rows(where: dict, ests: list[_Estimate], mu, resp, mat, ks) -> list[dict]:
@@ -221,10 +234,50 @@ def _allocation_rows(where: dict, ests: list[_Estimate], mu, mat, cap) -> list[d
     return rows
 
 
-def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples: pd.DataFrame,
-                      signals: pd.DataFrame, targets: pd.DataFrame, hidden: pd.DataFrame,
-                      costs: pd.DataFrame) -> CapabilityTables:
-    """Every capability table of a run (module docstring) from its method tables.
+@dataclass
+class CapabilityCell:
+    """One (model, dataset) of the capability study: its evaluation items, both targets and every estimate.
+
+    Attributes
+    ----------
+    model, dataset : str
+    rule : str
+        The target's correctness (agreement) rule.
+    eval_ids : list of str
+        ``N`` evaluation items (the order of :func:`~confgrid.analysis.capability.targets.sample_matrix`).
+    mu, resp : ndarray of shape (N,), float64 in [0, 1]
+        The capability target (expected accuracy over the k_eval samples) and the response target (the first
+        sample's correctness); NaN where missing.
+    mat : ndarray of shape (N, k_eval), float64
+        The target samples' correctness (NaN: a missing sample).
+    estimates : list of _Estimate
+        Every estimator's values on ``eval_ids``.
+    """
+
+    model: str
+    dataset: str
+    rule: str
+    eval_ids: list[str]
+    mu: np.ndarray
+    resp: np.ndarray
+    mat: np.ndarray
+    estimates: list[_Estimate]
+
+
+@dataclass
+class CapabilityEstimates:
+    """What the capability estimators of a run produce, before any metric: one :class:`CapabilityCell` per
+    (model, dataset), and the probes' fits (``capability_probes``)."""
+
+    cells: list[CapabilityCell] = field(default_factory=list)
+    probes: list[dict] = field(default_factory=list)
+
+
+def capability_estimates(spec: GridSpec, splits: dict[str, dict[str, str]], samples: pd.DataFrame,
+                         signals: pd.DataFrame, targets: pd.DataFrame, hidden: pd.DataFrame,
+                         costs: pd.DataFrame) -> CapabilityEstimates:
+    """Targets and every estimator's values on the evaluation split of each (model, dataset) (module docstring,
+    steps 1 and 2).
 
     Parameters
     ----------
@@ -234,15 +287,13 @@ def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples
     A (model, dataset) whose target samples are missing is left out with a warning.
     """
     cap = spec.capability
-    out = CapabilityTables()
+    out = CapabilityEstimates()
     if not cap.enabled:
         return out
     methods = {m.id: m for m in spec.methods}
     target_m = methods[cap.target]
     rule = target_m.agreement_rule(spec.correctness.primary)
-    acc: dict[str, list] = {name: [] for name in CAPABILITY_TABLES}
-    models = [m.name for m in spec.method_models(target_m)]
-    for model in models:
+    for model in [m.name for m in spec.method_models(target_m)]:
         for d in spec.datasets:
             where = {"model": model, "dataset": d.name}
             tsamp = _rows(samples, model, d.name, cap.target)
@@ -264,10 +315,10 @@ def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples
                     pool = _rows(samples, model, d.name, eid)
                     for k in cap.consistency_k:
                         v, tok = _consistency(pool, eval_ids, k, m.agreement_rule(spec.correctness.primary))
-                        ests.append(_Estimate(f"{eid}_k{k}", eid, "consistency", v, tok))
+                        ests.append(_Estimate(f"{eid}_k{k}", eid, "consistency", v, tok, k=k))
                 elif role == "probe":
                     ests += _probe_estimates(cap, m, _rows(hidden, model, d.name, eid), train_ids, mu_train,
-                                             eval_ids, acc["capability_probes"], where)
+                                             eval_ids, out.probes, where)
                 else:
                     sig = signals[(signals["model"] == model) & (signals["dataset"] == d.name)
                                   & (signals["signal"] == eid)] if len(signals) else pd.DataFrame()
@@ -284,13 +335,90 @@ def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples
             if cap.leaky_consistency:
                 for k in cap.consistency_k:  # k <= the target's k: checked when the grid loads
                     v, tok = _consistency(tsamp, eval_ids, k, rule)
-                    ests.append(_Estimate(f"consistency_leaky_k{k}", cap.target, "consistency_leaky", v, tok))
-            seed = setting_seed(model, f"{d.name}/capability/{cap.target}", spec.bootstrap.seed)
-            acc["capability_metrics"] += _metric_rows(where, ests, mu, resp, spec, seed)
-            acc["capability_pass_at_k"] += _pass_rows(where, ests, mu, resp, mat, cap.pass_at_k)
-            acc["capability_allocation"] += _allocation_rows(where, ests, mu, mat, cap)
-            acc["capability_se_by_k"].append(se_by_k(mat).assign(**where))
-            acc["capability_divergence"].append(divergence(mu, resp).assign(**where))
+                    ests.append(_Estimate(f"consistency_leaky_k{k}", cap.target, "consistency_leaky", v, tok, k=k))
+            out.cells.append(CapabilityCell(model, d.name, rule, list(eval_ids), mu, resp, mat, ests))
+    return out
+
+
+def capability_rows(spec: GridSpec, est: CapabilityEstimates) -> ProducerRows:
+    """The capability estimators as rows of the one signal table, with the metrics their units take.
+
+    Per (model, dataset) two units (answer set ``capability``, the target's rule): ``target_kind``
+    ``expected_accuracy`` (graded against the capability target) and ``correct`` (the response target). Each
+    estimator is a signal of kind ``capability_estimator`` (``method``: its method id; ``k``: the samples of
+    a consistency estimator), on its own items (``align`` empty). Status ``no_estimate`` where the estimator
+    has no value, ``target_missing`` where the target has none. The metrics are Brier, ECE (the grid's bins and
+    first closure) and Spearman (study 004 Tables 3, 13 and 12), through the one evaluator.
+    """
+    from confgrid.analysis.registry import closure_variant
+
+    frames = []
+    for cell in est.cells:
+        for target_name, kind in TARGETS.items():
+            t = cell.mu if target_name == "capability" else cell.resp
+            for e in cell.estimates:
+                conf = np.asarray(e.values, dtype=np.float64)
+                status = np.where(~np.isfinite(conf), "no_estimate", np.where(np.isfinite(t), "ok", "target_missing"))
+                frames.append(conform(pd.DataFrame({
+                    "item_id": cell.eval_ids, "signal": e.name, "kind": "capability_estimator", "method": e.method,
+                    "k": e.k, "target_rule": cell.rule, "confidence": conf, "target": t, "status": status,
+                    "align": ""}), **_unit_labels(cell, kind)))
+    rows = conform(pd.concat(frames, ignore_index=True)) if frames else conform(pd.DataFrame())
+    ece = closure_variant("ece", spec.metrics.ece_closure[0])
+    return ProducerRows(rows, ("brier", ece, "spearman"))
+
+
+def capability_tables(spec: GridSpec, est: CapabilityEstimates, metrics: pd.DataFrame,
+                      signals: pd.DataFrame) -> CapabilityTables:
+    """Every capability table of a run (module docstring, step 3): ``capability_metrics`` is a view of the one
+    estimates table (the evaluator's ``metrics`` rows of the capability units) beside the uniform baseline;
+    the others are computed from the targets and estimates.
+
+    Parameters
+    ----------
+    est : CapabilityEstimates
+    metrics : DataFrame
+        The evaluator's metrics table (analysis/evaluation.py :data:`~confgrid.analysis.evaluation.METRIC_COLUMNS`)
+        of a table holding :func:`capability_rows`.
+    signals : DataFrame
+        The evaluated signal table (its ``cluster`` column, for the baseline's clustered resamples).
+    """
+    cap = spec.capability
+    out = CapabilityTables()
+    if not cap.enabled:
+        return out
+    acc: dict[str, list] = {name: [] for name in CAPABILITY_TABLES}
+    acc["capability_probes"] = list(est.probes)
+    mine = metrics[metrics["answer_set"] == CAPABILITY_SET] if len(metrics) else metrics
+    by_key = {(r.model, r.dataset, r.target_kind, r.signal, _metric_family(r.metric)): r
+              for r in mine.itertuples(index=False)}
+    for cell in est.cells:
+        where = {"model": cell.model, "dataset": cell.dataset}
+        for target_name, kind in TARGETS.items():
+            t = cell.mu if target_name == "capability" else cell.resp
+            n_target = int(np.isfinite(t).sum())
+            used = np.zeros(len(t), dtype=bool)
+            for e in cell.estimates:
+                used |= np.isfinite(np.asarray(e.values, dtype=np.float64)) & np.isfinite(t)
+                for metric in CAPABILITY_METRICS:
+                    r = by_key.get((cell.model, cell.dataset, kind, e.name, metric))
+                    point, lo, hi, n = ((r.point, r.lo, r.hi, int(r.n)) if r is not None
+                                        else (np.nan, np.nan, np.nan, 0))
+                    acc["capability_metrics"].append({
+                        **where, "target": target_name, "estimator": e.name, "method": e.method, "family": e.family,
+                        "cost_tokens": e.cost_tokens, "fitted_on": e.fitted_on, "metric": metric, "point": point,
+                        "lo": lo, "hi": hi, "n": n, "dropped": n_target - n})
+            groups = None
+            if spec.bootstrap.cluster and len(signals):
+                unit = signals[(signals["answer_set"] == CAPABILITY_SET) & (signals["model"] == cell.model)
+                               & (signals["dataset"] == cell.dataset) & (signals["target_kind"] == kind)]
+                cl = unit.drop_duplicates("item_id").set_index("item_id")["cluster"]
+                groups = cl.reindex(np.asarray(cell.eval_ids)[used]).to_numpy(dtype=object)
+            acc["capability_metrics"] += _uniform_rows(where, target_name, cell, t, used, spec, groups)
+        acc["capability_pass_at_k"] += _pass_rows(where, cell.estimates, cell.mu, cell.resp, cell.mat, cap.pass_at_k)
+        acc["capability_allocation"] += _allocation_rows(where, cell.estimates, cell.mu, cell.mat, cap)
+        acc["capability_se_by_k"].append(se_by_k(cell.mat).assign(**where))
+        acc["capability_divergence"].append(divergence(cell.mu, cell.resp).assign(**where))
     for name in CAPABILITY_TABLES:
         rows = acc[name]
         if rows and isinstance(rows[0], pd.DataFrame):
@@ -300,6 +428,14 @@ def capability_tables(spec: GridSpec, splits: dict[str, dict[str, str]], samples
             df = pd.DataFrame(rows)
         setattr(out, name, df)
     return out
+
+
+def _metric_family(metric: str) -> str:
+    """``ece`` for every closure variant of ECE (``ece_right``...), the metric itself otherwise."""
+    from confgrid.analysis.registry import get_metric
+
+    info = get_metric(metric)
+    return info.family or info.name
 
 
 def write_capability_tables(tables: CapabilityTables, results: Path) -> list[Path]:

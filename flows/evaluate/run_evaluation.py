@@ -18,16 +18,16 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
 from confgrid.analysis.bootstrap import BootstrapResult
 from confgrid.analysis.closure import closure_notes, edge_bins
 from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
-from confgrid.analysis.signals import UNIT_COLUMNS, analyzed
+from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, conform
 from confgrid.flows.tables.assemble import Unit
-from confgrid.flows.tables.signals import ANSWER_ALIGN
+from confgrid.flows.tables.signals import ANSWER_ALIGN, CAPABILITY_SET, ProducerRows
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.stages import token_signal
 
@@ -72,11 +72,12 @@ class Evaluation:
 
     def groups(self, refusal: str) -> dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]]:
         """(answer set, parse policy, rule) -> {setting: (bootstrap of the signals' own cells, signal names)} of
-        the units under one refusal policy (the study tables' input)."""
+        the answer sets' units under one refusal policy (the study tables' input; the capability estimators'
+        units have tables of their own)."""
         out: dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]] = {}
         for u, res in zip(self.units, self.results, strict=True):
             lab = u.labels
-            if lab["refusal"] != refusal or lab["target_kind"] != "correct":
+            if lab["refusal"] != refusal or lab["target_kind"] != "correct" or lab["answer_set"] == CAPABILITY_SET:
                 continue
             S = len(u.signals)
             own = BootstrapResult(res.point[:S], res.resamples[:S], res.metrics, list(u.signals), res.n_resamples,
@@ -215,7 +216,7 @@ def _log_undefined(caught: list) -> None:
 
 
 def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
-             method_signals: pd.DataFrame | None = None) -> Evaluation:
+             method_signals: pd.DataFrame | None = None, extra: Sequence[ProducerRows] = ()) -> Evaluation:
     """The one evaluator of a run: metrics, gaps, shifts and flips of every signal, methods included.
 
     Builds the run's one signal table (flows/tables/signals.py), plans every unit's cells (analysis/evaluation.py),
@@ -229,6 +230,9 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
         (model, dataset, answer set) -> :class:`~confgrid.flows.tables.assemble.Unit` (complete units only).
     method_signals : DataFrame, optional
         ``tables/method_signals`` rows (flows/evaluate/methods.py).
+    extra : sequence of ProducerRows
+        Rows of producers with units of their own (the capability estimators), appended to the table and
+        evaluated in the same bootstrap job, each unit under its producer's metrics.
 
     Returns
     -------
@@ -244,6 +248,13 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     from confgrid.flows.tables.signals import run_signal_table
 
     signals = run_signal_table(spec, units, method_signals)
+    own_metrics: dict[tuple, tuple[str, ...]] = {}
+    if any(len(p.rows) for p in extra):
+        signals = conform(pd.concat([signals, *(p.rows for p in extra if len(p.rows))], ignore_index=True))
+        for p in extra:
+            if p.metrics and len(p.rows):
+                for key in p.rows[list(UNIT_COLUMNS)].drop_duplicates().itertuples(index=False, name=None):
+                    own_metrics[key] = tuple(p.metrics)
     cluster = spec.bootstrap.cluster
     if cluster:
         labels: dict[str, str] = {}
@@ -253,6 +264,8 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     metrics = spec.metrics.evaluated
     plans = plan_units(signals, comparisons_of(spec), spec.bootstrap.seed, clustered=bool(cluster),
                        edge_bins=edge_bins(metrics, spec.metrics.ece_bins))
+    for u in plans:
+        u.metrics = own_metrics.get(tuple(u.labels[c] for c in UNIT_COLUMNS), ())
     with warnings.catch_warnings(record=True) as undefined:
         warnings.simplefilter("always", UndefinedMetricWarning)
         results = bootstrap_units(plans, metrics, spec.bootstrap.resamples,

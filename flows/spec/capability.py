@@ -66,6 +66,37 @@ class CapabilitySpec(_Spec):
     def enabled(self) -> bool:
         return self.target is not None
 
+    def estimator_signals(self, methods: tuple[MethodSpec, ...]) -> list[str]:
+        """The signal names of the estimators in the one signal table (flows/evaluate/capability.py): each
+        estimator's id (and ``<id>+isotonic``), ``<id>_k<k>`` of a consistency estimator, ``<id>_probe_mean``
+        and ``<id>_probe_layer<L>`` of a probe (``L`` resolved against the stored layers when ``probe.layer``
+        is negative: named only for a non-negative one here), ``consistency_leaky_k<k>``. Empty when the
+        section is off."""
+        if not self.enabled:
+            return []
+        by_id = {m.id: m for m in methods}
+        out: list[str] = []
+        for e in self.estimators:
+            role = by_id[e].kind_entry.capability if e in by_id else None
+            if role == "consistency":
+                out += [f"{e}_k{k}" for k in self.consistency_k]
+            elif role == "probe":
+                out += [f"{e}_probe_mean"] + ([f"{e}_probe_layer{self.probe.layer}"] if self.probe.layer >= 0 else [])
+            else:
+                out += [e] + ([f"{e}+isotonic"] if self.isotonic else [])
+        if self.leaky_consistency:
+            out += [f"consistency_leaky_k{k}" for k in self.consistency_k]
+        return out
+
+    def is_probe_layer_signal(self, name: str, methods: tuple[MethodSpec, ...]) -> bool:
+        """Whether ``name`` is ``<id>_probe_layer<L>`` of a probe estimator (any ``L``: a negative
+        ``probe.layer`` is resolved only against the stored layers)."""
+        import re
+
+        by_id = {m.id: m for m in methods}
+        return any(e in by_id and by_id[e].kind_entry.capability == "probe"
+                   and re.fullmatch(re.escape(e) + r"_probe_layer\d+", name) for e in self.estimators)
+
 
 def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> None:
     """Raise ValueError (naming the field, the value and what is allowed) when the section and the methods disagree.

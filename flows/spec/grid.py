@@ -346,7 +346,8 @@ class MetricsSpec(_Spec):
         "(relplot's smECE; about 0.4 s per small group, so off by default).")
     pairs: tuple[tuple[str, str], ...] = Field(
         (), description="Paired gaps beyond every signal against verbalized: [signal_a, signal_b] pairs of signal "
-        "names (verbalized, token_<context>[__<aggregation>], a method id, <id>__majority), each gap = "
+        "names (verbalized, token_<context>[__<aggregation>], a method id, <id>__majority, a capability "
+        "estimator such as <id>_k<k> or <id>+isotonic), each gap = "
         "metric(signal_a) - metric(signal_b) on the items both have, on the unit's resamples.")
 
     @field_validator("names")
@@ -484,7 +485,7 @@ class GridSpec(_Spec):
 
     def signal_names(self) -> list[str]:
         """Every signal a run of this grid can produce: verbalized, the token score of each scoring context and
-        aggregation (of every answer set's contexts), each method's signal(s)."""
+        aggregation (of every answer set's contexts), each method's signal(s), each capability estimator's."""
         from confgrid.flows.stages import token_signal
 
         prim = self.scoring.aggregations[0]
@@ -492,12 +493,13 @@ class GridSpec(_Spec):
         out = ["verbalized"] + [token_signal(c, agg, prim) for c in contexts for agg in self.scoring.aggregations]
         for m in self.methods:
             out.extend(m.kind_entry.signals(m.id))
+        out += [s for s in self.capability.estimator_signals(self.methods) if s not in out]
         return out
 
     def _check_pairs(self) -> None:
         known = self.signal_names()
         for i, pair in enumerate(self.metrics.pairs):
-            bad = [n for n in pair if n not in known]
+            bad = [n for n in pair if n not in known and not self.capability.is_probe_layer_signal(n, self.methods)]
             if bad:
                 raise ValueError(f"metrics.pairs[{i}]: unknown signal(s) {bad}; allowed: {', '.join(known)}")
             if pair[0] == pair[1]:

@@ -10,11 +10,16 @@
   ``tables/method_signals.parquet``), each on its own items.
 * :func:`run_signal_table`: both, every method row placed in the units of the
   main answer set whose correctness rule grades it.
+* :class:`ProducerRows`: rows a later producer adds in units of its own, with
+  the metrics those units are evaluated under (the capability estimators of
+  study 004, flows/evaluate/capability.py).
 
 Pure (pandas); nothing here calls a model.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -25,10 +30,31 @@ from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.stages import REFUSAL_POLICIES, token_signal
 from confgrid.protocols.items import Item
 
-__all__ = ["answer_rows", "method_rows", "run_signal_table", "unit_keys", "ANSWER_ALIGN"]
+__all__ = ["answer_rows", "method_rows", "run_signal_table", "unit_keys", "ANSWER_ALIGN", "CAPABILITY_SET",
+           "ProducerRows"]
 
 #: The ``align`` label of the signals of one answer (verbalized and token scores).
 ANSWER_ALIGN = "answer"
+#: The answer-set label of the capability estimators' units (study 004; flows/evaluate/capability.py).
+CAPABILITY_SET = "capability"
+
+
+@dataclass(frozen=True)
+class ProducerRows:
+    """Signal-table rows of a producer whose units are its own, with the metrics they are evaluated under.
+
+    Attributes
+    ----------
+    rows : DataFrame
+        Conformed to :data:`~confgrid.analysis.signals.SCHEMA`; their units (the unit columns) are not units of
+        the answer sets (e.g. answer set ``capability``).
+    metrics : tuple of str
+        Registered metric names (analysis/registry.py) for these units; empty: the grid's
+        (``metrics.names``).
+    """
+
+    rows: pd.DataFrame
+    metrics: tuple[str, ...] = ()
 
 
 def _item_status(g: pd.DataFrame, policy: str, verbalized: bool) -> pd.Series:
