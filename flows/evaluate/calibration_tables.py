@@ -1,7 +1,7 @@
 """The calibration tables of studies 002 and 003 for a run: per category, refusals, and across runs.
 
-Pure (no Ray, no model): built from the evaluation's signal rows and the
-method signals, joined with the items' metadata. Written to ``results/``:
+Pure (no Ray, no model): a view of the one signal table (the rows that
+entered the evaluator's metrics), joined with the items' metadata. Written to ``results/``:
 
 * ``calibration.{csv,parquet}``: per (model, dataset, answer set, parse
   policy, refusal policy, rule, signal) and per value of every
@@ -79,21 +79,27 @@ def _item_columns(units: dict[tuple[str, str, str], Unit], group_by: tuple[str, 
     return pd.DataFrame(rows, columns=cols)
 
 
-def _answer_rows(answers: pd.DataFrame) -> pd.DataFrame:
-    """The answer's signals (verbalized and token scores) among the analyzed rows of the one signal table."""
-    if answers.empty:
-        return pd.DataFrame(columns=[*_BY, "item_id", "confidence", "correct"])
-    return answers.loc[answers["kind"].isin(["verbalized", "token"]), [*_BY, "item_id", "confidence", "correct"]]
+#: Signal kinds of the answer (verbalized and token scores); every other kind but the capability estimators is a
+#: confidence method.
+_ANSWER_KINDS = ("verbalized", "token")
 
 
-def _method_rows(method_signals: pd.DataFrame, spec: GridSpec) -> pd.DataFrame:
-    if method_signals is None or method_signals.empty:
-        return pd.DataFrame(columns=[*_BY, "item_id", "confidence", "correct"])
-    m = method_signals[method_signals["confidence"].notna() & method_signals["correct"].notna()]
-    return pd.DataFrame({"setting": m["model"] + "/" + m["dataset"], "model": m["model"], "dataset": m["dataset"],
-                         "answer_set": "method", "parse_policy": "", "refusal": "", "rule": m["rule"],
-                         "signal": m["signal"], "item_id": m["item_id"].astype(str),
-                         "confidence": m["confidence"].astype(float), "correct": m["correct"].astype(float)})
+def _signal_rows(analyzed: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the one signal table these tables read: the answer's signals as they are, and each method
+    signal once (answer set ``method``, its own rule ``target_rule``, no parse or refusal policy: its rows are
+    the same in every unit of the main answer set, so the first unit's are kept).
+
+    ``analyzed``: the rows that entered the metrics, ``target`` renamed ``correct``
+    (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`).
+    """
+    cols = [*_BY, "item_id", "confidence", "correct"]
+    if analyzed.empty:
+        return pd.DataFrame(columns=cols)
+    answers = analyzed.loc[analyzed["kind"].isin(_ANSWER_KINDS), cols]
+    m = analyzed[~analyzed["kind"].isin([*_ANSWER_KINDS, "capability_estimator"])]
+    m = m.drop_duplicates(["model", "dataset", "signal", "item_id"])
+    methods = m.assign(answer_set="method", parse_policy="", refusal="", rule=m["target_rule"])[cols]
+    return pd.concat([answers, methods], ignore_index=True)
 
 
 def _refusal_rows(units: dict[tuple[str, str, str], Unit], items: pd.DataFrame,
@@ -117,12 +123,14 @@ def _refusal_rows(units: dict[tuple[str, str, str], Unit], items: pd.DataFrame,
     return pd.DataFrame(out)
 
 
-def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], answers: pd.DataFrame,
-                       method_signals: pd.DataFrame | None = None) -> CalibrationTables:
-    """The three tables of the module docstring for one run (pure; no model call)."""
+def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
+                       analyzed: pd.DataFrame) -> CalibrationTables:
+    """The tables of the module docstring for one run (pure; no model call), from the analyzed rows of the one
+    signal table (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`: every signal on the rows
+    that entered its metrics, methods included) and the units' items."""
     group_by = tuple(spec.metrics.group_by)
     items = _item_columns(units, group_by)
-    rows = pd.concat([_answer_rows(answers), _method_rows(method_signals, spec)], ignore_index=True)
+    rows = _signal_rows(analyzed)
     rows = rows.merge(items, on=["dataset", "item_id"], how="left")
     rows["n_options"] = rows["n_options"].fillna(0)
     # the random baseline needs the options shown: mc answer sets and letter probabilities only
