@@ -175,7 +175,7 @@ def test_unreachable_replica_puts_its_shards_back_and_leaves_the_ready_set(ex, c
     f = _fault(ex, 1, _unavailable())
     rep0, rep1 = ex._test.pool.replicas
     assert rep1.state == "unreachable" and ex._test.pool.ready() == [rep0] and ex._test.pool.alive()
-    queued = [sh.key for _, _, sh in ex._queues["m"]]
+    queued = [q.shard.key for q in ex._queues["m"]]
     assert queued == [f.shards[0].key]
     assert f.records[0].status == "pending" and "unreachable" in f.records[0].error
     assert not ex.failed
@@ -233,7 +233,7 @@ def test_calls_in_flight_on_a_lost_node_are_given_up_and_their_shards_queued(ex)
     assert list(ex._inflight) == ["ref0"]
     rep1 = ex._test.pool.replicas[1]
     assert rep1.state == "unreachable" and rep1.inflight == 0
-    assert [sh.key for _, _, sh in ex._queues["m"]] == [ex._test.gen[1].key]
+    assert [q.shard.key for q in ex._queues["m"]] == [ex._test.gen[1].key]
     assert "node 10.0.0.2 (bbbbbbbb) was lost" in ex._test.calls[1].records[0].error
     assert not ex.failed and "m" not in ex._dead_reason
     ex._release(ex._test.pool, "its work is done")  # released while still unreachable: recorded lost

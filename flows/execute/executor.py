@@ -107,6 +107,23 @@ class Counters:
     api: RequestCounts = field(default_factory=RequestCounts)  # API models' requests of this invocation
 
 
+@dataclass(order=True)
+class _Queued:
+    """A shard in its model's queue (a heap): earlier stages first, then first come first served."""
+
+    stage_rank: int
+    seq: int
+    shard: ShardRequest = field(compare=False)
+
+
+@dataclass(frozen=True)
+class _NextCall:
+    """One engine call to send and the whole shards it carries."""
+
+    call: EngineCall
+    shards: list[ShardRequest]
+
+
 @dataclass
 class _InFlight:
     replica: Replica
@@ -293,7 +310,7 @@ class Executor(ReplicaLiveness):
                 if counted:  # counted within its generate shard's bound: take it out of the bound
                     self._bounds[counted[0]] -= len(sh.rows)
                     self._bar.total -= len(sh.rows)
-                heapq.heappush(self._queues[sh.model], (_STAGE_RANK[sh.stage], next(self._seq), sh))
+                heapq.heappush(self._queues[sh.model], _Queued(_STAGE_RANK[sh.stage], next(self._seq), sh))
                 self._queued[sh.key] = [sh]
                 bound = self._plan.downstream_bound(sh)  # its later shards, counted now: the total never grows
                 self._bounds[sh.key] = bound
@@ -303,7 +320,7 @@ class Executor(ReplicaLiveness):
 
     def _requeue_shard(self, sh: ShardRequest) -> None:
         """Put a shard whose replica was lost back in its model's queue (its twins stay grouped under it)."""
-        heapq.heappush(self._queues[sh.model], (_STAGE_RANK[sh.stage], next(self._seq), sh))
+        heapq.heappush(self._queues[sh.model], _Queued(_STAGE_RANK[sh.stage], next(self._seq), sh))
         self._note_queue()
 
     def _note_queue(self, closing: bool = False) -> None:
@@ -446,7 +463,7 @@ class Executor(ReplicaLiveness):
         pool = self.pools.get(name)
         if pool is not None:
             self._release(pool, reason)
-        queued = [sh for _, _, sh in self._queues[name]]
+        queued = [q.shard for q in self._queues[name]]
         self._queues[name] = []
         api = self.models[name].backend == "openai"
         for sh in queued:
@@ -461,19 +478,19 @@ class Executor(ReplicaLiveness):
         self._note_queue()
 
     # -- dispatch -----------------------------------------------------------------------
-    def _next_call(self, name: str) -> tuple[EngineCall, list[ShardRequest]] | None:
+    def _next_call(self, name: str) -> _NextCall | None:
         """The next engine call of model ``name``: whole shards of one kind, up to its ``prompts_per_call``."""
         q = self._queues[name]
         if not q:
             return None
         cap = prompts_per_call(self.models[name])
-        first = heapq.heappop(q)[2]
+        first = heapq.heappop(q).shard
         shards = [first]
         n = len(first.rows)
         held = []
         while cap is not None and q and n < cap:
             item = heapq.heappop(q)
-            sh = item[2]
+            sh = item.shard
             if sh.call_key() == first.call_key() and n + len(sh.rows) <= cap:
                 shards.append(sh)
                 n += len(sh.rows)
@@ -483,7 +500,7 @@ class Executor(ReplicaLiveness):
                     break
         for item in held:
             heapq.heappush(q, item)
-        return first.call.engine_call(first.engine_kind, tuple(s.work() for s in shards)), shards
+        return _NextCall(first.call.engine_call(first.engine_kind, tuple(s.work() for s in shards)), shards)
 
     def _dispatch(self) -> None:
         per_replica = self.spec.execution.calls_in_flight
@@ -493,15 +510,14 @@ class Executor(ReplicaLiveness):
                     nxt = self._next_call(pool.name)
                     if nxt is None:
                         break
-                    call, shards = nxt
                     recs = []
-                    for sh in shards:
+                    for sh in nxt.shards:
                         rec = self.store.begin(sh.stage, sh.label, sh.key)
                         rec.replica, rec.node_id, rec.node_ip = rep.name, rep.node_id or None, rep.node_ip or None
                         recs.append(rec)
-                    ref = rep.handle.run.remote(call)
+                    ref = rep.handle.run.remote(nxt.call)
                     rep.inflight += 1
-                    self._inflight[ref] = _InFlight(rep, shards, recs, rep.info.incarnation if rep.info else None)
+                    self._inflight[ref] = _InFlight(rep, nxt.shards, recs, rep.info.incarnation if rep.info else None)
         self._note_queue()
 
     # -- results ------------------------------------------------------------------------
