@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -44,6 +44,7 @@ from .compare import better_signal, excludes_zero, flip
 from .registry import get_metric
 from .resampling import setting_seed
 from .signals import UNIT_COLUMNS
+from .verdicts import Conclusion, ShareCounts, conclusion_of, favours_a
 
 __all__ = ["Comparisons", "UnitPlan", "plan_unit", "plan_units", "unit_seed", "unit_name", "unit_names",
            "token_shift_pairs", "estimates",
@@ -383,13 +384,16 @@ def _plain(v: Any) -> Any:
 @dataclass
 class Estimates:
     """The estimates of a set of units: ``metrics``, ``gaps``, ``shifts`` (columns :data:`METRIC_COLUMNS`,
-    :data:`GAP_COLUMNS`, :data:`SHIFT_COLUMNS`) and ``edges`` (the share of each signal's confidences on bin
-    edges, :data:`~confgrid.analysis.closure.EDGE_COLUMNS`)."""
+    :data:`GAP_COLUMNS`, :data:`SHIFT_COLUMNS`), ``edges`` (the share of each signal's confidences on bin
+    edges, :data:`~confgrid.analysis.closure.EDGE_COLUMNS`) and ``shares``: per conclusion of the gaps
+    (analysis/verdicts.py), how many of its settings favour side A in each resample (the intervals of
+    :func:`~confgrid.analysis.verdicts.verdict_table`)."""
 
     metrics: pd.DataFrame
     gaps: pd.DataFrame
     shifts: pd.DataFrame
     edges: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EDGE_COLUMNS))
+    shares: dict[Conclusion, ShareCounts] = field(default_factory=dict)
 
 
 def _advantage(metric: str, pa_: float, pb: float, ra: np.ndarray, rb: np.ndarray) -> tuple[float, np.ndarray]:
@@ -399,15 +403,16 @@ def _advantage(metric: str, pa_: float, pb: float, ra: np.ndarray, rb: np.ndarra
     return float(pa_ - pb), ra - rb
 
 
-def estimates(units: Sequence[UnitPlan], results: Sequence[BootstrapResult], level: float = 0.95) -> Estimates:
+def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], level: float = 0.95) -> Estimates:
     """Metrics, gaps and shifts (with flips) of every unit from its paired bootstrap (pure).
 
     Parameters
     ----------
     units : sequence of UnitPlan
-    results : sequence of BootstrapResult
+    results : iterable of BootstrapResult
         ``results[u]`` is the bootstrap of ``units[u]``'s cells (``masks`` =
-        ``units[u].masks``) under the unit's metrics (:attr:`UnitPlan.metrics`, or the evaluator's list).
+        ``units[u].masks``) under the unit's metrics (:attr:`UnitPlan.metrics`, or the evaluator's list). A
+        generator may compute each one on demand: a result is not kept once its unit's rows are made.
     level : float in (0, 1)
         Interval level (percentile interval).
 
@@ -422,6 +427,7 @@ def estimates(units: Sequence[UnitPlan], results: Sequence[BootstrapResult], lev
         ``resolved_flip``: a flip where both advantages' intervals exclude 0.
     """
     mrows, grows, srows = [], [], []
+    shares: dict[Conclusion, ShareCounts] = {}
     for u, res in zip(units, results, strict=True):
         lab = u.labels
         metrics = list(res.metrics)
@@ -443,6 +449,9 @@ def estimates(units: Sequence[UnitPlan], results: Sequence[BootstrapResult], lev
                                  "aggregation": u.info[b]["aggregation"], "metric": met, "gap": float(pa_ - pb),
                                  "favours": better_signal(met, pa_, pb, a, b), "n": n})
                 adv[(a, b, j)] = _advantage(met, pa_, pb, res.resamples[ca, j], res.resamples[cb, j])
+                key = conclusion_of(u.info[a]["kind"], u.info[b]["kind"], a, b, met)
+                if key is not None:  # this setting's vote, resample by resample (analysis/verdicts.py)
+                    shares.setdefault(key, ShareCounts.empty(res.n_resamples)).add(*favours_a(met, gap_vals[-1]))
         if gap_rows:  # one percentile call over every (pair, metric) row
             d = np.vstack(gap_vals)
             glo, ghi = interval(d, level)
@@ -452,7 +461,7 @@ def estimates(units: Sequence[UnitPlan], results: Sequence[BootstrapResult], lev
             grows += gap_rows
         srows += _shift_rows(u, res, metrics, adv, level)
     return Estimates(pd.DataFrame(mrows, columns=METRIC_COLUMNS), pd.DataFrame(grows, columns=GAP_COLUMNS),
-                     pd.DataFrame(srows, columns=SHIFT_COLUMNS), edge_table(units))
+                     pd.DataFrame(srows, columns=SHIFT_COLUMNS), edge_table(units), shares)
 
 
 def _shift_rows(u: UnitPlan, res: BootstrapResult, metrics: list[str], adv: dict, level: float) -> list[dict]:

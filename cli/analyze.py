@@ -81,6 +81,12 @@ def analyze_cmd(
                                 "run's tables/signals.parquet."),
     signal_pairs: str = typer.Option(None, "--signal-pairs", help="Pairs of signals A:B,C:D to compare (with "
                                      "--against, or instead of every ordered pair; a grid's metrics.pairs)."),
+    robust_point_share: float = typer.Option(0.9, "--robust-point-share", help="Verdicts: least share of settings "
+                                             "where the majority side is better by point for 'robust'."),
+    robust_resolved_share: float = typer.Option(0.5, "--robust-resolved-share", help="Verdicts: least share of "
+                                                "settings resolved in the majority side's favour for 'robust'."),
+    fragile_point_share: float = typer.Option(0.75, "--fragile-point-share", help="Verdicts: below this share of "
+                                              "settings favouring the majority side by point, 'fragile'."),
 ) -> None:
     """Metrics with paired bootstrap intervals, and paired gaps between signals, of outputs from anywhere.
 
@@ -115,6 +121,17 @@ def analyze_cmd(
 
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    from confgrid.analysis.verdicts import VerdictRule
+
+    try:
+        rule = VerdictRule(robust_point_share, robust_resolved_share, fragile_point_share)
+    except ValueError as exc:
+        import re
+
+        flag = re.sub(r"(verdicts\.)?(robust_point_share|robust_resolved_share|fragile_point_share)",
+                      lambda m: "--" + m.group(2).replace("_", "-"), str(exc))
+        typer.echo(f"confgrid analyze: {flag}", err=True)
+        raise typer.Exit(2) from None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AnalyzeWarning)
         warnings.simplefilter("always", UndefinedMetricWarning)
@@ -124,7 +141,7 @@ def analyze_cmd(
                              num_workers=workers, views=views, pairs=pairs, candidates=candidates,
                              comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, threshold=threshold,
                              uncertainty=uncertainty, in_turn=in_turn, group_col=group_col, against=against,
-                             signal_pairs=signal_pairs)
+                             signal_pairs=signal_pairs, verdict_rule=rule)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
             typer.echo(f"confgrid analyze: {exc}", err=True)
@@ -150,7 +167,7 @@ def analyze_cmd(
     for line in closure_lines(tables.get("closure")):
         typer.echo(f"note: {line} (results/closure.csv)")
     typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'}, "
-               f"{res / 'edges.csv'}, {res / 'closure.csv'} (+ .parquet)")
+               f"{res / 'edges.csv'}, {res / 'closure.csv'}, {res / 'verdicts.csv'} (+ .parquet)")
     if "ace_gaps" in tables:
         from confgrid.cli.show.ace import print_ace
         from rich.console import Console

@@ -17,7 +17,7 @@ import pytest
 
 ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "reliability", "transfer",
             "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "closure",
-            "evaluation"]
+            "verdicts", "evaluation"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
 ALLOWED = {
@@ -39,8 +39,9 @@ ALLOWED = {
     "figure_data": {"metrics", "estimators", "reliability"},
     "signals": set(),
     "closure": {"metrics", "estimators", "registry", "signals"},
+    "verdicts": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
     "evaluation": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
-                   "compare", "signals", "closure"},
+                   "compare", "signals", "closure", "verdicts"},
 }
 
 _PROBE = """

@@ -138,3 +138,26 @@ def test_another_primary_rule_reruns_no_model_the_probe_included(run):
     assert not ray.is_initialized()  # nothing to compute: Ray is never started
     assert set(again.metrics.loc[again.metrics["answer_set"] == "main", "rule"]) >= {"exact_match"}
 
+
+
+def test_the_verdict_table_is_written_and_shown_first(run):
+    """Issue 22: examples/sensitivity.yaml on the fixture prints the verdict table: verbalized against every token
+    score, over every model, dataset, answer set, parse policy, rule, context, aggregation and ECE estimator."""
+    from rich.console import Console
+
+    from confgrid.cli.show.tables import print_results
+
+    spec, out, summary = run
+    v = pd.read_csv(out / "results" / "verdicts.csv")
+    tok = v[(v["signal_a"] == "verbalized") & (v["signal_b"] == "token")].set_index("metric")
+    assert set(tok.index) == {"ece", "auroc", "aurc"}
+    gaps = summary.gaps
+    ece_rows = gaps[(gaps["signal_a"] == "verbalized") & (gaps["kind_b"] == "token")
+                    & gaps["metric"].isin(["ece", "ks_ece"])]
+    assert tok.loc["ece", "n_settings"] + tok.loc["ece", "n_undefined"] == len(ece_rows)
+    assert set(v["verdict"]) <= {"robust", "fragile", "unresolved"}
+    assert {"model", "rule", "context", "aggregation", "estimator"} <= set(tok.loc["ece", "axes"].split(", "))
+    console = Console(width=260, record=True)
+    print_results(out, console)
+    text = console.export_text()
+    assert text.index("Is the conclusion robust?") < text.index("Settings")

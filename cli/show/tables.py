@@ -9,7 +9,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["print_results"]
+__all__ = ["print_results", "print_verdicts"]
 
 
 def _table(df: pd.DataFrame, title: str) -> Table:
@@ -21,8 +21,28 @@ def _table(df: pd.DataFrame, title: str) -> Table:
     return t
 
 
+def print_verdicts(verdicts: pd.DataFrame, console: Console) -> None:
+    """Print ``results/verdicts`` (analysis/verdicts.py): per conclusion, the verdict, the share of settings
+    where A is better by point [interval], the shares resolved each way and the axis that flips it most."""
+    if verdicts is None or verdicts.empty:
+        return
+    from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
+
+    v = verdicts.assign(
+        conclusion=[f"{a} better than {b}" for a, b in zip(verdicts["signal_a"], verdicts["signal_b"], strict=True)],
+        a_better=[_fmt(p, lo, hi) for p, lo, hi in zip(verdicts["share_a_better"], verdicts["lo"], verdicts["hi"],
+                                                        strict=True)],
+        flips=[f"{ax} ({n} of {c})" if ax else "none" for ax, n, c in
+               zip(verdicts["flip_axis"], verdicts["flip_count"], verdicts["single_changes"], strict=True)])
+    cols = ["conclusion", "metric", "verdict", "holds_for", "n_settings", "a_better", "share_resolved_a",
+            "share_resolved_b", "flips"]
+    console.print(_table(v[cols], "Is the conclusion robust? Over every setting of the grid: share where A is better "
+                                  "by point [95% interval], resolved for A / for B, the axis whose single change "
+                                  "flips it most (results/verdicts.csv)"))
+
+
 def print_results(out_dir: str | Path, console: Console | None = None) -> None:
-    """Print settings, metrics (point [95% CI]), gaps and shifts of a run."""
+    """Print the verdicts first, then settings, metrics (point [95% CI]), gaps and shifts of a run."""
     from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
     from confgrid.flows.evaluate.outputs import result_matrix
 
@@ -33,6 +53,7 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         f = res / f"{name}.parquet"
         return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
 
+    print_verdicts(read("verdicts"), console)
     settings, metrics, gaps, shifts = (read(n) for n in ("settings", "metrics", "gaps", "shifts"))
     primary = _primary_group(res)
     settings, metrics, gaps, shifts = (_sel(df, primary) for df in (settings, metrics, gaps, shifts))

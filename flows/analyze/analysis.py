@@ -78,6 +78,7 @@ from confgrid.analysis.evaluation import (
     unit_names,
 )
 from confgrid.analysis.registry import METRICS
+from confgrid.analysis.verdicts import VerdictRule, verdict_table
 from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
 from confgrid.flows.analyze.input import AnalyzeWarning, CheckOptions, _columns, read_rows
 from confgrid.flows.analyze.read import AnalyzeInputError
@@ -240,6 +241,7 @@ def analyze(
     group_col: str | None = None,
     against: str | None = None,
     signal_pairs: str | Sequence[tuple[str, str]] | None = None,
+    verdict_rule: VerdictRule | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Metrics with paired bootstrap intervals and pairwise gaps of an input file.
 
@@ -313,6 +315,9 @@ def analyze(
     signal_pairs : str or list of (str, str), optional
         Pairs of signals to compare (``"a:b,c:d"``), with ``against`` or
         instead of every ordered pair (a grid's ``metrics.pairs``).
+    verdict_rule : VerdictRule, optional
+        Thresholds of the robustness verdicts (``results/verdicts``, analysis/verdicts.py); default
+        :class:`~confgrid.analysis.verdicts.VerdictRule`.
 
     A run's signal table (``tables/signals.parquet``, analysis/signals.py:
     Parquet with the unit, status and align columns) is read as such
@@ -328,7 +333,8 @@ def analyze(
         - metric(signal_b); favours names the better signal by the point
         estimates, for a signed metric the one closer to 0, else
         ``"neither"``), ``"alignment"`` (setting, signal, n_items, n_used,
-        n_left_out, left_out_examples). With tracking,
+        n_left_out, left_out_examples), ``"verdicts"`` (every conclusion of
+        the gaps over the settings: analysis/verdicts.py). With tracking,
         ``result["metrics"].attrs["mlflow_parent_run_id"]`` is the parent run,
         or ``result["metrics"].attrs["tracking_failure"]`` the
         :class:`~confgrid.flows.tracking.TrackingFailure` if the store failed.
@@ -426,8 +432,9 @@ def analyze(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     closure_df = closure_notes(metrics_df, gaps_df, edges_df, int(n_bins))
+    verdicts_df = verdict_table(gaps_df, est.shares, verdict_rule, level)
     tables = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "alignment": alignment,
-              "edges": edges_df, "closure": closure_df}
+              "edges": edges_df, "closure": closure_df, "verdicts": verdicts_df}
     for name, df in tables.items():
         for ext in (".csv", ".parquet"):
             _write(df, out_dir / "results" / f"{name}{ext}")

@@ -246,7 +246,7 @@ def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[t
 
     res = store.root / "results"
     outputs = {"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings,
-               "dropped": ev.dropped, "edges": ev.edges, "closure": ev.closure}
+               "dropped": ev.dropped, "edges": ev.edges, "closure": ev.closure, "verdicts": ev.verdicts}
     if methods is not None and len(methods):
         outputs["methods"] = methods
     if targets is not None and len(targets):

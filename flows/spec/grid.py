@@ -392,6 +392,31 @@ class BootstrapSpec(_Spec):
         return v
 
 
+class VerdictSpec(_Spec):
+    """The thresholds of the robustness verdicts (analysis/verdicts.py ``VerdictRule``; README "Is my conclusion
+    robust?"). With p the share of settings where the majority side is better by point, r the share resolved in
+    its favour and q the share resolved against it: robust if p >= robust_point_share, r >= robust_resolved_share
+    and q = 0; fragile if q > 0 or p < fragile_point_share; unresolved otherwise."""
+
+    robust_point_share: float = Field(0.9, ge=0.0, le=1.0, description="Least share of settings where the "
+                                      "majority side is better by point for 'robust'.")
+    robust_resolved_share: float = Field(0.5, ge=0.0, le=1.0, description="Least share of settings resolved in "
+                                         "the majority side's favour for 'robust'.")
+    fragile_point_share: float = Field(0.75, ge=0.0, le=1.0, description="Below this share of settings favouring "
+                                       "the majority side by point, the conclusion is 'fragile'.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "VerdictSpec":
+        self.rule()
+        return self
+
+    def rule(self):
+        """The :class:`~confgrid.analysis.verdicts.VerdictRule` of these thresholds (ValueError if disordered)."""
+        from confgrid.analysis.verdicts import VerdictRule
+
+        return VerdictRule(self.robust_point_share, self.robust_resolved_share, self.fragile_point_share)
+
+
 class ExecutionSpec(_Spec):
     """How the work is cut and run (no effect on any number)."""
 
@@ -434,6 +459,7 @@ class GridSpec(_Spec):
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
+    verdicts: VerdictSpec = Field(default_factory=VerdictSpec)
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
     answer_sets: tuple[AnswerSetSpec, ...] = Field((), description="Further answer sets (answer-only, mc, 0-100).")
     parsing: ParsingSpec = Field(default_factory=ParsingSpec)

@@ -1,0 +1,341 @@
+"""Robustness verdicts: over a grid's protocol settings, how often does a conclusion hold, is it resolved, and
+which single axis flips it (issue 22).
+
+A *conclusion* (:class:`Conclusion`) is a signed comparison "signal A is better than signal B on metric M",
+for example "verbalized is better calibrated than the token score under ECE". Its *settings* are the rows of the
+estimates' gap table (analysis/evaluation.py ``GAP_COLUMNS``) that compare the two: every unit (model, dataset,
+answer set, parse policy, refusal policy, correctness rule), every scoring context and token aggregation of a
+token side (the token score is one side, :func:`side`; its context and aggregation are axes), and every
+estimator of the metric's family (``ece``, ``ece_right``, ``ece_15``, ``kde_ece`` ... are estimators of one
+calibration error, :func:`metric_family`). Per conclusion (:func:`verdict_table`):
+
+* ``share_a_better``: the share of settings where A is better by point estimate (the gap table's
+  ``favours``); ties and undefined gaps favour neither. Its percentile interval comes from the same paired
+  resamples as the gaps: in resample ``r`` each setting favours A or not (the sign of its per-resample
+  advantage, analysis/compare.py), and the share of settings favouring A is one draw
+  (:class:`ShareCounts`, accumulated by :func:`confgrid.analysis.evaluation.estimates`);
+* ``share_resolved_a`` / ``share_resolved_b``: the share of settings whose gap interval excludes 0 in A's /
+  B's favour;
+* ``flip_axis`` and ``flip_count``: over every pair of settings that differ in exactly one axis
+  (:data:`AXES`), the axis whose change turns "A better" into "B better" (by point) most often, and how often
+  (ties: the axis first in :data:`AXES`);
+* ``verdict`` (:class:`VerdictRule`, thresholds documented and configurable): ``robust``, ``fragile`` or
+  ``unresolved``, and ``holds_for``: the side the point estimates favour in most settings.
+
+The method is a specification-curve summary in the sense of Simonsohn, Simmons and Nelson, "Specification curve
+analysis", Nature Human Behaviour 4, 1208-1214 (2020): every defensible specification of the analysis is run,
+and the conclusion is judged on all of them at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from .bootstrap import interval
+from .registry import get_metric
+
+__all__ = ["CONCLUSION_METRICS", "AXES", "VERDICT_COLUMNS", "VERDICTS", "Conclusion", "ShareCounts", "VerdictRule",
+           "metric_family", "side", "conclusion_of", "favours_a", "flip_axis", "verdict_table",
+           "specification_curve"]
+
+#: The metric families a conclusion is judged on by default (issue 22): calibration error, AUROC, AURC, Brier.
+CONCLUSION_METRICS = ("ece", "auroc", "aurc", "brier")
+#: The protocol axes a setting is placed on, in the order ties of :func:`flip_axis` are broken.
+AXES = ("model", "dataset", "setting", "answer_set", "parse_policy", "refusal", "rule", "target_kind", "context",
+        "aggregation", "estimator")
+#: The words of a verdict.
+VERDICTS = ("robust", "fragile", "unresolved")
+#: Columns of ``results/verdicts``.
+VERDICT_COLUMNS = ["signal_a", "signal_b", "metric", "verdict", "holds_for", "n_settings", "n_undefined",
+                   "share_a_better", "lo", "hi", "share_resolved_a", "share_resolved_b", "flip_axis", "flip_count",
+                   "single_changes", "axes"]
+#: Calibration-error estimators outside the ``ece`` name family (unsigned, lower is better).
+_CALIBRATION_ERRORS = ("kde_ece", "ks_ece", "smoothed_ece", "smece")
+
+
+@dataclass(frozen=True, order=True)
+class Conclusion:
+    """"Side A is better than side B on a metric family": the unit a verdict is given for.
+
+    Attributes
+    ----------
+    signal_a, signal_b : str
+        The two sides (:func:`side`): a signal name, or ``token`` for every token score.
+    metric : str
+        The metric family (:data:`CONCLUSION_METRICS`).
+    """
+
+    signal_a: str
+    signal_b: str
+    metric: str
+
+
+@dataclass
+class ShareCounts:
+    """Per resample, how many of a conclusion's settings favour side A, and how many have a defined advantage.
+
+    Attributes
+    ----------
+    favours_a, defined : ndarray of shape (B,), int64
+    """
+
+    favours_a: np.ndarray
+    defined: np.ndarray
+
+    def add(self, favours: np.ndarray, defined: np.ndarray) -> None:
+        """Add one setting's per-resample ``favours`` (bool (B,)) where ``defined`` (bool (B,))."""
+        if favours.shape != self.favours_a.shape:
+            raise ValueError(f"a setting has {favours.shape[0]} resamples, the others {self.favours_a.shape[0]}; "
+                             "every unit of one evaluation needs the same number")
+        self.favours_a += favours & defined
+        self.defined += defined
+
+    @classmethod
+    def empty(cls, n_resamples: int) -> "ShareCounts":
+        return cls(np.zeros(int(n_resamples), dtype=np.int64), np.zeros(int(n_resamples), dtype=np.int64))
+
+    def shares(self) -> np.ndarray:
+        """(B,) float64: the share of settings favouring A in each resample (NaN where none is defined)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.defined > 0, self.favours_a / np.maximum(self.defined, 1), np.nan)
+
+
+@dataclass(frozen=True)
+class VerdictRule:
+    """The thresholds that turn a conclusion's shares into a word (issue 22; defaults stated in README "Is my
+    conclusion robust?").
+
+    With ``p`` the share of settings where the majority side (``holds_for``) is better by point, ``r`` the share
+    where it is resolved in its favour and ``q`` the share resolved in the other side's favour:
+
+    * ``robust``: ``p >= robust_point_share`` and ``r >= robust_resolved_share`` and ``q == 0``;
+    * ``fragile``: ``q > 0`` (resolved in both directions) or ``p < fragile_point_share`` (the point estimates
+      disagree in a large share of settings);
+    * ``unresolved``: otherwise (one direction, too rarely resolved to call it robust).
+
+    Attributes
+    ----------
+    robust_point_share, robust_resolved_share, fragile_point_share : float in [0, 1]
+        Defaults 0.9, 0.5 and 0.75.
+
+    Raises
+    ------
+    ValueError
+        A threshold outside [0, 1], or ``fragile_point_share > robust_point_share``.
+    """
+
+    robust_point_share: float = 0.9
+    robust_resolved_share: float = 0.5
+    fragile_point_share: float = 0.75
+
+    def __post_init__(self) -> None:
+        for name in ("robust_point_share", "robust_resolved_share", "fragile_point_share"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):
+                raise ValueError(f"verdicts.{name}: {v!r} is not a share in [0, 1]")
+        if self.fragile_point_share > self.robust_point_share:
+            raise ValueError(f"verdicts.fragile_point_share ({self.fragile_point_share}) must not exceed "
+                             f"robust_point_share ({self.robust_point_share})")
+
+    def verdict(self, point_share: float, resolved_for: float, resolved_against: float) -> str:
+        """The word for a majority side better by point in ``point_share`` of settings, resolved in its favour in
+        ``resolved_for`` and against it in ``resolved_against`` (``unresolved`` when ``point_share`` is NaN)."""
+        if not np.isfinite(point_share):
+            return "unresolved"
+        if resolved_against > 0 or point_share < self.fragile_point_share:
+            return "fragile"
+        if point_share >= self.robust_point_share and resolved_for >= self.robust_resolved_share:
+            return "robust"
+        return "unresolved"
+
+
+def metric_family(metric: str) -> str | None:
+    """The conclusion metric a registered metric estimates: ``ece`` for every unsigned calibration-error
+    estimator (``ece``, ``ece_<B>``, the closures ``_right``/``_right_float``, ``ece_equal_mass``, ``kde_ece``,
+    ``ks_ece``, ``smoothed_ece``, ``smece``), ``auroc``, ``aurc``, ``brier`` as themselves, None for the rest
+    (signed summaries, Spearman: no default conclusion)."""
+    info = get_metric(metric)
+    if info.signed:
+        return None
+    name = info.name
+    if name.startswith("ece") or name in _CALIBRATION_ERRORS:
+        return "ece"
+    return name if name in CONCLUSION_METRICS else None
+
+
+def side(kind: str, signal: str) -> str:
+    """The side of a conclusion a signal stands for: ``token`` for every token score (its scoring context and
+    aggregation are axes of the conclusion), the signal's own name otherwise."""
+    return "token" if kind == "token" else signal
+
+
+def conclusion_of(kind_a: str, kind_b: str, signal_a: str, signal_b: str, metric: str) -> Conclusion | None:
+    """The conclusion a gap row ``metric(signal_a) - metric(signal_b)`` is a setting of, or None (a metric without
+    a family, or two signals on the same side, e.g. two token scores: a shift, not a conclusion)."""
+    fam = metric_family(metric)
+    a, b = side(kind_a, signal_a), side(kind_b, signal_b)
+    if fam is None or a == b:
+        return None
+    return Conclusion(a, b, fam)
+
+
+def favours_a(metric: str, advantage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per resample, whether side A is better, and whether the comparison is defined.
+
+    ``advantage``: ``metric(a) - metric(b)`` per resample ((B,) float64; analysis/evaluation.py; the metric is
+    unsigned, :func:`metric_family`). Returns two bool arrays (B,): ``advantage < 0`` for a metric where lower is
+    better (``> 0`` otherwise), and ``isfinite(advantage)``.
+    """
+    adv = np.asarray(advantage, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        fav = adv < 0 if get_metric(metric).lower_is_better else adv > 0
+    return fav, np.isfinite(adv)
+
+
+def _axes_of(rows: pd.DataFrame) -> list[str]:
+    """The axes that vary among a conclusion's settings (``setting`` only where model and dataset are absent)."""
+    have = [a for a in AXES if a in rows.columns and rows[a].astype(str).nunique() > 1]
+    named = "model" in rows.columns and (rows["model"].astype(str) != "").all()
+    return [a for a in have if not (a == "setting" and named)]
+
+
+def flip_axis(rows: pd.DataFrame, direction: np.ndarray) -> tuple[str, int, int]:
+    """The axis whose single change flips a conclusion most often.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        The conclusion's settings with the columns of :data:`AXES` it has (``estimator``: the metric name).
+    direction : ndarray of shape (len(rows),), int
+        +1 where A is better by point, -1 where B is, 0 otherwise.
+
+    Returns
+    -------
+    (axis, flips, single_changes)
+        ``flips``: pairs of settings that differ only in ``axis`` and whose directions are +1 and -1;
+        ``single_changes``: every pair that differs only in ``axis``. ``("", 0, 0)`` when no single change
+        flips it; the first axis of :data:`AXES` among the maxima on ties.
+    """
+    axes = _axes_of(rows)
+    best = ("", 0, 0)
+    frame = rows[axes].astype(str).reset_index(drop=True).assign(_d=np.asarray(direction, dtype=np.int64))
+    for axis in axes:
+        others = [a for a in axes if a != axis]
+        groups = frame.groupby(others, sort=False)["_d"] if others else [(None, frame["_d"])]
+        flips = changes = 0
+        for _, d in groups:
+            n = len(d)
+            changes += n * (n - 1) // 2
+            flips += int((d == 1).sum()) * int((d == -1).sum())
+        if flips > best[1]:
+            best = (axis, flips, changes)
+    return best
+
+
+def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] | None = None,
+                  rule: VerdictRule | None = None, level: float = 0.95,
+                  metrics: tuple[str, ...] = CONCLUSION_METRICS) -> pd.DataFrame:
+    """Every conclusion of an evaluation's gap table with its shares, flipping axis and verdict.
+
+    Parameters
+    ----------
+    gaps : DataFrame
+        The estimates' gap table (:data:`confgrid.analysis.evaluation.GAP_COLUMNS`: signal_a, signal_b, kind_a,
+        kind_b, context, aggregation, metric, gap, lo, hi, excludes_zero, favours and the unit columns).
+    shares : mapping Conclusion -> ShareCounts, optional
+        The per-resample counts of the same evaluation (:attr:`confgrid.analysis.evaluation.Estimates.shares`);
+        without them ``lo`` and ``hi`` are NaN.
+    rule : VerdictRule, optional
+        Thresholds (default :class:`VerdictRule`).
+    level : float in (0, 1)
+        Level of the percentile interval of ``share_a_better``.
+    metrics : tuple of str
+        The metric families judged (default :data:`CONCLUSION_METRICS`).
+
+    Returns
+    -------
+    DataFrame
+        :data:`VERDICT_COLUMNS`, one row per conclusion, in the order conclusions first appear in ``gaps``; of
+        a comparison present both ways (``analyze``'s every ordered pair) the first orientation only.
+        ``n_settings``: settings with a finite gap (the denominators); ``n_undefined``: the others;
+        ``axes``: the axes that vary, comma-separated (display only).
+    """
+    rule = rule or VerdictRule()
+    if gaps is None or gaps.empty:
+        return pd.DataFrame(columns=VERDICT_COLUMNS)
+    g = gaps.reset_index(drop=True)
+    keys = [conclusion_of(str(ka), str(kb), str(a), str(b), str(m)) for ka, kb, a, b, m in
+            zip(g["kind_a"], g["kind_b"], g["signal_a"], g["signal_b"], g["metric"], strict=True)]
+    g = g.assign(estimator=g["metric"])
+    where: dict[Conclusion, list[int]] = {}
+    for i, k in enumerate(keys):
+        if k is not None and k.metric in metrics:
+            where.setdefault(k, []).append(i)
+    out = []
+    seen: set[Conclusion] = set()
+    for key, idx in where.items():
+        if Conclusion(key.signal_b, key.signal_a, key.metric) in seen:  # every ordered pair: B vs A is A vs B
+            continue
+        seen.add(key)
+        rows = g.iloc[idx]
+        finite = np.isfinite(rows["gap"].to_numpy(np.float64))
+        sub = rows[finite]
+        n = len(sub)
+        d = np.where(sub["favours"] == sub["signal_a"], 1, np.where(sub["favours"] == sub["signal_b"], -1, 0))
+        resolved = sub["excludes_zero"].astype(bool).to_numpy()
+        p_a = float((d == 1).mean()) if n else np.nan
+        p_b = float((d == -1).mean()) if n else np.nan
+        r_a = float((resolved & (d == 1)).mean()) if n else np.nan
+        r_b = float((resolved & (d == -1)).mean()) if n else np.nan
+        lo = hi = np.nan
+        counts = (shares or {}).get(key)
+        if counts is not None and counts.defined.size and (counts.defined > 0).any():
+            lo, hi = (float(x) for x in interval(counts.shares(), level))
+        a_leads = n and p_a >= p_b
+        holds = key.signal_a if a_leads else key.signal_b if n else ""
+        word = rule.verdict(p_a if a_leads else p_b, r_a if a_leads else r_b, r_b if a_leads else r_a) if n \
+            else "unresolved"
+        axis, flips, changes = flip_axis(sub, d)
+        out.append({"signal_a": key.signal_a, "signal_b": key.signal_b, "metric": key.metric, "verdict": word,
+                    "holds_for": holds, "n_settings": n, "n_undefined": int((~finite).sum()), "share_a_better": p_a,
+                    "lo": lo, "hi": hi, "share_resolved_a": r_a, "share_resolved_b": r_b, "flip_axis": axis,
+                    "flip_count": flips, "single_changes": changes, "axes": ", ".join(_axes_of(sub))})
+    return pd.DataFrame(out, columns=VERDICT_COLUMNS)
+
+
+def specification_curve(gaps: pd.DataFrame, conclusion: Conclusion) -> pd.DataFrame:
+    """The data of one conclusion's specification curve (Simonsohn, Simmons and Nelson 2020): every setting's gap
+    with its interval, sorted, and the axis values it used.
+
+    Parameters
+    ----------
+    gaps : DataFrame
+        The estimates' gap table (as :func:`verdict_table` reads it).
+    conclusion : Conclusion
+
+    Returns
+    -------
+    DataFrame
+        One row per setting with a finite gap, sorted by ``gap`` (ties in table order): ``rank`` (0-based),
+        ``gap`` (``metric(A) - metric(B)``), ``lo``, ``hi``, ``excludes_zero``, ``direction`` (+1: A better by
+        point, -1: B better, 0: neither), ``signal_b``, ``estimator`` (the metric variant), and the columns of
+        :data:`AXES` that vary among the settings (the dots of the lower panel). Empty (those columns) when the
+        conclusion has no setting.
+    """
+    if gaps is None or gaps.empty:
+        return pd.DataFrame(columns=["rank", "gap", "lo", "hi", "excludes_zero", "direction", "signal_b",
+                                     "estimator"])
+    keys = [conclusion_of(str(ka), str(kb), str(a), str(b), str(m)) for ka, kb, a, b, m in
+            zip(gaps["kind_a"], gaps["kind_b"], gaps["signal_a"], gaps["signal_b"], gaps["metric"], strict=True)]
+    rows = gaps[[k == conclusion for k in keys]].assign(estimator=lambda d: d["metric"])
+    rows = rows[np.isfinite(rows["gap"].to_numpy(np.float64))]
+    axes = _axes_of(rows)
+    d = np.where(rows["favours"] == rows["signal_a"], 1, np.where(rows["favours"] == rows["signal_b"], -1, 0))
+    out = rows.assign(direction=d)[["gap", "lo", "hi", "excludes_zero", "direction", "signal_b", "estimator",
+                                    *[a for a in axes if a != "estimator"]]]
+    out = out.sort_values("gap", kind="stable").reset_index(drop=True)
+    return out.assign(rank=np.arange(len(out)))[["rank", *out.columns]]
