@@ -39,7 +39,7 @@ REPORT_FILE = "report.html"
 MAX_TABLE_ROWS = 60
 #: Tables with their own section (not repeated under "Study tables"); ``signals`` and the stage tables live
 #: in tables/ and are linked only.
-_OWN_SECTION = {"metrics", "gaps", "settings", "closure"}
+_OWN_SECTION = {"metrics", "gaps", "settings", "closure", "verdicts"}
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1250px;color:#222;
@@ -159,7 +159,14 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
     level = tables.level
     group = ", ".join(f"{k} {v}" for k, v in p.items())
     notes = closure_lines(select_group(tables.get("closure"), p))
+    verdicts = tables.get("verdicts")
     sections: list[tuple[str, str, str]] = [
+        *([("verdicts", "Is the conclusion robust? (over every setting of the grid)",
+            _table(verdicts, 200, "results/verdicts.parquet")
+            + '<p class="note">share_a_better: settings where signal_a is better by point [lo, hi: its interval '
+            "from the paired resamples]; share_resolved_a/_b: intervals excluding 0 for A/B; flip_axis: the axis "
+            "whose single change flips the conclusion most often (README, \"Is my conclusion robust?\").</p>")]
+          if verdicts is not None and len(verdicts) else []),
         ("protocol", "Protocol (reporting checklist)", _checklist(root)),
         *([("closure", "The bin closure matters here",
             "<ul>" + "".join(f"<li>{_esc(x)}</li>" for x in notes) + "</ul>"
