@@ -26,6 +26,7 @@ from confgrid.analysis.bootstrap import BootstrapResult
 from confgrid.analysis.closure import closure_notes, edge_bins
 from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
 from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, conform
+from confgrid.analysis.verdicts import verdict_table
 from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.tables.signals import ANSWER_ALIGN, CAPABILITY_SET, ProducerRows
 from confgrid.flows.spec.grid import GridSpec
@@ -53,10 +54,14 @@ class Evaluation:
     signals : DataFrame
         The one signal table (``tables/signals.parquet``, analysis/signals.py).
     units : list of UnitPlan
-        The units as evaluated, and ``results`` their bootstrap results (for the study tables).
+        The units as evaluated, and ``results`` their bootstrap results for the study tables: the signals' own
+        cells of the answer units under the first refusal policy, None for the others (freed as the evaluation
+        goes, so the peak memory is about one unit's resamples beyond what the study tables keep).
     edges, closure : DataFrame
         ``results/edges`` (each signal's share of confidences on bin edges) and ``results/closure`` (where the
         bin closure changes a result; analysis/closure.py).
+    verdicts : DataFrame
+        ``results/verdicts``: every conclusion of the gaps over the grid's settings (analysis/verdicts.py).
     """
 
     metrics: pd.DataFrame
@@ -69,6 +74,7 @@ class Evaluation:
     results: list = field(default_factory=list)
     edges: pd.DataFrame = field(default_factory=pd.DataFrame)
     closure: pd.DataFrame = field(default_factory=pd.DataFrame)
+    verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def groups(self, refusal: str) -> dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]]:
         """(answer set, parse policy, rule) -> {setting: (bootstrap of the signals' own cells, signal names)} of
@@ -77,7 +83,8 @@ class Evaluation:
         out: dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]] = {}
         for u, res in zip(self.units, self.results, strict=True):
             lab = u.labels
-            if lab["refusal"] != refusal or lab["target_kind"] != "correct" or lab["answer_set"] == CAPABILITY_SET:
+            if res is None or lab["refusal"] != refusal or lab["target_kind"] != "correct" \
+                    or lab["answer_set"] == CAPABILITY_SET:
                 continue
             S = len(u.signals)
             own = BootstrapResult(res.point[:S], res.resamples[:S], res.metrics, list(u.signals), res.n_resamples,
@@ -266,23 +273,43 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                        edge_bins=edge_bins(metrics, spec.metrics.ece_bins))
     for u in plans:
         u.metrics = own_metrics.get(tuple(u.labels[c] for c in UNIT_COLUMNS), ())
+    kept: list = []  # the study tables' resamples: the own cells of the primary refusal policy's answer units
+
+    def keep(u, r):
+        lab = u.labels
+        if lab["refusal"] != spec.parsing.refusal[0] or lab["answer_set"] == CAPABILITY_SET:
+            return None
+        S = len(u.signals)
+        return BootstrapResult(r.point[:S], r.resamples[:S].copy(), r.metrics, list(u.signals), r.n_resamples,
+                               r.seed, r.chunk_size, r.n_bins, n_clusters=r.n_clusters)
+
+    def in_process():  # one unit at a time: its resamples are freed once its rows are made (peak: one unit)
+        for u in plans:
+            r = bootstrap_units([u], metrics, spec.bootstrap.resamples, n_bins=spec.metrics.ece_bins)[0]
+            kept.append(keep(u, r))
+            yield r
+
     with warnings.catch_warnings(record=True) as undefined:
         warnings.simplefilter("always", UndefinedMetricWarning)
-        results = bootstrap_units(plans, metrics, spec.bootstrap.resamples,
-                                  n_bins=spec.metrics.ece_bins,
-                                  use_ray=spec.execution.bootstrap_backend == "ray_data" and bool(plans),
-                                  num_workers=spec.execution.bootstrap_workers)
+        if spec.execution.bootstrap_backend == "ray_data" and plans:  # every unit in one Ray Data job
+            results = bootstrap_units(plans, metrics, spec.bootstrap.resamples, n_bins=spec.metrics.ece_bins,
+                                      use_ray=True, num_workers=spec.execution.bootstrap_workers)
+            kept = [keep(u, r) for u, r in zip(plans, results, strict=True)]
+            est = estimates(plans, results, spec.bootstrap.level)
+            del results
+        else:
+            est = estimates(plans, in_process(), spec.bootstrap.level)
     _log_undefined(undefined)
-    est = estimates(plans, results, spec.bootstrap.level)
     if cluster:  # the tables say the intervals are clustered, on which field, over how many clusters
         from confgrid.flows.evaluate.clusters import with_cluster_columns
 
         n_cl = {u.name: int(pd.unique(u.groups).size) for u in plans if u.groups is not None}
         est.metrics, est.gaps, est.shifts = (with_cluster_columns(df, cluster, n_cl)
                                              for df in (est.metrics, est.gaps, est.shifts))
+    verdicts = verdict_table(est.gaps, est.shares, spec.verdicts.rule(), spec.bootstrap.level)
     return Evaluation(est.metrics, est.gaps, est.shifts, _settings_rows(spec, units, signals),
-                      dropped_table(plans, signals), signals, plans, results, est.edges,
-                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins))
+                      dropped_table(plans, signals), signals, plans, kept, est.edges,
+                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts)
 
 
 def dropped_table(plans: list, signals: pd.DataFrame) -> pd.DataFrame:
