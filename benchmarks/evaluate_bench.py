@@ -57,7 +57,7 @@ except ImportError:  # the flat flows/ of the "before" commit
     from confgrid.flows.store import RunStore
 
 run = Path(sys.argv[1]); repeat = int(sys.argv[2])
-spec = load_grid(run / "grid.yaml")
+spec = load_grid(sys.argv[3])  # the grid file itself: the run's resolved grid.yaml has keys an older commit lacks
 items = {d.name: _load_items(d) for d in spec.datasets}
 plan = GridPlan(spec, items)
 store = RunStore(run)
@@ -100,7 +100,7 @@ def _tree_of(commit: str, where: Path) -> Path:
     return where / "path"
 
 
-def _measure(run: Path, repeat: int, path: Path | None) -> dict:
+def _measure(run: Path, repeat: int, path: Path | None, grid: Path) -> dict:
     """One child process on a copy of the run folder (its manifest is rewritten by the reuse pass)."""
     import shutil
 
@@ -109,8 +109,11 @@ def _measure(run: Path, repeat: int, path: Path | None) -> dict:
         shutil.copytree(run, copy, ignore=shutil.ignore_patterns("mlflow.db*", "mlartifacts", "results"))
         # sys.path comes before the editable install's finder (appended to sys.meta_path)
         code = CHILD if path is None else f"import sys; sys.path.insert(0, {str(path)!r})\n" + CHILD
-        out = subprocess.run([sys.executable, "-c", code, str(copy), str(repeat)], env=dict(os.environ),
-                             check=True, capture_output=True, text=True, cwd=tempfile.gettempdir())
+        out = subprocess.run([sys.executable, "-c", code, str(copy), str(repeat), str(grid.resolve())],
+                             env=dict(os.environ),
+                             check=False, capture_output=True, text=True, cwd=tempfile.gettempdir())
+        if out.returncode != 0:
+            raise RuntimeError(f"the measuring process failed ({'before' if path else 'after'}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -130,8 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="evalbench-before-") as tmp:
         path = _tree_of(a.before, Path(tmp))
         try:
-            before = _measure(run, a.repeat, path)
-            after = _measure(run, a.repeat, None)
+            before = _measure(run, a.repeat, path, a.grid)
+            after = _measure(run, a.repeat, None, a.grid)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(tmp) / "src")],
                            capture_output=True)
