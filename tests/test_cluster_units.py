@@ -412,3 +412,43 @@ def test_lost_node_tags_name_each_lost_replica_and_its_node():
                            rep(3, "lost", "", "abc123")])
     assert tags == {"confgrid.lost_nodes": "10.0.0.2, abc123",
                     "confgrid.lost_replicas": "fx#0@10.0.0.2, fx#2@10.0.0.2, fx#3@abc123"}
+
+
+def test_pools_are_asked_for_largest_replica_first_and_the_limit_keeps_the_rest_waiting(tmp_path, monkeypatch,
+                                                                                          caplog):
+    """The executor asks Ray for the pools in pools.py ``start_order`` (largest replica first), not in grid order;
+    under ``max_concurrent_models`` that order decides which models start first. Ray is replaced by a recorder."""
+    from confgrid.flows.execute.executor import Executor
+    from confgrid.flows.plan.grid_plan import GridPlan
+    from confgrid.flows.runner import _load_items
+
+    grid = dict(GRID, models=[{"name": "one", "model": "confgrid-fixture"},
+                              {"name": "dp2", "model": "confgrid-fixture", "chat_template": False, "replicas": 2},
+                              {"name": "tp4", "model": "confgrid-fixture", "backend": "vllm",
+                               "tensor_parallel_size": 4}],
+                execution={"shard_size": 4, "max_concurrent_models": 2})
+    spec = parse_grid(grid)
+    e = Executor(spec, RunStore(tmp_path / "run"), build=lambda sh, outs: pd.DataFrame())
+    e._plan, e._bar = GridPlan(spec, {d.name: _load_items(d) for d in spec.datasets}), tqdm(total=0, disable=True)
+    e._ray_ready, e._cluster = True, {"GPU": 8.0, "CPU": 4.0}
+    e._needs = {"one": (1, {"GPU": 1.0, "CPU": 1.0}, "one GPU"), "dp2": (2, {"GPU": 1.0, "CPU": 1.0}, "one GPU"),
+                "tp4": (1, {"GPU": 4.0, "CPU": 4.0}, "tensor_parallel_size=4, STRICT_PACK")}
+    asked = []
+
+    def start(pool, cluster_resources=None):
+        asked.append(pool.name)
+        pool.replicas = [Replica(pool.name, r, pool.load, handle=SimpleNamespace()) for r in range(pool.spec.replicas)]
+        return pool.replicas
+
+    monkeypatch.setattr(ModelPool, "start", start)
+    monkeypatch.setattr(Executor, "_ping", lambda self, rep: None)
+    e._submit(e._plan.generate_shards())
+    assert all(e._queues[m] for m in ("one", "dp2", "tp4"))
+    with caplog.at_level(logging.INFO, "confgrid"):
+        e._start_pools()
+    assert asked == ["tp4", "dp2"]  # grid order would have asked for one and dp2, tp4 waiting for the slot
+    assert "model one: waits for a free slot (execution.max_concurrent_models=2; running: tp4, dp2)" in caplog.text
+    e._queues["tp4"] = []  # tp4's work done (as if dispatched and finished): its slot goes to the model left
+    e._release(e.pools["tp4"], "its work is done")
+    e._start_pools()
+    assert asked == ["tp4", "dp2", "one"]

@@ -1,4 +1,5 @@
-"""The pure plan (flows/plan/grid_plan.py) and the capacity check (flows/execute/pools.py), without Ray or a model.
+"""The pure plan (flows/plan/grid_plan.py), the capacity check and the pools' start order (flows/execute/pools.py),
+without Ray or a model.
 
 Generations are fed to the plan by hand, as the executor would after a model
 call, so the whole chain (generate -> parse + grade -> score + own probe ->
@@ -12,7 +13,7 @@ import pytest
 
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
-from confgrid.flows.execute.pools import at_once, check_capacity
+from confgrid.flows.execute.pools import at_once, check_capacity, model_config, start_order
 from confgrid.flows.spec.grid import parse_grid
 from confgrid.protocols.datasets import BUNDLED, load_items
 
@@ -171,3 +172,51 @@ def test_unknown_probe_rule_lists_the_rules():
 
     with pytest.raises(GridSpecError, match=r"probe\.rule: unknown correctness rule 'contain'"):
         parse_grid(_grid(probe={"enabled": True, "rule": "contain"}))
+
+
+def _need(gpus: float, cpus: float, replicas: int = 1) -> tuple[int, dict[str, float], str]:
+    return (replicas, {"GPU": gpus, "CPU": cpus} if gpus else {"CPU": cpus}, "")
+
+
+def test_start_order_puts_the_largest_replica_first():
+    # the five models of benchmarks/schedule_bench.py --cluster 8gpu, in grid order
+    needs = {"one-a": _need(1, 1), "one-b": _need(1, 1), "tp2": _need(2, 2), "tp4": _need(4, 4),
+             "dp2": _need(1, 1, replicas=2)}
+    assert start_order(needs) == ["tp4", "tp2", "dp2", "one-a", "one-b"]
+    assert list(needs) == ["one-a", "one-b", "tp2", "tp4", "dp2"]  # the input is left as it was
+
+
+def test_start_order_keeps_grid_order_for_equal_shapes():
+    assert start_order({"z": _need(1, 1), "a": _need(1, 1), "m": _need(1, 1)}) == ["z", "a", "m"]
+    assert start_order({"m": _need(2, 2), "a": _need(1, 1), "z": _need(2, 2)}) == ["m", "z", "a"]
+    assert start_order({}) == []
+
+
+def test_start_order_gpus_then_cpus_then_replicas():
+    # more replicas only break a tie of shape
+    assert start_order({"one": _need(1, 1), "three": _need(1, 1, 3), "two": _need(1, 1, 2)}) == ["three", "two", "one"]
+    assert start_order({"many": _need(1, 1, 4), "tp2": _need(2, 2)}) == ["tp2", "many"]
+    # CPUs per replica before the number of replicas, after the GPUs
+    assert start_order({"many": _need(1, 1, 4), "cpu2": _need(1, 2)}) == ["cpu2", "many"]
+    assert start_order({"cpu8": _need(1, 8), "tp2": _need(2, 2)}) == ["tp2", "cpu8"]
+
+
+def test_start_order_of_cpu_only_models():
+    # a CPU cluster's replica takes one node's CPUs; an API model one CPU; a GPU model comes before both
+    needs = {"api": _need(0, 1), "cpu": _need(0, 8), "api2": _need(0, 1, 2), "gpu": _need(1, 1)}
+    assert start_order(needs) == ["gpu", "cpu", "api2", "api"]
+
+
+def test_start_order_reads_the_tensor_parallel_shape_of_a_replica():
+    """The shapes come from actors/model_actor.py ``replica_resources``, as the executor builds them."""
+    from confgrid.actors.model_actor import replica_resources
+
+    spec = parse_grid(_grid(models=[
+        {"name": "one", "model": "confgrid-fixture", "replicas": 2},
+        {"name": "tp4", "model": "confgrid-fixture", "backend": "vllm", "tensor_parallel_size": 4},
+        {"name": "tp2", "model": "confgrid-fixture", "backend": "vllm", "tensor_parallel_size": 2},
+    ]))
+    cluster = {"GPU": 8.0, "CPU": 8.0}
+    needs = {m.name: (m.replicas, replica_resources(model_config(m, spec), cluster).per_node, "") for m in spec.models}
+    assert needs["tp4"][1] == {"GPU": 4.0, "CPU": 4.0}
+    assert start_order(needs) == ["tp4", "tp2", "one"]

@@ -5,6 +5,8 @@ Scheduling
     Pools of different models run at the same time as far as the cluster's
     resources allow (``execution.max_concurrent_models`` bounds them); Ray
     queues the replicas that do not fit and creates them as resources free up.
+    Pools are asked for largest replica first (pools.py ``start_order``), so
+    small replicas do not fragment the nodes before a large placement group.
     A replica keeps its model loaded for the model's whole chain: generate,
     then (on the driver, pure) parse and grade, then the score shards of its
     own answers in every context, then the probe kinds that need only its own
@@ -73,6 +75,7 @@ from confgrid.flows.execute.pools import (
     check_capacity,
     model_config,
     node_resources,
+    start_order,
 )
 from confgrid.flows.store.runlog import LOG_NAME, trace
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
@@ -383,10 +386,12 @@ class Executor(ReplicaLiveness):
 
     def _start_pools(self) -> None:
         limit = self.spec.execution.max_concurrent_models
-        for name in self.models:
-            if not self._queues[name] or name in self.pools:
-                continue
-            self._ensure_ray()
+        pending = [name for name in self.models if self._queues[name] and name not in self.pools]
+        if not pending:
+            return
+        self._ensure_ray()
+        # largest replica first (first-fit decreasing): small replicas asked for first can fragment the nodes
+        for name in start_order({name: self._needs[name] for name in pending}):
             alive = self._alive_pools()
             if limit is not None and len(alive) >= limit:
                 self._say(f"limit:{name}", f"model {name}: waits for a free slot (execution.max_concurrent_models="

@@ -32,7 +32,7 @@ from confgrid.flows.execute.timeline import add_span
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 
 __all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool", "model_config", "cancel_calls",
-           "check_capacity", "node_resources"]
+           "check_capacity", "node_resources", "start_order"]
 
 log = logging.getLogger("confgrid")
 
@@ -158,6 +158,49 @@ def at_once(need: dict[str, float], nodes: list[dict[str, float]]) -> int:
         fits = [int(node.get(k, 0.0) // v) for k, v in need.items() if v > 0]
         total += min(fits) if fits else 0
     return total
+
+
+def start_order(needs: dict[str, tuple[int, dict[str, float], str]]) -> list[str]:
+    """The order in which the executor asks Ray for the models' pools: largest replica first (pure).
+
+    Asking for every pool at once leaves placement to Ray, which places requests
+    roughly in the order they arrive. Small replicas asked for first can spread over
+    the nodes and leave each node a few GPUs short of a large placement group, which
+    then waits with GPUs idle (measured in benchmarks/README.md, ``--cluster 8gpu``:
+    two 1-GPU replicas, one on each 4-GPU node, kept a TP-4 group waiting 42 s with
+    2 GPUs free). This is the bin-packing heuristic first-fit decreasing (Johnson et
+    al., "Worst-case performance bounds for simple one-dimensional packing
+    algorithms", SIAM J. Comput. 3(4), 1974): place the largest items first so the
+    smaller ones fill the gaps they leave. It is an order of requests, not a
+    placement: Ray still decides where each replica goes.
+
+    Parameters
+    ----------
+    needs : dict of str to (int, dict, str)
+        Model name -> (replicas, what ONE replica needs on one node, a note), as for
+        :func:`check_capacity`, in grid order. What a replica needs comes from
+        actors/model_actor.py ``replica_resources``, where its GPUs are derived from
+        the parallel sizes (``tensor_parallel_size`` GPUs in one STRICT_PACK group).
+
+    Returns
+    -------
+    list of str
+        Every name of ``needs``, sorted by GPUs per replica (more first), then CPUs
+        per replica (more first), then number of replicas (more first); equal shapes
+        keep grid order (the sort is stable). Models without GPUs (a CPU cluster, an
+        API model) come after every GPU model, ordered by their CPUs.
+
+    Examples
+    --------
+    >>> start_order({"a": (1, {"GPU": 1.0, "CPU": 1.0}, ""), "tp4": (1, {"GPU": 4.0, "CPU": 4.0}, ""),
+    ...              "dp2": (2, {"GPU": 1.0, "CPU": 1.0}, ""), "api": (1, {"CPU": 1.0}, "")})
+    ['tp4', 'dp2', 'a', 'api']
+    """
+    def size(name: str) -> tuple[float, float, int]:
+        replicas, need, _ = needs[name]
+        return -need.get("GPU", 0.0), -need.get("CPU", 0.0), -replicas
+
+    return sorted(needs, key=size)
 
 
 @dataclass(frozen=True)
