@@ -430,8 +430,10 @@ def lifeeval_cmd(
 
 
 from confgrid.cli.analyze import analyze_cmd  # noqa: E402
+from confgrid.cli.plan_size import plan_size_cmd  # noqa: E402
 
 app.command("analyze")(analyze_cmd)
+app.command("plan-size")(plan_size_cmd)
 
 
 def main() -> None:

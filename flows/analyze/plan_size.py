@@ -1,0 +1,110 @@
+"""``confgrid plan-size``: how many items a comparison needs, from a pilot run or an analyze input.
+
+Reads the pilot's one signal table (a run directory's ``tables/signals.parquet``, or such a Parquet file), or an
+``analyze`` input (CSV, JSONL or Parquet with columns setting, item_id, signal, confidence, correct), and gives
+every unit of pairing that has both signals to :func:`confgrid.analysis.planner.plan_size`: the two signals on
+the items both have after the evaluator's alignment rule (analysis/signals.py ``analyzed``), each with its own
+target. Pure (pandas and numpy); nothing runs a model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from confgrid.analysis.evaluation import unit_name
+from confgrid.analysis.planner import plan_size
+from confgrid.analysis.signals import COLUMNS, UNIT_COLUMNS, analyzed, conform
+from confgrid.flows.analyze.read import AnalyzeInputError
+
+__all__ = ["PLAN_COLUMNS", "read_pilot", "plan_sizes"]
+
+#: Columns of the planner's table.
+PLAN_COLUMNS = ["unit", "setting", "signal_a", "signal_b", "metric", "gap", "power", "n_pilot", "pilot_gap",
+                "pilot_power", "c", "slope", "n_required", "status", "reason"]
+
+
+def read_pilot(path: str | Path) -> pd.DataFrame:
+    """The pilot as a conformed signal table.
+
+    ``path``: a run directory (its ``tables/signals.parquet``), a signal-table Parquet file, or an analyze input
+    (``.csv``, ``.jsonl``/``.ndjson``, ``.parquet``) with columns setting, item_id, signal, confidence, correct.
+
+    Raises
+    ------
+    AnalyzeInputError
+        A missing path, an unknown suffix, or an input without the columns above (naming the missing ones).
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tables" / "signals.parquet"
+        if not p.is_file():
+            raise AnalyzeInputError(f"{path}: no tables/signals.parquet (a finished run's directory is needed)")
+    if not p.is_file():
+        raise AnalyzeInputError(f"{path}: no such file or directory")
+    suffix = p.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        df = pd.read_parquet(p)
+    elif suffix == ".csv":
+        df = pd.read_csv(p)
+    elif suffix in (".jsonl", ".ndjson"):
+        df = pd.read_json(p, lines=True)
+    else:
+        raise AnalyzeInputError(f"{path}: unknown suffix {suffix!r}; allowed: a run directory, .parquet, .csv, .jsonl")
+    if set(UNIT_COLUMNS) <= set(df.columns) and "target" in df.columns:
+        return conform(df)
+    need = ["setting", "item_id", "signal", "confidence", "correct"]
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise AnalyzeInputError(f"{path}: missing column(s) {missing}; a pilot is a run's signal table or has the "
+                                f"columns {need}")
+    rows = df.rename(columns={"correct": "target"})
+    return conform(rows[[c for c in rows.columns if c in COLUMNS]].astype({"setting": str, "item_id": str,
+                                                                          "signal": str}))
+
+
+def plan_sizes(pilot: pd.DataFrame, signal_a: str, signal_b: str, metric: str, gap: float, *, power: float = 0.8,
+               level: float = 0.95, n_resamples: int = 1000, seed: int = 0, clustered: bool = False,
+               unit: str | None = None, n_bins: int = 10) -> pd.DataFrame:
+    """The planner's answer for every unit of ``pilot`` holding both signals (:data:`PLAN_COLUMNS`).
+
+    ``unit``: only the units whose name (:func:`~confgrid.analysis.evaluation.unit_name`) or setting equals it.
+    ``clustered``: the ``cluster`` column's clusters are the resampled unit (a run's ``bootstrap.cluster``).
+    ``pilot_power``: the predicted power of the pilot's own size for ``gap``.
+
+    Raises
+    ------
+    AnalyzeInputError
+        No unit holds both signals (naming the signals the pilot has), or no unit matches ``unit``.
+    """
+    rows = analyzed(pilot)
+    have = sorted(set(pilot["signal"]))
+    out = []
+    for key, g in rows.groupby(list(UNIT_COLUMNS), sort=False):
+        labels = dict(zip(UNIT_COLUMNS, key, strict=True))
+        name = unit_name(key)
+        if unit is not None and unit not in (name, labels["setting"]):
+            continue
+        a = g[g["signal"] == signal_a].drop_duplicates("item_id").set_index("item_id")
+        b = g[g["signal"] == signal_b].drop_duplicates("item_id").set_index("item_id")
+        if a.empty or b.empty:
+            continue
+        ids = a.index.intersection(b.index)
+        groups = a.loc[ids, "cluster"].to_numpy(dtype=object) if clustered else None
+        plan = plan_size(a.loc[ids, "confidence"].to_numpy(float), b.loc[ids, "confidence"].to_numpy(float),
+                         a.loc[ids, "target"].to_numpy(float), metric, gap, power=power, level=level,
+                         n_resamples=n_resamples, seed=seed, groups=groups, n_bins=n_bins,
+                         target_b=b.loc[ids, "target"].to_numpy(float))
+        out.append({"unit": name, "setting": labels["setting"], "signal_a": signal_a, "signal_b": signal_b,
+                    "metric": metric, "gap": gap, "power": power, "n_pilot": plan.n_pilot,
+                    "pilot_gap": plan.pilot_gap, "pilot_power": plan.power_at(plan.n_pilot, gap, level),
+                    "c": plan.c, "slope": plan.slope, "n_required": plan.n_required, "status": plan.status,
+                    "reason": plan.reason})
+    if not out:
+        where = f" matching {unit!r}" if unit is not None else ""
+        raise AnalyzeInputError(f"no unit{where} has both signals {signal_a!r} and {signal_b!r}; the pilot's signals: "
+                                f"{', '.join(have)}")
+    df = pd.DataFrame(out, columns=PLAN_COLUMNS)
+    df["n_required"] = df["n_required"].astype("Int64")
+    return df

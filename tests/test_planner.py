@@ -1,0 +1,108 @@
+"""The sample-size planner (issue 22 item 3): checked on constructed data with a known gap. The predicted n, run
+for real on fresh data of that size, resolves the gap in about the predicted share of seeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from confgrid.analysis.bootstrap import interval, paired_bootstrap
+from confgrid.analysis.compare import excludes_zero
+from confgrid.analysis.planner import MIN_PILOT, plan_size
+
+SHIFT = 0.15
+TRUE_GAP = -SHIFT**2  # Brier(A) - Brier(B) with A = p calibrated and B = p + SHIFT: exactly -SHIFT^2
+
+
+def _draw(n: int, rng: np.random.Generator):
+    p = rng.uniform(0.2, 0.8, n)
+    y = (rng.random(n) < p).astype(float)
+    return p, p + SHIFT, y
+
+
+def _resolved_share(n: int, seeds: int, level: float = 0.95) -> float:
+    hits = 0
+    for s in range(seeds):
+        a, b, y = _draw(n, np.random.default_rng(1000 + s))
+        r = paired_bootstrap(np.vstack([a, b]), y, ["brier"], n_resamples=400, seed=s, chunk_size=400)
+        lo, hi = interval(r.resamples[0, 0] - r.resamples[1, 0], level)
+        hits += bool(excludes_zero(lo, hi))
+    return hits / seeds
+
+
+def test_the_predicted_n_resolves_the_gap_in_about_the_predicted_share_of_seeds():
+    a, b, y = _draw(300, np.random.default_rng(0))
+    plan = plan_size(a, b, y, "brier", TRUE_GAP, power=0.8, n_resamples=600, seed=1)
+    assert plan.status == "ok" and -0.65 <= plan.slope <= -0.35  # the 1/sqrt(n) law holds for Brier
+    n = plan.n_required
+    # the per-item gap d = -SHIFT (2p + SHIFT - 2y) has sd SHIFT * 2 sd(p - y): the normal theory answer
+    rng = np.random.default_rng(7)
+    p = rng.uniform(0.2, 0.8, 200_000)
+    y_big = (rng.random(p.size) < p).astype(float)
+    sd_item = float(np.std(SHIFT * 2 * (p - y_big)))
+    n_theory = (sd_item * 2.8016 / SHIFT**2) ** 2
+    assert n == pytest.approx(n_theory, rel=0.25)
+    assert plan.power_at(n, TRUE_GAP) == pytest.approx(0.8, abs=0.01)
+    share = _resolved_share(n, 150)
+    assert 0.68 <= share <= 0.92, (n, share)
+    # half the items: the predicted power drops, and so does the realized share
+    half = plan.power_at(n // 2, TRUE_GAP)
+    assert half == pytest.approx(0.51, abs=0.06)
+    assert abs(_resolved_share(n // 2, 150) - half) < 0.15
+
+
+def test_a_pilot_too_small_to_tell():
+    a, b, y = _draw(MIN_PILOT - 1, np.random.default_rng(1))
+    plan = plan_size(a, b, y, "brier", 0.02)
+    assert (plan.status, plan.n_required) == ("pilot_too_small", None) and "at least 30" in plan.reason
+    a, _, y = _draw(100, np.random.default_rng(2))
+    same = plan_size(a, a, y, "brier", 0.02)  # two identical signals: the resampled gap has no spread
+    assert same.status == "pilot_too_small" and "no spread" in same.reason
+    assert np.isnan(same.power_at(100, 0.02))
+
+
+def test_clusters_are_the_resampled_unit():
+    a, b, y = _draw(400, np.random.default_rng(3))
+    groups = np.repeat(np.arange(100), 4)  # 100 clusters of 4 items
+    plan = plan_size(a, b, y, "brier", TRUE_GAP, groups=groups, n_resamples=400)
+    assert plan.n_pilot == 100 and plan.status == "ok"
+    items = plan_size(a, b, y, "brier", TRUE_GAP, n_resamples=400)
+    # independent items within a cluster: a cluster carries about 4 items' information
+    assert plan.n_required == pytest.approx(items.n_required / 4, rel=0.35)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"gap": 0.0}, "gap=0.0: give the smallest non-zero gap"),
+    ({"power": 1.0}, r"power=1.0 must lie in \(0, 1\)"),
+    ({"metric": "smece"}, "metric 'smece' has no weighted kernel"),
+])
+def test_bad_input_names_the_value(kw, message):
+    a, b, y = _draw(50, np.random.default_rng(4))
+    args = {"metric": "brier", "gap": 0.02, **kw}
+    with pytest.raises(ValueError, match=message):
+        plan_size(a, b, y, args.pop("metric"), args.pop("gap"), **args)
+
+
+def test_plan_size_command_on_an_analyze_input_and_a_run_table(tmp_path):
+    from typer.testing import CliRunner
+
+    from confgrid.cli.main import app
+
+    rows = []
+    for setting, seed in (("m1/d", 5), ("m2/d", 6)):
+        a, b, y = _draw(200, np.random.default_rng(seed))
+        for sig, c in (("verbalized", a), ("token_bare", b)):
+            rows += [{"setting": setting, "item_id": f"q{i}", "signal": sig, "confidence": c[i], "correct": y[i]}
+                     for i in range(len(y))]
+    src = tmp_path / "pilot.csv"
+    pd.DataFrame(rows).to_csv(src, index=False)
+    r = CliRunner().invoke(app, ["plan-size", str(src), "--gap", "0.0225", "--metric", "brier", "--signals",
+                                 "verbalized", "token_bare", "--resamples", "300"])
+    assert r.exit_code == 0, r.output
+    assert "items needed" in r.output and "m1/d" in r.output and "m2/d" in r.output and " ok" in r.output
+    bad = CliRunner().invoke(app, ["plan-size", str(src), "--gap", "0.02", "--signals", "verbalized", "p_true"])
+    assert bad.exit_code == 2 and "no unit has both signals 'verbalized' and 'p_true'" in bad.output
+    assert "token_bare, verbalized" in bad.output
+    missing = CliRunner().invoke(app, ["plan-size", str(tmp_path / "nope"), "--gap", "0.02", "--signals", "a", "b"])
+    assert missing.exit_code == 2 and "no such file or directory" in missing.output
