@@ -426,9 +426,10 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
         ``flip``: the better signal differs between the two gaps, by point;
         ``resolved_flip``: a flip where both advantages' intervals exclude 0.
     """
-    mrows, grows, srows = [], [], []
+    frames: dict[str, list[pd.DataFrame]] = {"metrics": [], "gaps": [], "shifts": []}
     shares: dict[Conclusion, ShareCounts] = {}
-    for u, res in zip(units, results, strict=True):
+    for u, res in zip(units, results, strict=True):  # one unit's rows become a frame at once (bounded memory)
+        mrows, grows = [], []
         lab = u.labels
         metrics = list(res.metrics)
         lo, hi = res.interval(level)
@@ -459,9 +460,18 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
             for r, v, w, k in zip(gap_rows, np.atleast_1d(glo), np.atleast_1d(ghi), np.atleast_1d(gu), strict=True):
                 r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)), n_undefined=int(k))
             grows += gap_rows
-        srows += _shift_rows(u, res, metrics, adv, level)
-    return Estimates(pd.DataFrame(mrows, columns=METRIC_COLUMNS), pd.DataFrame(grows, columns=GAP_COLUMNS),
-                     pd.DataFrame(srows, columns=SHIFT_COLUMNS), edge_table(units), shares)
+        srows = _shift_rows(u, res, metrics, adv, level)
+        for name, rows, cols in (("metrics", mrows, METRIC_COLUMNS), ("gaps", grows, GAP_COLUMNS),
+                                 ("shifts", srows, SHIFT_COLUMNS)):
+            if rows:
+                frames[name].append(pd.DataFrame(rows, columns=cols))
+
+    def cat(name: str, cols: list[str]) -> pd.DataFrame:
+        f = frames[name]
+        return pd.concat(f, ignore_index=True) if f else pd.DataFrame(columns=cols)
+
+    return Estimates(cat("metrics", METRIC_COLUMNS), cat("gaps", GAP_COLUMNS), cat("shifts", SHIFT_COLUMNS),
+                     edge_table(units), shares)
 
 
 def _shift_rows(u: UnitPlan, res: BootstrapResult, metrics: list[str], adv: dict, level: float) -> list[dict]:

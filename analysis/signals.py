@@ -139,7 +139,11 @@ def _cast(col: str, v: pd.Series) -> pd.Series:
         return v.astype("boolean")
     if col == "replaced":
         return v.fillna(False).astype(bool)
-    return v.astype(object).where(v.notna(), "").astype(str).astype(object)
+    # text: missing -> "", anything else -> str(x); a str stays the same object (the rows of a signal share one
+    # label object, so a table of a million rows holds a few hundred strings, not millions)
+    codes, uniques = pd.factorize(v, use_na_sentinel=True)
+    table = np.array([u if type(u) is str else str(u) for u in uniques] + [""], dtype=object)
+    return pd.Series(table[codes], index=v.index, dtype=object)  # code -1 (missing): the last entry, ""
 
 
 def usable(df: pd.DataFrame) -> pd.Series:

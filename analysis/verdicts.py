@@ -222,15 +222,18 @@ def flip_axis(rows: pd.DataFrame, direction: np.ndarray) -> tuple[str, int, int]
     """
     axes = _axes_of(rows)
     best = ("", 0, 0)
-    frame = rows[axes].astype(str).reset_index(drop=True).assign(_d=np.asarray(direction, dtype=np.int64))
-    for axis in axes:
-        others = [a for a in axes if a != axis]
-        groups = frame.groupby(others, sort=False)["_d"] if others else [(None, frame["_d"])]
-        flips = changes = 0
-        for _, d in groups:
-            n = len(d)
-            changes += n * (n - 1) // 2
-            flips += int((d == 1).sum()) * int((d == -1).sum())
+    if not axes:
+        return best
+    codes = np.column_stack([pd.factorize(rows[a].astype(str))[0] for a in axes])
+    d = np.asarray(direction, dtype=np.int64)
+    plus, minus = (d == 1).astype(np.int64), (d == -1).astype(np.int64)
+    for k, axis in enumerate(axes):
+        others = np.delete(codes, k, axis=1)
+        group = (np.unique(others, axis=0, return_inverse=True)[1].ravel() if others.shape[1]
+                 else np.zeros(len(d), dtype=np.int64))
+        n = np.bincount(group)
+        flips = int((np.bincount(group, weights=plus) * np.bincount(group, weights=minus)).sum())
+        changes = int((n * (n - 1) // 2).sum())
         if flips > best[1]:
             best = (axis, flips, changes)
     return best

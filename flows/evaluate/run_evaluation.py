@@ -55,8 +55,9 @@ class Evaluation:
         The one signal table (``tables/signals.parquet``, analysis/signals.py).
     units : list of UnitPlan
         The units as evaluated, and ``results`` their bootstrap results for the study tables: the signals' own
-        cells of the answer units under the first refusal policy, None for the others (freed as the evaluation
-        goes, so the peak memory is about one unit's resamples beyond what the study tables keep).
+        cells of the main answer set's units under the first parse and refusal policies, None for the others
+        (freed as the evaluation goes, so the peak memory is about one unit's resamples beyond what the study
+        tables keep).
     edges, closure : DataFrame
         ``results/edges`` (each signal's share of confidences on bin edges) and ``results/closure`` (where the
         bin closure changes a result; analysis/closure.py).
@@ -194,13 +195,16 @@ def _settings_rows(spec: GridSpec, units: dict[tuple[str, str, str], Unit], sign
     from confgrid.flows.tables.signals import unit_keys
 
     done = analyzed(signals)
+    done = done[(done["align"] == ANSWER_ALIGN) & (done["target_kind"] == "correct")] if len(done) else done
+    answers = ({k: g.drop_duplicates("item_id") for k, g in done.groupby(list(UNIT_COLUMNS), sort=False)}
+               if len(done) else {})
+    empty = done.iloc[:0] if len(done) else pd.DataFrame(columns=["target", "replaced"])
     rows = []
     for key in unit_keys(spec, units):
         u = units[(key["model"], key["dataset"], key["answer_set"])]
         g = u.graded
         ok = g["parse_status"] == "ok"
-        mine = select(done, {**key, "target_kind": "correct"})
-        ans = mine[mine["align"] == ANSWER_ALIGN].drop_duplicates("item_id")
+        ans = answers.get(tuple({**key, "target_kind": "correct"}[c] for c in UNIT_COLUMNS), empty)
         if key["refusal"] == "chance":  # accuracy over every analyzed row, the chance letters included
             accuracy = float(ans["target"].mean()) if len(ans) else float("nan")
         else:
@@ -273,15 +277,19 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                        edge_bins=edge_bins(metrics, spec.metrics.ece_bins))
     for u in plans:
         u.metrics = own_metrics.get(tuple(u.labels[c] for c in UNIT_COLUMNS), ())
-    kept: list = []  # the study tables' resamples: the own cells of the primary refusal policy's answer units
+    # the study tables' resamples (flows/evaluate/study_tables.py): the signals' own cells of the units of the main
+    # answer set under the first parse and refusal policies (every rule: the correctness-rule axis); no other unit's
+    primary = primary_group(spec)
 
     def keep(u, r):
         lab = u.labels
-        if lab["refusal"] != spec.parsing.refusal[0] or lab["answer_set"] == CAPABILITY_SET:
+        if any(lab[k] != primary[k] for k in ("answer_set", "parse_policy", "refusal")):
             return None
         S = len(u.signals)
         return BootstrapResult(r.point[:S], r.resamples[:S].copy(), r.metrics, list(u.signals), r.n_resamples,
                                r.seed, r.chunk_size, r.n_bins, n_clusters=r.n_clusters)
+
+    kept: list = []
 
     def in_process():  # one unit at a time: its resamples are freed once its rows are made (peak: one unit)
         for u in plans:

@@ -149,29 +149,47 @@ def answer_rows(graded: pd.DataFrame, tokens: pd.DataFrame, contexts: tuple[str,
         replaced = chance["confidence"].notna()
         status = status.where(~replaced, "ok")
         target = target.where(~replaced, chance["target"])
-    answered = g["answer"].map(lambda a: isinstance(a, str) and bool(a.strip())) | replaced
-    base_status = status.where(status != "ok", np.where(target.isna(), "rule_undefined", "ok"))
-    frames = []
-    common = {"item_id": g["item_id"], "target": target, "replaced": replaced, "rated": "own_answer",
-              "target_rule": rule, "align": ANSWER_ALIGN}
+    answered = (g["answer"].map(lambda a: isinstance(a, str) and bool(a.strip())) | replaced).to_numpy(bool)
+    target_v = target.to_numpy(np.float64)
+    base_status = status.where(status != "ok", np.where(np.isnan(target_v), "rule_undefined", "ok")).to_numpy(object)
+    n = len(g)
+    item_ids, replaced_v = g["item_id"].to_numpy(object), replaced.to_numpy(bool)
+    # one block of n rows per signal, stacked column by column into one frame (a frame per signal is slow)
+    blocks: dict[str, list] = {c: [] for c in ("signal", "kind", "context", "aggregation", "confidence", "status")}
+
+    def add(signal: str, kind: str, context: str, aggregation: str, confidence: np.ndarray, st: np.ndarray) -> None:
+        for col, v in (("signal", signal), ("kind", kind), ("context", context), ("aggregation", aggregation)):
+            blocks[col].append(np.full(n, v, dtype=object))
+        blocks["confidence"].append(np.asarray(confidence, dtype=np.float64))
+        blocks["status"].append(np.asarray(st, dtype=object))
+
+    chance_conf = chance["confidence"].to_numpy(np.float64) if chance is not None else None
     if verbalized:
-        conf = g["verbalized"].astype(float).where(~replaced, chance["confidence"] if chance is not None else np.nan)
-        frames.append(pd.DataFrame({**common, "signal": "verbalized", "kind": "verbalized", "context": "",
-                                    "aggregation": "", "confidence": conf, "status": base_status}))
+        conf = g["verbalized"].astype(float).to_numpy(np.float64)
+        add("verbalized", "verbalized", "", "", np.where(replaced_v, chance_conf, conf) if chance is not None
+            else np.where(replaced_v, np.nan, conf), base_status)
     primary = aggregations[0]
+    by_ctx = ({c: t.set_index("item_id") for c, t in tokens.drop_duplicates(["context_id", "item_id"])
+               .groupby("context_id", sort=False)} if len(tokens) else {})
+    status_v = status.to_numpy(object)
     for ctx in contexts:
-        t = tokens[tokens["context_id"] == ctx].drop_duplicates("item_id").set_index("item_id") \
-            if len(tokens) else pd.DataFrame()
+        t = by_ctx.get(ctx, pd.DataFrame())
         for agg in aggregations:
             col = f"token_score__{agg}"
-            score = g["item_id"].map(t[col]).astype(float) if col in t else pd.Series(np.nan, index=g.index)
+            score = (g["item_id"].map(t[col]).astype(float).to_numpy(np.float64) if col in t
+                     else np.full(n, np.nan))
             if chance is not None:
-                score = score.where(~replaced, chance["confidence"])
-            st = np.where(~answered, status, np.where(target.isna(), "rule_undefined",
-                                                      np.where(np.isfinite(score), "ok", "token_score_missing")))
-            frames.append(pd.DataFrame({**common, "signal": token_signal(ctx, agg, primary), "kind": "token",
-                                        "context": ctx, "aggregation": agg, "confidence": score, "status": st}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["item_id", "signal"])
+                score = np.where(replaced_v, chance_conf, score)
+            st = np.where(~answered, status_v, np.where(np.isnan(target_v), "rule_undefined",
+                                                        np.where(np.isfinite(score), "ok", "token_score_missing")))
+            add(token_signal(ctx, agg, primary), "token", ctx, agg, score, st)
+    k = len(blocks["signal"])
+    if not k:
+        return pd.DataFrame(columns=["item_id", "signal"])
+    out = pd.DataFrame({c: np.concatenate(v) for c, v in blocks.items()})
+    out.insert(0, "item_id", np.tile(item_ids, k))
+    return out.assign(target=np.tile(target_v, k), replaced=np.tile(replaced_v, k), rated="own_answer",
+                      target_rule=rule, align=ANSWER_ALIGN)
 
 
 def method_rows(method_signals: pd.DataFrame) -> pd.DataFrame:
