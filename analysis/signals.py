@@ -24,7 +24,8 @@ Columns (:data:`SCHEMA`; :func:`conform` fills what a producer does not set):
   ``template``, ``k``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
   ``merge``, ``renormalize``, ``rated`` (whose answer the confidence is
   about: ``own_answer``, ``greedy_answer``, ``first_sample``,
-  ``majority_answer``, ``favoured_letter``, ``supplied``), ``target_rule``;
+  ``majority_answer``, ``favoured_letter``, ``supplied``: the answer the
+  supplied-answer probe gave the model, signal ``probe_<kind>``), ``target_rule``;
 * ``confidence``: probability in [0, 1] (NaN: none);
 * ``target``: what the confidence is graded against, in [0, 1]: correctness
   0/1 (``target_kind`` ``correct``), a graded score (``graded``) or the
@@ -62,8 +63,9 @@ USABLE_STATUSES = ("ok", "target_absent")
 #: What a confidence is graded against.
 TARGET_KINDS = ("correct", "graded", "expected_accuracy")
 #: The kinds of signal a run produces (``confgrid analyze`` input has kind ``input``).
-SIGNAL_KINDS = ("verbalized", "token", "p_true", "p_true_capability", "self_consistency", "self_consistency_majority",
-                "rating", "verbalized_before", "letter_probability", "capability_estimator", "input")
+SIGNAL_KINDS = ("verbalized", "token", "probe", "p_true", "p_true_capability", "self_consistency",
+                "self_consistency_majority", "rating", "verbalized_before", "letter_probability", "capability_estimator",
+                "input")
 
 _STR = pa.string()
 SCHEMA = pa.schema([

@@ -221,3 +221,19 @@ def test_twenty_units_are_one_ray_data_job(monkeypatch):
     assert calls == [20]
     for a, b in zip(ray_path, local, strict=True):
         np.testing.assert_array_equal(a.resamples, b.resamples)
+
+
+def test_probe_rows_grade_the_supplied_answer_under_the_units_rule():
+    from confgrid.flows.tables.signals import probe_rows
+    from confgrid.protocols.items import Item
+
+    items = [Item(item_id="q1", dataset="d", question="Capital of France?", gold_answers=("Paris",), canonical="Paris"),
+             Item(item_id="q2", dataset="d", question="2+2?", gold_answers=("4",), canonical="4")]
+    probe = pd.DataFrame({"item_id": ["q1", "q1", "q2", "q2"], "kind": ["canonical", "plausible_wrong", "own", "own"],
+                          "answer": ["Paris", "Lyon", "four", "4"], "verbalized": [0.9, 0.4, None, 0.7],
+                          "parse_status": ["ok", "ok", "no_probability", "ok"]})
+    rows = probe_rows(probe, items, "containment")
+    assert list(rows["signal"]) == ["probe_canonical", "probe_plausible_wrong", "probe_own"]  # first (item, kind)
+    assert list(rows["target"]) == [1.0, 0.0, 0.0] and list(rows["status"]) == ["ok", "ok", "no_probability"]
+    assert set(rows["kind"]) == {"probe"} and set(rows["rated"]) == {"supplied"} and set(rows["align"]) == {""}
+    assert probe_rows(pd.DataFrame(), items, "containment").empty

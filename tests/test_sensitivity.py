@@ -161,3 +161,21 @@ def test_the_verdict_table_is_written_and_shown_first(run):
     print_results(out, console)
     text = console.export_text()
     assert text.index("Is the conclusion robust?") < text.index("Settings")
+
+
+def test_every_probe_kind_is_a_signal_paired_with_verbalized(run):
+    """Issue 20: the supplied-answer probe's kinds are rows of the one signal table (signal probe_<kind>, graded
+    by the unit's rule against the supplied answer) with metrics and paired gaps against verbalized."""
+    spec, out, summary = run
+    signals = pd.read_parquet(out / "tables" / "signals.parquet")
+    probe = signals[signals["kind"] == "probe"]
+    assert set(probe["signal"]) == {f"probe_{k}" for k in pd.read_parquet(out / "tables" / "probe.parquet")["kind"]}
+    assert set(probe["answer_set"]) == {"main"} and set(probe["rated"]) == {"supplied"}
+    canon = probe[(probe["signal"] == "probe_canonical") & (probe["status"] == "ok") & (probe["rule"] == "containment")
+                  & (probe["dataset"] != "mmlu")]  # MMLU's canonical is the option text; its gold is the letter
+    assert len(canon) and canon["target"].mean() > 0.8  # the reference answer: graded correct nearly always
+    g = summary.gaps
+    pg = g[(g["signal_a"] == "verbalized") & (g["kind_b"] == "probe")]
+    assert {"probe_canonical", "probe_own"} <= set(pg["signal_b"])
+    m = summary.metrics
+    assert {"probe_canonical", "probe_own"} <= set(m.loc[m["kind"] == "probe", "signal"])

@@ -79,8 +79,8 @@ def _item_columns(units: dict[tuple[str, str, str], Unit], group_by: tuple[str, 
     return pd.DataFrame(rows, columns=cols)
 
 
-#: Signal kinds of the answer (verbalized and token scores); every other kind but the capability estimators is a
-#: confidence method.
+#: Signal kinds of the answer (verbalized and token scores); every other kind but the capability estimators and
+#: the probe is a confidence method.
 _ANSWER_KINDS = ("verbalized", "token")
 
 
@@ -96,7 +96,8 @@ def _signal_rows(analyzed: pd.DataFrame) -> pd.DataFrame:
     if analyzed.empty:
         return pd.DataFrame(columns=cols)
     answers = analyzed.loc[analyzed["kind"].isin(_ANSWER_KINDS), cols]
-    m = analyzed[~analyzed["kind"].isin([*_ANSWER_KINDS, "capability_estimator"])]
+    # the probe's kinds are in table17 and results/metrics; the capability estimators in capability_metrics
+    m = analyzed[~analyzed["kind"].isin([*_ANSWER_KINDS, "capability_estimator", "probe"])]
     m = m.drop_duplicates(["model", "dataset", "signal", "item_id"])
     methods = m.assign(answer_set="method", parse_policy="", refusal="", rule=m["target_rule"])[cols]
     return pd.concat([answers, methods], ignore_index=True)

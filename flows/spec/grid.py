@@ -511,7 +511,8 @@ class GridSpec(_Spec):
 
     def signal_names(self) -> list[str]:
         """Every signal a run of this grid can produce: verbalized, the token score of each scoring context and
-        aggregation (of every answer set's contexts), each method's signal(s), each capability estimator's."""
+        aggregation (of every answer set's contexts), each method's signal(s), each capability estimator's, and
+        ``probe_<kind>`` of each supplied-answer kind of an enabled probe."""
         from confgrid.flows.stages import token_signal
 
         prim = self.scoring.aggregations[0]
@@ -520,6 +521,8 @@ class GridSpec(_Spec):
         for m in self.methods:
             out.extend(m.kind_entry.signals(m.id))
         out += [s for s in self.capability.estimator_signals(self.methods) if s not in out]
+        if self.probe.enabled:
+            out += [f"probe_{k}" for k in self.probe.kinds]
         return out
 
     def _check_pairs(self) -> None:

@@ -8,6 +8,9 @@
   (study 000 section 3.1).
 * :func:`method_rows`: every confidence method's rows (flows/evaluate/methods.py
   ``tables/method_signals.parquet``), each on its own items.
+* :func:`probe_rows`: the supplied-answer probe (study 000 section 3.6): one
+  signal ``probe_<kind>`` per supplied-answer kind, the stated probability
+  graded by the unit's rule against the answer that was supplied.
 * :func:`run_signal_table`: both, every method row placed in the units of the
   main answer set whose correctness rule grades it.
 * :class:`ProducerRows`: rows a later producer adds in units of its own, with
@@ -30,7 +33,7 @@ from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.stages import REFUSAL_POLICIES, token_signal
 from confgrid.protocols.items import Item
 
-__all__ = ["answer_rows", "method_rows", "run_signal_table", "unit_keys", "ANSWER_ALIGN", "CAPABILITY_SET",
+__all__ = ["answer_rows", "method_rows", "probe_rows", "run_signal_table", "unit_keys", "ANSWER_ALIGN", "CAPABILITY_SET",
            "ProducerRows"]
 
 #: The ``align`` label of the signals of one answer (verbalized and token scores).
@@ -211,6 +214,44 @@ def method_rows(method_signals: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def probe_rows(probe: pd.DataFrame, items: list[Item], rule: str) -> pd.DataFrame:
+    """Signal-table rows of the supplied-answer probe of one answer set (study 000 section 3.6, Appendix I).
+
+    Parameters
+    ----------
+    probe : DataFrame
+        ``tables/probe`` rows of one (model, dataset, answer set): item_id, kind (protocols/probe.py
+        ``SUPPLIED_KINDS``), answer (the supplied answer), verbalized (the stated probability, NaN if none),
+        parse_status.
+    items : list of Item
+        The answer set's items (for grading).
+    rule : str
+        The unit's correctness rule: the target is the supplied answer's correctness under it.
+
+    Returns
+    -------
+    DataFrame
+        Rows without unit labels: item_id, signal ``probe_<kind>``, kind ``probe``, rated ``supplied``,
+        target_rule, confidence, target, status (the probe's parse status; ``rule_undefined`` where the rule
+        cannot grade the item), align empty (each kind on its own items). The first row of an (item, kind) is kept.
+    """
+    from confgrid.protocols.correctness import get_rule
+
+    if probe is None or probe.empty:
+        return pd.DataFrame(columns=["item_id", "signal"])
+    p = probe.drop_duplicates(["item_id", "kind"]).reset_index(drop=True)
+    by_id = {it.item_id: it for it in items}
+    fn = get_rule(rule)
+    target = np.array([float(fn(a, by_id[i])) if i in by_id and isinstance(a, str) else np.nan
+                       for i, a in zip(p["item_id"], p["answer"], strict=True)], dtype=np.float64)
+    conf = pd.to_numeric(p["verbalized"], errors="coerce").to_numpy(np.float64)
+    status = np.where(p["parse_status"].astype(str) != "ok", p["parse_status"].astype(str),
+                      np.where(np.isnan(target), "rule_undefined", "ok"))
+    return pd.DataFrame({"item_id": p["item_id"], "signal": "probe_" + p["kind"].astype(str), "kind": "probe",
+                         "rated": "supplied", "target_rule": rule, "confidence": conf, "target": target,
+                         "status": status, "align": ""})
+
+
 def _refusals(spec: GridSpec, a) -> tuple[str, ...]:
     """Refusal policies evaluated for an answer set: ``chance`` only where it shows options (format mc)."""
     if a.format == "mc":
@@ -258,6 +299,10 @@ def run_signal_table(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                            chance_seed=spec.parsing.chance_seed, chance_run=key["answer_set"])
         if len(rows):
             frames.append(conform(rows, **key))
+        if u.probe is not None and len(u.probe) and a.verbalized_source() != "probe":  # an extra signal
+            probes = probe_rows(u.probe, u.items, key["rule"])
+            if len(probes):
+                frames.append(conform(probes, **key))
     methods = method_rows(method_signals if method_signals is not None else pd.DataFrame())
     if len(methods):
         main_set = next(a for a in spec.all_answer_sets() if a.id == "main")
