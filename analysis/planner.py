@@ -172,7 +172,7 @@ def plan_size(conf_a, conf_b, target, metric: str, gap: float, *, power: float =
     pilot_gap = float(gap_resamples(a, b, y, metric, np.ones((1, a.size)), n_bins, yb)[0]) if a.size else np.nan
     if N < MIN_PILOT:
         return SizePlan(N, pilot_gap, (), (), np.nan, np.nan, None, "pilot_too_small",
-                        f"{N} units; the planner needs at least {MIN_PILOT}")
+                        f"{N} unit(s); the planner needs at least {MIN_PILOT}")
     sizes = tuple(sorted({max(MIN_SUBSAMPLE, int(round(f * N))) for f in SUBSAMPLE_FRACTIONS}))
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 22]))
     sds = []

@@ -20,7 +20,8 @@ calibration error, :func:`metric_family`). Per conclusion (:func:`verdict_table`
   (:data:`AXES`), the axis whose change turns "A better" into "B better" (by point) most often, and how often
   (ties: the axis first in :data:`AXES`);
 * ``verdict`` (:class:`VerdictRule`, thresholds documented and configurable): ``robust``, ``fragile`` or
-  ``unresolved``, and ``holds_for``: the side the point estimates favour in most settings.
+  ``unresolved``, and ``holds_for``: the side the point estimates favour in most settings (``neither``, and
+  ``unresolved``, when every setting is a tie).
 
 The method is a specification-curve summary in the sense of Simonsohn, Simmons and Nelson, "Specification curve
 analysis", Nature Human Behaviour 4, 1208-1214 (2020): every defensible specification of the analysis is run,
@@ -299,9 +300,11 @@ def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] |
         if counts is not None and counts.defined.size and (counts.defined > 0).any():
             lo, hi = (float(x) for x in interval(counts.shares(), level))
         a_leads = n and p_a >= p_b
-        holds = key.signal_a if a_leads else key.signal_b if n else ""
-        word = rule.verdict(p_a if a_leads else p_b, r_a if a_leads else r_b, r_b if a_leads else r_a) if n \
-            else "unresolved"
+        if not n or max(p_a, p_b) == 0:  # no setting, or every one a tie: no side to speak of
+            holds, word = ("neither" if n else ""), "unresolved"
+        else:
+            holds = key.signal_a if a_leads else key.signal_b
+            word = rule.verdict(p_a if a_leads else p_b, r_a if a_leads else r_b, r_b if a_leads else r_a)
         axis, flips, changes = flip_axis(sub, d)
         out.append({"signal_a": key.signal_a, "signal_b": key.signal_b, "metric": key.metric, "verdict": word,
                     "holds_for": holds, "n_settings": n, "n_undefined": int((~finite).sum()), "share_a_better": p_a,

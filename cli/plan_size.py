@@ -22,7 +22,8 @@ def plan_size_cmd(
     level: float = typer.Option(0.95, "--level", help="Interval level (the run's bootstrap.level)."),
     resamples: int = typer.Option(1000, "--resamples", help="Resamples per subsample size."),
     seed: int = typer.Option(0, "--seed", help="Seed of the subsamples."),
-    unit: str = typer.Option(None, "--unit", help="Only this unit (its name as in results/metrics, or its setting)."),
+    unit: str = typer.Option(None, "--unit", help="Only this unit (as printed: setting|answer set|parse policy|"
+                             "refusal|rule), or every unit of a setting."),
     clustered: bool = typer.Option(False, "--clustered/--items", help="Resample the signal table's clusters (a "
                                    "run with bootstrap.cluster): the answer counts clusters."),
     ece_bins: int = typer.Option(10, "--ece-bins", help="Equal-width ECE bins."),

@@ -240,3 +240,9 @@ def test_specification_curves_sort_the_gaps_and_mark_the_axis_values(tmp_path):
     assert png_size(tmp_path / "spec_curve_verbalized_vs_token_ece.png") == (700, 500)
     drawn = pd.read_csv(tmp_path / "spec_curve_verbalized_vs_token_ece.csv")
     assert list(drawn["gap"]) == pytest.approx(list(d["gap"]))
+
+
+def test_every_setting_a_tie_is_unresolved_for_neither_side():
+    v = verdict_table(_gaps(["neither"] * 4, [False] * 4)).iloc[0]
+    assert (v["holds_for"], v["verdict"], v["share_a_better"], v["share_resolved_b"]) == ("neither", "unresolved",
+                                                                                          0.0, 0.0)

@@ -15,7 +15,7 @@ import pandas as pd
 
 from confgrid.analysis.evaluation import unit_name
 from confgrid.analysis.planner import plan_size
-from confgrid.analysis.signals import COLUMNS, UNIT_COLUMNS, analyzed, conform
+from confgrid.analysis.signals import COLUMNS, UNIT_COLUMNS, analyzed, check, conform
 from confgrid.flows.analyze.read import AnalyzeInputError
 
 __all__ = ["PLAN_COLUMNS", "read_pilot", "plan_sizes"]
@@ -53,15 +53,24 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     else:
         raise AnalyzeInputError(f"{path}: unknown suffix {suffix!r}; allowed: a run directory, .parquet, .csv, .jsonl")
     if set(UNIT_COLUMNS) <= set(df.columns) and "target" in df.columns:
-        return conform(df)
+        return _checked(conform(df), path)
     need = ["setting", "item_id", "signal", "confidence", "correct"]
     missing = [c for c in need if c not in df.columns]
     if missing:
         raise AnalyzeInputError(f"{path}: missing column(s) {missing}; a pilot is a run's signal table or has the "
                                 f"columns {need}")
     rows = df.rename(columns={"correct": "target"})
-    return conform(rows[[c for c in rows.columns if c in COLUMNS]].astype({"setting": str, "item_id": str,
-                                                                          "signal": str}))
+    return _checked(conform(rows[[c for c in rows.columns if c in COLUMNS]].astype({"setting": str, "item_id": str,
+                                                                                   "signal": str})), path)
+
+
+def _checked(table: pd.DataFrame, path) -> pd.DataFrame:
+    """``table`` after analysis/signals.py ``check`` (a value outside [0, 1], a duplicate row: AnalyzeInputError)."""
+    try:
+        check(table)
+    except ValueError as exc:
+        raise AnalyzeInputError(f"{path}: {exc}") from None
+    return table
 
 
 def plan_sizes(pilot: pd.DataFrame, signal_a: str, signal_b: str, metric: str, gap: float, *, power: float = 0.8,
@@ -69,7 +78,8 @@ def plan_sizes(pilot: pd.DataFrame, signal_a: str, signal_b: str, metric: str, g
                unit: str | None = None, n_bins: int = 10) -> pd.DataFrame:
     """The planner's answer for every unit of ``pilot`` holding both signals (:data:`PLAN_COLUMNS`).
 
-    ``unit``: only the units whose name (:func:`~confgrid.analysis.evaluation.unit_name`) or setting equals it.
+    ``unit``: only the units whose name (``setting|answer set|parse policy|refusal|rule``, the empty parts left out)
+    or setting equals it.
     ``clustered``: the ``cluster`` column's clusters are the resampled unit (a run's ``bootstrap.cluster``).
     ``pilot_power``: the predicted power of the pilot's own size for ``gap``.
 
@@ -83,7 +93,9 @@ def plan_sizes(pilot: pd.DataFrame, signal_a: str, signal_b: str, metric: str, g
     out = []
     for key, g in rows.groupby(list(UNIT_COLUMNS), sort=False):
         labels = dict(zip(UNIT_COLUMNS, key, strict=True))
-        name = unit_name(key)
+        # the unit as results/metrics names it, without what the setting already says
+        name = unit_name(v for c, v in labels.items() if c not in ("model", "dataset")
+                         and not (c == "target_kind" and v == "correct"))
         if unit is not None and unit not in (name, labels["setting"]):
             continue
         a = g[g["signal"] == signal_a].drop_duplicates("item_id").set_index("item_id")
