@@ -154,9 +154,9 @@ def _store_items(spec: GridSpec, store: RunStore, items: dict[str, list[Item]]) 
         key = shard_key("items", {"dataset": d.model_dump(mode="json"), "ids": [i.item_id for i in its]})
         tbl = items_to_table(its)
         if store.has_shard("items", key):
-            store.reuse("items", d.name, key)
+            store.reuse("items", d.name, key, dataset=d.name)
         else:
-            store.finish(store.begin("items", d.name, key), tbl)
+            store.finish(store.begin("items", d.name, key, dataset=d.name), tbl)
         tables.append(tbl)
         log.info("dataset %s: %d items", d.name, len(its))
     return store.write_table("items", tables)
@@ -277,22 +277,18 @@ def _capability(spec: GridSpec, est, ev: Evaluation, store: RunStore):
 
 
 def _in_grid(spec: GridSpec):
-    """Whether a manifest record belongs to a model, dataset and answer set of ``spec`` (by its label)."""
-    import re
-
+    """Whether a manifest record belongs to a model, dataset and answer set of ``spec`` (its recorded grid
+    entries; a record written before they were recorded, or rebuilt from shard files, is kept)."""
     models = {m.name for m in spec.models}
     datasets = {d.name for d in spec.datasets}
     sets = {a.id for a in spec.all_answer_sets()}
 
     def keep(rec) -> bool:
-        if rec.extra.get("recovered"):  # from a rebuilt manifest: named when a run reuses its file
+        if rec.extra.get("recovered") or rec.dataset is None:  # nothing recorded to judge by: kept
             return True
         if rec.stage == "items":
-            return rec.setting in datasets
-        model, _, rest = rec.setting.partition("/")
-        dataset = re.split(r"[\[/#]", rest, maxsplit=1)[0]
-        m = re.search(r"\[([^\]]+)\]", rest)
-        return model in models and dataset in datasets and (m.group(1) if m else "main") in sets
+            return rec.dataset in datasets
+        return rec.model in models and rec.dataset in datasets and (rec.answer_set or "main") in sets
 
     return keep
 

@@ -58,16 +58,28 @@ def test_records_of_models_no_longer_in_the_grid_are_pruned(tmp_path):
                        "datasets": [{"name": "tq", "adapter": "triviaqa"}],
                        "answer_sets": [{"id": "ao", "prompt": "answer_only"}]})
     keep = _in_grid(spec)
-    rec = lambda stage, label: ShardRecord(stage=stage, setting=label, key="k")  # noqa: E731
-    assert keep(rec("generate", "a/tq#0")) and keep(rec("score", "a/tq/bare#1"))
-    assert keep(rec("generate", "a/tq[ao]#0")) and keep(rec("probe", "a/tq/own#0")) and keep(rec("items", "tq"))
-    assert not keep(rec("generate", "broken/tq#0"))
-    assert not keep(rec("generate", "a/other#0")) and not keep(rec("items", "other"))
-    assert not keep(rec("generate", "a/tq[mc]#0"))
+
+    def rec(stage, label, model=None, dataset=None, answer_set=None):
+        return ShardRecord(stage=stage, setting=label, key="k", model=model, dataset=dataset, answer_set=answer_set)
+
+    assert keep(rec("generate", "a/tq#0", "a", "tq", "main")) and keep(rec("score", "a/tq/bare#1", "a", "tq", "main"))
+    assert keep(rec("generate", "a/tq[ao]#0", "a", "tq", "ao")) and keep(rec("probe", "a/tq/own#0", "a", "tq", "main"))
+    assert keep(rec("items", "tq", dataset="tq"))
+    assert not keep(rec("generate", "broken/tq#0", "broken", "tq", "main"))
+    assert not keep(rec("generate", "a/other#0", "a", "other", "main")) and not keep(rec("items", "other", dataset="other"))
+    assert not keep(rec("generate", "a/tq[mc]#0", "a", "tq", "mc"))
+    # the grid entries are fields, never parsed out of the label: a label that says otherwise changes nothing
+    assert not keep(rec("generate", "a/tq#0", "broken", "tq", "main"))
+    assert keep(rec("generate", "broken/tq#0"))  # a record written before the fields existed: kept
     store = RunStore(tmp_path / "o")
-    for r in (rec("generate", "a/tq#0"), rec("generate", "broken/tq#0")):
+    for r in (rec("generate", "a/tq#0", "a", "tq", "main"), rec("generate", "broken/tq#0", "broken", "tq", "main")):
         store.records[f"{r.stage}/{r.setting}"] = r
     assert store.prune(keep) == 1 and list(store.records) == ["generate/a/tq#0"]
+    # begin and reuse keep the fields on the manifest record, through a save and a reload
+    r = store.begin("generate", "a/tq#1", "k2", model="a", dataset="tq", answer_set="main")
+    store.save_manifest()
+    again = RunStore(tmp_path / "o").records["generate/a/tq#1"]
+    assert (again.model, again.dataset, again.answer_set) == ("a", "tq", "main") and r.model == "a"
 
 
 def test_relabel_sets_the_names_of_the_shard_it_is_read_for():

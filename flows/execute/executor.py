@@ -288,12 +288,12 @@ class Executor(ReplicaLiveness):
             sh = todo.popleft()
             self.submitted.append(sh)
             if sh.key in self.done:
-                self.store.reuse(sh.stage, sh.label, sh.key)
+                self.store.reuse(sh.stage, sh.label, sh.key, **sh.grid_entries)
                 todo += self._plan.on_done(sh, self.done[sh.key])
             elif sh.key in self._queued:
                 self._queued[sh.key].append(sh)  # a twin: same inputs (e.g. coinciding contexts), computed once
             elif (stored := self.store.read_stored(sh.stage, sh.key)) is not None:
-                self.store.reuse(sh.stage, sh.label, sh.key)
+                self.store.reuse(sh.stage, sh.label, sh.key, **sh.grid_entries)
                 table = stored.to_pandas()
                 self.done[sh.key] = table
                 self.counters.reused += 1
@@ -306,7 +306,7 @@ class Executor(ReplicaLiveness):
                 self.counters.skipped += 1
                 todo += self._plan.on_skipped(sh)
             elif sh.model in self._dead_reason:
-                rec = self.store.begin(sh.stage, sh.label, sh.key)
+                rec = self.store.begin(sh.stage, sh.label, sh.key, **sh.grid_entries)
                 todo += self._fail([sh], [rec], self._dead_reason[sh.model])
             else:
                 counted = [u for u in sh.upstream if u in self._bounds]
@@ -473,7 +473,7 @@ class Executor(ReplicaLiveness):
         api = self.models[name].backend == "openai"
         for sh in queued:
             group = self._queued.pop(sh.key, [sh])
-            recs = [self.store.begin(s.stage, s.label, s.key) for s in group]
+            recs = [self.store.begin(s.stage, s.label, s.key, **s.grid_entries) for s in group]
             if api:  # requests asked for and never sent: "0 answered of N requests" counts them
                 for s, rec in zip(group, recs, strict=True):
                     counts = RequestCounts(requests=len(s.rows))
@@ -517,7 +517,7 @@ class Executor(ReplicaLiveness):
                         break
                     recs = []
                     for sh in nxt.shards:
-                        rec = self.store.begin(sh.stage, sh.label, sh.key)
+                        rec = self.store.begin(sh.stage, sh.label, sh.key, **sh.grid_entries)
                         rec.replica, rec.node_id, rec.node_ip = rep.name, rep.node_id or None, rep.node_ip or None
                         recs.append(rec)
                     ref = rep.handle.run.remote(nxt.call)
@@ -695,7 +695,7 @@ class Executor(ReplicaLiveness):
             group = self._queued.pop(sh.key, [sh])
             for s in group:
                 if s is not sh:
-                    self.store.reuse(s.stage, s.label, s.key)
+                    self.store.reuse(s.stage, s.label, s.key, **s.grid_entries)
                 new += self._plan.on_done(s, table)
         if restarted and any(r.restarts for r in f.records):
             log.warning("shard(s) %s went through the restart of %s (restarts recorded per shard)",
@@ -727,7 +727,7 @@ class Executor(ReplicaLiveness):
         for sh, rec in zip(shards, records, strict=True):
             group = self._queued.pop(sh.key, [sh])
             for s in group:
-                r = rec if s is sh else self.store.begin(s.stage, s.label, s.key)
+                r = rec if s is sh else self.store.begin(s.stage, s.label, s.key, **s.grid_entries)
                 if tb is not None:
                     r.extra["traceback"] = tb if first is None else f"see shard {first}"
                     first = first or f"{s.stage}/{s.label}"

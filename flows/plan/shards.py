@@ -179,6 +179,12 @@ class ShardRequest:
         return [r.item_id for r in self.rows]
 
     @property
+    def grid_entries(self) -> dict[str, str]:
+        """The grid entries the shard belongs to, as the manifest records them (RunStore ``begin``/``reuse``):
+        ``model``, ``dataset``, ``answer_set``."""
+        return {"model": self.model, "dataset": self.dataset, "answer_set": self.answer_set}
+
+    @property
     def engine_kind(self) -> str:
         """What the replica runs: ``generate`` (generate, probe, sample, rate), ``score``, ``next_token``,
         ``hidden_states``."""

@@ -214,6 +214,11 @@ class ShardRecord:
     sha256: str | None = None  # of the shard file as written; checked before the file is reused
     requests: dict[str, Any] | None = None  # an API model's requests (actors/calls.py RequestCounts.as_dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # the grid entries the shard belongs to, as fields (never parsed back out of ``setting``, the label);
+    # None in a manifest written before they were recorded
+    model: str | None = None
+    dataset: str | None = None
+    answer_set: str | None = None
 
 
 class RunStore:
@@ -357,12 +362,16 @@ class RunStore:
     def read_shard(self, stage: str, key: str) -> pa.Table:
         return pq.read_table(self.shard_path(stage, key))
 
-    def begin(self, stage: str, setting: str, key: str) -> ShardRecord:
+    def begin(self, stage: str, setting: str, key: str, *, model: str | None = None, dataset: str | None = None,
+              answer_set: str | None = None) -> ShardRecord:
+        """Mark shard ``key`` of ``stage`` running under its label ``setting``; ``model``, ``dataset`` and
+        ``answer_set`` say which grid entries it belongs to (kept on the record)."""
         rid = self._rid(stage, setting)
         rec = self.records.get(rid)
         if rec is None or rec.key != key:
             rec = ShardRecord(stage=stage, setting=setting, key=key)
             self.records[rid] = rec
+        rec.model, rec.dataset, rec.answer_set = model, dataset, answer_set
         rec.attempts += 1
         rec.status = "running"
         rec.error = None
@@ -411,12 +420,15 @@ class RunStore:
         if force or (self._dirty and time.time() - self._saved_at >= self.flush_seconds):
             self.save_manifest()
 
-    def reuse(self, stage: str, setting: str, key: str) -> ShardRecord:
+    def reuse(self, stage: str, setting: str, key: str, *, model: str | None = None, dataset: str | None = None,
+              answer_set: str | None = None) -> ShardRecord:
+        """Record a stored shard as reused (no model call); the grid entries as in :meth:`begin`."""
         rid = self._rid(stage, setting)
         rec = self.records.get(rid)
         if rec is None or rec.key != key:
             rec = ShardRecord(stage=stage, setting=setting, key=key, status="done")
             self.records[rid] = rec
+        rec.model, rec.dataset, rec.answer_set = model, dataset, answer_set
         path = self.shard_path(stage, key)
         rec.status = "done"
         rec.reused = True
