@@ -1,11 +1,11 @@
 """Paired bootstrap of the ACE gaps, vectorized over resamples (study 001, Appendix E.6).
 
 Per cell, ``B`` (2,000) resamples of the cell's ``n`` questions are drawn
-**jointly for the pair** with the repo's generator
-(:func:`confgrid.analysis.bootstrap.resample_indices`, seeded per cell by
-:func:`confgrid.analysis.bootstrap.setting_seed` of ``("A vs B",
-"dataset|method", seed)``) and turned into a count matrix ``W`` of shape
-``(B, n)`` (:func:`~confgrid.analysis.bootstrap.counts_from_indices`). Each
+**jointly for the pair** as the count matrix ``W`` of shape ``(B, n)`` that the
+paired bootstrap itself draws (:func:`confgrid.analysis.bootstrap.resample_counts`,
+the one resampling stream), seeded per cell by
+:func:`confgrid.analysis.resampling.setting_seed` of ``("A vs B",
+"dataset|method", seed)``. Each
 resample then
 
 * recomputes the raw metrics of both models;
@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-from confgrid.analysis.resampling import counts_from_indices, resample_indices, setting_seed
+from confgrid.analysis.bootstrap import resample_counts
+from confgrid.analysis.resampling import setting_seed
 from confgrid.analysis.compare import excludes_zero, flip
 from confgrid.analysis.metrics import bin_indices
 from threadpoolctl import threadpool_limits
@@ -72,8 +73,9 @@ def cell_seed(cell: Cell, base_seed: int = 0) -> int:
 
 
 def cell_counts(n: int, n_resamples: int, seed: int) -> np.ndarray:
-    """Count matrix ``W`` of shape ``(n_resamples, n)``, float64, from the repo's seeded resample chunks."""
-    return np.concatenate([counts_from_indices(idx, n) for _, idx in resample_indices(n, n_resamples, seed)])
+    """Count matrix ``W`` of shape ``(n_resamples, n)``, float64: the paired bootstrap's own resamples of ``n``
+    items under ``seed`` (:func:`confgrid.analysis.bootstrap.resample_counts`, the one resampling stream)."""
+    return resample_counts(n, n_resamples, seed)
 
 
 @dataclass(frozen=True)
