@@ -145,8 +145,9 @@ def plan_size(conf_a, conf_b, target, metric: str, gap: float, *, power: float =
     Raises
     ------
     ValueError
-        Inputs of different lengths, a value outside [0, 1], ``gap == 0``, ``power`` or ``level`` outside (0, 1),
-        a metric without a weighted kernel (each naming the value and what is allowed).
+        Inputs of different lengths, a value outside [0, 1], ``gap == 0`` or a gap larger than the metric's range
+        allows (1; 2 for Spearman and signed metrics), ``power`` or ``level`` outside (0, 1), fewer than 3
+        resamples, a metric without a weighted kernel (each naming the value and what is allowed).
     """
     a = np.asarray(conf_a, dtype=np.float64)
     b = np.asarray(conf_b, dtype=np.float64)
@@ -159,6 +160,14 @@ def plan_size(conf_a, conf_b, target, metric: str, gap: float, *, power: float =
             raise ValueError(f"{name} must be finite and in [0, 1]")
     if not np.isfinite(gap) or gap == 0:
         raise ValueError(f"gap={gap!r}: give the smallest non-zero gap worth detecting, e.g. 0.02")
+    info = get_metric(metric)
+    bound = 2.0 if info.signed or info.name == "spearman" else 1.0  # the metrics lie in [0, 1] or [-1, 1]
+    if abs(gap) > bound:
+        raise ValueError(f"gap={gap!r}: {metric}(A) - {metric}(B) lies in [-{bound:g}, {bound:g}]; give the smallest "
+                         "gap worth detecting, e.g. 0.02")
+    if int(n_resamples) < 3:
+        raise ValueError(f"n_resamples={n_resamples!r}: at least 3 resamples per subsample size are needed for a "
+                         "spread (hundreds for a stable one; default 1000)")
     for name, v in (("power", power), ("level", level)):
         if not 0 < v < 1:
             raise ValueError(f"{name}={v!r} must lie in (0, 1)")

@@ -21,7 +21,8 @@ calibration error, :func:`metric_family`). Per conclusion (:func:`verdict_table`
   (ties: the axis first in :data:`AXES`);
 * ``verdict`` (:class:`VerdictRule`, thresholds documented and configurable): ``robust``, ``fragile`` or
   ``unresolved``, and ``holds_for``: the side the point estimates favour in most settings (``neither``, and
-  ``unresolved``, when every setting is a tie).
+  ``unresolved``, when every setting is a tie; ``neither`` when as many settings favour B as A, with the less
+  favourable of the two sides' words, ``fragile`` or ``unresolved``, never ``robust``).
 
 The method is a specification-curve summary in the sense of Simonsohn, Simmons and Nelson, "Specification curve
 analysis", Nature Human Behaviour 4, 1208-1214 (2020): every defensible specification of the analysis is run,
@@ -302,6 +303,10 @@ def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] |
         a_leads = n and p_a >= p_b
         if not n or max(p_a, p_b) == 0:  # no setting, or every one a tie: no side to speak of
             holds, word = ("neither" if n else ""), "unresolved"
+        elif p_a == p_b:  # as many settings favour B as A: no majority side; the less favourable word, never robust
+            holds = "neither"
+            words = {rule.verdict(p_a, r_a, r_b), rule.verdict(p_b, r_b, r_a)}
+            word = "fragile" if "fragile" in words else "unresolved"
         else:
             holds = key.signal_a if a_leads else key.signal_b
             word = rule.verdict(p_a if a_leads else p_b, r_a if a_leads else r_b, r_b if a_leads else r_a)

@@ -113,3 +113,65 @@ def test_plan_size_command_on_an_analyze_input_and_a_run_table(tmp_path):
     one = CliRunner().invoke(app, ["plan-size", str(src), "--gap", "0.0225", "--metric", "brier", "--signals",
                                    "verbalized", "token_bare", "--unit", "m2/d", "--resamples", "200"])
     assert one.exit_code == 0 and "m2/d" in one.output and "m1/d" not in one.output
+
+
+@pytest.mark.parametrize(("metric", "gap", "message"), [
+    ("ece", 1.5, r"gap=1.5: ece\(A\) - ece\(B\) lies in \[-1, 1\]; give the smallest gap worth detecting, e.g. 0.02"),
+    ("brier", -1e9, r"gap=-1000000000.0: brier\(A\) - brier\(B\) lies in \[-1, 1\]"),
+    ("spearman", 2.5, r"spearman\(A\) - spearman\(B\) lies in \[-2, 2\]"),
+])
+def test_a_gap_no_metric_can_show_is_an_error(metric, gap, message):
+    a, b, y = _draw(50, np.random.default_rng(4))
+    with pytest.raises(ValueError, match=message):
+        plan_size(a, b, y, metric, gap)
+    assert plan_size(a, b, y, "spearman", 1.5).status in ("ok", "pilot_too_small")  # within spearman's range
+
+
+@pytest.mark.parametrize("n_resamples", [0, 2, -5])
+def test_too_few_resamples_name_the_value(n_resamples):
+    a, b, y = _draw(50, np.random.default_rng(4))
+    with pytest.raises(ValueError, match=rf"n_resamples={n_resamples}: at least 3 resamples"):
+        plan_size(a, b, y, "brier", 0.02, n_resamples=n_resamples)
+
+
+def _pilot_rows(extra=None):
+    rows = []
+    a, b, y = _draw(60, np.random.default_rng(7))
+    for sig, c in (("verbalized", a), ("token_bare", b)):
+        rows += [{"setting": "m/d", "item_id": f"q{i}", "signal": sig, "confidence": c[i], "correct": y[i],
+                  **(extra(i) if extra else {})} for i in range(len(y))]
+    return pd.DataFrame(rows)
+
+
+def test_a_missing_value_in_an_analyze_input_is_reported_by_line_as_analyze_does(tmp_path):
+    from typer.testing import CliRunner
+
+    from confgrid.cli.main import app
+
+    df = _pilot_rows()
+    df.loc[3, "confidence"] = np.nan
+    df.loc[70, "correct"] = np.nan
+    df.to_csv(tmp_path / "nan.csv", index=False)
+    r = CliRunner().invoke(app, ["plan-size", str(tmp_path / "nan.csv"), "--gap", "0.02", "--signals", "verbalized",
+                                 "token_bare", "--resamples", "50"])
+    assert r.exit_code == 2, r.output
+    assert "line 5: confidence is missing" in r.output and "line 72: correct is missing" in r.output
+    df.to_json(tmp_path / "nan.jsonl", orient="records", lines=True)
+    j = CliRunner().invoke(app, ["plan-size", str(tmp_path / "nan.jsonl"), "--gap", "0.02", "--signals",
+                                 "verbalized", "token_bare", "--resamples", "50"])
+    assert j.exit_code == 2 and "line 4: confidence is missing" in j.output
+
+
+def test_clustered_on_a_pilot_without_clusters_is_an_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from confgrid.cli.main import app
+
+    _pilot_rows().to_csv(tmp_path / "plain.csv", index=False)
+    args = ["--gap", "0.02", "--metric", "brier", "--signals", "verbalized", "token_bare", "--resamples", "50",
+            "--clustered"]
+    r = CliRunner().invoke(app, ["plan-size", str(tmp_path / "plain.csv"), *args])
+    assert r.exit_code == 2 and "--clustered: the pilot has no clusters" in r.output, r.output
+    _pilot_rows(lambda i: {"cluster": f"c{i // 3}"}).to_csv(tmp_path / "clustered.csv", index=False)
+    ok = CliRunner().invoke(app, ["plan-size", str(tmp_path / "clustered.csv"), *args])
+    assert ok.exit_code == 0 and "clusters needed" in ok.output and "│ 20 " in ok.output, ok.output

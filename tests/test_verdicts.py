@@ -246,3 +246,19 @@ def test_every_setting_a_tie_is_unresolved_for_neither_side():
     v = verdict_table(_gaps(["neither"] * 4, [False] * 4)).iloc[0]
     assert (v["holds_for"], v["verdict"], v["share_a_better"], v["share_resolved_b"]) == ("neither", "unresolved",
                                                                                           0.0, 0.0)
+
+
+def test_as_many_settings_for_b_as_for_a_is_for_neither_side_and_judged_by_the_less_favourable_side():
+    # two settings favour A (one resolved), two favour B (none resolved): no majority side
+    g = _gaps(["verbalized", "verbalized", "token_bare", "token_bare"], [True, False, False, False])
+    v = verdict_table(g).iloc[0]
+    assert (v["holds_for"], v["verdict"], v["share_a_better"]) == ("neither", "fragile", 0.5)
+    # thresholds under which A's side alone would be 'robust' (p 0.5, r 0.25, nothing resolved for B): B's side is
+    # only 'unresolved', and a tie is not a conclusion for A
+    loose = VerdictRule(0.5, 0.25, 0.5)
+    assert loose.verdict(0.5, 0.25, 0.0) == "robust" and loose.verdict(0.5, 0.0, 0.25) == "fragile"
+    v2 = verdict_table(g, rule=VerdictRule(0.5, 0.0, 0.5)).iloc[0]
+    assert (v2["holds_for"], v2["verdict"]) == ("neither", "fragile")  # resolved for A = against B
+    g3 = _gaps(["verbalized", "verbalized", "token_bare", "token_bare"], [False] * 4)
+    v3 = verdict_table(g3, rule=VerdictRule(0.5, 0.0, 0.5)).iloc[0]
+    assert (v3["holds_for"], v3["verdict"]) == ("neither", "unresolved")  # each side alone 'robust': never for a tie

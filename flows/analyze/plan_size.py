@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from confgrid.analysis.evaluation import unit_name
@@ -34,7 +35,8 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     Raises
     ------
     AnalyzeInputError
-        A missing path, an unknown suffix, or an input without the columns above (naming the missing ones).
+        A missing path, an unknown suffix, an input without the columns above (naming the missing ones), or an
+        analyze input with a missing value in one of them (naming line and column, as ``confgrid analyze`` does).
     """
     p = Path(path)
     if p.is_dir():
@@ -59,9 +61,30 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
     if missing:
         raise AnalyzeInputError(f"{path}: missing column(s) {missing}; a pilot is a run's signal table or has the "
                                 f"columns {need}")
+    _no_missing(df[need], suffix, path)
     rows = df.rename(columns={"correct": "target"})
     return _checked(conform(rows[[c for c in rows.columns if c in COLUMNS]].astype({"setting": str, "item_id": str,
                                                                                    "signal": str})), path)
+
+
+def _no_missing(df: pd.DataFrame, suffix: str, path) -> None:
+    """Reject an analyze input with a missing value in one of its five columns, as ``confgrid analyze`` does
+    (numbered as analyze numbers them: CSV lines counting the header as 1, JSON Lines from 1, Parquet rows from 0).
+
+    Raises
+    ------
+    AnalyzeInputError
+        Naming the first 20 places (line and column).
+    """
+    miss = df.isna() | df.astype(str).apply(lambda c: c.str.strip() == "")
+    if not miss.to_numpy().any():
+        return
+    first = {".csv": 2, ".jsonl": 1, ".ndjson": 1}.get(suffix, 0)
+    where = "row" if first == 0 else "line"
+    places = [f"{where} {int(i) + first}: {df.columns[int(j)]} is missing" for i, j in
+              zip(*np.nonzero(miss.to_numpy()), strict=True)][:20]
+    raise AnalyzeInputError(f"{path}: {int(miss.to_numpy().sum())} missing value(s); every row needs setting, item_id, "
+                            f"signal, confidence and correct (as in confgrid analyze):\n  " + "\n  ".join(places))
 
 
 def _checked(table: pd.DataFrame, path) -> pd.DataFrame:
@@ -86,10 +109,15 @@ def plan_sizes(pilot: pd.DataFrame, signal_a: str, signal_b: str, metric: str, g
     Raises
     ------
     AnalyzeInputError
-        No unit holds both signals (naming the signals the pilot has), or no unit matches ``unit``.
+        No unit holds both signals (naming the signals the pilot has), no unit matches ``unit``, or ``clustered``
+        on a pilot without clusters (every cluster a single item).
     """
     rows = analyzed(pilot)
     have = sorted(set(pilot["signal"]))
+    if clustered and (pilot["cluster"].astype(str) == pilot["item_id"].astype(str)).all():
+        raise AnalyzeInputError("--clustered: the pilot has no clusters (every row's cluster is its own item: a run "
+                                "without bootstrap.cluster, or an input without a cluster column); drop --clustered "
+                                "to count items")
     out = []
     for key, g in rows.groupby(list(UNIT_COLUMNS), sort=False):
         labels = dict(zip(UNIT_COLUMNS, key, strict=True))
