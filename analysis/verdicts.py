@@ -114,7 +114,8 @@ class VerdictRule:
     With ``p`` the share of settings where the majority side (``holds_for``) is better by point, ``r`` the share
     where it is resolved in its favour and ``q`` the share resolved in the other side's favour:
 
-    * ``robust``: ``p >= robust_point_share`` and ``r >= robust_resolved_share`` and ``q == 0``;
+    * ``robust``: ``p >= robust_point_share`` and ``r >= robust_resolved_share`` and ``q == 0``, over at least
+      ``robust_min_settings`` settings (one or two settings say nothing about a protocol's sensitivity);
     * ``fragile``: ``q > 0`` (resolved in both directions) or ``p < fragile_point_share`` (the point estimates
       disagree in a large share of settings);
     * ``unresolved``: otherwise (one direction, too rarely resolved to call it robust).
@@ -123,16 +124,19 @@ class VerdictRule:
     ----------
     robust_point_share, robust_resolved_share, fragile_point_share : float in [0, 1]
         Defaults 0.9, 0.5 and 0.75.
+    robust_min_settings : int >= 1
+        Default 3.
 
     Raises
     ------
     ValueError
-        A threshold outside [0, 1], or ``fragile_point_share > robust_point_share``.
+        A threshold outside [0, 1], ``fragile_point_share > robust_point_share``, ``robust_min_settings < 1``.
     """
 
     robust_point_share: float = 0.9
     robust_resolved_share: float = 0.5
     fragile_point_share: float = 0.75
+    robust_min_settings: int = 3
 
     def __post_init__(self) -> None:
         for name in ("robust_point_share", "robust_resolved_share", "fragile_point_share"):
@@ -142,15 +146,21 @@ class VerdictRule:
         if self.fragile_point_share > self.robust_point_share:
             raise ValueError(f"verdicts.fragile_point_share ({self.fragile_point_share}) must not exceed "
                              f"robust_point_share ({self.robust_point_share})")
+        m = self.robust_min_settings
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+            raise ValueError(f"verdicts.robust_min_settings: {m!r} is not a whole number of settings >= 1")
 
-    def verdict(self, point_share: float, resolved_for: float, resolved_against: float) -> str:
-        """The word for a majority side better by point in ``point_share`` of settings, resolved in its favour in
-        ``resolved_for`` and against it in ``resolved_against`` (``unresolved`` when ``point_share`` is NaN)."""
+    def verdict(self, point_share: float, resolved_for: float, resolved_against: float,
+                n_settings: int | None = None) -> str:
+        """The word for a majority side better by point in ``point_share`` of ``n_settings`` settings (None: enough),
+        resolved in its favour in ``resolved_for`` and against it in ``resolved_against`` (``unresolved`` when
+        ``point_share`` is NaN)."""
         if not np.isfinite(point_share):
             return "unresolved"
         if resolved_against > 0 or point_share < self.fragile_point_share:
             return "fragile"
-        if point_share >= self.robust_point_share and resolved_for >= self.robust_resolved_share:
+        enough = n_settings is None or n_settings >= self.robust_min_settings
+        if enough and point_share >= self.robust_point_share and resolved_for >= self.robust_resolved_share:
             return "robust"
         return "unresolved"
 
@@ -305,11 +315,11 @@ def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] |
             holds, word = ("neither" if n else ""), "unresolved"
         elif p_a == p_b:  # as many settings favour B as A: no majority side; the less favourable word, never robust
             holds = "neither"
-            words = {rule.verdict(p_a, r_a, r_b), rule.verdict(p_b, r_b, r_a)}
+            words = {rule.verdict(p_a, r_a, r_b, n), rule.verdict(p_b, r_b, r_a, n)}
             word = "fragile" if "fragile" in words else "unresolved"
         else:
             holds = key.signal_a if a_leads else key.signal_b
-            word = rule.verdict(p_a if a_leads else p_b, r_a if a_leads else r_b, r_b if a_leads else r_a)
+            word = rule.verdict(p_a if a_leads else p_b, r_a if a_leads else r_b, r_b if a_leads else r_a, n)
         axis, flips, changes = flip_axis(sub, d)
         out.append({"signal_a": key.signal_a, "signal_b": key.signal_b, "metric": key.metric, "verdict": word,
                     "holds_for": holds, "n_settings": n, "n_undefined": int((~finite).sum()), "share_a_better": p_a,

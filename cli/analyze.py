@@ -87,6 +87,8 @@ def analyze_cmd(
                                                 "settings resolved in the majority side's favour for 'robust'."),
     fragile_point_share: float = typer.Option(0.75, "--fragile-point-share", help="Verdicts: below this share of "
                                               "settings favouring the majority side by point, 'fragile'."),
+    robust_min_settings: int = typer.Option(3, "--robust-min-settings", help="Verdicts: fewer settings than this "
+                                            "are never 'robust'."),
 ) -> None:
     """Metrics with paired bootstrap intervals, and paired gaps between signals, of outputs from anywhere.
 
@@ -124,11 +126,11 @@ def analyze_cmd(
     from confgrid.analysis.verdicts import VerdictRule
 
     try:
-        rule = VerdictRule(robust_point_share, robust_resolved_share, fragile_point_share)
+        rule = VerdictRule(robust_point_share, robust_resolved_share, fragile_point_share, robust_min_settings)
     except ValueError as exc:
         import re
 
-        flag = re.sub(r"(verdicts\.)?(robust_point_share|robust_resolved_share|fragile_point_share)",
+        flag = re.sub(r"(verdicts\.)?(robust_point_share|robust_resolved_share|fragile_point_share|robust_min_settings)",
                       lambda m: "--" + m.group(2).replace("_", "-"), str(exc))
         typer.echo(f"confgrid analyze: {flag}", err=True)
         raise typer.Exit(2) from None

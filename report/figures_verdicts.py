@@ -28,8 +28,16 @@ MAX_CURVES = 24
 _A, _B, _NEITHER = "#1f77b4", "#d62728", "#7f7f7f"
 
 
-def _stem(c: Conclusion) -> str:
-    return "spec_curve_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{c.signal_a}_vs_{c.signal_b}_{c.metric}")
+def _stem(c: Conclusion, taken: set[str]) -> str:
+    """A file stem of the conclusion (characters outside ``[A-Za-z0-9_.-]`` to ``_``); a stem two conclusions
+    would share (``p_true+isotonic`` and ``p_true_isotonic``) gets ``_2``, ``_3`` ... in table order."""
+    stem = "spec_curve_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{c.signal_a}_vs_{c.signal_b}_{c.metric}")
+    name, k = stem, 1
+    while name in taken:
+        k += 1
+        name = f"{stem}_{k}"
+    taken.add(name)
+    return name
 
 
 @register_figure("specification_curve", needs=("verdicts", "gaps"),
@@ -40,7 +48,7 @@ def specification_curve_figure(tables: RunTables, opts: FigureOptions) -> list[D
     from matplotlib.gridspec import GridSpec
 
     verdicts, gaps = tables.get("verdicts"), tables.get("gaps")
-    out = []
+    out, taken = [], set()
     for v in verdicts.head(MAX_CURVES).itertuples(index=False):
         c = Conclusion(str(v.signal_a), str(v.signal_b), str(v.metric))
         d = specification_curve(gaps, c)
@@ -68,6 +76,7 @@ def specification_curve_figure(tables: RunTables, opts: FigureOptions) -> list[D
         top.axhline(0, color="grey", linewidth=0.8)
         top.set_ylabel(f"{v.metric}({c.signal_a}) - {v.metric}({c.signal_b})", fontsize=8)
         top.set_xticks([])
+        bottom.xaxis.get_major_locator().set_params(integer=True)  # settings are counted, not measured
         top.set_title(f"{c.signal_a} vs {c.signal_b} on {v.metric}: {v.verdict} (A better in "
                       f"{float(v.share_a_better):.0%} of {int(v.n_settings)} settings; flips most with "
                       f"{v.flip_axis or 'no single axis'}); blue favours {c.signal_a}, red {c.signal_b}, filled: "
@@ -80,7 +89,7 @@ def specification_curve_figure(tables: RunTables, opts: FigureOptions) -> list[D
         bottom.set_ylim(len(labels) - 0.5, -0.5)
         bottom.set_xlim(top.get_xlim())
         bottom.set_xlabel("settings, sorted by the gap", fontsize=8)
-        out.append(Drawn(_stem(c), fig, f"Specification curve of '{c.signal_a} better than {c.signal_b}' on "
+        out.append(Drawn(_stem(c, taken), fig, f"Specification curve of '{c.signal_a} better than {c.signal_b}' on "
                          f"{v.metric}: every setting's gap with its paired bootstrap interval, sorted (top), and the "
                          "axis values of each setting (bottom); Simonsohn, Simmons and Nelson (2020).",
                          d.assign(signal_a=c.signal_a, conclusion_metric=c.metric)))

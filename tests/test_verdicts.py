@@ -262,3 +262,21 @@ def test_as_many_settings_for_b_as_for_a_is_for_neither_side_and_judged_by_the_l
     g3 = _gaps(["verbalized", "verbalized", "token_bare", "token_bare"], [False] * 4)
     v3 = verdict_table(g3, rule=VerdictRule(0.5, 0.0, 0.5)).iloc[0]
     assert (v3["holds_for"], v3["verdict"]) == ("neither", "unresolved")  # each side alone 'robust': never for a tie
+
+
+def test_too_few_settings_are_never_robust():
+    g = _gaps(["verbalized"] * 2, [True, True])
+    assert verdict_table(g).iloc[0]["verdict"] == "unresolved"  # 2 settings < robust_min_settings = 3
+    assert verdict_table(g, rule=VerdictRule(robust_min_settings=2)).iloc[0]["verdict"] == "robust"
+    assert VerdictRule().verdict(1.0, 1.0, 0.0, 2) == "unresolved" and VerdictRule().verdict(1.0, 1.0, 0.0, 3) == "robust"
+    with pytest.raises(ValueError, match=r"verdicts.robust_min_settings: 0 is not a whole number of settings >= 1"):
+        VerdictRule(robust_min_settings=0)
+
+
+def test_figure_stems_of_two_conclusions_never_collide():
+    from confgrid.report.figures_verdicts import _stem
+
+    taken: set[str] = set()
+    a = _stem(Conclusion("verbalized", "p_true+isotonic", "ece"), taken)
+    b = _stem(Conclusion("verbalized", "p_true_isotonic", "ece"), taken)
+    assert a == "spec_curve_verbalized_vs_p_true_isotonic_ece" and b == a + "_2"

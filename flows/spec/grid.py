@@ -396,7 +396,8 @@ class VerdictSpec(_Spec):
     """The thresholds of the robustness verdicts (analysis/verdicts.py ``VerdictRule``; README "Is my conclusion
     robust?"). With p the share of settings where the majority side is better by point, r the share resolved in
     its favour and q the share resolved against it: robust if p >= robust_point_share, r >= robust_resolved_share
-    and q = 0; fragile if q > 0 or p < fragile_point_share; unresolved otherwise."""
+    and q = 0 over at least robust_min_settings settings; fragile if q > 0 or p < fragile_point_share; unresolved
+    otherwise."""
 
     robust_point_share: float = Field(0.9, ge=0.0, le=1.0, description="Least share of settings where the "
                                       "majority side is better by point for 'robust'.")
@@ -404,6 +405,8 @@ class VerdictSpec(_Spec):
                                          "the majority side's favour for 'robust'.")
     fragile_point_share: float = Field(0.75, ge=0.0, le=1.0, description="Below this share of settings favouring "
                                        "the majority side by point, the conclusion is 'fragile'.")
+    robust_min_settings: int = Field(3, ge=1, description="Fewer settings than this: never 'robust' (one or two "
+                                     "settings say nothing about a protocol's sensitivity).")
 
     @model_validator(mode="after")
     def _ordered(self) -> "VerdictSpec":
@@ -414,7 +417,8 @@ class VerdictSpec(_Spec):
         """The :class:`~confgrid.analysis.verdicts.VerdictRule` of these thresholds (ValueError if disordered)."""
         from confgrid.analysis.verdicts import VerdictRule
 
-        return VerdictRule(self.robust_point_share, self.robust_resolved_share, self.fragile_point_share)
+        return VerdictRule(self.robust_point_share, self.robust_resolved_share, self.fragile_point_share,
+                           self.robust_min_settings)
 
 
 class ExecutionSpec(_Spec):
