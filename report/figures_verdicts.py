@@ -55,7 +55,7 @@ def specification_curve_figure(tables: RunTables, opts: FigureOptions) -> list[D
         if d.empty:
             continue
         axes = [a for a in d.columns if a not in ("rank", "gap", "lo", "hi", "excludes_zero", "direction",
-                                                  "signal_b")]
+                                                  "signal_b") and d[a].astype(str).nunique() > 1]
         labels = [(a, val) for a in axes for val in dict.fromkeys(d[a].astype(str))]
         rows_px = max(len(labels), 1) * 14 + 40
         fig = new_figure(opts if opts.height_px is not None else
