@@ -49,7 +49,7 @@ def signals_table(seed: int = 0) -> pd.DataFrame:
     return conform(pd.concat([s, other], ignore_index=True))
 
 
-def _results(signals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _results(signals: pd.DataFrame):
     from confgrid.analysis.bootstrap import paired_bootstrap
     from confgrid.analysis.evaluation import estimates, plan_units
     from confgrid.flows.evaluate.run_evaluation import RUN_COMPARISONS
@@ -57,8 +57,7 @@ def _results(signals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     plans = plan_units(signals[signals["rule"] == "containment"], RUN_COMPARISONS, base_seed=0)
     res = [paired_bootstrap(u.confidence, u.target, ["ece", "auroc"], n_resamples=50, seed=u.seed,
                             signal_names=u.cell_names, masks=u.masks) for u in plans]
-    est = estimates(plans, res)
-    return est.metrics, est.gaps
+    return estimates(plans, res)
 
 
 def study_tables() -> dict[str, pd.DataFrame]:
@@ -118,11 +117,15 @@ def write_run(root: Path, with_studies: bool = True) -> Path:
     tab.mkdir(parents=True, exist_ok=True)
     sig = signals_table()
     sig.to_parquet(tab / "signals.parquet", index=False)
-    metrics, gaps = _results(sig)
+    est = _results(sig)
+    metrics, gaps = est.metrics, est.gaps
     frames = {"metrics": metrics, "gaps": gaps,
               "settings": pd.DataFrame({"setting": [f"{m}/{d}" for m, d in SETTINGS], "items": N,
                                         "parse_rate": 1.0, **GROUP})}
     if with_studies:
+        from confgrid.analysis.verdicts import verdict_table
+
+        frames["verdicts"] = verdict_table(gaps, est.shares)  # and so the specification curves
         frames.update(study_tables())
         frames["calibration"], frames["hard_easy_bins"] = calibration_and_bins(sig)
     for name, df in frames.items():

@@ -52,7 +52,7 @@ def test_every_family_with_its_table_writes_png_and_svg_of_the_size_asked(writte
     figs, out = written
     assert figs.failures == []
     assert {f.family for f in figs.files} == {"reliability", "gaps", "ablation", "probe", "ace_quadrants",
-                                              "brier_accuracy", "hard_easy"}
+                                              "brier_accuracy", "hard_easy", "specification_curve"}
     assert len([f for f in figs.files if f.family == "reliability"]) == 2  # one per setting
     for f in figs.files:
         assert f.png.stat().st_size > 1000 and f.svg.stat().st_size > 1000, f.name

@@ -66,6 +66,10 @@ def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_er
     assert [u for u in requests if not u.startswith(("data:", "file:"))] == []  # opens offline
     assert len(widths) == len(report.figures.files)
     assert all(w == f.size_px[0] for w, f in zip(widths, report.figures.files, strict=True))
+    # issue 22: the specification curves of the verdicts are among them, and the verdicts come first
+    assert any(f.family == "specification_curve" for f in report.figures.files)
+    page = report.path.read_text(encoding="utf-8")
+    assert page.index('id="verdicts"') < page.index('id="protocol"')
     kept = artifact_dir() / "report_screenshot.png"
     shutil.copyfile(shot, kept)
     assert kept.stat().st_size > 10_000
