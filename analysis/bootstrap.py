@@ -295,12 +295,15 @@ class BootstrapResult:
         return n_undefined(self.resamples)
 
     def metric_index(self, name: str) -> int:
+        """Position of metric ``name`` in :attr:`metrics` (the ``M`` axis); ValueError naming the metrics held."""
         try:
             return self.metrics.index(name)
         except ValueError:
             raise ValueError(f"metric {name!r} not in this result; have {self.metrics}") from None
 
     def signal_index(self, name: str, signal_names: Sequence[str] | None = None) -> int:
+        """Position of signal ``name`` (the ``S`` axis) in ``signal_names`` or the stored names; ValueError when
+        the names do not match the result's signals or ``name`` is not among them."""
         names = list(signal_names if signal_names is not None else (self.signal_names or []))
         if len(names) != self.point.shape[0]:
             raise ValueError(

@@ -71,6 +71,8 @@ class SortedSignal:
 
     @classmethod
     def from_arrays(cls, confidence, correct, n_bins: int = 10, closure: str = "left") -> "SortedSignal":
+        """Sort ``confidence`` (n,) once (stable), with ``correct`` (n,) alongside, tie groups and the ECE bins of
+        ``n_bins`` under ``closure``; ValueError on non-finite or out-of-range values."""
         c, y = validate_inputs(confidence, correct)
         if not (np.isfinite(c).all() and np.isfinite(y).all()):
             raise ValueError("SortedSignal needs finite confidence and correct")

@@ -98,6 +98,7 @@ class ShareCounts:
 
     @classmethod
     def empty(cls, n_resamples: int) -> "ShareCounts":
+        """Zero counts for ``n_resamples`` resamples (int64 arrays of shape (B,))."""
         return cls(np.zeros(int(n_resamples), dtype=np.int64), np.zeros(int(n_resamples), dtype=np.int64))
 
     def shares(self) -> np.ndarray:
