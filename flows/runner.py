@@ -46,7 +46,7 @@ from confgrid.flows.evaluate.run_evaluation import Evaluation, cluster_problems,
 from confgrid.flows.execute.liveness import lost_node_tags
 from confgrid.flows.execute.executor import Executor
 from confgrid.flows.evaluate.methods import method_tables
-from confgrid.flows.evaluate.outputs import grid_params, log_results, write_outputs
+from confgrid.flows.evaluate.outputs import grid_params, log_results, verdict_mlflow, write_outputs
 from confgrid.flows.plan.grid_plan import GridPlan, check_items
 from confgrid.flows.store.runlog import run_log, trace
 from confgrid.flows.spec.grid import BUNDLED, DatasetSpec, GridSpec
@@ -419,8 +419,10 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
             "run_metrics": {"model_calls": c.model_calls, "model_loads": c.loads, "restarts": c.restarts,
                             "shards_reused": c.reused, "shards_computed": c.computed, "shards_failed": len(ex.failed),
                             "replicas_lost": sum(r.state == "lost" for p in ex.history for r in p.replicas),
-                            "seconds": time.time() - t0, **(c.api.metrics() if c.api.requests else {})},
-            "run_tags": lost_node_tags([r for p in ex.history for r in p.replicas])}
+                            "seconds": time.time() - t0, **(c.api.metrics() if c.api.requests else {}),
+                            **verdict_mlflow(ev.verdicts)[0]},
+            "run_tags": {**lost_node_tags([r for p in ex.history for r in p.replicas]),
+                         **verdict_mlflow(ev.verdicts)[1]}}
         store.flush(force=True)
         if tracker is not None:
             try:

@@ -107,6 +107,13 @@ def test_mlflow_parent_and_child_runs(first_run):
     arts = {a.path for a in client.list_artifacts(summary.parent_run_id)}
     assert {"manifest.json", "grid.yaml", "results", "tables"} <= arts
     assert (out / "mlartifacts").is_dir()
+    # issue 22: the verdicts on the parent run, comparable across runs in the UI
+    verdicts = pd.read_csv(out / "results" / "verdicts.csv").set_index(["signal_a", "signal_b", "metric"])
+    got = client.get_run(summary.parent_run_id).data
+    share = verdicts.loc[("verbalized", "token", "ece"), "share_a_better"]
+    assert got.metrics["verdict/verbalized-token/ece/share_a_better"] == pytest.approx(share)
+    assert got.tags["confgrid.verdict.verbalized-token.ece"].startswith(verdicts.loc[("verbalized", "token", "ece"),
+                                                                                     "verdict"])
 
 
 def test_second_run_makes_no_model_calls(first_run, caplog):

@@ -23,7 +23,8 @@ from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import RunStore, write_frame_atomic, write_text_atomic
 from confgrid.flows.tracking import DatasetRef, ModelRef, Tracker, items_digest, result_metrics
 
-__all__ = ["write_outputs", "result_matrix", "render_markdown", "grid_params", "log_results", "fmt_interval"]
+__all__ = ["write_outputs", "result_matrix", "render_markdown", "grid_params", "log_results", "fmt_interval",
+           "verdict_mlflow"]
 
 log = logging.getLogger("confgrid")
 
@@ -265,6 +266,28 @@ def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[t
     write_text_atomic(json.dumps({**p, "aggregation": spec.scoring.aggregations[0]}), res / "primary.json")
     write_text_atomic(render_markdown(select(ev.metrics, p), select(ev.gaps, p), select(ev.shifts, p),
                                       select(ev.settings, p), ev.closure), res / "report.md")
+
+
+def verdict_mlflow(verdicts: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+    """The verdicts (``results/verdicts``, analysis/verdicts.py) as parent-run metrics and tags, so runs can be
+    compared in the MLflow UI: ``verdict/<a>-<b>/<metric>/share_a_better`` with ``.../lo`` and ``.../hi``,
+    ``.../share_resolved_a``, ``.../share_resolved_b`` (NaN left out), and the tag
+    ``confgrid.verdict.<a>-<b>.<metric>`` = ``"<verdict> (holds for <side>)"``."""
+    from confgrid.flows.tracking import mlflow_key
+
+    metrics: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    if verdicts is None or verdicts.empty:
+        return metrics, tags
+    for r in verdicts.itertuples(index=False):
+        base = ("verdict", f"{r.signal_a}-{r.signal_b}", r.metric)
+        for name, v in (("share_a_better", r.share_a_better), ("lo", r.lo), ("hi", r.hi),
+                        ("share_resolved_a", r.share_resolved_a), ("share_resolved_b", r.share_resolved_b)):
+            if v is not None and v == v:
+                metrics[mlflow_key(*base, name)] = float(v)
+        tags[mlflow_key(*base).replace("/", ".").replace("verdict.", "confgrid.verdict.", 1)] = \
+            f"{r.verdict} (holds for {r.holds_for or 'neither'})"
+    return metrics, tags
 
 
 def grid_params(spec: GridSpec) -> dict[str, Any]:
