@@ -212,6 +212,16 @@ def test_analyze_writes_the_verdicts_and_show_prints_them_first(tmp_path):
     text = console.export_text()
     assert text.index("Is the conclusion robust?") < text.index("Metrics per setting")
     assert "verbalized better than token" in text and "aggregation (3 of 3)" in text
+    tracked = CliRunner().invoke(app, ["analyze", str(src), "--out", str(tmp_path / "tracked"), "--bootstrap", "100",
+                                       "--metrics", "ece"])
+    assert tracked.exit_code == 0, tracked.output
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'tracked' / 'mlflow.db'}")
+    parent = [r for r in client.search_runs([client.get_experiment_by_name("confgrid/analyze").experiment_id])
+              if "mlflow.parentRunId" not in r.data.tags][0]
+    assert parent.data.tags["confgrid.verdict.verbalized-token.ece"].startswith("fragile")
+    assert 0 <= parent.data.metrics["verdict/verbalized-token/ece/share_a_better"] <= 1
     bad = CliRunner().invoke(app, ["analyze", str(src), "--out", str(tmp_path / "o2"), "--no-tracking",
                                    "--fragile-point-share", "0.95"])
     assert bad.exit_code == 2 and "--fragile-point-share (0.95) must not exceed --robust-point-share" in bad.output

@@ -103,7 +103,7 @@ DEFAULT_METRICS = ("ece", "auroc", "aurc", "brier")
 #: the analysis' MLflow params and tags in the output directory (what ``confgrid log`` logs)
 RECORD_FILE = "analyze.json"
 #: the tables of an analysis, each written as OUT/results/<name>.csv and .parquet (the layout of a run)
-TABLES = ("metrics", "gaps", "shifts", "alignment")
+TABLES = ("metrics", "gaps", "shifts", "alignment", "verdicts")
 #: the one results schema (analysis/evaluation.py), the same as a run's
 METRICS_COLUMNS, GAPS_COLUMNS = METRIC_COLUMNS, GAP_COLUMNS
 ALIGNMENT_COLUMNS = ["setting", "signal", "n_items", "n_used", "n_left_out", "left_out_examples"]
@@ -525,6 +525,13 @@ def _track(record: dict[str, Any], out_dir: Path, tracking_uri: str, metrics_df:
             tracker.child(name, ch["params"], values, [], tags=tags)
         tracker.log_artifacts([out_dir / "results" / f"{name}{ext}" for name in TABLES for ext in (".csv", ".parquet")
                                if (out_dir / "results" / f"{name}{ext}").is_file()], "results")
+        verdicts = out_dir / "results" / "verdicts.parquet"
+        if verdicts.is_file():  # the verdicts on the parent, as a run logs them
+            from confgrid.flows.evaluate.outputs import verdict_mlflow
+
+            v_metrics, v_tags = verdict_mlflow(pd.read_parquet(verdicts))
+            tracker.log_metrics(v_metrics)
+            tracker.log_tags(v_tags)
     return run_id
 
 
