@@ -41,7 +41,8 @@ def plan_size_cmd(
     from confgrid.flows.analyze.read import AnalyzeInputError
 
     try:
-        df = plan_sizes(read_pilot(pilot), signals[0], signals[1], metric, gap, power=power, level=level,
+        df = plan_sizes(read_pilot(pilot, "cluster" if clustered else None), signals[0], signals[1], metric, gap,
+                        power=power, level=level,
                         n_resamples=resamples, seed=seed, clustered=clustered, unit=unit, n_bins=ece_bins)
     except (AnalyzeInputError, ValueError, KeyError) as exc:
         typer.echo(f"confgrid plan-size: {exc}", err=True)

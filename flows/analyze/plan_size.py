@@ -16,7 +16,7 @@ import pandas as pd
 
 from confgrid.analysis.evaluation import unit_name
 from confgrid.analysis.planner import plan_size
-from confgrid.analysis.signals import COLUMNS, UNIT_COLUMNS, analyzed, check, conform
+from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, check, conform
 from confgrid.flows.analyze.read import AnalyzeInputError
 
 __all__ = ["PLAN_COLUMNS", "read_pilot", "plan_sizes"]
@@ -26,17 +26,18 @@ PLAN_COLUMNS = ["unit", "setting", "signal_a", "signal_b", "metric", "gap", "pow
                 "pilot_power", "c", "slope", "n_required", "status", "reason"]
 
 
-def read_pilot(path: str | Path) -> pd.DataFrame:
+def read_pilot(path: str | Path, group_col: str | None = None) -> pd.DataFrame:
     """The pilot as a conformed signal table.
 
     ``path``: a run directory (its ``tables/signals.parquet``), a signal-table Parquet file, or an analyze input
-    (``.csv``, ``.jsonl``/``.ndjson``, ``.parquet``) with columns setting, item_id, signal, confidence, correct.
+    (``.csv``, ``.jsonl``/``.ndjson``, ``.parquet``) with columns setting, item_id, signal, confidence, correct;
+    ``group_col`` names an analyze input's cluster column (required then; it becomes the ``cluster`` column).
 
     Raises
     ------
     AnalyzeInputError
-        A missing path, an unknown suffix, an input without the columns above (naming the missing ones), or an
-        analyze input with a missing value in one of them (naming line and column, as ``confgrid analyze`` does).
+        A missing path, or any problem ``confgrid analyze`` reports for the same file (an unknown suffix, a missing
+        column, a missing or out-of-range value, by line), or a duplicate row.
     """
     p = Path(path)
     if p.is_dir():
@@ -45,46 +46,26 @@ def read_pilot(path: str | Path) -> pd.DataFrame:
             raise AnalyzeInputError(f"{path}: no tables/signals.parquet (a finished run's directory is needed)")
     if not p.is_file():
         raise AnalyzeInputError(f"{path}: no such file or directory")
-    suffix = p.suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        df = pd.read_parquet(p)
-    elif suffix == ".csv":
-        df = pd.read_csv(p)
-    elif suffix in (".jsonl", ".ndjson"):
-        df = pd.read_json(p, lines=True)
-    else:
-        raise AnalyzeInputError(f"{path}: unknown suffix {suffix!r}; allowed: a run directory, .parquet, .csv, .jsonl")
-    if set(UNIT_COLUMNS) <= set(df.columns) and "target" in df.columns:
-        return _checked(conform(df), path)
-    need = ["setting", "item_id", "signal", "confidence", "correct"]
-    missing = [c for c in need if c not in df.columns]
-    if missing:
-        raise AnalyzeInputError(f"{path}: missing column(s) {missing}; a pilot is a run's signal table or has the "
-                                f"columns {need}")
-    _no_missing(df[need], suffix, path)
-    rows = df.rename(columns={"correct": "target"})
-    return _checked(conform(rows[[c for c in rows.columns if c in COLUMNS]].astype({"setting": str, "item_id": str,
-                                                                                   "signal": str})), path)
+    if p.suffix.lower() in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
 
+        names = set(pq.read_schema(p).names)
+        if set(UNIT_COLUMNS) <= names and "target" in names:  # a run's signal table
+            return _checked(conform(pd.read_parquet(p)), path)
+    # an analyze input: read and checked by analyze's own reader (columns, missing values by line, ranges)
+    from confgrid.flows.analyze.input import read_rows
 
-def _no_missing(df: pd.DataFrame, suffix: str, path) -> None:
-    """Reject an analyze input with a missing value in one of its five columns, as ``confgrid analyze`` does
-    (numbered as analyze numbers them: CSV lines counting the header as 1, JSON Lines from 1, Parquet rows from 0).
-
-    Raises
-    ------
-    AnalyzeInputError
-        Naming the first 20 places (line and column).
-    """
-    miss = df.isna() | df.astype(str).apply(lambda c: c.str.strip() == "")
-    if not miss.to_numpy().any():
-        return
-    first = {".csv": 2, ".jsonl": 1, ".ndjson": 1}.get(suffix, 0)
-    where = "row" if first == 0 else "line"
-    places = [f"{where} {int(i) + first}: {df.columns[int(j)]} is missing" for i, j in
-              zip(*np.nonzero(miss.to_numpy()), strict=True)][:20]
-    raise AnalyzeInputError(f"{path}: {int(miss.to_numpy().sum())} missing value(s); every row needs setting, item_id, "
-                            f"signal, confidence and correct (as in confgrid analyze):\n  " + "\n  ".join(places))
+    try:
+        frame = read_rows(p, {"group": group_col} if group_col else None).frame
+    except AnalyzeInputError as exc:  # the reader speaks of --group-col; plan-size's flag is --clustered
+        raise AnalyzeInputError(str(exc).replace("(named by --group-col)", "(--clustered: the pilot has no clusters; "
+                                                 "drop --clustered to count items)")) from None
+    rows = pd.DataFrame({"setting": frame["setting"].astype(str), "item_id": frame["item_id"].astype(str),
+                         "signal": frame["signal"].astype(str), "confidence": frame["confidence"],
+                         "target": frame["correct"]})
+    if group_col:
+        rows["cluster"] = frame["group"].astype(str)
+    return _checked(conform(rows), path)
 
 
 def _checked(table: pd.DataFrame, path) -> pd.DataFrame:
