@@ -30,10 +30,10 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import rankdata
 
 from confgrid.analysis.bootstrap import interval
-from confgrid.analysis.kernels import brier_weighted, ece_weighted
+from confgrid.analysis.kernels import brier_weighted, ece_weighted, spearman_weighted
+from confgrid.analysis.metrics import UndefinedMetricWarning, spearman
 
 __all__ = ["CAPABILITY_METRICS", "CapabilityBootstrap", "capability_bootstrap", "brier_to_target", "ece_to_target",
            "spearman_to_target", "item_weights"]
@@ -70,23 +70,11 @@ def item_weights(n: int, n_resamples: int, seed: int) -> np.ndarray:
     return np.bincount(flat, minlength=n_resamples * n).astype(np.float64).reshape(n_resamples, n)
 
 
-def _spearman_rows(p: np.ndarray, mu: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Spearman's rho of each resample: the items drawn (with multiplicity) ranked with average ranks."""
-    out = np.full(w.shape[0], np.nan)
-    counts = w.astype(np.int64)
-    for r in range(w.shape[0]):
-        idx = np.repeat(np.arange(len(p)), counts[r])
-        out[r] = _spearman(p[idx], mu[idx])
-    return out
-
-
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
-        return float("nan")
-    rx, ry = rankdata(x), rankdata(y)
-    rx -= rx.mean()
-    ry -= ry.mean()
-    return float((rx @ ry) / np.sqrt((rx @ rx) * (ry @ ry)))
+    """:func:`confgrid.analysis.metrics.spearman` without its warning (NaN when undefined)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        return spearman(x, y)
 
 
 def brier_to_target(p, mu) -> float:
@@ -176,7 +164,7 @@ def capability_bootstrap(estimates: dict[str, np.ndarray], target: np.ndarray, n
         if n_resamples:
             res[e, 0] = brier_weighted(pe, te, w)
             res[e, 1] = ece_weighted(pe, te, w, n_bins, closure)
-            res[e, 2] = _spearman_rows(pe, te, w)
+            res[e, 2] = spearman_weighted(pe, te, w)  # the one kernel, as the run's evaluator
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         lo, hi = interval(res, level) if n_resamples else (np.full((E, M), np.nan), np.full((E, M), np.nan))
