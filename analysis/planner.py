@@ -32,6 +32,7 @@ import numpy as np
 from scipy.stats import norm
 
 from .kernels import SortedSignal
+from .resampling import counts_from_indices
 from .registry import get_metric
 
 __all__ = ["SizePlan", "plan_size", "MIN_PILOT", "MIN_SUBSAMPLE", "SUBSAMPLE_FRACTIONS", "SLOPE_RANGE",
@@ -187,9 +188,7 @@ def plan_size(conf_a, conf_b, target, metric: str, gap: float, *, power: float =
     sds = []
     for n_k in sizes:
         # n_k units drawn with replacement from the N pilot units: unit multiplicities (R, N), then per item
-        draws = rng.integers(0, N, size=(int(n_resamples), n_k))
-        flat = (draws + (np.arange(int(n_resamples)) * N)[:, None]).ravel()
-        unit_w = np.bincount(flat, minlength=int(n_resamples) * N).reshape(int(n_resamples), N).astype(np.float64)
+        unit_w = counts_from_indices(rng.integers(0, N, size=(int(n_resamples), n_k)), N)
         g = gap_resamples(a, b, y, metric, unit_w[:, codes], n_bins, yb)
         sds.append(float(np.nanstd(g, ddof=1)) if np.isfinite(g).sum() > 2 else np.nan)
     sd = np.asarray(sds)

@@ -216,6 +216,12 @@ def _axes_of(rows: pd.DataFrame) -> list[str]:
     return [a for a in have if not (a == "setting" and named)]
 
 
+def _conclusions(gaps: pd.DataFrame) -> list[Conclusion | None]:
+    """The conclusion of each gap row (:func:`conclusion_of`), in row order."""
+    return [conclusion_of(str(ka), str(kb), str(a), str(b), str(m)) for ka, kb, a, b, m in
+            zip(gaps["kind_a"], gaps["kind_b"], gaps["signal_a"], gaps["signal_b"], gaps["metric"], strict=True)]
+
+
 def flip_axis(rows: pd.DataFrame, direction: np.ndarray) -> tuple[str, int, int]:
     """The axis whose single change flips a conclusion most often.
 
@@ -284,8 +290,7 @@ def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] |
     if gaps is None or gaps.empty:
         return pd.DataFrame(columns=VERDICT_COLUMNS)
     g = gaps.reset_index(drop=True)
-    keys = [conclusion_of(str(ka), str(kb), str(a), str(b), str(m)) for ka, kb, a, b, m in
-            zip(g["kind_a"], g["kind_b"], g["signal_a"], g["signal_b"], g["metric"], strict=True)]
+    keys = _conclusions(g)
     g = g.assign(estimator=g["metric"])
     where: dict[Conclusion, list[int]] = {}
     for i, k in enumerate(keys):
@@ -351,9 +356,7 @@ def specification_curve(gaps: pd.DataFrame, conclusion: Conclusion) -> pd.DataFr
     if gaps is None or gaps.empty:
         return pd.DataFrame(columns=["rank", "gap", "lo", "hi", "excludes_zero", "direction", "signal_b",
                                      "estimator"])
-    keys = [conclusion_of(str(ka), str(kb), str(a), str(b), str(m)) for ka, kb, a, b, m in
-            zip(gaps["kind_a"], gaps["kind_b"], gaps["signal_a"], gaps["signal_b"], gaps["metric"], strict=True)]
-    rows = gaps[[k == conclusion for k in keys]].assign(estimator=lambda d: d["metric"])
+    rows = gaps[[k == conclusion for k in _conclusions(gaps)]].assign(estimator=lambda d: d["metric"])
     rows = rows[np.isfinite(rows["gap"].to_numpy(np.float64))]
     axes = _axes_of(rows)
     d = np.where(rows["favours"] == rows["signal_a"], 1, np.where(rows["favours"] == rows["signal_b"], -1, 0))

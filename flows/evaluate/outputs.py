@@ -285,8 +285,7 @@ def verdict_mlflow(verdicts: pd.DataFrame) -> tuple[dict[str, float], dict[str, 
                         ("share_resolved_a", r.share_resolved_a), ("share_resolved_b", r.share_resolved_b)):
             if v is not None and v == v:
                 metrics[mlflow_key(*base, name)] = float(v)
-        tags[mlflow_key(*base).replace("/", ".").replace("verdict.", "confgrid.verdict.", 1)] = \
-            f"{r.verdict} (holds for {r.holds_for or 'neither'})"
+        tags["confgrid." + mlflow_key(*base).replace("/", ".")] = f"{r.verdict} (holds for {r.holds_for or 'neither'})"
     return metrics, tags
 
 
