@@ -211,7 +211,7 @@ def test_analyze_writes_the_verdicts_and_show_prints_them_first(tmp_path):
     print_results(out, console)
     text = console.export_text()
     assert text.index("Is the conclusion robust?") < text.index("Metrics per setting")
-    assert "verbalized better than token" in text and "aggregation (3 of 3)" in text
+    assert "A=verbalized vs B=token" in text and "aggregation (3 of 3)" in text
     tracked = CliRunner().invoke(app, ["analyze", str(src), "--out", str(tmp_path / "tracked"), "--bootstrap", "100",
                                        "--metrics", "ece"])
     assert tracked.exit_code == 0, tracked.output

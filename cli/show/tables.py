@@ -29,16 +29,21 @@ def print_verdicts(verdicts: pd.DataFrame, console: Console) -> None:
     from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
 
     v = verdicts.assign(
-        conclusion=[f"{a} better than {b}" for a, b in zip(verdicts["signal_a"], verdicts["signal_b"], strict=True)],
+        # "A vs B": the side the settings favour is the holds_for column (a phrase "A better than B" misread as
+        # the finding when B holds)
+        conclusion=[f"A={a} vs B={b}" for a, b in zip(verdicts["signal_a"], verdicts["signal_b"], strict=True)],
         a_better=[_fmt(p, lo, hi) for p, lo, hi in zip(verdicts["share_a_better"], verdicts["lo"], verdicts["hi"],
                                                         strict=True)],
         flips=[f"{ax} ({n} of {c})" if ax else "none" for ax, n, c in
                zip(verdicts["flip_axis"], verdicts["flip_count"], verdicts["single_changes"], strict=True)])
-    cols = ["conclusion", "metric", "verdict", "holds_for", "n_settings", "a_better", "share_resolved_a",
-            "share_resolved_b", "flips"]
-    console.print(_table(v[cols], "Is the conclusion robust? Over every setting of the grid: share where A is better "
-                                  "by point [95% interval], resolved for A / for B, the axis whose single change "
-                                  "flips it most (results/verdicts.csv)"))
+    v = v.rename(columns={"a_better": "share_A_better", "share_resolved_a": "resolved_for_A",
+                          "share_resolved_b": "resolved_for_B"})
+    cols = ["conclusion", "metric", "verdict", "holds_for", "n_settings", "share_A_better", "resolved_for_A",
+            "resolved_for_B", "flips"]
+    console.print(_table(v[cols], "Is the conclusion robust? Over every setting of the grid: the side the settings "
+                                  "favour (holds_for), the share where A is better by point [95% interval], resolved "
+                                  "for A / for B, the axis whose single change flips it most, in how many of the "
+                                  "pairs of settings that differ in that axis only (results/verdicts.csv)"))
 
 
 def print_results(out_dir: str | Path, console: Console | None = None) -> None:
