@@ -56,8 +56,9 @@ from .resampling import (
     resample_indices,
 )
 from .clusters import cluster_codes, row_counts
-from .fused import evaluate_chunk, one_blas_thread, prepare
-from .metrics import validate_inputs
+from .fused import ReweightedCell, evaluate_chunk, one_blas_thread, prepare
+from .kernels import SortedSignal
+from .metrics import UndefinedMetricWarning, validate_inputs
 from .registry import METRICS, get_metric
 
 __all__ = [
@@ -114,7 +115,7 @@ def _stack_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
 
 
 def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bins: int = 10,
-                    groups=None, masks=None) -> np.ndarray:
+                    groups=None, masks=None, reweight=None) -> np.ndarray:
     """Evaluate every (signal, metric) on one chunk of resamples.
 
     Parameters
@@ -136,6 +137,8 @@ def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bi
         A cluster label per item (see :func:`paired_bootstrap`).
     masks : array-like of bool, shape (S, n), optional
         Each signal's support (see :func:`paired_bootstrap`).
+    reweight : sequence of Reweight or None, optional
+        Per signal, distribution-aligned reweighting (see :func:`paired_bootstrap`).
 
     Returns
     -------
@@ -154,8 +157,8 @@ def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bi
     if idx_chunk.size and (idx_chunk.min() < 0 or idx_chunk.max() >= k):
         raise ValueError(f"indices must lie in [0, {k})")
     with one_blas_thread():
-        return evaluate_chunk(prepare(conf, corr, n_bins, _check_masks(masks, conf.shape)), metrics, idx_chunk,
-                              clusters)
+        prep = prepare(conf, corr, n_bins, _check_masks(masks, conf.shape), reweight)
+        return evaluate_chunk(prep, metrics, idx_chunk, clusters)
 
 
 def bootstrap_chunks(
@@ -169,6 +172,7 @@ def bootstrap_chunks(
     n_bins: int = 10,
     groups=None,
     masks=None,
+    reweight=None,
 ) -> list[np.ndarray]:
     """Evaluate several resample chunks of one setting (the unit of work of a worker).
 
@@ -193,6 +197,8 @@ def bootstrap_chunks(
         then draws ``chunk_indices(G, ...)`` cluster indices).
     masks : array-like of bool, shape (S, n), optional
         Each signal's support, as in :func:`paired_bootstrap`.
+    reweight : sequence of Reweight or None, optional
+        As in :func:`paired_bootstrap`.
 
     Returns
     -------
@@ -206,7 +212,7 @@ def bootstrap_chunks(
         raise ValueError("bootstrap_chunks needs n >= 1 rows")
     clusters = cluster_codes(groups, n) if groups is not None else None
     k = n if clusters is None else clusters.n_clusters
-    prep = prepare(conf, corr, n_bins, _check_masks(masks, conf.shape))
+    prep = prepare(conf, corr, n_bins, _check_masks(masks, conf.shape), reweight)
     out = []
     with one_blas_thread():
         for c in chunks:
@@ -325,16 +331,34 @@ def _check_masks(masks, shape: tuple[int, int]) -> np.ndarray | None:
     return m
 
 
-def _point_estimates(conf, corr, metrics, n_bins, masks=None) -> np.ndarray:
-    S = conf.shape[0]
+def _point_estimates(conf, corr, metrics, n_bins, masks=None, reweight=None) -> np.ndarray:
+    S, n = conf.shape
     point = np.full((S, len(metrics)), np.nan)
     for s in range(S):
         c, y = (conf[s], corr[s]) if masks is None else (conf[s][masks[s]], corr[s][masks[s]])
+        if reweight is not None and reweight[s] is not None:
+            point[s] = _reweighted_point(c, y, np.arange(n) if masks is None else np.flatnonzero(masks[s]),
+                                         reweight[s], metrics, n_bins, n)
+            continue
         for j, name in enumerate(metrics):
             info = METRICS.get(name)
             kw = {"n_bins": n_bins} if info.takes_n_bins else {}
             point[s, j] = info.func(c, y, **kw)
     return point
+
+
+def _reweighted_point(c, y, rows, rw, metrics, n_bins: int, n: int) -> np.ndarray:
+    """A reweighted cell's point estimate: its weights at ``W = 1`` (analysis/reweighting.py)."""
+    out = np.full(len(metrics), np.nan)
+    if not (c.size and np.isfinite(c).all() and np.isfinite(y).all()):
+        return out
+    sig = SortedSignal.from_arrays(c, y, n_bins)
+    out = ReweightedCell(sig, rows[sig.order], rw, n).values(np.ones((1, n)), metrics)[:, 0]
+    if np.isnan(out).any():
+        warnings.warn("a distribution-aligned value is undefined: a stratum of the target has no row of the "
+                      "reweighted side (the support condition fails), or the metric takes no real weights; "
+                      "returning nan", UndefinedMetricWarning, stacklevel=4)
+    return out
 
 
 def paired_bootstrap(
@@ -348,6 +372,7 @@ def paired_bootstrap(
     signal_names: Sequence[str] | None = None,
     groups=None,
     masks=None,
+    reweight=None,
 ) -> BootstrapResult:
     """Paired percentile bootstrap of every (signal, metric) of one setting.
 
@@ -388,6 +413,13 @@ def paired_bootstrap(
         stay paired, and a gap on the items two signals both have is the
         difference of two signals with that support (analysis/fused.py).
         None (default): every signal on every item, unchanged.
+    reweight : sequence of Reweight or None, optional
+        ``S`` entries: a :class:`~confgrid.analysis.reweighting.Reweight` makes that signal
+        distribution-aligned (study 001, section 4.2): on every resample its items weigh
+        ``W[r, i] q_k(r) / p_k(r)`` with both compositions re-estimated on the resample
+        (analysis/reweighting.py); its ECE, Brier and signed gap are the weighted kernel's sums grouped by
+        stratum (analysis/fused.py ``ReweightedCell``) and its other metrics are ``nan``. None (default):
+        counts only.
 
     Returns
     -------
@@ -409,7 +441,9 @@ def paired_bootstrap(
         raise ValueError(f"signal_names has {len(signal_names)} names for {S} signals")
     clusters = cluster_codes(groups, n) if groups is not None and n else None
     masks = _check_masks(masks, conf.shape)
-    point = _point_estimates(conf, corr, metrics, n_bins, masks)  # warns on undefined
+    if reweight is not None and len(reweight) != S:
+        raise ValueError(f"reweight needs one entry (Reweight or None) per signal: {S}, got {len(reweight)}")
+    point = _point_estimates(conf, corr, metrics, n_bins, masks, reweight)  # warns on undefined
     kw = dict(
         metrics=metrics,
         signal_names=list(signal_names) if signal_names is not None else None,
@@ -421,7 +455,7 @@ def paired_bootstrap(
     )
     if n == 0:
         return BootstrapResult(point, np.full((S, len(metrics), int(n_resamples)), np.nan), **kw)
-    prep = prepare(conf, corr, n_bins, masks)
+    prep = prepare(conf, corr, n_bins, masks, reweight)
     res = np.empty((S, len(metrics), int(n_resamples)))
     with one_blas_thread():
         k = n if clusters is None else clusters.n_clusters

@@ -33,7 +33,7 @@ from .kernels import WEIGHTED_KERNELS, SortedSignal, _block_rows
 from .metrics import UndefinedMetricWarning, bin_indices, harmonic_numbers
 from .registry import METRICS
 
-__all__ = ["prepare", "evaluate_chunk", "one_blas_thread", "FUSED_METRICS"]
+__all__ = ["prepare", "evaluate_chunk", "ReweightedCell", "one_blas_thread", "FUSED_METRICS"]
 
 
 def _supports(masks, S: int, n: int) -> list[np.ndarray | None]:
@@ -179,13 +179,20 @@ class _Prepared:
     Stored as ``MT = M.T`` in CSR.
     """
 
-    __slots__ = ("sigs", "fused", "n", "aurc_hi", "aurc_lo", "MT", "cols", "rows", "sorted_rows", "local")
+    __slots__ = ("sigs", "fused", "n", "aurc_hi", "aurc_lo", "MT", "cols", "rows", "sorted_rows", "local",
+                 "reweight", "same_as", "reweighted")
 
-    def __init__(self, sigs: list, n: int, n_bins: int, rows: list[np.ndarray | None] | None = None):
+    def __init__(self, sigs: list, n: int, n_bins: int, rows: list[np.ndarray | None] | None = None,
+                 reweight: list | None = None):
         import scipy.sparse
 
         self.sigs = sigs
         self.n = int(n)
+        #: each signal's :class:`~confgrid.analysis.reweighting.Reweight` (None: counts only)
+        self.reweight = list(reweight) if reweight is not None else [None] * len(sigs)
+        #: a signal identical to an earlier one (values, support, reweighting): that one's index (copied)
+        self.same_as: list[int | None] = [None] * len(sigs)
+        self.reweighted: list = [None] * len(sigs)  # ReweightedCell of each reweighted signal, built once
         #: each signal's support (ascending item indices), None = every item
         self.rows = list(rows) if rows is not None else [None] * len(sigs)
         self.fused = [None if (s is None or s.order.size == 0) else _FusedSignal(s) for s in sigs]
@@ -224,10 +231,93 @@ class _Prepared:
         ) if rows else None
 
 
-def prepare(conf: np.ndarray, corr: np.ndarray, n_bins: int, masks=None) -> _Prepared:
-    """One setting's signals (S, n) ready for :func:`evaluate_chunk`; ``masks`` (S, n) bool: each one's support."""
-    rows = _supports(masks, conf.shape[0], conf.shape[1])
-    return _Prepared(_prepare_signals(conf, corr, n_bins, rows), conf.shape[1], n_bins, rows)
+def prepare(conf: np.ndarray, corr: np.ndarray, n_bins: int, masks=None, reweight=None) -> _Prepared:
+    """One setting's signals (S, n) ready for :func:`evaluate_chunk`; ``masks`` (S, n) bool: each one's support;
+    ``reweight``: per signal a :class:`~confgrid.analysis.reweighting.Reweight` or None (analysis/reweighting.py)."""
+    S = conf.shape[0]
+    rows = _supports(masks, S, conf.shape[1])
+    if reweight is not None and len(reweight) != S:
+        raise ValueError(f"reweight needs one entry (Reweight or None) per signal: {S}, got {len(reweight)}")
+    same = _same_as(conf, corr, rows, reweight)
+    keep = [r if same[s] is None else np.zeros(0, dtype=np.int64) for s, r in enumerate(rows)]
+    sigs = _prepare_signals(conf, corr, n_bins, keep)
+    prep = _Prepared([sig if same[s] is None else None for s, sig in enumerate(sigs)], conf.shape[1], n_bins, rows,
+                     reweight)
+    prep.same_as = same
+    return prep
+
+
+def _same_as(conf, corr, rows, reweight) -> list[int | None]:
+    """For each signal, the first earlier signal with the same values on the same support and the same
+    reweighting (its values are copied, not computed again), else None."""
+    seen: dict[tuple, int] = {}
+    out: list[int | None] = []
+    for s in range(conf.shape[0]):
+        r = rows[s]
+        c, y = (conf[s], corr[s]) if r is None else (conf[s, r], corr[s, r])
+        key = (None if r is None else r.tobytes(), c.tobytes(), y.tobytes(),
+               None if reweight is None or reweight[s] is None else id(reweight[s]))
+        out.append(seen.get(key))
+        seen.setdefault(key, s)
+    return out
+
+
+class ReweightedCell:
+    """A reweighted signal ready for resample blocks (analysis/reweighting.py).
+
+    A weight ``W[r, i] q_k(r) / p_k(r)`` is constant within an outcome stratum ``k``, so the count-weighted
+    ECE, Brier and signed gap factor through per-stratum sums: with ``D[r, b, k] = sum W[r, i] (y_i - c_i)``
+    over the items of bin ``b`` and stratum ``k``, ``Q``, ``G`` and ``C`` the per-stratum sums of
+    ``W (c - y)^2``, ``W (c - y)`` and ``W``, and ``w_k = q_k / p_k``:
+    ``ECE = sum_b |sum_k w_k D[b, k]| / sum_k w_k C[k]``, ``Brier = sum_k w_k Q[k] / sum_k w_k C[k]``, signed
+    gap ``sum_k w_k G[k] / sum_k w_k C[k]`` -- the kernel's own sums (analysis/kernels.py ``_ece_sorted`` with
+    real weights), grouped by stratum and read off one sparse product ``W @ M`` per block (as the fused path
+    reads every other signal's). Equal to the kernel with real weights to rounding (tests/test_reweighting.py).
+    """
+
+    def __init__(self, sig: SortedSignal, sorted_rows: np.ndarray, rw, n: int):
+        import scipy.sparse
+
+        self.rw = rw
+        G, nb = int(rw.n_strata), sig.n_bins
+        self.G, self.nb = G, nb
+        k = rw.strata[sorted_rows]
+        if (k < 0).any():
+            raise ValueError("a reweighted signal's items need an outcome stratum (>= 0) on its whole support")
+        b = bin_indices(sig.conf, nb, sig.closure)
+        m = sorted_rows.size
+        d = sig.correct - sig.conf
+        cols = np.concatenate([b * G + k, nb * G + k, nb * G + G + k, nb * G + 2 * G + k])
+        vals = np.concatenate([d, d * d, -d, np.ones(m)])
+        rows = np.tile(sorted_rows, 4)
+        self.MT = scipy.sparse.csr_matrix((vals, (cols, rows)), shape=(nb * G + 3 * G, int(n)))
+
+    def values(self, W: np.ndarray, metrics) -> np.ndarray:
+        """``(M, b)`` values on the resamples of ``W`` (b, n); ``nan`` for a metric outside
+        :data:`~confgrid.analysis.reweighting.REWEIGHTABLE_METRICS` and on a resample without support."""
+        from .reweighting import REWEIGHTABLE_METRICS, omega
+
+        G, nb = self.G, self.nb
+        S = (self.MT @ np.ascontiguousarray(W.T)).T  # (b, L)
+        om = omega(W, self.rw)
+        D = S[:, : nb * G].reshape(-1, nb, G)
+        Q, Gp, C = (S[:, nb * G + j * G : nb * G + (j + 1) * G] for j in range(3))
+        out = np.full((len(metrics), W.shape[0]), np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tot = (C * om).sum(axis=1)
+            ok = np.isfinite(tot) & (tot > 0)
+            den = np.where(ok, tot, 1.0)
+            for j, name in enumerate(metrics):
+                if name not in REWEIGHTABLE_METRICS:
+                    continue
+                if name == "ece":
+                    num = np.abs((D * om[:, None, :]).sum(axis=2)).sum(axis=1)
+                elif name == "brier":
+                    num = (Q * om).sum(axis=1)
+                else:  # calibration_gap, overconfidence: mean of c - y
+                    num = (Gp * om).sum(axis=1)
+                out[j] = np.where(ok, num / den, np.nan)
+        return out
 
 
 def _counts_block(idx: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
@@ -347,6 +437,11 @@ def evaluate_chunk(prep: _Prepared, metrics, idx_chunk, clusters: Clusters | Non
         for s, sig in enumerate(sigs):
             if sig is None:
                 continue
+            if prep.reweight[s] is not None:  # distribution-aligned: the kernel's sums, grouped by stratum
+                if prep.reweighted[s] is None:
+                    prep.reweighted[s] = ReweightedCell(sig, prep.sorted_rows[s], prep.reweight[s], n)
+                out[s, :, rows] = prep.reweighted[s].values(W, metrics)
+                continue
             support = prep.rows[s]
             tot_s = tot if support is None else W[:, support].sum(axis=1)  # exact integers
             div = n if tot_s is None else tot_s
@@ -377,6 +472,9 @@ def evaluate_chunk(prep: _Prepared, metrics, idx_chunk, clusters: Clusters | Non
             for name in slow:
                 sel = picks if support is None else [p[p >= 0] for p in (prep.local[s][r] for r in picks)]
                 out[s, col[name], rows] = _fallback_rows(sig, name, sel)
+    for s, first in enumerate(prep.same_as):  # identical signals: the same values, computed once
+        if first is not None:
+            out[s] = out[first]
     return out
 
 

@@ -150,3 +150,29 @@ def test_a_setting_with_its_own_metrics_in_the_same_job(ray_local):
     assert np.array_equal(got["C"].resamples, ref_c.resamples, equal_nan=True)
     assert np.array_equal(got["A"].resamples, ref_a.resamples, equal_nan=True)
     assert np.isfinite(got["C"].resamples[:, 2]).all()  # Spearman through its weighted kernel
+
+
+def test_an_ace_unit_joins_the_same_job_bit_identical(ray_local):
+    """Issue 20: a cell of study 001's comparison (distribution-aligned cells, candidate rows as clusters, its own
+    metrics and resample count) is a unit of the one Ray Data job, bit-identical to in process."""
+    import ace_example as EX
+    from confgrid.analysis.ace import candidates as CA
+    from confgrid.analysis.ace import frame as F
+    from confgrid.analysis.ace import views as V
+    from confgrid.analysis.ace.units import ace_unit
+    from confgrid.analysis.evaluation import bootstrap_unit
+    from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
+
+    rows = EX.rows()
+    cell = F.matched_cells(rows).cells[0]
+    ca = CA.ca_cell(cell, CA.validate_ratings(EX.ratings(CA.candidate_pool(rows, EX.normalize))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        point = V.cell_views(cell)
+        unit = ace_unit(cell, point, ["ece", "brier"], ("ia", "da"), V.DEFAULT_OPTIONS, ca, n_resamples=130, seed=4)
+        assert unit.reweight is not None and unit.groups is not None
+        got = bootstrap_units([unit], METRICS, 70, chunk_size=50, use_ray=True, num_workers=2)[0]
+        ref = bootstrap_unit(unit, METRICS, 70, chunk_size=50)
+    assert got.n_resamples == ref.n_resamples == 130 and got.metrics == ["ece", "brier"]
+    assert np.array_equal(got.point, ref.point, equal_nan=True)
+    assert np.array_equal(got.resamples, ref.resamples, equal_nan=True)

@@ -70,6 +70,10 @@ class SettingInput:
         Each signal's support (:func:`~confgrid.analysis.bootstrap.paired_bootstrap`); None: every item.
     metrics : sequence of str or None
         This setting's metrics; None: the job's (``metrics`` of :func:`bootstrap_settings_ray`).
+    reweight : sequence of Reweight or None, or None
+        Per signal, distribution-aligned reweighting (:func:`~confgrid.analysis.bootstrap.paired_bootstrap`).
+    n_resamples : int or None
+        This setting's resamples; None: the job's.
     """
 
     confidence: Any
@@ -79,6 +83,8 @@ class SettingInput:
     groups: Any = None
     masks: Any = None
     metrics: Sequence[str] | None = None
+    reweight: Sequence[Any] | None = None
+    n_resamples: int | None = None
 
 
 def ensure_ray() -> None:
@@ -88,8 +94,8 @@ def ensure_ray() -> None:
     init_ray(None)
 
 
-def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], n_resamples: int,
-                chunk_size: int, n_bins: int) -> dict[str, np.ndarray]:
+def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], chunk_size: int,
+                n_bins: int) -> dict[str, np.ndarray]:
     """Ray Data UDF: evaluate the ``(setting, chunk)`` rows of one batch.
 
     Rows of one setting are evaluated together by
@@ -106,9 +112,9 @@ def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], n_resampl
         by_key.setdefault(key, []).append(c)
     settings, chunks, shapes, values = [], [], [], []
     for key, cs in by_key.items():
-        conf, corr, seed, groups, masks, metrics = ray.get(refs[key])
+        conf, corr, seed, groups, masks, metrics, reweight, n_resamples = ray.get(refs[key])
         outs = bootstrap_chunks(conf, corr, metrics, n_resamples, seed, cs, chunk_size=chunk_size, n_bins=n_bins,
-                                groups=groups, masks=masks)
+                                groups=groups, masks=masks, reweight=reweight)
         for c, out in zip(cs, outs, strict=True):
             settings.append(key)
             chunks.append(c)
@@ -209,10 +215,13 @@ def bootstrap_settings_ray(
     arrays: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
     for name, inp in inputs.items():
         mets = list(inp.metrics) if inp.metrics else list(metrics)
+        B = int(inp.n_resamples) if inp.n_resamples is not None else int(n_resamples)
+        if B < 1:
+            raise ValueError(f"setting {name!r}: n_resamples must be >= 1, got {inp.n_resamples}")
         try:
             head = paired_bootstrap(inp.confidence, inp.correct, mets, n_resamples=1, seed=inp.seed,
                                     chunk_size=1, n_bins=n_bins, signal_names=inp.signal_names, groups=inp.groups,
-                                    masks=inp.masks)
+                                    masks=inp.masks, reweight=inp.reweight)
         except ValueError as exc:
             raise ValueError(f"setting {name!r}: {exc}") from None
         conf = np.asarray(inp.confidence, dtype=np.float64)
@@ -220,8 +229,8 @@ def bootstrap_settings_ray(
         corr = np.broadcast_to(np.asarray(inp.correct, dtype=np.float64), conf.shape)
         S, n = conf.shape
         results[name] = BootstrapResult(
-            head.point, np.full((S, len(head.metrics), int(n_resamples)), np.nan), head.metrics,
-            head.signal_names, int(n_resamples), int(inp.seed), int(chunk_size), int(n_bins),
+            head.point, np.full((S, len(head.metrics), B), np.nan), head.metrics,
+            head.signal_names, B, int(inp.seed), int(chunk_size), int(n_bins),
             n_clusters=head.n_clusters,
         )
         if n > 0:  # no rows: every resample is nan, as in paired_bootstrap
@@ -229,7 +238,7 @@ def bootstrap_settings_ray(
             groups = None if inp.groups is None else cluster_codes(inp.groups, n).codes
             masks = None if inp.masks is None else np.ascontiguousarray(inp.masks, dtype=bool)
             arrays[name] = (np.ascontiguousarray(conf), np.ascontiguousarray(corr), int(inp.seed), groups, masks,
-                            list(head.metrics))
+                            list(head.metrics), None if inp.reweight is None else list(inp.reweight), B)
     if not arrays:
         return results
 
@@ -238,7 +247,7 @@ def bootstrap_settings_ray(
 
     ensure_ray()
     refs = {name: ray.put(a) for name, a in arrays.items()}  # once per setting
-    rows = [{"key": name, "chunk": c} for name in arrays for c in range(n_chunks(n_resamples, chunk_size))]
+    rows = [{"key": name, "chunk": c} for name, a in arrays.items() for c in range(n_chunks(a[-1], chunk_size))]
     workers = int(num_workers) if num_workers is not None else max(1, int(ray.cluster_resources().get("CPU", 1)))
     workers = min(workers, len(rows))
 
@@ -249,8 +258,7 @@ def bootstrap_settings_ray(
     ctx.op_resource_reservation_enabled, ctx.enable_progress_bars = False, False
     ds = ray.data.from_items(rows, override_num_blocks=n_tasks).map_batches(
         _chunk_task,
-        fn_kwargs=dict(refs=refs, n_resamples=int(n_resamples),
-                       chunk_size=int(chunk_size), n_bins=int(n_bins)),
+        fn_kwargs=dict(refs=refs, chunk_size=int(chunk_size), n_bins=int(n_bins)),
         batch_size=None,
         batch_format="numpy",
         num_cpus=1,
@@ -309,18 +317,19 @@ def bootstrap_units(units: Sequence[Any], metrics: Sequence[str], n_resamples: i
 
     ``use_ray``: every unit's resample chunks in **one** Ray Data job (:func:`bootstrap_settings_ray`), else in
     process; the numbers are bit-identical. A unit with its own metrics (``UnitPlan.metrics``) is evaluated under
-    them, the others under ``metrics``. Returns one result per unit, in order, whose signals are the unit's
-    cells (``cell_names``).
+    them, the others under ``metrics``; likewise its own resample count (``UnitPlan.n_resamples``, e.g. a
+    comparison's ``bootstrap``) and its distribution-aligned cells (``UnitPlan.reweight``). Returns one result per
+    unit, in order, whose signals are the unit's cells (``cell_names``).
     """
     if not units:
         return []
     if not use_ray:
-        return [paired_bootstrap(u.confidence, u.target, list(u.metrics) or metrics, n_resamples=n_resamples,
-                                 seed=u.seed, chunk_size=chunk_size, n_bins=n_bins, signal_names=u.cell_names,
-                                 groups=u.groups, masks=u.masks) for u in units]
+        from confgrid.analysis.evaluation import bootstrap_unit
+
+        return [bootstrap_unit(u, metrics, n_resamples, n_bins, chunk_size) for u in units]
     out = bootstrap_settings_ray(
         {str(i): SettingInput(u.confidence, u.target, u.cell_names, u.seed, u.groups, u.masks,
-                              tuple(u.metrics) or None)
+                              tuple(u.metrics) or None, u.reweight, u.n_resamples)
          for i, u in enumerate(units)}, metrics, n_resamples, n_bins=n_bins, chunk_size=chunk_size,
         num_workers=num_workers)
     return [out[str(i)] for i in range(len(units))]
