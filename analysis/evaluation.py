@@ -25,8 +25,16 @@ bootstrap (:func:`confgrid.analysis.bootstrap.paired_bootstrap` with
 bootstrap of study 000 Appendix A, value for value.
 
 Gap ``= metric(signal_a) - metric(signal_b)``; shift ``= gap(a, to) -
-gap(a, from)`` on the same resamples; flip and resolved flip follow
-:mod:`confgrid.analysis.compare` (a signed metric compares distances from 0).
+gap(a, from)`` on the same resamples (:class:`ShiftPlan`; study 001's
+reversals shift both sides from the raw to an aligned view); flip and
+resolved flip follow :mod:`confgrid.analysis.compare` (a signed metric
+compares distances from 0), and ``flip_share`` is the share of resamples in
+which the better signal differs.
+
+Units of study 001's comparison (analysis/ace/units.py) are evaluated here too:
+their cells are models under a view, some of them distribution-aligned
+(:attr:`UnitPlan.reweight`, analysis/reweighting.py), with their own metrics
+and resample count.
 """
 
 from __future__ import annotations
@@ -42,24 +50,48 @@ from .bootstrap import BootstrapResult, interval, n_undefined
 from .closure import EDGE_COLUMNS, edge_rows, edge_table
 from .compare import better_signal, excludes_zero, flip
 from .registry import get_metric
-from .resampling import setting_seed
+from .resampling import DEFAULT_CHUNK_SIZE, setting_seed
 from .signals import UNIT_COLUMNS
 from .verdicts import Conclusion, ShareCounts, conclusion_of, favours_a
 
-__all__ = ["Comparisons", "UnitPlan", "plan_unit", "plan_units", "unit_seed", "unit_name", "unit_names",
-           "token_shift_pairs", "estimates",
+__all__ = ["Comparisons", "ShiftPlan", "UnitPlan", "plan_unit", "plan_units", "unit_seed", "unit_name",
+           "unit_names", "token_shift_pairs", "estimates", "bootstrap_unit",
            "Estimates",
            "METRIC_COLUMNS", "GAP_COLUMNS", "SHIFT_COLUMNS", "SIGNAL_INFO"]
 
 #: Per-signal protocol columns carried into the metrics table (the gap table carries kind, context and
 #: aggregation of both signals).
-SIGNAL_INFO = ("kind", "method", "context", "aggregation", "rated", "target_rule")
+SIGNAL_INFO = ("kind", "method", "context", "aggregation", "rated", "target_rule", "view")
 METRIC_COLUMNS = [*UNIT_COLUMNS, "signal", *SIGNAL_INFO, "metric", "point", "lo", "hi", "n", "n_undefined"]
-GAP_COLUMNS = [*UNIT_COLUMNS, "signal_a", "signal_b", "kind_a", "kind_b", "context", "aggregation", "metric", "gap",
-               "lo", "hi", "excludes_zero", "favours", "n", "n_undefined"]
+GAP_COLUMNS = [*UNIT_COLUMNS, "signal_a", "signal_b", "kind_a", "kind_b", "context", "aggregation", "method", "view",
+               "metric", "gap", "lo", "hi", "excludes_zero", "favours", "n", "n_undefined"]
 SHIFT_COLUMNS = [*UNIT_COLUMNS, "signal_a", "from_signal", "to_signal", "from_context", "to_context",
-                 "from_aggregation", "to_aggregation", "metric", "shift", "lo", "hi", "excludes_zero", "flip",
-                 "resolved_flip", "n", "n_undefined"]
+                 "from_aggregation", "to_aggregation", "method", "from_view", "to_view", "metric", "shift", "lo", "hi",
+                 "excludes_zero", "flip", "resolved_flip", "flip_share", "n_flip_defined", "n", "n_undefined"]
+
+
+@dataclass(frozen=True)
+class ShiftPlan:
+    """A shift of a unit: the change of one paired gap into another on the same resamples.
+
+    ``gap(to_a, to_b) - gap(from_a, from_b)``. Study 000's shifts keep side A (``from_a == to_a``, the
+    verbalized signal) and change B's scoring context or aggregation; study 001's reversals change the view of
+    both models' cells (raw -> instance- or distribution-aligned, analysis/ace/units.py).
+
+    Attributes
+    ----------
+    from_a, from_b, to_a, to_b : str
+        Signal keys of the unit (:attr:`UnitPlan.signals`); ``(from_a, from_b)`` and ``(to_a, to_b)`` are among
+        its compared pairs.
+    n : int
+        Items both gaps have.
+    """
+
+    from_a: str
+    from_b: str
+    to_a: str
+    to_b: str
+    n: int
 
 
 @dataclass(frozen=True)
@@ -130,8 +162,8 @@ class UnitPlan:
         ``C`` labels (``signal`` for own cells, ``signal|a&b`` for a pair's).
     pairs : list of (a, b, cell_a, cell_b)
         Each compared pair with the cells holding its two signals on their common items.
-    shifts : list of (a, from_signal, to_signal, n)
-        Shifts of the gap against ``a``, with the items both gaps have.
+    shifts : list of ShiftPlan
+        Shifts of one compared gap into another, with the items both gaps have.
     cell_n : list of int
         Items in each cell's support (kept when the arrays are dropped to save memory).
     n_rows : dict
@@ -146,6 +178,15 @@ class UnitPlan:
         The metrics this unit is evaluated under; empty (the default): the evaluator's list. A producer whose
         units are graded against another target sets its own (study 004's estimators: Brier, ECE and
         Spearman against the expected accuracy, flows/evaluate/capability.py).
+    reweight : list of Reweight or None, or None
+        Per cell, distribution-aligned reweighting (analysis/reweighting.py; study 001's DA views,
+        analysis/ace/units.py); None: counts only.
+    n_resamples : int or None
+        This unit's resamples (a comparison's own ``bootstrap``); None: the evaluator's.
+    names : dict
+        signal key -> the signal name the tables show, where they differ (an ACE unit's cells are one model
+        under several views: the key tells them apart, the name is the model's and ``info[key]["view"]`` the
+        view); empty: the key is the name.
     """
 
     labels: dict[str, str]
@@ -159,12 +200,15 @@ class UnitPlan:
     masks: np.ndarray
     cell_names: list[str]
     pairs: list[tuple[str, str, int, int]] = field(default_factory=list)
-    shifts: list[tuple[str, str, str, int]] = field(default_factory=list)
+    shifts: list[ShiftPlan] = field(default_factory=list)
     cell_n: list[int] = field(default_factory=list)
     n_rows: dict[str, int] = field(default_factory=dict)
     left_out: dict[str, int] = field(default_factory=dict)
     edges: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     metrics: tuple[str, ...] = ()
+    reweight: list | None = None
+    n_resamples: int | None = None
+    names: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -180,6 +224,7 @@ class UnitPlan:
         self.confidence = self.target = np.zeros((len(self.cell_names), 0))
         self.masks = np.zeros((len(self.cell_names), 0), dtype=bool)
         self.items, self.groups = np.empty(0, dtype=object), None
+        self.reweight = None
 
 
 def unit_name(values) -> str:
@@ -313,7 +358,7 @@ def plan_unit(labels: Mapping[str, str], items: np.ndarray, signals: Sequence[st
     ag = comparisons.against
     cell_of = {(a, b): (ca, cb) for a, b, ca, cb in pair_cells}
     wanted = list(comparisons.shifts) + (token_shift_pairs(signals, info) if comparisons.token_shifts else [])
-    shifts = [(ag, f, t, int((c_mask[cell_of[(ag, f)][0]] & c_mask[cell_of[(ag, t)][0]]).sum()))
+    shifts = [ShiftPlan(ag, f, ag, t, int((c_mask[cell_of[(ag, f)][0]] & c_mask[cell_of[(ag, t)][0]]).sum()))
               for f, t in dict.fromkeys(wanted) if ag is not None and (ag, f) in cell_of and (ag, t) in cell_of]
     return UnitPlan(
         labels={c: str(labels.get(c, "") or "") for c in UNIT_COLUMNS}, seed=int(seed),
@@ -360,7 +405,7 @@ def plan_units(signals: pd.DataFrame, comparisons: Comparisons, base_seed: int, 
         tgt[si, ii] = g["target"].to_numpy(np.float64)
         ok[si, ii] = g["_ok"].to_numpy(bool)
         first = g.drop_duplicates("signal").set_index("signal")
-        info = {s: {k: _plain(first.at[s, k]) for k in SIGNAL_INFO} for s in names}
+        info = {s: {k: _plain(first.at[s, k]) if k in first.columns else "" for k in SIGNAL_INFO} for s in names}
         align = [str(first.at[s, "align"]) for s in names]
         groups = None
         if clustered:
@@ -375,6 +420,20 @@ def plan_units(signals: pd.DataFrame, comparisons: Comparisons, base_seed: int, 
         out.append(plan_unit(labels, items.to_numpy(dtype=object), names, conf, tgt, ok, align, info, comparisons,
                              unit_seed(labels, base_seed), groups, n_rows, edge_bins))
     return out
+
+
+def bootstrap_unit(u: UnitPlan, metrics: Sequence[str], n_resamples: int, n_bins: int = 10,
+                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> BootstrapResult:
+    """The paired bootstrap of one unit's cells in process (:func:`~confgrid.analysis.bootstrap.paired_bootstrap`
+    with the unit's supports, clusters and reweighted cells), under the unit's own metrics and resample count
+    when it has them (else ``metrics``, ``n_resamples``). flows/evaluate/bootstrap_ray.py ``bootstrap_units``
+    spreads the same computation over a Ray Data job, bit for bit."""
+    from .bootstrap import paired_bootstrap
+
+    return paired_bootstrap(u.confidence, u.target, list(u.metrics) or list(metrics),
+                            n_resamples=u.n_resamples or n_resamples, seed=u.seed, chunk_size=chunk_size,
+                            n_bins=n_bins, signal_names=u.cell_names, groups=u.groups, masks=u.masks,
+                            reweight=u.reweight)
 
 
 def _plain(v: Any) -> Any:
@@ -434,10 +493,12 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
         metrics = list(res.metrics)
         lo, hi = res.interval(level)
         und = res.n_undefined
+        name = u.names.get
         for s, sig in enumerate(u.signals):
             n = u.n_of(s)
             for j, met in enumerate(metrics):
-                mrows.append({**lab, "signal": sig, **u.info[sig], "metric": met, "point": float(res.point[s, j]),
+                mrows.append({**lab, "signal": name(sig, sig), **u.info[sig], "metric": met,
+                              "point": float(res.point[s, j]),
                               "lo": float(lo[s, j]), "hi": float(hi[s, j]), "n": n, "n_undefined": int(und[s, j])})
         gap_vals, gap_rows, adv = [], [], {}
         for a, b, ca, cb in u.pairs:
@@ -445,12 +506,13 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
             for j, met in enumerate(metrics):
                 pa_, pb = res.point[ca, j], res.point[cb, j]
                 gap_vals.append(res.resamples[ca, j] - res.resamples[cb, j])
-                gap_rows.append({**lab, "signal_a": a, "signal_b": b, "kind_a": u.info[a]["kind"],
-                                 "kind_b": u.info[b]["kind"], "context": u.info[b]["context"],
-                                 "aggregation": u.info[b]["aggregation"], "metric": met, "gap": float(pa_ - pb),
-                                 "favours": better_signal(met, pa_, pb, a, b), "n": n})
+                na, nb, ib = name(a, a), name(b, b), u.info[b]
+                gap_rows.append({**lab, "signal_a": na, "signal_b": nb, "kind_a": u.info[a]["kind"],
+                                 "kind_b": ib["kind"], "context": ib["context"], "aggregation": ib["aggregation"],
+                                 "method": ib["method"], "view": ib["view"], "metric": met, "gap": float(pa_ - pb),
+                                 "favours": better_signal(met, pa_, pb, na, nb), "n": n})
                 adv[(a, b, j)] = _advantage(met, pa_, pb, res.resamples[ca, j], res.resamples[cb, j])
-                key = conclusion_of(u.info[a]["kind"], u.info[b]["kind"], a, b, met)
+                key = conclusion_of(u.info[a]["kind"], ib["kind"], na, nb, met, ib["view"])
                 if key is not None:  # this setting's vote, resample by resample (analysis/verdicts.py)
                     shares.setdefault(key, ShareCounts.empty(res.n_resamples)).add(*favours_a(met, gap_vals[-1]))
         if gap_rows:  # one percentile call over every (pair, metric) row
@@ -474,26 +536,39 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
                      edge_table(units), shares)
 
 
+def _flip_share(af: np.ndarray, at: np.ndarray) -> tuple[float, int]:
+    """Share of resamples (both defined) whose advantages have strictly opposite signs, and how many are defined
+    (study 001's retention probability, Appendix E.6; analysis/ace/bootstrap.py ``retention_probability``)."""
+    ok = np.isfinite(af) & np.isfinite(at)
+    k = int(ok.sum())
+    return (float(np.mean(np.sign(af[ok]) * np.sign(at[ok]) < 0)) if k else float("nan")), k
+
+
 def _shift_rows(u: UnitPlan, res: BootstrapResult, metrics: list[str], adv: dict, level: float) -> list[dict]:
     if not u.shifts:
         return []
     cell = {(a, b): (ca, cb) for a, b, ca, cb in u.pairs}
+    name = u.names.get
     rows, diffs, advs = [], [], []
-    for a, f, t, n_both in u.shifts:
-        (fa, fb), (ta, tb) = cell[(a, f)], cell[(a, t)]
+    for sh in u.shifts:
+        (fa, fb), (ta, tb) = cell[(sh.from_a, sh.from_b)], cell[(sh.to_a, sh.to_b)]
+        fi, ti = u.info[sh.from_b], u.info[sh.to_b]
         for j, met in enumerate(metrics):
             g_from = res.resamples[fa, j] - res.resamples[fb, j]
             g_to = res.resamples[ta, j] - res.resamples[tb, j]
             diffs.append(g_to - g_from)
             p_from = res.point[fa, j] - res.point[fb, j]
             p_to = res.point[ta, j] - res.point[tb, j]
-            (af, rf), (at, rt) = adv[(a, f, j)], adv[(a, t, j)]
+            (af, rf), (at, rt) = adv[(sh.from_a, sh.from_b, j)], adv[(sh.to_a, sh.to_b, j)]
             advs += [rf, rt]
-            rows.append({**u.labels, "signal_a": a, "from_signal": f, "to_signal": t,
-                         "from_context": u.info[f]["context"], "to_context": u.info[t]["context"],
-                         "from_aggregation": u.info[f]["aggregation"], "to_aggregation": u.info[t]["aggregation"],
-                         "metric": met, "shift": float(p_to - p_from), "flip": flip(af, at),
-                         "_adv": (af, at), "n": n_both})
+            share, k = _flip_share(rf, rt)
+            rows.append({**u.labels, "signal_a": name(sh.from_a, sh.from_a), "from_signal": name(sh.from_b, sh.from_b),
+                         "to_signal": name(sh.to_b, sh.to_b), "from_context": fi["context"],
+                         "to_context": ti["context"], "from_aggregation": fi["aggregation"],
+                         "to_aggregation": ti["aggregation"], "method": ti["method"], "from_view": fi["view"],
+                         "to_view": ti["view"],
+                         "metric": met, "shift": float(p_to - p_from), "flip": flip(af, at), "flip_share": share,
+                         "n_flip_defined": k, "_adv": (af, at), "n": sh.n})
     d = np.vstack(diffs)
     lo, hi = interval(d, level)
     und = n_undefined(d)

@@ -48,11 +48,11 @@ __all__ = ["CONCLUSION_METRICS", "AXES", "VERDICT_COLUMNS", "VERDICTS", "Conclus
 CONCLUSION_METRICS = ("ece", "auroc", "aurc", "brier")
 #: The protocol axes a setting is placed on, in the order ties of :func:`flip_axis` are broken.
 AXES = ("model", "dataset", "setting", "answer_set", "parse_policy", "refusal", "rule", "target_kind", "context",
-        "aggregation", "estimator")
+        "aggregation", "method", "estimator")
 #: The words of a verdict.
 VERDICTS = ("robust", "fragile", "unresolved")
 #: Columns of ``results/verdicts``.
-VERDICT_COLUMNS = ["signal_a", "signal_b", "metric", "verdict", "holds_for", "n_settings", "n_undefined",
+VERDICT_COLUMNS = ["signal_a", "signal_b", "metric", "view", "verdict", "holds_for", "n_settings", "n_undefined",
                    "share_a_better", "lo", "hi", "share_resolved_a", "share_resolved_b", "flip_axis", "flip_count",
                    "single_changes", "axes"]
 #: Calibration-error estimators outside the ``ece`` name family (unsigned, lower is better).
@@ -69,11 +69,15 @@ class Conclusion:
         The two sides (:func:`side`): a signal name, or ``token`` for every token score.
     metric : str
         The metric family (:data:`CONCLUSION_METRICS`).
+    view : str
+        Study 001's view of a model-vs-model conclusion (``raw``, ``ia``, ``da`` ...: analysis/ace/units.py; the
+        sides are then models); ``""`` for a signal-vs-signal one.
     """
 
     signal_a: str
     signal_b: str
     metric: str
+    view: str = ""
 
 
 @dataclass
@@ -186,14 +190,16 @@ def side(kind: str, signal: str) -> str:
     return "token" if kind == "token" else signal
 
 
-def conclusion_of(kind_a: str, kind_b: str, signal_a: str, signal_b: str, metric: str) -> Conclusion | None:
+def conclusion_of(kind_a: str, kind_b: str, signal_a: str, signal_b: str, metric: str,
+                  view: str = "") -> Conclusion | None:
     """The conclusion a gap row ``metric(signal_a) - metric(signal_b)`` is a setting of, or None (a metric without
-    a family, or two signals on the same side, e.g. two token scores: a shift, not a conclusion)."""
+    a family, or two signals on the same side, e.g. two token scores: a shift, not a conclusion). ``view``: the
+    ACE view of a model-vs-model gap (part of the conclusion: "A better than B once accuracy is aligned")."""
     fam = metric_family(metric)
     a, b = side(kind_a, signal_a), side(kind_b, signal_b)
     if fam is None or a == b:
         return None
-    return Conclusion(a, b, fam)
+    return Conclusion(a, b, fam, str(view or ""))
 
 
 def favours_a(metric: str, advantage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -218,8 +224,14 @@ def _axes_of(rows: pd.DataFrame) -> list[str]:
 
 def _conclusions(gaps: pd.DataFrame) -> list[Conclusion | None]:
     """The conclusion of each gap row (:func:`conclusion_of`), in row order."""
-    return [conclusion_of(str(ka), str(kb), str(a), str(b), str(m)) for ka, kb, a, b, m in
-            zip(gaps["kind_a"], gaps["kind_b"], gaps["signal_a"], gaps["signal_b"], gaps["metric"], strict=True)]
+    views = gaps["view"] if "view" in gaps.columns else [""] * len(gaps)
+    return [conclusion_of(str(ka), str(kb), str(a), str(b), str(m), "" if _missing(v) else str(v))
+            for ka, kb, a, b, m, v in zip(gaps["kind_a"], gaps["kind_b"], gaps["signal_a"], gaps["signal_b"],
+                                          gaps["metric"], views, strict=True)]
+
+
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))
 
 
 def flip_axis(rows: pd.DataFrame, direction: np.ndarray) -> tuple[str, int, int]:
@@ -299,7 +311,7 @@ def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] |
     out = []
     seen: set[Conclusion] = set()
     for key, idx in where.items():
-        if Conclusion(key.signal_b, key.signal_a, key.metric) in seen:  # every ordered pair: B vs A is A vs B
+        if Conclusion(key.signal_b, key.signal_a, key.metric, key.view) in seen:  # every ordered pair: B vs A is A vs B
             continue
         seen.add(key)
         rows = g.iloc[idx]
@@ -327,7 +339,8 @@ def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] |
             holds = key.signal_a if a_leads else key.signal_b
             word = rule.verdict(p_a if a_leads else p_b, r_a if a_leads else r_b, r_b if a_leads else r_a, n)
         axis, flips, changes = flip_axis(sub, d)
-        out.append({"signal_a": key.signal_a, "signal_b": key.signal_b, "metric": key.metric, "verdict": word,
+        out.append({"signal_a": key.signal_a, "signal_b": key.signal_b, "metric": key.metric, "view": key.view,
+                    "verdict": word,
                     "holds_for": holds, "n_settings": n, "n_undefined": int((~finite).sum()), "share_a_better": p_a,
                     "lo": lo, "hi": hi, "share_resolved_a": r_a, "share_resolved_b": r_b, "flip_axis": axis,
                     "flip_count": flips, "single_changes": changes, "axes": ", ".join(_axes_of(sub))})

@@ -38,7 +38,7 @@ import pyarrow as pa
 import yaml
 
 from confgrid.errors import FieldsPickle
-from confgrid.flows.evaluate.ace import ace_mlflow_metrics, ace_rows, ca_ratings, evaluate_ace, write_ace
+from confgrid.flows.evaluate.ace import ace_mlflow_metrics, ace_rows, ca_ratings, plan_comparison, write_ace
 from confgrid.flows.evaluate.capability import capability_mlflow_metrics, capability_rows
 from confgrid.flows.tables.assemble import assemble, empty_schema, shard_table
 from confgrid.analysis.signals import to_arrow as signals_arrow
@@ -217,19 +217,18 @@ def _close_tracking(tracker: Tracker | None, status: str) -> TrackingFailure | N
     return None
 
 
-def _comparison(spec: GridSpec, plan: GridPlan, done, submitted, ev: Evaluation, mt, store: RunStore,
-                tables: dict[str, Path]):
-    """The accuracy-controlled comparison (study 001): results/ace_*.{csv,parquet,md} and the tables it read
-    (``ace_rows``, ``ace_candidates``); None without a ``comparison`` section."""
-    if not spec.comparison.enabled:
+def _comparison(comparison, store: RunStore, tables: dict[str, Path]):
+    """The accuracy-controlled comparison (study 001), evaluated by the run's one evaluator
+    (:attr:`Evaluation.comparison`): results/ace_*.{csv,parquet,md} as views of its estimates, and the tables it
+    read (``ace_rows``, ``ace_candidates``); None without a ``comparison`` section."""
+    if comparison is None:
         return None
-    rows = ace_rows(spec, ev.analyzed(), mt.signals)
-    ratings = ca_ratings(plan, done, submitted, mt.samples)
+    rows, ratings = comparison.rows, comparison.ratings
     tables["ace_rows"] = store.write_table("ace_rows", [pa.Table.from_pandas(rows, preserve_index=False)])
     if ratings is not None and len(ratings):
         tables["ace_candidates"] = store.write_table(
             "ace_candidates", [pa.Table.from_pandas(ratings.astype({"producers": str}), preserve_index=False)])
-    ace = evaluate_ace(spec, rows, ratings)
+    ace = comparison.tables()
     if ace is not None:
         write_ace(ace, store.root / "results")
         for msg in ace.messages:
@@ -242,7 +241,7 @@ def _calibration(spec: GridSpec, units, ev: Evaluation, store: RunStore) -> None
     from confgrid.flows.evaluate.calibration_tables import calibration_tables, write_calibration_tables
 
     try:
-        write_calibration_tables(calibration_tables(spec, units, ev.analyzed()), store.root / "results")
+        write_calibration_tables(calibration_tables(spec, units, ev.analyzed(), ev.units), store.root / "results")
     except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
         log.warning("calibration tables not built: %s: %s", type(exc).__name__, exc)
 
@@ -400,14 +399,17 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
             if len(df):
                 tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])
         cap_est = _capability_estimates(spec, plan, mt)
+        ratings = ca_ratings(plan, done, ex.submitted, mt.samples) if spec.comparison.enabled else None
         ev = evaluate(spec, asm.units, mt.signals,
-                      extra=[capability_rows(spec, cap_est)] if cap_est is not None else [])
+                      extra=[capability_rows(spec, cap_est)] if cap_est is not None else [],
+                      comparison=(lambda analyzed: plan_comparison(spec, ace_rows(spec, analyzed, mt.signals),
+                                                                   ratings)) if spec.comparison.enabled else None)
         tables["signals"] = store.write_table("signals", [signals_arrow(ev.signals)])
         methods_df = methods_view(spec, ev)
         write_outputs(spec, store, ev, asm.units, ex.provenance, methods=methods_df, targets=mt.targets)
         _calibration(spec, asm.units, ev, store)
         capability = _capability(spec, cap_est, ev, store)
-        ace = _comparison(spec, plan, done, ex.submitted, ev, mt, store, tables)
+        ace = _comparison(ev.comparison, store, tables)
         c = ex.counters
         summary = RunSummary(out_dir=store.root, metrics=ev.metrics, gaps=ev.gaps, shifts=ev.shifts,
                              model_calls=c.model_calls, reused_shards=c.reused, computed_shards=c.computed,

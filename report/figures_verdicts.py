@@ -50,7 +50,7 @@ def specification_curve_figure(tables: RunTables, opts: FigureOptions) -> list[D
     verdicts, gaps = tables.get("verdicts"), tables.get("gaps")
     out, taken = [], set()
     for v in verdicts.head(MAX_CURVES).itertuples(index=False):
-        c = Conclusion(str(v.signal_a), str(v.signal_b), str(v.metric))
+        c = Conclusion(str(v.signal_a), str(v.signal_b), str(v.metric), "" if v.view != v.view else str(v.view or ""))
         d = specification_curve(gaps, c)
         if d.empty:
             continue

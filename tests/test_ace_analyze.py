@@ -111,3 +111,25 @@ def test_graded_correctness_from_a_file_with_ia_strata(tmp_path):
     assert ret(exact) == 0.0  # big's score is always small's + 0.1 (0.9 -> 1.0): never an exact match
     # two strata [0, 0.5), [0.5, 1]: the pairs (x + 0.1, x) differ in stratum only at x = 0.4
     assert ret(strata) == pytest.approx(27 / 30)
+
+
+def test_model_vs_model_conclusions_join_the_verdicts(tmp_path):
+    """Issue 22: "big vs small" under each view is a conclusion of results/verdicts, settings = the cells."""
+    path = tmp_path / "outputs.csv"
+    _rows().to_csv(path, index=False)
+    res = analyze(path, tmp_path / "out", n_resamples=50, comparison_resamples=200, track=False,
+                  views=["raw", "ia", "da"])
+    v = pd.read_csv(tmp_path / "out" / "results" / "verdicts.csv", keep_default_na=False)
+    ace = v[v["view"] != ""]
+    assert set(ace["view"]) == {"raw", "ia", "ia_both_right", "ia_both_wrong", "da", "da_a_to_b", "da_b_to_a",
+                                "da_target"}
+    raw = ace[(ace["view"] == "raw") & (ace["metric"] == "ece")].iloc[0]
+    assert (raw["signal_a"], raw["signal_b"]) == ("big", "small")
+    # one setting per compared method (verbalized, p_true); the shares are counts over those cells
+    boot = res["ace_bootstrap"]
+    cells = boot[(boot["view"] == "raw") & (boot["metric"] == "ece")]
+    assert raw["n_settings"] == len(cells) == 2
+    assert raw["share_a_better"] == pytest.approx(float((cells["gap"] < 0).mean()))
+    assert raw["share_resolved_a"] == pytest.approx(float(((cells["hi"] < 0)).mean()))
+    # the signal-vs-signal conclusions are still there, without a view
+    assert (v["view"] == "").any()

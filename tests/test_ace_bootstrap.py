@@ -15,6 +15,8 @@ from confgrid.analysis.ace import weighted as ACW
 from confgrid.analysis.ace import candidates as CA
 from confgrid.analysis.ace import frame as F
 from confgrid.analysis.ace import views as V
+from confgrid.analysis.ace.units import ace_unit
+from confgrid.analysis.evaluation import bootstrap_unit
 
 
 def _cell(conf_a, z_a, conf_b, z_b):
@@ -66,6 +68,18 @@ def _compare(cell, opts=V.DEFAULT_OPTIONS, ca=None, n_resamples=40, seed=11):
         np.testing.assert_allclose(fast.gaps[key], ref, rtol=1e-12, atol=1e-12, err_msg=str(key))
     for rater, ref in pref.items():
         np.testing.assert_allclose(fast.self_preference[rater], ref, rtol=1e-12, atol=1e-12)
+    # the one evaluator (analysis/ace/units.py -> analysis/evaluation.py): the same gaps, resample by resample
+    unit = ace_unit(cell, point, ACW.METRICS, ("ia", "da"), opts, ca, n_resamples, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = bootstrap_unit(unit, ACW.METRICS, n_resamples)
+    cell_of = {(unit.names[a], unit.info[b]["view"]): (ca_, cb_) for a, b, ca_, cb_ in unit.pairs}
+    assert {v for _, v in cell_of} == {v for v, _ in gaps}
+    for (view, metric), ref in gaps.items():
+        ca_, cb_ = cell_of[(cell.pair.a, view)]
+        j = list(res.metrics).index(metric)
+        np.testing.assert_allclose(res.resamples[ca_, j] - res.resamples[cb_, j], ref, rtol=1e-12, atol=1e-12,
+                                   err_msg=f"one evaluator {view} {metric}")
     return fast
 
 

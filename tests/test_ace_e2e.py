@@ -69,6 +69,35 @@ def test_every_model_loaded_once_and_every_view_computed(ace_run):
     assert logged[f"{key}/point"] == pytest.approx(r["gap"]) and f"{key}/lo" in logged and f"{key}/hi" in logged
 
 
+def test_the_comparison_is_evaluated_by_the_one_evaluator_and_judged(ace_run):
+    """Issue 20/22: the comparison's intervals are the run's one evaluator's (its cells are units of the same
+    bootstrap job), and every model-vs-model conclusion under each view gets a verdict."""
+    from confgrid.analysis.ace.tables import ace_tables
+
+    spec, out, _ = ace_run
+    res = out / "results"
+    boot = pd.read_parquet(res / "ace_bootstrap.parquet")
+    rows = pd.read_parquet(out / "tables" / "ace_rows.parquet")
+    c = spec.comparison
+    # the same cells bootstrapped in process, from the stored rows (CA aside: its stored candidates hold the
+    # producers as text)
+    pairs = [(p.a, p.b, p.label) for p in c.pairs] if c.pairs else None
+    ref = ace_tables(rows, pairs=pairs, views=[v for v in c.views if v != "ca"], metrics=c.metrics, n_bootstrap=c.bootstrap,
+                     seed=c.seed, n_bins=spec.metrics.ece_bins).bootstrap
+    own = boot[boot["view"] != "ca"].reset_index(drop=True)
+    assert len(own) == len(ref) and (boot["view"] == "ca").any()
+    pd.testing.assert_frame_equal(own, ref.reset_index(drop=True), check_dtype=False)
+    verdicts = pd.read_csv(res / "verdicts.csv", keep_default_na=False)
+    ace = verdicts[verdicts["view"] != ""]
+    assert set(ace["view"]) >= {"raw", "ia", "da", "ca"} and set(ace["metric"]) == set(c.metrics)
+    assert set(zip(ace["signal_a"], ace["signal_b"])) == {("large", "small")}
+    raw = ace[(ace["view"] == "raw") & (ace["metric"] == "ece")].iloc[0]
+    n_cells = boot[(boot["view"] == "raw") & (boot["metric"] == "ece")].shape[0]
+    assert raw["n_settings"] + raw["n_undefined"] == n_cells  # one setting per dataset x method
+    # the comparison's rows stay out of the signals' tables
+    assert "model" not in set(pd.read_csv(res / "gaps.csv")["kind_a"])
+
+
 def test_every_rater_rates_every_pooled_candidate(ace_run):
     spec, out, _ = ace_run
     cands = pd.read_parquet(out / "tables" / "ace_candidates.parquet")

@@ -145,7 +145,7 @@ def test_gaps_and_metrics_equal_a_brute_force_loop_on_each_support():
 def test_shifts_and_flips_of_token_signals():
     t = _table(4)
     (u,) = plan_units(t, Comparisons(against="verbalized", token_shifts=True), base_seed=0)
-    assert [(f, to) for _, f, to, _ in u.shifts] == [("token_a", "token_b"), ("token_a", "token_a__s")]
+    assert [(sh.from_b, sh.to_b) for sh in u.shifts] == [("token_a", "token_b"), ("token_a", "token_a__s")]
     res = paired_bootstrap(u.confidence, u.target, METRICS, n_resamples=200, seed=u.seed,
                            signal_names=u.cell_names, masks=u.masks)
     est = estimates([u], [res])

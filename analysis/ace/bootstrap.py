@@ -1,4 +1,9 @@
-"""Paired bootstrap of the ACE gaps, vectorized over resamples (study 001, Appendix E.6).
+"""Study 001's own paired bootstrap of the ACE gaps, vectorized over resamples (Appendix E.6): the reference.
+
+The comparison's tables no longer use :func:`cell_bootstrap`: each cell is a unit of the one evaluator
+(analysis/ace/units.py, analysis/reweighting.py) on the same draws, and tests/test_ace_bootstrap.py checks the
+two against each other and against a per-resample loop. :func:`cell_seed`, :func:`cell_counts`,
+:func:`retention_probability` and :func:`strict_reversal` are used by both.
 
 Per cell, ``B`` (2,000) resamples of the cell's ``n`` questions are drawn
 **jointly for the pair** as the count matrix ``W`` of shape ``(B, n)`` that the

@@ -37,8 +37,8 @@ are :data:`~.reversals.CELL_COLUMNS` (``model_a``, ``model_b``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -48,13 +48,12 @@ from confgrid.analysis.compare import better_signal, excludes_zero
 
 from .bootstrap import (
     DEFAULT_RESAMPLES,
-    cell_bootstrap,
     cell_seed,
-    retention_probability,
     strict_reversal,
 )
 from .candidates import ca_cell, ca_views, self_preference_data, validate_ratings
 from .frame import ACEInputError, matched_cells
+from .units import ace_unit
 from .reversals import (
     CELL_COLUMNS,
     CORRELATION_COLUMNS,
@@ -78,6 +77,9 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "SELF_PREFERENCE_COLUMNS",
     "ACETables",
+    "ACEPlan",
+    "ace_plan",
+    "ace_views",
     "ace_tables",
 ]
 
@@ -117,10 +119,14 @@ class ACETables:
     self_preference: pd.DataFrame
     correlation: pd.DataFrame
     messages: tuple[str, ...] = field(default_factory=tuple)
+    #: the one evaluator's estimates of the cells (analysis/evaluation.py ``Estimates``; their gap rows and
+    #: per-resample shares give the model-vs-model verdicts), None without a bootstrap or when the caller
+    #: evaluated the units itself
+    estimates: Any = None
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """``{"ace_gaps": ..., "ace_reversals": ..., ...}`` (every DataFrame field, prefixed ``ace_``)."""
-        return {f"ace_{f.name}": getattr(self, f.name) for f in fields(self) if f.name != "messages"}
+        return {f"ace_{f.name}": getattr(self, f.name) for f in fields(self) if f.name not in ("messages", "estimates")}
 
 
 def _check_args(metrics, views, n_bootstrap) -> tuple[list[str], list[str]]:
@@ -154,21 +160,37 @@ def _gap_rows(cell, point, extra, metrics) -> list[dict]:
     return rows
 
 
-def _boot_rows(cell, gap_rows, boot) -> tuple[list[dict], list[dict]]:
+def _est_index(df: pd.DataFrame, cols: Sequence[str]) -> dict:
+    """Rows of an estimates table keyed by ``cols`` (first row wins)."""
+    if df is None or df.empty:
+        return {}
+    out: dict = {}
+    for key, row in zip(df[list(cols)].itertuples(index=False, name=None), df.to_dict("records"), strict=True):
+        out.setdefault(key, row)
+    return out
+
+
+def _boot_rows(cell, gap_rows, unit, gaps: dict, shifts: dict) -> tuple[list[dict], list[dict]]:
+    """The cell's bootstrap and retention rows, read from the one evaluator's gap and shift rows of its unit."""
     point = {(r["view"], r["metric"]): r for r in gap_rows}
+    lab = unit.labels
     rows, ret = [], []
-    for (view, metric), vals in boot.gaps.items():
+    seen = dict.fromkeys((unit.info[b]["view"], m) for _, b, _, _ in unit.pairs for m in unit.metrics)
+    for view, metric in seen:
         p = point[(view, metric)]
-        lo, hi = interval(vals)
-        raw_vals = boot.gaps[("raw", metric)]
-        rlo, rhi = interval(raw_vals)
+        g = gaps[(lab["setting"], lab["model"], lab["dataset"], cell.method, view, metric)]
+        raw = gaps[(lab["setting"], lab["model"], lab["dataset"], cell.method, "raw", metric)]
+        lo, hi, rlo, rhi = g["lo"], g["hi"], raw["lo"], raw["hi"]
         rev = p["reversal"]
-        prob, n_def = retention_probability(raw_vals, vals) if rev is True else (float("nan"), 0)
+        prob, n_def = float("nan"), 0
+        if rev is True:  # the shift raw -> view: its flip share is the retention probability (Appendix E.6)
+            sh = shifts[(lab["setting"], lab["model"], lab["dataset"], cell.method, view, metric)]
+            prob, n_def = float(sh["flip_share"]), int(sh["n_flip_defined"])
         strict = (strict_reversal((p["raw_gap"], rlo, rhi), (p["gap"], lo, hi)) if view != "raw" else pd.NA)
         rows.append(dict(cell.key, metric=metric, view=view, gap=p["gap"], lo=lo, hi=hi,
-                         excludes_zero=excludes_zero(lo, hi), n_undefined=int(n_undefined(vals)),
+                         excludes_zero=excludes_zero(lo, hi), n_undefined=int(g["n_undefined"]),
                          raw_gap=p["raw_gap"], raw_lo=rlo, raw_hi=rhi, reversal=rev, retention_prob=prob,
-                         strict=strict, acc_gap=p["acc_gap"], n_resamples=boot.n_resamples, seed=boot.seed))
+                         strict=strict, acc_gap=p["acc_gap"], n_resamples=int(unit.n_resamples), seed=unit.seed))
         if rev is True and view in MAIN_VIEWS:
             ret.append(dict(cell.key, metric=metric, view=view, raw_gap=p["raw_gap"], gap=p["gap"],
                             acc_gap=p["acc_gap"], retention_prob=prob, n_defined=n_def, strict=strict))
@@ -194,10 +216,17 @@ def _summary(boot: pd.DataFrame, metrics) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
 
 
-def _self_pref_rows(cell, sp, boot) -> list[dict]:
+def _self_pref_rows(cell, sp, W: np.ndarray | None) -> list[dict]:
+    """Per rater, the mean own-minus-other confidence with its interval on the cell's resamples (``W``: the
+    unit's counts, :func:`confgrid.analysis.bootstrap.resample_counts`; None: no bootstrap)."""
     rows = []
     for d in sp:
-        vals = boot.self_preference.get(d.rater) if boot is not None else None
+        vals = None
+        if W is not None:
+            Wd = W[:, d.item_index]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                tot = Wd.sum(axis=1)
+                vals = np.where(tot > 0, (Wd @ d.diff) / np.where(tot > 0, tot, 1.0), np.nan)
         lo, hi = interval(vals) if vals is not None else (float("nan"), float("nan"))
         rows.append(dict(cell.key, rater=d.rater, other=d.other, n_items=cell.n, n_differ=int(d.item_index.size),
                          mean_own=float(np.mean(d.own)) if d.own.size else float("nan"),
@@ -212,6 +241,153 @@ def _frame(rows, cols, booleans=()) -> pd.DataFrame:
     for c in booleans:
         df[c] = df[c].astype("boolean")
     return df
+
+
+@dataclass
+class ACEPlan:
+    """What the comparison computes, before any resample (pure; :func:`ace_plan`).
+
+    Attributes
+    ----------
+    cells : list of Cell
+        The matched cells, in order.
+    units : list of UnitPlan
+        One unit of the one evaluator per cell (analysis/ace/units.py), in the same order; empty without a
+        bootstrap (``n_bootstrap = 0``).
+    gap_rows : list of list of dict
+        Per cell, its point-estimate rows of ``ace_gaps``.
+    self_pref : list of tuple
+        Per cell, its self-preference data (empty without CA).
+    views_used : list of str
+        The main views the reversal tables read.
+    metrics : list of str
+    n_bootstrap, seed : int
+    messages : list of str
+    """
+
+    cells: list
+    units: list
+    gap_rows: list
+    self_pref: list
+    views_used: list
+    metrics: list
+    n_bootstrap: int
+    seed: int
+    messages: list
+
+
+def ace_plan(
+    rows: pd.DataFrame,
+    candidates: pd.DataFrame | None = None,
+    *,
+    pairs=None,
+    views: Sequence[str] = ("raw", "ia", "da", "ca"),
+    metrics: Sequence[str] = METRICS,
+    n_bootstrap: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    target: str | float = "mean",
+    ia_strata: int | None = None,
+    n_bins: int = 10,
+    max_levels: int = 10,
+    n_strata: int = 10,
+    n_draws: int = 20,
+) -> ACEPlan:
+    """The point estimates of every cell and the units the one evaluator bootstraps (parameters: :func:`ace_tables`).
+
+    Raises
+    ------
+    ACEInputError
+        Bad rows, candidates, pairs or options (the message names them).
+    """
+    metrics, views = _check_args(metrics, views, n_bootstrap)
+    opts = ViewOptions(n_bins=n_bins, target=target, ia_strata=ia_strata, max_levels=max_levels,
+                       n_strata=n_strata, n_draws=n_draws)
+    matched = matched_cells(rows, pairs)
+    msgs = list(matched.messages)
+    ratings = None
+    if "ca" in views:
+        if candidates is None:
+            msgs.append("CA skipped: no candidate-ratings table was given")
+        else:
+            ratings = dict(tuple(validate_ratings(candidates).groupby(["dataset", "method"], sort=False)))
+    own_views = [v for v in ("ia", "da", "da_resample") if v in views]
+    plan = ACEPlan([], [], [], [], [v for v in MAIN_VIEWS if v in views and (v != "ca" or ratings is not None)],
+                   metrics, int(n_bootstrap), int(seed), msgs)
+    for cell in matched.cells:
+        rng = np.random.default_rng(setting_seed(cell.pair.name, f"{cell.dataset}|{cell.method}|da_resample", seed))
+        point = cell_views(cell, metrics, own_views, opts, rng)
+        ca, sp, extra = None, (), []
+        if ratings is not None:
+            part = ratings.get((cell.dataset, cell.method))
+            ca = None if part is None else ca_cell(cell, part)
+            if ca is None:
+                msgs.append(f"{cell.pair.name} / {cell.dataset} / {cell.method}: CA skipped, no candidate ratings")
+            else:
+                extra = ca_views(ca, metrics, n_bins)
+                sp = self_preference_data(ca, cell)
+                if ca.n_unrated or ca.n_outside:
+                    msgs.append(f"{cell.pair.name} / {cell.dataset} / {cell.method}: CA left out {ca.n_unrated} "
+                                f"unrated pool pair(s) and {ca.n_outside} of unmatched items")
+        plan.cells.append(cell)
+        plan.gap_rows.append(_gap_rows(cell, point, extra, metrics))
+        plan.self_pref.append(sp)
+        if n_bootstrap:
+            plan.units.append(ace_unit(cell, point, metrics, [v for v in own_views if v != "da_resample"], opts, ca,
+                                       int(n_bootstrap), cell_seed(cell, seed)))
+    if not n_bootstrap:
+        msgs.append("bootstrap skipped: n_bootstrap = 0")
+    return plan
+
+
+def ace_views(plan: ACEPlan, gaps: pd.DataFrame | None = None, shifts: pd.DataFrame | None = None) -> ACETables:
+    """The comparison's tables as views over the one evaluator's estimates of the plan's units.
+
+    Parameters
+    ----------
+    plan : ACEPlan
+    gaps, shifts : DataFrame, optional
+        The estimates' gap and shift tables (analysis/evaluation.py) holding the rows of ``plan.units`` (other
+        rows are ignored); needed when the plan has units.
+
+    Returns
+    -------
+    ACETables
+    """
+    from confgrid.analysis.bootstrap import resample_counts
+
+    key = ["setting", "model", "dataset", "method", "view", "metric"]
+    g_idx = _est_index(gaps, key)
+    s_idx = _est_index(shifts, ["setting", "model", "dataset", "method", "to_view", "metric"])
+    units = {id(c): u for c, u in zip(plan.cells, plan.units, strict=False)} if plan.units else {}
+    gap_rows, boot_rows, ret_rows, sp_rows = [], [], [], []
+    for cell, rows_c, sp in zip(plan.cells, plan.gap_rows, plan.self_pref, strict=True):
+        gap_rows += rows_c
+        u = units.get(id(cell))
+        W = None
+        if u is not None:
+            b, r = _boot_rows(cell, rows_c, u, g_idx, s_idx)
+            boot_rows += b
+            ret_rows += r
+            if sp:
+                W = resample_counts(cell.n, u.n_resamples, u.seed)  # the unit's own draws (analysis/ace/units.py)
+        sp_rows += _self_pref_rows(cell, sp, W)
+    gaps_df = _frame(gap_rows, GAP_COLUMNS, ["reversal"])
+    boot_df = _frame(boot_rows, BOOTSTRAP_COLUMNS, ["reversal", "strict", "excludes_zero"])
+    used = plan.views_used
+    pats = patterns(gaps_df, used) if len(gaps_df) else _empty(PATTERN_COLUMNS)
+    return ACETables(
+        gaps=gaps_df,
+        reversals=reversal_rates(gaps_df, used) if len(gaps_df) else _empty(RATE_COLUMNS),
+        patterns=pats,
+        pattern_shares=pattern_shares(pats) if len(pats) else _empty(SHARE_COLUMNS),
+        bootstrap=boot_df,
+        retention=_frame(ret_rows, RETENTION_COLUMNS, ["strict"]),
+        bootstrap_summary=_summary(boot_df, plan.metrics) if len(boot_df) else _empty(SUMMARY_COLUMNS),
+        self_preference=_frame(sp_rows, SELF_PREFERENCE_COLUMNS, ["excludes_zero"]),
+        correlation=(accuracy_correlation(gaps_df, plan.n_bootstrap, plan.seed) if len(gaps_df)
+                     else _empty(CORRELATION_COLUMNS)),
+        messages=tuple(plan.messages),
+    )
 
 
 def ace_tables(
@@ -229,8 +405,14 @@ def ace_tables(
     max_levels: int = 10,
     n_strata: int = 10,
     n_draws: int = 20,
+    bootstrap: Callable[[list], list] | None = None,
 ) -> ACETables:
     """Run the whole accuracy-controlled comparison of study 001 on own-answer rows.
+
+    The point estimates are :func:`.views.cell_views`'s; the intervals, retention probabilities and the strict
+    criterion come from the one evaluator (analysis/evaluation.py): each cell is a unit
+    (analysis/ace/units.py) bootstrapped with every other estimate's kernels and resampling stream, and the
+    tables are views over its gap and shift rows (:func:`ace_plan`, :func:`ace_views`).
 
     Parameters
     ----------
@@ -252,6 +434,10 @@ def ace_tables(
         Base seed; each cell's seed is :func:`.bootstrap.cell_seed`.
     target, ia_strata, n_bins, max_levels, n_strata, n_draws
         :class:`.views.ViewOptions`.
+    bootstrap : callable, optional
+        ``units -> results`` (one :class:`~confgrid.analysis.bootstrap.BootstrapResult` per
+        :class:`~confgrid.analysis.evaluation.UnitPlan`); default in process
+        (:func:`~confgrid.analysis.evaluation.bootstrap_unit`). flows/ passes its Ray Data job.
 
     Returns
     -------
@@ -275,59 +461,14 @@ def ace_tables(
     >>> t.gaps.query("metric == 'ece'")["view"].tolist()[:4]
     ['raw', 'ia', 'ia_both_right', 'ia_both_wrong']
     """
-    metrics, views = _check_args(metrics, views, n_bootstrap)
-    opts = ViewOptions(n_bins=n_bins, target=target, ia_strata=ia_strata, max_levels=max_levels,
-                       n_strata=n_strata, n_draws=n_draws)
-    matched = matched_cells(rows, pairs)
-    msgs = list(matched.messages)
-    ratings = None
-    if "ca" in views:
-        if candidates is None:
-            msgs.append("CA skipped: no candidate-ratings table was given")
-        else:
-            ratings = dict(tuple(validate_ratings(candidates).groupby(["dataset", "method"], sort=False)))
-    own_views = [v for v in ("ia", "da", "da_resample") if v in views]
-    gap_rows, boot_rows, ret_rows, sp_rows = [], [], [], []
-    for cell in matched.cells:
-        rng = np.random.default_rng(setting_seed(cell.pair.name, f"{cell.dataset}|{cell.method}|da_resample", seed))
-        point = cell_views(cell, metrics, own_views, opts, rng)
-        ca, sp, extra = None, (), []
-        if ratings is not None:
-            part = ratings.get((cell.dataset, cell.method))
-            ca = None if part is None else ca_cell(cell, part)
-            if ca is None:
-                msgs.append(f"{cell.pair.name} / {cell.dataset} / {cell.method}: CA skipped, no candidate ratings")
-            else:
-                extra = ca_views(ca, metrics, n_bins)
-                sp = self_preference_data(ca, cell)
-                if ca.n_unrated or ca.n_outside:
-                    msgs.append(f"{cell.pair.name} / {cell.dataset} / {cell.method}: CA left out {ca.n_unrated} "
-                                f"unrated pool pair(s) and {ca.n_outside} of unmatched items")
-        rows_c = _gap_rows(cell, point, extra, metrics)
-        gap_rows += rows_c
-        boot = None
-        if n_bootstrap:
-            boot = cell_bootstrap(cell, point, metrics, [v for v in own_views if v != "da_resample"], opts,
-                                  ca, sp, n_bootstrap, cell_seed(cell, seed))
-            b, r = _boot_rows(cell, rows_c, boot)
-            boot_rows += b
-            ret_rows += r
-        sp_rows += _self_pref_rows(cell, sp, boot)
-    if not n_bootstrap:
-        msgs.append("bootstrap skipped: n_bootstrap = 0")
-    gaps = _frame(gap_rows, GAP_COLUMNS, ["reversal"])
-    boot_df = _frame(boot_rows, BOOTSTRAP_COLUMNS, ["reversal", "strict", "excludes_zero"])
-    used = [v for v in MAIN_VIEWS if v in views and (v != "ca" or ratings is not None)]
-    pats = patterns(gaps, used) if len(gaps) else _empty(PATTERN_COLUMNS)
-    return ACETables(
-        gaps=gaps,
-        reversals=reversal_rates(gaps, used) if len(gaps) else _empty(RATE_COLUMNS),
-        patterns=pats,
-        pattern_shares=pattern_shares(pats) if len(pats) else _empty(SHARE_COLUMNS),
-        bootstrap=boot_df,
-        retention=_frame(ret_rows, RETENTION_COLUMNS, ["strict"]),
-        bootstrap_summary=_summary(boot_df, metrics) if len(boot_df) else _empty(SUMMARY_COLUMNS),
-        self_preference=_frame(sp_rows, SELF_PREFERENCE_COLUMNS, ["excludes_zero"]),
-        correlation=accuracy_correlation(gaps, n_bootstrap, seed) if len(gaps) else _empty(CORRELATION_COLUMNS),
-        messages=tuple(msgs),
-    )
+    from confgrid.analysis.evaluation import bootstrap_unit, estimates
+
+    plan = ace_plan(rows, candidates, pairs=pairs, views=views, metrics=metrics, n_bootstrap=n_bootstrap, seed=seed,
+                    target=target, ia_strata=ia_strata, n_bins=n_bins, max_levels=max_levels, n_strata=n_strata,
+                    n_draws=n_draws)
+    if not plan.units:
+        return ace_views(plan)
+    results = (bootstrap(plan.units) if bootstrap is not None else
+               [bootstrap_unit(u, plan.metrics, plan.n_bootstrap, n_bins) for u in plan.units])
+    est = estimates(plan.units, results)
+    return replace(ace_views(plan, est.gaps, est.shifts), estimates=est)

@@ -31,7 +31,9 @@ def print_verdicts(verdicts: pd.DataFrame, console: Console) -> None:
     v = verdicts.assign(
         # "A vs B": the side the settings favour is the holds_for column (a phrase "A better than B" misread as
         # the finding when B holds)
-        conclusion=[f"A={a} vs B={b}" for a, b in zip(verdicts["signal_a"], verdicts["signal_b"], strict=True)],
+        conclusion=[f"A={a} vs B={b}" + (f" ({v} view)" if isinstance(v, str) and v else "") for a, b, v in
+                    zip(verdicts["signal_a"], verdicts["signal_b"],
+                        verdicts["view"] if "view" in verdicts.columns else [""] * len(verdicts), strict=True)],
         a_better=[_fmt(p, lo, hi) for p, lo, hi in zip(verdicts["share_a_better"], verdicts["lo"], verdicts["hi"],
                                                         strict=True)],
         flips=[f"{ax} ({n} of {c})" if ax else "none" for ax, n, c in

@@ -452,6 +452,13 @@ def analyze(
                              ia_strata=ia_strata)
         if ace is not None:
             tables.update(ace.tables())
+            if ace.estimates is not None:  # the model-vs-model conclusions under each view join the verdicts
+                more = verdict_table(ace.estimates.gaps, ace.estimates.shares, verdict_rule, level)
+                frames = [f for f in (verdicts_df, more) if len(f)]
+                tables["verdicts"] = verdicts_df = (pd.concat(frames, ignore_index=True) if len(frames) > 1
+                                                    else frames[0] if frames else verdicts_df)
+                for ext in (".csv", ".parquet"):
+                    _write(verdicts_df, out_dir / "results" / f"verdicts{ext}")
             for msg in ace.messages:
                 warnings.warn(f"comparison across models: {msg}", AnalyzeWarning, stacklevel=2)
     elif views is not None or candidates is not None:

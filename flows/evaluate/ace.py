@@ -23,7 +23,9 @@ confgrid, stated in README "Comparing models").
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,7 +34,8 @@ from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.grid import GridSpec
 
-__all__ = ["ace_rows", "ca_ratings", "evaluate_ace", "write_ace", "ace_mlflow_metrics", "ACE_TABLES"]
+__all__ = ["ace_rows", "ca_ratings", "Comparison", "plan_comparison", "write_ace", "ace_mlflow_metrics",
+           "ACE_TABLES"]
 
 log = logging.getLogger("confgrid")
 
@@ -147,27 +150,54 @@ def ca_ratings(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Shard
     return ratings[cols].reset_index(drop=True)
 
 
-def evaluate_ace(spec: GridSpec, rows: pd.DataFrame, ratings: pd.DataFrame | None):
-    """Run :func:`confgrid.analysis.ace.tables.ace_tables` with the grid's comparison section.
+@dataclass
+class Comparison:
+    """The accuracy-controlled comparison of a run, planned before the evaluation and evaluated inside it.
 
-    Returns
-    -------
-    ACETables or None
-        None when the grid has no comparison, or fewer than two models have rows.
+    Attributes
+    ----------
+    rows : DataFrame
+        Own-answer rows (:func:`ace_rows`; ``tables/ace_rows``).
+    ratings : DataFrame or None
+        Candidate ratings (:func:`ca_ratings`; ``tables/ace_candidates``), None without the ``ca`` view.
+    plan : ACEPlan or None
+        Cells, point estimates and the units the run's one evaluator bootstraps (analysis/ace/tables.py); None
+        when fewer than two models have rows.
+    gaps, shifts : DataFrame
+        The evaluator's gap and shift rows of the plan's units (filled by
+        :func:`~confgrid.flows.evaluate.run_evaluation.evaluate`; the ``ace_*`` tables are views over them).
     """
-    from confgrid.analysis.ace.tables import ace_tables
+
+    rows: pd.DataFrame
+    ratings: pd.DataFrame | None
+    plan: Any = None
+    gaps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    shifts: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def tables(self):
+        """The ``ace_*`` tables (analysis/ace/tables.py :func:`~confgrid.analysis.ace.tables.ace_views`), or None
+        without a plan."""
+        from confgrid.analysis.ace.tables import ace_views
+
+        return None if self.plan is None else ace_views(self.plan, self.gaps, self.shifts)
+
+
+def plan_comparison(spec: GridSpec, rows: pd.DataFrame, ratings: pd.DataFrame | None) -> Comparison:
+    """Plan :func:`confgrid.analysis.ace.tables.ace_plan` with the grid's comparison section (its views, metrics,
+    ``bootstrap`` resamples, seed, DA target, bins and strata); the plan is None when fewer than two models have
+    rows (said in the log)."""
+    from confgrid.analysis.ace.tables import ace_plan
 
     c = spec.comparison
-    if not c.enabled:
-        return None
     if rows["model"].nunique() < 2:
         log.warning("comparison: fewer than two models have rows to compare; no ACE tables")
-        return None
+        return Comparison(rows, ratings)
     pairs = [(p.a, p.b, p.label) for p in c.pairs] if c.pairs else None
     views = [v for v in c.views if v != "ca" or ratings is not None]
-    return ace_tables(rows, ratings if "ca" in views else None, pairs=pairs, views=views, metrics=c.metrics,
-                      n_bootstrap=c.bootstrap, seed=c.seed, target=c.target, n_bins=spec.metrics.ece_bins,
-                      ia_strata=c.ia_strata, n_strata=c.n_strata)
+    plan = ace_plan(rows, ratings if "ca" in views else None, pairs=pairs, views=views, metrics=c.metrics,
+                    n_bootstrap=c.bootstrap, seed=c.seed, target=c.target, n_bins=spec.metrics.ece_bins,
+                    ia_strata=c.ia_strata, n_strata=c.n_strata)
+    return Comparison(rows, ratings, plan)
 
 
 def write_ace(tables, res: Path) -> dict[str, Path]:

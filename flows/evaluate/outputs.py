@@ -272,7 +272,8 @@ def verdict_mlflow(verdicts: pd.DataFrame) -> tuple[dict[str, float], dict[str, 
     """The verdicts (``results/verdicts``, analysis/verdicts.py) as parent-run metrics and tags, so runs can be
     compared in the MLflow UI: ``verdict/<a>-<b>/<metric>/share_a_better`` with ``.../lo`` and ``.../hi``,
     ``.../share_resolved_a``, ``.../share_resolved_b`` (NaN left out), and the tag
-    ``confgrid.verdict.<a>-<b>.<metric>`` = ``"<verdict> (holds for <side>)"``."""
+    ``confgrid.verdict.<a>-<b>.<metric>`` = ``"<verdict> (holds for <side>)"``; a model-vs-model conclusion
+    under an ACE view has the view after the metric (``verdict/<a>-<b>/ece/ia/...``)."""
     from confgrid.flows.tracking import mlflow_key
 
     metrics: dict[str, float] = {}
@@ -280,7 +281,8 @@ def verdict_mlflow(verdicts: pd.DataFrame) -> tuple[dict[str, float], dict[str, 
     if verdicts is None or verdicts.empty:
         return metrics, tags
     for r in verdicts.itertuples(index=False):
-        base = ("verdict", f"{r.signal_a}-{r.signal_b}", r.metric)
+        view = getattr(r, "view", "")
+        base = ("verdict", f"{r.signal_a}-{r.signal_b}", r.metric, *([str(view)] if view and view == view else []))
         for name, v in (("share_a_better", r.share_a_better), ("lo", r.lo), ("hi", r.hi),
                         ("share_resolved_a", r.share_resolved_a), ("share_resolved_b", r.share_resolved_b)):
             if v is not None and v == v:

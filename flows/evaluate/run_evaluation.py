@@ -18,10 +18,11 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from confgrid.analysis.ace.units import ACE_KIND
 from confgrid.analysis.bootstrap import BootstrapResult
 from confgrid.analysis.closure import closure_notes, edge_bins
 from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
@@ -62,7 +63,11 @@ class Evaluation:
         ``results/edges`` (each signal's share of confidences on bin edges) and ``results/closure`` (where the
         bin closure changes a result; analysis/closure.py).
     verdicts : DataFrame
-        ``results/verdicts``: every conclusion of the gaps over the grid's settings (analysis/verdicts.py).
+        ``results/verdicts``: every conclusion of the gaps over the grid's settings (analysis/verdicts.py),
+        the comparison's model-vs-model conclusions under each view included.
+    comparison : Comparison or None
+        Study 001's comparison (flows/evaluate/ace.py), its units evaluated in the same bootstrap job; its gap
+        and shift rows are kept there (the ``ace_*`` tables are their views), not in ``metrics``/``gaps``.
     """
 
     metrics: pd.DataFrame
@@ -76,6 +81,7 @@ class Evaluation:
     edges: pd.DataFrame = field(default_factory=pd.DataFrame)
     closure: pd.DataFrame = field(default_factory=pd.DataFrame)
     verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
+    comparison: Any = None
 
     def groups(self, refusal: str) -> dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]]:
         """(answer set, parse policy, rule) -> {setting: (bootstrap of the signals' own cells, signal names)} of
@@ -227,7 +233,8 @@ def _log_undefined(caught: list) -> None:
 
 
 def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
-             method_signals: pd.DataFrame | None = None, extra: Sequence[ProducerRows] = ()) -> Evaluation:
+             method_signals: pd.DataFrame | None = None, extra: Sequence[ProducerRows] = (),
+             comparison: Callable[[pd.DataFrame], Any] | None = None) -> Evaluation:
     """The one evaluator of a run: metrics, gaps, shifts and flips of every signal, methods included.
 
     Builds the run's one signal table (flows/tables/signals.py), plans every unit's cells (analysis/evaluation.py),
@@ -244,6 +251,10 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     extra : sequence of ProducerRows
         Rows of producers with units of their own (the capability estimators), appended to the table and
         evaluated in the same bootstrap job, each unit under its producer's metrics.
+    comparison : callable, optional
+        ``analyzed rows -> Comparison`` (flows/evaluate/ace.py ``plan_comparison`` of the rows that enter the
+        metrics): study 001's cells join the same bootstrap job as units of their own (analysis/ace/units.py),
+        each under the comparison's metrics and resample count.
 
     Returns
     -------
@@ -277,6 +288,9 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                        edge_bins=edge_bins(metrics, spec.metrics.ece_bins))
     for u in plans:
         u.metrics = own_metrics.get(tuple(u.labels[c] for c in UNIT_COLUMNS), ())
+    compared = comparison(analyzed(signals).rename(columns={"target": "correct"})) if comparison else None
+    ace_units = list(compared.plan.units) if compared is not None and compared.plan is not None else []
+    plans += ace_units
     # the study tables' resamples (flows/evaluate/study_tables.py): the signals' own cells of the units of the main
     # answer set under the first parse and refusal policies (every rule: the correctness-rule axis); no other unit's
     primary = primary_group(spec)
@@ -311,13 +325,20 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     if cluster:  # the tables say the intervals are clustered, on which field, over how many clusters
         from confgrid.flows.evaluate.clusters import with_cluster_columns
 
-        n_cl = {u.name: int(pd.unique(u.groups).size) for u in plans if u.groups is not None}
+        n_cl = {u.name: int(pd.unique(u.groups).size) for u in plans if u.groups is not None and u not in ace_units}
         est.metrics, est.gaps, est.shifts = (with_cluster_columns(df, cluster, n_cl)
                                              for df in (est.metrics, est.gaps, est.shifts))
     verdicts = verdict_table(est.gaps, est.shares, spec.verdicts.rule(), spec.bootstrap.level)
+    if compared is not None:  # the comparison's rows stay with it: the ace_* tables are their views
+        ace_g = est.gaps["kind_a"] == ACE_KIND
+        ace_s = est.shifts["from_view"] != ""
+        compared.gaps = est.gaps[ace_g].reset_index(drop=True)
+        compared.shifts = est.shifts[ace_s].reset_index(drop=True)
+        est.gaps, est.shifts = est.gaps[~ace_g].reset_index(drop=True), est.shifts[~ace_s].reset_index(drop=True)
+        est.metrics = est.metrics[est.metrics["kind"] != ACE_KIND].reset_index(drop=True)
     return Evaluation(est.metrics, est.gaps, est.shifts, _settings_rows(spec, units, signals),
                       dropped_table(plans, signals), signals, plans, kept, est.edges,
-                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts)
+                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts, compared)
 
 
 def dropped_table(plans: list, signals: pd.DataFrame) -> pd.DataFrame:

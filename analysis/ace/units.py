@@ -1,0 +1,149 @@
+"""A cell of the accuracy-controlled comparison as a unit of the one evaluator (study 001 on analysis/evaluation.py).
+
+Each cell (a pair of models on one dataset and method, :class:`.frame.Cell`) becomes one
+:class:`~confgrid.analysis.evaluation.UnitPlan` whose signals are the two models under every bootstrapped view,
+so the comparison's intervals come from the same paired bootstrap, kernels and resampling stream as every other
+estimate of a run (the one evaluator; issue 20):
+
+* ``raw``: each model on the cell's items;
+* the instance-aligned views (``ia``, ``ia_both_right``, ``ia_both_wrong``, ``ia_partial``): the same items
+  restricted to the view's support (an item's membership depends on that item alone, so the restriction is a
+  support of the paired bootstrap);
+* the distribution-aligned views (``da``, ``da_a_to_b``, ``da_b_to_a``, ``da_target``): the reweighted side is
+  a reweighted cell (analysis/reweighting.py: both compositions re-estimated on every resample, the direction
+  and strata of the point estimate kept);
+* ``ca``: every rated (item, candidate) pair as a row of its item, so the unit is a cluster bootstrap over items
+  (each item with its whole candidate pool). Clusters are the items in their order, so the draws are the
+  cell's own draws (``chunk_indices(n, ...)``) whether or not the unit has CA rows.
+
+Cell keys are ``"<model>|<view>"`` (unique in the unit, never parsed); the tables show the model as the signal
+and the view in the ``view`` column. The compared pairs are ``(A, B)`` under each view, and the shifts go from
+the raw gap to each aligned gap: their ``flip_share`` is study 001's retention probability (Appendix E.6). The
+unit's seed is the cell's (:func:`.bootstrap.cell_seed`), so its resamples are the ones study 001's reference
+bootstrap (:func:`.bootstrap.cell_bootstrap`) draws.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from confgrid.analysis.evaluation import UnitPlan, ShiftPlan
+from confgrid.analysis.reweighting import Reweight
+from confgrid.analysis.signals import UNIT_COLUMNS
+
+from .candidates import CACell
+from .frame import Cell
+from .views import DA_VIEWS, DEFAULT_OPTIONS, CellViews, ViewOptions
+
+__all__ = ["ace_unit", "ACE_KIND", "unit_labels"]
+
+#: The ``kind`` of an ACE unit's signals: each side of a gap is a model (analysis/verdicts.py ``side``).
+ACE_KIND = "model"
+
+
+def unit_labels(cell: Cell) -> dict[str, str]:
+    """The unit columns of a cell's unit: ``setting`` = the comparison's label, ``model`` = ``"A vs B"``, its
+    dataset, ``target_kind`` ``correct``; the compared method is each signal's ``method``."""
+    lab = {c: "" for c in UNIT_COLUMNS}
+    lab.update(setting=str(cell.pair.label), model=str(cell.pair.name), dataset=str(cell.dataset),
+               target_kind="correct")
+    return lab
+
+
+def ace_unit(cell: Cell, point: CellViews, metrics: Sequence[str], views: Sequence[str] = ("ia", "da"),
+             opts: ViewOptions = DEFAULT_OPTIONS, ca: CACell | None = None, n_resamples: int = 2000,
+             seed: int = 0) -> UnitPlan:
+    """The unit of the one evaluator that bootstraps a cell's views.
+
+    Parameters
+    ----------
+    cell : Cell
+        ``n >= 1`` matched items.
+    point : CellViews
+        The cell's point estimates (:func:`.views.cell_views`): its IA parts, DA strata and ``da`` direction are
+        kept on every resample.
+    metrics : sequence of str
+        Among ``("ece", "brier")`` (the unit's own metrics, :attr:`UnitPlan.metrics`).
+    views : sequence of str
+        ``"ia"`` and/or ``"da"`` (``raw`` always; ``da_resample`` is random itself and not bootstrapped).
+    opts : ViewOptions
+        Its ``target`` gives ``da_target``'s composition (the pair's mean, or a declared accuracy).
+    ca : CACell, optional
+        The cell's rated candidate pairs (view ``ca``).
+    n_resamples : int
+        The comparison's resamples (its own ``bootstrap``, :attr:`UnitPlan.n_resamples`).
+    seed : int
+        The cell's seed (:func:`.bootstrap.cell_seed`).
+
+    Returns
+    -------
+    UnitPlan
+        Cells ``(A, view), (B, view)`` per view in the order raw, IA views, ``ca``, DA views (the order of the
+        reference's tables); pairs ``(A, B)`` per view; shifts raw -> each other view.
+    """
+    n = cell.n
+    P = 0 if ca is None else ca.n_pairs
+    N = n + P
+    own = np.zeros(N, dtype=bool)
+    own[:n] = True
+    a, b = str(cell.pair.a), str(cell.pair.b)
+    entries: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray, Reweight | None]] = []
+
+    def add(model: str, view: str, conf, target, mask, rw=None) -> None:
+        c = np.full(N, np.nan)
+        t = np.full(N, np.nan)
+        c[mask], t[mask] = conf, target
+        entries.append((model, view, c, t, mask, rw))
+
+    def both(view: str, mask_items: np.ndarray, rw_a=None, rw_b=None) -> None:
+        m = own.copy()
+        m[:n] = mask_items
+        add(a, view, cell.conf_a[mask_items], cell.correct_a[mask_items], m, rw_a)
+        add(b, view, cell.conf_b[mask_items], cell.correct_b[mask_items], m, rw_b)
+
+    every = np.ones(n, dtype=bool)
+    both("raw", every)
+    if "ia" in views:
+        for view in sorted({v.view for v in point.values if v.view.startswith("ia")}):
+            both(view, point.ia.mask(view))
+    if ca is not None:
+        m = np.zeros(N, dtype=bool)
+        m[n:] = True
+        add(a, "ca", ca.signal_a, ca.label, m)
+        add(b, "ca", ca.signal_b, ca.label, m)
+    if "da" in views:
+        st = point.strata
+        ka = np.full(N, -1, dtype=np.int64)
+        kb = np.full(N, -1, dtype=np.int64)
+        ka[:n], kb[:n] = st.assign(cell.correct_a), st.assign(cell.correct_b)
+        if opts.target == "mean":
+            ta, tb = Reweight(ka, st.size, targets=(ka, kb)), Reweight(kb, st.size, targets=(ka, kb))
+        else:  # a declared accuracy (binary correctness: checked by the point estimate)
+            q = np.array([1.0 - float(opts.target), float(opts.target)])
+            ta, tb = Reweight(ka, st.size, fixed=q), Reweight(kb, st.size, fixed=q)
+        to_b, to_a = Reweight(ka, st.size, targets=(kb,)), Reweight(kb, st.size, targets=(ka,))
+        rws = {"da_a_to_b": (to_b, None), "da_b_to_a": (None, to_a), "da_target": (ta, tb)}
+        rws["da"] = rws["da_" + point.direction]
+        for view in DA_VIEWS:
+            both(view, every, *rws[view])
+    keys = [f"{m}|{v}" for m, v, *_ in entries]
+    masks = np.vstack([e[4] for e in entries])
+    info = {k: {"kind": ACE_KIND, "method": str(cell.method), "context": "", "aggregation": "", "rated": "",
+                "target_rule": "", "view": v} for k, (_, v, *_) in zip(keys, entries, strict=True)}
+    pairs = [(keys[i], keys[i + 1], i, i + 1) for i in range(0, len(keys), 2)]
+    raw_a, raw_b = keys[0], keys[1]
+    # n of a shift: the items both gaps have (an IA view's items; CA's pool pairs belong to all n items)
+    shifts = [ShiftPlan(raw_a, raw_b, ka_, kb_, n if info[ka_]["view"] == "ca" else int(masks[c, :n].sum()))
+              for ka_, kb_, c, _ in pairs[1:]]
+    groups = None if ca is None else np.r_[np.arange(n), ca.item_index].astype(np.int64)
+    return UnitPlan(
+        labels=unit_labels(cell), seed=int(seed), items=np.r_[cell.item_ids, cell.item_ids[ca.item_index]]
+        if ca is not None else np.asarray(cell.item_ids, dtype=object), groups=groups, signals=keys, info=info,
+        confidence=np.vstack([e[2] for e in entries]), target=np.vstack([e[3] for e in entries]), masks=masks,
+        cell_names=keys, pairs=pairs, shifts=shifts, cell_n=[int(m.sum()) for m in masks],
+        n_rows={k: int(m.sum()) for k, m in zip(keys, masks, strict=True)}, metrics=tuple(metrics),
+        reweight=[e[5] for e in entries] if any(e[5] is not None for e in entries) else None,
+        n_resamples=int(n_resamples), names={k: m for k, (m, *_) in zip(keys, entries, strict=True)},
+    )
