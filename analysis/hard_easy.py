@@ -275,8 +275,24 @@ def _ols_rows(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return slope, my[:, 0] - slope * mx[:, 0]
 
 
+def _weighted_ols_slopes(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """OLS slope of ``y`` on ``x`` (n,) on each resample of the counts ``w`` (b, n): the slope of the rows repeated
+    ``w`` times; NaN where the drawn rows' ``x`` is constant (or none is drawn)."""
+    tot = w.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mx = (w @ x) / tot
+        my = (w @ y) / tot
+        dx = x[None, :] - mx[:, None]
+        sxx = (w * dx * dx).sum(axis=1)
+        sxy = (w * dx * (y[None, :] - my[:, None])).sum(axis=1)
+        drawn = w > 0
+        const = np.where(drawn, x, np.inf).min(axis=1) >= np.where(drawn, x, -np.inf).max(axis=1)
+        return np.where(const | (tot == 0), np.nan, sxy / np.where(const | (tot == 0), 1.0, sxx))
+
+
 def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, seed: int = 0,
-                    level: float = 0.95, chunk_size: int = DEFAULT_CHUNK_SIZE) -> HardEasySlope:
+                    level: float = 0.95, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                    counts: np.ndarray | None = None) -> HardEasySlope:
     """The hard-easy coefficient: OLS slope of per-answer overconfidence ``c - s`` on difficulty.
 
     Study 002 Table 2 ("Hard-Easy": the regression coefficient between
@@ -299,6 +315,13 @@ def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, s
     chunk_size : int
         Resamples per chunk of draws (part of the seed convention; memory is
         ``O(chunk_size * n)``).
+    counts : ndarray of shape (B, n), optional
+        The resamples as multiplicities of the ``n`` answers instead of the
+        seeded draws (``resamples`` and ``seed`` are then ignored): a run
+        passes its unit's own resamples restricted to these answers
+        (:func:`confgrid.analysis.bootstrap.resample_counts`), so the slope's
+        interval is paired with the unit's metrics; a resample's slope is the
+        OLS slope of its rows repeated that many times.
 
     Returns
     -------
@@ -325,6 +348,15 @@ def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, s
         return HardEasySlope(nan, nan, nan, nan, n, int(resamples), 0, float(level), status)
     o = c - s
     slope, intercept = _ols_rows(d[None, :], o[None, :])
+    if counts is not None:
+        w = np.asarray(counts, dtype=np.float64)
+        if w.ndim != 2 or w.shape[1] != n or (w.size and (w.min() < 0 or not np.isfinite(w).all())):
+            raise ValueError(f"counts must be finite multiplicities >= 0 of shape (B, {n}), got {w.shape}")
+        boot = _weighted_ols_slopes(w, d, o)
+        undefined = int(np.isnan(boot).sum())
+        lo, hi = interval(boot, level) if boot.size and undefined < boot.size else (nan, nan)
+        return HardEasySlope(float(slope[0]), float(intercept[0]), float(lo), float(hi), n, int(boot.size),
+                             undefined, float(level), "ok")
     boot = np.empty(int(resamples))
     for k in range(n_chunks(int(resamples), chunk_size) if resamples else 0):
         idx = chunk_indices(n, int(resamples), int(seed), k, chunk_size)

@@ -168,3 +168,39 @@ def test_hard_easy_cells_use_mas_or_the_category_accuracy():
     share = np.mean([round(100 * c, 6) % 5 == 0 for c in life["confidence"]])
     assert row.loc["life", "share_multiple_of_5"] == pytest.approx(share)
     assert len(bins[bins["signal"] == "life"]) == 10 and bins.loc[bins["signal"] == "life", "n"].sum() == n
+
+
+def test_the_hard_easy_slope_resamples_its_units_own_draws():
+    """Issue 20: the slope's interval is taken on the evaluator's resamples of the unit (the items in the unit's
+    order, some of them outside this signal's answers), so it is paired with the unit's metrics."""
+    from scipy.stats import linregress
+
+    from confgrid.analysis.bootstrap import interval, resample_counts
+    from confgrid.analysis.evaluation import Comparisons, plan_unit
+    from confgrid.flows.evaluate.calibration_tables import _BY, _hard_easy
+    from confgrid.flows.spec.grid import parse_grid
+
+    spec = parse_grid({"models": [{"name": "m", "model": "confgrid-fixture"}],
+                       "datasets": [{"name": "d", "adapter": "mmlu"}], "bootstrap": {"resamples": 150}})
+    rng = np.random.default_rng(2)
+    n = 40
+    base = {k: "x" for k in _BY}
+    life = pd.DataFrame({**base, "signal": "life", "item_id": [f"q{i}" for i in range(n)],
+                         "confidence": rng.uniform(0, 1, n).round(2), "correct": rng.uniform(0, 1, n),
+                         "mas": rng.uniform(0.1, 1, n), "category": "radius 5"})
+    items = np.array([f"q{i}" for i in range(n + 5)][::-1], dtype=object)  # another order, 5 more items
+    labels = {**{c: "x" for c in _BY[:-1]}, "target_kind": "correct"}
+    conf = np.full((1, n + 5), 0.5)
+    u = plan_unit(labels, items, ["life"], conf, conf, np.ones((1, n + 5), dtype=bool), [""], {}, Comparisons(),
+                  seed=77)
+    slopes, _ = _hard_easy(life, spec, [u])
+    W = resample_counts(n + 5, 150, 77)[:, pd.Index(items).get_indexer(life["item_id"])]
+    o, x = (life["confidence"] - life["correct"]).to_numpy(), (1 - life["mas"]).to_numpy()
+    ref = [linregress(x[np.repeat(np.arange(n), w.astype(int))], o[np.repeat(np.arange(n), w.astype(int))]).slope
+           for w in W]
+    lo, hi = interval(np.array(ref))
+    row = slopes.iloc[0]
+    assert (row["lo"], row["hi"]) == (pytest.approx(lo, rel=1e-10), pytest.approx(hi, rel=1e-10))
+    # without the unit (or an item it lacks) the slope draws its own resamples, as before
+    alone, _ = _hard_easy(life, spec)
+    assert alone.iloc[0]["slope"] == row["slope"] and alone.iloc[0]["lo"] != row["lo"]

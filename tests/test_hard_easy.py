@@ -195,3 +195,27 @@ def test_undefined_correlation(c, t, status):
     with pytest.warns(UndefinedMetricWarning):
         r = H.confidence_truth_correlation(c, t)
     assert r.status == status and all(math.isnan(v) for v in r[:4])
+
+
+def test_given_counts_give_the_slope_of_the_repeated_rows():
+    """A run passes its unit's own resamples (counts over the answers, some 0, some resamples with one distinct
+    difficulty): each slope is scipy's on the rows repeated that many times."""
+    c, s, d = _data(25, seed=4)
+    rng = np.random.default_rng(0)
+    W = rng.poisson(1.0, size=(60, 25)).astype(float)
+    W[0] = 0.0
+    W[1] = 0.0
+    W[1, 3] = 4.0  # one distinct difficulty: undefined
+    r = H.hard_easy_slope(c, s, d, counts=W, level=0.9)
+    o = np.asarray(c) - np.asarray(s)
+    ref = []
+    for w in W:
+        rep = np.repeat(np.arange(25), w.astype(int))
+        x = np.asarray(d)[rep]
+        ref.append(np.nan if rep.size == 0 or np.all(x == x[0]) else scipy.stats.linregress(x, o[rep]).slope)
+    ref = np.array(ref)
+    lo, hi = np.percentile(ref[~np.isnan(ref)], [5, 95])
+    assert r.n_undefined == 2 and r.resamples == 60
+    assert (r.lo, r.hi) == (pytest.approx(lo, rel=1e-10), pytest.approx(hi, rel=1e-10))
+    with pytest.raises(ValueError, match="counts must be"):
+        H.hard_easy_slope(c, s, d, counts=W[:, :3])

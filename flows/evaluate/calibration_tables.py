@@ -22,7 +22,8 @@ entered the evaluator's metrics), joined with the items' metadata. Written to ``
   ``metrics.hard_easy``, or a LifeEval dataset in the grid): the
   hard-easy effect (study 002 Table 2): per cell, the OLS slope of
   overconfidence (confidence - score) on difficulty with its paired
-  bootstrap interval, the share of confidences at multiples of 5%, and the
+  bootstrap interval (on the very resamples of the unit's metrics: the
+  evaluator's draws of the unit's items, restricted to the signal's answers), the share of confidences at multiples of 5%, and the
   Pearson and Spearman correlation of confidence with the score (for
   LifeEval the score is the true probability of the guess); and
   overconfidence per difficulty bin (10 equal-width bins). Difficulty is
@@ -36,7 +37,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -125,10 +126,12 @@ def _refusal_rows(units: dict[tuple[str, str, str], Unit], items: pd.DataFrame,
 
 
 def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
-                       analyzed: pd.DataFrame) -> CalibrationTables:
+                       analyzed: pd.DataFrame, plans: Sequence[Any] = ()) -> CalibrationTables:
     """The tables of the module docstring for one run (pure; no model call), from the analyzed rows of the one
     signal table (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`: every signal on the rows
-    that entered its metrics, methods included) and the units' items."""
+    that entered its metrics, methods included) and the units' items. ``plans``: the evaluator's units
+    (:attr:`~confgrid.flows.evaluate.run_evaluation.Evaluation.units`); the hard-easy slope of a signal then
+    resamples its unit's own draws, so its interval is paired with the unit's metrics."""
     group_by = tuple(spec.metrics.group_by)
     items = _item_columns(units, group_by)
     rows = _signal_rows(analyzed)
@@ -147,11 +150,36 @@ def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
         by = [c for c in _BY if c not in ("answer_set",)] + ["group", "group_value"]
         out.runs = runs_summary(calib, spec.run_groups(), by)
     if spec.metrics.hard_easy or any(d.adapter == "lifeeval" for d in spec.datasets):
-        out.hard_easy, out.hard_easy_bins = _hard_easy(rows, spec)
+        out.hard_easy, out.hard_easy_bins = _hard_easy(rows, spec, plans)
     return out
 
 
-def _hard_easy(rows: pd.DataFrame, spec: GridSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
+class _UnitDraws:
+    """The resamples of the evaluator's units as counts over their items (the last unit's kept: rows come unit
+    by unit), for statistics that are not metrics of a signal but must be paired with them."""
+
+    def __init__(self, plans: Sequence[Any], n_resamples: int):
+        self.B = int(n_resamples)
+        self.plan_of = {tuple(u.labels[c] for c in _BY[:-1]): u for u in plans
+                        if u.labels.get("target_kind") == "correct" and u.n_resamples is None and len(u.items)}
+        self._last: tuple[int, pd.Index, Any] | None = None
+
+    def counts(self, ident: dict, item_ids) -> Any:
+        """(B, len(item_ids)) multiplicities of these items in their unit's resamples, or None (no such unit, or
+        an item it lacks)."""
+        from confgrid.analysis.bootstrap import resample_counts
+
+        u = self.plan_of.get(tuple(ident[c] for c in _BY[:-1]))
+        if u is None or not self.B:
+            return None
+        if self._last is None or self._last[0] != id(u):
+            self._last = (id(u), pd.Index(u.items), resample_counts(len(u.items), self.B, u.seed, groups=u.groups))
+        _, index, W = self._last
+        pos = index.get_indexer(pd.Index(item_ids))
+        return None if (pos < 0).any() else W[:, pos]
+
+
+def _hard_easy(rows: pd.DataFrame, spec: GridSpec, plans: Sequence[Any] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """results/hard_easy and hard_easy_bins (see the module docstring)."""
     import warnings
 
@@ -167,6 +195,8 @@ def _hard_easy(rows: pd.DataFrame, spec: GridSpec) -> tuple[pd.DataFrame, pd.Dat
     slopes, bins = [], []
     if rows.empty:
         return pd.DataFrame(), pd.DataFrame()
+    B = min(spec.bootstrap.resamples, 10_000)
+    draws = _UnitDraws(plans, B)
     for key, g in rows.groupby(_BY, sort=False, dropna=False):
         ident = dict(zip(_BY, key, strict=True))
         conf, score = g["confidence"].to_numpy(float), g["correct"].to_numpy(float)
@@ -178,8 +208,9 @@ def _hard_easy(rows: pd.DataFrame, spec: GridSpec) -> tuple[pd.DataFrame, pd.Dat
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UndefinedMetricWarning)
-            sl = hard_easy_slope(conf, score, difficulty, resamples=min(spec.bootstrap.resamples, 10_000),
-                                 seed=spec.bootstrap.seed, level=spec.bootstrap.level)
+            counts = draws.counts(ident, g["item_id"]) if "item_id" in g.columns else None
+            sl = hard_easy_slope(conf, score, difficulty, resamples=B, seed=spec.bootstrap.seed,
+                                 level=spec.bootstrap.level, counts=counts)
             rs = rounded_share(conf)
             cor = confidence_truth_correlation(conf, score)
         slopes.append({**ident, "difficulty": source, "n": sl.n, "slope": sl.slope, "intercept": sl.intercept,

@@ -174,6 +174,15 @@ def transfer_tables(signal_frames: Mapping[str, pd.DataFrame], context_a: str, c
     return pen, transfer_table(pen)
 
 
+def _resampled_means(values: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """(B,) means of ``values`` (n,) on the paired bootstrap's own resamples of its n items
+    (:func:`~confgrid.analysis.bootstrap.resample_counts`: the one resampling stream)."""
+    from confgrid.analysis.bootstrap import resample_counts
+
+    W = resample_counts(values.size, n_resamples, seed)
+    return (W @ values) / values.size
+
+
 def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, seed: int,
                 level: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Table 17: paired differences of stated confidence, pooled over settings, with bootstrap intervals.
@@ -187,8 +196,10 @@ def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, see
     -------
     (table, pairs): one row per pair definition (n, mean difference [lo, hi],
     share of pairs whose strings differ), and the pooled pairs themselves.
-    The interval resamples the pooled pairs (study 000 Table 17).
+    The interval resamples the pooled pairs (study 000 Table 17) with the one resampling stream
+    (:func:`~confgrid.analysis.bootstrap.resample_counts`, seed ``setting_seed("probe", pair, seed)``).
     """
+    from confgrid.analysis.resampling import setting_seed
     from confgrid.protocols.probe import PAIRS, probe_pairs
 
     own = graded[["model", "dataset", "item_id", "correct"]].rename(columns={"correct": "own_correct"})
@@ -197,7 +208,6 @@ def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, see
     tbl = tbl.merge(own, on=["model", "dataset", "item_id"], how="left")
     tbl["verbalized"] = tbl["verbalized"].astype(float)
     pairs = probe_pairs(tbl)
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 17]))
     rows = []
     for p in PAIRS:
         d = pairs[pairs["pair"] == p.id]["diff"].to_numpy(dtype=float) if len(pairs) else np.array([])
@@ -206,8 +216,7 @@ def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, see
             rows.append({"pair": p.id, "description": p.description, "n": 0, "mean_diff": np.nan, "lo": np.nan,
                          "hi": np.nan, "share_strings_differ": np.nan})
             continue
-        idx = rng.integers(0, n, size=(n_resamples, n))
-        lo, hi = interval(d[idx].mean(axis=1), level)
+        lo, hi = interval(_resampled_means(d, n_resamples, setting_seed("probe", p.id, seed)), level)
         differ = pairs[pairs["pair"] == p.id]["strings_differ"].mean() if "strings_differ" in pairs else np.nan
         rows.append({"pair": p.id, "description": p.description, "n": n, "mean_diff": float(d.mean()),
                      "lo": float(lo), "hi": float(hi), "share_strings_differ": float(differ)})
@@ -271,9 +280,8 @@ def selection_table(units: Mapping[tuple[str, str, str], Any], other_set: str, s
             ids = [i for i in differ if i in sa.index and i in sb.index]
             diff = (sa.reindex(ids) - sb.reindex(ids)).to_numpy(dtype=float)
             lo = hi = np.nan
-            if len(ids):
-                rng = np.random.default_rng(np.random.SeedSequence([setting_seed(m, d, seed), 4242]))
-                lo, hi = interval(diff[rng.integers(0, len(ids), size=(n_resamples, len(ids)))].mean(axis=1), level)
+            if len(ids):  # the unit's own seed on the one resampling stream, over the items where answers differ
+                lo, hi = interval(_resampled_means(diff, n_resamples, setting_seed(m, d, seed)), level)
             rows.append({"setting": f"{m}/{d}", "other_set": other_set, "context": ctx, "n_both": len(both),
                          "share_differ": len(differ) / len(both) if both else np.nan, "n_differ": len(ids),
                          "mean_main": float(sa.reindex(ids).mean()) if ids else np.nan,
