@@ -74,7 +74,7 @@ def test_the_comparison_is_evaluated_by_the_one_evaluator_and_judged(ace_run):
     bootstrap job), and every model-vs-model conclusion under each view gets a verdict."""
     from confgrid.analysis.ace.tables import ace_tables
 
-    spec, out, _ = ace_run
+    spec, out, summary = ace_run
     res = out / "results"
     boot = pd.read_parquet(res / "ace_bootstrap.parquet")
     rows = pd.read_parquet(out / "tables" / "ace_rows.parquet")
@@ -96,6 +96,13 @@ def test_the_comparison_is_evaluated_by_the_one_evaluator_and_judged(ace_run):
     assert raw["n_settings"] + raw["n_undefined"] == n_cells  # one setting per dataset x method
     # the comparison's rows stay out of the signals' tables
     assert "model" not in set(pd.read_csv(res / "gaps.csv")["kind_a"])
+    # and the parent MLflow run carries the model-vs-model verdicts, the view after the metric
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    run = client.get_run(summary.parent_run_id).data
+    assert "verdict/large-small/ece/da/share_a_better" in run.metrics
+    assert run.tags["confgrid.verdict.large-small.ece.da"].split(" ")[0] in ("robust", "fragile", "unresolved")
 
 
 def test_every_rater_rates_every_pooled_candidate(ace_run):
