@@ -422,18 +422,26 @@ def result_metrics(metrics_df: Any, gaps_df: Any | None = None) -> dict[str, flo
     -------
     dict
         ``<signal>/<metric>/{point,lo,hi}`` and
-        ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``; NaN values are
-        kept here and skipped when logged (MLflow has no NaN).
+        ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}`` (a row with a
+        ``view``, study 001's model-vs-model cells: the view after the signal
+        or pair); NaN values are kept here and skipped when logged (MLflow has
+        no NaN).
     """
     out: dict[str, float] = {}
+
+    def view(r) -> str:  # study 001's view of a model's cell: part of the key (``<model>/<view>/<metric>``)
+        v = getattr(r, "view", "")
+        return f"/{v}" if isinstance(v, str) and v else ""
+
     for r in metrics_df.itertuples(index=False):
         for stat in ("point", "lo", "hi"):
-            out[f"{r.signal}/{r.metric}/{stat}"] = float(getattr(r, stat))
+            out[f"{r.signal}{view(r)}/{r.metric}/{stat}"] = float(getattr(r, stat))
     if gaps_df is not None and len(gaps_df):
         for r in gaps_df.itertuples(index=False):
-            out[f"gap/{r.signal_a}-{r.signal_b}/{r.metric}/point"] = float(r.gap)
-            out[f"gap/{r.signal_a}-{r.signal_b}/{r.metric}/lo"] = float(r.lo)
-            out[f"gap/{r.signal_a}-{r.signal_b}/{r.metric}/hi"] = float(r.hi)
+            base = f"gap/{r.signal_a}-{r.signal_b}{view(r)}/{r.metric}"
+            out[f"{base}/point"] = float(r.gap)
+            out[f"{base}/lo"] = float(r.lo)
+            out[f"{base}/hi"] = float(r.hi)
     return out
 
 

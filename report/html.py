@@ -108,7 +108,8 @@ def _gaps(gaps: pd.DataFrame) -> pd.DataFrame:
     if gaps.empty:
         return gaps
     g = gaps.assign(gap=[fmt_interval(p, lo, hi) for p, lo, hi in zip(gaps["gap"], gaps["lo"], gaps["hi"], strict=True)])
-    return g[[c for c in ("setting", "signal_a", "signal_b", "metric", "gap", "excludes_zero", "favours", "n")
+    view = ("view",) if "view" in g and (g["view"].fillna("").astype(str) != "").any() else ()
+    return g[[c for c in ("setting", "signal_a", "signal_b", *view, "metric", "gap", "excludes_zero", "favours", "n")
               if c in g]]
 
 

@@ -34,7 +34,11 @@ def test_a_model_column_runs_the_comparison_and_keeps_each_models_metrics(tmp_pa
     with pytest.warns(UserWarning, match="CA skipped|ca"):
         res = analyze(path, tmp_path / "out", n_resamples=50, comparison_resamples=200, track=False,
                       views=["raw", "ia", "da", "ca"])
-    assert set(res["metrics"]["setting"]) == {"big/trivia", "small/trivia"}
+    m = res["metrics"]
+    assert set(m.loc[m["kind"] != "model", "setting"]) == {"big/trivia", "small/trivia"}
+    # the comparison's cells are rows of the same table: each model under each view (setting = its label)
+    ace = m[m["kind"] == "model"]
+    assert set(ace["setting"]) == {"pair"} and set(ace["signal"]) == {"big", "small"} and "ia" in set(ace["view"])
     g = res["ace_gaps"].set_index(["method", "metric", "view"])
     v = df[df["signal"] == "verbalized"]
     a, b = v[v["model"] == "big"], v[v["model"] == "small"]

@@ -94,8 +94,15 @@ def test_the_comparison_is_evaluated_by_the_one_evaluator_and_judged(ace_run):
     raw = ace[(ace["view"] == "raw") & (ace["metric"] == "ece")].iloc[0]
     n_cells = boot[(boot["view"] == "raw") & (boot["metric"] == "ece")].shape[0]
     assert raw["n_settings"] + raw["n_undefined"] == n_cells  # one setting per dataset x method
-    # the comparison's rows stay out of the signals' tables
-    assert "model" not in set(pd.read_csv(res / "gaps.csv")["kind_a"])
+    # the comparison's rows are rows of the one estimates table (kind model, a view), the ace_* tables views of them
+    gaps = pd.read_parquet(res / "gaps.parquet")
+    model = gaps[gaps["kind_a"] == "model"]
+    assert set(model["view"]) == set(boot["view"]) and (model["answer_set"] == "").all()
+    r = boot[(boot["view"] == "da") & (boot["metric"] == "ece")].iloc[0]
+    g = model[(model["view"] == "da") & (model["metric"] == "ece") & (model["method"] == r["method"])
+              & (model["dataset"] == r["dataset"])].iloc[0]
+    assert (g["lo"], g["hi"]) == (pytest.approx(r["lo"], abs=1e-15), pytest.approx(r["hi"], abs=1e-15))
+    assert set(pd.read_parquet(res / "shifts.parquet")["to_view"]) >= {"ia", "da"}
     # and the parent MLflow run carries the model-vs-model verdicts, the view after the metric
     import mlflow
 

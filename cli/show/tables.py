@@ -78,8 +78,10 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         console.print(f"Note: {line} (results/closure.csv)", markup=False)
     if not gaps.empty:
         g = gaps.assign(gap=[_fmt(p, lo, hi) for p, lo, hi in zip(gaps["gap"], gaps["lo"], gaps["hi"], strict=True)])
-        wide = g.pivot_table(index=["setting", "signal_a", "signal_b", "n"], columns="metric", values="gap",
-                             aggfunc="first", sort=False).reset_index()
+        from confgrid.flows.evaluate.outputs import _has_views
+
+        index = ["setting", "signal_a", "signal_b", *(["view"] if _has_views(gaps) else []), "n"]
+        wide = g.pivot_table(index=index, columns="metric", values="gap", aggfunc="first", sort=False).reset_index()
         console.print(_table(wide, "Paired gap = metric(signal_a) - metric(signal_b) [95% interval] on the n items "
                                    "both have: >0 favours signal_b under ECE/AURC/Brier, signal_a under AUROC"))
     if not shifts.empty:

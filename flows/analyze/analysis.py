@@ -452,13 +452,21 @@ def analyze(
                              ia_strata=ia_strata)
         if ace is not None:
             tables.update(ace.tables())
-            if ace.estimates is not None:  # the model-vs-model conclusions under each view join the verdicts
-                more = verdict_table(ace.estimates.gaps, ace.estimates.shares, verdict_rule, level)
-                frames = [f for f in (verdicts_df, more) if len(f)]
-                tables["verdicts"] = verdicts_df = (pd.concat(frames, ignore_index=True) if len(frames) > 1
-                                                    else frames[0] if frames else verdicts_df)
-                for ext in (".csv", ".parquet"):
-                    _write(verdicts_df, out_dir / "results" / f"verdicts{ext}")
+            if ace.estimates is not None:  # the comparison's rows join the one estimates tables, its conclusions
+                e = ace.estimates            # the verdicts (as in a run)
+                more = {"metrics": e.metrics, "gaps": e.gaps, "shifts": e.shifts,
+                        "verdicts": verdict_table(e.gaps, e.shares, verdict_rule, level)}
+                for name, extra in more.items():
+                    frames = [f for f in (tables[name], extra) if len(f)]
+                    attrs = dict(tables[name].attrs)  # (the metrics' notes: graded rows, how it resampled)
+                    if len(frames) > 1:
+                        tables[name] = pd.concat(frames, ignore_index=True)
+                    elif frames:
+                        tables[name] = frames[0]
+                    tables[name].attrs.update(attrs)
+                    for ext in (".csv", ".parquet"):
+                        _write(tables[name], out_dir / "results" / f"{name}{ext}")
+                metrics_df, gaps_df, shifts_df = tables["metrics"], tables["gaps"], tables["shifts"]
             for msg in ace.messages:
                 warnings.warn(f"comparison across models: {msg}", AnalyzeWarning, stacklevel=2)
     elif views is not None or candidates is not None:

@@ -36,13 +36,20 @@ def fmt_interval(p: float, lo: float, hi: float) -> str:
     return f"{p:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def _has_views(df: pd.DataFrame) -> bool:
+    """Whether a table holds study 001's model-vs-model rows (a non-empty ``view``): then the view is part of
+    every key (one model's cell under each view)."""
+    return "view" in df.columns and bool((df["view"].fillna("").astype(str) != "").any())
+
+
 def result_matrix(metrics_df: pd.DataFrame) -> pd.DataFrame:
-    """Wide view: one row per (setting, signal), one column per metric, 'point [lo, hi]'."""
+    """Wide view: one row per (setting, signal[, view]), one column per metric, 'point [lo, hi]'."""
     if metrics_df.empty:
         return pd.DataFrame()
     df = metrics_df.assign(value=[fmt_interval(p, lo, hi) for p, lo, hi in
                                   zip(metrics_df["point"], metrics_df["lo"], metrics_df["hi"], strict=True)])
-    wide = df.pivot_table(index=["setting", "signal"], columns="metric", values="value", aggfunc="first", sort=False)
+    index = ["setting", "signal", *(["view"] if _has_views(metrics_df) else [])]
+    wide = df.pivot_table(index=index, columns="metric", values="value", aggfunc="first", sort=False)
     cols = list(dict.fromkeys(metrics_df["metric"]))
     return wide[cols].reset_index()
 

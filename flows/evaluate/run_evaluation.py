@@ -66,8 +66,9 @@ class Evaluation:
         ``results/verdicts``: every conclusion of the gaps over the grid's settings (analysis/verdicts.py),
         the comparison's model-vs-model conclusions under each view included.
     comparison : Comparison or None
-        Study 001's comparison (flows/evaluate/ace.py), its units evaluated in the same bootstrap job; its gap
-        and shift rows are kept there (the ``ace_*`` tables are their views), not in ``metrics``/``gaps``.
+        Study 001's comparison (flows/evaluate/ace.py), its units evaluated in the same bootstrap job; their
+        rows are in ``metrics``, ``gaps`` and ``shifts`` (kind ``model``, with a ``view``; unit columns setting =
+        the comparison's label, model = "A vs B", empty answer set) and the ``ace_*`` tables are their views.
     """
 
     metrics: pd.DataFrame
@@ -329,13 +330,9 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
         est.metrics, est.gaps, est.shifts = (with_cluster_columns(df, cluster, n_cl)
                                              for df in (est.metrics, est.gaps, est.shifts))
     verdicts = verdict_table(est.gaps, est.shares, spec.verdicts.rule(), spec.bootstrap.level)
-    if compared is not None:  # the comparison's rows stay with it: the ace_* tables are their views
-        ace_g = est.gaps["kind_a"] == ACE_KIND
-        ace_s = est.shifts["from_view"] != ""
-        compared.gaps = est.gaps[ace_g].reset_index(drop=True)
-        compared.shifts = est.shifts[ace_s].reset_index(drop=True)
-        est.gaps, est.shifts = est.gaps[~ace_g].reset_index(drop=True), est.shifts[~ace_s].reset_index(drop=True)
-        est.metrics = est.metrics[est.metrics["kind"] != ACE_KIND].reset_index(drop=True)
+    if compared is not None:  # the ace_* tables are views of the comparison's rows of the one estimates table
+        compared.gaps = est.gaps[est.gaps["kind_a"] == ACE_KIND].reset_index(drop=True)
+        compared.shifts = est.shifts[est.shifts["from_view"] != ""].reset_index(drop=True)
     return Evaluation(est.metrics, est.gaps, est.shifts, _settings_rows(spec, units, signals),
                       dropped_table(plans, signals), signals, plans, kept, est.edges,
                       closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts, compared)
