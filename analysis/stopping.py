@@ -8,7 +8,9 @@ so far are evaluated by the one evaluator (analysis/evaluation.py) and :func:`de
 
 * ``resolved``: every declared conclusion of the setting is resolved: each gap row of two signals on
   different sides under a conclusion metric (analysis/verdicts.py ``conclusion_of``; every unit, context,
-  aggregation and estimator) whose gap is defined has an interval excluding 0;
+  aggregation and estimator) whose gap is defined has an interval excluding 0 (a gap that is 0 in every
+  resample, ``[0, 0]``, is a tie of two signals that agree on every item run: counted apart, like an
+  undefined one, since no number of such items resolves it);
 * ``budget_insufficient``: some still-unresolved gap cannot be resolved by the items the setting has in all:
   the sample-size planner (analysis/planner.py, the 1/sqrt(n) law fitted on the rows so far) needs more units
   for the observed gap, at the rule's power, than the whole setting would give;
@@ -41,7 +43,7 @@ __all__ = ["STOP_REASONS", "STOPPING_COLUMNS", "StopRule", "GapNeed", "StopDecis
 STOP_REASONS = ("resolved", "budget_insufficient", "exhausted", "failed")
 #: Columns of ``results/stopping``: one row per (model, dataset) setting of a grid with ``stop_when_resolved``.
 STOPPING_COLUMNS = ["model", "dataset", "reason", "rounds", "items", "items_total", "chunks", "chunks_total",
-                    "n_gaps", "n_resolved", "n_undefined", "unit", "signal_a", "signal_b", "metric", "gap", "lo",
+                    "n_gaps", "n_resolved", "n_undefined", "n_tied", "unit", "signal_a", "signal_b", "metric", "gap", "lo",
                     "hi", "n", "n_required", "budget", "detail"]
 
 
@@ -91,7 +93,8 @@ class GapNeed:
     budget : int or None
         Units the whole setting would give: the pilot's units scaled by items in all / items run.
     status : str
-        ``resolved``, ``ok`` (the planner told), ``zero_gap`` (an observed gap of 0: no size resolves it),
+        ``resolved``, ``ok`` (the planner told), or why it cannot tell: ``zero_gap`` (an observed gap of
+        exactly 0 with a spread, e.g. a tie of a discrete AUROC on few items: no size to extrapolate),
         ``pilot_too_small`` or ``no_kernel`` (a metric the planner has no weighted kernel for).
     reason : str
         The planner's reason when it cannot tell.
@@ -112,9 +115,7 @@ class GapNeed:
 
     @property
     def out_of_budget(self) -> bool:
-        """Whether the whole setting cannot resolve it (the planner's n exceeds the budget, or the gap is 0)."""
-        if self.status == "zero_gap":
-            return True
+        """Whether the whole setting cannot resolve it (the planner's n exceeds the budget)."""
         return self.status == "ok" and self.n_required is not None and self.budget is not None \
             and self.n_required > self.budget
 
@@ -124,8 +125,6 @@ class GapNeed:
                f"[{self.lo:.4f}, {self.hi:.4f}] on {self.n} items"
         if self.status == "ok":
             return f"{what}; the planner needs {self.n_required} units, the setting gives at most {self.budget}"
-        if self.status == "zero_gap":
-            return f"{what}; an observed gap of 0 is resolved by no number of items"
         if self.status == "resolved":
             return f"{what}; resolved"
         return f"{what}; the planner cannot tell yet ({self.reason})"
@@ -140,8 +139,9 @@ class StopDecision:
     action : {"stop", "continue"}
     reason : str
         ``resolved``, ``budget_insufficient``, ``exhausted`` (stop) or ``continue``.
-    n_gaps, n_resolved, n_undefined : int
-        Conclusion gap rows with a defined gap, those resolved, and those undefined (NaN: left out).
+    n_gaps, n_resolved, n_undefined, n_tied : int
+        Conclusion gap rows with a defined gap, those resolved, those undefined (NaN) and those tied (0 in every
+        resample); the last two are left out of ``n_gaps``.
     deciding : GapNeed or None
         The gap that decided: the one out of budget by the largest factor (budget_insufficient), the
         unresolved one needing the most units (continue, exhausted), the least clearly resolved one (resolved).
@@ -156,6 +156,7 @@ class StopDecision:
     n_gaps: int
     n_resolved: int
     n_undefined: int
+    n_tied: int
     deciding: GapNeed | None
     detail: str
     needs: tuple[GapNeed, ...] = field(default_factory=tuple)
@@ -164,7 +165,7 @@ class StopDecision:
         """The decision as plain values (the manifest's ``stopping`` entry and a row of ``results/stopping``)."""
         d = self.deciding
         out: dict[str, Any] = {"reason": self.reason, "n_gaps": self.n_gaps, "n_resolved": self.n_resolved,
-                               "n_undefined": self.n_undefined, "detail": self.detail}
+                               "n_undefined": self.n_undefined, "n_tied": self.n_tied, "detail": self.detail}
         for k in ("unit", "signal_a", "signal_b", "metric", "gap", "lo", "hi", "n", "n_required", "budget"):
             v = getattr(d, k) if d is not None else None
             out[k] = float(v) if isinstance(v, (float, np.floating)) else v
@@ -254,7 +255,7 @@ def _need(row: Any, unit: UnitPlan | None, items_run: int, items_total: int, rul
                 signal_b=str(row.signal_b), metric=str(row.metric), gap=float(row.gap), lo=float(row.lo),
                 hi=float(row.hi), n=int(row.n))
     if row.gap == 0:
-        return GapNeed(**base, status="zero_gap", reason="observed gap 0")
+        return GapNeed(**base, status="zero_gap", reason="an observed gap of exactly 0 gives no size to plan for")
     cells = None if unit is None else next(((ca, cb) for a, b, ca, cb in unit.pairs
                                             if a == row.signal_a and b == row.signal_b), None)
     if cells is None or unit.confidence.shape[1] == 0:
@@ -300,11 +301,14 @@ def decide(gaps: pd.DataFrame, units: Sequence[UnitPlan], *, items_run: int, ite
         unresolved gap out of the setting's budget: ``budget_insufficient``; else ``continue``.
     """
     rows = conclusion_gaps(gaps)
-    finite = rows[np.isfinite(rows["gap"].to_numpy(np.float64))] if len(rows) else rows
-    n_und = len(rows) - len(finite)
+    defined = rows[np.isfinite(rows["gap"].to_numpy(np.float64))] if len(rows) else rows
+    n_und = len(rows) - len(defined)
+    tied = ((defined["gap"] == 0) & (defined["lo"] == 0) & (defined["hi"] == 0)).to_numpy(bool) if len(defined) \
+        else np.zeros(0, dtype=bool)
+    finite = defined[~tied]
     resolved = finite["excludes_zero"].astype(bool).to_numpy() if len(finite) else np.zeros(0, dtype=bool)
     n_gaps, n_res = len(finite), int(resolved.sum())
-    counts = dict(n_gaps=n_gaps, n_resolved=n_res, n_undefined=n_und)
+    counts = dict(n_gaps=n_gaps, n_resolved=n_res, n_undefined=n_und, n_tied=int(tied.sum()))
     enough = items_run >= rule.min_items
     if n_gaps and n_res == n_gaps and (enough or exhausted):
         # the least clearly resolved: the interval's end nearest 0, relative to the gap
@@ -324,14 +328,14 @@ def decide(gaps: pd.DataFrame, units: Sequence[UnitPlan], *, items_run: int, ite
                             detail=f"{items_run} items run; no decision before min_items={rule.min_items}")
     if not n_gaps:
         return StopDecision("continue", "continue", **counts, deciding=None,
-                            detail=f"no defined conclusion gap yet ({n_und} undefined)")
+                            detail=f"no defined conclusion gap yet ({n_und} undefined, {int(tied.sum())} tied)")
     by_unit = {_unit_key(u.labels[c] for c in UNIT_COLUMNS): u for u in units}
     needs = tuple(_need(r, by_unit.get(_unit_key(getattr(r, c, "") for c in UNIT_COLUMNS)), items_run,
                         items_total, rule)
                   for r, ok in zip(finite.itertuples(index=False), resolved, strict=True) if not ok)
     over = [x for x in needs if x.out_of_budget]
     if over:
-        worst = max(over, key=lambda x: math.inf if x.status == "zero_gap" else x.n_required / max(x.budget, 1))
+        worst = max(over, key=lambda x: x.n_required / max(x.budget, 1))
         return StopDecision("stop", "budget_insufficient", **counts, deciding=worst, needs=needs,
                             detail=f"{n_gaps - n_res} of {n_gaps} conclusion gap(s) unresolved; {worst.line()}")
     told = [x for x in needs if x.status == "ok"]

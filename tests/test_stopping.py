@@ -182,10 +182,15 @@ def test_the_planner_cannot_tell_on_a_small_pilot_so_the_setting_continues():
     assert {x.status for x in d.needs} == {"pilot_too_small"} and "cannot tell" in d.detail
 
 
-def test_a_gap_of_exactly_zero_is_out_of_every_budget():
-    gaps, units = _gaps(100, 0.0)  # the same confidences: every gap is 0
+def test_signals_equal_on_every_item_are_tied_and_an_exact_zero_gap_gives_the_planner_nothing_to_plan_for():
+    gaps, units = _gaps(100, 0.0)  # the same confidences: every gap is 0 in every resample, [0, 0]
     d = decide(gaps, units, items_run=100, items_total=10_000, exhausted=False)
-    assert (d.reason, d.deciding.status) == ("budget_insufficient", "zero_gap")
+    assert (d.action, d.n_gaps, d.n_tied) == ("continue", 0, 2) and "2 tied" in d.detail
+    # a point gap of exactly 0 with a spread (a tie of a discrete metric on few items): no size to plan for
+    gaps, units = _gaps(200, 0.01, seed=1)
+    zero = gaps.assign(gap=0.0, excludes_zero=False)
+    d = decide(zero, units, items_run=200, items_total=400, exhausted=False)
+    assert (d.action, {x.status for x in d.needs}) == ("continue", {"zero_gap"})
 
 
 def test_undefined_gaps_are_counted_apart_and_signal_pairs_of_one_side_are_no_conclusion():

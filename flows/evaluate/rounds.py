@@ -128,7 +128,7 @@ class Rounds:
         out: list[ShardRequest] = []
         for key, s in self.settings.items():
             if not s.chunks:
-                out += self._stop(s, StopDecision("stop", "exhausted", 0, 0, 0, None, "the dataset has no items"))
+                out += self._stop(s, StopDecision("stop", "exhausted", 0, 0, 0, 0, None, "the dataset has no items"))
                 continue
             out += self._admit(s)
         return out
@@ -178,7 +178,7 @@ class Rounds:
             log.warning("early stopping %s: %s", s.name, why)
             s.history.append({"round": s.rounds, "items": s.items, "action": "stop", "reason": "failed",
                               "detail": why})
-            return self._stop(s, StopDecision("stop", "failed", 0, 0, 0, None, why), "failed")
+            return self._stop(s, StopDecision("stop", "failed", 0, 0, 0, 0, None, why), "failed")
         ev = self._evaluate(key, done, submitted)
         decision = decide(ev.gaps, ev.units, items_run=s.items, items_total=s.items_total, exhausted=s.exhausted,
                           rule=self.rule)
