@@ -51,7 +51,8 @@ from confgrid.flows.plan.grid_plan import GridPlan, check_items
 from confgrid.flows.store.runlog import run_log, trace
 from confgrid.flows.spec.grid import BUNDLED, DatasetSpec, GridSpec
 from confgrid.flows.spec.base import GridSpecError
-from confgrid.flows.store.run_store import RunStore, shard_key, write_text_atomic
+from confgrid.flows.store.run_store import RunStore, shard_key, write_frame_atomic, write_text_atomic
+from confgrid.flows.evaluate.rounds import Rounds, stopping_table
 from confgrid.flows.tracking import Logged, Tracker, TrackingError, TrackingFailure, choose_tracking_uri
 from confgrid.protocols.items import Item, items_to_table
 
@@ -383,8 +384,11 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
     store.save_manifest()
     tables = {"items": _store_items(spec, store, items)}
     plan = GridPlan(spec, items)
+    rounds = Rounds(spec, plan, store) if spec.execution.stopping is not None else None
+    if rounds is None:
+        store.meta.pop("stopping", None)  # a folder run before with early stopping: no stale reasons
     ex = Executor(spec, store, lambda sh, outs: shard_table(plan, sh, outs), tracker=tracker, address=address,
-                  only_failed=only_failed)
+                  only_failed=only_failed, rounds=rounds)
     status = "FAILED"
     try:
         done = ex.run(plan)
@@ -407,6 +411,9 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
         tables["signals"] = store.write_table("signals", [signals_arrow(ev.signals)])
         methods_df = methods_view(spec, ev)
         write_outputs(spec, store, ev, asm.units, ex.provenance, methods=methods_df, targets=mt.targets)
+        stopping = stopping_table(rounds)  # with its header when empty: a later run without early stopping
+        for suffix in ("csv", "parquet"):  # replaces an earlier run's reasons in the same folder
+            write_frame_atomic(stopping, store.root / "results" / f"stopping.{suffix}")
         _calibration(spec, asm.units, ev, store)
         capability = _capability(spec, cap_est, ev, store)
         ace = _comparison(ev.comparison, store, tables)

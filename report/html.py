@@ -39,7 +39,7 @@ REPORT_FILE = "report.html"
 MAX_TABLE_ROWS = 60
 #: Tables with their own section (not repeated under "Study tables"); ``signals`` and the stage tables live
 #: in tables/ and are linked only.
-_OWN_SECTION = {"metrics", "gaps", "settings", "closure", "verdicts"}
+_OWN_SECTION = {"metrics", "gaps", "settings", "closure", "verdicts", "stopping"}
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1250px;color:#222;
@@ -113,6 +113,19 @@ def _gaps(gaps: pd.DataFrame) -> pd.DataFrame:
               if c in g]]
 
 
+def _stopping(stopping: pd.DataFrame) -> str:
+    """The section of a run with ``execution.stop_when_resolved``: per setting, why it stopped, after how many
+    rounds and items, and the numbers that decided (results/stopping)."""
+    cols = [c for c in ("model", "dataset", "reason", "rounds", "items", "items_total", "n_gaps", "n_resolved",
+                        "detail") if c in stopping]
+    return (_table(stopping[cols], 500, "results/stopping.parquet")
+            + '<p class="note">resolved: every conclusion gap of the setting has an interval excluding 0; '
+            "budget_insufficient: the sample-size planner needs more items than the setting has to resolve an "
+            "unresolved gap at its observed size; exhausted: every item ran; failed: a shard of the setting failed. "
+            "The results above are computed on the items that ran (results/stopping.csv has the deciding gap, "
+            "n_required and budget; README, \"Stopping a setting once its conclusions are resolved\").</p>")
+
+
 def _links(root: Path) -> str:
     import pyarrow.parquet as pq
 
@@ -161,6 +174,7 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
     group = ", ".join(f"{k} {v}" for k, v in p.items())
     notes = closure_lines(select_group(tables.get("closure"), p))
     verdicts = tables.get("verdicts")
+    stopping = tables.get("stopping")
     sections: list[tuple[str, str, str]] = [
         *([("verdicts", "Is the conclusion robust? (over every setting of the grid)",
             _table(verdicts, 200, "results/verdicts.parquet")
@@ -168,6 +182,8 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
             "from the paired resamples]; share_resolved_a/_b: intervals excluding 0 for A/B; flip_axis: the axis "
             "whose single change flips the conclusion most often (README, \"Is my conclusion robust?\").</p>")]
           if verdicts is not None and len(verdicts) else []),
+        *([("stopping", "Early stopping: why each setting stopped", _stopping(stopping))]
+          if stopping is not None and len(stopping) else []),
         ("protocol", "Protocol (reporting checklist)", _checklist(root)),
         *([("closure", "The bin closure matters here",
             "<ul>" + "".join(f"<li>{_esc(x)}</li>" for x in notes) + "</ul>"

@@ -17,7 +17,7 @@ import pytest
 
 ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "reliability", "transfer",
             "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "closure",
-            "verdicts", "evaluation"]
+            "verdicts", "evaluation", "stopping"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
 ALLOWED = {
@@ -42,6 +42,8 @@ ALLOWED = {
     "verdicts": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
     "evaluation": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
                    "compare", "signals", "closure", "verdicts"},
+    "stopping": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
+                 "compare", "signals", "closure", "verdicts", "evaluation", "planner"},
 }
 
 _PROBE = """

@@ -9,7 +9,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["print_results", "print_verdicts"]
+__all__ = ["print_results", "print_verdicts", "print_stopping"]
 
 
 def _table(df: pd.DataFrame, title: str) -> Table:
@@ -48,8 +48,23 @@ def print_verdicts(verdicts: pd.DataFrame, console: Console) -> None:
                                   "pairs of settings that differ in that axis only (results/verdicts.csv)"))
 
 
+def print_stopping(stopping: pd.DataFrame, console: Console) -> None:
+    """Print ``results/stopping`` (a grid with ``execution.stop_when_resolved``): per setting, why it stopped,
+    after how many rounds and items, and the gap that decided (nothing without early stopping)."""
+    if stopping is None or stopping.empty:
+        return
+    s = stopping.assign(items=[f"{int(i)} of {int(t)}" for i, t in zip(stopping["items"], stopping["items_total"],
+                                                                          strict=True)],
+                        resolved=[f"{int(r)} of {int(g)}" for r, g in zip(stopping["n_resolved"], stopping["n_gaps"],
+                                                                          strict=True)])
+    console.print(_table(s[["model", "dataset", "reason", "rounds", "items", "resolved", "detail"]],
+                         "Early stopping (execution.stop_when_resolved): why each setting stopped, the conclusion "
+                         "gaps resolved, and what decided (results/stopping.csv)"))
+
+
 def print_results(out_dir: str | Path, console: Console | None = None) -> None:
-    """Print the verdicts first, then settings, metrics (point [95% CI]), gaps and shifts of a run."""
+    """Print the verdicts first, then why each setting stopped (early stopping), settings, metrics (point [95% CI]),
+    gaps and shifts of a run."""
     from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
     from confgrid.flows.evaluate.outputs import result_matrix
 
@@ -61,6 +76,7 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
 
     print_verdicts(read("verdicts"), console)
+    print_stopping(read("stopping"), console)
     settings, metrics, gaps, shifts = (read(n) for n in ("settings", "metrics", "gaps", "shifts"))
     primary = _primary_group(res)
     settings, metrics, gaps, shifts = (_sel(df, primary) for df in (settings, metrics, gaps, shifts))

@@ -319,6 +319,8 @@ def grid_params(spec: GridSpec) -> dict[str, Any]:
         "bootstrap.seed": spec.bootstrap.seed,
         "bootstrap.level": spec.bootstrap.level,
         **({"bootstrap.cluster": spec.bootstrap.cluster} if spec.bootstrap.cluster else {}),
+        **({"execution.stop_when_resolved": json.dumps(spec.execution.stopping.model_dump(mode="json"),
+                                                       sort_keys=True)} if spec.execution.stopping else {}),
         "models": [m.name for m in spec.models],
         "datasets": [d.name for d in spec.datasets],
         "confgrid_version": __version__,

@@ -160,12 +160,17 @@ class Executor(ReplicaLiveness):
     only_failed : bool
         ``resubmit --failed``: run failed shards and what depends on a shard
         rerun now; leave the rest.
+    rounds : Rounds, optional
+        Early stopping (``execution.stop_when_resolved``, flows/evaluate/rounds.py): its first round is
+        submitted with the plan's shards, and each setting with nothing queued or running goes to its next
+        round or stops.
     """
 
     def __init__(self, spec: GridSpec, store: RunStore, build: Callable[[ShardRequest, tuple], pd.DataFrame], *,
-                 tracker: Any = None, address: str | None = None, only_failed: bool = False) -> None:
+                 tracker: Any = None, address: str | None = None, only_failed: bool = False,
+                 rounds: Any = None) -> None:
         self.spec, self.store, self.build, self.tracker = spec, store, build, tracker
-        self.address, self.only_failed = address, only_failed
+        self.address, self.only_failed, self.rounds = address, only_failed, rounds
         self.models = {m.name: m for m in spec.models}
         self.counters = Counters()
         self.failed: list[dict[str, Any]] = []
@@ -207,10 +212,14 @@ class Executor(ReplicaLiveness):
         restore = self._catch_ctrl_c()
         try:
             self._submit(plan.generate_shards())
+            if self.rounds is not None:
+                self._submit(self.rounds.start())
             idle_turns = 0
             while self._has_work():
                 if self._ctrl_c:
                     raise KeyboardInterrupt
+                if self._advance_rounds():
+                    continue
                 self._start_pools()
                 self._dispatch()
                 self._release_idle()
@@ -331,7 +340,26 @@ class Executor(ReplicaLiveness):
         note_waiting(self._queue_spans, any(self._queues.values()) and not closing, time.time())
 
     def _has_work(self) -> bool:
-        return any(self._queues.values()) or bool(self._inflight)
+        return (any(self._queues.values()) or bool(self._inflight)
+                or (self.rounds is not None and bool(self.rounds.active())))
+
+    def _advance_rounds(self) -> bool:
+        """Early stopping: each setting with nothing queued or running goes to its next round or stops
+        (flows/evaluate/rounds.py); repeated while a round is done at once (its shards reused). Returns whether
+        every setting has stopped and nothing is left to run (the loop ends)."""
+        if self.rounds is None:
+            return False
+        while True:
+            busy = {(q.shard.model, q.shard.dataset) for qs in self._queues.values() for q in qs}
+            busy |= {(sh.model, sh.dataset) for f in self._inflight.values() for sh in f.shards}
+            busy |= {(sh.model, sh.dataset) for group in self._queued.values() for sh in group}  # twins too
+            idle = [k for k in self.rounds.active() if k not in busy]
+            if not idle:
+                break
+            for key in idle:
+                failed = sum(1 for f in self.failed if (f.get("model"), f.get("dataset")) == key)
+                self._submit(self.rounds.advance(key, self.done, self.submitted, failed))
+        return not self._has_work()
 
     # -- pools --------------------------------------------------------------------------
     def _ensure_ray(self) -> None:
@@ -733,7 +761,8 @@ class Executor(ReplicaLiveness):
                     first = first or f"{s.stage}/{s.label}"
                 self.store.fail(r, error)
                 self._settle_bounds([s])
-                self.failed.append({"stage": s.stage, "setting": s.label, "key": s.key, "error": r.error})
+                self.failed.append({"stage": s.stage, "setting": s.label, "key": s.key, "error": r.error,
+                                    "model": s.model, "dataset": s.dataset})
                 log.error("shard %s %s failed: %s", s.stage, s.label, r.error)
                 self._track(s, r)
                 new += self._plan.on_failed(s)

@@ -215,6 +215,14 @@ class GridPlan:
                                                 *(m.rule for m in spec.methods if m.rule),
                                                 *((self.ca_rule,) if spec.comparison.enabled else ()))))
         self._ca_done: set[str] = set()  # datasets whose candidate-rating shards are planned
+        #: early stopping (``execution.stop_when_resolved``): (model, dataset) -> the item ids admitted so far; a
+        #: generate shard (any answer set) or an item-only method shard runs once all its items are admitted.
+        #: None: every shard runs (no early stopping).
+        self.admitted: dict[tuple[str, str], set[str]] | None = (
+            {(m.name, d.name): set() for m in spec.models for d in spec.datasets}
+            if spec.execution.stopping is not None else None)
+        self._held: dict[tuple[str, str], list[ShardRequest]] = {}  # shards waiting for their items' round
+        self.final: set[tuple[str, str]] = set()  # settings whose last round is admitted (early stopping)
         cap = spec.capability
         #: dataset -> {item_id: "train" | "eval"} of the capability section (empty without one)
         self.splits: dict[str, dict[str, str]] = {
@@ -235,7 +243,7 @@ class GridPlan:
             for a in self.sets:
                 prompt = get_prompt(a.prompt)
                 for d in self.spec.datasets:
-                    unit = self.units.setdefault((m.name, d.name, a.id), _Unit())
+                    self.units.setdefault((m.name, d.name, a.id), _Unit())
                     for c, chunk in enumerate(_chunks(self.set_items[(a.id, d.name)], size)):
                         texts = [prompt.render(question_text(i, a.format)) for i in chunk]
                         smp = a.sampling
@@ -248,9 +256,54 @@ class GridPlan:
                         sh = ShardRequest("generate", m.name, d.name, a.id, c, key,
                                           tuple(GenerateRow(i.item_id, t) for i, t in zip(chunk, texts, strict=True)),
                                           call=CallParams(max_new_tokens=a.new_tokens, sampling=smp))
-                        unit.shards.append(sh)
                         out.append(sh)
-        return out + self._method_shards_from_items()
+        return self._let_through(out + self._method_shards_from_items())
+
+    # -- early stopping (execution.stop_when_resolved) ---------------------------------------
+    def _let_through(self, shards: list[ShardRequest]) -> list[ShardRequest]:
+        """The shards whose items are all admitted (every shard without early stopping); the others are held
+        for :meth:`admit`. Generate shards let through join their unit."""
+        out = []
+        for sh in shards:
+            setting = (sh.model, sh.dataset)
+            if self.admitted is not None and not set(sh.item_ids) <= self.admitted[setting]:
+                self._held.setdefault(setting, []).append(sh)
+                continue
+            if sh.stage == "generate":
+                self.units[(sh.model, sh.dataset, sh.answer_set)].shards.append(sh)
+            out.append(sh)
+        return out
+
+    def main_chunks(self, dataset: str) -> list[list[str]]:
+        """The item ids of each generate chunk of the main answer set on ``dataset`` (chunk ``c`` is element
+        ``c``): the units early stopping admits round by round."""
+        return [[i.item_id for i in chunk]
+                for chunk in _chunks(self.set_items[("main", dataset)], self.spec.execution.shard_size)]
+
+    def admit(self, model: str, dataset: str, item_ids) -> list[ShardRequest]:
+        """Early stopping: admit more items of the setting (model, dataset); returns the held generate and
+        item-only method shards whose items are now all admitted (keys unchanged: the shards are the ones a run
+        without early stopping plans)."""
+        if self.admitted is None:
+            raise ValueError("admit: this grid has no execution.stop_when_resolved (every shard is planned)")
+        setting = (model, dataset)
+        self.admitted[setting].update(item_ids)
+        held = self._held.pop(setting, [])
+        return self._let_through(held)
+
+    def finalize(self, model: str, dataset: str) -> list[ShardRequest]:
+        """Early stopping: the setting runs no further round (its held shards never run). Returns the
+        cross-model work of the dataset (probe kinds needing other models' answers, candidate ratings) once every
+        model's setting on it is final."""
+        self.final.add((model, dataset))
+        self._held.pop((model, dataset), None)
+        return self._cross_probe_shards(dataset) + self._ca_shards(dataset)
+
+    def _rounds_open(self, dataset: str) -> list[str]:
+        """Models whose setting on ``dataset`` may still admit items (early stopping): cross-model work waits."""
+        if self.admitted is None:
+            return []
+        return [m for m in self.models if (m, dataset) not in self.final]
 
     # -- confidence methods -------------------------------------------------------------
     def _method_shard(self, method: Any, model: str, dataset: str, chunk: int, rows: list[MethodRow],
@@ -417,6 +470,11 @@ class GridPlan:
             if d.name in self._blocked:
                 continue
             missing = [m for m in self.models if (u := self.units.get((m, d.name, "main"))) and not u.settled]
+            if (open_ := self._rounds_open(d.name)) and (self._needs_cross() or (
+                    self.spec.ca_methods() and d.name not in self._ca_done)):
+                out.append(f"cross-model work on {d.name} waits for the last round of {', '.join(open_)} "
+                           "(execution.stop_when_resolved)")
+                continue
             if missing and self._needs_cross():
                 out.append(f"probe on {d.name} waits for the main answers of {', '.join(missing)}")
             if missing and self.spec.ca_methods() and d.name not in self._ca_done:
@@ -442,6 +500,8 @@ class GridPlan:
 
         units = {m: u for m in self.models if (u := self.units.get((m, dataset, "main"))) is not None and u.shards}
         if not units or not all(u.settled for u in units.values()) or any(u.failed for u in units.values()):
+            return None
+        if self._rounds_open(dataset):
             return None
         col = f"correct_{self.ca_rule}"
         frames, labels = [], {}
@@ -568,6 +628,8 @@ class GridPlan:
             return []
         units = {m: u for m in self.models if (u := self.units.get((m, dataset, "main"))) is not None and u.shards}
         if not units or not all(u.settled for u in units.values()) or any(u.failed for u in units.values()):
+            return []
+        if self._rounds_open(dataset):
             return []
         from confgrid.protocols.probe import probe_request, supplied_answers
 

@@ -67,6 +67,7 @@ __all__ = [
     "MetricsSpec",
     "BootstrapSpec",
     "ExecutionSpec",
+    "StopSpec",
     "ProbeSpec",
     "GridSpec",
     "load_grid",
@@ -421,8 +422,28 @@ class VerdictSpec(_Spec):
                            self.robust_min_settings)
 
 
+class StopSpec(_Spec):
+    """Early stopping (``execution.stop_when_resolved``, issue 22 item 4): generate each (model, dataset) setting's
+    items in rounds of whole generate shards and stop the setting once every declared conclusion is resolved, or
+    once the sample-size planner says the items left cannot resolve one (analysis/stopping.py)."""
+
+    round_share: float = Field(0.1, gt=0.0, le=1.0, description="Share of a setting's generate chunks (of "
+                               "execution.shard_size items) each round adds, in (0, 1]; at least one chunk.")
+    min_items: int = Field(30, ge=1, le=100_000_000, description="Items a setting runs before it may stop (the "
+                           "planner needs at least 30 units to extrapolate, analysis/planner.py MIN_PILOT).")
+    power: float = Field(0.5, gt=0.0, lt=1.0, description="The planner's power: a still-unresolved gap stops the "
+                         "setting (budget_insufficient) when more items than the setting has would be needed to "
+                         "resolve the observed gap with this probability (0.5: the interval just excludes 0 on "
+                         "average).")
+    planner_resamples: int = Field(200, ge=3, le=100_000, description="Resamples per subsample size of the "
+                                   "planner's 1/sqrt(n) fit, per unresolved gap and round.")
+    seed: int = Field(0, ge=0, description="Seed of the round order of a dataset's chunks (the same order for "
+                      "every model on the dataset).")
+
+
 class ExecutionSpec(_Spec):
-    """How the work is cut and run (no effect on any number)."""
+    """How the work is cut and run (no effect on any number, except ``stop_when_resolved``, which decides how
+    many items run)."""
 
     shard_size: int = Field(64, ge=1, le=1_000_000, description="Items per generate/score shard.")
     max_retries: int = Field(
@@ -446,6 +467,36 @@ class ExecutionSpec(_Spec):
     mlflow_shard_runs: StrictBool = Field(
         False, description="Also log one MLflow run per shard (the manifest, logged as an artifact, always has them)."
     )
+    stop_when_resolved: StopSpec | None = Field(
+        None, description="Early stopping: true (the defaults of round_share, min_items, power, "
+        "planner_resamples, seed) or a mapping of them; false or absent: every item runs. Only which generate "
+        "shards run changes: their keys are the same, so a later run without it (or with a higher limit) "
+        "reuses every shard.")
+
+    @field_validator("stop_when_resolved", mode="before")
+    @classmethod
+    def _stop_flag(cls, v: Any) -> Any:
+        if v is None or v is False:
+            return None
+        if v is True:
+            return {}
+        if isinstance(v, (dict, StopSpec)):
+            return v
+        raise ValueError(f"expected true, false or a mapping of {', '.join(StopSpec.model_fields)}")
+
+    @model_serializer(mode="wrap")
+    def _omit_stop_off(self, handler: Any) -> dict[str, Any]:
+        """No ``stop_when_resolved`` key when it is off: grid.yaml of a grid without it stays what it was
+        before the field existed."""
+        data = handler(self)
+        if self.stop_when_resolved is None:
+            data.pop("stop_when_resolved", None)
+        return data
+
+    @property
+    def stopping(self) -> StopSpec | None:
+        """The early-stopping settings, or None when every item runs."""
+        return self.stop_when_resolved
 
 
 class GridSpec(_Spec):
@@ -507,6 +558,7 @@ class GridSpec(_Spec):
                                      "this method's models)")
         self._check_comparison(names)
         self._check_pairs()
+        self._check_stopping()
         check_capability(self.capability, self.methods)
         why = probe_prompt_problem(self.elicitation, self.answer_sets, self.probe.enabled)
         if why:
@@ -537,6 +589,21 @@ class GridSpec(_Spec):
                 raise ValueError(f"metrics.pairs[{i}]: unknown signal(s) {bad}; allowed: {', '.join(known)}")
             if pair[0] == pair[1]:
                 raise ValueError(f"metrics.pairs[{i}]: a signal against itself ({pair[0]!r})")
+
+    def _check_stopping(self) -> None:
+        """``execution.stop_when_resolved`` needs a conclusion to resolve: two signals compared under a metric of
+        a conclusion family (analysis/verdicts.py: ECE estimators, AUROC, AURC, Brier)."""
+        if self.execution.stopping is None:
+            return
+        from confgrid.analysis.verdicts import CONCLUSION_METRICS, metric_family
+
+        fams = [m for m in self.metrics.names if metric_family(m) in CONCLUSION_METRICS]
+        if not fams:
+            raise ValueError(f"execution.stop_when_resolved: metrics.names {list(self.metrics.names)} has no metric "
+                             "a conclusion is judged on; allowed: an ECE estimator, auroc, aurc or brier")
+        if len(self.signal_names()) < 2 and not self.metrics.pairs:
+            raise ValueError("execution.stop_when_resolved: the grid compares no two signals (only verbalized); "
+                             "allowed: a grid with scoring.contexts, methods or metrics.pairs")
 
     def _check_comparison(self, names: list[str]) -> None:
         c = self.comparison

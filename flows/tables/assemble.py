@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 import numpy as np
 import pandas as pd
@@ -204,7 +204,8 @@ def _own(done: dict[str, pd.DataFrame], s: ShardRequest) -> pd.DataFrame:
     return relabel(done[s.key], **labels)
 
 
-def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRequest]) -> Assembly:
+def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRequest],
+             only: Collection[tuple[str, str]] | None = None) -> Assembly:
     """Gather the finished units of a run.
 
     Parameters
@@ -216,6 +217,8 @@ def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRe
     shards : list of ShardRequest
         Every shard the plan produced (twins included: coinciding contexts
         share one key and are read under each context id).
+    only : collection of (model, dataset), optional
+        Gather only these settings (early stopping evaluates one setting after each of its rounds).
     """
     spec = plan.spec
     by_unit: dict[tuple[str, str, str], dict[str, list[ShardRequest]]] = {}
@@ -224,6 +227,8 @@ def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRe
     out = Assembly(stage_tables={k: [] for k in ("generations", "graded", "scores", "probe", "signals")})
     for m in spec.models:
         for d in spec.datasets:
+            if only is not None and (m.name, d.name) not in only:
+                continue
             for a in plan.sets:
                 gen_planned = plan.units.get((m.name, d.name, a.id))
                 if gen_planned is None or not gen_planned.shards:
