@@ -108,26 +108,33 @@ def check_adapter_params(adapter: str, params: Mapping[str, Any] | None, source:
 
 
 def _draw(n: int, limit: int, rng: np.random.Generator) -> np.ndarray:
-    """``limit`` of ``range(n)`` without replacement, sorted."""
-    return np.sort(rng.choice(n, size=int(limit), replace=False))
+    """``limit`` of ``range(n)`` without replacement, in draw order: the first ``limit`` of one seeded
+    permutation, so a larger ``limit`` keeps every item of a smaller one, in the same order (nested draws)."""
+    return rng.permutation(n)[: int(limit)]
 
 
 def _stratified_draw(labels: list[str], limit: int, rng: np.random.Generator) -> np.ndarray:
-    """``limit`` indices drawn per stratum in proportion to its size, sorted.
+    """``limit`` indices, every stratum keeping its share, in draw order; nested like :func:`_draw`.
 
-    Each stratum (sorted label order) gets ``floor(limit * size / n)``; the
-    rest go one each to the strata with the largest remainders (ties: label
-    order). Strata are then drawn in label order from the one generator.
+    Each stratum (sorted label order) is shuffled by one permutation of the generator, in label order. The
+    draw then takes, at each step ``t = 1, 2, ...``, the next item of the stratum furthest below its share
+    (the largest ``t * size / n - taken``; ties: label order), so every prefix, whatever ``limit``, holds each
+    stratum within one item of ``limit * size / n`` (a half-and-half file stays half and half, the odd item
+    going to the first label), and a larger ``limit`` keeps every item of a smaller one.
     """
     n = len(labels)
     strata = sorted(set(labels))
-    members = {s: [i for i, lab in enumerate(labels) if lab == s] for s in strata}
-    exact = {s: limit * len(members[s]) / n for s in strata}
-    quota = {s: int(np.floor(exact[s])) for s in strata}
-    for s in sorted(strata, key=lambda s: (-(exact[s] - quota[s]), s))[: limit - sum(quota.values())]:
-        quota[s] += 1
-    picked = [np.asarray(members[s])[_draw(len(members[s]), quota[s], rng)] for s in strata if quota[s]]
-    return np.sort(np.concatenate(picked)) if picked else np.array([], dtype=int)
+    members = {s: np.asarray([i for i, lab in enumerate(labels) if lab == s]) for s in strata}
+    order = {s: members[s][rng.permutation(members[s].size)] for s in strata}
+    size = np.array([members[s].size for s in strata], dtype=np.float64)
+    taken = np.zeros(len(strata), dtype=np.int64)
+    out = np.empty(int(limit), dtype=np.int64)
+    for t in range(1, int(limit) + 1):
+        deficit = t * size / n - taken
+        j = int(np.argmax(deficit))  # the first of the largest: label order on ties
+        out[t - 1] = order[strata[j]][taken[j]]
+        taken[j] += 1
+    return out
 
 
 def load_items(
@@ -160,13 +167,16 @@ def load_items(
         and GSM8K, ``data`` for HaluEval QA). Ignored for local files, which are one split.
     limit : int or None
         Number of items to keep, drawn without replacement with
-        ``np.random.default_rng(seed)`` and kept in file order. For an
-        adapter in :data:`LIMIT_STRATA` (``halueval_qa``) the draw is
-        stratified on that metadata key: each stratum keeps its share of
-        ``limit`` (largest remainder; so a half-and-half file stays half and
-        half, the odd item going to the first label in sorted order, ``"0"``),
-        drawn stratum by stratum in label order from the same generator.
-        None or a value >= the number of items keeps all. Must be >= 1.
+        ``np.random.default_rng(seed)``, **in draw order** (the first ``limit``
+        of one seeded permutation). Draws are nested: a larger ``limit`` keeps
+        every item of a smaller one in the same order, so the generate shards
+        (chunks of ``execution.shard_size`` items in this order) of the smaller
+        run are shards of the larger one, and are reused. For an adapter in
+        :data:`LIMIT_STRATA` (``halueval_qa``) the draw is stratified on that
+        metadata key: every prefix keeps each stratum within one item of its
+        share (a half-and-half file stays half and half, the odd item going to
+        the first label in sorted order, ``"0"``), nested too. None or a value
+        >= the number of items keeps all, in file order. Must be >= 1.
     seed : int, default 0
         Seed of the subset draw.
     dataset_name : str or None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import numpy as np
 import pytest
 
 from confgrid.protocols import datasets as D
@@ -151,7 +152,7 @@ def test_mmlu_bad_letter(tmp_path):
         D.load_items("mmlu", p)
 
 
-def test_limit_is_seeded_subset_in_file_order():
+def test_limit_is_a_seeded_nested_subset_in_draw_order():
     full = D.load_items("triviaqa")
     order = {it.item_id: k for k, it in enumerate(full)}
     a = D.load_items("triviaqa", limit=20, seed=7)
@@ -160,7 +161,8 @@ def test_limit_is_seeded_subset_in_file_order():
     assert [x.item_id for x in a] == [x.item_id for x in b]
     assert [x.item_id for x in a] != [x.item_id for x in c]
     pos = [order[x.item_id] for x in a]
-    assert pos == sorted(pos) and len(set(pos)) == 20
+    assert pos == list(np.random.default_rng(7).permutation(150)[:20]) and len(set(pos)) == 20
+    assert D.load_items("triviaqa", limit=35, seed=7)[:20] == a  # nested: a larger limit keeps these, in order
     assert len(D.load_items("triviaqa", limit=10_000)) == 150
 
 

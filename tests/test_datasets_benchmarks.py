@@ -153,22 +153,38 @@ def test_halueval_limit_draw_stays_balanced():
     a = D.load_items("halueval_qa", limit=40, seed=3)
     assert a == D.load_items("halueval_qa", limit=40, seed=3)
     assert [it.item_id for it in a] != [it.item_id for it in D.load_items("halueval_qa", limit=40, seed=4)]
-    assert [int(it.metadata["row"]) for it in a] == sorted(int(it.metadata["row"]) for it in a)  # file order
+    # nested: a larger limit keeps every item of a smaller one, in the same (draw) order
+    assert D.load_items("halueval_qa", limit=60, seed=3)[:40] == a
+
+
+def test_limit_draws_are_nested_so_a_larger_limit_reuses_the_shards():
+    """Issue 22: a run with limit 48 and a later one with limit 96 share the first 48 items in the same order, so
+    every chunk of execution.shard_size items of the first is a chunk of the second (the same shard keys)."""
+    small, large = D.load_items("mmlu_pro", limit=48, seed=2), D.load_items("mmlu_pro", limit=96, seed=2)
+    assert large[:48] == small
+    rows = [int(it.metadata.get("row", i)) for i, it in enumerate(large)]
+    assert rows != sorted(rows)  # draw order, not file order
+    assert D.load_items("mmlu_pro", limit=500, seed=2) == D.load_items("mmlu_pro")  # >= n: all, in file order
 
 
 def test_limit_draw_of_other_adapters_is_the_plain_draw():
     items = D.load_items("mmlu_pro")
-    keep = np.sort(np.random.default_rng(5).choice(150, size=20, replace=False))
+    keep = np.random.default_rng(5).permutation(150)[:20]
     assert D.load_items("mmlu_pro", limit=20, seed=5) == [items[int(k)] for k in keep]
 
 
 def test_stratified_draw_unequal_strata():
-    # 6 "a" and 3 "b", limit 4: shares 2.67 and 1.33 -> floors 2 and 1, the remainder to "a"
+    # 6 "a" and 3 "b", limit 4: shares 2.67 and 1.33 -> 3 and 1
     labels = ["a", "b", "a", "a", "b", "a", "a", "b", "a"]
     for seed in range(5):
         keep = D._stratified_draw(labels, 4, np.random.default_rng(seed))
         assert sorted(labels[k] for k in keep) == ["a", "a", "a", "b"]
-        assert list(keep) == sorted(set(keep))
+        assert len(set(keep)) == 4
+        full = D._stratified_draw(labels, 9, np.random.default_rng(seed))
+        assert list(full[:4]) == list(keep) and sorted(full) == list(range(9))  # nested, and all at n
+        for k in range(1, 10):  # every prefix within one item of its share
+            n_a = sum(labels[i] == "a" for i in full[:k])
+            assert abs(n_a - k * 6 / 9) < 1
 
 
 # ----------------------------------------------------------------------------- upstream formats

@@ -149,3 +149,22 @@ def test_a_later_run_without_early_stopping_reuses_every_shard_it_computed(stopp
     assert list(pd.read_csv(copy / "results" / "stopping.csv").columns) == STOPPING_COLUMNS
     assert pd.read_csv(copy / "results" / "stopping.csv").empty
     assert "stopping" not in _manifest(copy)["meta"]
+
+
+def test_a_later_run_with_a_higher_limit_reuses_every_shard_it_computed(stopped, tmp_path):
+    """Issue 22 item 4: "a later run with a higher limit reuses everything": limit draws are nested, so the
+    first 48 items (6 chunks of 8) are the first 48 of 64, with the same shard keys."""
+    from confgrid.flows.runner import run_grid
+
+    out, *_ = stopped
+    copy = tmp_path / "more"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts"))
+    # every model shard (the dataset's own "items" record lists the 48 items: another list at 64)
+    ran = {r["key"] for r in _manifest(copy)["shards"] if r["status"] == "done" and r["stage"] != "items"}
+    grid = _full_grid()
+    grid["datasets"] = [{**GRID["datasets"][0], "limit": 64}]
+    run_grid(parse_grid(grid), copy)
+    records = _manifest(copy)["shards"]
+    assert [r for r in records if r["key"] in ran and not r["reused"]] == []
+    assert {r["key"] for r in records if r["reused"]} >= ran
+    assert pd.read_parquet(copy / "tables" / "generations.parquet")["item_id"].nunique() == 64

@@ -198,7 +198,8 @@ class DatasetSpec(_Spec):
         description="Local file or directory (relative to the grid file), a Hugging Face dataset name, or 'bundled' for the adapter's bundled sample.",
     )
     split: str = Field("test", description="Split to load when 'path' is a hub dataset name.")
-    limit: int | None = Field(None, ge=1, description="Evaluate a seeded random subset of this many items (None = all).")
+    limit: int | None = Field(None, ge=1, description="Evaluate a seeded random subset of this many items (None = all); "
+                              "nested: a larger limit keeps every item of a smaller one, so its shards are reused.")
     seed: int = Field(0, ge=0, description="Seed of the subset drawn by 'limit'.")
     columns: ColumnMapping | None = Field(
         None, description="Column mapping of the custom adapter: question, answers, answer_separator, id, aliases, canonical."
