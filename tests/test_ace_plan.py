@@ -12,16 +12,16 @@ from confgrid.flows.spec.base import GridSpecError
 from confgrid.protocols.correctness import normalize
 from confgrid.protocols.datasets import BUNDLED, load_items
 
-ITEMS = {"triviaqa": load_items("triviaqa", BUNDLED["triviaqa"], limit=6, seed=0, dataset_name="triviaqa")}
+ITEMS = {"triviaqa": load_items("triviaqa", BUNDLED["triviaqa"], limit=6, seed=18, dataset_name="triviaqa")}
 GOLD = {i.item_id: i.gold_answers[0] for i in ITEMS["triviaqa"]}
-#: An answer that normalizes to the empty string (this sample has one: a symbol) is no candidate.
+#: An answer that normalizes to the empty string (this draw, seed 18, has one: a symbol) is no candidate.
 SHOWN = [i for i, g in GOLD.items() if normalize(g)]
 
 
 def _grid(**over) -> dict:
     g = {"name": "ace", "models": [{"name": "a", "model": "confgrid-fixture"},
                                    {"name": "b", "model": "confgrid-fixture-small"}],
-         "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 6, "seed": 0}],
+         "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 6, "seed": 18}],
          "scoring": {"contexts": ["guess_slot"]}, "execution": {"shard_size": 4},
          "methods": [{"id": "p_true", "kind": "p_true"}, {"id": "rating", "kind": "rating"},
                      {"id": "sc", "kind": "self_consistency", "k": 3}],

@@ -58,9 +58,15 @@ def _format_only_items(seed: int):
     from confgrid.protocols.datasets import load_items
     from confgrid.protocols.mc import mc_question
 
+    import numpy as np
+
     out = {}
     for name, n in _FORMAT_ONLY:
-        items = load_items(name, limit=n, seed=seed, dataset_name=name)
+        # the subset the bundled weights were taught: the draw `limit` made before draws were nested (a sorted
+        # np.random.default_rng(seed).choice(n_items, n, replace=False)), kept so the recipe reproduces them
+        full = load_items(name, dataset_name=name)
+        keep = np.sort(np.random.default_rng(seed).choice(len(full), size=min(n, len(full)), replace=False))
+        items = [full[int(k)] for k in keep]
         out[name] = [it for it in items if len(mc_question(it) if it.options else it.question) <= _MAX_CHARS]
     return out
 
