@@ -67,8 +67,9 @@ def test_pools_waiting_for_resources_or_a_slot_come_first():
     # tp4's group is not placed (no node has 4 GPUs free): 1-GPU extras would keep it waiting longer
     g = grow_replicas([_d("one", 1, 6), _d("tp4", 1, 6, need=TP4, unplaced=1)], free, 2)
     assert g.start == ()
-    assert g.waits == {"one": "replicas of tp4 (1) wait for resources; they take free resources first",
-                       "tp4": "replicas of tp4 (1) wait for resources; they take free resources first"}
+    why = ("replicas of tp4 (1) are not placed yet (waiting for resources or a worker process); they take free "
+           "resources first")
+    assert g.waits == {"one": why, "tp4": why}
     g = grow_replicas([_d("one", 1, 6)], free, 2, starting=["late"])
     assert g.start == () and g.waits == {"one": "model(s) late wait to start their pools; they take free "
                                                 "resources first"}
@@ -216,7 +217,8 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_pa
         e._grow_pools()
     assert asked == []  # fixed#0 waits for resources: it comes first
     assert ("model el: 8 call(s) queued for 1 replica(s) (max_replicas 3); an extra replica waits: replicas of "
-            "fixed (1) wait for resources; they take free resources first") in caplog.text
+            "fixed (1) are not placed yet (waiting for resources or a worker process); they take free resources "
+            "first") in caplog.text
     placed["fixed#0"] = True  # placed: the 2 free GPUs may now go to el, up to max_replicas 3
     e._grow_at = 0.0
     with caplog.at_level(logging.INFO, "confgrid"):

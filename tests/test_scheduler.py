@@ -231,3 +231,44 @@ def test_two_names_for_one_model_share_its_shards_and_keep_their_names(four_gpus
     pd.testing.assert_series_equal(m[m["model"] == "twin-a"]["point"].reset_index(drop=True),
                                    m[m["model"] == "twin-b"]["point"].reset_index(drop=True), check_names=False)
 
+
+
+def test_elastic_replicas_start_on_idle_gpus_only_for_queued_work(four_gpus, tmp_path, caplog):
+    """Issue 21 item 5: ``max_replicas`` lets a model with queued work start extra replicas on GPUs left idle.
+
+    Two models with ``max_replicas: auto`` on 4 declared GPUs: ``el`` queues 8 generate shards (one per call,
+    2 calls in flight per replica), so it wants more replicas; ``packed`` packs its shards 16 requests per call
+    (its queue is 1 generate call, then 2 score calls), which its one replica takes at once: it gets none. Every
+    extra replica is asked for only with more calls queued than its model's replicas take, on GPUs free then;
+    each replica loads at most once and every row exists once."""
+    import re
+
+    from confgrid.flows.runner import run_grid
+
+    grid = _grid(models=[dict(MODELS[0], name="el", max_replicas="auto"),
+                         dict(MODELS[1], name="packed", max_replicas="auto", prompts_per_call=16)],
+                 execution={"shard_size": 2})
+    out = tmp_path / "run"
+    with caplog.at_level("INFO", logger="confgrid"):
+        summary = run_grid(parse_grid(grid), out)
+    meta = _meta(out)
+    reps = meta["replicas"]
+    extra = [r for r in reps if r["elastic"]]
+    assert extra and all(r["model"] == "el" for r in extra), reps
+    assert len([r for r in reps if r["model"] == "packed"]) == 1
+    asked = re.findall(r"extra replica (el#\d+) asked for \(max_replicas 4\): (\d+) call\(s\) queued for (\d+) "
+                       r"replica\(s\)", caplog.text)
+    assert sorted(a[0] for a in asked) == sorted(r["replica"] for r in extra)
+    assert all(int(calls) > 2 * int(live) for _, calls, live in asked), asked  # work beyond its replicas' calls
+    for r in extra:  # GPUs idle: with it, the replicas not yet released held at most the 4 GPUs declared
+        t = r["requested_at"]
+        held = [x for x in reps if x["requested_at"] <= t and (x["released_at"] is None or x["released_at"] > t)]
+        assert sum(x["gpus"] for x in held) <= 4, (r["replica"], held)
+    assert all(r["loads"] <= 1 for r in reps) and summary.restarts == 0
+    assert meta["loads"]["el"] == sum(r["loads"] for r in reps if r["model"] == "el")
+    assert summary.failed_shards == 0
+    shards = json.loads((out / "manifest.json").read_text())["shards"]
+    keys = [r["key"] for r in shards if r["stage"] in ("generate", "score")]
+    assert len(keys) == len(set(keys)) == 2 * (8 + 2 * 8)  # 2 models x (8 generate + 2 contexts x 8 score)
+    assert {r["replica"] for r in shards if r["stage"] != "items" and r["setting"].startswith("packed")} == {"packed#0"}
+    _rows_exactly_once(out, ["el", "packed"], 16, 2)

@@ -367,7 +367,8 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
         return Growth((), {p.model: why for p in wanting})
     blocked = [f"{p.model} ({p.unplaced})" for p in pools if p.unplaced]
     if blocked:
-        why = f"replicas of {', '.join(blocked)} wait for resources; they take free resources first"
+        why = (f"replicas of {', '.join(blocked)} are not placed yet (waiting for resources or a worker process); "
+               "they take free resources first")
         return Growth((), {p.model: why for p in wanting})
     left = {node: {k: float(v) for k, v in res.items()} for node, res in free.items()}
     reps = {p.model: p.replicas for p in wanting}
