@@ -23,8 +23,9 @@ ONE = {"GPU": 1.0, "CPU": 1.0}
 TP4 = {"GPU": 4.0, "CPU": 4.0}
 
 
-def _d(model, replicas=1, queued=0, need=ONE, most=8, unplaced=0, load_s=None, drain_s=None) -> PoolDemand:
-    return PoolDemand(model, dict(need), replicas, most, queued, unplaced, load_s, drain_s)
+def _d(model, replicas=1, queued=0, need=ONE, most=8, unplaced=0, load_s=5.0, work_s=100.0) -> PoolDemand:
+    """A pool; by default measured: a load takes 5 s, its queue 100 s on one replica (extra ones pay)."""
+    return PoolDemand(model, dict(need), replicas, most, queued, unplaced, load_s, work_s)
 
 
 # -- the decision, by hand ----------------------------------------------------------------------
@@ -78,14 +79,18 @@ def test_pools_waiting_for_resources_or_a_slot_come_first():
 
 
 def test_an_extra_replica_only_when_the_queue_outlasts_a_load():
-    free = {"a": {"GPU": 4.0, "CPU": 4.0}}
-    # measured: a load takes 6 s, the ready replica would finish the queue in 3 s -> no extra replica
-    assert grow_replicas([_d("m", 1, 6, load_s=6.0, drain_s=3.0)], free, 2) == Growth()
-    assert grow_replicas([_d("m", 1, 6, load_s=6.0, drain_s=6.0)], free, 2) == Growth()
-    # 20 s of queue for 1 replica: (20 + 6) / 2 = 13 s < 20 s with one more
-    assert grow_replicas([_d("m", 1, 6, load_s=6.0, drain_s=20.0)], free, 2).start == (("m", "a"), ("m", "a"))
-    # only one of the two measured: the rule waits for both
-    assert len(grow_replicas([_d("m", 1, 6, load_s=6.0)], free, 2).start) == 2
+    free = {"a": {"GPU": 8.0, "CPU": 8.0}}
+    # measured: a load takes 6 s, the queue 3 s (or 6 s) of one replica -> no extra replica
+    assert grow_replicas([_d("m", 1, 20, load_s=6.0, work_s=3.0)], free, 2) == Growth()
+    assert grow_replicas([_d("m", 1, 20, load_s=6.0, work_s=6.0)], free, 2) == Growth()
+    # 20 s of queue: W / r > L for r = 1 (20), 2 (10), 3 (6.7), not 4 (5) -> 3 extra replicas (4 in all), each
+    # ending the queue sooner: 20 -> (20 + 6) / 2 = 13 -> (20 + 12) / 3 = 10.7 -> (20 + 18) / 4 = 9.5 s
+    assert len(grow_replicas([_d("m", 1, 20, load_s=6.0, work_s=20.0)], free, 2).start) == 3
+    # replicas still loading count: with 3 live already, only W / 3 > L is asked
+    assert len(grow_replicas([_d("m", 3, 20, load_s=6.0, work_s=20.0)], free, 2).start) == 1
+    # not measured yet (no replica loaded, or no call finished): no extra replica
+    assert grow_replicas([_d("m", 1, 6, load_s=6.0, work_s=None)], free, 2) == Growth()
+    assert grow_replicas([_d("m", 1, 6, load_s=None, work_s=None)], free, 2) == Growth()
 
 
 def test_longest_queue_per_replica_first_on_the_best_fitting_node():
@@ -208,14 +213,22 @@ def _executor(tmp_path, monkeypatch, free, placed):
 
 def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_path, monkeypatch, caplog):
     free = {"w1": {"GPU": 2.0, "CPU": 2.0}}
-    placed = {"fixed#0": False}  # the fixed model's replica waits for resources
+    placed = {"fixed#0": True}
     e, asked = _executor(tmp_path, monkeypatch, free, placed)
     e._submit(e._plan.generate_shards())
     assert len(e._queues["el"]) == 8  # 16 items in shards of 2
     e._start_pools()
+    e._grow_pools()
+    assert asked == []  # el#0 has not loaded nor finished a call: nothing says an extra replica would pay
+    el0 = e.pools["el"].replicas[0]
+    el0.state, el0.loads, el0.load_seconds = "ready", 1, 5.0  # loaded in 5 s
+    el0.busy_seconds, el0.requests = 1.0, 1  # 1 request per busy second: its 16 queued requests take 16 s: W / r
+    # > 5 s for r = 1 (16), 2 (8), 3 (5.3)
+    placed["fixed#0"] = False  # the fixed model's replica waits for resources: it comes first
+    e._grow_at = 0.0
     with caplog.at_level(logging.INFO, "confgrid"):
         e._grow_pools()
-    assert asked == []  # fixed#0 waits for resources: it comes first
+    assert asked == []
     assert ("model el: 8 call(s) queued for 1 replica(s) (max_replicas 3); an extra replica waits: replicas of "
             "fixed (1) are not placed yet (waiting for resources or a worker process); they take free resources "
             "first") in caplog.text
@@ -239,9 +252,20 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_pa
         e._grow_pools()
     assert e.pools["el"].replicas[2].state == "released"
     assert "replica el#2: extra replica not placed within 10 s" in caplog.text
-    # the queue drained to what its replicas take at once: no extra replica although one is free
+    # the queue drained to what its replicas take at once: no extra replica although GPUs are free
     free["w1"] = {"GPU": 4.0, "CPU": 4.0}
-    e._queues["el"] = e._queues["el"][:4]
+    full = list(e._queues["el"])
+    e._queues["el"] = full[:4]
     e._grow_at = 0.0
     e._grow_pools()
     assert asked == ["el#1", "el#2"]
+    # more queued than its replicas take, but not long enough: 10 requests at 1 per second = 10 s, split over the
+    # 2 live replicas 5 s, not more than a load
+    e._queues["el"] = full[:5]
+    e._grow_at = 0.0
+    e._grow_pools()
+    assert asked == ["el#1", "el#2"]
+    el0.busy_seconds = 1.5  # 15 s: 7.5 s > 5 s per replica, a third pays
+    e._grow_at = 0.0
+    e._grow_pools()
+    assert asked == ["el#1", "el#2", "el#3"]

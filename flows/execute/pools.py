@@ -260,11 +260,13 @@ class PoolDemand:
     unplaced : int
         Its replicas that Ray has not placed yet (waiting for resources).
     load_s : float, optional
-        Seconds one of its replicas took to load (mean of those loaded); None before any has.
-    drain_s : float, optional
-        Seconds its ready replicas need for its queued work at the rate they
-        have computed so far (queued requests / (requests per busy second x
-        ready replicas)); None before a call of it has finished.
+        Seconds one of its replicas took to load (mean of those loaded); None
+        before any has (then it gets no extra replica).
+    work_s : float, optional
+        Seconds ONE replica needs for its queued work at the rate its
+        replicas have computed so far (queued requests / requests per busy
+        second); None before a call of it has finished (then it gets no extra
+        replica).
     """
 
     model: str
@@ -274,7 +276,7 @@ class PoolDemand:
     queued_calls: int
     unplaced: int = 0
     load_s: float | None = None
-    drain_s: float | None = None
+    work_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -295,8 +297,10 @@ class Growth:
 
 
 def _wants(p: PoolDemand, replicas: int, calls_in_flight: int) -> bool:
-    """One more replica would get work of its own: the queue holds more calls than ``replicas`` take at once."""
-    return replicas < p.max_replicas and p.queued_calls > replicas * calls_in_flight
+    """One more replica than ``replicas`` would get work of its own (the queue holds more calls than they take
+    at once) and end the queue sooner (measured: ``work_s / replicas > load_s``)."""
+    return (replicas < p.max_replicas and p.queued_calls > replicas * calls_in_flight
+            and p.load_s is not None and p.work_s is not None and p.work_s > p.load_s * max(replicas, 1))
 
 
 def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, float]], calls_in_flight: int,
@@ -314,12 +318,17 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
        max_replicas`` and its queue holds more engine calls than its replicas
        take at once (``queued_calls > replicas x calls_in_flight``), so every
        replica has a call of its own to start with.
-    3. Only when it pays: once the model has measured both, it grows only
-       while its ready replicas would take longer for the queue than a load
-       (``drain_s > load_s``). With ``r`` replicas and ``W`` seconds of
-       queued work, an extra replica that first loads for ``L`` seconds ends
-       the queue at ``(W + L) / (r + 1)`` instead of ``W / r``: sooner exactly
-       when ``W / r > L``.
+    3. Only when it pays: the model grows only once it has measured a load
+       (``load_s``, ``L``) and its rate (a replica of it loaded and finished a
+       call; ``work_s``, ``W``: its queue in seconds of one replica), and only
+       while ``W / r > L``, ``r`` its replicas with the new one left out
+       (those still loading counted as if ready). With ``r`` replicas, an
+       extra replica that first loads for ``L`` seconds ends the queue at
+       ``(W + L) / (r + 1)`` instead of ``W / r``: sooner exactly when
+       ``W / r > L``. (Growing before the measurement was tried and
+       measured: on ``benchmarks/schedule_bench.py --cluster 8gpu`` the extra
+       replicas of models with about 1 s of work loaded beside the replicas
+       doing it and made the runs 28% slower; benchmarks/README.md.)
     4. Where it fits: the model with the most queued calls per replica goes
        first (longest work first; ties keep the input order), its replica on
        the node with the least free GPUs (then CPUs) that holds it (best
@@ -350,16 +359,17 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
 
     Examples
     --------
-    One model with 5 calls queued on its 1 replica (2 calls at a time), 2 GPUs free on node b, 1 on node a:
+    One model with 5 calls queued on its 1 replica (2 calls at a time) that would take it 60 s, against a load
+    of 10 s; 2 GPUs free on node b, 1 on node a:
 
-    >>> p = PoolDemand("m", {"GPU": 1.0, "CPU": 1.0}, replicas=1, max_replicas=8, queued_calls=5)
+    >>> p = PoolDemand("m", {"GPU": 1.0, "CPU": 1.0}, replicas=1, max_replicas=8, queued_calls=5, load_s=10.0,
+    ...                work_s=60.0)
     >>> grow_replicas([p], {"a": {"GPU": 1.0, "CPU": 1.0}, "b": {"GPU": 2.0, "CPU": 2.0}}, 2).start
     (('m', 'a'), ('m', 'b'))
     """
     if calls_in_flight < 1:
         raise ValueError(f"calls_in_flight: {calls_in_flight!r}; allowed: >= 1")
-    wanting = [p for p in pools if _wants(p, p.replicas, calls_in_flight)
-               and not (p.load_s is not None and p.drain_s is not None and p.drain_s <= p.load_s)]
+    wanting = [p for p in pools if _wants(p, p.replicas, calls_in_flight)]
     if not wanting:
         return Growth()
     if starting:
@@ -603,15 +613,13 @@ class ModelPool:
     def demand(self, need: dict[str, float], max_replicas: int, queued_calls: int, queued_requests: int,
                unplaced: int) -> PoolDemand:
         """The pool as :func:`grow_replicas` sees it: its live replicas, its queue, and its measured load time and
-        rate (``drain_s``: queued requests over the requests per busy second of its replicas so far, shared by its
-        ready replicas)."""
+        rate (``work_s``: queued requests over the requests per busy second of its replicas so far)."""
         loaded = [r for r in self.replicas if r.loads]
         load_s = sum(r.load_seconds / r.loads for r in loaded) / len(loaded) if loaded else None
         busy = sum(r.busy_seconds for r in self.replicas)
         done = sum(r.requests for r in self.replicas)
-        ready = len(self.ready())
-        drain_s = queued_requests / (done / busy * ready) if busy > 0 and done > 0 and ready else None
-        return PoolDemand(self.name, need, len(self.live()), max_replicas, queued_calls, unplaced, load_s, drain_s)
+        work_s = queued_requests / (done / busy) if busy > 0 and done > 0 else None
+        return PoolDemand(self.name, need, len(self.live()), max_replicas, queued_calls, unplaced, load_s, work_s)
 
     def ready(self) -> list[Replica]:
         return [r for r in self.replicas if r.state == "ready"]
