@@ -37,6 +37,16 @@ Not a test. Two clusters (``--cluster``):
     TP-2 / TP-4 vLLM replica. ``--items`` TriviaQA questions, two scoring
     contexts, shards of 8.
 
+``long`` (issue 21 item 5: when an extra replica pays)
+    A local Ray cluster declaring ``--gpus`` GPUs (default 2) and one model
+    with a long queue: the fixture model with ``batch_size: 1`` (slow calls),
+    ``--items`` TriviaQA questions (default 128), three scoring contexts, a
+    self-consistency method of ``LONG_K`` (8) samples per question, shards
+    of 4. Its one replica computes on one core while the other core and
+    GPU sit idle, so an extra replica (``--elastic``) has free compute to use
+    once it has loaded. Modes: default and elastic only (one model: the
+    baseline is the default).
+
 Each mode runs the grid ``--repeats`` times per mode, in alternating order,
 into fresh output directories, on the same cluster:
 
@@ -79,6 +89,7 @@ Usage::
     .venv/bin/python benchmarks/schedule_bench.py --cluster 8gpu                # 8 GPUs, 24 items, 2 repeats
     .venv/bin/python benchmarks/schedule_bench.py --cluster 8gpu --items 8 --repeats 1   # quick
     .venv/bin/python benchmarks/schedule_bench.py --cluster 8gpu --elastic --repeats 3    # before/after elastic
+    .venv/bin/python benchmarks/schedule_bench.py --cluster long --elastic --repeats 2     # one long model
 """
 
 from __future__ import annotations
@@ -107,6 +118,11 @@ CLUSTER_MODELS = [
     {"name": "tp4", "model": "confgrid-fixture", "chat_template": True, "dtype": "bfloat16"},
     {"name": "dp2", "model": "confgrid-fixture-small", "chat_template": False, "dtype": "float32", "replicas": 2},
 ]
+#: ``--cluster long``: one model whose calls are slow (one sequence per forward pass).
+LONG_MODELS = [{"name": "long", "model": "confgrid-fixture", "chat_template": True, "dtype": "float32",
+                "batch_size": 1}]
+#: ``--cluster long``: samples per question of its self-consistency method (the long part of its queue).
+LONG_K = 8
 #: Tensor-parallel sizes set on the parsed spec (the grid allows them only for vLLM; see the module docstring).
 CLUSTER_TP = {"tp2": 2, "tp4": 4}
 BASELINE = "baseline (max_concurrent_models=1)"
@@ -115,16 +131,17 @@ ELASTIC = "elastic (max_replicas: auto)"
 
 def grid(items: int, concurrent: int | None, cluster: str = "local", elastic: bool = False) -> dict:
     """The benchmark's grid (a dict for ``parse_grid``); ``elastic``: every model gets ``max_replicas: auto``."""
-    big = cluster == "8gpu"
-    models = CLUSTER_MODELS if big else MODELS
+    big = cluster in ("8gpu", "long")
+    models = {"8gpu": CLUSTER_MODELS, "long": LONG_MODELS}.get(cluster, MODELS)
     return {
         "name": "schedule-bench",
         "models": [dict(m, max_replicas="auto") for m in models] if elastic else models,
         "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": items, "seed": 0}],
-        "scoring": {"contexts": ["bare", "guess_slot"] if big else ["bare", "answer_slot", "guess_slot"]},
+        "scoring": {"contexts": ["bare", "guess_slot"] if cluster == "8gpu" else ["bare", "answer_slot", "guess_slot"]},
+        **({"methods": [{"id": "sc", "kind": "self_consistency", "k": LONG_K}]} if cluster == "long" else {}),
         "metrics": {"names": ["ece", "auroc", "aurc"]},
         "bootstrap": {"resamples": 200},
-        "execution": {"shard_size": 8 if big else 16, "max_concurrent_models": concurrent},
+        "execution": {"shard_size": 4 if cluster == "long" else 8 if big else 16, "max_concurrent_models": concurrent},
     }
 
 
@@ -247,17 +264,18 @@ def _start_8gpu():
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cluster", choices=("local", "8gpu"), default="local",
-                    help="local: ray.init with --gpus declared GPUs; 8gpu: a head and two 4-GPU workers (default local)")
+    ap.add_argument("--cluster", choices=("local", "8gpu", "long"), default="local",
+                    help="local: ray.init with --gpus declared GPUs; 8gpu: a head and two 4-GPU workers; long: one "
+                    "model with a long queue on --gpus declared GPUs (default local)")
     ap.add_argument("--items", type=int, default=None,
-                    help="TriviaQA questions per model (default 60 local, 24 8gpu)")
+                    help="TriviaQA questions per model (default 60 local, 24 8gpu, 128 long)")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each mode; the fastest is kept (default 2)")
     ap.add_argument("--gpus", type=int, default=2, help="--cluster local: GPUs the local cluster declares (default 2)")
     ap.add_argument("--elastic", action="store_true",
                     help="also run each repeat with max_replicas: auto on every model (a third mode)")
     ap.add_argument("--json", type=Path, default=None, help="also write every run's numbers to this file")
     args = ap.parse_args()
-    items = args.items if args.items is not None else (24 if args.cluster == "8gpu" else 60)
+    items = args.items if args.items is not None else {"8gpu": 24, "long": 128}.get(args.cluster, 60)
     os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bar between the printed lines (read when tqdm loads)
 
     import ray
@@ -273,7 +291,7 @@ def main() -> None:
         goal = sum(m.replicas for m in specs)
     else:
         ray.init(num_gpus=args.gpus, num_cpus=args.gpus, include_dashboard=False, log_to_driver=False)
-        specs = spec_for(items, None, "local").models
+        specs = spec_for(items, None, args.cluster).models
         goal = len(specs)
     root = Path(tempfile.mkdtemp(prefix="schedule-bench-"))
     res = ray.cluster_resources()
@@ -283,7 +301,7 @@ def main() -> None:
           f") x {items} TriviaQA items; outputs under {root}\n")
     runs = []
     try:
-        modes = [BASELINE, "default"] + ([ELASTIC] if args.elastic else [])
+        modes = ([] if args.cluster == "long" else [BASELINE]) + ["default"] + ([ELASTIC] if args.elastic else [])
         for rep in range(args.repeats):
             order = modes[rep % len(modes):] + modes[:rep % len(modes)] if args.elastic else (
                 modes if rep % 2 == 0 else modes[::-1])
@@ -291,15 +309,16 @@ def main() -> None:
                 r = run_once(items, mode, root, args.cluster, address, nodes)
                 r["load_average"] = os.getloadavg()[0]
                 runs.append(r)
-                _print_run(r, goal, per_replica=args.cluster == "8gpu")
+                _print_run(r, goal, per_replica=args.cluster != "local")
     finally:
         ray.shutdown()
         if cluster is not None:
             cluster.stop()
     best = {m: min((r for r in runs if r["mode"] == m), key=lambda r: r["wall_s"]) for m in {r["mode"] for r in runs}}
-    base, new = best[BASELINE], best["default"]
+    base, new = best.get(BASELINE, best["default"]), best["default"]
     ratio = base["wall_s"] / new["wall_s"]
-    print(f"\nfastest: baseline {base['wall_s']:.1f} s, default {new['wall_s']:.1f} s -> ratio {ratio:.2f}x")
+    print(f"\nfastest: baseline {base['wall_s']:.1f} s, default {new['wall_s']:.1f} s -> ratio {ratio:.2f}x"
+          if BASELINE in best else f"\nfastest default {new['wall_s']:.1f} s")
     if ELASTIC in best:
         el = best[ELASTIC]
         print(f"fastest elastic {el['wall_s']:.1f} s -> baseline / elastic {base['wall_s'] / el['wall_s']:.2f}x, "
@@ -312,7 +331,7 @@ def main() -> None:
                   f"{len(shares)} run(s)")
     if args.cluster == "local":
         print(f"(issue 8 target >= 1.6x: {'MET' if ratio >= 1.6 else 'NOT MET'})")
-    else:
+    elif args.cluster == "8gpu":
         print(f"baseline: the models one after another; sum of their pools' spans {sum(base['model_spans_s'].values()):.1f} s")
     once = all(not r["reloaded"] and r["loads"] <= r["replicas_asked"] for r in runs)
     print(f"model loads per run: {[r['loads'] for r in runs]} for {goal} replicas"
