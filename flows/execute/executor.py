@@ -16,10 +16,10 @@ Scheduling
     other model waits for room (so a model is loaded at most twice per run,
     and twice only when such work exists).
     Elastic replicas (``models[].max_replicas``): while a model has more
-    queued calls than its replicas take at once and resources sit free (no
-    other pool waiting for them), extra replicas of it start there
-    (pools.py ``grow_replicas`` decides, this loop applies); they leave with
-    their pool, and each loads its model once.
+    queued calls than its replicas take at once, its measured queue outlasts
+    a load, and resources sit free (no other pool waiting for them), extra
+    replicas of it start there (pools.py ``grow_replicas`` decides, this loop
+    applies); they leave with their pool, and each loads its model once.
 
 Engine calls
     A replica receives several shards per call (``models[].prompts_per_call``)
