@@ -40,7 +40,7 @@ Nothing waits silently: a model waiting for ``max_concurrent_models``, a
 replica waiting for resources, a pool kept for cross-model work: each says so
 in the log (and again every 30 s while it lasts).
 
-Why one file of about 910 lines: it is one event loop over one state (the queue, the calls in
+Why one file of about 940 lines: it is one event loop over one state (the queue, the calls in
 flight, the pools and their replicas), and its handlers (dispatch, call done, ping answered, Ctrl-C) each
 read and change all of it. What could stand alone has left it: the pools and capacity (pools.py), the
 liveness of replicas and nodes (liveness.py, a mixin of this class), the replicas' timeline spans (timeline.py),
