@@ -37,12 +37,27 @@ Not a test. Two clusters (``--cluster``):
     TP-2 / TP-4 vLLM replica. ``--items`` TriviaQA questions, two scoring
     contexts, shards of 8.
 
+``long`` (issue 21 item 5: when an extra replica pays)
+    A local Ray cluster declaring ``--gpus`` GPUs (default 2) and one model
+    with a long queue: the fixture model with ``batch_size: 1`` (slow calls),
+    ``--items`` TriviaQA questions (default 128), three scoring contexts, a
+    self-consistency method of ``LONG_K`` (8) samples per question, shards
+    of 4. Its one replica computes on one core while the other core and
+    GPU sit idle, so an extra replica (``--elastic``) has free compute to use
+    once it has loaded. Modes: default and elastic only (one model: the
+    baseline is the default).
+
 Each mode runs the grid ``--repeats`` times per mode, in alternating order,
 into fresh output directories, on the same cluster:
 
 * baseline: ``execution.max_concurrent_models: 1`` (one pool at a time: the
   models run one after another, the sum of the models run alone);
-* default: as many pools as the cluster fits.
+* default: as many pools as the cluster fits;
+* with ``--elastic``, a third mode, elastic: the default with
+  ``max_replicas: auto`` on every model (issue 21 item 5: extra replicas of a
+  model with queued work on GPUs left free; flows/execute/pools.py
+  ``grow_replicas``). The three modes rotate their order from one repeat to the
+  next.
 
 Printed per run, from its manifest: wall seconds of ``run_grid``; model loads
 (``meta.loads``) against the goal of one per replica (none loaded twice; a
@@ -73,6 +88,8 @@ Usage::
     .venv/bin/python benchmarks/schedule_bench.py --items 24 --repeats 1        # local, quick
     .venv/bin/python benchmarks/schedule_bench.py --cluster 8gpu                # 8 GPUs, 24 items, 2 repeats
     .venv/bin/python benchmarks/schedule_bench.py --cluster 8gpu --items 8 --repeats 1   # quick
+    .venv/bin/python benchmarks/schedule_bench.py --cluster 8gpu --elastic --repeats 3    # before/after elastic
+    .venv/bin/python benchmarks/schedule_bench.py --cluster long --elastic --repeats 2     # one long model
 """
 
 from __future__ import annotations
@@ -101,30 +118,38 @@ CLUSTER_MODELS = [
     {"name": "tp4", "model": "confgrid-fixture", "chat_template": True, "dtype": "bfloat16"},
     {"name": "dp2", "model": "confgrid-fixture-small", "chat_template": False, "dtype": "float32", "replicas": 2},
 ]
+#: ``--cluster long``: one model whose calls are slow (one sequence per forward pass).
+LONG_MODELS = [{"name": "long", "model": "confgrid-fixture", "chat_template": True, "dtype": "float32",
+                "batch_size": 1}]
+#: ``--cluster long``: samples per question of its self-consistency method (the long part of its queue).
+LONG_K = 8
 #: Tensor-parallel sizes set on the parsed spec (the grid allows them only for vLLM; see the module docstring).
 CLUSTER_TP = {"tp2": 2, "tp4": 4}
 BASELINE = "baseline (max_concurrent_models=1)"
+ELASTIC = "elastic (max_replicas: auto)"
 
 
-def grid(items: int, concurrent: int | None, cluster: str = "local") -> dict:
-    """The benchmark's grid (a dict for ``parse_grid``)."""
-    big = cluster == "8gpu"
+def grid(items: int, concurrent: int | None, cluster: str = "local", elastic: bool = False) -> dict:
+    """The benchmark's grid (a dict for ``parse_grid``); ``elastic``: every model gets ``max_replicas: auto``."""
+    big = cluster in ("8gpu", "long")
+    models = {"8gpu": CLUSTER_MODELS, "long": LONG_MODELS}.get(cluster, MODELS)
     return {
         "name": "schedule-bench",
-        "models": CLUSTER_MODELS if big else MODELS,
+        "models": [dict(m, max_replicas="auto") for m in models] if elastic else models,
         "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": items, "seed": 0}],
-        "scoring": {"contexts": ["bare", "guess_slot"] if big else ["bare", "answer_slot", "guess_slot"]},
+        "scoring": {"contexts": ["bare", "guess_slot"] if cluster == "8gpu" else ["bare", "answer_slot", "guess_slot"]},
+        **({"methods": [{"id": "sc", "kind": "self_consistency", "k": LONG_K}]} if cluster == "long" else {}),
         "metrics": {"names": ["ece", "auroc", "aurc"]},
         "bootstrap": {"resamples": 200},
-        "execution": {"shard_size": 8 if big else 16, "max_concurrent_models": concurrent},
+        "execution": {"shard_size": 4 if cluster == "long" else 8 if big else 16, "max_concurrent_models": concurrent},
     }
 
 
-def spec_for(items: int, concurrent: int | None, cluster: str):
+def spec_for(items: int, concurrent: int | None, cluster: str, elastic: bool = False):
     """The parsed grid; with ``cluster == "8gpu"`` tp2 and tp4 get their tensor-parallel sizes (CLUSTER_TP)."""
     from confgrid.flows.spec.grid import parse_grid
 
-    spec = parse_grid(grid(items, concurrent, cluster))
+    spec = parse_grid(grid(items, concurrent, cluster, elastic))
     if cluster != "8gpu":
         return spec
     models = tuple(m.model_copy(update={"tensor_parallel_size": CLUSTER_TP[m.name]}) if m.name in CLUSTER_TP else m
@@ -157,7 +182,7 @@ def timeline(out: Path, nodes: dict[str, str] | None = None) -> dict:
         per_replica.append({
             "replica": r["replica"], "node": (nodes or {}).get(r["node_id"] or "", (r["node_id"] or "?")[:8]),
             "gpus": r["gpus"], "loads": r["loads"], "requested": r["requested_at"] - t0,
-            "load_start": (r["loading"][0][0] - t0) if r["loading"] else None,
+            "load_start": (r["loading"][0][0] - t0) if r["loading"] else None, "elastic": bool(r.get("elastic")),
             "released": (r["released_at"] - t0) if r["released_at"] else None,
             "loading_s": r["load_seconds"], "computing_s": r["busy_seconds"],
             "busy_until": (spans[-1][1] - t0) if spans else None})
@@ -168,6 +193,8 @@ def timeline(out: Path, nodes: dict[str, str] | None = None) -> dict:
             models[r["model"]] = [min(lo, r["requested_at"]), max(hi, r["released_at"])]
     withdrawn = {r["replica"]: r.get("withdrawn") for r in meta["replicas"] if r.get("withdrawn")}
     return {"loads": sum(meta["loads"].values()), "loads_per_model": meta["loads"], "withdrawn": withdrawn,
+            "replicas_asked": len(meta["replicas"]), "extra": sorted(r["replica"] for r in meta["replicas"]
+                                                                     if r.get("elastic")),
             "reloaded": sorted(r["replica"] for r in meta["replicas"] if r["loads"] > 1), "replica_s": held,
             "loading_s": load, "computing_s": busy, "other_s": held - load - busy, "waiting_s": waited,
             "gpus": idle.gpus, "executor_s": idle.window_s, "queued_s": idle.queued_s, "busy_gpu_s": idle.busy_gpu_s,
@@ -175,23 +202,25 @@ def timeline(out: Path, nodes: dict[str, str] | None = None) -> dict:
             "model_spans_s": {m: hi - lo for m, (lo, hi) in models.items()}, "replicas": per_replica}
 
 
-def run_once(items: int, concurrent: int | None, root: Path, cluster: str = "local", address: str | None = None,
+def run_once(items: int, mode: str, root: Path, cluster: str = "local", address: str | None = None,
              nodes: dict[str, str] | None = None) -> dict:
-    """One run of the grid into a fresh directory under ``root``; its wall time and :func:`timeline`."""
+    """One run of the grid in ``mode`` (BASELINE, "default" or ELASTIC) into a fresh directory under ``root``; its
+    wall time and :func:`timeline`."""
     from confgrid.flows.runner import run_grid
 
     out = Path(tempfile.mkdtemp(prefix="sched-", dir=root))
-    spec = spec_for(items, concurrent, cluster)
+    spec = spec_for(items, 1 if mode == BASELINE else None, cluster, elastic=mode == ELASTIC)
     t0 = time.perf_counter()
     summary = run_grid(spec, out, address=address)
     wall = time.perf_counter() - t0
-    return {"mode": BASELINE if concurrent == 1 else "default", "wall_s": wall, "out": str(out),
+    return {"mode": mode, "wall_s": wall, "out": str(out),
             "model_calls": summary.model_calls, "failed_shards": summary.failed_shards, **timeline(out, nodes)}
 
 
 def _print_run(r: dict, goal: int, per_replica: bool) -> None:
     cut = ", ".join(f"{k} while {v}" for k, v in r["withdrawn"].items())
-    print(f"{r['mode']:<36} wall {r['wall_s']:6.1f} s  loads {r['loads']} ({goal} replicas"
+    extra = f" + {len(r['extra'])} extra: {', '.join(r['extra'])}" if r["extra"] else ""
+    print(f"{r['mode']:<36} wall {r['wall_s']:6.1f} s  loads {r['loads']} ({goal} replicas{extra}"
           f"{'; withdrawn before loaded: ' + cut if cut else ''})  replica-s "
           f"{r['replica_s']:6.1f} = loading {r['loading_s']:5.1f} ({r['loading_s'] / r['replica_s']:.0%}) + computing "
           f"{r['computing_s']:5.1f} ({r['computing_s'] / r['replica_s']:.0%}) + idle {r['other_s']:5.1f} "
@@ -205,7 +234,7 @@ def _print_run(r: dict, goal: int, per_replica: bool) -> None:
               f"{'computing':>11}{'busy until':>12}{'released':>10}")
         for x in r["replicas"]:
             f = (lambda v: "-" if v is None else f"{v:.1f}")
-            print(f"{'':<6}{x['replica']:<10}{x['node']:<9}{x['gpus']:>5g}{f(x['requested']):>8}"
+            print(f"{'':<6}{x['replica'] + ('+' if x['elastic'] else ''):<10}{x['node']:<9}{x['gpus']:>5g}{f(x['requested']):>8}"
                   f"{f(x['load_start']):>9}{f(x['loading_s']):>9}{f(x['computing_s']):>11}{f(x['busy_until']):>12}"
                   f"{f(x['released']):>10}")
         print(f"{'':<6}per model, first replica asked for to last released (s): "
@@ -235,15 +264,18 @@ def _start_8gpu():
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cluster", choices=("local", "8gpu"), default="local",
-                    help="local: ray.init with --gpus declared GPUs; 8gpu: a head and two 4-GPU workers (default local)")
+    ap.add_argument("--cluster", choices=("local", "8gpu", "long"), default="local",
+                    help="local: ray.init with --gpus declared GPUs; 8gpu: a head and two 4-GPU workers; long: one "
+                    "model with a long queue on --gpus declared GPUs (default local)")
     ap.add_argument("--items", type=int, default=None,
-                    help="TriviaQA questions per model (default 60 local, 24 8gpu)")
+                    help="TriviaQA questions per model (default 60 local, 24 8gpu, 128 long)")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each mode; the fastest is kept (default 2)")
     ap.add_argument("--gpus", type=int, default=2, help="--cluster local: GPUs the local cluster declares (default 2)")
+    ap.add_argument("--elastic", action="store_true",
+                    help="also run each repeat with max_replicas: auto on every model (a third mode)")
     ap.add_argument("--json", type=Path, default=None, help="also write every run's numbers to this file")
     args = ap.parse_args()
-    items = args.items if args.items is not None else (24 if args.cluster == "8gpu" else 60)
+    items = args.items if args.items is not None else {"8gpu": 24, "long": 128}.get(args.cluster, 60)
     os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bar between the printed lines (read when tqdm loads)
 
     import ray
@@ -259,7 +291,7 @@ def main() -> None:
         goal = sum(m.replicas for m in specs)
     else:
         ray.init(num_gpus=args.gpus, num_cpus=args.gpus, include_dashboard=False, log_to_driver=False)
-        specs = spec_for(items, None, "local").models
+        specs = spec_for(items, None, args.cluster).models
         goal = len(specs)
     root = Path(tempfile.mkdtemp(prefix="schedule-bench-"))
     res = ray.cluster_resources()
@@ -269,27 +301,42 @@ def main() -> None:
           f") x {items} TriviaQA items; outputs under {root}\n")
     runs = []
     try:
+        modes = ([] if args.cluster == "long" else [BASELINE]) + ["default"] + ([ELASTIC] if args.elastic else [])
         for rep in range(args.repeats):
-            order = (1, None) if rep % 2 == 0 else (None, 1)
-            for concurrent in order:
-                r = run_once(items, concurrent, root, args.cluster, address, nodes)
+            order = modes[rep % len(modes):] + modes[:rep % len(modes)] if args.elastic else (
+                modes if rep % 2 == 0 else modes[::-1])
+            for mode in order:
+                r = run_once(items, mode, root, args.cluster, address, nodes)
                 r["load_average"] = os.getloadavg()[0]
                 runs.append(r)
-                _print_run(r, goal, per_replica=args.cluster == "8gpu")
+                _print_run(r, goal, per_replica=args.cluster != "local")
     finally:
         ray.shutdown()
         if cluster is not None:
             cluster.stop()
     best = {m: min((r for r in runs if r["mode"] == m), key=lambda r: r["wall_s"]) for m in {r["mode"] for r in runs}}
-    base, new = best[BASELINE], best["default"]
+    base, new = best.get(BASELINE, best["default"]), best["default"]
     ratio = base["wall_s"] / new["wall_s"]
-    print(f"\nfastest: baseline {base['wall_s']:.1f} s, default {new['wall_s']:.1f} s -> ratio {ratio:.2f}x")
+    print(f"\nfastest: baseline {base['wall_s']:.1f} s, default {new['wall_s']:.1f} s -> ratio {ratio:.2f}x"
+          if BASELINE in best else f"\nfastest default {new['wall_s']:.1f} s")
+    if ELASTIC in best:
+        el = best[ELASTIC]
+        print(f"fastest elastic {el['wall_s']:.1f} s -> baseline / elastic {base['wall_s'] / el['wall_s']:.2f}x, "
+              f"default / elastic {new['wall_s'] / el['wall_s']:.2f}x")
+        for m in ("default", ELASTIC):
+            shares = [r["idle_share"] for r in runs if r["mode"] == m]
+            walls = [r["wall_s"] for r in runs if r["mode"] == m]
+            print(f"  {m:<30} idle share while queued: mean {sum(shares) / len(shares):.1%} "
+                  f"({min(shares):.1%}-{max(shares):.1%}); wall mean {sum(walls) / len(walls):.1f} s over "
+                  f"{len(shares)} run(s)")
     if args.cluster == "local":
         print(f"(issue 8 target >= 1.6x: {'MET' if ratio >= 1.6 else 'NOT MET'})")
-    else:
+    elif args.cluster == "8gpu":
         print(f"baseline: the models one after another; sum of their pools' spans {sum(base['model_spans_s'].values()):.1f} s")
-    once = all(not r["reloaded"] and r["loads"] <= goal for r in runs)
-    print(f"model loads per run: {[r['loads'] for r in runs]} for {goal} replicas (goal: one per replica, none "
+    once = all(not r["reloaded"] and r["loads"] <= r["replicas_asked"] for r in runs)
+    print(f"model loads per run: {[r['loads'] for r in runs]} for {goal} replicas"
+          f"{' + the extra ones (' + str([len(r['extra']) for r in runs]) + ')' if args.elastic else ''} "
+          f"(goal: one per replica, none "
           f"loaded twice: {'MET' if once else 'NOT MET'}); replicas withdrawn before their load finished: "
           f"{[len(r['withdrawn']) for r in runs]}; idle share while queued: "
           + ", ".join(f"{r['mode'].split(' ')[0]} {r['idle_share']:.1%}" for r in runs)

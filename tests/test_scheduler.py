@@ -231,3 +231,63 @@ def test_two_names_for_one_model_share_its_shards_and_keep_their_names(four_gpus
     pd.testing.assert_series_equal(m[m["model"] == "twin-a"]["point"].reset_index(drop=True),
                                    m[m["model"] == "twin-b"]["point"].reset_index(drop=True), check_names=False)
 
+
+
+def test_elastic_replicas_start_on_idle_gpus_only_for_queued_work(four_gpus, tmp_path, caplog, monkeypatch):
+    """Issue 21 item 5: ``max_replicas`` lets a model with queued work start extra replicas on GPUs left idle.
+
+    Two models with ``max_replicas: auto`` on 4 declared GPUs and 32 items: ``el`` queues 16 generate shards
+    (one per call, 2 calls in flight per replica), then 32 score shards. ``packed`` packs its shards into calls
+    of up to 512 requests (1 generate call, then one per context), which its one replica takes at once: it
+    gets none. Whether a queue outlasts a load depends on how busy the 2 cores are, so the measured load time
+    the decision reads is scaled down to 1 ms (the rule itself is tested by hand in tests/test_elastic.py); it
+    still needs a replica of the model loaded and a call finished. Every extra replica is asked for after that,
+    with more calls queued than its model's replicas take, on GPUs free then; each replica loads at most once
+    and every shard is computed once (extra replicas that loaded took calls from the same queue; on 2 cores
+    they are often withdrawn while loading, the first replica having ended the queue)."""
+    import dataclasses
+    import re
+
+    from confgrid.flows.execute.pools import ModelPool
+    from confgrid.flows.runner import run_grid
+
+    demand = ModelPool.demand
+
+    def fast_loads(self, *a, **kw):
+        d = demand(self, *a, **kw)
+        return dataclasses.replace(d, load_s=None if d.load_s is None else 0.001)
+
+    monkeypatch.setattr(ModelPool, "demand", fast_loads)
+    grid = _grid(models=[dict(MODELS[0], name="el", max_replicas="auto"),
+                         dict(MODELS[1], name="packed", max_replicas="auto", prompts_per_call=512)],
+                 datasets=[{"name": "triviaqa", "adapter": "triviaqa", "limit": 32, "seed": 3}],
+                 execution={"shard_size": 2})
+    out = tmp_path / "run"
+    with caplog.at_level("INFO", logger="confgrid"):
+        summary = run_grid(parse_grid(grid), out)
+    meta = _meta(out)
+    reps = meta["replicas"]
+    extra = [r for r in reps if r["elastic"]]
+    assert extra and all(r["model"] == "el" for r in extra), reps
+    assert len([r for r in reps if r["model"] == "packed"]) == 1
+    asked = re.findall(r"extra replica (el#\d+) asked for \(max_replicas 4\): (\d+) call\(s\) queued for (\d+) "
+                       r"replica\(s\)", caplog.text)
+    assert sorted(a[0] for a in asked) == sorted(r["replica"] for r in extra)
+    assert all(int(calls) > 2 * int(live) for _, calls, live in asked), asked  # work beyond its replicas' calls
+    el0 = next(r for r in reps if r["replica"] == "el#0")
+    for r in extra:  # after el#0 had loaded; GPUs idle: with it, the replicas not released held at most 4 GPUs
+        t = r["requested_at"]
+        assert t > el0["ready_at"]
+        held = [x for x in reps if x["requested_at"] <= t and (x["released_at"] is None or x["released_at"] > t)]
+        assert sum(x["gpus"] for x in held) <= 4, (r["replica"], held)
+    assert all(r["loads"] <= 1 for r in reps) and summary.restarts == 0
+    assert meta["loads"]["el"] == sum(r["loads"] for r in reps if r["model"] == "el")
+    assert all(r["calls"] == 0 for r in extra if not r["loads"])
+    assert summary.failed_shards == 0
+    shards = json.loads((out / "manifest.json").read_text())["shards"]
+    keys = [r["key"] for r in shards if r["stage"] in ("generate", "score")]
+    assert len(keys) == len(set(keys))  # each shard computed once, by one replica
+    assert {r["replica"] for r in shards if r["stage"] != "items" and r["setting"].startswith("packed")} == {"packed#0"}
+    by_replica = {r["replica"] for r in shards if r["stage"] != "items" and r["setting"].startswith("el")}
+    assert by_replica == {"el#0"} | {r["replica"] for r in extra if r["calls"]}
+    _rows_exactly_once(out, ["el", "packed"], 32, 2)

@@ -15,6 +15,11 @@ Scheduling
     released at once, or kept while it may still get cross-model work and no
     other model waits for room (so a model is loaded at most twice per run,
     and twice only when such work exists).
+    Elastic replicas (``models[].max_replicas``): while a model has more
+    queued calls than its replicas take at once, its measured queue outlasts
+    a load, and resources sit free (no other pool waiting for them), extra
+    replicas of it start there (pools.py ``grow_replicas`` decides, this loop
+    applies); they leave with their pool, and each loads its model once.
 
 Engine calls
     A replica receives several shards per call (``models[].prompts_per_call``)
@@ -35,7 +40,7 @@ Nothing waits silently: a model waiting for ``max_concurrent_models``, a
 replica waiting for resources, a pool kept for cross-model work: each says so
 in the log (and again every 30 s while it lasts).
 
-Why one file of about 820 lines: it is one event loop over one state (the queue, the calls in
+Why one file of about 940 lines: it is one event loop over one state (the queue, the calls in
 flight, the pools and their replicas), and its handlers (dispatch, call done, ping answered, Ctrl-C) each
 read and change all of it. What could stand alone has left it: the pools and capacity (pools.py), the
 liveness of replicas and nodes (liveness.py, a mixin of this class), the replicas' timeline spans (timeline.py),
@@ -73,6 +78,9 @@ from confgrid.flows.execute.pools import (
     at_once,
     cancel_calls,
     check_capacity,
+    free_per_node,
+    grow_replicas,
+    max_replicas,
     model_config,
     node_resources,
     start_order,
@@ -92,6 +100,11 @@ DEFAULT_VLLM_PROMPTS_PER_CALL = 1024
 WAIT_LOG_SECONDS = 30.0
 #: Seconds a replica may take to become ready before the log says what it waits for.
 WAIT_FIRST_SECONDS = 5.0
+#: Seconds between two decisions on elastic replicas (each reads the nodes' free resources from Ray).
+GROW_EVERY_S = 0.5
+#: Seconds an elastic replica may wait for Ray to place it before its request is withdrawn (the free resources
+#: it was asked for were taken meanwhile; it must not take room a pool waits for later).
+ELASTIC_PLACE_S = 10.0
 #: Seconds without a finished engine call (while calls are in flight) before the log says so.
 SLOW_CALL_SECONDS = 60.0
 _STAGE_RANK = {"generate": 0, "score": 1, "probe": 1, "sample": 1, "rate": 1, "next_token": 1, "hidden": 1}
@@ -194,6 +207,8 @@ class Executor(ReplicaLiveness):
         self._plan: GridPlan | None = None
         self._invocation: dict[str, Any] | None = None
         self._queue_spans: list[list[float | None]] = []  # when some shard waited in a queue (meta.queued)
+        self._max_replicas: dict[str, int] = {}  # model -> most replicas at once (models[].max_replicas resolved)
+        self._grow_at = 0.0  # when elastic replicas are decided on next
         self._liveness_init()
 
     # -- public -------------------------------------------------------------------------
@@ -221,6 +236,7 @@ class Executor(ReplicaLiveness):
                 if self._advance_rounds():
                     continue
                 self._start_pools()
+                self._grow_pools()
                 self._dispatch()
                 self._release_idle()
                 self._watch_nodes()
@@ -387,6 +403,7 @@ class Executor(ReplicaLiveness):
                    else "one GPU and one CPU" if "GPU" in rr.per_node
                    else "one CPU (an API model)" if m.backend == "openai" else "the CPUs of one node")
             self._needs[m.name] = (m.replicas, rr.per_node, why)
+            self._max_replicas[m.name] = max_replicas(m.max_replicas, m.replicas, rr.per_node, nodes)
         problems = check_capacity(self._needs, nodes)
         if problems and not self.spec.execution.wait_for_nodes:
             raise CapacityError(problems)
@@ -397,6 +414,10 @@ class Executor(ReplicaLiveness):
             if 0 < fit < n:
                 log.info("model %s: %d replicas of %s, the cluster holds %d at once; the rest start as room frees "
                          "up", name, n, _fmt(need), fit)
+            if self._max_replicas[name] > n:
+                log.info("model %s: up to %d replicas (max_replicas %s): extra replicas start on free resources "
+                         "while its queue holds more calls than its replicas take", name, self._max_replicas[name],
+                         self.models[name].max_replicas)
         self._ray_ready = True
 
     def _api_cache(self, m: ModelSpec) -> str | None:
@@ -441,6 +462,54 @@ class Executor(ReplicaLiveness):
             log.info("model %s: %d %s replica(s) of %s requested%s", name, m.replicas, m.backend, _fmt(need),
                      f" (load {load + 1} of this model in the run)" if load else "")
 
+    def _queued_calls(self, name: str) -> tuple[int, int]:
+        """Engine calls and requests in model ``name``'s queue (calls: one per shard, or shards of one kind
+        packed up to its ``prompts_per_call``)."""
+        q = self._queues[name]
+        cap = prompts_per_call(self.models[name])
+        rows: dict[tuple, int] = {}
+        for item in q:
+            key = item.shard.call_key() if cap is not None else id(item)
+            rows[key] = rows.get(key, 0) + len(item.shard.rows)
+        calls = len(q) if cap is None else sum(-(-n // cap) for n in rows.values())
+        return calls, sum(rows.values())
+
+    def _grow_pools(self) -> None:
+        """Elastic replicas: ask for the extra replicas pools.py ``grow_replicas`` decides on, every
+        GROW_EVERY_S; withdraw an extra one Ray has not placed within ELASTIC_PLACE_S; log what waits."""
+        now = time.time()
+        if now < self._grow_at:
+            return
+        self._grow_at = now + GROW_EVERY_S
+        for pool in self._alive_pools():
+            for rep in pool.waiting():
+                if rep.elastic and now - rep.requested_at >= ELASTIC_PLACE_S and _placed(rep.handle) is False:
+                    self._cancel_waiting(pool, rep, f"extra replica not placed within {ELASTIC_PLACE_S:.0f} s (the "
+                                         "free resources it was asked for were taken meanwhile)")
+        pools = [p for p in self._alive_pools() if self._queues[p.name]
+                 and self._max_replicas.get(p.name, 0) > len(p.live())]
+        if not pools:
+            return
+        demands, queued = [], {}
+        for pool in self._alive_pools():
+            queued[pool.name] = self._queued_calls(pool.name)
+            demands.append(pool.demand(self._needs[pool.name][1], self._max_replicas[pool.name], *queued[pool.name],
+                                       unplaced=len(pool.unplaced())))
+        starting = [m for m, q in self._queues.items() if q and m not in self.pools and m not in self._dead_reason]
+        growth = grow_replicas(demands, free_per_node(), self.spec.execution.calls_in_flight, starting)
+        for name, node in growth.start:
+            pool = self.pools[name]
+            live = len(pool.live())
+            rep = pool.add_replica(self._cluster)
+            self._ping(rep)
+            log.info("model %s: extra replica %s asked for (max_replicas %d): %d call(s) queued for %d replica(s); "
+                     "%s free on node %s", name, rep.name, self._max_replicas[name], queued[name][0], live,
+                     _fmt(self._needs[name][1]), node[:8])
+        for name, why in growth.waits.items():
+            self._say(f"grow:{name}", f"model {name}: {queued[name][0]} call(s) queued for "
+                      f"{len(self.pools[name].live())} replica(s) (max_replicas {self._max_replicas[name]}); an extra "
+                      f"replica waits: {why}")
+
     def _release(self, pool: ModelPool, why: str) -> None:
         if pool.released:
             return
@@ -481,12 +550,13 @@ class Executor(ReplicaLiveness):
             self._release(pool, "its work is done" if not self._plan.expects_work(name)
                           else "other models wait for room; it is reloaded for its cross-model work")
 
-    def _cancel_waiting(self, pool: ModelPool, rep: Replica) -> None:
+    def _cancel_waiting(self, pool: ModelPool, rep: Replica,
+                        why: str = "not needed any more (no work left for it)") -> None:
         for ref, r in list(self._pings.items()):
             if r is rep:
                 del self._pings[ref]
         pool.stop_replica(rep)
-        log.info("replica %s: not needed any more (no work left for it); request withdrawn (%s)", rep.name,
+        log.info("replica %s: %s; request withdrawn (%s)", rep.name, why,
                  {"loading": "it was loading its model", "waiting": "it was waiting for resources"}.get(
                      rep.withdrawn or "", "loading or waiting for resources"))
 
@@ -680,6 +750,7 @@ class Executor(ReplicaLiveness):
             return
         rep.calls += 1
         rep.busy_seconds += result.seconds
+        rep.requests += sum(len(sh.rows) for sh in f.shards)
         rep.last_progress = time.time()
         add_span(rep.computing, result.started, result.started + result.seconds)
         restarted = f.incarnation is not None and result.replica.incarnation != f.incarnation

@@ -8,6 +8,11 @@ when an autoscaler adds a node); the executor (flows/execute/executor.py) gives 
 only to replicas that answered ``ping`` (their model is loaded), so a replica
 still waiting for resources never holds work back.
 
+Elastic replicas (``models[].max_replicas``): :func:`grow_replicas` decides,
+from what each pool has queued and what each node has free, which models get
+an extra replica now; the executor only applies the decision
+(:meth:`ModelPool.add_replica`). It is pure and tested by hand.
+
 Everything a cluster user measures is recorded per replica
 (:class:`Replica`): when it was asked for, when it was ready, how long the
 load took on the replica, how long it computed, how often Ray restarted it,
@@ -24,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from confgrid.errors import FieldsPickle
 from confgrid.actors.calls import ReplicaInfo
@@ -32,7 +37,7 @@ from confgrid.flows.execute.timeline import add_span
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 
 __all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool", "model_config", "cancel_calls",
-           "check_capacity", "node_resources", "start_order"]
+           "check_capacity", "node_resources", "start_order", "PoolDemand", "Growth", "grow_replicas", "max_replicas", "free_per_node"]
 
 log = logging.getLogger("confgrid")
 
@@ -107,6 +112,20 @@ def _free_resources() -> dict[str, float]:
     try:
         return {k: float(v) for k, v in ray.available_resources().items()}
     except Exception:  # noqa: BLE001 - the log line is best effort
+        return {}
+
+
+def free_per_node() -> dict[str, dict[str, float]]:
+    """GPUs and CPUs free now on each alive node of the connected Ray cluster (node id -> resources); {} when
+    Ray does not answer (then no extra replica is started)."""
+    import ray
+    from ray._private import state
+
+    try:
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        return {node: {k: float(res.get(k, 0.0)) for k in ("GPU", "CPU")}
+                for node, res in state.available_resources_per_node().items() if node in alive}
+    except Exception:  # noqa: BLE001 - no extra replica this turn
         return {}
 
 
@@ -203,6 +222,192 @@ def start_order(needs: dict[str, tuple[int, dict[str, float], str]]) -> list[str
     return sorted(needs, key=size)
 
 
+def max_replicas(setting: int | str | None, replicas: int, need: dict[str, float], nodes: list[dict[str, float]]) -> int:
+    """The most replicas a model may have at once (``models[].max_replicas`` resolved; pure).
+
+    ``None`` gives ``replicas`` (no extra replica); ``"auto"`` as many as the nodes hold at once
+    (:func:`at_once`), never fewer than ``replicas``; an integer is kept.
+
+    >>> max_replicas("auto", 1, {"GPU": 1.0, "CPU": 1.0}, [{"GPU": 4.0, "CPU": 4.0}, {"GPU": 4.0, "CPU": 4.0}])
+    8
+    >>> max_replicas(None, 2, {"GPU": 1.0}, []), max_replicas(3, 1, {"GPU": 1.0}, [])
+    (2, 3)
+    """
+    if setting is None:
+        return replicas
+    if setting == "auto":
+        return max(replicas, at_once(need, nodes))
+    return int(setting)
+
+
+@dataclass(frozen=True)
+class PoolDemand:
+    """One alive pool as :func:`grow_replicas` sees it (the executor builds one per pool and turn).
+
+    Attributes
+    ----------
+    model : str
+    need : dict of str to float
+        What ONE replica reserves on one node, e.g. ``{"GPU": 1.0, "CPU": 1.0}``.
+    replicas : int
+        Its replicas asked for and not stopped: ready, loading, waiting for
+        resources or unreachable (>= 0).
+    max_replicas : int
+        The most it may have (:func:`max_replicas`); ``replicas >= max_replicas``: no growth.
+    queued_calls : int
+        Engine calls its queue would make now: planned shards not yet sent
+        (one per shard, or whole shards packed up to ``prompts_per_call``).
+    unplaced : int
+        Its replicas that Ray has not placed yet (waiting for resources).
+    load_s : float, optional
+        Seconds one of its replicas took to load (mean of those loaded); None
+        before any has (then it gets no extra replica).
+    work_s : float, optional
+        Seconds ONE replica needs for its queued work at the rate its
+        replicas have computed so far (queued requests / requests per busy
+        second); None before a call of it has finished (then it gets no extra
+        replica).
+    """
+
+    model: str
+    need: dict[str, float]
+    replicas: int
+    max_replicas: int
+    queued_calls: int
+    unplaced: int = 0
+    load_s: float | None = None
+    work_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What :func:`grow_replicas` decided.
+
+    Attributes
+    ----------
+    start : tuple of (str, str)
+        One ``(model, node id)`` per extra replica to ask for, in order; the
+        node is where it fits now (Ray still places it).
+    waits : dict of str to str
+        Model -> why a replica it could use is not started now (for the log).
+    """
+
+    start: tuple[tuple[str, str], ...] = ()
+    waits: dict[str, str] = field(default_factory=dict)
+
+
+def _wants(p: PoolDemand, replicas: int, calls_in_flight: int) -> bool:
+    """One more replica than ``replicas`` would get work of its own (the queue holds more calls than they take
+    at once) and end the queue sooner (measured: ``work_s / replicas > load_s``)."""
+    return (replicas < p.max_replicas and p.queued_calls > replicas * calls_in_flight
+            and p.load_s is not None and p.work_s is not None and p.work_s > p.load_s * max(replicas, 1))
+
+
+def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, float]], calls_in_flight: int,
+                  starting: Sequence[str] = ()) -> Growth:
+    """Which models get an extra (elastic) replica now, on the resources free now (pure; work-conserving).
+
+    Rules, in order:
+
+    1. Pools first: while a model with queued work has no pool yet
+       (``starting``: waiting for a slot of ``execution.max_concurrent_models``)
+       or some pool has a replica Ray has not placed (``unplaced``: it waits for
+       resources), no extra replica starts anywhere: the free resources are
+       theirs when they fit, and extras must not fragment the nodes before them.
+    2. Only for work: a model wants another replica while ``replicas <
+       max_replicas`` and its queue holds more engine calls than its replicas
+       take at once (``queued_calls > replicas x calls_in_flight``), so every
+       replica has a call of its own to start with.
+    3. Only when it pays: the model grows only once it has measured a load
+       (``load_s``, ``L``) and its rate (a replica of it loaded and finished a
+       call; ``work_s``, ``W``: its queue in seconds of one replica), and only
+       while ``W / r > L``, ``r`` its replicas with the new one left out
+       (those still loading counted as if ready). With ``r`` replicas, an
+       extra replica that first loads for ``L`` seconds ends the queue at
+       ``(W + L) / (r + 1)`` instead of ``W / r``: sooner exactly when
+       ``W / r > L``. (Growing before the measurement was tried and
+       measured: on ``benchmarks/schedule_bench.py --cluster 8gpu`` the extra
+       replicas of models with about 1 s of work loaded beside the replicas
+       doing it and made the runs 28% slower; benchmarks/README.md.)
+    4. Where it fits: the model with the most queued calls per replica goes
+       first (longest work first; ties keep the input order), its replica on
+       the node with the least free GPUs (then CPUs) that holds it (best
+       fit, leaving the largest holes for larger replicas); repeated while
+       some model wants one and a node holds it.
+
+    Parameters
+    ----------
+    pools : sequence of PoolDemand
+        Every alive pool, in grid order.
+    free : mapping of str to mapping
+        Node id -> resources free on it now (``{"GPU": g, "CPU": c, ...}``).
+    calls_in_flight : int
+        ``execution.calls_in_flight`` (>= 1).
+    starting : sequence of str
+        Models with queued work whose pools are not started yet.
+
+    Returns
+    -------
+    Growth
+        The replicas to start, and for each model that could use one more but
+        gets none now (rules 1 and 4), the reason.
+
+    Raises
+    ------
+    ValueError
+        If ``calls_in_flight`` < 1.
+
+    Examples
+    --------
+    One model with 5 calls queued on its 1 replica (2 calls at a time) that would take it 60 s, against a load
+    of 10 s; 2 GPUs free on node b, 1 on node a:
+
+    >>> p = PoolDemand("m", {"GPU": 1.0, "CPU": 1.0}, replicas=1, max_replicas=8, queued_calls=5, load_s=10.0,
+    ...                work_s=60.0)
+    >>> grow_replicas([p], {"a": {"GPU": 1.0, "CPU": 1.0}, "b": {"GPU": 2.0, "CPU": 2.0}}, 2).start
+    (('m', 'a'), ('m', 'b'))
+    """
+    if calls_in_flight < 1:
+        raise ValueError(f"calls_in_flight: {calls_in_flight!r}; allowed: >= 1")
+    wanting = [p for p in pools if _wants(p, p.replicas, calls_in_flight)]
+    if not wanting:
+        return Growth()
+    if starting:
+        why = f"model(s) {', '.join(starting)} wait to start their pools; they take free resources first"
+        return Growth((), {p.model: why for p in wanting})
+    blocked = [f"{p.model} ({p.unplaced})" for p in pools if p.unplaced]
+    if blocked:
+        why = (f"replicas of {', '.join(blocked)} are not placed yet (waiting for resources or a worker process); "
+               "they take free resources first")
+        return Growth((), {p.model: why for p in wanting})
+    left = {node: {k: float(v) for k, v in res.items()} for node, res in free.items()}
+    reps = {p.model: p.replicas for p in wanting}
+    start: list[tuple[str, str]] = []
+    while True:
+        cands = sorted((p for p in wanting if _wants(p, reps[p.model], calls_in_flight)),
+                       key=lambda p: -p.queued_calls / max(reps[p.model], 1))
+        chosen = None
+        for p in cands:
+            fits = [n for n, res in left.items() if all(res.get(k, 0.0) >= v for k, v in p.need.items())]
+            if fits:
+                chosen = (p, min(fits, key=lambda n: (left[n].get("GPU", 0.0), left[n].get("CPU", 0.0), n)))
+                break
+        if chosen is None:
+            break
+        p, node = chosen
+        for k, v in p.need.items():
+            left[node][k] = left[node].get(k, 0.0) - v
+        reps[p.model] += 1
+        start.append((p.model, node))
+    waits = {}
+    for p in wanting:
+        if _wants(p, reps[p.model], calls_in_flight):
+            best = max(left.values(), key=lambda r: (r.get("GPU", 0.0), r.get("CPU", 0.0)), default={})
+            waits[p.model] = (f"no node has {_fmt(p.need)} free (most free on one node: "
+                              f"{_fmt({k: best.get(k, 0.0) for k in p.need})})")
+    return Growth(tuple(start), waits)
+
+
 @dataclass(frozen=True)
 class ActorEntry:
     """A replica's actor as Ray's GCS actor table has it (read with :func:`actor_entry`).
@@ -278,6 +483,11 @@ class Replica:
         interrupted meanwhile): ``loading`` (Ray had placed it: a load started
         and was cut short), ``waiting`` (still waiting for resources),
         ``unknown`` (the actor table could not be read).
+    elastic : bool
+        Started beyond ``models[].replicas`` on resources that were free while
+        its model had queued work (``models[].max_replicas``; :func:`grow_replicas`).
+    requests : int
+        Requests of the engine calls it finished (its rate, with ``busy_seconds``).
     """
 
     model: str
@@ -309,6 +519,8 @@ class Replica:
     loading: list[list[float]] = field(default_factory=list)
     computing: list[list[float]] = field(default_factory=list)
     withdrawn: str | None = None
+    elastic: bool = False
+    requests: int = 0
 
     @property
     def name(self) -> str:
@@ -336,6 +548,7 @@ class Replica:
                 "node_ip": self.node_ip or None, "lost_at": self.lost_at, "error": self.error,
                 "gpus": self.gpus, "loading": [list(x) for x in self.loading],
                 "computing": [list(x) for x in self.computing], "withdrawn": self.withdrawn,
+                "elastic": self.elastic, "requests": self.requests,
                 **({"traceback": self.traceback} if self.traceback else {})}
 
 
@@ -374,6 +587,39 @@ class ModelPool:
             rep.handle, rep.pg = start_replica(self.config, r, cluster_resources, load=self.load)
             self.replicas.append(rep)
         return self.replicas
+
+    def add_replica(self, cluster_resources: dict[str, float] | None = None) -> Replica:
+        """Ask Ray for one more replica of the pool (an elastic one: ``Replica.elastic``); returns at once.
+
+        Its index follows the pool's last one, so its actor has a name of its own.
+        """
+        from confgrid.actors.model_actor import replica_resources, start_replica
+
+        gpus = replica_resources(self.config, cluster_resources).per_node.get("GPU", 0.0)
+        rep = Replica(self.spec.name, len(self.replicas), self.load, gpus=gpus, elastic=True)
+        rep.handle, rep.pg = start_replica(self.config, rep.index, cluster_resources, load=self.load)
+        self.replicas.append(rep)
+        return rep
+
+    def live(self) -> list[Replica]:
+        """Replicas asked for and not stopped: ready, waiting (for resources or loading) or unreachable."""
+        return [r for r in self.replicas if r.state in ("ready", "waiting", "unreachable")]
+
+    def unplaced(self) -> list[Replica]:
+        """Its waiting replicas that Ray has not placed on a worker process yet (one whose actor-table entry
+        cannot be read counts as not placed)."""
+        return [r for r in self.waiting() if _placed(r.handle) is not True]
+
+    def demand(self, need: dict[str, float], max_replicas: int, queued_calls: int, queued_requests: int,
+               unplaced: int) -> PoolDemand:
+        """The pool as :func:`grow_replicas` sees it: its live replicas, its queue, and its measured load time and
+        rate (``work_s``: queued requests over the requests per busy second of its replicas so far)."""
+        loaded = [r for r in self.replicas if r.loads]
+        load_s = sum(r.load_seconds / r.loads for r in loaded) / len(loaded) if loaded else None
+        busy = sum(r.busy_seconds for r in self.replicas)
+        done = sum(r.requests for r in self.replicas)
+        work_s = queued_requests / (done / busy) if busy > 0 and done > 0 else None
+        return PoolDemand(self.name, need, len(self.live()), max_replicas, queued_calls, unplaced, load_s, work_s)
 
     def ready(self) -> list[Replica]:
         return [r for r in self.replicas if r.state == "ready"]

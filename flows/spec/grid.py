@@ -27,6 +27,7 @@ from pydantic import (
     BaseModel,
     Field,
     StrictBool,
+    StrictInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -85,6 +86,10 @@ BUNDLED = "bundled"
 """Reserved dataset path: the adapter's bundled sample (protocols/data)."""
 
 
+_API_ELASTIC = ("max_replicas={v!r} is for models that run on the cluster's GPUs or CPUs (received backend 'openai'; "
+                "an API model's parallelism is api.max_concurrency); allowed: null or replicas")
+
+
 class ModelSpec(_Spec):
     """One model of the grid."""
 
@@ -110,6 +115,12 @@ class ModelSpec(_Spec):
     )
     batch_size: int = Field(16, ge=1, le=4096, description="Sequences per forward pass (transformers backend).")
     replicas: int = Field(1, ge=1, le=1024, description="Model actors (data-parallel replicas); shards are spread over them.")
+    max_replicas: StrictInt | Literal["auto"] | None = Field(
+        None, description="Elastic replicas: while this model has queued work and GPUs (CPUs on a CPU cluster) sit "
+        "free, the executor starts extra replicas, up to this many in all (an integer >= replicas, at most 1024, or "
+        "'auto': as many as the cluster holds at once). Each extra replica loads the model once and leaves with the "
+        "pool. None: exactly `replicas` (no extra replicas).",
+    )
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="GPUs per replica (vLLM tensor parallelism, reserved as a STRICT_PACK placement group)."
     )
@@ -153,6 +164,20 @@ class ModelSpec(_Spec):
     def _api_section(self) -> ModelSpec:
         if (why := api_entry_problem(self)) is not None:
             raise ValueError(why)
+        return self
+
+    @model_validator(mode="after")
+    def _max_replicas(self) -> ModelSpec:
+        v = self.max_replicas
+        if v is None or v == "auto":
+            if v == "auto" and self.backend == "openai":
+                raise ValueError(_API_ELASTIC.format(v=v))
+            return self
+        if not self.replicas <= v <= 1024:
+            raise ValueError(f"max_replicas={v!r}: allowed an integer from replicas ({self.replicas}) to 1024, "
+                             "'auto' or null")
+        if self.backend == "openai" and v > self.replicas:
+            raise ValueError(_API_ELASTIC.format(v=v))
         return self
 
     @model_validator(mode="after")
