@@ -29,9 +29,11 @@ _A, _B, _NEITHER = "#1f77b4", "#d62728", "#7f7f7f"
 
 
 def _stem(c: Conclusion, taken: set[str]) -> str:
-    """A file stem of the conclusion (characters outside ``[A-Za-z0-9_.-]`` to ``_``); a stem two conclusions
-    would share (``p_true+isotonic`` and ``p_true_isotonic``) gets ``_2``, ``_3`` ... in table order."""
-    stem = "spec_curve_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{c.signal_a}_vs_{c.signal_b}_{c.metric}")
+    """A file stem of the conclusion (characters outside ``[A-Za-z0-9_.-]`` to ``_``), ending in the view of a
+    model-vs-model conclusion (``spec_curve_large_vs_small_ece_da``); a stem two conclusions would share
+    (``p_true+isotonic`` and ``p_true_isotonic``) gets ``_2``, ``_3`` ... in table order."""
+    view = f"_{c.view}" if c.view else ""
+    stem = "spec_curve_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{c.signal_a}_vs_{c.signal_b}_{c.metric}{view}")
     name, k = stem, 1
     while name in taken:
         k += 1
@@ -50,7 +52,9 @@ def specification_curve_figure(tables: RunTables, opts: FigureOptions) -> list[D
     verdicts, gaps = tables.get("verdicts"), tables.get("gaps")
     out, taken = [], set()
     for v in verdicts.head(MAX_CURVES).itertuples(index=False):
-        c = Conclusion(str(v.signal_a), str(v.signal_b), str(v.metric), "" if v.view != v.view else str(v.view or ""))
+        view = "" if "view" not in verdicts.columns or v.view != v.view else str(v.view or "")
+        c = Conclusion(str(v.signal_a), str(v.signal_b), str(v.metric), view)
+        in_view = f" ({view} view)" if view else ""
         d = specification_curve(gaps, c)
         if d.empty:
             continue
@@ -77,7 +81,7 @@ def specification_curve_figure(tables: RunTables, opts: FigureOptions) -> list[D
         top.set_ylabel(f"{v.metric}({c.signal_a}) - {v.metric}({c.signal_b})", fontsize=8)
         top.set_xticks([])
         bottom.xaxis.get_major_locator().set_params(integer=True)  # settings are counted, not measured
-        top.set_title(f"{c.signal_a} vs {c.signal_b} on {v.metric}: {v.verdict} (A better in "
+        top.set_title(f"{c.signal_a} vs {c.signal_b}{in_view} on {v.metric}: {v.verdict} (A better in "
                       f"{float(v.share_a_better):.0%} of {int(v.n_settings)} settings; flips most with "
                       f"{v.flip_axis or 'no single axis'}); blue favours {c.signal_a}, red {c.signal_b}, filled: "
                       "interval excludes 0", fontsize=8)
@@ -89,8 +93,17 @@ def specification_curve_figure(tables: RunTables, opts: FigureOptions) -> list[D
         bottom.set_ylim(len(labels) - 0.5, -0.5)
         bottom.set_xlim(top.get_xlim())
         bottom.set_xlabel("settings, sorted by the gap", fontsize=8)
-        out.append(Drawn(_stem(c, taken), fig, f"Specification curve of '{c.signal_a} better than {c.signal_b}' on "
-                         f"{v.metric}: every setting's gap with its paired bootstrap interval, sorted (top), and the "
-                         "axis values of each setting (bottom); Simonsohn, Simmons and Nelson (2020).",
-                         d.assign(signal_a=c.signal_a, conclusion_metric=c.metric)))
+        data = d.assign(signal_a=c.signal_a, conclusion_metric=c.metric)
+        out.append(Drawn(_stem(c, taken), fig, f"Specification curve of '{c.signal_a} better than {c.signal_b}'"
+                         f"{in_view} on {v.metric}: every setting's gap with its paired bootstrap interval, sorted "
+                         "(top), and the axis values of each setting (bottom); Simonsohn, Simmons and Nelson (2020).",
+                         data.assign(view=view) if view else data))
+    left = len(verdicts) - MAX_CURVES
+    if left > 0 and out:  # say which conclusions have no figure, never drop them silently
+        rest = "; ".join(f"{r.signal_a} vs {r.signal_b} on {r.metric}"
+                         + (f" ({r.view} view)" if "view" in verdicts.columns and r.view == r.view and r.view else "")
+                         for r in verdicts.iloc[MAX_CURVES:].itertuples(index=False))
+        last = out[-1]
+        out[-1] = replace(last, caption=f"{last.caption} Only the first {MAX_CURVES} of the {len(verdicts)} "
+                                        f"conclusions of results/verdicts.csv are drawn; without a figure: {rest}.")
     return out

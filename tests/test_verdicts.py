@@ -290,3 +290,30 @@ def test_figure_stems_of_two_conclusions_never_collide():
     a = _stem(Conclusion("verbalized", "p_true+isotonic", "ece"), taken)
     b = _stem(Conclusion("verbalized", "p_true_isotonic", "ece"), taken)
     assert a == "spec_curve_verbalized_vs_p_true_isotonic_ece" and b == a + "_2"
+
+
+def test_a_conclusion_of_each_view_has_its_own_named_curve_and_none_is_left_out_silently(tmp_path, monkeypatch):
+    # the same gaps under two views ("raw", "da") are two conclusions: each curve names its view in its file, title,
+    # caption and data; past MAX_CURVES the last caption names the conclusions without a figure
+    import confgrid.report.figures_verdicts as fv
+    from confgrid.report import FigureOptions, RunTables, write_figures
+
+    taken: set[str] = set()
+    assert fv._stem(Conclusion("large", "small", "ece", "da"), taken) == "spec_curve_large_vs_small_ece_da"
+    assert fv._stem(Conclusion("large", "small", "ece"), taken) == "spec_curve_large_vs_small_ece"
+    _, _, est = _evaluate(_table(3, 200, {"geometric_mean": 0.35, "mean": 0.0}, 0.15))
+    gaps = pd.concat([est.gaps.assign(view=view) for view in ("raw", "da")], ignore_index=True)
+    v = verdict_table(gaps)
+    assert sorted(v["view"]) == ["da", "da", "raw", "raw"]  # ece and brier under each view
+    monkeypatch.setattr(fv, "MAX_CURVES", 3)
+    fs = write_figures(RunTables.of({"verdicts": v, "gaps": gaps}), tmp_path,
+                       FigureOptions(width_px=500, height_px=400, dpi=40))
+    curves = [f for f in fs.files if f.family == "specification_curve"]
+    drawn = [f"spec_curve_verbalized_vs_token_{r.metric}_{r.view}" for r in v.head(3).itertuples()]
+    assert [f.name for f in curves] == drawn
+    data = pd.read_csv(tmp_path / f"{drawn[0]}.csv")
+    assert set(data["view"]) == {v["view"].iloc[0]}
+    assert all(f"({r.view} view)" in f.caption for f, r in zip(curves, v.head(3).itertuples(), strict=True))
+    last = v.iloc[3]
+    assert (f"Only the first 3 of the 4 conclusions of results/verdicts.csv are drawn; without a figure: "
+            f"verbalized vs token on {last['metric']} ({last['view']} view).") in curves[-1].caption
