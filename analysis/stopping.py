@@ -124,7 +124,8 @@ class GapNeed:
         what = f"{self.signal_a} vs {self.signal_b} {self.metric} in {self.unit}: gap {self.gap:.4f} " \
                f"[{self.lo:.4f}, {self.hi:.4f}] on {self.n} items"
         if self.status == "ok":
-            return f"{what}; the planner needs {self.n_required} units, the setting gives at most {self.budget}"
+            return (f"{what}; the planner needs {self.n_required} items (clusters with bootstrap.cluster), the "
+                    f"setting has at most {self.budget} with both signals usable")
         if self.status == "resolved":
             return f"{what}; resolved"
         return f"{what}; the planner cannot tell yet ({self.reason})"

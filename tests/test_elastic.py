@@ -269,3 +269,14 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_pa
     e._grow_at = 0.0
     e._grow_pools()
     assert asked == ["el#1", "el#2", "el#3"]
+
+
+@pytest.mark.parametrize("value", ["many", True, 1.5])
+def test_max_replicas_of_the_wrong_kind_is_one_clear_error(value):
+    from confgrid.flows.spec.base import GridSpecError
+    from confgrid.flows.spec.grid import parse_grid
+
+    with pytest.raises(GridSpecError, match=r"models\[0\]\.max_replicas: max_replicas=.*allowed an integer") as e:
+        parse_grid({"models": [{"name": "m", "model": "confgrid-fixture", "max_replicas": value}],
+                    "datasets": [{"name": "d", "adapter": "triviaqa"}]})
+    assert "literal" not in str(e.value) and "1 problem(s)" in str(e.value)

@@ -159,7 +159,7 @@ def test_a_gap_the_whole_setting_cannot_resolve_stops_budget_insufficient_and_a_
     assert (small.action, small.reason) == ("stop", "budget_insufficient")
     need = small.deciding
     assert need.status == "ok" and need.budget == 400 and need.n_required > need.budget
-    assert f"needs {need.n_required} units" in small.detail
+    assert f"needs {need.n_required} items" in small.detail
     # the same rows with a budget above what the planner needs: go on with the next round
     big = decide(gaps, units, items_run=200, items_total=need.n_required * 3, exhausted=False,
                  rule=StopRule(planner_resamples=100))

@@ -327,7 +327,8 @@ def ace_plan(
                 sp = self_preference_data(ca, cell)
                 if ca.n_unrated or ca.n_outside:
                     msgs.append(f"{cell.pair.name} / {cell.dataset} / {cell.method}: CA left out {ca.n_unrated} "
-                                f"unrated pool pair(s) and {ca.n_outside} of unmatched items")
+                                f"pool pair(s) not rated by both models and {ca.n_outside} rated pair(s) of items "
+                                "outside the matched items")
         plan.cells.append(cell)
         plan.gap_rows.append(_gap_rows(cell, point, extra, metrics))
         plan.self_pref.append(sp)

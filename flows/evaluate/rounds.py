@@ -219,4 +219,8 @@ def stopping_table(rounds: Rounds | None) -> pd.DataFrame:
     if rounds is None:
         return pd.DataFrame(columns=STOPPING_COLUMNS)
     rows = [{c: r[c] for c in STOPPING_COLUMNS} for r in rounds.records().values()]
-    return pd.DataFrame(rows, columns=STOPPING_COLUMNS)
+    df = pd.DataFrame(rows, columns=STOPPING_COLUMNS)
+    # counts stay whole numbers where a setting has none (a missing planner need is <NA>, not 17119.0)
+    counts = ["rounds", "items", "items_total", "chunks", "chunks_total", "n_gaps", "n_resolved", "n_undefined",
+              "n_tied", "n", "n_required", "budget"]
+    return df.astype({c: "Int64" for c in counts if c in df.columns})

@@ -166,6 +166,14 @@ class ModelSpec(_Spec):
             raise ValueError(why)
         return self
 
+    @field_validator("max_replicas", mode="before")
+    @classmethod
+    def _max_replicas_kind(cls, v: Any) -> Any:
+        """One clear message for a value of the wrong kind (not two union branches' internals)."""
+        if v is None or v == "auto" or (isinstance(v, int) and not isinstance(v, bool)):
+            return v
+        raise ValueError(f"max_replicas={v!r}: allowed an integer from replicas to 1024, 'auto' or null")
+
     @model_validator(mode="after")
     def _max_replicas(self) -> ModelSpec:
         v = self.max_replicas
