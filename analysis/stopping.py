@@ -49,7 +49,7 @@ STOPPING_COLUMNS = ["model", "dataset", "reason", "rounds", "items", "items_tota
 
 @dataclass(frozen=True)
 class StopRule:
-    """The thresholds of :func:`decide` (a grid's ``execution.stop_when_resolved``, flows/spec/grid.py StopSpec).
+    """The thresholds of :func:`decide` (a grid's ``execution.stop_when_resolved``, flows/spec/execution.py StopSpec).
 
     Attributes
     ----------
