@@ -49,6 +49,11 @@ _DTYPES = {
 }
 
 
+#: At most this many float32 log-probabilities (2**26: 256 MiB) are computed at once by
+#: :meth:`TransformersBackend.score` (answer positions x vocabulary).
+_SCORE_CHUNK_ELEMENTS = 1 << 26
+
+
 def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -453,12 +458,25 @@ class TransformersBackend:
                 ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
                 mask[row, : len(seq)] = 1
             logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+            # the answer positions of every row, gathered at once: one host copy per batch, not two per request
+            rows, cols, targets = [], [], []
             for row, i in enumerate(batch):
                 ctx, ans = requests[i]
-                c, a = len(ctx), len(ans)
-                logp = torch.log_softmax(logits[row, c - 1 : c + a - 1].float(), dim=-1)
-                target = torch.tensor(ans, dtype=torch.long, device=logp.device).unsqueeze(-1)
-                out[i] = logp.gather(-1, target).squeeze(-1).cpu().numpy().astype(np.float64)
+                rows += [row] * len(ans)
+                cols += range(len(ctx) - 1, len(ctx) + len(ans) - 1)
+                targets += ans
+            rows_t = torch.tensor(rows, dtype=torch.long, device=logits.device)
+            cols_t = torch.tensor(cols, dtype=torch.long, device=logits.device)
+            target_t = torch.tensor(targets, dtype=torch.long, device=logits.device).unsqueeze(-1)
+            step = max(1, _SCORE_CHUNK_ELEMENTS // logits.shape[-1])  # float32 rows of the vocabulary per chunk
+            parts = [torch.log_softmax(logits[rows_t[k : k + step], cols_t[k : k + step]].float(), dim=-1)
+                     .gather(-1, target_t[k : k + step]).squeeze(-1) for k in range(0, len(rows), step)]
+            flat = torch.cat(parts).cpu().numpy().astype(np.float64)
+            at = 0
+            for i in batch:
+                a = len(requests[i][1])
+                out[i] = flat[at : at + a]
+                at += a
         return out  # type: ignore[return-value]
 
     # --------------------------------------------------------------- provenance

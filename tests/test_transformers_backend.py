@@ -196,3 +196,16 @@ def test_errors(backend):
     with pytest.raises(ValueError):
         TransformersBackend("unused", dtype="float8")
     assert backend.score([]) == [] and backend.generate([]) == []
+
+
+def test_score_in_chunks_of_the_vocabulary_equals_one_pass(backend, tokenizer, monkeypatch):
+    # score() bounds the float32 log-probabilities it holds at once (answer positions x vocabulary); a chunk of one
+    # position, or of a few that split requests, gives bit-identical scores to one chunk per batch
+    from confgrid.actors import transformers_backend
+
+    reqs = _requests(len(tokenizer), n=9, seed=3)
+    whole = backend.score(reqs)
+    for positions in (1, 3):
+        monkeypatch.setattr(transformers_backend, "_SCORE_CHUNK_ELEMENTS", positions * len(tokenizer))
+        for a, b in zip(whole, backend.score(reqs), strict=True):
+            np.testing.assert_array_equal(a, b)
