@@ -47,6 +47,20 @@ Not a test. Two clusters (``--cluster``):
     once it has loaded. Modes: default and elastic only (one model: the
     baseline is the default).
 
+``--workload`` (``--cluster 8gpu`` only)
+    ``short`` (default): the grid above, about 1 s of compute per model against
+    5-25 s loads. ``long``: every model with ``batch_size: 1`` and a
+    self-consistency method of ``LONG_K`` samples (default 32 items), computed
+    on the 2 shared cores, so 8 replicas computing at once slow one another
+    and every load. ``sim``: the short grid plus simulated device time: each
+    replica sleeps ``--sim-load-s`` (10) after loading its model and
+    ``--sim-request-s`` (0.4) per request after each engine call (a Ray worker
+    setup hook wraps the transformers backend, ``_sim_hook``), so a model's
+    work and load have the ratio of a user's cluster (tunable) and one
+    replica's device time does not slow another's, as on real GPUs; what is
+    measured is the scheduler. ``--no-baseline`` leaves out the one-at-a-time
+    mode.
+
 Each mode runs the grid ``--repeats`` times per mode, in alternating order,
 into fresh output directories, on the same cluster:
 
@@ -90,6 +104,7 @@ Usage::
     .venv/bin/python benchmarks/schedule_bench.py --cluster 8gpu --items 8 --repeats 1   # quick
     .venv/bin/python benchmarks/schedule_bench.py --cluster 8gpu --elastic --repeats 3    # before/after elastic
     .venv/bin/python benchmarks/schedule_bench.py --cluster long --elastic --repeats 2     # one long model
+    .venv/bin/python benchmarks/schedule_bench.py --cluster 8gpu --workload sim --elastic --repeats 1   # device time simulated
 """
 
 from __future__ import annotations
@@ -123,33 +138,83 @@ LONG_MODELS = [{"name": "long", "model": "confgrid-fixture", "chat_template": Tr
                 "batch_size": 1}]
 #: ``--cluster long``: samples per question of its self-consistency method (the long part of its queue).
 LONG_K = 8
+#: ``--workload sim``: simulated device time, seconds (load, per request). Each replica sleeps this long after loading
+#: its model and after each engine call, per request (a sampling request counts its ``n`` samples), so a model's work
+#: is about 29 s of one replica against a 10 s load, and replicas do not slow one another on the 2 shared cores.
+SIM_ENV = "CONFGRID_BENCH_SIM"
+SIM_DEFAULT = (10.0, 0.4)
 #: Tensor-parallel sizes set on the parsed spec (the grid allows them only for vLLM; see the module docstring).
 CLUSTER_TP = {"tp2": 2, "tp4": 4}
 BASELINE = "baseline (max_concurrent_models=1)"
 ELASTIC = "elastic (max_replicas: auto)"
 
 
-def grid(items: int, concurrent: int | None, cluster: str = "local", elastic: bool = False) -> dict:
-    """The benchmark's grid (a dict for ``parse_grid``); ``elastic``: every model gets ``max_replicas: auto``."""
+def grid(items: int, concurrent: int | None, cluster: str = "local", elastic: bool = False,
+         workload: str = "short") -> dict:
+    """The benchmark's grid (a dict for ``parse_grid``); ``elastic``: every model gets ``max_replicas: auto``;
+    ``workload == "long"`` (implied by ``cluster == "long"``): every model scores one sequence per forward pass
+    (``batch_size: 1``) and samples ``LONG_K`` answers per question (self-consistency), in shards of 4."""
     big = cluster in ("8gpu", "long")
+    long = cluster == "long" or workload == "long"
     models = {"8gpu": CLUSTER_MODELS, "long": LONG_MODELS}.get(cluster, MODELS)
+    if long:
+        models = [dict(m, batch_size=1) for m in models]
     return {
         "name": "schedule-bench",
         "models": [dict(m, max_replicas="auto") for m in models] if elastic else models,
         "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": items, "seed": 0}],
         "scoring": {"contexts": ["bare", "guess_slot"] if cluster == "8gpu" else ["bare", "answer_slot", "guess_slot"]},
-        **({"methods": [{"id": "sc", "kind": "self_consistency", "k": LONG_K}]} if cluster == "long" else {}),
+        **({"methods": [{"id": "sc", "kind": "self_consistency", "k": LONG_K}]} if long else {}),
         "metrics": {"names": ["ece", "auroc", "aurc"]},
         "bootstrap": {"resamples": 200},
-        "execution": {"shard_size": 4 if cluster == "long" else 8 if big else 16, "max_concurrent_models": concurrent},
+        "execution": {"shard_size": 4 if long else 8 if big else 16, "max_concurrent_models": concurrent},
     }
 
 
-def spec_for(items: int, concurrent: int | None, cluster: str, elastic: bool = False):
+def _sim_hook():
+    """Ray worker setup hook of ``--workload sim`` (pickled by value: this file is ``__main__``): the transformers
+    backend computes as always, then sleeps the simulated device time of ``$CONFGRID_BENCH_SIM`` ("load,per_request"
+    seconds) after loading and after each engine call, so the replicas' spans are those of a GPU cluster where one
+    replica's compute does not slow another's."""
+    import functools
+    import os
+    import time
+
+    from confgrid.actors import transformers_backend as tb
+
+    cls = tb.TransformersBackend
+    if getattr(cls, "_bench_sim", False) or not os.environ.get("CONFGRID_BENCH_SIM"):
+        return
+    load_s, per_request = (float(x) for x in os.environ["CONFGRID_BENCH_SIM"].split(","))
+
+    def timed(fn, count):
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            out = fn(self, *args, **kwargs)
+            time.sleep(per_request * count(args, kwargs))
+            return out
+        return wrapper
+
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def loaded(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        time.sleep(load_s)
+
+    cls.__init__ = loaded
+    first = lambda a, k: len(a[0]) if a else len(next(iter(k.values())))  # noqa: E731
+    for name in ("generate", "score", "next_token", "hidden_states"):
+        setattr(cls, name, timed(getattr(cls, name), first))
+    cls.generate_samples = timed(cls.generate_samples, lambda a, k: first(a, k) * int(k.get("n", 1)))
+    cls._bench_sim = True
+
+
+def spec_for(items: int, concurrent: int | None, cluster: str, elastic: bool = False, workload: str = "short"):
     """The parsed grid; with ``cluster == "8gpu"`` tp2 and tp4 get their tensor-parallel sizes (CLUSTER_TP)."""
     from confgrid.flows.spec.grid import parse_grid
 
-    spec = parse_grid(grid(items, concurrent, cluster, elastic))
+    spec = parse_grid(grid(items, concurrent, cluster, elastic, workload))
     if cluster != "8gpu":
         return spec
     models = tuple(m.model_copy(update={"tensor_parallel_size": CLUSTER_TP[m.name]}) if m.name in CLUSTER_TP else m
@@ -203,13 +268,13 @@ def timeline(out: Path, nodes: dict[str, str] | None = None) -> dict:
 
 
 def run_once(items: int, mode: str, root: Path, cluster: str = "local", address: str | None = None,
-             nodes: dict[str, str] | None = None) -> dict:
+             nodes: dict[str, str] | None = None, workload: str = "short") -> dict:
     """One run of the grid in ``mode`` (BASELINE, "default" or ELASTIC) into a fresh directory under ``root``; its
     wall time and :func:`timeline`."""
     from confgrid.flows.runner import run_grid
 
     out = Path(tempfile.mkdtemp(prefix="sched-", dir=root))
-    spec = spec_for(items, 1 if mode == BASELINE else None, cluster, elastic=mode == ELASTIC)
+    spec = spec_for(items, 1 if mode == BASELINE else None, cluster, elastic=mode == ELASTIC, workload=workload)
     t0 = time.perf_counter()
     summary = run_grid(spec, out, address=address)
     wall = time.perf_counter() - t0
@@ -241,8 +306,9 @@ def _print_run(r: dict, goal: int, per_replica: bool) -> None:
               + ", ".join(f"{m} {s:.1f}" for m, s in r["model_spans_s"].items()))
 
 
-def _start_8gpu():
-    """The two-worker cluster of ``--cluster 8gpu``, joined by this process; returns (cluster, node names)."""
+def _start_8gpu(sim: tuple[float, float] | None = None):
+    """The two-worker cluster of ``--cluster 8gpu``, joined by this process; returns (cluster, node names). With
+    ``sim`` (load, per-request seconds) every worker process of the job runs :func:`_sim_hook`."""
     import ray
 
     from confgrid.cluster.local import start_local_cluster
@@ -251,7 +317,8 @@ def _start_8gpu():
     cluster = start_local_cluster(workers=2, gpus_per_worker=4, cpus_per_worker=4, head_cpus=1,
                                   python=sys.executable, env={"OMP_NUM_THREADS": "1"})
     try:
-        ray.init(address=cluster.address, log_to_driver=False)
+        env = {} if sim is None else {"env_vars": {SIM_ENV: f"{sim[0]},{sim[1]}"}, "worker_process_setup_hook": _sim_hook}
+        ray.init(address=cluster.address, log_to_driver=False, runtime_env=env or None)
     except BaseException:
         cluster.stop()
         raise
@@ -273,9 +340,23 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=2, help="--cluster local: GPUs the local cluster declares (default 2)")
     ap.add_argument("--elastic", action="store_true",
                     help="also run each repeat with max_replicas: auto on every model (a third mode)")
+    ap.add_argument("--workload", choices=("short", "long", "sim"), default="short",
+                    help="--cluster 8gpu: short (batched calls, about 1 s of compute per model; default), long "
+                    "(batch_size 1 and self-consistency with LONG_K samples per question: each model's queue "
+                    "outlasts its load, computed on the 2 shared cores) or sim (the short grid plus simulated "
+                    "device time: --sim-load-s after each load, --sim-request-s per request after each call)")
+    ap.add_argument("--sim-load-s", type=float, default=SIM_DEFAULT[0], help="--workload sim: seconds per load")
+    ap.add_argument("--sim-request-s", type=float, default=SIM_DEFAULT[1],
+                    help="--workload sim: seconds per request of an engine call")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="--cluster 8gpu: leave out the baseline mode (the models one at a time), e.g. for a long "
+                    "--workload sim whose baseline is the sum of the models' spans anyway")
     ap.add_argument("--json", type=Path, default=None, help="also write every run's numbers to this file")
     args = ap.parse_args()
-    items = args.items if args.items is not None else {"8gpu": 24, "long": 128}.get(args.cluster, 60)
+    if args.workload != "short" and args.cluster != "8gpu":
+        ap.error(f"--workload {args.workload}: use --cluster 8gpu (or --cluster long, one model whose workload is long)")
+    items = args.items if args.items is not None else {
+        "8gpu": 32 if args.workload == "long" else 24, "long": 128}.get(args.cluster, 60)
     os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bar between the printed lines (read when tqdm loads)
 
     import ray
@@ -285,9 +366,9 @@ def main() -> None:
     load_before = os.getloadavg()
     cluster, nodes, address = None, None, None
     if args.cluster == "8gpu":
-        cluster, nodes = _start_8gpu()
+        cluster, nodes = _start_8gpu((args.sim_load_s, args.sim_request_s) if args.workload == "sim" else None)
         address = cluster.address
-        specs = spec_for(items, None, "8gpu").models
+        specs = spec_for(items, None, "8gpu", workload=args.workload).models
         goal = sum(m.replicas for m in specs)
     else:
         ray.init(num_gpus=args.gpus, num_cpus=args.gpus, include_dashboard=False, log_to_driver=False)
@@ -298,15 +379,18 @@ def main() -> None:
     print(f"Ray cluster: {res.get('GPU', 0):g} declared GPUs, {res.get('CPU', 0):g} CPUs; {os.cpu_count()} cores; "
           f"load average {load_before[0]:.2f} (before the cluster started) {os.getloadavg()[0]:.2f} (now)")
     print(f"grid: {len(specs)} models ({', '.join(f'{m.name} x{m.replicas} tp{m.tensor_parallel_size}' for m in specs)}"
-          f") x {items} TriviaQA items; outputs under {root}\n")
+          f") x {items} TriviaQA items, {args.workload} workload"
+          f"{f' ({args.sim_load_s:g} s per load, {args.sim_request_s:g} s per request)' if args.workload == 'sim' else ''}"
+          f"; outputs under {root}\n")
     runs = []
     try:
-        modes = ([] if args.cluster == "long" else [BASELINE]) + ["default"] + ([ELASTIC] if args.elastic else [])
+        modes = ([] if args.cluster == "long" or args.no_baseline else [BASELINE]) + ["default"] + (
+            [ELASTIC] if args.elastic else [])
         for rep in range(args.repeats):
             order = modes[rep % len(modes):] + modes[:rep % len(modes)] if args.elastic else (
                 modes if rep % 2 == 0 else modes[::-1])
             for mode in order:
-                r = run_once(items, mode, root, args.cluster, address, nodes)
+                r = run_once(items, mode, root, args.cluster, address, nodes, args.workload)
                 r["load_average"] = os.getloadavg()[0]
                 runs.append(r)
                 _print_run(r, goal, per_replica=args.cluster != "local")
@@ -321,8 +405,9 @@ def main() -> None:
           if BASELINE in best else f"\nfastest default {new['wall_s']:.1f} s")
     if ELASTIC in best:
         el = best[ELASTIC]
-        print(f"fastest elastic {el['wall_s']:.1f} s -> baseline / elastic {base['wall_s'] / el['wall_s']:.2f}x, "
-              f"default / elastic {new['wall_s'] / el['wall_s']:.2f}x")
+        print(f"fastest elastic {el['wall_s']:.1f} s -> "
+              + (f"baseline / elastic {base['wall_s'] / el['wall_s']:.2f}x, " if BASELINE in best else "")
+              + f"default / elastic {new['wall_s'] / el['wall_s']:.2f}x")
         for m in ("default", ELASTIC):
             shares = [r["idle_share"] for r in runs if r["mode"] == m]
             walls = [r["wall_s"] for r in runs if r["mode"] == m]
@@ -331,7 +416,7 @@ def main() -> None:
                   f"{len(shares)} run(s)")
     if args.cluster == "local":
         print(f"(issue 8 target >= 1.6x: {'MET' if ratio >= 1.6 else 'NOT MET'})")
-    elif args.cluster == "8gpu":
+    elif args.cluster == "8gpu" and BASELINE in best:
         print(f"baseline: the models one after another; sum of their pools' spans {sum(base['model_spans_s'].values()):.1f} s")
     once = all(not r["reloaded"] and r["loads"] <= r["replicas_asked"] for r in runs)
     print(f"model loads per run: {[r['loads'] for r in runs]} for {goal} replicas"
@@ -342,7 +427,8 @@ def main() -> None:
           + ", ".join(f"{r['mode'].split(' ')[0]} {r['idle_share']:.1%}" for r in runs)
           + f"; load average now {os.getloadavg()[0]:.2f}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"cluster": args.cluster, "items": items, "repeats": args.repeats,
+        args.json.write_text(json.dumps({"cluster": args.cluster, "workload": args.workload, "items": items,
+                                         "repeats": args.repeats,
                                          "load_before": load_before, "runs": runs, "ratio": ratio}, indent=1))
         print(f"numbers written to {args.json}")
 
