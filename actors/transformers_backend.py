@@ -462,13 +462,14 @@ class TransformersBackend:
             rows, cols, targets = [], [], []
             for row, i in enumerate(batch):
                 ctx, ans = requests[i]
-                rows += [row] * len(ans)
-                cols += range(len(ctx) - 1, len(ctx) + len(ans) - 1)
-                targets += ans
+                # extend, not +=: `list += ndarray` (or a tensor) adds elementwise instead of appending
+                rows.extend([row] * len(ans))
+                cols.extend(range(len(ctx) - 1, len(ctx) + len(ans) - 1))
+                targets.extend(ans)
             rows_t = torch.tensor(rows, dtype=torch.long, device=logits.device)
             cols_t = torch.tensor(cols, dtype=torch.long, device=logits.device)
             target_t = torch.tensor(targets, dtype=torch.long, device=logits.device).unsqueeze(-1)
-            step = max(1, _SCORE_CHUNK_ELEMENTS // logits.shape[-1])  # float32 rows of the vocabulary per chunk
+            step = max(1, int(_SCORE_CHUNK_ELEMENTS // logits.shape[-1]))  # float32 rows of the vocabulary per chunk
             parts = [torch.log_softmax(logits[rows_t[k : k + step], cols_t[k : k + step]].float(), dim=-1)
                      .gather(-1, target_t[k : k + step]).squeeze(-1) for k in range(0, len(rows), step)]
             flat = torch.cat(parts).cpu().numpy().astype(np.float64)

@@ -59,7 +59,11 @@ Not a test. Two clusters (``--cluster``):
     work and load have the ratio of a user's cluster (tunable) and one
     replica's device time does not slow another's, as on real GPUs; what is
     measured is the scheduler. ``--no-baseline`` leaves out the one-at-a-time
-    mode.
+    mode (``--cluster 8gpu``; ``--cluster long`` runs none anyway; the
+    ``--json`` file's ``ratio`` is then null). ``--sim-load-s`` and
+    ``--sim-request-s`` (seconds >= 0) are for ``--workload sim`` only; a
+    combination that cannot run as asked stops at once with one line naming
+    the flag, its value and what is allowed.
 
 Each mode runs the grid ``--repeats`` times per mode, in alternating order,
 into fresh output directories, on the same cluster:
@@ -112,6 +116,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -329,7 +334,9 @@ def _start_8gpu(sim: tuple[float, float] | None = None):
     return cluster, names
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, int]:
+    """The command line (``argv``, default ``sys.argv[1:]``) and the items per model it asks for. A combination that
+    cannot run as asked exits at once (status 2) with one line naming the flag, its value and what is allowed."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cluster", choices=("local", "8gpu", "long"), default="local",
                     help="local: ray.init with --gpus declared GPUs; 8gpu: a head and two 4-GPU workers; long: one "
@@ -345,18 +352,41 @@ def main() -> None:
                     "(batch_size 1 and self-consistency with LONG_K samples per question: each model's queue "
                     "outlasts its load, computed on the 2 shared cores) or sim (the short grid plus simulated "
                     "device time: --sim-load-s after each load, --sim-request-s per request after each call)")
-    ap.add_argument("--sim-load-s", type=float, default=SIM_DEFAULT[0], help="--workload sim: seconds per load")
-    ap.add_argument("--sim-request-s", type=float, default=SIM_DEFAULT[1],
-                    help="--workload sim: seconds per request of an engine call")
+    ap.add_argument("--sim-load-s", type=float, default=None,
+                    help=f"--workload sim: seconds per load, >= 0 (default {SIM_DEFAULT[0]:g})")
+    ap.add_argument("--sim-request-s", type=float, default=None,
+                    help=f"--workload sim: seconds per request of an engine call, >= 0 (default {SIM_DEFAULT[1]:g})")
     ap.add_argument("--no-baseline", action="store_true",
                     help="--cluster 8gpu: leave out the baseline mode (the models one at a time), e.g. for a long "
                     "--workload sim whose baseline is the sum of the models' spans anyway")
     ap.add_argument("--json", type=Path, default=None, help="also write every run's numbers to this file")
-    args = ap.parse_args()
-    if args.workload != "short" and args.cluster != "8gpu":
-        ap.error(f"--workload {args.workload}: use --cluster 8gpu (or --cluster long, one model whose workload is long)")
+    args = ap.parse_args(argv)
+    for flag, value in (("--items", args.items), ("--repeats", args.repeats), ("--gpus", args.gpus)):
+        if value is not None and value < 1:
+            ap.error(f"{flag} {value}: must be at least 1")
+    if args.workload != "short" and args.cluster != "8gpu" and not (args.workload == "long" and args.cluster == "long"):
+        ap.error(f"--workload {args.workload} with --cluster {args.cluster}: --workload long or sim needs "
+                 "--cluster 8gpu (--cluster long is one model whose workload is long already)")
+    for flag, i in (("--sim-load-s", 0), ("--sim-request-s", 1)):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None and args.workload != "sim":
+            ap.error(f"{flag} {value:g}: only with --workload sim (got --workload {args.workload})")
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            ap.error(f"{flag} {value:g}: must be a finite number of seconds >= 0")
+        if value is None:
+            setattr(args, flag[2:].replace("-", "_"), SIM_DEFAULT[i])
+    if args.no_baseline and args.cluster == "local":
+        ap.error("--no-baseline with --cluster local: the local benchmark is the baseline / default ratio; "
+                 "use --cluster 8gpu (--cluster long runs no baseline anyway)")
+    if args.json is not None and not args.json.parent.is_dir():
+        ap.error(f"--json {args.json}: its folder {args.json.parent} does not exist")
     items = args.items if args.items is not None else {
         "8gpu": 32 if args.workload == "long" else 24, "long": 128}.get(args.cluster, 60)
+    return args, items
+
+
+def main() -> None:
+    args, items = parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bar between the printed lines (read when tqdm loads)
 
     import ray
@@ -429,7 +459,8 @@ def main() -> None:
     if args.json is not None:
         args.json.write_text(json.dumps({"cluster": args.cluster, "workload": args.workload, "items": items,
                                          "repeats": args.repeats,
-                                         "load_before": load_before, "runs": runs, "ratio": ratio}, indent=1))
+                                         "load_before": load_before, "runs": runs,
+                                         "ratio": ratio if BASELINE in best else None}, indent=1))
         print(f"numbers written to {args.json}")
 
 

@@ -209,3 +209,48 @@ def test_score_in_chunks_of_the_vocabulary_equals_one_pass(backend, tokenizer, m
         monkeypatch.setattr(transformers_backend, "_SCORE_CHUNK_ELEMENTS", positions * len(tokenizer))
         for a, b in zip(whole, backend.score(reqs), strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def _one_forward_each(model_dir, reqs):
+    # the reference: one unpadded forward per request, log_softmax in float32, the answer ids gathered
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    out = []
+    for ctx, ans in reqs:
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([list(ctx) + list(ans)])).logits[0].float(), dim=-1)
+        out.append(np.array([logp[len(ctx) - 1 + j, int(tok)].item() for j, tok in enumerate(ans)]))
+    return out
+
+
+def test_score_chunks_that_split_requests_match_one_forward_each(model_dir, tokenizer, monkeypatch):
+    # answers of 1 to 40 tokens next to one another in a batch, batches of 1, 3 and all, and chunks of 1 or 2.5
+    # answer positions (so chunk boundaries fall inside requests and inside batches); and a single request
+    from confgrid.actors import transformers_backend
+
+    vocab, rng = len(tokenizer), random.Random(11)
+    mixed = [(_random_ids(rng, c, vocab), _random_ids(rng, a, vocab))
+             for c, a in [(1, 1), (50, 1), (2, 40), (30, 3), (1, 17), (20, 1), (3, 2)]]
+    single = [(_random_ids(rng, 4, vocab), _random_ids(rng, 5, vocab))]
+    want = {"mixed": _one_forward_each(model_dir, mixed), "single": _one_forward_each(model_dir, single)}
+    for batch_size in (1, 3, 64):
+        be = TransformersBackend(model_dir, dtype="float32", device="cpu", batch_size=batch_size)
+        for chunk in (vocab, int(2.5 * vocab)):
+            monkeypatch.setattr(transformers_backend, "_SCORE_CHUNK_ELEMENTS", chunk)
+            for name, reqs in (("mixed", mixed), ("single", single)):
+                got = be.score(reqs)
+                assert [g.shape for g in got] == [(len(a),) for _, a in reqs], (batch_size, chunk, name)
+                for g, w in zip(got, want[name], strict=True):
+                    np.testing.assert_allclose(g, w, rtol=0, atol=1e-5, err_msg=f"{batch_size=} {chunk=} {name}")
+
+
+def test_score_takes_ids_as_arrays_and_tuples(backend, tokenizer):
+    # ids given as numpy arrays, tensors or tuples score as lists do (the batch's answer ids are collected with
+    # extend: `list += ndarray` would add the ids elementwise, or fail on a length mismatch)
+    reqs = _requests(len(tokenizer), n=6, seed=4)
+    want = backend.score(reqs)
+    for convert in (np.array, torch.tensor, tuple):
+        got = backend.score([(convert(c), convert(a)) for c, a in reqs])
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
