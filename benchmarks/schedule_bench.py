@@ -1,6 +1,6 @@
 """Benchmark of the model-major scheduler: pools in parallel against one model at a time.
 
-Not a test. Two clusters (``--cluster``):
+Not a test. Three clusters (``--cluster``):
 
 ``local`` (default; issue 8)
     A local Ray cluster declares 2 GPUs it does not have
@@ -344,7 +344,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, int]:
     ap.add_argument("--items", type=int, default=None,
                     help="TriviaQA questions per model (default 60 local, 24 8gpu, 128 long)")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each mode; the fastest is kept (default 2)")
-    ap.add_argument("--gpus", type=int, default=2, help="--cluster local: GPUs the local cluster declares (default 2)")
+    ap.add_argument("--gpus", type=int, default=2, help="--cluster local or long: GPUs the local cluster declares (default 2; --cluster 8gpu declares 8)")
     ap.add_argument("--elastic", action="store_true",
                     help="also run each repeat with max_replicas: auto on every model (a third mode)")
     ap.add_argument("--workload", choices=("short", "long", "sim"), default="short",
@@ -375,6 +375,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, int]:
             ap.error(f"{flag} {value:g}: must be a finite number of seconds >= 0")
         if value is None:
             setattr(args, flag[2:].replace("-", "_"), SIM_DEFAULT[i])
+    if args.cluster == "8gpu" and args.gpus != ap.get_default("gpus"):
+        ap.error(f"--gpus {args.gpus} with --cluster 8gpu: that cluster declares 8 GPUs (two workers of 4); "
+                 "--gpus is for --cluster local or long")
     if args.no_baseline and args.cluster == "local":
         ap.error("--no-baseline with --cluster local: the local benchmark is the baseline / default ratio; "
                  "use --cluster 8gpu (--cluster long runs no baseline anyway)")
@@ -395,25 +398,25 @@ def main() -> None:
     logging.getLogger("confgrid").setLevel(logging.WARNING)
     load_before = os.getloadavg()
     cluster, nodes, address = None, None, None
-    if args.cluster == "8gpu":
-        cluster, nodes = _start_8gpu((args.sim_load_s, args.sim_request_s) if args.workload == "sim" else None)
-        address = cluster.address
-        specs = spec_for(items, None, "8gpu", workload=args.workload).models
-        goal = sum(m.replicas for m in specs)
-    else:
-        ray.init(num_gpus=args.gpus, num_cpus=args.gpus, include_dashboard=False, log_to_driver=False)
-        specs = spec_for(items, None, args.cluster).models
-        goal = len(specs)
-    root = Path(tempfile.mkdtemp(prefix="schedule-bench-"))
-    res = ray.cluster_resources()
-    print(f"Ray cluster: {res.get('GPU', 0):g} declared GPUs, {res.get('CPU', 0):g} CPUs; {os.cpu_count()} cores; "
-          f"load average {load_before[0]:.2f} (before the cluster started) {os.getloadavg()[0]:.2f} (now)")
-    print(f"grid: {len(specs)} models ({', '.join(f'{m.name} x{m.replicas} tp{m.tensor_parallel_size}' for m in specs)}"
-          f") x {items} TriviaQA items, {args.workload} workload"
-          f"{f' ({args.sim_load_s:g} s per load, {args.sim_request_s:g} s per request)' if args.workload == 'sim' else ''}"
-          f"; outputs under {root}\n")
     runs = []
     try:
+        if args.cluster == "8gpu":
+            cluster, nodes = _start_8gpu((args.sim_load_s, args.sim_request_s) if args.workload == "sim" else None)
+            address = cluster.address
+            specs = spec_for(items, None, "8gpu", workload=args.workload).models
+            goal = sum(m.replicas for m in specs)
+        else:
+            ray.init(num_gpus=args.gpus, num_cpus=args.gpus, include_dashboard=False, log_to_driver=False)
+            specs = spec_for(items, None, args.cluster).models
+            goal = len(specs)
+        root = Path(tempfile.mkdtemp(prefix="schedule-bench-"))
+        res = ray.cluster_resources()
+        print(f"Ray cluster: {res.get('GPU', 0):g} declared GPUs, {res.get('CPU', 0):g} CPUs; {os.cpu_count()} cores; "
+              f"load average {load_before[0]:.2f} (before the cluster started) {os.getloadavg()[0]:.2f} (now)")
+        print(f"grid: {len(specs)} models ({', '.join(f'{m.name} x{m.replicas} tp{m.tensor_parallel_size}' for m in specs)}"
+              f") x {items} TriviaQA items, {args.workload} workload"
+              f"{f' ({args.sim_load_s:g} s per load, {args.sim_request_s:g} s per request)' if args.workload == 'sim' else ''}"
+              f"; outputs under {root}\n")
         modes = ([] if args.cluster == "long" or args.no_baseline else [BASELINE]) + ["default"] + (
             [ELASTIC] if args.elastic else [])
         for rep in range(args.repeats):

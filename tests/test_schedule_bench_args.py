@@ -31,6 +31,7 @@ def bench():
     ("--cluster 8gpu --repeats 0", "--repeats 0: must be at least 1"),
     ("--cluster 8gpu --items -3", "--items -3: must be at least 1"),
     ("--cluster 8gpu --json /nonexistent-dir/x.json", "--json /nonexistent-dir/x.json: its folder"),
+    ("--cluster 8gpu --gpus 4", "--gpus 4 with --cluster 8gpu: that cluster declares 8 GPUs"),
 ])
 def test_a_combination_that_cannot_run_fails_at_once(bench, capsys, argv, says):
     with pytest.raises(SystemExit) as exc:
