@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 from tqdm.auto import tqdm
 
-from confgrid.flows.execute.pools import Growth, ModelPool, PoolDemand, Replica, grow_replicas, max_replicas
+from confgrid.flows.execute.pools import (Growth, ModelPool, PoolDemand, Replica, grow_replicas, max_replicas,
+                                          start_latency)
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.flows.spec.grid import parse_grid
 from confgrid.flows.store.run_store import RunStore
@@ -23,9 +24,10 @@ ONE = {"GPU": 1.0, "CPU": 1.0}
 TP4 = {"GPU": 4.0, "CPU": 4.0}
 
 
-def _d(model, replicas=1, queued=0, need=ONE, most=8, unplaced=0, load_s=5.0, work_s=100.0) -> PoolDemand:
+def _d(model, replicas=1, queued=0, need=ONE, most=8, unplaced=0, load_s=5.0, work_s=100.0,
+       start_s=0.0) -> PoolDemand:
     """A pool; by default measured: a load takes 5 s, its queue 100 s on one replica (extra ones pay)."""
-    return PoolDemand(model, dict(need), replicas, most, queued, unplaced, load_s, work_s)
+    return PoolDemand(model, dict(need), replicas, most, queued, unplaced, load_s, work_s, start_s)
 
 
 # -- the decision, by hand ----------------------------------------------------------------------
@@ -91,6 +93,31 @@ def test_an_extra_replica_only_when_the_queue_outlasts_a_load():
     # not measured yet (no replica loaded, or no call finished): no extra replica
     assert grow_replicas([_d("m", 1, 6, load_s=6.0, work_s=None)], free, 2) == Growth()
     assert grow_replicas([_d("m", 1, 6, load_s=None, work_s=None)], free, 2) == Growth()
+
+
+def test_the_start_of_a_replica_counts_with_its_load():
+    free = {"a": {"GPU": 8.0, "CPU": 8.0}}
+    # 60 s of queue, 10 s loads, 9 calls with 1 in flight. Without a start: W / r > 10 for r = 1..5 -> 5 extra
+    # replicas; with 10 s to start: W / r > 20 for r = 1 (60), 2 (30), not 3 (20) -> 2 extra replicas
+    assert len(grow_replicas([_d("m", 1, 9, load_s=10.0, work_s=60.0)], free, 1).start) == 5
+    assert len(grow_replicas([_d("m", 1, 9, load_s=10.0, work_s=60.0, start_s=10.0)], free, 1).start) == 2
+    # a start as long as the queue: W / r = 60 is not > 10 + 50 -> none
+    assert grow_replicas([_d("m", 1, 9, load_s=10.0, work_s=60.0, start_s=50.0)], free, 1) == Growth()
+
+
+def test_start_latency_by_hand():
+    assert start_latency([]) == 0.0
+    assert start_latency([Replica("m", 0, 0, requested_at=100.0)]) == 0.0  # no load begun yet
+    waited = Replica("m", 0, 0, requested_at=100.0, loading=[[160.0, 170.0]])  # 60 s waiting for resources
+    at_once = Replica("n", 0, 0, requested_at=100.0, loading=[[107.5, 117.5], [300.0, 310.0]])  # restarted later
+    assert start_latency([waited, at_once]) == 7.5  # the least: the replica placed at once; the first load counts
+    # the replica's clock a little behind the driver's: clipped at 0
+    assert start_latency([Replica("m", 0, 0, requested_at=100.0, loading=[[99.9, 105.0]])]) == 0.0
+    # extra replicas are asked for on free resources: their median counts, the others' no longer do
+    extra = [Replica("m", i, 0, requested_at=200.0, loading=[[200.0 + s, 210.0 + s]], elastic=True)
+             for i, s in enumerate((12.0, 5.0, 15.0, 9.0), 1)]
+    assert start_latency([waited, at_once, *extra[:3]]) == 12.0
+    assert start_latency([waited, at_once, *extra]) == 10.5  # (9 + 12) / 2
 
 
 def test_longest_queue_per_replica_first_on_the_best_fitting_node():
@@ -221,9 +248,10 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_pa
     e._grow_pools()
     assert asked == []  # el#0 has not loaded nor finished a call: nothing says an extra replica would pay
     el0 = e.pools["el"].replicas[0]
-    el0.state, el0.loads, el0.load_seconds = "ready", 1, 5.0  # loaded in 5 s
+    el0.state, el0.loads, el0.load_seconds = "ready", 1, 5.0  # started in 1 s, loaded in 5 s
+    el0.loading = [[el0.requested_at + 1.0, el0.requested_at + 6.0]]
     el0.busy_seconds, el0.requests = 1.0, 1  # 1 request per busy second: its 16 queued requests take 16 s: W / r
-    # > 5 s for r = 1 (16), 2 (8), 3 (5.3)
+    # > 1 + 5 s for r = 1 (16), 2 (8), not 3 (5.3): max_replicas 3 takes 2 extra replicas
     placed["fixed#0"] = False  # the fixed model's replica waits for resources: it comes first
     e._grow_at = 0.0
     with caplog.at_level(logging.INFO, "confgrid"):
@@ -237,7 +265,8 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_pa
     with caplog.at_level(logging.INFO, "confgrid"):
         e._grow_pools()
     assert asked == ["el#1", "el#2"]
-    assert "model el: extra replica el#1 asked for (max_replicas 3): 8 call(s) queued for 1 replica(s)" in caplog.text
+    assert ("model el: extra replica el#1 asked for (max_replicas 3): 8 call(s) queued for 1 replica(s), 16 s of one "
+            "replica's work against 1 s to start and 5 s to load; {GPU: 1, CPU: 1} free on node w1") in caplog.text
     assert [r.elastic for r in e.pools["el"].replicas] == [False, True, True]
     assert [r.record()["elastic"] for r in e.pools["el"].replicas] == [False, True, True]
     e._grow_at = 0.0

@@ -240,8 +240,8 @@ def test_elastic_replicas_start_on_idle_gpus_only_for_queued_work(four_gpus, tmp
     (one per call, 2 calls in flight per replica), then 32 score shards. ``packed`` packs its shards into calls
     of up to 512 requests (1 generate call, then one per context), which its one replica takes at once: it
     gets none. Whether a queue outlasts a load depends on how busy the 2 cores are, so the measured load time
-    the decision reads is scaled down to 1 ms (the rule itself is tested by hand in tests/test_elastic.py); it
-    still needs a replica of the model loaded and a call finished. Every extra replica is asked for after that,
+    the decision reads is scaled down to 1 ms and the start time to 0 (the rule itself is tested by hand in
+    tests/test_elastic.py); it still needs a replica of the model loaded and a call finished. Every extra replica is asked for after that,
     with more calls queued than its model's replicas take, on GPUs free then; each replica loads at most once
     and every shard is computed once (extra replicas that loaded took calls from the same queue; on 2 cores
     they are often withdrawn while loading, the first replica having ended the queue)."""
@@ -255,7 +255,7 @@ def test_elastic_replicas_start_on_idle_gpus_only_for_queued_work(four_gpus, tmp
 
     def fast_loads(self, *a, **kw):
         d = demand(self, *a, **kw)
-        return dataclasses.replace(d, load_s=None if d.load_s is None else 0.001)
+        return dataclasses.replace(d, load_s=None if d.load_s is None else 0.001, start_s=0.0)
 
     monkeypatch.setattr(ModelPool, "demand", fast_loads)
     grid = _grid(models=[dict(MODELS[0], name="el", max_replicas="auto"),

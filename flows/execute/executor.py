@@ -17,7 +17,7 @@ Scheduling
     and twice only when such work exists).
     Elastic replicas (``models[].max_replicas``): while a model has more
     queued calls than its replicas take at once, its measured queue outlasts
-    a load, and resources sit free (no other pool waiting for them), extra
+    a replica's start and load, and resources sit free (no other pool waiting for them), extra
     replicas of it start there (pools.py ``grow_replicas`` decides, this loop
     applies); they leave with their pool, and each loads its model once.
 
@@ -83,6 +83,7 @@ from confgrid.flows.execute.pools import (
     max_replicas,
     model_config,
     node_resources,
+    start_latency,
     start_order,
 )
 from confgrid.flows.store.runlog import LOG_NAME, trace
@@ -490,21 +491,24 @@ class Executor(ReplicaLiveness):
                  and self._max_replicas.get(p.name, 0) > len(p.live())]
         if not pools:
             return
-        demands, queued = [], {}
+        demands, queued = {}, {}
+        start_s = start_latency([r for p in self.history for r in p.replicas])
         for pool in self._alive_pools():
             queued[pool.name] = self._queued_calls(pool.name)
-            demands.append(pool.demand(self._needs[pool.name][1], self._max_replicas[pool.name], *queued[pool.name],
-                                       unplaced=len(pool.unplaced())))
+            demands[pool.name] = pool.demand(self._needs[pool.name][1], self._max_replicas[pool.name],
+                                             *queued[pool.name], unplaced=len(pool.unplaced()), start_s=start_s)
         starting = [m for m, q in self._queues.items() if q and m not in self.pools and m not in self._dead_reason]
-        growth = grow_replicas(demands, free_per_node(), self.spec.execution.calls_in_flight, starting)
+        growth = grow_replicas(list(demands.values()), free_per_node(), self.spec.execution.calls_in_flight,
+                               starting)
         for name, node in growth.start:
-            pool = self.pools[name]
+            pool, d = self.pools[name], demands[name]
             live = len(pool.live())
             rep = pool.add_replica(self._cluster)
             self._ping(rep)
-            log.info("model %s: extra replica %s asked for (max_replicas %d): %d call(s) queued for %d replica(s); "
-                     "%s free on node %s", name, rep.name, self._max_replicas[name], queued[name][0], live,
-                     _fmt(self._needs[name][1]), node[:8])
+            log.info("model %s: extra replica %s asked for (max_replicas %d): %d call(s) queued for %d replica(s), "
+                     "%.0f s of one replica's work against %.0f s to start and %.0f s to load; %s free on node %s",
+                     name, rep.name, self._max_replicas[name], queued[name][0], live, d.work_s or 0.0, d.start_s,
+                     d.load_s or 0.0, _fmt(self._needs[name][1]), node[:8])
         for name, why in growth.waits.items():
             self._say(f"grow:{name}", f"model {name}: {queued[name][0]} call(s) queued for "
                       f"{len(self.pools[name].live())} replica(s) (max_replicas {self._max_replicas[name]}); an extra "

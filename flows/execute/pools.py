@@ -267,6 +267,10 @@ class PoolDemand:
         replicas have computed so far (queued requests / requests per busy
         second); None before a call of it has finished (then it gets no extra
         replica).
+    start_s : float
+        Seconds from asking Ray for a replica to its load beginning (placing
+        it, starting its worker process), as this run has measured it
+        (:func:`start_latency`); 0.0 before any replica has begun a load.
     """
 
     model: str
@@ -277,6 +281,7 @@ class PoolDemand:
     unplaced: int = 0
     load_s: float | None = None
     work_s: float | None = None
+    start_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -298,9 +303,46 @@ class Growth:
 
 def _wants(p: PoolDemand, replicas: int, calls_in_flight: int) -> bool:
     """One more replica than ``replicas`` would get work of its own (the queue holds more calls than they take
-    at once) and end the queue sooner (measured: ``work_s / replicas > load_s``)."""
+    at once) and end the queue sooner (measured: ``work_s / replicas > start_s + load_s``)."""
     return (replicas < p.max_replicas and p.queued_calls > replicas * calls_in_flight
-            and p.load_s is not None and p.work_s is not None and p.work_s > p.load_s * max(replicas, 1))
+            and p.load_s is not None and p.work_s is not None
+            and p.work_s > (p.start_s + p.load_s) * max(replicas, 1))
+
+
+def start_latency(replicas: Sequence[Replica]) -> float:
+    """Seconds from asking Ray for a replica to its model load beginning, as a run has measured it.
+
+    A replica's start latency is its load's first start (``loading[0][0]``, the replica's clock) minus
+    ``requested_at`` (the driver's), clipped at 0: placing it, starting its Ray worker process and unpickling
+    its config. Extra (elastic) replicas are asked for on resources free at that moment, so theirs is the
+    start alone: their median counts when there is one. Before any, the least of all replicas' counts (the
+    ones placed at once; the others also waited for resources, which an extra replica does not).
+
+    Parameters
+    ----------
+    replicas : sequence of Replica
+        Every replica the run has asked for (any model; those with no load begun are skipped).
+
+    Returns
+    -------
+    float
+        Seconds >= 0; 0.0 when no replica has begun a load.
+
+    Examples
+    --------
+    >>> a = Replica("m", 0, 0, requested_at=100.0, loading=[[130.0, 140.0]])  # waited for resources
+    >>> b = Replica("m", 1, 0, requested_at=100.0, loading=[[108.0, 118.0]])
+    >>> start_latency([a, b])
+    8.0
+    >>> start_latency([a, b, Replica("m", 2, 0, requested_at=200.0, loading=[[212.0, 220.0]], elastic=True)])
+    12.0
+    """
+    seen = [(max(0.0, r.loading[0][0] - r.requested_at), r.elastic) for r in replicas if r.loading]
+    extra = sorted(s for s, elastic in seen if elastic)
+    if extra:
+        mid = len(extra) // 2
+        return extra[mid] if len(extra) % 2 else (extra[mid - 1] + extra[mid]) / 2
+    return min((s for s, _ in seen), default=0.0)
 
 
 def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, float]], calls_in_flight: int,
@@ -321,14 +363,17 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
     3. Only when it pays: the model grows only once it has measured a load
        (``load_s``, ``L``) and its rate (a replica of it loaded and finished a
        call; ``work_s``, ``W``: its queue in seconds of one replica), and only
-       while ``W / r > L``, ``r`` its replicas with the new one left out
-       (those still loading counted as if ready). With ``r`` replicas, an
-       extra replica that first loads for ``L`` seconds ends the queue at
-       ``(W + L) / (r + 1)`` instead of ``W / r``: sooner exactly when
-       ``W / r > L``. (Growing before the measurement was tried and
-       measured: on ``benchmarks/schedule_bench.py --cluster 8gpu`` the extra
-       replicas of models with about 1 s of work loaded beside the replicas
-       doing it and made the runs 28% slower; benchmarks/README.md.)
+       while ``W / r > S + L``, ``r`` its replicas with the new one left out
+       (those still loading counted as if ready) and ``S`` (``start_s``) the
+       seconds a replica takes to start before its load begins. With ``r``
+       replicas, an extra replica that starts and loads for ``S + L`` seconds
+       ends the queue at ``(W + S + L) / (r + 1)`` instead of ``W / r``:
+       sooner exactly when ``W / r > S + L``. (Growing before the measurement
+       was tried and measured: on ``benchmarks/schedule_bench.py --cluster
+       8gpu`` the extra replicas of models with about 1 s of work loaded
+       beside the replicas doing it and made the runs 28% slower; leaving
+       ``S`` out, two of six extras of the ``--workload sim`` run were ready
+       only once their queue was empty; benchmarks/README.md.)
     4. Where it fits: the model with the most queued calls per replica goes
        first (longest work first; ties keep the input order), its replica on
        the node with the least free GPUs (then CPUs) that holds it (best
@@ -611,15 +656,17 @@ class ModelPool:
         return [r for r in self.waiting() if _placed(r.handle) is not True]
 
     def demand(self, need: dict[str, float], max_replicas: int, queued_calls: int, queued_requests: int,
-               unplaced: int) -> PoolDemand:
+               unplaced: int, start_s: float = 0.0) -> PoolDemand:
         """The pool as :func:`grow_replicas` sees it: its live replicas, its queue, and its measured load time and
-        rate (``work_s``: queued requests over the requests per busy second of its replicas so far)."""
+        rate (``work_s``: queued requests over the requests per busy second of its replicas so far);
+        ``start_s`` is the run's :func:`start_latency`."""
         loaded = [r for r in self.replicas if r.loads]
         load_s = sum(r.load_seconds / r.loads for r in loaded) / len(loaded) if loaded else None
         busy = sum(r.busy_seconds for r in self.replicas)
         done = sum(r.requests for r in self.replicas)
         work_s = queued_requests / (done / busy) if busy > 0 and done > 0 else None
-        return PoolDemand(self.name, need, len(self.live()), max_replicas, queued_calls, unplaced, load_s, work_s)
+        return PoolDemand(self.name, need, len(self.live()), max_replicas, queued_calls, unplaced, load_s, work_s,
+                          start_s)
 
     def ready(self) -> list[Replica]:
         return [r for r in self.replicas if r.state == "ready"]
