@@ -265,6 +265,8 @@ def timeline(out: Path, nodes: dict[str, str] | None = None) -> dict:
     return {"loads": sum(meta["loads"].values()), "loads_per_model": meta["loads"], "withdrawn": withdrawn,
             "replicas_asked": len(meta["replicas"]), "extra": sorted(r["replica"] for r in meta["replicas"]
                                                                      if r.get("elastic")),
+            "extra_unused": sorted(r["replica"] for r in meta["replicas"]
+                                   if r.get("elastic") and r["loads"] and not r["calls"]),
             "reloaded": sorted(r["replica"] for r in meta["replicas"] if r["loads"] > 1), "replica_s": held,
             "loading_s": load, "computing_s": busy, "other_s": held - load - busy, "waiting_s": waited,
             "gpus": idle.gpus, "executor_s": idle.window_s, "queued_s": idle.queued_s, "busy_gpu_s": idle.busy_gpu_s,
@@ -289,7 +291,8 @@ def run_once(items: int, mode: str, root: Path, cluster: str = "local", address:
 
 def _print_run(r: dict, goal: int, per_replica: bool) -> None:
     cut = ", ".join(f"{k} while {v}" for k, v in r["withdrawn"].items())
-    extra = f" + {len(r['extra'])} extra: {', '.join(r['extra'])}" if r["extra"] else ""
+    unused = f"; loaded with nothing left to compute: {', '.join(r['extra_unused'])}" if r["extra_unused"] else ""
+    extra = f" + {len(r['extra'])} extra: {', '.join(r['extra'])}{unused}" if r["extra"] else ""
     print(f"{r['mode']:<36} wall {r['wall_s']:6.1f} s  loads {r['loads']} ({goal} replicas{extra}"
           f"{'; withdrawn before loaded: ' + cut if cut else ''})  replica-s "
           f"{r['replica_s']:6.1f} = loading {r['loading_s']:5.1f} ({r['loading_s'] / r['replica_s']:.0%}) + computing "
@@ -395,7 +398,9 @@ def main() -> None:
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    logging.getLogger("confgrid").setLevel(logging.WARNING)
+    # INFO goes to each run's confgrid.log (what the scheduler asked for and why), not to this console: the run log's
+    # file handler is a handler of the "confgrid" logger, so Python's last-resort console handler stays unused
+    logging.getLogger("confgrid").setLevel(logging.INFO)
     load_before = os.getloadavg()
     cluster, nodes, address = None, None, None
     runs = []
@@ -452,8 +457,9 @@ def main() -> None:
     elif args.cluster == "8gpu" and BASELINE in best:
         print(f"baseline: the models one after another; sum of their pools' spans {sum(base['model_spans_s'].values()):.1f} s")
     once = all(not r["reloaded"] and r["loads"] <= r["replicas_asked"] for r in runs)
-    print(f"model loads per run: {[r['loads'] for r in runs]} for {goal} replicas"
-          f"{' + the extra ones (' + str([len(r['extra']) for r in runs]) + ')' if args.elastic else ''} "
+    extras = (f" + the extra ones ({[len(r['extra']) for r in runs]}, of which loaded with nothing left to compute: "
+              f"{[len(r['extra_unused']) for r in runs]})" if args.elastic else "")
+    print(f"model loads per run: {[r['loads'] for r in runs]} for {goal} replicas{extras} "
           f"(goal: one per replica, none "
           f"loaded twice: {'MET' if once else 'NOT MET'}); replicas withdrawn before their load finished: "
           f"{[len(r['withdrawn']) for r in runs]}; idle share while queued: "

@@ -52,8 +52,8 @@ def test_cuda_scores_do_not_depend_on_the_batch():
 
 
 def test_a_grid_runs_on_a_gpu_replica(tmp_path):
-    # A grid needs confgrid's whole install (Ray, MLflow, datasets, pydantic). The lent H200 image has none of them
-    # and a call there carries 64 MiB (Ray's wheel alone is 79 MB), so there this test says so and skips.
+    # A grid needs confgrid's whole install (Ray, MLflow, datasets, pydantic). The lent H200 image has none of them;
+    # carried as a bundle of shrunk wheels (benchmarks/README.md) it passed there; without them it says so and skips.
     for module in ("ray", "mlflow", "datasets", "pydantic"):
         pytest.importorskip(module, reason=f"{module} is not installed here (a grid needs confgrid's full install)")
     from confgrid.flows.runner import run_grid
