@@ -25,9 +25,9 @@ TP4 = {"GPU": 4.0, "CPU": 4.0}
 
 
 def _d(model, replicas=1, queued=0, need=ONE, most=8, unplaced=0, load_s=5.0, work_s=100.0,
-       start_s=0.0) -> PoolDemand:
+       start_s=0.0, pending=0) -> PoolDemand:
     """A pool; by default measured: a load takes 5 s, its queue 100 s on one replica (extra ones pay)."""
-    return PoolDemand(model, dict(need), replicas, most, queued, unplaced, load_s, work_s, start_s)
+    return PoolDemand(model, dict(need), replicas, most, queued, unplaced, load_s, work_s, start_s, pending)
 
 
 # -- the decision, by hand ----------------------------------------------------------------------
@@ -103,6 +103,23 @@ def test_the_start_of_a_replica_counts_with_its_load():
     assert len(grow_replicas([_d("m", 1, 9, load_s=10.0, work_s=60.0, start_s=10.0)], free, 1).start) == 2
     # a start as long as the queue: W / r = 60 is not > 10 + 50 -> none
     assert grow_replicas([_d("m", 1, 9, load_s=10.0, work_s=60.0, start_s=50.0)], free, 1) == Growth()
+
+
+def test_an_extra_replica_only_while_a_call_is_left_for_it_when_it_is_ready():
+    free = {"a": {"GPU": 8.0, "CPU": 8.0}}
+    # The 15:21 decision of the schedule_bench run of 4 December 2026: 8 calls (78 s of one replica, 9.75 s each),
+    # one replica computing and one loading, 2 calls in flight, ready in 10 + 10 s. W / r pays for 2 extra replicas
+    # (39 > 20, 26 > 20); calls left in 20 s: 8 - 2 x 20 / 9.75 - 1 = 2.9, 2 of them for the first extra and 0.9 for
+    # a second: 1 extra replica (the run asked for 2 and the second loaded with nothing left to compute)
+    p = _d("one-a", 2, 8, load_s=10.0, work_s=78.0, start_s=10.0, pending=1)
+    assert len(grow_replicas([p], free, 2).start) == 1
+    # the same queue with both replicas computing: 8 - 4.1 = 3.9 calls left, 2 for a first extra, 1.9 for a second
+    assert len(grow_replicas([_d("one-a", 2, 8, load_s=10.0, work_s=78.0, start_s=10.0)], free, 2).start) == 2
+    # one call in flight: the loading replica takes 1 at once: 3.9 left, 1 for each extra; W / r stops the third
+    # (78 / 4 = 19.5 s, not more than 20)
+    assert len(grow_replicas([p], free, 1).start) == 2
+    # ready at once (no start, a load of 0.1 s): every call is still there, rule 2 (8 calls > r x 2) decides: 2
+    assert len(grow_replicas([_d("one-a", 2, 8, load_s=0.1, work_s=78.0)], free, 2).start) == 2
 
 
 def test_start_latency_by_hand():
@@ -294,7 +311,13 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_pa
     e._grow_at = 0.0
     e._grow_pools()
     assert asked == ["el#1", "el#2"]
-    el0.busy_seconds = 1.5  # 15 s: 7.5 s > 5 s per replica, a third pays
+    # 15 s: 7.5 s per replica > 1 + 5 s, a third would pay, but no call is left for it when it is ready: in 6 s el#0
+    # and el#1 take a call every 3 s each (4 of the 5) and el#1, still loading, one more at once (2 in flight)
+    el0.busy_seconds = 1.5
+    e._grow_at = 0.0
+    e._grow_pools()
+    assert asked == ["el#1", "el#2"]
+    el0.busy_seconds = 3.0  # 30 s, 6 s a call: in 6 s they take 2 + 1, and 2 calls are left for a third
     e._grow_at = 0.0
     e._grow_pools()
     assert asked == ["el#1", "el#2", "el#3"]

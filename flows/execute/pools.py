@@ -271,6 +271,10 @@ class PoolDemand:
         Seconds from asking Ray for a replica to its load beginning (placing
         it, starting its worker process), as this run has measured it
         (:func:`start_latency`); 0.0 before any replica has begun a load.
+    pending : int
+        Of ``replicas``, those not ready yet (waiting for resources or
+        loading): each takes ``calls_in_flight`` calls from the queue at once
+        when it is.
     """
 
     model: str
@@ -282,6 +286,7 @@ class PoolDemand:
     load_s: float | None = None
     work_s: float | None = None
     start_s: float = 0.0
+    pending: int = 0
 
 
 @dataclass(frozen=True)
@@ -303,10 +308,53 @@ class Growth:
 
 def _wants(p: PoolDemand, replicas: int, calls_in_flight: int) -> bool:
     """One more replica than ``replicas`` would get work of its own (the queue holds more calls than they take
-    at once) and end the queue sooner (measured: ``work_s / replicas > start_s + load_s``)."""
-    return (replicas < p.max_replicas and p.queued_calls > replicas * calls_in_flight
-            and p.load_s is not None and p.work_s is not None
-            and p.work_s > (p.start_s + p.load_s) * max(replicas, 1))
+    at once, now and once it is ready) and end the queue sooner (``work_s / replicas > start_s + load_s``)."""
+    if not (replicas < p.max_replicas and p.queued_calls > replicas * calls_in_flight
+            and p.load_s is not None and p.work_s is not None):
+        return False
+    ready_in = p.start_s + p.load_s
+    if p.work_s <= ready_in * max(replicas, 1):
+        return False
+    return calls_left(p, ready_in, calls_in_flight) - (replicas - p.replicas) * calls_in_flight >= 1.0
+
+
+def calls_left(p: PoolDemand, after_s: float, calls_in_flight: int) -> float:
+    """Calls a pool's queue still holds ``after_s`` seconds from now for replicas that are not asked for yet.
+
+    A replica runs one engine call at a time and takes the next from the queue as one ends, so a ready replica
+    takes one call per ``c = work_s / queued_calls`` seconds; a replica still loading takes ``calls_in_flight``
+    calls at once when it is ready and then one per ``c``, counted as if it were ready now (the most it can
+    take). Left: ``queued_calls - replicas x after_s / c - pending x (calls_in_flight - 1)``. New work the queue
+    gains meanwhile (the scoring calls of generations) is not counted.
+
+    Parameters
+    ----------
+    p : PoolDemand
+        Measured (``work_s`` not None) with ``queued_calls`` >= 1.
+    after_s : float
+        Seconds from now (>= 0): an extra replica's start and load, ``start_s + load_s``.
+    calls_in_flight : int
+        ``execution.calls_in_flight`` (>= 1).
+
+    Returns
+    -------
+    float
+        Calls, fractional (an expectation); <= 0: none left.
+
+    Examples
+    --------
+    8 calls queued that take one replica 78 s (9.75 s each); one replica computing and one still loading, 2 calls
+    in flight each; an extra replica would be ready in 20 s (the schedule_bench run of 4 December 2026, 15:21):
+
+    >>> p = PoolDemand("one-a", {"GPU": 1.0}, replicas=2, max_replicas=8, queued_calls=8, load_s=10.0, work_s=78.0,
+    ...                start_s=10.0, pending=1)
+    >>> round(calls_left(p, 20.0, 2), 2)  # 8 - 2 x 20 / 9.75 - 1 x (2 - 1)
+    2.9
+
+    A first extra replica takes its 2 calls from those; a second would find less than one whole call.
+    """
+    per_call = p.work_s / p.queued_calls
+    return p.queued_calls - p.replicas * after_s / per_call - p.pending * (calls_in_flight - 1)
 
 
 def start_latency(replicas: Sequence[Replica]) -> float:
@@ -368,12 +416,17 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
        seconds a replica takes to start before its load begins. With ``r``
        replicas, an extra replica that starts and loads for ``S + L`` seconds
        ends the queue at ``(W + S + L) / (r + 1)`` instead of ``W / r``:
-       sooner exactly when ``W / r > S + L``. (Growing before the measurement
+       sooner exactly when ``W / r > S + L``. And only while a call is left
+       for it when it is ready: the ``k``-th extra replica of this step is
+       asked for while the queue, ``S + L`` seconds from now, still holds at
+       least one whole call beyond the ``(k - 1) x calls_in_flight`` the
+       extras before it take (:func:`calls_left`: the replicas take a call
+       each as one ends, a loading one ``calls_in_flight`` at once). (Growing before the measurement
        was tried and measured: on ``benchmarks/schedule_bench.py --cluster
        8gpu`` the extra replicas of models with about 1 s of work loaded
-       beside the replicas doing it and made the runs 28% slower; leaving
-       ``S`` out, two of six extras of the ``--workload sim`` run were ready
-       only once their queue was empty; benchmarks/README.md.)
+       beside the replicas doing it and made the runs 28% slower; without
+       the calls left, two of six extras of the ``--workload sim`` run were
+       ready only once the queue was handed out; benchmarks/README.md.)
     4. Where it fits: the model with the most queued calls per replica goes
        first (longest work first; ties keep the input order), its replica on
        the node with the least free GPUs (then CPUs) that holds it (best
@@ -666,7 +719,7 @@ class ModelPool:
         done = sum(r.requests for r in self.replicas)
         work_s = queued_requests / (done / busy) if busy > 0 and done > 0 else None
         return PoolDemand(self.name, need, len(self.live()), max_replicas, queued_calls, unplaced, load_s, work_s,
-                          start_s)
+                          start_s, pending=len(self.waiting()))
 
     def ready(self) -> list[Replica]:
         return [r for r in self.replicas if r.state == "ready"]
