@@ -25,9 +25,9 @@ TP4 = {"GPU": 4.0, "CPU": 4.0}
 
 
 def _d(model, replicas=1, queued=0, need=ONE, most=8, unplaced=0, load_s=5.0, work_s=100.0,
-       start_s=0.0, pending=0) -> PoolDemand:
+       start_s=0.0, open_slots=0) -> PoolDemand:
     """A pool; by default measured: a load takes 5 s, its queue 100 s on one replica (extra ones pay)."""
-    return PoolDemand(model, dict(need), replicas, most, queued, unplaced, load_s, work_s, start_s, pending)
+    return PoolDemand(model, dict(need), replicas, most, queued, unplaced, load_s, work_s, start_s, open_slots)
 
 
 # -- the decision, by hand ----------------------------------------------------------------------
@@ -108,16 +108,17 @@ def test_the_start_of_a_replica_counts_with_its_load():
 def test_an_extra_replica_only_while_a_call_is_left_for_it_when_it_is_ready():
     free = {"a": {"GPU": 8.0, "CPU": 8.0}}
     # The 15:21 decision of the schedule_bench run of 4 December 2026: 8 calls (78 s of one replica, 9.75 s each),
-    # one replica computing and one loading, 2 calls in flight, ready in 10 + 10 s. W / r pays for 2 extra replicas
-    # (39 > 20, 26 > 20); calls left in 20 s: 8 - 2 x 20 / 9.75 - 1 = 2.9, 2 of them for the first extra and 0.9 for
-    # a second: 1 extra replica (the run asked for 2 and the second loaded with nothing left to compute)
-    p = _d("one-a", 2, 8, load_s=10.0, work_s=78.0, start_s=10.0, pending=1)
+    # one replica computing 2 calls and one loading (2 open slots: 2 calls in flight each), ready in 10 + 10 s.
+    # W / r pays for 2 extra replicas (39 > 20, 26 > 20); calls left in 20 s: 8 - 2 - 2 x 20 / 9.75 = 1.9, for a
+    # first extra only (the run asked for 2, and the second loaded with nothing left to compute)
+    p = _d("one-a", 2, 8, load_s=10.0, work_s=78.0, start_s=10.0, open_slots=2)
     assert len(grow_replicas([p], free, 2).start) == 1
-    # the same queue with both replicas computing: 8 - 4.1 = 3.9 calls left, 2 for a first extra, 1.9 for a second
+    # both replicas computing 2 calls each: 3.9 left, 2 for a first extra and 1.9 for a second
     assert len(grow_replicas([_d("one-a", 2, 8, load_s=10.0, work_s=78.0, start_s=10.0)], free, 2).start) == 2
-    # one call in flight: the loading replica takes 1 at once: 3.9 left, 1 for each extra; W / r stops the third
-    # (78 / 4 = 19.5 s, not more than 20)
-    assert len(grow_replicas([p], free, 1).start) == 2
+    # the 15:33 decision of a later run: the loading replica had just become ready and taken no call yet (2 open
+    # slots), a third replica loading (2 more), 3 replicas, ready in 6 + 10 s: 8 - 4 - 3 x 16 / 9.75 < 0: none
+    late = _d("one-a", 3, 8, load_s=10.0, work_s=78.0, start_s=6.0, open_slots=4)
+    assert grow_replicas([late], free, 2) == Growth()
     # ready at once (no start, a load of 0.1 s): every call is still there, rule 2 (8 calls > r x 2) decides: 2
     assert len(grow_replicas([_d("one-a", 2, 8, load_s=0.1, work_s=78.0)], free, 2).start) == 2
 
@@ -265,7 +266,8 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_pa
     e._grow_pools()
     assert asked == []  # el#0 has not loaded nor finished a call: nothing says an extra replica would pay
     el0 = e.pools["el"].replicas[0]
-    el0.state, el0.loads, el0.load_seconds = "ready", 1, 5.0  # started in 1 s, loaded in 5 s
+    el0.state, el0.loads, el0.load_seconds = "ready", 1, 5.0  # started in 1 s, loaded in 5 s, computing 2 calls
+    el0.inflight = 2
     el0.loading = [[el0.requested_at + 1.0, el0.requested_at + 6.0]]
     el0.busy_seconds, el0.requests = 1.0, 1  # 1 request per busy second: its 16 queued requests take 16 s: W / r
     # > 1 + 5 s for r = 1 (16), 2 (8), not 3 (5.3): max_replicas 3 takes 2 extra replicas
@@ -311,13 +313,13 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_pa
     e._grow_at = 0.0
     e._grow_pools()
     assert asked == ["el#1", "el#2"]
-    # 15 s: 7.5 s per replica > 1 + 5 s, a third would pay, but no call is left for it when it is ready: in 6 s el#0
-    # and el#1 take a call every 3 s each (4 of the 5) and el#1, still loading, one more at once (2 in flight)
+    # 15 s: 7.5 s per replica > 1 + 5 s, a third would pay, but no call is left for it when it is ready: el#1, still
+    # loading, takes 2 of the 5 calls at once, and in 6 s el#0 and el#1 take a call every 3 s each
     el0.busy_seconds = 1.5
     e._grow_at = 0.0
     e._grow_pools()
     assert asked == ["el#1", "el#2"]
-    el0.busy_seconds = 3.0  # 30 s, 6 s a call: in 6 s they take 2 + 1, and 2 calls are left for a third
+    el0.busy_seconds = 3.0  # 30 s, 6 s a call: el#1 takes 2 and in 6 s they take 2 more: 1 is left for a third
     e._grow_at = 0.0
     e._grow_pools()
     assert asked == ["el#1", "el#2", "el#3"]

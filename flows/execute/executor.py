@@ -496,7 +496,8 @@ class Executor(ReplicaLiveness):
         for pool in self._alive_pools():
             queued[pool.name] = self._queued_calls(pool.name)
             demands[pool.name] = pool.demand(self._needs[pool.name][1], self._max_replicas[pool.name],
-                                             *queued[pool.name], unplaced=len(pool.unplaced()), start_s=start_s)
+                                             *queued[pool.name], unplaced=len(pool.unplaced()), start_s=start_s,
+                                             calls_in_flight=self.spec.execution.calls_in_flight)
         starting = [m for m, q in self._queues.items() if q and m not in self.pools and m not in self._dead_reason]
         growth = grow_replicas(list(demands.values()), free_per_node(), self.spec.execution.calls_in_flight,
                                starting)

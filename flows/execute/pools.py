@@ -271,10 +271,10 @@ class PoolDemand:
         Seconds from asking Ray for a replica to its load beginning (placing
         it, starting its worker process), as this run has measured it
         (:func:`start_latency`); 0.0 before any replica has begun a load.
-    pending : int
-        Of ``replicas``, those not ready yet (waiting for resources or
-        loading): each takes ``calls_in_flight`` calls from the queue at once
-        when it is.
+    open_slots : int
+        Calls its replicas would take from the queue at once: ``calls_in_flight``
+        for each not ready yet (when it is), ``calls_in_flight`` less its calls
+        in flight for each ready one (>= 0).
     """
 
     model: str
@@ -286,7 +286,7 @@ class PoolDemand:
     load_s: float | None = None
     work_s: float | None = None
     start_s: float = 0.0
-    pending: int = 0
+    open_slots: int = 0
 
 
 @dataclass(frozen=True)
@@ -315,17 +315,17 @@ def _wants(p: PoolDemand, replicas: int, calls_in_flight: int) -> bool:
     ready_in = p.start_s + p.load_s
     if p.work_s <= ready_in * max(replicas, 1):
         return False
-    return calls_left(p, ready_in, calls_in_flight) - (replicas - p.replicas) * calls_in_flight >= 1.0
+    return calls_left(p, ready_in) - (replicas - p.replicas) * calls_in_flight >= 1.0
 
 
-def calls_left(p: PoolDemand, after_s: float, calls_in_flight: int) -> float:
+def calls_left(p: PoolDemand, after_s: float) -> float:
     """Calls a pool's queue still holds ``after_s`` seconds from now for replicas that are not asked for yet.
 
-    A replica runs one engine call at a time and takes the next from the queue as one ends, so a ready replica
-    takes one call per ``c = work_s / queued_calls`` seconds; a replica still loading takes ``calls_in_flight``
-    calls at once when it is ready and then one per ``c``, counted as if it were ready now (the most it can
-    take). Left: ``queued_calls - replicas x after_s / c - pending x (calls_in_flight - 1)``. New work the queue
-    gains meanwhile (the scoring calls of generations) is not counted.
+    Its replicas first fill their open slots (``open_slots``: a replica still loading takes ``calls_in_flight``
+    calls when it is ready, counted as if it were now, the most it can take), then each takes the next call as
+    one ends, one per ``c = work_s / queued_calls`` seconds (a replica runs one engine call at a time). Left:
+    ``queued_calls - open_slots - replicas x after_s / c``. New work the queue gains meanwhile (the scoring
+    calls of generations) is not counted.
 
     Parameters
     ----------
@@ -333,8 +333,6 @@ def calls_left(p: PoolDemand, after_s: float, calls_in_flight: int) -> float:
         Measured (``work_s`` not None) with ``queued_calls`` >= 1.
     after_s : float
         Seconds from now (>= 0): an extra replica's start and load, ``start_s + load_s``.
-    calls_in_flight : int
-        ``execution.calls_in_flight`` (>= 1).
 
     Returns
     -------
@@ -343,18 +341,19 @@ def calls_left(p: PoolDemand, after_s: float, calls_in_flight: int) -> float:
 
     Examples
     --------
-    8 calls queued that take one replica 78 s (9.75 s each); one replica computing and one still loading, 2 calls
-    in flight each; an extra replica would be ready in 20 s (the schedule_bench run of 4 December 2026, 15:21):
+    8 calls queued that take one replica 78 s (9.75 s each); one replica computing 2 calls and one still loading,
+    2 calls in flight each; an extra replica would be ready in 20 s (the schedule_bench run of 4 December 2026,
+    15:21):
 
     >>> p = PoolDemand("one-a", {"GPU": 1.0}, replicas=2, max_replicas=8, queued_calls=8, load_s=10.0, work_s=78.0,
-    ...                start_s=10.0, pending=1)
-    >>> round(calls_left(p, 20.0, 2), 2)  # 8 - 2 x 20 / 9.75 - 1 x (2 - 1)
-    2.9
+    ...                start_s=10.0, open_slots=2)
+    >>> round(calls_left(p, 20.0), 2)  # 8 - 2 - 2 x 20 / 9.75
+    1.9
 
-    A first extra replica takes its 2 calls from those; a second would find less than one whole call.
+    A first extra replica takes 1.9 of them; a second would find none.
     """
     per_call = p.work_s / p.queued_calls
-    return p.queued_calls - p.replicas * after_s / per_call - p.pending * (calls_in_flight - 1)
+    return p.queued_calls - p.open_slots - p.replicas * after_s / per_call
 
 
 def start_latency(replicas: Sequence[Replica]) -> float:
@@ -420,8 +419,9 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
        for it when it is ready: the ``k``-th extra replica of this step is
        asked for while the queue, ``S + L`` seconds from now, still holds at
        least one whole call beyond the ``(k - 1) x calls_in_flight`` the
-       extras before it take (:func:`calls_left`: the replicas take a call
-       each as one ends, a loading one ``calls_in_flight`` at once). (Growing before the measurement
+       extras before it take (:func:`calls_left`: its replicas fill their
+       open slots at once, a loading one ``calls_in_flight``, then take a
+       call each as one ends). (Growing before the measurement
        was tried and measured: on ``benchmarks/schedule_bench.py --cluster
        8gpu`` the extra replicas of models with about 1 s of work loaded
        beside the replicas doing it and made the runs 28% slower; without
@@ -709,17 +709,18 @@ class ModelPool:
         return [r for r in self.waiting() if _placed(r.handle) is not True]
 
     def demand(self, need: dict[str, float], max_replicas: int, queued_calls: int, queued_requests: int,
-               unplaced: int, start_s: float = 0.0) -> PoolDemand:
-        """The pool as :func:`grow_replicas` sees it: its live replicas, its queue, and its measured load time and
-        rate (``work_s``: queued requests over the requests per busy second of its replicas so far);
-        ``start_s`` is the run's :func:`start_latency`."""
+               unplaced: int, start_s: float = 0.0, calls_in_flight: int = 1) -> PoolDemand:
+        """The pool as :func:`grow_replicas` sees it: its live replicas, its queue, its measured load time and
+        rate (``work_s``: queued requests over the requests per busy second of its replicas so far) and the
+        calls its replicas would take at once (``open_slots``); ``start_s`` is the run's :func:`start_latency`."""
         loaded = [r for r in self.replicas if r.loads]
         load_s = sum(r.load_seconds / r.loads for r in loaded) / len(loaded) if loaded else None
         busy = sum(r.busy_seconds for r in self.replicas)
         done = sum(r.requests for r in self.replicas)
         work_s = queued_requests / (done / busy) if busy > 0 and done > 0 else None
         return PoolDemand(self.name, need, len(self.live()), max_replicas, queued_calls, unplaced, load_s, work_s,
-                          start_s, pending=len(self.waiting()))
+                          start_s, open_slots=sum(max(0, calls_in_flight - r.inflight) for r in self.ready())
+                          + calls_in_flight * len(self.waiting()))
 
     def ready(self) -> list[Replica]:
         return [r for r in self.replicas if r.state == "ready"]
