@@ -297,7 +297,7 @@ def _print_run(r: dict, goal: int, per_replica: bool) -> None:
           f"{'; withdrawn before loaded: ' + cut if cut else ''})  replica-s "
           f"{r['replica_s']:6.1f} = loading {r['loading_s']:5.1f} ({r['loading_s'] / r['replica_s']:.0%}) + computing "
           f"{r['computing_s']:5.1f} ({r['computing_s'] / r['replica_s']:.0%}) + idle {r['other_s']:5.1f} "
-          f"({r['other_s'] / r['replica_s']:.0%}); waited {r['waiting_s']:5.1f}")
+          f"({r['other_s'] / r['replica_s']:.0%}); waited {r['waiting_s']:5.1f} s for resources and a process")
     print(f"{'':<36} GPU-s idle while work was queued: {r['idle_queued_gpu_s']:6.1f} of {r['gpus']:g} GPUs x "
           f"{r['executor_s']:.1f} s = {r['idle_share']:.1%} (work queued {r['queued_s']:.1f} s of "
           f"{r['executor_s']:.1f} s; GPU-s loading or computing {r['busy_gpu_s']:.1f}); failed shards "
@@ -445,7 +445,9 @@ def main() -> None:
         el = best[ELASTIC]
         print(f"fastest elastic {el['wall_s']:.1f} s -> "
               + (f"baseline / elastic {base['wall_s'] / el['wall_s']:.2f}x, " if BASELINE in best else "")
-              + f"default / elastic {new['wall_s'] / el['wall_s']:.2f}x")
+              + f"default / elastic {new['wall_s'] / el['wall_s']:.2f}x"
+              + ("" if el["extra"] else " (no extra replica started in that run: it ran as the default mode does, "
+                 "so this ratio is run-to-run variation, not elastic replicas)"))
         for m in ("default", ELASTIC):
             shares = [r["idle_share"] for r in runs if r["mode"] == m]
             walls = [r["wall_s"] for r in runs if r["mode"] == m]

@@ -276,10 +276,20 @@ def main() -> None:  # pragma: no cover - a helper for people, exercised by test
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--gpus", type=float, default=2, help="GPUs each worker declares")
     ap.add_argument("--cpus", type=float, default=1, help="CPUs each worker declares")
+    ap.add_argument("--root", default=None, help="folder for the nodes' temp dirs (default /tmp)")
     a = ap.parse_args()
-    cluster = start_local_cluster(a.workers, a.gpus, a.cpus, dashboard=True)
+
+    def _stop(signum: int, frame: object) -> None:  # `kill PID` or a closed terminal stops the nodes, as Ctrl-C does
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a script: obey SIGINT too
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    cluster = start_local_cluster(a.workers, a.gpus, a.cpus, root=a.root, dashboard=True)
     print(f"Ray cluster at {cluster.address} (Jobs API {cluster.dashboard}); nodes: "
-          + ", ".join(f"{n.name} {n.resources}" for n in cluster.nodes) + "; Ctrl-C stops it", flush=True)
+          + ", ".join(f"{n.name} {n.resources}" for n in cluster.nodes) + f"; Ctrl-C or kill {os.getpid()} stops it",
+          flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -419,6 +419,9 @@ class Executor(ReplicaLiveness):
                 log.info("model %s: up to %d replicas (max_replicas %s): extra replicas start on free resources "
                          "while its queue holds more calls than its replicas take", name, self._max_replicas[name],
                          self.models[name].max_replicas)
+            elif self.models[name].max_replicas is not None:
+                log.info("model %s: max_replicas %s allows no extra replica: the cluster holds %d of %s at once and "
+                         "the model has %d", name, self.models[name].max_replicas, fit, _fmt(need), n)
         self._ray_ready = True
 
     def _api_cache(self, m: ModelSpec) -> str | None:
