@@ -40,11 +40,11 @@ Nothing waits silently: a model waiting for ``max_concurrent_models``, a
 replica waiting for resources, a pool kept for cross-model work: each says so
 in the log (and again every 30 s while it lasts).
 
-Why one file of about 940 lines: it is one event loop over one state (the queue, the calls in
-flight, the pools and their replicas), and its handlers (dispatch, call done, ping answered, Ctrl-C) each
-read and change all of it. What could stand alone has left it: the pools and capacity (pools.py), the
-liveness of replicas and nodes (liveness.py, a mixin of this class), the replicas' timeline spans (timeline.py),
-the Ray session (ray_session.py).
+This file is the event loop over one state (the queue, the calls in flight, the pools and their
+replicas) and its handlers (submit, dispatch, call done, ping answered, Ctrl-C). Beside it: the decisions on
+pools and capacity (pools.py, pure), applying them over the pools' lifetime, start, growth and release
+(pool_lifecycle.py, a mixin of this class), the liveness of replicas and nodes (liveness.py, a mixin), the
+replicas' timeline spans (timeline.py), the Ray session (ray_session.py).
 """
 
 from __future__ import annotations
@@ -64,27 +64,18 @@ from tqdm.auto import tqdm
 
 from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady, RequestCounts
 from confgrid.flows.execute.liveness import ReplicaLiveness, classify_fault
+from confgrid.flows.execute.pool_lifecycle import PoolLifecycle
 from confgrid.flows.execute.timeline import add_span, note_waiting
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.execute.pools import (
-    CapacityError,
     ModelPool,
     Replica,
     _fmt,
     _free_resources,
     _placed,
     actor_entry,
-    at_once,
     cancel_calls,
-    check_capacity,
-    free_per_node,
-    grow_replicas,
-    max_replicas,
-    model_config,
-    node_resources,
-    start_latency,
-    start_order,
 )
 from confgrid.flows.store.runlog import LOG_NAME, trace
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
@@ -101,11 +92,6 @@ DEFAULT_VLLM_PROMPTS_PER_CALL = 1024
 WAIT_LOG_SECONDS = 30.0
 #: Seconds a replica may take to become ready before the log says what it waits for.
 WAIT_FIRST_SECONDS = 5.0
-#: Seconds between two decisions on elastic replicas (each reads the nodes' free resources from Ray).
-GROW_EVERY_S = 0.5
-#: Seconds an elastic replica may wait for Ray to place it before its request is withdrawn (the free resources
-#: it was asked for were taken meanwhile; it must not take room a pool waits for later).
-ELASTIC_PLACE_S = 10.0
 #: Seconds without a finished engine call (while calls are in flight) before the log says so.
 SLOW_CALL_SECONDS = 60.0
 _STAGE_RANK = {"generate": 0, "score": 1, "probe": 1, "sample": 1, "rate": 1, "next_token": 1, "hidden": 1}
@@ -156,7 +142,7 @@ def prompts_per_call(m: ModelSpec) -> int | None:
     return DEFAULT_VLLM_PROMPTS_PER_CALL if m.backend == "vllm" else None
 
 
-class Executor(ReplicaLiveness):
+class Executor(ReplicaLiveness, PoolLifecycle):
     """Runs shard requests on model pools and records every outcome in the store.
 
     Parameters
@@ -379,195 +365,6 @@ class Executor(ReplicaLiveness):
         return not self._has_work()
 
     # -- pools --------------------------------------------------------------------------
-    def _ensure_ray(self) -> None:
-        if self._ray_ready:
-            return
-        from confgrid.actors.model_actor import replica_resources
-        from confgrid.flows.execute.ray_session import init_ray
-
-        init_ray(self.address)
-        import ray
-
-        nodes = node_resources()
-        # GPUs: does the cluster have any; CPUs: what one node offers (a CPU replica reserves one node's CPUs)
-        total = ray.cluster_resources()
-        self._cluster = {"GPU": float(total.get("GPU", 0.0)), "CPU": max((n["CPU"] for n in nodes), default=1.0)}
-        # what the cluster declares, for the timeline's GPU-seconds (flows/execute/timeline.py)
-        self.store.meta["cluster"] = {"GPU": float(total.get("GPU", 0.0)), "CPU": float(total.get("CPU", 0.0)),
-                                      "nodes": len(nodes)}
-        if self._invocation is not None:
-            self._invocation["cluster"] = self.store.meta["cluster"]
-        self._needs = {}
-        for m in self.spec.models:
-            rr = replica_resources(model_config(m, self.spec), self._cluster)
-            why = (f"tensor_parallel_size={m.tensor_parallel_size}, STRICT_PACK" if m.tensor_parallel_size > 1
-                   else "one GPU and one CPU" if "GPU" in rr.per_node
-                   else "one CPU (an API model)" if m.backend == "openai" else "the CPUs of one node")
-            self._needs[m.name] = (m.replicas, rr.per_node, why)
-            self._max_replicas[m.name] = max_replicas(m.max_replicas, m.replicas, rr.per_node, nodes)
-        problems = check_capacity(self._needs, nodes)
-        if problems and not self.spec.execution.wait_for_nodes:
-            raise CapacityError(problems)
-        for p in problems:
-            log.warning("%s; waiting for the autoscaler to add such a node (execution.wait_for_nodes)", p)
-        for name, (n, need, _) in self._needs.items():
-            fit = at_once(need, nodes)
-            if 0 < fit < n:
-                log.info("model %s: %d replicas of %s, the cluster holds %d at once; the rest start as room frees "
-                         "up", name, n, _fmt(need), fit)
-            if self._max_replicas[name] > n:
-                log.info("model %s: up to %d replicas (max_replicas %s): extra replicas start on free resources "
-                         "while its queue holds more calls than its replicas take", name, self._max_replicas[name],
-                         self.models[name].max_replicas)
-            elif self.models[name].max_replicas is not None:
-                log.info("model %s: max_replicas %s allows no extra replica: the cluster holds %d of %s at once and "
-                         "the model has %d", name, self.models[name].max_replicas, fit, _fmt(need), n)
-        self._ray_ready = True
-
-    def _api_cache(self, m: ModelSpec) -> str | None:
-        """An API model's answer cache: ``<run dir>/api_cache`` (created here, so a replica can tell it reaches it)."""
-        if m.backend != "openai":
-            return None
-        from confgrid.actors.api_cache import CACHE_DIR
-
-        path = self.store.root / CACHE_DIR
-        path.mkdir(parents=True, exist_ok=True)
-        return str(path)
-
-    def _alive_pools(self) -> list[ModelPool]:
-        return [p for p in self.pools.values() if not p.released]
-
-    def _start_pools(self) -> None:
-        limit = self.spec.execution.max_concurrent_models
-        pending = [name for name in self.models if self._queues[name] and name not in self.pools]
-        if not pending:
-            return
-        self._ensure_ray()
-        # largest replica first (first-fit decreasing): small replicas asked for first can fragment the nodes
-        for name in start_order({name: self._needs[name] for name in pending}):
-            alive = self._alive_pools()
-            if limit is not None and len(alive) >= limit:
-                self._say(f"limit:{name}", f"model {name}: waits for a free slot (execution.max_concurrent_models="
-                          f"{limit}; running: {', '.join(p.name for p in alive)})")
-                continue
-            m = self.models[name]
-            load = sum(1 for p in self.history if p.name == name)
-            pool = ModelPool(m, model_config(m, self.spec, self._api_cache(m)), load)
-            try:
-                pool.start(self._cluster)
-            except Exception as exc:  # noqa: BLE001 - e.g. a placement group that can never be created
-                self._model_dead(name, f"could not start replicas of model {name!r}: {type(exc).__name__}: {exc}")
-                continue
-            self.pools[name] = pool
-            self.history.append(pool)
-            for rep in pool.replicas:
-                self._ping(rep)
-            need = self._needs[name][1]
-            log.info("model %s: %d %s replica(s) of %s requested%s", name, m.replicas, m.backend, _fmt(need),
-                     f" (load {load + 1} of this model in the run)" if load else "")
-
-    def _queued_calls(self, name: str) -> tuple[int, int]:
-        """Engine calls and requests in model ``name``'s queue (calls: one per shard, or shards of one kind
-        packed up to its ``prompts_per_call``)."""
-        q = self._queues[name]
-        cap = prompts_per_call(self.models[name])
-        rows: dict[tuple, int] = {}
-        for item in q:
-            key = item.shard.call_key() if cap is not None else id(item)
-            rows[key] = rows.get(key, 0) + len(item.shard.rows)
-        calls = len(q) if cap is None else sum(-(-n // cap) for n in rows.values())
-        return calls, sum(rows.values())
-
-    def _grow_pools(self) -> None:
-        """Elastic replicas: ask for the extra replicas pools.py ``grow_replicas`` decides on, every
-        GROW_EVERY_S; withdraw an extra one Ray has not placed within ELASTIC_PLACE_S; log what waits."""
-        now = time.time()
-        if now < self._grow_at:
-            return
-        self._grow_at = now + GROW_EVERY_S
-        for pool in self._alive_pools():
-            for rep in pool.waiting():
-                if rep.elastic and now - rep.requested_at >= ELASTIC_PLACE_S and _placed(rep.handle) is False:
-                    self._cancel_waiting(pool, rep, f"extra replica not placed within {ELASTIC_PLACE_S:.0f} s (the "
-                                         "free resources it was asked for were taken meanwhile)")
-        pools = [p for p in self._alive_pools() if self._queues[p.name]
-                 and self._max_replicas.get(p.name, 0) > len(p.live())]
-        if not pools:
-            return
-        demands, queued = {}, {}
-        start_s = start_latency([r for p in self.history for r in p.replicas])
-        for pool in self._alive_pools():
-            queued[pool.name] = self._queued_calls(pool.name)
-            demands[pool.name] = pool.demand(self._needs[pool.name][1], self._max_replicas[pool.name],
-                                             *queued[pool.name], unplaced=len(pool.unplaced()), start_s=start_s,
-                                             calls_in_flight=self.spec.execution.calls_in_flight)
-        starting = [m for m, q in self._queues.items() if q and m not in self.pools and m not in self._dead_reason]
-        growth = grow_replicas(list(demands.values()), free_per_node(), self.spec.execution.calls_in_flight,
-                               starting)
-        for name, node in growth.start:
-            pool, d = self.pools[name], demands[name]
-            live = len(pool.live())
-            rep = pool.add_replica(self._cluster)
-            self._ping(rep)
-            log.info("model %s: extra replica %s asked for (max_replicas %d): %d call(s) queued for %d replica(s), "
-                     "%.0f s of one replica's work against %.0f s to start and %.0f s to load; %s free on node %s",
-                     name, rep.name, self._max_replicas[name], queued[name][0], live, d.work_s or 0.0, d.start_s,
-                     d.load_s or 0.0, _fmt(self._needs[name][1]), node[:8])
-        for name, why in growth.waits.items():
-            self._say(f"grow:{name}", f"model {name}: {queued[name][0]} call(s) queued for "
-                      f"{len(self.pools[name].live())} replica(s) (max_replicas {self._max_replicas[name]}); an extra "
-                      f"replica waits: {why}")
-
-    def _release(self, pool: ModelPool, why: str) -> None:
-        if pool.released:
-            return
-        for ref, rep in list(self._pings.items()):
-            if rep in pool.replicas:
-                del self._pings[ref]
-        self._settle_unreachable(pool)
-        pool.release()
-        self.pools.pop(pool.name, None)
-        if any(r.loads for r in pool.replicas):
-            log.info("model %s: released (%s)", pool.name, why)
-
-    def _others_wait(self, name: str) -> bool:
-        """Another model has queued work and no room: no pool yet, or no loaded replica and one that Ray has
-        not placed for lack of resources (a replica placed and loading needs no room from anyone)."""
-        for other, q in self._queues.items():
-            if other == name or not q:
-                continue
-            pool = self.pools.get(other)
-            if pool is None:
-                return True
-            if not pool.ready() and any(_placed(r.handle) is not True for r in pool.waiting()):
-                return True
-        return False
-
-    def _release_idle(self) -> None:
-        for pool in self._alive_pools():
-            name = pool.name
-            busy = any(f.replica.model == name for f in self._inflight.values())
-            if self._queues[name] or busy:
-                continue
-            for rep in pool.waiting():  # nothing left to give a replica that is not loaded yet
-                self._cancel_waiting(pool, rep)
-            if self._plan.expects_work(name) and not self._others_wait(name):
-                self._say(f"keep:{name}", f"model {name}: stays loaded; it has cross-model work to come "
-                          f"({'; '.join(self._plan.waiting_for()) or 'answers of other models'})")
-                continue
-            self._release(pool, "its work is done" if not self._plan.expects_work(name)
-                          else "other models wait for room; it is reloaded for its cross-model work")
-
-    def _cancel_waiting(self, pool: ModelPool, rep: Replica,
-                        why: str = "not needed any more (no work left for it)") -> None:
-        for ref, r in list(self._pings.items()):
-            if r is rep:
-                del self._pings[ref]
-        pool.stop_replica(rep)
-        log.info("replica %s: %s; request withdrawn (%s)", rep.name, why,
-                 {"loading": "it was loading its model", "waiting": "it was waiting for resources"}.get(
-                     rep.withdrawn or "", "loading or waiting for resources"))
-
     def _model_dead(self, name: str, reason: str) -> None:
         """No replica of ``name`` is left: every shard queued for it fails with ``reason``."""
         self._dead_reason[name] = reason
@@ -589,6 +386,18 @@ class Executor(ReplicaLiveness):
         self._note_queue()
 
     # -- dispatch -----------------------------------------------------------------------
+    def _queued_calls(self, name: str) -> tuple[int, int]:
+        """Engine calls and requests in model ``name``'s queue (calls: one per shard, or shards of one kind
+        packed up to its ``prompts_per_call``)."""
+        q = self._queues[name]
+        cap = prompts_per_call(self.models[name])
+        rows: dict[tuple, int] = {}
+        for item in q:
+            key = item.shard.call_key() if cap is not None else id(item)
+            rows[key] = rows.get(key, 0) + len(item.shard.rows)
+        calls = len(q) if cap is None else sum(-(-n // cap) for n in rows.values())
+        return calls, sum(rows.values())
+
     def _next_call(self, name: str) -> _NextCall | None:
         """The next engine call of model ``name``: whole shards of one kind, up to its ``prompts_per_call``."""
         q = self._queues[name]
