@@ -5,14 +5,16 @@ Pure pandas/numpy. A binned ECE depends on which bin a confidence exactly on an 
 many of them do sit on the edges of 10 or 20 bins. Two outputs, written by ``confgrid run`` and
 ``confgrid analyze`` alike:
 
-* ``results/edges``: per unit (setting) and signal, and per bin count in use, the share of the signal's
-  confidences exactly on an edge ``k/B`` (``on_edge``, 0 and 1 included) and on an inner edge
+* ``results/edges``: per unit (setting) and signal, and per edge set in use (a bin count and its scheme:
+  ``width`` bins have edges ``k/B``, ``centred`` bins ``(k - 1/2)/(B - 1)``; analysis/binning.py), the share of
+  the signal's confidences exactly on an edge (``on_edge``, 0 and 1 included) and on an inner edge
   (``on_inner_edge``: the values the left and right closures put in different bins);
-* ``results/closure``: every binned metric computed under two closures (``ece`` and ``ece_right``, ...)
-  whose values lie further apart than the half-width of the left-closed interval, or a gap whose sign the
-  closure reverses, with both values and a sentence such as "ECE depends on the bin closure here: 0.008
-  (left) vs 0.042 (right); 88% of confidences lie on bin edges". ``confgrid show``, ``report.md`` and
-  ``report.html`` print these sentences.
+* ``results/closure``: every binned metric computed beside its reference, the same bins left-closed with the
+  mean bin confidence (``ece`` for ``ece_right`` or ``ece_midpoint``; ``ece`` for a published convention such
+  as ``ece_muller2026``), whose values lie further apart than the half-width of the reference's interval, or a
+  gap whose sign the choice reverses, with both values and a sentence such as "ECE depends on the bin closure
+  here: 0.008 (left) vs 0.042 (right); 88% of confidences lie on bin edges". ``confgrid show``, ``report.md``
+  and ``report.html`` print these sentences.
 """
 
 from __future__ import annotations
@@ -22,34 +24,35 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from .binning import edge_counts_of
 from .registry import METRICS, get_metric
 from .signals import UNIT_COLUMNS
 
-__all__ = ["EDGE_COLUMNS", "CLOSURE_COLUMNS", "edge_bins", "edge_rows", "edge_table", "closure_notes"]
+__all__ = ["EDGE_COLUMNS", "CLOSURE_COLUMNS", "edge_bins", "edge_rows", "edge_table", "closure_notes", "reference_of"]
 
-EDGE_COLUMNS = [*UNIT_COLUMNS, "signal", "n_bins", "n", "on_edge", "on_inner_edge"]
+EDGE_COLUMNS = [*UNIT_COLUMNS, "signal", "n_bins", "n", "on_edge", "on_inner_edge", "scheme"]
 CLOSURE_COLUMNS = [*UNIT_COLUMNS, "what", "signal", "metric", "closure", "left", "other", "lo", "hi",
-                   "on_edge", "note"]
+                   "on_edge", "note", "other_metric"]
 
 
-def edge_bins(metrics: Sequence[str], n_bins: int) -> list[int]:
-    """The equal-width bin counts in use: ``n_bins`` (the ECE bins of the run) and the ``B`` of every
-    ``ece_<B>`` metric asked for (any closure), ascending."""
-    out = {int(n_bins)}
+def edge_bins(metrics: Sequence[str], n_bins: int) -> list[tuple[int, str]]:
+    """The edge sets in use, ``(B, scheme)``: ``(n_bins, "width")`` (the ECE bins of the run) and the bins of
+    every fixed-edge binned metric asked for (``ece_<B>`` in any closure, a convention, ``ece_<B>_centred``);
+    the equal-width sets first, each by ascending ``B``."""
+    out = {(int(n_bins), "width")}
     for m in metrics:
-        fam = get_metric(m).family
-        if fam.startswith("ece_") and fam[4:].isdigit():
-            out.add(int(fam[4:]))
-    return sorted(out)
+        b = get_metric(m).binning
+        if b is not None and b.scheme != "mass":
+            out.add((b.bins(int(n_bins)), b.scheme))
+    return sorted(out, key=lambda k: (k[1] != "width", k[0]))
 
 
-def edge_rows(confidence: np.ndarray, masks: np.ndarray, bins: Sequence[int]) -> dict[int, list[tuple[int, int]]]:
-    """``{B: [(on_edge, on_inner_edge) per row]}`` of the confidences of each row of ``confidence`` (S, n)
-    on its support ``masks`` (S, n) (:func:`confgrid.analysis.metrics.edge_counts`)."""
-    from .metrics import edge_counts
-
-    return {int(b): [edge_counts(confidence[s, masks[s]], int(b)) for s in range(confidence.shape[0])]
-            for b in bins}
+def edge_rows(confidence: np.ndarray, masks: np.ndarray, bins: Sequence[tuple[int, str]]
+              ) -> dict[tuple[int, str], list[tuple[int, int]]]:
+    """``{(B, scheme): [(on_edge, on_inner_edge) per row]}`` of the confidences of each row of ``confidence``
+    (S, n) on its support ``masks`` (S, n) (:func:`confgrid.analysis.binning.edge_counts_of`)."""
+    return {(int(b), sc): [edge_counts_of(confidence[s, masks[s]], int(b), sc) for s in range(confidence.shape[0])]
+            for b, sc in bins}
 
 
 def edge_table(units) -> pd.DataFrame:
@@ -63,12 +66,14 @@ def edge_table(units) -> pd.DataFrame:
     """
     rows = []
     for u in units:
-        for b, counts in sorted(getattr(u, "edges", {}).items()):
+        for (b, scheme), counts in sorted(getattr(u, "edges", {}).items(), key=lambda kv: (kv[0][1] != "width",
+                                                                                         kv[0][0])):
             for s, sig in enumerate(u.signals):
                 n = u.n_of(s)
                 on, inner = counts[s]
                 rows.append({**u.labels, "signal": sig, "n_bins": int(b), "n": n,
-                             "on_edge": on / n if n else np.nan, "on_inner_edge": inner / n if n else np.nan})
+                             "on_edge": on / n if n else np.nan, "on_inner_edge": inner / n if n else np.nan,
+                             "scheme": scheme})
     return pd.DataFrame(rows, columns=EDGE_COLUMNS)
 
 
@@ -77,14 +82,47 @@ def _label(metric: str) -> str:
     return "ECE" if fam == "ece" else fam.replace("ece_equal_mass", "equal-mass ECE").replace("ece_", "ECE, B=")
 
 
+def reference_of(metric: str) -> str | None:
+    """The metric a binned estimator is compared with in ``results/closure``: its bins left-closed with the mean
+    bin confidence (``ece_15`` for ``ece_15_right_midpoint``), ``ece`` for a published convention; None for a
+    reference itself and a metric without bins."""
+    info = get_metric(metric)
+    if info.binning is None:
+        return None
+    ref = info.family
+    return None if ref == info.name else ref
+
+
+def _what_differs(metric: str) -> str:
+    """``bin closure``, ``bin confidence``, both, or ``convention`` (the words of a closure note)."""
+    info = get_metric(metric)
+    if info.convention:
+        return "convention"
+    parts = [w for w, on in (("bin closure", info.binning.closure != "left"),
+                             ("bin confidence", info.binning.bin_confidence != "mean")) if on]
+    return " and ".join(parts)
+
+
+def _tag(metric: str) -> str:
+    """How a note names the compared value: the closure for a closure-only variant (``right``), else the metric."""
+    info = get_metric(metric)
+    if not info.convention and info.binning.bin_confidence == "mean":
+        return info.binning.closure
+    if not info.convention and info.binning.closure == "left":
+        return info.binning.bin_confidence
+    return metric
+
+
 def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame, n_bins: int = 10
                   ) -> pd.DataFrame:
-    """Where the declared closure changes a result: both values, and the share of confidences on edges.
+    """Where the declared binning (closure, bin confidence, convention) changes a result: both values, and the
+    share of confidences on edges.
 
-    A metric row is flagged when a binned metric and its left-closed form were both computed for the same
-    unit and signal and ``|other - left|`` exceeds the half-width ``(hi - lo) / 2`` of the left-closed
-    interval; a gap row when the two closures' gaps have opposite signs (neither 0). Both are computed on the
-    same resamples (they are metrics of one unit), so the comparison is paired.
+    A metric row is flagged when a binned metric and its reference (:func:`reference_of`: ``ece`` for
+    ``ece_right``, ``ece_midpoint`` or ``ece_muller2026``) were both computed for the same unit and signal and
+    ``|other - reference|`` exceeds the half-width ``(hi - lo) / 2`` of the reference's interval; a gap row when
+    the two gaps have opposite signs (neither 0). Both are computed on the same resamples (they are metrics of
+    one unit), so the comparison is paired.
 
     Parameters
     ----------
@@ -99,8 +137,10 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
     -------
     DataFrame
         Columns :data:`CLOSURE_COLUMNS`; ``what`` is ``metric`` or ``gap``, ``signal`` the signal (a gap:
-        ``a - b``), ``left`` / ``other`` the two values, ``lo`` / ``hi`` the left-closed interval (metrics),
-        ``on_edge`` the signal's share on edges (a gap: the larger of the two), ``note`` the sentence.
+        ``a - b``), ``metric`` the reference, ``other_metric`` the compared estimator and ``closure`` its
+        closure, ``left`` / ``other`` the two values, ``lo`` / ``hi`` the reference's interval (metrics),
+        ``on_edge`` the signal's share on the compared estimator's edges (a gap: the larger of the two),
+        ``note`` the sentence.
     """
     out: list[dict] = []
     if metrics.empty:
@@ -108,22 +148,24 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
     keys = [c for c in UNIT_COLUMNS if c in metrics.columns]
     share = {}
     if not edges.empty:
-        for r in edges.itertuples(index=False):
-            share[(tuple(getattr(r, c) for c in keys), r.signal, int(r.n_bins))] = r.on_edge
+        schemes = edges["scheme"] if "scheme" in edges.columns else pd.Series("width", index=edges.index)
+        for r, sc in zip(edges.itertuples(index=False), schemes, strict=True):
+            share[(tuple(getattr(r, c) for c in keys), r.signal, int(r.n_bins), sc)] = r.on_edge
 
-    def bins_of(metric: str) -> int:
-        fam = get_metric(metric).family
-        return int(fam[4:]) if fam[4:].isdigit() else int(n_bins)
+    def edges_of(metric: str) -> tuple[int, str]:
+        b = get_metric(metric).binning
+        return (b.bins(int(n_bins)), "width" if b.scheme == "mass" else b.scheme)
 
     def pct(x) -> str:
         return "" if x is None or not np.isfinite(x) else f"; {x:.0%} of confidences lie on bin edges"
 
-    binned = [m for m in dict.fromkeys(metrics["metric"]) if m in METRICS and get_metric(m).closure not in
-              (None, "left") and get_metric(m).family in set(metrics["metric"])]
+    computed = set(metrics["metric"])
+    binned = [m for m in dict.fromkeys(metrics["metric"]) if m in METRICS and reference_of(m) in computed]
     if binned:
         m = metrics.set_index([*keys, "signal", "metric"])
         for other in binned:
-            fam, cl = get_metric(other).family, get_metric(other).closure
+            fam, cl, what, tag = reference_of(other), get_metric(other).closure, _what_differs(other), _tag(other)
+            ref_tag = "left" if what == "bin closure" else "mean" if what == "bin confidence" else fam
             a = m.xs(fam, level="metric")
             b = m.xs(other, level="metric").reindex(a.index)
             for idx, ra, rb in zip(a.index, a.itertuples(), b.itertuples(), strict=True):
@@ -133,17 +175,18 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
                 if abs(rb.point - ra.point) <= half:
                     continue
                 unit, sig = idx[:-1], idx[-1]
-                on = share.get((tuple(unit), sig, bins_of(fam)))
+                on = share.get((tuple(unit), sig, *edges_of(other)))
                 out.append({**dict(zip(keys, unit)), "what": "metric", "signal": sig, "metric": fam, "closure": cl,
                             "left": float(ra.point), "other": float(rb.point), "lo": float(ra.lo),
                             "hi": float(ra.hi), "on_edge": on,
-                            "note": f"{_label(fam)} depends on the bin closure here: {ra.point:.3f} (left) vs "
-                                    f"{rb.point:.3f} ({cl}){pct(on)}"})
+                            "note": f"{_label(fam)} depends on the {what} here: {ra.point:.3f} ({ref_tag}) vs "
+                                    f"{rb.point:.3f} ({tag}){pct(on)}", "other_metric": other})
     if binned and not gaps.empty:
         g = gaps.set_index([*keys, "signal_a", "signal_b", "metric"])
         for other in binned:
-            fam, cl = get_metric(other).family, get_metric(other).closure
-            if fam not in set(gaps["metric"]):
+            fam, cl, what, tag = reference_of(other), get_metric(other).closure, _what_differs(other), _tag(other)
+            ref_tag = "left" if what == "bin closure" else "mean" if what == "bin confidence" else fam
+            if fam not in set(gaps["metric"]) or other not in set(gaps["metric"]):
                 continue
             a = g.xs(fam, level="metric")
             b = g.xs(other, level="metric").reindex(a.index)
@@ -151,12 +194,12 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
                 if not (np.isfinite(ga) and np.isfinite(gb)) or ga * gb >= 0:
                     continue
                 unit, sa, sb = idx[:-2], idx[-2], idx[-1]
-                ons = [share.get((tuple(unit), s, bins_of(fam))) for s in (sa, sb)]
+                ons = [share.get((tuple(unit), s, *edges_of(other))) for s in (sa, sb)]
                 ons = [x for x in ons if x is not None and np.isfinite(x)]
                 on = max(ons) if ons else None
                 out.append({**dict(zip(keys, unit)), "what": "gap", "signal": f"{sa} - {sb}", "metric": fam,
                             "closure": cl, "left": float(ga), "other": float(gb), "lo": np.nan, "hi": np.nan,
                             "on_edge": on,
-                            "note": f"the {_label(fam)} gap {sa} - {sb} changes sign with the bin closure: "
-                                    f"{ga:+.3f} (left) vs {gb:+.3f} ({cl}){pct(on)}"})
+                            "note": f"the {_label(fam)} gap {sa} - {sb} changes sign with the {what}: "
+                                    f"{ga:+.3f} ({ref_tag}) vs {gb:+.3f} ({tag}){pct(on)}", "other_metric": other})
     return pd.DataFrame(out, columns=CLOSURE_COLUMNS)

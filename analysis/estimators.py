@@ -11,13 +11,9 @@ below, so a grid spec can ask for it. This module imports only
 registry name        function
 ==================== ====================================================
 ``ece_equal_mass``   :func:`ece_equal_mass` (equal-mass bins, ``n_bins``)
-``ece_<B>``          :func:`metrics.ece` with ``B`` = 5, 10, 15, 20, 30 or 50
-                     equal-width bins (fixed; the bootstrap's ``n_bins``
-                     does not apply)
-``<name>_right``     the binned estimators above (``ece``, ``ece_<B>``,
-                     ``ece_equal_mass``) with right-closed bins, and
-``<name>_right_float`` ``ece`` and ``ece_<B>`` on the float edges of
-                     ``np.linspace`` (see :data:`metrics.CLOSURES`)
+``ece_<B>`` ...      every other binned ECE: analysis/binning.py (bins,
+                     scheme, closure, bin confidence) and
+                     analysis/conventions.py (published conventions)
 ``kde_ece``          :func:`kde_ece` (Nadaraya-Watson, bandwidth 0.05)
 ``ks_ece``           :func:`ks_ece` (Gupta et al. 2021)
 ``smoothed_ece``     :func:`smoothed_ece` (plain Gaussian kernel, Silverman)
@@ -50,9 +46,6 @@ __all__ = [
     "smece",
     "calibration_gap",
     "overconfidence",
-    "FIXED_BIN_ECE",
-    "CLOSED_BIN_ECE",
-    "closure_name",
 ]
 
 #: bin counts of study 000, Appendix G ("Bin counts"), registered as ``ece_<B>``
@@ -616,36 +609,3 @@ def overconfidence(confidence, correct) -> float:
         return float("nan")
     c, y = prep
     return float(np.mean(c) - np.mean(y))
-
-
-# ---------------------------------------------------------------------------
-# fixed-bin ECE wrappers
-# ---------------------------------------------------------------------------
-
-
-def closure_name(name: str, closure: str) -> str:
-    """The registry name of a binned metric under a closure: ``ece`` -> ``ece_right``, ``ece_15`` ->
-    ``ece_15_right_float``; the left closure keeps the name (``ece``, unchanged)."""
-    return name if check_closure(closure) == "left" else f"{name}_{closure}"
-
-
-def _make_ece_b(n_bins: int, closure: str = "left"):
-    def ece_b(confidence, correct) -> float:
-        return ece(confidence, correct, n_bins=n_bins, closure=closure)
-
-    ece_b.__name__ = ece_b.__qualname__ = closure_name(f"ece_{n_bins}", closure)
-    ece_b.__doc__ = (
-        f"ECE with {n_bins} equal-width bins, {closure}-closed: "
-        f"``ece(confidence, correct, n_bins={n_bins}, closure={closure!r})``.\n\n"
-        "    See :func:`confgrid.analysis.metrics.ece`; lower is better. Reference:\n"
-        "    study 000, Appendix G (\"Bin counts\"); closures: :data:`confgrid.analysis.metrics.CLOSURES`.\n"
-    )
-    return ece_b
-
-
-#: ``{B: ece_B}``: the fixed-bin ECE functions ``ece_5`` ... ``ece_50`` (registered as ``ece_<B>``).
-FIXED_BIN_ECE = {b: _make_ece_b(b) for b in ECE_BIN_COUNTS}
-#: ``{(B, closure): f}``: the fixed-bin ECE functions of the other closures (``ece_10_right``, ``ece_10_right_float``).
-CLOSED_BIN_ECE = {(b, c): _make_ece_b(b, c) for c in CLOSURES[1:] for b in ECE_BIN_COUNTS}
-globals().update({f.__name__: f for f in FIXED_BIN_ECE.values()})
-__all__ += [f.__name__ for f in FIXED_BIN_ECE.values()]

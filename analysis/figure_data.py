@@ -59,7 +59,7 @@ def select_group(df: pd.DataFrame, primary: Mapping[str, str]) -> pd.DataFrame:
 
 
 def reliability_table(signals: pd.DataFrame, n_bins: int = 10, strategy: str = "uniform",
-                      closure: str = "left") -> pd.DataFrame:
+                      closure: str = "left", bin_confidence: str = "mean") -> pd.DataFrame:
     """Per-bin reliability data of every (setting, signal, context) in a long signal table.
 
     Parameters
@@ -68,17 +68,19 @@ def reliability_table(signals: pd.DataFrame, n_bins: int = 10, strategy: str = "
         ``tables/signals.parquet`` rows (already restricted to one group, e.g. with
         :func:`select_group`): columns setting, model, dataset, signal, context, aggregation,
         confidence (float in [0, 1]), correct (float in [0, 1]).
-    n_bins, strategy, closure
+    n_bins, strategy, closure, bin_confidence
         As :func:`confgrid.analysis.reliability.reliability_diagram` (the run's ``metrics.ece_bins``
-        with ``"uniform"`` and the first of its ``metrics.ece_closure`` give the bins of its ECE).
+        with ``"uniform"`` and the first of its ``metrics.ece_closure`` and ``metrics.ece_bin_confidence`` give
+        the bins of its ECE).
 
     Returns
     -------
     DataFrame
         One row per diagram and bin (``n_bins`` rows per diagram, empty bins included):
         the key columns, ``bin`` (int, 0-based), ``bin_lo``, ``bin_hi`` (edges), ``count`` (int64),
-        ``mean_confidence`` and ``accuracy`` (``NaN`` for an empty bin). Diagrams keep the order
-        of first appearance.
+        ``mean_confidence`` and ``accuracy`` (``NaN`` for an empty bin), ``bin_confidence`` (what stands for the
+        bin's confidence: the mean confidence, or the bin's midpoint; ``NaN`` for an empty bin). Diagrams keep
+        the order of first appearance.
 
     Raises
     ------
@@ -89,13 +91,14 @@ def reliability_table(signals: pd.DataFrame, n_bins: int = 10, strategy: str = "
     missing = sorted(need - set(signals.columns))
     if missing:
         raise ValueError(f"signals table lacks column(s) {missing}; has {sorted(signals.columns)}")
-    cols = [*RELIABILITY_KEYS, "bin", "bin_lo", "bin_hi", "count", "mean_confidence", "accuracy"]
+    cols = [*RELIABILITY_KEYS, "bin", "bin_lo", "bin_hi", "count", "mean_confidence", "accuracy", "bin_confidence"]
     frames = []
     for key, g in signals.groupby(list(RELIABILITY_KEYS), sort=False, dropna=False):
         d = reliability_diagram(g["confidence"].to_numpy(np.float64), g["correct"].to_numpy(np.float64),
-                                n_bins=n_bins, strategy=strategy, closure=closure)
+                                n_bins=n_bins, strategy=strategy, closure=closure, bin_confidence=bin_confidence)
         f = pd.DataFrame({"bin": np.arange(d.n_bins), "bin_lo": d.bin_edges[:-1], "bin_hi": d.bin_edges[1:],
-                          "count": d.counts, "mean_confidence": d.mean_confidence, "accuracy": d.accuracy})
+                          "count": d.counts, "mean_confidence": d.mean_confidence, "accuracy": d.accuracy,
+                          "bin_confidence": d.confidence})
         frames.append(f.assign(**dict(zip(RELIABILITY_KEYS, key, strict=True))))
     if not frames:
         return pd.DataFrame(columns=cols)

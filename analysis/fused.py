@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 
 from .clusters import Clusters, resample_rows, row_counts, total_tables, v_diff
-from .kernels import WEIGHTED_KERNELS, SortedSignal, _block_rows
+from .kernels import SortedSignal, _block_rows, has_weighted_kernel, weighted_kernel
 from .metrics import UndefinedMetricWarning, bin_indices, harmonic_numbers
 from .registry import METRICS
 
@@ -61,7 +61,7 @@ def _prepare_signals(conf, corr, n_bins, rows: list[np.ndarray | None]) -> list[
 _BINCOUNT_ELEMS = 1 << 15
 
 #: metrics the fused count-space path of the chunk evaluator computes itself
-#: (every other metric goes through WEIGHTED_KERNELS or the per-resample fallback)
+#: (every other metric goes through kernels.weighted_kernel or the per-resample fallback)
 FUSED_METRICS = frozenset({"ece", "auroc", "aurc", "brier", "calibration_gap", "overconfidence"})
 _RANK_METRICS = frozenset({"auroc", "aurc"})
 _LINEAR_METRICS = FUSED_METRICS - _RANK_METRICS
@@ -407,14 +407,15 @@ def evaluate_chunk(prep: _Prepared, metrics, idx_chunk, clusters: Clusters | Non
         return out
     rank = [name for name in metrics if name in _RANK_METRICS]
     linear = [name for name in metrics if name in _LINEAR_METRICS]
-    kernel = [name for name in metrics if name not in FUSED_METRICS and name in WEIGHTED_KERNELS]
+    kernel = [name for name in metrics if name not in FUSED_METRICS and has_weighted_kernel(name)]
+    kernels = {name: weighted_kernel(name) for name in kernel}
     varying = clusters is not None or any(r is not None for r in prep.rows)
     tables = None  # AURC of resamples of varying size: tables of any total up to the chunk's largest
     if varying and "aurc" in rank:
         t_max = n if clusters is None else max(n, int(clusters.sizes[idx_chunk].sum(axis=1).max()))
         tables = total_tables(t_max)
     H = harmonic_numbers(n) if kernel and clusters is None else None
-    slow = [name for name in metrics if name not in FUSED_METRICS and name not in WEIGHTED_KERNELS]
+    slow = [name for name in metrics if name not in FUSED_METRICS and not has_weighted_kernel(name)]
     col = {name: j for j, name in enumerate(metrics)}
     step = _block_rows(n)
     need_e = bool(linear or rank)
@@ -468,7 +469,7 @@ def evaluate_chunk(prep: _Prepared, metrics, idx_chunk, clusters: Clusters | Non
                 ws = W[:, prep.sorted_rows[s]]
                 Hs = H if support is None else harmonic_numbers(int(tot_s.max()) if tot_s.size else 0)
                 for name in kernel:
-                    out[s, col[name], rows] = WEIGHTED_KERNELS[name](sig, ws, Hs)
+                    out[s, col[name], rows] = kernels[name](sig, ws, Hs)
             for name in slow:
                 sel = picks if support is None else [p[p >= 0] for p in (prep.local[s][r] for r in picks)]
                 out[s, col[name], rows] = _fallback_rows(sig, name, sel)

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .estimators import KDE_BANDWIDTH, ECE_BIN_COUNTS, closure_name, equal_mass_group_bins, kde_group_values
-from .metrics import CLOSURES, aurc_tie_groups, bin_indices, check_closure, harmonic_numbers, validate_inputs
+from .binning import Binning
+from .estimators import KDE_BANDWIDTH, equal_mass_group_bins, kde_group_values
+from .metrics import aurc_tie_groups, bin_indices, check_closure, harmonic_numbers, validate_inputs
+from .registry import get_metric
 
 __all__ = [
     "SortedSignal",
@@ -31,6 +33,7 @@ __all__ = [
     "kde_ece_weighted",
     "WEIGHTED_KERNELS",
     "has_weighted_kernel",
+    "weighted_kernel",
 ]
 
 
@@ -68,6 +71,7 @@ class SortedSignal:
     n_bins: int
     closure: str = "left"
     _rebinned: dict = field(default_factory=dict, compare=False, repr=False)
+    bin_mid: np.ndarray | None = None  # (len(bin_starts),) midpoint of each non-empty bin (with_binning)
 
     @classmethod
     def from_arrays(cls, confidence, correct, n_bins: int = 10, closure: str = "left") -> "SortedSignal":
@@ -120,6 +124,22 @@ class SortedSignal:
                                                int(n_bins), closure)
         return self._rebinned[key]
 
+    def with_binning(self, binning: Binning) -> "SortedSignal":
+        """The same signal with the bins of a fixed-edge :class:`~confgrid.analysis.binning.Binning` (``width``
+        or ``centred``; its ``n_bins`` None: this signal's), and ``bin_mid``, the midpoint of each non-empty
+        bin. Computed once per binning and kept. ValueError for equal-mass bins (their bins are per resample)."""
+        B = binning.bins(self.n_bins)
+        if binning.scheme == "width" and binning.bin_confidence == "mean":
+            return self.with_bins(B, binning.closure)
+        key = (B, binning.scheme, binning.closure, binning.bin_confidence)
+        if key not in self._rebinned:
+            bins = binning.indices(self.conf, B)
+            starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]]) if bins.size else bins
+            mid = binning.midpoints(B)[bins[starts]] if binning.bin_confidence == "midpoint" else None
+            self._rebinned[key] = SortedSignal(self.order, self.conf, self.correct, self.tie_starts, starts, B,
+                                               binning.closure, bin_mid=mid)
+        return self._rebinned[key]
+
 
 def _sorted(conf, correct, n_bins: int = 10) -> SortedSignal:
     return conf if isinstance(conf, SortedSignal) else SortedSignal.from_arrays(conf, correct, n_bins)
@@ -133,10 +153,14 @@ def _group_sums(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def _ece_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
-    # ECE = sum_b (n_b/n)|acc_b - conf_b| = (1/n) sum_b |sum_y_b - sum_c_b|
+    # ECE = sum_b (n_b/n)|acc_b - conf_b| = (1/n) sum_b |sum_y_b - sum_c_b|; with bin midpoints m_b,
+    # sum_c_b is n_b m_b
     tot = ws.sum(axis=1)
     sy = _group_sums(ws * sig.correct, sig.bin_starts)
-    sc = _group_sums(ws * sig.conf, sig.bin_starts)
+    if sig.bin_mid is None:
+        sc = _group_sums(ws * sig.conf, sig.bin_starts)
+    else:
+        sc = _group_sums(ws, sig.bin_starts) * sig.bin_mid
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(tot > 0, np.abs(sy - sc).sum(axis=1) / tot, np.nan)
 
@@ -239,14 +263,14 @@ def _apply(kernel, sig: SortedSignal, w, integer: bool = True) -> np.ndarray:
     ) if ws.shape[0] else np.zeros(0)
 
 
-def _binned(name: str, conf, correct, w, n_bins: int, closure: str = "left") -> np.ndarray:
-    """A binned kernel on ``n_bins`` bins of ``closure`` (the sorted signal re-binned if needed)."""
-    sig = _sorted(conf, correct, n_bins).with_bins(n_bins, closure)
-    return _apply(WEIGHTED_KERNELS[name], sig, w, integer=False)
+def _binned(binning: Binning, conf, correct, w, n_bins: int) -> np.ndarray:
+    """The kernel of ``binning`` on ``n_bins`` bins (the sorted signal re-binned if needed)."""
+    sig = _sorted(conf, correct, n_bins).with_bins(n_bins, "left" if binning.scheme == "mass" else binning.closure)
+    return _apply(lambda s, ws, H: _binning_sorted(s, ws, binning), sig, w, integer=False)
 
 
 def ece_weighted(conf, correct, w, n_bins: int = 10, closure: str = "left") -> np.ndarray:
-    return _binned("ece", conf, correct, w, n_bins, closure)
+    return _binned(Binning(None, "width", check_closure(closure)), conf, correct, w, n_bins)
 
 
 def auroc_weighted(conf, correct, w) -> np.ndarray:
@@ -267,7 +291,7 @@ def spearman_weighted(conf, correct, w) -> np.ndarray:
 
 ece_weighted.__doc__ = _kernel_doc(
     "ECE", "\n    n_bins : int, default=10\n        Equal-width bins, as in :func:`metrics.ece`."
-    "\n    closure : {'left', 'right', 'right_float'}, default='left'\n        The bin closure "
+    "\n    closure : {'left', 'right', 'right_float', 'left_float'}, default='left'\n        The bin closure "
     "(:data:`metrics.CLOSURES`); a prepared signal is re-binned to it.", real=True
 )
 auroc_weighted.__doc__ = _kernel_doc("AUROC")
@@ -295,8 +319,11 @@ def _gap_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
         return np.where(tot > 0, ws @ (sig.conf - sig.correct) / tot, np.nan)
 
 
-def _ece_fixed_bins_sorted(sig: SortedSignal, ws: np.ndarray, n_bins: int, closure: str = "left") -> np.ndarray:
-    return _ece_sorted(sig.with_bins(n_bins, closure), ws)
+def _binning_sorted(sig: SortedSignal, ws: np.ndarray, binning: Binning) -> np.ndarray:
+    """Any binned ECE (:class:`~confgrid.analysis.binning.Binning`) of a block of resamples."""
+    if binning.scheme == "mass":
+        return _ece_equal_mass_sorted(sig, ws, binning.closure, binning.bins(sig.n_bins))
+    return _ece_sorted(sig.with_binning(binning), ws)
 
 
 def _ks_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
@@ -310,9 +337,10 @@ def _ks_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
         return np.where(tot > 0, ks / tot, np.nan)
 
 
-def _ece_equal_mass_sorted(sig: SortedSignal, ws: np.ndarray, closure: str = "left") -> np.ndarray:
+def _ece_equal_mass_sorted(sig: SortedSignal, ws: np.ndarray, closure: str = "left", n_bins: int | None = None
+                           ) -> np.ndarray:
     # equal-mass bins per resample from the cumulative counts of the tie groups
-    B = sig.n_bins
+    B = sig.n_bins if n_bins is None else int(n_bins)
     tot = ws.sum(axis=1)
     m = _group_sums(ws, sig.tie_starts)
     d = _group_sums(ws * (sig.correct - sig.conf), sig.tie_starts)
@@ -351,8 +379,8 @@ def ks_ece_weighted(conf, correct, w) -> np.ndarray:
 
 
 def ece_equal_mass_weighted(conf, correct, w, n_bins: int = 10, closure: str = "left") -> np.ndarray:
-    name = "ece_equal_mass" if check_closure(closure) == "left" else "ece_equal_mass_right"
-    return _binned(name, conf, correct, w, n_bins)
+    closure = "left" if check_closure(closure) == "left" else "right"
+    return _binned(Binning(None, "mass", closure), conf, correct, w, n_bins)
 
 
 def kde_ece_weighted(conf, correct, w) -> np.ndarray:
@@ -376,20 +404,20 @@ WEIGHTED_KERNELS.update(
         "calibration_gap": lambda sig, ws, H: _gap_sorted(sig, ws),
         "overconfidence": lambda sig, ws, H: _gap_sorted(sig, ws),
         "ks_ece": lambda sig, ws, H: _ks_sorted(sig, ws),
-        "ece_equal_mass": lambda sig, ws, H: _ece_equal_mass_sorted(sig, ws),
         "kde_ece": lambda sig, ws, H: _kde_sorted(sig, ws),
     }
 )
-WEIGHTED_KERNELS.update(
-    {closure_name(f"ece_{B}", c): (lambda sig, ws, H, _B=B, _c=c: _ece_fixed_bins_sorted(sig, ws, _B, _c))
-     for B in ECE_BIN_COUNTS for c in CLOSURES}
-)
-# the other closures of the binned estimators whose bin count is the bootstrap's n_bins
-WEIGHTED_KERNELS.update(
-    {closure_name("ece", c): (lambda sig, ws, H, _c=c: _ece_sorted(sig.with_bins(sig.n_bins, _c), ws))
-     for c in CLOSURES[1:]}
-)
-WEIGHTED_KERNELS["ece_equal_mass_right"] = lambda sig, ws, H: _ece_equal_mass_sorted(sig, ws, "right")
+def weighted_kernel(name: str):
+    """The vectorized count-weighted kernel ``kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)`` of
+    metric ``name``, or None: :data:`WEIGHTED_KERNELS`, and for every binned ECE (a listed one, a convention or
+    a name of the grammar, analysis/binning.py) the one kernel of its :class:`~confgrid.analysis.binning.Binning`.
+    Raises as :func:`~confgrid.analysis.registry.get_metric` for a name that is no metric."""
+    if name in WEIGHTED_KERNELS:
+        return WEIGHTED_KERNELS[name]
+    binning = get_metric(name).binning
+    if binning is None:
+        return None
+    return lambda sig, ws, H: _binning_sorted(sig, ws, binning)
 
 
 def has_weighted_kernel(name: str) -> bool:
@@ -400,4 +428,4 @@ def has_weighted_kernel(name: str) -> bool:
     function of :data:`registry.METRICS` called on each resample's rows
     (gathered by the index matrix), one Python call per resample.
     """
-    return name in WEIGHTED_KERNELS
+    return weighted_kernel(name) is not None

@@ -168,7 +168,16 @@ def _prepare(metric: str, confidence, correct):
 #:   between ``k/B`` and ``k * fl(1/B)``, such as a stated 70% stored as ``0.7000000000000001`` after float
 #:   arithmetic. This is the rule that reproduces study 002's published Table 1 (README, "Reproducing a
 #:   published ECE").
-CLOSURES = ("left", "right", "right_float")
+#: * ``"left_float"``: left-closed on those float edges, the last bin also holding ``1.0``: ``np.digitize(x,
+#:   np.linspace(0, 1, B + 1))`` and ``x >= lo`` tests on ``np.linspace`` edges (Müller et al. 2026, Yang et al.
+#:   2024; analysis/conventions.py). A stated 30% (``0.3``) lies below the float edge ``0.30000000000000004``
+#:   and joins the bin below, where ``"left"`` puts it in the bin starting at 0.3.
+CLOSURES = ("left", "right", "right_float", "left_float")
+
+#: the closures on the float edges ``k * fl(1/B)`` of ``np.linspace`` (the others use the exact ``k / B``)
+FLOAT_CLOSURES = ("right_float", "left_float")
+#: the closures whose bins hold their lower edge (``[lo, hi)``); the others hold their upper edge
+LEFT_CLOSURES = ("left", "left_float")
 
 
 def check_closure(closure) -> str:
@@ -182,13 +191,13 @@ def bin_edges(n_bins: int = 10, closure: str = "left") -> np.ndarray:
     """The ``n_bins + 1`` equal-width bin edges a closure uses.
 
     ``"left"`` and ``"right"``: the correctly rounded doubles ``k / B`` (not ``np.linspace``, whose
-    ``3 * 0.1`` is ``0.30000000000000004``). ``"right_float"``: ``k * fl(1/B)`` with the last edge ``1.0``,
+    ``3 * 0.1`` is ``0.30000000000000004``). ``"right_float"`` and ``"left_float"``: ``k * fl(1/B)`` with the last edge ``1.0``,
     bit for bit the edges of ``np.linspace(0, 1, B + 1)`` and of R's ``seq(0, 1, by = 1/B)``.
 
     Parameters
     ----------
     n_bins : int, default=10
-    closure : {"left", "right", "right_float"}, default="left"
+    closure : {"left", "right", "right_float", "left_float"}, default="left"
 
     Returns
     -------
@@ -210,7 +219,7 @@ def bin_edges(n_bins: int = 10, closure: str = "left") -> np.ndarray:
     n_bins = _check_n_bins(n_bins)
     check_closure(closure)
     k = np.arange(n_bins + 1, dtype=np.float64)
-    if closure == "right_float":
+    if closure in FLOAT_CLOSURES:
         edges = k * (1.0 / n_bins)
         edges[-1] = 1.0
         return edges
@@ -226,7 +235,9 @@ def bin_indices(confidence, n_bins: int = 10, closure: str = "left") -> np.ndarr
     first bin also holds ``0.0`` (R's ``cut(x, seq(0, 1, 1/B), include.lowest = TRUE)``,
     ``pandas.cut(x, edges, right=True, include_lowest=True)``), so ``0.3`` lands in the bin ending at 0.3.
     ``closure="right_float"``: right-closed on the float edges of :func:`bin_edges` (scikit-learn's
-    ``calibration_curve``: ``np.searchsorted(np.linspace(0, 1, B + 1)[1:-1], p)``). See :data:`CLOSURES`.
+    ``calibration_curve``: ``np.searchsorted(np.linspace(0, 1, B + 1)[1:-1], p)``), and ``closure="left_float"``
+    left-closed on them (``np.digitize(p, np.linspace(0, 1, B + 1)) - 1``, 1.0 in the last bin). See
+    :data:`CLOSURES`.
 
     Parameters
     ----------
@@ -234,7 +245,7 @@ def bin_indices(confidence, n_bins: int = 10, closure: str = "left") -> np.ndarr
         Finite values in ``[0, 1]``.
     n_bins : int, default=10
         Number of bins ``B >= 1``.
-    closure : {"left", "right", "right_float"}, default="left"
+    closure : {"left", "right", "right_float", "left_float"}, default="left"
 
     Returns
     -------
@@ -249,7 +260,7 @@ def bin_indices(confidence, n_bins: int = 10, closure: str = "left") -> np.ndarr
     [0, 0, 2, 6, 9, 9]
     """
     edges = bin_edges(n_bins, closure)
-    side = "right" if closure == "left" else "left"
+    side = "right" if closure in LEFT_CLOSURES else "left"
     idx = np.searchsorted(edges, np.asarray(confidence, dtype=np.float64), side=side) - 1
     return np.clip(idx, 0, edges.size - 2).astype(np.int64, copy=False)
 
@@ -355,7 +366,7 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
         Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
     n_bins : int, default=10
         Number of equal-width bins.
-    closure : {"left", "right", "right_float"}, default="left"
+    closure : {"left", "right", "right_float", "left_float"}, default="left"
         Which bin a confidence on an edge joins (:data:`CLOSURES`).
 
     Returns

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-from .kernels import SortedSignal
+from .kernels import WEIGHTED_KERNELS, SortedSignal, _apply, weighted_kernel
 from .resampling import counts_from_indices
 from .registry import get_metric
 
@@ -95,20 +95,19 @@ def gap_resamples(conf_a, conf_b, target, metric: str, weights: np.ndarray, n_bi
                   target_b=None) -> np.ndarray:
     """The gap ``metric(A) - metric(B)`` on each row of ``weights`` (multiplicities of the items, (R, n)).
 
-    Uses the bootstrap's count-weighted kernels (:data:`confgrid.analysis.kernels.WEIGHTED_KERNELS`) on one
+    Uses the bootstrap's count-weighted kernels (:func:`confgrid.analysis.kernels.weighted_kernel`) on one
     sorted signal per side; ``target_b`` (n,): B's own target where it differs from A's (a method graded under
     its own rule). Returns (R,) float64 (NaN where undefined).
     """
-    from .kernels import WEIGHTED_KERNELS, _apply
-
     info = get_metric(metric)
-    if info.name not in WEIGHTED_KERNELS:
+    kernel = weighted_kernel(info.name)
+    if kernel is None:
         raise ValueError(f"metric {metric!r} has no weighted kernel; the planner supports "
-                         f"{', '.join(sorted(WEIGHTED_KERNELS))}")
+                         f"{', '.join(sorted(WEIGHTED_KERNELS))} and every binned ECE")
     out = []
     for conf, tgt in ((conf_a, target), (conf_b, target if target_b is None else target_b)):
         sig = SortedSignal.from_arrays(conf, tgt, n_bins)
-        out.append(_apply(WEIGHTED_KERNELS[info.name], sig, weights, integer=True))
+        out.append(_apply(kernel, sig, weights, integer=True))
     return out[0] - out[1]
 
 

@@ -57,16 +57,18 @@ confgrid.registry.UnknownNameError: unknown metric 'f1'; allowed: aurc, auroc, b
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from confgrid.registry import Registry, UnknownNameError
 
 from . import estimators as _E
 from . import metrics as _M
+from .binning import BIN_CONFIDENCES, Binning, BinnedNameError, binned_ece, parse_binned_name
+from .conventions import CONVENTIONS
 
-__all__ = ["METRICS", "MetricInfo", "UnknownMetricError", "get_metric", "register_metric", "closure_variant",
-           "binned_metrics", "with_closures"]
+__all__ = ["METRICS", "MetricInfo", "MetricRegistry", "UnknownMetricError", "get_metric", "register_metric",
+           "closure_variant", "binned_metrics", "with_closures", "expand_binned", "binned_info", "GRAMMAR"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class MetricInfo:
     name : str
         Registry key (lower case), e.g. ``"ece"``.
     func : callable
-        ``func(confidence, correct) -> float`` (ECE also takes ``n_bins``).
+        ``func(confidence, correct) -> float`` (a binned ECE also takes ``n_bins``, the run's bins).
     lower_is_better : bool
         Direction of the metric.
     description : str
@@ -86,12 +88,12 @@ class MetricInfo:
     signed : bool, default=False
         True for a signed summary (e.g. ``calibration_gap``) whose best
         value is 0; ``lower_is_better`` then refers to its absolute value.
-    closure : str or None, default=None
-        The bin closure of a binned estimator (``"left"``, ``"right"``,
-        ``"right_float"``); None for a metric without bins.
-    family : str, default=""
-        The left-closed name of a binned estimator (``ece_15`` for
-        ``ece_15_right``); empty for a metric without bins.
+    binning : Binning or None, default=None
+        The declared parts of a binned ECE (bins, scheme, closure, bin confidence;
+        :class:`~confgrid.analysis.binning.Binning`); None for a metric without bins.
+    convention : str, default=""
+        The published convention a name like ``ece_muller2026`` stands for (analysis/conventions.py); empty
+        for the names of the grammar (``ece_15_right``).
     """
 
     name: str
@@ -99,20 +101,77 @@ class MetricInfo:
     lower_is_better: bool
     description: str
     signed: bool = False
-    closure: str | None = None
-    family: str = ""
+    binning: Binning | None = None
+    convention: str = ""
+
+    @property
+    def closure(self) -> str | None:
+        """The bin closure of a binned estimator (``"left"``, ``"right"``, ...); None without bins."""
+        return None if self.binning is None else self.binning.closure
+
+    @property
+    def family(self) -> str:
+        """The name of a binned estimator with the left closure and mean bin confidence (``ece_15`` for
+        ``ece_15_right_midpoint``; ``ece`` for a convention); empty for a metric without bins."""
+        if self.binning is None:
+            return ""
+        if self.convention:
+            return "ece"
+        return replace(self.binning, closure="left", bin_confidence="mean").name
 
     @property
     def takes_n_bins(self) -> bool:
-        """Whether ``func`` accepts an ``n_bins`` keyword (``ece``, ``ece_equal_mass``)."""
+        """Whether ``func`` uses an ``n_bins`` keyword, the run's bins (``ece``, ``ece_equal_mass``; not ``ece_15``)."""
+        if self.binning is not None:
+            return self.binning.n_bins is None
         try:
             return "n_bins" in inspect.signature(self.func).parameters
         except (TypeError, ValueError):  # pragma: no cover - builtins
             return False
 
 
+class MetricRegistry(Registry[MetricInfo]):
+    """The metric registry: the listed metrics, and every name of the binned-ECE grammar on demand.
+
+    Iteration lists the registered metrics (the ``--metrics`` choices printed in full); lookup and ``in`` also
+    accept every name of :func:`~confgrid.analysis.binning.parse_binned_name`'s grammar
+    (``ece_12_left_float_midpoint``), whose :class:`MetricInfo` is built once and kept apart from the listed
+    ones. A name in the grammar that spells no estimator raises
+    :class:`~confgrid.analysis.binning.BinnedNameError` with the reason and the spelling that works.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("metric", value_type=MetricInfo)
+        self._spelled: dict[str, MetricInfo] = {}
+
+    def get(self, name: str) -> MetricInfo:
+        if name in self._entries or not isinstance(name, str):
+            return super().get(name)
+        if name not in self._spelled:
+            binning = parse_binned_name(name)  # BinnedNameError: a name of the grammar that spells nothing
+            if binning is None:
+                raise self._unknown(name)
+            self._spelled[name] = binned_info(binning)
+        return self._spelled[name]
+
+    def _unknown(self, name):
+        err = super()._unknown(name)
+        return UnknownNameError(f"{err}; and every binned ECE of the grammar {GRAMMAR}", kind=err.kind,
+                                value=err.value, allowed=err.allowed)
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self.get(name)  # type: ignore[arg-type]
+        except (UnknownNameError, BinnedNameError):
+            return False
+        return True
+
+
+#: the binned-ECE names, as the ``--metrics`` help and the errors print them
+GRAMMAR = "ece[_<B>][_equal_mass|_centred][_right|_right_float|_left_float][_midpoint]"
+
 #: Registered metrics, by name (kind ``"metric"``).
-METRICS: Registry[MetricInfo] = Registry("metric", value_type=MetricInfo)
+METRICS: MetricRegistry = MetricRegistry()
 
 #: The error of an unknown metric name; the same class as every registry's
 #: :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``).
@@ -144,7 +203,7 @@ def register_metric(info: MetricInfo) -> MetricInfo:
 
 
 def get_metric(name: str) -> MetricInfo:
-    """Look up a registered metric by name.
+    """Look up a metric by name: a registered one, or a name of the binned-ECE grammar (:data:`GRAMMAR`).
 
     Parameters
     ----------
@@ -160,17 +219,22 @@ def get_metric(name: str) -> MetricInfo:
         (:class:`~confgrid.registry.UnknownNameError`, a subclass of both
         ``KeyError`` and ``ValueError``) listing the registered names when
         ``name`` is unknown.
+    BinnedNameError
+        (a ``ValueError``) a name of the grammar that spells no estimator (``ece_equal_mass_midpoint``), with
+        the spelling that works.
 
     Examples
     --------
     >>> get_metric("auroc").lower_is_better
     False
+    >>> get_metric("ece_12_left_float_midpoint").binning
+    Binning(n_bins=12, scheme='width', closure='left_float', bin_confidence='midpoint')
     """
     return METRICS.get(name)
 
 
 def closure_variant(name: str, closure: str) -> str:
-    """The registered name of binned metric ``name``'s family under ``closure``.
+    """The name of binned metric ``name`` under ``closure`` (bins, scheme and bin confidence kept).
 
     Examples
     --------
@@ -178,82 +242,127 @@ def closure_variant(name: str, closure: str) -> str:
     ('ece_15_right', 'ece')
     >>> closure_variant("ece_equal_mass", "right_float")  # equal-mass bins have no fixed edges
     'ece_equal_mass_right'
+    >>> closure_variant("ece_10_midpoint", "left_float")
+    'ece_10_left_float_midpoint'
 
     Raises
     ------
     ValueError
-        ``name`` has no bins (naming it and the binned metrics), or an unknown closure.
+        ``name`` has no bins (naming it and the binned metrics), names a convention (which fixes its closure),
+        or an unknown closure.
     """
     info = get_metric(name)
-    if info.closure is None:
+    if info.binning is None:
         raise ValueError(f"metric {name!r} has no bins, so no closure; binned metrics: "
-                         f"{', '.join(binned_metrics())}")
-    name = _E.closure_name(info.family, _M.check_closure(closure))
-    if name not in METRICS and closure == "right_float":  # no fixed edges (equal mass): the right closure
-        name = _E.closure_name(info.family, "right")
-    return get_metric(name).name
+                         f"{', '.join(binned_metrics())} and {GRAMMAR}")
+    if info.convention:
+        raise ValueError(f"metric {name!r} is the {info.convention} convention, which fixes its bin closure "
+                         f"({info.binning.closure}); name {info.binning.name!r} with another closure suffix instead")
+    _M.check_closure(closure)
+    if info.binning.scheme == "mass" and closure in _M.FLOAT_CLOSURES:  # no fixed edges: the plain closure
+        closure = closure.removesuffix("_float")
+    return replace(info.binning, closure=closure).name
 
 
-def with_closures(names, closures) -> list[str]:
-    """The metric names evaluated when the binned ones are taken under each of ``closures``.
+def expand_binned(names, closures=("left",), bin_confidences=("mean",)) -> list[str]:
+    """The metric names evaluated when the unsuffixed binned names are taken under each closure and bin confidence.
 
-    Every binned name (any closure) is replaced by its family's name under each closure, in the order
-    given; other names stay. Duplicates are dropped, the first place kept.
+    A binned name with neither a closure nor a bin-confidence suffix (``ece``, ``ece_15``, ``ece_equal_mass``)
+    stands for its family: it is replaced by the family under each of ``closures`` and ``bin_confidences`` (in
+    that order, closures outermost). A name that spells its closure or bin confidence (``ece_right``,
+    ``ece_15_midpoint``) or a convention (``ece_study002``) is computed exactly as named, whatever the axes;
+    other names stay. Duplicates are dropped, the first place kept. With the defaults every name is kept.
 
     Examples
     --------
-    >>> with_closures(["ece", "auroc", "ece_15"], ["left", "right"])
+    >>> expand_binned(["ece", "auroc", "ece_15"], ["left", "right"])
     ['ece', 'ece_right', 'auroc', 'ece_15', 'ece_15_right']
-    >>> with_closures(["ece", "brier"], ["right"])
+    >>> expand_binned(["ece_right", "brier"])  # a name with its closure is computed as named
     ['ece_right', 'brier']
+    >>> expand_binned(["ece"], ["left"], ["mean", "midpoint"])
+    ['ece', 'ece_midpoint']
 
     Raises
     ------
     ValueError
-        An unknown closure (naming it and the choices), or no closure at all.
+        An unknown or repeated closure or bin confidence, none at all, or a family that has no midpoint
+        (equal-mass bins), naming it.
     """
     closures = [_M.check_closure(c) for c in closures]
-    if not closures:
-        raise ValueError(f"name at least one closure; choose from {', '.join(_M.CLOSURES)}")
+    confs = list(bin_confidences)
+    for label, got, allowed in (("closure", closures, _M.CLOSURES), ("bin confidence", confs, BIN_CONFIDENCES)):
+        bad = [c for c in got if c not in allowed]
+        if bad or not got or len(set(got)) != len(got):
+            raise ValueError(f"{label}s {got!r}: give one or more of {', '.join(allowed)}, each once")
     out: list[str] = []
     for n in names:
-        out += [closure_variant(n, c) for c in closures] if get_metric(n).closure is not None else [n]
+        info = get_metric(n)
+        b = info.binning
+        if b is None or info.convention or b.closure != "left" or b.bin_confidence != "mean":
+            out.append(info.name)
+            continue
+        for c in closures:
+            for conf in confs:
+                if b.scheme == "mass" and conf == "midpoint":
+                    raise ValueError(f"metric {n!r} with bin confidence 'midpoint': equal-mass bins have no fixed "
+                                     "midpoints; ask for the midpoint of the equal-width names only (e.g. "
+                                     "the metrics ece, ece_midpoint and ece_equal_mass)")
+                out.append(get_metric(closure_variant(replace(b, bin_confidence=conf).name, c)).name)
     return list(dict.fromkeys(out))
 
 
+def with_closures(names, closures) -> list[str]:
+    """:func:`expand_binned` over closures only (the mean bin confidence).
+
+    Examples
+    --------
+    >>> with_closures(["ece", "brier"], ["right"])
+    ['ece_right', 'brier']
+    """
+    return expand_binned(names, closures)
+
+
 def binned_metrics(closure: str = "left") -> list[str]:
-    """Registered binned metrics of one closure, sorted (``ece``, ``ece_10``, ..., ``ece_equal_mass``)."""
-    return sorted(n for n in METRICS if METRICS.get(n).closure == closure)
+    """Listed binned metrics of one closure, sorted (``ece``, ``ece_10``, ..., ``ece_equal_mass``), conventions
+    left out."""
+    return sorted(n for n in METRICS if METRICS.get(n).closure == closure and not METRICS.get(n).convention)
 
 
-def _closed(func, closure: str, name: str):
-    """``func`` with its bin closure fixed (``n_bins`` still free)."""
+def binned_info(binning: Binning, name: str | None = None, convention: str = "", description: str = "") -> MetricInfo:
+    """The :class:`MetricInfo` of a binned ECE: its point function is
+    :func:`~confgrid.analysis.binning.binned_ece` under ``binning`` (``n_bins``: the run's bins, used when
+    ``binning.n_bins`` is None)."""
+    name = name or binning.name
 
     def f(confidence, correct, n_bins: int = 10) -> float:
-        return func(confidence, correct, n_bins=n_bins, closure=closure)
+        return binned_ece(confidence, correct, binning, n_bins)
 
     f.__name__ = f.__qualname__ = name
-    f.__doc__ = f"``{func.__name__}(confidence, correct, n_bins, closure={closure!r})``; lower is better."
-    return f
+    f.__doc__ = f"``binned_ece(confidence, correct, {binning!r}, n_bins)``; lower is better."
+    return MetricInfo(name, f, True, description or describe(binning), binning=binning, convention=convention)
+
+
+def describe(binning: Binning) -> str:
+    """One line for tables: ``ECE, 15 equal-width bins, left-closed on np.linspace edges, bin midpoints``."""
+    bins = "the run's" if binning.n_bins is None else str(binning.n_bins)
+    scheme = {"width": "equal-width", "mass": "equal-mass", "centred": "centred"}[binning.scheme]
+    closure = {"left": "", "right": ", right-closed", "right_float": ", right-closed on np.linspace edges",
+               "left_float": ", left-closed on np.linspace edges"}[binning.closure]
+    conf = ", bin midpoints" if binning.bin_confidence == "midpoint" else ""
+    return f"ECE, {bins} {scheme} bins{closure}{conf}"
 
 
 def _binned() -> list[MetricInfo]:
-    kinds = {"right": "right-closed bins", "right_float": "right-closed on np.linspace edges"}
-    out = [MetricInfo("ece", _M.ece, True, "expected calibration error, equal-width bins", closure="left",
-                      family="ece"),
-           MetricInfo("ece_equal_mass", _E.ece_equal_mass, True, "ECE, equal-mass bins", closure="left",
-                      family="ece_equal_mass")]
-    out += [MetricInfo(f"ece_{b}", f, True, f"ECE, {b} equal-width bins", closure="left", family=f"ece_{b}")
-            for b, f in _E.FIXED_BIN_ECE.items()]
-    for c, what in kinds.items():
-        out.append(MetricInfo(_E.closure_name("ece", c), _closed(_M.ece, c, _E.closure_name("ece", c)), True,
-                              f"expected calibration error, equal-width {what}", closure=c, family="ece"))
-        out += [MetricInfo(f.__name__, f, True, f"ECE, {b} equal-width {what}", closure=c, family=f"ece_{b}")
-                for (b, cc), f in _E.CLOSED_BIN_ECE.items() if cc == c]
-    out.append(MetricInfo("ece_equal_mass_right", _closed(_E.ece_equal_mass, "right", "ece_equal_mass_right"),
-                          True, "ECE, equal-mass bins, a tie group on a quantile edge in the lower bin",
-                          closure="right", family="ece_equal_mass"))
-    return out
+    """The listed binned metrics: ``ece``, ``ece_<B>`` (B of study 000) and ``ece_equal_mass``, under the closures
+    left, right and right_float (the equal-mass bins: left and right), then the published conventions
+    (analysis/conventions.py). Every other binned name is spelled by the grammar (``ece_left_float``)."""
+    out = []
+    for c in ("left", "right", "right_float"):
+        out += [binned_info(Binning(b, "width", c)) for b in (None, *_E.ECE_BIN_COUNTS)]
+        if c in ("left", "right"):
+            out.append(binned_info(Binning(None, "mass", c)))
+    out[0] = replace(out[0], description="expected calibration error, equal-width bins")
+    return out + [binned_info(cv.binning, cv.metric, cv.name, cv.description) for _, cv in CONVENTIONS.items()]
 
 
 def _builtins() -> list[MetricInfo]:

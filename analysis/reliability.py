@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .binning import BIN_CONFIDENCES, Binning
 from .estimators import equal_mass_bin_starts
 from .metrics import (UndefinedMetricWarning, _check_n_bins, _undefined_reason, bin_edges, bin_indices,
                       check_closure, validate_inputs)
@@ -46,6 +47,9 @@ class ReliabilityData:
         ``"uniform"`` or ``"quantile"``.
     closure : str
         The bin closure (:data:`metrics.CLOSURES`).
+    bin_confidence : str
+        What stands for a bin's confidence (:data:`~confgrid.analysis.binning.BIN_CONFIDENCES`): ``"mean"`` (of
+        its answers) or ``"midpoint"`` (uniform bins only).
     """
 
     bin_edges: np.ndarray
@@ -54,23 +58,35 @@ class ReliabilityData:
     accuracy: np.ndarray
     strategy: str = "uniform"
     closure: str = "left"
+    bin_confidence: str = "mean"
 
     @property
     def n_bins(self) -> int:
         return int(self.counts.size)
 
     @property
+    def confidence(self) -> np.ndarray:
+        """What stands for each bin's confidence, shape (n_bins,): the mean confidence of its answers, or the bin's
+        midpoint ``(2k + 1) / (2B)`` (:meth:`~confgrid.analysis.binning.Binning.midpoints`); ``nan`` for an empty
+        bin."""
+        if self.bin_confidence == "mean":
+            return self.mean_confidence
+        mid = Binning(self.n_bins, closure=self.closure, bin_confidence="midpoint").midpoints()
+        return np.where(self.counts > 0, mid, np.nan)
+
+    @property
     def ece(self) -> float:
-        """``sum_b (n_b/n)|acc_b - conf_b|`` over non-empty bins (``nan`` with no answers)."""
+        """``sum_b (n_b/n)|acc_b - conf_b|`` over non-empty bins (``nan`` with no answers); ``conf_b`` is
+        :attr:`confidence`."""
         n = self.counts.sum()
         if n == 0:
             return float("nan")
         nz = self.counts > 0
-        return float(np.sum(self.counts[nz] / n * np.abs(self.accuracy[nz] - self.mean_confidence[nz])))
+        return float(np.sum(self.counts[nz] / n * np.abs(self.accuracy[nz] - self.confidence[nz])))
 
 
 def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "uniform",
-                        closure: str = "left") -> ReliabilityData:
+                        closure: str = "left", bin_confidence: str = "mean") -> ReliabilityData:
     """Bin edges, counts, mean confidence and accuracy per bin.
 
     Parameters
@@ -85,10 +101,13 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
         ``"uniform"``: equal-width bins ``[k/B, (k+1)/B)``, the last closed
         (the bins of :func:`metrics.ece`). ``"quantile"``: equal-mass bins
         with the tie rule of :func:`estimators.ece_equal_mass`.
-    closure : {"left", "right", "right_float"}, default="left"
+    closure : {"left", "right", "right_float", "left_float"}, default="left"
         Which bin a confidence on an edge (uniform) or a tie group on a
         quantile edge (quantile) joins, as in :func:`metrics.ece` and
         :func:`estimators.ece_equal_mass`.
+    bin_confidence : {"mean", "midpoint"}, default="mean"
+        What stands for a bin's confidence (:attr:`ReliabilityData.confidence`); ``"midpoint"`` needs uniform
+        bins.
 
     Returns
     -------
@@ -115,6 +134,9 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {list(STRATEGIES)}, got {strategy!r}")
     check_closure(closure)
+    if bin_confidence not in BIN_CONFIDENCES or (bin_confidence == "midpoint" and strategy != "uniform"):
+        raise ValueError(f"bin_confidence must be one of {list(BIN_CONFIDENCES)} ('midpoint' with uniform bins "
+                         f"only), got {bin_confidence!r} with strategy {strategy!r}")
     c, y = validate_inputs(confidence, correct)
     reason = _undefined_reason(c, y)
     if reason is not None:
@@ -122,7 +144,8 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
                       UndefinedMetricWarning, stacklevel=2)
         edges = bin_edges(n_bins, closure)
         empty = np.full(n_bins, np.nan)
-        return ReliabilityData(edges, np.zeros(n_bins, dtype=np.int64), empty, empty.copy(), strategy, closure)
+        return ReliabilityData(edges, np.zeros(n_bins, dtype=np.int64), empty, empty.copy(), strategy, closure,
+                               bin_confidence)
     if strategy == "uniform":
         edges = bin_edges(n_bins, closure)
         b = bin_indices(c, n_bins, closure)
@@ -143,7 +166,7 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
     with np.errstate(invalid="ignore", divide="ignore"):
         conf_b = np.where(counts > 0, sc / np.maximum(counts, 1), np.nan)
         acc_b = np.where(counts > 0, sy / np.maximum(counts, 1), np.nan)
-    return ReliabilityData(edges, counts, conf_b, acc_b, strategy, closure)
+    return ReliabilityData(edges, counts, conf_b, acc_b, strategy, closure, bin_confidence)
 
 
 def plot_reliability(data: ReliabilityData, ax=None, label: str | None = None):

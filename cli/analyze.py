@@ -14,7 +14,9 @@ from pathlib import Path
 import pandas as pd
 import typer
 
+from confgrid.analysis.conventions import CONVENTIONS
 from confgrid.analysis.metrics import UndefinedMetricWarning
+from confgrid.analysis.registry import GRAMMAR
 from confgrid.cli.console import setup_logging
 from confgrid.flows.analyze.analysis import DEFAULT_METRICS, EXPERIMENT, TrackingWarning, analyze, available_metrics, slow_metrics
 from confgrid.flows.analyze.input import AnalyzeWarning
@@ -31,7 +33,8 @@ def analyze_cmd(
                                                  "alignment.csv, Parquet copies; analyze.json, mlflow.db).",
                              show_default=False),
     metrics: str = typer.Option(",".join(DEFAULT_METRICS), "--metrics",
-                                help=f"Comma-separated metrics; choices: {', '.join(available_metrics())}. "
+                                help=f"Comma-separated metrics; choices: {', '.join(available_metrics())}, and "
+                                     f"every binned ECE named {GRAMMAR} (each computed exactly as named). "
                                      f"Slow (one call per resample): {', '.join(slow_metrics()) or 'none'}."),
     bootstrap: int = typer.Option(10_000, "--bootstrap", help="Paired bootstrap resamples per setting."),
     seed: int = typer.Option(0, "--seed", help="Base seed; a setting's seed is setting_seed(setting, '', SEED)."),
@@ -41,6 +44,15 @@ def analyze_cmd(
                                          "the default), right ((k/B, (k+1)/B], R cut, scikit-learn, study 002), "
                                          "right_float (right-closed on np.linspace edges). left,right adds "
                                          "ece_right beside ece and writes results/closure.csv where they differ."),
+    ece_bin_confidence: str = typer.Option("mean", "--ece-bin-confidence",
+                                           help="What stands for a bin's confidence in the unsuffixed equal-width "
+                                                "binned metrics, comma-separated: mean (of the bin's answers, the "
+                                                "default) or midpoint (the bin's centre, as Mueller et al. 2026). "
+                                                "mean,midpoint adds ece_midpoint beside ece."),
+    ece_convention: str = typer.Option("", "--ece-convention",
+                                       help="Published ECE conventions to compute beside --metrics, comma-separated, "
+                                            "each as the metric ece_NAME: " + ", ".join(CONVENTIONS) + " (README, "
+                                            "'ECE conventions', gives each one's source)."),
     setting_col: str = typer.Option("setting", "--setting-col", help="Column holding the setting (unit of pairing)."),
     item_col: str = typer.Option("item_id", "--item-col", help="Column holding the question id."),
     signal_col: str = typer.Option("signal", "--signal-col", help="Column holding the confidence method."),
@@ -139,7 +151,8 @@ def analyze_cmd(
         warnings.simplefilter("always", UndefinedMetricWarning)
         try:
             tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
-                             ece_closure=ece_closure, columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
+                             ece_closure=ece_closure, ece_bin_confidence=ece_bin_confidence,
+                             ece_conventions=ece_convention, columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
                              num_workers=workers, views=views, pairs=pairs, candidates=candidates,
                              comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, threshold=threshold,
                              uncertainty=uncertainty, in_turn=in_turn, group_col=group_col, against=against,

@@ -81,6 +81,8 @@ def build_checklist(
     n_bins: int | None = 10,
     ece_closure: Sequence[str] = ("left",),
     on_edge: Mapping[str, float] | None = None,
+    ece_bin_confidence: Sequence[str] = ("mean",),
+    ece_conventions: Mapping[str, str] | None = None,
     parse_policy: str = DEFAULT_PARSE_POLICY,
     chat_template: str | None = None,
     system_prompt: str | None = None,
@@ -120,6 +122,10 @@ def build_checklist(
         ``(k/B, (k+1)/B]``; ``right_float``: right-closed on ``np.linspace`` edges).
     on_edge : mapping or None
         Signal -> share of its confidences exactly on an edge ``k/B`` of the ``n_bins`` bins (``results/edges``).
+    ece_bin_confidence : sequence of str, default ("mean",)
+        What stood for a bin's confidence (``mean`` of its answers, or the bin's ``midpoint``; analysis/binning.py).
+    ece_conventions : mapping or None
+        Published ECE conventions computed beside (name -> its one-line description, analysis/conventions.py).
     parse_policy : str
         One of :data:`~confgrid.protocols.parsing.PARSE_POLICIES`.
     chat_template : str or None
@@ -187,6 +193,7 @@ def build_checklist(
     }
     correctness = {"rule": correctness_rule, "definition": _first_line(rule_fn)}
     ece = {"estimator": ece_estimator, "n_bins": n_bins, "closure": list(ece_closure),
+           "bin_confidence": list(ece_bin_confidence), "conventions": dict(ece_conventions or {}),
            "on_edge": _jsonable(dict(on_edge or {}), "on_edge")}
     verbalized = {
         "signal": "verbalized",
@@ -277,7 +284,9 @@ def render_checklist_markdown(checklist: Mapping[str, Any]) -> str:
         f"| decoding | {_cell(c['decoding'])} |",
         f"| correctness rule | {_cell(c['correctness_rule']['rule'])}: {_cell(c['correctness_rule']['definition'])} |",
         f"| ECE estimator | {_cell(c['ece']['estimator'])}, bins: {_cell(c['ece']['n_bins'])}, closure: "
-        f"{_cell(', '.join(c['ece'].get('closure', ['left'])))} |",
+        f"{_cell(', '.join(c['ece'].get('closure', ['left'])))}, bin confidence: "
+        f"{_cell(', '.join(c['ece'].get('bin_confidence', ['mean'])))}"
+        f"{''.join(f'; {_cell(k)}: {_cell(v)}' for k, v in (c['ece'].get('conventions') or {}).items())} |",
         f"| confidences on bin edges | {_cell(_shares(c['ece'].get('on_edge') or {}))} |",
         f"| rows generated / kept | {_cell(c['rows']['total'])} / {_cell(c['rows']['kept'])} |",
         "",

@@ -34,7 +34,8 @@ def file_stem(*parts: str) -> str:
     return "__".join(re.sub(r"[^A-Za-z0-9_.-]+", "_", p).strip("_") for p in parts)
 
 
-def draw_reliability_panel(ax, ax_counts, rows: pd.DataFrame, title: str, smooth: dict | None = None) -> None:
+def draw_reliability_panel(ax, ax_counts, rows: pd.DataFrame, title: str, smooth: dict | None = None,
+                           midpoint: bool = False) -> None:
     """Draw one reliability diagram from its bins.
 
     Parameters
@@ -46,16 +47,21 @@ def draw_reliability_panel(ax, ax_counts, rows: pd.DataFrame, title: str, smooth
     title : str
     smooth : dict, optional
         :func:`~confgrid.analysis.figure_data.smooth_curve` output, drawn as a line.
+    midpoint : bool, default False
+        The rows' ``bin_confidence`` is the bins' midpoints (a run with ``metrics.ece_bin_confidence: [midpoint]``):
+        the legend says so.
     """
     lo, hi = rows["bin_lo"].to_numpy(float), rows["bin_hi"].to_numpy(float)
-    acc, conf = rows["accuracy"].to_numpy(float), rows["mean_confidence"].to_numpy(float)
+    what = "bin_confidence" if "bin_confidence" in rows.columns else "mean_confidence"
+    acc, conf = rows["accuracy"].to_numpy(float), rows[what].to_numpy(float)
     counts = rows["count"].to_numpy(np.int64)
     nz = counts > 0
     ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="perfect calibration")
     ax.bar(lo[nz], acc[nz], width=(hi - lo)[nz], align="edge", color="#4c72b0", alpha=0.55, edgecolor="black",
            linewidth=0.6, label="accuracy per bin", gid="accuracy_bars")
     # the line breaks at empty bins (NaN), so a gap stays a gap
-    ax.plot(conf, acc, "o-", color="black", markersize=3, linewidth=0.8, label="mean confidence, accuracy")
+    ax.plot(conf, acc, "o-", color="black", markersize=3, linewidth=0.8,
+            label="bin midpoint, accuracy" if midpoint else "mean confidence, accuracy")
     if smooth is not None:
         ax.plot(smooth["mesh"], smooth["mu"], color="#dd8452", linewidth=1.5,
                 label=f"smooth (smECE {smooth['smece']:.3f})")
@@ -76,11 +82,12 @@ def _signal_order(names: list[str]) -> list[str]:
 
 
 def _title_metric(metric: str, tables: RunTables) -> str:
-    """The titles' metric under the closure of the drawn bins (``ece`` -> ``ece_right`` for a right-closed run)."""
-    from confgrid.analysis.registry import METRICS, closure_variant
+    """The titles' metric under the closure and bin confidence of the drawn bins (``ece`` -> ``ece_right`` for a
+    right-closed run, ``ece_midpoint`` for a run of bin midpoints)."""
+    from confgrid.analysis.registry import METRICS, expand_binned
 
     if metric in METRICS and METRICS.get(metric).closure is not None:
-        return closure_variant(metric, tables.closure)
+        return expand_binned([metric], [tables.closure], [tables.bin_confidence])[0]
     return metric
 
 
@@ -88,7 +95,7 @@ def _per_setting(sig: pd.DataFrame, tables: RunTables, opts: FigureOptions, titl
                  what: str) -> list[Drawn]:
     """One figure per setting of a long signal table (``RELIABILITY_KEYS``, confidence, correct): a panel per
     signal with its bins, counts and the ``titles`` metric."""
-    rel = reliability_table(sig, n_bins=tables.n_bins, closure=tables.closure)
+    rel = reliability_table(sig, n_bins=tables.n_bins, closure=tables.closure, bin_confidence=tables.bin_confidence)
     out = []
     for setting, rs in rel.groupby("setting", sort=False):
         signals = _signal_order(list(dict.fromkeys(rs["signal"])))
@@ -109,7 +116,7 @@ def _per_setting(sig: pd.DataFrame, tables: RunTables, opts: FigureOptions, titl
             if opts.smooth and n:
                 one = sig[(sig["setting"] == setting) & (sig["signal"] == s)]
                 smooth = smooth_curve(one["confidence"], one["correct"])
-            draw_reliability_panel(ax, axc, rows, title, smooth)
+            draw_reliability_panel(ax, axc, rows, title, smooth, midpoint=tables.bin_confidence == "midpoint")
             if i == 0:
                 ax.legend(fontsize=7, loc="upper left")
         fig.suptitle(f"{setting}: reliability of {what}, {tables.n_bins} equal-width bins", fontsize=10)

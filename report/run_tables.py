@@ -111,6 +111,13 @@ class RunTables:
         return str(closures[0])
 
     @property
+    def bin_confidence(self) -> str:
+        """What stands for a reliability bin's confidence: the first of ``metrics.ece_bin_confidence`` (``mean``
+        when the grid does not say)."""
+        confs = (self.grid.get("metrics") or {}).get("ece_bin_confidence") or ["mean"]
+        return str(confs[0])
+
+    @property
     def level(self) -> float:
         """The level of the run's intervals (``bootstrap.level``; 0.95 when the grid does not say)."""
         return float((self.grid.get("bootstrap") or {}).get("level") or 0.95)

@@ -37,7 +37,8 @@ def test_build_checklist_content():
     assert t["used"] is True and t["sha256"] == hashlib.sha256(TEMPLATE.encode()).hexdigest() and t["text"] is None
     assert t["kwargs"] == {"enable_thinking": False} and t["system_prompt"] is None
     assert c["correctness_rule"]["rule"] == "containment" and "containment" in c["correctness_rule"]["definition"].lower()
-    assert c["ece"] == {"estimator": "ece", "n_bins": 10, "closure": ["left"], "on_edge": {}}
+    assert c["ece"] == {"estimator": "ece", "n_bins": 10, "closure": ["left"], "bin_confidence": ["mean"],
+                        "conventions": {}, "on_edge": {}}
     assert c["rows"]["total"] == 100 and c["rows"]["kept"] == 95
     assert c["rows"]["dropped"] == {"missing_confidence": 3, "unlabelled_confidence": 2}
     assert [s["signal"] for s in c["signals"]] == ["verbalized", "token:bare", "token:guess_slot", "token:mc_answer_slot"]
@@ -63,7 +64,8 @@ def test_plain_text_and_options():
     # the plain-text rule: the bare answer follows a space
     assert c["signals"][1]["context"]["slot"] == "at the end of the plain-text prompt, separator ' '"
     assert c["signals"][0]["elicitation_prompt"]["scale"] == "percent" and c["signals"][0]["parse_policy"] == "label_only"
-    assert c["ece"] == {"estimator": "ks", "n_bins": None, "closure": ["left"], "on_edge": {}} and c["extra"] == {"grid": "sensitivity"}
+    assert c["ece"] == {"estimator": "ks", "n_bins": None, "closure": ["left"], "bin_confidence": ["mean"],
+                        "conventions": {}, "on_edge": {}} and c["extra"] == {"grid": "sensitivity"}
     assert _checklist(include_template_text=True)["chat_template"]["text"] == TEMPLATE
 
 
@@ -92,7 +94,7 @@ def test_markdown():
     for needle in [
         "| chat template used | true |",
         '| decoding | {"do_sample": false, "max_new_tokens": 32, "repetition_penalty": 1.0} |',
-        "| ECE estimator | ece, bins: 10, closure: left |",
+        "| ECE estimator | ece, bins: 10, closure: left, bin confidence: mean |",
         "| confidences on bin edges | - |",
         "| rows generated / kept | 100 / 95 |",
         "## Signal `token:guess_slot`",

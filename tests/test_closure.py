@@ -13,7 +13,7 @@ from sklearn.calibration import calibration_curve
 from confgrid.analysis.bootstrap import bootstrap_chunk
 from confgrid.analysis.capability.metrics import ece_to_target
 from confgrid.analysis.estimators import ece_equal_mass
-from confgrid.analysis.kernels import WEIGHTED_KERNELS, ece_equal_mass_weighted, ece_weighted
+from confgrid.analysis.kernels import WEIGHTED_KERNELS, ece_equal_mass_weighted, ece_weighted, has_weighted_kernel
 from confgrid.analysis.metrics import CLOSURES, bin_edges, bin_indices, ece, edge_counts
 from confgrid.analysis.registry import METRICS, binned_metrics, closure_variant, get_metric
 from confgrid.analysis.reliability import reliability_diagram
@@ -106,14 +106,14 @@ def test_registry_names_and_closures():
     assert closure_variant("ece_equal_mass", "right_float") == "ece_equal_mass_right"
     with pytest.raises(ValueError, match="'auroc' has no bins"):
         closure_variant("auroc", "right")
-    with pytest.raises(ValueError, match="closure must be one of left, right, right_float; got 'up'"):
+    with pytest.raises(ValueError, match="closure must be one of left, right, right_float, left_float; got 'up'"):
         ece([0.5], [1], closure="up")
     rng = np.random.default_rng(1)
     c, y = np.round(rng.random(200) * 20) / 20, rng.integers(0, 2, 200)
     for b in BINS:
         for cl in CLOSURES[1:]:
             assert get_metric(f"ece_{b}_{cl}").func(c, y) == ece(c, y, n_bins=b, closure=cl)
-    assert all(name in WEIGHTED_KERNELS for name in METRICS if get_metric(name).closure is not None)
+    assert all(has_weighted_kernel(name) for name in METRICS if get_metric(name).closure is not None)
 
 
 def _equal_mass_brute(c, y, n_bins, closure):
@@ -328,5 +328,5 @@ def test_checklist_records_closure_and_edge_shares():
                         on_edge=shares)
     assert c["ece"]["closure"] == ["left", "right"] and c["ece"]["on_edge"] == {"verbalized": 0.8}
     md = render_checklist_markdown(c)
-    assert "| ECE estimator | ece, bins: 10, closure: left, right |" in md
+    assert "| ECE estimator | ece, bins: 10, closure: left, right, bin confidence: mean |" in md
     assert "| confidences on bin edges | verbalized 80% |" in md

@@ -146,6 +146,41 @@ def test_changing_only_downstream_axes_reruns_no_model(first_run, tmp_path):
     assert r["token_score"] == pytest.approx(math.exp(min(r["logprobs"])), rel=1e-12)
 
 
+def test_every_binned_name_a_grid_accepts_computes_what_it_names(first_run, tmp_path):
+    """Issue 36: named closures, bin confidences, centred bins and every convention, in one grid run (no model
+    call), each equal, on every signal, to the reference of its name on the rows that enter the metrics."""
+    import shutil
+
+    from confgrid.analysis.conventions import CONVENTIONS
+    from confgrid.analysis.signals import analyzed
+    from confgrid.flows.runner import run_grid
+    from reference.ece_conventions import PROJECTS, ece_spelled
+
+    out = tmp_path / "copy"  # a copy of the run: the other tests read the first run's grid and results
+    shutil.copytree(first_run[1], out, ignore=shutil.ignore_patterns("results", "mlflow.db*", "mlartifacts"))
+    names = ["ece_right", "ece_15_left_float_midpoint", "ece_11_centred_midpoint", "ece_equal_mass_right"]
+    grid = {**GRID, "metrics": {"names": names, "ece_conventions": list(CONVENTIONS)},
+            "bootstrap": {"resamples": 20, "seed": 3}}
+    again = run_grid(parse_grid(grid), out)
+    assert again.model_calls == 0
+    m = again.metrics
+    assert set(m["metric"]) == {*names, *(f"ece_{c}" for c in CONVENTIONS)}
+    rows = analyzed(pd.read_parquet(out / "tables" / "signals.parquet"))
+    checked = 0
+    for r in m.itertuples():
+        g = rows[(rows["setting"] == r.setting) & (rows["signal"] == r.signal) & (rows["answer_set"] == r.answer_set)
+                 & (rows["parse_policy"] == r.parse_policy) & (rows["refusal"] == r.refusal) & (rows["rule"] == r.rule)
+                 & (rows["context"] == r.context) & (rows["aggregation"] == r.aggregation)]
+        if len(g) != r.n:
+            continue  # a signal evaluated on an aligned support: its rows are checked through analyze's tests
+        c, y = g["confidence"].to_numpy(), g["target"].to_numpy()
+        conv = r.metric.removeprefix("ece_")
+        ref = PROJECTS[conv](c, y) if conv in PROJECTS else ece_spelled(r.metric, c, y)
+        assert r.point == pytest.approx(ref, abs=1e-12), (r.setting, r.signal, r.metric)
+        checked += 1
+    assert checked >= len(set(m["metric"])) * 3
+
+
 @pytest.mark.slow  # about 22 s (CI budget); damaged shards and manifests: tests/test_store_integrity.py
 def test_resume_recomputes_a_damaged_shard_and_rebuilds_a_damaged_manifest(first_run, tmp_path, caplog):
     """Issue 14, items 1-2: a truncated shard and a garbage manifest cost one shard's recomputation, no crash."""

@@ -440,7 +440,7 @@ def test_kernels_graded_and_unit_weights():
     c, y = data(11, n=45, decimals=2, graded=True)
     for name in KERNEL_METRICS:
         info = REG.get_metric(name)
-        got = K._apply(KN.WEIGHTED_KERNELS[name], KN.SortedSignal.from_arrays(c, y, 10), np.ones((2, 45)))
+        got = K._apply(KN.weighted_kernel(name), KN.SortedSignal.from_arrays(c, y, 10), np.ones((2, 45)))
         np.testing.assert_allclose(got, info.func(c, y), rtol=1e-10, atol=1e-12, err_msg=name)
 
 

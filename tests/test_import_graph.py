@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "reliability", "transfer",
+ANALYSIS = ["metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "reliability", "transfer",
             "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "closure",
             "verdicts", "evaluation", "stopping"]
 
@@ -23,26 +23,28 @@ ANALYSIS = ["metrics", "estimators", "registry", "kernels", "clusters", "resampl
 ALLOWED = {
     "metrics": set(),
     "estimators": {"metrics"},
-    "registry": {"metrics", "estimators"},
-    "kernels": {"metrics", "estimators"},
+    "binning": {"metrics", "estimators"},
+    "conventions": {"metrics", "estimators", "binning"},
+    "registry": {"metrics", "estimators", "binning", "conventions"},
+    "kernels": {"metrics", "estimators", "binning", "conventions", "registry"},
     "clusters": set(),
     "resampling": set(),
-    "fused": {"metrics", "estimators", "registry", "kernels", "clusters"},
-    "bootstrap": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused"},
-    "reliability": {"metrics", "estimators"},
+    "fused": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters"},
+    "bootstrap": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused"},
+    "reliability": {"metrics", "estimators", "binning"},
     "transfer": {"metrics"},
-    "compare": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
-    "summary": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "compare"},
-    "tables": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "compare", "summary"},
+    "compare": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
+    "summary": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "compare"},
+    "tables": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "compare", "summary"},
     "calibration_summary": {"metrics", "estimators"},
-    "hard_easy": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
-    "figure_data": {"metrics", "estimators", "reliability"},
+    "hard_easy": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
+    "figure_data": {"metrics", "estimators", "binning", "reliability"},
     "signals": set(),
-    "closure": {"metrics", "estimators", "registry", "signals"},
-    "verdicts": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
-    "evaluation": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
+    "closure": {"metrics", "estimators", "binning", "conventions", "registry", "signals"},
+    "verdicts": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
+    "evaluation": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
                    "compare", "signals", "closure", "verdicts"},
-    "stopping": {"metrics", "estimators", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
+    "stopping": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
                  "compare", "signals", "closure", "verdicts", "evaluation", "planner"},
 }
 

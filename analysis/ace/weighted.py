@@ -77,7 +77,7 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: s
     weights : array-like of shape (n,), optional
         Finite, ``>= 0``; default all 1.
     n_bins : int, default=10
-    closure : {"left", "right", "right_float"}, default="left"
+    closure : {"left", "right", "right_float", "left_float"}, default="left"
 
     Returns
     -------

@@ -66,7 +66,7 @@ import numpy as np
 import pandas as pd
 from confgrid.analysis.bootstrap import BootstrapResult
 from confgrid.analysis.resampling import DEFAULT_CHUNK_SIZE
-from confgrid.analysis.kernels import WEIGHTED_KERNELS
+from confgrid.analysis.kernels import has_weighted_kernel
 from confgrid.analysis.closure import closure_notes, edge_bins
 from confgrid.analysis.evaluation import (
     GAP_COLUMNS,
@@ -77,7 +77,10 @@ from confgrid.analysis.evaluation import (
     estimates,
     unit_names,
 )
-from confgrid.analysis.registry import METRICS
+from confgrid.analysis.binning import BIN_CONFIDENCES, BinnedNameError
+from confgrid.analysis.conventions import CONVENTIONS, convention_metric
+from confgrid.analysis.registry import GRAMMAR, METRICS, expand_binned, get_metric
+from confgrid.registry import UnknownNameError
 from confgrid.analysis.verdicts import VerdictRule, verdict_table
 from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
 from confgrid.flows.analyze.input import AnalyzeWarning, CheckOptions, _columns, read_rows
@@ -130,7 +133,7 @@ def available_metrics() -> list[str]:
 
 def slow_metrics() -> list[str]:
     """Metrics the bootstrap evaluates one resample at a time (no vectorized kernel)."""
-    return sorted(m for m in METRICS if m not in WEIGHTED_KERNELS)
+    return sorted(m for m in METRICS if not has_weighted_kernel(m))
 
 
 def parse_metrics(metrics: str | Sequence[str]) -> list[str]:
@@ -147,8 +150,13 @@ def parse_metrics(metrics: str | Sequence[str]) -> list[str]:
     if not names:
         raise AnalyzeInputError(f"--metrics: name at least one metric; choose from {', '.join(choices)}")
     for m in names:
-        if m not in choices:
-            raise AnalyzeInputError(f"--metrics: unknown metric {m!r}; choose from {', '.join(choices)}")
+        try:
+            get_metric(m)
+        except BinnedNameError as exc:  # a name of the binned-ECE grammar that spells nothing: why, and what works
+            raise AnalyzeInputError(f"--metrics: {exc}") from None
+        except UnknownNameError:
+            raise AnalyzeInputError(f"--metrics: unknown metric {m!r}; choose from {', '.join(choices)}, or a "
+                                    f"binned ECE of the grammar {GRAMMAR}") from None
     dup = sorted({m for m in names if names.count(m) > 1})
     if dup:
         raise AnalyzeInputError(f"--metrics: {', '.join(dup)} given more than once")
@@ -203,6 +211,22 @@ def parse_closures(value: str | Sequence[str]) -> list[str]:
     return names
 
 
+def _parse_choices(flag: str, value: str | Sequence[str], allowed: Sequence[str], at_least: int = 1) -> list[str]:
+    """``"a,b"`` or a list -> checked names, each once, from ``allowed``.
+
+    Raises
+    ------
+    AnalyzeInputError
+        An unknown or repeated name, or fewer than ``at_least``, naming the flag, the value and the choices.
+    """
+    names = [c.strip().lower() for c in (value.split(",") if isinstance(value, str) else value) if c.strip()]
+    bad = [c for c in names if c not in allowed]
+    if bad or len(names) < at_least or len(set(names)) != len(names):
+        raise AnalyzeInputError(f"{flag}: {value!r}; give {'one or more' if at_least else 'zero or more'} of "
+                                f"{', '.join(allowed)} (comma-separated, each once)")
+    return names
+
+
 def _write(df: pd.DataFrame, path: Path) -> None:
     from confgrid.flows.store.run_store import write_frame_atomic
 
@@ -223,6 +247,8 @@ def analyze(
     seed: int = 0,
     n_bins: int = 10,
     ece_closure: str | Sequence[str] = "left",
+    ece_bin_confidence: str | Sequence[str] = "mean",
+    ece_conventions: str | Sequence[str] = (),
     columns: Mapping[str, str] | None = None,
     tracking_uri: str | None = None,
     track: bool = True,
@@ -262,7 +288,14 @@ def analyze(
     ece_closure : str or list of str, default "left"
         Bin closures of the binned metrics (``left``, ``right``, ``right_float``; comma-separated works):
         ``"left,right"`` computes ``ece`` and ``ece_right`` (and ``ece_<B>_right`` ...) on the same
-        resamples and writes ``results/closure.csv`` where they differ (README, "Reproducing a published ECE").
+        resamples and writes ``results/closure.csv`` where they differ (README, "ECE conventions").
+        It applies to the unsuffixed binned names only: ``ece_right`` is right-closed whatever this says.
+    ece_bin_confidence : str or list of str, default "mean"
+        What stands for a bin's confidence in the unsuffixed equal-width binned metrics (``mean``, ``midpoint``;
+        comma-separated works): ``"mean,midpoint"`` computes ``ece`` and ``ece_midpoint``.
+    ece_conventions : str or list of str, default ()
+        Published ECE conventions (analysis/conventions.py: ``study002``, ``muller2026``, ...; comma-separated
+        works), each computed as the metric ``ece_<name>`` beside ``metrics``.
     columns : mapping, optional
         Role -> column name, for roles named differently in the file.
     tracking_uri : str, optional
@@ -361,10 +394,15 @@ def analyze(
         read_candidates,
     )
 
-    from confgrid.analysis.registry import with_closures
-
     closures = parse_closures(ece_closure)
-    metric_names = with_closures(parse_metrics(metrics), closures)
+    confs = _parse_choices("--ece-bin-confidence", ece_bin_confidence, BIN_CONFIDENCES)
+    conventions = _parse_choices("--ece-convention", ece_conventions, list(CONVENTIONS), at_least=0)
+    asked = parse_metrics(metrics)
+    try:
+        metric_names = expand_binned(asked, closures, confs)
+    except ValueError as exc:
+        raise AnalyzeInputError(f"--metrics with --ece-closure/--ece-bin-confidence: {exc}") from None
+    metric_names = list(dict.fromkeys([*metric_names, *(convention_metric(c) for c in conventions)]))
     views = parse_views(views)
     pairs = parse_pairs(pairs) if isinstance(pairs, str) or pairs is None else list(pairs)
     cand_df = read_candidates(candidates) if candidates is not None else None
@@ -473,7 +511,8 @@ def analyze(
         raise AnalyzeInputError("--views/--candidates compare models: the input needs a model column "
                                 "(--model-col NAME)")
     params = dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
-                  seed=int(seed), n_bins=int(n_bins), ece_closure=",".join(closures), level=level, chunk_size=int(chunk_size), use_ray=bool(use_ray),
+                  seed=int(seed), n_bins=int(n_bins), ece_closure=",".join(closures),
+                  ece_bin_confidence=",".join(confs), ece_conventions=",".join(conventions), level=level, chunk_size=int(chunk_size), use_ray=bool(use_ray),
                   n_rows=n_rows, n_settings=len(settings), threshold=threshold, uncertainty=uncertainty,
                   graded_soft_labels=bool(n_graded and threshold is None), in_turn=bool(in_turn),
                   **{f"column.{r}": c for r, c in cols.items()})

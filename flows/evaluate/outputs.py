@@ -19,6 +19,7 @@ import pandas as pd
 from confgrid import __version__
 from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.evaluate.run_evaluation import Evaluation, primary_group, select
+from confgrid.analysis.conventions import get_convention
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import RunStore, write_frame_atomic, write_text_atomic
 from confgrid.flows.tracking import DatasetRef, ModelRef, Tracker, items_digest, result_metrics
@@ -177,6 +178,8 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
                 elicitation_prompt=a.prompt, token_contexts=a.scoring_contexts(spec.scoring.contexts),
                 aggregation=spec.scoring.aggregations[0], correctness_rule=spec.correctness.primary,
                 ece_estimator="ece", n_bins=spec.metrics.ece_bins, ece_closure=list(spec.metrics.ece_closure),
+                ece_bin_confidence=list(spec.metrics.ece_bin_confidence),
+                ece_conventions={c: get_convention(c).description for c in spec.metrics.ece_conventions},
                 on_edge=_edge_shares(ev_edges, {"setting": f"{mname}/{dname}", "answer_set": aid,
                                                  "parse_policy": p["parse_policy"], "refusal": p["refusal"],
                                                  "rule": p["rule"]}, spec.metrics.ece_bins),
@@ -314,6 +317,8 @@ def grid_params(spec: GridSpec) -> dict[str, Any]:
         "metrics.names": list(spec.metrics.names),
         "metrics.ece_bins": spec.metrics.ece_bins,
         "metrics.ece_closure": list(spec.metrics.ece_closure),
+        "metrics.ece_bin_confidence": list(spec.metrics.ece_bin_confidence),
+        **({"metrics.ece_conventions": list(spec.metrics.ece_conventions)} if spec.metrics.ece_conventions else {}),
         "metrics.ece_estimator": "equal_width",
         "bootstrap.resamples": spec.bootstrap.resamples,
         "bootstrap.seed": spec.bootstrap.seed,

@@ -58,6 +58,8 @@ def _registry(kind: str) -> Any:
         from confgrid.protocols.correctness import RULES as reg
     elif kind == "token aggregation":
         from confgrid.protocols.aggregation import AGGREGATIONS as reg
+    elif kind == "ECE convention":
+        from confgrid.analysis.conventions import CONVENTIONS as reg
     else:
         from confgrid.analysis.registry import METRICS as reg
     return reg

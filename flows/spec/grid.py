@@ -36,6 +36,9 @@ from pydantic import (
 )
 
 from confgrid import yaml_load
+from confgrid.analysis.binning import parse_binned_name
+from confgrid.analysis.conventions import convention_metric
+from confgrid.analysis.registry import expand_binned
 from confgrid.flows.spec.base import (
     LABEL_PATTERN,
     GridSpecError,
@@ -361,15 +364,31 @@ class CorrectnessSpec(_Spec):
 class MetricsSpec(_Spec):
     """Metrics computed for every signal."""
 
-    names: tuple[str, ...] = Field(("ece", "auroc", "aurc"), min_length=1, description="Metric names.")
-    ece_bins: int = Field(10, ge=1, le=1000, description="Equal-width ECE bins [k/B, (k+1)/B), last bin closed.")
-    ece_closure: tuple[Literal["left", "right", "right_float"], ...] = Field(
+    names: tuple[str, ...] = Field(
+        ("ece", "auroc", "aurc"), min_length=1,
+        description="Metric names: the registered ones (confgrid analyze --help lists them) and every binned ECE "
+        "of the grammar ece[_<B>][_equal_mass|_centred][_right|_right_float|_left_float][_midpoint]. A name that "
+        "spells its closure or bin confidence (ece_right, ece_15_midpoint) or a convention (ece_study002) is "
+        "computed exactly as named; an unsuffixed binned name (ece, ece_15, ece_equal_mass) takes each "
+        "ece_closure and ece_bin_confidence.")
+    ece_bins: int = Field(10, ge=1, le=1000, description="The bins of ece and ece_equal_mass (ece_<B> has its own): "
+                          "B equal-width bins [k/B, (k+1)/B), the last one closed.")
+    ece_closure: tuple[Literal["left", "right", "right_float", "left_float"], ...] = Field(
         ("left",), min_length=1,
-        description="Bin closures of every binned metric named (ece, ece_<B>, ece_equal_mass), an axis: left "
-        "(the default, [k/B, (k+1)/B), unchanged), right ((k/B, (k+1)/B], R's cut and scikit-learn, as study 002) "
-        "and right_float (right-closed on np.linspace's float edges, which reproduces study 002's Table 1). "
+        description="Bin closures of every unsuffixed binned metric named (ece, ece_<B>, ece_equal_mass), an axis: "
+        "left (the default, [k/B, (k+1)/B), unchanged), right ((k/B, (k+1)/B], R's cut, as study 002), "
+        "right_float (right-closed on np.linspace's float edges: scikit-learn's calibration_curve, and what "
+        "reproduces study 002's Table 1) and left_float (left-closed on np.linspace's float edges: np.digitize). "
         "[left, right] adds ece_right beside ece (and ece_<B>_right ...), on the same resamples, and the "
         "results say where the two differ (results/closure.csv).")
+    ece_bin_confidence: tuple[Literal["mean", "midpoint"], ...] = Field(
+        ("mean",), min_length=1,
+        description="What stands for a bin's confidence in every unsuffixed equal-width binned metric, an axis: "
+        "mean (the default: the mean confidence of the bin's answers) or midpoint (the bin's centre, as Müller "
+        "et al. 2026). [mean, midpoint] adds ece_midpoint beside ece.")
+    ece_conventions: tuple[str, ...] = Field(
+        (), description="Published ECE conventions to compute beside names, each as the metric ece_<name> "
+        "(study002, sklearn, muller2026, ...; README 'ECE conventions' lists them with their sources).")
     group_by: tuple[str, ...] = Field(("category",), description="Item metadata fields whose values become grouping "
                                       "rows of results/calibration.csv (per-category tables, study 003 section 5.2).")
     hard_easy: StrictBool = Field(False, description="Write results/hard_easy.csv and hard_easy_bins.csv: the slope "
@@ -387,22 +406,40 @@ class MetricsSpec(_Spec):
     @field_validator("names")
     @classmethod
     def _known_metrics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return _known("metric", v)
-
-    @field_validator("ece_closure")
-    @classmethod
-    def _unique_closures(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for name in v:  # a binned name that spells nothing says why (BinnedNameError, a ValueError)
+            if parse_binned_name(name) is None:
+                _known("metric", name)
         if len(set(v)) != len(v):
-            raise ValueError(f"ece_closure lists a closure twice: {list(v)}")
+            raise ValueError(f"metric names must be distinct; received {list(v)}")
         return v
+
+    @field_validator("ece_closure", "ece_bin_confidence")
+    @classmethod
+    def _unique_axis(cls, v: tuple[str, ...], info) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"{info.field_name} lists a value twice: {list(v)}")
+        return v
+
+    @field_validator("ece_conventions")
+    @classmethod
+    def _known_conventions(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return _known("ECE convention", v, distinct=True)
+
+    @model_validator(mode="after")
+    def _expands(self) -> "MetricsSpec":
+        try:
+            self.evaluated
+        except ValueError as exc:  # e.g. ece_equal_mass under the midpoint bin confidence
+            raise ValueError(f"metrics: {exc}") from None
+        return self
 
     @property
     def evaluated(self) -> list[str]:
-        """The metric names the evaluator computes: :attr:`names` with every binned metric under each
-        closure of :attr:`ece_closure` (:func:`confgrid.analysis.registry.with_closures`)."""
-        from confgrid.analysis.registry import with_closures
-
-        return with_closures(self.names, self.ece_closure)
+        """The metric names the evaluator computes: :attr:`names`, every unsuffixed binned metric under each
+        closure of :attr:`ece_closure` and bin confidence of :attr:`ece_bin_confidence`
+        (:func:`confgrid.analysis.registry.expand_binned`), then the metric of each convention."""
+        names = expand_binned(self.names, self.ece_closure, self.ece_bin_confidence)
+        return list(dict.fromkeys([*names, *(convention_metric(c) for c in self.ece_conventions)]))
 
 
 class BootstrapSpec(_Spec):

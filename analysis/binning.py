@@ -1,0 +1,301 @@
+"""A binned ECE as its declared parts: bin count, bin scheme, bin closure and bin confidence (issue 36).
+
+Every binned calibration error confgrid computes is ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` over the
+non-empty bins ``b``; published implementations differ in four choices, each of which can move the number by
+more than its interval (README, "ECE conventions"):
+
+* the **bin count** ``B`` (a fixed number, or the run's ``metrics.ece_bins`` / ``--ece-bins``);
+* the **bin scheme**: ``width`` (equal-width bins ``[k/B, (k+1)/B)``), ``mass`` (equal-mass bins, cut at the
+  quantiles of the confidences; analysis/estimators.py :func:`~confgrid.analysis.estimators.ece_equal_mass`) or
+  ``centred`` (``B`` equal-width bins centred on ``k / (B - 1)``, ``k = 0 .. B-1``, edges ``+-`` half a width:
+  Müller et al. 2026's bins for answer consistency, whose values are multiples of ``1 / (B - 1)``; built as
+  their ``calculate_calibration_data.py`` builds them, in float arithmetic: centres ``np.linspace(0, 1, B)``,
+  edges ``centres - w / 2`` and ``1 + w / 2`` with ``w = 1 / (B - 1)``);
+* the **bin closure**: which bin a confidence on an edge joins (:data:`~confgrid.analysis.metrics.CLOSURES`:
+  ``left``, ``right``, and both on the float edges of ``np.linspace``);
+* the **bin confidence** ``conf_b``: ``mean`` (the mean confidence of the bin's answers: Guo et al. 2017 and
+  confgrid's default) or ``midpoint`` (the bin's centre ``(lo + hi) / 2`` of its edges, whatever its answers
+  stated: Müller et al. 2026, ``calculate_calibration_data.py``).
+
+A :class:`Binning` holds the four; its metric name follows one grammar (:func:`binned_name`,
+:func:`parse_binned_name`)::
+
+    ece[_<B>][_equal_mass | _centred][_right | _right_float | _left_float][_midpoint]
+
+so ``ece`` is the run's bins, equal width, left-closed, mean confidence (unchanged since the first release),
+``ece_15_left_float_midpoint`` Müller et al.'s verbalized ECE, ``ece_11_centred_midpoint`` their answer
+consistency ECE. A name computes exactly the estimator it spells; a name that spells nothing (``ece_7_foo``,
+midpoint bins of equal mass) is refused with the reason and the spelling that works.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .estimators import ece_equal_mass
+from .metrics import (CLOSURES, FLOAT_CLOSURES, LEFT_CLOSURES, _check_n_bins, _prepare, bin_edges, bin_indices,
+                      edge_counts)
+
+__all__ = ["SCHEMES", "BIN_CONFIDENCES", "MAX_BINS", "Binning", "binned_name", "parse_binned_name",
+           "BinnedNameError", "binned_ece", "edge_counts_of"]
+
+#: the bin schemes (module docstring)
+SCHEMES = ("width", "mass", "centred")
+#: what stands for a bin's confidence: the mean of its answers' confidences, or the bin's midpoint
+BIN_CONFIDENCES = ("mean", "midpoint")
+#: the largest bin count a name may spell (as ``metrics.ece_bins``)
+MAX_BINS = 1000
+
+_SCHEME_SUFFIX = {"width": "", "mass": "_equal_mass", "centred": "_centred"}
+_NAME = re.compile(r"^ece(?:_(?P<bins>\d+))?(?P<scheme>_equal_mass|_centred)?"
+                   r"(?P<closure>_right_float|_left_float|_right)?(?P<conf>_midpoint)?$")
+
+
+class BinnedNameError(ValueError):
+    """A metric name in the binned-ECE grammar that spells no estimator (the message says why and what works)."""
+
+
+@dataclass(frozen=True)
+class Binning:
+    """The declared parts of one binned ECE (module docstring).
+
+    Attributes
+    ----------
+    n_bins : int or None, default None
+        Bin count ``B`` in ``1 .. 1000`` (``centred``: ``2 ..``); None: the run's ``metrics.ece_bins``
+        (``--ece-bins``), passed to :meth:`bins`.
+    scheme : {"width", "mass", "centred"}, default "width"
+    closure : {"left", "right", "right_float", "left_float"}, default "left"
+        Equal-mass bins have no fixed edges: ``left`` or ``right`` only (a tie group on a quantile edge joins
+        the upper or the lower bin). Centred bins: ``left`` or ``right`` (their edges are not ``np.linspace``'s).
+    bin_confidence : {"mean", "midpoint"}, default "mean"
+        ``midpoint`` needs fixed edges (``width`` or ``centred``).
+
+    Raises
+    ------
+    BinnedNameError
+        (a ``ValueError``) A combination that spells no estimator, naming the field, the value and what is
+        allowed.
+    """
+
+    n_bins: int | None = None
+    scheme: str = "width"
+    closure: str = "left"
+    bin_confidence: str = "mean"
+
+    def __post_init__(self) -> None:
+        if self.n_bins is not None:
+            if isinstance(self.n_bins, bool) or not isinstance(self.n_bins, (int, np.integer)) \
+                    or not 1 <= self.n_bins <= MAX_BINS:
+                raise BinnedNameError(f"bins: {self.n_bins!r}; allowed: an integer in 1..{MAX_BINS}")
+            object.__setattr__(self, "n_bins", int(self.n_bins))
+        if self.scheme not in SCHEMES:
+            raise BinnedNameError(f"bin scheme: {self.scheme!r}; allowed: {', '.join(SCHEMES)}")
+        if self.closure not in CLOSURES:
+            raise BinnedNameError(f"bin closure: {self.closure!r}; allowed: {', '.join(CLOSURES)}")
+        if self.bin_confidence not in BIN_CONFIDENCES:
+            raise BinnedNameError(f"bin confidence: {self.bin_confidence!r}; allowed: {', '.join(BIN_CONFIDENCES)}")
+        if self.scheme == "mass" and self.closure in FLOAT_CLOSURES:
+            raise BinnedNameError(f"bin closure {self.closure!r} of equal-mass bins: they have no fixed (float) edges; "
+                                  f"use {binned_name(Binning(self.n_bins, 'mass', 'right'))!r} (a tie group on a "
+                                  "quantile edge in the lower bin) or the left closure")
+        if self.scheme == "mass" and self.bin_confidence == "midpoint":
+            raise BinnedNameError("bin confidence 'midpoint' of equal-mass bins: their edges depend on the data, so "
+                                  f"a midpoint is no declared value; use {binned_name(Binning(self.n_bins, 'mass', self.closure))!r} "
+                                  "(the mean confidence of each bin)")
+        if self.scheme == "centred" and self.closure in FLOAT_CLOSURES:
+            raise BinnedNameError(f"bin closure {self.closure!r} of centred bins: their edges are built from "
+                                  f"np.linspace's centres already (c -+ w/2); use {binned_name(Binning(self.n_bins, 'centred', 'left', self.bin_confidence))!r} "
+                                  "or the right closure")
+        if self.scheme == "centred" and self.n_bins == 1:
+            raise BinnedNameError("bins: 1 centred bin has no width (centres k / (B - 1)); allowed: 2..1000")
+
+    @property
+    def name(self) -> str:
+        """The metric name of this binning (:func:`binned_name`)."""
+        return binned_name(self)
+
+    def bins(self, default: int = 10) -> int:
+        """``B``: :attr:`n_bins`, or ``default`` (the run's ECE bins) when None."""
+        b = _check_n_bins(default) if self.n_bins is None else self.n_bins
+        if self.scheme == "centred" and b < 2:
+            raise ValueError(f"centred bins need B >= 2 (centres k / (B - 1)); got B = {b}")
+        return b
+
+    def edges(self, default: int = 10) -> np.ndarray:
+        """The ``B + 1`` ascending bin edges, float64.
+
+        ``width``: :func:`~confgrid.analysis.metrics.bin_edges` of the closure (``k / B``, or ``np.linspace``'s
+        float edges for the ``_float`` closures). ``centred``: Müller et al. 2026's construction (module
+        docstring), ``c - w / 2`` for each centre ``c`` of ``np.linspace(0, 1, B)`` and ``w = 1 / (B - 1)``, then
+        ``1 + w / 2``, in float arithmetic (``-0.05, 0.05, 0.15000000000000002, ...`` for ``B = 11``). ValueError
+        for equal-mass bins (their edges depend on the data).
+        """
+        b = self.bins(default)
+        if self.scheme == "mass":
+            raise ValueError("equal-mass bins have no fixed edges")
+        if self.scheme == "centred":
+            centres, w = np.linspace(0.0, 1.0, b), 1.0 / (b - 1)
+            return np.concatenate([centres - w / 2, [centres[-1] + w / 2]])
+        return bin_edges(b, self.closure)
+
+    def midpoints(self, default: int = 10) -> np.ndarray:
+        """Bin midpoints, shape ``(B,)`` float64: ``(lo + hi) / 2`` of each bin's :meth:`edges` (``width``), the
+        centres ``np.linspace(0, 1, B)`` (``centred``); ValueError for equal-mass bins."""
+        b = self.bins(default)
+        if self.scheme == "mass":
+            raise ValueError("equal-mass bins have no fixed midpoints")
+        if self.scheme == "centred":
+            return np.linspace(0.0, 1.0, b)
+        e = self.edges(b)
+        return (e[:-1] + e[1:]) / 2
+
+    def indices(self, confidence, default: int = 10) -> np.ndarray:
+        """Bin index of each confidence, int64 in ``0 .. B-1``, shape of ``confidence`` (n,) (values in
+        ``[0, 1]``). ``width``: :func:`~confgrid.analysis.metrics.bin_indices`; ``centred``: the bin whose
+        ``[lo, hi)`` (left) or ``(lo, hi]`` (right) holds the value (one outside every bin, impossible for a value
+        in ``[0, 1]``, joins the nearest). ValueError for equal-mass bins (their
+        membership is by rank: :func:`~confgrid.analysis.estimators.equal_mass_bin_starts`)."""
+        if self.scheme == "width":
+            return bin_indices(confidence, self.bins(default), self.closure)
+        edges = self.edges(default)
+        side = "right" if self.closure in LEFT_CLOSURES else "left"
+        idx = np.searchsorted(edges, np.asarray(confidence, dtype=np.float64), side=side) - 1
+        return np.clip(idx, 0, edges.size - 2).astype(np.int64, copy=False)
+
+
+def binned_name(binning: Binning) -> str:
+    """The metric name of ``binning``: ``ece[_<B>][_equal_mass|_centred][_<closure>][_midpoint]`` (the left
+    closure and the mean bin confidence are unsuffixed).
+
+    Examples
+    --------
+    >>> binned_name(Binning()), binned_name(Binning(15, closure="left_float", bin_confidence="midpoint"))
+    ('ece', 'ece_15_left_float_midpoint')
+    >>> binned_name(Binning(None, "mass", "right")), binned_name(Binning(11, "centred", bin_confidence="midpoint"))
+    ('ece_equal_mass_right', 'ece_11_centred_midpoint')
+    """
+    out = "ece" + ("" if binning.n_bins is None else f"_{binning.n_bins}") + _SCHEME_SUFFIX[binning.scheme]
+    out += "" if binning.closure == "left" else f"_{binning.closure}"
+    return out + ("_midpoint" if binning.bin_confidence == "midpoint" else "")
+
+
+def parse_binned_name(name: str) -> Binning | None:
+    """The :class:`Binning` a metric name spells, or None if the name is not in the binned-ECE grammar.
+
+    Raises
+    ------
+    BinnedNameError
+        The name is in the grammar but spells no estimator (e.g. ``ece_equal_mass_midpoint``,
+        ``ece_0``, ``ece_007``), with the reason and, where there is one, the spelling that works.
+
+    Examples
+    --------
+    >>> parse_binned_name("ece_15_right_float")
+    Binning(n_bins=15, scheme='width', closure='right_float', bin_confidence='mean')
+    >>> parse_binned_name("kde_ece") is None
+    True
+    """
+    m = _NAME.match(name)
+    if m is None:
+        return None
+    bins = m["bins"]
+    if bins is not None and (bins.startswith("0") or not 1 <= int(bins) <= MAX_BINS):
+        raise BinnedNameError(f"metric {name!r}: bins {bins!r}; allowed: an integer in 1..{MAX_BINS} without "
+                              "leading zeros (ece_15)")
+    scheme = {"_equal_mass": "mass", "_centred": "centred", None: "width"}[m["scheme"]]
+    closure = (m["closure"] or "_left")[1:]
+    try:
+        return Binning(None if bins is None else int(bins), scheme, closure, "midpoint" if m["conf"] else "mean")
+    except BinnedNameError as exc:
+        raise BinnedNameError(f"metric {name!r}: {exc}") from None
+
+
+def binned_ece(confidence, correct, binning: Binning, n_bins: int = 10) -> float:
+    """ECE under a declared :class:`Binning`: ``sum_b (n_b / n) |acc_b - conf_b|`` over the non-empty bins.
+
+    ``conf_b`` is the mean confidence of bin ``b``'s answers (``bin_confidence="mean"``) or the bin's midpoint
+    (``"midpoint"``: :meth:`Binning.midpoints`). Equal-mass bins are
+    :func:`~confgrid.analysis.estimators.ece_equal_mass`'s. Reference: study 000, Appendix A (the mean); Müller
+    et al. 2026, ``calibration_visualization/calculate_calibration_data.py`` (the midpoint, centred bins).
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    binning : Binning
+    n_bins : int, default=10
+        The run's ECE bins, used when ``binning.n_bins`` is None.
+
+    Returns
+    -------
+    float
+        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`) for no rows or a non-finite input.
+
+    Raises
+    ------
+    ValueError
+        A value outside ``[0, 1]``, shapes that disagree, or ``n_bins < 1``.
+
+    Examples
+    --------
+    Two answers stated 0.62 and 0.68, one right: the mean confidence is 0.65, the midpoint of ``[0.6, 0.7)`` 0.65
+    too; stated 0.61 and 0.63, the mean is 0.62 and the midpoint stays 0.65:
+
+    >>> b = Binning(10, bin_confidence="midpoint")
+    >>> round(binned_ece([0.61, 0.63], [1, 0], Binning(10)), 12), round(binned_ece([0.61, 0.63], [1, 0], b), 12)
+    (0.12, 0.15)
+    """
+    if binning.scheme == "mass":
+        return ece_equal_mass(confidence, correct, n_bins=binning.bins(n_bins), closure=binning.closure)
+    prep = _prepare("ECE", confidence, correct)
+    if prep is None:
+        return float("nan")
+    c, y = prep
+    B = binning.bins(n_bins)
+    b = binning.indices(c, B)
+    n_b = np.bincount(b, minlength=B)
+    sum_y = np.bincount(b, weights=y, minlength=B)
+    nz = n_b > 0
+    if binning.bin_confidence == "midpoint":
+        conf_b = binning.midpoints(B)[nz]
+    else:
+        conf_b = np.bincount(b, weights=c, minlength=B)[nz] / n_b[nz]
+    return float(np.sum(n_b[nz] / c.size * np.abs(sum_y[nz] / n_b[nz] - conf_b)))
+
+
+
+def edge_counts_of(confidence, n_bins: int = 10, scheme: str = "width") -> tuple[int, int]:
+    """How many confidences lie exactly on an edge of ``n_bins`` bins of ``scheme``.
+
+    ``width``: :func:`~confgrid.analysis.metrics.edge_counts` (edges ``k/B``, 0 and 1 included). ``centred``: the
+    edges of :meth:`Binning.edges` inside ``[0, 1]`` (all inner: 0 and 1 are centres).
+
+    Parameters
+    ----------
+    confidence : array-like of shape (n_samples,)
+    n_bins : int, default=10
+    scheme : {"width", "centred"}, default="width"
+
+    Returns
+    -------
+    (on_edge, on_inner_edge) : tuple of int
+
+    Examples
+    --------
+    >>> edge_counts_of([0.0, 0.05, 0.1, 0.15000000000000002, 1.0], 11, "centred")
+    (2, 2)
+    """
+    if scheme == "width":
+        return edge_counts(confidence, n_bins)
+    if scheme != "centred":
+        raise ValueError(f"scheme: {scheme!r}; edges are counted for width and centred bins")
+    c = np.asarray(confidence, dtype=np.float64)
+    on = int(np.isin(c, Binning(int(n_bins), "centred").edges()).sum())
+    return on, on
