@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import re
 
+import pandas as pd
 import pytest
 import typer
 from typer.testing import CliRunner
 
 from confgrid.cli.main import app
 
-#: a wide terminal, so rich (if it renders) does not wrap; click's own formatter wraps at 80 whatever it is told,
-#: so the comparison normalises whitespace
+#: a wide terminal (with terminal_width=400 for click's formatter, which wraps at 80 columns otherwise), so help
+#: text is not rewrapped; the comparison normalises whitespace all the same
 WIDE = {"COLUMNS": "400", "TERMINAL_WIDTH": "400"}
-_BOX = re.compile(r"[│╭╮╰╯─┃━┏┓┗┛]")  # rich's panel borders, should help ever be rendered in panels again
+#: rich's panel borders, should help ever be rendered in panels again
+_BOX = re.compile(r"[│╭╮╰╯─┃━┏┓┗┛]")
 
 
 def _norm(text: str) -> str:
@@ -78,3 +80,18 @@ def test_bracketed_text_survives():
     assert "left ([k/B, (k+1)/B), the default), right ((k/B, (k+1)/B], R cut" in shown
     assert "A:B[:LABEL],..." in shown
 
+
+
+def test_the_files_analyze_help_names_are_the_files_it_writes(tmp_path):
+    """Every OUT/... path in analyze's help exists after an analysis (tracking off: no mlflow.db)."""
+    rows = [{"setting": "m/d", "item_id": f"q{i}", "signal": sig, "confidence": (i % 10) / 10 + (0.05 if sig == "a"
+             else 0.0), "correct": i % 2} for i in range(40) for sig in ("a", "b")]
+    pd.DataFrame(rows).to_csv(tmp_path / "in.csv", index=False)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["analyze", str(tmp_path / "in.csv"), "--out", str(out), "--bootstrap", "50",
+                                 "--no-tracking"])
+    assert r.exit_code == 0, r.output
+    named = set(re.findall(r"OUT/([\w/]+\.\w+)", _norm(_help(["analyze"]))))
+    assert {"results/metrics.csv", "results/gaps.csv", "analyze.json"} <= named, named
+    absent = sorted(p for p in named - {"mlflow.db"} if not (out / p).is_file())
+    assert not absent, f"analyze --help names files it does not write: {absent}"
