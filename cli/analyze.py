@@ -29,8 +29,9 @@ def analyze_cmd(
     input: Path = typer.Argument(..., metavar="INPUT", show_default=False,
                                  help="Per-question outputs: .csv (header row), .jsonl/.ndjson or .parquet/.pq; "
                                       "one row per (setting, item_id, signal)."),
-    out: Path = typer.Option(..., "--out", help="Output directory (results/metrics.csv, gaps.csv, shifts.csv, "
-                                                 "alignment.csv, Parquet copies; analyze.json, mlflow.db).",
+    out: Path = typer.Option(..., "--out", help="Output directory: results/ (metrics, gaps, shifts, alignment, "
+                                                 "edges, closure, verdicts; .csv and .parquet), analyze.json, and "
+                                                 "mlflow.db when it is the MLflow store.",
                              show_default=False),
     metrics: str = typer.Option(",".join(DEFAULT_METRICS), "--metrics",
                                 help=f"Comma-separated metrics; choices: {', '.join(available_metrics())}, and "
@@ -40,10 +41,13 @@ def analyze_cmd(
     seed: int = typer.Option(0, "--seed", help="Base seed; a setting's seed is setting_seed(setting, '', SEED)."),
     ece_bins: int = typer.Option(10, "--ece-bins", help="Equal-width ECE bins."),
     ece_closure: str = typer.Option("left", "--ece-closure",
-                                    help="Bin closures of the binned metrics, comma-separated: left ([k/B, (k+1)/B), "
-                                         "the default), right ((k/B, (k+1)/B], R cut, scikit-learn, study 002), "
-                                         "right_float (right-closed on np.linspace edges). left,right adds "
-                                         "ece_right beside ece and writes results/closure.csv where they differ."),
+                                    help="Bin closures of the unsuffixed binned metrics (ece, ece_<B>, ece_equal_mass), "
+                                         "comma-separated: left ([k/B, (k+1)/B), the default), right ((k/B, (k+1)/B], "
+                                         "R cut on exact breaks), right_float (right-closed on np.linspace edges: "
+                                         "scikit-learn, study 002), left_float (left-closed on np.linspace edges: "
+                                         "np.digitize). left,right adds ece_right beside ece; "
+                                         "OUT/results/closure.csv lists where they differ. A name with its closure "
+                                         "(ece_right) is computed as named."),
     ece_bin_confidence: str = typer.Option("mean", "--ece-bin-confidence",
                                            help="What stands for a bin's confidence in the unsuffixed equal-width "
                                                 "binned metrics, comma-separated: mean (of the bin's answers, the "
@@ -59,7 +63,8 @@ def analyze_cmd(
     confidence_col: str = typer.Option("confidence", "--confidence-col", help="Column holding confidence in [0, 1]."),
     correct_col: str = typer.Option("correct", "--correct-col", help="Column holding correctness (0/1 or in [0, 1])."),
     tracking_uri: str = typer.Option(None, "--tracking-uri",
-                                     help="MLflow tracking URI (default: sqlite:///OUT/mlflow.db)."),
+                                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI if set, else "
+                                          "sqlite:///OUT/mlflow.db)."),
     tracking: bool = typer.Option(True, "--tracking/--no-tracking", help="Log the analysis to MLflow."),
     use_ray: bool = typer.Option(False, "--ray/--no-ray", help="Spread the bootstrap over Ray Data CPU workers "
                                                                "(same numbers; joins RAY_ADDRESS if set)."),
@@ -109,14 +114,21 @@ def analyze_cmd(
     Every bad row is reported by line (CSV: the header is line 1; Parquet:
     0-based row) and nothing is written (exit status 2). Within a setting,
     signals are compared on the items all of them scored; items left out are
-    counted in alignment.csv. --group-col COL resamples the clusters of COL
-    (e.g. the question of several generations) with all their items, for
-    intervals that allow for rows that are not independent. Writes OUT/metrics.csv (setting, signal, metric,
-    point, lo, hi, n), OUT/gaps.csv (gap = metric(signal_a) -
-    metric(signal_b), every ordered pair), OUT/alignment.csv, Parquet copies,
-    and an MLflow parent run (experiment confgrid/analyze) with one child run
-    per setting. If the MLflow store fails, every file is still written and the
-    exit status is 3; log them later with `confgrid log OUT`.
+    counted in OUT/results/alignment.csv. --group-col COL resamples the clusters
+    of COL (e.g. the question of several generations) with all their items, for
+    intervals that allow for rows that are not independent.
+
+    Writes OUT/results/metrics.csv (a row per setting, signal and metric: point,
+    lo, hi, n), OUT/results/gaps.csv (gap = metric(signal_a) - metric(signal_b);
+    the pairs: see --against and --signal-pairs),
+    OUT/results/shifts.csv, OUT/results/alignment.csv, OUT/results/edges.csv,
+    OUT/results/closure.csv, OUT/results/verdicts.csv, a .parquet copy of each,
+    OUT/analyze.json (what `confgrid log OUT` logs) and an MLflow parent run
+    (experiment confgrid/analyze; store: --tracking-uri, else
+    $MLFLOW_TRACKING_URI, else OUT/mlflow.db) with one child run per setting.
+    With a model column, the comparison across models adds
+    OUT/results/ace_*.csv. If the MLflow store fails, every file is still
+    written and the exit status is 3; log them later with `confgrid log OUT`.
     """
     setup_logging(False)
     if use_ray:  # quiet Ray Data: no progress bars, no INFO line per execution

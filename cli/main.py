@@ -20,7 +20,12 @@ import typer
 
 from confgrid.cli.console import setup_logging
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="confgrid: fix the answer, vary the measurement.")
+# rich_markup_mode=None: help texts are plain text. Typer's default ("rich" when rich is installed) reads square
+# brackets as markup and drops them from --help ("[k/B, (k+1)/B)" vanished from analyze's --ece-closure). Every
+# command and sub-app takes the mode of this app (typer.main.get_group_from_info); tests/test_cli_help.py checks
+# that every help text is shown as written.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="confgrid: fix the answer, vary the measurement.")
 
 DEMO_GRID = files("confgrid.flows") / "grids" / "demo.yaml"
 
@@ -124,7 +129,9 @@ def run(
     grid: Path = typer.Argument(..., help="Grid YAML file."),
     out: Path = typer.Option(None, "--out", help="Output directory (default runs/<grid file stem>)."),
     address: str = typer.Option(None, "--address", help="Ray cluster address to join (default: start a local cluster)."),
-    tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (default: sqlite file in OUT)."),
+    tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (default: the one an "
+                                     "earlier run into OUT was given, else $MLFLOW_TRACKING_URI, else "
+                                     "sqlite:///OUT/mlflow.db)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run a grid: generate, parse, grade, score, metrics with paired bootstrap intervals."""
@@ -137,7 +144,9 @@ def run(
 def demo(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Output directory."),
     address: str = typer.Option(None, "--address", help="Ray cluster address to join."),
-    tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow tracking URI."),
+    tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (default: the one an "
+                                     "earlier run into OUT was given, else $MLFLOW_TRACKING_URI, else "
+                                     "sqlite:///OUT/mlflow.db)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the embedded default grid: the bundled smoke-test model on 452 bundled questions."""
@@ -277,8 +286,9 @@ def status(
 def log_cmd(
     out_dir: Path = typer.Argument(..., help="Output directory of a finished `confgrid run` or `confgrid analyze`."),
     tracking_uri: str = typer.Option(None, "--tracking-uri",
-                                     help="MLflow tracking URI (default: the one the run was given, else "
-                                          "sqlite:///OUT_DIR/mlflow.db)."),
+                                     help="MLflow tracking URI (default: the one the run or analysis was given, "
+                                          "by option or $MLFLOW_TRACKING_URI; else, for a run, "
+                                          "$MLFLOW_TRACKING_URI now; else sqlite:///OUT_DIR/mlflow.db)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Log a finished run or analysis to MLflow: a new parent run, a child run per setting, the result files.

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from pathlib import Path
+from typing import NoReturn
 
+import pandas as pd
 import typer
 
-__all__ = ["plan_size_cmd"]
+from confgrid.flows.analyze.plan_size import PLAN_COLUMNS
+
+__all__ = ["plan_records", "plan_size_cmd"]
 
 
 def plan_size_cmd(
@@ -27,26 +34,98 @@ def plan_size_cmd(
     clustered: bool = typer.Option(False, "--clustered/--items", help="Resample the signal table's clusters (a "
                                    "run with bootstrap.cluster): the answer counts clusters."),
     ece_bins: int = typer.Option(10, "--ece-bins", help="Equal-width ECE bins."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list of objects (the columns of "
+                                 "--out; NaN and missing as null) and nothing else on stdout, instead of the table."),
+    out: Path = typer.Option(None, "--out", help="Also write the rows to this CSV file, one row per unit with "
+                             f"columns {', '.join(PLAN_COLUMNS)}.", show_default=False),
 ) -> None:
     """How many items (or clusters) the paired interval of a gap needs to exclude 0 with the given power.
 
     Measured on the pilot: the spread of the resampled gap at several subsample sizes, fitted to the 1/sqrt(n)
     law, then n = (c (z_{1-alpha/2} + z_power) / gap)^2. Says when the pilot is too small to tell. One row per
-    unit of pairing that has both signals; exit status 2 on bad input.
+    unit of pairing that has both signals: a table, or with --json a JSON list on stdout; --out FILE.csv also
+    writes the rows. Exit status 2 on bad input, one line naming the option.
     """
-    from rich.console import Console
-    from rich.table import Table
-
+    if signals[0] == signals[1]:
+        _bad(f"--signals {signals[0]!r} {signals[1]!r}: the two signals are the same (a signal against itself has "
+             "no gap); give two different signals, e.g. --signals verbalized p_true")
+    if out is not None and out.suffix != ".csv":
+        _bad(f"--out {str(out)!r}: expected a .csv file")
     from confgrid.flows.analyze.plan_size import plan_sizes, read_pilot
     from confgrid.flows.analyze.read import AnalyzeInputError
 
     try:
-        df = plan_sizes(read_pilot(pilot, "cluster" if clustered else None), signals[0], signals[1], metric, gap,
-                        power=power, level=level,
+        table = read_pilot(pilot, "cluster" if clustered else None)
+    except AnalyzeInputError as exc:
+        _bad(str(exc))
+    have = sorted(set(table["signal"]))
+    absent = [s for s in dict.fromkeys(signals) if s not in have]
+    if absent:
+        _bad(f"--signals {signals[0]!r} {signals[1]!r}: the pilot has no signal {' and no '.join(map(repr, absent))}; "
+             f"its signals: {', '.join(have)}")
+    try:
+        df = plan_sizes(table, signals[0], signals[1], metric, gap, power=power, level=level,
                         n_resamples=resamples, seed=seed, clustered=clustered, unit=unit, n_bins=ece_bins)
     except (AnalyzeInputError, ValueError, KeyError) as exc:
-        typer.echo(f"confgrid plan-size: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _bad(_as_flags(str(exc), signals, unit))
+    if out is not None:
+        from confgrid.flows.store.run_store import write_frame_atomic
+
+        try:
+            write_frame_atomic(df, out)
+        except OSError as exc:
+            _bad(f"--out {str(out)!r}: cannot write: {exc.strerror or exc}")
+    if as_json:
+        typer.echo(json.dumps(plan_records(df), indent=1, allow_nan=False))
+    else:
+        _print_table(df, metric, signals, gap, power, level, clustered)
+    if out is not None:
+        typer.echo(f"wrote {len(df)} row(s) to {out}", err=as_json)
+
+
+def plan_records(df) -> list[dict]:
+    """The rows of :func:`confgrid.flows.analyze.plan_size.plan_sizes` as JSON-ready dicts (its columns, in order;
+    NaN and missing values as None)."""
+    return [{k: None if v is None or v is pd.NA or (isinstance(v, float) and not math.isfinite(v)) else v
+             for k, v in row.items()} for row in df.to_dict(orient="records")]
+
+
+#: the planner's words for this command's options (analysis/planner.py, analysis/metrics.py): message start -> flag
+_FLAG_WORDS = (
+    (re.compile(r"^(gap|power|level)=(\S+?)(:?) "), lambda m: f"--{m[1]} {m[2]}{m[3]} "),
+    (re.compile(r"^n_resamples=(\S+?):"), lambda m: f"--resamples {m[1]}:"),
+    (re.compile(r"^n_bins must be an integer >= 1, got (.+)$"),
+     lambda m: f"--ece-bins {m[1]}: must be an integer >= 1"),
+    (re.compile(r"^(unknown metric|metric) "), lambda m: f"--metric: {m[1]} "),
+)
+
+
+def _as_flags(msg: str, signals: tuple[str, str], unit: str | None) -> str:
+    """A planner's error in this command's terms: the option it is about, then the message."""
+    for pattern, repl in _FLAG_WORDS:
+        if pattern.match(msg):
+            return pattern.sub(repl, msg, count=1)
+    pair = f"--signals {signals[0]!r} {signals[1]!r}"
+    if msg.startswith("no unit or setting is called"):
+        return f"--unit: {msg}"
+    if msg.startswith("no unit matching"):
+        return f"{pair} --unit {unit!r}: {msg}"
+    if msg.startswith("no unit has both"):
+        return f"{pair}: {msg}"
+    return msg
+
+
+def _bad(msg: str) -> NoReturn:
+    """One line on stderr, exit status 2."""
+    typer.echo(f"confgrid plan-size: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _print_table(df, metric: str, signals: tuple[str, str], gap: float, power: float, level: float,
+                 clustered: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     what = "clusters" if clustered else "items"
     t = Table(title=f"{what} needed for {metric}({signals[0]}) - {metric}({signals[1]}) = {gap:g} to be resolved "
                     f"with power {power:g} ({level:.0%} paired interval)")

@@ -102,8 +102,8 @@ def test_plan_size_command_on_an_analyze_input_and_a_run_table(tmp_path):
     assert r.exit_code == 0, r.output
     assert "items needed" in r.output and "m1/d" in r.output and "m2/d" in r.output and " ok" in r.output
     bad = CliRunner().invoke(app, ["plan-size", str(src), "--gap", "0.02", "--signals", "verbalized", "p_true"])
-    assert bad.exit_code == 2 and "no unit has both signals 'verbalized' and 'p_true'" in bad.output
-    assert "token_bare, verbalized" in bad.output
+    assert bad.exit_code == 2 and "--signals 'verbalized' 'p_true': the pilot has no signal 'p_true'" in bad.output
+    assert "its signals: token_bare, verbalized" in bad.output
     missing = CliRunner().invoke(app, ["plan-size", str(tmp_path / "nope"), "--gap", "0.02", "--signals", "a", "b"])
     assert missing.exit_code == 2 and "no such file or directory" in missing.output
     pd.DataFrame(rows).assign(confidence=1.5).to_csv(tmp_path / "oor.csv", index=False)
@@ -175,3 +175,99 @@ def test_clustered_on_a_pilot_without_clusters_is_an_error(tmp_path):
     _pilot_rows(lambda i: {"cluster": f"c{i // 3}"}).to_csv(tmp_path / "clustered.csv", index=False)
     ok = CliRunner().invoke(app, ["plan-size", str(tmp_path / "clustered.csv"), *args])
     assert ok.exit_code == 0 and "clusters needed" in ok.output and "│ 20 " in ok.output, ok.output
+
+
+def _plan_cli(tmp_path, *args):
+    """``confgrid plan-size`` on the two-setting pilot of :func:`_pilot_rows` (brier, 50 resamples); later
+    options override the defaults."""
+    from typer.testing import CliRunner
+
+    from confgrid.cli.main import app
+
+    src = tmp_path / "pilot.csv"
+    if not src.is_file():
+        pd.concat([_pilot_rows(), _pilot_rows().assign(setting="m2/d")]).to_csv(src, index=False)
+    return CliRunner().invoke(app, ["plan-size", str(src), "--gap", "0.0225", "--metric", "brier", "--signals",
+                                    "verbalized", "token_bare", "--resamples", "50", *args])
+
+
+def test_plan_size_json_and_csv_hold_the_rows_of_the_table(tmp_path):
+    import json
+
+    from confgrid.flows.analyze.plan_size import PLAN_COLUMNS, plan_sizes, read_pilot
+
+    r = _plan_cli(tmp_path, "--json", "--out", str(tmp_path / "plan" / "sizes.csv"))
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)  # stdout is the JSON and nothing else
+    assert r.stderr.strip() == f"wrote 2 row(s) to {tmp_path / 'plan' / 'sizes.csv'}"
+    want = plan_sizes(read_pilot(tmp_path / "pilot.csv"), "verbalized", "token_bare", "brier", 0.0225,
+                      n_resamples=50)
+    assert [list(row) for row in rows] == [PLAN_COLUMNS] * 2
+    assert [row["unit"] for row in rows] == ["m/d", "m2/d"] and {row["status"] for row in rows} == {"ok"}
+    for row, (_, w) in zip(rows, want.iterrows(), strict=True):
+        assert row == {k: (int(v) if k in ("n_pilot", "n_required") else v) for k, v in w.items()}
+    csv = pd.read_csv(tmp_path / "plan" / "sizes.csv", keep_default_na=False)
+    assert list(csv.columns) == PLAN_COLUMNS
+    pd.testing.assert_frame_equal(csv, pd.DataFrame(rows), check_dtype=False)
+    table = _plan_cli(tmp_path)  # the table shows the same numbers
+    assert table.exit_code == 0, table.output
+    for row in rows:
+        assert f"│ {row['unit']} " in table.stdout and f"│ {row['n_required']} " in table.stdout
+
+
+def test_plan_size_json_writes_an_undefined_number_as_null(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from confgrid.cli.main import app
+
+    # q0, q1, q10..q19: 12 items, too few to tell
+    _pilot_rows().query("item_id < 'q2'").to_csv(tmp_path / "small.csv", index=False)
+    r = CliRunner().invoke(app, ["plan-size", str(tmp_path / "small.csv"), "--gap", "0.02", "--metric", "brier",
+                                 "--signals", "verbalized", "token_bare", "--json", "--out",
+                                 str(tmp_path / "s.csv")])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.stdout)
+    assert row["status"] == "pilot_too_small" and row["n_pilot"] == 12 and "at least 30" in row["reason"]
+    assert row["n_required"] is None and row["c"] is None and row["slope"] is None and row["pilot_power"] is None
+    assert pd.read_csv(tmp_path / "s.csv")[["n_required", "c", "slope"]].isna().all().all()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--signals", "verbalized", "verbalized"], "--signals 'verbalized' 'verbalized': the two signals are the same"),
+    (["--signals", "verbalized", "p_true"], "--signals 'verbalized' 'p_true': the pilot has no signal 'p_true'; "
+                                            "its signals: token_bare, verbalized"),
+    (["--signals", "a", "b"], "the pilot has no signal 'a' and no 'b'"),
+    (["--gap", "0"], "--gap 0.0: give the smallest non-zero gap worth detecting"),
+    (["--gap", "1.5"], "--gap 1.5: brier(A) - brier(B) lies in [-1, 1]"),
+    (["--power", "1"], "--power 1.0 must lie in (0, 1)"),
+    (["--level", "0"], "--level 0.0 must lie in (0, 1)"),
+    (["--resamples", "2"], "--resamples 2: at least 3 resamples"),
+    (["--metric", "smece"], "--metric: metric 'smece' has no weighted kernel; the planner supports"),
+    (["--metric", "nope"], "--metric: unknown metric 'nope'; allowed:"),
+    (["--ece-bins", "0"], "--ece-bins 0: must be an integer >= 1"),
+    (["--unit", "zzz"], "--unit: no unit or setting is called 'zzz'; the units with both signals 'verbalized' and "
+                        "'token_bare': m/d, m2/d"),
+    (["--out", "plan.txt"], "--out 'plan.txt': expected a .csv file"),
+])
+def test_a_bad_plan_size_option_is_one_line_naming_it(tmp_path, args, message):
+    r = _plan_cli(tmp_path, "--json", *args)
+    assert r.exit_code == 2, r.output
+    assert r.stdout == "" and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_the_same_signal_twice_fails_before_the_pilot_is_read(tmp_path):
+    from typer.testing import CliRunner
+
+    from confgrid.cli.main import app
+    from confgrid.flows.analyze.plan_size import plan_sizes, read_pilot
+    from confgrid.flows.analyze.read import AnalyzeInputError
+
+    r = CliRunner().invoke(app, ["plan-size", str(tmp_path / "nope"), "--gap", "0.02", "--signals", "p", "p"])
+    assert r.exit_code == 2 and "--signals 'p' 'p': the two signals are the same" in r.stderr, r.output
+    one = CliRunner().invoke(app, ["plan-size", str(tmp_path / "nope"), "--gap", "0.02", "--signals", "p"])
+    assert one.exit_code == 2 and "Option '--signals' requires 2 arguments" in one.output
+    _pilot_rows().to_csv(tmp_path / "p.csv", index=False)
+    with pytest.raises(AnalyzeInputError, match="signal_a and signal_b are both 'verbalized'"):
+        plan_sizes(read_pilot(tmp_path / "p.csv"), "verbalized", "verbalized", "brier", 0.02)

@@ -90,26 +90,31 @@ def plan_sizes(pilot: pd.DataFrame, signal_a: str, signal_b: str, metric: str, g
     Raises
     ------
     AnalyzeInputError
-        No unit holds both signals (naming the signals the pilot has), no unit matches ``unit``, or ``clustered``
-        on a pilot without clusters (every cluster a single item).
+        ``signal_a == signal_b``, no unit holds both signals (naming the signals the pilot has), no unit matches
+        ``unit`` (naming the units that hold both), or ``clustered`` on a pilot without clusters (every cluster a
+        single item).
     """
+    if signal_a == signal_b:
+        raise AnalyzeInputError(f"signal_a and signal_b are both {signal_a!r}: a signal against itself has no gap; "
+                                "give two different signals")
     rows = analyzed(pilot)
     have = sorted(set(pilot["signal"]))
     if clustered and (pilot["cluster"].astype(str) == pilot["item_id"].astype(str)).all():
         raise AnalyzeInputError("--clustered: the pilot has no clusters (every row's cluster is its own item: a run "
                                 "without bootstrap.cluster, or an input without a cluster column); drop --clustered "
                                 "to count items")
-    out = []
+    out, both = [], []
     for key, g in rows.groupby(list(UNIT_COLUMNS), sort=False):
         labels = dict(zip(UNIT_COLUMNS, key, strict=True))
         # the unit as results/metrics names it, without what the setting already says
         name = unit_name(v for c, v in labels.items() if c not in ("model", "dataset")
                          and not (c == "target_kind" and v == "correct"))
-        if unit is not None and unit not in (name, labels["setting"]):
-            continue
         a = g[g["signal"] == signal_a].drop_duplicates("item_id").set_index("item_id")
         b = g[g["signal"] == signal_b].drop_duplicates("item_id").set_index("item_id")
         if a.empty or b.empty:
+            continue
+        both.append(name)
+        if unit is not None and unit not in (name, labels["setting"]):
             continue
         ids = a.index.intersection(b.index)
         groups = a.loc[ids, "cluster"].to_numpy(dtype=object) if clustered else None
@@ -122,6 +127,9 @@ def plan_sizes(pilot: pd.DataFrame, signal_a: str, signal_b: str, metric: str, g
                     "pilot_gap": plan.pilot_gap, "pilot_power": plan.power_at(plan.n_pilot, gap, level),
                     "c": plan.c, "slope": plan.slope, "n_required": plan.n_required, "status": plan.status,
                     "reason": plan.reason})
+    if not out and both:  # only --unit left every unit out
+        raise AnalyzeInputError(f"no unit or setting is called {unit!r}; the units with both signals {signal_a!r} and "
+                                f"{signal_b!r}: {', '.join(both)}")
     if not out:
         where = f" matching {unit!r}" if unit is not None else ""
         raise AnalyzeInputError(f"no unit{where} has both signals {signal_a!r} and {signal_b!r}; the pilot's signals: "
