@@ -17,10 +17,12 @@ more than its interval (README, "ECE conventions"):
   confgrid's default) or ``midpoint`` (the bin's centre ``(lo + hi) / 2`` of its edges, whatever its answers
   stated: Müller et al. 2026, ``calculate_calibration_data.py``).
 
-A :class:`Binning` holds the four; its metric name follows one grammar (:func:`binned_name`,
-:func:`parse_binned_name`)::
+A :class:`Binning` holds the four, and the **estimator** of the binned error: ``plugin`` (the sum above) or
+``debiased`` (Kumar, Liang & Ma 2019, "Verified Uncertainty Calibration", NeurIPS, section 5: the plug-in's upward
+bias, ``E|acc_b - conf_b|`` under a normal model of each bin's accuracy, subtracted once; :func:`debiased_terms`).
+Its metric name follows one grammar (:func:`binned_name`, :func:`parse_binned_name`)::
 
-    ece[_<B>][_equal_mass | _centred][_right | _right_float | _left_float][_midpoint]
+    ece[_<B>][_equal_mass | _centred][_right | _right_float | _left_float][_midpoint][_debiased]
 
 so ``ece`` is the run's bins, equal width, left-closed, mean confidence (unchanged since the first release),
 ``ece_15_left_float_midpoint`` Müller et al.'s verbalized ECE, ``ece_11_centred_midpoint`` their answer
@@ -34,24 +36,27 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtr
 
 from .estimators import ece_equal_mass
 from .metrics import (CLOSURES, FLOAT_CLOSURES, LEFT_CLOSURES, _check_n_bins, _prepare, bin_edges, bin_indices,
                       edge_counts)
 
-__all__ = ["SCHEMES", "BIN_CONFIDENCES", "MAX_BINS", "Binning", "binned_name", "parse_binned_name",
-           "BinnedNameError", "binned_ece", "edge_counts_of"]
+__all__ = ["SCHEMES", "BIN_CONFIDENCES", "ESTIMATORS", "MAX_BINS", "Binning", "binned_name", "parse_binned_name",
+           "BinnedNameError", "binned_ece", "edge_counts_of", "debiased_terms"]
 
 #: the bin schemes (module docstring)
 SCHEMES = ("width", "mass", "centred")
 #: what stands for a bin's confidence: the mean of its answers' confidences, or the bin's midpoint
 BIN_CONFIDENCES = ("mean", "midpoint")
+#: the estimators of the binned error: the plug-in sum, or Kumar et al. 2019's debiased one
+ESTIMATORS = ("plugin", "debiased")
 #: the largest bin count a name may spell (as ``metrics.ece_bins``)
 MAX_BINS = 1000
 
 _SCHEME_SUFFIX = {"width": "", "mass": "_equal_mass", "centred": "_centred"}
-_NAME = re.compile(r"^ece(?:_(?P<bins>\d+))?(?P<scheme>_equal_mass|_centred)?"
-                   r"(?P<closure>_right_float|_left_float|_right)?(?P<conf>_midpoint)?$")
+_NAME = re.compile(r"^ece(?:_(?P<bins>[0-9]+))?(?P<scheme>_equal_mass|_centred)?"
+                   r"(?P<closure>_right_float|_left_float|_right)?(?P<conf>_midpoint)?(?P<est>_debiased)?$")
 
 
 class BinnedNameError(ValueError):
@@ -73,6 +78,8 @@ class Binning:
         the upper or the lower bin). Centred bins: ``left`` or ``right`` (their edges are not ``np.linspace``'s).
     bin_confidence : {"mean", "midpoint"}, default "mean"
         ``midpoint`` needs fixed edges (``width`` or ``centred``).
+    estimator : {"plugin", "debiased"}, default "plugin"
+        ``debiased``: Kumar et al. 2019's bias-corrected estimate (:func:`debiased_terms`); fixed edges only.
 
     Raises
     ------
@@ -85,6 +92,7 @@ class Binning:
     scheme: str = "width"
     closure: str = "left"
     bin_confidence: str = "mean"
+    estimator: str = "plugin"
 
     def __post_init__(self) -> None:
         if self.n_bins is not None:
@@ -98,6 +106,12 @@ class Binning:
             raise BinnedNameError(f"bin closure: {self.closure!r}; allowed: {', '.join(CLOSURES)}")
         if self.bin_confidence not in BIN_CONFIDENCES:
             raise BinnedNameError(f"bin confidence: {self.bin_confidence!r}; allowed: {', '.join(BIN_CONFIDENCES)}")
+        if self.estimator not in ESTIMATORS:
+            raise BinnedNameError(f"estimator: {self.estimator!r}; allowed: {', '.join(ESTIMATORS)}")
+        if self.scheme == "mass" and self.estimator == "debiased":
+            raise BinnedNameError("estimator 'debiased' of equal-mass bins: confgrid debiases fixed-edge bins only; "
+                                  f"use {binned_name(Binning(self.n_bins, 'width', 'left', 'mean', 'debiased'))!r} "
+                                  f"or {binned_name(Binning(self.n_bins, 'mass', self.closure))!r}")
         if self.scheme == "mass" and self.closure in FLOAT_CLOSURES:
             raise BinnedNameError(f"bin closure {self.closure!r} of equal-mass bins: they have no fixed (float) edges; "
                                   f"use {binned_name(Binning(self.n_bins, 'mass', 'right'))!r} (a tie group on a "
@@ -168,8 +182,8 @@ class Binning:
 
 
 def binned_name(binning: Binning) -> str:
-    """The metric name of ``binning``: ``ece[_<B>][_equal_mass|_centred][_<closure>][_midpoint]`` (the left
-    closure and the mean bin confidence are unsuffixed).
+    """The metric name of ``binning``: ``ece[_<B>][_equal_mass|_centred][_<closure>][_midpoint][_debiased]`` (the left
+    closure, the mean bin confidence and the plug-in estimator are unsuffixed).
 
     Examples
     --------
@@ -180,7 +194,8 @@ def binned_name(binning: Binning) -> str:
     """
     out = "ece" + ("" if binning.n_bins is None else f"_{binning.n_bins}") + _SCHEME_SUFFIX[binning.scheme]
     out += "" if binning.closure == "left" else f"_{binning.closure}"
-    return out + ("_midpoint" if binning.bin_confidence == "midpoint" else "")
+    out += "_midpoint" if binning.bin_confidence == "midpoint" else ""
+    return out + ("_debiased" if binning.estimator == "debiased" else "")
 
 
 def parse_binned_name(name: str) -> Binning | None:
@@ -195,7 +210,7 @@ def parse_binned_name(name: str) -> Binning | None:
     Examples
     --------
     >>> parse_binned_name("ece_15_right_float")
-    Binning(n_bins=15, scheme='width', closure='right_float', bin_confidence='mean')
+    Binning(n_bins=15, scheme='width', closure='right_float', bin_confidence='mean', estimator='plugin')
     >>> parse_binned_name("kde_ece") is None
     True
     """
@@ -209,7 +224,8 @@ def parse_binned_name(name: str) -> Binning | None:
     scheme = {"_equal_mass": "mass", "_centred": "centred", None: "width"}[m["scheme"]]
     closure = (m["closure"] or "_left")[1:]
     try:
-        return Binning(None if bins is None else int(bins), scheme, closure, "midpoint" if m["conf"] else "mean")
+        return Binning(None if bins is None else int(bins), scheme, closure, "midpoint" if m["conf"] else "mean",
+                       "debiased" if m["est"] else "plugin")
     except BinnedNameError as exc:
         raise BinnedNameError(f"metric {name!r}: {exc}") from None
 
@@ -267,7 +283,50 @@ def binned_ece(confidence, correct, binning: Binning, n_bins: int = 10) -> float
         conf_b = binning.midpoints(B)[nz]
     else:
         conf_b = np.bincount(b, weights=c, minlength=B)[nz] / n_b[nz]
+    if binning.estimator == "debiased":
+        return float(np.sum(n_b[nz] / c.size * debiased_terms(sum_y[nz] / n_b[nz], conf_b, n_b[nz])))
     return float(np.sum(n_b[nz] / c.size * np.abs(sum_y[nz] / n_b[nz] - conf_b)))
+
+
+def debiased_terms(acc, conf, n_b):
+    """Each bin's debiased calibration error, ``2 |acc_b - conf_b| - E|N(acc_b - conf_b, s_b^2)|``.
+
+    Kumar, Liang & Ma 2019, "Verified Uncertainty Calibration" (NeurIPS), section 5, and their
+    uncertainty-calibration 0.1.4 ``calibration/utils.py:369-391`` (``normal_debiased_ce``, p = 1): the plug-in
+    ``|acc_b - conf_b|`` overestimates ``|E acc_b - conf_b|`` by about ``E|X| - |x|`` for ``X`` normal around the
+    observed difference with the binomial variance ``s_b^2 = acc_b (1 - acc_b) / n_b``; the estimate subtracts
+    that bias once. Their code draws 1,000 normal samples; this is the expectation in closed form,
+    ``E|X| = s sqrt(2/pi) exp(-d^2 / 2s^2) + d (1 - 2 Phi(-d/s))`` (``|d|`` when ``s = 0``). A bin may come out
+    negative (its error is within the noise), and so may the sum: the estimator is unbiased, not non-negative.
+
+    Parameters
+    ----------
+    acc, conf : ndarray, any shape (the same)
+        Per-bin accuracy (mean correctness, in ``[0, 1]``; graded correctness uses ``acc (1 - acc)`` as its
+        variance bound) and bin confidence.
+    n_b : ndarray, the same shape
+        Answers per bin (> 0; counts of a resample may be any positive reals).
+
+    Returns
+    -------
+    ndarray, the same shape, float64
+
+    Examples
+    --------
+    A bin of 4 answers stated 0.9, 3 right: ``d = -0.15``, ``s = sqrt(0.75 * 0.25 / 4) = 0.2165``,
+    ``E|X| = 0.1359 + 0.0767 = 0.2126``, so ``2 * 0.15 - 0.2126``:
+
+    >>> round(float(debiased_terms(np.array([0.75]), np.array([0.9]), np.array([4.0]))[0]), 6)
+    0.087376
+    """
+    acc, conf, n_b = (np.asarray(a, dtype=np.float64) for a in (acc, conf, n_b))
+    d = acc - conf
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = np.sqrt(np.clip(acc * (1.0 - acc), 0.0, None) / n_b)
+        z = np.where(s > 0, d / np.where(s > 0, s, 1.0), 0.0)
+        folded = np.where(s > 0, s * np.sqrt(2.0 / np.pi) * np.exp(-0.5 * z * z) + d * (1.0 - 2.0 * ndtr(-z)),
+                          np.abs(d))
+    return 2.0 * np.abs(d) - folded
 
 
 

@@ -78,8 +78,8 @@ def edge_table(units) -> pd.DataFrame:
 
 
 def _label(metric: str) -> str:
-    fam = get_metric(metric).family
-    return "ECE" if fam == "ece" else fam.replace("ece_equal_mass", "equal-mass ECE").replace("ece_", "ECE, B=")
+    """How a note names a reference estimator: ``ECE`` for ``ece``, else ``ECE (ece_15)``."""
+    return "ECE" if metric == "ece" else f"ECE ({metric})"
 
 
 def reference_of(metric: str) -> str | None:
@@ -93,24 +93,28 @@ def reference_of(metric: str) -> str | None:
     return None if ref == info.name else ref
 
 
-def _what_differs(metric: str) -> str:
-    """``bin closure``, ``bin confidence``, both, or ``convention`` (the words of a closure note)."""
+def _differs(metric: str, n_bins: int) -> tuple[str, str, bool]:
+    """What sets ``metric`` apart from its reference: (the words of the note, how the other value is tagged, whether
+    its closure differs, so that the share of confidences on an inner edge matters)."""
     info = get_metric(metric)
+    b, ref = info.binning, get_metric(reference_of(metric)).binning
+    parts = []
+    if b.bins(n_bins) != ref.bins(n_bins):
+        parts.append(f"{b.bins(n_bins)} bins")
+    if b.scheme != ref.scheme:
+        parts.append(f"{b.scheme} bins")
+    if b.closure != ref.closure:
+        parts.append(f"closure {b.closure}")
+    if b.bin_confidence != ref.bin_confidence:
+        parts.append("bin midpoints" if b.bin_confidence == "midpoint" else "mean bin confidence")
+    closure = b.closure != ref.closure
     if info.convention:
-        return "convention"
-    parts = [w for w, on in (("bin closure", info.binning.closure != "left"),
-                             ("bin confidence", info.binning.bin_confidence != "mean")) if on]
-    return " and ".join(parts)
-
-
-def _tag(metric: str) -> str:
-    """How a note names the compared value: the closure for a closure-only variant (``right``), else the metric."""
-    info = get_metric(metric)
-    if not info.convention and info.binning.bin_confidence == "mean":
-        return info.binning.closure
-    if not info.convention and info.binning.closure == "left":
-        return info.binning.bin_confidence
-    return metric
+        return f"convention ({', '.join(parts) or 'the same bins'})", metric, closure
+    if parts == [f"closure {b.closure}"]:
+        return "bin closure", b.closure, True
+    if parts == ["bin midpoints"]:
+        return "bin confidence", "midpoint", False
+    return " and ".join(parts), metric, closure
 
 
 def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame, n_bins: int = 10
@@ -140,7 +144,9 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
         ``a - b``), ``metric`` the reference, ``other_metric`` the compared estimator and ``closure`` its
         closure, ``left`` / ``other`` the two values, ``lo`` / ``hi`` the reference's interval (metrics),
         ``on_edge`` the signal's share on the compared estimator's edges (a gap: the larger of the two),
-        ``note`` the sentence.
+        ``note`` the sentence: it names what sets the two apart (bins, scheme, closure, bin midpoints) and, where
+        the closure is among them, the share of confidences on an inner bin edge (the only ones a closure
+        moves).
     """
     out: list[dict] = []
     if metrics.empty:
@@ -150,21 +156,27 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
     if not edges.empty:
         schemes = edges["scheme"] if "scheme" in edges.columns else pd.Series("width", index=edges.index)
         for r, sc in zip(edges.itertuples(index=False), schemes, strict=True):
-            share[(tuple(getattr(r, c) for c in keys), r.signal, int(r.n_bins), sc)] = r.on_edge
+            share[(tuple(getattr(r, c) for c in keys), r.signal, int(r.n_bins), sc)] = (r.on_edge, r.on_inner_edge)
 
     def edges_of(metric: str) -> tuple[int, str]:
         b = get_metric(metric).binning
         return (b.bins(int(n_bins)), "width" if b.scheme == "mass" else b.scheme)
 
-    def pct(x) -> str:
-        return "" if x is None or not np.isfinite(x) else f"; {x:.0%} of confidences lie on bin edges"
+    def pct(x, closure: bool) -> str:
+        if not closure or x is None or not np.isfinite(x):
+            return ""
+        return f"; {x:.0%} of confidences lie on an inner bin edge"
+
+    def on_edges(unit, sig, other) -> tuple:
+        return share.get((tuple(unit), sig, *edges_of(other)), (None, None))
 
     computed = set(metrics["metric"])
     binned = [m for m in dict.fromkeys(metrics["metric"]) if m in METRICS and reference_of(m) in computed]
     if binned:
         m = metrics.set_index([*keys, "signal", "metric"])
         for other in binned:
-            fam, cl, what, tag = reference_of(other), get_metric(other).closure, _what_differs(other), _tag(other)
+            fam, cl = reference_of(other), get_metric(other).closure
+            what, tag, by_closure = _differs(other, n_bins)
             ref_tag = "left" if what == "bin closure" else "mean" if what == "bin confidence" else fam
             a = m.xs(fam, level="metric")
             b = m.xs(other, level="metric").reindex(a.index)
@@ -175,16 +187,17 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
                 if abs(rb.point - ra.point) <= half:
                     continue
                 unit, sig = idx[:-1], idx[-1]
-                on = share.get((tuple(unit), sig, *edges_of(other)))
+                on, inner = on_edges(unit, sig, other)
                 out.append({**dict(zip(keys, unit)), "what": "metric", "signal": sig, "metric": fam, "closure": cl,
                             "left": float(ra.point), "other": float(rb.point), "lo": float(ra.lo),
                             "hi": float(ra.hi), "on_edge": on,
                             "note": f"{_label(fam)} depends on the {what} here: {ra.point:.3f} ({ref_tag}) vs "
-                                    f"{rb.point:.3f} ({tag}){pct(on)}", "other_metric": other})
+                                    f"{rb.point:.3f} ({tag}){pct(inner, by_closure)}", "other_metric": other})
     if binned and not gaps.empty:
         g = gaps.set_index([*keys, "signal_a", "signal_b", "metric"])
         for other in binned:
-            fam, cl, what, tag = reference_of(other), get_metric(other).closure, _what_differs(other), _tag(other)
+            fam, cl = reference_of(other), get_metric(other).closure
+            what, tag, by_closure = _differs(other, n_bins)
             ref_tag = "left" if what == "bin closure" else "mean" if what == "bin confidence" else fam
             if fam not in set(gaps["metric"]) or other not in set(gaps["metric"]):
                 continue
@@ -194,12 +207,14 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
                 if not (np.isfinite(ga) and np.isfinite(gb)) or ga * gb >= 0:
                     continue
                 unit, sa, sb = idx[:-2], idx[-2], idx[-1]
-                ons = [share.get((tuple(unit), s, *edges_of(other))) for s in (sa, sb)]
-                ons = [x for x in ons if x is not None and np.isfinite(x)]
-                on = max(ons) if ons else None
+                pairs = [on_edges(unit, s, other) for s in (sa, sb)]
+                ons = [x for x, _ in pairs if x is not None and np.isfinite(x)]
+                inners = [x for _, x in pairs if x is not None and np.isfinite(x)]
+                on, inner = (max(ons) if ons else None), (max(inners) if inners else None)
                 out.append({**dict(zip(keys, unit)), "what": "gap", "signal": f"{sa} - {sb}", "metric": fam,
                             "closure": cl, "left": float(ga), "other": float(gb), "lo": np.nan, "hi": np.nan,
                             "on_edge": on,
                             "note": f"the {_label(fam)} gap {sa} - {sb} changes sign with the {what}: "
-                                    f"{ga:+.3f} ({ref_tag}) vs {gb:+.3f} ({tag}){pct(on)}", "other_metric": other})
+                                    f"{ga:+.3f} ({ref_tag}) vs {gb:+.3f} ({tag}){pct(inner, by_closure)}",
+                            "other_metric": other})
     return pd.DataFrame(out, columns=CLOSURE_COLUMNS)

@@ -70,12 +70,15 @@ def get_convention(name: str) -> Convention:
 for _c in (
     Convention(
         "study002", Binning(10, "width", "right_float"),
-        source="study 002 (seeds/002), section 4: R `cut(confidence, breaks = seq(0, 1, by = 0.1), "
-               "include.lowest = TRUE)`, the mean confidence per bin; seq's edges are the float k * fl(1/10)",
+        source="study 002, section 6.2; its authors' notebook NoamMichael/Comparing-Confidence-in-LLMs "
+               "R/2analyze.Rmd:129-149 @ 560aae7: `cut(stated_confidence, breaks = 10)` over every cell's "
+               "confidences (their range is [0, 1], so the breaks are seq(0, 1, length.out = 11): the float "
+               "k * fl(1/10), the outer ones moved out by 1/1000), right-closed; the mean confidence per bin",
         description="ECE, study 002: 10 equal-width bins right-closed on seq(0, 1, 0.1)'s float edges, mean "
                     "bin confidence",
-        reproduces="study 002, Table 1: all 66 cells from the authors' per-item outputs, to 2e-14 "
-                   "(tests/test_closure.py)"),
+        reproduces="study 002, Table 1: the 55 cells outside LifeEval from the authors' per-item outputs, to 2e-14 "
+                   "(benchmarks/closure_study002.py; five of them in tests/test_conventions.py); the 11 LifeEval "
+                   "cells differ by up to 0.011 under every closure (their stored outputs are not the table's)"),
     Convention(
         "sklearn", Binning(5, "width", "right_float"),
         source="scikit-learn 1.9.1 sklearn/calibration.py:1227-1342 `calibration_curve(y_true, y_prob, n_bins=5, "
@@ -143,7 +146,9 @@ for _c in (
         description="ECE, Müller et al. 2026: 15 equal-width bins left-closed on np.linspace edges (1.0 in the last "
                     "bin), each bin's midpoint as its confidence",
         reproduces="Müller et al. 2026 (arXiv 2602.00279) Tables of ECE: SVamp / Llama-4-Scout verbalized 0.0422 "
-                   "and GSM8K / Mistral-Small-3.2 P(True) 0.0311, to every printed digit (tests/test_conventions.py)",
+                   "and GSM8K / Mistral-Small-3.2 P(True) 0.0311, to every printed digit (tests/test_conventions.py)"
+                   "; the other arithmetic cells with outputs in their repository come from older runs (their "
+                   "accuracy differs from the tables')",
         note="The midpoint moves numbers: on SVamp / Llama-4-Scout 2,391 of 2,499 answers state 1.0 and are scored "
              "against 0.9667, so the ECE is 0.0422 where the mean bin confidence gives 0.0755"),
     Convention(
@@ -155,8 +160,9 @@ for _c in (
                "answer consistency (frequency_of_answer)",
         description="ECE, Müller et al. 2026, answer consistency: 11 bins centred on k/10 (edges +- 0.05, "
                     "left-closed), each bin's centre as its confidence",
-        reproduces="Müller et al. 2026 Tables of ECE, answer consistency: SVamp / Llama-4-Scout 0.0327 and GSM8K / "
-                   "Mistral-Small-3.2 0.0338, to every printed digit (tests/test_conventions.py)",
+        reproduces="Müller et al. 2026 Tables of ECE, answer consistency: SVamp / Llama-4-Scout 0.0327, "
+                   "SVamp / Qwen3-30B-A3B-Instruct 0.0298, GSM8K / Mistral-Small-3.2 0.0338 and GSM8K / "
+                   "Llama-3.3-70B 0.0248, to every printed digit (tests/test_conventions.py)",
         note="Values outside [-0.05, 1.05) fall in no bin of theirs and leave the count; a confidence in [0, 1] "
              "never does"),
 ):

@@ -46,9 +46,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .bootstrap import BootstrapResult, interval, n_undefined
+from .bootstrap import BootstrapResult, n_undefined
 from .closure import EDGE_COLUMNS, edge_rows, edge_table
 from .compare import better_signal, excludes_zero, flip
+from .intervals import DEGENERATE, bootstrap_interval, check_interval, degenerate, jeffreys_resamples
 from .registry import get_metric
 from .resampling import DEFAULT_CHUNK_SIZE, setting_seed
 from .signals import UNIT_COLUMNS
@@ -62,12 +63,16 @@ __all__ = ["Comparisons", "ShiftPlan", "UnitPlan", "plan_unit", "plan_units", "u
 #: Per-signal protocol columns carried into the metrics table (the gap table carries kind, context and
 #: aggregation of both signals).
 SIGNAL_INFO = ("kind", "method", "context", "aggregation", "rated", "target_rule", "view")
-METRIC_COLUMNS = [*UNIT_COLUMNS, "signal", *SIGNAL_INFO, "metric", "point", "lo", "hi", "n", "n_undefined"]
+#: ``interval``: the interval method of the row's ``lo``/``hi`` (analysis/intervals.py), or ``degenerate`` when its
+#: resamples have no spread (then ``excludes_zero`` is False: nothing is resolved by a point)
+METRIC_COLUMNS = [*UNIT_COLUMNS, "signal", *SIGNAL_INFO, "metric", "point", "lo", "hi", "n", "n_undefined",
+                  "interval"]
 GAP_COLUMNS = [*UNIT_COLUMNS, "signal_a", "signal_b", "kind_a", "kind_b", "context", "aggregation", "method", "view",
-               "metric", "gap", "lo", "hi", "excludes_zero", "favours", "n", "n_undefined"]
+               "metric", "gap", "lo", "hi", "excludes_zero", "favours", "n", "n_undefined", "interval"]
 SHIFT_COLUMNS = [*UNIT_COLUMNS, "signal_a", "from_signal", "to_signal", "from_context", "to_context",
                  "from_aggregation", "to_aggregation", "method", "from_view", "to_view", "metric", "shift", "lo", "hi",
-                 "excludes_zero", "flip", "resolved_flip", "flip_share", "n_flip_defined", "n", "n_undefined"]
+                 "excludes_zero", "flip", "resolved_flip", "flip_share", "n_flip_defined", "n", "n_undefined",
+                 "interval"]
 
 
 @dataclass(frozen=True)
@@ -462,7 +467,49 @@ def _advantage(metric: str, pa_: float, pb: float, ra: np.ndarray, rb: np.ndarra
     return float(pa_ - pb), ra - rb
 
 
-def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], level: float = 0.95) -> Estimates:
+def _label(how, flat: np.ndarray) -> list[str]:
+    """The ``interval`` column: the method of each row (``how``: one name, or one per row), or ``degenerate`` where
+    the resamples have no spread."""
+    flat = np.atleast_1d(flat)
+    how = [how] * flat.size if isinstance(how, str) else list(how)
+    return [DEGENERATE if d else h for d, h in zip(flat, how, strict=True)]
+
+
+def _intervals(points: np.ndarray, values: np.ndarray, level: float, how) -> tuple[np.ndarray, np.ndarray]:
+    """``bootstrap_interval`` of rows that may differ in method (``how``: one name, or an array shaped like
+    ``points``)."""
+    if isinstance(how, str):
+        return bootstrap_interval(points, values, level, how)
+    lo, hi = np.full(points.shape, np.nan), np.full(points.shape, np.nan)
+    for h in set(np.ravel(how).tolist()):
+        sel = np.asarray(how) == h
+        lo[sel], hi[sel] = bootstrap_interval(points[sel], values[sel], level, h)
+    return lo, hi
+
+
+def _resamples_for(u: "UnitPlan", res: BootstrapResult, method: str) -> tuple[np.ndarray, Any]:
+    """The resamples the intervals use and the method per (cell, metric): the bootstrap's, or for ``jeffreys`` the
+    Jeffreys resamples of the eligible binned metrics (analysis/intervals.py) and the percentile interval of the
+    bootstrap's for the others. A unit whose arrays were dropped (or a reweighted one) cannot draw them:
+    ValueError."""
+    if method != "jeffreys":
+        return res.resamples, method
+    if u.confidence.shape[1] == 0 and len(u.items):
+        raise ValueError(f"interval 'jeffreys' needs the items of unit {u.name!r}, which were freed (analyze "
+                         "--in-turn): use --whole-file, or another interval")
+    jr = jeffreys_resamples(u.confidence, u.target, u.masks, list(res.metrics), res.n_resamples, res.seed,
+                            res.n_bins, u.groups, res.chunk_size)
+    if u.reweight is not None:  # distribution-aligned cells are not outcome-resampled: the bootstrap's
+        for c, rw in enumerate(u.reweight):
+            if rw is not None:
+                jr[c] = np.nan
+    use = ~np.isnan(jr).all(axis=-1)
+    how = np.where(use, "jeffreys", "percentile")
+    return np.where(use[..., None], jr, res.resamples), how
+
+
+def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], level: float = 0.95,
+              method: str = "percentile") -> Estimates:
     """Metrics, gaps and shifts (with flips) of every unit from its paired bootstrap (pure).
 
     Parameters
@@ -473,7 +520,10 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
         ``units[u].masks``) under the unit's metrics (:attr:`UnitPlan.metrics`, or the evaluator's list). A
         generator may compute each one on demand: a result is not kept once its unit's rows are made.
     level : float in (0, 1)
-        Interval level (percentile interval).
+        Interval level.
+    method : {"percentile", "basic", "bc", "jeffreys"}, default "percentile"
+        The interval method (analysis/intervals.py) of every metric, gap, shift and advantage (``jeffreys``: of the
+        binned ECEs; the others keep the percentile interval, and say so in ``interval``).
 
     Returns
     -------
@@ -483,15 +533,20 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
         value is undefined; ``favours`` the better signal by point estimate
         (:func:`~confgrid.analysis.compare.better_signal`); a shift's
         ``flip``: the better signal differs between the two gaps, by point;
-        ``resolved_flip``: a flip where both advantages' intervals exclude 0.
+        ``resolved_flip``: a flip where both advantages' intervals exclude 0; ``interval`` the method, or
+        ``degenerate`` for a value whose resamples have no spread (its ``excludes_zero`` is False).
     """
+    check_interval(method)
     frames: dict[str, list[pd.DataFrame]] = {"metrics": [], "gaps": [], "shifts": []}
     shares: dict[Conclusion, ShareCounts] = {}
     for u, res in zip(units, results, strict=True):  # one unit's rows become a frame at once (bounded memory)
         mrows, grows = [], []
         lab = u.labels
         metrics = list(res.metrics)
-        lo, hi = res.interval(level)
+        resamples, how = _resamples_for(u, res, method)
+        lo, hi = _intervals(res.point, resamples, level, how)
+        labels = np.array(_label(how if isinstance(how, str) else how.ravel(), degenerate(resamples).ravel()),
+                          dtype=object).reshape(res.point.shape)
         und = res.n_undefined
         name = u.names.get
         for s, sig in enumerate(u.signals):
@@ -499,30 +554,36 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
             for j, met in enumerate(metrics):
                 mrows.append({**lab, "signal": name(sig, sig), **u.info[sig], "metric": met,
                               "point": float(res.point[s, j]),
-                              "lo": float(lo[s, j]), "hi": float(hi[s, j]), "n": n, "n_undefined": int(und[s, j])})
-        gap_vals, gap_rows, adv = [], [], {}
+                              "lo": float(lo[s, j]), "hi": float(hi[s, j]), "n": n, "n_undefined": int(und[s, j]),
+                              "interval": labels[s, j]})
+        gap_vals, gap_pts, gap_how, gap_rows, adv = [], [], [], [], {}
         for a, b, ca, cb in u.pairs:
             n = u.n_of(ca)
             for j, met in enumerate(metrics):
                 pa_, pb = res.point[ca, j], res.point[cb, j]
-                gap_vals.append(res.resamples[ca, j] - res.resamples[cb, j])
+                gap_vals.append(resamples[ca, j] - resamples[cb, j])
+                gap_pts.append(pa_ - pb)
+                gap_how.append(how if isinstance(how, str) else
+                               ("jeffreys" if how[ca, j] == how[cb, j] == "jeffreys" else "percentile"))
                 na, nb, ib = name(a, a), name(b, b), u.info[b]
                 gap_rows.append({**lab, "signal_a": na, "signal_b": nb, "kind_a": u.info[a]["kind"],
                                  "kind_b": ib["kind"], "context": ib["context"], "aggregation": ib["aggregation"],
                                  "method": ib["method"], "view": ib["view"], "metric": met, "gap": float(pa_ - pb),
                                  "favours": better_signal(met, pa_, pb, na, nb), "n": n})
-                adv[(a, b, j)] = _advantage(met, pa_, pb, res.resamples[ca, j], res.resamples[cb, j])
+                adv[(a, b, j)] = _advantage(met, pa_, pb, resamples[ca, j], resamples[cb, j]) + (gap_how[-1],)
                 key = conclusion_of(u.info[a]["kind"], ib["kind"], na, nb, met, ib["view"])
                 if key is not None:  # this setting's vote, resample by resample (analysis/verdicts.py)
                     shares.setdefault(key, ShareCounts.empty(res.n_resamples)).add(*favours_a(met, gap_vals[-1]))
-        if gap_rows:  # one percentile call over every (pair, metric) row
+        if gap_rows:  # one interval call over every (pair, metric) row
             d = np.vstack(gap_vals)
-            glo, ghi = interval(d, level)
+            glo, ghi = _intervals(np.asarray(gap_pts, dtype=np.float64), d, level, np.asarray(gap_how, dtype=object))
             gu = n_undefined(d)
-            for r, v, w, k in zip(gap_rows, np.atleast_1d(glo), np.atleast_1d(ghi), np.atleast_1d(gu), strict=True):
-                r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)), n_undefined=int(k))
+            for r, v, w, k, lab_ in zip(gap_rows, np.atleast_1d(glo), np.atleast_1d(ghi), np.atleast_1d(gu),
+                                        _label(gap_how, degenerate(d)), strict=True):
+                r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)) and lab_ != DEGENERATE,
+                         n_undefined=int(k), interval=lab_)
             grows += gap_rows
-        srows = _shift_rows(u, res, metrics, adv, level)
+        srows = _shift_rows(u, res, resamples, metrics, adv, level)
         for name, rows, cols in (("metrics", mrows, METRIC_COLUMNS), ("gaps", grows, GAP_COLUMNS),
                                  ("shifts", srows, SHIFT_COLUMNS)):
             if rows:
@@ -544,23 +605,30 @@ def _flip_share(af: np.ndarray, at: np.ndarray) -> tuple[float, int]:
     return (float(np.mean(np.sign(af[ok]) * np.sign(at[ok]) < 0)) if k else float("nan")), k
 
 
-def _shift_rows(u: UnitPlan, res: BootstrapResult, metrics: list[str], adv: dict, level: float) -> list[dict]:
+def _shift_rows(u: UnitPlan, res: BootstrapResult, resamples: np.ndarray, metrics: list[str], adv: dict,
+                level: float) -> list[dict]:
+    """The shift rows of a unit; ``resamples`` are those its intervals use and ``adv[(a, b, j)]`` each compared
+    pair's (point advantage, resampled advantages, interval method)."""
     if not u.shifts:
         return []
     cell = {(a, b): (ca, cb) for a, b, ca, cb in u.pairs}
     name = u.names.get
-    rows, diffs, advs = [], [], []
+    rows, diffs, points, advs, adv_points, hows, adv_hows = [], [], [], [], [], [], []
     for sh in u.shifts:
         (fa, fb), (ta, tb) = cell[(sh.from_a, sh.from_b)], cell[(sh.to_a, sh.to_b)]
         fi, ti = u.info[sh.from_b], u.info[sh.to_b]
         for j, met in enumerate(metrics):
-            g_from = res.resamples[fa, j] - res.resamples[fb, j]
-            g_to = res.resamples[ta, j] - res.resamples[tb, j]
+            g_from = resamples[fa, j] - resamples[fb, j]
+            g_to = resamples[ta, j] - resamples[tb, j]
             diffs.append(g_to - g_from)
             p_from = res.point[fa, j] - res.point[fb, j]
             p_to = res.point[ta, j] - res.point[tb, j]
-            (af, rf), (at, rt) = adv[(sh.from_a, sh.from_b, j)], adv[(sh.to_a, sh.to_b, j)]
+            points.append(p_to - p_from)
+            (af, rf, hf), (at, rt, ht) = adv[(sh.from_a, sh.from_b, j)], adv[(sh.to_a, sh.to_b, j)]
             advs += [rf, rt]
+            adv_points += [af, at]
+            adv_hows += [hf, ht]
+            hows.append(hf if hf == ht else "percentile")
             share, k = _flip_share(rf, rt)
             rows.append({**u.labels, "signal_a": name(sh.from_a, sh.from_a), "from_signal": name(sh.from_b, sh.from_b),
                          "to_signal": name(sh.to_b, sh.to_b), "from_context": fi["context"],
@@ -570,14 +638,17 @@ def _shift_rows(u: UnitPlan, res: BootstrapResult, metrics: list[str], adv: dict
                          "metric": met, "shift": float(p_to - p_from), "flip": flip(af, at), "flip_share": share,
                          "n_flip_defined": k, "_adv": (af, at), "n": sh.n})
     d = np.vstack(diffs)
-    lo, hi = interval(d, level)
+    lo, hi = _intervals(np.asarray(points, dtype=np.float64), d, level, np.asarray(hows, dtype=object))
     und = n_undefined(d)
-    alo, ahi = interval(np.vstack(advs), level)
+    a = np.vstack(advs)
+    alo, ahi = _intervals(np.asarray(adv_points, dtype=np.float64), a, level, np.asarray(adv_hows, dtype=object))
     alo, ahi = np.atleast_1d(alo), np.atleast_1d(ahi)
-    for i, (r, v, w, k) in enumerate(zip(rows, np.atleast_1d(lo), np.atleast_1d(hi), np.atleast_1d(und),
-                                         strict=True)):
-        af, at = r.pop("_adv")
-        resolved = r["flip"] and excludes_zero(alo[2 * i], ahi[2 * i]) and excludes_zero(alo[2 * i + 1], ahi[2 * i + 1])
-        r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)), resolved_flip=bool(resolved),
-                 n_undefined=int(k))
+    aflat = np.atleast_1d(degenerate(a))
+    resolves = [excludes_zero(alo[i], ahi[i]) and not aflat[i] for i in range(alo.size)]
+    for i, (r, v, w, k, lab_) in enumerate(zip(rows, np.atleast_1d(lo), np.atleast_1d(hi), np.atleast_1d(und),
+                                               _label(hows, degenerate(d)), strict=True)):
+        r.pop("_adv")
+        resolved = r["flip"] and resolves[2 * i] and resolves[2 * i + 1]
+        r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)) and lab_ != DEGENERATE,
+                 resolved_flip=bool(resolved), n_undefined=int(k), interval=lab_)
     return rows

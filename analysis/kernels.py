@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .binning import Binning
+from .binning import Binning, debiased_terms
 from .estimators import KDE_BANDWIDTH, equal_mass_group_bins, kde_group_values
 from .metrics import aurc_tie_groups, bin_indices, check_closure, harmonic_numbers, validate_inputs
 from .registry import get_metric
@@ -323,7 +323,19 @@ def _binning_sorted(sig: SortedSignal, ws: np.ndarray, binning: Binning) -> np.n
     """Any binned ECE (:class:`~confgrid.analysis.binning.Binning`) of a block of resamples."""
     if binning.scheme == "mass":
         return _ece_equal_mass_sorted(sig, ws, binning.closure, binning.bins(sig.n_bins))
-    return _ece_sorted(sig.with_binning(binning), ws)
+    rs = sig.with_binning(binning)
+    if binning.estimator == "plugin":
+        return _ece_sorted(rs, ws)
+    # debiased (binning.debiased_terms) per non-empty bin of each resample, weighted n_b / n
+    tot = ws.sum(axis=1)
+    n_b = _group_sums(ws, rs.bin_starts)
+    sy = _group_sums(ws * rs.correct, rs.bin_starts)
+    sc = n_b * rs.bin_mid if rs.bin_mid is not None else _group_sums(ws * rs.conf, rs.bin_starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = n_b > 0
+        den = np.where(ok, n_b, 1.0)
+        terms = np.where(ok, n_b * debiased_terms(sy / den, sc / den, den), 0.0)
+        return np.where(tot > 0, terms.sum(axis=1) / tot, np.nan)
 
 
 def _ks_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:

@@ -68,7 +68,8 @@ from .binning import BIN_CONFIDENCES, Binning, BinnedNameError, binned_ece, pars
 from .conventions import CONVENTIONS
 
 __all__ = ["METRICS", "MetricInfo", "MetricRegistry", "UnknownMetricError", "get_metric", "register_metric",
-           "closure_variant", "binned_metrics", "with_closures", "expand_binned", "binned_info", "GRAMMAR"]
+           "closure_variant", "binned_metrics", "with_closures", "expand_binned", "binned_info", "GRAMMAR",
+           "check_bins", "metric_sort_key"]
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,13 @@ class MetricRegistry(Registry[MetricInfo]):
         return True
 
 
+def metric_sort_key(name: str) -> tuple:
+    """Sort key of metric names with numbers in numeric order (``ece_5`` before ``ece_10``)."""
+    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in name.split("_"))
+
+
 #: the binned-ECE names, as the ``--metrics`` help and the errors print them
-GRAMMAR = "ece[_<B>][_equal_mass|_centred][_right|_right_float|_left_float][_midpoint]"
+GRAMMAR = "ece[_<B>][_equal_mass|_centred][_right|_right_float|_left_float][_midpoint][_debiased]"
 
 #: Registered metrics, by name (kind ``"metric"``).
 METRICS: MetricRegistry = MetricRegistry()
@@ -228,7 +234,7 @@ def get_metric(name: str) -> MetricInfo:
     >>> get_metric("auroc").lower_is_better
     False
     >>> get_metric("ece_12_left_float_midpoint").binning
-    Binning(n_bins=12, scheme='width', closure='left_float', bin_confidence='midpoint')
+    Binning(n_bins=12, scheme='width', closure='left_float', bin_confidence='midpoint', estimator='plugin')
     """
     return METRICS.get(name)
 
@@ -240,8 +246,6 @@ def closure_variant(name: str, closure: str) -> str:
     --------
     >>> closure_variant("ece_15", "right"), closure_variant("ece_right", "left")
     ('ece_15_right', 'ece')
-    >>> closure_variant("ece_equal_mass", "right_float")  # equal-mass bins have no fixed edges
-    'ece_equal_mass_right'
     >>> closure_variant("ece_10_midpoint", "left_float")
     'ece_10_left_float_midpoint'
 
@@ -249,7 +253,8 @@ def closure_variant(name: str, closure: str) -> str:
     ------
     ValueError
         ``name`` has no bins (naming it and the binned metrics), names a convention (which fixes its closure),
-        or an unknown closure.
+        an unknown closure, or a float closure of equal-mass or centred bins (which have no ``np.linspace``
+        edges; the message names the closure that exists).
     """
     info = get_metric(name)
     if info.binning is None:
@@ -259,18 +264,22 @@ def closure_variant(name: str, closure: str) -> str:
         raise ValueError(f"metric {name!r} is the {info.convention} convention, which fixes its bin closure "
                          f"({info.binning.closure}); name {info.binning.name!r} with another closure suffix instead")
     _M.check_closure(closure)
-    if info.binning.scheme == "mass" and closure in _M.FLOAT_CLOSURES:  # no fixed edges: the plain closure
-        closure = closure.removesuffix("_float")
+    if info.binning.scheme != "width" and closure in _M.FLOAT_CLOSURES:
+        what = "equal-mass bins have no fixed edges" if info.binning.scheme == "mass" else \
+            "centred bins have no np.linspace edges"
+        raise ValueError(f"metric {name!r} under closure {closure!r}: {what}, so no float closure; name "
+                         f"{replace(info.binning, closure=closure.removesuffix('_float')).name!r} for the "
+                         f"{closure.removesuffix('_float')} closure, or leave {name!r} out of this axis")
     return replace(info.binning, closure=closure).name
 
 
 def expand_binned(names, closures=("left",), bin_confidences=("mean",)) -> list[str]:
     """The metric names evaluated when the unsuffixed binned names are taken under each closure and bin confidence.
 
-    A binned name with neither a closure nor a bin-confidence suffix (``ece``, ``ece_15``, ``ece_equal_mass``)
-    stands for its family: it is replaced by the family under each of ``closures`` and ``bin_confidences`` (in
-    that order, closures outermost). A name that spells its closure or bin confidence (``ece_right``,
-    ``ece_15_midpoint``) or a convention (``ece_study002``) is computed exactly as named, whatever the axes;
+    A binned name with neither a closure, a bin-confidence nor an estimator suffix (``ece``, ``ece_15``,
+    ``ece_equal_mass``) stands for its family: it is replaced by the family under each of ``closures`` and ``bin_confidences`` (in
+    that order, closures outermost). A name that spells its closure, bin confidence or estimator (``ece_right``,
+    ``ece_15_midpoint``, ``ece_debiased``) or a convention (``ece_study002``) is computed exactly as named, whatever the axes;
     other names stay. Duplicates are dropped, the first place kept. With the defaults every name is kept.
 
     Examples
@@ -298,14 +307,14 @@ def expand_binned(names, closures=("left",), bin_confidences=("mean",)) -> list[
     for n in names:
         info = get_metric(n)
         b = info.binning
-        if b is None or info.convention or b.closure != "left" or b.bin_confidence != "mean":
+        if b is None or info.convention or b.closure != "left" or b.bin_confidence != "mean" or b.estimator != "plugin":
             out.append(info.name)
             continue
         for c in closures:
             for conf in confs:
                 if b.scheme == "mass" and conf == "midpoint":
                     raise ValueError(f"metric {n!r} with bin confidence 'midpoint': equal-mass bins have no fixed "
-                                     "midpoints; ask for the midpoint of the equal-width names only (e.g. "
+                                     "midpoints; ask for the midpoint of the fixed-edge names only (e.g. "
                                      "the metrics ece, ece_midpoint and ece_equal_mass)")
                 out.append(get_metric(closure_variant(replace(b, bin_confidence=conf).name, c)).name)
     return list(dict.fromkeys(out))
@@ -320,6 +329,18 @@ def with_closures(names, closures) -> list[str]:
     ['ece_right', 'brier']
     """
     return expand_binned(names, closures)
+
+
+def check_bins(names, n_bins: int) -> None:
+    """Raise ``ValueError`` if a binned metric that takes the run's bins (``ece``, ``ece_equal_mass``,
+    ``ece_centred``) cannot have ``n_bins`` of them (centred bins need 2 or more)."""
+    for n in names:
+        b = get_metric(n).binning
+        if b is not None and b.n_bins is None:
+            try:
+                b.bins(n_bins)
+            except ValueError as exc:
+                raise ValueError(f"metric {n!r} takes the run's ECE bins, {n_bins}: {exc}") from None
 
 
 def binned_metrics(closure: str = "left") -> list[str]:

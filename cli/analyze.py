@@ -38,8 +38,15 @@ def analyze_cmd(
                                      f"every binned ECE named {GRAMMAR} (each computed exactly as named). "
                                      f"Slow (one call per resample): {', '.join(slow_metrics()) or 'none'}."),
     bootstrap: int = typer.Option(10_000, "--bootstrap", help="Paired bootstrap resamples per setting."),
+    level: float = typer.Option(0.95, "--level", help="Interval level, in (0, 1)."),
+    interval: str = typer.Option("percentile", "--interval",
+                                 help="Interval method: percentile (the default, unchanged), basic (reverse "
+                                      "percentile) or bc (bias-corrected percentile); README 'How far to trust an "
+                                      "interval' gives each one's measured coverage. A value whose resamples have no "
+                                      "spread is marked degenerate in the interval column and resolves nothing."),
     seed: int = typer.Option(0, "--seed", help="Base seed; a setting's seed is setting_seed(setting, '', SEED)."),
-    ece_bins: int = typer.Option(10, "--ece-bins", help="Equal-width ECE bins."),
+    ece_bins: int = typer.Option(10, "--ece-bins", help="The bins of the binned names without their own count (ece, "
+                                                       "ece_equal_mass, ece_centred; ece_15 has 15), 1 to 1000."),
     ece_closure: str = typer.Option("left", "--ece-closure",
                                     help="Bin closures of the unsuffixed binned metrics (ece, ece_<B>, ece_equal_mass), "
                                          "comma-separated: left ([k/B, (k+1)/B), the default), right ((k/B, (k+1)/B], "
@@ -49,8 +56,9 @@ def analyze_cmd(
                                          "OUT/results/closure.csv lists where they differ. A name with its closure "
                                          "(ece_right) is computed as named."),
     ece_bin_confidence: str = typer.Option("mean", "--ece-bin-confidence",
-                                           help="What stands for a bin's confidence in the unsuffixed equal-width "
-                                                "binned metrics, comma-separated: mean (of the bin's answers, the "
+                                           help="What stands for a bin's confidence in the unsuffixed fixed-edge "
+                                                "(equal-width and centred) binned metrics, comma-separated: mean (of "
+                                                "the bin's answers, the "
                                                 "default) or midpoint (the bin's centre, as Mueller et al. 2026). "
                                                 "mean,midpoint adds ece_midpoint beside ece."),
     ece_convention: str = typer.Option("", "--ece-convention",
@@ -164,7 +172,8 @@ def analyze_cmd(
         try:
             tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
                              ece_closure=ece_closure, ece_bin_confidence=ece_bin_confidence,
-                             ece_conventions=ece_convention, columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
+                             ece_conventions=ece_convention, level=level, interval=interval,
+                             columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
                              num_workers=workers, views=views, pairs=pairs, candidates=candidates,
                              comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, threshold=threshold,
                              uncertainty=uncertainty, in_turn=in_turn, group_col=group_col, against=against,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 from confgrid.analysis.figure_data import select_group
 from confgrid.analysis.tables import format_table
-from confgrid.flows.evaluate.outputs import closure_lines, fmt_interval, result_matrix
+from confgrid.flows.evaluate.outputs import closure_lines, fmt_intervals, result_matrix
 from confgrid.flows.store.run_store import write_text_atomic
 
 from confgrid import __version__
@@ -107,7 +107,7 @@ def _checklist(root: Path) -> str:
 def _gaps(gaps: pd.DataFrame) -> pd.DataFrame:
     if gaps.empty:
         return gaps
-    g = gaps.assign(gap=[fmt_interval(p, lo, hi) for p, lo, hi in zip(gaps["gap"], gaps["lo"], gaps["hi"], strict=True)])
+    g = gaps.assign(gap=fmt_intervals(gaps, "gap"))
     view = ("view",) if "view" in g and (g["view"].fillna("").astype(str) != "").any() else ()
     return g[[c for c in ("setting", "signal_a", "signal_b", *view, "metric", "gap", "excludes_zero", "favours", "n")
               if c in g]]

@@ -103,7 +103,9 @@ def test_registry_names_and_closures():
         assert get_metric(right).closure == "right" and get_metric(right).family == name
         assert closure_variant(right, "left") == name
     assert closure_variant("ece_15", "right_float") == "ece_15_right_float"
-    assert closure_variant("ece_equal_mass", "right_float") == "ece_equal_mass_right"
+    with pytest.raises(ValueError, match="equal-mass bins have no fixed edges, so no float closure; name "
+                                         "'ece_equal_mass_right'"):
+        closure_variant("ece_equal_mass", "right_float")
     with pytest.raises(ValueError, match="'auroc' has no bins"):
         closure_variant("auroc", "right")
     with pytest.raises(ValueError, match="closure must be one of left, right, right_float, left_float; got 'up'"):
@@ -260,7 +262,7 @@ def test_closure_notes_and_edge_table_by_hand():
     notes = closure_notes(met, gaps, edges, 10)
     assert notes["what"].tolist() == ["metric"] and notes["signal"].tolist() == ["verbalized"]
     assert notes["note"].iloc[0] == ("ECE depends on the bin closure here: 0.008 (left) vs 0.042 (right); "
-                                     "88% of confidences lie on bin edges")
+                                     "33% of confidences lie on an inner bin edge")
     flipped = gaps.assign(gap=[-0.042, 0.01])
     g = closure_notes(met, flipped, edges, 10)
     assert g["what"].tolist() == ["metric", "gap"]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from sklearn.calibration import calibration_curve
 
-from confgrid.analysis.binning import Binning, binned_ece, parse_binned_name
+from confgrid.analysis.binning import Binning, binned_ece
 from confgrid.analysis.conventions import CONVENTIONS, get_convention
 from confgrid.analysis.kernels import SortedSignal, _apply, weighted_kernel
 from confgrid.analysis.registry import get_metric
@@ -116,7 +116,8 @@ def test_conventions_differ_where_their_sources_say():
 @pytest.mark.parametrize("name", ["ece", "ece_midpoint", "ece_left_float", "ece_15_left_float_midpoint",
                                   "ece_20_right_float_midpoint", "ece_11_centred_midpoint", "ece_11_centred_right",
                                   "ece_12_equal_mass", "ece_equal_mass_right", "ece_helm", "ece_study002",
-                                  "ece_yang2024"])
+                                  "ece_yang2024", "ece_debiased", "ece_15_left_float_midpoint_debiased",
+                                  "ece_11_centred_right_debiased"])
 def test_kernel_equals_point_function_on_duplicated_rows(name):
     """The bootstrap's count-weighted kernel on resample counts equals the point function on the drawn rows."""
     rng = np.random.default_rng(5)
@@ -183,6 +184,8 @@ def _muller_cell(d: Path, method: str) -> tuple[np.ndarray, np.ndarray]:
     ("SVamp", "Llama-4-Scout-17B-16E-Instruct", "answer_consistency", "muller2026_consistency"),
     ("GSM8K", "Mistral-Small-3.2-24B-Instruct-2506", "p_true", "muller2026"),
     ("GSM8K", "Mistral-Small-3.2-24B-Instruct-2506", "answer_consistency", "muller2026_consistency"),
+    ("GSM8K", "Llama-3.3-70B-Instruct", "answer_consistency", "muller2026_consistency"),
+    ("SVamp", "Qwen3-30B-A3B-Instruct-2507", "answer_consistency", "muller2026_consistency"),
 ])
 def test_muller2026_published_cells_by_the_conventions_name(dataset, model, method, convention):
     """Müller et al. 2026's printed ECE and AUROC (tests/data/muller2026, MIT) from their per-item outputs, by name;
@@ -196,3 +199,25 @@ def test_muller2026_published_cells_by_the_conventions_name(dataset, model, meth
     assert round(get_metric("auroc").func(c, y), 4) == pub[(dataset, model, method, "AUROC")]
     if method == "verbalized":
         assert round(get_metric("ece_15").func(c, y), 4) == 0.0755  # the mean bin confidence: not their number
+
+
+def test_a_convention_note_names_what_sets_it_apart(tmp_path):
+    """results/closure.csv on confidences mostly at 1.0: the Mueller convention's note names its bins, closure and
+    midpoints, and quotes the share on an inner edge (the only values a closure moves), not every edge."""
+    import warnings
+
+    from confgrid.flows.analyze.analysis import analyze
+
+    rng = np.random.default_rng(3)
+    c = np.where(rng.random(400) < 0.9, 1.0, rng.choice([0.6, 0.7, 0.8, 0.9], 400))
+    y = (rng.random(400) < np.where(c == 1.0, 0.95, c)).astype(float)
+    pd.DataFrame({"setting": "m/d", "item_id": range(400), "signal": "verbalized", "confidence": c,
+                  "correct": y}).to_csv(tmp_path / "in.csv", index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = analyze(tmp_path / "in.csv", tmp_path / "o", metrics="ece", ece_conventions="muller2026",
+                      n_resamples=200, track=False)
+    note = res["closure"].set_index("other_metric").at["ece_muller2026", "note"]
+    inner = np.isin(c, np.arange(1, 15) / 15).mean()  # the convention's 15 bins: 0.6 and 0.8 are inner edges
+    assert note.startswith("ECE depends on the convention (15 bins, closure left_float, bin midpoints) here")
+    assert note.endswith(f"{inner:.0%} of confidences lie on an inner bin edge")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ANALYSIS = ["metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "reliability", "transfer",
+ANALYSIS = ["metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "intervals", "reliability", "transfer",
             "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "closure",
             "verdicts", "evaluation", "stopping"]
 
@@ -31,6 +31,8 @@ ALLOWED = {
     "resampling": set(),
     "fused": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters"},
     "bootstrap": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused"},
+    "intervals": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling",
+                  "fused", "bootstrap"},
     "reliability": {"metrics", "estimators", "binning"},
     "transfer": {"metrics"},
     "compare": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
@@ -43,9 +45,9 @@ ALLOWED = {
     "closure": {"metrics", "estimators", "binning", "conventions", "registry", "signals"},
     "verdicts": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
     "evaluation": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
-                   "compare", "signals", "closure", "verdicts"},
+                   "compare", "signals", "closure", "verdicts", "intervals"},
     "stopping": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
-                 "compare", "signals", "closure", "verdicts", "evaluation", "planner"},
+                 "compare", "signals", "closure", "verdicts", "evaluation", "planner", "intervals"},
 }
 
 _PROBE = """

@@ -28,7 +28,8 @@ from reference.ece_conventions import PROJECTS, ece_spelled
 #: names of the grammar that are not listed: every scheme, closure and bin confidence, odd bin counts
 SPELLED = ["ece_left_float", "ece_midpoint", "ece_7", "ece_12_left_float_midpoint", "ece_20_right_midpoint",
            "ece_11_centred", "ece_11_centred_midpoint", "ece_11_centred_right_midpoint", "ece_centred",
-           "ece_15_equal_mass", "ece_15_equal_mass_right", "ece_1", "ece_1000_right_float"]
+           "ece_15_equal_mass", "ece_15_equal_mass_right", "ece_1", "ece_1000_right_float", "ece_debiased",
+           "ece_15_left_float_midpoint_debiased", "ece_11_centred_midpoint_debiased", "ece_20_right_debiased"]
 
 
 def _data():
@@ -114,6 +115,7 @@ def test_names_that_spell_nothing_are_refused_with_the_spelling_that_works(tmp_p
     bad = {"ece_equal_mass_midpoint": "use 'ece_equal_mass'", "ece_equal_mass_right_float": "use 'ece_equal_mass_right'",
            "ece_11_centred_left_float": "use 'ece_11_centred'", "ece_0": "allowed: an integer in 1..1000",
            "ece_010": "without leading zeros", "ece_1_centred": "allowed: 2..1000", "ece_1001": "1..1000",
+           "ece_equal_mass_debiased": "use 'ece_debiased'", "ece_debiased_midpoint": "unknown metric",
            "ece_foo": "unknown metric 'ece_foo'"}
     for name, says in bad.items():
         with pytest.raises(AnalyzeInputError, match=says):
@@ -129,7 +131,8 @@ def test_axes_expand_the_unsuffixed_names_only():
     assert e(["ece", "ece_right", "ece_study002"], ["left", "right"], ["mean", "midpoint"]) == [
         "ece", "ece_midpoint", "ece_right", "ece_right_midpoint", "ece_study002"]
     assert e(["ece_15_midpoint"], ["right"], ["mean"]) == ["ece_15_midpoint"]
-    assert e(["ece_equal_mass"], ["left", "right_float"]) == ["ece_equal_mass", "ece_equal_mass_right"]
+    with pytest.raises(ValueError, match="no float closure; name 'ece_equal_mass_right'"):
+        e(["ece_equal_mass"], ["left", "right_float"])
     with pytest.raises(ValueError, match="equal-mass bins have no fixed midpoints"):
         e(["ece_equal_mass"], ["left"], ["midpoint"])
     spec = MetricsSpec(names=("ece", "auroc"), ece_bin_confidence=("mean", "midpoint"),

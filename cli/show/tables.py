@@ -65,8 +65,7 @@ def print_stopping(stopping: pd.DataFrame, console: Console) -> None:
 def print_results(out_dir: str | Path, console: Console | None = None) -> None:
     """Print the verdicts first, then why each setting stopped (early stopping), settings, metrics (point [95% CI]),
     gaps and shifts of a run."""
-    from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
-    from confgrid.flows.evaluate.outputs import result_matrix
+    from confgrid.flows.evaluate.outputs import fmt_interval, fmt_intervals, interval_notes, result_matrix
 
     console = console or Console(width=200)
     res = Path(out_dir) / "results"
@@ -88,12 +87,14 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         console.print(_table(settings[cols], "Settings (rows left out, by status: results/dropped.csv)"))
     if not metrics.empty:
         console.print(_table(result_matrix(metrics), "Metrics per setting and signal: point [95% paired bootstrap interval]"))
+        for line in interval_notes(metrics):
+            console.print(f"Note: {line}", markup=False)
     from confgrid.flows.evaluate.outputs import closure_lines
 
     for line in closure_lines(_sel(read("closure"), primary)):  # where the bin closure changes a result
         console.print(f"Note: {line} (results/closure.csv)", markup=False)
     if not gaps.empty:
-        g = gaps.assign(gap=[_fmt(p, lo, hi) for p, lo, hi in zip(gaps["gap"], gaps["lo"], gaps["hi"], strict=True)])
+        g = gaps.assign(gap=fmt_intervals(gaps, "gap"))
         from confgrid.flows.evaluate.outputs import _has_views
 
         index = ["setting", "signal_a", "signal_b", *(["view"] if _has_views(gaps) else []), "n"]
@@ -102,14 +103,14 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
                                    "both have: >0 favours signal_b under ECE/AURC/Brier, signal_a under AUROC"))
     if not shifts.empty:
         shifts = shifts[shifts["from_aggregation"] == shifts["to_aggregation"]] if "from_aggregation" in shifts else shifts
-        s = shifts.assign(shift=[_fmt(p, lo, hi) for p, lo, hi in zip(shifts["shift"], shifts["lo"], shifts["hi"], strict=True)])
+        s = shifts.assign(shift=fmt_intervals(shifts, "shift"))
         console.print(_table(s[["setting", "from_context", "to_context", "metric", "shift", "flip", "resolved_flip"]],
                              "Shift of the gap between scoring contexts"))
     mf = res / "methods.parquet"
     if mf.is_file():
         methods = pd.read_parquet(mf)
         if not methods.empty:
-            wide = methods.assign(value=[_fmt(p, lo, hi) for p, lo, hi in
+            wide = methods.assign(value=[fmt_interval(p, lo, hi) for p, lo, hi in
                                          zip(methods["point"], methods["lo"], methods["hi"], strict=True)])
             wide = wide.pivot_table(index=["setting", "signal", "rated", "n"], columns="metric", values="value",
                                     aggfunc="first", sort=False).reset_index()
@@ -143,7 +144,7 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
             df = pd.read_parquet(f)
             if not df.empty:
                 if name == "table17_probe":
-                    df = df.assign(mean_diff=[_fmt(p, lo, hi) for p, lo, hi in zip(df["mean_diff"], df["lo"], df["hi"], strict=True)])
+                    df = df.assign(mean_diff=[fmt_interval(p, lo, hi) for p, lo, hi in zip(df["mean_diff"], df["lo"], df["hi"], strict=True)])
                     df = df[["pair", "n", "mean_diff", "share_strings_differ"]]
                 else:
                     df = format_table(df)

@@ -77,9 +77,10 @@ from confgrid.analysis.evaluation import (
     estimates,
     unit_names,
 )
-from confgrid.analysis.binning import BIN_CONFIDENCES, BinnedNameError
+from confgrid.analysis.binning import BIN_CONFIDENCES, MAX_BINS, BinnedNameError
 from confgrid.analysis.conventions import CONVENTIONS, convention_metric
-from confgrid.analysis.registry import GRAMMAR, METRICS, expand_binned, get_metric
+from confgrid.analysis.intervals import INTERVALS
+from confgrid.analysis.registry import GRAMMAR, METRICS, check_bins, expand_binned, get_metric, metric_sort_key
 from confgrid.registry import UnknownNameError
 from confgrid.analysis.verdicts import VerdictRule, verdict_table
 from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
@@ -127,8 +128,8 @@ class TrackingWarning(AnalyzeWarning):
 
 
 def available_metrics() -> list[str]:
-    """Every registered metric (the ``--metrics`` choices)."""
-    return sorted(METRICS)
+    """Every registered metric (the ``--metrics`` choices printed in full), numbers in numeric order."""
+    return sorted(METRICS, key=metric_sort_key)
 
 
 def slow_metrics() -> list[str]:
@@ -144,11 +145,13 @@ def parse_metrics(metrics: str | Sequence[str]) -> list[str]:
     AnalyzeInputError
         Naming the bad entry and listing the choices.
     """
-    names = [m.strip().lower() for m in (metrics.split(",") if isinstance(metrics, str) else metrics)]
-    names = [m for m in names if m]
+    raw = [m.strip().lower() for m in (metrics.split(",") if isinstance(metrics, str) else metrics)]
+    names = [m for m in raw if m]
     choices = available_metrics()
     if not names:
         raise AnalyzeInputError(f"--metrics: name at least one metric; choose from {', '.join(choices)}")
+    if len(names) != len(raw):
+        raise AnalyzeInputError(f"--metrics: {metrics!r} has an empty entry; give names separated by single commas")
     for m in names:
         try:
             get_metric(m)
@@ -187,10 +190,11 @@ def _parse_signal_pairs(value: str | Sequence[tuple[str, str]] | None) -> tuple[
     return tuple((str(a).strip(), str(b).strip()) for a, b in items)
 
 
-def _tables(settings: list, results: dict[str, BootstrapResult], level: float, units: list[UnitPlan]):
+def _tables(settings: list, results: dict[str, BootstrapResult], level: float, units: list[UnitPlan],
+            method: str = "percentile"):
     """Metrics, gaps, shifts and edge shares of the settings (an ``Estimates`` record) through the one evaluator
-    (analysis/evaluation.py)."""
-    return estimates(units, [results[st.name] for st in settings], level)
+    (analysis/evaluation.py), with intervals of ``method`` (analysis/intervals.py)."""
+    return estimates(units, [results[st.name] for st in settings], level, method)
 
 
 def parse_closures(value: str | Sequence[str]) -> list[str]:
@@ -203,12 +207,19 @@ def parse_closures(value: str | Sequence[str]) -> list[str]:
     """
     from confgrid.analysis.metrics import CLOSURES
 
-    names = [c.strip().lower() for c in (value.split(",") if isinstance(value, str) else value) if c.strip()]
+    raw = [c.strip().lower() for c in (value.split(",") if isinstance(value, str) else value)]
+    names = [c for c in raw if c]
     bad = [c for c in names if c not in CLOSURES]
-    if bad or not names or len(set(names)) != len(names):
+    if bad or not names or len(set(names)) != len(names) or len(names) != len(raw):
         raise AnalyzeInputError(f"--ece-closure: {value!r}; give one or more of {', '.join(CLOSURES)} "
                                 "(comma-separated, each once)")
     return names
+
+
+def _takes_axes(names: Sequence[str]) -> bool:
+    """Whether some of ``names`` is an unsuffixed binned metric, the names the closure and bin-confidence axes act
+    on (analysis/registry.py ``expand_binned``)."""
+    return expand_binned(names, ["left", "right"]) != list(dict.fromkeys(names))
 
 
 def _parse_choices(flag: str, value: str | Sequence[str], allowed: Sequence[str], at_least: int = 1) -> list[str]:
@@ -219,9 +230,11 @@ def _parse_choices(flag: str, value: str | Sequence[str], allowed: Sequence[str]
     AnalyzeInputError
         An unknown or repeated name, or fewer than ``at_least``, naming the flag, the value and the choices.
     """
-    names = [c.strip().lower() for c in (value.split(",") if isinstance(value, str) else value) if c.strip()]
+    raw = [c.strip().lower() for c in (value.split(",") if isinstance(value, str) else value)]
+    names = [c for c in raw if c]
     bad = [c for c in names if c not in allowed]
-    if bad or len(names) < at_least or len(set(names)) != len(names):
+    empty = len(names) != len(raw) and not (at_least == 0 and raw == [""])
+    if bad or empty or len(names) < at_least or len(set(names)) != len(names):
         raise AnalyzeInputError(f"{flag}: {value!r}; give {'one or more' if at_least else 'zero or more'} of "
                                 f"{', '.join(allowed)} (comma-separated, each once)")
     return names
@@ -255,6 +268,7 @@ def analyze(
     use_ray: bool = False,
     num_workers: int | None = None,
     level: float = 0.95,
+    interval: str = "percentile",
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     views: str | Sequence[str] | None = None,
     pairs: str | Sequence | None = None,
@@ -309,7 +323,9 @@ def analyze(
     num_workers : int, optional
         Ray workers (CPUs); default every CPU of the cluster.
     level : float, default=0.95
-        Interval level (percentile interval).
+        Interval level.
+    interval : {"percentile", "basic", "bc"}, default "percentile"
+        Interval method (analysis/intervals.py; README "How far to trust an interval").
     chunk_size : int, default=1000
         Bootstrap chunk size (part of the draw).
     views, pairs, candidates, comparison_resamples, ia_strata
@@ -401,8 +417,13 @@ def analyze(
     try:
         metric_names = expand_binned(asked, closures, confs)
     except ValueError as exc:
-        raise AnalyzeInputError(f"--metrics with --ece-closure/--ece-bin-confidence: {exc}") from None
+        raise AnalyzeInputError(f"--ece-closure/--ece-bin-confidence: {exc}") from None
     metric_names = list(dict.fromkeys([*metric_names, *(convention_metric(c) for c in conventions)]))
+    for flag, axis, default in (("--ece-closure", closures, ["left"]), ("--ece-bin-confidence", confs, ["mean"])):
+        if axis != default and not _takes_axes(asked):
+            warnings.warn(f"{flag} {','.join(axis)} applies to no metric asked for: it takes effect on the binned "
+                          f"names without a closure, bin-confidence or estimator suffix (ece, ece_15, ...); got "
+                          f"--metrics {','.join(asked)}", AnalyzeWarning, stacklevel=2)
     views = parse_views(views)
     pairs = parse_pairs(pairs) if isinstance(pairs, str) or pairs is None else list(pairs)
     cand_df = read_candidates(candidates) if candidates is not None else None
@@ -410,10 +431,18 @@ def analyze(
                                ("chunk_size", chunk_size, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise AnalyzeInputError(f"{flag}: must be an integer >= {least}, got {value!r}")
+    if n_bins > MAX_BINS:
+        raise AnalyzeInputError(f"--ece-bins: must be at most {MAX_BINS} (as a grid's metrics.ece_bins), got {n_bins}")
+    try:
+        check_bins(metric_names, int(n_bins))
+    except ValueError as exc:
+        raise AnalyzeInputError(f"--ece-bins {n_bins}: {exc}") from None
     if num_workers is not None and num_workers < 1:
         raise AnalyzeInputError(f"--workers: must be >= 1, got {num_workers!r}")
     if not 0.0 < level < 1.0:
         raise AnalyzeInputError(f"level: must lie in (0, 1), got {level!r}")
+    if interval not in INTERVALS:
+        raise AnalyzeInputError(f"--interval: {interval!r}; choose from {', '.join(INTERVALS)}")
     input_path, out_dir = Path(input_path), Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
@@ -433,6 +462,9 @@ def analyze(
         columns = {**(columns or {}), "group": group_col}
     cols = _columns(columns)
     in_turn = False if table_input else _in_turn(input_path, cols, in_turn)
+    if in_turn and interval == "jeffreys":
+        raise AnalyzeInputError("--interval jeffreys draws from each setting's items, which --in-turn frees after "
+                                "its bootstrap: add --whole-file, or choose percentile, basic or bc")
     rows = None
     units = None
     shifts_df = pd.DataFrame(columns=SHIFT_COLUMNS)
@@ -461,7 +493,7 @@ def analyze(
                                               int(n_bins), use_ray, num_workers, group_col)
     if units is None:
         units = [unit_of(st, comparisons, edge_bins(metric_names, int(n_bins))) for st in settings]
-    est = _tables(settings, results, level, units)
+    est = _tables(settings, results, level, units, interval)
     metrics_df, gaps_df, shifts_df, edges_df = est.metrics, est.gaps, est.shifts, est.edges
     n_clusters = {st.name: st.n_clusters for st in settings if st.n_clusters is not None}
     metrics_df, gaps_df, shifts_df = (with_cluster_columns(df, group_col, n_clusters)
@@ -512,7 +544,7 @@ def analyze(
                                 "(--model-col NAME)")
     params = dict(input=str(input_path.resolve()), metrics=metric_names, n_resamples=int(n_resamples),
                   seed=int(seed), n_bins=int(n_bins), ece_closure=",".join(closures),
-                  ece_bin_confidence=",".join(confs), ece_conventions=",".join(conventions), level=level, chunk_size=int(chunk_size), use_ray=bool(use_ray),
+                  ece_bin_confidence=",".join(confs), ece_conventions=",".join(conventions), level=level, interval=interval, chunk_size=int(chunk_size), use_ray=bool(use_ray),
                   n_rows=n_rows, n_settings=len(settings), threshold=threshold, uncertainty=uncertainty,
                   graded_soft_labels=bool(n_graded and threshold is None), in_turn=bool(in_turn),
                   **{f"column.{r}": c for r, c in cols.items()})

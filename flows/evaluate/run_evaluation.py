@@ -318,10 +318,10 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
             results = bootstrap_units(plans, metrics, spec.bootstrap.resamples, n_bins=spec.metrics.ece_bins,
                                       use_ray=True, num_workers=spec.execution.bootstrap_workers)
             kept = [keep(u, r) for u, r in zip(plans, results, strict=True)]
-            est = estimates(plans, results, spec.bootstrap.level)
+            est = estimates(plans, results, spec.bootstrap.level, spec.bootstrap.interval)
             del results
         else:
-            est = estimates(plans, in_process(), spec.bootstrap.level)
+            est = estimates(plans, in_process(), spec.bootstrap.level, spec.bootstrap.interval)
     _log_undefined(undefined)
     if cluster:  # the tables say the intervals are clustered, on which field, over how many clusters
         from confgrid.flows.evaluate.clusters import with_cluster_columns

@@ -38,7 +38,7 @@ from pydantic import (
 from confgrid import yaml_load
 from confgrid.analysis.binning import parse_binned_name
 from confgrid.analysis.conventions import convention_metric
-from confgrid.analysis.registry import expand_binned
+from confgrid.analysis.registry import GRAMMAR, METRICS, check_bins, expand_binned, metric_sort_key
 from confgrid.flows.spec.base import (
     LABEL_PATTERN,
     GridSpecError,
@@ -371,8 +371,9 @@ class MetricsSpec(_Spec):
         "spells its closure or bin confidence (ece_right, ece_15_midpoint) or a convention (ece_study002) is "
         "computed exactly as named; an unsuffixed binned name (ece, ece_15, ece_equal_mass) takes each "
         "ece_closure and ece_bin_confidence.")
-    ece_bins: int = Field(10, ge=1, le=1000, description="The bins of ece and ece_equal_mass (ece_<B> has its own): "
-                          "B equal-width bins [k/B, (k+1)/B), the last one closed.")
+    ece_bins: int = Field(10, ge=1, le=1000, description="The bins of the binned names without their own count (ece, "
+                          "ece_equal_mass, ece_centred; ece_<B> has its own): for ece, B equal-width bins "
+                          "[k/B, (k+1)/B), the last one closed.")
     ece_closure: tuple[Literal["left", "right", "right_float", "left_float"], ...] = Field(
         ("left",), min_length=1,
         description="Bin closures of every unsuffixed binned metric named (ece, ece_<B>, ece_equal_mass), an axis: "
@@ -383,7 +384,8 @@ class MetricsSpec(_Spec):
         "results say where the two differ (results/closure.csv).")
     ece_bin_confidence: tuple[Literal["mean", "midpoint"], ...] = Field(
         ("mean",), min_length=1,
-        description="What stands for a bin's confidence in every unsuffixed equal-width binned metric, an axis: "
+        description="What stands for a bin's confidence in every unsuffixed fixed-edge binned metric (equal-width "
+        "and centred bins), an axis: "
         "mean (the default: the mean confidence of the bin's answers) or midpoint (the bin's centre, as Müller "
         "et al. 2026). [mean, midpoint] adds ece_midpoint beside ece.")
     ece_conventions: tuple[str, ...] = Field(
@@ -407,10 +409,13 @@ class MetricsSpec(_Spec):
     @classmethod
     def _known_metrics(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for name in v:  # a binned name that spells nothing says why (BinnedNameError, a ValueError)
-            if parse_binned_name(name) is None:
-                _known("metric", name)
+            if name != name.strip() or name != name.lower():
+                raise ValueError(f"metric {name!r}: names are lower case, without spaces: {name.strip().lower()!r}")
+            if parse_binned_name(name) is None and name not in METRICS:
+                raise ValueError(f"unknown metric {name!r}; allowed: {', '.join(sorted(METRICS, key=metric_sort_key))}"
+                                 f", and every binned ECE of the grammar {GRAMMAR}")
         if len(set(v)) != len(v):
-            raise ValueError(f"metric names must be distinct; received {list(v)}")
+            raise ValueError(f"metric names must be distinct: {sorted({x for x in v if v.count(x) > 1})} repeated")
         return v
 
     @field_validator("ece_closure", "ece_bin_confidence")
@@ -427,10 +432,9 @@ class MetricsSpec(_Spec):
 
     @model_validator(mode="after")
     def _expands(self) -> "MetricsSpec":
-        try:
-            self.evaluated
-        except ValueError as exc:  # e.g. ece_equal_mass under the midpoint bin confidence
-            raise ValueError(f"metrics: {exc}") from None
+        # e.g. ece_equal_mass under the midpoint bin confidence, ece_centred with ece_bins: 1 (ValueError, raised
+        # as the section's error)
+        check_bins(self.evaluated, self.ece_bins)
         return self
 
     @property
@@ -447,7 +451,13 @@ class BootstrapSpec(_Spec):
 
     resamples: int = Field(10_000, ge=1, le=1_000_000, description="Number of paired resamples.")
     seed: int = Field(0, ge=0, description="Base seed; each setting's seed is derived from (model, dataset, seed).")
-    level: float = Field(0.95, gt=0.0, lt=1.0, description="Percentile interval level, in (0, 1).")
+    level: float = Field(0.95, gt=0.0, lt=1.0, description="Interval level, in (0, 1).")
+    interval: Literal["percentile", "basic", "bc", "jeffreys"] = Field(
+        "percentile", description="Interval method of results/metrics, gaps and shifts (and so of verdicts and early "
+        "stopping): percentile (the default, unchanged), basic (reverse percentile), bc (bias-corrected "
+        "percentile) or jeffreys (binned ECEs: each bin's accuracy drawn from its Jeffreys posterior on every "
+        "resample, honest at 0% or 100% right; other metrics keep percentile); analysis/intervals.py. benchmarks/coverage.py measures how often each contains the population "
+        "value (README 'How far to trust an interval').")
     cluster: str | None = Field(
         None, description="Cluster bootstrap: an item metadata field (e.g. category) or item_id; the bootstrap "
         "resamples its distinct values with all their items (analysis/clusters.py). None: items are resampled.")

@@ -1,7 +1,8 @@
 """Independent references for every binned-ECE name (issue 36): a loop per bin, written from the definitions
 and from each published project's source, never from confgrid's code.
 
-* :func:`ece_spelled` reads a name of the grammar ``ece[_<B>][_equal_mass|_centred][_<closure>][_midpoint]``
+* :func:`ece_spelled` reads a name of the grammar
+  ``ece[_<B>][_equal_mass|_centred][_<closure>][_midpoint][_debiased]``
   (README, "ECE conventions") with its own regular expression and computes it with explicit ``lo <= c < hi``
   tests on each bin.
 * ``ece_<project>`` functions follow the quoted lines of each project (file and line in each docstring).
@@ -12,17 +13,27 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from scipy.stats import foldnorm
 
-_NAME = re.compile(r"ece(?:_(\d+))?(_equal_mass|_centred)?(_right_float|_left_float|_right)?(_midpoint)?")
+_NAME = re.compile(r"ece(?:_(\d+))?(_equal_mass|_centred)?(_right_float|_left_float|_right)?(_midpoint)?(_debiased)?")
 
 
-def _from_bins(c, y, which, n_total, mid=None):
-    """sum over bins b of |bin b| / n_total * |mean(y_b) - conf_b| with conf_b the mean confidence (or mid[b])."""
+def _from_bins(c, y, which, n_total, mid=None, debiased=False):
+    """sum over bins b of |bin b| / n_total * |mean(y_b) - conf_b| with conf_b the mean confidence (or mid[b]);
+    ``debiased``: each bin's term is Kumar et al. 2019's ``2 |d| - E|N(d, acc (1 - acc) / n_b)|``, the folded
+    normal's mean taken from scipy.stats.foldnorm (their code, uncertainty-calibration 0.1.4
+    calibration/utils.py:369-391, draws 1,000 normal samples for it)."""
     total = 0.0
     for b in sorted(set(which) - {-1}):
         m = np.asarray(which) == b
         conf_b = float(np.mean(c[m])) if mid is None else mid[b]
-        total += m.sum() / n_total * abs(float(np.mean(y[m])) - conf_b)
+        acc = float(np.mean(y[m]))
+        d = acc - conf_b
+        term = abs(d)
+        if debiased:
+            s = np.sqrt(acc * (1 - acc) / m.sum())
+            term = 2 * abs(d) - (foldnorm(abs(d) / s, scale=s).mean() if s > 0 else abs(d))
+        total += m.sum() / n_total * term
     return total
 
 
@@ -75,6 +86,7 @@ def ece_spelled(name: str, conf, correct, run_bins: int = 10) -> float:
     scheme = {"_equal_mass": "mass", "_centred": "centred", None: "width"}[m[2]]
     closure = (m[3] or "_left")[1:]
     midpoint = m[4] is not None
+    debiased = m[5] is not None
     c, y = np.asarray(conf, dtype=float), np.asarray(correct, dtype=float)
     left = closure.startswith("left")
     if scheme == "mass":
@@ -90,7 +102,7 @@ def ece_spelled(name: str, conf, correct, run_bins: int = 10) -> float:
         edges = linspace_edges(B) if closure.endswith("float") else [k / B for k in range(B + 1)]
         mid = [(edges[k] + edges[k + 1]) / 2 for k in range(B)]
     which = [width_bin(v, edges, left) for v in c]
-    return _from_bins(c, y, which, c.size, mid if midpoint else None)
+    return _from_bins(c, y, which, c.size, mid if midpoint else None, debiased)
 
 
 # --- the published projects, from their source -------------------------------------------------------------
