@@ -43,7 +43,7 @@ from .metrics import (CLOSURES, FLOAT_CLOSURES, LEFT_CLOSURES, _check_n_bins, _p
                       edge_counts)
 
 __all__ = ["SCHEMES", "BIN_CONFIDENCES", "ESTIMATORS", "MAX_BINS", "Binning", "binned_name", "parse_binned_name",
-           "BinnedNameError", "binned_ece", "edge_counts_of", "debiased_terms"]
+           "BinnedNameError", "binned_ece", "edge_counts_of", "debiased_terms", "reordered_name"]
 
 #: the bin schemes (module docstring)
 SCHEMES = ("width", "mass", "centred")
@@ -228,6 +228,46 @@ def parse_binned_name(name: str) -> Binning | None:
                        "debiased" if m["est"] else "plugin")
     except BinnedNameError as exc:
         raise BinnedNameError(f"metric {name!r}: {exc}") from None
+
+
+_PARTS = {"equal_mass": 1, "centred": 1, "right_float": 2, "left_float": 2, "right": 2, "midpoint": 3,
+          "debiased": 4}
+
+
+def reordered_name(name: str) -> str | None:
+    """The grammar's spelling of a binned name whose parts are in another order (``ece_debiased_right`` ->
+    ``ece_right_debiased``), or None when it has other words or is not binned.
+
+    Examples
+    --------
+    >>> reordered_name("ece_debiased_15"), reordered_name("ece_midpoint_right_float"), reordered_name("ece_foo")
+    ('ece_15_debiased', 'ece_right_float_midpoint', None)
+    """
+    toks = name.split("_")
+    if toks[0] != "ece" or len(toks) < 2:
+        return None
+    parts: list[tuple[int, str]] = []
+    i = 1
+    while i < len(toks):
+        two = "_".join(toks[i:i + 2])
+        if two in _PARTS:
+            parts.append((_PARTS[two], two))
+            i += 2
+        elif toks[i] in _PARTS:
+            parts.append((_PARTS[toks[i]], toks[i]))
+            i += 1
+        elif toks[i].isascii() and toks[i].isdigit():
+            parts.append((0, toks[i]))
+            i += 1
+        else:
+            return None
+    if len({k for k, _ in parts}) != len(parts):
+        return None
+    out = "_".join(["ece", *(p for _, p in sorted(parts))])
+    try:
+        return out if out != name and parse_binned_name(out) is not None else None
+    except BinnedNameError:
+        return None
 
 
 def binned_ece(confidence, correct, binning: Binning, n_bins: int = 10) -> float:

@@ -49,7 +49,8 @@ import pandas as pd
 from .bootstrap import BootstrapResult, n_undefined
 from .closure import EDGE_COLUMNS, edge_rows, edge_table
 from .compare import better_signal, excludes_zero, flip
-from .intervals import DEGENERATE, bootstrap_interval, check_interval, degenerate, jeffreys_resamples
+from .intervals import (DEGENERATE, bootstrap_interval, check_interval, degenerate, interval_methods,
+                        jeffreys_resamples)
 from .registry import get_metric
 from .resampling import DEFAULT_CHUNK_SIZE, setting_seed
 from .signals import UNIT_COLUMNS
@@ -471,20 +472,28 @@ def _label(how, flat: np.ndarray) -> list[str]:
     """The ``interval`` column: the method of each row (``how``: one name, or one per row), or ``degenerate`` where
     the resamples have no spread."""
     flat = np.atleast_1d(flat)
-    how = [how] * flat.size if isinstance(how, str) else list(how)
+    how = [how] * flat.size if isinstance(how, str) else list(np.ravel(how))
     return [DEGENERATE if d else h for d, h in zip(flat, how, strict=True)]
 
 
-def _intervals(points: np.ndarray, values: np.ndarray, level: float, how) -> tuple[np.ndarray, np.ndarray]:
+def _intervals(points: np.ndarray, values: np.ndarray, level: float, how) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``bootstrap_interval`` of rows that may differ in method (``how``: one name, or an array shaped like
-    ``points``)."""
-    if isinstance(how, str):
-        return bootstrap_interval(points, values, level, how)
+    ``points``); returns ``(lo, hi, how)`` with the method each row really used (``bc`` may fall back, see
+    :func:`~confgrid.analysis.intervals.interval_methods`). A degenerate row's ``lo`` and ``hi`` are its point
+    estimate (its resamples differ from it by rounding only)."""
+    points = np.asarray(points, dtype=np.float64)
+    how = np.full(points.shape, how, dtype=object) if isinstance(how, str) else np.asarray(how, dtype=object).copy()
+    for h in set(np.ravel(how).tolist()):  # the method each row really uses (bc may fall back)
+        sel = how == h
+        how[sel] = interval_methods(points[sel], values[sel], h, level)
     lo, hi = np.full(points.shape, np.nan), np.full(points.shape, np.nan)
-    for h in set(np.ravel(how).tolist()):
-        sel = np.asarray(how) == h
-        lo[sel], hi[sel] = bootstrap_interval(points[sel], values[sel], level, h)
-    return lo, hi
+    for u in set(np.ravel(how).tolist()):
+        m = how == u
+        lo[m], hi[m] = bootstrap_interval(points[m], values[m], level, u)
+    flat = degenerate(values)
+    lo = np.where(flat & np.isfinite(points), points, lo)
+    hi = np.where(flat & np.isfinite(points), points, hi)
+    return lo, hi, how
 
 
 def _resamples_for(u: "UnitPlan", res: BootstrapResult, method: str) -> tuple[np.ndarray, Any]:
@@ -544,9 +553,8 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
         lab = u.labels
         metrics = list(res.metrics)
         resamples, how = _resamples_for(u, res, method)
-        lo, hi = _intervals(res.point, resamples, level, how)
-        labels = np.array(_label(how if isinstance(how, str) else how.ravel(), degenerate(resamples).ravel()),
-                          dtype=object).reshape(res.point.shape)
+        lo, hi, how = _intervals(res.point, resamples, level, how)
+        labels = np.array(_label(how, degenerate(resamples).ravel()), dtype=object).reshape(res.point.shape)
         und = res.n_undefined
         name = u.names.get
         for s, sig in enumerate(u.signals):
@@ -576,7 +584,8 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
                     shares.setdefault(key, ShareCounts.empty(res.n_resamples)).add(*favours_a(met, gap_vals[-1]))
         if gap_rows:  # one interval call over every (pair, metric) row
             d = np.vstack(gap_vals)
-            glo, ghi = _intervals(np.asarray(gap_pts, dtype=np.float64), d, level, np.asarray(gap_how, dtype=object))
+            glo, ghi, gap_how = _intervals(np.asarray(gap_pts, dtype=np.float64), d, level,
+                                           np.asarray(gap_how, dtype=object))
             gu = n_undefined(d)
             for r, v, w, k, lab_ in zip(gap_rows, np.atleast_1d(glo), np.atleast_1d(ghi), np.atleast_1d(gu),
                                         _label(gap_how, degenerate(d)), strict=True):
@@ -638,10 +647,10 @@ def _shift_rows(u: UnitPlan, res: BootstrapResult, resamples: np.ndarray, metric
                          "metric": met, "shift": float(p_to - p_from), "flip": flip(af, at), "flip_share": share,
                          "n_flip_defined": k, "_adv": (af, at), "n": sh.n})
     d = np.vstack(diffs)
-    lo, hi = _intervals(np.asarray(points, dtype=np.float64), d, level, np.asarray(hows, dtype=object))
+    lo, hi, hows = _intervals(np.asarray(points, dtype=np.float64), d, level, np.asarray(hows, dtype=object))
     und = n_undefined(d)
     a = np.vstack(advs)
-    alo, ahi = _intervals(np.asarray(adv_points, dtype=np.float64), a, level, np.asarray(adv_hows, dtype=object))
+    alo, ahi, _ = _intervals(np.asarray(adv_points, dtype=np.float64), a, level, np.asarray(adv_hows, dtype=object))
     alo, ahi = np.atleast_1d(alo), np.atleast_1d(ahi)
     aflat = np.atleast_1d(degenerate(a))
     resolves = [excludes_zero(alo[i], ahi[i]) and not aflat[i] for i in range(alo.size)]

@@ -12,7 +12,11 @@ estimate on the full data. The method is a declared choice (``bootstrap.interval
   *Bootstrap Methods and their Application*, eq. 5.6).
 * ``bc`` (bias-corrected percentile): quantiles at ``Phi(2 z0 + z_a)`` with ``z0 = Phi^-1(share of resamples
   below t, ties counting one half)`` (Efron & Tibshirani 1993, section 14.3, the BCa interval with acceleration
-  0).
+  0). Where ``t`` lies at or outside the percentile interval of its own resamples (a perfectly calibrated
+  sample's ECE of 0, its resamples piled at and above 0), the correction extrapolates and the interval collapses
+  onto the smallest resamples: such a value gets the percentile interval, and says so (:func:`interval_methods`).
+* ``basic`` and ``bc`` may leave a metric's range (a negative Brier bound) or not contain the point estimate;
+  they are there to compare, measured in the coverage study.
 * ``jeffreys`` (boundary-aware, binned ECE only): every resample keeps the bootstrap's draw of the items and
   replaces each bin's accuracy by a draw from its Jeffreys posterior ``Beta(k_b + 1/2, n_b - k_b + 1/2)``
   (:func:`jeffreys_resamples`); the percentile interval of those values. 50 of 50 answers right then no longer
@@ -40,7 +44,7 @@ from .registry import get_metric
 from .resampling import DEFAULT_CHUNK_SIZE, chunk_indices, counts_from_indices, n_chunks
 
 __all__ = ["INTERVALS", "DEGENERATE", "check_interval", "bootstrap_interval", "degenerate", "jeffreys_resamples",
-           "jeffreys_eligible"]
+           "jeffreys_eligible", "interval_methods"]
 
 #: the interval methods, by name (module docstring)
 INTERVALS = ("percentile", "basic", "bc", "jeffreys")
@@ -105,6 +109,29 @@ def _row_quantiles(v: np.ndarray, p: np.ndarray) -> np.ndarray:
     return out
 
 
+def _bc_share(t: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Share of each row's defined resamples below ``t`` (ties one half); ``nan`` without one."""
+    k = np.isfinite(rows).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ((rows < t).sum(axis=1) + 0.5 * (rows == t).sum(axis=1)) / k
+
+
+def interval_methods(point, resamples, method: str, level: float = 0.95) -> np.ndarray:
+    """The method each value's interval really uses: ``method``, except ``bc`` falls back to ``percentile`` where the
+    point estimate lies at or outside the percentile interval of its resamples (to :data:`SPREAD_TOL`; module
+    docstring). Object array shaped like ``point``."""
+    check_interval(method)
+    t = np.asarray(point, dtype=np.float64)
+    out = np.full(t.shape, method, dtype=object)
+    if method != "bc" or t.size == 0:
+        return out
+    lo, hi = percentile_interval(np.asarray(resamples, dtype=np.float64), level)
+    tol = SPREAD_TOL * np.maximum(1.0, np.abs(t))
+    with np.errstate(invalid="ignore"):
+        out[(t <= lo + tol) | (t >= hi - tol)] = "percentile"
+    return out
+
+
 def bootstrap_interval(point, resamples, level: float = 0.95, method: str = "percentile"
                        ) -> tuple[np.ndarray, np.ndarray]:
     """The interval of each value from its point estimate and paired resamples.
@@ -155,13 +182,11 @@ def bootstrap_interval(point, resamples, level: float = 0.95, method: str = "per
         return 2.0 * t - hi, 2.0 * t - lo
     rows = v.reshape(-1, v.shape[-1])
     tt = t.reshape(-1, 1)
-    k = np.isfinite(rows).sum(axis=1)
+    share = _bc_share(tt, rows)
     with np.errstate(invalid="ignore", divide="ignore"):
-        below = ((rows < tt).sum(axis=1) + 0.5 * (rows == tt).sum(axis=1)) / k
-        share = np.clip(below, 0.5 / np.maximum(k, 1), 1.0 - 0.5 / np.maximum(k, 1))
-        z0 = ndtri(share)
+        z0 = ndtri(share)  # +-inf where no resample lies on one side: the percentile interval there
     z = ndtri(np.array([(1.0 - level) / 2.0, (1.0 + level) / 2.0]))
-    p = ndtr(2.0 * z0[:, None] + z[None, :])
+    p = ndtr(2.0 * np.where(np.isfinite(z0), z0, 0.0)[:, None] + z[None, :])
     q = _row_quantiles(rows, p)
     q[~np.isfinite(tt[:, 0])] = np.nan
     return q[:, 0].reshape(t.shape), q[:, 1].reshape(t.shape)
@@ -181,9 +206,11 @@ def jeffreys_resamples(confidence, target, masks, metrics, n_resamples: int, see
     Resample ``r`` draws the items exactly as :func:`~confgrid.analysis.bootstrap.paired_bootstrap` with the same
     ``seed`` and ``chunk_size`` does (its chunk index matrices, or its cluster draws), giving each bin ``b`` of a
     signal ``n_b`` answers with ``k_b`` right (real counts for graded correctness), then draws ``theta_b ~
-    Beta(k_b + 1/2, n_b - k_b + 1/2)`` (stream ``SeedSequence([seed, chunk, 1])``) and takes
+    Beta(k_b + 1/2, n_b - k_b + 1/2)`` and takes
     ``sum_b |n_b theta_b - sum_b c| / sum_b n_b``, the bin confidence being the mean or the midpoint as the metric
-    says.
+    says. The draws come from the stream ``SeedSequence([seed, chunk, 1, cell])``, restarted for every metric. The
+    posterior treats the answers in a bin as independent (clusters are resampled, as the bootstrap does, but not
+    shrunk); graded correctness uses its real-valued ``k_b``.
 
     Parameters
     ----------
@@ -238,8 +265,10 @@ def jeffreys_resamples(confidence, target, masks, metrics, n_resamples: int, see
         idx = chunk_indices(units, n_resamples, seed, c, chunk_size)
         W = counts_from_indices(idx, n) if clusters is None else row_counts(idx, clusters)
         rows = slice(c * chunk_size, c * chunk_size + W.shape[0])
-        rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(c), 1]))
         for (s, j), (sup, oh, ohy, ohc, mid) in prep.items():
+            # one stream per (chunk, cell), restarted for every metric: two binnings that put the answers in the
+            # same bins get the same draws (common random numbers), e.g. ece and ece_right without edge values
+            rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(c), 1, int(s)]))
             w = W[:, sup]
             n_b, k_b = w @ oh, w @ ohy
             sc = n_b * mid if mid is not None else w @ ohc

@@ -64,7 +64,7 @@ from confgrid.registry import Registry, UnknownNameError
 
 from . import estimators as _E
 from . import metrics as _M
-from .binning import BIN_CONFIDENCES, Binning, BinnedNameError, binned_ece, parse_binned_name
+from .binning import BIN_CONFIDENCES, Binning, BinnedNameError, binned_ece, parse_binned_name, reordered_name
 from .conventions import CONVENTIONS
 
 __all__ = ["METRICS", "MetricInfo", "MetricRegistry", "UnknownMetricError", "get_metric", "register_metric",
@@ -157,8 +157,10 @@ class MetricRegistry(Registry[MetricInfo]):
 
     def _unknown(self, name):
         err = super()._unknown(name)
-        return UnknownNameError(f"{err}; and every binned ECE of the grammar {GRAMMAR}", kind=err.kind,
-                                value=err.value, allowed=err.allowed)
+        hint = reordered_name(name) if isinstance(name, str) else None
+        return UnknownNameError((f"unknown metric {name!r}; did you mean {hint!r}? (the grammar's order: {GRAMMAR})"
+                                 if hint else f"{err}; and every binned ECE of the grammar {GRAMMAR}"),
+                                kind=err.kind, value=err.value, allowed=err.allowed)
 
     def __contains__(self, name: object) -> bool:
         try:

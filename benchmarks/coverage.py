@@ -209,9 +209,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="CSV of every cell")
     a = ap.parse_args(argv)
-    for flag, v in (("--reps", a.reps), ("--resamples", a.resamples)):
-        if v < 1:
-            ap.error(f"{flag} must be >= 1, got {v}")
+    for flag, v, least in (("--reps", a.reps, 1), ("--resamples", a.resamples, 2)):
+        if v < least:
+            ap.error(f"{flag} must be >= {least}, got {v}")
     if any(n < 2 for n in a.n):
         ap.error(f"--n: every size must be >= 2, got {a.n}")
     return a
@@ -230,6 +230,9 @@ def main(argv=None) -> None:
     df = pd.concat(frames, ignore_index=True)
     if a.out:
         df.to_csv(a.out, index=False)
+    print("\nCoverage of each interval method: share of datasets whose interval contains the population value, "
+          "+- one Monte Carlo standard error; target a: signal a's metric, gap: metric(a) - metric(b); degenerate: "
+          "share of datasets whose resamples had no spread (such an interval covers only if it sits on the truth).")
     for target in ("a", "gap"):
         print(f"\n### target {target}\n")
         print(markdown(df, target))

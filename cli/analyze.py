@@ -41,7 +41,9 @@ def analyze_cmd(
     level: float = typer.Option(0.95, "--level", help="Interval level, in (0, 1)."),
     interval: str = typer.Option("percentile", "--interval",
                                  help="Interval method: percentile (the default, unchanged), basic (reverse "
-                                      "percentile) or bc (bias-corrected percentile); README 'How far to trust an "
+                                      "percentile), bc (bias-corrected percentile) or jeffreys (plug-in binned ECEs: "
+                                      "each bin's accuracy drawn from its Jeffreys posterior, honest when every answer "
+                                      "is right; other metrics keep percentile); README 'How far to trust an "
                                       "interval' gives each one's measured coverage. A value whose resamples have no "
                                       "spread is marked degenerate in the interval column and resolves nothing."),
     seed: int = typer.Option(0, "--seed", help="Base seed; a setting's seed is setting_seed(setting, '', SEED)."),
@@ -187,7 +189,8 @@ def analyze_cmd(
     typer.echo(f"{m['setting'].nunique()} setting(s), {len(m)} (setting, signal, metric) rows, "
                f"{len(tables['gaps'])} gap rows, {bootstrap} {m.attrs.get('resampled', 'paired resamples')}.")
     if len(m) <= 60:
-        shown = ["setting", "signal", "metric", "point", "lo", "hi", "n", *(["n_clusters"] if group_col else [])]
+        shown = ["setting", "signal", "metric", "point", "lo", "hi", "n", "interval",
+                 *(["n_clusters"] if group_col else [])]
         with pd.option_context("display.width", 120, "display.max_columns", 20):
             typer.echo(m[shown].to_string(index=False))
     n_graded = m.attrs.get("n_graded", 0)
@@ -198,10 +201,12 @@ def analyze_cmd(
     elif threshold is not None:
         typer.echo(f"note: correctness thresholded at {threshold:g} (correct >= {threshold:g} is 1, else 0).")
     res = out / "results"
-    from confgrid.flows.evaluate.outputs import closure_lines
+    from confgrid.flows.evaluate.outputs import closure_lines, interval_notes
 
     for line in closure_lines(tables.get("closure")):
         typer.echo(f"note: {line} (results/closure.csv)")
+    for line in interval_notes(m):
+        typer.echo(f"note: {line}")
     typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'}, "
                f"{res / 'edges.csv'}, {res / 'closure.csv'}, {res / 'verdicts.csv'} (+ .parquet)")
     if "ace_gaps" in tables:

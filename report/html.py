@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 from confgrid.analysis.figure_data import select_group
 from confgrid.analysis.tables import format_table
-from confgrid.flows.evaluate.outputs import closure_lines, fmt_intervals, result_matrix
+from confgrid.flows.evaluate.outputs import closure_lines, fmt_intervals, interval_notes, result_matrix
 from confgrid.flows.store.run_store import write_text_atomic
 
 from confgrid import __version__
@@ -191,7 +191,8 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
             'results/edges.csv</p>')] if notes else []),
         ("settings", "Settings", _table(select_group(tables.get("settings"), p), 500, "results/settings.parquet")),
         ("metrics", f"Metrics (point [{level:.0%} paired bootstrap interval])",
-         _table(result_matrix(select_group(tables.get("metrics"), p)), 500, "results/metrics.parquet")),
+         _table(result_matrix(select_group(tables.get("metrics"), p)), 500, "results/metrics.parquet")
+         + "".join(f'<p class="note">{_esc(x)}</p>' for x in interval_notes(select_group(tables.get("metrics"), p)))),
         ("gaps", "Paired gap = metric(signal_a) - metric(signal_b)",
          _table(_gaps(select_group(tables.get("gaps"), p)), 500, "results/gaps.parquet")),
     ]

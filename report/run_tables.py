@@ -119,5 +119,10 @@ class RunTables:
 
     @property
     def level(self) -> float:
-        """The level of the run's intervals (``bootstrap.level``; 0.95 when the grid does not say)."""
-        return float((self.grid.get("bootstrap") or {}).get("level") or 0.95)
+        """The level of the run's intervals (``bootstrap.level``; an analysis: ``level`` of ``analyze.json``; 0.95
+        when neither says)."""
+        level = (self.grid.get("bootstrap") or {}).get("level")
+        if level is None and self.root is not None and (self.root / "analyze.json").is_file():
+            info = json.loads((self.root / "analyze.json").read_text(encoding="utf-8"))
+            level = (info.get("params") or info).get("level")
+        return float(level or 0.95)

@@ -218,7 +218,8 @@ def test_analyze_group_col_end_to_end(tmp_path):
     g = pd.read_csv(out / "results" / "gaps.csv")
     assert (g["cluster_col"] == "question").all() and (g["n_clusters"] == 12).all()
     rec = json.loads((out / "analyze.json").read_text())
-    assert rec["params"]["interval"] == "clustered" and rec["params"]["group_col"] == "question"
+    assert rec["params"]["resampling"] == "clustered" and rec["params"]["interval"] == "percentile"
+    assert rec["params"]["group_col"] == "question"
     assert [c["params"]["n_clusters"] for c in rec["children"]] == [12, 12]
     # the numbers are paired_bootstrap's with the questions as groups, items sorted as analyze sorts them
     df = pd.read_csv(src)
@@ -283,7 +284,7 @@ def test_analyze_group_col_settings_in_turn_equal_the_whole_file(tmp_path):
     for name in ("metrics", "gaps", "alignment"):
         pd.testing.assert_frame_equal(out[True][name], out[False][name], check_exact=True)
     rec = {mode: json.loads((tmp_path / f"o{mode}" / "analyze.json").read_text()) for mode in (True, False)}
-    assert rec[True]["params"]["in_turn"] is True and rec[True]["params"]["interval"] == "clustered"
+    assert rec[True]["params"]["in_turn"] is True and rec[True]["params"]["resampling"] == "clustered"
     assert rec[True]["children"] == rec[False]["children"] and rec[True]["children"][0]["params"]["n_clusters"] == 10
     # the same input errors, each before anything is written
     with pytest.raises(AnalyzeInputError, match=r"missing column\(s\) 'qid' \(named by --group-col\)"):

@@ -123,7 +123,7 @@ def test_degenerate_intervals_are_marked_and_resolve_nothing(tmp_path):
 
 def test_jeffreys_resamples_by_a_loop():
     """The item draws of the bootstrap (its chunk index matrices) and one Beta draw per bin and resample, stream
-    SeedSequence([seed, chunk, 1]) in (cell, metric) order, recomputed by hand."""
+    SeedSequence([seed, chunk, 1, cell]) restarted per metric, recomputed by hand."""
     rng = np.random.default_rng(2)
     n, R = 12, 7
     conf = np.round(rng.random((2, n)), 1)
@@ -135,9 +135,9 @@ def test_jeffreys_resamples_by_a_loop():
     want = np.full((2, 3, R), np.nan)
     for c in range(2):
         W = counts_from_indices(chunk_indices(n, R, 9, c, 4), n)
-        g = np.random.default_rng(np.random.SeedSequence([9, c, 1]))
         for s in range(2):
             for j, (B, mid) in ((0, (4, False)), (2, (5, True))):
+                g = np.random.default_rng(np.random.SeedSequence([9, c, 1, s]))  # restarted per metric
                 bins = get_metric("ece" if j == 0 else "ece_5_midpoint").binning.indices(conf[s], B)
                 nb = np.stack([W[:, bins == k].sum(axis=1) for k in range(B)], axis=1)
                 kb = np.stack([(W[:, bins == k] * y[bins == k]).sum(axis=1) for k in range(B)], axis=1)
@@ -183,3 +183,29 @@ def test_a_small_coverage_study_reproduces_the_measured_bands():
     # the headline: the plug-in percentile interval misses the truth about 4 times in 10 at n = 87, the debiased
     # ECE's covers it about 9 times in 10
     assert got[("ece", "a", "percentile")] < 0.75 < 0.85 < got[("ece_debiased", "a", "percentile")]
+
+
+def test_bc_falls_back_where_no_resample_lies_below_the_point(tmp_path):
+    """A perfectly calibrated sample: ECE 0, its resamples piled at and above it (the point sits on the percentile
+    interval's lower end). bc would collapse onto the smallest resamples and resolve gaps; the interval is the
+    percentile one and the interval column says so."""
+    from confgrid.flows.analyze.analysis import analyze
+
+    rows = [{"setting": "m/d", "item_id": i, "signal": sig, "confidence": c, "correct": int(i % 10 < 10 * c)}
+            for i in range(200) for sig, c in (("A", 0.5 if i < 100 else 0.8), ("B", 0.7))]
+    pd.DataFrame(rows).to_csv(tmp_path / "in.csv", index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bc = analyze(tmp_path / "in.csv", tmp_path / "bc", metrics="ece", n_resamples=400, track=False, interval="bc")
+        pc = analyze(tmp_path / "in.csv", tmp_path / "pc", metrics="ece", n_resamples=400, track=False)
+    a_bc = bc["metrics"].set_index("signal").loc["A"]
+    a_pc = pc["metrics"].set_index("signal").loc["A"]
+    assert a_bc["point"] == pytest.approx(0.0, abs=1e-12) and a_bc["interval"] in ("percentile", "degenerate")
+    assert (a_bc["lo"], a_bc["hi"]) == (a_pc["lo"], a_pc["hi"]) and a_bc["hi"] > 0.01
+    assert (bc["gaps"]["excludes_zero"] == pc["gaps"]["excludes_zero"]).all()
+    lo, hi = I.bootstrap_interval(np.array([0.0]), np.array([[0.01, 0.02, 0.03, 0.04]]), 0.9, "bc")
+    assert (lo[0], hi[0]) == tuple(np.percentile([0.01, 0.02, 0.03, 0.04], [5, 95]))
+    assert I.interval_methods(np.array([0.0, 0.025]), np.array([[0.01, 0.02, 0.03, 0.04]] * 2), "bc").tolist() == [
+        "percentile", "bc"]
+    r = np.random.default_rng(0).normal(size=(1, 999))
+    assert I.interval_methods(np.array([0.1]), r, "bc").tolist() == ["bc"]

@@ -115,7 +115,8 @@ def test_names_that_spell_nothing_are_refused_with_the_spelling_that_works(tmp_p
     bad = {"ece_equal_mass_midpoint": "use 'ece_equal_mass'", "ece_equal_mass_right_float": "use 'ece_equal_mass_right'",
            "ece_11_centred_left_float": "use 'ece_11_centred'", "ece_0": "allowed: an integer in 1..1000",
            "ece_010": "without leading zeros", "ece_1_centred": "allowed: 2..1000", "ece_1001": "1..1000",
-           "ece_equal_mass_debiased": "use 'ece_debiased'", "ece_debiased_midpoint": "unknown metric",
+           "ece_equal_mass_debiased": "use 'ece_debiased'",
+           "ece_debiased_midpoint": "did you mean 'ece_midpoint_debiased'", "ece_debiased_15": "did you mean 'ece_15_debiased'",
            "ece_foo": "unknown metric 'ece_foo'"}
     for name, says in bad.items():
         with pytest.raises(AnalyzeInputError, match=says):

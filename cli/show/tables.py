@@ -21,7 +21,7 @@ def _table(df: pd.DataFrame, title: str) -> Table:
     return t
 
 
-def print_verdicts(verdicts: pd.DataFrame, console: Console) -> None:
+def print_verdicts(verdicts: pd.DataFrame, console: Console, level: float = 0.95) -> None:
     """Print ``results/verdicts`` (analysis/verdicts.py): per conclusion, the verdict, the share of settings
     where A is better by point [interval], the shares resolved each way and the axis that flips it most."""
     if verdicts is None or verdicts.empty:
@@ -43,7 +43,7 @@ def print_verdicts(verdicts: pd.DataFrame, console: Console) -> None:
     cols = ["conclusion", "metric", "verdict", "holds_for", "n_settings", "share_A_better", "resolved_for_A",
             "resolved_for_B", "flips"]
     console.print(_table(v[cols], "Is the conclusion robust? Over every setting of the grid: the side the settings "
-                                  "favour (holds_for), the share where A is better by point [95% interval], resolved "
+                                  f"favour (holds_for), the share where A is better by point [{level:.0%} interval], resolved "
                                   "for A / for B, the axis whose single change flips it most, in how many of the "
                                   "pairs of settings that differ in that axis only (results/verdicts.csv)"))
 
@@ -67,14 +67,18 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
     gaps and shifts of a run."""
     from confgrid.flows.evaluate.outputs import fmt_interval, fmt_intervals, interval_notes, result_matrix
 
+    from confgrid.report.run_tables import RunTables
+
     console = console or Console(width=200)
     res = Path(out_dir) / "results"
+    level = RunTables(Path(out_dir)).level  # the run's bootstrap.level (an analysis: analyze.json)
+    pct = f"{level:.0%}"
 
     def read(name: str) -> pd.DataFrame:  # a run writes every table; an analysis has no settings
         f = res / f"{name}.parquet"
         return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
 
-    print_verdicts(read("verdicts"), console)
+    print_verdicts(read("verdicts"), console, level)
     print_stopping(read("stopping"), console)
     settings, metrics, gaps, shifts = (read(n) for n in ("settings", "metrics", "gaps", "shifts"))
     primary = _primary_group(res)
@@ -86,7 +90,8 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         cols = [c for c in ("setting", "items", "parse_rate", "accuracy", "n_analyzed", "n_replaced") if c in settings]
         console.print(_table(settings[cols], "Settings (rows left out, by status: results/dropped.csv)"))
     if not metrics.empty:
-        console.print(_table(result_matrix(metrics), "Metrics per setting and signal: point [95% paired bootstrap interval]"))
+        console.print(_table(result_matrix(metrics), f"Metrics per setting and signal: point [{pct} paired bootstrap "
+                                                     "interval]"))
         for line in interval_notes(metrics):
             console.print(f"Note: {line}", markup=False)
     from confgrid.flows.evaluate.outputs import closure_lines
@@ -99,7 +104,7 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
 
         index = ["setting", "signal_a", "signal_b", *(["view"] if _has_views(gaps) else []), "n"]
         wide = g.pivot_table(index=index, columns="metric", values="gap", aggfunc="first", sort=False).reset_index()
-        console.print(_table(wide, "Paired gap = metric(signal_a) - metric(signal_b) [95% interval] on the n items "
+        console.print(_table(wide, f"Paired gap = metric(signal_a) - metric(signal_b) [{pct} interval] on the n items "
                                    "both have: >0 favours signal_b under ECE/AURC/Brier, signal_a under AUROC"))
     if not shifts.empty:
         shifts = shifts[shifts["from_aggregation"] == shifts["to_aggregation"]] if "from_aggregation" in shifts else shifts
@@ -114,7 +119,7 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
                                          zip(methods["point"], methods["lo"], methods["hi"], strict=True)])
             wide = wide.pivot_table(index=["setting", "signal", "rated", "n"], columns="metric", values="value",
                                     aggfunc="first", sort=False).reset_index()
-            console.print(_table(wide, "Confidence methods: point [95% paired bootstrap interval] over each "
+            console.print(_table(wide, f"Confidence methods: point [{pct} paired bootstrap interval] over each "
                                        "method's own rows (n); rated = the answer whose correctness is the target; "
                                        "their gaps against verbalized are in the gap table"))
     from confgrid.cli.show.ace import print_ace

@@ -157,7 +157,9 @@ def parse_metrics(metrics: str | Sequence[str]) -> list[str]:
             get_metric(m)
         except BinnedNameError as exc:  # a name of the binned-ECE grammar that spells nothing: why, and what works
             raise AnalyzeInputError(f"--metrics: {exc}") from None
-        except UnknownNameError:
+        except UnknownNameError as exc:
+            if "did you mean" in str(exc):
+                raise AnalyzeInputError(f"--metrics: {exc}") from None
             raise AnalyzeInputError(f"--metrics: unknown metric {m!r}; choose from {', '.join(choices)}, or a "
                                     f"binned ECE of the grammar {GRAMMAR}") from None
     dup = sorted({m for m in names if names.count(m) > 1})
@@ -463,8 +465,9 @@ def analyze(
     cols = _columns(columns)
     in_turn = False if table_input else _in_turn(input_path, cols, in_turn)
     if in_turn and interval == "jeffreys":
-        raise AnalyzeInputError("--interval jeffreys draws from each setting's items, which --in-turn frees after "
-                                "its bootstrap: add --whole-file, or choose percentile, basic or bc")
+        raise AnalyzeInputError("--interval jeffreys draws from each setting's items, which the in-turn road (the "
+                                "default for Parquet input without a model column, or --in-turn) frees after its "
+                                "bootstrap: add --whole-file, or choose percentile, basic or bc")
     rows = None
     units = None
     shifts_df = pd.DataFrame(columns=SHIFT_COLUMNS)
@@ -549,7 +552,7 @@ def analyze(
                   graded_soft_labels=bool(n_graded and threshold is None), in_turn=bool(in_turn),
                   **{f"column.{r}": c for r, c in cols.items()})
     if group_col is not None:  # a cluster bootstrap: say so, on which column, how many clusters
-        params.update(interval="clustered", group_col=group_col, n_clusters=",".join(map(str, n_clusters.values())))
+        params.update(resampling="clustered", group_col=group_col, n_clusters=",".join(map(str, n_clusters.values())))
     from confgrid.flows.tracking import choose_tracking_uri
 
     choice = choose_tracking_uri(tracking_uri, out_dir)  # --tracking-uri, then MLFLOW_TRACKING_URI, then OUT's store

@@ -76,16 +76,21 @@ def interval_notes(metrics_df: pd.DataFrame) -> list[str]:
     if metrics_df is None or metrics_df.empty or "interval" not in metrics_df.columns:
         return []
     out = []
-    if (metrics_df["interval"] == "degenerate").any():
-        out.append("(degenerate) marks a value whose resamples all agree (e.g. every answer right): its interval "
-                   "claims a certainty the data do not have and resolves nothing; --interval jeffreys "
-                   "(bootstrap.interval: jeffreys) gives binned ECEs one that allows for it.")
 
     def plugin(m: str) -> bool:
         b = METRICS.get(m).binning if m in METRICS else None
         return b is not None and b.estimator == "plugin"
 
-    small = metrics_df[(metrics_df["interval"] == "percentile") & (metrics_df["n"] < SMALL_N)
+    flat = metrics_df[metrics_df["interval"] == "degenerate"]
+    if len(flat):
+        jeffreys = (metrics_df["interval"] == "jeffreys").any()
+        fixable = flat["metric"].map(lambda m: plugin(m) and METRICS.get(m).binning.scheme != "mass").any()
+        tail = ("; --interval jeffreys (bootstrap.interval: jeffreys) gives the plug-in fixed-edge binned ECEs one "
+                "that allows for it" if fixable and not jeffreys else
+                "; no interval method here allows for it (jeffreys applies to the plug-in fixed-edge binned ECEs only)")
+        out.append(f"(degenerate) marks a value whose resamples all agree (e.g. every answer right): its interval "
+                   f"claims a certainty the data do not have and resolves nothing{tail}.")
+    small = metrics_df[metrics_df["interval"].isin(["percentile", "degenerate"]) & (metrics_df["n"] < SMALL_N)
                        & metrics_df["metric"].map(plugin)]
     if len(small):
         out.append(f"{', '.join(dict.fromkeys(small['metric']))} on fewer than {SMALL_N} items: a plug-in binned ECE is "
@@ -102,8 +107,8 @@ def closure_lines(closure_df) -> list[str]:
     return [f"{r.setting} / {r.signal}: {r.note}" for r in closure_df.itertuples(index=False)]
 
 
-def render_markdown(metrics_df, gaps_df, shifts_df, settings_df, closure_df=None) -> str:
-    """The results as a Markdown report (results/report.md)."""
+def render_markdown(metrics_df, gaps_df, shifts_df, settings_df, closure_df=None, level: float = 0.95) -> str:
+    """The results as a Markdown report (results/report.md); ``level`` the intervals' (``bootstrap.level``)."""
     from confgrid.analysis.tables import to_markdown
 
     parts = ["# confgrid results", ""]
@@ -115,7 +120,7 @@ def render_markdown(metrics_df, gaps_df, shifts_df, settings_df, closure_df=None
         parts += ["## Settings", "", to_markdown(settings_df), ""]
     wide = result_matrix(metrics_df)
     if not wide.empty:
-        parts += ["## Metrics (point [95% paired bootstrap interval])", "", to_markdown(wide), ""]
+        parts += [f"## Metrics (point [{level:.0%} paired bootstrap interval])", "", to_markdown(wide), ""]
         parts += [*(f"Note: {x}" for x in interval_notes(metrics_df)), ""] if interval_notes(metrics_df) else []
     if not gaps_df.empty:
         g = gaps_df.assign(gap=fmt_intervals(gaps_df, "gap"))
@@ -314,7 +319,7 @@ def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[t
     p = primary_group(spec)
     write_text_atomic(json.dumps({**p, "aggregation": spec.scoring.aggregations[0]}), res / "primary.json")
     write_text_atomic(render_markdown(select(ev.metrics, p), select(ev.gaps, p), select(ev.shifts, p),
-                                      select(ev.settings, p), ev.closure), res / "report.md")
+                                      select(ev.settings, p), ev.closure, spec.bootstrap.level), res / "report.md")
 
 
 def verdict_mlflow(verdicts: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:

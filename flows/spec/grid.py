@@ -36,7 +36,7 @@ from pydantic import (
 )
 
 from confgrid import yaml_load
-from confgrid.analysis.binning import parse_binned_name
+from confgrid.analysis.binning import parse_binned_name, reordered_name
 from confgrid.analysis.conventions import convention_metric
 from confgrid.analysis.registry import GRAMMAR, METRICS, check_bins, expand_binned, metric_sort_key
 from confgrid.flows.spec.base import (
@@ -412,8 +412,11 @@ class MetricsSpec(_Spec):
             if name != name.strip() or name != name.lower():
                 raise ValueError(f"metric {name!r}: names are lower case, without spaces: {name.strip().lower()!r}")
             if parse_binned_name(name) is None and name not in METRICS:
-                raise ValueError(f"unknown metric {name!r}; allowed: {', '.join(sorted(METRICS, key=metric_sort_key))}"
-                                 f", and every binned ECE of the grammar {GRAMMAR}")
+                hint = reordered_name(name)
+                raise ValueError(f"unknown metric {name!r}; did you mean {hint!r}? (the grammar's order: {GRAMMAR})"
+                                 if hint else f"unknown metric {name!r}; allowed: "
+                                 f"{', '.join(sorted(METRICS, key=metric_sort_key))}, and every binned ECE of the "
+                                 f"grammar {GRAMMAR}")
         if len(set(v)) != len(v):
             raise ValueError(f"metric names must be distinct: {sorted({x for x in v if v.count(x) > 1})} repeated")
         return v
