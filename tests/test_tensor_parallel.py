@@ -1,0 +1,97 @@
+"""Tensor parallelism without a model (issue 38): the executor a replica runs its ranks with, what it reserves,
+each rank's CPU cores, pure. The same through the scheduler on a
+declared-GPU Ray cluster: tests/test_scheduler.py; with real vLLM ranks on CPU: tests/vllm_cpu/test_tensor_parallel.py.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from confgrid.actors.model_actor import ModelConfig, cpu_thread_binding, replica_resources
+from confgrid.flows.execute.pools import check_capacity, model_config, start_order
+from confgrid.flows.spec.base import GridSpecError
+from confgrid.flows.spec.grid import parse_grid
+
+GRID = {
+    "name": "tp",
+    "models": [{"name": "big", "model": "confgrid-fixture", "backend": "vllm", "tensor_parallel_size": 4}],
+    "datasets": [{"name": "tq", "adapter": "truthfulqa", "limit": 4}],
+}
+EIGHT = {"GPU": 8.0, "CPU": 16.0}
+
+
+def _grid(**model) -> dict:
+    g = copy.deepcopy(GRID)
+    g["models"][0].update(model)
+    return g
+
+
+def test_the_multiprocessing_executor_is_the_default_and_ray_a_choice():
+    spec = parse_grid(GRID)
+    assert spec.models[0].executor is None and spec.models[0].resolved_executor == "mp"
+    assert model_config(spec.models[0], spec).executor == "mp"
+    ray_spec = parse_grid(_grid(executor="ray"))
+    assert ray_spec.models[0].resolved_executor == "ray" and model_config(ray_spec.models[0], ray_spec).executor == "ray"
+    one = parse_grid({**GRID, "models": [{"name": "m", "model": "confgrid-fixture"}]})
+    assert one.models[0].resolved_executor is None and model_config(one.models[0], one).executor is None
+
+
+@pytest.mark.parametrize("model, words", [
+    ({"executor": "ray", "tensor_parallel_size": 1}, "received backend 'vllm', tensor_parallel_size=1"),
+    ({"executor": "mp", "backend": "transformers", "tensor_parallel_size": 1}, "received backend 'transformers'"),
+    ({"executor": "nccl"}, "executor"),
+])
+def test_an_executor_that_chooses_nothing_is_refused_naming_what_was_received(model, words):
+    with pytest.raises(GridSpecError) as ei:
+        parse_grid(_grid(**model))
+    assert words in str(ei.value)
+
+
+def test_grid_yaml_names_the_executor_only_when_set():
+    """A grid without `executor` dumps as before the field existed (grid.yaml of earlier runs is unchanged)."""
+    assert "executor" not in yaml.safe_dump(parse_grid(GRID).model_dump(mode="json"))
+    assert parse_grid(_grid(executor="ray")).model_dump(mode="json")["models"][0]["executor"] == "ray"
+
+
+def test_one_actor_holds_the_gpus_with_mp_and_a_placement_group_with_ray_each_needing_the_same_on_one_node():
+    mp = replica_resources(ModelConfig("big", "m", backend="vllm", tensor_parallel_size=4, executor="mp"), EIGHT)
+    pg = replica_resources(ModelConfig("big", "m", backend="vllm", tensor_parallel_size=4, executor="ray"), EIGHT)
+    assert mp.actor == {"num_gpus": 4, "num_cpus": 4} and mp.bundles is None
+    assert pg.actor == {"num_gpus": 0, "num_cpus": 0} and pg.bundles == [{"GPU": 1, "CPU": 1}] * 4
+    assert mp.per_node == pg.per_node == {"GPU": 4.0, "CPU": 4.0}
+    assert "one actor holding 4 GPUs, vLLM's multiprocessing executor" in mp.note
+    assert "executor ray: a STRICT_PACK placement group of 4" in pg.note
+    cpu = replica_resources(ModelConfig("big", "m", backend="vllm", tensor_parallel_size=2, executor="mp"),
+                            {"CPU": 2.0})
+    assert cpu.actor == {"num_cpus": 2} and cpu.per_node == {"CPU": 2.0} and cpu.bundles is None
+    assert "2 CPU cores" in cpu.note and "one core per rank" in cpu.note
+
+
+def test_capacity_and_start_order_treat_both_executors_alike():
+    """What a replica needs on one node, not how its ranks run, decides where and when it starts."""
+    nodes = [{"GPU": 4.0, "CPU": 8.0}, {"GPU": 4.0, "CPU": 8.0}]
+    needs = {}
+    for name, executor, tp in (("mp8", "mp", 8), ("ray8", "ray", 8), ("mp4", "mp", 4), ("ray4", "ray", 4)):
+        rr = replica_resources(ModelConfig(name, "m", backend="vllm", tensor_parallel_size=tp, executor=executor),
+                               {"GPU": 8.0, "CPU": 16.0})
+        needs[name] = (1, rr.per_node, rr.note)
+    problems = check_capacity(needs, nodes)
+    assert [p.split("'")[1] for p in problems] == ["mp8", "ray8"]
+    assert "one replica asks for {GPU: 8, CPU: 8} on one node (tensor_parallel_size=8: one actor holding 8 GPUs" \
+        in problems[0]
+    assert all("the largest node offers {GPU: 4, CPU: 8} (2 node(s) in the cluster)" in p for p in problems)
+    assert start_order(needs) == ["mp8", "ray8", "mp4", "ray4"]
+
+
+def test_each_rank_gets_cores_of_its_own_from_those_ray_gave_the_replica():
+    assert cpu_thread_binding(2, {0, 1}, 2) == "0|1"
+    assert cpu_thread_binding(2, [3, 2, 1, 0], 4) == "0,1|2,3"
+    assert cpu_thread_binding(2, range(64), 5) == "0,1|2,3"  # the fifth core Ray gave stays unused
+    assert cpu_thread_binding(1, [7], 1) == "7"
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2: .* holds 1 usable core\(s\) \(1 CPU\(s\) from "
+                                         r"Ray, cores this process may run on: \[0, 1\]\); allowed: "
+                                         r"tensor_parallel_size <= 1"):
+        cpu_thread_binding(2, [0, 1], 1)
