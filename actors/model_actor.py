@@ -368,6 +368,7 @@ class ModelWorker:
 
         path = resolve_model(path)
         self.api = entry.api
+        self._died: Any = None  # the EngineDied of this incarnation, once its engine is gone
         bind = "" if entry.api else _cpu_binding(config)
         if bind:
             _log.info("model %s: tensor_parallel_size=%d on CPU: %s=%r (the cores Ray gave this replica, one "
@@ -382,7 +383,15 @@ class ModelWorker:
                                 ranks=tuple(getattr(self.backend, "processes", ()) or ()))
 
     def ping(self) -> ReplicaReady:
-        """The replica has loaded its model: who it is and what it runs."""
+        """The replica has loaded its model: who it is and what it runs.
+
+        Raises
+        ------
+        confgrid.actors.backend.EngineDied
+            Once its engine died (the replica answers no call any more; the driver restarts it).
+        """
+        if self._died is not None:
+            raise self._died
         return ReplicaReady(replica=self.info, provenance=self.provenance())
 
     def provenance(self) -> dict[str, str]:
@@ -412,7 +421,23 @@ class ModelWorker:
         ------
         ValueError
             If ``call.kind`` is unknown, or from the backend on invalid ids.
+        confgrid.actors.backend.EngineDied
+            When the engine died during this call or before it (a tensor-parallel rank's process ended); it names
+            the process and this incarnation, and every later call and ping raises it too.
         """
+        from confgrid.actors.backend import EngineDied
+
+        if self._died is not None:
+            raise self._died
+        try:
+            return self._run(call)
+        except EngineDied as exc:
+            exc.incarnation = self.info.incarnation
+            self._died = exc
+            _log.error("model %s: replica pid %s: %s", self.config.name, os.getpid(), exc)
+            raise
+
+    def _run(self, call: EngineCall) -> CallResult:
         started = time.time()
         flat = [r for w in call.shards for r in w.requests]
         if self.api and call.kind in ("generate", "next_token"):

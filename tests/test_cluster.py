@@ -47,9 +47,10 @@ HANG_MARKER = FAULT_DIR / "hang"
 KILL_MARKER = FAULT_DIR / "sigkill"
 LOAD_MARKER = FAULT_DIR / "sigkill-load"
 STOP_MARKER = FAULT_DIR / "stop"
+DIED_MARKER = FAULT_DIR / "engine-died"
 FAULTS = (ray_faults.Fault("hangs", "hang", 5, HANG_MARKER), ray_faults.Fault("crashes", "hang", 3, KILL_MARKER),
           ray_faults.Fault("crashes_loading", "hang_load", 0, LOAD_MARKER),
-          ray_faults.Fault("stops", "hang", 3, STOP_MARKER))
+          ray_faults.Fault("stops", "hang", 3, STOP_MARKER), ray_faults.Fault("dies", "engine_died", 3, DIED_MARKER))
 
 
 @pytest.fixture(scope="module")
@@ -275,6 +276,37 @@ def test_sigkill_restart_is_recorded(ray_local, tmp_path, caplog):
     assert "restarted its actor" in caplog.text
     assert _parent_metrics(out)["restarts"] == 1
     _rows_exactly_once(out)
+
+
+def test_an_engine_that_dies_restarts_its_replica_and_its_calls_are_requeued(ray_local, tmp_path, caplog):
+    """A replica whose engine died (issue 38: a tensor-parallel rank's process ended; here the backend raises
+    EngineDied as a dead vLLM engine does, naming rank 1 of 2): the driver restarts the replica through Ray,
+    puts the call's shards back in the queue, and the log names the rank. The tables equal an undisturbed run
+    of the same grid (run second: the fault fires once), and the restart is in the manifest. (The same with a
+    real vLLM rank killed: tests/vllm_cpu/test_tensor_parallel.py.)"""
+    from confgrid.flows.runner import run_grid
+
+    grid = dict(GRID, name="enginedies")
+    grid["models"] = [{"name": "dies", "model": "confgrid-fixture", "batch_size": 8}]
+    spec = parse_grid(grid)
+    with caplog.at_level("INFO", logger="confgrid"):
+        summary = run_grid(spec, tmp_path / "run")
+    assert DIED_MARKER.exists()  # the fault did fire
+    assert "replica dies#0 on node" in caplog.text and "its engine died: rank 1 of 2 (pid 0)" in caplog.text
+    assert "Ray restarts the replica" in caplog.text and "put back in the queue" in caplog.text
+    man = _manifest(tmp_path / "run")
+    (rep,) = man["meta"]["replicas"]
+    assert rep["restarts"] == 1 and rep["loads"] == 2 and rep["state"] == "released"
+    assert {r["status"] for r in man["shards"]} == {"done"} and summary.failed_shards == 0
+    assert summary.restarts == 1
+    _rows_exactly_once(tmp_path / "run")
+    undisturbed = run_grid(spec, tmp_path / "again")
+    assert undisturbed.restarts == 0
+    for table in ("generations", "graded", "scores"):
+        keys = ["item_id"] + (["context_id"] if table == "scores" else [])
+        a = pd.read_parquet(tmp_path / "run" / "tables" / f"{table}.parquet").sort_values(keys, ignore_index=True)
+        b = pd.read_parquet(tmp_path / "again" / "tables" / f"{table}.parquet").sort_values(keys, ignore_index=True)
+        pd.testing.assert_frame_equal(a, b)
 
 
 def test_sigkill_while_the_model_loads_is_recorded(ray_local, tmp_path, caplog):

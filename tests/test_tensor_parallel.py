@@ -1,16 +1,23 @@
 """Tensor parallelism without a model (issue 38): the executor a replica runs its ranks with, what it reserves,
-each rank's CPU cores, pure. The same through the scheduler on a
+each rank's CPU cores, the engine's processes and which one died, pure. The same through the scheduler on a
 declared-GPU Ray cluster: tests/test_scheduler.py; with real vLLM ranks on CPU: tests/vllm_cpu/test_tensor_parallel.py.
 """
 
 from __future__ import annotations
 
 import copy
+import pickle
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
 
+from confgrid.actors.backend import EngineDied, engine_died
 from confgrid.actors.model_actor import ModelConfig, cpu_thread_binding, replica_resources
+from confgrid.actors.vllm_backend import ExitOrder, engine_process_name
 from confgrid.flows.execute.pools import check_capacity, model_config, start_order
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.flows.spec.grid import parse_grid
@@ -95,3 +102,46 @@ def test_each_rank_gets_cores_of_its_own_from_those_ray_gave_the_replica():
                                          r"Ray, cores this process may run on: \[0, 1\]\); allowed: "
                                          r"tensor_parallel_size <= 1"):
         cpu_thread_binding(2, [0, 1], 1)
+
+
+def test_engine_processes_are_named_by_their_vllm_titles():
+    assert engine_process_name("VLLM::Worker_TP0", 2) == "rank 0 of 2"
+    assert engine_process_name("VLLM::Worker_DP0_PP1_TP3_EP3", 4) == "rank 3 of 4"
+    assert engine_process_name("VLLM::EngineCore") == "engine core"
+    assert engine_process_name("python -c from multiprocessing.resource_tracker import main") is None
+
+
+def test_engine_died_crosses_ray_with_its_fields():
+    exc = EngineDied("the engine died", "rank 1 of 2 (pid 42)", "abc")
+    back = pickle.loads(pickle.dumps(exc))
+    assert (type(back), back.process, back.incarnation, str(back)) == (EngineDied, "rank 1 of 2 (pid 42)", "abc",
+                                                                      "the engine died")
+
+    class Wrapped(Exception):  # Ray's RayTaskError keeps the actor's exception as ``cause``
+        cause = exc
+
+    assert engine_died(Wrapped()) is exc and engine_died(ValueError("x")) is None
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "pidfd_open"), reason="needs os.pidfd_open (Linux >= 5.3)")
+def test_the_first_process_to_end_is_the_one_named():
+    """Two stand-ins for ranks; the second is killed, then the first is stopped: the second is named first."""
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    try:
+        watch = ExitOrder([("rank 0 of 2", procs[0].pid), ("rank 1 of 2", procs[1].pid)])
+        assert watch.watching and watch.first() is None
+        procs[1].send_signal(signal.SIGKILL)
+        time.sleep(0.3)
+        procs[0].terminate()
+        first = watch.first(wait=5.0)
+        assert first is not None and first[:2] == ("rank 1 of 2", procs[1].pid)
+        deadline = time.monotonic() + 5.0
+        while len(watch.ended) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [e[0] for e in watch.ended] == ["rank 1 of 2", "rank 0 of 2"]
+        watch.close()
+        watch.close()  # idempotent
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
