@@ -145,3 +145,94 @@ def test_the_first_process_to_end_is_the_one_named():
         for p in procs:
             p.kill()
             p.wait()
+
+
+# -- the 72B plan of README "A 72B model next to two 8B models" (issue 38 item 4) -------------------------------
+
+#: The plan's grid (README): Qwen2.5-72B-Instruct at TP=4 next to two 8B models, one replica each.
+PLAN_72B = {
+    "name": "plan72b",
+    "models": [
+        {"name": "llama8b", "model": "meta-llama/Llama-3.1-8B-Instruct", "backend": "vllm", "dtype": "bfloat16"},
+        {"name": "qwen72b", "model": "Qwen/Qwen2.5-72B-Instruct", "backend": "vllm", "dtype": "bfloat16",
+         "tensor_parallel_size": 4},
+        {"name": "qwen8b", "model": "Qwen/Qwen3-8B", "backend": "vllm", "dtype": "bfloat16"},
+    ],
+    "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 1000, "seed": 0}],
+}
+#: The two clusters of the plan, node by node as Ray declares them (a CPU-only head, then GPU workers).
+ONE_8GPU_NODE = [{"GPU": 0.0, "CPU": 8.0}, {"GPU": 8.0, "CPU": 64.0}]
+TWO_4GPU_NODES = [{"GPU": 0.0, "CPU": 8.0}, {"GPU": 4.0, "CPU": 32.0}, {"GPU": 4.0, "CPU": 32.0}]
+
+
+def _plan(nodes: list[dict[str, float]]) -> tuple[dict, list[str], dict[str, int]]:
+    """What the executor decides before any model loads (pool_lifecycle.py ``_ensure_ray``, ``_start_pools``):
+    each replica's needs, the capacity problems, the order of the pools, and a placement of that order where each
+    replica goes to the node with the fewest free GPUs that holds it (Ray places them; every replica fits at once
+    here, so any placement Ray picks holds them all)."""
+    spec = parse_grid(PLAN_72B)
+    cluster = {"GPU": sum(n["GPU"] for n in nodes), "CPU": max(n["CPU"] for n in nodes)}
+    needs = {}
+    for m in spec.models:
+        rr = replica_resources(model_config(m, spec), cluster)
+        needs[m.name] = (m.replicas, rr.per_node, rr.note)
+    assert check_capacity(needs, nodes) == []
+    free = [dict(n) for n in nodes]
+    where = {}
+    for name in start_order(needs):
+        need = needs[name][1]
+        fits = [i for i, n in enumerate(free) if all(n[k] >= v for k, v in need.items())]
+        assert fits, f"{name} would wait: {free}"
+        i = min(fits, key=lambda j: (free[j]["GPU"], free[j]["CPU"], j))
+        for k, v in need.items():
+            free[i][k] -= v
+        where[name] = i
+    return needs, start_order(needs), where
+
+
+def test_the_72b_plan_on_one_8_gpu_node():
+    needs, order, where = _plan(ONE_8GPU_NODE)
+    assert order == ["qwen72b", "llama8b", "qwen8b"]  # the largest replica is asked for first
+    assert needs["qwen72b"][1] == {"GPU": 4.0, "CPU": 4.0} and needs["llama8b"][1] == {"GPU": 1.0, "CPU": 1.0}
+    assert "one actor holding 4 GPUs, vLLM's multiprocessing executor" in needs["qwen72b"][2]
+    assert set(where.values()) == {1}  # all three at once on the GPU node: three loads, 2 of 8 GPUs idle
+    assert sum(n[1]["GPU"] for n in needs.values()) == 6
+
+
+def test_the_72b_plan_on_two_4_gpu_nodes():
+    needs, order, where = _plan(TWO_4GPU_NODES)
+    assert order == ["qwen72b", "llama8b", "qwen8b"]
+    assert where["qwen72b"] != where["llama8b"] == where["qwen8b"]  # the 72B alone on a node, the 8Bs on the other
+    assert check_capacity({"qwen72b": needs["qwen72b"]}, [{"GPU": 2.0, "CPU": 32.0}] * 4) == [
+        "model 'qwen72b': one replica asks for {GPU: 4, CPU: 4} on one node (tensor_parallel_size=4: one actor "
+        "holding 4 GPUs, vLLM's multiprocessing executor); the largest node offers {GPU: 2, CPU: 32} (4 node(s) in "
+        "the cluster)"]
+
+
+def test_status_shows_what_each_replica_of_the_plan_holds(tmp_path):
+    """``confgrid status`` while the plan runs: one line per replica with the GPUs it holds (the 72B: 4)."""
+    import json
+    import os
+    import socket
+
+    from typer.testing import CliRunner
+
+    from confgrid.cli.main import app
+    from confgrid.flows.execute.pools import Replica
+
+    needs, order, _ = _plan(ONE_8GPU_NODE)
+    reps = []
+    for name in order:
+        r = Replica(name, 0, 0, state="ready", gpus=needs[name][1]["GPU"], cpus=needs[name][1]["CPU"], loads=1)
+        reps.append(r.record())
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "grid.yaml").write_text("name: plan72b\n")
+    live = {"driver_pid": os.getpid(), "driver_host": socket.gethostname(), "started_at": 1.0}
+    (out / "manifest.json").write_text(json.dumps({"shards": [], "meta": {"replicas": reps, "invocations": [live]}}))
+    res = CliRunner().invoke(app, ["status", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = [line.split("│") for line in res.output.splitlines() if "#0" in line]
+    assert [(c[1].strip(), c[2].strip(), c[3].strip(), c[4].strip()) for c in rows] == [
+        ("qwen72b#0", "ready", "4 GPUs", "1"), ("llama8b#0", "ready", "1 GPU", "1"), ("qwen8b#0", "ready", "1 GPU", "1")]
+    assert "driver pid" in res.output and "running" in res.output
