@@ -6,7 +6,7 @@ Scheduling
     resources allow (``execution.max_concurrent_models`` bounds them); Ray
     queues the replicas that do not fit and creates them as resources free up.
     Pools are asked for largest replica first (pools.py ``start_order``), so
-    small replicas do not fragment the nodes before a large placement group.
+    small replicas do not fragment the nodes before a large (tensor-parallel) replica.
     A replica keeps its model loaded for the model's whole chain: generate,
     then (on the driver, pure) parse and grade, then the score shards of its
     own answers in every context, then the probe kinds that need only its own

@@ -185,7 +185,7 @@ def start_order(needs: dict[str, tuple[int, dict[str, float], str]]) -> list[str
 
     Asking for every pool at once leaves placement to Ray, which places requests
     roughly in the order they arrive. Small replicas asked for first can spread over
-    the nodes and leave each node a few GPUs short of a large placement group, which
+    the nodes and leave each node a few GPUs short of a large replica, which
     then waits with GPUs idle (measured in benchmarks/README.md, ``--cluster 8gpu``:
     two 1-GPU replicas, one on each 4-GPU node, kept a TP-4 group waiting 42 s with
     2 GPUs free). This is the bin-packing heuristic first-fit decreasing (Johnson et
@@ -200,7 +200,7 @@ def start_order(needs: dict[str, tuple[int, dict[str, float], str]]) -> list[str
         Model name -> (replicas, what ONE replica needs on one node, a note), as for
         :func:`check_capacity`, in grid order. What a replica needs comes from
         actors/model_actor.py ``replica_resources``, where its GPUs are derived from
-        the parallel sizes (``tensor_parallel_size`` GPUs in one STRICT_PACK group).
+        the parallel sizes (``tensor_parallel_size`` GPUs on one node, whichever executor).
 
     Returns
     -------
