@@ -10,9 +10,10 @@ are requeued, the tables equal the undisturbed run's, and the log names the rank
 
 The model is the tiny random Llama of conftest.py (2 attention heads of dimension 64: one head per rank).
 
-Durations measured on 2 shared cores (an engine start is 60-100 s there): the TP=2 grid 102-123 s and the same
-grid at TP=1 93 s (neither over about 2 minutes: not ``slow``, so CI runs them); the killed rank 158 s (two engine
-starts), marked ``slow``: run it with ``-m 'vllm and slow'``.
+Durations measured on 2 shared cores (an engine start is 60-100 s there): the TP=2 grid 102-123 s, the same
+grid at TP=1 93 s, a rank killed under VLLMBackend in this process (EngineDied names it) 66 s (none over
+about 2 minutes: not ``slow``, so CI runs them); the killed rank through the grid 158 s (two engine starts),
+marked ``slow``: run it with ``-m 'vllm and slow'``.
 """
 
 from __future__ import annotations
@@ -128,6 +129,41 @@ def test_the_same_grid_at_tp1_gives_the_same_scores(tp2_run, model_dir, tmp_path
     assert list(table(out1, "generations", "tp1")["raw_output"]) == list(table(out2, "generations", "tp2")["raw_output"])
     diff = max_score_diff(table(out2, "scores", "tp2"), table(out1, "scores", "tp1"))
     print(f"\nTP=2 against TP=1: max |diff| {diff:.3g} nats")
+
+
+def test_a_killed_rank_makes_the_backend_raise_engine_died_naming_it(model_dir, tokenizer, monkeypatch):
+    """VLLMBackend at TP=2 with the multiprocessing executor, in this process: it lists its engine's processes
+    (vLLM's process titles); after rank 1's process is killed, the next engine call raises EngineDied naming
+    rank 1 and its pid (the first of the engine's processes to end), and so does every later call."""
+    import signal
+    import time
+
+    from confgrid.actors.backend import EngineDied
+    from confgrid.actors.vllm_backend import VLLMBackend
+
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(c) for c in sorted(os.sched_getaffinity(0))[:2]))
+    backend = VLLMBackend(model_dir, dtype="float32", tensor_parallel_size=2, distributed_executor_backend="mp",
+                          max_model_len=512, max_num_batched_tokens=128, enforce_eager=True)
+    try:
+        names = [n for n, _ in backend.processes]
+        assert names == ["engine core", "rank 0 of 2", "rank 1 of 2"], backend.processes
+        assert backend.provenance()["distributed_executor_backend"] == "mp"
+        ids = tokenizer("Which planet is largest?", add_special_tokens=False)["input_ids"]
+        ans = tokenizer(" Jupiter", add_special_tokens=False)["input_ids"]
+        assert len(backend.score([(ids, ans)])[0]) == len(ans)
+        pid = dict(backend.processes)["rank 1 of 2"]
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(EngineDied) as ei:
+            backend.score([(ids, ans)])
+        assert ei.value.process == f"rank 1 of 2 (pid {pid})"
+        assert f"rank 1 of 2 (pid {pid}) ended first" in str(ei.value) and "EngineDeadError" in str(ei.value)
+        with pytest.raises(EngineDied) as again:
+            backend.generate([ids], max_new_tokens=2)
+        assert again.value is ei.value and backend.closed
+        print(f"\nrank 1 killed: EngineDied after {time.monotonic() - t0:.1f} s: {ei.value}")
+    finally:
+        backend.shutdown()
 
 
 @pytest.mark.slow  # two engine starts (the restart reloads the model): 158 s on 2 cores
