@@ -270,7 +270,8 @@ def status(
             rt.add_column(col)
         for r in reps:
             node = f"{r.get('node_ip') or ''} {(r.get('node_id') or '')[:8]}".strip()
-            rt.add_row(r["replica"], r["state"], _holds(r), str(r["loads"]), str(r["restarts"]), f"{r['load_seconds']:.1f}",
+            rt.add_row(r["replica"], r["state"], _holds(r), str(r["loads"]), str(r["restarts"]),
+                       f"{r['load_seconds']:.1f}",
                        f"{r['busy_seconds']:.1f}", str(r["calls"]), str(r.get("host") or ""), node,
                        (r.get("error") or "")[:80])
         console.print(rt)

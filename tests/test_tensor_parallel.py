@@ -41,7 +41,8 @@ def test_the_multiprocessing_executor_is_the_default_and_ray_a_choice():
     assert spec.models[0].executor is None and spec.models[0].resolved_executor == "mp"
     assert model_config(spec.models[0], spec).executor == "mp"
     ray_spec = parse_grid(_grid(executor="ray"))
-    assert ray_spec.models[0].resolved_executor == "ray" and model_config(ray_spec.models[0], ray_spec).executor == "ray"
+    assert ray_spec.models[0].resolved_executor == "ray"
+    assert model_config(ray_spec.models[0], ray_spec).executor == "ray"
     one = parse_grid({**GRID, "models": [{"name": "m", "model": "confgrid-fixture"}]})
     assert one.models[0].resolved_executor is None and model_config(one.models[0], one).executor is None
 
@@ -234,5 +235,6 @@ def test_status_shows_what_each_replica_of_the_plan_holds(tmp_path):
     assert res.exit_code == 0, res.output
     rows = [line.split("│") for line in res.output.splitlines() if "#0" in line]
     assert [(c[1].strip(), c[2].strip(), c[3].strip(), c[4].strip()) for c in rows] == [
-        ("qwen72b#0", "ready", "4 GPUs", "1"), ("llama8b#0", "ready", "1 GPU", "1"), ("qwen8b#0", "ready", "1 GPU", "1")]
+        ("qwen72b#0", "ready", "4 GPUs", "1"), ("llama8b#0", "ready", "1 GPU", "1"),
+        ("qwen8b#0", "ready", "1 GPU", "1")]
     assert "driver pid" in res.output and "running" in res.output

@@ -657,7 +657,8 @@ class Replica:
                 "node_ip": self.node_ip or None, "lost_at": self.lost_at, "error": self.error,
                 "gpus": self.gpus, "cpus": self.cpus, "gpu_ids": list(self.info.gpu_ids) if self.info else [],
                 "cpu_bind": (self.info.cpu_bind if self.info else "") or None,
-                "ranks": [list(x) for x in self.info.ranks] if self.info else [], "loading": [list(x) for x in self.loading],
+                "ranks": [list(x) for x in self.info.ranks] if self.info else [],
+                "loading": [list(x) for x in self.loading],
                 "computing": [list(x) for x in self.computing], "withdrawn": self.withdrawn,
                 "elastic": self.elastic, "requests": self.requests,
                 **({"traceback": self.traceback} if self.traceback else {})}

@@ -206,8 +206,8 @@ class ModelSpec(_Spec):
             )
         if self.executor is not None and (self.backend != "vllm" or self.tensor_parallel_size == 1):
             raise ValueError(
-                f"executor={self.executor!r} chooses how a vLLM replica runs its tensor-parallel ranks: it needs backend "
-                f"'vllm' and tensor_parallel_size > 1 (received backend {self.backend!r}, tensor_parallel_size="
+                f"executor={self.executor!r} chooses how a vLLM replica runs its tensor-parallel ranks: it needs "
+                f"backend 'vllm' and tensor_parallel_size > 1 (received backend {self.backend!r}, tensor_parallel_size="
                 f"{self.tensor_parallel_size}); allowed here: null")
         return self
 
