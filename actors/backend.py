@@ -24,9 +24,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from confgrid.errors import FieldsPickle
+
 __all__ = ["model_dir_problem", "check_model_dir", "Generation", "NextToken", "Backend", "FINISH_STOP", "FINISH_LENGTH", "check_sampling", "request_seed",
            "text_request_seed",
-           "eos_token_ids", "DEFAULT_TOP_LOGPROBS"]
+           "eos_token_ids", "DEFAULT_TOP_LOGPROBS", "EngineDied", "engine_died"]
 
 #: Next-token log-probs returned per prompt by default (study 001 D.3 requests logprobs=20).
 DEFAULT_TOP_LOGPROBS = 20
@@ -35,6 +37,43 @@ DEFAULT_TOP_LOGPROBS = 20
 FINISH_STOP = "stop"
 #: ``finish_reason`` when generation hit ``max_new_tokens`` without EOS.
 FINISH_LENGTH = "length"
+
+
+class EngineDied(FieldsPickle, RuntimeError):
+    """A replica's engine is gone: one of its processes died (a tensor-parallel rank, vLLM's engine core).
+
+    The replica cannot compute any more; the driver restarts it (within
+    ``execution.max_retries``) and puts the call's shards back in the queue
+    (flows/execute/liveness.py). Pickles with its fields (it crosses Ray).
+
+    Attributes
+    ----------
+    process : str
+        Which process ended first, e.g. ``"rank 1 of 2 (pid 1234)"`` or
+        ``"engine core (pid 1200)"``; ``""`` when no process of the engine was
+        seen to end (the engine reported itself dead).
+    incarnation : str
+        The replica incarnation whose engine died (``ReplicaInfo.incarnation``;
+        set by the model worker, "" until then).
+    """
+
+    def __init__(self, message: str, process: str = "", incarnation: str = "") -> None:
+        super().__init__(message)
+        self.process, self.incarnation = process, incarnation
+
+
+def engine_died(exc: BaseException) -> EngineDied | None:
+    """The :class:`EngineDied` an exception is or carries (Ray wraps an actor's exception as its ``cause``), or None.
+
+    >>> engine_died(RuntimeError("x")) is None
+    True
+    >>> engine_died(EngineDied("gone", "rank 1 of 2 (pid 7)")).process
+    'rank 1 of 2 (pid 7)'
+    """
+    for e in (exc, getattr(exc, "cause", None)):
+        if isinstance(e, EngineDied):
+            return e
+    return None
 
 
 @dataclass(frozen=True)

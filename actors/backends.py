@@ -67,7 +67,9 @@ def _vllm(config: "ModelConfig", path: str) -> Any:  # pragma: no cover - needs 
                        enable_chunked_prefill=config.enable_chunked_prefill,
                        enable_prefix_caching=config.enable_prefix_caching,
                        gpu_memory_utilization=config.gpu_memory_utilization,
-                       distributed_executor_backend="ray" if config.tensor_parallel_size > 1 else None, **extra)
+                       distributed_executor_backend=(config.executor or "mp") if config.tensor_parallel_size > 1
+                       else None,
+                       **extra)
 
 
 def _openai(config: "ModelConfig", path: str) -> Any:

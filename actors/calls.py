@@ -291,6 +291,17 @@ class ReplicaInfo:
     load_started : float
         Wall-clock time (``time.time()`` on the replica) the model load of
         this incarnation began; 0.0 when unknown.
+    gpu_ids : tuple of str
+        The GPUs Ray assigned to the actor (``CUDA_VISIBLE_DEVICES``): N for a
+        tensor-parallel replica with the multiprocessing executor, none in a
+        placement group (vLLM's Ray workers hold them) or on CPU.
+    cpu_bind : str
+        A tensor-parallel vLLM replica computing on CPU: the per-rank core
+        lists it gave vLLM (``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"0|1"``); "" otherwise.
+    ranks : tuple of (str, int)
+        The engine's processes this incarnation started, ``(name, pid)``: vLLM's
+        engine core and, with its multiprocessing executor, one worker per
+        rank (``("rank 0", 1234)``); empty for other backends.
     """
 
     pid: int
@@ -300,6 +311,9 @@ class ReplicaInfo:
     node_id: str = ""
     node_ip: str = ""
     load_started: float = 0.0
+    gpu_ids: tuple[str, ...] = ()
+    cpu_bind: str = ""
+    ranks: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

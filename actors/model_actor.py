@@ -14,12 +14,14 @@ pools (flows/execute/pools.py) decide when replicas start and stop.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import ray
 
@@ -39,7 +41,13 @@ from confgrid.actors.calls import (
     ScoreRequest,
 )
 
-__all__ = ["ModelConfig", "ReplicaResources", "replica_resources", "actor_options", "start_replica", "ModelActor", "ModelWorker"]
+__all__ = ["ModelConfig", "ReplicaResources", "replica_resources", "actor_options", "start_replica", "ModelActor",
+           "ModelWorker", "cpu_thread_binding", "CPU_BIND_ENV"]
+
+_log = logging.getLogger("confgrid")
+
+#: vLLM's variable naming the cores of each CPU rank (``"0|1"``: rank 0 on core 0, rank 1 on core 1).
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class ModelConfig:
     chat_template: bool = True
     batch_size: int = 16
     tensor_parallel_size: int = 1
+    executor: str | None = None  # 'mp' or 'ray' for a tensor-parallel vLLM model (ModelSpec.resolved_executor)
     max_num_batched_tokens: int | None = 8192
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
@@ -79,21 +88,28 @@ class ReplicaResources:
     actor : dict
         ``ModelActor.options(...)`` resources of the actor itself.
     bundles : list of dict or None
-        Placement-group bundles (one GPU each, STRICT_PACK) for a
-        tensor-parallel replica; None otherwise.
+        Placement-group bundles (one GPU each, STRICT_PACK) of a
+        tensor-parallel replica with vLLM's Ray executor (``executor: ray``);
+        None otherwise.
     threads : int or None
         torch threads of a replica that computes on CPU: the CPUs it reserves
-        (a CPU cluster), or its one CPU where the cluster declares GPUs that
-        the process cannot see (a local test cluster). None: torch's default.
+        (a CPU cluster), or one where the cluster declares GPUs that the
+        process cannot see (a local test cluster). None: torch's default.
     per_node : dict of str to float
         Everything the replica needs on ONE node (``{"GPU": g, "CPU": c}``):
-        what the capacity check compares against each node.
+        what the capacity check, the start order, elastic replicas and the
+        timeline read. A tensor-parallel replica needs the same on one node
+        whichever executor runs its ranks.
+    note : str
+        Why it needs that, for log lines and the capacity error (e.g.
+        ``tensor_parallel_size=4: one actor holding 4 GPUs, vLLM's multiprocessing executor``).
     """
 
     actor: dict[str, Any]
     bundles: list[dict[str, float]] | None
     threads: int | None
     per_node: dict[str, float]
+    note: str = ""
 
     def describe(self) -> str:
         """``{GPU: 1, CPU: 1}``, for log lines and errors."""
@@ -105,39 +121,158 @@ def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] |
 
     * GPU cluster, ``tensor_parallel_size == 1``: the actor reserves one GPU
       (``num_gpus=1``) and one CPU.
-    * ``tensor_parallel_size == N > 1`` (vLLM): a placement group of N
-      bundles ``{GPU: 1, CPU: 1}`` with strategy STRICT_PACK (one node); the
-      actor runs in it with ``num_gpus=0`` and captures child tasks, so vLLM's
-      Ray executor places its N workers in the same group instead of creating
-      a nested one (nested placement groups deadlock).
+    * ``tensor_parallel_size == N > 1`` (vLLM), executor ``mp`` (the default):
+      ONE actor reserving N GPUs and N CPUs (``num_gpus=N``; N CPUs and no GPU
+      on a cluster without GPUs). Ray places it on a node with N free GPUs and
+      sets ``CUDA_VISIBLE_DEVICES`` to them; vLLM's multiprocessing executor
+      starts one process per rank inside it, as vLLM does by default within
+      one node. Scheduled, counted, restarted and lost like a one-GPU replica.
+    * ``tensor_parallel_size == N > 1``, executor ``ray``: a placement group
+      of N bundles ``{GPU: 1, CPU: 1}`` with strategy STRICT_PACK (one node);
+      the actor runs in it with ``num_gpus=0`` and captures child tasks, so
+      vLLM's Ray executor places its N workers in the same group instead of
+      creating a nested one (nested placement groups deadlock).
     * No GPU in the cluster: the actor reserves the CPUs of one node (at most
       8) and uses them as torch threads.
     * Backend ``openai`` (an API model): no GPU and one CPU, whatever the
       cluster (the replica only waits on HTTP requests).
 
-    Whether the replica fits anywhere is checked by the caller against the
-    nodes (``flows/execute/pools.py``, ``check_capacity``), never here.
+    Both tensor-parallel shapes need the same on one node (``per_node``), so
+    the capacity check, the start order, elastic replicas and the idle-share
+    timeline treat them alike. Whether the replica fits anywhere is checked by
+    the caller against the nodes (``flows/execute/pools.py``,
+    ``check_capacity``), never here.
 
     Parameters
     ----------
     config : ModelConfig
     cluster_resources : dict, optional
         ``ray.cluster_resources()``; read from the running cluster when None.
+
+    Examples
+    --------
+    >>> tp4 = ModelConfig(name="big", model="m", backend="vllm", tensor_parallel_size=4, executor="mp")
+    >>> rr = replica_resources(tp4, {"GPU": 8.0, "CPU": 16.0})
+    >>> rr.actor, rr.bundles, rr.per_node
+    ({'num_gpus': 4, 'num_cpus': 4}, None, {'GPU': 4.0, 'CPU': 4.0})
+    >>> replica_resources(ModelConfig(name="big", model="m", backend="vllm", tensor_parallel_size=4, executor="ray"),
+    ...                   {"GPU": 8.0, "CPU": 16.0}).per_node == rr.per_node
+    True
+    >>> replica_resources(tp4, {"CPU": 2.0}).actor  # no GPU in the cluster: 4 CPU cores, one per rank
+    {'num_cpus': 4}
     """
     res = cluster_resources if cluster_resources is not None else ray.cluster_resources()
     if config.backend == "openai":
         return ReplicaResources(actor={"num_gpus": 0, "num_cpus": 1}, bundles=None, threads=None,
-                                per_node={"CPU": 1.0})
+                                per_node={"CPU": 1.0}, note="one CPU (an API model)")
     gpus = res.get("GPU", 0)
     tp = config.tensor_parallel_size
-    if tp > 1:
+    if tp > 1 and config.executor == "ray":
         return ReplicaResources(actor={"num_gpus": 0, "num_cpus": 0}, bundles=[{"GPU": 1, "CPU": 1}] * tp,
-                                threads=None, per_node={"GPU": float(tp), "CPU": float(tp)})
+                                threads=None, per_node={"GPU": float(tp), "CPU": float(tp)},
+                                note=f"tensor_parallel_size={tp}, executor ray: a STRICT_PACK placement group of "
+                                     f"{tp} {{GPU: 1, CPU: 1}} bundles")
+    if tp > 1 and gpus >= 1:
+        return ReplicaResources(actor={"num_gpus": tp, "num_cpus": tp}, bundles=None, threads=1,
+                                per_node={"GPU": float(tp), "CPU": float(tp)},
+                                note=f"tensor_parallel_size={tp}: one actor holding {tp} GPUs, vLLM's "
+                                     "multiprocessing executor")
+    if tp > 1:
+        return ReplicaResources(actor={"num_cpus": tp}, bundles=None, threads=tp, per_node={"CPU": float(tp)},
+                                note=f"tensor_parallel_size={tp}: one actor holding {tp} CPU cores (no GPU in the "
+                                     "cluster), vLLM's multiprocessing executor, one core per rank")
     if gpus >= 1:
         return ReplicaResources(actor={"num_gpus": 1, "num_cpus": 1}, bundles=None, threads=1,
-                                per_node={"GPU": 1.0, "CPU": 1.0})
+                                per_node={"GPU": 1.0, "CPU": 1.0}, note="one GPU and one CPU")
     cpus = int(max(1, min(8, res.get("CPU", 1))))
-    return ReplicaResources(actor={"num_cpus": cpus}, bundles=None, threads=cpus, per_node={"CPU": float(cpus)})
+    return ReplicaResources(actor={"num_cpus": cpus}, bundles=None, threads=cpus, per_node={"CPU": float(cpus)},
+                            note="the CPUs of one node")
+
+
+def cpu_thread_binding(ranks: int, cores: list[int] | tuple[int, ...] | set[int], reserved: int) -> str:
+    """vLLM's per-rank CPU binding (``VLLM_CPU_OMP_THREADS_BIND``) for a replica that holds ``reserved`` cores.
+
+    Ray gives an actor a number of CPUs, not core ids; the cores are the
+    first ``reserved`` of those this process may run on (``cores``,
+    ``os.sched_getaffinity(0)``), split into ``ranks`` contiguous groups of
+    equal size, one per rank (cores left over by the division stay unused).
+    vLLM's own default (``auto``) binds one NUMA node per rank, so a one-node
+    CPU refuses ``tensor_parallel_size > 1`` without this.
+
+    Parameters
+    ----------
+    ranks : int
+        ``tensor_parallel_size`` (>= 1).
+    cores : collection of int
+        Core ids this process may run on.
+    reserved : int
+        CPUs Ray assigned to the actor (>= 1).
+
+    Returns
+    -------
+    str
+        Core lists separated by ``|``, rank 0 first; cores of one rank joined by ``,``.
+
+    Raises
+    ------
+    ValueError
+        If fewer than ``ranks`` cores are both reserved and usable (the message
+        names both counts).
+
+    Examples
+    --------
+    >>> cpu_thread_binding(2, {0, 1}, 2)
+    '0|1'
+    >>> cpu_thread_binding(2, range(16), 4), cpu_thread_binding(3, [4, 5, 6, 7], 4)
+    ('0,1|2,3', '4|5|6')
+    """
+    usable = sorted(cores)[: max(0, int(reserved))]
+    if ranks < 1 or len(usable) < ranks:
+        raise ValueError(f"tensor_parallel_size={ranks}: a rank needs a core of its own, and the replica holds "
+                         f"{len(usable)} usable core(s) ({int(reserved)} CPU(s) from Ray, cores this process may run "
+                         f"on: {sorted(cores)}); allowed: tensor_parallel_size <= {len(usable)}")
+    per = len(usable) // ranks
+    return "|".join(",".join(str(c) for c in usable[r * per:(r + 1) * per]) for r in range(ranks))
+
+
+def _assigned_cpus() -> int | None:
+    """CPUs Ray assigned to this actor (None outside a Ray worker)."""
+    try:
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    except Exception:  # noqa: BLE001 - not in a Ray worker (a test builds the worker directly)
+        return None
+    return int(cpus) if cpus else None
+
+
+def _cpu_binding(config: ModelConfig) -> str:
+    """The per-rank core lists a tensor-parallel vLLM replica with the multiprocessing executor gives vLLM when it
+    computes on CPU (no CUDA device visible); "" for every other replica (vLLM's own default applies)."""
+    if config.backend != "vllm" or config.tensor_parallel_size < 2 or (config.executor or "mp") != "mp":
+        return ""
+    import torch
+
+    if torch.cuda.is_available():
+        return ""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    reserved = _assigned_cpus()
+    return cpu_thread_binding(config.tensor_parallel_size, cores, reserved if reserved is not None else len(cores))
+
+
+@contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` inside the block (nothing when ``value`` is ""); the old value after it."""
+    if not value:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def actor_options(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> dict[str, Any]:
@@ -148,6 +283,9 @@ def actor_options(config: ModelConfig, cluster_resources: dict[str, float] | Non
 def start_replica(config: ModelConfig, index: int = 0, cluster_resources: dict[str, float] | None = None,
                   load: int = 0):
     """Ask Ray for one model replica; returns ``(actor handle, placement group or None)`` at once.
+
+    The placement group exists only for a tensor-parallel replica with vLLM's Ray executor (``executor: ray``);
+    every other replica, tensor-parallel ones with the multiprocessing executor included, is one actor.
 
     Nothing here waits: Ray creates the actor (and its placement group) when
     the resources are free, and the replica's ``ping`` answers once the model
@@ -195,6 +333,13 @@ class ModelWorker:
         torch threads, applied when the process computes on CPU (see
         :attr:`ReplicaResources.threads`).
 
+    A tensor-parallel vLLM replica with the multiprocessing executor that
+    computes on CPU binds each rank's threads to its own cores: the product
+    sets ``VLLM_CPU_OMP_THREADS_BIND`` from the cores Ray gave the actor
+    (:func:`cpu_thread_binding`) while the engine starts, whatever the
+    environment held; the binding is in :attr:`info` (``cpu_bind``) and the
+    manifest.
+
     Raises
     ------
     confgrid.registry.UnknownNameError
@@ -202,7 +347,8 @@ class ModelWorker:
     OSError, ValueError
         From the backend when the model cannot be loaded (missing or broken
         files); inside Ray this fails the actor's creation, and the driver
-        records it on the model's shards.
+        records it on the model's shards. ValueError also when a CPU
+        tensor-parallel replica holds fewer cores than ranks.
     """
 
     def __init__(self, config: ModelConfig, num_threads: int | None = None) -> None:
@@ -222,15 +368,30 @@ class ModelWorker:
 
         path = resolve_model(path)
         self.api = entry.api
-        self.backend = entry.build(config, path)
+        self._died: Any = None  # the EngineDied of this incarnation, once its engine is gone
+        bind = "" if entry.api else _cpu_binding(config)
+        if bind:
+            _log.info("model %s: tensor_parallel_size=%d on CPU: %s=%r (the cores Ray gave this replica, one "
+                      "group per rank)", config.name, config.tensor_parallel_size, CPU_BIND_ENV, bind)
+        with _environ(CPU_BIND_ENV, bind):
+            self.backend = entry.build(config, path)
         self.tokenizer = self.backend.tokenizer
         node_id, node_ip = _node_here()
         self.info = ReplicaInfo(pid=os.getpid(), host=socket.gethostname(), incarnation=uuid.uuid4().hex,
                                 load_seconds=round(time.time() - t0, 3), node_id=node_id, node_ip=node_ip,
-                                load_started=round(t0, 3))
+                                load_started=round(t0, 3), gpu_ids=_gpu_ids_here(), cpu_bind=bind,
+                                ranks=tuple(getattr(self.backend, "processes", ()) or ()))
 
     def ping(self) -> ReplicaReady:
-        """The replica has loaded its model: who it is and what it runs."""
+        """The replica has loaded its model: who it is and what it runs.
+
+        Raises
+        ------
+        confgrid.actors.backend.EngineDied
+            Once its engine died (the replica answers no call any more; the driver restarts it).
+        """
+        if self._died is not None:
+            raise self._died
         return ReplicaReady(replica=self.info, provenance=self.provenance())
 
     def provenance(self) -> dict[str, str]:
@@ -260,7 +421,23 @@ class ModelWorker:
         ------
         ValueError
             If ``call.kind`` is unknown, or from the backend on invalid ids.
+        confgrid.actors.backend.EngineDied
+            When the engine died during this call or before it (a tensor-parallel rank's process ended); it names
+            the process and this incarnation, and every later call and ping raises it too.
         """
+        from confgrid.actors.backend import EngineDied
+
+        if self._died is not None:
+            raise self._died
+        try:
+            return self._run(call)
+        except EngineDied as exc:
+            exc.incarnation = self.info.incarnation
+            self._died = exc
+            _log.error("model %s: replica pid %s: %s", self.config.name, os.getpid(), exc)
+            raise
+
+    def _run(self, call: EngineCall) -> CallResult:
         started = time.time()
         flat = [r for w in call.shards for r in w.requests]
         if self.api and call.kind in ("generate", "next_token"):
@@ -479,6 +656,14 @@ class ModelWorker:
 
 
 ModelActor = ray.remote(ModelWorker)
+
+
+def _gpu_ids_here() -> tuple[str, ...]:
+    """The GPU ids Ray assigned to this actor (() outside a Ray worker or without GPUs)."""
+    try:
+        return tuple(str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", []))
+    except Exception:  # noqa: BLE001 - not in a Ray worker (a test builds the worker directly)
+        return ()
 
 
 def _node_here() -> tuple[str, str]:

@@ -33,6 +33,13 @@ temporaries), e.g. 8192 tokens x 152k vocab ~ 5 GB. ``max_num_batched_tokens``
 (default 8192) with chunked prefill (default on) bounds it whatever the prompt
 length; lower it for large vocabularies on small GPUs.
 
+The engine's processes: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` (vLLM's default) the engine core runs in a
+process of its own, and with the multiprocessing executor (tensor parallelism within one node) each rank in
+another, named by vLLM's process titles (``VLLM::EngineCore``, ``VLLM::Worker_TP1``). The backend records them
+(:attr:`VLLMBackend.processes`) and watches which one ends first (:class:`ExitOrder`), so that when vLLM
+reports its engine dead (``EngineDeadError``) the backend raises :class:`~confgrid.actors.backend.EngineDied`
+naming the rank that died.
+
 Why one file of about 700 lines: one backend class over one engine (its start, checks, each engine
 call and shutdown); the parts shared with the transformers backend live in backend.py.
 """
@@ -43,14 +50,19 @@ import dataclasses
 import gc
 import inspect
 import os
-from typing import Any
+import re
+import select
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 
-from .backend import (DEFAULT_TOP_LOGPROBS, FINISH_LENGTH, FINISH_STOP, Generation, NextToken, check_model_dir,
-                      check_sampling, request_seed)
+from .backend import (DEFAULT_TOP_LOGPROBS, FINISH_LENGTH, FINISH_STOP, EngineDied, Generation, NextToken,
+                      check_model_dir, check_sampling, request_seed)
 
-__all__ = ["VLLMBackend", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "LOGPROBS_MODE"]
+__all__ = ["VLLMBackend", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "LOGPROBS_MODE", "engine_process_name", "ExitOrder"]
 
 #: Default tokens per engine step (bounds prompt-logprob memory, see module doc).
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
@@ -95,6 +107,116 @@ def _resolve_dtype(dtype: str) -> str:
         raise ValueError(f"dtype: unknown dtype {dtype!r}; allowed: {sorted(_DTYPES)}") from None
 
 
+_TP_RANK = re.compile(r"\bVLLM::Worker\S*?_TP(\d+)(?!\d)")
+
+
+def engine_process_name(title: str, tensor_parallel_size: int = 1) -> str | None:
+    """How a vLLM process is named in confgrid's log, from its process title (None: not an engine process).
+
+    >>> engine_process_name("VLLM::Worker_TP1", 2)
+    'rank 1 of 2'
+    >>> engine_process_name("VLLM::Worker_PP0_TP3", 4), engine_process_name("VLLM::EngineCore")
+    ('rank 3 of 4', 'engine core')
+    >>> engine_process_name("python -m pytest") is None
+    True
+    """
+    m = _TP_RANK.search(title)
+    if m:
+        return f"rank {int(m.group(1))} of {tensor_parallel_size}"
+    if "VLLM::EngineCore" in title:
+        return "engine core"
+    return None
+
+
+def _engine_processes(tensor_parallel_size: int, exclude: set[int] = frozenset()) -> list[tuple[str, int]]:
+    """The engine processes among this process's descendants, ``(name, pid)``, engine core first, then ranks."""
+    try:
+        import psutil
+
+        found = []
+        for p in psutil.Process().children(recursive=True):
+            if p.pid in exclude:
+                continue
+            try:
+                name = engine_process_name(" ".join(p.cmdline()), tensor_parallel_size)
+            except (psutil.Error, OSError):
+                continue
+            if name is not None:
+                found.append((name, p.pid))
+    except Exception:  # noqa: BLE001 - provenance and fault messages only: no psutil, no /proc
+        return []
+    return sorted(found, key=lambda x: (x[0] != "engine core", int(x[0].split()[1]) if x[0].startswith("rank") else 0))
+
+
+class ExitOrder:
+    """Which of some processes ended first: a thread waits on their pidfds (Linux >= 5.3) and records each end.
+
+    A vLLM worker killed by the system ends at once; vLLM then stops the other processes of its engine, which
+    end after it, so the first entry of :attr:`ended` is the process that died.
+
+    Parameters
+    ----------
+    processes : list of (str, int)
+        ``(name, pid)`` of each process to watch.
+
+    Attributes
+    ----------
+    ended : list of (str, int, float)
+        ``(name, pid, time.time())`` of each process seen to end, in the order seen.
+    watching : bool
+        False when no process could be watched (no ``os.pidfd_open``, or every pid gone already).
+    """
+
+    def __init__(self, processes: list[tuple[str, int]]) -> None:
+        self.ended: list[tuple[str, int, float]] = []
+        self._fds: dict[int, tuple[str, int]] = {}
+        for name, pid in processes:
+            try:
+                self._fds[os.pidfd_open(pid)] = (name, pid)  # type: ignore[attr-defined]
+            except (AttributeError, OSError):  # not Linux >= 5.3, or the process is gone already
+                continue
+        self.watching = bool(self._fds)
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="confgrid-engine-exit-order", daemon=True)
+        if self.watching:
+            self._thread.start()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        for fd in self._fds:
+            poller.register(fd, select.POLLIN)
+        while self._fds:
+            for fd, _ in poller.poll():
+                if fd == self._wake_r:
+                    return
+                name, pid = self._fds.pop(fd)
+                self.ended.append((name, pid, time.time()))
+                poller.unregister(fd)
+                os.close(fd)
+
+    def first(self, wait: float = 0.0) -> tuple[str, int, float] | None:
+        """The first process seen to end, waiting at most ``wait`` seconds for one; None if none has."""
+        deadline = time.monotonic() + wait
+        while not self.ended and self.watching and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.ended[0] if self.ended else None
+
+    def close(self) -> None:
+        """Stop watching (idempotent)."""
+        if self._wake_w < 0:
+            return
+        os.write(self._wake_w, b"x")
+        if self._thread.is_alive():
+            self._thread.join(timeout=1.0)
+        for fd in list(self._fds):
+            os.close(fd)
+        self._fds.clear()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+
 def _request_seed(seed: int, prompt: list[int]) -> int:
     """The per-request seed of a vLLM request (:func:`confgrid.actors.backend.request_seed`)."""
     return request_seed(seed, prompt)
@@ -115,8 +237,11 @@ class VLLMBackend:
     revision : str, optional
         Hub revision (branch, tag or commit) of the model and tokenizer.
     tensor_parallel_size : int, default 1
-        GPUs one replica is split over (>= 1). With Ray, the caller reserves
-        them (one placement group) and passes ``distributed_executor_backend="ray"``.
+        GPUs one replica is split over (>= 1). The caller reserves them: one
+        Ray actor holding N GPUs with ``distributed_executor_backend="mp"``
+        (confgrid's default), or a placement group with ``"ray"``. On CPU,
+        ``VLLM_CPU_OMP_THREADS_BIND`` names each rank's cores (the model actor
+        sets it from the cores Ray gave it).
     max_num_batched_tokens : int, optional
         Most tokens the engine schedules per step (>= 1); it bounds the
         prompt-logprob matrix (see the module docstring). Default
@@ -157,6 +282,10 @@ class VLLMBackend:
         backend.
     llm : vllm.LLM
         The engine (None after :meth:`shutdown`).
+    processes : list of (str, int)
+        The engine's own processes, ``(name, pid)``: ``"engine core"`` and, with
+        the multiprocessing executor, ``"rank R of N"`` per rank; empty when
+        the engine runs in this process.
 
     Raises
     ------
@@ -166,6 +295,10 @@ class VLLMBackend:
         If a parameter is out of range (the message names it).
     TypeError
         If ``engine_kwargs`` holds a name that is not a vLLM engine argument.
+    confgrid.actors.backend.EngineDied
+        From any engine call once vLLM reports its engine dead: the message
+        names the process that ended first (e.g. ``rank 1 of 2 (pid 1234)``);
+        the engine is shut down and every later call raises it again.
 
     Examples
     --------
@@ -193,6 +326,9 @@ class VLLMBackend:
         **engine_kwargs: Any,
     ) -> None:
         self._llm: Any = None  # the engine, set last; shutdown() relies on it existing
+        self.processes: list[tuple[str, int]] = []
+        self._exits: ExitOrder | None = None
+        self._died: EngineDied | None = None
         self.model_name = str(model)
         self.revision = revision
         self.dtype = _resolve_dtype(dtype)
@@ -243,8 +379,12 @@ class VLLMBackend:
             kwargs["distributed_executor_backend"] = distributed_executor_backend
         kwargs.update(engine_kwargs)
         self._vllm_version = str(vllm.__version__)
+        self.distributed_executor_backend = distributed_executor_backend
+        before = {pid for _, pid in _engine_processes(self.tensor_parallel_size)}  # other engines of this process
         self._llm = vllm.LLM(self.model_name, **kwargs)
         self._read_engine_config()
+        self.processes = _engine_processes(self.tensor_parallel_size, exclude=before)
+        self._exits = ExitOrder(self.processes) if self.processes else None
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -301,9 +441,37 @@ class VLLMBackend:
             self._device = "unknown"
 
     def _engine(self) -> Any:
+        if self._died is not None:
+            raise self._died
         if self._llm is None:
             raise RuntimeError("VLLMBackend is shut down; build a new one")
         return self._llm
+
+    @contextmanager
+    def _calling(self) -> Iterator[None]:
+        """Around every engine call: vLLM's ``EngineDeadError`` becomes :class:`EngineDied` naming the process
+        that ended first; the engine is shut down (its processes stopped) and the backend stays dead."""
+        try:
+            yield
+        except Exception as exc:
+            if type(exc).__name__ != "EngineDeadError" or self._died is not None:
+                raise
+            first = self._exits.first(wait=2.0) if self._exits is not None else None
+            if first is not None:
+                name, pid, _ = first
+                process = f"{name} (pid {pid})"
+                what = f"{process} ended first"
+            else:
+                process = ""
+                what = ("no process of the engine was seen to end" if self._exits is not None and self._exits.watching
+                        else "its processes could not be watched")
+            self._died = EngineDied(f"the vLLM engine of {self.model_name!r} died: {what} "
+                                    f"(vLLM: {type(exc).__name__}: {exc})", process)
+            try:
+                self.shutdown(timeout=5.0)
+            except Exception:  # noqa: BLE001 - a dead engine may not shut down cleanly; its processes are gone
+                self._llm = None
+            raise self._died from exc
 
     @staticmethod
     def _check_prompts(prompts: list[list[int]], max_new_tokens: int) -> None:
@@ -356,9 +524,10 @@ class VLLMBackend:
                     detokenize=False,
                 )
             )
-        outs = llm.generate(
-            [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts], params, use_tqdm=False
-        )
+        with self._calling():
+            outs = llm.generate(
+                [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts], params, use_tqdm=False
+            )
         result: list[list[Generation]] = []
         for i, (p, out) in enumerate(zip(prompts, outs, strict=True)):
             if list(out.prompt_token_ids) != [int(t) for t in p]:
@@ -505,8 +674,10 @@ class VLLMBackend:
         if not prompts:
             return []
         params = SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=int(top_k), detokenize=False)
-        outs = self._engine().generate([TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts],
-                                       params, use_tqdm=False)
+        llm = self._engine()
+        with self._calling():
+            outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts], params,
+                                use_tqdm=False)
         result = []
         for i, (p, out) in enumerate(zip(prompts, outs, strict=True)):
             if list(out.prompt_token_ids) != [int(t) for t in p]:
@@ -587,7 +758,8 @@ class VLLMBackend:
                     f"{self.max_model_len} (it must be below it: one token is generated)"
                 )
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
-        outs = llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
+        with self._calling():
+            outs = llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
         return [
             self._parse_prompt_logprobs(i, seq, len(ctx), out)
             for i, (seq, (ctx, _), out) in enumerate(zip(seqs, requests, outs, strict=True))
@@ -629,6 +801,7 @@ class VLLMBackend:
         dict of str to str
             ``backend`` ("vllm"), ``backend_version`` (vLLM's), ``torch_version``,
             ``dtype`` (the engine's), ``device``, ``tensor_parallel_size``,
+            ``distributed_executor_backend`` (as given, ``"default"`` when vLLM chose),
             ``logprobs_mode``, ``max_num_batched_tokens``,
             ``enable_chunked_prefill``, ``enable_prefix_caching``,
             ``max_model_len``, ``seed``, ``model`` (as given) and ``revision``
@@ -647,6 +820,7 @@ class VLLMBackend:
             "dtype": self._engine_dtype,
             "device": self._device,
             "tensor_parallel_size": str(self.tensor_parallel_size),
+            "distributed_executor_backend": str(self.distributed_executor_backend or "default"),
             "logprobs_mode": self.logprobs_mode,
             "max_num_batched_tokens": str(self.max_num_batched_tokens),
             "enable_chunked_prefill": str(self.enable_chunked_prefill),
@@ -672,6 +846,9 @@ class VLLMBackend:
             memory) before they are killed; None is vLLM's default (5 s, after
             which a busy CPU engine is force-killed and leaks shared memory).
         """
+        if self._exits is not None:
+            self._exits.close()
+            self._exits = None
         llm, self._llm = self._llm, None
         if llm is None:
             return

@@ -23,14 +23,16 @@ Not a test. Three clusters (``--cluster``):
     ========  ========================  ===============================================
     one-a     fixture, chat, float32    1 GPU + 1 CPU
     one-b     fixture-small, chat, f32  1 GPU + 1 CPU
-    tp2       fixture, plain, float32   a STRICT_PACK placement group of 2 x {GPU, CPU}
-    tp4       fixture, chat, bfloat16   a STRICT_PACK placement group of 4 x {GPU, CPU}
+    tp2       fixture, plain, float32   one actor holding 2 GPUs + 2 CPUs
+    tp4       fixture, chat, bfloat16   one actor holding 4 GPUs + 4 CPUs
     dp2       fixture-small, plain, f32 2 replicas of 1 GPU + 1 CPU
     ========  ========================  ===============================================
 
-    tp2 and tp4 take the tensor-parallel path of the scheduler (a placement
-    group of N bundles on one node, the actor inside it with no resources of
-    its own), which the grid allows only for vLLM: the benchmark sets
+    tp2 and tp4 take the tensor-parallel path of the scheduler (by default one
+    actor holding N GPUs on one node, as vLLM's multiprocessing executor runs;
+    a STRICT_PACK placement group of N bundles with ``executor: ray``, as the
+    benchmarks/README.md numbers of this mode were measured; both need the same
+    on one node), which the grid allows only for vLLM: the benchmark sets
     ``tensor_parallel_size`` on the parsed spec, so the fixture model still
     computes with transformers on the CPU (one torch thread: the nodes run
     with ``OMP_NUM_THREADS=1``) while the scheduler sees the resource shape of a

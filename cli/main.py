@@ -264,12 +264,14 @@ def status(
         typer.echo(f"API requests (latest attempt of {len(api)} shard(s)): {total.line()}")
     reps = data.get("meta", {}).get("replicas") or []
     if reps:
-        rt = Table(title="Replicas (model loads, Ray restarts, seconds loading and computing)")
-        for col in ("replica", "state", "loads", "restarts", "load s", "busy s", "calls", "host", "node", "error"):
+        rt = Table(title="Replicas (what each holds, model loads, Ray restarts, seconds loading and computing)")
+        for col in ("replica", "state", "holds", "loads", "restarts", "load s", "busy s", "calls", "host", "node",
+                    "error"):
             rt.add_column(col)
         for r in reps:
             node = f"{r.get('node_ip') or ''} {(r.get('node_id') or '')[:8]}".strip()
-            rt.add_row(r["replica"], r["state"], str(r["loads"]), str(r["restarts"]), f"{r['load_seconds']:.1f}",
+            rt.add_row(r["replica"], r["state"], _holds(r), str(r["loads"]), str(r["restarts"]),
+                       f"{r['load_seconds']:.1f}",
                        f"{r['busy_seconds']:.1f}", str(r["calls"]), str(r.get("host") or ""), node,
                        (r.get("error") or "")[:80])
         console.print(rt)
@@ -280,6 +282,18 @@ def status(
         typer.echo(f"{st.failed} failed, {len(st.stale)} stale shard(s): `confgrid resume {out_dir}{hint}` (or "
                    f"`confgrid resubmit {out_dir} --failed{hint}`) runs them", err=True)
         raise typer.Exit(st.exit_code)
+
+
+def _holds(replica: dict) -> str:
+    """What a replica of ``meta.replicas`` reserves, for ``status``: ``4 GPUs``, ``1 GPU``, ``2 CPUs`` ("" before the
+    field existed); a tensor-parallel replica on CPU adds its ranks' cores (``2 CPUs (0|1)``)."""
+    gpus, cpus = replica.get("gpus") or 0, replica.get("cpus") or 0
+    if gpus:
+        return f"{gpus:g} GPU" + ("s" if gpus != 1 else "")
+    if not cpus:
+        return ""
+    bind = replica.get("cpu_bind")
+    return f"{cpus:g} CPU" + ("s" if cpus != 1 else "") + (f" ({bind})" if bind else "")
 
 
 @app.command("log")

@@ -18,6 +18,15 @@ several plans separated by ``|``:
     :data:`HANG_SECONDS`) until it is killed.
 ``hang_load``
     Before the model loads, the same (``after`` is ignored).
+``kill_rank`` (vLLM with the multiprocessing executor; ``rank=R``, default 1)
+    During engine call ``N + 1``, once vLLM holds the call's requests (its
+    first engine step), the replica kills the process of tensor-parallel rank
+    ``R`` of its engine (``SIGKILL``, the pid from ``ReplicaInfo.ranks``) and
+    writes ``"<pid> rank R"`` to the marker; the call then meets a dead engine.
+``engine_died`` (any backend)
+    Engine call ``N + 1`` fails as a dead vLLM engine's does: the backend
+    raises ``EngineDied`` naming ``rank R of 2`` (no process is killed; the
+    driver's handling is what is tested). The marker gets ``"<pid> <actor name>"``.
 
 Each plan fires once per marker file (the marker is written first), so a
 replica that Ray restarts, or a later resume, runs on.
@@ -34,7 +43,7 @@ from pathlib import Path
 ENV = "CONFGRID_TEST_FAULT"
 #: A hung replica gives up after this long, so a test never hangs forever.
 HANG_SECONDS = 600.0
-MODES = ("hang", "hang_load")
+MODES = ("hang", "hang_load", "kill_rank", "engine_died")
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class Fault:
     mode: str
     after: int
     marker: Path
+    rank: int = 1
 
 
 def plans(raw: str | None = None) -> list[Fault]:
@@ -52,9 +62,10 @@ def plans(raw: str | None = None) -> list[Fault]:
     for one in filter(None, raw.split("|")):
         try:
             f = dict(part.split("=", 1) for part in one.split(";") if part)
-            fault = Fault(f["model"], f["mode"], int(f.get("after", 0)), Path(f["marker"]))
+            fault = Fault(f["model"], f["mode"], int(f.get("after", 0)), Path(f["marker"]), int(f.get("rank", 1)))
         except (KeyError, ValueError) as exc:
-            raise ValueError(f"{ENV}={raw!r}: expected 'model=NAME;mode=hang|hang_load;after=N;marker=PATH'") from exc
+            raise ValueError(f"{ENV}={raw!r}: expected 'model=NAME;mode={'|'.join(MODES)};after=N;marker=PATH"
+                             "[;rank=R]'") from exc
         if fault.mode not in MODES:
             raise ValueError(f"{ENV} mode={fault.mode!r}; allowed: {', '.join(MODES)}")
         out.append(fault)
@@ -63,15 +74,19 @@ def plans(raw: str | None = None) -> list[Fault]:
 
 def spec(*faults: Fault) -> str:
     """The value of :data:`ENV` for ``faults``."""
-    return "|".join(f"model={f.model};mode={f.mode};after={f.after};marker={f.marker}" for f in faults)
+    return "|".join(f"model={f.model};mode={f.mode};after={f.after};marker={f.marker};rank={f.rank}" for f in faults)
+
+
+def _write_marker(marker: Path, text: str) -> None:
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(marker)
 
 
 def _hang_once(fault: Fault, name: str) -> None:
     if fault.marker.exists():  # fired before: a restarted replica (or a resume) runs on
         return
-    tmp = fault.marker.with_suffix(".tmp")
-    tmp.write_text(f"{os.getpid()} {name}", encoding="utf-8")
-    tmp.replace(fault.marker)
+    _write_marker(fault.marker, f"{os.getpid()} {name}")
     deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline:  # until the test kills this process
         time.sleep(0.05)
@@ -105,12 +120,51 @@ def install() -> None:
     def patched_run(self, call):
         self._test_calls += 1
         for f in faults:
-            if f.model == self.config.name and f.mode == "hang" and self._test_calls == f.after + 1:
+            if f.model != self.config.name or self._test_calls != f.after + 1 or f.marker.exists():
+                continue
+            if f.mode == "hang":
                 _hang_once(f, actor_name())
+            elif f.mode == "kill_rank":
+                _kill_rank_in_call(self, f)
+            elif f.mode == "engine_died":
+                _engine_dies_in_call(self, f, actor_name())
         return run(self, call)
 
     ModelWorker.__init__ = patched_init
     ModelWorker.run = patched_run
+
+
+def _kill_rank_in_call(worker, fault: Fault) -> None:
+    """Arm the replica's engine: at its next step (vLLM holds the call's requests) rank ``fault.rank`` is killed."""
+    import signal
+
+    name = f"rank {fault.rank} of "
+    pids = [pid for n, pid in worker.info.ranks if n.startswith(name)]
+    if not pids:
+        raise RuntimeError(f"test fault {fault}: no process of rank {fault.rank} in {worker.info.ranks}")
+    engine = worker.backend.llm.llm_engine
+    step = engine.step
+
+    def killing_step(*args, **kwargs):
+        engine.step = step  # once
+        _write_marker(fault.marker, f"{pids[0]} rank {fault.rank}")
+        os.kill(pids[0], signal.SIGKILL)
+        return step(*args, **kwargs)
+
+    engine.step = killing_step
+
+
+def _engine_dies_in_call(worker, fault: Fault, name: str) -> None:
+    """The replica's next engine call raises EngineDied as a dead vLLM engine would (nothing is killed)."""
+    from confgrid.actors.backend import EngineDied
+
+    _write_marker(fault.marker, f"{os.getpid()} {name}")
+    process = f"rank {fault.rank} of 2 (pid 0)"
+    for method in ("generate", "generate_samples", "score", "next_token"):
+        def dead(*args, **kwargs):
+            raise EngineDied(f"the engine died: {process} ended first (test fault)", process)
+
+        setattr(worker.backend, method, dead)
 
 
 def ray_init_kwargs(faults: list[Fault] | tuple[Fault, ...], **kw) -> dict:

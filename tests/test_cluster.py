@@ -47,9 +47,12 @@ HANG_MARKER = FAULT_DIR / "hang"
 KILL_MARKER = FAULT_DIR / "sigkill"
 LOAD_MARKER = FAULT_DIR / "sigkill-load"
 STOP_MARKER = FAULT_DIR / "stop"
+DIED_MARKER = FAULT_DIR / "engine-died"
+GONE_MARKER = FAULT_DIR / "engine-died-no-restart"
 FAULTS = (ray_faults.Fault("hangs", "hang", 5, HANG_MARKER), ray_faults.Fault("crashes", "hang", 3, KILL_MARKER),
           ray_faults.Fault("crashes_loading", "hang_load", 0, LOAD_MARKER),
-          ray_faults.Fault("stops", "hang", 3, STOP_MARKER))
+          ray_faults.Fault("stops", "hang", 3, STOP_MARKER), ray_faults.Fault("dies", "engine_died", 3, DIED_MARKER),
+          ray_faults.Fault("dies_for_good", "engine_died", 3, GONE_MARKER))
 
 
 @pytest.fixture(scope="module")
@@ -275,6 +278,56 @@ def test_sigkill_restart_is_recorded(ray_local, tmp_path, caplog):
     assert "restarted its actor" in caplog.text
     assert _parent_metrics(out)["restarts"] == 1
     _rows_exactly_once(out)
+
+
+def test_an_engine_that_dies_restarts_its_replica_and_its_calls_are_requeued(ray_local, tmp_path, caplog):
+    """A replica whose engine died (issue 38: a tensor-parallel rank's process ended; here the backend raises
+    EngineDied as a dead vLLM engine does, naming rank 1 of 2): the driver restarts the replica through Ray,
+    puts the call's shards back in the queue, and the log names the rank. The tables equal an undisturbed run
+    of the same grid (run second: the fault fires once), and the restart is in the manifest. (The same with a
+    real vLLM rank killed: tests/vllm_cpu/test_tensor_parallel.py.)"""
+    from confgrid.flows.runner import run_grid
+
+    grid = dict(GRID, name="enginedies")
+    grid["models"] = [{"name": "dies", "model": "confgrid-fixture", "batch_size": 8}]
+    spec = parse_grid(grid)
+    with caplog.at_level("INFO", logger="confgrid"):
+        summary = run_grid(spec, tmp_path / "run")
+    assert DIED_MARKER.exists()  # the fault did fire
+    assert "replica dies#0 on node" in caplog.text and "its engine died: rank 1 of 2 (pid 0)" in caplog.text
+    assert "Ray restarts the replica" in caplog.text and "put back in the queue" in caplog.text
+    man = _manifest(tmp_path / "run")
+    (rep,) = man["meta"]["replicas"]
+    assert rep["restarts"] == 1 and rep["loads"] == 2 and rep["state"] == "released"
+    assert {r["status"] for r in man["shards"]} == {"done"} and summary.failed_shards == 0
+    assert summary.restarts == 1
+    _rows_exactly_once(tmp_path / "run")
+    undisturbed = run_grid(spec, tmp_path / "again")
+    assert undisturbed.restarts == 0
+    for table in ("generations", "graded", "scores"):
+        keys = ["item_id"] + (["context_id"] if table == "scores" else [])
+        a = pd.read_parquet(tmp_path / "run" / "tables" / f"{table}.parquet").sort_values(keys, ignore_index=True)
+        b = pd.read_parquet(tmp_path / "again" / "tables" / f"{table}.parquet").sort_values(keys, ignore_index=True)
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_an_engine_that_dies_with_no_restart_left_is_recorded_dead_naming_the_rank(ray_local, tmp_path, caplog):
+    """The same with ``execution.max_retries: 0``: Ray may not restart the replica, so it is recorded dead with the
+    rank in its error, and the model's remaining shards fail naming it (``resubmit --failed`` runs them)."""
+    from confgrid.flows.runner import ShardFailures, run_grid
+
+    grid = dict(GRID, name="enginegone", execution={"shard_size": 4, "max_retries": 0})
+    grid["models"] = [{"name": "dies_for_good", "model": "confgrid-fixture", "batch_size": 8}]
+    with caplog.at_level("INFO", logger="confgrid"), pytest.raises(ShardFailures) as ei:
+        run_grid(parse_grid(grid), tmp_path / "run")
+    assert GONE_MARKER.exists()
+    man = _manifest(tmp_path / "run")
+    (rep,) = man["meta"]["replicas"]
+    assert rep["state"] == "dead" and rep["restarts"] == 0 and rep["loads"] == 1
+    assert "its engine died: rank 1 of 2 (pid 0)" in rep["error"]
+    failed = [r for r in man["shards"] if r["status"] == "failed"]
+    assert failed and all("rank 1 of 2" in r["error"] for r in failed)
+    assert "resubmit" in str(ei.value)
 
 
 def test_sigkill_while_the_model_loads_is_recorded(ray_local, tmp_path, caplog):

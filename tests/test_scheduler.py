@@ -193,7 +193,8 @@ def test_a_grid_that_cannot_fit_fails_before_any_model_is_loaded(four_gpus, tmp_
         run_grid(parse_grid(grid), tmp_path / "run")
     assert time.time() - t0 < 10
     msg = str(ei.value)
-    assert "model 'big'" in msg and "{GPU: 8, CPU: 8}" in msg and "tensor_parallel_size=8" in msg
+    assert "model 'big'" in msg and "{GPU: 8, CPU: 8}" in msg
+    assert "tensor_parallel_size=8: one actor holding 8 GPUs, vLLM's multiprocessing executor" in msg
     assert "largest node offers {GPU: 4, CPU: 4}" in msg
     assert _meta(tmp_path / "run").get("replicas", []) == []  # not one replica was asked for
     assert not [a for a in ray.util.list_named_actors() if a.startswith("confgrid-")]
@@ -291,3 +292,34 @@ def test_elastic_replicas_start_on_idle_gpus_only_for_queued_work(four_gpus, tmp
     by_replica = {r["replica"] for r in shards if r["stage"] != "items" and r["setting"].startswith("el")}
     assert by_replica == {"el#0"} | {r["replica"] for r in extra if r["calls"]}
     _rows_exactly_once(out, ["el", "packed"], 32, 2)
+
+
+def test_a_tensor_parallel_replica_is_one_actor_holding_its_gpus_unless_executor_ray(four_gpus, tmp_path):
+    """Issue 38 item 1: a ``tensor_parallel_size: 2`` replica is ONE actor reserving 2 GPUs (vLLM's
+    multiprocessing executor runs inside it), no placement group; ``executor: ray`` keeps the STRICT_PACK
+    placement group (the actor holds no GPU itself: vLLM's Ray workers take the group's). Both are counted
+    alike: 2 GPUs and 2 CPUs per replica in the manifest, one load each, the group removed at the end.
+
+    The grid allows tensor parallelism for vLLM only, which this environment lacks; as in
+    benchmarks/schedule_bench.py ``--cluster 8gpu``, the parsed spec gets the tensor-parallel shape, so the
+    fixture model computes with transformers while the scheduler sees the replicas of TP-2 vLLM models."""
+    from confgrid.flows.runner import run_grid
+
+    spec = parse_grid(_grid(models=[dict(MODELS[0], name="tpmp"), dict(MODELS[2], name="tpray")]))
+    mp, pg = spec.models
+    spec = spec.model_copy(update={"models": (mp.model_copy(update={"tensor_parallel_size": 2}),
+                                              pg.model_copy(update={"tensor_parallel_size": 2, "executor": "ray"}))})
+    assert [m.resolved_executor for m in spec.models] == ["mp", "ray"]
+    groups_before = set(ray.util.placement_group_table())
+    summary = run_grid(spec, tmp_path / "run")
+    reps = {r["model"]: r for r in _meta(tmp_path / "run")["replicas"]}
+    assert sorted(reps) == ["tpmp", "tpray"] and summary.failed_shards == 0
+    assert reps["tpmp"]["gpus"] == reps["tpray"]["gpus"] == 2.0 and reps["tpmp"]["cpus"] == reps["tpray"]["cpus"] == 2.0
+    assert len(reps["tpmp"]["gpu_ids"]) == 2 and reps["tpray"]["gpu_ids"] == []
+    assert reps["tpmp"]["loads"] == reps["tpray"]["loads"] == 1
+    assert {r["state"] for r in reps.values()} == {"released"}
+    groups = {k: g for k, g in ray.util.placement_group_table().items() if k not in groups_before}
+    assert [g["name"] for g in groups.values()] == ["confgrid-tpray-0-0"], groups
+    assert all(g["state"] == "REMOVED" for g in groups.values())
+    assert [g["bundles"] for g in groups.values()] == [{0: {"GPU": 1.0, "CPU": 1.0}, 1: {"GPU": 1.0, "CPU": 1.0}}]
+    _rows_exactly_once(tmp_path / "run", ["tpmp", "tpray"], 16, 2)

@@ -6,7 +6,7 @@ Scheduling
     resources allow (``execution.max_concurrent_models`` bounds them); Ray
     queues the replicas that do not fit and creates them as resources free up.
     Pools are asked for largest replica first (pools.py ``start_order``), so
-    small replicas do not fragment the nodes before a large placement group.
+    small replicas do not fragment the nodes before a large (tensor-parallel) replica.
     A replica keeps its model loaded for the model's whole chain: generate,
     then (on the driver, pure) parse and grade, then the score shards of its
     own answers in every context, then the probe kinds that need only its own
@@ -29,7 +29,8 @@ Engine calls
 Failures
     A call that fails fails its shards (recorded with the error; every other
     shard goes on). A call whose replica could not be reached or is gone (its
-    node died) puts its shards back in the queue for the other replicas, and
+    node died, or its engine: a tensor-parallel rank's process ended, and Ray
+    restarts the replica) puts its shards back in the queue for the other replicas, and
     the replica leaves the ready set until it answers again (flows/execute/liveness.py);
     when a model has no replica left its remaining shards fail with the reason. Ray restarts a
     crashed actor at most ``execution.max_retries`` times and retries its calls;
@@ -62,6 +63,7 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
+from confgrid.actors.backend import engine_died
 from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady, RequestCounts
 from confgrid.flows.execute.liveness import ReplicaLiveness, classify_fault
 from confgrid.flows.execute.pool_lifecycle import PoolLifecycle
@@ -563,6 +565,10 @@ class Executor(ReplicaLiveness, PoolLifecycle):
             return
         except Exception as exc:  # noqa: BLE001 - the call failed; its shards are recorded, never lost
             trace.error("engine call on %s failed", rep.name, exc_info=exc)
+            died = engine_died(exc)
+            if died is not None:  # the replica's engine is gone, not the work: restarted, shards back in the queue
+                self._on_engine_died(f, died)
+                return
             self._submit(self._fail(f.shards, f.records, _error_text(exc), traceback_text(exc)))
             return
         rep.calls += 1

@@ -12,6 +12,11 @@ actor may come back: Ray restarts it elsewhere) and then ``ActorDiedError``
   ping again; then its restart is counted (or, if Ray gives it up, it is
   recorded ``lost`` with its node, the time and the error);
 - the other replicas, or the restarted one, finish the work;
+- a replica whose engine died (a tensor-parallel rank's process, vLLM's
+  engine core: the replica raises ``EngineDied`` naming it) is restarted by
+  Ray (``ray.kill`` with restart, within ``execution.max_retries``) and treated
+  as unreachable meanwhile: its calls go back in the queue, the log names
+  the process that died, and it is recorded ``dead`` when Ray gives it up;
 - when the last node that fits a model's replica is gone and
   ``execution.wait_for_nodes`` is false, the model's remaining shards fail
   naming the lost node (:func:`stranded_models`).
@@ -263,6 +268,26 @@ class ReplicaLiveness:
             rep.unreachable_since = time.time()
             self._probe_at[id(rep)] = time.time() + PROBE_SECONDS
             self._nodes.poll(force=True)
+
+    def _on_engine_died(self, f: Any, died: Any) -> None:
+        """A call failed because the replica's engine died (``actors/backend.py`` ``EngineDied``): the first report
+        of an incarnation's death restarts the replica (``ray.kill`` with restart: Ray starts a new process within
+        its ``max_restarts``, or gives the actor up); the call's shards go back in the queue as for an unreachable
+        replica."""
+        import ray
+
+        rep = f.replica
+        err = f"its engine died: {died.process or 'no process of the engine was seen to end'}"
+        current = rep.info is not None and died.incarnation == rep.info.incarnation
+        if current and rep.state == "ready":
+            log.error("replica %s on %s: %s; Ray restarts the replica (a new process loads the model; restarts "
+                      "allowed per replica: execution.max_retries=%d, used %d)", rep.name,
+                      node_line(None, rep.node_id, rep.node_ip), err, self.spec.execution.max_retries, rep.restarts)
+            try:
+                ray.kill(rep.handle, no_restart=False)
+            except Exception as exc:  # noqa: BLE001 - the actor is gone already: the probe records it
+                log.warning("replica %s: could not be restarted (%s)", rep.name, exc)
+        self._on_replica_fault(f, None, err, "unreachable")
 
     def _mark_lost(self, rep: Any, err: str) -> None:
         """The replica will not come back: state ``lost`` (or ``dead`` if killed on purpose), node and time recorded."""

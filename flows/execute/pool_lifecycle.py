@@ -68,10 +68,7 @@ class PoolLifecycle:
         self._needs = {}
         for m in self.spec.models:
             rr = replica_resources(model_config(m, self.spec), self._cluster)
-            why = (f"tensor_parallel_size={m.tensor_parallel_size}, STRICT_PACK" if m.tensor_parallel_size > 1
-                   else "one GPU and one CPU" if "GPU" in rr.per_node
-                   else "one CPU (an API model)" if m.backend == "openai" else "the CPUs of one node")
-            self._needs[m.name] = (m.replicas, rr.per_node, why)
+            self._needs[m.name] = (m.replicas, rr.per_node, rr.note)
             self._max_replicas[m.name] = max_replicas(m.max_replicas, m.replicas, rr.per_node, nodes)
         problems = check_capacity(self._needs, nodes)
         if problems and not self.spec.execution.wait_for_nodes:

@@ -68,6 +68,7 @@ def model_config(m: ModelSpec, spec: GridSpec, api_cache: str | None = None):
     return ModelConfig(
         name=m.name, model=m.model, backend=m.backend, dtype=m.dtype, revision=m.revision,
         chat_template=m.chat_template, batch_size=m.batch_size, tensor_parallel_size=m.tensor_parallel_size,
+        executor=m.resolved_executor,
         max_num_batched_tokens=m.max_num_batched_tokens, enable_chunked_prefill=m.enable_chunked_prefill,
         enable_prefix_caching=m.enable_prefix_caching, gpu_memory_utilization=m.gpu_memory_utilization,
         max_retries=spec.execution.max_retries, generation_bos=m.generation_bos, scoring_bos=m.scoring_bos,
@@ -184,7 +185,7 @@ def start_order(needs: dict[str, tuple[int, dict[str, float], str]]) -> list[str
 
     Asking for every pool at once leaves placement to Ray, which places requests
     roughly in the order they arrive. Small replicas asked for first can spread over
-    the nodes and leave each node a few GPUs short of a large placement group, which
+    the nodes and leave each node a few GPUs short of a large replica, which
     then waits with GPUs idle (measured in benchmarks/README.md, ``--cluster 8gpu``:
     two 1-GPU replicas, one on each 4-GPU node, kept a TP-4 group waiting 42 s with
     2 GPUs free). This is the bin-packing heuristic first-fit decreasing (Johnson et
@@ -199,7 +200,7 @@ def start_order(needs: dict[str, tuple[int, dict[str, float], str]]) -> list[str
         Model name -> (replicas, what ONE replica needs on one node, a note), as for
         :func:`check_capacity`, in grid order. What a replica needs comes from
         actors/model_actor.py ``replica_resources``, where its GPUs are derived from
-        the parallel sizes (``tensor_parallel_size`` GPUs in one STRICT_PACK group).
+        the parallel sizes (``tensor_parallel_size`` GPUs on one node, whichever executor).
 
     Returns
     -------
@@ -571,7 +572,16 @@ class Replica:
         already counted in ``restarts``.
     gpus : float
         GPUs one replica reserves (``tensor_parallel_size`` for a
-        tensor-parallel replica; 0 without GPUs).
+        tensor-parallel replica, whichever executor; 0 without GPUs).
+    cpus : float
+        CPUs one replica reserves (``tensor_parallel_size`` cores for a
+        tensor-parallel replica on a cluster without GPUs: one per rank).
+    info : ReplicaInfo or None
+        Its latest process (:class:`~confgrid.actors.calls.ReplicaInfo`); the
+        manifest line adds from it ``gpu_ids`` (the GPUs Ray gave the actor),
+        ``cpu_bind`` (a tensor-parallel replica on CPU: each rank's cores, as
+        given to vLLM's ``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"0|1"``) and
+        ``ranks`` (its engine's processes with their pids).
     loading, computing : list of [start, end]
         Its model loads and engine calls as measured inside the replica
         (``time.time()``; flows/execute/timeline.py says what they cover).
@@ -614,6 +624,7 @@ class Replica:
     unreachable_since: float = 0.0  # when a call last found it unreachable
     lost_at: float | None = None  # when it was recorded lost or dead
     gpus: float = 0.0
+    cpus: float = 0.0
     loading: list[list[float]] = field(default_factory=list)
     computing: list[list[float]] = field(default_factory=list)
     withdrawn: str | None = None
@@ -644,7 +655,10 @@ class Replica:
                 "calls": self.calls, "host": self.info.host if self.info else None,
                 "pid": self.info.pid if self.info else None, "node_id": self.node_id or None,
                 "node_ip": self.node_ip or None, "lost_at": self.lost_at, "error": self.error,
-                "gpus": self.gpus, "loading": [list(x) for x in self.loading],
+                "gpus": self.gpus, "cpus": self.cpus, "gpu_ids": list(self.info.gpu_ids) if self.info else [],
+                "cpu_bind": (self.info.cpu_bind if self.info else "") or None,
+                "ranks": [list(x) for x in self.info.ranks] if self.info else [],
+                "loading": [list(x) for x in self.loading],
                 "computing": [list(x) for x in self.computing], "withdrawn": self.withdrawn,
                 "elastic": self.elastic, "requests": self.requests,
                 **({"traceback": self.traceback} if self.traceback else {})}
@@ -679,9 +693,9 @@ class ModelPool:
         """
         from confgrid.actors.model_actor import replica_resources, start_replica
 
-        gpus = replica_resources(self.config, cluster_resources).per_node.get("GPU", 0.0)
+        need = replica_resources(self.config, cluster_resources).per_node
         for r in range(self.spec.replicas):
-            rep = Replica(self.spec.name, r, self.load, gpus=gpus)
+            rep = Replica(self.spec.name, r, self.load, gpus=need.get("GPU", 0.0), cpus=need.get("CPU", 0.0))
             rep.handle, rep.pg = start_replica(self.config, r, cluster_resources, load=self.load)
             self.replicas.append(rep)
         return self.replicas
@@ -693,8 +707,9 @@ class ModelPool:
         """
         from confgrid.actors.model_actor import replica_resources, start_replica
 
-        gpus = replica_resources(self.config, cluster_resources).per_node.get("GPU", 0.0)
-        rep = Replica(self.spec.name, len(self.replicas), self.load, gpus=gpus, elastic=True)
+        need = replica_resources(self.config, cluster_resources).per_node
+        rep = Replica(self.spec.name, len(self.replicas), self.load, gpus=need.get("GPU", 0.0),
+                      cpus=need.get("CPU", 0.0), elastic=True)
         rep.handle, rep.pg = start_replica(self.config, rep.index, cluster_resources, load=self.load)
         self.replicas.append(rep)
         return rep

@@ -124,7 +124,15 @@ class ModelSpec(_Spec):
         "pool. None: exactly `replicas` (no extra replicas).",
     )
     tensor_parallel_size: int = Field(
-        1, ge=1, le=64, description="GPUs per replica (vLLM tensor parallelism, reserved as a STRICT_PACK placement group)."
+        1, ge=1, le=64, description="GPUs per replica (vLLM tensor parallelism; CPU cores on a cluster without GPUs). "
+        "The replica's GPUs are on one node; how its ranks run is `executor`."
+    )
+    executor: Literal["mp", "ray"] | None = Field(
+        None, description="vLLM with tensor_parallel_size > 1: how one replica runs its ranks. 'mp': one Ray actor "
+        "reserving tensor_parallel_size GPUs (CPU cores on a cluster without GPUs) on one node, with vLLM's "
+        "multiprocessing executor inside it (a process per rank). 'ray': a STRICT_PACK placement group of "
+        "tensor_parallel_size {GPU: 1, CPU: 1} bundles, the actor inside it, and vLLM's Ray executor (a Ray actor "
+        "per rank). None: 'mp' (README 'Tensor parallelism: which executor').",
     )
     max_num_batched_tokens: int | None = Field(
         8192, ge=16, description="vLLM: tokens per engine step; bounds prompt-logprob memory on long prompts."
@@ -196,7 +204,30 @@ class ModelSpec(_Spec):
             raise ValueError(
                 f"tensor_parallel_size={self.tensor_parallel_size} needs backend 'vllm' (received backend {self.backend!r})"
             )
+        if self.executor is not None and (self.backend != "vllm" or self.tensor_parallel_size == 1):
+            raise ValueError(
+                f"executor={self.executor!r} chooses how a vLLM replica runs its tensor-parallel ranks: it needs "
+                f"backend 'vllm' and tensor_parallel_size > 1 (received backend {self.backend!r}, tensor_parallel_size="
+                f"{self.tensor_parallel_size}); allowed here: null")
         return self
+
+    @property
+    def resolved_executor(self) -> str | None:
+        """The executor one replica runs its ranks with: ``mp`` or ``ray`` for a tensor-parallel model
+        (``executor``, default ``mp``; the grid allows tensor parallelism for vLLM only), None for a model of one
+        process (nothing to choose)."""
+        if self.tensor_parallel_size == 1:
+            return None
+        return self.executor or "mp"
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_executor(self, handler: Any) -> dict[str, Any]:
+        """No ``executor`` key when it is not set: grid.yaml of a model without it stays what it was before the
+        field existed."""
+        data = handler(self)
+        if self.executor is None:
+            data.pop("executor", None)
+        return data
 
 
 class ColumnMapping(_Spec):

