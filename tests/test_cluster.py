@@ -285,7 +285,7 @@ def test_an_engine_that_dies_restarts_its_replica_and_its_calls_are_requeued(ray
     EngineDied as a dead vLLM engine does, naming rank 1 of 2): the driver restarts the replica through Ray,
     puts the call's shards back in the queue, and the log names the rank. The tables equal an undisturbed run
     of the same grid (run second: the fault fires once), and the restart is in the manifest. (The same with a
-    real vLLM rank killed: tests/vllm_cpu/test_tensor_parallel.py.)"""
+    real vLLM rank killed: tests/vllm_cpu/test_tp_vllm.py.)"""
     from confgrid.flows.runner import run_grid
 
     grid = dict(GRID, name="enginedies")

@@ -1,6 +1,6 @@
 """Tensor parallelism without a model (issue 38): the executor a replica runs its ranks with, what it reserves,
 each rank's CPU cores, the engine's processes and which one died, pure. The same through the scheduler on a
-declared-GPU Ray cluster: tests/test_scheduler.py; with real vLLM ranks on CPU: tests/vllm_cpu/test_tensor_parallel.py.
+declared-GPU Ray cluster: tests/test_scheduler.py; with real vLLM ranks on CPU: tests/vllm_cpu/test_tp_vllm.py.
 """
 
 from __future__ import annotations

