@@ -58,10 +58,13 @@ def test_an_executor_that_chooses_nothing_is_refused_naming_what_was_received(mo
     assert words in str(ei.value)
 
 
-def test_grid_yaml_names_the_executor_only_when_set():
-    """A grid without `executor` dumps as before the field existed (grid.yaml of earlier runs is unchanged)."""
-    assert "executor" not in yaml.safe_dump(parse_grid(GRID).model_dump(mode="json"))
-    assert parse_grid(_grid(executor="ray")).model_dump(mode="json")["models"][0]["executor"] == "ray"
+def test_grid_yaml_records_the_executor_and_reloads_it():
+    """grid.yaml records the executor as given (null: vLLM's multiprocessing executor) and parses back to it; no
+    shard key reads the model's dump, so earlier runs resume unchanged."""
+    for grid, want in ((GRID, None), (_grid(executor="ray"), "ray")):
+        dumped = yaml.safe_dump(parse_grid(grid).model_dump(mode="json"))
+        assert yaml.safe_load(dumped)["models"][0]["executor"] == want
+        assert parse_grid(yaml.safe_load(dumped)).models[0].executor == want
 
 
 def test_one_actor_holds_the_gpus_with_mp_and_a_placement_group_with_ray_each_needing_the_same_on_one_node():

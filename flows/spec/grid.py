@@ -220,15 +220,6 @@ class ModelSpec(_Spec):
             return None
         return self.executor or "mp"
 
-    @model_serializer(mode="wrap")
-    def _omit_unset_executor(self, handler: Any) -> dict[str, Any]:
-        """No ``executor`` key when it is not set: grid.yaml of a model without it stays what it was before the
-        field existed."""
-        data = handler(self)
-        if self.executor is None:
-            data.pop("executor", None)
-        return data
-
 
 class ColumnMapping(_Spec):
     """Column names of a custom dataset file (adapter ``custom``)."""
