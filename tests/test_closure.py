@@ -233,7 +233,7 @@ def test_study002_published_ece_needs_the_right_closure_on_float_edges():
 
 
 def test_grid_axis_expands_every_binned_metric():
-    from confgrid.flows.spec.grid import MetricsSpec
+    from confgrid.flows.spec.estimation import MetricsSpec
 
     m = MetricsSpec(names=("ece", "auroc", "ece_15", "ece_equal_mass"), ece_closure=("left", "right"))
     assert m.evaluated == ["ece", "ece_right", "auroc", "ece_15", "ece_15_right", "ece_equal_mass",

@@ -22,7 +22,7 @@ from confgrid.analysis import binning, conventions, estimators, metrics, registr
 from confgrid.analysis.registry import METRICS, get_metric
 from confgrid.flows.analyze.analysis import analyze, available_metrics
 from confgrid.flows.analyze.read import AnalyzeInputError
-from confgrid.flows.spec.grid import MetricsSpec
+from confgrid.flows.spec.estimation import MetricsSpec
 from reference.ece_conventions import PROJECTS, ece_spelled
 
 #: names of the grammar that are not listed: every scheme, closure and bin confidence, odd bin counts
