@@ -17,7 +17,7 @@ import yaml
 
 from confgrid.actors.backend import EngineDied, engine_died
 from confgrid.actors.model_actor import ModelConfig, cpu_thread_binding, replica_resources
-from confgrid.actors.vllm_backend import ExitOrder, engine_process_name
+from confgrid.actors.engine_processes import ExitOrder, engine_process_name
 from confgrid.flows.execute.pools import check_capacity, model_config, start_order
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.flows.spec.grid import parse_grid
