@@ -46,7 +46,7 @@ Definitions: OpenAI API reference, "Create chat completion" (``logprobs``,
 (extra parameters ``top_k``, ``continue_final_message``,
 ``add_generation_prompt``, ``chat_template_kwargs``).
 
-Why one file of about 720 lines: one backend class whose request path (send, check the reply, retry,
+Why one file: one backend class whose request path (send, check the reply, retry,
 count, stop the model, cache the answer) is shared by every request kind; the request deadline
 (http_deadline.py) and the answer cache (api_cache.py) are their own files.
 """

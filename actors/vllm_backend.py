@@ -40,7 +40,7 @@ another, named by vLLM's process titles (``VLLM::EngineCore``, ``VLLM::Worker_TP
 reports its engine dead (``EngineDeadError``) the backend raises :class:`~confgrid.actors.backend.EngineDied`
 naming the rank that died.
 
-Why one file of about 700 lines: one backend class over one engine (its start, checks, each engine
+Why one file: one backend class over one engine (its start, checks, each engine
 call and shutdown); the parts shared with the transformers backend live in backend.py.
 """
 
