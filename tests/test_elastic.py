@@ -219,7 +219,6 @@ def _executor(tmp_path, monkeypatch, free, placed):
     """An executor whose pools and Ray are fakes: ``free`` is what free_per_node returns, ``placed`` maps a
     replica name to what the actor table says (True placed, False waiting for resources)."""
     from confgrid.flows.execute import executor as ex
-    from confgrid.flows.execute import pool_lifecycle as lifecycle
     from confgrid.flows.plan.grid_plan import GridPlan
     from confgrid.flows.runner import _load_items
 
@@ -250,8 +249,8 @@ def _executor(tmp_path, monkeypatch, free, placed):
     monkeypatch.setattr(ModelPool, "start", start)
     monkeypatch.setattr(ModelPool, "add_replica", add)
     monkeypatch.setattr(ex.Executor, "_ping", lambda self, rep: None)
-    monkeypatch.setattr(lifecycle, "free_per_node", lambda: free)
-    for module in ("pools", "executor", "pool_lifecycle"):
+    monkeypatch.setattr(ex, "free_per_node", lambda: free)
+    for module in ("pools", "executor"):
         monkeypatch.setattr(f"confgrid.flows.execute.{module}._placed", lambda h: placed.get(h.name, True))
     monkeypatch.setattr(ModelPool, "stop_replica", lambda self, rep, state="released": setattr(rep, "state", state))
     return e, asked

@@ -170,7 +170,7 @@ TWO_4GPU_NODES = [{"GPU": 0.0, "CPU": 8.0}, {"GPU": 4.0, "CPU": 32.0}, {"GPU": 4
 
 
 def _plan(nodes: list[dict[str, float]]) -> tuple[dict, list[str], dict[str, int]]:
-    """What the executor decides before any model loads (pool_lifecycle.py ``_ensure_ray``, ``_start_pools``):
+    """What the executor decides before any model loads (executor.py ``_ensure_ray``, ``_start_pools``):
     each replica's needs, the capacity problems, the order of the pools, and a placement of that order where each
     replica goes to the node with the fewest free GPUs that holds it (Ray places them; every replica fits at once
     here, so any placement Ray picks holds them all)."""

@@ -41,11 +41,14 @@ Nothing waits silently: a model waiting for ``max_concurrent_models``, a
 replica waiting for resources, a pool kept for cross-model work: each says so
 in the log (and again every 30 s while it lasts).
 
-This file is the event loop over one state (the queue, the calls in flight, the pools and their
-replicas) and its handlers (submit, dispatch, call done, ping answered, Ctrl-C). Beside it: the decisions on
-pools and capacity (pools.py, pure), applying them over the pools' lifetime, start, growth and release
-(pool_lifecycle.py, a mixin of this class), the liveness of replicas and nodes (liveness.py, a mixin), the
-replicas' timeline spans (timeline.py), the Ray session (ray_session.py).
+Why one class in one file: the executor is one event loop over one state (the queue, the calls in flight, the
+pools and their replicas, the liveness probes), and its handlers (submit, dispatch, call done, ping answered,
+start, grow and release a pool, a replica unreachable or back, a node lost, Ctrl-C) each read and change most of
+that state and call one another; split into classes they would share it all again through back-references.
+What can be decided without that state is pure and lives beside it: the decisions on pools and capacity
+(pools.py), on faults and nodes (liveness.py), the replicas' timeline spans (timeline.py); the Ray session is
+ray_session.py. Ray is imported inside the methods that talk to it (``import ray  # lazy``): a run whose shards
+are all stored, and the commands that only read a run, never load it.
 """
 
 from __future__ import annotations
@@ -53,8 +56,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import re
+import signal
+import socket
+import threading
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -63,25 +71,46 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
+from confgrid.actors.api_cache import CACHE_DIR
 from confgrid.actors.backend import engine_died
 from confgrid.actors.calls import CallResult, EngineCall, ReplicaReady, RequestCounts
-from confgrid.flows.execute.liveness import ReplicaLiveness, classify_fault
-from confgrid.flows.execute.pool_lifecycle import PoolLifecycle
-from confgrid.flows.execute.timeline import add_span, note_waiting
-from confgrid.flows.plan.grid_plan import GridPlan
-from confgrid.flows.plan.shards import ShardRequest
+from confgrid.flows.execute.liveness import (
+    PROBE_SECONDS,
+    Fault,
+    NodeInfo,
+    NodeWatch,
+    actor_verdict,
+    classify_fault,
+    node_line,
+    requeue_or_fail,
+    stranded_models,
+)
 from confgrid.flows.execute.pools import (
+    CapacityError,
     ModelPool,
     Replica,
     _fmt,
     _free_resources,
     _placed,
     actor_entry,
+    at_once,
     cancel_calls,
+    check_capacity,
+    free_per_node,
+    grow_replicas,
+    max_replicas,
+    model_config,
+    node_resources,
+    start_latency,
+    start_order,
 )
-from confgrid.flows.store.runlog import LOG_NAME, trace
+from confgrid.flows.execute.ray_session import init_ray
+from confgrid.flows.execute.timeline import add_span, note_waiting
+from confgrid.flows.plan.grid_plan import GridPlan
+from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 from confgrid.flows.store.run_store import RunStore, ShardRecord
+from confgrid.flows.store.runlog import LOG_NAME, trace
 
 __all__ = ["Executor", "Counters", "DEFAULT_VLLM_PROMPTS_PER_CALL"]
 
@@ -96,6 +125,11 @@ WAIT_LOG_SECONDS = 30.0
 WAIT_FIRST_SECONDS = 5.0
 #: Seconds without a finished engine call (while calls are in flight) before the log says so.
 SLOW_CALL_SECONDS = 60.0
+#: Seconds between two decisions on elastic replicas (each reads the nodes' free resources from Ray).
+GROW_EVERY_S = 0.5
+#: Seconds an elastic replica may wait for Ray to place it before its request is withdrawn (the free resources
+#: it was asked for were taken meanwhile; it must not take room a pool waits for later).
+ELASTIC_PLACE_S = 10.0
 _STAGE_RANK = {"generate": 0, "score": 1, "probe": 1, "sample": 1, "rate": 1, "next_token": 1, "hidden": 1}
 
 
@@ -144,7 +178,7 @@ def prompts_per_call(m: ModelSpec) -> int | None:
     return DEFAULT_VLLM_PROMPTS_PER_CALL if m.backend == "vllm" else None
 
 
-class Executor(ReplicaLiveness, PoolLifecycle):
+class Executor:
     """Runs shard requests on model pools and records every outcome in the store.
 
     Parameters
@@ -198,7 +232,9 @@ class Executor(ReplicaLiveness, PoolLifecycle):
         self._queue_spans: list[list[float | None]] = []  # when some shard waited in a queue (meta.queued)
         self._max_replicas: dict[str, int] = {}  # model -> most replicas at once (models[].max_replicas resolved)
         self._grow_at = 0.0  # when elastic replicas are decided on next
-        self._liveness_init()
+        self._moves: dict[str, int] = {}  # shard key -> times put back in the queue after a lost replica
+        self._nodes = NodeWatch()
+        self._probe_at: dict[int, float] = {}  # id(replica) -> next look at its actor-table entry
 
     # -- public -------------------------------------------------------------------------
     def run(self, plan: GridPlan) -> dict[str, pd.DataFrame]:
@@ -279,9 +315,6 @@ class Executor(ReplicaLiveness, PoolLifecycle):
         replicas = [r.record() for p in self.history for r in p.replicas]
         queued = [list(x) for x in self._queue_spans]
         if self._invocation is None:
-            import os
-            import socket
-
             self._invocation = {"started_at": time.time(), "only_failed": self.only_failed, "driver_pid": os.getpid(),
                                 "driver_host": socket.gethostname(), "address": self.address}
             self.store.meta.setdefault("invocations", []).append(self._invocation)
@@ -448,9 +481,6 @@ class Executor(ReplicaLiveness, PoolLifecycle):
         ``KeyboardInterrupt`` within ``WAIT_FIRST_SECONDS`` (Ray's ``wait`` can consume a KeyboardInterrupt
         raised inside it); a second Ctrl-C raises at once. Returns the function restoring the old handler.
         Outside the main thread (a notebook's worker thread) nothing changes."""
-        import signal
-        import threading
-
         self._ctrl_c = False
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
@@ -468,7 +498,7 @@ class Executor(ReplicaLiveness, PoolLifecycle):
         return lambda: signal.signal(signal.SIGINT, old)
 
     def _wait_one(self) -> None:
-        import ray
+        import ray  # lazy: see the module docstring
 
         refs = list(self._inflight) + list(self._pings)
         ready, _ = ray.wait(refs, num_returns=1, timeout=WAIT_FIRST_SECONDS)
@@ -487,7 +517,7 @@ class Executor(ReplicaLiveness, PoolLifecycle):
         self._pings[rep.handle.ping.options(max_task_retries=0).remote()] = rep
 
     def _on_ping(self, ref: Any, rep: Replica) -> None:
-        import ray
+        import ray  # lazy: see the module docstring
 
         pool = self.pools.get(rep.model)
         try:
@@ -547,8 +577,8 @@ class Executor(ReplicaLiveness, PoolLifecycle):
         return new
 
     def _on_call(self, ref: Any, f: _InFlight) -> None:
-        import ray
-        from ray.exceptions import RayActorError
+        import ray  # lazy: see the module docstring
+        from ray.exceptions import RayActorError  # lazy: likewise
 
         rep = f.replica
         rep.inflight -= 1
@@ -676,6 +706,336 @@ class Executor(ReplicaLiveness, PoolLifecycle):
                   **({"confgrid.error": (rec.error or "")[:4000]} if rec.error else {})},
         )
 
+    # -- pools: start, grow, release (the decisions are pools.py's pure functions) ----------
+    def _ensure_ray(self) -> None:
+        if self._ray_ready:
+            return
+        import ray  # lazy: see the module docstring
+
+        from confgrid.actors.model_actor import replica_resources  # lazy: model_actor imports ray
+
+        init_ray(self.address)
+
+        nodes = node_resources()
+        # GPUs: does the cluster have any; CPUs: what one node offers (a CPU replica reserves one node's CPUs)
+        total = ray.cluster_resources()
+        self._cluster = {"GPU": float(total.get("GPU", 0.0)), "CPU": max((n["CPU"] for n in nodes), default=1.0)}
+        # what the cluster declares, for the timeline's GPU-seconds (flows/execute/timeline.py)
+        self.store.meta["cluster"] = {"GPU": float(total.get("GPU", 0.0)), "CPU": float(total.get("CPU", 0.0)),
+                                      "nodes": len(nodes)}
+        if self._invocation is not None:
+            self._invocation["cluster"] = self.store.meta["cluster"]
+        self._needs = {}
+        for m in self.spec.models:
+            rr = replica_resources(model_config(m, self.spec), self._cluster)
+            self._needs[m.name] = (m.replicas, rr.per_node, rr.note)
+            self._max_replicas[m.name] = max_replicas(m.max_replicas, m.replicas, rr.per_node, nodes)
+        problems = check_capacity(self._needs, nodes)
+        if problems and not self.spec.execution.wait_for_nodes:
+            raise CapacityError(problems)
+        for p in problems:
+            log.warning("%s; waiting for the autoscaler to add such a node (execution.wait_for_nodes)", p)
+        for name, (n, need, _) in self._needs.items():
+            fit = at_once(need, nodes)
+            if 0 < fit < n:
+                log.info("model %s: %d replicas of %s, the cluster holds %d at once; the rest start as room frees "
+                         "up", name, n, _fmt(need), fit)
+            if self._max_replicas[name] > n:
+                log.info("model %s: up to %d replicas (max_replicas %s): extra replicas start on free resources "
+                         "while its queue holds more calls than its replicas take", name, self._max_replicas[name],
+                         self.models[name].max_replicas)
+            elif self.models[name].max_replicas is not None:
+                log.info("model %s: max_replicas %s allows no extra replica: the cluster holds %d of %s at once and "
+                         "the model has %d", name, self.models[name].max_replicas, fit, _fmt(need), n)
+        self._ray_ready = True
+
+    def _api_cache(self, m: ModelSpec) -> str | None:
+        """An API model's answer cache: ``<run dir>/api_cache`` (created here, so a replica can tell it reaches it)."""
+        if m.backend != "openai":
+            return None
+        path = self.store.root / CACHE_DIR
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def _alive_pools(self) -> list[ModelPool]:
+        return [p for p in self.pools.values() if not p.released]
+
+    def _start_pools(self) -> None:
+        limit = self.spec.execution.max_concurrent_models
+        pending = [name for name in self.models if self._queues[name] and name not in self.pools]
+        if not pending:
+            return
+        self._ensure_ray()
+        # largest replica first (first-fit decreasing): small replicas asked for first can fragment the nodes
+        for name in start_order({name: self._needs[name] for name in pending}):
+            alive = self._alive_pools()
+            if limit is not None and len(alive) >= limit:
+                self._say(f"limit:{name}", f"model {name}: waits for a free slot (execution.max_concurrent_models="
+                          f"{limit}; running: {', '.join(p.name for p in alive)})")
+                continue
+            m = self.models[name]
+            load = sum(1 for p in self.history if p.name == name)
+            pool = ModelPool(m, model_config(m, self.spec, self._api_cache(m)), load)
+            try:
+                pool.start(self._cluster)
+            except Exception as exc:  # noqa: BLE001 - e.g. a placement group that can never be created
+                self._model_dead(name, f"could not start replicas of model {name!r}: {type(exc).__name__}: {exc}")
+                continue
+            self.pools[name] = pool
+            self.history.append(pool)
+            for rep in pool.replicas:
+                self._ping(rep)
+            need = self._needs[name][1]
+            log.info("model %s: %d %s replica(s) of %s requested%s", name, m.replicas, m.backend, _fmt(need),
+                     f" (load {load + 1} of this model in the run)" if load else "")
+
+    def _grow_pools(self) -> None:
+        """Elastic replicas: ask for the extra replicas pools.py ``grow_replicas`` decides on, every
+        GROW_EVERY_S; withdraw an extra one Ray has not placed within ELASTIC_PLACE_S; log what waits."""
+        now = time.time()
+        if now < self._grow_at:
+            return
+        self._grow_at = now + GROW_EVERY_S
+        for pool in self._alive_pools():
+            for rep in pool.waiting():
+                if rep.elastic and now - rep.requested_at >= ELASTIC_PLACE_S and _placed(rep.handle) is False:
+                    self._cancel_waiting(pool, rep, f"extra replica not placed within {ELASTIC_PLACE_S:.0f} s (the "
+                                         "free resources it was asked for were taken meanwhile)")
+        pools = [p for p in self._alive_pools() if self._queues[p.name]
+                 and self._max_replicas.get(p.name, 0) > len(p.live())]
+        if not pools:
+            return
+        demands, queued = {}, {}
+        start_s = start_latency([r for p in self.history for r in p.replicas])
+        for pool in self._alive_pools():
+            queued[pool.name] = self._queued_calls(pool.name)
+            demands[pool.name] = pool.demand(self._needs[pool.name][1], self._max_replicas[pool.name],
+                                             *queued[pool.name], unplaced=len(pool.unplaced()), start_s=start_s,
+                                             calls_in_flight=self.spec.execution.calls_in_flight)
+        starting = [m for m, q in self._queues.items() if q and m not in self.pools and m not in self._dead_reason]
+        growth = grow_replicas(list(demands.values()), free_per_node(), self.spec.execution.calls_in_flight,
+                               starting)
+        for name, node in growth.start:
+            pool, d = self.pools[name], demands[name]
+            live = len(pool.live())
+            rep = pool.add_replica(self._cluster)
+            self._ping(rep)
+            log.info("model %s: extra replica %s asked for (max_replicas %d): %d call(s) queued for %d replica(s), "
+                     "%.0f s of one replica's work against %.0f s to start and %.0f s to load; %s free on node %s",
+                     name, rep.name, self._max_replicas[name], queued[name][0], live, d.work_s or 0.0, d.start_s,
+                     d.load_s or 0.0, _fmt(self._needs[name][1]), node[:8])
+        for name, why in growth.waits.items():
+            self._say(f"grow:{name}", f"model {name}: {queued[name][0]} call(s) queued for "
+                      f"{len(self.pools[name].live())} replica(s) (max_replicas {self._max_replicas[name]}); an extra "
+                      f"replica waits: {why}")
+
+    def _release(self, pool: ModelPool, why: str) -> None:
+        if pool.released:
+            return
+        for ref, rep in list(self._pings.items()):
+            if rep in pool.replicas:
+                del self._pings[ref]
+        self._settle_unreachable(pool)
+        pool.release()
+        self.pools.pop(pool.name, None)
+        if any(r.loads for r in pool.replicas):
+            log.info("model %s: released (%s)", pool.name, why)
+
+    def _others_wait(self, name: str) -> bool:
+        """Another model has queued work and no room: no pool yet, or no loaded replica and one that Ray has
+        not placed for lack of resources (a replica placed and loading needs no room from anyone)."""
+        for other, q in self._queues.items():
+            if other == name or not q:
+                continue
+            pool = self.pools.get(other)
+            if pool is None:
+                return True
+            if not pool.ready() and any(_placed(r.handle) is not True for r in pool.waiting()):
+                return True
+        return False
+
+    def _release_idle(self) -> None:
+        for pool in self._alive_pools():
+            name = pool.name
+            busy = any(f.replica.model == name for f in self._inflight.values())
+            if self._queues[name] or busy:
+                continue
+            for rep in pool.waiting():  # nothing left to give a replica that is not loaded yet
+                self._cancel_waiting(pool, rep)
+            if self._plan.expects_work(name) and not self._others_wait(name):
+                self._say(f"keep:{name}", f"model {name}: stays loaded; it has cross-model work to come "
+                          f"({'; '.join(self._plan.waiting_for()) or 'answers of other models'})")
+                continue
+            self._release(pool, "its work is done" if not self._plan.expects_work(name)
+                          else "other models wait for room; it is reloaded for its cross-model work")
+
+    def _cancel_waiting(self, pool: ModelPool, rep: Replica,
+                        why: str = "not needed any more (no work left for it)") -> None:
+        for ref, r in list(self._pings.items()):
+            if r is rep:
+                del self._pings[ref]
+        pool.stop_replica(rep)
+        log.info("replica %s: %s; request withdrawn (%s)", rep.name, why,
+                 {"loading": "it was loading its model", "waiting": "it was waiting for resources"}.get(
+                     rep.withdrawn or "", "loading or waiting for resources"))
+
+    # -- liveness: unreachable replicas, lost nodes (the decisions are liveness.py's) -----------
+    def _unreachable(self) -> list[Any]:
+        """Replicas a call or a ping could not reach (a loading one whose ping is to be asked again included)."""
+        return [r for p in self.pools.values() if not p.released for r in p.replicas
+                if r.state == "unreachable" or (r.state == "waiting" and id(r) in self._probe_at)]
+
+    def _on_replica_fault(self, f: Any, exc: BaseException | None, err: str, fault: Fault) -> None:
+        """A call failed because its replica is unreachable or gone: put its shards back (bounded), mark it."""
+        rep = f.replica
+        back, failed = [], []
+        for sh, rec in zip(f.shards, f.records, strict=True):
+            moves = self._moves.get(sh.key, 0)
+            if rep.model not in self._dead_reason and requeue_or_fail(moves, self.spec.execution.max_retries):
+                self._moves[sh.key] = moves + 1
+                rec.status, rec.error = "pending", f"put back in the queue: replica {rep.name} {fault} ({err})"
+                self._requeue_shard(sh)
+                back.append(sh)
+            else:
+                failed.append((sh, rec))
+        if failed:
+            why = self._dead_reason.get(rep.model) or (
+                f"replica {rep.name} was lost {self.spec.execution.max_retries} time(s) with this shard: {err}")
+            self._submit(self._fail([s for s, _ in failed], [r for _, r in failed], why))
+        where = node_line(None, rep.node_id, rep.node_ip)
+        if back:
+            log.warning("replica %s on %s: %s (%s); %d shard(s) of its call put back in the queue for the other "
+                        "replicas", rep.name, where, "unreachable" if fault == "unreachable" else "gone", err,
+                        len(back))
+        if fault == "gone":
+            self._mark_lost(rep, err)
+        elif rep.state == "ready":
+            rep.state, rep.error = "unreachable", err
+            rep.unreachable_since = time.time()
+            self._probe_at[id(rep)] = time.time() + PROBE_SECONDS
+            self._nodes.poll(force=True)
+
+    def _on_engine_died(self, f: Any, died: Any) -> None:
+        """A call failed because the replica's engine died (``actors/backend.py`` ``EngineDied``): the first report
+        of an incarnation's death restarts the replica (``ray.kill`` with restart: Ray starts a new process within
+        its ``max_restarts``, or gives the actor up); the call's shards go back in the queue as for an unreachable
+        replica."""
+        import ray  # lazy: see the module docstring
+
+        rep = f.replica
+        err = f"its engine died: {died.process or 'no process of the engine was seen to end'}"
+        current = rep.info is not None and died.incarnation == rep.info.incarnation
+        if current and rep.state == "ready":
+            log.error("replica %s on %s: %s; Ray restarts the replica (a new process loads the model; restarts "
+                      "allowed per replica: execution.max_retries=%d, used %d)", rep.name,
+                      node_line(None, rep.node_id, rep.node_ip), err, self.spec.execution.max_retries, rep.restarts)
+            try:
+                ray.kill(rep.handle, no_restart=False)
+            except Exception as exc:  # noqa: BLE001 - the actor is gone already: the probe records it
+                log.warning("replica %s: could not be restarted (%s)", rep.name, exc)
+        self._on_replica_fault(f, None, err, "unreachable")
+
+    def _mark_lost(self, rep: Any, err: str) -> None:
+        """The replica will not come back: state ``lost`` (or ``dead`` if killed on purpose), node and time recorded."""
+        pool = self.pools.get(rep.model)
+        if rep.state in ("lost", "dead", "released") or pool is None:
+            return
+        self._nodes.poll(force=True)
+        node_gone = rep.node_id in self._nodes.lost
+        rep.state, rep.error, rep.lost_at = ("lost" if node_gone else "dead"), err, time.time()
+        if node_gone:
+            log.error("replica %s: lost with %s (%s)", rep.name, node_line(None, rep.node_id, rep.node_ip), err)
+        else:
+            log.error("replica %s: died (%s)", rep.name, err)
+        pool.stop_replica(rep, rep.state)
+        if not pool.alive():
+            self._model_dead(rep.model, f"no live replica of model {rep.model!r} (replica {rep.name} "
+                                        f"{'lost with ' + node_line(None, rep.node_id, rep.node_ip) if node_gone else 'died'}: {err})")
+
+    def _abandon_calls(self, node: NodeInfo) -> None:
+        """The calls in flight on a lost node's replicas: Ray keeps such a call queued until it restarts the actor,
+        which may be never (no room left), so the call is given up: cancelled (best effort), its shards put back
+        in the queue, its replica marked unreachable. A late result of a given-up call is ignored."""
+        gone = [(ref, f) for ref, f in self._inflight.items() if f.replica.node_id == node.node_id]
+        merged: dict[int, Any] = {}  # one fault per replica (one log line), all its calls' shards
+        for ref, f in gone:
+            del self._inflight[ref]
+            f.replica.inflight -= 1
+            m = merged.setdefault(id(f.replica), type(f)(f.replica, [], [], f.incarnation))
+            m.shards += f.shards
+            m.records += f.records
+        for m in merged.values():
+            self._on_replica_fault(m, None, f"its {node_line(node)} was lost", "unreachable")
+        cancel_calls([ref for ref, _ in gone])
+
+    def _settle_unreachable(self, pool: Any) -> None:
+        """Before a pool is released: a replica still unreachable is recorded ``lost`` with its node if that node
+        is gone (Ray may still be waiting to restart it where no room is), else left ``unreachable``."""
+        self._nodes.poll(force=True)
+        for rep in pool.replicas:
+            if rep.state == "unreachable" and rep.node_id in self._nodes.lost:
+                rep.state, rep.lost_at = "lost", time.time()
+                log.warning("replica %s: lost with %s (%s); not restarted before its model's work was done",
+                            rep.name, node_line(None, rep.node_id, rep.node_ip), rep.error)
+
+    def _probe_unreachable(self) -> None:
+        """Look at each unreachable replica's actor entry: ping it when Ray has it alive again, record it lost
+        when Ray gave it up."""
+        now = time.time()
+        pinged = set(map(id, self._pings.values()))
+        for rep in self._unreachable():
+            if id(rep) in pinged or now < self._probe_at.get(id(rep), 0.0):
+                continue
+            if rep.state == "waiting":  # its ping found it unreachable while it loaded: ask again
+                del self._probe_at[id(rep)]
+                self._ping(rep)
+                continue
+            self._probe_at[id(rep)] = now + PROBE_SECONDS
+            entry = actor_entry(rep.handle)
+            verdict = actor_verdict(entry.state if entry else None,
+                                    self._nodes.is_alive(entry.node_id) if entry and entry.node_id else None)
+            if verdict == "alive":
+                self._ping(rep)
+            elif verdict == "lost":
+                self._mark_lost(rep, rep.error or "Ray gave the actor up")
+
+    def _on_back(self, rep: Any, ready: Any) -> None:
+        """An unreachable replica answered its ping: count its restart (if it is a new process) and make it ready."""
+        restarted = rep.info is not None and ready.replica.incarnation != rep.info.incarnation
+        if restarted:
+            n = self._count_restarts(rep, fallback=1)
+            rep.loaded(ready.replica, time.time())
+            self.counters.loads += 1
+            log.warning("replica %s: back after %.0f s unreachable; Ray restarted its actor (pid %s on %s -> pid %s "
+                        "on %s%s); recorded in manifest.json", rep.name, time.time() - rep.unreachable_since,
+                        rep.info.pid, node_line(None, rep.node_id, rep.node_ip), ready.replica.pid,
+                        node_line(None, ready.replica.node_id, ready.replica.node_ip), f"; {n} restarts" if n > 1 else "")
+        else:
+            log.info("replica %s: answers again after %.0f s", rep.name, time.time() - rep.unreachable_since)
+        rep.info = ready.replica
+        rep.node_id, rep.node_ip = ready.replica.node_id, ready.replica.node_ip
+        rep.state, rep.error, rep.last_progress = "ready", None, time.time()
+
+    def _watch_nodes(self) -> None:
+        """Read the node table; for each node lost, say in one line what happened to its work, and fail fast the
+        models that no alive node fits any more (unless ``execution.wait_for_nodes``)."""
+        if not getattr(self, "_ray_ready", False):
+            return
+        for node in self._nodes.poll():
+            reps = [r for p in self.pools.values() if not p.released for r in p.replicas if r.node_id == node.node_id]
+            self._abandon_calls(node)
+            log.error("Ray %s was lost (labels %s); replica(s) on it: %s; their calls in flight go back in the queue "
+                      "(at most execution.max_retries=%d times per shard)", node_line(node), node.labels or "{}",
+                      ", ".join(r.name for r in reps) or "none", self.spec.execution.max_retries)
+            if self.spec.execution.wait_for_nodes:
+                continue
+            active = [m for m, q in self._queues.items() if (q or m in self.pools) and m not in self._dead_reason]
+            for m in stranded_models(self._needs, self._nodes.alive(), active):
+                need = self._needs[m][1]
+                self._model_dead(m, f"{node_line(node)} was lost and no node left fits a replica of model {m!r} "
+                                    f"({', '.join(f'{k}: {v:g}' for k, v in need.items())}); "
+                                    "confgrid resume runs it when the cluster has such a node again")
+
     # -- log ----------------------------------------------------------------------------
     def _state(self) -> str:
         queued = {m: len(q) for m, q in self._queues.items() if q}
@@ -728,9 +1088,7 @@ _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit
 
 def traceback_text(exc: BaseException) -> str:
     """The full traceback of a failure as text: a Ray error's remote traceback (its message), else Python's."""
-    import traceback
-
-    from ray.exceptions import RayError
+    from ray.exceptions import RayError  # lazy: see the module docstring
 
     if isinstance(exc, RayError):
         return _ANSI.sub("", str(exc)).strip()
@@ -759,7 +1117,7 @@ def _error_text(exc: BaseException) -> str:
             if getattr(exc, "_actor_init_failed", False):
                 return f"the replica's model load raised {detail}"
             return f"{type(exc).__name__} ({detail})"
-    from ray.exceptions import RayError
+    from ray.exceptions import RayError  # lazy: see the module docstring
 
     if isinstance(exc, RayError):
         return f"{type(exc).__name__}: {lines[0] if lines else ''}"

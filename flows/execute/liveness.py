@@ -4,7 +4,7 @@ When a Ray node dies, its actors are unreachable for 10 to 20 s before Ray
 declares the node dead; calls to them raise ``ActorUnavailableError`` (the
 actor may come back: Ray restarts it elsewhere) and then ``ActorDiedError``
 (it will not). Neither says anything about the work itself, so the executor
-(flows/execute/executor.py, through :class:`ReplicaLiveness`) does this:
+(flows/execute/executor.py) does this:
 
 - the call's shards go back in their model's queue (each shard at most
   ``execution.max_retries`` times across replicas: :func:`requeue_or_fail`);
@@ -22,7 +22,7 @@ actor may come back: Ray restarts it elsewhere) and then ``ActorDiedError``
   naming the lost node (:func:`stranded_models`).
 
 The decisions are the pure functions of this module; only :func:`read_nodes`
-and the methods of :class:`ReplicaLiveness` talk to Ray.
+and the executor's liveness methods talk to Ray.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any, Literal
 from confgrid.flows.execute.pools import check_capacity
 
 __all__ = ["NodeInfo", "Fault", "classify_fault", "requeue_or_fail", "actor_verdict", "lost_nodes", "lost_node_tags",
-           "stranded_models", "node_line", "read_nodes", "NodeWatch", "ReplicaLiveness", "PROBE_SECONDS"]
+           "stranded_models", "node_line", "read_nodes", "NodeWatch", "PROBE_SECONDS"]
 
 log = logging.getLogger("confgrid")
 
@@ -80,7 +80,7 @@ def classify_fault(exc: BaseException) -> Fault:
     anything else (the engine raised, the result could not be read) is
     ``work``: the shards failed on their own.
     """
-    from ray.exceptions import ActorDiedError, ActorUnavailableError
+    from ray.exceptions import ActorDiedError, ActorUnavailableError  # lazy: the plan and the tests load no Ray
 
     if isinstance(exc, ActorUnavailableError):
         return "unreachable"
@@ -170,7 +170,7 @@ def node_line(node: NodeInfo | None, node_id: str = "", ip: str = "") -> str:
 
 def read_nodes() -> list[NodeInfo]:
     """Every node of the connected Ray cluster (GCS node table), dead ones included."""
-    import ray
+    import ray  # lazy: the plan and the tests load no Ray
 
     out = []
     for n in ray.nodes():
@@ -219,177 +219,3 @@ class NodeWatch:
     def is_alive(self, node_id: str) -> bool | None:
         n = self.known.get(node_id)
         return None if n is None else n.alive
-
-
-class ReplicaLiveness:
-    """The executor's part that handles unreachable replicas and lost nodes (mixed into ``Executor``).
-
-    It uses the executor's ``pools``, ``_queues``, ``_queued``, ``_pings``, ``_inflight``, ``store``,
-    ``spec``, ``counters``, ``_dead_reason`` and its ``_ping``, ``_fail``, ``_submit``, ``_model_dead``,
-    ``_requeue_shard`` and ``_count_restarts``.
-    """
-
-    def _liveness_init(self) -> None:
-        self._moves: dict[str, int] = {}  # shard key -> times put back in the queue after a lost replica
-        self._nodes = NodeWatch()
-        self._probe_at: dict[int, float] = {}  # id(replica) -> next look at its actor-table entry
-
-    def _unreachable(self) -> list[Any]:
-        """Replicas a call or a ping could not reach (a loading one whose ping is to be asked again included)."""
-        return [r for p in self.pools.values() if not p.released for r in p.replicas
-                if r.state == "unreachable" or (r.state == "waiting" and id(r) in self._probe_at)]
-
-    def _on_replica_fault(self, f: Any, exc: BaseException | None, err: str, fault: Fault) -> None:
-        """A call failed because its replica is unreachable or gone: put its shards back (bounded), mark it."""
-        rep = f.replica
-        back, failed = [], []
-        for sh, rec in zip(f.shards, f.records, strict=True):
-            moves = self._moves.get(sh.key, 0)
-            if rep.model not in self._dead_reason and requeue_or_fail(moves, self.spec.execution.max_retries):
-                self._moves[sh.key] = moves + 1
-                rec.status, rec.error = "pending", f"put back in the queue: replica {rep.name} {fault} ({err})"
-                self._requeue_shard(sh)
-                back.append(sh)
-            else:
-                failed.append((sh, rec))
-        if failed:
-            why = self._dead_reason.get(rep.model) or (
-                f"replica {rep.name} was lost {self.spec.execution.max_retries} time(s) with this shard: {err}")
-            self._submit(self._fail([s for s, _ in failed], [r for _, r in failed], why))
-        where = node_line(None, rep.node_id, rep.node_ip)
-        if back:
-            log.warning("replica %s on %s: %s (%s); %d shard(s) of its call put back in the queue for the other "
-                        "replicas", rep.name, where, "unreachable" if fault == "unreachable" else "gone", err,
-                        len(back))
-        if fault == "gone":
-            self._mark_lost(rep, err)
-        elif rep.state == "ready":
-            rep.state, rep.error = "unreachable", err
-            rep.unreachable_since = time.time()
-            self._probe_at[id(rep)] = time.time() + PROBE_SECONDS
-            self._nodes.poll(force=True)
-
-    def _on_engine_died(self, f: Any, died: Any) -> None:
-        """A call failed because the replica's engine died (``actors/backend.py`` ``EngineDied``): the first report
-        of an incarnation's death restarts the replica (``ray.kill`` with restart: Ray starts a new process within
-        its ``max_restarts``, or gives the actor up); the call's shards go back in the queue as for an unreachable
-        replica."""
-        import ray
-
-        rep = f.replica
-        err = f"its engine died: {died.process or 'no process of the engine was seen to end'}"
-        current = rep.info is not None and died.incarnation == rep.info.incarnation
-        if current and rep.state == "ready":
-            log.error("replica %s on %s: %s; Ray restarts the replica (a new process loads the model; restarts "
-                      "allowed per replica: execution.max_retries=%d, used %d)", rep.name,
-                      node_line(None, rep.node_id, rep.node_ip), err, self.spec.execution.max_retries, rep.restarts)
-            try:
-                ray.kill(rep.handle, no_restart=False)
-            except Exception as exc:  # noqa: BLE001 - the actor is gone already: the probe records it
-                log.warning("replica %s: could not be restarted (%s)", rep.name, exc)
-        self._on_replica_fault(f, None, err, "unreachable")
-
-    def _mark_lost(self, rep: Any, err: str) -> None:
-        """The replica will not come back: state ``lost`` (or ``dead`` if killed on purpose), node and time recorded."""
-        pool = self.pools.get(rep.model)
-        if rep.state in ("lost", "dead", "released") or pool is None:
-            return
-        self._nodes.poll(force=True)
-        node_gone = rep.node_id in self._nodes.lost
-        rep.state, rep.error, rep.lost_at = ("lost" if node_gone else "dead"), err, time.time()
-        if node_gone:
-            log.error("replica %s: lost with %s (%s)", rep.name, node_line(None, rep.node_id, rep.node_ip), err)
-        else:
-            log.error("replica %s: died (%s)", rep.name, err)
-        pool.stop_replica(rep, rep.state)
-        if not pool.alive():
-            self._model_dead(rep.model, f"no live replica of model {rep.model!r} (replica {rep.name} "
-                                        f"{'lost with ' + node_line(None, rep.node_id, rep.node_ip) if node_gone else 'died'}: {err})")
-
-    def _abandon_calls(self, node: NodeInfo) -> None:
-        """The calls in flight on a lost node's replicas: Ray keeps such a call queued until it restarts the actor,
-        which may be never (no room left), so the call is given up: cancelled (best effort), its shards put back
-        in the queue, its replica marked unreachable. A late result of a given-up call is ignored."""
-        from confgrid.flows.execute.pools import cancel_calls
-
-        gone = [(ref, f) for ref, f in self._inflight.items() if f.replica.node_id == node.node_id]
-        merged: dict[int, Any] = {}  # one fault per replica (one log line), all its calls' shards
-        for ref, f in gone:
-            del self._inflight[ref]
-            f.replica.inflight -= 1
-            m = merged.setdefault(id(f.replica), type(f)(f.replica, [], [], f.incarnation))
-            m.shards += f.shards
-            m.records += f.records
-        for m in merged.values():
-            self._on_replica_fault(m, None, f"its {node_line(node)} was lost", "unreachable")
-        cancel_calls([ref for ref, _ in gone])
-
-    def _settle_unreachable(self, pool: Any) -> None:
-        """Before a pool is released: a replica still unreachable is recorded ``lost`` with its node if that node
-        is gone (Ray may still be waiting to restart it where no room is), else left ``unreachable``."""
-        self._nodes.poll(force=True)
-        for rep in pool.replicas:
-            if rep.state == "unreachable" and rep.node_id in self._nodes.lost:
-                rep.state, rep.lost_at = "lost", time.time()
-                log.warning("replica %s: lost with %s (%s); not restarted before its model's work was done",
-                            rep.name, node_line(None, rep.node_id, rep.node_ip), rep.error)
-
-    def _probe_unreachable(self) -> None:
-        """Look at each unreachable replica's actor entry: ping it when Ray has it alive again, record it lost
-        when Ray gave it up."""
-        from confgrid.flows.execute.pools import actor_entry
-
-        now = time.time()
-        pinged = set(map(id, self._pings.values()))
-        for rep in self._unreachable():
-            if id(rep) in pinged or now < self._probe_at.get(id(rep), 0.0):
-                continue
-            if rep.state == "waiting":  # its ping found it unreachable while it loaded: ask again
-                del self._probe_at[id(rep)]
-                self._ping(rep)
-                continue
-            self._probe_at[id(rep)] = now + PROBE_SECONDS
-            entry = actor_entry(rep.handle)
-            verdict = actor_verdict(entry.state if entry else None,
-                                    self._nodes.is_alive(entry.node_id) if entry and entry.node_id else None)
-            if verdict == "alive":
-                self._ping(rep)
-            elif verdict == "lost":
-                self._mark_lost(rep, rep.error or "Ray gave the actor up")
-
-    def _on_back(self, rep: Any, ready: Any) -> None:
-        """An unreachable replica answered its ping: count its restart (if it is a new process) and make it ready."""
-        restarted = rep.info is not None and ready.replica.incarnation != rep.info.incarnation
-        if restarted:
-            n = self._count_restarts(rep, fallback=1)
-            rep.loaded(ready.replica, time.time())
-            self.counters.loads += 1
-            log.warning("replica %s: back after %.0f s unreachable; Ray restarted its actor (pid %s on %s -> pid %s "
-                        "on %s%s); recorded in manifest.json", rep.name, time.time() - rep.unreachable_since,
-                        rep.info.pid, node_line(None, rep.node_id, rep.node_ip), ready.replica.pid,
-                        node_line(None, ready.replica.node_id, ready.replica.node_ip), f"; {n} restarts" if n > 1 else "")
-        else:
-            log.info("replica %s: answers again after %.0f s", rep.name, time.time() - rep.unreachable_since)
-        rep.info = ready.replica
-        rep.node_id, rep.node_ip = ready.replica.node_id, ready.replica.node_ip
-        rep.state, rep.error, rep.last_progress = "ready", None, time.time()
-
-    def _watch_nodes(self) -> None:
-        """Read the node table; for each node lost, say in one line what happened to its work, and fail fast the
-        models that no alive node fits any more (unless ``execution.wait_for_nodes``)."""
-        if not getattr(self, "_ray_ready", False):
-            return
-        for node in self._nodes.poll():
-            reps = [r for p in self.pools.values() if not p.released for r in p.replicas if r.node_id == node.node_id]
-            self._abandon_calls(node)
-            log.error("Ray %s was lost (labels %s); replica(s) on it: %s; their calls in flight go back in the queue "
-                      "(at most execution.max_retries=%d times per shard)", node_line(node), node.labels or "{}",
-                      ", ".join(r.name for r in reps) or "none", self.spec.execution.max_retries)
-            if self.spec.execution.wait_for_nodes:
-                continue
-            active = [m for m, q in self._queues.items() if (q or m in self.pools) and m not in self._dead_reason]
-            for m in stranded_models(self._needs, self._nodes.alive(), active):
-                need = self._needs[m][1]
-                self._model_dead(m, f"{node_line(node)} was lost and no node left fits a replica of model {m!r} "
-                                    f"({', '.join(f'{k}: {v:g}' for k, v in need.items())}); "
-                                    "confgrid resume runs it when the cluster has such a node again")

@@ -26,6 +26,7 @@ model, what one replica asks for and what the largest node offers.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -61,9 +62,7 @@ def model_config(m: ModelSpec, spec: GridSpec, api_cache: str | None = None):
 
     ``api_cache``: the run's answer cache folder (actors/api_cache.py), given to an API model's replicas.
     """
-    import dataclasses
-
-    from confgrid.actors.model_actor import ModelConfig
+    from confgrid.actors.model_actor import ModelConfig  # lazy: model_actor imports ray
 
     return ModelConfig(
         name=m.name, model=m.model, backend=m.backend, dtype=m.dtype, revision=m.revision,
@@ -83,7 +82,7 @@ def cancel_calls(refs: list[Any]) -> None:
     A cancelled call is not retried, so Ray does not print "There are N retries remaining, so the task will be
     retried" for calls nobody will retry. Best effort: nothing is raised.
     """
-    import ray
+    import ray  # lazy: no Ray until a shard must be computed
 
     if not refs or not ray.is_initialized():
         return
@@ -96,7 +95,7 @@ def cancel_calls(refs: list[Any]) -> None:
 
 def node_resources() -> list[dict[str, float]]:
     """Total ``{"GPU": g, "CPU": c}`` of every alive node of the connected Ray cluster."""
-    import ray
+    import ray  # lazy: no Ray until a shard must be computed
 
     return [{"GPU": float(n.get("Resources", {}).get("GPU", 0.0)), "CPU": float(n.get("Resources", {}).get("CPU", 0.0))}
             for n in ray.nodes() if n.get("Alive")]
@@ -108,7 +107,7 @@ def _fmt(res: dict[str, float]) -> str:
 
 def _free_resources() -> dict[str, float]:
     """What the cluster has free now (for a log line; {} when Ray does not answer)."""
-    import ray
+    import ray  # lazy: no Ray until a shard must be computed
 
     try:
         return {k: float(v) for k, v in ray.available_resources().items()}
@@ -119,8 +118,8 @@ def _free_resources() -> dict[str, float]:
 def free_per_node() -> dict[str, dict[str, float]]:
     """GPUs and CPUs free now on each alive node of the connected Ray cluster (node id -> resources); {} when
     Ray does not answer (then no extra replica is started)."""
-    import ray
-    from ray._private import state
+    import ray  # lazy: no Ray until a shard must be computed
+    from ray._private import state  # lazy: no Ray until a shard must be computed
 
     try:
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
@@ -529,7 +528,7 @@ class ActorEntry:
 def actor_entry(handle: Any) -> ActorEntry | None:
     """The GCS actor-table entry of a replica's actor; None when it cannot be read (no dashboard is needed)."""
     try:
-        from ray._private import state
+        from ray._private import state  # lazy: no Ray until a shard must be computed
 
         info = state.actors(actor_id=handle._actor_id.hex())
     except Exception:  # noqa: BLE001 - best effort: the caller falls back on what it knows
@@ -691,7 +690,7 @@ class ModelPool:
 
         ``cluster_resources`` is what actors/model_actor.py ``replica_resources`` sizes a replica by.
         """
-        from confgrid.actors.model_actor import replica_resources, start_replica
+        from confgrid.actors.model_actor import replica_resources, start_replica  # lazy: model_actor imports ray
 
         need = replica_resources(self.config, cluster_resources).per_node
         for r in range(self.spec.replicas):
@@ -705,7 +704,7 @@ class ModelPool:
 
         Its index follows the pool's last one, so its actor has a name of its own.
         """
-        from confgrid.actors.model_actor import replica_resources, start_replica
+        from confgrid.actors.model_actor import replica_resources, start_replica  # lazy: model_actor imports ray
 
         need = replica_resources(self.config, cluster_resources).per_node
         rep = Replica(self.spec.name, len(self.replicas), self.load, gpus=need.get("GPU", 0.0),
@@ -753,8 +752,8 @@ class ModelPool:
         A replica stopped while still ``waiting`` (its model not loaded) records in ``withdrawn`` whether Ray had
         placed it (its load had started) or it still waited for resources.
         """
-        import ray
-        from ray.util.placement_group import remove_placement_group
+        import ray  # lazy: no Ray until a shard must be computed
+        from ray.util.placement_group import remove_placement_group  # lazy: no Ray until a shard must be computed
 
         if rep.state in ("released",):
             return

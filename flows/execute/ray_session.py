@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from confgrid.errors import FieldsPickle
+from confgrid.flows.store.runlog import LOG_NAME, trace
 
 __all__ = ["init_ray", "RayConnectError", "RayTarget", "ray_target", "wait_reachable", "private_temp_dir",
            "DEFAULT_CONNECT_TIMEOUT"]
@@ -93,7 +94,7 @@ def ray_target(address: str | None, environ: dict[str, str] | None = None) -> Ra
 
 def _address_file() -> str | None:
     try:
-        from ray._private.utils import read_ray_address
+        from ray._private.utils import read_ray_address  # lazy: no Ray until a shard must be computed
 
         return read_ray_address()
     except Exception:  # noqa: BLE001 - a private Ray API: without it, Ray itself resolves "auto"
@@ -152,7 +153,7 @@ def init_ray(address: str | None = None, *, connect_timeout: float | None = None
     are off unless the user turned them on; the actors' logs are not streamed to
     the driver (confgrid logs what matters).
     """
-    import ray
+    import ray  # lazy: no Ray until a shard must be computed
 
     if ray.is_initialized():
         return
@@ -184,7 +185,7 @@ def _route_ray_errors() -> None:
     line of confgrid's. Ray prints them from a listener thread through ``ray._private.worker.print_to_stdstream``,
     looked up on each message, so replacing that name reroutes them (Ray's other output is printed unchanged)."""
     try:
-        from ray._private import worker as ray_worker
+        from ray._private import worker as ray_worker  # lazy: no Ray until a shard must be computed
     except ImportError:  # another Ray layout: its messages stay on the console
         return
     plain = ray_worker.print_to_stdstream
@@ -195,8 +196,6 @@ def _route_ray_errors() -> None:
         if data.get("pid") != "raylet":
             plain(data, ignore_prefix)
             return
-        from confgrid.flows.store.runlog import LOG_NAME, trace
-
         text = "\n".join(str(line) for line in data.get("lines") or [])
         trace.warning("Ray's message to the driver:\n%s", text)
         first = re.split(r"(?<=\.)\s", " ".join(text.split()), maxsplit=1)[0][:200]
