@@ -247,7 +247,7 @@ def summarize_shifts(
     DataFrame
         One row per (pair, metric): ``context_a``, ``context_b``, ``metric``
         and :data:`SUMMARY_COLUMNS`. ``n_flips``: settings whose better
-        signal differs between the two contexts (:func:`compare.flips` per
+        signal differs between the two contexts (:func:`compare.flip` per
         setting: opposite signs of the gap for an unsigned metric, of
         ``|v| - |t|`` for a signed one); ``n_resolved_flips``: those whose
         advantage intervals both exclude zero.
@@ -473,7 +473,7 @@ def summarize_shift_table(
         The ``by`` columns and :data:`SUMMARY_COLUMNS`; ``n_flips`` and
         ``n_resolved_flips`` count the ``True`` values of the ``flip`` /
         ``fully_resolved`` columns when present (else ``nan``). Those columns
-        are taken as given (:func:`compare.flips` makes them signed-aware);
+        are taken as given (:func:`compare.flip` makes them signed-aware);
         a missing value (``nan``, e.g. a resolution that could not be
         decided) makes that count ``nan`` rather than being counted.
     """

@@ -10,7 +10,7 @@ Inputs are tidy DataFrames:
 
 * per-setting metrics (flows ``metrics_df``): ``setting``, ``signal``,
   ``context``, ``metric``, ``point``, ``lo``, ``hi``;
-* per-setting gaps (flows ``gaps_df`` or :func:`compare.gaps` plus a
+* per-setting gaps (flows ``gaps_df`` plus a
   ``setting`` column): ``setting``, ``context`` (or ``signal``), ``metric``,
   ``point`` (or ``g``), ``lo``, ``hi``;
 * summaries over settings from :mod:`confgrid.analysis.summary` and

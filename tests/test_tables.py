@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from confgrid.analysis import compare as C
+from reference import compare_tables as R
 from confgrid.analysis import summary as SM
 from confgrid.analysis import tables as TB
 from confgrid.analysis import transfer as T
@@ -29,7 +29,7 @@ def tidy_frames(results):
             for j, m in enumerate(r.metrics):
                 mrows.append(dict(setting=s, signal=sig, context=sig, metric=m, point=r.point[i, j],
                                   lo=lo[i, j], hi=hi[i, j]))
-        g = C.gaps(r, NAMES).rename(columns={"point": "g"})
+        g = R.gaps(r, NAMES).rename(columns={"point": "g"})
         g.insert(0, "setting", s)
         g["context"] = g["signal"]
         grows.append(g)
@@ -60,7 +60,7 @@ def test_three_context_table(results):
         for i, ctx in enumerate(CTX, start=1):
             assert row[f"token_{ctx}"] == r.point[i, j]
             assert row[f"g_{ctx}"] == pytest.approx(r.point[0, j] - r.point[i, j])
-        f = C.flips(r, NAMES, [("bare", "guess")])
+        f = R.flips(r, NAMES, [("bare", "guess")])
         f = f[f.metric == "ece"].iloc[0]
         assert (row.flip, row.resolved_flip) == (f.flip, f.fully_resolved)
     with pytest.raises(ValueError, match="missing columns"):
