@@ -114,7 +114,7 @@ def omega(W: np.ndarray, rw: Reweight) -> np.ndarray:
     ndarray of shape (b, K), float64
         ``0`` for a stratum with ``p_k = 0`` and ``q_k = 0``; a row of ``nan`` where the support condition
         fails (some ``q_k > 0`` with ``p_k = 0``) or a composition is undefined. The same values as study
-        001's reference (analysis/ace/bootstrap.py ``_omega``).
+        001's reference (tests/reference/ace_cell_bootstrap.py ``_omega``).
 
     Examples
     --------

@@ -7,11 +7,11 @@ import warnings
 
 import numpy as np
 import pytest
-from confgrid.analysis.ace import bootstrap as AB
 from confgrid.analysis.ace.da import Strata, da_weights
 from confgrid.analysis.ace.weighted import weighted_brier, weighted_ece
 from confgrid.analysis.bootstrap import paired_bootstrap, resample_counts
 from confgrid.analysis.reweighting import Reweight, compositions, omega
+from reference import ace_cell_bootstrap as REF
 
 
 def _data(n=40, seed=0):
@@ -54,7 +54,7 @@ def test_omega_equals_study_001_reference():
     st = Strata((0.0, 1.0))
     ka, kb = st.assign(za), st.assign(zb)
     W = resample_counts(60, 50, 3)
-    ref = AB._omega(W @ np.eye(2)[ka] / 60, W @ np.eye(2)[kb] / 60)
+    ref = REF._omega(W @ np.eye(2)[ka] / 60, W @ np.eye(2)[kb] / 60)
     got = omega(W, Reweight(ka, 2, targets=(kb,)))
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=0)
 

@@ -20,7 +20,7 @@ Cell keys are ``"<model>|<view>"`` (unique in the unit, never parsed); the table
 and the view in the ``view`` column. The compared pairs are ``(A, B)`` under each view, and the shifts go from
 the raw gap to each aligned gap: their ``flip_share`` is study 001's retention probability (Appendix E.6). The
 unit's seed is the cell's (:func:`.bootstrap.cell_seed`), so its resamples are the ones study 001's reference
-bootstrap (:func:`.bootstrap.cell_bootstrap`) draws.
+bootstrap (tests/reference/ace_cell_bootstrap.py) draws.
 """
 
 from __future__ import annotations
