@@ -185,7 +185,7 @@ def test_the_estimators_are_rows_of_the_one_signal_table_and_their_metrics_a_vie
     view of its metrics; the points equal the study's own reference (capability_bootstrap) and the intervals a
     brute-force loop over the unit's own resamples."""
     from confgrid.analysis.bootstrap import interval, resample_counts
-    from confgrid.analysis.capability.metrics import capability_bootstrap
+    from reference.capability_bootstrap import capability_bootstrap
     from confgrid.analysis.evaluation import unit_seed
 
     spec = parse_grid(grid())
