@@ -9,7 +9,7 @@ import pytest
 
 from confgrid.analysis.bootstrap import paired_bootstrap
 from confgrid.analysis.metrics import UndefinedMetricWarning
-from confgrid.flows.evaluate.bootstrap_ray import SettingInput, bootstrap_one, bootstrap_settings_ray
+from confgrid.flows.evaluate.bootstrap_ray import SettingInput, bootstrap_settings_ray
 
 METRICS = ["ece", "auroc", "aurc", "brier"]
 
@@ -88,12 +88,12 @@ def test_worker_count_does_not_change_numbers(ray_local):
     assert np.array_equal(one.resamples, two.resamples, equal_nan=True)
 
 
-def test_bootstrap_one_switch(ray_local):
+def test_one_setting_as_a_tuple_keeps_its_names(ray_local):
     conf, corr, names, seed = _settings()["B"].confidence, _settings()["B"].correct, ["v", "t"], 3
-    a = bootstrap_one(conf, corr, ["aurc", "brier"], 130, seed, n_bins=10, use_ray=False, signal_names=names,
-                      chunk_size=60)
-    b = bootstrap_one(conf, corr, ["aurc", "brier"], 130, seed, n_bins=10, use_ray=True, signal_names=names,
-                      chunk_size=60)
+    a = paired_bootstrap(conf, corr, ["aurc", "brier"], n_resamples=130, seed=seed, chunk_size=60, n_bins=10,
+                         signal_names=names)
+    b = bootstrap_settings_ray({"setting": (conf, corr, names, seed, None)}, ["aurc", "brier"], 130, n_bins=10,
+                               chunk_size=60)["setting"]
     assert np.array_equal(a.resamples, b.resamples, equal_nan=True)
     assert np.array_equal(a.point, b.point)
     assert b.signal_names == ["v", "t"]

@@ -45,7 +45,7 @@ from confgrid.analysis.bootstrap import BootstrapResult, bootstrap_chunks, paire
 from confgrid.analysis.resampling import DEFAULT_CHUNK_SIZE, n_chunks
 from confgrid.analysis.clusters import cluster_codes
 
-__all__ = ["SettingInput", "bootstrap_settings_ray", "bootstrap_one", "bootstrap_units", "ensure_ray"]
+__all__ = ["SettingInput", "bootstrap_settings_ray", "bootstrap_units", "ensure_ray"]
 
 
 @dataclass(frozen=True)
@@ -281,33 +281,6 @@ def bootstrap_settings_ray(
         raise RuntimeError(f"Ray Data returned no values for {len(missing)} (setting, chunk) rows, e.g. "
                            f"{sorted(missing)[:3]}")
     return results
-
-
-def bootstrap_one(
-    conf,
-    corr,
-    metrics: Sequence[str],
-    n_resamples: int,
-    seed: int,
-    n_bins: int = 10,
-    use_ray: bool = False,
-    *,
-    signal_names: Sequence[str] | None = None,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    num_workers: int | None = None,
-    groups=None,
-) -> BootstrapResult:
-    """Paired bootstrap of one setting, in process or with Ray Data (same numbers).
-
-    ``use_ray=False`` calls :func:`paired_bootstrap`; ``use_ray=True`` calls
-    :func:`bootstrap_settings_ray` with this one setting. The results are
-    bit-identical. ``groups`` (n,) cluster labels: the cluster bootstrap.
-    """
-    if not use_ray:
-        return paired_bootstrap(conf, corr, metrics, n_resamples=n_resamples, seed=seed, chunk_size=chunk_size,
-                                n_bins=n_bins, signal_names=signal_names, groups=groups)
-    return bootstrap_settings_ray({"setting": (conf, corr, signal_names, seed, groups)}, metrics, n_resamples,
-                                  n_bins=n_bins, chunk_size=chunk_size, num_workers=num_workers)["setting"]
 
 
 def bootstrap_units(units: Sequence[Any], metrics: Sequence[str], n_resamples: int, n_bins: int = 10,
