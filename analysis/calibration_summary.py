@@ -25,6 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from confgrid.analysis.estimators import smece
+from confgrid.analysis.metrics import UndefinedMetricWarning, brier, ece
+
 __all__ = ["random_baseline_brier", "brier_skill_score", "SUMMARY_METRICS", "calibration_summary",
            "runs_summary"]
 
@@ -59,9 +62,6 @@ def brier_skill_score(brier: float, baseline: float) -> float:
 
 
 def _row(conf: np.ndarray, corr: np.ndarray, k: np.ndarray, n_bins: int, with_smece: bool) -> dict[str, float]:
-    from confgrid.analysis.estimators import smece
-    from confgrid.analysis.metrics import UndefinedMetricWarning, brier, ece
-
     n = len(conf)
     if n == 0:
         return {"n": 0, **{m: float("nan") for m in SUMMARY_METRICS}}

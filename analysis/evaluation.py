@@ -46,14 +46,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .bootstrap import BootstrapResult, n_undefined
+from .bootstrap import BootstrapResult, n_undefined, paired_bootstrap
 from .closure import EDGE_COLUMNS, edge_rows, edge_table
 from .compare import better_signal, excludes_zero, flip
 from .intervals import (DEGENERATE, bootstrap_interval, check_interval, degenerate, interval_methods,
                         jeffreys_resamples)
 from .registry import get_metric
 from .resampling import DEFAULT_CHUNK_SIZE, setting_seed
-from .signals import UNIT_COLUMNS
+from .signals import UNIT_COLUMNS, usable
 from .verdicts import Conclusion, ShareCounts, conclusion_of, favours_a
 
 __all__ = ["Comparisons", "ShiftPlan", "UnitPlan", "plan_unit", "plan_units", "unit_seed", "unit_name",
@@ -391,8 +391,6 @@ def plan_units(signals: pd.DataFrame, comparisons: Comparisons, base_seed: int, 
     ValueError
         An item with two clusters in one unit (naming both).
     """
-    from .signals import usable
-
     if signals.empty:
         return []
     df = signals.assign(_ok=usable(signals).to_numpy())
@@ -434,8 +432,6 @@ def bootstrap_unit(u: UnitPlan, metrics: Sequence[str], n_resamples: int, n_bins
     with the unit's supports, clusters and reweighted cells), under the unit's own metrics and resample count
     when it has them (else ``metrics``, ``n_resamples``). flows/evaluate/bootstrap_ray.py ``bootstrap_units``
     spreads the same computation over a Ray Data job, bit for bit."""
-    from .bootstrap import paired_bootstrap
-
     return paired_bootstrap(u.confidence, u.target, list(u.metrics) or list(metrics),
                             n_resamples=u.n_resamples or n_resamples, seed=u.seed, chunk_size=chunk_size,
                             n_bins=n_bins, signal_names=u.cell_names, groups=u.groups, masks=u.masks,

@@ -32,6 +32,7 @@ from .clusters import Clusters, resample_rows, row_counts, total_tables, v_diff
 from .kernels import SortedSignal, _block_rows, has_weighted_kernel, weighted_kernel
 from .metrics import UndefinedMetricWarning, bin_indices, harmonic_numbers
 from .registry import METRICS
+from .reweighting import REWEIGHTABLE_METRICS, omega
 
 __all__ = ["prepare", "evaluate_chunk", "ReweightedCell", "one_blas_thread", "FUSED_METRICS"]
 
@@ -295,8 +296,6 @@ class ReweightedCell:
     def values(self, W: np.ndarray, metrics) -> np.ndarray:
         """``(M, b)`` values on the resamples of ``W`` (b, n); ``nan`` for a metric outside
         :data:`~confgrid.analysis.reweighting.REWEIGHTABLE_METRICS` and on a resample without support."""
-        from .reweighting import REWEIGHTABLE_METRICS, omega
-
         G, nb = self.G, self.nb
         S = (self.MT @ np.ascontiguousarray(W.T)).T  # (b, L)
         om = omega(W, self.rw)

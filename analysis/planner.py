@@ -31,9 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
+from .clusters import cluster_codes
 from .kernels import WEIGHTED_KERNELS, SortedSignal, _apply, weighted_kernel
-from .resampling import counts_from_indices
 from .registry import get_metric
+from .resampling import counts_from_indices
 
 __all__ = ["SizePlan", "plan_size", "MIN_PILOT", "MIN_SUBSAMPLE", "SUBSAMPLE_FRACTIONS", "SLOPE_RANGE",
            "gap_resamples"]
@@ -172,8 +173,6 @@ def plan_size(conf_a, conf_b, target, metric: str, gap: float, *, power: float =
         if not 0 < v < 1:
             raise ValueError(f"{name}={v!r} must lie in (0, 1)")
     if groups is not None:
-        from .clusters import cluster_codes
-
         cl = cluster_codes(groups, a.size)
         codes, N = cl.codes, cl.n_clusters
     else:

@@ -31,7 +31,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .evaluation import UnitPlan
+from .evaluation import UnitPlan, unit_name
+from .planner import plan_size
 from .resampling import setting_seed
 from .signals import UNIT_COLUMNS
 from .verdicts import CONCLUSION_METRICS, conclusion_of
@@ -249,9 +250,6 @@ def _unit_key(values) -> tuple[str, ...]:
 def _need(row: Any, unit: UnitPlan | None, items_run: int, items_total: int, rule: StopRule) -> GapNeed:
     """What the planner says about one unresolved gap row (analysis/planner.py ``plan_size`` at the observed
     gap, on the pair's common items of the unit)."""
-    from .evaluation import unit_name
-    from .planner import plan_size
-
     base = dict(unit=unit_name(getattr(row, c, "") for c in UNIT_COLUMNS), signal_a=str(row.signal_a),
                 signal_b=str(row.signal_b), metric=str(row.metric), gap=float(row.gap), lo=float(row.lo),
                 hi=float(row.hi), n=int(row.n))
@@ -314,7 +312,6 @@ def decide(gaps: pd.DataFrame, units: Sequence[UnitPlan], *, items_run: int, ite
     if n_gaps and n_res == n_gaps and (enough or exhausted):
         # the least clearly resolved: the interval's end nearest 0, relative to the gap
         near = min(finite.itertuples(index=False), key=lambda r: min(abs(r.lo), abs(r.hi)))
-        from .evaluation import unit_name
 
         d = GapNeed(unit_name(getattr(near, c, "") for c in UNIT_COLUMNS), str(near.signal_a), str(near.signal_b),
                     str(near.metric), float(near.gap), float(near.lo), float(near.hi), int(near.n))

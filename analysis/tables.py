@@ -34,6 +34,7 @@ import pandas as pd
 from .compare import flip, fully_resolved
 from .registry import get_metric
 from .summary import SUMMARY_COLUMNS
+from .transfer import summarize_transfer
 
 __all__ = [
     "format_estimate",
@@ -401,8 +402,6 @@ def transfer_table(penalties: pd.DataFrame, by: Sequence[str] = ("method", "dire
     split is positive; ``nan`` without a ``setting`` column),
     ``mean_brier_transferred``, ``mean_brier_native``.
     """
-    from .transfer import summarize_transfer
-
     out = summarize_transfer(penalties, by)
     if "setting" in penalties.columns:
         allpos = (penalties.assign(pos=penalties["penalty"] > 0)

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from confgrid.flows.spec.grid import load_grid
+
 __all__ = ["submit_grid", "job_status", "job_logs", "project_root", "RUNTIME_EXCLUDES"]
 
 #: Paths never shipped to the cluster (virtual environments, caches, run outputs).
@@ -74,8 +76,6 @@ def submit_grid(
     GridSpecError
         If the grid is invalid.
     """
-    from confgrid.flows.spec.grid import load_grid
-
     spec = load_grid(grid)
     root = project_root()
     # The working_dir is the project checkout (never written to); the grid's text

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confgrid.protocols.aggregation import DEFAULT_AGGREGATION, get_aggregation
+from confgrid.protocols.chat import TEMPLATE_KWARGS, effective_separator
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.correctness import DEFAULT_RULE, get_rule
 from confgrid.protocols.parsing import DEFAULT_PARSE_POLICY, DROP_REASONS, PARSE_POLICIES
@@ -47,8 +48,6 @@ def _first_line(fn: Any) -> str:
 
 
 def _slot(prefix: str, separator: str, use_chat_template: bool) -> str:
-    from confgrid.protocols.chat import effective_separator
-
     sep = effective_separator(separator, use_chat_template)
     where = "the start of the assistant turn" if use_chat_template else "the end of the plain-text prompt"
     if prefix:
@@ -165,8 +164,6 @@ def build_checklist(
         On an unknown parse policy, a negative count, more rows dropped than
         generated, or a non-serialisable ``decoding``/``extra``.
     """
-    from confgrid.protocols.chat import TEMPLATE_KWARGS
-
     if parse_policy not in PARSE_POLICIES:
         raise ValueError(f"build_checklist: parse_policy={parse_policy!r}; allowed: {list(PARSE_POLICIES)}")
     if n_bins is not None and (not isinstance(n_bins, int) or n_bins < 1):

@@ -58,6 +58,7 @@ from typing import Any, NamedTuple
 
 from confgrid import yaml_load
 from confgrid.protocols.items import Item
+from confgrid.protocols.mc import mc_question
 from confgrid.protocols.prompts import PROMPTS, get_prompt
 from confgrid.registry import Registry
 
@@ -152,8 +153,6 @@ class ScoringContext:
             If ``item_format="mc"`` and the item has no options.
         """
         if self.item_format == "mc":
-            from confgrid.protocols.mc import mc_question
-
             return mc_question(item)
         return item.question
 

@@ -31,6 +31,10 @@ import re
 from collections.abc import Callable
 
 from confgrid.protocols.items import Item
+from confgrid.protocols.json_output import TIE_SEPARATOR, favoured_letters, favoured_score
+from confgrid.protocols.lifeeval_items import score_answer
+from confgrid.protocols.mc import LETTERS, parse_letter
+from confgrid.protocols.numeric import final_number, format_number, gold_number, numbers_match
 from confgrid.registry import Registry
 
 __all__ = [
@@ -231,8 +235,6 @@ def mc_letter(answer: str | None, item: Item) -> float:
         letter: the rule is undefined there, and a NaN label drops the row
         from metrics instead of counting it as wrong.
     """
-    from confgrid.protocols.mc import parse_letter
-
     if not item.options or not item.gold_letter:
         return float("nan")
     letter = parse_letter(answer, n_options=len(item.options))
@@ -302,8 +304,6 @@ def lifeeval(answer: str | None, item: Item) -> float:
         ``"75-80"``); NaN for an item without LifeEval metadata (undefined,
         like ``mc_letter`` on items without options).
     """
-    from confgrid.protocols.lifeeval_items import score_answer
-
     return score_answer(answer, item)
 
 
@@ -322,8 +322,6 @@ def mc_favoured(answer: str | None, item: Item) -> float:
     float
         In [0, 1]; NaN when the item has no options or no gold letter.
     """
-    from confgrid.protocols.json_output import TIE_SEPARATOR, favoured_letters, favoured_score
-
     if not item.options or not item.gold_letter:
         return float("nan")
     if isinstance(answer, str) and TIE_SEPARATOR in answer:
@@ -362,8 +360,6 @@ def numeric(answer: str | None, item: Item) -> float:
         item is a number (the rule is undefined there, and a NaN label drops
         the row from metrics instead of counting it as wrong). Never raises.
     """
-    from confgrid.protocols.numeric import final_number, gold_number, numbers_match
-
     golds = [g for g in (gold_number(x) for x in item.gold_answers) if g is not None]
     if not golds:
         return float("nan")
@@ -375,8 +371,6 @@ def numeric(answer: str | None, item: Item) -> float:
 
 def option_letters(item: Item) -> str:
     """The option letters of ``item`` (``"ABCD"`` for four options)."""
-    from confgrid.protocols.mc import LETTERS
-
     return LETTERS[: len(item.options)]
 
 
@@ -392,8 +386,6 @@ def agreement_key(rule: str) -> Callable[[str], str]:
         return normalize
 
     def key(text: str) -> str:
-        from confgrid.protocols.numeric import final_number, format_number
-
         v = final_number(text).value
         return format_number(v) if v is not None else normalize(text)
 

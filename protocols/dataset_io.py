@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from confgrid.protocols.adapter_params import ADAPTER_PARAMS
 from confgrid.protocols.items import Item
 from confgrid.registry import Registry
 
@@ -99,8 +100,6 @@ def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Ad
         return register
 
     def decorator(fn: Adapter) -> Adapter:
-        from confgrid.protocols.adapter_params import ADAPTER_PARAMS
-
         out = register(fn)
         ADAPTER_PARAMS.register(name, params)
         return out

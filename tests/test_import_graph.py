@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ANALYSIS = ["metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "intervals", "reliability", "transfer",
+ANALYSIS = ["metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "reweighting", "fused", "bootstrap", "intervals", "reliability", "transfer",
             "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "closure",
             "verdicts", "evaluation", "stopping"]
 
@@ -29,24 +29,26 @@ ALLOWED = {
     "kernels": {"metrics", "estimators", "binning", "conventions", "registry"},
     "clusters": set(),
     "resampling": set(),
-    "fused": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters"},
-    "bootstrap": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused"},
-    "intervals": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling",
+    "reweighting": set(),
+    "fused": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting"},
+    "bootstrap": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused"},
+    "intervals": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling",
                   "fused", "bootstrap"},
     "reliability": {"metrics", "estimators", "binning"},
     "transfer": {"metrics"},
-    "compare": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
-    "summary": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "compare"},
-    "tables": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap", "compare", "summary"},
+    "compare": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap"},
+    "summary": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap", "compare"},
+    "tables": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap", "compare", "summary",
+               "transfer"},
     "calibration_summary": {"metrics", "estimators"},
-    "hard_easy": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
+    "hard_easy": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap"},
     "figure_data": {"metrics", "estimators", "binning", "reliability"},
     "signals": set(),
     "closure": {"metrics", "estimators", "binning", "conventions", "registry", "signals"},
-    "verdicts": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap"},
-    "evaluation": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
+    "verdicts": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap"},
+    "evaluation": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap",
                    "compare", "signals", "closure", "verdicts", "intervals"},
-    "stopping": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "fused", "bootstrap",
+    "stopping": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap",
                  "compare", "signals", "closure", "verdicts", "evaluation", "planner", "intervals"},
 }
 

@@ -42,9 +42,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from confgrid.analysis.bootstrap import interval, n_undefined
-from confgrid.analysis.resampling import setting_seed
+from confgrid.analysis.bootstrap import interval, n_undefined, resample_counts
 from confgrid.analysis.compare import better_signal, excludes_zero
+from confgrid.analysis.evaluation import bootstrap_unit, estimates
+from confgrid.analysis.resampling import setting_seed
 
 from .bootstrap import (
     DEFAULT_RESAMPLES,
@@ -354,8 +355,6 @@ def ace_views(plan: ACEPlan, gaps: pd.DataFrame | None = None, shifts: pd.DataFr
     -------
     ACETables
     """
-    from confgrid.analysis.bootstrap import resample_counts
-
     key = ["setting", "model", "dataset", "method", "view", "metric"]
     g_idx = _est_index(gaps, key)
     s_idx = _est_index(shifts, ["setting", "model", "dataset", "method", "to_view", "metric"])
@@ -462,8 +461,6 @@ def ace_tables(
     >>> t.gaps.query("metric == 'ece'")["view"].tolist()[:4]
     ['raw', 'ia', 'ia_both_right', 'ia_both_wrong']
     """
-    from confgrid.analysis.evaluation import bootstrap_unit, estimates
-
     plan = ace_plan(rows, candidates, pairs=pairs, views=views, metrics=metrics, n_bootstrap=n_bootstrap, seed=seed,
                     target=target, ia_strata=ia_strata, n_bins=n_bins, max_levels=max_levels, n_strata=n_strata,
                     n_draws=n_draws)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from confgrid.analysis.capability.metrics import ece_to_target
+
 __all__ = ["IsotonicFit", "fit_isotonic", "ProbeFit", "fit_probe", "PROBE_C_GRID", "PROBE_ALPHA_GRID",
            "uniform_brier", "uniform_expected_ece"]
 
@@ -186,8 +188,6 @@ def uniform_brier(mu: np.ndarray) -> np.ndarray:
 
 def uniform_expected_ece(mu: np.ndarray, draws: int = 200, seed: int = 0, n_bins: int = 10) -> float:
     """Mean ECE of ``draws`` seeded U(0, 1) estimates against ``mu`` (n,) (Monte Carlo; NaN for empty input)."""
-    from confgrid.analysis.capability.metrics import ece_to_target
-
     mu = np.asarray(mu, dtype=np.float64)
     mu = mu[~np.isnan(mu)]
     if len(mu) == 0:
