@@ -307,19 +307,6 @@ class BootstrapResult:
         except ValueError:
             raise ValueError(f"metric {name!r} not in this result; have {self.metrics}") from None
 
-    def signal_index(self, name: str, signal_names: Sequence[str] | None = None) -> int:
-        """Position of signal ``name`` (the ``S`` axis) in ``signal_names`` or the stored names; ValueError when
-        the names do not match the result's signals or ``name`` is not among them."""
-        names = list(signal_names if signal_names is not None else (self.signal_names or []))
-        if len(names) != self.point.shape[0]:
-            raise ValueError(
-                f"need {self.point.shape[0]} signal names, got {len(names)}: {names}"
-            )
-        try:
-            return names.index(name)
-        except ValueError:
-            raise ValueError(f"signal {name!r} not found; have {names}") from None
-
 
 def _check_masks(masks, shape: tuple[int, int]) -> np.ndarray | None:
     """``masks`` as a (S, n) bool array (None stays None)."""
