@@ -880,12 +880,12 @@ class Executor:
                      rep.withdrawn or "", "loading or waiting for resources"))
 
     # -- liveness: unreachable replicas, lost nodes (the decisions are liveness.py's) -----------
-    def _unreachable(self) -> list[Any]:
+    def _unreachable(self) -> list[Replica]:
         """Replicas a call or a ping could not reach (a loading one whose ping is to be asked again included)."""
         return [r for p in self.pools.values() if not p.released for r in p.replicas
                 if r.state == "unreachable" or (r.state == "waiting" and id(r) in self._probe_at)]
 
-    def _on_replica_fault(self, f: Any, exc: BaseException | None, err: str, fault: Fault) -> None:
+    def _on_replica_fault(self, f: _InFlight, exc: BaseException | None, err: str, fault: Fault) -> None:
         """A call failed because its replica is unreachable or gone: put its shards back (bounded), mark it."""
         rep = f.replica
         back, failed = [], []
@@ -915,7 +915,7 @@ class Executor:
             self._probe_at[id(rep)] = time.time() + PROBE_SECONDS
             self._nodes.poll(force=True)
 
-    def _on_engine_died(self, f: Any, died: Any) -> None:
+    def _on_engine_died(self, f: _InFlight, died: Any) -> None:
         """A call failed because the replica's engine died (``actors/backend.py`` ``EngineDied``): the first report
         of an incarnation's death restarts the replica (``ray.kill`` with restart: Ray starts a new process within
         its ``max_restarts``, or gives the actor up); the call's shards go back in the queue as for an unreachable
@@ -935,7 +935,7 @@ class Executor:
                 log.warning("replica %s: could not be restarted (%s)", rep.name, exc)
         self._on_replica_fault(f, None, err, "unreachable")
 
-    def _mark_lost(self, rep: Any, err: str) -> None:
+    def _mark_lost(self, rep: Replica, err: str) -> None:
         """The replica will not come back: state ``lost`` (or ``dead`` if killed on purpose), node and time recorded."""
         pool = self.pools.get(rep.model)
         if rep.state in ("lost", "dead", "released") or pool is None:
@@ -957,18 +957,18 @@ class Executor:
         which may be never (no room left), so the call is given up: cancelled (best effort), its shards put back
         in the queue, its replica marked unreachable. A late result of a given-up call is ignored."""
         gone = [(ref, f) for ref, f in self._inflight.items() if f.replica.node_id == node.node_id]
-        merged: dict[int, Any] = {}  # one fault per replica (one log line), all its calls' shards
+        merged: dict[int, _InFlight] = {}  # one fault per replica (one log line), all its calls' shards
         for ref, f in gone:
             del self._inflight[ref]
             f.replica.inflight -= 1
-            m = merged.setdefault(id(f.replica), type(f)(f.replica, [], [], f.incarnation))
+            m = merged.setdefault(id(f.replica), _InFlight(f.replica, [], [], f.incarnation))
             m.shards += f.shards
             m.records += f.records
         for m in merged.values():
             self._on_replica_fault(m, None, f"its {node_line(node)} was lost", "unreachable")
         cancel_calls([ref for ref, _ in gone])
 
-    def _settle_unreachable(self, pool: Any) -> None:
+    def _settle_unreachable(self, pool: ModelPool) -> None:
         """Before a pool is released: a replica still unreachable is recorded ``lost`` with its node if that node
         is gone (Ray may still be waiting to restart it where no room is), else left ``unreachable``."""
         self._nodes.poll(force=True)
@@ -999,7 +999,7 @@ class Executor:
             elif verdict == "lost":
                 self._mark_lost(rep, rep.error or "Ray gave the actor up")
 
-    def _on_back(self, rep: Any, ready: Any) -> None:
+    def _on_back(self, rep: Replica, ready: ReplicaReady) -> None:
         """An unreachable replica answered its ping: count its restart (if it is a new process) and make it ready."""
         restarted = rep.info is not None and ready.replica.incarnation != rep.info.incarnation
         if restarted:
@@ -1019,7 +1019,7 @@ class Executor:
     def _watch_nodes(self) -> None:
         """Read the node table; for each node lost, say in one line what happened to its work, and fail fast the
         models that no alive node fits any more (unless ``execution.wait_for_nodes``)."""
-        if not getattr(self, "_ray_ready", False):
+        if not self._ray_ready:
             return
         for node in self._nodes.poll():
             reps = [r for p in self.pools.values() if not p.released for r in p.replicas if r.node_id == node.node_id]
