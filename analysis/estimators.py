@@ -537,7 +537,7 @@ def smece(confidence, correct) -> float:
         If ``relplot`` is not installed (``pip install relplot``).
     """
     try:
-        import relplot
+        import relplot  # lazy: relplot loads matplotlib; only smECE needs it
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "metric 'smece' needs the optional package 'relplot' "

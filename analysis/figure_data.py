@@ -254,7 +254,7 @@ def smooth_curve(confidence, correct) -> dict[str, np.ndarray | float]:
     ImportError
         ``relplot`` is not installed.
     """
-    import relplot
+    import relplot  # lazy: relplot loads matplotlib; only the smooth reliability curve needs it
 
     c = np.asarray(confidence, dtype=np.float64)
     y = np.asarray(correct, dtype=np.float64)

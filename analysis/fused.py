@@ -23,10 +23,11 @@ same resamples (the gap on the items both have is one more support).
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 
 import numpy as np
+import scipy.sparse
+from threadpoolctl import threadpool_limits
 
 from .clusters import Clusters, resample_rows, row_counts, total_tables, v_diff
 from .kernels import SortedSignal, _block_rows, has_weighted_kernel, weighted_kernel
@@ -78,10 +79,6 @@ def one_blas_thread():
     count), and on a shared machine a multi-threaded BLAS on these small
     products is many times slower than one thread.
     """
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - scikit-learn depends on threadpoolctl
-        return contextlib.nullcontext()
     return threadpool_limits(limits=1, user_api="blas")
 
 
@@ -185,8 +182,6 @@ class _Prepared:
 
     def __init__(self, sigs: list, n: int, n_bins: int, rows: list[np.ndarray | None] | None = None,
                  reweight: list | None = None):
-        import scipy.sparse
-
         self.sigs = sigs
         self.n = int(n)
         #: each signal's :class:`~confgrid.analysis.reweighting.Reweight` (None: counts only)
@@ -277,8 +272,6 @@ class ReweightedCell:
     """
 
     def __init__(self, sig: SortedSignal, sorted_rows: np.ndarray, rw, n: int):
-        import scipy.sparse
-
         self.rw = rw
         G, nb = int(rw.n_strata), sig.n_bins
         self.G, self.nb = G, nb

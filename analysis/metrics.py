@@ -591,7 +591,7 @@ def spearman(confidence, correct) -> float:
     >>> round(spearman([0.2, 0.2, 0.9, 0.4], [0, 1, 1, 0]), 6)
     0.235702
     """
-    from scipy.stats import rankdata
+    from scipy.stats import rankdata  # lazy: the base metrics load no scipy; only Spearman needs it
 
     prep = _prepare("Spearman", confidence, correct)
     if prep is None:

@@ -78,11 +78,11 @@ def fit_map(method: str, scores, correct):
         const = float(y.mean())
         return lambda x: np.full(np.shape(x), const)
     if method == "isotonic":
-        from sklearn.isotonic import IsotonicRegression
+        from sklearn.isotonic import IsotonicRegression  # lazy: scikit-learn takes about a second to import
 
         iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip").fit(s, y)
         return lambda x: iso.predict(np.asarray(x, dtype=np.float64))
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # lazy: as above
 
     lr = LogisticRegression(C=PLATT_C, solver="newton-cg", max_iter=1000)
     with warnings.catch_warnings():

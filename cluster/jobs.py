@@ -34,7 +34,7 @@ def project_root() -> Path:
 
 
 def _client(address: str):
-    from ray.job_submission import JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient  # lazy: only `confgrid submit` and `jobs` talk to Ray
 
     return JobSubmissionClient(address)
 

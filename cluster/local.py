@@ -19,6 +19,7 @@ default of about 15 to 30 s.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -28,6 +29,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 __all__ = ["LocalNode", "LocalCluster", "start_local_cluster", "FAST_HEALTH_CHECK"]
 
@@ -72,8 +75,6 @@ class LocalNode:
     def processes(self) -> list:
         """The live processes of this node (psutil), found by its temp dir on their command lines, with their
         children (Ray's workers)."""
-        import psutil
-
         ours = {}
         for p in psutil.process_iter(["cmdline"]):
             try:
@@ -114,8 +115,6 @@ class LocalNode:
 
     def stop(self, timeout: float = 3.0) -> None:
         """End every process of the node: SIGTERM, then SIGKILL after ``timeout`` seconds."""
-        import psutil
-
         procs = self.processes()
         for p in procs:
             try:
@@ -270,7 +269,6 @@ def _wait_nodes(cluster: LocalCluster, n: int, python: str | None, env: dict[str
 
 
 def main() -> None:  # pragma: no cover - a helper for people, exercised by tests/test_multinode.py's fixture
-    import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)

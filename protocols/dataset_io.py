@@ -175,7 +175,7 @@ def load_local(path: Path, *, header: Sequence[str] | None = None) -> list[dict[
     ValueError
         If the suffix is none of the above.
     """
-    import datasets
+    import datasets  # lazy: Hugging Face datasets takes seconds to import; bundled samples never need it
 
     builder = _LOCAL_BUILDERS.get(path.suffix.lower())
     if builder is None:

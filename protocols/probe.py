@@ -343,7 +343,7 @@ def probe_pairs(table: Any, pairs: Sequence[PairDefinition] = PAIRS) -> Any:
         If a required column is missing, or a (model, dataset, item_id, kind)
         occurs twice.
     """
-    import pandas as pd
+    import pandas as pd  # lazy: protocols/ loads no pandas at import (the model actors import it)
 
     need = {"model", "dataset", "item_id", "kind", "answer", "verbalized"}
     if any(p.own_correct is not None for p in pairs):

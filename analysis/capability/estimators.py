@@ -55,7 +55,7 @@ def fit_isotonic(p_train: np.ndarray, mu_train: np.ndarray) -> IsotonicFit:
 
     Fewer than 2 defined pairs give a fit whose ``predict`` is all NaN (``n_train`` says how many there were).
     """
-    from sklearn.isotonic import IsotonicRegression
+    from sklearn.isotonic import IsotonicRegression  # lazy: scikit-learn takes about a second to import
 
     p = np.asarray(p_train, dtype=np.float64)
     mu = np.asarray(mu_train, dtype=np.float64)
@@ -87,7 +87,7 @@ class ProbeFit:
 
 
 def _pipeline(kind: str, strength: float, standardize: bool):
-    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.linear_model import LogisticRegression, Ridge  # lazy: as above
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
@@ -139,7 +139,7 @@ def fit_probe(X: np.ndarray, mu: np.ndarray, kind: str = "logistic", folds: int 
     ValueError
         ``kind`` unknown, shapes that differ, or targets outside [0, 1].
     """
-    from sklearn.model_selection import KFold
+    from sklearn.model_selection import KFold  # lazy: as above
 
     if kind not in ("logistic", "ridge"):
         raise ValueError(f"probe kind must be 'logistic' or 'ridge', got {kind!r}")
