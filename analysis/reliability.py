@@ -1,9 +1,8 @@
-"""Reliability-diagram data (compute) and its plot (draw), kept apart.
+"""Reliability-diagram data (compute only; report/figures_reliability.py draws it).
 
 :func:`reliability_diagram` returns a frozen :class:`ReliabilityData` with
 bin edges, counts, mean confidence and accuracy per bin; empty bins are
-``nan``, never dropped. :func:`plot_reliability` only consumes that object
-(matplotlib is imported inside it).
+``nan``, never dropped.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from .estimators import equal_mass_bin_starts
 from .metrics import (UndefinedMetricWarning, _check_n_bins, _undefined_reason, bin_edges, bin_indices,
                       check_closure, validate_inputs)
 
-__all__ = ["ReliabilityData", "reliability_diagram", "plot_reliability", "STRATEGIES"]
+__all__ = ["ReliabilityData", "reliability_diagram", "STRATEGIES"]
 
 STRATEGIES = ("uniform", "quantile")
 
@@ -167,42 +166,3 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
         conf_b = np.where(counts > 0, sc / np.maximum(counts, 1), np.nan)
         acc_b = np.where(counts > 0, sy / np.maximum(counts, 1), np.nan)
     return ReliabilityData(edges, counts, conf_b, acc_b, strategy, closure, bin_confidence)
-
-
-def plot_reliability(data: ReliabilityData, ax=None, label: str | None = None):
-    """Draw a reliability diagram from :class:`ReliabilityData` only.
-
-    Accuracy per non-empty bin is drawn as a bar over the bin, the mean
-    confidence as a marker, and the diagonal as reference. Empty bins are
-    left blank.
-
-    Parameters
-    ----------
-    data : ReliabilityData
-    ax : matplotlib Axes, optional
-        Created with ``plt.subplots()`` when omitted.
-    label : str, optional
-        Legend label of the bars.
-
-    Returns
-    -------
-    matplotlib Axes
-    """
-    import matplotlib.pyplot as plt  # optional at import time of this module
-
-    if not isinstance(data, ReliabilityData):
-        raise TypeError(f"data must be a ReliabilityData, got {type(data).__name__}")
-    if ax is None:
-        _, ax = plt.subplots()
-    left = data.bin_edges[:-1]
-    width = np.diff(data.bin_edges)
-    nz = data.counts > 0
-    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1)
-    ax.bar(left[nz], data.accuracy[nz], width=width[nz], align="edge", alpha=0.6,
-           edgecolor="black", label=label or "accuracy")
-    ax.plot(data.mean_confidence[nz], data.accuracy[nz], "o", color="black", markersize=3)
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("confidence")
-    ax.set_ylabel("accuracy")
-    return ax

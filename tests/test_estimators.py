@@ -348,16 +348,6 @@ def test_reliability_empty_warns():
         d.counts = None  # frozen
 
 
-def test_plot_reliability_consumes_data():
-    mpl = pytest.importorskip("matplotlib")
-    mpl.use("Agg")
-    d = R.reliability_diagram([0.05, 0.1, 0.95, 1.0], [0, 1, 1, 1], n_bins=4)
-    ax = R.plot_reliability(d)
-    assert ax.get_xlabel() == "confidence" and len(ax.patches) == 2  # two non-empty bins
-    with pytest.raises(TypeError):
-        R.plot_reliability({"counts": []})
-
-
 # ---------------------------------------------------------------------------
 # property tests
 # ---------------------------------------------------------------------------
