@@ -690,17 +690,13 @@ class ModelPool:
 
         ``cluster_resources`` is what actors/model_actor.py ``replica_resources`` sizes a replica by.
         """
-        from confgrid.actors.model_actor import replica_resources, start_replica  # lazy: model_actor imports ray
-
-        need = replica_resources(self.config, cluster_resources).per_node
-        for r in range(self.spec.replicas):
-            rep = Replica(self.spec.name, r, self.load, gpus=need.get("GPU", 0.0), cpus=need.get("CPU", 0.0))
-            rep.handle, rep.pg = start_replica(self.config, r, cluster_resources, load=self.load)
-            self.replicas.append(rep)
+        for _ in range(self.spec.replicas):
+            self.add_replica(cluster_resources, elastic=False)
         return self.replicas
 
-    def add_replica(self, cluster_resources: dict[str, float] | None = None) -> Replica:
-        """Ask Ray for one more replica of the pool (an elastic one: ``Replica.elastic``); returns at once.
+    def add_replica(self, cluster_resources: dict[str, float] | None = None, elastic: bool = True) -> Replica:
+        """Ask Ray for one more replica of the pool (an elastic one, ``Replica.elastic``, unless ``elastic`` is
+        False: one of the model's ``replicas``); returns at once.
 
         Its index follows the pool's last one, so its actor has a name of its own.
         """
@@ -708,7 +704,7 @@ class ModelPool:
 
         need = replica_resources(self.config, cluster_resources).per_node
         rep = Replica(self.spec.name, len(self.replicas), self.load, gpus=need.get("GPU", 0.0),
-                      cpus=need.get("CPU", 0.0), elastic=True)
+                      cpus=need.get("CPU", 0.0), elastic=elastic)
         rep.handle, rep.pg = start_replica(self.config, rep.index, cluster_resources, load=self.load)
         self.replicas.append(rep)
         return rep
