@@ -8,7 +8,8 @@ flows/execute/executor.py   the executor: model pools on Ray, model-major schedu
 flows/execute/pools.py     replica pools, their life cycle, the cluster capacity check
 flows/tables/assemble.py  rows from model outputs; the per-unit tables the metrics read
 flows/evaluate/run_evaluation.py  the metric and paired-bootstrap loop
-flows/evaluate/outputs.py   result files, study tables, checklist, report, MLflow results
+flows/evaluate/outputs.py   the evaluator's result files, checklist, report, MLflow results
+flows/studies/              the study views (registry entries, one module each) over the one evaluation
 =================  =====================================================================
 
 A shard already in the store is reused (running the same grid twice makes no
@@ -38,11 +39,9 @@ import pyarrow as pa
 import yaml
 
 from confgrid.errors import FieldsPickle
-from confgrid.flows.evaluate.ace import ace_mlflow_metrics, ace_rows, ca_ratings, plan_comparison, write_ace
-from confgrid.flows.evaluate.capability import capability_mlflow_metrics, capability_rows
 from confgrid.flows.tables.assemble import assemble, empty_schema, shard_table
 from confgrid.analysis.signals import to_arrow as signals_arrow
-from confgrid.flows.evaluate.run_evaluation import Evaluation, cluster_problems, evaluate, methods_view
+from confgrid.flows.evaluate.run_evaluation import Evaluation, cluster_problems, evaluate
 from confgrid.flows.execute.liveness import lost_node_tags
 from confgrid.flows.execute.executor import Executor
 from confgrid.flows.evaluate.methods import method_tables
@@ -51,8 +50,9 @@ from confgrid.flows.plan.grid_plan import GridPlan, check_items
 from confgrid.flows.store.runlog import run_log, trace
 from confgrid.flows.spec.grid import BUNDLED, DatasetSpec, GridSpec
 from confgrid.flows.spec.base import GridSpecError
-from confgrid.flows.store.run_store import RunStore, shard_key, write_frame_atomic, write_text_atomic
-from confgrid.flows.evaluate.rounds import Rounds, stopping_table
+from confgrid.flows.store.run_store import RunStore, shard_key, write_frames, write_text_atomic
+from confgrid.flows.evaluate.rounds import Rounds
+from confgrid.flows.studies import RunInputs, enabled_studies
 from confgrid.flows.tracking import Logged, Tracker, TrackingError, TrackingFailure, choose_tracking_uri
 from confgrid.protocols.items import Item, items_to_table
 
@@ -105,8 +105,8 @@ class RunSummary:
         Model loads (replica starts that finished loading, Ray restarts included).
     restarts : int
         Ray actor restarts absorbed during the run.
-    methods : DataFrame
-        ``results/methods.csv``: every confidence method's metrics (empty without methods).
+    results : dict
+        Every study view's result frames by name (flows/studies/), as written to ``results/<name>.csv``.
     tracking_failure : TrackingFailure or None
         Set when the MLflow record could not be opened or written (the results are written all the same).
     tracking_uri : str or None
@@ -126,9 +126,14 @@ class RunSummary:
     skipped_shards: int = 0
     model_loads: int = 0
     restarts: int = 0
-    methods: pd.DataFrame = field(default_factory=pd.DataFrame)
+    results: dict[str, pd.DataFrame] = field(default_factory=dict)
     tracking_failure: TrackingFailure | None = None
     tracking_uri: str | None = None
+
+    @property
+    def methods(self) -> pd.DataFrame:
+        """``results/methods.csv``: every confidence method's metrics (empty without methods)."""
+        return self.results.get("methods", pd.DataFrame())
 
 
 def _load_items(d: DatasetSpec) -> list[Item]:
@@ -216,64 +221,6 @@ def _close_tracking(tracker: Tracker | None, status: str) -> TrackingFailure | N
     except Exception as exc:  # noqa: BLE001 - the results are written; say what failed
         return TrackingFailure.of(tracker.tracking_uri, exc)
     return None
-
-
-def _comparison(comparison, store: RunStore, tables: dict[str, Path]):
-    """The accuracy-controlled comparison (study 001), evaluated by the run's one evaluator
-    (:attr:`Evaluation.comparison`): results/ace_*.{csv,parquet,md} as views of its estimates, and the tables it
-    read (``ace_rows``, ``ace_candidates``); None without a ``comparison`` section."""
-    if comparison is None:
-        return None
-    rows, ratings = comparison.rows, comparison.ratings
-    tables["ace_rows"] = store.write_table("ace_rows", [pa.Table.from_pandas(rows, preserve_index=False)])
-    if ratings is not None and len(ratings):
-        tables["ace_candidates"] = store.write_table(
-            "ace_candidates", [pa.Table.from_pandas(ratings.astype({"producers": str}), preserve_index=False)])
-    ace = comparison.tables()
-    if ace is not None:
-        write_ace(ace, store.root / "results")
-        for msg in ace.messages:
-            log.info("comparison: %s", msg)
-    return ace
-
-
-def _calibration(spec: GridSpec, units, ev: Evaluation, store: RunStore) -> None:
-    """results/calibration, refusals and runs (studies 002 and 003); a view of the data, never fatal."""
-    from confgrid.flows.evaluate.calibration_tables import calibration_tables, write_calibration_tables
-
-    try:
-        write_calibration_tables(calibration_tables(spec, units, ev.analyzed(), ev.units), store.root / "results")
-    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
-        log.warning("calibration tables not built: %s: %s", type(exc).__name__, exc)
-
-
-def _capability_estimates(spec: GridSpec, plan: GridPlan, mt):
-    """The capability estimators' values (study 004), or None (no capability section, or they could not be
-    computed: logged, never fatal)."""
-    from confgrid.flows.evaluate.capability import capability_estimates
-
-    if not spec.capability.enabled:
-        return None
-    try:
-        return capability_estimates(spec, plan.splits, mt.samples, mt.signals, mt.targets, mt.hidden, mt.costs)
-    except Exception as exc:  # noqa: BLE001 - the estimators are a view; never lose the run for them
-        log.warning("capability estimators not computed: %s: %s", type(exc).__name__, exc, exc_info=True)
-        return None
-
-
-def _capability(spec: GridSpec, est, ev: Evaluation, store: RunStore):
-    """results/capability_* (study 004); a view of the data, never fatal. Returns the tables (or None)."""
-    from confgrid.flows.evaluate.capability import capability_tables, write_capability_tables
-
-    if est is None:
-        return None
-    try:
-        tables = capability_tables(spec, est, ev.metrics, ev.signals)
-        write_capability_tables(tables, store.root / "results")
-        return tables
-    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
-        log.warning("capability tables not built: %s: %s", type(exc).__name__, exc, exc_info=True)
-        return None
 
 
 def _in_grid(spec: GridSpec):
@@ -398,30 +345,26 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
                 tables[name] = store.write_table(name, tl, empty_schema(
                     name, tuple(spec.scoring.aggregations), tuple(spec.correctness.rules)))
         mt = method_tables(plan, done, ex.submitted)
-        for name, df in (("samples", mt.samples), ("method_signals", mt.signals), ("targets", mt.targets),
-                         ("next_token", mt.next_token), ("hidden_states", mt.hidden)):
-            if len(df):
-                tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])
-        cap_est = _capability_estimates(spec, plan, mt)
-        ratings = ca_ratings(plan, done, ex.submitted, mt.samples) if spec.comparison.enabled else None
-        ev = evaluate(spec, asm.units, mt.signals,
-                      extra=[capability_rows(spec, cap_est)] if cap_est is not None else [],
-                      comparison=(lambda analyzed: plan_comparison(spec, ace_rows(spec, analyzed, mt.signals),
-                                                                   ratings)) if spec.comparison.enabled else None)
+        for name, df in mt.stored().items():
+            tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])
+        run = RunInputs(spec, plan, done, ex.submitted, asm.units, mt, rounds)
+        studies = [cls(run, store) for cls in enabled_studies(spec)]
+        joins = [j for s in studies if (j := s.joins()) is not None]
+        ev = evaluate(spec, asm.units, mt.signals, extra=[rows for s in studies for rows in s.signals()],
+                      joins=joins[0] if joins else None)
         tables["signals"] = store.write_table("signals", [signals_arrow(ev.signals)])
-        methods_df = methods_view(spec, ev)
-        write_outputs(spec, store, ev, asm.units, ex.provenance, methods=methods_df, targets=mt.targets)
-        stopping = stopping_table(rounds)  # with its header when empty: a later run without early stopping
-        for suffix in ("csv", "parquet"):  # replaces an earlier run's reasons in the same folder
-            write_frame_atomic(stopping, store.root / "results" / f"stopping.{suffix}")
-        _calibration(spec, asm.units, ev, store)
-        capability = _capability(spec, cap_est, ev, store)
-        ace = _comparison(ev.comparison, store, tables)
+        write_outputs(spec, store, ev, asm.units, ex.provenance)
+        views = {s.name: s.view(ev) for s in studies}
+        results: dict[str, pd.DataFrame] = {}
+        for out in views.values():
+            write_frames(out.frames, store.root / "results")
+            tables.update(out.tables)
+            results.update(out.frames.frames)
         c = ex.counters
         summary = RunSummary(out_dir=store.root, metrics=ev.metrics, gaps=ev.gaps, shifts=ev.shifts,
                              model_calls=c.model_calls, reused_shards=c.reused, computed_shards=c.computed,
                              parent_run_id=parent_id, tables=tables, failed_shards=len(ex.failed),
-                             skipped_shards=c.skipped, model_loads=c.loads, restarts=c.restarts, methods=methods_df)
+                             skipped_shards=c.skipped, model_loads=c.loads, restarts=c.restarts, results=results)
         # what the MLflow record holds beyond the files, kept for `confgrid log` (log_run)
         store.meta["mlflow_record"] = {
             "provenance": ex.provenance,
@@ -438,10 +381,9 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
                 log_results(spec, store, tracker, ev, ex.provenance, store.meta["mlflow_record"]["run_metrics"],
                             tables)
                 tracker.log_tags(store.meta["mlflow_record"]["run_tags"])
-                if ace is not None:
-                    tracker.log_metrics(ace_mlflow_metrics(ace))
-                if capability is not None:
-                    tracker.log_metrics(capability_mlflow_metrics(capability))
+                for out in views.values():
+                    if out.metrics:
+                        tracker.log_metrics(out.metrics)
             except Exception as exc:  # noqa: BLE001 - results are on disk already; say so and go on
                 failure = TrackingFailure.of(tracking_uri, exc)
                 log.error("%s; every result is in %s", failure.line(), store.root)

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 
 from confgrid.errors import FieldsPickle
 
-__all__ = ["default_tracking_uri", "choose_tracking_uri", "TrackingChoice", "ENV_TRACKING_URI", "Tracker", "mlflow_key", "result_metrics", "sqlite_path", "relocate_artifacts",
+__all__ = ["default_tracking_uri", "choose_tracking_uri", "TrackingChoice", "ENV_TRACKING_URI", "Tracker", "mlflow_key", "keyed_metrics", "view_of", "result_metrics", "sqlite_path", "relocate_artifacts",
            "ARTIFACT_DIR", "EXIT_TRACKING_FAILED", "TrackingUnavailable", "TrackingFailure", "probe_server",
            "store_lock", "LOCKED_BACKOFF_S", "TrackingError", "Logged", "DatasetRef", "ModelRef", "items_digest",
            "model_name", "EXPERIMENT_KIND_TAG", "EXPERIMENT_KIND"]
@@ -408,8 +408,43 @@ def relocate_artifacts(db: Path) -> int:
     return changed
 
 
+def keyed_metrics(df: Any, key: Callable[[Any], tuple], values: dict[str, str]) -> dict[str, float]:
+    """The one MLflow keying: per row of ``df``, ``mlflow_key(*key(row), stat)`` -> the row's ``values[stat]``.
+
+    Parameters
+    ----------
+    df : DataFrame or None
+        Rows to log (None or empty: no metrics).
+    key : callable
+        Row (a namedtuple of ``df.itertuples``) -> the key's leading parts; empty parts are left out.
+    values : dict
+        Last key part -> the column holding its value (e.g. ``{"point": "gap", "lo": "lo", "hi": "hi"}``).
+
+    Returns
+    -------
+    dict
+        Key -> float; NaN and None left out (MLflow has no NaN); a later row with the same key wins.
+    """
+    out: dict[str, float] = {}
+    if df is None or len(df) == 0:
+        return out
+    for r in df.itertuples(index=False):
+        base = key(r)
+        for stat, col in values.items():
+            v = getattr(r, col)
+            if v is not None and v == v:
+                out[mlflow_key(*base, stat)] = float(v)
+    return out
+
+
+def view_of(r) -> str:
+    """Study 001's view of a model's cell, a part of its key (``<model>/<view>/<metric>``), or ""."""
+    v = getattr(r, "view", "")
+    return v if isinstance(v, str) else ""
+
+
 def result_metrics(metrics_df: Any, gaps_df: Any | None = None) -> dict[str, float]:
-    """MLflow metrics of one setting, in the one vocabulary of ``run`` and ``analyze``.
+    """MLflow metrics of one setting, in the one vocabulary of ``run`` and ``analyze`` (:func:`keyed_metrics`).
 
     Parameters
     ----------
@@ -424,25 +459,12 @@ def result_metrics(metrics_df: Any, gaps_df: Any | None = None) -> dict[str, flo
         ``<signal>/<metric>/{point,lo,hi}`` and
         ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}`` (a row with a
         ``view``, study 001's model-vs-model cells: the view after the signal
-        or pair); NaN values are kept here and skipped when logged (MLflow has
-        no NaN).
+        or pair); NaN values are left out (MLflow has no NaN).
     """
-    out: dict[str, float] = {}
-
-    def view(r) -> str:  # study 001's view of a model's cell: part of the key (``<model>/<view>/<metric>``)
-        v = getattr(r, "view", "")
-        return f"/{v}" if isinstance(v, str) and v else ""
-
-    for r in metrics_df.itertuples(index=False):
-        for stat in ("point", "lo", "hi"):
-            out[f"{r.signal}{view(r)}/{r.metric}/{stat}"] = float(getattr(r, stat))
-    if gaps_df is not None and len(gaps_df):
-        for r in gaps_df.itertuples(index=False):
-            base = f"gap/{r.signal_a}-{r.signal_b}{view(r)}/{r.metric}"
-            out[f"{base}/point"] = float(r.gap)
-            out[f"{base}/lo"] = float(r.lo)
-            out[f"{base}/hi"] = float(r.hi)
-    return out
+    return {**keyed_metrics(metrics_df, lambda r: (r.signal, view_of(r), r.metric),
+                            {"point": "point", "lo": "lo", "hi": "hi"}),
+            **keyed_metrics(gaps_df, lambda r: ("gap", f"{r.signal_a}-{r.signal_b}", view_of(r), r.metric),
+                            {"point": "gap", "lo": "lo", "hi": "hi"})}
 
 
 def mlflow_key(*parts: str) -> str:

@@ -110,7 +110,7 @@ def checklist_entries() -> list[dict]:
 
 def write_run(root: Path, with_studies: bool = True) -> Path:
     """Write the run directory (results/, tables/signals.parquet, primary.json, grid.yaml); returns ``root``."""
-    from confgrid.flows.evaluate.study_tables import write_checklist
+    from confgrid.flows.evaluate.outputs import write_checklist
 
     res, tab = root / "results", root / "tables"
     res.mkdir(parents=True, exist_ok=True)

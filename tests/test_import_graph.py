@@ -189,7 +189,8 @@ FLOWS_LAYERS = {
     "execute": {"plan", "spec", "stages", "store", "tables"},
     "evaluate": {"execute", "plan", "spec", "stages", "store", "tables", "tracking"},
     "analyze": {"evaluate", "execute", "plan", "spec", "stages", "store", "tables", "tracking"},
-    "runner": {"analyze", "evaluate", "execute", "plan", "spec", "stages", "store", "tables", "tracking"},
+    "studies": {"evaluate", "execute", "plan", "spec", "stages", "store", "tables", "tracking"},
+    "runner": {"analyze", "evaluate", "execute", "plan", "spec", "stages", "store", "studies", "tables", "tracking"},
 }
 #: the pure parts of flows/: no Ray, statically or at import
 PURE = ("stages", "store", "spec", "plan", "tables")

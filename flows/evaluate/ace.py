@@ -33,8 +33,10 @@ import pandas as pd
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.grid import GridSpec
+from confgrid.flows.store.run_store import Frames, write_frames
+from confgrid.flows.tracking import keyed_metrics
 
-__all__ = ["ace_rows", "ca_ratings", "Comparison", "plan_comparison", "write_ace", "ace_mlflow_metrics",
+__all__ = ["ace_rows", "ca_ratings", "Comparison", "plan_comparison", "write_ace", "ace_frames", "ace_mlflow_metrics",
            "ACE_TABLES"]
 
 log = logging.getLogger("confgrid")
@@ -200,39 +202,32 @@ def plan_comparison(spec: GridSpec, rows: pd.DataFrame, ratings: pd.DataFrame | 
     return Comparison(rows, ratings, plan)
 
 
+def ace_frames(tables) -> Frames:
+    """Every ACE table (CSV, Parquet and Markdown) and the comparison's messages, for the one writer
+    (flows/store/run_store.py :func:`~confgrid.flows.store.run_store.write_frames`)."""
+    frames = tables.tables()
+    return Frames(frames, markdown=tuple(frames),
+                  texts={"ace_messages.txt": "\n".join(tables.messages) + "\n"} if tables.messages else {})
+
+
 def write_ace(tables, res: Path) -> dict[str, Path]:
     """Write every ACE table as CSV, Parquet and Markdown into ``res`` (results/); returns the CSV paths."""
-    from confgrid.analysis.tables import format_table, to_markdown
-    from confgrid.flows.store.run_store import write_frame_atomic, write_text_atomic
+    out = ace_frames(tables)
+    return dict(zip(out.frames, write_frames(out, res), strict=True))
 
-    paths = {}
-    for name, df in tables.tables().items():
-        paths[name] = write_frame_atomic(df, res / f"{name}.csv")
-        write_frame_atomic(df, res / f"{name}.parquet")
-        write_text_atomic(to_markdown(format_table(df)) if len(df) else "(empty)\n", res / f"{name}.md")
-    if tables.messages:
-        write_text_atomic("\n".join(tables.messages) + "\n", res / "ace_messages.txt")
-    return paths
+
+#: a cell of the comparison: the key of its gap and bootstrap rows
+_ACE_KEY = ["model_a", "model_b", "dataset", "method", "metric", "view"]
 
 
 def ace_mlflow_metrics(tables) -> dict[str, float]:
     """MLflow metrics of the comparison: per pair, dataset, method, metric and view, the gap and its interval
     (``ace/<a>_vs_<b>/<dataset>/<method>/<metric>/<view>/{point,lo,hi}``: the keys of every estimate end in
-    point/lo/hi), and the retention probability of every reversal."""
-    from confgrid.flows.tracking import mlflow_key
-
-    out: dict[str, float] = {}
-    boot = tables.bootstrap.set_index(["model_a", "model_b", "dataset", "method", "metric", "view"]) \
-        if len(tables.bootstrap) else None
-    for r in tables.gaps.itertuples(index=False):
-        base = ("ace", f"{r.model_a}_vs_{r.model_b}", r.dataset, r.method, r.metric, r.view)
-        if r.gap == r.gap:
-            out[mlflow_key(*base, "point")] = float(r.gap)
-        idx = (r.model_a, r.model_b, r.dataset, r.method, r.metric, r.view)
-        if boot is not None and idx in boot.index:
-            b = boot.loc[idx]
-            for k in ("lo", "hi", "retention_prob"):
-                v = b[k]
-                if v == v and v is not None:
-                    out[mlflow_key(*base, k)] = float(v)
-    return out
+    point/lo/hi), and the retention probability of every reversal (:func:`~confgrid.flows.tracking.keyed_metrics`)."""
+    g = tables.gaps[[*_ACE_KEY, "gap"]]
+    if len(tables.bootstrap):
+        g = g.merge(tables.bootstrap[[*_ACE_KEY, "lo", "hi", "retention_prob"]], on=_ACE_KEY, how="left")
+    else:
+        g = g.assign(lo=np.nan, hi=np.nan, retention_prob=np.nan)
+    return keyed_metrics(g, lambda r: ("ace", f"{r.model_a}_vs_{r.model_b}", r.dataset, r.method, r.metric, r.view),
+                         {"point": "gap", "lo": "lo", "hi": "hi", "retention_prob": "retention_prob"})

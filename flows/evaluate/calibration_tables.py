@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
@@ -45,7 +44,10 @@ from confgrid.analysis.calibration_summary import calibration_summary, runs_summ
 from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.spec.grid import GridSpec
 
-__all__ = ["CalibrationTables", "calibration_tables", "write_calibration_tables"]
+__all__ = ["CalibrationTables", "calibration_tables", "CALIBRATION_TABLES"]
+
+#: the tables of studies 002 and 003 (results/<name>.{csv,parquet}), in the order `confgrid show` prints them
+CALIBRATION_TABLES = ("calibration", "refusals", "runs", "hard_easy", "hard_easy_bins")
 
 log = logging.getLogger("confgrid")
 
@@ -220,10 +222,3 @@ def _hard_easy(rows: pd.DataFrame, spec: GridSpec, plans: Sequence[Any] = ()) ->
         for b in overconfidence_by_difficulty(conf, score, difficulty, 10):
             bins.append({**ident, "difficulty": source, **b._asdict()})
     return pd.DataFrame(slopes), pd.DataFrame(bins)
-
-
-def write_calibration_tables(tables: CalibrationTables, results: Path) -> list[Path]:
-    """Write the non-empty tables as ``results/<name>.{csv,parquet}``; returns the CSV paths."""
-    from confgrid.flows.store.run_store import write_result_frames
-
-    return write_result_frames(tables, ("calibration", "refusals", "runs", "hard_easy", "hard_easy_bins"), results)

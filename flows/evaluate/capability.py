@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -49,11 +48,12 @@ from confgrid.analysis.capability.targets import divergence, sample_matrix, se_b
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.spec.methods import MethodSpec
 from confgrid.flows.tables.signals import CAPABILITY_SET, ProducerRows
+from confgrid.flows.tracking import keyed_metrics
 from confgrid.protocols.correctness import agreement_key
 from confgrid.protocols.methods import majority_share
 
 __all__ = ["CapabilityTables", "CapabilityCell", "CapabilityEstimates", "capability_estimates", "capability_rows",
-           "capability_tables", "write_capability_tables", "capability_mlflow_metrics", "CAPABILITY_TABLES",
+           "capability_tables", "capability_mlflow_metrics", "CAPABILITY_TABLES",
            "CAPABILITY_SET"]
 
 log = logging.getLogger("confgrid")
@@ -438,31 +438,19 @@ def _metric_family(metric: str) -> str:
     return info.family or info.name
 
 
-def write_capability_tables(tables: CapabilityTables, results: Path) -> list[Path]:
-    """Write the non-empty tables as ``results/<name>.{csv,parquet}``; returns the CSV paths."""
-    from confgrid.flows.store.run_store import write_result_frames
-
-    return write_result_frames(tables, CAPABILITY_TABLES, results)
-
-
 def capability_mlflow_metrics(tables: CapabilityTables) -> dict[str, float]:
     """MLflow metrics of the capability study: ``capability/<model>/<dataset>/<target>/<estimator>/<metric>/
     {point,lo,hi}``, the pass@k MSE (``.../pass_at_k/<estimator>/k<k>/mse``) and the solved share of each
-    allocation (``.../allocation/<allocation>_<estimator>/B<B>/solved``); NaN values are left out."""
-    from confgrid.flows.tracking import mlflow_key
-
-    out: dict[str, float] = {}
-
-    def put(key: str, v) -> None:
-        if v is not None and v == v:
-            out[key] = float(v)
-
-    for r in tables.capability_metrics.itertuples(index=False):
-        for stat in ("point", "lo", "hi"):
-            put(mlflow_key("capability", r.model, r.dataset, r.target, r.estimator, r.metric, stat), getattr(r, stat))
-    for r in tables.capability_pass_at_k.itertuples(index=False):
-        put(mlflow_key("capability", r.model, r.dataset, "pass_at_k", r.estimator, f"k{r.k}", "mse"), r.mse)
-    for r in tables.capability_allocation.itertuples(index=False):
-        name = f"{r.allocation}_{r.estimator}" if r.estimator else r.allocation
-        put(mlflow_key("capability", r.model, r.dataset, "allocation", name, f"B{r.budget}", "solved"), r.solved)
-    return out
+    allocation (``.../allocation/<allocation>_<estimator>/B<B>/solved``); NaN values are left out
+    (:func:`~confgrid.flows.tracking.keyed_metrics`)."""
+    return {
+        **keyed_metrics(tables.capability_metrics,
+                        lambda r: ("capability", r.model, r.dataset, r.target, r.estimator, r.metric),
+                        {"point": "point", "lo": "lo", "hi": "hi"}),
+        **keyed_metrics(tables.capability_pass_at_k,
+                        lambda r: ("capability", r.model, r.dataset, "pass_at_k", r.estimator, f"k{r.k}"),
+                        {"mse": "mse"}),
+        **keyed_metrics(tables.capability_allocation,
+                        lambda r: ("capability", r.model, r.dataset, "allocation",
+                                   f"{r.allocation}_{r.estimator}" if r.estimator else r.allocation, f"B{r.budget}"),
+                        {"solved": "solved"})}

@@ -77,6 +77,12 @@ class MethodTables:
     costs: pd.DataFrame = field(default_factory=pd.DataFrame)
     incomplete: list[str] = field(default_factory=list)
 
+    def stored(self) -> dict[str, pd.DataFrame]:
+        """The non-empty frames a run stores, by their ``tables/<name>.parquet`` name."""
+        return {name: df for name, df in (("samples", self.samples), ("method_signals", self.signals),
+                                          ("targets", self.targets), ("next_token", self.next_token),
+                                          ("hidden_states", self.hidden)) if len(df)}
+
 
 def _protocol(method: MethodSpec, spec: GridSpec, used: dict[str, Any] | None = None) -> dict[str, Any]:
     used = used or {}

@@ -21,10 +21,12 @@ from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.evaluate.run_evaluation import Evaluation, primary_group, select
 from confgrid.analysis.conventions import get_convention
 from confgrid.flows.spec.grid import GridSpec
-from confgrid.flows.store.run_store import RunStore, write_frame_atomic, write_text_atomic
-from confgrid.flows.tracking import DatasetRef, ModelRef, Tracker, items_digest, result_metrics
+from confgrid.flows.store.run_store import Frames, RunStore, write_frame_atomic, write_frames, write_text_atomic
+from confgrid.protocols.checklist import render_checklist_markdown
+from confgrid.flows.tracking import (DatasetRef, ModelRef, Tracker, items_digest, keyed_metrics, mlflow_key,
+                                     result_metrics, view_of)
 
-__all__ = ["write_outputs", "result_matrix", "render_markdown", "grid_params", "log_results", "fmt_interval",
+__all__ = ["write_outputs", "write_checklist", "result_matrix", "render_markdown", "grid_params", "log_results", "fmt_interval",
            "verdict_mlflow"]
 
 log = logging.getLogger("confgrid")
@@ -134,49 +136,6 @@ def render_markdown(metrics_df, gaps_df, shifts_df, settings_df, closure_df=None
     return "\n".join(parts)
 
 
-def _study_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: Evaluation) -> dict[str, pd.DataFrame]:
-    """Study 000's tables for this run (flows/evaluate/study_tables.py); a table fails soft, with a log line."""
-    from confgrid.flows.evaluate.study_tables import probe_table, selection_table, study_tables
-
-    out: dict[str, pd.DataFrame] = {}
-    p = primary_group(spec)
-    try:
-        if not ev.metrics.empty and spec.scoring.contexts:  # study 000's tables compare scoring contexts
-            primary_refusal = lambda df: df[df["refusal"] == p["refusal"]] if "refusal" in df else df  # noqa: E731
-            out.update(study_tables(ev.groups(p["refusal"]), (p["answer_set"], p["parse_policy"], p["rule"]),
-                                    primary_refusal(ev.metrics), primary_refusal(ev.gaps),
-                                    spec.scoring.contexts, spec.scoring.aggregations, spec.metrics.names,
-                                    spec.bootstrap.level))
-    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
-        log.warning("study tables not built: %s: %s", type(exc).__name__, exc)
-    for a in spec.answer_sets:
-        if a.format == "open" and a.verbalized_source() == "probe":
-            sel = selection_table(units, a.id, spec.bootstrap.seed, spec.bootstrap.resamples, spec.bootstrap.level)
-            if len(sel):
-                out[f"selection_{a.id}"] = sel
-    probes = [u.probe for (m, d, a), u in units.items() if a == "main" and u.probe_complete and u.probe is not None]
-    if spec.probe.enabled and probes:
-        graded = pd.concat([u.graded for (m, d, a), u in units.items() if a == "main" and u.probe_complete],
-                           ignore_index=True)
-        tbl, pairs = probe_table(pd.concat(probes, ignore_index=True), graded, spec.probe.resamples, spec.probe.seed,
-                                 spec.bootstrap.level)
-        out["table17_probe"] = tbl
-        out["probe_pairs"] = pairs
-    answers = select(ev.analyzed(), p)
-    answers = answers[answers["kind"].isin(["verbalized", "token"])] if len(answers) else answers
-    main_frames = {setting: f for setting, f in answers.groupby("setting", sort=False)} if len(answers) else {}
-    if {"bare", "guess_slot"} <= set(spec.scoring.contexts) and main_frames:
-        from confgrid.flows.evaluate.study_tables import transfer_tables
-
-        try:
-            pen, ttab = transfer_tables(main_frames, "guess_slot", "bare", spec.bootstrap.seed)
-            if len(pen):
-                out["transfer_penalties"], out["transfer"] = pen, ttab
-        except Exception as exc:  # noqa: BLE001 - a view of the data; never lose the run for it
-            log.warning("calibration transfer not computed: %s: %s", type(exc).__name__, exc)
-    return out
-
-
 def rows_dropped(dropped: pd.DataFrame, unit: dict[str, str]) -> dict[str, int]:
     """Answers of a unit left out of the metrics, by reason: the first answer signal's rows by status (``ok``
     excluded) and ``left_out_by_alignment`` (results/dropped)."""
@@ -200,7 +159,6 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
                units: dict[tuple[str, str, str], Unit], dropped_df: pd.DataFrame,
                ev_edges: pd.DataFrame | None = None) -> None:
     """The reporting checklist (study 000 Table 5) of every (model, dataset, answer set)."""
-    from confgrid.flows.evaluate.study_tables import write_checklist
     from confgrid.protocols.checklist import build_checklist
 
     models = {m.name: m for m in spec.models}
@@ -243,6 +201,20 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
     write_checklist(store.root, entries)
 
 
+def write_checklist(out_dir: Path, entries: list[dict[str, Any]]) -> tuple[Path, Path]:
+    """Write the reporting checklists (one per model x dataset x answer set) as JSON and Markdown."""
+    res = Path(out_dir) / "results"
+    res.mkdir(parents=True, exist_ok=True)
+    jpath, mpath = res / "checklist.json", res / "checklist.md"
+    write_text_atomic(json.dumps(entries, indent=1, sort_keys=True, default=str), jpath)
+    md = ["# Reporting checklist (study 000, Table 5)", ""]
+    for e in entries:
+        md += [f"## {e.get('model')} / {e.get('dataset')} / answer set {e.get('extra', {}).get('answer_set', 'main')}",
+               "", render_checklist_markdown(e), ""]
+    write_text_atomic("\n".join(md), mpath)
+    return jpath, mpath
+
+
 def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
     """The reading and scoring conventions behind one (answer set, dataset) that a reader could choose otherwise
     (README "JSON elicitation, refusals and repeated runs", "LifeEval"), for the run's checklist."""
@@ -279,42 +251,14 @@ def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
     return out
 
 
-def expected_accuracy_summary(targets: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, dataset, method): items, mean expected accuracy, share of items strictly between 0 and 1
-    (where response and capability calibration differ, study 004 Figure 2), mean standard error."""
-    if targets.empty:
-        return pd.DataFrame()
-    g = targets.groupby(["model", "dataset", "method"], sort=False)
-    return pd.DataFrame({
-        "items": g.size(), "k": g["k"].first(), "mean_expected_accuracy": g["expected_accuracy"].mean(),
-        "share_between_0_and_1": g["expected_accuracy"].apply(lambda x: float(((x > 0) & (x < 1)).mean())),
-        "mean_se": g["se"].mean(), "unparsed_samples": g["n_unparsed"].sum(),
-    }).reset_index()
-
-
 def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[tuple[str, str, str], Unit],
-                  provenance: dict[str, dict[str, str]], methods: pd.DataFrame | None = None,
-                  targets: pd.DataFrame | None = None) -> None:
-    """Write ``results/``: the tidy tables, the study tables, the method metrics, the checklist,
-    ``primary.json`` and ``report.md``."""
-    from confgrid.analysis.tables import format_table, to_markdown
-
+                  provenance: dict[str, dict[str, str]]) -> None:
+    """Write ``results/``: the evaluator's tidy tables, the checklist, ``primary.json`` and ``report.md`` (the
+    studies' views are written by the runner, flows/studies/)."""
     res = store.root / "results"
-    outputs = {"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings,
-               "dropped": ev.dropped, "edges": ev.edges, "closure": ev.closure, "verdicts": ev.verdicts}
-    if methods is not None and len(methods):
-        outputs["methods"] = methods
-    if targets is not None and len(targets):
-        outputs["expected_accuracy"] = expected_accuracy_summary(targets)
-    outputs.update(_study_tables(spec, units, ev))
-    for name, df in outputs.items():
-        if df.columns.empty:  # a view with nothing to show: no file, never a CSV without its header
-            log.debug("results/%s: no columns, not written", name)
-            continue
-        write_frame_atomic(df, res / f"{name}.csv")
-        write_frame_atomic(df, res / f"{name}.parquet")
-        if name.startswith(("table", "transfer", "selection")) and len(df):
-            write_text_atomic(to_markdown(format_table(df)), res / f"{name}.md")
+    write_frames(Frames({"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings,
+                         "dropped": ev.dropped, "edges": ev.edges, "closure": ev.closure, "verdicts": ev.verdicts}),
+                 res)
     _checklist(spec, store, provenance, units, ev.dropped, ev.edges)
     p = primary_group(spec)
     write_text_atomic(json.dumps({**p, "aggregation": spec.scoring.aggregations[0]}), res / "primary.json")
@@ -328,20 +272,13 @@ def verdict_mlflow(verdicts: pd.DataFrame) -> tuple[dict[str, float], dict[str, 
     ``.../share_resolved_a``, ``.../share_resolved_b`` (NaN left out), and the tag
     ``confgrid.verdict.<a>-<b>.<metric>`` = ``"<verdict> (holds for <side>)"``; a model-vs-model conclusion
     under an ACE view has the view after the metric (``verdict/<a>-<b>/ece/ia/...``)."""
-    from confgrid.flows.tracking import mlflow_key
-
-    metrics: dict[str, float] = {}
-    tags: dict[str, str] = {}
     if verdicts is None or verdicts.empty:
-        return metrics, tags
-    for r in verdicts.itertuples(index=False):
-        view = getattr(r, "view", "")
-        base = ("verdict", f"{r.signal_a}-{r.signal_b}", r.metric, *([str(view)] if view and view == view else []))
-        for name, v in (("share_a_better", r.share_a_better), ("lo", r.lo), ("hi", r.hi),
-                        ("share_resolved_a", r.share_resolved_a), ("share_resolved_b", r.share_resolved_b)):
-            if v is not None and v == v:
-                metrics[mlflow_key(*base, name)] = float(v)
-        tags["confgrid." + mlflow_key(*base).replace("/", ".")] = f"{r.verdict} (holds for {r.holds_for or 'neither'})"
+        return {}, {}
+    base = lambda r: ("verdict", f"{r.signal_a}-{r.signal_b}", r.metric, view_of(r))  # noqa: E731
+    metrics = keyed_metrics(verdicts, base, {k: k for k in ("share_a_better", "lo", "hi", "share_resolved_a",
+                                                              "share_resolved_b")})
+    tags = {"confgrid." + mlflow_key(*base(r)).replace("/", "."): f"{r.verdict} (holds for {r.holds_for or 'neither'})"
+            for r in verdicts.itertuples(index=False)}
     return metrics, tags
 
 

@@ -22,19 +22,18 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from confgrid.analysis.ace.units import ACE_KIND
 from confgrid.analysis.bootstrap import BootstrapResult
 from confgrid.analysis.closure import closure_notes, edge_bins
 from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
 from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, conform
 from confgrid.analysis.verdicts import verdict_table
 from confgrid.flows.tables.assemble import Unit
-from confgrid.flows.tables.signals import ANSWER_ALIGN, CAPABILITY_SET, ProducerRows
+from confgrid.flows.tables.signals import ANSWER_ALIGN, ProducerRows
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.stages import token_signal
 
 __all__ = ["Evaluation", "evaluate", "primary_group", "select", "shift_pairs", "item_clusters", "cluster_problems",
-           "comparisons_of", "dropped_table", "methods_view"]
+           "comparisons_of", "dropped_table"]
 
 log = logging.getLogger("confgrid")
 
@@ -65,10 +64,10 @@ class Evaluation:
     verdicts : DataFrame
         ``results/verdicts``: every conclusion of the gaps over the grid's settings (analysis/verdicts.py),
         the comparison's model-vs-model conclusions under each view included.
-    comparison : Comparison or None
-        Study 001's comparison (flows/evaluate/ace.py), its units evaluated in the same bootstrap job; their
-        rows are in ``metrics``, ``gaps`` and ``shifts`` (kind ``model``, with a ``view``; unit columns setting =
-        the comparison's label, model = "A vs B", empty answer set) and the ``ace_*`` tables are their views.
+    joined : object or None
+        What ``joins`` returned (e.g. study 001's comparison, flows/evaluate/ace.py), its units evaluated in the
+        same bootstrap job; their rows are in ``metrics``, ``gaps`` and ``shifts`` (study 001's: kind ``model``,
+        with a ``view``; unit columns setting = the comparison's label, model = "A vs B", empty answer set).
     """
 
     metrics: pd.DataFrame
@@ -82,24 +81,7 @@ class Evaluation:
     edges: pd.DataFrame = field(default_factory=pd.DataFrame)
     closure: pd.DataFrame = field(default_factory=pd.DataFrame)
     verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
-    comparison: Any = None
-
-    def groups(self, refusal: str) -> dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]]:
-        """(answer set, parse policy, rule) -> {setting: (bootstrap of the signals' own cells, signal names)} of
-        the answer sets' units under one refusal policy (the study tables' input; the capability estimators'
-        units have tables of their own)."""
-        out: dict[tuple[str, str, str], dict[str, tuple[Any, list[str]]]] = {}
-        for u, res in zip(self.units, self.results, strict=True):
-            lab = u.labels
-            if res is None or lab["refusal"] != refusal or lab["target_kind"] != "correct" \
-                    or lab["answer_set"] == CAPABILITY_SET:
-                continue
-            S = len(u.signals)
-            own = BootstrapResult(res.point[:S], res.resamples[:S], res.metrics, list(u.signals), res.n_resamples,
-                                  res.seed, res.chunk_size, res.n_bins, n_clusters=res.n_clusters)
-            out.setdefault((lab["answer_set"], lab["parse_policy"], lab["rule"]), {})[lab["setting"]] = (
-                own, list(u.signals))
-        return out
+    joined: Any = None
 
     def analyzed(self) -> pd.DataFrame:
         """The signal rows that entered the metrics (each signal on its own support), with ``correct`` = target."""
@@ -235,7 +217,7 @@ def _log_undefined(caught: list) -> None:
 
 def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
              method_signals: pd.DataFrame | None = None, extra: Sequence[ProducerRows] = (),
-             comparison: Callable[[pd.DataFrame], Any] | None = None) -> Evaluation:
+             joins: Callable[[pd.DataFrame], Any] | None = None) -> Evaluation:
     """The one evaluator of a run: metrics, gaps, shifts and flips of every signal, methods included.
 
     Builds the run's one signal table (flows/tables/signals.py), plans every unit's cells (analysis/evaluation.py),
@@ -252,10 +234,11 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     extra : sequence of ProducerRows
         Rows of producers with units of their own (the capability estimators), appended to the table and
         evaluated in the same bootstrap job, each unit under its producer's metrics.
-    comparison : callable, optional
-        ``analyzed rows -> Comparison`` (flows/evaluate/ace.py ``plan_comparison`` of the rows that enter the
-        metrics): study 001's cells join the same bootstrap job as units of their own (analysis/ace/units.py),
-        each under the comparison's metrics and resample count.
+    joins : callable, optional
+        ``analyzed rows -> object with .plan`` (None or a plan with ``.units``): units planned from the rows that
+        enter the metrics join the same bootstrap job, each under its own metrics and resample count (a study's
+        :meth:`~confgrid.flows.studies.Study.joins`, e.g. study 001's cells, analysis/ace/units.py); the object is
+        :attr:`Evaluation.joined`.
 
     Returns
     -------
@@ -289,9 +272,9 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                        edge_bins=edge_bins(metrics, spec.metrics.ece_bins))
     for u in plans:
         u.metrics = own_metrics.get(tuple(u.labels[c] for c in UNIT_COLUMNS), ())
-    compared = comparison(analyzed(signals).rename(columns={"target": "correct"})) if comparison else None
-    ace_units = list(compared.plan.units) if compared is not None and compared.plan is not None else []
-    plans += ace_units
+    joined = joins(analyzed(signals).rename(columns={"target": "correct"})) if joins else None
+    joined_units = list(joined.plan.units) if joined is not None and joined.plan is not None else []
+    plans += joined_units
     # the study tables' resamples (flows/evaluate/study_tables.py): the signals' own cells of the units of the main
     # answer set under the first parse and refusal policies (every rule: the correctness-rule axis); no other unit's
     primary = primary_group(spec)
@@ -326,16 +309,13 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     if cluster:  # the tables say the intervals are clustered, on which field, over how many clusters
         from confgrid.flows.evaluate.clusters import with_cluster_columns
 
-        n_cl = {u.name: int(pd.unique(u.groups).size) for u in plans if u.groups is not None and u not in ace_units}
+        n_cl = {u.name: int(pd.unique(u.groups).size) for u in plans if u.groups is not None and u not in joined_units}
         est.metrics, est.gaps, est.shifts = (with_cluster_columns(df, cluster, n_cl)
                                              for df in (est.metrics, est.gaps, est.shifts))
     verdicts = verdict_table(est.gaps, est.shares, spec.verdicts.rule(), spec.bootstrap.level)
-    if compared is not None:  # the ace_* tables are views of the comparison's rows of the one estimates table
-        compared.gaps = est.gaps[est.gaps["kind_a"] == ACE_KIND].reset_index(drop=True)
-        compared.shifts = est.shifts[est.shifts["from_view"] != ""].reset_index(drop=True)
     return Evaluation(est.metrics, est.gaps, est.shifts, _settings_rows(spec, units, signals),
                       dropped_table(plans, signals), signals, plans, kept, est.edges,
-                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts, compared)
+                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts, joined)
 
 
 def dropped_table(plans: list, signals: pd.DataFrame) -> pd.DataFrame:
@@ -348,23 +328,3 @@ def dropped_table(plans: list, signals: pd.DataFrame) -> pd.DataFrame:
     extra = [{**u.labels, "signal": s, "status": "left_out_by_alignment", "n": n}
              for u in plans for s, n in u.left_out.items() if n]
     return pd.concat([counts, pd.DataFrame(extra, columns=cols)], ignore_index=True)[cols]
-
-
-#: The protocol columns of a method signal shown beside its metrics (results/methods).
-METHOD_PROTOCOL = ("template", "k", "temperature", "top_p", "top_k", "seed", "merge", "renormalize")
-
-
-def methods_view(spec: GridSpec, ev: Evaluation) -> pd.DataFrame:
-    """``results/methods``: the metrics of every confidence-method signal of the main answer set under the first
-    parse and refusal policies, with the method's protocol (a view of ``results/metrics``; the paired gaps
-    against verbalized are in ``results/gaps``, the rows left out by status in ``results/dropped``)."""
-    m = ev.metrics
-    if m.empty:
-        return pd.DataFrame()
-    keep = (~m["kind"].isin(["verbalized", "token"]) & (m["answer_set"] == "main")
-            & (m["parse_policy"] == spec.parsing.policies[0]) & (m["refusal"] == spec.parsing.refusal[0]))
-    view = m[keep]
-    if view.empty:
-        return pd.DataFrame()
-    proto = ev.signals.drop_duplicates([*UNIT_COLUMNS, "signal"])[[*UNIT_COLUMNS, "signal", *METHOD_PROTOCOL]]
-    return view.merge(proto, on=[*UNIT_COLUMNS, "signal"], how="left").reset_index(drop=True)

@@ -7,9 +7,7 @@ functions of analysis/summary.py and analysis/tables.py; written to
 
 from __future__ import annotations
 
-import json
 import logging
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -25,9 +23,8 @@ from confgrid.analysis.tables import (
     three_context_table,
     transfer_table,
 )
-from confgrid.flows.store.run_store import write_text_atomic
 
-__all__ = ["study_tables", "probe_table", "selection_table", "transfer_tables", "write_checklist", "ABLATION_PATH",
+__all__ = ["study_tables", "probe_table", "selection_table", "transfer_tables", "ABLATION_PATH",
            "ESTIMATORS"]
 
 log = logging.getLogger("confgrid")
@@ -221,22 +218,6 @@ def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, see
         rows.append({"pair": p.id, "description": p.description, "n": n, "mean_diff": float(d.mean()),
                      "lo": float(lo), "hi": float(hi), "share_strings_differ": float(differ)})
     return pd.DataFrame(rows), pairs
-
-
-def write_checklist(out_dir: Path, entries: list[dict[str, Any]]) -> tuple[Path, Path]:
-    """Write the reporting checklists (one per model x dataset x answer set) as JSON and Markdown."""
-    from confgrid.protocols.checklist import render_checklist_markdown
-
-    res = Path(out_dir) / "results"
-    res.mkdir(parents=True, exist_ok=True)
-    jpath, mpath = res / "checklist.json", res / "checklist.md"
-    write_text_atomic(json.dumps(entries, indent=1, sort_keys=True, default=str), jpath)
-    md = ["# Reporting checklist (study 000, Table 5)", ""]
-    for e in entries:
-        md += [f"## {e.get('model')} / {e.get('dataset')} / answer set {e.get('extra', {}).get('answer_set', 'main')}",
-               "", render_checklist_markdown(e), ""]
-    write_text_atomic("\n".join(md), mpath)
-    return jpath, mpath
 
 
 def selection_table(units: Mapping[tuple[str, str, str], Any], other_set: str, seed: int,

@@ -39,10 +39,11 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from confgrid.analysis.tables import format_table, to_markdown
 from confgrid.errors import FieldsPickle
 
 __all__ = ["shard_key", "ShardRecord", "RunStore", "ManifestDamaged", "read_manifest", "file_sha256", "atomic_write",
-           "write_result_frames",
+           "Frames", "write_frames",
            "write_text_atomic", "write_parquet_atomic", "write_frame_atomic"]
 
 log = logging.getLogger("confgrid")
@@ -139,15 +140,48 @@ def write_frame_atomic(df: Any, path: str | Path) -> Path:
     raise ValueError(f"write_frame_atomic: suffix {path.suffix!r} of {str(path)!r}; allowed: .csv, .parquet")
 
 
-def write_result_frames(tables: Any, names: tuple[str, ...], results: str | Path) -> list[Path]:
-    """Write the non-empty frames ``getattr(tables, name)`` as ``results/<name>.{csv,parquet}``; returns the CSVs."""
+@dataclass(frozen=True)
+class Frames:
+    """Named result frames of one view, as :func:`write_frames` writes them into ``results/``.
+
+    Attributes
+    ----------
+    frames : dict
+        Result name -> DataFrame, written as ``<name>.csv`` and ``<name>.parquet``; a frame that is None or has
+        no columns is never written (a CSV without its header cannot be read back).
+    markdown : tuple of str
+        Names also written as ``<name>.md`` (analysis/tables.py ``format_table``; ``(empty)`` for no rows).
+    skip_empty : bool
+        Leave out frames without rows (else an empty frame is written with its header: it replaces an earlier
+        run's rows in the same folder).
+    texts : dict
+        File name -> text written beside the frames (e.g. a view's messages).
+    """
+
+    frames: dict[str, Any] = field(default_factory=dict)
+    markdown: tuple[str, ...] = ()
+    skip_empty: bool = False
+    texts: dict[str, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> Any:
+        """The frame called ``name``, or None."""
+        return self.frames.get(name)
+
+
+def write_frames(out: Frames, results: str | Path) -> list[Path]:
+    """The one writer of result frames: every frame of ``out`` as ``results/<name>.{csv,parquet}`` (and ``.md``
+    for the names in ``out.markdown``), then its texts; returns the CSV paths in the frames' order."""
     paths = []
-    for name in names:
-        df = getattr(tables, name)
-        if df is None or df.empty:
+    for name, df in out.frames.items():
+        if df is None or len(df.columns) == 0 or (out.skip_empty and df.empty):
+            log.debug("results/%s: nothing to write", name)
             continue
         paths.append(write_frame_atomic(df, Path(results) / f"{name}.csv"))
         write_frame_atomic(df, Path(results) / f"{name}.parquet")
+        if name in out.markdown:
+            write_text_atomic(to_markdown(format_table(df)) if len(df) else "(empty)\n", Path(results) / f"{name}.md")
+    for name, text in out.texts.items():
+        write_text_atomic(text, Path(results) / name)
     return paths
 
 

@@ -1,0 +1,183 @@
+"""Studies as registry entries over the one evaluator's estimates: one module of this folder per study view.
+
+A run is plan, execute, collect, signals, evaluate, then the views of the enabled studies
+(flows/runner.py names none of them). A study is a subclass of :class:`Study` registered with
+:func:`register_study` in its own module of this folder; every module here is imported by :func:`load_studies`,
+so a new study is one new file and touches nothing else. Each entry declares
+
+* ``section``: the grid section whose ``enabled`` turns it on (``enabled()``; None: always on);
+* ``signals()``: signal rows with units of their own that join the one evaluation (:class:`ProducerRows`);
+* ``joins()``: units planned from the analyzed rows that join the same bootstrap job (study 001's cells);
+* ``view(ev)``: :class:`StudyOutput`, its named result frames (:class:`~confgrid.flows.store.run_store.Frames`,
+  written by the one writer), the tables it stored under ``tables/`` and its MLflow metrics (keyed by
+  :func:`~confgrid.flows.tracking.keyed_metrics`);
+* ``tables`` and ``figures``: the result names ``confgrid show`` and the report read from it.
+
+Registries follow lm-evaluation-harness (``lm_eval/api/registry.py``): a duplicate name is an error, an unknown
+name an error listing the choices.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Sequence
+
+import pandas as pd
+
+from confgrid.flows.evaluate.run_evaluation import Evaluation
+from confgrid.flows.spec.grid import GridSpec
+from confgrid.flows.store.run_store import Frames, RunStore
+from confgrid.flows.tables.signals import ProducerRows
+
+__all__ = ["Study", "RunInputs", "StudyOutput", "register_study", "get_study", "study_names", "enabled_studies",
+           "load_studies", "STUDIES"]
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run hands every study: the grid, its plan and what the executor collected.
+
+    Attributes
+    ----------
+    spec : GridSpec
+    plan : GridPlan
+        flows/plan/grid_plan.py.
+    done : dict
+        Shard key -> its table (the finished shards).
+    submitted : list of ShardRequest
+        Every shard of the run.
+    units : dict
+        (model, dataset, answer set) -> :class:`~confgrid.flows.tables.assemble.Unit` (complete units).
+    methods : MethodTables
+        flows/evaluate/methods.py: the confidence methods' frames.
+    rounds : Rounds or None
+        Early stopping's rounds (flows/evaluate/rounds.py), None without ``execution.stopping``.
+    """
+
+    spec: GridSpec
+    plan: Any
+    done: dict[str, pd.DataFrame]
+    submitted: list
+    units: dict
+    methods: Any
+    rounds: Any = None
+
+
+@dataclass(frozen=True)
+class StudyOutput:
+    """A study view's result: named frames for ``results/``, tables it stored under ``tables/``, MLflow metrics.
+
+    Attributes
+    ----------
+    frames : Frames
+        Written into ``results/`` by :func:`~confgrid.flows.store.run_store.write_frames`.
+    tables : dict
+        Table name -> path of a ``tables/<name>.parquet`` it wrote (logged as artifacts with the run's tables).
+    metrics : dict
+        Parent-run MLflow metrics (keys from :func:`~confgrid.flows.tracking.keyed_metrics`).
+    """
+
+    frames: Frames = field(default_factory=Frames)
+    tables: dict[str, Path] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Study:
+    """One study view over a run's estimates (subclass it, set the class attributes, register it).
+
+    Attributes
+    ----------
+    name : str
+        Registry key.
+    title : str
+        One line: the study (seed file) and what the view adds.
+    section : str or None
+        The grid section whose ``enabled`` turns it on (None: always on).
+    tables : tuple of str
+        ``results/<name>`` files it writes, in the order ``confgrid show`` prints them.
+    figures : tuple of str
+        Figures (report/registry.py names) drawn from its tables.
+    """
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    section: ClassVar[str | None] = None
+    tables: ClassVar[tuple[str, ...]] = ()
+    figures: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, run: RunInputs, store: RunStore) -> None:
+        self.run = run
+        self.spec = run.spec
+        self.store = store
+
+    @classmethod
+    def enabled(cls, spec: GridSpec) -> bool:
+        """Whether the grid asks for this study: its section's ``enabled``, always without a section."""
+        return cls.section is None or bool(getattr(spec, cls.section).enabled)
+
+    def signals(self) -> Sequence[ProducerRows]:
+        """Signal rows with units of their own, evaluated with the run's (default: none)."""
+        return ()
+
+    def joins(self) -> Callable[[pd.DataFrame], Any] | None:
+        """``analyzed rows -> object with .plan.units`` whose units join the bootstrap job, or None (default)."""
+        return None
+
+    def view(self, ev: Evaluation) -> StudyOutput:
+        """The study's tables from the evaluation (default: none)."""
+        return StudyOutput()
+
+
+#: name -> Study subclass (filled by the modules of this folder on import; see :func:`load_studies`)
+STUDIES: dict[str, type[Study]] = {}
+
+
+def register_study(cls: type[Study]) -> type[Study]:
+    """Class decorator: register a :class:`Study` under ``cls.name``.
+
+    Raises
+    ------
+    ValueError
+        The name is empty or already registered (by another class).
+    """
+    if not cls.name:
+        raise ValueError(f"study {cls.__qualname__}: set its class attribute 'name'")
+    if cls.name in STUDIES and STUDIES[cls.name] is not cls:
+        raise ValueError(f"study {cls.name!r} is already registered (by {STUDIES[cls.name].__module__}); "
+                         "choose another name")
+    STUDIES[cls.name] = cls
+    return cls
+
+
+def load_studies() -> dict[str, type[Study]]:
+    """Import every module of this folder (each registers its studies); returns the registry in name order."""
+    for mod in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{mod.name}")
+    return dict(sorted(STUDIES.items()))
+
+
+def get_study(name: str) -> type[Study]:
+    """The study registered as ``name``.
+
+    Raises
+    ------
+    KeyError
+        Unknown name; the message lists the registered ones.
+    """
+    studies = load_studies()
+    if name not in studies:
+        raise KeyError(f"unknown study {name!r}; registered: {', '.join(studies)}")
+    return studies[name]
+
+
+def study_names() -> list[str]:
+    """The registered studies' names, sorted."""
+    return list(load_studies())
+
+
+def enabled_studies(spec: GridSpec) -> list[type[Study]]:
+    """The studies the grid enables, in name order."""
+    return [cls for cls in load_studies().values() if cls.enabled(spec)]

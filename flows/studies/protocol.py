@@ -1,0 +1,94 @@
+"""Study 000 (protocol sensitivity): Tables 2-4 (means over settings), the supplied-answer probe (Table 17), the
+answer selection of probe-scored answer sets, and the calibration transfer (flows/evaluate/study_tables.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from confgrid.analysis.bootstrap import BootstrapResult
+from confgrid.flows.evaluate.run_evaluation import Evaluation, primary_group, select
+from confgrid.flows.evaluate.study_tables import probe_table, selection_table, study_tables, transfer_tables
+from confgrid.flows.spec.grid import GridSpec
+from confgrid.flows.store.run_store import Frames
+from confgrid.flows.studies import Study, StudyOutput, register_study
+from confgrid.flows.tables.assemble import Unit
+from confgrid.flows.tables.signals import CAPABILITY_SET
+
+log = logging.getLogger("confgrid")
+
+#: the prefixes of the tables also written as Markdown
+_MARKDOWN = ("table", "transfer", "selection")
+
+
+def groups(ev: Evaluation, refusal: str) -> dict[tuple[str, str, str], dict[str, tuple[BootstrapResult, list[str]]]]:
+    """(answer set, parse policy, rule) -> {setting: (bootstrap of the signals' own cells, signal names)} of the
+    answer sets' units under one refusal policy (the study tables' input; the capability estimators' units have
+    tables of their own)."""
+    out: dict[tuple[str, str, str], dict[str, tuple[BootstrapResult, list[str]]]] = {}
+    for u, res in zip(ev.units, ev.results, strict=True):
+        lab = u.labels
+        if res is None or lab["refusal"] != refusal or lab["target_kind"] != "correct" \
+                or lab["answer_set"] == CAPABILITY_SET:
+            continue
+        S = len(u.signals)
+        own = BootstrapResult(res.point[:S], res.resamples[:S], res.metrics, list(u.signals), res.n_resamples,
+                              res.seed, res.chunk_size, res.n_bins, n_clusters=res.n_clusters)
+        out.setdefault((lab["answer_set"], lab["parse_policy"], lab["rule"]), {})[lab["setting"]] = (
+            own, list(u.signals))
+    return out
+
+
+@register_study
+class ProtocolSensitivity(Study):
+    name = "protocol"
+    title = "study 000: verbalized vs token confidence across scoring contexts (Tables 2-4, 17), transfer"
+    tables = ("table2_contexts", "table3_ablation", "table4_axes", "table15_estimators", "table17_probe",
+              "probe_pairs", "transfer", "transfer_penalties")
+    figures = ("gaps", "reliability")
+
+    def view(self, ev) -> StudyOutput:
+        frames = protocol_tables(self.spec, self.run.units, ev)
+        return StudyOutput(Frames(frames, markdown=tuple(n for n, df in frames.items()
+                                                         if n.startswith(_MARKDOWN) and len(df))))
+
+
+def protocol_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: Evaluation) -> dict[str, pd.DataFrame]:
+    """Study 000's tables for this run (flows/evaluate/study_tables.py); a table fails soft, with a log line."""
+
+    out: dict[str, pd.DataFrame] = {}
+    p = primary_group(spec)
+    try:
+        if not ev.metrics.empty and spec.scoring.contexts:  # study 000's tables compare scoring contexts
+            primary_refusal = lambda df: df[df["refusal"] == p["refusal"]] if "refusal" in df else df  # noqa: E731
+            out.update(study_tables(groups(ev, p["refusal"]), (p["answer_set"], p["parse_policy"], p["rule"]),
+                                    primary_refusal(ev.metrics), primary_refusal(ev.gaps),
+                                    spec.scoring.contexts, spec.scoring.aggregations, spec.metrics.names,
+                                    spec.bootstrap.level))
+    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
+        log.warning("study tables not built: %s: %s", type(exc).__name__, exc)
+    for a in spec.answer_sets:
+        if a.format == "open" and a.verbalized_source() == "probe":
+            sel = selection_table(units, a.id, spec.bootstrap.seed, spec.bootstrap.resamples, spec.bootstrap.level)
+            if len(sel):
+                out[f"selection_{a.id}"] = sel
+    probes = [u.probe for (m, d, a), u in units.items() if a == "main" and u.probe_complete and u.probe is not None]
+    if spec.probe.enabled and probes:
+        graded = pd.concat([u.graded for (m, d, a), u in units.items() if a == "main" and u.probe_complete],
+                           ignore_index=True)
+        tbl, pairs = probe_table(pd.concat(probes, ignore_index=True), graded, spec.probe.resamples, spec.probe.seed,
+                                 spec.bootstrap.level)
+        out["table17_probe"] = tbl
+        out["probe_pairs"] = pairs
+    answers = select(ev.analyzed(), p)
+    answers = answers[answers["kind"].isin(["verbalized", "token"])] if len(answers) else answers
+    main_frames = {setting: f for setting, f in answers.groupby("setting", sort=False)} if len(answers) else {}
+    if {"bare", "guess_slot"} <= set(spec.scoring.contexts) and main_frames:
+        try:
+            pen, ttab = transfer_tables(main_frames, "guess_slot", "bare", spec.bootstrap.seed)
+            if len(pen):
+                out["transfer_penalties"], out["transfer"] = pen, ttab
+        except Exception as exc:  # noqa: BLE001 - a view of the data; never lose the run for it
+            log.warning("calibration transfer not computed: %s: %s", type(exc).__name__, exc)
+    return out
