@@ -48,13 +48,14 @@ from confgrid.flows.evaluate.methods import method_tables
 from confgrid.flows.evaluate.outputs import grid_params, log_results, verdict_mlflow, write_outputs
 from confgrid.flows.plan.grid_plan import GridPlan, check_items
 from confgrid.flows.store.runlog import run_log, trace
-from confgrid.flows.spec.grid import BUNDLED, DatasetSpec, GridSpec
+from confgrid.flows.spec.grid import BUNDLED, DatasetSpec, GridSpec, load_grid
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.flows.store.run_store import RunStore, shard_key, write_frames, write_text_atomic
 from confgrid.flows.evaluate.rounds import Rounds
 from confgrid.flows.studies import RunInputs, enabled_studies
 from confgrid.flows.tracking import Logged, Tracker, TrackingError, TrackingFailure, choose_tracking_uri
 from confgrid.protocols.items import Item, items_to_table
+from confgrid.protocols.datasets import BUNDLED as BUNDLED_PATHS, load_items
 
 __all__ = ["RunSummary", "ShardFailures", "DatasetError", "run_grid", "log_run"]
 
@@ -137,9 +138,6 @@ class RunSummary:
 
 
 def _load_items(d: DatasetSpec) -> list[Item]:
-    from confgrid.protocols.datasets import BUNDLED as BUNDLED_PATHS
-    from confgrid.protocols.datasets import load_items
-
     path = str(BUNDLED_PATHS[d.adapter]) if d.path == BUNDLED else d.path
     kwargs = d.columns.adapter_kwargs() if d.columns is not None else {}
     try:
@@ -438,8 +436,6 @@ def log_run(out_dir: str | Path, tracking_uri: str | None = None) -> Logged:
     TrackingError
         The store failed (the parent run is then marked FAILED if it was made).
     """
-    from confgrid.flows.spec.grid import load_grid
-
     root = Path(out_dir)
     res = root / "results"
     for need in (root / "grid.yaml", root / "manifest.json", res / "metrics.parquet"):

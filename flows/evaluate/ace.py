@@ -35,6 +35,11 @@ from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import Frames, write_frames
 from confgrid.flows.tracking import keyed_metrics
+from confgrid.flows.evaluate.run_evaluation import primary_group, select
+from confgrid.flows.evaluate.methods import ratings_of_supplied_answers
+from confgrid.flows.stages import relabel
+from confgrid.protocols.correctness import normalize
+from confgrid.analysis.ace.tables import ace_plan, ace_views
 
 __all__ = ["ace_rows", "ca_ratings", "Comparison", "plan_comparison", "write_ace", "ace_frames", "ace_mlflow_metrics",
            "ACE_TABLES"]
@@ -67,7 +72,6 @@ def ace_rows(spec: GridSpec, answers: pd.DataFrame, method_signals: pd.DataFrame
         correctness label are left out (counted in the log).
     """
     wanted = spec.comparison_signals()
-    from confgrid.flows.evaluate.run_evaluation import primary_group, select
 
     primary = primary_group(spec)
     frames = []
@@ -102,10 +106,6 @@ def ca_ratings(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Shard
     Returns None when the comparison has no ``ca`` view; a dataset whose pool
     or rating shards are missing (failed, not run) is left out with a log line.
     """
-    from confgrid.flows.evaluate.methods import ratings_of_supplied_answers
-    from confgrid.flows.stages import relabel
-    from confgrid.protocols.correctness import normalize
-
     spec = plan.spec
     if "ca" not in spec.comparison.views:
         return None
@@ -179,8 +179,6 @@ class Comparison:
     def tables(self):
         """The ``ace_*`` tables (analysis/ace/tables.py :func:`~confgrid.analysis.ace.tables.ace_views`), or None
         without a plan."""
-        from confgrid.analysis.ace.tables import ace_views
-
         return None if self.plan is None else ace_views(self.plan, self.gaps, self.shifts)
 
 
@@ -188,8 +186,6 @@ def plan_comparison(spec: GridSpec, rows: pd.DataFrame, ratings: pd.DataFrame | 
     """Plan :func:`confgrid.analysis.ace.tables.ace_plan` with the grid's comparison section (its views, metrics,
     ``bootstrap`` resamples, seed, DA target, bins and strata); the plan is None when fewer than two models have
     rows (said in the log)."""
-    from confgrid.analysis.ace.tables import ace_plan
-
     c = spec.comparison
     if rows["model"].nunique() < 2:
         log.warning("comparison: fewer than two models have rows to compare; no ACE tables")

@@ -43,6 +43,8 @@ import pandas as pd
 from confgrid.analysis.calibration_summary import calibration_summary, runs_summary
 from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.spec.grid import GridSpec
+from confgrid.analysis.bootstrap import resample_counts
+from confgrid.analysis.metrics import UndefinedMetricWarning
 
 __all__ = ["CalibrationTables", "calibration_tables", "CALIBRATION_TABLES"]
 
@@ -169,8 +171,6 @@ class _UnitDraws:
     def counts(self, ident: dict, item_ids) -> Any:
         """(B, len(item_ids)) multiplicities of these items in their unit's resamples, or None (no such unit, or
         an item it lacks)."""
-        from confgrid.analysis.bootstrap import resample_counts
-
         u = self.plan_of.get(tuple(ident[c] for c in _BY[:-1]))
         if u is None or not self.B:
             return None
@@ -192,7 +192,6 @@ def _hard_easy(rows: pd.DataFrame, spec: GridSpec, plans: Sequence[Any] = ()) ->
         overconfidence_by_difficulty,
         rounded_share,
     )
-    from confgrid.analysis.metrics import UndefinedMetricWarning
 
     slopes, bins = [], []
     if rows.empty:

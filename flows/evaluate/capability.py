@@ -51,6 +51,7 @@ from confgrid.flows.tables.signals import CAPABILITY_SET, ProducerRows
 from confgrid.flows.tracking import keyed_metrics
 from confgrid.protocols.correctness import agreement_key
 from confgrid.protocols.methods import majority_share
+from confgrid.analysis.registry import closure_variant, get_metric
 
 __all__ = ["CapabilityTables", "CapabilityCell", "CapabilityEstimates", "capability_estimates", "capability_rows",
            "capability_tables", "capability_mlflow_metrics", "CAPABILITY_TABLES",
@@ -350,8 +351,6 @@ def capability_rows(spec: GridSpec, est: CapabilityEstimates) -> ProducerRows:
     has no value, ``target_missing`` where the target has none. The metrics are Brier, ECE (the grid's bins and
     first closure) and Spearman (study 004 Tables 3, 13 and 12), through the one evaluator.
     """
-    from confgrid.analysis.registry import closure_variant
-
     frames = []
     for cell in est.cells:
         for target_name, kind in TARGETS.items():
@@ -432,8 +431,6 @@ def capability_tables(spec: GridSpec, est: CapabilityEstimates, metrics: pd.Data
 
 def _metric_family(metric: str) -> str:
     """``ece`` for every closure variant of ECE (``ece_right``...), the metric itself otherwise."""
-    from confgrid.analysis.registry import get_metric
-
     info = get_metric(metric)
     return info.family or info.name
 

@@ -20,11 +20,15 @@ from confgrid import __version__
 from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.evaluate.run_evaluation import Evaluation, primary_group, select
 from confgrid.analysis.conventions import get_convention
-from confgrid.flows.spec.grid import GridSpec
+from confgrid.flows.spec.grid import BUNDLED, GridSpec
 from confgrid.flows.store.run_store import Frames, RunStore, write_frame_atomic, write_frames, write_text_atomic
 from confgrid.protocols.checklist import render_checklist_markdown
 from confgrid.flows.tracking import (DatasetRef, ModelRef, Tracker, items_digest, keyed_metrics, mlflow_key,
                                      result_metrics, view_of)
+from confgrid.analysis.registry import METRICS
+from confgrid.analysis.tables import to_markdown
+from confgrid.protocols.checklist import build_checklist
+from confgrid.protocols.prompts import get_prompt
 
 __all__ = ["write_outputs", "write_checklist", "result_matrix", "render_markdown", "grid_params", "log_results", "fmt_interval",
            "verdict_mlflow"]
@@ -73,8 +77,6 @@ SMALL_N = 300
 def interval_notes(metrics_df: pd.DataFrame) -> list[str]:
     """Notes on how far the metrics' intervals can be trusted (``show``, ``report.md``): degenerate intervals
     (analysis/intervals.py) and a plug-in binned ECE's percentile interval at fewer than :data:`SMALL_N` items."""
-    from confgrid.analysis.registry import METRICS
-
     if metrics_df is None or metrics_df.empty or "interval" not in metrics_df.columns:
         return []
     out = []
@@ -111,8 +113,6 @@ def closure_lines(closure_df) -> list[str]:
 
 def render_markdown(metrics_df, gaps_df, shifts_df, settings_df, closure_df=None, level: float = 0.95) -> str:
     """The results as a Markdown report (results/report.md); ``level`` the intervals' (``bootstrap.level``)."""
-    from confgrid.analysis.tables import to_markdown
-
     parts = ["# confgrid results", ""]
     lines = closure_lines(closure_df)
     if lines:
@@ -159,8 +159,6 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
                units: dict[tuple[str, str, str], Unit], dropped_df: pd.DataFrame,
                ev_edges: pd.DataFrame | None = None) -> None:
     """The reporting checklist (study 000 Table 5) of every (model, dataset, answer set)."""
-    from confgrid.protocols.checklist import build_checklist
-
     models = {m.name: m for m in spec.models}
     p = primary_group(spec)
     entries = []
@@ -218,8 +216,6 @@ def write_checklist(out_dir: Path, entries: list[dict[str, Any]]) -> tuple[Path,
 def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
     """The reading and scoring conventions behind one (answer set, dataset) that a reader could choose otherwise
     (README "JSON elicitation, refusals and repeated runs", "LifeEval"), for the run's checklist."""
-    from confgrid.protocols.prompts import get_prompt
-
     out = []
     p = get_prompt(a.prompt)
     if p.output == "boxed":
@@ -329,8 +325,6 @@ def dataset_refs(spec: GridSpec, items: pd.DataFrame) -> dict[str, DatasetRef]:
     dict
         Dataset name -> :class:`~confgrid.flows.tracking.DatasetRef`; a dataset without items is left out.
     """
-    from confgrid.flows.spec.grid import BUNDLED
-
     out: dict[str, DatasetRef] = {}
     for d in spec.datasets:
         ids = items.loc[items["dataset"] == d.name, "item_id"]

@@ -28,9 +28,12 @@ from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
 from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, conform
 from confgrid.analysis.verdicts import verdict_table
 from confgrid.flows.tables.assemble import Unit
-from confgrid.flows.tables.signals import ANSWER_ALIGN, ProducerRows
+from confgrid.flows.tables.signals import ANSWER_ALIGN, ProducerRows, run_signal_table, unit_keys
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.stages import token_signal
+from confgrid.analysis.metrics import UndefinedMetricWarning
+from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
+from confgrid.flows.evaluate.clusters import with_cluster_columns
 
 __all__ = ["Evaluation", "evaluate", "primary_group", "select", "shift_pairs", "item_clusters", "cluster_problems",
            "comparisons_of", "dropped_table"]
@@ -181,8 +184,6 @@ SETTINGS_COLUMNS = ["setting", "model", "dataset", "answer_set", "parse_policy",
 def _settings_rows(spec: GridSpec, units: dict[tuple[str, str, str], Unit], signals: pd.DataFrame) -> pd.DataFrame:
     """Per unit: items, parse rate, accuracy (of the analyzed rows under the chance policy), rows replaced and
     analyzed (the answers every signal of the answer was evaluated on)."""
-    from confgrid.flows.tables.signals import unit_keys
-
     done = analyzed(signals)
     done = done[(done["align"] == ANSWER_ALIGN) & (done["target_kind"] == "correct")] if len(done) else done
     answers = ({k: g.drop_duplicates("item_id") for k, g in done.groupby(list(UNIT_COLUMNS), sort=False)}
@@ -207,8 +208,6 @@ def _settings_rows(spec: GridSpec, units: dict[tuple[str, str, str], Unit], sign
 
 def _log_undefined(caught: list) -> None:
     """One log line per kind of undefined metric (NaN, never 0) instead of a warning per point estimate."""
-    from confgrid.analysis.metrics import UndefinedMetricWarning
-
     kinds = Counter(re.sub(r"\s*\([^)]*\)", "", str(w.message)).split(";")[0]
                     for w in caught if issubclass(w.category, UndefinedMetricWarning))
     for msg, n in kinds.most_common():
@@ -249,10 +248,6 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     ValueError
         ``bootstrap.cluster`` names a field some analyzed item lacks.
     """
-    from confgrid.analysis.metrics import UndefinedMetricWarning
-    from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
-    from confgrid.flows.tables.signals import run_signal_table
-
     signals = run_signal_table(spec, units, method_signals)
     own_metrics: dict[tuple, tuple[str, ...]] = {}
     if any(len(p.rows) for p in extra):
@@ -307,8 +302,6 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
             est = estimates(plans, in_process(), spec.bootstrap.level, spec.bootstrap.interval)
     _log_undefined(undefined)
     if cluster:  # the tables say the intervals are clustered, on which field, over how many clusters
-        from confgrid.flows.evaluate.clusters import with_cluster_columns
-
         n_cl = {u.name: int(pd.unique(u.groups).size) for u in plans if u.groups is not None and u not in joined_units}
         est.metrics, est.gaps, est.shifts = (with_cluster_columns(df, cluster, n_cl)
                                              for df in (est.metrics, est.gaps, est.shifts))

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from confgrid.analysis.bootstrap import BootstrapResult, interval
+from confgrid.analysis.bootstrap import BootstrapResult, interval, resample_counts
 from confgrid.analysis.compare import advantages
 from confgrid.analysis.summary import summarize_axis, summarize_estimators, summarize_gaps, summarize_shifts
 from confgrid.analysis.tables import (
@@ -23,6 +23,10 @@ from confgrid.analysis.tables import (
     three_context_table,
     transfer_table,
 )
+from confgrid.analysis.resampling import setting_seed
+from confgrid.analysis.transfer import transfer_penalties
+from confgrid.protocols.probe import PAIRS, probe_pairs
+from confgrid.protocols.correctness import normalize
 
 __all__ = ["study_tables", "probe_table", "selection_table", "transfer_tables", "ABLATION_PATH",
            "ESTIMATORS"]
@@ -148,9 +152,6 @@ def transfer_tables(signal_frames: Mapping[str, pd.DataFrame], context_a: str, c
     -------
     (penalties, table): every (setting, method, direction, split) row, and the summary per method and direction.
     """
-    from confgrid.analysis.resampling import setting_seed
-    from confgrid.analysis.transfer import transfer_penalties
-
     rows = []
     for setting, sig in signal_frames.items():
         a = sig[sig["signal"] == f"token_{context_a}"].set_index("item_id")
@@ -174,8 +175,6 @@ def transfer_tables(signal_frames: Mapping[str, pd.DataFrame], context_a: str, c
 def _resampled_means(values: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
     """(B,) means of ``values`` (n,) on the paired bootstrap's own resamples of its n items
     (:func:`~confgrid.analysis.bootstrap.resample_counts`: the one resampling stream)."""
-    from confgrid.analysis.bootstrap import resample_counts
-
     W = resample_counts(values.size, n_resamples, seed)
     return (W @ values) / values.size
 
@@ -196,9 +195,6 @@ def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, see
     The interval resamples the pooled pairs (study 000 Table 17) with the one resampling stream
     (:func:`~confgrid.analysis.bootstrap.resample_counts`, seed ``setting_seed("probe", pair, seed)``).
     """
-    from confgrid.analysis.resampling import setting_seed
-    from confgrid.protocols.probe import PAIRS, probe_pairs
-
     own = graded[["model", "dataset", "item_id", "correct"]].rename(columns={"correct": "own_correct"})
     gen = graded.assign(kind="generated")[["model", "dataset", "item_id", "kind", "answer", "verbalized"]]
     tbl = pd.concat([probe[["model", "dataset", "item_id", "kind", "answer", "verbalized"]], gen], ignore_index=True)
@@ -239,9 +235,6 @@ def selection_table(units: Mapping[tuple[str, str, str], Any], other_set: str, s
         setting, other_set, context, n_both, share_differ, n_differ,
         mean_main, mean_other, diff, lo, hi.
     """
-    from confgrid.analysis.resampling import setting_seed
-    from confgrid.protocols.correctness import normalize
-
     rows = []
     for (m, d, aid), u in units.items():
         if aid != "main" or (m, d, other_set) not in units:
