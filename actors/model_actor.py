@@ -21,7 +21,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import ray
 
@@ -40,9 +40,10 @@ from confgrid.actors.calls import (
     ScoreOutput,
     ScoreRequest,
 )
+from confgrid.registry import Registry
 
 __all__ = ["ModelConfig", "ReplicaResources", "replica_resources", "actor_options", "start_replica", "ModelActor",
-           "ModelWorker", "cpu_thread_binding", "CPU_BIND_ENV"]
+           "ModelWorker", "EngineKind", "ENGINE_CALLS", "cpu_thread_binding", "CPU_BIND_ENV"]
 
 _log = logging.getLogger("confgrid")
 
@@ -409,8 +410,8 @@ class ModelWorker:
         Parameters
         ----------
         call : EngineCall
-            ``generate`` calls hold :class:`GenerateRequest` items, ``score``
-            calls :class:`ScoreRequest` items.
+            ``score`` calls hold :class:`ScoreRequest` items, the others
+            :class:`GenerateRequest` items (:data:`ENGINE_CALLS`).
 
         Returns
         -------
@@ -419,8 +420,10 @@ class ModelWorker:
 
         Raises
         ------
+        UnknownNameError
+            If ``call.kind`` is no engine call of :data:`ENGINE_CALLS` (a ValueError; the message lists them).
         ValueError
-            If ``call.kind`` is unknown, or from the backend on invalid ids.
+            From the backend on invalid ids.
         confgrid.actors.backend.EngineDied
             When the engine died during this call or before it (a tensor-parallel rank's process ended); it names
             the process and this incarnation, and every later call and ping raises it too.
@@ -440,20 +443,10 @@ class ModelWorker:
     def _run(self, call: EngineCall) -> CallResult:
         started = time.time()
         flat = [r for w in call.shards for r in w.requests]
-        if self.api and call.kind in ("generate", "next_token"):
-            return self._run_api(call, flat, started)
-        if call.kind == "generate":
-            outs: list[Any] = self.generate([r.user_text for r in flat], call.max_new_tokens,
-                                            [r.assistant_prefix for r in flat], sampling=call.sampling)
-        elif call.kind == "score":
-            outs = self.score(flat)
-        elif call.kind == "next_token":
-            outs = self.next_token(flat, call.top_logprobs, call.candidates, call.candidate_cases)
-        elif call.kind == "hidden_states":
-            outs = self.hidden_states(flat, call.layers)
-        else:
-            raise ValueError(f"EngineCall.kind: unknown kind {call.kind!r}; allowed: generate, score, next_token, "
-                             "hidden_states")
+        engine = ENGINE_CALLS.get(call.kind)
+        if self.api and engine.api is not None:
+            return self._run_api(call, engine, flat, started)
+        outs = engine.run(self, call, flat)
         by_key: dict[str, tuple[Any, ...]] = {}
         i = 0
         for w in call.shards:
@@ -461,17 +454,12 @@ class ModelWorker:
             i += len(w.requests)
         return CallResult(outputs=by_key, replica=self.info, started=started, seconds=round(time.time() - started, 4))
 
-    def _run_api(self, call: EngineCall, flat: list[Any], started: float) -> CallResult:
+    def _run_api(self, call: EngineCall, engine: EngineKind, flat: list[Any], started: float) -> CallResult:
         """An API model's call: every request runs to its end; a shard with a failed request fails alone (its
         answered requests are in the run's answer cache), the others are returned; each shard's request counts."""
         from confgrid.actors.openai_backend import unwrap
 
-        texts, prefixes = [r.user_text for r in flat], [r.assistant_prefix for r in flat]
-        if call.kind == "generate":
-            outcomes = self.backend.generate_outcomes(texts, prefixes, call.max_new_tokens, call.sampling)
-        else:
-            outcomes = self.backend.next_token_outcomes(texts, prefixes, call.top_logprobs, tuple(call.candidates),
-                                                        tuple(call.candidate_cases))
+        outcomes = engine.api(self.backend, [r.user_text for r in flat], [r.assistant_prefix for r in flat], call)
         outputs: dict[str, tuple[Any, ...]] = {}
         failed: dict[str, BaseException] = {}
         counts: dict[str, RequestCounts] = {}
@@ -656,6 +644,44 @@ class ModelWorker:
 
 
 ModelActor = ray.remote(ModelWorker)
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """One engine call a replica serves (``EngineCall.kind``; a stage names its own, flows/stages).
+
+    Attributes
+    ----------
+    name : str
+        ``generate``, ``score``, ``next_token`` or ``hidden_states``.
+    run : callable
+        ``(worker, call, requests) -> outputs``: the requests of every shard of the call, flattened, through
+        the worker's model; one output per request, in order.
+    api : callable or None
+        ``(backend, user_texts, assistant_prefixes, call) -> outcomes``: the same on an API model, one outcome
+        per request (a failed request fails its shard only); None: the worker's own method answers (it refuses
+        what chat completions cannot do).
+    """
+
+    name: str
+    run: Callable[[ModelWorker, EngineCall, list[Any]], list[Any]]
+    api: Callable[[Any, list[str], list[str], EngineCall], list[Any]] | None = None
+
+
+#: Every engine call of a replica, by name (duplicate name -> error; unknown -> error listing them).
+ENGINE_CALLS: Registry[EngineKind] = Registry("engine call", value_type=EngineKind)
+for _e in (
+    EngineKind("generate", lambda w, c, rs: w.generate([r.user_text for r in rs], c.max_new_tokens,
+                                                       [r.assistant_prefix for r in rs], sampling=c.sampling),
+               api=lambda b, texts, prefixes, c: b.generate_outcomes(texts, prefixes, c.max_new_tokens, c.sampling)),
+    EngineKind("score", lambda w, c, rs: w.score(rs)),
+    EngineKind("next_token", lambda w, c, rs: w.next_token(rs, c.top_logprobs, c.candidates, c.candidate_cases),
+               api=lambda b, texts, prefixes, c: b.next_token_outcomes(texts, prefixes, c.top_logprobs,
+                                                                       tuple(c.candidates),
+                                                                       tuple(c.candidate_cases))),
+    EngineKind("hidden_states", lambda w, c, rs: w.hidden_states(rs, c.layers)),
+):
+    ENGINE_CALLS.register(_e.name, _e)
 
 
 def _gpu_ids_here() -> tuple[str, ...]:

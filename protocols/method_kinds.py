@@ -1,7 +1,7 @@
 """The confidence-method kinds a grid may declare (``methods[].kind``): one registry entry each.
 
 Each kind says, in one place, what the rest of confgrid used to decide by
-comparing kind strings: the stage that computes it (and so the engine call),
+comparing kind strings: the stage that computes it (flows/stages: its engine call),
 its default template, the fields a grid may set for it, what it rates, the
 signals it adds to the one signal table and what the capability study reads
 from it. Definitions: study 001 section 5.1 and Appendix D.3 (self-consistency,
@@ -31,10 +31,7 @@ from typing import Literal
 
 from confgrid.registry import Registry
 
-__all__ = ["MethodKind", "METHOD_KINDS", "method_kind", "STAGE_CALLS"]
-
-#: Method stages -> the engine call that computes them (actors/calls.py ``EngineCall.kind``).
-STAGE_CALLS = {"sample": "generate", "rate": "generate", "next_token": "next_token", "hidden": "hidden_states"}
+__all__ = ["MethodKind", "METHOD_KINDS", "method_kind"]
 
 
 @dataclass(frozen=True)
@@ -114,11 +111,6 @@ class MethodKind:
     def next_token(self) -> bool:
         """Reads candidate tokens of the next-token distribution (candidates, cases, merge, top_logprobs)."""
         return self.stage == "next_token"
-
-    @property
-    def call(self) -> str:
-        """The engine call of its stage (:data:`STAGE_CALLS`)."""
-        return STAGE_CALLS[self.stage]
 
     def signals(self, method_id: str) -> tuple[str, ...]:
         """The signal names a method of this kind adds to the one signal table (none for targets and features)."""

@@ -74,7 +74,6 @@ __all__ = [
     "drop_reason",
     "LabelledNumber",
     "last_labelled_confidence",
-    "parse_for_prompt",
     "parse_number",
     "parse_output",
 ]
@@ -490,74 +489,6 @@ def last_labelled_confidence(text: str, label: str = "Probability:", *, scale: s
             r = _read_token(t.group("tok"), scale == "percent", bool(decimal_comma))
             return LabelledNumber(r.value, r.status, m.start(), t.end())
     return None
-
-
-def parse_for_prompt(text: str | None, prompt: object, n_options: int | None = None) -> ParseResult:
-    """The reply read the way its prompt asked for it: labels, JSON answer and probability, or option probabilities.
-
-    Parameters
-    ----------
-    text : str
-        The generated text.
-    prompt : Prompt or str
-        A :class:`~confgrid.protocols.prompts.Prompt` or a registered prompt
-        id. ``output: labels`` (default): :func:`parse_output` with the
-        prompt's labels (missing labels fall back to ``Guess:`` /
-        ``Probability:``), scale and decimal separator. ``output: json``:
-        :func:`confgrid.protocols.json_output.parse_json_answer` with the
-        prompt's keys and scale (a prompt without ``answer_key`` gives the
-        probability only, answer None). ``output: json_options``:
-        :func:`confgrid.protocols.json_output.parse_option_probabilities`;
-        the answer is the favoured letter, or the tied letters joined by
-        ``|`` (scored by the rule ``mc_favoured``), the confidence their
-        normalized probability. ``output: boxed``:
-        :func:`confgrid.protocols.numeric.parse_boxed_output` with the prompt's confidence label (none:
-        no confidence asked), scale and decimal separator.
-    n_options : int or None
-        Lettered options of the item (``json``: the answer must be one of
-        their letters; ``json_options``: required, else ``unparseable``).
-
-    Raises
-    ------
-    KeyError
-        If ``prompt`` is an id that is not registered (the only error; the
-        parse itself never raises for any text).
-    """
-    from confgrid.protocols.prompts import get_prompt
-
-    p = get_prompt(prompt) if isinstance(prompt, str) else prompt
-    output = getattr(p, "output", "labels")
-    if output == "json":
-        from confgrid.protocols.json_output import parse_json_answer
-
-        if getattr(p, "answer_key", None) is None:  # a probability for a supplied answer
-            r = parse_json_answer(text, answer_key=p.confidence_key, confidence_key=p.confidence_key,
-                                  scale=p.scale, n_options=None)
-            return ParseResult(None, r.probability, r.status, False)
-        r = parse_json_answer(text, answer_key=p.answer_key, confidence_key=p.confidence_key, scale=p.scale,
-                              n_options=n_options)
-        return ParseResult(r.answer, r.probability, r.status, False)
-    if output == "boxed":
-        from confgrid.protocols.numeric import parse_boxed_output
-
-        return parse_boxed_output(text, confidence_label=getattr(p, "confidence_label", None),
-                                  scale=getattr(p, "scale", None) or "unit",
-                                  decimal_comma=bool(getattr(p, "decimal_comma", False)))
-    if output == "json_options":
-        from confgrid.protocols.json_output import TIE_SEPARATOR, parse_option_probabilities
-
-        if not n_options:
-            return ParseResult(None, None, "empty" if not (text or "").strip() else "unparseable", False)
-        o = parse_option_probabilities(text, int(n_options))
-        answer = TIE_SEPARATOR.join(o.favoured) if o.favoured else None
-        return ParseResult(answer, o.confidence, o.status, False)
-    return parse_output(
-        text,
-        answer_label=getattr(p, "answer_label", None) or "Guess:",
-        confidence_label=getattr(p, "confidence_label", None) or "Probability:",
-        scale=getattr(p, "scale", None) or "unit",
-        decimal_comma=bool(getattr(p, "decimal_comma", False)),
-    )
 
 
 def apply_parse_policy(result: ParseResult, policy: str = DEFAULT_PARSE_POLICY) -> ParseResult:

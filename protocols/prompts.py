@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from confgrid import yaml_load
+from confgrid.protocols.output_formats import OUTPUT_FORMATS, OutputFormat, output_format
 from confgrid.registry import Registry
 
 __all__ = [
-    "OUTPUTS",
     "PLACEHOLDER",
     "PROMPTS",
     "Prompt",
@@ -59,12 +59,6 @@ ANSWER_PLACEHOLDER = "{answer}"
 _FIELDS = ("id", "template", "answer_label", "confidence_label", "scale", "decimal_comma", "deletions", "description",
            "output", "answer_key", "confidence_key")
 _SCALES = (None, "unit", "percent")
-#: How a reply is read (protocols/parsing.py ``parse_for_prompt``): ``labels`` (``Guess:`` / ``Probability:``
-#: lines), ``json`` (an answer and a probability, study 003 Appendix C; without ``answer_key`` a probability
-#: only, for a supplied answer), ``json_options`` (a probability per option letter, study 002 Appendix F.2),
-#: ``boxed`` (a worked solution: the answer is its final number, the last one in ``\boxed{}``; a confidence
-#: only after ``confidence_label``; protocols/numeric.py ``parse_boxed_output``, study 004 GSM8K).
-OUTPUTS = ("labels", "json", "json_options", "boxed")
 
 
 @dataclass(frozen=True)
@@ -96,7 +90,8 @@ class Prompt:
     description : str
         One line for humans and run reports.
     output : str
-        How the reply is read, one of :data:`OUTPUTS` (default ``labels``).
+        How the reply is read: a registered output format (protocols/output_formats.py: labels, json,
+        json_options, boxed; default ``labels``), its entry :attr:`reader`.
     answer_key, confidence_key : str or None
         ``json`` output: the keys of the answer and of the probability
         (matched case-insensitively; default ``answer`` and ``probability``).
@@ -128,26 +123,25 @@ class Prompt:
         if isinstance(self.deletions, str) or not all(isinstance(d, str) and d for d in self.deletions):
             raise ValueError(f"Prompt {self.id!r}: deletions={self.deletions!r}; must be a list of non-empty strings")
         object.__setattr__(self, "deletions", tuple(self.deletions))
-        if self.output not in OUTPUTS:
-            raise ValueError(f"Prompt {self.id!r}: output={self.output!r}; allowed: {list(OUTPUTS)}")
+        if self.output not in OUTPUT_FORMATS:
+            raise ValueError(f"Prompt {self.id!r}: output={self.output!r}; allowed: {list(OUTPUT_FORMATS)}")
         for key in ("answer_key", "confidence_key"):
             v = getattr(self, key)
             if v is not None and (not isinstance(v, str) or not v.strip()):
                 raise ValueError(f"Prompt {self.id!r}: {key}={v!r}; must be a non-empty string or null")
-        if self.output == "boxed" and self.confidence_label and self.scale not in ("unit", "percent"):
-            raise ValueError(f"Prompt {self.id!r}: output 'boxed' with a confidence_label needs scale 'unit' or "
-                             f"'percent' (received {self.scale!r})")
-        if self.output == "json":
-            if not self.confidence_key:
-                raise ValueError(f"Prompt {self.id!r}: output 'json' needs confidence_key (the probability's key)")
-            if self.scale not in ("unit", "percent"):
-                raise ValueError(f"Prompt {self.id!r}: output 'json' needs scale 'unit' or 'percent' "
-                                 f"(received {self.scale!r})")
+        problem = self.reader.problem(self)
+        if problem:
+            raise ValueError(f"Prompt {self.id!r}: {problem}")
+
+    @property
+    def reader(self) -> OutputFormat:
+        """How its reply is read: the entry of its output format (protocols/output_formats.py)."""
+        return output_format(self.output)
 
     @property
     def asks_answer(self) -> bool:
         """Whether the reply holds an answer (False: a json prompt that asks a probability for a supplied answer)."""
-        return self.output != "json" or self.answer_key is not None
+        return self.reader.asks_answer(self)
 
     def render(self, question: str, answer: str | None = None) -> str:
         """The prompt text with ``{question}`` replaced by ``question`` (and ``{answer}`` by ``answer``).

@@ -21,7 +21,7 @@ from confgrid.protocols import correctness as C
 from confgrid.protocols import datasets as D
 from confgrid.protocols.items import Item, items_from_table, items_to_table
 from confgrid.protocols.numeric import final_number, format_number, gold_number, numbers_match, parse_boxed_output
-from confgrid.protocols.parsing import parse_for_prompt
+from confgrid.protocols.output_formats import parse_for_prompt
 from confgrid.protocols.prompts import get_prompt
 
 

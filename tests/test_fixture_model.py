@@ -153,7 +153,7 @@ def test_method_examples_teach_every_format_and_never_an_unseen_answer(backend):
     from tools.fixture import _examples
     from tools.fixture_methods import METHOD_PROMPTS
     from confgrid.protocols.methods import parse_boxed
-    from confgrid.protocols.parsing import parse_for_prompt
+    from confgrid.protocols.output_formats import parse_for_prompt
 
     tok = backend.tokenizer
     questions = load_bundled_questions()

@@ -22,7 +22,8 @@ from confgrid.protocols.json_output import (
     parse_json_answer,
     parse_option_probabilities,
 )
-from confgrid.protocols.parsing import STATUSES, parse_for_prompt
+from confgrid.protocols.output_formats import parse_for_prompt
+from confgrid.protocols.parsing import STATUSES
 from confgrid.protocols.prompts import Prompt, get_prompt
 
 

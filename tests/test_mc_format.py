@@ -22,7 +22,7 @@ from confgrid.protocols.mc import (
     parse_letter,
     shuffle_options,
 )
-from confgrid.protocols.parsing import parse_for_prompt
+from confgrid.protocols.output_formats import parse_for_prompt
 from confgrid.protocols.prompts import get_prompt
 
 

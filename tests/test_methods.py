@@ -118,7 +118,7 @@ def _timed(f, *args) -> float:
     ("verbalized_before", "Guess: Paris", None, "missing"),
 ])
 def test_rated_confidence_keeps_unparsed_numbers_apart(kind, text, value, status):
-    from confgrid.flows.evaluate.methods import rated_confidence
+    from confgrid.flows.stages.rate import rated_confidence
     from confgrid.protocols.method_kinds import method_kind
 
     template = "rate_0_100" if kind == "rating" else "verbalized_before"
@@ -309,7 +309,8 @@ def test_method_kinds_are_one_registry():
 
     from confgrid.flows.spec.capability import ESTIMATOR_KINDS
     from confgrid.flows.spec.methods import MethodSpec
-    from confgrid.protocols.method_kinds import METHOD_KINDS, STAGE_CALLS, method_kind
+    from confgrid.flows.stages import get_stage
+    from confgrid.protocols.method_kinds import METHOD_KINDS, method_kind
     from confgrid.registry import UnknownNameError
 
     allowed = typing.get_args(MethodSpec.model_fields["kind"].annotation)
@@ -317,7 +318,7 @@ def test_method_kinds_are_one_registry():
     assert set(ESTIMATOR_KINDS) == {"self_consistency", "p_true", "p_true_capability", "rating", "verbalized_before",
                                     "hidden_states"}
     for name, k in METHOD_KINDS.items():
-        assert k.call == STAGE_CALLS[k.stage]
+        assert get_stage(k.stage).method_call is not None, name  # a method stage
         assert (k.default_k is not None) == k.sampled, name
         assert (k.parser is not None) == (k.stage == "rate"), name
         assert (k.rated is None) == (k.output != "confidence"), name

@@ -39,7 +39,7 @@ def test_next_token_and_hidden_states_calls(worker):
     n_layers = worker.backend.model.config.num_hidden_layers
     assert all(o.states.shape == (n_layers + 1, worker.backend.model.config.hidden_size) for o in hs)
     assert hs[0].layers == tuple(range(n_layers + 1)) and hs[0].states.dtype == np.float32
-    with pytest.raises(ValueError, match="unknown kind"):
+    with pytest.raises(ValueError, match="unknown engine call .nope.; allowed: generate, hidden_states, next_token, score"):
         worker.run(EngineCall(kind="nope", shards=()))  # type: ignore[arg-type]
 
 

@@ -105,8 +105,8 @@ def test_next_token_parses_top_logprobs(fake, key):
 def test_missing_logprobs_give_nan_with_a_reason_never_zero(fake, key):
     import pandas as pd
 
-    from confgrid.flows.tables.assemble import _generation_logprobs
-    from confgrid.flows.evaluate.methods import _next_token_values
+    from confgrid.flows.stages.generate import _generation_logprobs
+    from confgrid.flows.stages.next_token import next_token_values
     from confgrid.flows.spec.methods import MethodSpec
 
     fake.logprobs = False
@@ -120,7 +120,7 @@ def test_missing_logprobs_give_nan_with_a_reason_never_zero(fake, key):
     assert nt.token_ids == () and nt.logprobs == () and nt.logprobs_status == "no_logprobs"
     table = pd.DataFrame({"item_id": ["i1"], "rated_answer": ["Paris"], "top_token_ids": [[]], "top_logprobs": [[]],
                           "candidate_tokens": ["{}"], "logprobs_status": [nt.logprobs_status]})
-    [(item, rated, value, status, _)] = _next_token_values(MethodSpec(id="pt", kind="p_true"), table)
+    [(item, rated, value, status, _)] = next_token_values(MethodSpec(id="pt", kind="p_true"), table)
     assert (item, rated, value, status) == ("i1", "Paris", None, "no_logprobs")
 
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from confgrid.protocols.output_formats import parse_for_prompt
 from confgrid.protocols.parsing import (
     DEFAULT_PARSE_POLICY,
     DROP_REASONS,
@@ -18,7 +19,6 @@ from confgrid.protocols.parsing import (
     ParseResult,
     apply_parse_policy,
     drop_reason,
-    parse_for_prompt,
     parse_number,
     parse_output,
 )

@@ -79,7 +79,8 @@ def test_a_generate_shard_yields_its_score_shards_per_context():
     for s in new:
         assert s.upstream == (sh.key,) and s.item_ids == sh.item_ids
         assert {r.answer for r in s.rows} == {"Zzyzx"}
-    assert sh.label in plan.graded and {"correct_containment", "correct"} <= set(plan.graded[sh.label].columns)
+    graded = plan.answers(sh.model, sh.dataset, sh.answer_set)
+    assert {"correct_containment", "correct"} <= set(graded.columns) and len(graded) == len(sh.rows)
     assert not plan.expects_work("a")  # no probe: nothing follows the model's own chain
 
 
@@ -89,7 +90,7 @@ def test_unparsed_answers_are_not_scored():
     gen = _generations(sh, {}).assign(raw_output="I cannot say.")
     new = plan.on_done(sh, gen)
     assert all(len(s.rows) == len(sh.rows) for s in new) or new == []
-    assert set(plan.graded[sh.label]["parse_status"]) != {"ok"}
+    assert set(plan.units[(sh.model, sh.dataset, sh.answer_set)].graded[sh.label]["parse_status"]) != {"ok"}
 
 
 def test_cross_model_probe_waits_for_every_models_answers():

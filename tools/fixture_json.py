@@ -174,7 +174,7 @@ def evaluate_json(backend, chat_prompt_ids) -> dict:
     """
     from confgrid.protocols.correctness import get_rule
     from confgrid.protocols.mc import mc_question
-    from confgrid.protocols.parsing import parse_for_prompt
+    from confgrid.protocols.output_formats import parse_for_prompt
 
     tok = backend.tokenizer
     out: dict[str, float] = {}

@@ -91,7 +91,7 @@ def evaluate_methods(backend, questions, chat_prompt_ids) -> dict:
         (verbalized_before).
     """
     from confgrid.protocols.methods import parse_boxed
-    from confgrid.protocols.parsing import parse_for_prompt
+    from confgrid.protocols.output_formats import parse_for_prompt
 
     tok = backend.tokenizer
     out = {}

@@ -216,20 +216,8 @@ def write_checklist(out_dir: Path, entries: list[dict[str, Any]]) -> tuple[Path,
 def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
     """The reading and scoring conventions behind one (answer set, dataset) that a reader could choose otherwise
     (README "JSON elicitation, refusals and repeated runs", "LifeEval"), for the run's checklist."""
-    out = []
     p = get_prompt(a.prompt)
-    if p.output == "boxed":
-        out.append("worked solution: the answer is the last number in the last closed \\boxed{} (else the last "
-                   "number of the reply), thousands separators read, $ and % ignored, a/b only inside the box; "
-                   + ("the confidence is the number after the last "
-                      f"{p.confidence_label!r} label (no unlabelled fallback)" if p.confidence_label
-                      else "no confidence asked"))
-    elif p.output != "labels":
-        out.append("JSON reply: the last object holding the asked key is read; keys case-insensitive; a '%' means "
-                   f"percent, else the prompt's scale ({p.scale or 'normalized'}) is applied, never guessed")
-    if p.output == "json_options":
-        out.append("option probabilities normalized to sum to 1 (a sum of 0 is status zero_sum); the favoured "
-                   "option is the argmax; a tie of m options including the gold one scores 1/m")
+    out = p.reader.conventions(p)
     if a.format == "mc":
         out.append(f"refusal policies {list(spec.parsing.refusal)}: drop leaves unusable replies out (counted); "
                    f"chance scores them as a random letter (seed {spec.parsing.chance_seed}) with confidence 1/k")

@@ -130,7 +130,6 @@ GROW_EVERY_S = 0.5
 #: Seconds an elastic replica may wait for Ray to place it before its request is withdrawn (the free resources
 #: it was asked for were taken meanwhile; it must not take room a pool waits for later).
 ELASTIC_PLACE_S = 10.0
-_STAGE_RANK = {"generate": 0, "score": 1, "probe": 1, "sample": 1, "rate": 1, "next_token": 1, "hidden": 1}
 
 
 @dataclass
@@ -360,7 +359,7 @@ class Executor:
                 if counted:  # counted within its generate shard's bound: take it out of the bound
                     self._bounds[counted[0]] -= len(sh.rows)
                     self._bar.total -= len(sh.rows)
-                heapq.heappush(self._queues[sh.model], _Queued(_STAGE_RANK[sh.stage], next(self._seq), sh))
+                heapq.heappush(self._queues[sh.model], _Queued(sh.rank, next(self._seq), sh))
                 self._queued[sh.key] = [sh]
                 bound = self._plan.downstream_bound(sh)  # its later shards, counted now: the total never grows
                 self._bounds[sh.key] = bound
@@ -370,7 +369,7 @@ class Executor:
 
     def _requeue_shard(self, sh: ShardRequest) -> None:
         """Put a shard whose replica was lost back in its model's queue (its twins stay grouped under it)."""
-        heapq.heappush(self._queues[sh.model], _Queued(_STAGE_RANK[sh.stage], next(self._seq), sh))
+        heapq.heappush(self._queues[sh.model], _Queued(sh.rank, next(self._seq), sh))
         self._note_queue()
 
     def _note_queue(self, closing: bool = False) -> None:

@@ -26,12 +26,12 @@ from typing import Any
 
 import pandas as pd
 
-from confgrid.actors.calls import Sampling
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 from confgrid.flows.spec.answers import AnswerSetSpec
 from confgrid.flows.spec.methods import MethodSpec
-from confgrid.flows.stages import grade_answers, parse_generations, question_text, relabel, score_requests
 from confgrid.flows.plan.shards import CallParams, GenerateRow, MethodRow, ProbeRow, ScoreRow, ShardRequest
+from confgrid.flows.stages import (get_stage, grade_answers, parse_generations, question_text, relabel,
+                                  score_requests)
 from confgrid.flows.store.run_store import shard_key
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.items import Item
@@ -144,7 +144,7 @@ def _check_json_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tupl
     for i, a in enumerate(spec.answer_sets):
         p = get_prompt(a.prompt)
         where = f"answer_sets[{i}]"
-        if p.output == "json_options" and a.format != "mc":
+        if p.reader.options and a.format != "mc":
             problems.append((f"{where}.format", f"prompt {p.id!r} asks a probability per option letter (output "
                              "json_options); it needs format 'mc' (the options shown)"))
         if not p.asks_answer:
@@ -156,7 +156,7 @@ def _check_json_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tupl
                                  f"{bare[0]!r}); allowed: datasets whose items have metadata given_answer "
                                  "(adapter halueval_qa)"))
     main = get_prompt(spec.elicitation.prompt)
-    if not main.asks_answer or main.output == "json_options":
+    if not main.asks_answer or main.reader.options:
         problems.append(("elicitation.prompt", f"prompt {main.id!r} ({'asks no answer' if not main.asks_answer else 'a probability per option'}) "
                          "needs an answer set (answer_sets[]): the main set asks open questions"))
     for j, m in enumerate(spec.methods):
@@ -169,11 +169,13 @@ def _check_json_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tupl
 
 @dataclass
 class _Unit:
-    """The generate shards of one (model, dataset, answer set) and which of them settled."""
+    """The generate shards of one (model, dataset, answer set), which of them settled, and the graded answers
+    of those done (by shard label: two shards of different models may share a key)."""
 
     shards: list[ShardRequest] = field(default_factory=list)
     done: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
+    graded: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def settled(self) -> bool:
@@ -195,8 +197,8 @@ class GridPlan:
     Calls: :meth:`generate_shards` once, then :meth:`on_done` for every shard
     that finished (computed or reused) and :meth:`on_failed` for every shard
     that failed; each returns the shards that became plannable. The graded
-    answers of every finished generate shard are kept in :attr:`graded`, by
-    the shard's label (two shards of different models may share a key).
+    answers of every finished generate shard are kept with its unit
+    (:meth:`answers`).
     """
 
     def __init__(self, spec: GridSpec, items: dict[str, list[Item]]) -> None:
@@ -206,7 +208,6 @@ class GridPlan:
         self.set_of = {a.id: a for a in self.sets}
         self.models = {m.name: m for m in spec.models}
         self.set_items = {(a.id, d.name): set_items(a, items[d.name]) for a in self.sets for d in spec.datasets}
-        self.graded: dict[str, pd.DataFrame] = {}
         self.units: dict[tuple[str, str, str], _Unit] = {}
         self._cross_done: set[tuple[str, str]] = set()  # (model, dataset) whose cross probe is planned
         self._blocked: dict[str, str] = {}  # dataset -> why its cross probe cannot be planned
@@ -269,7 +270,7 @@ class GridPlan:
             if self.admitted is not None and not set(sh.item_ids) <= self.admitted[setting]:
                 self._held.setdefault(setting, []).append(sh)
                 continue
-            if sh.stage == "generate":
+            if sh.answers:
                 self.units[(sh.model, sh.dataset, sh.answer_set)].shards.append(sh)
             out.append(sh)
         return out
@@ -309,33 +310,13 @@ class GridPlan:
     def _method_shard(self, method: Any, model: str, dataset: str, chunk: int, rows: list[MethodRow],
                       upstream: tuple[str, ...] = (), n_letters: int = 0) -> ShardRequest:
         """One shard of a method: its stage, engine-call parameters and content key."""
-        stage = method.kind_entry.stage
+        stage = get_stage(method.kind_entry.stage)
         prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
-        ident = model_identity(self.models[model])
-        params: dict[str, Any] = {"max_new_tokens": 1}
-        sampling = None
-        if stage == "sample":
-            md = method.temperature == "model_default"
-            sampling = Sampling(temperature=0.0 if md else float(method.temperature), top_p=method.top_p,
-                                top_k=method.top_k, n=method.n_samples, seed=method.seed, from_model=md)
-            params = {"max_new_tokens": method.new_tokens(self.spec.elicitation.max_new_tokens),
-                      "sampling": [sampling.temperature, sampling.top_p, sampling.top_k, sampling.n, sampling.seed,
-                                   "model_default" if md else "given"]}
-        elif stage == "rate":
-            params = {"max_new_tokens": method.new_tokens(self.spec.elicitation.max_new_tokens), "decoding": "greedy"}
-        elif stage == "next_token":
-            params = {"top_logprobs": method.top_logprobs, "candidates": list(method.candidate_strings(n_letters)),
-                      "cases": list(method.cases)}
-        elif stage == "hidden":
-            params = {"layers": list(method.layers) if method.layers is not None else "all"}
-        key = shard_key(stage, {"model": ident, "prompt": prompt.template, **params,
-                                "requests": [(r.item_id, r.user_text, r.assistant_prefix) for r in rows]})
-        call = CallParams(max_new_tokens=int(params.get("max_new_tokens", 1)), sampling=sampling,
-                          top_logprobs=method.top_logprobs,
-                          candidates=method.candidate_strings(n_letters) if stage == "next_token" else (),
-                          cases=tuple(method.cases) if stage == "next_token" else (),
-                          layers=tuple(method.layers) if (stage == "hidden" and method.layers is not None) else None)
-        return ShardRequest(stage, model, dataset, "main", chunk, key, tuple(rows), upstream=upstream,
+        params, call = stage.method_call(method, self.spec, n_letters)
+        key = shard_key(stage.name, {"model": model_identity(self.models[model]), "prompt": prompt.template,
+                                     **params, "requests": [(r.item_id, r.user_text, r.assistant_prefix)
+                                                            for r in rows]})
+        return ShardRequest(stage.name, model, dataset, "main", chunk, key, tuple(rows), upstream=upstream,
                             method=method.id, call=call)
 
     def _method_shards_from_items(self) -> list[ShardRequest]:
@@ -380,7 +361,7 @@ class GridPlan:
         """An upper bound of the requests that :meth:`on_done` of generate shard ``gen`` can plan: one per item
         and scoring context, own probe kind, answer-rating method and cross-model probe kind (the answers that do
         not parse plan none). The progress bar counts it from the start, so its total only shrinks."""
-        if gen.stage != "generate":
+        if not gen.answers:
             return 0
         a = self.set_of[gen.answer_set]
         per_item = len(a.scoring_contexts(self.spec.scoring.contexts))
@@ -404,16 +385,22 @@ class GridPlan:
         parsed = parse_generations(generations, a.prompt, self.models[shard.model].reasoning_end, its, a.format)
         return grade_answers(parsed, its, rules, primary)
 
+    def answers(self, model: str, dataset: str, answer_set: str) -> pd.DataFrame | None:
+        """The graded answers of a unit's generate shards done so far, in chunk order (None: none is done)."""
+        unit = self.units.get((model, dataset, answer_set))
+        frames = [unit.graded[s.label] for s in unit.shards if s.label in unit.graded] if unit else []
+        return pd.concat(frames, ignore_index=True) if frames else None
+
     # -- events -------------------------------------------------------------------------
     def on_done(self, shard: ShardRequest, table: pd.DataFrame) -> list[ShardRequest]:
         """A shard finished (computed now or read from the store); returns the shards it makes plannable."""
-        if shard.stage != "generate":
+        if not shard.answers:
             return []
         table = relabel(table, model=shard.model, dataset=shard.dataset, answer_set=shard.answer_set,
                         chunk=shard.chunk)
         graded = self.grade(shard, table)
-        self.graded[shard.label] = graded
         unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
+        unit.graded[shard.label] = graded
         unit.done.add(shard.key)
         out = (self._score_shards(shard, graded) + self._own_probe_shards(shard, graded)
                + self._method_shards_from_answers(shard, graded))
@@ -423,7 +410,7 @@ class GridPlan:
 
     def on_failed(self, shard: ShardRequest) -> list[ShardRequest]:
         """A shard failed; nothing downstream of it is planned (``resubmit --failed`` plans it later)."""
-        if shard.stage == "generate":
+        if shard.answers:
             unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
             unit.failed.add(shard.key)
             if shard.answer_set == "main" and self._any_cross() and shard.dataset not in self._blocked:
@@ -436,7 +423,7 @@ class GridPlan:
 
     def on_skipped(self, shard: ShardRequest) -> list[ShardRequest]:
         """A shard left for ``resume`` (``resubmit --failed`` runs only failed shards): nothing downstream of it."""
-        if shard.stage == "generate":
+        if shard.answers:
             unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
             unit.failed.add(shard.key)
             if shard.answer_set == "main" and self._any_cross():
@@ -506,7 +493,7 @@ class GridPlan:
         col = f"correct_{self.ca_rule}"
         frames, labels = [], {}
         for m, u in units.items():
-            g = pd.concat([self.graded[s.label] for s in u.shards], ignore_index=True)
+            g = self.answers(m, dataset, "main")
             ok = g["answer"].map(lambda a: isinstance(a, str) and bool(a.strip()))
             g = g[ok]
             labels.update({(str(i), a): float(c) for i, a, c in zip(g["item_id"], g["answer"], g[col], strict=True)
@@ -635,8 +622,7 @@ class GridPlan:
 
         a = self.set_of["main"]
         rule = self.spec.probe.rule
-        graded = {m: pd.concat([self.graded[s.label] for s in u.shards], ignore_index=True).set_index("item_id")
-                  for m, u in units.items()}
+        graded = {m: self.answers(m, dataset, "main").set_index("item_id") for m in units}
         upstream = tuple(s.key for u in units.values() for s in u.shards)
         its = self.set_items[("main", dataset)]
         by_id = {i.item_id: i for i in its}

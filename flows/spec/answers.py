@@ -12,10 +12,12 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
+from confgrid.actors.calls import Sampling
 from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
+from confgrid.protocols.mc import MC_MAX_NEW_TOKENS
+from confgrid.protocols.prompts import get_prompt
 
-__all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "JSON_MAX_NEW_TOKENS", "BOXED_MAX_NEW_TOKENS",
-           "probe_prompt_problem"]
+__all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "probe_prompt_problem"]
 
 
 class ElicitationSpec(_Spec):
@@ -32,19 +34,11 @@ class ElicitationSpec(_Spec):
 
     @model_validator(mode="after")
     def _worked_solution_budget(self) -> ElicitationSpec:
-        from confgrid.protocols.prompts import get_prompt
-
-        if get_prompt(self.prompt).output == "boxed" and "max_new_tokens" not in self.model_fields_set:
+        if get_prompt(self.prompt).reader.worked and "max_new_tokens" not in self.model_fields_set:
             raise ValueError(f"prompt {self.prompt!r} asks for a worked solution (output boxed); the default budget "
                              "of 32 new tokens cuts it off: set elicitation.max_new_tokens (e.g. 512, more for a "
                              "thinking model)")
         return self
-
-
-#: Decoding budget of a JSON prompt's answer set unless declared (an object with reasoning needs more than 32).
-JSON_MAX_NEW_TOKENS = 96
-#: Decoding budget of a worked-solution prompt's answer set (``output: boxed``) unless declared.
-BOXED_MAX_NEW_TOKENS = 512
 
 
 class AnswerSetSpec(_Spec):
@@ -103,7 +97,6 @@ class AnswerSetSpec(_Spec):
         """The decoding of this set: None (greedy) or a :class:`~confgrid.actors.calls.Sampling` with n = 1."""
         if self.temperature == 0:
             return None
-        from confgrid.actors.calls import Sampling
 
         return Sampling(temperature=float(self.temperature), top_p=float(self.top_p), n=1, seed=int(self.seed))
 
@@ -130,46 +123,33 @@ class AnswerSetSpec(_Spec):
         if self.rules is not None:
             return self.rules
         if self.format == "mc":
-            from confgrid.protocols.prompts import get_prompt
-
-            return ("mc_favoured",) if get_prompt(self.prompt).output == "json_options" else ("mc_letter",)
+            return ("mc_favoured",) if get_prompt(self.prompt).reader.options else ("mc_letter",)
         return tuple(r for r in rules if r != "mc_letter") or rules
 
     @property
     def new_tokens(self) -> int:
-        """Decoding budget: declared, else 20 (mc), 32 (open), JSON_MAX_NEW_TOKENS for a JSON prompt,
-        BOXED_MAX_NEW_TOKENS for a worked solution (``output: boxed``)."""
-        from confgrid.protocols.mc import MC_MAX_NEW_TOKENS
-        from confgrid.protocols.prompts import get_prompt
-
+        """Decoding budget: declared, else the prompt's output format's (protocols/output_formats.py: 96 for a
+        JSON reply, 512 for a worked solution), else 20 (mc) or 32 (open)."""
         if self.max_new_tokens:
             return self.max_new_tokens
-        output = get_prompt(self.prompt).output
-        if output == "boxed":
-            return BOXED_MAX_NEW_TOKENS
-        if output != "labels":
-            return JSON_MAX_NEW_TOKENS
+        budget = get_prompt(self.prompt).reader.new_tokens
+        if budget:
+            return budget
         return MC_MAX_NEW_TOKENS if self.format == "mc" else 32
 
     def verbalized_source(self) -> str:
-        from confgrid.protocols.prompts import get_prompt
-
         if self.verbalized is not None:
             return self.verbalized
         p = get_prompt(self.prompt)
-        if p.output == "boxed":  # a worked solution: its number re-supplied after Guess: is no reply to probe
-            return "stated" if p.confidence_label else "none"
-        return "stated" if p.confidence_label or p.output != "labels" else "probe"
+        return p.reader.verbalized(p)
 
     def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
         """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come
         from the ``letter_probability`` method) or a boxed worked solution, mc_bare/mc_answer_slot/mc_guess_slot
         for mc, else ``default``."""
-        from confgrid.protocols.prompts import get_prompt
-
         if self.contexts is not None:
             return self.contexts
-        if get_prompt(self.prompt).output != "labels":
+        if not get_prompt(self.prompt).reader.token_scores:
             return ()
         return ("mc_bare", "mc_answer_slot", "mc_guess_slot") if self.format == "mc" else default
 
@@ -184,7 +164,6 @@ def probe_prompt_problem(elicitation: ElicitationSpec, answer_sets: tuple[Answer
     that prompt needs an answer label and a confidence label; a JSON or
     worked-solution (``output: boxed``) prompt has neither.
     """
-    from confgrid.protocols.prompts import get_prompt
 
     users = (["probe.enabled"] if probe_enabled else []) + [
         f"answer_sets[{a.id}] (verbalized: probe)" for a in answer_sets

@@ -18,6 +18,7 @@ from pydantic import Field, StrictBool, field_validator
 
 from confgrid.actors.backends import api_backends
 from confgrid.flows.spec.base import _Spec
+from confgrid.flows.stages import get_stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from confgrid.flows.spec.grid import GridSpec, ModelSpec
@@ -146,14 +147,15 @@ def api_problems(spec: GridSpec) -> list[tuple[str, str]]:
             if m.name not in {mm.name for mm in spec.method_models(x)}:
                 continue
             where = f"methods[{j}]"
-            if x.kind_entry.stage == "hidden":
-                problems.append((where, f"{who} cannot run method {x.id!r} (stage 'hidden'): chat completions return "
-                                 "no hidden states; allowed: list only local models in this method's models"))
-            if x.temperature == "model_default" and x.kind_entry.sampled:
+            stage = get_stage(x.kind_entry.stage)
+            if "openai" not in stage.backends:
+                problems.append((where, f"{who} cannot run method {x.id!r} (stage {stage.name!r}): chat completions "
+                                 "return no hidden states; allowed: list only local models in this method's models"))
+            if x.temperature == "model_default" and "temperature" in stage.fields:
                 problems.append((f"{where}.temperature", f"{who} cannot run method {x.id!r} with temperature "
                                  "model_default: a server's generation defaults are not visible; allowed: a "
                                  "temperature > 0"))
-            if x.kind_entry.next_token and x.top_logprobs > m.api.max_top_logprobs:
+            if "top_logprobs" in stage.fields and x.top_logprobs > m.api.max_top_logprobs:
                 problems.append((f"{where}.top_logprobs", f"{who}: method {x.id!r} asks top_logprobs="
                                  f"{x.top_logprobs}; allowed: 1..{m.api.max_top_logprobs} (api.max_top_logprobs)"))
             if x.assistant_prefix and not m.api.assistant_prefill:

@@ -52,6 +52,7 @@ from confgrid.flows.spec.api import API_BACKENDS, ApiSpec, api_entry_problem, ap
 from confgrid.flows.spec.capability import CapabilitySpec, check_capability
 from confgrid.flows.spec.estimation import BootstrapSpec, MetricsSpec, VerdictSpec
 from confgrid.flows.spec.execution import ExecutionSpec
+from confgrid.flows.stages import get_stage, token_signal
 from confgrid.protocols.method_kinds import METHOD_KINDS as METHOD_KIND_ENTRIES
 from confgrid.flows.spec.methods import (
     ComparisonSpec,
@@ -432,7 +433,7 @@ class GridSpec(_Spec):
             unknown = [n for n in (x.models or ()) if n not in names]
             if unknown:
                 raise ValueError(f"methods[{x.id}].models: unknown model(s) {unknown}; allowed: {names}")
-            if x.kind_entry.stage == "hidden":
+            if "vllm" not in get_stage(x.kind_entry.stage).backends:
                 vllm = [n for n in (x.models or names) if backend[n] == "vllm"]
                 if vllm:
                     raise ValueError(f"methods[{x.id}]: hidden_states needs the transformers backend; {vllm} use vllm "
@@ -451,8 +452,6 @@ class GridSpec(_Spec):
         """Every signal a run of this grid can produce: verbalized, the token score of each scoring context and
         aggregation (of every answer set's contexts), each method's signal(s), each capability estimator's, and
         ``probe_<kind>`` of each supplied-answer kind of an enabled probe."""
-        from confgrid.flows.stages import token_signal
-
         prim = self.scoring.aggregations[0]
         contexts = dict.fromkeys(c for a in self.all_answer_sets() for c in a.scoring_contexts(self.scoring.contexts))
         out = ["verbalized"] + [token_signal(c, agg, prim) for c in contexts for agg in self.scoring.aggregations]

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
+from confgrid.flows.stages import STAGES, get_stage
 from confgrid.protocols.method_kinds import METHOD_KINDS as KINDS
 from confgrid.protocols.method_kinds import MethodKind, method_kind
 
@@ -108,18 +109,16 @@ class MethodSpec(_Spec):
                 raise ValueError(f"{field} is for kinds {kinds}; kind {self.kind!r} has none "
                                  f"(received {getattr(self, field)!r})")
 
-        for f in ("k", "temperature", "top_p", "top_k", "seed"):
-            only(f, lambda k: k.sampled)
-        for f in ("candidates", "cases", "merge", "renormalize", "top_logprobs"):
-            only(f, lambda k: k.next_token)
-        only("layers", lambda k: k.stage == "hidden")
+        for f in dict.fromkeys(f for _, st in STAGES.items() for f in st.fields):  # each stage's own fields
+            only(f, lambda k, f=f: f in get_stage(k.stage).fields)
         only("assistant_prefix", lambda k: k.prefix)
         if entry.letters:
             for f in ("candidates", "renormalize"):
                 if getattr(self, f) != type(self).model_fields[f].default:
                     raise ValueError(f"{f} is not for kind {self.kind!r}: its candidates are the option "
                                      "letters of each item, always renormalized over them (study 002 E.1)")
-        if entry.sampled and self.temperature != "model_default" and self.temperature <= 0:
+        if "temperature" in get_stage(entry.stage).fields and self.temperature != "model_default" \
+                and self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for {self.kind} (received {self.temperature!r}); greedy "
                              "samples are all the same answer")
         return self

@@ -1,0 +1,179 @@
+"""The model stages as registry entries: what one stage is (:class:`Stage`), the registry, and what they share.
+
+A stage is one kind of shard (``generate``, ``score``, ``probe``, the method stages ``sample``, ``rate``,
+``next_token``, ``hidden``) or a driver step between them (``grade``: parse + grade). Its entry owns, in its
+own file of this folder, everything the rest of confgrid used to decide by comparing stage names: the engine
+call a replica runs for it (actors/model_actor.py ``ENGINE_CALLS``), the typed rows of its requests and the
+engine request each becomes, the stored table of a shard and its schema, whether its shards yield the answers
+the later stages are planned from, and (method stages) the call parameters in its shard key and the signal
+rows it adds to the method tables. The registry follows
+lm-evaluation-harness (``lm_eval/api/registry.py``): a duplicate name is an error, an unknown one lists the
+choices.
+
+Examples
+--------
+>>> from confgrid.flows.stages import get_stage
+>>> get_stage("rate").engine, get_stage("generate").answers, get_stage("grade").engine
+('generate', True, None)
+>>> get_stage("scor")
+Traceback (most recent call last):
+    ...
+confgrid.registry.UnknownNameError: unknown model stage 'scor'; allowed: generate, grade, hidden, next_token, \
+probe, rate, sample, score
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pandas as pd
+import pyarrow as pa
+
+from confgrid.actors.calls import EngineCall, GenerateRequest, Sampling, ShardWork
+from confgrid.registry import Registry
+
+
+__all__ = ["Stage", "STAGES", "register_stage", "get_stage", "CallParams", "MethodRow", "relabel", "KEY_COLUMNS",
+           "PARSED_COLUMNS"]
+
+#: The label columns every stage table starts with, as Arrow types.
+KEY_COLUMNS = [("model", pa.string()), ("dataset", pa.string()), ("answer_set", pa.string()),
+               ("item_id", pa.string())]
+#: The columns parsing adds (generations, probe rows).
+PARSED_COLUMNS = [("answer", pa.string()), ("verbalized", pa.float64()), ("parse_status", pa.string()),
+                  ("used_fallback", pa.bool_())]
+
+
+@dataclass(frozen=True)
+class CallParams:
+    """The engine-call parameters of a shard: what a replica needs beyond the requests (actors/calls.py
+    ``EngineCall`` takes them as they are). Each stage sets its own, the rest keep their defaults.
+
+    Attributes
+    ----------
+    max_new_tokens : int
+        Generation budget in tokens (generate, probe, sample and rate shards; >= 1).
+    sampling : Sampling or None
+        Sampled decoding (sample shards, and answer sets with a temperature); None is greedy.
+    top_logprobs : int
+        Next-token distribution size (next_token shards).
+    candidates, cases : tuple of str
+        Candidate strings and their cases (next_token shards: P(True), letter probabilities).
+    layers : tuple of int or None
+        Hidden-state layers (hidden shards; None: every layer).
+    """
+
+    max_new_tokens: int = 32
+    sampling: Sampling | None = None
+    top_logprobs: int = 20
+    candidates: tuple[str, ...] = ()
+    cases: tuple[str, ...] = ()
+    layers: tuple[int, ...] | None = None
+
+    def engine_call(self, kind: str, shards: tuple[ShardWork, ...]) -> EngineCall:
+        """The engine call of ``shards`` (their requests, as the replica receives them) with these parameters."""
+        return EngineCall(kind=kind, shards=shards, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
+                          top_logprobs=self.top_logprobs, candidates=self.candidates, candidate_cases=self.cases,
+                          layers=self.layers)
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    """One request of a confidence method: a rendered method template (and the answer it rates, if any)."""
+
+    item_id: str
+    user_text: str
+    rated_answer: str = ""
+    assistant_prefix: str = ""
+
+
+def prompted(row: Any) -> GenerateRequest:
+    """The engine request of a row with a user turn and an assistant prefix (probe and method rows)."""
+    return GenerateRequest(row.user_text, row.assistant_prefix)
+
+
+def relabel(table: pd.DataFrame, **labels: object) -> pd.DataFrame:
+    """A shard table with its label columns (model, dataset, answer_set, chunk, context_id) set to ``labels``.
+
+    A shard is keyed by its inputs, not by the names of the grid: two models with the same identity under
+    different names (or a model renamed between runs) share a shard, which was stored under the first name.
+    Every reader relabels it to the shard request it reads it for. Columns the table lacks are not added.
+    """
+    out = table.copy()
+    for col, value in labels.items():
+        if col in out.columns:
+            out[col] = value
+    return out
+
+
+#: ``(plan, shard, outputs) -> DataFrame``: the stored rows of one shard from its outputs (one per request).
+TableFn = Callable[[Any, Any, tuple[Any, ...]], pd.DataFrame]
+#: ``(method, spec, n_letters) -> (key parameters, CallParams)``: what a method stage puts in its shard key.
+MethodCallFn = Callable[[Any, Any, int], tuple[dict[str, Any], CallParams]]
+#: ``(plan, method, model, dataset, table, out)``: a method stage's rows appended to the method tables' buckets.
+CollectFn = Callable[[Any, Any, str, str, pd.DataFrame, dict[str, list]], None]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One model stage (or driver step) and everything that differs between stages.
+
+    Attributes
+    ----------
+    name : str
+        The stage name (``ShardRequest.stage``, the manifest's ``stage``, the shard key's prefix).
+    engine : str or None
+        The engine call a replica runs for its shards (actors/model_actor.py ``ENGINE_CALLS``: generate,
+        score, next_token, hidden_states); None for a driver stage (no model).
+    request : callable or None
+        ``row -> GenerateRequest | ScoreRequest``: the engine request of one typed row.
+    table : callable or None
+        :data:`TableFn`, the stored rows of a shard.
+    answers : bool
+        Its shards yield the answers the later stages are planned from (generate): the plan grades them
+        (stage ``grade``) and plans the downstream shards, and a replica runs them first.
+    table_name : str or None
+        The stage table it writes (``tables/<table_name>.parquet``), when it writes one of its own.
+    schema : callable or None
+        ``(aggregations, rules) -> pyarrow.Schema``: the columns of that table when no shard of it is complete.
+    method_call : callable or None
+        Method stages: :data:`MethodCallFn`.
+    collect : callable or None
+        Method stages: :data:`CollectFn`.
+    rated_values : callable or None
+        Stages whose rows rate a shown answer (rate, next_token): ``(plan, method, model, table) -> list of
+        RatedValue``, the confidence of each row (ACE's candidate ratings read it).
+    fields : tuple of str
+        Method stages: the ``methods[]`` fields that apply to a method of this stage beyond the common ones (a
+        grid that sets another is refused, flows/spec/methods.py).
+    backends : tuple of str
+        The model backends that can run it (the grid check refuses a method on another).
+    """
+
+    name: str
+    engine: str | None
+    request: Callable[[Any], Any] | None = None
+    table: TableFn | None = None
+    answers: bool = False
+    table_name: str | None = None
+    schema: Callable[[tuple[str, ...], tuple[str, ...]], pa.Schema] | None = None
+    method_call: MethodCallFn | None = None
+    collect: CollectFn | None = None
+    rated_values: Callable[..., list] | None = None
+    fields: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ("transformers", "vllm", "openai")
+
+
+#: Every stage, by name (registration order: generate, grade, score, probe, then the method stages).
+STAGES: Registry[Stage] = Registry("model stage", value_type=Stage)
+
+
+def register_stage(stage: Stage) -> Stage:
+    """Register ``stage`` under its name. Raises ValueError if the name is taken."""
+    return STAGES.register(stage.name, stage)
+
+
+def get_stage(name: str) -> Stage:
+    """The registry entry of a stage. Raises UnknownNameError (listing the stages) for an unknown name."""
+    return STAGES.get(name)

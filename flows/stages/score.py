@@ -1,0 +1,141 @@
+"""Stage ``score``: forced decoding of each parsed answer after a scoring context (study 000 sections 3.4-3.5).
+
+Rows: :class:`ScoreRow`; engine call ``score``; table ``tables/scores.parquet``: per (answer set, item, scoring
+context) the parsed answer, its per-token log-probs (nats), answer_token_ids, n_tokens, context_tokens, backend,
+dtype, and after aggregation (on the driver, from the stored log-probs) token_score (primary aggregation),
+``token_score__<aggregation>`` for each, aggregation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from confgrid.actors.calls import ScoreOutput, ScoreRequest
+from confgrid.flows.stages.base import KEY_COLUMNS, Stage, register_stage
+from confgrid.protocols.aggregation import get_aggregation
+from confgrid.protocols.contexts import get_context
+from confgrid.protocols.items import Item
+
+__all__ = ["ScoreRow", "ContextText", "ScoreText", "context_user_text", "score_requests", "token_signal",
+           "aggregate_scores"]
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """One forced-decoding request: an answer after a scoring context (study 000 section 3.4)."""
+
+    item_id: str
+    user_text: str
+    assistant_prefix: str
+    separator: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class ContextText:
+    """A scoring context rendered for one item (study 000 section 3.4): the user turn, the assistant turn's
+    prefix before the answer, and the separator between them and the answer."""
+
+    user_text: str
+    assistant_prefix: str
+    separator: str
+
+
+@dataclass(frozen=True)
+class ScoreText:
+    """One forced-decoding request of an item's parsed answer in a scoring context."""
+
+    item_id: str
+    user_text: str
+    assistant_prefix: str
+    separator: str
+    answer: str
+
+
+def context_user_text(context_id: str, item: Item) -> ContextText:
+    """The scoring context ``context_id`` rendered for ``item``."""
+    ctx = get_context(context_id)
+    return ContextText(ctx.item_text(item), ctx.assistant_prefix, ctx.separator)
+
+
+def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> list[ScoreText]:
+    """Forced-decoding requests for every row that has a non-empty parsed answer, in the rows' order.
+
+    Parameters
+    ----------
+    parsed : DataFrame
+        Rows with ``item_id`` and ``answer`` (str; empty, None or NaN rows are skipped).
+    items : list of Item
+        The items the rows refer to.
+    context_id : str
+        A registered scoring context.
+
+    Returns
+    -------
+    list of ScoreText
+    """
+    by_id = {it.item_id: it for it in items}
+    out = []
+    for item_id, answer in zip(parsed["item_id"], parsed["answer"], strict=True):
+        if not isinstance(answer, str) or not answer.strip():
+            continue
+        c = context_user_text(context_id, by_id[item_id])
+        out.append(ScoreText(item_id, c.user_text, c.assistant_prefix, c.separator, answer))
+    return out
+
+
+def token_signal(context: str, aggregation: str, primary: str) -> str:
+    """Signal name of the token score in ``context``: ``token_<context>``, with ``__<aggregation>``
+    appended for an aggregation other than the primary one."""
+    return f"token_{context}" if aggregation == primary else f"token_{context}__{aggregation}"
+
+
+def aggregate_scores(scores: pd.DataFrame, aggregations: tuple[str, ...] | str) -> pd.DataFrame:
+    """Token scores per (item, context) from the stored per-token log-probs.
+
+    Aggregation happens here, on stored log-probs, so changing it reruns no
+    model. Adds ``token_score`` (the first, primary aggregation; probability in
+    [0, 1]), ``token_score__<name>`` for every aggregation, and ``aggregation``
+    (the primary one's name).
+    """
+    aggs = (aggregations,) if isinstance(aggregations, str) else tuple(aggregations)
+    out = scores.copy()
+    lps = [np.asarray(lp, dtype=np.float64) for lp in out["logprobs"]]
+    for name in aggs:
+        fn = get_aggregation(name)
+        out[f"token_score__{name}"] = [float(fn(lp)) for lp in lps]
+    out["token_score"] = out[f"token_score__{aggs[0]}"]
+    out["aggregation"] = aggs[0]
+    return out
+
+
+def _table(plan: Any, shard: Any, outputs: tuple[Any, ...]) -> pd.DataFrame:
+    m = plan.models[shard.model]
+    sc: tuple[ScoreOutput, ...] = outputs
+    return pd.DataFrame({
+        "model": shard.model, "dataset": shard.dataset, "answer_set": shard.answer_set, "item_id": shard.item_ids,
+        "context_id": shard.context, "chunk": shard.chunk, "answer_source": "generated",
+        "answer": [r.answer for r in shard.rows],
+        "logprobs": [list(o.logprobs) for o in sc], "answer_token_ids": [list(o.answer_token_ids) for o in sc],
+        "n_tokens": [len(o.logprobs) for o in sc], "context_tokens": [o.context_tokens for o in sc],
+        "backend": m.backend, "dtype": m.dtype,
+    })
+
+
+def _schema(aggregations: tuple[str, ...], rules: tuple[str, ...]) -> pa.Schema:
+    return pa.schema([*KEY_COLUMNS, ("context_id", pa.string()), ("chunk", pa.int64()), ("answer_source", pa.string()),
+                      ("answer", pa.string()), ("logprobs", pa.list_(pa.float64())),
+                      ("answer_token_ids", pa.list_(pa.int64())), ("n_tokens", pa.int64()),
+                      ("context_tokens", pa.int64()), ("backend", pa.string()), ("dtype", pa.string()),
+                      *((f"token_score__{a}", pa.float64()) for a in aggregations),
+                      ("token_score", pa.float64()), ("aggregation", pa.string())])
+
+
+register_stage(Stage("score", "score", request=lambda r: ScoreRequest(r.user_text, r.assistant_prefix, r.separator,
+                                                                      r.answer),
+                     table=_table, table_name="scores", schema=_schema))
