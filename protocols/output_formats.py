@@ -6,14 +6,10 @@ the prompt fields the format needs, whether the reply holds an answer, the defau
 answer is token-scored, where the verbalized score comes from, whether it states a probability per option, and
 the reading conventions written to the run's checklist. Duplicate name -> error; unknown -> error listing them.
 
-* ``labels``: ``Guess:`` / ``Probability:`` lines (:func:`~confgrid.protocols.parsing.parse_output`).
-* ``json``: an answer and a probability (study 003 Appendix C); without ``answer_key`` a probability only, for a
-  supplied answer (:func:`~confgrid.protocols.json_output.parse_json_answer`).
-* ``json_options``: a probability per option letter (study 002 Appendix F.2); the answer is the favoured letter,
-  or the tied letters joined by ``|`` (scored by the rule ``mc_favoured``), the confidence their normalized
-  probability (:func:`~confgrid.protocols.json_output.parse_option_probabilities`).
-* ``boxed``: a worked solution, the answer its final number (the last ``\\boxed{}``), a confidence only after
-  ``confidence_label`` (:func:`~confgrid.protocols.numeric.parse_boxed_output`, study 004 GSM8K).
+``labels``: ``Guess:`` / ``Probability:`` lines; ``json``: an answer and a probability (study 003 Appendix C),
+a probability only without ``answer_key``; ``json_options``: a probability per option letter (study 002
+Appendix F.2), the answer the favoured letter(s) joined by ``|``; ``boxed``: a worked solution whose answer is
+its final number (study 004 GSM8K).
 
 Examples
 --------

@@ -29,7 +29,7 @@ import pandas as pd
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 from confgrid.flows.spec.answers import AnswerSetSpec
 from confgrid.flows.spec.methods import MethodSpec
-from confgrid.flows.plan.shards import CallParams, GenerateRow, MethodRow, ProbeRow, ScoreRow, ShardRequest
+from confgrid.flows.plan.shards import CallParams, GenerateRow, MethodRow, ProbeRow, ShardRequest
 from confgrid.flows.stages import (get_stage, grade_answers, parse_generations, question_text, relabel,
                                   score_requests)
 from confgrid.flows.store.run_store import shard_key
@@ -547,8 +547,7 @@ class GridPlan:
             key = shard_key("score", {"model": ident, "context": [ctx.user_prompt, get_prompt(ctx.user_prompt).template,
                                                                   ctx.assistant_prefix, ctx.separator, ctx.item_format],
                                       "requests": [(r.item_id, q[r.item_id], r.user_text, r.answer) for r in reqs]})
-            rows = tuple(ScoreRow(r.item_id, r.user_text, r.assistant_prefix, r.separator, r.answer) for r in reqs)
-            out.append(ShardRequest("score", gen.model, gen.dataset, a.id, gen.chunk, key, rows, context=ctx_id,
+            out.append(ShardRequest("score", gen.model, gen.dataset, a.id, gen.chunk, key, tuple(reqs), context=ctx_id,
                                     upstream=(gen.key,)))
         return out
 

@@ -17,9 +17,8 @@ from confgrid.actors.calls import GenerateRequest, GenerationOutput, SamplesOutp
 from confgrid.flows.stages.base import KEY_COLUMNS, Stage, register_stage
 from confgrid.protocols.items import Item
 from confgrid.protocols.mc import mc_question
-from confgrid.protocols.prompts import get_prompt
 
-__all__ = ["GenerateRow", "question_text", "generation_requests", "GENERATION_COLUMNS"]
+__all__ = ["GenerateRow", "question_text", "GENERATION_COLUMNS"]
 
 #: The columns of ``tables/generations.parquet`` (local backends).
 GENERATION_COLUMNS = [*KEY_COLUMNS, ("prompt_id", pa.string()), ("sample_idx", pa.int64()), ("chunk", pa.int64()),
@@ -37,12 +36,6 @@ class GenerateRow:
 def question_text(item: Item, fmt: str = "open") -> str:
     """What replaces ``{question}``: the question alone (``open``) or with lettered options (``mc``)."""
     return mc_question(item) if fmt == "mc" else item.question
-
-
-def generation_requests(items: list[Item], prompt_id: str, fmt: str = "open") -> list[str]:
-    """User turns of a generation prompt, one per item (in item order)."""
-    prompt = get_prompt(prompt_id)
-    return [prompt.render(question_text(it, fmt)) for it in items]
 
 
 def _generation_logprobs(gens: tuple[GenerationOutput, ...]) -> dict[str, list]:

@@ -21,8 +21,7 @@ from confgrid.protocols.aggregation import get_aggregation
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.items import Item
 
-__all__ = ["ScoreRow", "ContextText", "ScoreText", "context_user_text", "score_requests", "token_signal",
-           "aggregate_scores"]
+__all__ = ["ScoreRow", "score_requests", "token_signal", "aggregate_scores"]
 
 
 @dataclass(frozen=True)
@@ -36,34 +35,7 @@ class ScoreRow:
     answer: str
 
 
-@dataclass(frozen=True)
-class ContextText:
-    """A scoring context rendered for one item (study 000 section 3.4): the user turn, the assistant turn's
-    prefix before the answer, and the separator between them and the answer."""
-
-    user_text: str
-    assistant_prefix: str
-    separator: str
-
-
-@dataclass(frozen=True)
-class ScoreText:
-    """One forced-decoding request of an item's parsed answer in a scoring context."""
-
-    item_id: str
-    user_text: str
-    assistant_prefix: str
-    separator: str
-    answer: str
-
-
-def context_user_text(context_id: str, item: Item) -> ContextText:
-    """The scoring context ``context_id`` rendered for ``item``."""
-    ctx = get_context(context_id)
-    return ContextText(ctx.item_text(item), ctx.assistant_prefix, ctx.separator)
-
-
-def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> list[ScoreText]:
+def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> list[ScoreRow]:
     """Forced-decoding requests for every row that has a non-empty parsed answer, in the rows' order.
 
     Parameters
@@ -77,16 +49,14 @@ def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> 
 
     Returns
     -------
-    list of ScoreText
+    list of ScoreRow
+        The context's user turn (rendered for the item), assistant prefix and separator, then the answer.
     """
     by_id = {it.item_id: it for it in items}
-    out = []
-    for item_id, answer in zip(parsed["item_id"], parsed["answer"], strict=True):
-        if not isinstance(answer, str) or not answer.strip():
-            continue
-        c = context_user_text(context_id, by_id[item_id])
-        out.append(ScoreText(item_id, c.user_text, c.assistant_prefix, c.separator, answer))
-    return out
+    ctx = get_context(context_id)
+    return [ScoreRow(item_id, ctx.item_text(by_id[item_id]), ctx.assistant_prefix, ctx.separator, answer)
+            for item_id, answer in zip(parsed["item_id"], parsed["answer"], strict=True)
+            if isinstance(answer, str) and answer.strip()]
 
 
 def token_signal(context: str, aggregation: str, primary: str) -> str:
