@@ -1,4 +1,4 @@
-"""Answer extraction after a thinking model's reasoning block (protocols/reasoning.py, flows/stages.py)."""
+"""Answer extraction after a thinking model's reasoning block (protocols/reasoning.py, flows/stages/grade.py)."""
 
 from __future__ import annotations
 

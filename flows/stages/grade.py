@@ -32,7 +32,7 @@ def parse_generations(gen: pd.DataFrame, prompt_id: str = "confidence",
                       fmt: str = "open") -> pd.DataFrame:
     """Add ``answer``, ``verbalized``, ``parse_status``, ``used_fallback``, ``reasoning_status`` to generations.
 
-    Parsed the way the prompt that generated them asks (protocols/parsing.py
+    Parsed the way the prompt that generated them asks (protocols/output_formats.py
     ``parse_for_prompt``: labels, a JSON answer and probability, or option
     probabilities; a 0-100 prompt is scaled to [0, 1]), after the reasoning
     block of a thinking model is removed (protocols/reasoning.py;

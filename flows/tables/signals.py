@@ -106,7 +106,7 @@ def answer_rows(graded: pd.DataFrame, tokens: pd.DataFrame, contexts: tuple[str,
         ``tables/graded`` rows of one (model, dataset, answer set): item_id, answer, verbalized,
         parse_status, used_fallback, ``correct_<rule>``.
     tokens : DataFrame
-        Aggregated token scores (flows/stages.py ``aggregate_scores``): item_id, context_id,
+        Aggregated token scores (flows/stages/score.py ``aggregate_scores``): item_id, context_id,
         ``token_score__<aggregation>``.
     contexts, aggregations : tuple of str
         Scoring contexts and token aggregations (the first is the primary one: signal ``token_<context>``;
