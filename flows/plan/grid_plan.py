@@ -26,15 +26,20 @@ from typing import Any
 
 import pandas as pd
 
-from confgrid.flows.spec.grid import GridSpec, ModelSpec
-from confgrid.flows.spec.answers import AnswerSetSpec
-from confgrid.flows.spec.methods import MethodSpec
+from confgrid.analysis.ace.candidates import candidate_pool
 from confgrid.flows.plan.shards import CallParams, GenerateRow, MethodRow, ProbeRow, ShardRequest
+from confgrid.flows.spec.answers import AnswerSetSpec
+from confgrid.flows.spec.api import api_problems
+from confgrid.flows.spec.grid import GridSpec, ModelSpec
+from confgrid.flows.spec.methods import MethodSpec
 from confgrid.flows.stages import (get_stage, grade_answers, parse_generations, question_text, relabel,
                                   score_requests)
 from confgrid.flows.store.run_store import shard_key
 from confgrid.protocols.contexts import get_context
+from confgrid.protocols.correctness import normalize
 from confgrid.protocols.items import Item
+from confgrid.protocols.mc import shuffle_options
+from confgrid.protocols.probe import PROBE_MAX_NEW_TOKENS, probe_request, supplied_answers
 from confgrid.protocols.prompts import get_prompt
 from confgrid.protocols.splits import train_eval_split
 
@@ -79,7 +84,6 @@ def set_items(a: AnswerSetSpec, its: list[Item]) -> list[Item]:
     """The items an answer set asks: all for open sets; items with options (shuffled if asked) for mc."""
     if a.format == "open":
         return its
-    from confgrid.protocols.mc import shuffle_options
 
     with_opts = [i for i in its if i.options]
     return [shuffle_options(i, a.shuffle_seed) for i in with_opts] if a.shuffle_options else with_opts
@@ -107,8 +111,6 @@ def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str,
         Empty if the grid can run; else one entry per problem, in the form of
         :class:`~confgrid.flows.spec.grid.GridSpecError` (the caller raises it).
     """
-    from confgrid.flows.spec.api import api_problems
-
     problems: list[tuple[str, str]] = api_problems(spec)  # a grid built in Python skips parse_grid's check
     for i, a in enumerate(spec.all_answer_sets()):
         where = "elicitation" if a.id == "main" else f"answer_sets[{i - 1}]"
@@ -482,9 +484,6 @@ class GridPlan:
 
         None until every model's main answers on ``dataset`` exist.
         """
-        from confgrid.analysis.ace.candidates import candidate_pool
-        from confgrid.protocols.correctness import normalize
-
         units = {m: u for m in self.models if (u := self.units.get((m, dataset, "main"))) is not None and u.shards}
         if not units or not all(u.settled for u in units.values()) or any(u.failed for u in units.values()):
             return None
@@ -567,8 +566,6 @@ class GridPlan:
 
     def _probe_shard(self, model: str, dataset: str, a: AnswerSetSpec, chunk: int, rows: list[ProbeRow],
                      part: str, upstream: tuple[str, ...]) -> ShardRequest:
-        from confgrid.protocols.probe import PROBE_MAX_NEW_TOKENS
-
         prompt_id = self._probe_prompt(a)
         inputs: dict[str, Any] = {"model": model_identity(self.models[model]),
                                   "prompt": get_prompt(prompt_id).template, "part": part,
@@ -581,8 +578,6 @@ class GridPlan:
     def _own_probe_shards(self, gen: ShardRequest, graded: pd.DataFrame) -> list[ShardRequest]:
         """Probe rows from the model's own answers: a set without a stated score gets its answers re-supplied
         (kind ``own``); with ``probe.enabled`` the main set gets the kinds that need no other model."""
-        from confgrid.protocols.probe import probe_request, supplied_answers
-
         a = self.set_of[gen.answer_set]
         study = a.id == "main" and self.spec.probe.enabled
         if study:
@@ -617,7 +612,6 @@ class GridPlan:
             return []
         if self._rounds_open(dataset):
             return []
-        from confgrid.protocols.probe import probe_request, supplied_answers
 
         a = self.set_of["main"]
         rule = self.spec.probe.rule

@@ -15,6 +15,7 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
 from confgrid.flows.stages import STAGES, get_stage
+from confgrid.protocols.mc import LETTERS
 from confgrid.protocols.method_kinds import METHOD_KINDS as KINDS
 from confgrid.protocols.method_kinds import MethodKind, method_kind
 
@@ -138,8 +139,6 @@ class MethodSpec(_Spec):
     def candidate_strings(self, n_letters: int = 0) -> tuple[str, ...]:
         """Candidates read in the next-token distribution (letter_probability: the first ``n_letters`` letters)."""
         if self.kind_entry.letters:
-            from confgrid.protocols.mc import LETTERS
-
             return tuple(LETTERS[:n_letters])
         return self.candidates if self.candidates is not None else (self.kind_entry.candidates or ())
 

@@ -28,10 +28,13 @@ import numpy as np
 import pandas as pd
 
 from confgrid.analysis.signals import conform
-from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.stages import REFUSAL_POLICIES, token_signal
+from confgrid.flows.tables.assemble import Unit
+from confgrid.protocols.correctness import get_rule
 from confgrid.protocols.items import Item
+from confgrid.protocols.json_output import chance_answer
+from confgrid.protocols.parsing import ParseResult, apply_parse_policy
 
 __all__ = ["answer_rows", "method_rows", "probe_rows", "run_signal_table", "unit_keys", "ANSWER_ALIGN", "CAPABILITY_SET",
            "ProducerRows"]
@@ -62,8 +65,6 @@ class ProducerRows:
 
 def _item_status(g: pd.DataFrame, policy: str, verbalized: bool) -> pd.Series:
     """Each graded row's status under the parse policy (``ok``: an answer and, when ``verbalized``, a score)."""
-    from confgrid.protocols.parsing import ParseResult, apply_parse_policy
-
     status = []
     for ans, verb, st, fb in zip(g["answer"], g["verbalized"], g["parse_status"], g["used_fallback"], strict=True):
         r = apply_parse_policy(ParseResult(ans if isinstance(ans, str) else None,
@@ -78,9 +79,6 @@ def _chance(g: pd.DataFrame, status: pd.Series, items: list[Item], corr_col: str
 
     Returns a frame indexed like ``g`` with columns ``confidence`` (1/k, NaN if not replaced) and ``target``.
     """
-    from confgrid.protocols.correctness import get_rule
-    from confgrid.protocols.json_output import chance_answer
-
     by_id = {it.item_id: it for it in items}
     fn = get_rule(rule)
     out = pd.DataFrame({"confidence": np.nan, "target": np.nan}, index=g.index)
@@ -235,8 +233,6 @@ def probe_rows(probe: pd.DataFrame, items: list[Item], rule: str) -> pd.DataFram
         target_rule, confidence, target, status (the probe's parse status; ``rule_undefined`` where the rule
         cannot grade the item), align empty (each kind on its own items). The first row of an (item, kind) is kept.
     """
-    from confgrid.protocols.correctness import get_rule
-
     if probe is None or probe.empty:
         return pd.DataFrame(columns=["item_id", "signal"])
     p = probe.drop_duplicates(["item_id", "kind"]).reset_index(drop=True)
