@@ -9,12 +9,11 @@ study's or a stage's name.
 from __future__ import annotations
 
 import ast
-import typing
 from pathlib import Path
 
 import pytest
 
-from confgrid.flows.plan.shards import Stage
+from confgrid.flows.stages import STAGES
 from confgrid.flows.studies import load_studies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +31,7 @@ STUDY_MODULES = ("confgrid.flows.evaluate.ace", "confgrid.flows.evaluate.capabil
 
 def _words() -> tuple[set[str], set[str]]:
     studies = set(load_studies())
-    return studies, studies | set(typing.get_args(Stage))
+    return studies, studies | set(STAGES.names())
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
