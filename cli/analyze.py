@@ -7,32 +7,74 @@ MLflow record failed (``confgrid log OUT`` logs it later).
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 import warnings
 from pathlib import Path
 
 import pandas as pd
 import typer
+from rich.console import Console
 
 from confgrid.analysis.conventions import CONVENTIONS
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.analysis.registry import GRAMMAR
+from confgrid.analysis.verdicts import VerdictRule
 from confgrid.cli.console import setup_logging
-from confgrid.flows.analyze.analysis import DEFAULT_METRICS, EXPERIMENT, TrackingWarning, analyze, available_metrics, slow_metrics
+from confgrid.cli.show.ace import print_ace
+from confgrid.flows.analyze.analysis import EXPERIMENT, TrackingWarning, analyze
 from confgrid.flows.analyze.input import AnalyzeWarning
 from confgrid.flows.analyze.read import AnalyzeInputError
+from confgrid.flows.analyze.spec import DEFAULT_METRICS, AnalyzeSpec, available_metrics, slow_metrics
+from confgrid.flows.evaluate.outputs import closure_lines, interval_notes
+from confgrid.flows.tracking import EXIT_TRACKING_FAILED
 
 __all__ = ["analyze_cmd"]
 
 
+#: command-line parameter -> AnalyzeSpec field (the column flags fill ``columns``, the verdict flags ``verdicts``)
+_FIELDS = {"input": "input", "out": "out", "metrics": "metrics", "bootstrap": "n_resamples", "level": "level",
+           "interval": "interval", "seed": "seed", "ece_bins": "n_bins", "ece_closure": "ece_closure",
+           "ece_bin_confidence": "ece_bin_confidence", "ece_convention": "ece_conventions",
+           "tracking_uri": "tracking_uri", "tracking": "track", "use_ray": "use_ray", "workers": "num_workers",
+           "views": "views", "pairs": "pairs", "candidates": "candidates",
+           "comparison_bootstrap": "comparison_resamples", "ia_strata": "ia_strata", "threshold": "threshold",
+           "uncertainty": "uncertainty", "in_turn": "in_turn", "group_col": "group_col", "against": "against",
+           "signal_pairs": "signal_pairs"}
+_COLUMNS = {"setting_col": "setting", "item_col": "item_id", "signal_col": "signal", "confidence_col": "confidence",
+            "correct_col": "correct", "model_col": "model"}
+_VERDICTS = ("robust_point_share", "robust_resolved_share", "fragile_point_share", "robust_min_settings")
+
+
+def _spec(ctx: typer.Context, spec_file: Path | None, values: dict) -> AnalyzeSpec:
+    """The :class:`AnalyzeSpec` of the flags; with ``--spec FILE``, the file's, with the flags given on the
+    command line on top (a flag left at its default does not override the file)."""
+    given = {n for n in values if spec_file is None or  # (by name: typer ships its own copy of click's enum)
+             getattr(ctx.get_parameter_source(n), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
+    fields = {f: values[n] for n, f in _FIELDS.items() if n in given and values[n] is not None}
+    columns = {role: values[n] for n, role in _COLUMNS.items() if n in given}
+    verdicts = {n: values[n] for n in _VERDICTS if n in given}
+    fields.update({"columns": columns} if columns else {}, **({"verdicts": verdicts} if verdicts else {}))
+    if spec_file is None:
+        return AnalyzeSpec(**fields)
+    return AnalyzeSpec.from_yaml(spec_file, **fields)
+
+
 def analyze_cmd(
-    input: Path = typer.Argument(..., metavar="INPUT", show_default=False,
+    ctx: typer.Context,
+    input: Path = typer.Argument(None, metavar="[INPUT]", show_default=False,
                                  help="Per-question outputs: .csv (header row), .jsonl/.ndjson or .parquet/.pq; "
-                                      "one row per (setting, item_id, signal)."),
-    out: Path = typer.Option(..., "--out", help="Output directory: results/ (metrics, gaps, shifts, alignment, "
+                                      "one row per (setting, item_id, signal). Required unless --spec names it."),
+    out: Path = typer.Option(None, "--out", help="Output directory: results/ (metrics, gaps, shifts, alignment, "
                                                  "edges, closure, verdicts; .csv and .parquet), analyze.json, and "
-                                                 "mlflow.db when it is the MLflow store.",
+                                                 "mlflow.db when it is the MLflow store. Required unless --spec "
+                                                 "names it.",
                              show_default=False),
+    spec_file: Path = typer.Option(None, "--spec", help="A YAML file of the options (keys: the fields of "
+                                   "flows/analyze/spec.py AnalyzeSpec, e.g. input, out, metrics, n_resamples, "
+                                   "group_col); flags given on the command line override its values.",
+                                   show_default=False),
     metrics: str = typer.Option(",".join(DEFAULT_METRICS), "--metrics",
                                 help=f"Comma-separated metrics; choices: {', '.join(available_metrics())}, and "
                                      f"every binned ECE named {GRAMMAR} (each computed exactly as named). "
@@ -147,23 +189,16 @@ def analyze_cmd(
         ray.data.DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
-    columns = dict(setting=setting_col, item_id=item_col, signal=signal_col, confidence=confidence_col,
-                   correct=correct_col, model=model_col)
+    values = dict(locals())
     if tracking_uri and "://" not in tracking_uri:
         typer.echo(f"confgrid analyze: --tracking-uri {tracking_uri!r} is not a URI; use sqlite:///PATH/mlflow.db "
                    "or http://HOST:5000", err=True)
         raise typer.Exit(2)
-    import os
-
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-    from confgrid.analysis.verdicts import VerdictRule
-
-    try:
-        rule = VerdictRule(robust_point_share, robust_resolved_share, fragile_point_share, robust_min_settings)
+    try:  # the verdict flags checked here, to name them in the message
+        VerdictRule(robust_point_share, robust_resolved_share, fragile_point_share, robust_min_settings)
     except ValueError as exc:
-        import re
-
         flag = re.sub(r"(verdicts\.)?(robust_point_share|robust_resolved_share|fragile_point_share|robust_min_settings)",
                       lambda m: "--" + m.group(2).replace("_", "-"), str(exc))
         typer.echo(f"confgrid analyze: {flag}", err=True)
@@ -172,37 +207,30 @@ def analyze_cmd(
         warnings.simplefilter("always", AnalyzeWarning)
         warnings.simplefilter("always", UndefinedMetricWarning)
         try:
-            tables = analyze(input, out, metrics=metrics, n_resamples=bootstrap, seed=seed, n_bins=ece_bins,
-                             ece_closure=ece_closure, ece_bin_confidence=ece_bin_confidence,
-                             ece_conventions=ece_convention, level=level, interval=interval,
-                             columns=columns, tracking_uri=tracking_uri, track=tracking, use_ray=use_ray,
-                             num_workers=workers, views=views, pairs=pairs, candidates=candidates,
-                             comparison_resamples=comparison_bootstrap, ia_strata=ia_strata, threshold=threshold,
-                             uncertainty=uncertainty, in_turn=in_turn, group_col=group_col, against=against,
-                             signal_pairs=signal_pairs, verdict_rule=rule)
+            spec = _spec(ctx, spec_file, values)
+            result = analyze(spec)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
             typer.echo(f"confgrid analyze: {exc}", err=True)
             raise typer.Exit(2) from None
     _echo_warnings(caught)
+    tables, spec, out = result.tables, result.spec, result.spec.out
     m = tables["metrics"]
     typer.echo(f"{m['setting'].nunique()} setting(s), {len(m)} (setting, signal, metric) rows, "
-               f"{len(tables['gaps'])} gap rows, {bootstrap} {m.attrs.get('resampled', 'paired resamples')}.")
+               f"{len(tables['gaps'])} gap rows, {spec.n_resamples} {result.resampled}.")
     if len(m) <= 60:
         shown = ["setting", "signal", "metric", "point", "lo", "hi", "n", "interval",
-                 *(["n_clusters"] if group_col else [])]
+                 *(["n_clusters"] if spec.group_col else [])]
         with pd.option_context("display.width", 120, "display.max_columns", 20):
             typer.echo(m[shown].to_string(index=False))
-    n_graded = m.attrs.get("n_graded", 0)
-    if n_graded and threshold is None:
-        typer.echo(f"note: correctness is graded ({n_graded} values strictly between 0 and 1): AUROC and AURC use "
-                   "them as soft labels (an item counts as correct with weight y and wrong with 1 - y); "
+    if result.n_graded and spec.threshold is None:
+        typer.echo(f"note: correctness is graded ({result.n_graded} values strictly between 0 and 1): AUROC and "
+                   "AURC use them as soft labels (an item counts as correct with weight y and wrong with 1 - y); "
                    "--threshold T makes correct >= T a 1 and the rest 0.")
-    elif threshold is not None:
-        typer.echo(f"note: correctness thresholded at {threshold:g} (correct >= {threshold:g} is 1, else 0).")
+    elif spec.threshold is not None:
+        typer.echo(f"note: correctness thresholded at {spec.threshold:g} (correct >= {spec.threshold:g} is 1, "
+                   "else 0).")
     res = out / "results"
-    from confgrid.flows.evaluate.outputs import closure_lines, interval_notes
-
     for line in closure_lines(tables.get("closure")):
         typer.echo(f"note: {line} (results/closure.csv)")
     for line in interval_notes(m):
@@ -210,19 +238,12 @@ def analyze_cmd(
     typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'}, "
                f"{res / 'edges.csv'}, {res / 'closure.csv'}, {res / 'verdicts.csv'} (+ .parquet)")
     if "ace_gaps" in tables:
-        from confgrid.cli.show.ace import print_ace
-        from rich.console import Console
-
         print_ace(res, Console(width=200))
         typer.echo(f"Wrote the comparison across models: {res}/ace_*.csv (+ .parquet, .md)")
-    run_id = m.attrs.get("mlflow_parent_run_id")
-    if run_id:
-        typer.echo(f"MLflow parent run {run_id} (experiment {EXPERIMENT}) in "
-                   f"{m.attrs.get('tracking_uri')}")
-    failure = m.attrs.get("tracking_failure")
+    if result.run_id:
+        typer.echo(f"MLflow parent run {result.run_id} (experiment {EXPERIMENT}) in {result.tracking_uri}")
+    failure = result.tracking_failure
     if failure is not None:
-        from confgrid.flows.tracking import EXIT_TRACKING_FAILED
-
         typer.echo(f"confgrid analyze: {failure.line()}\n{failure.hint(out)}", err=True)
         raise typer.Exit(EXIT_TRACKING_FAILED)
 

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from confgrid.analysis.metrics import brier, ece
-from confgrid.flows.analyze.analysis import analyze
+from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.cli.main import app
 
@@ -32,8 +32,9 @@ def test_a_model_column_runs_the_comparison_and_keeps_each_models_metrics(tmp_pa
     path = tmp_path / "outputs.csv"
     df.to_csv(path, index=False)
     with pytest.warns(UserWarning, match="CA skipped|ca"):
-        res = analyze(path, tmp_path / "out", n_resamples=50, comparison_resamples=200, track=False,
-                      views=["raw", "ia", "da", "ca"])
+        res = analyze(AnalyzeSpec(input=path, out=tmp_path / "out", n_resamples=50, comparison_resamples=200,
+                                  track=False,
+                      views=["raw", "ia", "da", "ca"]))
     m = res["metrics"]
     assert set(m.loc[m["kind"] != "model", "setting"]) == {"big/trivia", "small/trivia"}
     # the comparison's cells are rows of the same table: each model under each view (setting = its label)
@@ -51,7 +52,7 @@ def test_a_model_column_runs_the_comparison_and_keeps_each_models_metrics(tmp_pa
     # IA: both right on 15 items, both wrong on 10: the same rows for both models -> gap 0, retention 25/40
     assert g.loc[("verbalized", "ece", "ia"), "gap"] == pytest.approx(0.0, abs=1e-12)
     assert g.loc[("verbalized", "ece", "ia"), "retention"] == pytest.approx(25 / 40)
-    assert {"ace_bootstrap", "ace_reversals", "ace_patterns"} <= set(res)
+    assert {"ace_bootstrap", "ace_reversals", "ace_patterns"} <= set(res.tables)
     assert (tmp_path / "out" / "results" / "ace_gaps.csv").is_file() and (tmp_path / "out" / "results" / "ace_gaps.md").is_file()
 
 
@@ -69,8 +70,8 @@ def test_candidate_ratings_from_a_file_give_the_ca_view(tmp_path):
                              "signal": base if label else 1 - base})
     cpath = tmp_path / "cands.csv"
     pd.DataFrame(cand).to_csv(cpath, index=False)
-    res = analyze(path, tmp_path / "out", n_resamples=20, comparison_resamples=100, track=False,
-                  candidates=cpath)
+    res = analyze(AnalyzeSpec(input=path, out=tmp_path / "out", n_resamples=20, comparison_resamples=100, track=False,
+                  candidates=cpath))
     ca = res["ace_gaps"].query("view == 'ca' and method == 'p_true' and metric == 'brier'").iloc[0]
     # every candidate rated 0.7 / 0.3 (big) and 0.6 / 0.4 (small): Brier 0.09 vs 0.16
     assert ca["value_a"] == pytest.approx(0.09) and ca["value_b"] == pytest.approx(0.16)
@@ -95,7 +96,7 @@ def test_views_without_a_model_column_are_an_error(tmp_path):
     path = tmp_path / "one.csv"
     _rows().drop(columns="model").drop_duplicates(["setting", "item_id", "signal"]).to_csv(path, index=False)
     with pytest.raises(AnalyzeInputError, match="needs a model column"):
-        analyze(path, tmp_path / "o", n_resamples=10, track=False, views=["raw"])
+        analyze(AnalyzeSpec(input=path, out=tmp_path / "o", n_resamples=10, track=False, views=["raw"]))
 
 
 def test_graded_correctness_from_a_file_with_ia_strata(tmp_path):
@@ -109,8 +110,9 @@ def test_graded_correctness_from_a_file_with_ia_strata(tmp_path):
                          "confidence": 0.6, "correct": score})
     path = tmp_path / "graded.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
-    exact = analyze(path, tmp_path / "e", n_resamples=10, comparison_resamples=20, track=False)
-    strata = analyze(path, tmp_path / "s", n_resamples=10, comparison_resamples=20, track=False, ia_strata=2)
+    exact = analyze(AnalyzeSpec(input=path, out=tmp_path / "e", n_resamples=10, comparison_resamples=20, track=False))
+    strata = analyze(AnalyzeSpec(input=path, out=tmp_path / "s", n_resamples=10, comparison_resamples=20,
+                                 track=False, ia_strata=2))
     ret = lambda r: r["ace_gaps"].query("view == 'ia' and metric == 'brier'")["retention"].iloc[0]  # noqa: E731
     assert ret(exact) == 0.0  # big's score is always small's + 0.1 (0.9 -> 1.0): never an exact match
     # two strata [0, 0.5), [0.5, 1]: the pairs (x + 0.1, x) differ in stratum only at x = 0.4
@@ -121,8 +123,8 @@ def test_model_vs_model_conclusions_join_the_verdicts(tmp_path):
     """Issue 22: "big vs small" under each view is a conclusion of results/verdicts, settings = the cells."""
     path = tmp_path / "outputs.csv"
     _rows().to_csv(path, index=False)
-    res = analyze(path, tmp_path / "out", n_resamples=50, comparison_resamples=200, track=False,
-                  views=["raw", "ia", "da"])
+    res = analyze(AnalyzeSpec(input=path, out=tmp_path / "out", n_resamples=50, comparison_resamples=200, track=False,
+                  views=["raw", "ia", "da"]))
     v = pd.read_csv(tmp_path / "out" / "results" / "verdicts.csv", keep_default_na=False)
     ace = v[v["view"] != ""]
     assert set(ace["view"]) == {"raw", "ia", "ia_both_right", "ia_both_wrong", "da", "da_a_to_b", "da_b_to_a",

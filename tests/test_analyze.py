@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,8 @@ from typer.testing import CliRunner
 
 from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
-from confgrid.flows.analyze.analysis import EXPERIMENT, analyze, available_metrics
+from confgrid.flows.analyze.analysis import EXPERIMENT, AnalyzeSpec, analyze
+from confgrid.flows.analyze.spec import available_metrics
 from confgrid.flows.analyze.input import AnalyzeWarning, MAX_PROBLEMS, read_input
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.cli.main import app
@@ -142,7 +144,8 @@ def test_metric_choice_and_ece_bins(tmp_path):
 
 
 def test_signed_and_fallback_metrics(tmp_path):
-    t = analyze(SMALL, tmp_path / "o", metrics="calibration_gap,smoothed_ece", n_resamples=40, track=False)
+    t = analyze(AnalyzeSpec(input=SMALL, out=tmp_path / "o", metrics="calibration_gap,smoothed_ece", n_resamples=40,
+                            track=False))
     m = t["metrics"].set_index(["setting", "signal", "metric"]).point
     for setting in ("m1/d1", "m2/d1"):
         arrays = wide(setting)
@@ -241,7 +244,7 @@ def test_mapped_column_named_in_messages_and_other_input_errors(tmp_path):
     ragged.write_text("setting,item_id,signal,confidence,correct\nA,q1,v,0.5,1,extra\n")
     assert _problems(ragged) == ["line 2: 6 fields, but the header has 5"]
     with pytest.raises(AnalyzeInputError, match="--bootstrap: must be an integer >= 1"):
-        analyze(SMALL, tmp_path / "o", n_resamples=0, track=False)
+        analyze(AnalyzeSpec(input=SMALL, out=tmp_path / "o", n_resamples=0, track=False))
 
 
 # ---------------------------------------------------------------------------
@@ -256,7 +259,7 @@ def test_items_missing_a_signal_are_left_out_and_reported(tmp_path):
     df[~drop].to_csv(src, index=False)
     out = tmp_path / "out"
     with pytest.warns(AnalyzeWarning, match=r"setting 'm2/d1'.*'verbalized': 2 of 8.*6 items used"):
-        tables = analyze(src, out, n_resamples=50, track=False)
+        tables = analyze(AnalyzeSpec(input=src, out=out, n_resamples=50, track=False))
     al = tables["alignment"].set_index(["setting", "signal"])
     assert al.loc[("m2/d1", "verbalized"), ["n_items", "n_used", "n_left_out"]].tolist() == [8, 6, 2]
     assert al.loc[("m2/d1", "verbalized"), "left_out_examples"] == "q7 q8"
@@ -362,9 +365,9 @@ def test_a_broken_sqlite_store_is_a_visible_failure(tmp_path):
     assert (out / "results" / "metrics.csv").is_file() and (out / "analyze.json").is_file()
     assert f"MLflow tracking failed (sqlite:///{bad}): " in r.stderr and "Traceback" not in r.stderr
     with pytest.warns(AnalyzeWarning, match="MLflow tracking failed"):  # the Python API says it too
-        t = analyze(SMALL, tmp_path / "api", n_resamples=20, tracking_uri=f"sqlite:///{bad}")
-    assert t["metrics"].attrs["tracking_failure"].tracking_uri == f"sqlite:///{bad}"
-    assert "mlflow_parent_run_id" not in t["metrics"].attrs
+        t = analyze(AnalyzeSpec(input=SMALL, out=tmp_path / "api", n_resamples=20, tracking_uri=f"sqlite:///{bad}"))
+    assert t.tracking_failure.tracking_uri == f"sqlite:///{bad}"
+    assert t.run_id is None
 
 
 def test_ray_path_writes_the_same_files(tmp_path, ray_local):
@@ -376,3 +379,47 @@ def test_ray_path_writes_the_same_files(tmp_path, ray_local):
     for name in ("metrics.csv", "gaps.csv", "alignment.csv"):
         assert (a / "results" / name).read_bytes() == (b / "results" / name).read_bytes()
     assert np.isfinite(pd.read_csv(b / "results" / "metrics.csv").lo).all()
+
+
+# ---------------------------------------------------------------------------
+# the spec (flags, YAML) and the typed result
+# ---------------------------------------------------------------------------
+
+
+def test_spec_file_gives_the_flags_numbers_and_flags_given_override_it(tmp_path):
+    import yaml
+
+    flags = tmp_path / "flags"
+    assert invoke(SMALL, "--out", flags, "--metrics", "ece,brier", "--bootstrap", "30", "--seed", "4",
+                  "--no-tracking").exit_code == 0
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"input": str(SMALL), "out": "from_file", "metrics": ["ece", "brier"],
+                                    "n_resamples": 99, "seed": 4, "track": False}), encoding="utf-8")
+    r = invoke("--spec", spec, "--bootstrap", "30")  # the flag given wins; out is relative to the file
+    assert r.exit_code == 0, r.output
+    for name in ("metrics.csv", "gaps.csv", "alignment.csv"):
+        assert (tmp_path / "from_file" / "results" / name).read_bytes() == (flags / "results" / name).read_bytes()
+    params = json.loads((tmp_path / "from_file" / "analyze.json").read_text())["params"]
+    assert params["n_resamples"] == 30 and params["metrics"] == ["ece", "brier"]
+    spec.write_text(yaml.safe_dump({"input": str(SMALL), "out": "x", "n_resample": 5}), encoding="utf-8")
+    r = invoke("--spec", spec)
+    assert r.exit_code == 2 and "unknown option 'n_resample'" in r.output and "n_resamples" in r.output
+    r = invoke("--metrics", "ece")
+    assert r.exit_code == 2 and "INPUT: required" in r.output
+
+
+def test_the_spec_is_frozen_checked_and_the_result_typed(tmp_path):
+    spec = AnalyzeSpec(input=SMALL, out=tmp_path / "o", metrics="ece, Brier", n_resamples=20, track=False,
+                       signal_pairs="verbalized:token")
+    assert spec.metrics == ("ece", "brier") and spec.signal_pairs == (("verbalized", "token"),)
+    with pytest.raises(Exception):
+        spec.seed = 3
+    for bad, says in (({"n_resamples": 0}, "--bootstrap: must be an integer >= 1"),
+                      ({"interval": "wide"}, "--interval: 'wide'"), ({"level": 1.5}, "level: must lie in (0, 1)"),
+                      ({"seed": "x"}, "--seed (seed)")):
+        with pytest.raises(AnalyzeInputError, match=re.escape(says)):
+            AnalyzeSpec(input=SMALL, out=tmp_path / "o", **bad)
+    res = analyze(spec)
+    assert res.road == "columns" and res.run_id is None and res.tracking_failure is None
+    assert res["metrics"] is res.tables["metrics"] and not res["metrics"].attrs
+    assert set(res["gaps"][["signal_a", "signal_b"]].itertuples(index=False, name=None)) == {("verbalized", "token")}

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from confgrid.analysis import metrics as M
 from confgrid.flows.analyze import input as NEW
-from confgrid.flows.analyze.analysis import analyze
+from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
 from confgrid.flows.analyze.input import AnalyzeWarning
 from confgrid.flows.analyze.input import CheckOptions, read_input
 from confgrid.flows.analyze.read import AnalyzeInputError
@@ -330,7 +330,8 @@ def test_uncertainty_transforms_keep_auroc_and_aurc_exact(tmp_path, how):
                        "correct": y})
     p = tmp_path / "u.parquet"
     df.to_parquet(p, index=False)
-    t = analyze(p, tmp_path / "o", metrics="auroc,aurc,ece", n_resamples=20, track=False, uncertainty=how)
+    t = analyze(AnalyzeSpec(input=p, out=tmp_path / "o", metrics="auroc,aurc,ece", n_resamples=20, track=False,
+                            uncertainty=how))
     m = t["metrics"].set_index("metric").point
     # reference: the negated score itself orders the items; AUROC and AURC depend on the order only
     ref_auroc, ref_aurc = _ranking_metrics(-u, y)
@@ -387,7 +388,8 @@ def test_settings_in_turn_equal_the_whole_file(tmp_path):
         for mode in (True, False):
             d = tmp_path / f"{rg}_{mode}"
             with pytest.warns(AnalyzeWarning, match="left out"):
-                out[mode] = analyze(p, d, metrics="ece,auroc,brier", n_resamples=50, track=False, in_turn=mode)
+                out[mode] = analyze(AnalyzeSpec(input=p, out=d, metrics="ece,auroc,brier", n_resamples=50,
+                                                track=False, in_turn=mode))
             assert json.loads((d / "analyze.json").read_text())["params"]["in_turn"] is mode
         for name in ("metrics", "gaps", "alignment"):
             pd.testing.assert_frame_equal(out[True][name], out[False][name], check_exact=True)
@@ -407,13 +409,13 @@ def test_settings_in_turn_report_the_same_problems(tmp_path):
     errs = []
     for mode in (True, False):
         with pytest.raises(AnalyzeInputError) as info:
-            analyze(bad, tmp_path / f"o{mode}", n_resamples=10, track=False, in_turn=mode)
+            analyze(AnalyzeSpec(input=bad, out=tmp_path / f"o{mode}", n_resamples=10, track=False, in_turn=mode))
         errs.append(info.value)
         assert not (tmp_path / f"o{mode}").exists()
     assert errs[0].problems == errs[1].problems == _error(bad).problems
     assert str(errs[0]) == str(errs[1]) and len(errs[0].problems) == 4
     with pytest.raises(AnalyzeInputError, match="--in-turn: needs a Parquet input"):
-        analyze(SMALL, tmp_path / "x", n_resamples=10, track=False, in_turn=True)
+        analyze(AnalyzeSpec(input=SMALL, out=tmp_path / "x", n_resamples=10, track=False, in_turn=True))
 
 
 def test_settings_in_turn_with_ray_equal_in_process(tmp_path):
@@ -423,9 +425,11 @@ def test_settings_in_turn_with_ray_equal_in_process(tmp_path):
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         p = _multi(tmp_path, 29)
-        a = analyze(p, tmp_path / "a", metrics="ece,auroc", n_resamples=40, track=False, in_turn=True)
-        b = analyze(p, tmp_path / "b", metrics="ece,auroc", n_resamples=40, track=False, in_turn=True, use_ray=True,
-                    num_workers=2)
+        a = analyze(AnalyzeSpec(input=p, out=tmp_path / "a", metrics="ece,auroc", n_resamples=40, track=False,
+                                in_turn=True))
+        b = analyze(AnalyzeSpec(input=p, out=tmp_path / "b", metrics="ece,auroc", n_resamples=40, track=False,
+                                in_turn=True, use_ray=True,
+                    num_workers=2))
     finally:
         if started:
             ray.shutdown()

@@ -279,7 +279,7 @@ def test_analyze_both_closures_keeps_the_left_numbers(tmp_path):
 
     from rich.console import Console
 
-    from confgrid.flows.analyze.analysis import analyze
+    from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
     from confgrid.flows.analyze.read import AnalyzeInputError
     from confgrid.cli.show.tables import print_results
 
@@ -296,8 +296,8 @@ def test_analyze_both_closures_keeps_the_left_numbers(tmp_path):
     kw = dict(metrics="ece,auroc", n_resamples=300, track=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        one = analyze(src, tmp_path / "left", **kw)
-        both = analyze(src, tmp_path / "both", ece_closure="left,right", **kw)
+        one = analyze(AnalyzeSpec(input=src, out=tmp_path / "left", **kw))
+        both = analyze(AnalyzeSpec(input=src, out=tmp_path / "both", ece_closure="left,right", **kw))
     m1, m2 = one["metrics"], both["metrics"]
     assert m2["metric"].drop_duplicates().tolist() == ["ece", "ece_right", "auroc"]
     pd.testing.assert_frame_equal(m1.reset_index(drop=True), m2[m2["metric"] != "ece_right"].reset_index(drop=True))
@@ -310,7 +310,7 @@ def test_analyze_both_closures_keeps_the_left_numbers(tmp_path):
     print_results(tmp_path / "both", Console(file=out, width=250))
     assert "ECE depends on the bin closure here" in out.getvalue()
     with pytest.raises(AnalyzeInputError, match="--ece-closure: 'centre'; give one or more of left, right"):
-        analyze(src, tmp_path / "bad", ece_closure="centre", **kw)
+        analyze(AnalyzeSpec(input=src, out=tmp_path / "bad", ece_closure="centre", **kw))
 
 
 def test_checklist_records_closure_and_edge_shares():

@@ -14,7 +14,7 @@ from confgrid.analysis import metrics as M
 from confgrid.analysis.bootstrap import bootstrap_chunk, bootstrap_chunks, interval, paired_bootstrap
 from confgrid.analysis.resampling import chunk_indices, setting_seed
 from confgrid.analysis.clusters import cluster_codes, resample_rows, row_counts
-from confgrid.flows.analyze.analysis import analyze
+from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.cli.main import app
 
@@ -236,7 +236,7 @@ def test_analyze_group_col_end_to_end(tmp_path):
             assert got.loc[(sig, met), "lo"] == pytest.approx(lo[s, j], abs=1e-12)
             assert got.loc[(sig, met), "hi"] == pytest.approx(hi[s, j], abs=1e-12)
     # wider than the row-level interval on correlated generations
-    plain = analyze(src, tmp_path / "plain", n_resamples=300, track=False)["metrics"]
+    plain = analyze(AnalyzeSpec(input=src, out=tmp_path / "plain", n_resamples=300, track=False))["metrics"]
     assert "cluster_col" not in plain.columns
     w = lambda t: (t["hi"] - t["lo"]).mean()  # noqa: E731
     assert w(m) > 1.2 * w(plain)
@@ -246,7 +246,7 @@ def test_analyze_group_col_errors(tmp_path):
     src = _write_csv(tmp_path / "gens.csv", n_q=3, gens=2)
     with pytest.raises(AnalyzeInputError, match=r"missing column\(s\) 'qid' \(named by --group-col\)\. "
                                                 r"Columns found: 'setting', .*'question'"):
-        analyze(src, tmp_path / "o1", n_resamples=5, track=False, group_col="qid")
+        analyze(AnalyzeSpec(input=src, out=tmp_path / "o1", n_resamples=5, track=False, group_col="qid"))
     r = runner.invoke(app, ["analyze", str(src), "--out", str(tmp_path / "o2"), "--no-tracking",
                             "--group-col", "qid"])
     assert r.exit_code == 2 and "'qid'" in r.output and not (tmp_path / "o2").exists()
@@ -256,12 +256,12 @@ def test_analyze_group_col_errors(tmp_path):
     bad = tmp_path / "bad.csv"
     df.to_csv(bad, index=False)
     with pytest.raises(AnalyzeInputError, match=r"line 6: 'question' \(group\) is missing"):
-        analyze(bad, tmp_path / "o3", n_resamples=5, track=False, group_col="question")
+        analyze(AnalyzeSpec(input=bad, out=tmp_path / "o3", n_resamples=5, track=False, group_col="question"))
     df.loc[4, "question"] = df.loc[5, "question"]
     df.to_csv(bad, index=False)
     with pytest.raises(AnalyzeInputError, match=r"(?s)setting 'm1/d1': the rows of an item must name one cluster.*"
                                                 r"item 'q1-g1': 'q1' at line 8, 'other' at line 9"):
-        analyze(bad, tmp_path / "o4", n_resamples=5, track=False, group_col="question")
+        analyze(AnalyzeSpec(input=bad, out=tmp_path / "o4", n_resamples=5, track=False, group_col="question"))
 
 
 def _parquet(src: Path, row_group_size: int, df: pd.DataFrame | None = None) -> Path:
@@ -278,8 +278,9 @@ def _parquet(src: Path, row_group_size: int, df: pd.DataFrame | None = None) -> 
 
 def test_analyze_group_col_settings_in_turn_equal_the_whole_file(tmp_path):
     pq_src = _parquet(_write_csv(tmp_path / "gens.csv", n_q=10, gens=3), row_group_size=23)
-    out = {mode: analyze(pq_src, tmp_path / f"o{mode}", n_resamples=200, track=False, group_col="question",
-                         in_turn=mode) for mode in (True, False)}
+    out = {mode: analyze(AnalyzeSpec(input=pq_src, out=tmp_path / f"o{mode}", n_resamples=200, track=False,
+                                     group_col="question",
+                         in_turn=mode)) for mode in (True, False)}
     assert (out[True]["metrics"]["n_clusters"] == 10).all()
     for name in ("metrics", "gaps", "alignment"):
         pd.testing.assert_frame_equal(out[True][name], out[False][name], check_exact=True)
@@ -288,14 +289,16 @@ def test_analyze_group_col_settings_in_turn_equal_the_whole_file(tmp_path):
     assert rec[True]["children"] == rec[False]["children"] and rec[True]["children"][0]["params"]["n_clusters"] == 10
     # the same input errors, each before anything is written
     with pytest.raises(AnalyzeInputError, match=r"missing column\(s\) 'qid' \(named by --group-col\)"):
-        analyze(pq_src, tmp_path / "x", n_resamples=5, track=False, group_col="qid", in_turn=True)
+        analyze(AnalyzeSpec(input=pq_src, out=tmp_path / "x", n_resamples=5, track=False, group_col="qid",
+                            in_turn=True))
     df = pd.read_csv(tmp_path / "gens.csv")
     df.loc[df.index[df.setting == "m2/d1"][[1, 2]], "question"] = ["z1", "z2"]  # an item of m2/d1 in two clusters
     bad = _parquet(tmp_path / "bad.csv", 23, df)
     errs = []
     for mode in (True, False):
         with pytest.raises(AnalyzeInputError, match=r"setting 'm2/d1': the rows of an item must name one") as ei:
-            analyze(bad, tmp_path / f"b{mode}", n_resamples=5, track=False, group_col="question", in_turn=mode)
+            analyze(AnalyzeSpec(input=bad, out=tmp_path / f"b{mode}", n_resamples=5, track=False,
+                                group_col="question", in_turn=mode))
         errs.append(str(ei.value))
         assert not (tmp_path / f"b{mode}").exists()
     assert errs[0] == errs[1] and "'z1' at row" in errs[0]
@@ -306,15 +309,15 @@ def test_analyze_group_col_ray_equals_in_process(tmp_path, ray_local):
     src = _write_csv(tmp_path / "gens.csv", n_q=8, gens=3)
     a, b = tmp_path / "a", tmp_path / "b"
     kw = dict(n_resamples=250, track=False, group_col="question", chunk_size=100)
-    analyze(src, a, **kw)
-    analyze(src, b, use_ray=True, num_workers=2, **kw)
+    analyze(AnalyzeSpec(input=src, out=a, **kw))
+    analyze(AnalyzeSpec(input=src, out=b, use_ray=True, num_workers=2, **kw))
     for name in ("metrics.csv", "gaps.csv"):
         assert (a / "results" / name).read_bytes() == (b / "results" / name).read_bytes()
     # Parquet settings in turn, one Ray task per setting: the same numbers
     c, d = tmp_path / "c", tmp_path / "d"
     pq_src = _parquet(src, row_group_size=19)
-    analyze(pq_src, c, in_turn=True, **kw)
-    analyze(pq_src, d, in_turn=True, use_ray=True, num_workers=2, **kw)
+    analyze(AnalyzeSpec(input=pq_src, out=c, in_turn=True, **kw))
+    analyze(AnalyzeSpec(input=pq_src, out=d, in_turn=True, use_ray=True, num_workers=2, **kw))
     for name in ("metrics.csv", "gaps.csv"):
         assert (a / "results" / name).read_bytes() == (c / "results" / name).read_bytes() == (d / "results" / name).read_bytes()
 

@@ -206,7 +206,7 @@ def test_a_convention_note_names_what_sets_it_apart(tmp_path):
     midpoints, and quotes the share on an inner edge (the only values a closure moves), not every edge."""
     import warnings
 
-    from confgrid.flows.analyze.analysis import analyze
+    from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
 
     rng = np.random.default_rng(3)
     c = np.where(rng.random(400) < 0.9, 1.0, rng.choice([0.6, 0.7, 0.8, 0.9], 400))
@@ -215,8 +215,9 @@ def test_a_convention_note_names_what_sets_it_apart(tmp_path):
                   "correct": y}).to_csv(tmp_path / "in.csv", index=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = analyze(tmp_path / "in.csv", tmp_path / "o", metrics="ece", ece_conventions="muller2026",
-                      n_resamples=200, track=False)
+        res = analyze(AnalyzeSpec(input=tmp_path / "in.csv", out=tmp_path / "o", metrics="ece",
+                                  ece_conventions="muller2026",
+                      n_resamples=200, track=False))
     note = res["closure"].set_index("other_metric").at["ece_muller2026", "note"]
     inner = np.isin(c, np.arange(1, 15) / 15).mean()  # the convention's 15 bins: 0.6 and 0.8 are inner edges
     assert note.startswith("ECE depends on the convention (15 bins, closure left_float, bin midpoints) here")

@@ -134,7 +134,7 @@ def test_analyze_and_compare_agree_on_the_same_data(tmp_path):
     path = tmp_path / "in.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     metrics = ["calibration_gap", "overconfidence", "ece", "auroc", "brier"]
-    out = AN.analyze(path, tmp_path / "out", metrics=metrics, n_resamples=50, track=False)
+    out = AN.analyze(AN.AnalyzeSpec(input=path, out=tmp_path / "out", metrics=metrics, n_resamples=50, track=False))
     ag = out["gaps"].set_index(["signal_a", "signal_b", "metric"])
 
     r = BS.paired_bootstrap(np.array([verbalized, token]), np.array(correct, dtype=float), metrics, n_resamples=50,

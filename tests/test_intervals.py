@@ -96,16 +96,18 @@ def test_debiased_ece_against_scipy_and_the_authors_monte_carlo():
 
 def test_degenerate_intervals_are_marked_and_resolve_nothing(tmp_path):
     """The issue's boundary case: 50 answers all right, stated 0.9 (A) and 0.8 (B)."""
-    from confgrid.flows.analyze.analysis import analyze
+    from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
 
     rows = [{"setting": "m/d", "item_id": i, "signal": s, "confidence": c, "correct": 1}
             for i in range(50) for s, c in (("A", 0.9), ("B", 0.8))]
     pd.DataFrame(rows).to_csv(tmp_path / "in.csv", index=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = analyze(tmp_path / "in.csv", tmp_path / "o", metrics="ece,brier", n_resamples=500, track=False)
-        jef = analyze(tmp_path / "in.csv", tmp_path / "j", metrics="ece,brier", n_resamples=2000, track=False,
-                      interval="jeffreys")
+        res = analyze(AnalyzeSpec(input=tmp_path / "in.csv", out=tmp_path / "o", metrics="ece,brier",
+                                  n_resamples=500, track=False))
+        jef = analyze(AnalyzeSpec(input=tmp_path / "in.csv", out=tmp_path / "j", metrics="ece,brier",
+                                  n_resamples=2000, track=False,
+                      interval="jeffreys"))
     m = res["metrics"].set_index(["signal", "metric"])
     assert (m["interval"] == "degenerate").all()
     assert m.at[("A", "ece"), "lo"] == pytest.approx(0.1) and m.at[("A", "ece"), "hi"] == pytest.approx(0.1)
@@ -189,15 +191,17 @@ def test_bc_falls_back_where_no_resample_lies_below_the_point(tmp_path):
     """A perfectly calibrated sample: ECE 0, its resamples piled at and above it (the point sits on the percentile
     interval's lower end). bc would collapse onto the smallest resamples and resolve gaps; the interval is the
     percentile one and the interval column says so."""
-    from confgrid.flows.analyze.analysis import analyze
+    from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
 
     rows = [{"setting": "m/d", "item_id": i, "signal": sig, "confidence": c, "correct": int(i % 10 < 10 * c)}
             for i in range(200) for sig, c in (("A", 0.5 if i < 100 else 0.8), ("B", 0.7))]
     pd.DataFrame(rows).to_csv(tmp_path / "in.csv", index=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        bc = analyze(tmp_path / "in.csv", tmp_path / "bc", metrics="ece", n_resamples=400, track=False, interval="bc")
-        pc = analyze(tmp_path / "in.csv", tmp_path / "pc", metrics="ece", n_resamples=400, track=False)
+        bc = analyze(AnalyzeSpec(input=tmp_path / "in.csv", out=tmp_path / "bc", metrics="ece", n_resamples=400,
+                                 track=False, interval="bc"))
+        pc = analyze(AnalyzeSpec(input=tmp_path / "in.csv", out=tmp_path / "pc", metrics="ece", n_resamples=400,
+                                 track=False))
     a_bc = bc["metrics"].set_index("signal").loc["A"]
     a_pc = pc["metrics"].set_index("signal").loc["A"]
     assert a_bc["point"] == pytest.approx(0.0, abs=1e-12) and a_bc["interval"] in ("percentile", "degenerate")

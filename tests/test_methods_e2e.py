@@ -98,13 +98,13 @@ def test_every_method_is_paired_with_verbalized_on_the_items_both_have(run):
 def test_analyze_of_the_signal_table_equals_the_run_byte_for_byte(run, tmp_path):
     """Issue 20: the run's one signal table through `confgrid analyze` gives the run's metrics, gaps and shifts,
     column for column, byte for byte (same evaluator, same units, same seeds)."""
-    from confgrid.flows.analyze.analysis import analyze
+    from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
 
     spec, out, _ = run
     a = tmp_path / "analyzed"
-    analyze(out / "tables" / "signals.parquet", a, metrics=list(spec.metrics.names),
+    analyze(AnalyzeSpec(input=out / "tables" / "signals.parquet", out=a, metrics=list(spec.metrics.names),
             n_resamples=spec.bootstrap.resamples, seed=spec.bootstrap.seed, n_bins=spec.metrics.ece_bins,
-            ece_closure=list(spec.metrics.ece_closure), level=spec.bootstrap.level, track=False)
+            ece_closure=list(spec.metrics.ece_closure), level=spec.bootstrap.level, track=False))
     for name in ("metrics", "gaps", "shifts", "edges", "closure"):  # edges, closure: issue 26
         assert (a / "results" / f"{name}.csv").read_bytes() == (out / "results" / f"{name}.csv").read_bytes(), name
 

@@ -20,7 +20,8 @@ from sklearn.metrics import roc_auc_score
 
 from confgrid.analysis import binning, conventions, estimators, metrics, registry
 from confgrid.analysis.registry import METRICS, get_metric
-from confgrid.flows.analyze.analysis import analyze, available_metrics
+from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
+from confgrid.flows.analyze.spec import available_metrics
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.flows.spec.estimation import MetricsSpec
 from reference.ece_conventions import PROJECTS, ece_spelled
@@ -87,7 +88,8 @@ def analyzed(tmp_path_factory):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name in ACCEPTED:
-            out[name] = analyze(src, tmp_path_factory.mktemp(name), metrics=name, n_resamples=20, track=False)
+            out[name] = analyze(AnalyzeSpec(input=src, out=tmp_path_factory.mktemp(name), metrics=name,
+                                            n_resamples=20, track=False))
     return out
 
 
@@ -120,7 +122,7 @@ def test_names_that_spell_nothing_are_refused_with_the_spelling_that_works(tmp_p
            "ece_foo": "unknown metric 'ece_foo'"}
     for name, says in bad.items():
         with pytest.raises(AnalyzeInputError, match=says):
-            analyze(src, tmp_path / "x", metrics=name, track=False)
+            analyze(AnalyzeSpec(input=src, out=tmp_path / "x", metrics=name, track=False))
         with pytest.raises(ValueError, match=says):
             MetricsSpec(names=(name,))
         assert name not in METRICS
@@ -148,14 +150,15 @@ def test_analyze_flags_for_bin_confidence_and_conventions(tmp_path):
     _data().to_csv(src, index=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = analyze(src, tmp_path / "o", metrics="ece,ece_right", ece_bin_confidence="mean,midpoint",
-                      ece_conventions="yang2024,helm", n_resamples=20, track=False)
+        res = analyze(AnalyzeSpec(input=src, out=tmp_path / "o", metrics="ece,ece_right",
+                                  ece_bin_confidence="mean,midpoint",
+                      ece_conventions="yang2024,helm", n_resamples=20, track=False))
     assert list(dict.fromkeys(res["metrics"]["metric"])) == ["ece", "ece_midpoint", "ece_right", "ece_yang2024",
                                                              "ece_helm"]
     for flag, kw in (("--ece-bin-confidence", {"ece_bin_confidence": "centre"}),
                      ("--ece-convention", {"ece_conventions": "guo"})):
         with pytest.raises(AnalyzeInputError, match=flag):
-            analyze(src, tmp_path / "bad", **kw)
+            analyze(AnalyzeSpec(input=src, out=tmp_path / "bad", **kw))
 
 
 @pytest.mark.parametrize("mod", [binning, conventions, registry])

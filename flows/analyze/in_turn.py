@@ -26,18 +26,22 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from confgrid.analysis.bootstrap import paired_bootstrap
+import pyarrow as pa
+
 from confgrid.analysis.metrics import UndefinedMetricWarning
+from confgrid.analysis.registry import METRICS
 from confgrid.analysis.resampling import setting_seed
 from confgrid.analysis.closure import edge_bins
 from confgrid.analysis.evaluation import Comparisons, UnitPlan, plan_unit
 from confgrid.flows.analyze.check import Problems, check_ids
 from confgrid.flows.analyze.groups import setting_groups
+from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units, ensure_ray
 from confgrid.flows.analyze.input import (
     AnalyzeWarning,
     CheckOptions,
     InputRows,
     check_chunk,
+    input_format,
     raise_problems,
 )
 from confgrid.flows.analyze.read import (
@@ -53,12 +57,10 @@ __all__ = [
     "align",
     "unit_of",
     "analyze_in_turn",
-    "bootstrap_named",
     "in_turn_wanted",
     "named_undefined",
     "object_frame",
     "parquet_settings",
-    "whole_file",
 ]
 
 ALIGNMENT_COLUMNS = ["setting", "signal", "n_items", "n_used", "n_left_out", "left_out_examples"]
@@ -177,8 +179,6 @@ def unit_of(st: Setting, comparisons: Comparisons = ALL_PAIRS, edge_bins: Sequen
 
 def named_undefined(st: Setting, point: np.ndarray, metrics: list[str], n_bins: int) -> list[str]:
     """Messages for the undefined point estimates of ``st``, each naming the setting, the signal and the metric."""
-    from confgrid.analysis.registry import METRICS
-
     out = []
     for s, j in zip(*np.nonzero(np.isnan(point)), strict=True):
         info = METRICS.get(metrics[j])
@@ -189,20 +189,6 @@ def named_undefined(st: Setting, point: np.ndarray, metrics: list[str], n_bins: 
         why = "; ".join(str(w.message) for w in caught if issubclass(w.category, UndefinedMetricWarning))
         out.append(f"setting {st.name!r}, signal {st.signals[s]!r}, {metrics[j]}: {why or 'undefined (nan)'}")
     return out
-
-
-def bootstrap_named(st: Setting, metrics: list[str], n_resamples: int, chunk_size: int, n_bins: int,
-                    warn: bool = True):
-    """:func:`paired_bootstrap` of one setting; its undefined-metric warnings re-said with setting and signal."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        res = paired_bootstrap(st.confidence, st.correct, metrics, n_resamples=n_resamples, seed=st.seed,
-                               chunk_size=chunk_size, n_bins=n_bins, signal_names=st.signals, groups=st.groups)
-    msgs = named_undefined(st, res.point, metrics, n_bins)
-    if warn:
-        for m in msgs:
-            warnings.warn(m, UndefinedMetricWarning, stacklevel=2)
-    return res, msgs
 
 
 # ---------------------------------------------------------------------------
@@ -218,13 +204,9 @@ def object_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 def in_turn_wanted(path: Path, cols: dict[str, str], in_turn: bool | None) -> bool:
     """Whether to analyze one setting at a time: Parquet without a model column (by default, or asked)."""
-    from confgrid.flows.analyze.input import input_format
-
     fmt = input_format(path)
     has_model = False
     if fmt == "parquet" and "model" in cols:
-        from confgrid.flows.analyze.read import open_parquet
-
         has_model = cols["model"] in open_parquet(path).schema_arrow.names
     ok = fmt == "parquet" and not has_model
     if in_turn and not ok:
@@ -234,26 +216,6 @@ def in_turn_wanted(path: Path, cols: dict[str, str], in_turn: bool | None) -> bo
                                 "pandas.read_csv(...).to_parquet(...) or leave --in-turn out")
     return ok if in_turn is None else bool(in_turn)
 
-
-def whole_file(rows, metric_names: list[str], seed: int, n_resamples: int, chunk_size: int, n_bins: int,
-               use_ray: bool, num_workers: int | None, group_col: str | None = None):
-    """Align every setting of the whole input and bootstrap them (in process or with Ray Data; with
-    ``group_col``, the clusters of each setting)."""
-    settings, alignment = align(rows, seed, group_col=group_col)
-    if use_ray:
-        from confgrid.flows.evaluate.bootstrap_ray import bootstrap_settings_ray
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UndefinedMetricWarning)
-            results = bootstrap_settings_ray(
-                {st.name: (st.confidence, st.correct, st.signals, st.seed, st.groups) for st in settings},
-                metric_names, n_resamples, n_bins=n_bins, chunk_size=chunk_size, num_workers=num_workers)
-        for st in settings:
-            for m in named_undefined(st, results[st.name].point, metric_names, n_bins):
-                warnings.warn(m, UndefinedMetricWarning, stacklevel=3)
-    else:
-        results = {st.name: bootstrap_named(st, metric_names, n_resamples, chunk_size, n_bins)[0] for st in settings}
-    return settings, results, alignment
 
 
 # ---------------------------------------------------------------------------
@@ -299,8 +261,6 @@ def _setting_chunk(plan: Plan, name: str | None) -> Chunk:
     else:
         at = col.categories.index(name)
         keep = np.flatnonzero(col.codes == at)
-    import pyarrow as pa
-
     take = pa.array(keep, pa.int64())
     return Chunk({r: a.take(take) for r, a in chunk.arrays.items()}, chunk.pos[keep], chunk.unit)
 
@@ -341,9 +301,12 @@ def _one(plan: Plan, name: str | None, options: CheckOptions, metrics: list[str]
         out.error = (str(exc), exc.problems)
         return out
     del rows
-    res, undefined = bootstrap_named(st, metrics, n_resamples, chunk_size, n_bins, warn=False)
-    out.messages += [("analyze", m) for m in st.messages] + [("undefined", m) for m in undefined]
     out.unit = unit_of(st, comparisons, edge_bins(metrics, n_bins))
+    with warnings.catch_warnings():  # re-said below with setting and signal
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        res = bootstrap_units([out.unit], metrics, n_resamples, n_bins=n_bins, chunk_size=chunk_size)[0]
+    undefined = named_undefined(st, res.point, metrics, n_bins)
+    out.messages += [("analyze", m) for m in st.messages] + [("undefined", m) for m in undefined]
     out.unit.drop_arrays()
     # the arrays and item ids are not needed any more (only their count is): memory stays that of one setting
     st.confidence = st.correct = np.zeros((len(st.signals), 0))
@@ -379,7 +342,8 @@ def analyze_in_turn(path: Path, cols: dict[str, str], options: CheckOptions, met
     total = sum(o.n_problems for o in outcomes)
     if total:
         _raise(path, keyed, total, [o.stats for o in outcomes], cols)
-    for o in outcomes:  # bad rows first, then the first setting whose items name several clusters (as whole_file)
+    # bad rows first, then the first setting whose items name several clusters (as the whole-file read)
+    for o in outcomes:
         if o.error is not None:
             raise AnalyzeInputError(*o.error)
     if sum(o.n_rows for o in outcomes) == 0:
@@ -404,8 +368,7 @@ def _raise(path: Path, keyed: list[tuple[int, int, str]], total: int, stats: lis
 
 def _ray_outcomes(plan: Plan, names: list[str | None], args: tuple, num_workers: int | None,
                   comparisons: Comparisons = ALL_PAIRS) -> list[Outcome]:
-    import ray
-    from confgrid.flows.evaluate.bootstrap_ray import ensure_ray
+    import ray  # lazy: Ray starts only when --ray asks for it
 
     ensure_ray()
     task = ray.remote(num_cpus=1)(_one)

@@ -11,19 +11,19 @@ run's seed, resamples and level, the tables equal the run's, byte for byte.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from confgrid.analysis.metrics import UndefinedMetricWarning
+from confgrid.analysis.closure import edge_bins
 from confgrid.analysis.evaluation import Comparisons, UnitPlan, plan_units
 from confgrid.analysis.signals import UNIT_COLUMNS, check, conform
 from confgrid.flows.analyze.read import AnalyzeInputError
+from confgrid.flows.evaluate.run_evaluation import RUN_COMPARISONS
 
-__all__ = ["is_signal_table", "analyze_signal_table", "TableAnalysis", "SIGNAL_TABLE_COLUMNS"]
+__all__ = ["is_signal_table", "read_signal_table", "TableAnalysis", "SIGNAL_TABLE_COLUMNS"]
 
 #: The columns that make a Parquet file a signal table (read as such, not as five columns).
 SIGNAL_TABLE_COLUMNS = (*UNIT_COLUMNS, "item_id", "signal", "confidence", "target", "status", "align")
@@ -55,30 +55,24 @@ class _Setting:
 
 @dataclass
 class TableAnalysis:
-    """Units, their bootstrap results (keyed by unit name) and the alignment rows of a signal table."""
+    """Units and the alignment rows of a signal table."""
 
     settings: list[_Setting]
-    results: dict[str, Any]
     alignment: pd.DataFrame
     units: list[UnitPlan] = field(default_factory=list)
     n_rows: int = 0
 
 
-def analyze_signal_table(path: Path, metrics: list[str], n_resamples: int, seed: int, n_bins: int, level: float,
-                         chunk_size: int, *, use_ray: bool = False, num_workers: int | None = None,
-                         group_col: str | None = None, against: str | None = None,
-                         pairs: tuple[tuple[str, str], ...] = ()) -> TableAnalysis:
-    """Read a signal table and bootstrap its units as a run does.
+def read_signal_table(path: Path, metrics: list[str], seed: int, n_bins: int, *, group_col: str | None = None,
+                      against: str | None = None, pairs: tuple[tuple[str, str], ...] = ()) -> TableAnalysis:
+    """Read a signal table and plan its units as a run does (``plan_units``; flows/analyze/roads.py bootstraps
+    them with the run's ``bootstrap_units``).
 
     Raises
     ------
     AnalyzeInputError
         A value outside [0, 1], a duplicate row, a ``--group-col`` other than ``cluster``.
     """
-    from confgrid.analysis.closure import edge_bins
-    from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
-    from confgrid.flows.evaluate.run_evaluation import RUN_COMPARISONS
-
     if group_col not in (None, "cluster"):
         raise AnalyzeInputError(f"--group-col {group_col!r}: a signal table names each item's cluster in its "
                                 "'cluster' column; use --group-col cluster or leave it out")
@@ -96,10 +90,6 @@ def analyze_signal_table(path: Path, metrics: list[str], n_resamples: int, seed:
                            edge_bins=edge_bins(metrics, n_bins))
     except ValueError as exc:
         raise AnalyzeInputError(f"{path}: {exc}") from None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        results = bootstrap_units(plans, metrics, n_resamples, n_bins=n_bins, use_ray=use_ray,
-                                  num_workers=num_workers, chunk_size=chunk_size)
     settings, align_rows = [], []
     for u in plans:
         settings.append(_Setting(u.name, list(u.signals), u.seed, range(len(u.items)),
@@ -108,5 +98,4 @@ def analyze_signal_table(path: Path, metrics: list[str], n_resamples: int, seed:
             n = u.n_rows.get(s, 0)
             align_rows.append({"setting": u.name, "signal": s, "n_items": n, "n_used": u.n_of(i),
                                "n_left_out": n - u.n_of(i), "left_out_examples": ""})
-    return TableAnalysis(settings, {st.name: r for st, r in zip(settings, results, strict=True)},
-                         pd.DataFrame(align_rows), plans, len(table))
+    return TableAnalysis(settings, pd.DataFrame(align_rows), plans, len(table))

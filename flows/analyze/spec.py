@@ -1,0 +1,347 @@
+"""What ``confgrid analyze`` is asked to do: one frozen, typed record (:class:`AnalyzeSpec`), from flags or YAML.
+
+``confgrid analyze --spec FILE.yaml`` reads the record from a YAML mapping whose keys are the field names below;
+flags given on the command line override the file's values (a flag left at its default does not), so a spec file
+can be reused with one option changed. Unknown keys are an error naming them.
+
+Every check of an option runs when the record is built and raises
+:class:`~confgrid.flows.analyze.read.AnalyzeInputError` naming the flag, what is allowed and what was received
+(never pydantic's own error), so the Python API, the flags and the YAML file fail alike.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from confgrid.analysis.binning import BIN_CONFIDENCES, MAX_BINS, BinnedNameError
+from confgrid.analysis.conventions import CONVENTIONS, convention_metric
+from confgrid.analysis.intervals import INTERVALS
+from confgrid.analysis.kernels import has_weighted_kernel
+from confgrid.analysis.metrics import CLOSURES
+from confgrid.analysis.registry import GRAMMAR, METRICS, check_bins, expand_binned, get_metric, metric_sort_key
+from confgrid.analysis.resampling import DEFAULT_CHUNK_SIZE
+from confgrid.analysis.verdicts import VerdictRule
+from confgrid.flows.analyze.ace import parse_pairs, parse_views
+from confgrid.flows.analyze.input import AnalyzeWarning
+from confgrid.flows.analyze.read import FLAGS as COLUMN_FLAGS
+from confgrid.flows.analyze.read import AnalyzeInputError
+from confgrid.flows.spec.estimation import VerdictSpec
+from confgrid.registry import UnknownNameError
+from confgrid.yaml_load import safe_load
+
+__all__ = ["AnalyzeSpec", "DEFAULT_METRICS", "FLAGS", "available_metrics", "parse_metrics", "slow_metrics"]
+
+DEFAULT_METRICS = ("ece", "auroc", "aurc", "brier")
+
+#: field -> the command-line flag that sets it (named in every error message)
+FLAGS = {"input": "INPUT", "out": "--out", "metrics": "--metrics", "n_resamples": "--bootstrap", "seed": "--seed",
+         "n_bins": "--ece-bins", "ece_closure": "--ece-closure", "ece_bin_confidence": "--ece-bin-confidence",
+         "ece_conventions": "--ece-convention", "columns": "--*-col", "tracking_uri": "--tracking-uri",
+         "track": "--tracking/--no-tracking", "use_ray": "--ray", "num_workers": "--workers", "level": "--level",
+         "interval": "--interval", "chunk_size": "chunk_size", "views": "--views", "pairs": "--pairs",
+         "candidates": "--candidates", "comparison_resamples": "--comparison-bootstrap", "ia_strata": "--ia-strata",
+         "threshold": "--threshold", "uncertainty": "--uncertainty", "in_turn": "--in-turn/--whole-file",
+         "group_col": "--group-col", "against": "--against", "signal_pairs": "--signal-pairs",
+         "verdicts": "--robust-*/--fragile-*"}
+
+
+def available_metrics() -> list[str]:
+    """Every registered metric (the ``--metrics`` choices printed in full), numbers in numeric order."""
+    return sorted(METRICS, key=metric_sort_key)
+
+
+def slow_metrics() -> list[str]:
+    """Metrics the bootstrap evaluates one resample at a time (no vectorized kernel)."""
+    return sorted(m for m in METRICS if not has_weighted_kernel(m))
+
+
+def _names(value: Any) -> list[str]:
+    """``"a, b"`` or a sequence -> stripped, lowercased entries (empty ones kept, for the callers' checks)."""
+    return [str(c).strip().lower() for c in (value.split(",") if isinstance(value, str) else value)]
+
+
+def parse_metrics(metrics: Any) -> list[str]:
+    """``"ece,auroc"`` or ``["ece", "auroc"]`` -> checked list; unknown or duplicate names raise.
+
+    Raises
+    ------
+    AnalyzeInputError
+        Naming the bad entry and listing the choices.
+    """
+    raw = _names(metrics)
+    names = [m for m in raw if m]
+    choices = available_metrics()
+    if not names:
+        raise AnalyzeInputError(f"--metrics: name at least one metric; choose from {', '.join(choices)}")
+    if len(names) != len(raw):
+        raise AnalyzeInputError(f"--metrics: {metrics!r} has an empty entry; give names separated by single commas")
+    for m in names:
+        try:
+            get_metric(m)
+        except BinnedNameError as exc:  # a name of the binned-ECE grammar that spells nothing: why, and what works
+            raise AnalyzeInputError(f"--metrics: {exc}") from None
+        except UnknownNameError as exc:
+            if "did you mean" in str(exc):
+                raise AnalyzeInputError(f"--metrics: {exc}") from None
+            raise AnalyzeInputError(f"--metrics: unknown metric {m!r}; choose from {', '.join(choices)}, or a "
+                                    f"binned ECE of the grammar {GRAMMAR}") from None
+    dup = sorted({m for m in names if names.count(m) > 1})
+    if dup:
+        raise AnalyzeInputError(f"--metrics: {', '.join(dup)} given more than once")
+    return names
+
+
+def _parse_choices(flag: str, value: Any, allowed: Any, at_least: int = 1) -> list[str]:
+    """``"a,b"`` or a list -> checked names, each once, from ``allowed``.
+
+    Raises
+    ------
+    AnalyzeInputError
+        An unknown or repeated name, or fewer than ``at_least``, naming the flag, the value and the choices.
+    """
+    raw = _names(value)
+    names = [c for c in raw if c]
+    bad = [c for c in names if c not in allowed]
+    empty = len(names) != len(raw) and not (at_least == 0 and raw == [""])
+    if bad or empty or len(names) < at_least or len(set(names)) != len(names):
+        raise AnalyzeInputError(f"{flag}: {value!r}; give {'one or more' if at_least else 'zero or more'} of "
+                                f"{', '.join(allowed)} (comma-separated, each once)")
+    return names
+
+
+def _parse_signal_pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """``"a:b,c:d"`` or pairs -> checked pairs of two different signal names.
+
+    Raises
+    ------
+    AnalyzeInputError
+        An entry that is not two different names.
+    """
+    if value is None:
+        return ()
+    items = [tuple(x.split(":")) for x in value.split(",") if x.strip()] if isinstance(value, str) else \
+        [tuple(x) for x in value]
+    for p in items:
+        if len(p) != 2 or not all(str(n).strip() for n in p) or p[0] == p[1]:
+            raise AnalyzeInputError(f"--signal-pairs: {':'.join(map(str, p))!r} is not two different signal names "
+                                    "(A:B, comma-separated)")
+    return tuple((str(a).strip(), str(b).strip()) for a, b in items)
+
+
+def _takes_axes(names: list[str]) -> bool:
+    """Whether some of ``names`` is an unsuffixed binned metric, the names the closure and bin-confidence axes act
+    on (analysis/registry.py ``expand_binned``)."""
+    return expand_binned(names, ["left", "right"]) != list(dict.fromkeys(names))
+
+
+class AnalyzeSpec(BaseModel):
+    """One analysis: the input, the output folder and every option of ``confgrid analyze`` (frozen).
+
+    Build it with keywords (the Python API), from the flags (cli/analyze.py) or from YAML (:meth:`from_yaml`).
+    Comma-separated strings are accepted wherever a list is (``metrics="ece,auroc"``) and stored as tuples.
+
+    Raises
+    ------
+    AnalyzeInputError
+        An unknown key, a value of the wrong type or outside its range, an unknown name (listing the choices).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    input: Path = Field(description="The per-question outputs: .csv, .jsonl/.ndjson, .parquet/.pq, or a run's "
+                                    "tables/signals.parquet (flows/analyze/roads.py lists the readers).")
+    out: Path = Field(description="Output folder (created): results/, analyze.json, the default MLflow store.")
+    metrics: tuple[str, ...] = Field(DEFAULT_METRICS, description="Metric names (analysis/registry.py), each once.")
+    n_resamples: int = Field(10_000, description="Paired bootstrap resamples per setting, >= 1 (--bootstrap).")
+    seed: int = Field(0, description="Base seed >= 0; a setting's seed is setting_seed(setting, '', seed).")
+    n_bins: int = Field(10, description="Bins of the binned names without their own count, 1 to MAX_BINS.")
+    ece_closure: tuple[str, ...] = Field(("left",), description="Bin closures of the unsuffixed binned metrics "
+                                         "(analysis/metrics.py CLOSURES), each once; a second one adds its column.")
+    ece_bin_confidence: tuple[str, ...] = Field(("mean",), description="What stands for a bin's confidence: mean "
+                                                "and/or midpoint.")
+    ece_conventions: tuple[str, ...] = Field((), description="Published ECE conventions (analysis/conventions.py), "
+                                             "each computed as the metric ece_<name>.")
+    columns: dict[str, str] = Field(default_factory=dict, description="Role -> column name for roles named "
+                                    "differently in the file (setting, item_id, signal, confidence, correct, "
+                                    "model, group).")
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI, else "
+                                     "sqlite:///OUT/mlflow.db.")
+    track: bool = Field(True, description="Log the analysis to MLflow (False: only the files).")
+    use_ray: bool = Field(False, description="Spread the bootstrap over Ray Data (the same numbers).")
+    num_workers: int | None = Field(None, description="With use_ray: most CPU workers at once, >= 1.")
+    level: float = Field(0.95, description="Interval level, in (0, 1).")
+    interval: str = Field("percentile", description="Interval method (analysis/intervals.py INTERVALS).")
+    chunk_size: int = Field(DEFAULT_CHUNK_SIZE, description="Resamples per bootstrap chunk, >= 1 (part of the draw).")
+    views: tuple[str, ...] | None = Field(None, description="With a model column: comparison views (raw, ia, da, "
+                                          "ca); None: raw, ia, da (and ca with candidates).")
+    pairs: tuple[tuple[str, str, str], ...] | None = Field(None, description="With a model column: model pairs "
+                                                          "(a, b, label) or 'A:B[:LABEL],...'; None: every pair.")
+    candidates: Path | None = Field(None, description="Candidate ratings for the CA view (flows/analyze/ace.py).")
+    comparison_resamples: int = Field(2000, description="Paired resamples per comparison cell, >= 1.")
+    ia_strata: int | None = Field(None, description="Graded correctness: IA strata (default exact score match).")
+    threshold: float | None = Field(None, description="Graded correctness to 0/1: correct >= threshold, in (0, 1].")
+    uncertainty: str | None = Field(None, description="The confidence column is an uncertainty score: exp-neg, "
+                                    "sigmoid-neg or rank (flows/analyze/input.py UNCERTAINTY).")
+    in_turn: bool | None = Field(None, description="One setting at a time from Parquet row groups; None: on for "
+                                 "Parquet without a model column.")
+    group_col: str | None = Field(None, description="Column naming each item's cluster: resample clusters.")
+    against: str | None = Field(None, description="Compare every signal against this one only.")
+    signal_pairs: tuple[tuple[str, str], ...] = Field((), description="Pairs of signals (a, b) or 'A:B,C:D'.")
+    verdicts: VerdictSpec = Field(default_factory=VerdictSpec, description="Thresholds of the robustness "
+                                  "verdicts (analysis/verdicts.py).")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _input_error(exc) from None
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _metrics(cls, v: Any) -> tuple[str, ...]:
+        return tuple(parse_metrics(v))
+
+    @field_validator("ece_closure", mode="before")
+    @classmethod
+    def _closure(cls, v: Any) -> tuple[str, ...]:
+        return tuple(_parse_choices("--ece-closure", v, list(CLOSURES)))
+
+    @field_validator("ece_bin_confidence", mode="before")
+    @classmethod
+    def _confidence(cls, v: Any) -> tuple[str, ...]:
+        return tuple(_parse_choices("--ece-bin-confidence", v, BIN_CONFIDENCES))
+
+    @field_validator("ece_conventions", mode="before")
+    @classmethod
+    def _conventions(cls, v: Any) -> tuple[str, ...]:
+        return tuple(_parse_choices("--ece-convention", v, list(CONVENTIONS), at_least=0))
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _columns(cls, v: Any) -> dict[str, str]:
+        return {r: c for r, c in (v or {}).items() if c is not None}
+
+    @field_validator("views", mode="before")
+    @classmethod
+    def _views(cls, v: Any) -> tuple[str, ...] | None:
+        views = parse_views(v)
+        return None if views is None else tuple(views)
+
+    @field_validator("pairs", mode="before")
+    @classmethod
+    def _pairs(cls, v: Any) -> tuple | None:
+        pairs = parse_pairs(v) if isinstance(v, str) or v is None else [tuple(p) for p in v]
+        return None if pairs is None else tuple(pairs)
+
+    @field_validator("signal_pairs", mode="before")
+    @classmethod
+    def _signal_pairs(cls, v: Any) -> tuple[tuple[str, str], ...]:
+        return _parse_signal_pairs(v)
+
+    @field_validator("verdicts", mode="before")
+    @classmethod
+    def _verdicts(cls, v: Any) -> Any:
+        if isinstance(v, VerdictRule):
+            return VerdictSpec(**{k: getattr(v, k) for k in VerdictSpec.model_fields})
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "AnalyzeSpec":
+        for flag, value, least in (("--bootstrap", self.n_resamples, 1), ("--ece-bins", self.n_bins, 1),
+                                   ("--seed", self.seed, 0), ("chunk_size", self.chunk_size, 1),
+                                   ("--comparison-bootstrap", self.comparison_resamples, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise AnalyzeInputError(f"{flag}: must be an integer >= {least}, got {value!r}")
+        if self.n_bins > MAX_BINS:
+            raise AnalyzeInputError(f"--ece-bins: must be at most {MAX_BINS} (as a grid's metrics.ece_bins), got "
+                                    f"{self.n_bins}")
+        try:
+            names = expand_binned(list(self.metrics), list(self.ece_closure), list(self.ece_bin_confidence))
+        except ValueError as exc:
+            raise AnalyzeInputError(f"--ece-closure/--ece-bin-confidence: {exc}") from None
+        try:
+            check_bins(names, int(self.n_bins))
+        except ValueError as exc:
+            raise AnalyzeInputError(f"--ece-bins {self.n_bins}: {exc}") from None
+        if self.num_workers is not None and self.num_workers < 1:
+            raise AnalyzeInputError(f"--workers: must be >= 1, got {self.num_workers!r}")
+        if not 0.0 < self.level < 1.0:
+            raise AnalyzeInputError(f"level: must lie in (0, 1), got {self.level!r}")
+        if self.interval not in INTERVALS:
+            raise AnalyzeInputError(f"--interval: {self.interval!r}; choose from {', '.join(INTERVALS)}")
+        for role, name in self.columns.items():
+            if not str(name).strip() and role in COLUMN_FLAGS:
+                raise AnalyzeInputError(f"{COLUMN_FLAGS[role]}: empty column name")
+        return self
+
+    @property
+    def metric_names(self) -> list[str]:
+        """The metrics computed: ``metrics`` expanded over the closure and bin-confidence axes, then one
+        ``ece_<convention>`` per convention (analysis/registry.py ``expand_binned``)."""
+        names = expand_binned(list(self.metrics), list(self.ece_closure), list(self.ece_bin_confidence))
+        return list(dict.fromkeys([*names, *(convention_metric(c) for c in self.ece_conventions)]))
+
+    @property
+    def column_roles(self) -> dict[str, str]:
+        """``columns`` with ``group_col`` as the role ``group`` (what the readers take)."""
+        return {**self.columns, "group": self.group_col} if self.group_col is not None else dict(self.columns)
+
+    def warn_unused_axes(self) -> None:
+        """Warn (:class:`AnalyzeWarning`) when a closure or bin-confidence axis acts on no metric asked for."""
+        for flag, axis, default in (("--ece-closure", self.ece_closure, ("left",)),
+                                    ("--ece-bin-confidence", self.ece_bin_confidence, ("mean",))):
+            if axis != default and not _takes_axes(list(self.metrics)):
+                warnings.warn(f"{flag} {','.join(axis)} applies to no metric asked for: it takes effect on the "
+                              f"binned names without a closure, bin-confidence or estimator suffix (ece, ece_15, "
+                              f"...); got --metrics {','.join(self.metrics)}", AnalyzeWarning, stacklevel=3)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **override: Any) -> "AnalyzeSpec":
+        """The spec of a YAML mapping (keys: the field names), with ``override`` (e.g. the flags given) on top.
+
+        ``input``, ``out`` and ``candidates`` given as relative paths in the file are relative to the file's folder.
+
+        Raises
+        ------
+        AnalyzeInputError
+            The file is missing, is not a YAML mapping, or holds an invalid spec.
+        """
+        path = Path(path)
+        try:
+            data = safe_load(path.read_text(encoding="utf-8"))  # a repeated key is an error, not the last one
+        except (OSError, yaml.YAMLError) as exc:
+            raise AnalyzeInputError(f"--spec {str(path)!r}: {exc}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise AnalyzeInputError(f"--spec {str(path)!r}: must be a mapping of field: value, got "
+                                    f"{type(data).__name__}")
+        for key in ("input", "out", "candidates"):
+            if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
+                data[key] = str(path.parent / data[key])
+        for key in ("columns", "verdicts"):  # a flag overrides one entry of these, not the whole mapping
+            if isinstance(data.get(key), dict) and isinstance(override.get(key), dict):
+                override = {**override, key: {**data[key], **override[key]}}
+        return cls(**{**data, **override})
+
+
+def _input_error(exc: ValidationError) -> AnalyzeInputError:
+    """The first problem of a pydantic error as an :class:`AnalyzeInputError` naming the flag (or the error itself
+    when a check raised one)."""
+    err = exc.errors()[0]
+    inner = (err.get("ctx") or {}).get("error")
+    if isinstance(inner, AnalyzeInputError):
+        return inner
+    field = str(err["loc"][0]) if err.get("loc") else ""
+    if err["type"] == "extra_forbidden":
+        return AnalyzeInputError(f"unknown option {field!r}; choose from {', '.join(AnalyzeSpec.model_fields)}")
+    if err["type"] == "missing":
+        return AnalyzeInputError(f"{FLAGS.get(field, field)}: required")
+    where = ".".join(str(x) for x in err.get("loc", ()))
+    return AnalyzeInputError(f"{FLAGS.get(field, field)} ({where}): {err['msg']}, got {err.get('input')!r}")
