@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import warnings
 from pathlib import Path
@@ -20,7 +19,6 @@ from rich.console import Console
 from confgrid.analysis.conventions import CONVENTIONS
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.analysis.registry import GRAMMAR
-from confgrid.analysis.verdicts import VerdictRule
 from confgrid.cli.console import setup_logging
 from confgrid.cli.show.ace import print_ace
 from confgrid.flows.analyze.analysis import EXPERIMENT, TrackingWarning, analyze
@@ -33,15 +31,8 @@ from confgrid.flows.tracking import EXIT_TRACKING_FAILED
 __all__ = ["analyze_cmd"]
 
 
-#: command-line parameter -> AnalyzeSpec field (the column flags fill ``columns``, the verdict flags ``verdicts``)
-_FIELDS = {"input": "input", "out": "out", "metrics": "metrics", "bootstrap": "n_resamples", "level": "level",
-           "interval": "interval", "seed": "seed", "ece_bins": "n_bins", "ece_closure": "ece_closure",
-           "ece_bin_confidence": "ece_bin_confidence", "ece_convention": "ece_conventions",
-           "tracking_uri": "tracking_uri", "tracking": "track", "use_ray": "use_ray", "workers": "num_workers",
-           "views": "views", "pairs": "pairs", "candidates": "candidates",
-           "comparison_bootstrap": "comparison_resamples", "ia_strata": "ia_strata", "threshold": "threshold",
-           "uncertainty": "uncertainty", "in_turn": "in_turn", "group_col": "group_col", "against": "against",
-           "signal_pairs": "signal_pairs"}
+#: the column flags fill AnalyzeSpec.columns, the verdict flags AnalyzeSpec.verdicts; every other parameter is named
+#: as the spec's field
 _COLUMNS = {"setting_col": "setting", "item_col": "item_id", "signal_col": "signal", "confidence_col": "confidence",
             "correct_col": "correct", "model_col": "model"}
 _VERDICTS = ("robust_point_share", "robust_resolved_share", "fragile_point_share", "robust_min_settings")
@@ -52,7 +43,7 @@ def _spec(ctx: typer.Context, spec_file: Path | None, values: dict) -> AnalyzeSp
     command line on top (a flag left at its default does not override the file)."""
     given = {n for n in values if spec_file is None or  # (by name: typer ships its own copy of click's enum)
              getattr(ctx.get_parameter_source(n), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
-    fields = {f: values[n] for n, f in _FIELDS.items() if n in given and values[n] is not None}
+    fields = {n: values[n] for n in AnalyzeSpec.model_fields if n in given and values.get(n) is not None}
     columns = {role: values[n] for n, role in _COLUMNS.items() if n in given}
     verdicts = {n: values[n] for n in _VERDICTS if n in given}
     fields.update({"columns": columns} if columns else {}, **({"verdicts": verdicts} if verdicts else {}))
@@ -79,7 +70,7 @@ def analyze_cmd(
                                 help=f"Comma-separated metrics; choices: {', '.join(available_metrics())}, and "
                                      f"every binned ECE named {GRAMMAR} (each computed exactly as named). "
                                      f"Slow (one call per resample): {', '.join(slow_metrics()) or 'none'}."),
-    bootstrap: int = typer.Option(10_000, "--bootstrap", help="Paired bootstrap resamples per setting."),
+    n_resamples: int = typer.Option(10_000, "--bootstrap", help="Paired bootstrap resamples per setting."),
     level: float = typer.Option(0.95, "--level", help="Interval level, in (0, 1)."),
     interval: str = typer.Option("percentile", "--interval",
                                  help="Interval method: percentile (the default, unchanged), basic (reverse "
@@ -89,7 +80,7 @@ def analyze_cmd(
                                       "interval' gives each one's measured coverage. A value whose resamples have no "
                                       "spread is marked degenerate in the interval column and resolves nothing."),
     seed: int = typer.Option(0, "--seed", help="Base seed; a setting's seed is setting_seed(setting, '', SEED)."),
-    ece_bins: int = typer.Option(10, "--ece-bins", help="The bins of the binned names without their own count (ece, "
+    n_bins: int = typer.Option(10, "--ece-bins", help="The bins of the binned names without their own count (ece, "
                                                        "ece_equal_mass, ece_centred; ece_15 has 15), 1 to 1000."),
     ece_closure: str = typer.Option("left", "--ece-closure",
                                     help="Bin closures of the unsuffixed binned metrics (ece, ece_<B>, ece_equal_mass), "
@@ -105,7 +96,7 @@ def analyze_cmd(
                                                 "the bin's answers, the "
                                                 "default) or midpoint (the bin's centre, as Mueller et al. 2026). "
                                                 "mean,midpoint adds ece_midpoint beside ece."),
-    ece_convention: str = typer.Option("", "--ece-convention",
+    ece_conventions: str = typer.Option("", "--ece-convention",
                                        help="Published ECE conventions to compute beside --metrics, comma-separated, "
                                             "each as the metric ece_NAME: " + ", ".join(CONVENTIONS) + " (README, "
                                             "'ECE conventions', gives each one's source)."),
@@ -117,10 +108,10 @@ def analyze_cmd(
     tracking_uri: str = typer.Option(None, "--tracking-uri",
                                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI if set, else "
                                           "sqlite:///OUT/mlflow.db)."),
-    tracking: bool = typer.Option(True, "--tracking/--no-tracking", help="Log the analysis to MLflow."),
+    track: bool = typer.Option(True, "--tracking/--no-tracking", help="Log the analysis to MLflow."),
     use_ray: bool = typer.Option(False, "--ray/--no-ray", help="Spread the bootstrap over Ray Data CPU workers "
                                                                "(same numbers; joins RAY_ADDRESS if set)."),
-    workers: int = typer.Option(None, "--workers",
+    num_workers: int = typer.Option(None, "--workers",
                                 help="With --ray: most CPU workers at once (default: every CPU of the cluster)."),
     model_col: str = typer.Option("model", "--model-col", help="Column holding the model (optional; with two or "
                                   "more models the accuracy-controlled comparison of study 001 runs too)."),
@@ -129,7 +120,7 @@ def analyze_cmd(
     pairs: str = typer.Option(None, "--pairs", help="Model pairs A:B[:LABEL],... (default: every pair)."),
     candidates: Path = typer.Option(None, "--candidates", help="Candidate ratings for the CA view (columns dataset, "
                                     "item_id, candidate, surface, producers, label, rater, method, signal)."),
-    comparison_bootstrap: int = typer.Option(2000, "--comparison-bootstrap",
+    comparison_resamples: int = typer.Option(2000, "--comparison-bootstrap",
                                              help="Paired resamples per comparison cell."),
     ia_strata: int = typer.Option(None, "--ia-strata", help="Graded correctness: IA matches scores in the same of "
                                   "this many equal-width strata (default: exact score match)."),
@@ -196,13 +187,6 @@ def analyze_cmd(
         raise typer.Exit(2)
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-    try:  # the verdict flags checked here, to name them in the message
-        VerdictRule(robust_point_share, robust_resolved_share, fragile_point_share, robust_min_settings)
-    except ValueError as exc:
-        flag = re.sub(r"(verdicts\.)?(robust_point_share|robust_resolved_share|fragile_point_share|robust_min_settings)",
-                      lambda m: "--" + m.group(2).replace("_", "-"), str(exc))
-        typer.echo(f"confgrid analyze: {flag}", err=True)
-        raise typer.Exit(2) from None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AnalyzeWarning)
         warnings.simplefilter("always", UndefinedMetricWarning)

@@ -19,10 +19,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
+from markdown_it import MarkdownIt  # markdown-it-py: a dependency of rich
+
 from confgrid.analysis.figure_data import select_group
 from confgrid.analysis.tables import format_table
 from confgrid.flows.evaluate.outputs import closure_lines, fmt_intervals, interval_notes, result_matrix
-from confgrid.flows.store.run_store import write_text_atomic
+from confgrid.flows.store.run_store import read_manifest, write_text_atomic
+from confgrid.flows.tracking import Tracker, default_tracking_uri, sqlite_path
+from confgrid.protocols.checklist import render_checklist_markdown
 
 from confgrid import __version__
 
@@ -80,8 +85,6 @@ def _table(df: pd.DataFrame, max_rows: int = MAX_TABLE_ROWS, link: str | None = 
 
 
 def _markdown(text: str) -> str:
-    from markdown_it import MarkdownIt  # markdown-it-py: a dependency of rich
-
     return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
 
 
@@ -89,8 +92,6 @@ def _checklist(root: Path) -> str:
     p = root / "results" / "checklist.json"
     if not p.is_file():
         return '<p class="note">This run wrote no results/checklist.json.</p>'
-    from confgrid.protocols.checklist import render_checklist_markdown
-
     parts = []
     for i, e in enumerate(json.loads(p.read_text(encoding="utf-8"))):
         head = f"{e.get('model')} / {e.get('dataset')} / answer set {e.get('extra', {}).get('answer_set', 'main')}"
@@ -127,8 +128,6 @@ def _stopping(stopping: pd.DataFrame) -> str:
 
 
 def _links(root: Path) -> str:
-    import pyarrow.parquet as pq
-
     rows = []
     for sub in ("results", "tables"):
         for p in sorted((root / sub).glob("*.parquet")):
@@ -169,7 +168,7 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
     if root is None:
         raise ValueError("render_report needs RunTables of a run directory (tables.root is None)")
     p = tables.primary
-    name = tables.grid.get("name", root.name)
+    name = tables.info.name or root.name
     level = tables.level
     group = ", ".join(f"{k} {v}" for k, v in p.items())
     notes = closure_lines(select_group(tables.get("closure"), p))
@@ -224,9 +223,6 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
 
 def _log_mlflow(root: Path, tables: RunTables, paths: list[Path]) -> str | None:
     """Log ``paths`` into the run's MLflow parent run; a message when that is not possible, else None."""
-    from confgrid.flows.store.run_store import read_manifest
-    from confgrid.flows.tracking import Tracker, default_tracking_uri, sqlite_path
-
     try:
         meta = read_manifest(root / "manifest.json").get("meta", {})
     except Exception as exc:  # noqa: BLE001 - no manifest: nothing to log into
@@ -237,7 +233,7 @@ def _log_mlflow(root: Path, tables: RunTables, paths: list[Path]) -> str | None:
     if parent is None or (db is not None and not db.is_file()):
         return "figures not logged to MLflow: the run has no MLflow parent run (see `confgrid log`)"
     try:
-        tr = Tracker(uri, experiment=f"confgrid/{tables.grid.get('name', root.name)}")
+        tr = Tracker(uri, experiment=f"confgrid/{tables.info.name or root.name}")
         tr.parent_run_id = parent
         figs = [p for p in paths if p.suffix in (".png", ".svg")]
         tr.log_artifacts(figs, FIGURE_DIR.as_posix())

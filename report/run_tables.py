@@ -7,16 +7,16 @@ and a test can hand figures tables built in memory (:meth:`RunTables.of`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
+from confgrid.flows.store.run_info import RunInfo, read_run_info
+
 __all__ = ["RunTables", "DEFAULT_PRIMARY"]
 
-#: The primary group of a run that has no ``results/primary.json`` (the grid defaults).
+#: The primary group of a run that recorded none (a run older than results/primary.json: the grid defaults).
 DEFAULT_PRIMARY = {"answer_set": "main", "parse_policy": "label_or_fallback", "refusal": "drop",
                    "rule": "containment", "aggregation": "geometric_mean"}
 
@@ -30,24 +30,21 @@ class RunTables:
         The run's output directory (``None`` for tables given in memory).
     frames : mapping of name -> DataFrame, optional
         Tables given in memory; they take precedence over files.
-    primary : mapping, optional
-        The primary group (``results/primary.json``; :data:`DEFAULT_PRIMARY` when absent).
-    grid : mapping, optional
-        The grid as run (``grid.yaml``); figures read ``metrics.ece_bins`` from it.
+    info : RunInfo, optional
+        The run's record (flows/store/run_info.py); default: read from ``root`` (``results/run_info.json``,
+        or derived from an older folder), or the defaults without a root.
     """
 
     def __init__(self, root: str | Path | None, frames: Mapping[str, pd.DataFrame] | None = None,
-                 primary: Mapping[str, str] | None = None, grid: Mapping[str, Any] | None = None) -> None:
+                 info: RunInfo | None = None) -> None:
         self.root = Path(root) if root is not None else None
         self._cache: dict[str, pd.DataFrame] = dict(frames or {})
-        self._primary = dict(primary) if primary is not None else None
-        self._grid = dict(grid) if grid is not None else None
+        self._info = info
 
     @classmethod
-    def of(cls, frames: Mapping[str, pd.DataFrame], primary: Mapping[str, str] | None = None,
-           grid: Mapping[str, Any] | None = None) -> RunTables:
+    def of(cls, frames: Mapping[str, pd.DataFrame], info: RunInfo | None = None) -> RunTables:
         """Tables held in memory (no run directory)."""
-        return cls(None, frames, primary, grid)
+        return cls(None, frames, info)
 
     def path(self, name: str) -> Path | None:
         """The Parquet file of table ``name`` (``results/`` before ``tables/``), or None."""
@@ -79,50 +76,33 @@ class RunTables:
         return sorted(names)
 
     @property
-    def primary(self) -> dict[str, str]:
-        """The run's primary group (``results/primary.json``)."""
-        if self._primary is None:
-            p = self.root / "results" / "primary.json" if self.root is not None else None
-            self._primary = json.loads(p.read_text(encoding="utf-8")) if p is not None and p.is_file() \
-                else dict(DEFAULT_PRIMARY)
-        return self._primary
+    def info(self) -> RunInfo:
+        """The run's record: bins, closure, level, primary group (flows/store/run_info.py)."""
+        if self._info is None:
+            self._info = read_run_info(self.root) if self.root is not None else RunInfo(command="run")
+        return self._info
 
     @property
-    def grid(self) -> dict[str, Any]:
-        """The grid as run (``grid.yaml``), or ``{}``."""
-        if self._grid is None:
-            import yaml
-
-            p = self.root / "grid.yaml" if self.root is not None else None
-            self._grid = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}) if p is not None and p.is_file() \
-                else {}
-        return self._grid
+    def primary(self) -> dict[str, str]:
+        """The run's primary group (:data:`DEFAULT_PRIMARY` when the run recorded none)."""
+        return dict(self.info.primary) if self.info.primary is not None else dict(DEFAULT_PRIMARY)
 
     @property
     def n_bins(self) -> int:
-        """The run's ECE bins (``metrics.ece_bins``; 10 when the grid does not say)."""
-        return int((self.grid.get("metrics") or {}).get("ece_bins") or 10)
+        """The run's ECE bins (``metrics.ece_bins``, 10 by default)."""
+        return self.info.n_bins
 
     @property
     def closure(self) -> str:
-        """The bin closure of the run's reliability bins: the first of ``metrics.ece_closure`` (``left`` when the
-        grid does not say)."""
-        closures = (self.grid.get("metrics") or {}).get("ece_closure") or ["left"]
-        return str(closures[0])
+        """The bin closure of the run's reliability bins: the first of ``metrics.ece_closure``."""
+        return self.info.closure
 
     @property
     def bin_confidence(self) -> str:
-        """What stands for a reliability bin's confidence: the first of ``metrics.ece_bin_confidence`` (``mean``
-        when the grid does not say)."""
-        confs = (self.grid.get("metrics") or {}).get("ece_bin_confidence") or ["mean"]
-        return str(confs[0])
+        """What stands for a reliability bin's confidence: the first of ``metrics.ece_bin_confidence``."""
+        return self.info.bin_confidence
 
     @property
     def level(self) -> float:
-        """The level of the run's intervals (``bootstrap.level``; an analysis: ``level`` of ``analyze.json``; 0.95
-        when neither says)."""
-        level = (self.grid.get("bootstrap") or {}).get("level")
-        if level is None and self.root is not None and (self.root / "analyze.json").is_file():
-            info = json.loads((self.root / "analyze.json").read_text(encoding="utf-8"))
-            level = (info.get("params") or info).get("level")
-        return float(level or 0.95)
+        """The level of the run's intervals (``bootstrap.level``; an analysis: its ``level``)."""
+        return self.info.level

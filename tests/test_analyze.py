@@ -423,3 +423,18 @@ def test_the_spec_is_frozen_checked_and_the_result_typed(tmp_path):
     assert res.road == "columns" and res.run_id is None and res.tracking_failure is None
     assert res["metrics"] is res.tables["metrics"] and not res["metrics"].attrs
     assert set(res["gaps"][["signal_a", "signal_b"]].itertuples(index=False, name=None)) == {("verbalized", "token")}
+
+
+def test_analyze_writes_the_run_info_that_show_reads(tmp_path):
+    from confgrid.flows.store.run_info import read_run_info
+
+    out = tmp_path / "o"
+    r = invoke(SMALL, "--out", out, "--bootstrap", "20", "--level", "0.9", "--ece-closure", "right,left",
+               "--no-tracking")
+    assert r.exit_code == 0, r.output
+    info = json.loads((out / "results" / "run_info.json").read_text())
+    assert info == {"command": "analyze", "name": None, "n_bins": 10, "ece_closure": ["right", "left"],
+                    "ece_bin_confidence": ["mean"], "level": 0.9, "primary": {}}
+    assert read_run_info(out).closure == "right"
+    shown = runner.invoke(app, ["show", str(out)])
+    assert shown.exit_code == 0 and "90% paired bootstrap interval" in shown.output

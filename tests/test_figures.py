@@ -17,6 +17,7 @@ from confgrid.analysis.figure_data import (
     select_group,
 )
 from confgrid.analysis.reliability import reliability_diagram
+from confgrid.flows.store.run_info import RunInfo
 from confgrid.report import (
     FIGURES,
     Drawn,
@@ -212,7 +213,7 @@ def test_method_reliability_from_the_signal_table():
                  refusal="drop", rule="containment")
     metrics = pd.DataFrame({"setting": "m/d", "signal": "p_true", "target_rule": "containment", "metric": "ece",
                             "point": [0.3], "lo": [0.1], "hi": [0.5]})
-    t = RunTables.of({"signals": ms, "methods": metrics, "metrics": metrics}, grid={"metrics": {"ece_bins": 2}})
+    t = RunTables.of({"signals": ms, "methods": metrics, "metrics": metrics}, RunInfo(command="run", n_bins=2))
     assert [e.family for e in available_figures(t)] == ["reliability", "method_reliability"]
     drawn, failures = draw_figures(t, FigureOptions(width_px=300, height_px=300))
     assert failures == []

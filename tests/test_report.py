@@ -133,3 +133,20 @@ def test_report_of_an_analyze_directory_loads_in_chromium(tmp_path, capsys):
     shutil.copyfile(shot, kept)
     with capsys.disabled():
         print(f"\nanalyze report screenshot: {kept}")
+
+
+def test_the_run_info_record_and_its_derivation_from_an_old_folder(tmp_path):
+    from confgrid.flows.store.run_info import RUN_INFO, RunInfo, derived_run_info, read_run_info, write_run_info
+    from confgrid.report.run_tables import DEFAULT_PRIMARY, RunTables
+
+    old = report_example.write_run(tmp_path / "old")  # grid.yaml and results/primary.json, no run_info.json
+    assert not (old / RUN_INFO).exists()
+    info = read_run_info(old)
+    assert info == derived_run_info(old) == RunInfo(command="run", name="figtest", n_bins=10, level=0.95,
+                                                     primary=report_example.PRIMARY)
+    write_run_info(old, info.model_copy(update={"n_bins": 7}))
+    assert RunTables(old).n_bins == 7 and RunTables(old).primary == report_example.PRIMARY  # the record wins
+    (tmp_path / "bare").mkdir()
+    assert RunTables(tmp_path / "bare").primary == DEFAULT_PRIMARY and RunTables(tmp_path / "bare").level == 0.95
+    with pytest.raises(ValueError):
+        RunInfo(command="run", level=1.5)

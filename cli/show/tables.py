@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+
+from confgrid.analysis.tables import format_table
+from confgrid.cli.show.ace import print_ace
+from confgrid.cli.show.calibration import print_calibration
+from confgrid.cli.show.capability import print_capability
+from confgrid.flows.evaluate.outputs import (
+    _has_views,
+    closure_lines,
+    fmt_interval,
+    fmt_intervals,
+    interval_notes,
+    result_matrix,
+)
+from confgrid.flows.store.run_info import read_run_info
 
 __all__ = ["print_results", "print_verdicts", "print_stopping"]
 
@@ -26,15 +39,13 @@ def print_verdicts(verdicts: pd.DataFrame, console: Console, level: float = 0.95
     where A is better by point [interval], the shares resolved each way and the axis that flips it most."""
     if verdicts is None or verdicts.empty:
         return
-    from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
-
     v = verdicts.assign(
         # "A vs B": the side the settings favour is the holds_for column (a phrase "A better than B" misread as
         # the finding when B holds)
         conclusion=[f"A={a} vs B={b}" + (f" ({v} view)" if isinstance(v, str) and v else "") for a, b, v in
                     zip(verdicts["signal_a"], verdicts["signal_b"],
                         verdicts["view"] if "view" in verdicts.columns else [""] * len(verdicts), strict=True)],
-        a_better=[_fmt(p, lo, hi) for p, lo, hi in zip(verdicts["share_a_better"], verdicts["lo"], verdicts["hi"],
+        a_better=[fmt_interval(p, lo, hi) for p, lo, hi in zip(verdicts["share_a_better"], verdicts["lo"], verdicts["hi"],
                                                         strict=True)],
         flips=[f"{ax} ({n} of {c})" if ax else "none" for ax, n, c in
                zip(verdicts["flip_axis"], verdicts["flip_count"], verdicts["single_changes"], strict=True)])
@@ -65,13 +76,10 @@ def print_stopping(stopping: pd.DataFrame, console: Console) -> None:
 def print_results(out_dir: str | Path, console: Console | None = None) -> None:
     """Print the verdicts first, then why each setting stopped (early stopping), settings, metrics (point [95% CI]),
     gaps and shifts of a run."""
-    from confgrid.flows.evaluate.outputs import fmt_interval, fmt_intervals, interval_notes, result_matrix
-
-    from confgrid.report.run_tables import RunTables
-
     console = console or Console(width=200)
     res = Path(out_dir) / "results"
-    level = RunTables(Path(out_dir)).level  # the run's bootstrap.level (an analysis: analyze.json)
+    info = read_run_info(out_dir)  # the level and primary group of the run or analysis
+    level = info.level
     pct = f"{level:.0%}"
 
     def read(name: str) -> pd.DataFrame:  # a run writes every table; an analysis has no settings
@@ -81,7 +89,7 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
     print_verdicts(read("verdicts"), console, level)
     print_stopping(read("stopping"), console)
     settings, metrics, gaps, shifts = (read(n) for n in ("settings", "metrics", "gaps", "shifts"))
-    primary = _primary_group(res)
+    primary = dict(info.primary or {})
     settings, metrics, gaps, shifts = (_sel(df, primary) for df in (settings, metrics, gaps, shifts))
     if primary:
         console.print(f"Main protocol: {', '.join(f'{k}={v}' for k, v in primary.items())} "
@@ -94,14 +102,10 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
                                                      "interval]"))
         for line in interval_notes(metrics):
             console.print(f"Note: {line}", markup=False)
-    from confgrid.flows.evaluate.outputs import closure_lines
-
     for line in closure_lines(_sel(read("closure"), primary)):  # where the bin closure changes a result
         console.print(f"Note: {line} (results/closure.csv)", markup=False)
     if not gaps.empty:
         g = gaps.assign(gap=fmt_intervals(gaps, "gap"))
-        from confgrid.flows.evaluate.outputs import _has_views
-
         index = ["setting", "signal_a", "signal_b", *(["view"] if _has_views(gaps) else []), "n"]
         wide = g.pivot_table(index=index, columns="metric", values="gap", aggfunc="first", sort=False).reset_index()
         console.print(_table(wide, f"Paired gap = metric(signal_a) - metric(signal_b) [{pct} interval] on the n items "
@@ -122,19 +126,12 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
             console.print(_table(wide, f"Confidence methods: point [{pct} paired bootstrap interval] over each "
                                        "method's own rows (n); rated = the answer whose correctness is the target; "
                                        "their gaps against verbalized are in the gap table"))
-    from confgrid.cli.show.ace import print_ace
-    from confgrid.cli.show.calibration import print_calibration
-
-    from confgrid.cli.show.capability import print_capability
-
     print_ace(res, console)
     print_calibration(res, console)
     print_capability(res, console)
     ea = res / "expected_accuracy.parquet"
     if ea.is_file():
         console.print(_table(pd.read_parquet(ea), "Expected accuracy over k samples (the capability target)"))
-    from confgrid.analysis.tables import format_table
-
     titles = {
         "table2_contexts": "Table 2: the same answers in three contexts (token metric and gap g per context)",
         "table3_ablation": "Table 3: the ablation path (mean gap over settings and each step's mean |shift|)",
@@ -154,11 +151,6 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
                 else:
                     df = format_table(df)
                 console.print(_table(df, title))
-
-
-def _primary_group(res: Path) -> dict[str, str]:
-    f = res / "primary.json"
-    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
 
 
 def _sel(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:

@@ -15,6 +15,11 @@ from typing import Sequence
 
 import pandas as pd
 
+from confgrid.analysis.ace.frame import ACEInputError
+from confgrid.analysis.ace.tables import VIEWS, ace_tables
+from confgrid.flows.analyze.read import AnalyzeInputError
+from confgrid.flows.evaluate.ace import write_ace
+
 __all__ = ["DEFAULT_VIEWS", "parse_views", "parse_pairs", "read_candidates", "compare_models"]
 
 #: Views of an analysis with a model column (ca is added when candidate ratings are given).
@@ -23,9 +28,6 @@ DEFAULT_VIEWS = ("raw", "ia", "da")
 
 def parse_views(text: str | Sequence[str] | None) -> list[str] | None:
     """``"raw,ia,da,ca"`` -> list; None stays None (the default views)."""
-    from confgrid.analysis.ace.tables import VIEWS
-    from confgrid.flows.analyze.read import AnalyzeInputError
-
     if text is None:
         return None
     views = [v.strip() for v in (text.split(",") if isinstance(text, str) else text) if v.strip()]
@@ -37,8 +39,6 @@ def parse_views(text: str | Sequence[str] | None) -> list[str] | None:
 
 def parse_pairs(text: str | None) -> list[tuple[str, str, str]] | None:
     """``"a:b:size,c:d"`` -> [(a, b, size), (c, d, pair)]; None: every pair."""
-    from confgrid.flows.analyze.read import AnalyzeInputError
-
     if not text:
         return None
     out = []
@@ -52,8 +52,6 @@ def parse_pairs(text: str | None) -> list[tuple[str, str, str]] | None:
 
 def read_candidates(path: str | Path) -> pd.DataFrame:
     """Read a candidate-ratings file (CSV, JSONL or Parquet); ``producers`` may be ``a|b`` text."""
-    from confgrid.flows.analyze.read import AnalyzeInputError
-
     path = Path(path)
     if not path.is_file():
         raise AnalyzeInputError(f"--candidates {str(path)!r}: no such file")
@@ -84,11 +82,6 @@ def compare_models(rows: pd.DataFrame, out_dir: Path, *, views: Sequence[str] | 
     AnalyzeInputError
         A bad pair, view or candidate table (the ACE layer's message).
     """
-    from confgrid.analysis.ace.frame import ACEInputError
-    from confgrid.analysis.ace.tables import ace_tables
-    from confgrid.flows.evaluate.ace import write_ace
-    from confgrid.flows.analyze.read import AnalyzeInputError
-
     if rows["model"].nunique() < 2:
         return None
     ace_in = pd.DataFrame({"model": rows["model"], "dataset": rows["dataset"], "method": rows["signal"],

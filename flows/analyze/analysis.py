@@ -76,6 +76,7 @@ from confgrid.flows.analyze.roads import road_for
 from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
 from confgrid.flows.evaluate.outputs import verdict_mlflow
+from confgrid.flows.store.run_info import RunInfo, write_run_info
 from confgrid.flows.store.run_store import write_frame_atomic, write_text_atomic
 from confgrid.flows.tracking import (
     Logged,
@@ -222,9 +223,9 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
               "edges": est.edges, "closure": closure_notes(metrics_df, gaps_df, est.edges, spec.n_bins),
               "verdicts": verdict_table(gaps_df, est.shares, spec.verdicts.rule(), spec.level)}
     _write_tables(tables, out_dir / "results")
-    # the run layout: `confgrid show` and `confgrid report` read the primary group from here (an analysis has
-    # one group: every row)
-    write_text_atomic(json.dumps({}), out_dir / "results" / "primary.json")
+    # what `confgrid show` and `confgrid report` read (an analysis has one group: every row)
+    write_run_info(out_dir, RunInfo(command="analyze", n_bins=spec.n_bins, ece_closure=spec.ece_closure,
+                                    ece_bin_confidence=spec.ece_bin_confidence, level=spec.level, primary={}))
     if read.rows is not None and "model" in read.rows.frame.columns:
         if spec.group_col is not None:
             warnings.warn(f"--group-col {spec.group_col!r} clusters the metrics and gaps; the comparison across "

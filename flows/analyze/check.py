@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -388,8 +389,6 @@ def range_check(col: NumberColumn, role: str, label: str, tol: float = CLIP_TOLE
 
 def duplicates(keys: list[np.ndarray], pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows repeating an earlier row's key (every code >= 0): ``(rows, first_rows)``, both int64, in row order."""
-    import pandas as pd
-
     ok = np.ones(pos.size, bool)
     for k in keys:
         ok &= k >= 0

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from confgrid.analysis.evaluation import unit_name
 from confgrid.analysis.planner import plan_size
 from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, check, conform
+from confgrid.flows.analyze.input import read_rows
 from confgrid.flows.analyze.read import AnalyzeInputError
 
 __all__ = ["PLAN_COLUMNS", "read_pilot", "plan_sizes"]
@@ -47,14 +49,10 @@ def read_pilot(path: str | Path, group_col: str | None = None) -> pd.DataFrame:
     if not p.is_file():
         raise AnalyzeInputError(f"{path}: no such file or directory")
     if p.suffix.lower() in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
-
         names = set(pq.read_schema(p).names)
         if set(UNIT_COLUMNS) <= names and "target" in names:  # a run's signal table
             return _checked(conform(pd.read_parquet(p)), path)
     # an analyze input: read and checked by analyze's own reader (columns, missing values by line, ranges)
-    from confgrid.flows.analyze.input import read_rows
-
     try:
         frame = read_rows(p, {"group": group_col} if group_col else None).frame
     except AnalyzeInputError as exc:  # the reader speaks of --group-col; plan-size's flag is --clustered

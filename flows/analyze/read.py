@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
 
 from confgrid.errors import FieldsPickle
 
@@ -178,8 +181,6 @@ def _header(path: Path, header: list[str], cols: dict[str, str], line: int) -> d
 
 
 def _read_csv_fast(path: Path, data: bytes, cols: dict[str, str]) -> Chunk | None:
-    import pyarrow.csv as pcsv
-
     lines = _lines(data)
     if lines is None:
         return None
@@ -266,8 +267,6 @@ def read_jsonl(path: Path, cols: dict[str, str]) -> Chunk:
 
 
 def _read_jsonl_fast(path: Path, data: bytes, cols: dict[str, str]) -> Chunk | None:
-    import pyarrow.json as pjson
-
     lines = _lines(data)
     if lines is None:
         return None
@@ -347,8 +346,6 @@ class PyValues:
 
 def open_parquet(path: Path, read_dictionary: Sequence[str] | None = None):
     """``pyarrow.parquet.ParquetFile`` or :class:`AnalyzeInputError` naming the file."""
-    import pyarrow.parquet as pq
-
     try:
         return pq.ParquetFile(path, read_dictionary=read_dictionary)
     except Exception as exc:  # noqa: BLE001 - any reader failure is an input error

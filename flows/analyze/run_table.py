@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from confgrid.analysis.closure import edge_bins
 from confgrid.analysis.evaluation import Comparisons, UnitPlan, plan_units
@@ -34,8 +35,6 @@ def is_signal_table(path: Path) -> bool:
     if Path(path).suffix.lower() not in (".parquet", ".pq"):
         return False
     try:
-        import pyarrow.parquet as pq
-
         names = set(pq.read_schema(path).names)
     except Exception:  # noqa: BLE001 - not readable as Parquet: the usual reader says why
         return False

@@ -11,6 +11,7 @@ Every check of an option runs when the record is built and raises
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ FLAGS = {"input": "INPUT", "out": "--out", "metrics": "--metrics", "n_resamples"
          "candidates": "--candidates", "comparison_resamples": "--comparison-bootstrap", "ia_strata": "--ia-strata",
          "threshold": "--threshold", "uncertainty": "--uncertainty", "in_turn": "--in-turn/--whole-file",
          "group_col": "--group-col", "against": "--against", "signal_pairs": "--signal-pairs",
-         "verdicts": "--robust-*/--fragile-*"}
+         "verdicts": "verdicts"}
 
 
 def available_metrics() -> list[str]:
@@ -343,5 +344,10 @@ def _input_error(exc: ValidationError) -> AnalyzeInputError:
         return AnalyzeInputError(f"unknown option {field!r}; choose from {', '.join(AnalyzeSpec.model_fields)}")
     if err["type"] == "missing":
         return AnalyzeInputError(f"{FLAGS.get(field, field)}: required")
+    if field == "verdicts":  # each threshold has its own flag: name it
+        text = str(inner) if inner is not None else f"{'.'.join(map(str, err['loc'][1:]))}: {err['msg']}, got " \
+            f"{err.get('input')!r}"
+        return AnalyzeInputError(re.sub(r"(verdicts\.)?(robust_point_share|robust_resolved_share|fragile_point_share|"
+                                        r"robust_min_settings)", lambda m: "--" + m.group(2).replace("_", "-"), text))
     where = ".".join(str(x) for x in err.get("loc", ()))
     return AnalyzeInputError(f"{FLAGS.get(field, field)} ({where}): {err['msg']}, got {err.get('input')!r}")

@@ -21,6 +21,7 @@ from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.evaluate.run_evaluation import Evaluation, primary_group, select
 from confgrid.analysis.conventions import get_convention
 from confgrid.flows.spec.grid import BUNDLED, GridSpec
+from confgrid.flows.store.run_info import RunInfo, write_run_info
 from confgrid.flows.store.run_store import Frames, RunStore, write_frame_atomic, write_frames, write_text_atomic
 from confgrid.protocols.checklist import render_checklist_markdown
 from confgrid.flows.tracking import (DatasetRef, ModelRef, Tracker, items_digest, keyed_metrics, mlflow_key,
@@ -237,7 +238,8 @@ def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
 
 def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[tuple[str, str, str], Unit],
                   provenance: dict[str, dict[str, str]]) -> None:
-    """Write ``results/``: the evaluator's tidy tables, the checklist, ``primary.json`` and ``report.md`` (the
+    """Write ``results/``: the evaluator's tidy tables, the checklist, ``run_info.json``
+    (flows/store/run_info.py: bins, closure, level, primary group) and ``report.md`` (the
     studies' views are written by the runner, flows/studies/)."""
     res = store.root / "results"
     write_frames(Frames({"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings,
@@ -245,7 +247,11 @@ def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[t
                  res)
     _checklist(spec, store, provenance, units, ev.dropped, ev.edges)
     p = primary_group(spec)
-    write_text_atomic(json.dumps({**p, "aggregation": spec.scoring.aggregations[0]}), res / "primary.json")
+    write_run_info(store.root, RunInfo(command="run", name=spec.name, n_bins=spec.metrics.ece_bins,
+                                       ece_closure=spec.metrics.ece_closure,
+                                       ece_bin_confidence=spec.metrics.ece_bin_confidence,
+                                       level=spec.bootstrap.level,
+                                       primary={**p, "aggregation": spec.scoring.aggregations[0]}))
     write_text_atomic(render_markdown(select(ev.metrics, p), select(ev.gaps, p), select(ev.shifts, p),
                                       select(ev.settings, p), ev.closure, spec.bootstrap.level), res / "report.md")
 
