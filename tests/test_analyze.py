@@ -438,3 +438,22 @@ def test_analyze_writes_the_run_info_that_show_reads(tmp_path):
     assert read_run_info(out).closure == "right"
     shown = runner.invoke(app, ["show", str(out)])
     assert shown.exit_code == 0 and "90% paired bootstrap interval" in shown.output
+
+
+def test_each_input_is_read_by_its_registry_entry(tmp_path):
+    from confgrid.flows.analyze.roads import ROADS, road_for
+    from confgrid.registry import UnknownNameError
+
+    assert ROADS.names() == ["signal_table", "in_turn", "columns"]
+    with pytest.raises(ValueError, match="signal_table"):
+        ROADS.register("signal_table", ROADS.get("columns"))
+    with pytest.raises(UnknownNameError, match="columns"):
+        ROADS.get("feather")
+    pq_path = tmp_path / "small.parquet"
+    pd.read_csv(SMALL).to_parquet(pq_path)
+    spec = lambda path, **kw: AnalyzeSpec(input=path, out=tmp_path / "o", track=False, **kw)  # noqa: E731
+    assert road_for(spec(SMALL)).name == "columns"
+    assert road_for(spec(pq_path)).name == "in_turn"
+    assert road_for(spec(pq_path, in_turn=False)).name == "columns"
+    with pytest.raises(AnalyzeInputError, match="--in-turn: needs a Parquet input"):
+        road_for(spec(SMALL, in_turn=True))

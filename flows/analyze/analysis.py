@@ -38,11 +38,12 @@ the same derivation as a grid run's ``setting_seed(model, dataset, seed)``
 with the setting name in place of the model and an empty dataset. A fixed
 ``--seed`` gives byte-identical CSV files, with or without Ray.
 
-Outputs in ``DIR``: ``metrics.csv`` (setting, signal, metric, point, lo, hi,
-n, n_undefined), ``gaps.csv`` (every ordered pair of signals within a
+Outputs in ``DIR/results``: ``metrics.csv`` (setting, signal, metric, point,
+lo, hi, n, n_undefined), ``gaps.csv`` (every ordered pair of signals within a
 setting: gap = metric(signal_a) - metric(signal_b) with its paired
-percentile interval), ``alignment.csv``, Parquet copies of the three,
-``analyze.json`` (the MLflow record's params and tags, what ``confgrid log
+percentile interval), ``alignment.csv``, ``shifts``, ``edges``, ``closure``,
+``verdicts``, Parquet copies, ``run_info.json`` (flows/store/run_info.py: what
+``confgrid show`` and ``confgrid report`` read); in ``DIR``: ``analyze.json`` (the MLflow record's params and tags, what ``confgrid log
 DIR`` logs, :func:`log_analysis`) and an MLflow record (experiment
 ``confgrid/analyze``, default store ``sqlite:///DIR/mlflow.db``): a parent
 run named after the input file, one child run per setting with
