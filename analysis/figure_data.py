@@ -34,7 +34,7 @@ RELIABILITY_KEYS = ("setting", "model", "dataset", "signal", "context", "aggrega
 
 
 def select_group(df: pd.DataFrame, primary: Mapping[str, str]) -> pd.DataFrame:
-    """Rows of ``df`` in the run's primary group (``results/primary.json``).
+    """Rows of ``df`` in the run's primary group (``results/run_info.json``, flows/store/run_info.py).
 
     Parameters
     ----------
