@@ -153,7 +153,7 @@ class AnalyzeSpec(BaseModel):
         An unknown key, a value of the wrong type or outside its range, an unknown name (listing the choices).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     input: Path = Field(description="The per-question outputs: .csv, .jsonl/.ndjson, .parquet/.pq, or a run's "
                                     "tables/signals.parquet (flows/analyze/roads.py lists the readers).")
