@@ -441,7 +441,7 @@ def test_analyze_writes_the_run_info_that_show_reads(tmp_path):
 
 
 def test_each_input_is_read_by_its_registry_entry(tmp_path):
-    from confgrid.flows.analyze.roads import ROADS, road_for
+    from confgrid.flows.analyze.roads import ROADS, Road, road_for
     from confgrid.registry import UnknownNameError
 
     assert ROADS.names() == ["signal_table", "in_turn", "columns"]
@@ -457,3 +457,9 @@ def test_each_input_is_read_by_its_registry_entry(tmp_path):
     assert road_for(spec(pq_path, in_turn=False)).name == "columns"
     with pytest.raises(AnalyzeInputError, match="--in-turn: needs a Parquet input"):
         road_for(spec(SMALL, in_turn=True))
+    columns = ROADS.get("columns")  # a new entry is tried before the fallback, and reads through the same road
+    ROADS.register("tsv", Road("tsv", "tab-separated", lambda s: s.input.suffix == ".tsv", columns.read))
+    try:
+        assert road_for(spec(tmp_path / "x.tsv")).name == "tsv" and road_for(spec(SMALL)).name == "columns"
+    finally:
+        ROADS.unregister("tsv")

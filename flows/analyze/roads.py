@@ -4,7 +4,8 @@ Each entry (:class:`Road`) says which files it takes and reads one into the one 
 (analysis/evaluation.py ``UnitPlan``: ``plan_units`` for a signal table, its per-unit ``plan_unit`` for an aligned
 setting of five columns), which every entry bootstraps with the run's ``bootstrap_units``
 (flows/evaluate/bootstrap_ray.py, in process or on Ray Data, bit for bit the same); :func:`analyze` then makes
-the tables with the run's ``estimates``. The first entry, in registration order, that accepts the input reads it:
+the tables with the run's ``estimates``. The first entry, in registration order, that accepts the input reads it,
+the fallback entries (``columns``) last:
 
 ==============  ===============================================================================================
 entry           input
@@ -16,8 +17,8 @@ columns         CSV, JSONL or Parquet of five columns, read whole (flows/analyze
 ==============  ===============================================================================================
 
 Adding an input: write ``read(path, spec) -> Analyzed`` that yields units and their bootstrap results through
-``bootstrap_units``, and ``ROADS.register("name", Road(...))`` before the entries it should take precedence over
-(a duplicate name is an error; ``ROADS.get`` of an unknown one lists the choices).
+``bootstrap_units``, and ``ROADS.register("name", Road(...))``: it is tried after the entries registered before it
+and before the fallback (a duplicate name is an error; ``ROADS.get`` of an unknown one lists the choices).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from confgrid.flows.analyze.in_turn import (
     named_undefined,
     unit_of,
 )
-from confgrid.flows.analyze.input import CheckOptions, InputRows, _columns, read_rows
+from confgrid.flows.analyze.input import INPUT_FORMATS, CheckOptions, InputRows, _columns, read_rows
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.flows.analyze.run_table import is_signal_table, read_signal_table
 from confgrid.flows.analyze.spec import AnalyzeSpec
@@ -87,12 +88,14 @@ class Analyzed:
 
 @dataclass(frozen=True)
 class Road:
-    """An input ``confgrid analyze`` reads: which files (``accepts``), how (``read``), in words (``description``)."""
+    """An input ``confgrid analyze`` reads: which files (``accepts``), how (``read``), in words (``description``);
+    ``fallback``: tried after every other entry (it accepts what no other reader takes)."""
 
     name: str
     description: str
     accepts: Callable[[AnalyzeSpec], bool]
     read: Callable[[AnalyzeSpec], Analyzed]
+    fallback: bool = False
 
 
 #: The inputs by name (the one Registry class), tried in registration order.
@@ -100,15 +103,14 @@ ROADS: Registry[Road] = Registry("analyze input", value_type=Road)
 
 
 def road_for(spec: AnalyzeSpec) -> Road:
-    """The first entry of :data:`ROADS` that accepts ``spec.input``.
+    """The first entry of :data:`ROADS` that accepts ``spec.input`` (registration order, fallback entries last).
 
     Raises
     ------
     AnalyzeInputError
         An option the input cannot take (``--in-turn`` for CSV, ...), or no entry takes it.
     """
-    for name in ROADS.names():
-        road = ROADS.get(name)
+    for road in sorted((r for _, r in ROADS.items()), key=lambda r: r.fallback):  # stable: registration order kept
         if road.accepts(spec):
             return road
     raise AnalyzeInputError(f"{spec.input}: no reader takes it; readers: "
@@ -137,6 +139,8 @@ def _read_signal_table(spec: AnalyzeSpec) -> Analyzed:
 
 
 def _wants_in_turn(spec: AnalyzeSpec) -> bool:
+    if not spec.in_turn and spec.input.suffix.lower() not in INPUT_FORMATS.get("parquet").suffixes:
+        return False  # not Parquet, and not asked: another entry's file (--in-turn on it is refused below)
     wanted = in_turn_wanted(spec.input, _columns(spec.column_roles), spec.in_turn)
     if wanted and spec.interval == "jeffreys":
         raise AnalyzeInputError("--interval jeffreys draws from each setting's items, which the in-turn road (the "
@@ -173,5 +177,6 @@ for _road in (Road("signal_table", "a run's tables/signals.parquet, or Parquet i
                    lambda spec: is_signal_table(spec.input), _read_signal_table),
               Road("in_turn", "Parquet of five columns without a model column, one setting at a time",
                    _wants_in_turn, _read_in_turn),
-              Road("columns", "CSV, JSONL or Parquet of five columns, read whole", lambda spec: True, _read_columns)):
+              Road("columns", "CSV, JSONL or Parquet of five columns, read whole", lambda spec: True, _read_columns,
+                   fallback=True)):
     ROADS.register(_road.name, _road)
