@@ -516,18 +516,22 @@ def _cases_in(root: Path) -> set[str]:
     return {p.name for p in root.iterdir() if p.is_dir()}
 
 
-def compare(a: Path, b: Path) -> list[str]:
-    """Every difference between golden folders ``a`` and ``b``, case by case (empty: identical)."""
+def compare(a: Path, b: Path, partial: bool = False) -> list[str]:
+    """Every difference between golden folders ``a`` and ``b``, case by case (empty: identical); ``partial``: only
+    the cases ``b`` has (a run with ``--cases``)."""
     lines = []
     skipped_a, skipped_b = (json.loads(p.read_text()) if p.is_file() else {}
                             for p in (a / "skipped.json", b / "skipped.json"))
-    for case in sorted(_cases_in(a) | _cases_in(b)):
+    cases = _cases_in(b) if partial else _cases_in(a) | _cases_in(b)
+    if partial:
+        skipped_a = {k: v for k, v in skipped_a.items() if k in cases or k in skipped_b}
+    for case in sorted(cases):
         if not (a / case).is_dir():
             lines.append(f"{case}: only in B")
         elif not (b / case).is_dir():
             lines.append(f"{case}: only in A")
         else:
-            lines += [f"{case}/{d}" for d in compare_case(a / case, b / case)]
+            lines += [d if d.startswith(" ") else f"{case}/{d}" for d in compare_case(a / case, b / case)]
     for case in sorted(set(skipped_a) ^ set(skipped_b)):
         lines.append(f"{case}: skipped in {'A' if case in skipped_a else 'B'} only")
     return lines
@@ -575,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp = sub.add_parser("compare", help="compare two golden folders; exit 1 on a difference")
     p_cmp.add_argument("a", type=Path)
     p_cmp.add_argument("b", type=Path)
+    p_cmp.add_argument("--partial", action="store_true", help="compare only the cases B has (B ran with --cases)")
     sub.add_parser("refresh", help="rewrite tests/data/golden/ (an intended change of numbers only)")
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -584,11 +589,12 @@ def main(argv: list[str] | None = None) -> int:
               + "".join(f"\n  skipped {k}: {v}" for k, v in skipped.items()))
         return 0
     if args.command == "compare":
-        lines = compare(args.a, args.b)
+        lines = compare(args.a, args.b, args.partial)
         if lines:
             print(f"golden: {args.a} and {args.b} differ:\n" + "\n".join(lines))
             return 1
-        print(f"golden: {args.a} and {args.b} are identical ({len(_cases_in(args.a))} cases)")
+        print(f"golden: {args.a} and {args.b} are identical ({len(_cases_in(args.b if args.partial else args.a))} "
+              "cases)")
         return 0
     refresh()
     print(f"golden: rewrote {TEST_DATA}")
