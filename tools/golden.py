@@ -27,6 +27,7 @@ without metadata, then values; NaN equals NaN) and the set of (stage, setting, k
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import shutil
@@ -84,6 +85,8 @@ def _demo(tiny: bool) -> dict:
 def _sensitivity(tiny: bool) -> dict:
     raw = _limits(_load(EXAMPLES / "sensitivity.yaml"), 2 if tiny else 3)
     raw["probe"]["resamples"] = 100
+    if tiny:  # every signal x 12 metrics is 47 MB of CSV and most of the time, even at 2 items
+        raw["metrics"]["names"] = ["ece", "auroc"]
     return raw
 
 
@@ -403,12 +406,17 @@ def shard_keys(case: Path) -> list[list] | None:
 
 
 def artefacts(case: Path, tables: str = "*") -> dict[str, Path]:
-    """Compared files of a case folder by relative path: results/**/*.csv and tables/<tables>.parquet."""
+    """Compared files of a case folder by relative path: results/**/*.csv (or .csv.gz, a snapshot's, keyed without
+    .gz) and tables/<tables>.parquet."""
     found = {}
-    for pattern in ("results/**/*.csv", f"tables/{tables}.parquet"):
+    for pattern in ("results/**/*.csv", "results/**/*.csv.gz", f"tables/{tables}.parquet"):
         for p in sorted(case.glob(pattern)):
-            found[p.relative_to(case).as_posix()] = p
+            found[p.relative_to(case).as_posix().removesuffix(".gz")] = p
     return found
+
+
+def _bytes(path: Path) -> bytes:
+    return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
 
 
 def _norm(v):
@@ -425,7 +433,7 @@ def _norm(v):
 def compare_csv(a: Path, b: Path, shown: int = 5) -> list[str]:
     """Byte comparison of two CSV files; on a difference, the columns present on one side and the first rows
     and columns that differ."""
-    if a.read_bytes() == b.read_bytes():
+    if _bytes(a) == _bytes(b):
         return []
     lines = []
     try:
@@ -546,15 +554,18 @@ SNAPSHOT_TABLES = "signals"
 
 
 def snapshot(src: Path, dst: Path) -> None:
-    """Copy what is compared of every case of ``src`` into ``dst``: results CSVs, tables/signals.parquet, and the
-    manifest's shard keys as shard_keys.json."""
+    """Copy what is compared of every case of ``src`` into ``dst``: results CSVs (gzipped, without a time stamp),
+    tables/signals.parquet, and the manifest's shard keys as shard_keys.json."""
     if dst.exists():
         shutil.rmtree(dst)
     for case in sorted(_cases_in(src)):
         for rel, path in artefacts(src / case, SNAPSHOT_TABLES).items():
             target = dst / case / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+            if rel.endswith(".csv"):
+                target.with_name(target.name + ".gz").write_bytes(gzip.compress(_bytes(path), mtime=0))
+            else:
+                shutil.copyfile(path, target)
         keys = shard_keys(src / case)
         if keys is not None:
             (dst / case / SHARD_KEYS).write_text(json.dumps(keys, indent=0) + "\n", encoding="utf-8")
