@@ -38,6 +38,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+
+from confgrid.actors.named_models import resolve_model
+from confgrid.analysis.conventions import CONVENTIONS
+from confgrid.flows.analyze.analysis import analyze
+from confgrid.flows.runner import run_grid
+from confgrid.flows.spec.grid import parse_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -315,8 +322,6 @@ def default_cases() -> list[str]:
 def _skip_reason(grid: Grid) -> str | None:
     if grid.needs is None:
         return None
-    from confgrid.actors.named_models import resolve_model
-
     try:
         resolve_model(grid.needs)
     except Exception as exc:  # noqa: BLE001 - any failure to find the model skips the case, saying why
@@ -326,9 +331,6 @@ def _skip_reason(grid: Grid) -> str | None:
 
 def run_grid_case(name: str, out: Path, tiny: bool = False) -> None:
     """Run grid case ``name`` into ``out`` (Ray initialized by the caller)."""
-    from confgrid.flows.runner import run_grid
-    from confgrid.flows.spec.grid import parse_grid
-
     grid = GRIDS[name]
     spec = parse_grid(grid.raw(tiny), base_dir=grid.base_dir)
     summary = run_grid(spec, out)
@@ -338,16 +340,10 @@ def run_grid_case(name: str, out: Path, tiny: bool = False) -> None:
 
 def run_analysis_case(name: str, out: Path, root: Path) -> None:
     """Analyze case ``name`` into ``out`` (its input written there first; tracking off)."""
-    import warnings
-
-    from confgrid.flows.analyze.analysis import analyze
-
     case = ANALYSES[name]
     src = case.input(out, root)
     options = dict(case.options)
     if "ece_conventions" in options and options["ece_conventions"] == "all":
-        from confgrid.analysis.conventions import CONVENTIONS
-
         options["ece_conventions"] = ",".join(CONVENTIONS.names())
     if name == "analyze_models_candidates":
         options["candidates"] = out / "candidates.csv"
@@ -360,7 +356,7 @@ def run(root: Path, cases: Iterable[str] | None = None, log: Callable[[str], Non
         tiny: bool = False) -> dict[str, str]:
     """Run ``cases`` (default :func:`default_cases`) into ``root/<case>/``; returns case -> why it was skipped.
     ``tiny``: the grids at the sizes of tests/test_golden.py."""
-    import ray
+    import ray  # lazy: compare and snapshot need no Ray (seconds to import)
 
     cases = list(cases or default_cases())
     unknown = [c for c in cases if c not in GRIDS and c not in ANALYSES]
