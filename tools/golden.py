@@ -52,6 +52,11 @@ import yaml
 from confgrid.actors.named_models import resolve_model
 from confgrid.analysis.conventions import CONVENTIONS
 from confgrid.flows.analyze.analysis import analyze
+
+try:
+    from confgrid.flows.analyze.spec import AnalyzeSpec
+except ImportError:  # a branch before 234412b: analyze takes keywords (the golden tool runs on both)
+    AnalyzeSpec = None
 from confgrid.flows.runner import run_grid
 from confgrid.flows.spec.grid import parse_grid
 
@@ -349,7 +354,10 @@ def run_analysis_case(name: str, out: Path, root: Path) -> None:
         options["candidates"] = out / "candidates.csv"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        analyze(src, out, n_resamples=100, seed=0, track=False, **options)
+        if AnalyzeSpec is None:
+            analyze(src, out, n_resamples=100, seed=0, track=False, **options)
+        else:
+            analyze(AnalyzeSpec(input=src, out=out, n_resamples=100, seed=0, track=False, **options))
 
 
 def run(root: Path, cases: Iterable[str] | None = None, log: Callable[[str], None] = print, *,
