@@ -24,7 +24,7 @@ without metadata, then values; NaN equals NaN) and the set of (stage, setting, k
 differed between them, or is left out for another reason, is named in :data:`IGNORED`.
 
 Time: ``run`` took 25 min at a load average of 20-30 on 2 cores (other suites beside it; sensitivity 10 min of
-it), tests/test_golden.py 108 s at a load average near 3. real_small and real_small_fewshot (SmolLM2 through
+it), tests/test_golden.py 83 s at a load average of 1.4 (108 s near 3). real_small and real_small_fewshot (SmolLM2 through
 transformers on CPU, 4 items a dataset; 8-11 min each here) run only when named in ``--cases``.
 """
 
