@@ -77,7 +77,7 @@ def test_generation_and_parsing(backend, tok):
     """Greedy answers to the plain question and to the demo's confidence prompt, in one batch; the latter
     parsed as the grid parses it (the status is one the parser defines, consistent with what it found)."""
     from confgrid.protocols.output_formats import parse_for_prompt
-from confgrid.protocols.parsing import STATUSES
+    from confgrid.protocols.parsing import STATUSES
     from confgrid.protocols.prompts import get_prompt
 
     prompt = get_prompt("confidence")
