@@ -4,7 +4,7 @@ A convention is a :class:`~confgrid.analysis.binning.Binning` (bins, scheme, clo
 paper or a library computes, with the file and line it was read from. Each is registered as the metric
 ``ece_<name>`` (analysis/registry.py), asked for with ``confgrid analyze --ece-convention NAME[,NAME]`` or a
 grid's ``metrics.ece_conventions: [NAME, ...]``, and equals the grammar name of its binning
-(``ece_muller2026`` is ``ece_15_left_float_midpoint``) on every input. tests/test_conventions.py re-implements
+(``ece_muller2026`` is ``ece_15_left_float_midpoint``) on every input. tests/analysis/test_conventions.py re-implements
 each project's formula from its source, independently of this package, and compares on values on and next to
 the edges, ties, 0 and 1.0.
 """
@@ -77,7 +77,7 @@ for _c in (
         description="ECE, study 002: 10 equal-width bins right-closed on seq(0, 1, 0.1)'s float edges, mean "
                     "bin confidence",
         reproduces="study 002, Table 1: the 55 cells outside LifeEval from the authors' per-item outputs, to 2e-14 "
-                   "(benchmarks/closure_study002.py; five of them in tests/test_conventions.py); the 11 LifeEval "
+                   "(benchmarks/closure_study002.py; five of them in tests/analysis/test_conventions.py); the 11 LifeEval "
                    "cells differ by up to 0.011 under every closure (their stored outputs are not the table's)"),
     Convention(
         "sklearn", Binning(5, "width", "right_float"),
@@ -86,7 +86,7 @@ for _c in (
                "`binids = np.searchsorted(bins[1:-1], y_prob)` (side='left': right-closed, 0.0 in the first bin)",
         description="ECE on scikit-learn's calibration_curve bins (its default n_bins=5): equal-width, right-closed "
                     "on np.linspace edges, mean bin confidence",
-        reproduces="sklearn.calibration.calibration_curve's per-bin means, to 1e-15 (tests/test_conventions.py)",
+        reproduces="sklearn.calibration.calibration_curve's per-bin means, to 1e-15 (tests/analysis/test_conventions.py)",
         note="calibration_curve returns the non-empty bins' means only; the ECE is sum_b n_b / n |acc_b - conf_b| "
              "over them. With n_bins=10 it is ece_10_right_float, which is ece_study002. Before 1.1 scikit-learn "
              "binned with np.digitize (left-closed: ece_5_left_float)"),
@@ -146,7 +146,7 @@ for _c in (
         description="ECE, Müller et al. 2026: 15 equal-width bins left-closed on np.linspace edges (1.0 in the last "
                     "bin), each bin's midpoint as its confidence",
         reproduces="Müller et al. 2026 (arXiv 2602.00279) Tables of ECE: SVamp / Llama-4-Scout verbalized 0.0422 "
-                   "and GSM8K / Mistral-Small-3.2 P(True) 0.0311, to every printed digit (tests/test_conventions.py)"
+                   "and GSM8K / Mistral-Small-3.2 P(True) 0.0311, to every printed digit (tests/analysis/test_conventions.py)"
                    "; the other arithmetic cells with outputs in their repository come from older runs (their "
                    "accuracy differs from the tables')",
         note="The midpoint moves numbers: on SVamp / Llama-4-Scout 2,391 of 2,499 answers state 1.0 and are scored "
@@ -162,7 +162,7 @@ for _c in (
                     "left-closed), each bin's centre as its confidence",
         reproduces="Müller et al. 2026 Tables of ECE, answer consistency: SVamp / Llama-4-Scout 0.0327, "
                    "SVamp / Qwen3-30B-A3B-Instruct 0.0298, GSM8K / Mistral-Small-3.2 0.0338 and GSM8K / "
-                   "Llama-3.3-70B 0.0248, to every printed digit (tests/test_conventions.py)",
+                   "Llama-3.3-70B 0.0248, to every printed digit (tests/analysis/test_conventions.py)",
         note="Values outside [-0.05, 1.05) fall in no bin of theirs and leave the count; a confidence in [0, 1] "
              "never does"),
 ):

@@ -268,7 +268,7 @@ class ReweightedCell:
     ``ECE = sum_b |sum_k w_k D[b, k]| / sum_k w_k C[k]``, ``Brier = sum_k w_k Q[k] / sum_k w_k C[k]``, signed
     gap ``sum_k w_k G[k] / sum_k w_k C[k]`` -- the kernel's own sums (analysis/kernels.py ``_ece_sorted`` with
     real weights), grouped by stratum and read off one sparse product ``W @ M`` per block (as the fused path
-    reads every other signal's). Equal to the kernel with real weights to rounding (tests/test_reweighting.py).
+    reads every other signal's). Equal to the kernel with real weights to rounding (tests/analysis/test_reweighting.py).
     """
 
     def __init__(self, sig: SortedSignal, sorted_rows: np.ndarray, rw, n: int):

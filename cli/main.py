@@ -22,7 +22,7 @@ from confgrid.cli.console import setup_logging
 
 # rich_markup_mode=None: help texts are plain text. Typer's default ("rich" when rich is installed) reads square
 # brackets as markup and drops them from --help ("[k/B, (k+1)/B)" vanished from analyze's --ece-closure). Every
-# command and sub-app takes the mode of this app (typer.main.get_group_from_info); tests/test_cli_help.py checks
+# command and sub-app takes the mode of this app (typer.main.get_group_from_info); tests/cli/test_cli_help.py checks
 # that every help text is shown as written.
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="confgrid: fix the answer, vary the measurement.")

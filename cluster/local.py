@@ -268,7 +268,7 @@ def _wait_nodes(cluster: LocalCluster, n: int, python: str | None, env: dict[str
                            f"{timeout:g} s")
 
 
-def main() -> None:  # pragma: no cover - a helper for people, exercised by tests/test_multinode.py's fixture
+def main() -> None:  # pragma: no cover - a helper for people, exercised by tests/cluster/test_multinode.py's fixture
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)

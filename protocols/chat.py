@@ -225,7 +225,7 @@ def answer_ids(tokenizer: Any, answer: str, separator: str) -> list[int]:
     The separator joins the first answer token only where the vocabulary has such a token. SmolLM2 (byte-level
     BPE, digits never merged) has ``" Jupiter"`` as one token but no token of a space and a digit: ``" 1945"``
     is ``[" ", "1", "9", "4", "5"]``, so there the first answer token of a number is the space alone and a
-    ``first_token`` aggregation reads p(" ") (tests/test_smollm2.py).
+    ``first_token`` aggregation reads p(" ") (tests/actors/test_smollm2.py).
     """
     if answer is None or not answer.strip():
         raise ValueError(f"answer={answer!r}: empty; there is nothing to score")

@@ -1,6 +1,6 @@
 """The per-row reader of ``confgrid analyze`` as it was before the column-wise one (commit 5a5d572), kept verbatim.
 
-Not product code: the reference that tests/test_analyze_scale.py compares
+Not product code: the reference that tests/flows/analyze/test_analyze_scale.py compares
 flows/analyze/input.py against (same accepted rows, same problems), and the
 "before" of benchmarks/analyze_bench.py. Its original docstring follows.
 

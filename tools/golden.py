@@ -5,7 +5,7 @@ tables (schema and values, exact) and the manifest's shard keys. Run from the re
 
     python tools/golden.py run OUT [--cases demo,sensitivity,...]   # every case into OUT/<case>/
     python tools/golden.py compare A B [--partial]                  # exit 0: identical; 1: the differences
-    python tools/golden.py refresh                                  # rewrite tests/data/golden/ (tests/test_golden.py)
+    python tools/golden.py refresh                                  # rewrite tests/data/golden/ (tests/e2e/test_golden.py)
 
 ``refresh`` is for a change of numbers that is intended and named in its commit, nothing else.
 
@@ -24,7 +24,7 @@ without metadata, then values; NaN equals NaN) and the set of (stage, setting, k
 differed between them, or is left out for another reason, is named in :data:`IGNORED`.
 
 Time: ``run`` took 25 min at a load average of 20-30 on 2 cores (other suites beside it; sensitivity 10 min of
-it), tests/test_golden.py 83 s at a load average of 1.4 (108 s near 3). real_small and real_small_fewshot (SmolLM2 through
+it), tests/e2e/test_golden.py 83 s at a load average of 1.4 (108 s near 3). real_small and real_small_fewshot (SmolLM2 through
 transformers on CPU, 4 items a dataset; 8-11 min each here) run only when named in ``--cases``.
 """
 
@@ -63,7 +63,7 @@ from confgrid.flows.spec.grid import parse_grid
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 DEMO = ROOT / "flows" / "grids" / "demo.yaml"
-#: The expected files of tests/test_golden.py (written by ``refresh``).
+#: The expected files of tests/e2e/test_golden.py (written by ``refresh``).
 TEST_DATA = ROOT / "tests" / "data" / "golden"
 #: The shard keys of a run, as kept in a snapshot (the manifest itself holds times, hosts and run ids).
 SHARD_KEYS = "shard_keys.json"
@@ -167,7 +167,7 @@ def _real_small_fewshot(tiny: bool) -> dict:
 @dataclass(frozen=True)
 class Grid:
     """A grid case: the reduced grid (a raw mapping, as a user's YAML file loads; ``raw(tiny)``, tiny for
-    tests/test_golden.py) and the folder it resolves in."""
+    tests/e2e/test_golden.py) and the folder it resolves in."""
 
     raw: Callable[[bool], dict]
     base_dir: Path
@@ -304,7 +304,7 @@ ANALYSES: dict[str, Analysis] = {
                                                              "comparison_resamples": 100}),
 }
 
-#: The cases of tests/test_golden.py (issue 39: at least the demo, sensitivity, methods, ACE, capability and
+#: The cases of tests/e2e/test_golden.py (issue 39: at least the demo, sensitivity, methods, ACE, capability and
 #: ConfidenceBench examples), at the sizes of :data:`GRIDS`.
 TEST_CASES = ("demo", "sensitivity", "methods", "ace", "capability", "confidencebench", "analyze_signal_table",
               "analyze_csv", "analyze_parquet_in_turn", "analyze_models")
@@ -363,7 +363,7 @@ def run_analysis_case(name: str, out: Path, root: Path) -> None:
 def run(root: Path, cases: Iterable[str] | None = None, log: Callable[[str], None] = print, *,
         tiny: bool = False) -> dict[str, str]:
     """Run ``cases`` (default :func:`default_cases`) into ``root/<case>/``; returns case -> why it was skipped.
-    ``tiny``: the grids at the sizes of tests/test_golden.py."""
+    ``tiny``: the grids at the sizes of tests/e2e/test_golden.py."""
     import ray  # lazy: compare and snapshot need no Ray (seconds to import)
 
     cases = list(cases or default_cases())
@@ -591,7 +591,7 @@ def snapshot(src: Path, dst: Path) -> None:
 
 
 def refresh(cases: Iterable[str] = TEST_CASES, dst: Path = TEST_DATA) -> None:
-    """Rewrite the expected files of tests/test_golden.py: only when a change of numbers is intended, named in
+    """Rewrite the expected files of tests/e2e/test_golden.py: only when a change of numbers is intended, named in
     its commit."""
     with tempfile.TemporaryDirectory(prefix="golden-") as tmp:
         run(Path(tmp), cases, tiny=True)
@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("out", type=Path)
     p_run.add_argument("--cases", default=None, help=f"comma-separated, of: {', '.join(all_cases())} (default: "
                                                      "all but real_small*)")
-    p_run.add_argument("--tiny", action="store_true", help="the sizes of tests/test_golden.py")
+    p_run.add_argument("--tiny", action="store_true", help="the sizes of tests/e2e/test_golden.py")
     p_cmp = sub.add_parser("compare", help="compare two golden folders; exit 1 on a difference")
     p_cmp.add_argument("a", type=Path)
     p_cmp.add_argument("b", type=Path)

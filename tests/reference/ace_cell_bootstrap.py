@@ -1,7 +1,7 @@
 """Study 001's own paired bootstrap of the ACE gaps of one cell, vectorized over resamples: a test-only oracle.
 
 This was ``confgrid.analysis.ace.bootstrap.cell_bootstrap``. The package computes the same gaps as units of the
-one evaluator (analysis/ace/units.py, analysis/reweighting.py); tests/test_ace_bootstrap.py checks those against
+one evaluator (analysis/ace/units.py, analysis/reweighting.py); tests/analysis/test_ace_bootstrap.py checks those against
 this and this against a per-resample loop of the point-estimate functions, and benchmarks/ace_bench.py times
 both. Independent of the evaluator's computation (per-item sums and one matrix product here, reweighted rows
 there); it shares with it only the draws (:func:`confgrid.analysis.ace.bootstrap.cell_counts`), the ECE bins

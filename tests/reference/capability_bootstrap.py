@@ -2,7 +2,7 @@
 
 This was ``confgrid.analysis.capability.metrics.capability_bootstrap``. The run's evaluator computes the same
 metrics as rows of the one signal table (flows/evaluate/capability.py, analysis/evaluation.py);
-tests/test_capability_grid.py checks its points against this, and tests/test_capability.py checks this against a
+tests/flows/evaluate/test_capability_grid.py checks its points against this, and tests/analysis/test_capability.py checks this against a
 loop over resampled items.
 
 The bootstrap resamples items (an item's k samples stay together, since the target is a per-item quantity),
@@ -13,7 +13,7 @@ defined.
 Not independent of the package: the point values come from ``brier_to_target``, ``ece_to_target`` and its
 Spearman, and the resamples from the one weighted kernels (analysis/kernels.py), so it is kept as the oracle it
 is, of the layout, the pairing and the draws; the metrics have their own independent checks in
-tests/test_capability.py (numpy, scipy).
+tests/analysis/test_capability.py (numpy, scipy).
 """
 
 from __future__ import annotations
