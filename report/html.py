@@ -11,27 +11,23 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import logging
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-from markdown_it import MarkdownIt  # markdown-it-py: a dependency of rich
 
 from confgrid.analysis.figure_data import select_group
 from confgrid.analysis.tables import format_table
 from confgrid.flows.evaluate.outputs import closure_lines, fmt_intervals, interval_notes, result_matrix
 from confgrid.flows.store.run_store import read_manifest, write_text_atomic
 from confgrid.flows.tracking import Tracker, default_tracking_uri, sqlite_path
-from confgrid.protocols.checklist import render_checklist_markdown
 
 from confgrid import __version__
 
-from .registry import FIGURE_DIR, FIGURES, FigureOptions, FigureSet, write_figures
+from .registry import FIGURE_DIR, FIGURES, REPORT_SECTIONS, FigureOptions, FigureSet, write_figures
 from .run_tables import RunTables
 
 __all__ = ["write_report", "render_report", "ReportResult", "REPORT_FILE", "MAX_TABLE_ROWS"]
@@ -82,27 +78,6 @@ def _table(df: pd.DataFrame, max_rows: int = MAX_TABLE_ROWS, link: str | None = 
         more = f' (<a href="{_esc(link)}">whole table</a>)' if link else ""
         note = f'<p class="note">first {max_rows} of {len(df)} rows{more}</p>'
     return f'<div class="scroll">{shown.to_html(index=False, na_rep="-", border=0, escape=True)}</div>{note}'
-
-
-def _markdown(text: str) -> str:
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
-
-
-def _checklist(root: Path) -> str:
-    p = root / "results" / "checklist.json"
-    if not p.is_file():
-        return '<p class="note">This run wrote no results/checklist.json.</p>'
-    parts = []
-    for i, e in enumerate(json.loads(p.read_text(encoding="utf-8"))):
-        head = f"{e.get('model')} / {e.get('dataset')} / answer set {e.get('extra', {}).get('answer_set', 'main')}"
-        try:  # the checklist's own headings sit below this section's
-            body = _markdown(re.sub(r"^(#+) ", lambda m: "#" * min(len(m.group(1)) + 3, 6) + " ",
-                                    render_checklist_markdown(e), flags=re.MULTILINE))
-        except (KeyError, TypeError) as exc:  # a checklist of another version: show it as JSON
-            body = f"<pre>{_esc(json.dumps(e, indent=1, default=str))}</pre><p class='note'>({_esc(exc)})</p>"
-        parts.append(f"<details{' open' if i == 0 else ''}><summary>{_esc(head)}</summary>{body}</details>")
-    return "\n".join(parts) + ' <p class="note">Also in <a href="results/checklist.md">results/checklist.md</a> ' \
-                               'and <a href="results/checklist.json">results/checklist.json</a>.</p>'
 
 
 def _gaps(gaps: pd.DataFrame) -> pd.DataFrame:
@@ -183,7 +158,7 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
           if verdicts is not None and len(verdicts) else []),
         *([("stopping", "Early stopping: why each setting stopped", _stopping(stopping))]
           if stopping is not None and len(stopping) else []),
-        ("protocol", "Protocol (reporting checklist)", _checklist(root)),
+        *((sec.study, sec.title, sec.render(tables)) for _, sec in REPORT_SECTIONS.items()),
         *([("closure", "The bin closure matters here",
             "<ul>" + "".join(f"<li>{_esc(x)}</li>" for x in notes) + "</ul>"
             '<p class="note">results/closure.csv; each signal\'s share of confidences on bin edges: '

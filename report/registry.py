@@ -14,6 +14,10 @@ decorated function::
 
 and an import of its module in ``report/__init__.py``. Matplotlib is used
 through :class:`matplotlib.figure.Figure` (the Agg canvas; no pyplot state).
+
+A study's own section of the page (placed after the verdicts and early stopping) is a :class:`ReportSection`
+registered with :func:`register_section` under the study's registry entry (flows/studies/); report/html.py
+renders them in registration order and names none.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ from typing import Any
 
 import pandas as pd
 
+from confgrid.flows.studies import get_study
 from confgrid.registry import Registry
 
 from .run_tables import RunTables
 
 __all__ = ["FigureOptions", "Drawn", "FigureEntry", "FigureFile", "FigureSet", "FIGURES", "register_figure",
+           "ReportSection", "REPORT_SECTIONS", "register_section",
            "available_figures", "new_figure", "panels", "grid_shape", "draw_figures", "write_figures", "FIGURE_DIR"]
 
 log = logging.getLogger("confgrid")
@@ -116,6 +122,32 @@ def register_figure(family: str, needs: tuple[str, ...], title: str) -> Callable
 
     def deco(fn: Callable[[RunTables, FigureOptions], list[Drawn]]) -> Callable:
         FIGURES.register(family, FigureEntry(family, tuple(needs), title, fn))
+        return fn
+
+    return deco
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """A study's section of ``report.html``: its anchor is the study's name (flows/studies/), ``render(tables)``
+    its HTML (a string; ``tables.root`` is the run directory)."""
+
+    study: str
+    title: str
+    render: Callable[[RunTables], str]
+
+
+#: study name -> its section, in registration order (the order in the page)
+REPORT_SECTIONS: Registry[ReportSection] = Registry("report section", value_type=ReportSection)
+
+
+def register_section(study: str, title: str) -> Callable:
+    """Decorator registering ``render(tables) -> str`` as the report section of study ``study``: a ``KeyError``
+    (listing the registered studies) when ``study`` is none of them, a ``ValueError`` when it has a section."""
+    get_study(study)
+
+    def deco(fn: Callable[[RunTables], str]) -> Callable:
+        REPORT_SECTIONS.register(study, ReportSection(study, title, fn))
         return fn
 
     return deco

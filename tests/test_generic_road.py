@@ -20,10 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: the generic road: plan, execute, collect, signals, evaluate, then the enabled studies' views
 GENERIC = ["flows/runner.py", "flows/evaluate/run_evaluation.py", "flows/evaluate/outputs.py",
-           "flows/store/run_store.py", "flows/tracking.py", "cli/show/__init__.py", "report/registry.py",
-           "report/run_tables.py"]
-#: still naming studies (their show sections and report parts are not yet the study entries'; issue 39)
-NOT_YET = ["cli/show/tables.py", "report/html.py"]
+           "flows/store/run_store.py", "flows/tracking.py", "cli/show/__init__.py", "cli/show/tables.py",
+           "report/registry.py", "report/run_tables.py", "report/html.py"]
 #: a study's own modules, below its registry entry
 STUDY_MODULES = ("confgrid.flows.evaluate.ace", "confgrid.flows.evaluate.capability",
                  "confgrid.flows.evaluate.calibration_tables", "confgrid.flows.evaluate.study_tables")
@@ -79,13 +77,6 @@ def named(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("rel", GENERIC)
 def test_the_generic_road_names_no_study_and_no_stage(rel):
-    assert named(ROOT / rel) == []
-
-
-@pytest.mark.xfail(strict=True, reason="show and report still name studies (issue 39); move their sections to the "
-                                       "study entries, then move the file to GENERIC")
-@pytest.mark.parametrize("rel", NOT_YET)
-def test_show_and_report_do_not_yet(rel):
     assert named(ROOT / rel) == []
 
 

@@ -7,6 +7,10 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 
+from confgrid.cli.show import register_show
+from confgrid.cli.show.tables import _table
+from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
+
 __all__ = ["print_ace"]
 
 
@@ -18,6 +22,7 @@ def _read(res: Path, name: str) -> pd.DataFrame | None:
     return df if len(df) else None
 
 
+@register_show("ace", rank=20)
 def print_ace(res: str | Path, console: Console) -> bool:
     """Print the ACE tables found in ``res`` (results/); returns whether there were any.
 
@@ -27,8 +32,6 @@ def print_ace(res: str | Path, console: Console) -> bool:
     the bootstrap reliability of reversals (Table 10), self-preference and the
     correlation of raw ECE gap with accuracy gap.
     """
-    from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
-    from confgrid.cli.show.tables import _table
 
     res = Path(res)
     gaps = _read(res, "ace_gaps")

@@ -7,11 +7,16 @@ from pathlib import Path
 
 from rich.console import Console
 
+from confgrid.cli.show import register_show
+from confgrid.cli.show.ace import _read
+from confgrid.cli.show.tables import _table
+
 __all__ = ["print_calibration"]
 
 _CELL = ["setting", "answer_set", "refusal", "rule", "signal"]
 
 
+@register_show("calibration", rank=30)
 def print_calibration(res: str | Path, console: Console) -> bool:
     """Print ``results/{calibration,refusals,runs,hard_easy}`` when a run has answer sets beyond the main one,
     method signals or unusable replies; returns whether anything was printed.
@@ -20,8 +25,6 @@ def print_calibration(res: str | Path, console: Console) -> bool:
     but the main one (which is the metrics table above); the per-category rows
     and every other row are in the CSV files.
     """
-    from confgrid.cli.show.tables import _table
-    from confgrid.cli.show.ace import _read
 
     res = Path(res)
     printed = False

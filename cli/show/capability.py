@@ -15,6 +15,11 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 
+from confgrid.cli.show import register_show
+from confgrid.cli.show.ace import _read
+from confgrid.cli.show.tables import _table
+from confgrid.flows.evaluate.outputs import fmt_interval
+
 __all__ = ["print_capability"]
 
 _TITLES = {"brier": "Table 3: Brier score against the capability target [95% paired item bootstrap]",
@@ -24,7 +29,6 @@ _TITLES = {"brier": "Table 3: Brier score against the capability target [95% pai
 
 
 def _wide(m: pd.DataFrame, metric: str, target: str) -> pd.DataFrame:
-    from confgrid.flows.evaluate.outputs import fmt_interval
 
     r = m[(m["metric"] == metric) & (m["target"] == target)]
     r = r.assign(value=[fmt_interval(p, lo, hi) for p, lo, hi in zip(r["point"], r["lo"], r["hi"], strict=True)])
@@ -35,10 +39,9 @@ def _wide(m: pd.DataFrame, metric: str, target: str) -> pd.DataFrame:
     return wide
 
 
+@register_show("capability", rank=40)
 def print_capability(res: str | Path, console: Console) -> bool:
     """Print the capability tables under ``res`` (a run's results/) if they exist; returns whether any was."""
-    from confgrid.cli.show.tables import _table
-    from confgrid.cli.show.ace import _read
 
     res = Path(res)
     m = _read(res, "capability_metrics")

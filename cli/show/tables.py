@@ -8,10 +8,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from confgrid.analysis.tables import format_table
-from confgrid.cli.show.ace import print_ace
-from confgrid.cli.show.calibration import print_calibration
-from confgrid.cli.show.capability import print_capability
+from confgrid.cli.show import show_sections
 from confgrid.flows.evaluate.outputs import (
     _has_views,
     closure_lines,
@@ -115,42 +112,8 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         s = shifts.assign(shift=fmt_intervals(shifts, "shift"))
         console.print(_table(s[["setting", "from_context", "to_context", "metric", "shift", "flip", "resolved_flip"]],
                              "Shift of the gap between scoring contexts"))
-    mf = res / "methods.parquet"
-    if mf.is_file():
-        methods = pd.read_parquet(mf)
-        if not methods.empty:
-            wide = methods.assign(value=[fmt_interval(p, lo, hi) for p, lo, hi in
-                                         zip(methods["point"], methods["lo"], methods["hi"], strict=True)])
-            wide = wide.pivot_table(index=["setting", "signal", "rated", "n"], columns="metric", values="value",
-                                    aggfunc="first", sort=False).reset_index()
-            console.print(_table(wide, f"Confidence methods: point [{pct} paired bootstrap interval] over each "
-                                       "method's own rows (n); rated = the answer whose correctness is the target; "
-                                       "their gaps against verbalized are in the gap table"))
-    print_ace(res, console)
-    print_calibration(res, console)
-    print_capability(res, console)
-    ea = res / "expected_accuracy.parquet"
-    if ea.is_file():
-        console.print(_table(pd.read_parquet(ea), "Expected accuracy over k samples (the capability target)"))
-    titles = {
-        "table2_contexts": "Table 2: the same answers in three contexts (token metric and gap g per context)",
-        "table3_ablation": "Table 3: the ablation path (mean gap over settings and each step's mean |shift|)",
-        "table4_axes": "Table 4: mean |shift| of g per protocol axis",
-        "table15_estimators": "Table 15: ECE estimators replacing 10-bin ECE (mean and max |shift of g|, flips)",
-        "transfer": "Calibration transfer (Appendix G): Brier penalty of a map fitted in one context, applied in another",
-        "table17_probe": "Table 17: supplied-answer probe, paired differences of stated confidence (pooled pairs)",
-    }
-    for name, title in titles.items():
-        f = res / f"{name}.parquet"
-        if f.is_file():
-            df = pd.read_parquet(f)
-            if not df.empty:
-                if name == "table17_probe":
-                    df = df.assign(mean_diff=[fmt_interval(p, lo, hi) for p, lo, hi in zip(df["mean_diff"], df["lo"], df["hi"], strict=True)])
-                    df = df[["pair", "n", "mean_diff", "share_strings_differ"]]
-                else:
-                    df = format_table(df)
-                console.print(_table(df, title))
+    for section in show_sections():  # the studies' sections (cli/show/<study>.py)
+        section.print(res, console)
 
 
 def _sel(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:

@@ -13,6 +13,9 @@ so a new study is one new file and touches nothing else. Each entry declares
   :func:`~confgrid.flows.tracking.keyed_metrics`);
 * ``tables`` and ``figures``: the result names ``confgrid show`` and the report read from it.
 
+Its part of ``confgrid show`` and of the report is registered under its name where the printing lives:
+``register_show`` (cli/show/<study>.py) and ``register_section`` (report/registry.py).
+
 Registries follow lm-evaluation-harness (``lm_eval/api/registry.py``): a duplicate name is an error, an unknown
 name an error listing the choices.
 """
