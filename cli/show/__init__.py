@@ -23,18 +23,9 @@ __all__ = ["ShowSection", "SHOW_SECTIONS", "register_show", "show_sections"]
 
 @dataclass(frozen=True)
 class ShowSection:
-    """One study's section of ``confgrid show``.
-
-    Attributes
-    ----------
-    study : str
-        The study's registry name (flows/studies/).
-    rank : int
-        Place in the output, after the settings, metrics, gaps, shifts (ascending; unique).
-    print : callable
-        ``print(res, console)``: ``res`` the run's results/ folder; prints what of the study's tables the run
-        has, nothing otherwise.
-    """
+    """One study's section of ``confgrid show``: ``study`` its registry name (flows/studies/), ``rank`` its
+    place after the settings, metrics, gaps and shifts (ascending, unique), ``print(res, console)`` prints what
+    of its tables the run's results/ folder ``res`` has, nothing otherwise."""
 
     study: str
     rank: int
