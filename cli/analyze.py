@@ -166,7 +166,8 @@ def analyze_cmd(
     the pairs: see --against and --signal-pairs),
     OUT/results/shifts.csv, OUT/results/alignment.csv, OUT/results/edges.csv,
     OUT/results/closure.csv, OUT/results/verdicts.csv, a .parquet copy of each,
-    OUT/analyze.json (what `confgrid log OUT` logs) and an MLflow parent run
+    OUT/results/run_info.json (bins, closures, level: what show and report
+    read), OUT/analyze.json (what `confgrid log OUT` logs) and an MLflow parent run
     (experiment confgrid/analyze; store: --tracking-uri, else
     $MLFLOW_TRACKING_URI, else OUT/mlflow.db) with one child run per setting.
     With a model column, the comparison across models adds
@@ -174,24 +175,16 @@ def analyze_cmd(
     written and the exit status is 3; log them later with `confgrid log OUT`.
     """
     setup_logging(False)
-    if use_ray:  # quiet Ray Data: no progress bars, no INFO line per execution
-        import ray.data
-
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
-        logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     values = dict(locals())
-    if tracking_uri and "://" not in tracking_uri:
-        typer.echo(f"confgrid analyze: --tracking-uri {tracking_uri!r} is not a URI; use sqlite:///PATH/mlflow.db "
-                   "or http://HOST:5000", err=True)
-        raise typer.Exit(2)
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AnalyzeWarning)
         warnings.simplefilter("always", UndefinedMetricWarning)
         try:
-            spec = _spec(ctx, spec_file, values)
+            spec = _spec(ctx, spec_file, values)  # the flags, a --spec file or both
+            if spec.use_ray:
+                _quiet_ray_data()
             result = analyze(spec)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
@@ -220,7 +213,7 @@ def analyze_cmd(
     for line in interval_notes(m):
         typer.echo(f"note: {line}")
     typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'}, "
-               f"{res / 'edges.csv'}, {res / 'closure.csv'}, {res / 'verdicts.csv'} (+ .parquet)")
+               f"{res / 'edges.csv'}, {res / 'closure.csv'}, {res / 'verdicts.csv'} (+ .parquet), {res / 'run_info.json'}")
     if "ace_gaps" in tables:
         print_ace(res, Console(width=200))
         typer.echo(f"Wrote the comparison across models: {res}/ace_*.csv (+ .parquet, .md)")
@@ -230,6 +223,15 @@ def analyze_cmd(
     if failure is not None:
         typer.echo(f"confgrid analyze: {failure.line()}\n{failure.hint(out)}", err=True)
         raise typer.Exit(EXIT_TRACKING_FAILED)
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data without progress bars or an INFO line per execution (the table printed at the end says it all)."""
+    import ray.data  # lazy: Ray loads only when the bootstrap is spread over it
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
 
 
 def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:

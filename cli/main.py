@@ -335,14 +335,26 @@ def log_cmd(
                f"in {logged.tracking_uri}")
 
 
+def _finished_run(out_dir: Path) -> None:
+    """Exit 2 with one line unless ``out_dir`` holds a finished run's results and a readable run-info record."""
+    from confgrid.flows.store.run_info import RunInfoError, read_run_info
+
+    if not (out_dir / "results" / "metrics.parquet").is_file():
+        typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
+        raise typer.Exit(2)
+    try:
+        read_run_info(out_dir)
+    except RunInfoError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def show(out_dir: Path = typer.Argument(..., help="Output directory of a finished run.")) -> None:
     """Print the result tables of a finished run."""
     from confgrid.cli.show.tables import print_results
 
-    if not (out_dir / "results" / "metrics.parquet").is_file():
-        typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
-        raise typer.Exit(2)
+    _finished_run(out_dir)
     print_results(out_dir)
 
 
@@ -361,9 +373,7 @@ def report(
     2 not a run directory or a bad option.
     """
     setup_logging(verbose)
-    if not (out_dir / "results" / "metrics.parquet").is_file():
-        typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
-        raise typer.Exit(2)
+    _finished_run(out_dir)
     from confgrid.report import FigureOptions
 
     try:

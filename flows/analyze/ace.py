@@ -30,6 +30,8 @@ def parse_views(text: str | Sequence[str] | None) -> list[str] | None:
     """``"raw,ia,da,ca"`` -> list; None stays None (the default views)."""
     if text is None:
         return None
+    if not isinstance(text, str) and not (isinstance(text, (list, tuple)) and all(isinstance(v, str) for v in text)):
+        raise AnalyzeInputError(f"--views: {text!r}; give a comma-separated string or a list of {', '.join(VIEWS)}")
     views = [v.strip() for v in (text.split(",") if isinstance(text, str) else text) if v.strip()]
     bad = [v for v in views if v not in VIEWS]
     if bad or not views:

@@ -197,6 +197,8 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     ------
     AnalyzeInputError
         Bad options or input (every bad row listed by its place); nothing is written then.
+    TypeError
+        ``spec`` is not an :class:`AnalyzeSpec` (the keyword form of earlier versions: build the spec with them).
 
     Warns
     -----
@@ -207,6 +209,9 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     TrackingWarning
         When the MLflow store fails (the files are written).
     """
+    if not isinstance(spec, AnalyzeSpec):
+        raise TypeError(f"analyze takes one AnalyzeSpec, got {type(spec).__name__}: call "
+                        "analyze(AnalyzeSpec(input=..., out=..., metrics=...)) (confgrid.flows.analyze.spec)")
     spec.warn_unused_axes()
     cand_df = read_candidates(spec.candidates) if spec.candidates is not None else None
     input_path, out_dir = spec.input, spec.out

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from confgrid.analysis.binning import BIN_CONFIDENCES, MAX_BINS, BinnedNameError
 from confgrid.analysis.conventions import CONVENTIONS, convention_metric
@@ -62,9 +62,30 @@ def slow_metrics() -> list[str]:
     return sorted(m for m in METRICS if not has_weighted_kernel(m))
 
 
-def _names(value: Any) -> list[str]:
-    """``"a, b"`` or a sequence -> stripped, lowercased entries (empty ones kept, for the callers' checks)."""
-    return [str(c).strip().lower() for c in (value.split(",") if isinstance(value, str) else value)]
+def _strings(flag: str, value: Any, what: str = "names") -> list[str]:
+    """``"a, b"`` or a list/tuple of strings -> the entries as given (split at commas when one string).
+
+    Raises
+    ------
+    AnalyzeInputError
+        ``value`` is neither a string nor a list of strings (a number, a mapping, ``true``), naming ``flag``.
+    """
+    if isinstance(value, str):
+        return value.split(",")
+    if isinstance(value, (list, tuple)) and all(isinstance(c, str) for c in value):
+        return list(value)
+    raise AnalyzeInputError(f"{flag}: {value!r}; give {what} as a comma-separated string or a list of strings")
+
+
+def _names(value: Any, flag: str = "--metrics") -> list[str]:
+    """``"a, b"`` or a list of strings -> stripped, lowercased entries (empty ones kept, for the callers' checks).
+
+    Raises
+    ------
+    AnalyzeInputError
+        ``value`` is not a string or a list of strings, naming ``flag``.
+    """
+    return [c.strip().lower() for c in _strings(flag, value)]
 
 
 def parse_metrics(metrics: Any) -> list[str]:
@@ -106,7 +127,7 @@ def _parse_choices(flag: str, value: Any, allowed: Any, at_least: int = 1) -> li
     AnalyzeInputError
         An unknown or repeated name, or fewer than ``at_least``, naming the flag, the value and the choices.
     """
-    raw = _names(value)
+    raw = _names(value, flag)
     names = [c for c in raw if c]
     bad = [c for c in names if c not in allowed]
     empty = len(names) != len(raw) and not (at_least == 0 and raw == [""])
@@ -126,10 +147,14 @@ def _parse_signal_pairs(value: Any) -> tuple[tuple[str, str], ...]:
     """
     if value is None:
         return ()
-    items = [tuple(x.split(":")) for x in value.split(",") if x.strip()] if isinstance(value, str) else \
-        [tuple(x) for x in value]
+    if isinstance(value, str):
+        items = [tuple(x.split(":")) for x in value.split(",") if x.strip()]
+    elif isinstance(value, (list, tuple)) and all(isinstance(x, (list, tuple, str)) for x in value):
+        items = [tuple(x.split(":")) if isinstance(x, str) else tuple(x) for x in value]
+    else:
+        raise AnalyzeInputError(f"--signal-pairs: {value!r}; give 'A:B,C:D' or a list of [A, B] pairs")
     for p in items:
-        if len(p) != 2 or not all(str(n).strip() for n in p) or p[0] == p[1]:
+        if len(p) != 2 or not all(isinstance(n, str) and n.strip() for n in p) or p[0] == p[1]:
             raise AnalyzeInputError(f"--signal-pairs: {':'.join(map(str, p))!r} is not two different signal names "
                                     "(A:B, comma-separated)")
     return tuple((str(a).strip(), str(b).strip()) for a, b in items)
@@ -226,7 +251,29 @@ class AnalyzeSpec(BaseModel):
     @field_validator("columns", mode="before")
     @classmethod
     def _columns(cls, v: Any) -> dict[str, str]:
-        return {r: c for r, c in (v or {}).items() if c is not None}
+        if v is None:
+            return {}
+        if not isinstance(v, dict) or not all(isinstance(r, str) and (c is None or isinstance(c, str))
+                                              for r, c in v.items()):
+            raise AnalyzeInputError(f"columns (--*-col): {v!r}; give a mapping of role: column name, roles "
+                                    f"{', '.join(COLUMN_FLAGS)}")
+        return {r: c for r, c in v.items() if c is not None}
+
+    @field_validator("n_resamples", "seed", "n_bins", "chunk_size", "comparison_resamples", "num_workers",
+                     "ia_strata", mode="before")
+    @classmethod
+    def _whole(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, bool):  # pydantic reads true as 1: a 1-resample bootstrap nobody asked for
+            raise AnalyzeInputError(f"{FLAGS.get(info.field_name, info.field_name)}: must be an integer, got {v!r}")
+        return v
+
+    @field_validator("tracking_uri", mode="before")
+    @classmethod
+    def _uri(cls, v: Any) -> Any:
+        if isinstance(v, str) and v and "://" not in v:
+            raise AnalyzeInputError(f"--tracking-uri {v!r} is not a URI; use sqlite:///PATH/mlflow.db (or "
+                                    "file:///PATH/mlruns, http://HOST:PORT)")
+        return v
 
     @field_validator("views", mode="before")
     @classmethod
@@ -237,7 +284,13 @@ class AnalyzeSpec(BaseModel):
     @field_validator("pairs", mode="before")
     @classmethod
     def _pairs(cls, v: Any) -> tuple | None:
-        pairs = parse_pairs(v) if isinstance(v, str) or v is None else [tuple(p) for p in v]
+        if isinstance(v, str) or v is None:
+            pairs = parse_pairs(v)
+        elif isinstance(v, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 3
+                                                  and all(isinstance(x, str) and x for x in p) for p in v):
+            pairs = [tuple(p) for p in v]
+        else:
+            raise AnalyzeInputError(f"--pairs: {v!r}; give 'A:B[:LABEL],...' or a list of [A, B, LABEL]")
         return None if pairs is None else tuple(pairs)
 
     @field_validator("signal_pairs", mode="before")
@@ -341,6 +394,9 @@ def _input_error(exc: ValidationError) -> AnalyzeInputError:
         return inner
     field = str(err["loc"][0]) if err.get("loc") else ""
     if err["type"] == "extra_forbidden":
+        if field == "verdicts" and len(err["loc"]) > 1:  # a key inside the nested section: name it, list its keys
+            return AnalyzeInputError(f"unknown option verdicts.{err['loc'][-1]}; choose from "
+                                     f"{', '.join(VerdictSpec.model_fields)}")
         return AnalyzeInputError(f"unknown option {field!r}; choose from {', '.join(AnalyzeSpec.model_fields)}")
     if err["type"] == "missing":
         return AnalyzeInputError(f"{FLAGS.get(field, field)}: required")

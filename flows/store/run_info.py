@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from confgrid.flows.store.run_store import write_text_atomic
 from confgrid.yaml_load import safe_load
@@ -95,7 +95,24 @@ def derived_run_info(root: str | Path) -> RunInfo:
     return RunInfo(command="run", primary=primary)
 
 
+class RunInfoError(ValueError):
+    """``results/run_info.json`` exists but is not a :class:`RunInfo` record (hand-edited or truncated)."""
+
+
 def read_run_info(root: str | Path) -> RunInfo:
-    """The record of a finished run or analysis: ``results/run_info.json``, else :func:`derived_run_info`."""
-    data = _json(Path(root) / RUN_INFO)
-    return RunInfo(**data) if data is not None else derived_run_info(root)
+    """The record of a finished run or analysis: ``results/run_info.json``, else :func:`derived_run_info`.
+
+    Raises
+    ------
+    RunInfoError
+        The file is not JSON or not a valid record, naming the file and the first problem.
+    """
+    path = Path(root) / RUN_INFO
+    try:
+        data = _json(path)
+        return RunInfo(**data) if data is not None else derived_run_info(root)
+    except (json.JSONDecodeError, TypeError, ValidationError) as exc:
+        first = exc.errors()[0] if isinstance(exc, ValidationError) else None
+        why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}, got {first.get('input')!r}" if first else exc
+        raise RunInfoError(f"{path}: not a run-info record ({why}); delete it to derive it again from grid.yaml "
+                           "or analyze.json") from None

@@ -425,6 +425,53 @@ def test_the_spec_is_frozen_checked_and_the_result_typed(tmp_path):
     assert set(res["gaps"][["signal_a", "signal_b"]].itertuples(index=False, name=None)) == {("verbalized", "token")}
 
 
+@pytest.mark.parametrize("field, value, says", [
+    ("metrics", 5, "--metrics: 5; give names"), ("metrics", True, "--metrics: True"),
+    ("ece_closure", {"a": 1}, "--ece-closure: {'a': 1}"), ("ece_conventions", 3, "--ece-convention: 3"),
+    ("views", [1, 2], "--views: [1, 2]"), ("views", 7, "--views: 7"),
+    ("pairs", [1, 2], "--pairs: [1, 2]"), ("pairs", True, "--pairs: True"),
+    ("signal_pairs", 5, "--signal-pairs: 5"), ("signal_pairs", [1, 2], "--signal-pairs"),
+    ("columns", ["setting"], "columns (--*-col): ['setting']"), ("columns", 5, "columns (--*-col): 5"),
+    ("columns", {"setting": 3}, "columns (--*-col)"),
+    ("n_resamples", True, "--bootstrap: must be an integer, got True"), ("chunk_size", False, "chunk_size: must"),
+    ("ia_strata", True, "--ia-strata: must be an integer"),
+    ("tracking_uri", "notauri", "--tracking-uri 'notauri' is not a URI"),
+])
+def test_a_value_of_the_wrong_shape_is_refused_naming_its_field(tmp_path, field, value, says):
+    """From a breaker's walk-through: lists, mappings and booleans where they do not belong raised TypeError or
+    AttributeError tracebacks, or (true as an integer) ran a 1-resample bootstrap; a tracking URI was checked only
+    on the flag."""
+    with pytest.raises(AnalyzeInputError, match=re.escape(says)):
+        AnalyzeSpec(input=SMALL, out=tmp_path / "o", **{field: value})
+
+
+def test_a_spec_file_with_a_bad_value_exits_2_with_one_line(tmp_path):
+    import yaml
+
+    spec = tmp_path / "spec.yaml"
+    for data, says in (({"metrics": 5}, "--metrics: 5"), ({"columns": ["setting"]}, "columns (--*-col)"),
+                       ({"verdicts": {"robust_min_setting": 2}}, "unknown option verdicts.robust_min_setting; "
+                                                                 "choose from robust_point_share"),
+                       ({"n_resamples": True}, "--bootstrap: must be an integer, got True"),
+                       ({"tracking_uri": "notauri"}, "is not a URI")):
+        spec.write_text(yaml.safe_dump({"input": str(SMALL), "out": "o", **data}), encoding="utf-8")
+        r = invoke("--spec", spec)
+        assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, (data, r.output)
+    with pytest.raises(TypeError, match="AnalyzeSpec"):
+        analyze(SMALL)
+
+
+def test_a_corrupt_run_info_is_named_not_a_traceback(tmp_path):
+    out = tmp_path / "o"
+    assert invoke(SMALL, "--out", out, "--bootstrap", "20", "--no-tracking").exit_code == 0
+    path = out / "results" / "run_info.json"
+    for text in ("{not json", '{"command": "analyze", "n_bins": "ten"}'):
+        path.write_text(text, encoding="utf-8")
+        for cmd in ("show", "report"):
+            r = runner.invoke(app, [cmd, str(out)])
+            assert r.exit_code == 2 and "run_info.json: not a run-info record" in r.output, (cmd, text, r.output)
+
+
 def test_analyze_writes_the_run_info_that_show_reads(tmp_path):
     from confgrid.flows.store.run_info import read_run_info
 
