@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from confgrid.actors.openai_backend import OpenAIBackend
+from confgrid.actors.vllm_backend import VLLMBackend
 from confgrid.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,14 +54,12 @@ BACKENDS: Registry[BackendEntry] = Registry("backend", value_type=BackendEntry)
 
 
 def _transformers(config: "ModelConfig", path: str) -> Any:
-    from confgrid.actors.transformers_backend import TransformersBackend
+    from confgrid.actors.transformers_backend import TransformersBackend  # lazy: it imports torch and transformers
 
     return TransformersBackend(path, dtype=config.dtype, revision=config.revision, batch_size=config.batch_size)
 
 
 def _vllm(config: "ModelConfig", path: str) -> Any:  # pragma: no cover - needs confgrid[gpu] (tests/vllm_cpu)
-    from confgrid.actors.vllm_backend import VLLMBackend
-
     extra = {"max_num_seqs": config.max_num_seqs} if config.max_num_seqs is not None else {}
     return VLLMBackend(path, dtype=config.dtype, revision=config.revision,
                        tensor_parallel_size=config.tensor_parallel_size,
@@ -73,8 +73,6 @@ def _vllm(config: "ModelConfig", path: str) -> Any:  # pragma: no cover - needs 
 
 
 def _openai(config: "ModelConfig", path: str) -> Any:
-    from confgrid.actors.openai_backend import OpenAIBackend
-
     return OpenAIBackend(config.model, config.api, config.template_kwargs(), name=config.name)
 
 

@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterator
 
 import ray
 
+from confgrid.actors.backend import EngineDied
+from confgrid.actors.backends import BACKENDS
 from confgrid.actors.calls import (
     CallResult,
     EngineCall,
@@ -40,6 +42,10 @@ from confgrid.actors.calls import (
     ScoreOutput,
     ScoreRequest,
 )
+from confgrid.actors.named_models import resolve_model
+from confgrid.actors.openai_backend import unwrap
+from confgrid.protocols.candidates import candidate_token_ids
+from confgrid.protocols.chat import answer_ids, default_system_prompt, effective_separator, render_prompt_ids
 from confgrid.registry import Registry
 
 __all__ = ["ModelConfig", "ReplicaResources", "replica_resources", "actor_options", "start_replica", "ModelActor",
@@ -353,8 +359,6 @@ class ModelWorker:
     """
 
     def __init__(self, config: ModelConfig, num_threads: int | None = None) -> None:
-        from confgrid.actors.backends import BACKENDS
-
         t0 = time.time()
         entry = BACKENDS.get(config.backend)  # an unknown name raises UnknownNameError listing the allowed ones
         if not entry.api:  # an API model loads no torch
@@ -364,10 +368,7 @@ class ModelWorker:
                 torch.set_num_threads(int(num_threads))
         self.config = config
         self._candidate_ids: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, dict[int, str]]] = {}
-        path = config.model
-        from confgrid.actors.named_models import resolve_model
-
-        path = resolve_model(path)
+        path = resolve_model(config.model)
         self.api = entry.api
         self._died: Any = None  # the EngineDied of this incarnation, once its engine is gone
         bind = "" if entry.api else _cpu_binding(config)
@@ -396,8 +397,6 @@ class ModelWorker:
         return ReplicaReady(replica=self.info, provenance=self.provenance())
 
     def provenance(self) -> dict[str, str]:
-        from confgrid.protocols.chat import default_system_prompt
-
         prov = dict(self.backend.provenance())
         prov["chat_template"] = str(self.config.chat_template)
         if self.config.chat_template and getattr(self.tokenizer, "chat_template", None):
@@ -428,8 +427,6 @@ class ModelWorker:
             When the engine died during this call or before it (a tensor-parallel rank's process ended); it names
             the process and this incarnation, and every later call and ping raises it too.
         """
-        from confgrid.actors.backend import EngineDied
-
         if self._died is not None:
             raise self._died
         try:
@@ -457,8 +454,6 @@ class ModelWorker:
     def _run_api(self, call: EngineCall, engine: EngineKind, flat: list[Any], started: float) -> CallResult:
         """An API model's call: every request runs to its end; a shard with a failed request fails alone (its
         answered requests are in the run's answer cache), the others are returned; each shard's request counts."""
-        from confgrid.actors.openai_backend import unwrap
-
         outcomes = engine.api(self.backend, [r.user_text for r in flat], [r.assistant_prefix for r in flat], call)
         outputs: dict[str, tuple[Any, ...]] = {}
         failed: dict[str, BaseException] = {}
@@ -478,8 +473,6 @@ class ModelWorker:
                           seconds=round(time.time() - started, 4), failed=failed, requests=counts)
 
     def _prompt(self, user_text: str, assistant_prefix: str, add_bos: bool | None) -> list[int]:
-        from confgrid.protocols.chat import render_prompt_ids
-
         return render_prompt_ids(self.tokenizer, user_text, use_chat_template=self.config.chat_template,
                                  assistant_prefix=assistant_prefix, add_bos=add_bos,
                                  template_kwargs=self.config.template_kwargs())
@@ -562,8 +555,6 @@ class ModelWorker:
         list of NextTokenOutput
             One per request, in request order (raw log-probs in nats).
         """
-        from confgrid.protocols.candidates import candidate_token_ids
-
         if self.api:  # candidates are found among each row's returned token strings
             return self.backend.next_token([r.user_text for r in requests], [r.assistant_prefix for r in requests],
                                            top_logprobs, tuple(candidates), tuple(cases))
@@ -620,7 +611,6 @@ class ModelWorker:
             On the openai backend (chat completions return no prompt log-probs).
         """
         self._refuse_api("score", "forced scoring of a given answer (prompt log-probs)")
-        from confgrid.protocols.chat import answer_ids, effective_separator
 
         pairs = []
         for r in requests:

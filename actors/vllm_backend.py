@@ -57,7 +57,7 @@ import numpy as np
 
 from .engine_processes import ExitOrder, engine_processes
 from .backend import (DEFAULT_TOP_LOGPROBS, FINISH_LENGTH, FINISH_STOP, EngineDied, Generation, NextToken,
-                      check_model_dir, check_sampling, request_seed)
+                      check_model_dir, check_sampling, eos_token_ids, request_seed)
 
 __all__ = ["VLLMBackend", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "LOGPROBS_MODE"]
 
@@ -303,7 +303,6 @@ class VLLMBackend:
                 self.model_name, revision=self.revision, trust_remote_code=trust_remote_code
             )
             gen = GenerationConfig.from_model_config(cfg)
-        from confgrid.actors.backend import eos_token_ids
 
         return eos_token_ids(gen.eos_token_id, self.tokenizer.eos_token_id, self.model_name)
 

@@ -6,18 +6,17 @@ in ``CONFGRID_GRID_YAML`` into the job's working directory, then runs ``confgrid
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
+
+from confgrid.cli.main import app
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entrypoint inside a submitted job: write the shipped grid, then ``confgrid run`` it."""
-    import argparse
-
-    from confgrid.cli.main import app
-
     ap = argparse.ArgumentParser(prog="confgrid-job")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tracking-uri")

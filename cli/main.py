@@ -18,7 +18,18 @@ from pathlib import Path
 
 import typer
 
+from confgrid.actors.calls import RequestCounts
 from confgrid.cli.console import setup_logging
+from confgrid.cluster.jobs import job_logs, job_status, submit_grid
+from confgrid.flows.analyze.analysis import RECORD_FILE, log_analysis
+from confgrid.flows.execute.ray_session import RayConnectError
+from confgrid.flows.spec.base import GridSpecError
+from confgrid.flows.spec.grid import load_grid
+from confgrid.flows.store.run_info import RunInfoError, read_run_info
+from confgrid.flows.store.run_status import run_status
+from confgrid.flows.store.run_store import ManifestDamaged, RunStore, read_manifest, write_frame_atomic
+from confgrid.flows.tracking import EXIT_TRACKING_FAILED, TrackingError
+from confgrid.protocols.lifeeval import WINDOWS, item_rows
 
 # rich_markup_mode=None: help texts are plain text. Typer's default ("rich" when rich is installed) reads square
 # brackets as markup and drops them from --help ("[k/B, (k+1)/B)" vanished from analyze's --ece-closure). Every
@@ -38,8 +49,6 @@ def _check_tracking_uri(uri: str | None) -> None:
 
 def _tracking_failed(failure, out: Path) -> None:
     """The tracking failure of a finished command: one line and the `confgrid log` hint, exit 3."""
-    from confgrid.flows.tracking import EXIT_TRACKING_FAILED
-
     typer.echo(f"\n{failure.line()}\n{failure.hint(out)}", err=True)
     raise typer.Exit(EXIT_TRACKING_FAILED)
 
@@ -54,9 +63,6 @@ def _cluster_call(fn, *args, **kwargs):
 
 
 def _load(grid_path: Path):
-    from confgrid.flows.spec.grid import load_grid
-    from confgrid.flows.spec.base import GridSpecError
-
     try:
         return load_grid(grid_path)
     except GridSpecError as exc:
@@ -68,7 +74,7 @@ def _write_report(out: Path, log_mlflow: bool = True, opts=None) -> bool:
     """Draw the figures and write OUT/report.html; print its path. A failure is a warning (the results are
     written already) and returns False; the exit status is not changed."""
     try:
-        from confgrid.report import write_report
+        from confgrid.report import write_report  # lazy: not loaded by `confgrid --help` (startup time)
 
         res = write_report(out, opts, log_mlflow=log_mlflow)
     except Exception as exc:  # noqa: BLE001 - a view of finished results; never lose the run for it
@@ -81,19 +87,16 @@ def _write_report(out: Path, log_mlflow: bool = True, opts=None) -> bool:
 
 def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, grid_text: str | None,
              only_failed: bool = False, resume: bool = False) -> None:
-    from confgrid.flows.execute.pools import CapacityError
-    from confgrid.flows.execute.ray_session import RayConnectError
-    from confgrid.flows.runner import DatasetError, ShardFailures, run_grid
+    # lazy: the runner (executor, pools) and the result tables are not loaded by `confgrid --help` (startup time)
     from confgrid.cli.show.tables import print_results
-    from confgrid.flows.spec.base import GridSpecError
+    from confgrid.flows.execute.pools import CapacityError
+    from confgrid.flows.runner import DatasetError, ShardFailures, address_hint, run_grid
 
     _check_tracking_uri(tracking_uri)
     try:
         summary = run_grid(spec, out, address=address, tracking_uri=tracking_uri, grid_text=grid_text,
                            only_failed=only_failed, resume=resume)
     except KeyboardInterrupt:
-        from confgrid.flows.runner import address_hint
-
         typer.echo(f"\ninterrupted; every finished shard is stored; continue with: confgrid resume {out}"
                    f"{address_hint(address)}", err=True)
         raise typer.Exit(130) from None
@@ -187,8 +190,6 @@ def resubmit(
         typer.echo("resubmit needs --failed (to run everything not done, use `confgrid resume`)", err=True)
         raise typer.Exit(2)
     _run_dir(out_dir)
-    from confgrid.flows.store.run_store import RunStore
-
     n = len(RunStore(out_dir).failed())
     typer.echo(f"{n} failed shard(s) recorded in {out_dir / 'manifest.json'}")
     if n == 0:
@@ -206,8 +207,6 @@ def status(
 ) -> None:
     """Show the shards of a run (status, attempts, error, host, seconds) and its replicas, or a submitted job's state."""
     if job:
-        from confgrid.cluster.jobs import job_status
-
         if not address:
             typer.echo("status --job needs --address (the Jobs API, e.g. http://HEAD:8265)", err=True)
             raise typer.Exit(2)
@@ -223,16 +222,12 @@ def status(
     from rich.console import Console
     from rich.table import Table
 
-    from confgrid.flows.store.run_store import ManifestDamaged, read_manifest
-
     try:
         data = read_manifest(out_dir / "manifest.json")
     except ManifestDamaged as exc:
         typer.echo(f"{exc}; `confgrid resume {out_dir}` rebuilds it from the shard files", err=True)
         raise typer.Exit(1)
     import socket
-
-    from confgrid.flows.store.run_status import run_status
 
     st = run_status(data, socket.gethostname())
     if as_json:
@@ -256,8 +251,6 @@ def status(
     typer.echo(st.driver_line)
     api = [r["requests"] for r in data["shards"] if r.get("requests")]
     if api:
-        from confgrid.actors.calls import RequestCounts
-
         total = RequestCounts()
         for d in api:
             total.add(RequestCounts.from_dict(d))
@@ -276,7 +269,7 @@ def status(
                        (r.get("error") or "")[:80])
         console.print(rt)
     if st.exit_code:
-        from confgrid.flows.runner import address_hint
+        from confgrid.flows.runner import address_hint  # lazy: not loaded by `confgrid --help` (startup time)
 
         hint = address_hint(((data.get("meta", {}).get("invocations") or [{}])[-1]).get("address"))
         typer.echo(f"{st.failed} failed, {len(st.stale)} stale shard(s): `confgrid resume {out_dir}{hint}` (or "
@@ -309,10 +302,7 @@ def log_cmd(
 
     For a run whose tracking failed (exit status 3), or to copy a run into another store.
     """
-    from confgrid.flows.analyze.analysis import RECORD_FILE, log_analysis
-    from confgrid.flows.runner import log_run
-    from confgrid.flows.spec.base import GridSpecError
-    from confgrid.flows.tracking import TrackingError
+    from confgrid.flows.runner import log_run  # lazy: not loaded by `confgrid --help` (startup time)
 
     setup_logging(verbose)
     _check_tracking_uri(tracking_uri)
@@ -337,8 +327,6 @@ def log_cmd(
 
 def _finished_run(out_dir: Path) -> None:
     """Exit 2 with one line unless ``out_dir`` holds a finished run's results and a readable run-info record."""
-    from confgrid.flows.store.run_info import RunInfoError, read_run_info
-
     if not (out_dir / "results" / "metrics.parquet").is_file():
         typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
         raise typer.Exit(2)
@@ -352,7 +340,7 @@ def _finished_run(out_dir: Path) -> None:
 @app.command()
 def show(out_dir: Path = typer.Argument(..., help="Output directory of a finished run.")) -> None:
     """Print the result tables of a finished run."""
-    from confgrid.cli.show.tables import print_results
+    from confgrid.cli.show.tables import print_results  # lazy: not loaded by `confgrid --help` (startup time)
 
     _finished_run(out_dir)
     print_results(out_dir)
@@ -374,7 +362,7 @@ def report(
     """
     setup_logging(verbose)
     _finished_run(out_dir)
-    from confgrid.report import FigureOptions
+    from confgrid.report import FigureOptions  # lazy: not loaded by `confgrid --help` (startup time)
 
     try:
         opts = FigureOptions(width_px=width, smooth=smooth)
@@ -396,8 +384,6 @@ def submit(
     wait: bool = typer.Option(False, "--wait", help="Follow the job until it ends and print its logs."),
 ) -> None:
     """Submit `confgrid run GRID` to a Ray cluster through the Ray Jobs API."""
-    from confgrid.cluster.jobs import job_logs, job_status, submit_grid
-
     _load(grid)
     _check_tracking_uri(tracking_uri)
     job_id = _cluster_call(submit_grid, grid, address, out=out, python=python, pip_install=pip_install,
@@ -420,8 +406,6 @@ def logs(
     address: str = typer.Option(..., "--address", help="Jobs API address, e.g. http://HEAD:8265."),
 ) -> None:
     """Print a submitted job's logs."""
-    from confgrid.cluster.jobs import job_logs
-
     typer.echo(_cluster_call(job_logs, address, job_id))
 
 
@@ -436,9 +420,6 @@ def lifeeval_cmd(
 ) -> None:
     """Write the LifeEval item set (study 002, 4.5) of a year with each item's best guess and MAS; no model is run."""
     import pandas as pd
-
-    from confgrid.flows.store.run_store import write_frame_atomic
-    from confgrid.protocols.lifeeval import WINDOWS, item_rows
 
     if window not in WINDOWS:
         typer.echo(f"--window {window!r}; allowed: {', '.join(WINDOWS)}", err=True)

@@ -11,7 +11,9 @@ from typing import NoReturn
 import pandas as pd
 import typer
 
-from confgrid.flows.analyze.plan_size import PLAN_COLUMNS
+from confgrid.flows.analyze.plan_size import PLAN_COLUMNS, plan_sizes, read_pilot
+from confgrid.flows.analyze.read import AnalyzeInputError
+from confgrid.flows.store.run_store import write_frame_atomic
 
 __all__ = ["plan_records", "plan_size_cmd"]
 
@@ -51,8 +53,6 @@ def plan_size_cmd(
              "no gap); give two different signals, e.g. --signals verbalized p_true")
     if out is not None and out.suffix != ".csv":
         _bad(f"--out {str(out)!r}: expected a .csv file")
-    from confgrid.flows.analyze.plan_size import plan_sizes, read_pilot
-    from confgrid.flows.analyze.read import AnalyzeInputError
 
     try:
         table = read_pilot(pilot, "cluster" if clustered else None)
@@ -69,8 +69,6 @@ def plan_size_cmd(
     except (AnalyzeInputError, ValueError, KeyError) as exc:
         _bad(_as_flags(str(exc), signals, unit))
     if out is not None:
-        from confgrid.flows.store.run_store import write_frame_atomic
-
         try:
             write_frame_atomic(df, out)
         except OSError as exc:

@@ -42,8 +42,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from confgrid.analysis.bootstrap import BootstrapResult, bootstrap_chunks, paired_bootstrap
+from confgrid.analysis.evaluation import bootstrap_unit
 from confgrid.analysis.resampling import DEFAULT_CHUNK_SIZE, n_chunks
 from confgrid.analysis.clusters import cluster_codes
+from confgrid.flows.execute.ray_session import init_ray
 
 __all__ = ["SettingInput", "bootstrap_settings_ray", "bootstrap_units", "ensure_ray"]
 
@@ -89,8 +91,6 @@ class SettingInput:
 
 def ensure_ray() -> None:
     """Start a local Ray instance unless one is running (``RAY_ADDRESS`` joins a cluster)."""
-    from confgrid.flows.execute.ray_session import init_ray
-
     init_ray(None)
 
 
@@ -297,8 +297,6 @@ def bootstrap_units(units: Sequence[Any], metrics: Sequence[str], n_resamples: i
     if not units:
         return []
     if not use_ray:
-        from confgrid.analysis.evaluation import bootstrap_unit
-
         return [bootstrap_unit(u, metrics, n_resamples, n_bins, chunk_size) for u in units]
     out = bootstrap_settings_ray(
         {str(i): SettingInput(u.confidence, u.target, u.cell_names, u.seed, u.groups, u.masks,

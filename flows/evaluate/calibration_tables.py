@@ -41,6 +41,13 @@ from typing import Any, Sequence
 import pandas as pd
 
 from confgrid.analysis.calibration_summary import calibration_summary, runs_summary
+from confgrid.analysis.hard_easy import (
+    confidence_truth_correlation,
+    group_difficulty,
+    hard_easy_slope,
+    overconfidence_by_difficulty,
+    rounded_share,
+)
 from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.analysis.bootstrap import resample_counts
@@ -185,13 +192,6 @@ def _hard_easy(rows: pd.DataFrame, spec: GridSpec, plans: Sequence[Any] = ()) ->
     """results/hard_easy and hard_easy_bins (see the module docstring)."""
     import warnings
 
-    from confgrid.analysis.hard_easy import (
-        confidence_truth_correlation,
-        group_difficulty,
-        hard_easy_slope,
-        overconfidence_by_difficulty,
-        rounded_share,
-    )
 
     slopes, bins = [], []
     if rows.empty:

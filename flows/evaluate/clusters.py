@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from confgrid.analysis.evaluation import unit_names
+
 __all__ = ["cluster_note", "with_cluster_columns"]
 
 
@@ -21,8 +23,6 @@ def with_cluster_columns(df: pd.DataFrame, column: str | None, n_clusters: Mappi
     Unchanged when ``column`` is None (a row-level bootstrap), so row-level
     outputs keep their columns. The one place a run and ``analyze`` add them.
     """
-    from confgrid.analysis.evaluation import unit_names
-
     if column is None or df.empty:
         return df
     out = df.copy()

@@ -29,10 +29,13 @@ from typing import Any
 import pandas as pd
 
 from confgrid.analysis.stopping import STOPPING_COLUMNS, StopDecision, StopRule, decide, round_chunks, round_order
+from confgrid.flows.evaluate.methods import method_tables
+from confgrid.flows.evaluate.run_evaluation import evaluate
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import RunStore
+from confgrid.flows.tables.assemble import assemble
 
 __all__ = ["Rounds", "stopping_table"]
 
@@ -198,10 +201,6 @@ class Rounds:
     def _evaluate(self, key: tuple[str, str], done: dict[str, pd.DataFrame], submitted: list[ShardRequest]):
         """The setting's evaluation so far, by the run's own evaluator (its log lines, e.g. undefined metrics,
         are kept for the final evaluation)."""
-        from confgrid.flows.evaluate.methods import method_tables
-        from confgrid.flows.evaluate.run_evaluation import evaluate
-        from confgrid.flows.tables.assemble import assemble
-
         shards = [sh for sh in submitted if (sh.model, sh.dataset) == key]
         level = log.level
         log.setLevel(logging.ERROR)

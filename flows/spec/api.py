@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, StrictBool, field_validator
 
 from confgrid.actors.backends import api_backends
+from confgrid.actors.openai_backend import ApiConfig
 from confgrid.flows.spec.base import _Spec
 from confgrid.flows.stages import get_stage
 
@@ -72,8 +73,6 @@ class ApiSpec(_Spec):
 
     def config(self):
         """The actor's plain copy (actors/openai_backend.py ``ApiConfig``)."""
-        from confgrid.actors.openai_backend import ApiConfig
-
         return ApiConfig(**self.model_dump())
 
 

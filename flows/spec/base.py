@@ -10,7 +10,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from confgrid.actors.backends import BACKENDS
+from confgrid.analysis.conventions import CONVENTIONS
+from confgrid.analysis.registry import METRICS
 from confgrid.errors import FieldsPickle
+from confgrid.protocols.aggregation import AGGREGATIONS
+from confgrid.protocols.contexts import CONTEXTS
+from confgrid.protocols.correctness import RULES
+from confgrid.protocols.datasets import registered_adapters
+from confgrid.protocols.prompts import PROMPTS
 
 __all__ = ["LABEL_PATTERN", "GridSpecError"]
 
@@ -39,30 +47,15 @@ def _choices_error(kind: str, value: str, choices: list[str] | tuple[str, ...]) 
 
 
 def _registry(kind: str) -> Any:
-    """The :class:`~confgrid.registry.Registry` a grid name is checked against (imported lazily).
+    """The :class:`~confgrid.registry.Registry` a grid name is checked against.
 
     ``kind`` is the registry's own :attr:`~confgrid.registry.Registry.kind`, so
     :func:`_choices_error` reads like the registry's :class:`~confgrid.registry.UnknownNameError`.
     """
     if kind == "dataset adapter":
-        from confgrid.protocols.datasets import registered_adapters
-
-        reg = registered_adapters()
-    elif kind == "backend":
-        from confgrid.actors.backends import BACKENDS as reg
-    elif kind == "prompt":
-        from confgrid.protocols.prompts import PROMPTS as reg
-    elif kind == "scoring context":
-        from confgrid.protocols.contexts import CONTEXTS as reg
-    elif kind == "correctness rule":
-        from confgrid.protocols.correctness import RULES as reg
-    elif kind == "token aggregation":
-        from confgrid.protocols.aggregation import AGGREGATIONS as reg
-    elif kind == "ECE convention":
-        from confgrid.analysis.conventions import CONVENTIONS as reg
-    else:
-        from confgrid.analysis.registry import METRICS as reg
-    return reg
+        return registered_adapters()
+    return {"backend": BACKENDS, "prompt": PROMPTS, "scoring context": CONTEXTS, "correctness rule": RULES,
+            "token aggregation": AGGREGATIONS, "ECE convention": CONVENTIONS}.get(kind, METRICS)
 
 
 def _known(kind: str, values, *, distinct: bool = False):

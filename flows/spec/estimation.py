@@ -15,6 +15,7 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 from confgrid.analysis.binning import parse_binned_name, reordered_name
 from confgrid.analysis.conventions import convention_metric
 from confgrid.analysis.registry import GRAMMAR, METRICS, check_bins, expand_binned, metric_sort_key
+from confgrid.analysis.verdicts import VerdictRule
 from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
 
 __all__ = ["MetricsSpec", "BootstrapSpec", "VerdictSpec"]
@@ -158,7 +159,5 @@ class VerdictSpec(_Spec):
 
     def rule(self):
         """The :class:`~confgrid.analysis.verdicts.VerdictRule` of these thresholds (ValueError if disordered)."""
-        from confgrid.analysis.verdicts import VerdictRule
-
         return VerdictRule(self.robust_point_share, self.robust_resolved_share, self.fragile_point_share,
                            self.robust_min_settings)

@@ -36,6 +36,9 @@ from pydantic import (
 )
 
 from confgrid import yaml_load
+from confgrid.actors.backend import model_dir_problem
+from confgrid.actors.named_models import NAMED_MODELS
+from confgrid.analysis.verdicts import CONCLUSION_METRICS, metric_family
 from confgrid.flows.spec.base import (
     LABEL_PATTERN,
     GridSpecError,
@@ -53,11 +56,14 @@ from confgrid.flows.spec.capability import CapabilitySpec, check_capability
 from confgrid.flows.spec.estimation import BootstrapSpec, MetricsSpec, VerdictSpec
 from confgrid.flows.spec.execution import ExecutionSpec
 from confgrid.flows.stages import get_stage, token_signal
+from confgrid.protocols.contexts import CONTEXTS, load_context_file, register_context
+from confgrid.protocols.datasets import BUNDLED as BUNDLED_PATHS, check_adapter_params
 from confgrid.protocols.method_kinds import METHOD_KINDS as METHOD_KIND_ENTRIES
 from confgrid.flows.spec.methods import (
     ComparisonSpec,
     MethodSpec,
 )
+from confgrid.protocols.prompts import PROMPTS, load_prompt_file, register_prompt
 
 __all__ = [
     "FIXTURE_MODEL",
@@ -272,8 +278,6 @@ class DatasetSpec(_Spec):
         adapter = info.data.get("adapter")
         if adapter is None:  # the adapter itself is invalid (reported on its own)
             return v
-        from confgrid.protocols.datasets import BUNDLED as BUNDLED_PATHS
-        from confgrid.protocols.datasets import check_adapter_params
 
         path = info.data.get("path", BUNDLED)
         return check_adapter_params(adapter, v, BUNDLED_PATHS.get(adapter) if path == BUNDLED else path)
@@ -476,7 +480,6 @@ class GridSpec(_Spec):
         a conclusion family (analysis/verdicts.py: ECE estimators, AUROC, AURC, Brier)."""
         if self.execution.stopping is None:
             return
-        from confgrid.analysis.verdicts import CONCLUSION_METRICS, metric_family
 
         fams = [m for m in self.metrics.names if metric_family(m) in CONCLUSION_METRICS]
         if not fams:
@@ -560,9 +563,6 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
 
 def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]:
     """Resolve relative local paths against the grid's folder; report missing files and empty model folders."""
-    from confgrid.actors.backend import model_dir_problem as _model_dir_problem
-    from confgrid.actors.named_models import NAMED_MODELS
-
     problems: list[tuple[str, str]] = []
     for i, m in enumerate(raw.get("models") or []):
         if not isinstance(m, dict) or not isinstance(m.get("model"), str):
@@ -575,7 +575,7 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]
             p = (base_dir / Path(val).expanduser()).resolve()
             if not p.exists():
                 problems.append((f"models[{i}].model", f"local model directory {str(p)!r} does not exist"))
-            elif (why := _model_dir_problem(p)) is not None:
+            elif (why := model_dir_problem(p)) is not None:
                 problems.append((f"models[{i}].model", why))
             else:
                 m["model"] = str(p)
@@ -601,9 +601,6 @@ def _register_user_files(raw: dict[str, Any], base_dir: Path) -> list[tuple[str,
     A file registered before with identical content is accepted again; an id
     that clashes with a different prompt or context is a problem.
     """
-    from confgrid.protocols.contexts import CONTEXTS, load_context_file, register_context
-    from confgrid.protocols.prompts import PROMPTS, load_prompt_file, register_prompt
-
     problems: list[tuple[str, str]] = []
     for key in ("prompt_files", "context_files"):
         files = raw.get(key) or []

@@ -326,10 +326,10 @@ def test_status_command_exit_codes(tmp_path, monkeypatch):
     assert runner.invoke(app, ["status", str(out), "--json"]).exit_code == 1
     (out / "manifest.json").write_text(json.dumps(_manifest(["done"], {**dead, "ended_at": 1.0})))
     assert runner.invoke(app, ["status", str(out)]).exit_code == 0
-    from confgrid.cluster import jobs
+    from confgrid.cli import main as cli_main
 
     for state, code in (("FAILED", 1), ("STOPPED", 1), ("SUCCEEDED", 0), ("RUNNING", 0)):
-        monkeypatch.setattr(jobs, "job_status", lambda address, job, s=state: s)
+        monkeypatch.setattr(cli_main, "job_status", lambda address, job, s=state: s)
         res = runner.invoke(app, ["status", "--job", "raysubmit_1", "--address", "http://127.0.0.1:1"])
         assert (res.exit_code, res.output.strip()) == (code, state)
 
