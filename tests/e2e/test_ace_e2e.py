@@ -31,7 +31,9 @@ def ace_run(tmp_path_factory):
     raw["comparison"]["bootstrap"] = 100
     # two "GPUs" that the cluster declares but does not have: each replica reserves one (and runs on CPU), so
     # both models fit at once and each is loaded once (README "How the work is scheduled")
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    if ray.is_initialized():  # a Ray left by an earlier module (or Ray Data's auto-init) has other resources
+        ray.shutdown()
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     out = tmp_path_factory.mktemp("ace")
     spec = parse_grid(raw)
     try:

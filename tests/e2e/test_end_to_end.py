@@ -31,7 +31,9 @@ GRID = {
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    if ray.is_initialized():  # a Ray left by an earlier module (or Ray Data's auto-init) has other resources
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
