@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from confgrid.flows.stages import STAGES
+from confgrid.flows.stages.base import STAGES
 from confgrid.flows.studies import load_studies
 
 ROOT = Path(__file__).resolve().parent.parent

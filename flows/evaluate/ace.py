@@ -37,7 +37,7 @@ from confgrid.flows.store.run_store import Frames, write_frames
 from confgrid.flows.tracking import keyed_metrics
 from confgrid.flows.evaluate.run_evaluation import primary_group, select
 from confgrid.flows.evaluate.methods import ratings_of_supplied_answers
-from confgrid.flows.stages import relabel
+from confgrid.flows.stages.base import relabel
 from confgrid.protocols.correctness import normalize
 from confgrid.analysis.ace.tables import ace_plan, ace_views
 

@@ -32,7 +32,7 @@ import pandas as pd
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.methods import MethodSpec
-from confgrid.flows.stages import get_stage, relabel
+from confgrid.flows.stages.base import get_stage, relabel
 from confgrid.flows.stages.method_base import RatedValue, frame
 
 __all__ = ["MethodTables", "method_tables", "ratings_of_supplied_answers", "METHOD_SIGNAL_COLUMNS"]

@@ -30,7 +30,7 @@ from confgrid.analysis.verdicts import verdict_table
 from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.tables.signals import ANSWER_ALIGN, ProducerRows, run_signal_table, unit_keys
 from confgrid.flows.spec.grid import GridSpec
-from confgrid.flows.stages import token_signal
+from confgrid.flows.stages.score import token_signal
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
 from confgrid.flows.evaluate.clusters import with_cluster_columns

@@ -32,8 +32,10 @@ from confgrid.flows.spec.answers import AnswerSetSpec
 from confgrid.flows.spec.api import api_problems
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 from confgrid.flows.spec.methods import MethodSpec
-from confgrid.flows.stages import (get_stage, grade_answers, parse_generations, question_text, relabel,
-                                  score_requests)
+from confgrid.flows.stages.base import get_stage, relabel
+from confgrid.flows.stages.grade import grade_answers, parse_generations
+from confgrid.flows.stages.generate import question_text
+from confgrid.flows.stages.score import score_requests
 from confgrid.flows.store.run_store import shard_key
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.correctness import normalize

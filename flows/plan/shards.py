@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from typing import Union
 
 from confgrid.actors.calls import ShardWork
-from confgrid.flows.stages import CallParams, GenerateRow, MethodRow, ProbeRow, ScoreRow, get_stage
+from confgrid.flows.stages.base import CallParams, MethodRow, get_stage
+from confgrid.flows.stages.generate import GenerateRow
+from confgrid.flows.stages.probe import ProbeRow
+from confgrid.flows.stages.score import ScoreRow
 
 __all__ = ["GenerateRow", "ScoreRow", "ProbeRow", "MethodRow", "Row", "CallParams", "ShardRequest"]
 

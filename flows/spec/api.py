@@ -19,7 +19,7 @@ from pydantic import Field, StrictBool, field_validator
 from confgrid.actors.backends import api_backends
 from confgrid.actors.openai_backend import ApiConfig
 from confgrid.flows.spec.base import _Spec
-from confgrid.flows.stages import get_stage
+from confgrid.flows.stages.base import get_stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from confgrid.flows.spec.grid import GridSpec, ModelSpec

@@ -55,7 +55,8 @@ from confgrid.flows.spec.api import API_BACKENDS, ApiSpec, api_entry_problem, ap
 from confgrid.flows.spec.capability import CapabilitySpec, check_capability
 from confgrid.flows.spec.estimation import BootstrapSpec, MetricsSpec, VerdictSpec
 from confgrid.flows.spec.execution import ExecutionSpec
-from confgrid.flows.stages import get_stage, token_signal
+from confgrid.flows.stages.base import get_stage
+from confgrid.flows.stages.score import token_signal
 from confgrid.protocols.contexts import CONTEXTS, load_context_file, register_context
 from confgrid.protocols.datasets import BUNDLED as BUNDLED_PATHS, check_adapter_params
 from confgrid.protocols.method_kinds import METHOD_KINDS as METHOD_KIND_ENTRIES

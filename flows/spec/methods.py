@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
-from confgrid.flows.stages import STAGES, get_stage
+from confgrid.flows.stages.base import STAGES, get_stage
 from confgrid.protocols.mc import LETTERS
 from confgrid.protocols.method_kinds import METHOD_KINDS as KINDS
 from confgrid.protocols.method_kinds import MethodKind, method_kind

@@ -12,7 +12,7 @@ choices.
 
 Examples
 --------
->>> from confgrid.flows.stages import get_stage
+>>> from confgrid.flows.stages.base import get_stage
 >>> get_stage("rate").engine, get_stage("generate").answers, get_stage("grade").engine
 ('generate', True, None)
 >>> get_stage("scor")

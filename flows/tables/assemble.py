@@ -19,7 +19,8 @@ import pyarrow as pa
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.answers import AnswerSetSpec
-from confgrid.flows.stages import STAGES, aggregate_scores, get_stage, relabel
+from confgrid.flows.stages.base import STAGES, get_stage, relabel
+from confgrid.flows.stages.score import aggregate_scores
 from confgrid.protocols.items import Item
 
 __all__ = ["shard_table", "Unit", "Assembly", "assemble", "verbalized_from_probe", "empty_schema"]

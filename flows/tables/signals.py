@@ -29,7 +29,8 @@ import pandas as pd
 
 from confgrid.analysis.signals import conform
 from confgrid.flows.spec.grid import GridSpec
-from confgrid.flows.stages import REFUSAL_POLICIES, token_signal
+from confgrid.flows.stages.grade import REFUSAL_POLICIES
+from confgrid.flows.stages.score import token_signal
 from confgrid.flows.tables.assemble import Unit
 from confgrid.protocols.correctness import get_rule
 from confgrid.protocols.items import Item
@@ -133,7 +134,7 @@ def answer_rows(graded: pd.DataFrame, tokens: pd.DataFrame, contexts: tuple[str,
     Raises
     ------
     ValueError
-        ``refusal`` outside :data:`~confgrid.flows.stages.REFUSAL_POLICIES`.
+        ``refusal`` outside :data:`~confgrid.flows.stages.grade.REFUSAL_POLICIES`.
     """
     if refusal not in REFUSAL_POLICIES:
         raise ValueError(f"refusal={refusal!r}; allowed: {list(REFUSAL_POLICIES)}")

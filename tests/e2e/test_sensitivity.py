@@ -98,7 +98,7 @@ def test_rescoring_stored_answers_reproduces_token_scores_exactly(run):
     """Re-score one stored shard (same requests, same batches) in the Answer: and Guess: slots."""
     from confgrid.actors.calls import ScoreRequest
     from confgrid.actors.model_actor import ModelConfig, ModelWorker
-    from confgrid.flows.stages import score_requests
+    from confgrid.flows.stages.score import score_requests
     from confgrid.protocols.datasets import BUNDLED, load_items
 
     spec, out, _ = run

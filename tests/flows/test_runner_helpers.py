@@ -83,7 +83,7 @@ def test_records_of_models_no_longer_in_the_grid_are_pruned(tmp_path):
 
 
 def test_relabel_sets_the_names_of_the_shard_it_is_read_for():
-    from confgrid.flows.stages import relabel
+    from confgrid.flows.stages.base import relabel
 
     t = pd.DataFrame({"model": ["twin-a"] * 2, "dataset": "d", "item_id": ["1", "2"], "chunk": 0})
     out = relabel(t, model="twin-b", chunk=3, context_id="bare")

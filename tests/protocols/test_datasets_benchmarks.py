@@ -385,7 +385,7 @@ def test_given_answer_on_the_bundled_halueval_sample():
 
 
 def test_grade_stage_labels_rows_without_an_answer_under_given_answer():
-    from confgrid.flows.stages import grade_answers
+    from confgrid.flows.stages.grade import grade_answers
 
     right, wrong = _item("r", given_answer_correct="1"), _item("w", given_answer_correct="0")
     parsed = pd.DataFrame({"item_id": ["r", "w", "r"], "answer": [None, "", "Paris"]})

@@ -318,7 +318,7 @@ def test_gsm8k_prompts_parse_through_parse_for_prompt():
 
 def test_grading_through_the_runner_stages():
     """parse_generations and grade_answers, the functions the runner calls, on GSM8K replies."""
-    from confgrid.flows.stages import grade_answers, parse_generations
+    from confgrid.flows.stages.grade import grade_answers, parse_generations
 
     items = D.load_items("gsm8k", limit=4, seed=0)
     golds = [it.canonical for it in items]

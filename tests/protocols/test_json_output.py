@@ -205,7 +205,7 @@ def test_prompts_declare_their_output():
 def test_a_supplied_answer_is_rated_and_graded_by_the_item():
     import pandas as pd
 
-    from confgrid.flows.stages import grade_answers, parse_generations
+    from confgrid.flows.stages.grade import grade_answers, parse_generations
     from confgrid.protocols.datasets import load_items
 
     items = load_items("halueval_qa", limit=4, seed=0, dataset_name="halu")

@@ -428,7 +428,7 @@ def test_grid_params_errors_name_the_parameter(params, text):
 def test_grade_answers_stores_the_graded_label():
     import pandas as pd
 
-    from confgrid.flows.stages import grade_answers
+    from confgrid.flows.stages.grade import grade_answers
 
     items = LI.generate_items(2020, sexes=("F",), min_ages=(40,), radii=(1, 10))
     other = Item(item_id="q", dataset="d", question="Capital of France?", gold_answers=("Paris",), canonical="Paris")

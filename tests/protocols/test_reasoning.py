@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from confgrid.flows.stages import parse_generations
+from confgrid.flows.stages.grade import parse_generations
 from confgrid.protocols.reasoning import strip_reasoning
 
 

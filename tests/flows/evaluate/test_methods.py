@@ -309,7 +309,7 @@ def test_method_kinds_are_one_registry():
 
     from confgrid.flows.spec.capability import ESTIMATOR_KINDS
     from confgrid.flows.spec.methods import MethodSpec
-    from confgrid.flows.stages import get_stage
+    from confgrid.flows.stages.base import get_stage
     from confgrid.protocols.method_kinds import METHOD_KINDS, method_kind
     from confgrid.registry import UnknownNameError
 

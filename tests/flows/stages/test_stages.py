@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from confgrid.actors.model_actor import ENGINE_CALLS
-from confgrid.flows.stages import STAGES, Stage, get_stage, register_stage
+from confgrid.flows.stages.base import STAGES, Stage, get_stage, register_stage
 from confgrid.protocols.method_kinds import METHOD_KINDS
 from confgrid.protocols.output_formats import OUTPUT_FORMATS
 from confgrid.registry import UnknownNameError
