@@ -13,13 +13,14 @@ flight), which the driver records in the manifest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Union
 
 __all__ = [
     "GenerateRequest",
     "ScoreRequest",
     "ShardWork",
+    "CallParams",
     "EngineCall",
     "Sampling",
     "GenerationOutput",
@@ -121,9 +122,43 @@ class ShardWork:
     requests: tuple[Union[GenerateRequest, ScoreRequest], ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class CallParams:
+    """The engine-call parameters of a shard: what a replica needs beyond the requests. Each stage sets its own
+    (flows/stages), the rest keep their defaults; every shard of one :class:`EngineCall` shares them.
+
+    Attributes
+    ----------
+    max_new_tokens : int
+        Generation budget in new tokens (``generate``; >= 1).
+    sampling : Sampling or None
+        ``generate``: None or greedy ``Sampling`` for greedy decoding (one :class:`GenerationOutput` per
+        request); otherwise one :class:`SamplesOutput` per request.
+    top_logprobs : int
+        ``next_token``: tokens returned per prompt (default 20).
+    candidates, cases : tuple of str
+        ``next_token``: candidate strings whose variant token ids the replica looks up in its tokenizer
+        (protocols/candidates.py), and their case variants.
+    layers : tuple of int or None
+        ``hidden_states``: layer indices (0 = embeddings); None = all.
+    """
+
+    max_new_tokens: int = 32
+    sampling: Sampling | None = None
+    top_logprobs: int = 20
+    candidates: tuple[str, ...] = ()
+    cases: tuple[str, ...] = ()
+    layers: tuple[int, ...] | None = None
+
+    def engine_call(self, kind: str, shards: tuple[ShardWork, ...]) -> EngineCall:
+        """The engine call of ``shards`` (their requests, as the replica receives them) with these parameters."""
+        return EngineCall(kind, shards, **{f.name: getattr(self, f.name) for f in fields(CallParams)})
+
+
 @dataclass(frozen=True)
-class EngineCall:
-    """One call of a replica: every request of one or more shards, run in one engine pass.
+class EngineCall(CallParams):
+    """One call of a replica: every request of one or more shards, run in one engine pass, with the
+    :class:`CallParams` (keywords) they share.
 
     Attributes
     ----------
@@ -134,30 +169,10 @@ class EngineCall:
         :class:`GenerateRequest` items: a prompt and an assistant prefix).
     shards : tuple of ShardWork
         The shards of the call, in order.
-    max_new_tokens : int
-        Generation budget in new tokens (``generate`` only; every shard of a
-        call shares it).
-    sampling : Sampling or None
-        ``generate``: None or greedy ``Sampling`` for greedy decoding (one
-        :class:`GenerationOutput` per request); otherwise one
-        :class:`SamplesOutput` per request.
-    top_logprobs : int
-        ``next_token``: tokens returned per prompt (default 20).
-    candidates, candidate_cases : tuple of str
-        ``next_token``: candidate strings whose variant token ids the replica
-        looks up in its tokenizer (protocols/candidates.py), and their case variants.
-    layers : tuple of int or None
-        ``hidden_states``: layer indices (0 = embeddings); None = all.
     """
 
     kind: Literal["generate", "score", "next_token", "hidden_states"]
     shards: tuple[ShardWork, ...]
-    max_new_tokens: int = 32
-    sampling: Sampling | None = None
-    top_logprobs: int = 20
-    candidates: tuple[str, ...] = ()
-    candidate_cases: tuple[str, ...] = ()
-    layers: tuple[int, ...] | None = None
 
     @property
     def n_requests(self) -> int:

@@ -665,10 +665,10 @@ for _e in (
                                                        [r.assistant_prefix for r in rs], sampling=c.sampling),
                api=lambda b, texts, prefixes, c: b.generate_outcomes(texts, prefixes, c.max_new_tokens, c.sampling)),
     EngineKind("score", lambda w, c, rs: w.score(rs)),
-    EngineKind("next_token", lambda w, c, rs: w.next_token(rs, c.top_logprobs, c.candidates, c.candidate_cases),
+    EngineKind("next_token", lambda w, c, rs: w.next_token(rs, c.top_logprobs, c.candidates, c.cases),
                api=lambda b, texts, prefixes, c: b.next_token_outcomes(texts, prefixes, c.top_logprobs,
                                                                        tuple(c.candidates),
-                                                                       tuple(c.candidate_cases))),
+                                                                       tuple(c.cases))),
     EngineKind("hidden_states", lambda w, c, rs: w.hidden_states(rs, c.layers)),
 ):
     ENGINE_CALLS.register(_e.name, _e)

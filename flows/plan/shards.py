@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from confgrid.actors.calls import ShardWork
-from confgrid.flows.stages.base import CallParams, MethodRow, get_stage
+from confgrid.actors.calls import CallParams, ShardWork
+from confgrid.flows.stages.base import MethodRow, get_stage
 from confgrid.flows.stages.generate import GenerateRow
 from confgrid.flows.stages.probe import ProbeRow
 from confgrid.flows.stages.score import ScoreRow

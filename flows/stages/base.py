@@ -30,11 +30,11 @@ from typing import Any, Callable
 import pandas as pd
 import pyarrow as pa
 
-from confgrid.actors.calls import EngineCall, GenerateRequest, Sampling, ShardWork
+from confgrid.actors.calls import CallParams, GenerateRequest
 from confgrid.registry import Registry
 
 
-__all__ = ["Stage", "STAGES", "register_stage", "get_stage", "CallParams", "MethodRow", "relabel", "KEY_COLUMNS",
+__all__ = ["Stage", "STAGES", "register_stage", "get_stage", "MethodRow", "relabel", "KEY_COLUMNS",
            "PARSED_COLUMNS"]
 
 #: The label columns every stage table starts with, as Arrow types.
@@ -43,39 +43,6 @@ KEY_COLUMNS = [("model", pa.string()), ("dataset", pa.string()), ("answer_set", 
 #: The columns parsing adds (generations, probe rows).
 PARSED_COLUMNS = [("answer", pa.string()), ("verbalized", pa.float64()), ("parse_status", pa.string()),
                   ("used_fallback", pa.bool_())]
-
-
-@dataclass(frozen=True)
-class CallParams:
-    """The engine-call parameters of a shard: what a replica needs beyond the requests (actors/calls.py
-    ``EngineCall`` takes them as they are). Each stage sets its own, the rest keep their defaults.
-
-    Attributes
-    ----------
-    max_new_tokens : int
-        Generation budget in tokens (generate, probe, sample and rate shards; >= 1).
-    sampling : Sampling or None
-        Sampled decoding (sample shards, and answer sets with a temperature); None is greedy.
-    top_logprobs : int
-        Next-token distribution size (next_token shards).
-    candidates, cases : tuple of str
-        Candidate strings and their cases (next_token shards: P(True), letter probabilities).
-    layers : tuple of int or None
-        Hidden-state layers (hidden shards; None: every layer).
-    """
-
-    max_new_tokens: int = 32
-    sampling: Sampling | None = None
-    top_logprobs: int = 20
-    candidates: tuple[str, ...] = ()
-    cases: tuple[str, ...] = ()
-    layers: tuple[int, ...] | None = None
-
-    def engine_call(self, kind: str, shards: tuple[ShardWork, ...]) -> EngineCall:
-        """The engine call of ``shards`` (their requests, as the replica receives them) with these parameters."""
-        return EngineCall(kind=kind, shards=shards, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
-                          top_logprobs=self.top_logprobs, candidates=self.candidates, candidate_cases=self.cases,
-                          layers=self.layers)
 
 
 @dataclass(frozen=True)

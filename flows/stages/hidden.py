@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from confgrid.flows.stages.base import CallParams, Stage, prompted, register_stage
+from confgrid.actors.calls import CallParams
+from confgrid.flows.stages.base import Stage, prompted, register_stage
 from confgrid.flows.stages.method_base import method_columns
 
 __all__: list[str] = []

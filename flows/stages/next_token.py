@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from confgrid.flows.stages.base import CallParams, Stage, prompted, register_stage
+from confgrid.actors.calls import CallParams
+from confgrid.flows.stages.base import Stage, prompted, register_stage
 from confgrid.flows.stages.method_base import RatedValue, method_columns, protocol, rated_signals
 from confgrid.protocols.json_output import TIE_SEPARATOR, favoured_score, letter_distribution
 from confgrid.protocols.mc import LETTERS

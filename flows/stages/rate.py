@@ -12,7 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from confgrid.flows.stages.base import CallParams, Stage, prompted, register_stage
+from confgrid.actors.calls import CallParams
+from confgrid.flows.stages.base import Stage, prompted, register_stage
 from confgrid.flows.stages.method_base import RatedValue, method_columns, rated_signals
 from confgrid.protocols.methods import parse_boxed
 from confgrid.protocols.output_formats import parse_for_prompt

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from confgrid.actors.calls import Sampling
-from confgrid.flows.stages.base import CallParams, Stage, prompted, register_stage
+from confgrid.actors.calls import CallParams, Sampling
+from confgrid.flows.stages.base import Stage, prompted, register_stage
 from confgrid.flows.stages.grade import grade_answers, parse_generations
 from confgrid.flows.stages.method_base import protocol
 from confgrid.protocols.correctness import agreement_key
