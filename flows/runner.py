@@ -338,10 +338,9 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
     try:
         done = ex.run(plan)
         asm = assemble(plan, done, ex.submitted)
-        for name, tl in asm.stage_tables.items():
-            if name != "signals":
-                tables[name] = store.write_table(name, tl, empty_schema(
-                    name, tuple(spec.scoring.aggregations), tuple(spec.correctness.rules)))
+        for name, tl in asm.stage_tables.items():  # each stage's own table (flows/stages: table_name, schema)
+            tables[name] = store.write_table(name, tl, empty_schema(
+                name, tuple(spec.scoring.aggregations), tuple(spec.correctness.rules)))
         mt = method_tables(plan, done, ex.submitted)
         for name, df in mt.stored().items():
             tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])

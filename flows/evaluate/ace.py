@@ -110,7 +110,7 @@ def ca_ratings(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Shard
     if "ca" not in spec.comparison.views:
         return None
     wanted = set(spec.comparison_signals())
-    sc = [m for m in spec.methods if m.kind_entry.sampled and m.kind_entry.output == "confidence" and m.id in wanted]
+    sc = [m for m in spec.methods if m.reader.pools_samples and m.id in wanted]
     out = []
     for d in spec.datasets:
         pool = plan.candidate_pool(d.name)

@@ -47,7 +47,7 @@ from confgrid.analysis.capability.pass_at_k import pass_at_k_row
 from confgrid.analysis.capability.targets import divergence, sample_matrix, se_by_k
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.spec.methods import MethodSpec
-from confgrid.flows.tables.signals import CAPABILITY_SET, ProducerRows
+from confgrid.flows.tables.signals import ProducerRows
 from confgrid.flows.tracking import keyed_metrics
 from confgrid.protocols.correctness import agreement_key
 from confgrid.protocols.methods import majority_share
@@ -59,6 +59,8 @@ __all__ = ["CapabilityTables", "CapabilityCell", "CapabilityEstimates", "capabil
 
 log = logging.getLogger("confgrid")
 
+#: The answer-set label of the capability estimators' units (study 004).
+CAPABILITY_SET = "capability"
 #: Names of the capability tables under results/.
 CAPABILITY_TABLES = ("capability_metrics", "capability_pass_at_k", "capability_allocation", "capability_se_by_k",
                      "capability_divergence", "capability_probes")
@@ -311,7 +313,7 @@ def capability_estimates(spec: GridSpec, splits: dict[str, dict[str, str]], samp
             ests: list[_Estimate] = []
             for eid in cap.estimators:
                 m = methods[eid]
-                role = m.kind_entry.capability
+                role = m.reader.capability
                 if role == "consistency":
                     pool = _rows(samples, model, d.name, eid)
                     for k in cap.consistency_k:

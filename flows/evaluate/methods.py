@@ -32,7 +32,7 @@ import pandas as pd
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.methods import MethodSpec
-from confgrid.flows.stages.base import get_stage, relabel
+from confgrid.flows.stages.base import relabel
 from confgrid.flows.stages.method_base import RatedValue, frame
 
 __all__ = ["MethodTables", "method_tables", "ratings_of_supplied_answers", "METHOD_SIGNAL_COLUMNS"]
@@ -72,7 +72,7 @@ def ratings_of_supplied_answers(plan: GridPlan, method: MethodSpec, model: str, 
     DataFrame
         Columns item_id, rated_answer, confidence (float in [0, 1] or None), status.
     """
-    values = get_stage(method.kind_entry.stage).rated_values(plan, method, model, table)
+    values = method.reader.rated_values(plan, method, model, table)
     return pd.DataFrame([v[:4] for v in values], columns=list(RatedValue._fields[:4]))
 
 
@@ -99,7 +99,7 @@ def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Sh
             continue
         frames = [relabel(done[s.key], model=model, dataset=dataset, method=mid, chunk=s.chunk) for s in uniq]
         table = pd.concat(frames, ignore_index=True)
-        get_stage(uniq[0].stage).collect(plan, method, model, dataset, table, out)
+        method.reader.collect(plan, method, model, dataset, table, out)
     tables.samples, tables.next_token, tables.hidden, tables.costs = (
         frame(out["samples"]), frame(out["next_token"]), frame(out["hidden"]), frame(out["costs"]))
     tables.signals = pd.DataFrame(out["signals"], columns=METHOD_SIGNAL_COLUMNS)

@@ -224,7 +224,7 @@ def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
                    f"chance scores them as a random letter (seed {spec.parsing.chance_seed}) with confidence 1/k")
     if a.runs > 1 or a.id.rsplit(".run", 1)[-1].isdigit():
         out.append("repeated runs: run r samples with seed + r - 1; results/runs.csv gives mean and sd (ddof 1)")
-    if any(mm.kind_entry.letters for mm in spec.methods):
+    if any(mm.reader.options for mm in spec.methods):
         out.append("letter token probabilities: the next-token distribution restricted to the option letters and "
                    "renormalized; a letter absent from the top k counts as 0; ties scored 1/m")
     d = next((x for x in spec.datasets if x.name == dataset), None)

@@ -28,9 +28,9 @@ from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
 from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, conform
 from confgrid.analysis.verdicts import verdict_table
 from confgrid.flows.tables.assemble import Unit
-from confgrid.flows.tables.signals import ANSWER_ALIGN, ProducerRows, run_signal_table, unit_keys
+from confgrid.flows.tables.signals import ProducerRows, run_signal_table, unit_keys
 from confgrid.flows.spec.grid import GridSpec
-from confgrid.flows.stages.score import token_signal
+from confgrid.flows.stages.grade import ANSWER_ALIGN, token_signal
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
 from confgrid.flows.evaluate.clusters import with_cluster_columns

@@ -164,8 +164,8 @@ def _check_json_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tupl
         problems.append(("elicitation.prompt", f"prompt {main.id!r} ({'asks no answer' if not main.asks_answer else 'a probability per option'}) "
                          "needs an answer set (answer_sets[]): the main set asks open questions"))
     for j, m in enumerate(spec.methods):
-        if m.kind_entry.letters and not any(it.options for its in items.values() for it in its):
-            problems.append((f"methods[{j}].kind", "letter_probability reads the option letters, but no dataset "
+        if m.reader.options and not any(it.options for its in items.values() for it in its):
+            problems.append((f"methods[{j}].kind", f"{m.kind} reads the option letters, but no dataset "
                              "of the grid has items with options (mmlu, mmlu_pro, agieval_*, boolq, a custom one "
                              "with options)"))
     return problems
@@ -331,7 +331,7 @@ class GridPlan:
             prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
             if prompt.takes_answer:
                 continue
-            letters = method.kind_entry.letters  # the lettered question; items with options only
+            letters = method.reader.options  # the lettered question; items with options only
             for m in self.spec.method_models(method):
                 for d in self.spec.datasets:
                     its = [i for i in self.set_items[("main", d.name)]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field, StrictBool
 
 from confgrid.flows.spec.base import _Spec
+from confgrid.flows.stages.method_base import get_reader
 from confgrid.protocols.method_kinds import METHOD_KINDS
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["CapabilitySpec", "ProbeFitSpec", "ESTIMATOR_KINDS", "check_capability"]
 
 #: Method kinds that may serve as capability estimators (``capability.estimators``).
-ESTIMATOR_KINDS = tuple(k.name for _, k in METHOD_KINDS.items() if k.capability not in (None, "target"))
+ESTIMATOR_KINDS = tuple(k.name for _, k in METHOD_KINDS.items()
+                        if get_reader(k.reader).capability not in (None, "target"))
 
 
 class ProbeFitSpec(_Spec):
@@ -77,7 +79,7 @@ class CapabilitySpec(_Spec):
         by_id = {m.id: m for m in methods}
         out: list[str] = []
         for e in self.estimators:
-            role = by_id[e].kind_entry.capability if e in by_id else None
+            role = by_id[e].reader.capability if e in by_id else None
             if role == "consistency":
                 out += [f"{e}_k{k}" for k in self.consistency_k]
             elif role == "probe":
@@ -94,7 +96,7 @@ class CapabilitySpec(_Spec):
         import re
 
         by_id = {m.id: m for m in methods}
-        return any(e in by_id and by_id[e].kind_entry.capability == "probe"
+        return any(e in by_id and by_id[e].reader.capability == "probe"
                    and re.fullmatch(re.escape(e) + r"_probe_layer\d+", name) for e in self.estimators)
 
 
@@ -134,7 +136,7 @@ def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> No
         if m.kind not in ESTIMATOR_KINDS:
             raise ValueError(f"capability.estimators: method {e!r} is of kind {m.kind!r}; allowed kinds: "
                              f"{list(ESTIMATOR_KINDS)}")
-        if m.kind_entry.capability == "consistency":
+        if m.reader.capability == "consistency":
             if cap.consistency_k and m.n_samples < max(cap.consistency_k):
                 raise ValueError(f"capability.consistency_k: {max(cap.consistency_k)} samples asked of method {e!r}, "
                                  f"which draws k={m.n_samples}")
@@ -143,12 +145,12 @@ def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> No
                                  "samples would be the target's own (the leak of the official code); give it another "
                                  "seed (capability.leaky_consistency: true adds the leaky variant, read from the "
                                  "target's own samples, for comparison)")
-        role = m.kind_entry.capability
+        role = m.reader.capability
         if m.split == "eval" and (role == "probe" or cap.isotonic and role != "consistency"):
             raise ValueError(f"capability.estimators: method {e!r} runs on the eval split only; probes and "
                              "isotonic maps are fitted on the train split: give it split 'all'")
-    if any(by_id[e].kind_entry.capability == "probe" for e in cap.estimators) or cap.isotonic:
-        if cap.train_target is None and any(by_id[e].kind_entry.capability != "consistency" for e in cap.estimators):
+    if any(by_id[e].reader.capability == "probe" for e in cap.estimators) or cap.isotonic:
+        if cap.train_target is None and any(by_id[e].reader.capability != "consistency" for e in cap.estimators):
             raise ValueError("capability.train_target: probes and isotonic recalibration are fitted on the train "
                              "split against its target; name an expected_accuracy method with split 'train' "
                              "(or set isotonic: false and list no hidden_states estimator)")

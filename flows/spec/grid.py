@@ -56,7 +56,8 @@ from confgrid.flows.spec.capability import CapabilitySpec, check_capability
 from confgrid.flows.spec.estimation import BootstrapSpec, MetricsSpec, VerdictSpec
 from confgrid.flows.spec.execution import ExecutionSpec
 from confgrid.flows.stages.base import get_stage
-from confgrid.flows.stages.score import token_signal
+from confgrid.flows.stages.method_base import get_reader
+from confgrid.flows.stages.grade import token_signal
 from confgrid.protocols.contexts import CONTEXTS, load_context_file, register_context
 from confgrid.protocols.datasets import BUNDLED as BUNDLED_PATHS, check_adapter_params
 from confgrid.protocols.method_kinds import METHOD_KINDS as METHOD_KIND_ENTRIES
@@ -64,7 +65,7 @@ from confgrid.flows.spec.methods import (
     ComparisonSpec,
     MethodSpec,
 )
-from confgrid.protocols.prompts import PROMPTS, load_prompt_file, register_prompt
+from confgrid.protocols.prompts import PROMPTS, get_prompt, load_prompt_file, register_prompt
 
 __all__ = [
     "FIXTURE_MODEL",
@@ -461,7 +462,7 @@ class GridSpec(_Spec):
         contexts = dict.fromkeys(c for a in self.all_answer_sets() for c in a.scoring_contexts(self.scoring.contexts))
         out = ["verbalized"] + [token_signal(c, agg, prim) for c in contexts for agg in self.scoring.aggregations]
         for m in self.methods:
-            out.extend(m.kind_entry.signals(m.id))
+            out.extend(m.signals())
         out += [s for s in self.capability.estimator_signals(self.methods) if s not in out]
         if self.probe.enabled:
             out += [f"probe_{k}" for k in self.probe.kinds]
@@ -506,17 +507,19 @@ class GridSpec(_Spec):
         for m in c.methods or ():
             if m not in allowed:
                 raise ValueError(f"comparison.methods: unknown signal {m!r}; allowed: {allowed}")
-        raters = [k.name for _, k in METHOD_KIND_ENTRIES.items() if k.takes_answer]
-        if "ca" in c.views and not any(k in (*raters, "self_consistency") for k in self.comparison_kinds()):
+        raters = [k.name for _, k in METHOD_KIND_ENTRIES.items()
+                  if k.template and get_prompt(k.template).takes_answer]
+        pooled = [k.name for _, k in METHOD_KIND_ENTRIES.items() if get_reader(k.reader).pools_samples]
+        if "ca" in c.views and not any(k in (*raters, *pooled) for k in self.comparison_kinds()):
             raise ValueError("comparison.views: 'ca' needs a compared method that can rate a supplied answer "
-                             f"(kinds {raters}, or self_consistency through its samples)")
+                             f"(kinds {raters}, or {', '.join(pooled)} through its samples)")
 
     def comparison_signals(self, all_signals: bool = False) -> list[str]:
         """The signals the comparison compares: ``comparison.methods``, or verbalized and every confidence method
         (``all_signals``: every signal it could compare, the ``__majority`` signals of self-consistency included)."""
-        conf = [m for m in self.methods if m.kind_entry.output == "confidence"]
+        conf = [m for m in self.methods if m.signals()]
         every = (["verbalized"] + [f"token_{c}" for c in self.scoring.contexts] + [m.id for m in conf]
-                 + [s for m in conf for s in m.kind_entry.signals(m.id)[1:]])
+                 + [s for m in conf for s in m.signals()[1:]])
         if all_signals:
             return every
         return list(self.comparison.methods) if self.comparison.methods is not None else (
@@ -531,7 +534,8 @@ class GridSpec(_Spec):
     def ca_methods(self) -> list[MethodSpec]:
         """The compared methods whose raters rate every pooled candidate with a model call (kinds p_true, rating)."""
         wanted = set(self.comparison_signals()) if "ca" in self.comparison.views else set()
-        return [m for m in self.methods if m.id in wanted and m.kind_entry.takes_answer]
+        return [m for m in self.methods
+                if m.id in wanted and get_prompt(m.template_id(self.elicitation.prompt)).takes_answer]
 
     def method_models(self, method: MethodSpec) -> list[ModelSpec]:
         """The models that run ``method``, in declaration order."""

@@ -15,6 +15,7 @@ from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
 from confgrid.flows.stages.base import STAGES, get_stage
+from confgrid.flows.stages.method_base import MethodReader, get_reader
 from confgrid.protocols.mc import LETTERS
 from confgrid.protocols.method_kinds import METHOD_KINDS as KINDS
 from confgrid.protocols.method_kinds import MethodKind, method_kind
@@ -82,9 +83,9 @@ class MethodSpec(_Spec):
     @model_validator(mode="before")
     @classmethod
     def _renormalize_default(cls, data: Any) -> Any:
-        """Fill ``renormalize`` with its kind's default (:attr:`MethodKind.renormalize`) when it is not given."""
+        """Fill ``renormalize`` with its kind's default (:attr:`MethodKind.defaults`) when it is not given."""
         if isinstance(data, dict) and data.get("renormalize") is None and data.get("kind") in KINDS:
-            default = method_kind(data["kind"]).renormalize
+            default = method_kind(data["kind"]).defaults.get("renormalize")
             if default is not None:
                 data = {**data, "renormalize": default}
         return data
@@ -112,8 +113,7 @@ class MethodSpec(_Spec):
 
         for f in dict.fromkeys(f for _, st in STAGES.items() for f in st.fields):  # each stage's own fields
             only(f, lambda k, f=f: f in get_stage(k.stage).fields)
-        only("assistant_prefix", lambda k: k.prefix)
-        if entry.letters:
+        if self.reader.options:
             for f in ("candidates", "renormalize"):
                 if getattr(self, f) != type(self).model_fields[f].default:
                     raise ValueError(f"{f} is not for kind {self.kind!r}: its candidates are the option "
@@ -126,24 +126,33 @@ class MethodSpec(_Spec):
 
     @property
     def kind_entry(self) -> MethodKind:
-        """The method kind's registry entry (stage, default template, what it rates; protocols/method_kinds.py)."""
+        """The method kind's registry entry (stage, default template, reader; protocols/method_kinds.py)."""
         return method_kind(self.kind)
 
     @property
+    def reader(self) -> MethodReader:
+        """The reader of its rows (flows/stages/method_base.py: its signals, what it rates, its capability role)."""
+        return get_reader(self.kind_entry.reader)
+
+    def signals(self) -> tuple[str, ...]:
+        """The signal names it adds to the one signal table (none for targets and features)."""
+        return tuple(self.id + suffix for suffix in self.reader.signals)
+
+    @property
     def n_samples(self) -> int:
-        return self.k or self.kind_entry.default_k or 0
+        return self.k or self.kind_entry.defaults.get("k") or 0
 
     def template_id(self, elicitation_prompt: str) -> str:
         return self.template or self.kind_entry.template or elicitation_prompt
 
     def candidate_strings(self, n_letters: int = 0) -> tuple[str, ...]:
         """Candidates read in the next-token distribution (letter_probability: the first ``n_letters`` letters)."""
-        if self.kind_entry.letters:
+        if self.reader.options:
             return tuple(LETTERS[:n_letters])
-        return self.candidates if self.candidates is not None else (self.kind_entry.candidates or ())
+        return self.candidates if self.candidates is not None else self.kind_entry.defaults.get("candidates", ())
 
     def new_tokens(self, elicitation_tokens: int) -> int:
-        return self.max_new_tokens or self.kind_entry.default_new_tokens or elicitation_tokens
+        return self.max_new_tokens or self.kind_entry.defaults.get("max_new_tokens") or elicitation_tokens
 
     def agreement_rule(self, primary: str) -> str:
         return self.rule or primary

@@ -5,8 +5,8 @@ A stage is one kind of shard (``generate``, ``score``, ``probe``, the method sta
 own file of this folder, everything the rest of confgrid used to decide by comparing stage names: the engine
 call a replica runs for it (actors/model_actor.py ``ENGINE_CALLS``), the typed rows of its requests and the
 engine request each becomes, the stored table of a shard and its schema, whether its shards yield the answers
-the later stages are planned from, and (method stages) the call parameters in its shard key and the signal
-rows it adds to the method tables. The registry follows
+the later stages are planned from, its signal rows, and (method stages) the call parameters in its shard key; what a method
+kind makes of its rows is its reader (flows/stages/method_base.py ``READERS``). The registry follows
 lm-evaluation-harness (``lm_eval/api/registry.py``): a duplicate name is an error, an unknown one lists the
 choices.
 
@@ -25,7 +25,7 @@ probe, rate, sample, score
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import pandas as pd
 import pyarrow as pa
@@ -76,10 +76,11 @@ def relabel(table: pd.DataFrame, **labels: object) -> pd.DataFrame:
 
 #: ``(plan, shard, outputs) -> DataFrame``: the stored rows of one shard from its outputs (one per request).
 TableFn = Callable[[Any, Any, tuple[Any, ...]], pd.DataFrame]
+#: ``(spec, unit, key) -> DataFrame or None``: a stage's signal rows (without unit labels) of one unit
+#: (flows/tables/assemble.py ``Unit``) under one analysis key (flows/tables/signals.py ``unit_keys``).
+SignalsFn = Callable[[Any, Any, dict[str, str]], Optional[pd.DataFrame]]
 #: ``(method, spec, n_letters) -> (key parameters, CallParams)``: what a method stage puts in its shard key.
 MethodCallFn = Callable[[Any, Any, int], tuple[dict[str, Any], CallParams]]
-#: ``(plan, method, model, dataset, table, out)``: a method stage's rows appended to the method tables' buckets.
-CollectFn = Callable[[Any, Any, str, str, pd.DataFrame, dict[str, list]], None]
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,12 @@ class Stage:
         The stage table it writes (``tables/<table_name>.parquet``), when it writes one of its own.
     schema : callable or None
         ``(aggregations, rules) -> pyarrow.Schema``: the columns of that table when no shard of it is complete.
+    signals : callable or None
+        :data:`SignalsFn`: its rows of the one signal table for one unit and analysis key (grade: the verbalized
+        and token scores of each graded answer; probe: the supplied answers); method stages add theirs through
+        their readers.
     method_call : callable or None
         Method stages: :data:`MethodCallFn`.
-    collect : callable or None
-        Method stages: :data:`CollectFn`.
-    rated_values : callable or None
-        Stages whose rows rate a shown answer (rate, next_token): ``(plan, method, model, table) -> list of
-        RatedValue``, the confidence of each row (ACE's candidate ratings read it).
     fields : tuple of str
         Method stages: the ``methods[]`` fields that apply to a method of this stage beyond the common ones (a
         grid that sets another is refused, flows/spec/methods.py).
@@ -125,9 +125,8 @@ class Stage:
     answers: bool = False
     table_name: str | None = None
     schema: Callable[[tuple[str, ...], tuple[str, ...]], pa.Schema] | None = None
+    signals: SignalsFn | None = None
     method_call: MethodCallFn | None = None
-    collect: CollectFn | None = None
-    rated_values: Callable[..., list] | None = None
     fields: tuple[str, ...] = ()
     backends: tuple[str, ...] = ("transformers", "vllm", "openai")
 

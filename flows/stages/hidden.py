@@ -14,7 +14,7 @@ import pandas as pd
 
 from confgrid.actors.calls import CallParams
 from confgrid.flows.stages.base import Stage, prompted, register_stage
-from confgrid.flows.stages.method_base import method_columns
+from confgrid.flows.stages.method_base import MethodReader, method_columns, register_reader
 
 __all__: list[str] = []
 
@@ -34,5 +34,7 @@ def _method_call(method: Any, spec: Any, n_letters: int) -> tuple[dict[str, Any]
 
 
 register_stage(Stage("hidden", "hidden_states", request=prompted, table=_table, method_call=_method_call,
-                     collect=lambda plan, method, model, dataset, table, out: out["hidden"].append(table),
                      fields=("layers",), backends=("transformers",)))
+register_reader(MethodReader("features", "hidden",
+                             lambda plan, method, model, dataset, table, out: out["hidden"].append(table),
+                             signals=(), rated=None, capability="probe"))

@@ -16,7 +16,8 @@ import pandas as pd
 
 from confgrid.actors.calls import CallParams
 from confgrid.flows.stages.base import Stage, prompted, register_stage
-from confgrid.flows.stages.method_base import RatedValue, method_columns, protocol, rated_signals
+from confgrid.flows.stages.method_base import (MethodReader, RatedValue, method_columns, protocol, rated_signals,
+                                              register_reader)
 from confgrid.protocols.json_output import TIE_SEPARATOR, favoured_score, letter_distribution
 from confgrid.protocols.mc import LETTERS
 from confgrid.protocols.methods import candidate_probability, p_true
@@ -49,27 +50,28 @@ def _distribution(r: Any) -> tuple[dict[int, float], dict[str, dict[int, str]]]:
 
 
 def next_token_values(method: Any, table: pd.DataFrame) -> list[RatedValue]:
-    """The P(True) of every row of a next-token method table."""
+    """The P(True) of every row of a next-token method table (the answer it rates: the one its template shows,
+    None for a template that shows none)."""
     cands = method.candidate_strings()
-    shown = method.kind_entry.takes_answer
     out = []
     for r in table.itertuples(index=False):
         status = getattr(r, "logprobs_status", "ok")  # absent from tables stored before it existed
         if status != "ok":  # an API server returned no distribution: NaN with its reason, never 0
-            out.append(RatedValue(r.item_id, r.rated_answer if shown else None, None, str(status)))
+            out.append(RatedValue(r.item_id, r.rated_answer or None, None, str(status)))
             continue
         top, ids = _distribution(r)
         probs = {c: candidate_probability(ids.get(c, {}), top, c, method.merge) for c in cands}
         c = p_true(probs, cands[0], method.renormalize)
-        out.append(RatedValue(r.item_id, r.rated_answer if shown else None, c.value, c.status, c.detail))
+        out.append(RatedValue(r.item_id, r.rated_answer or None, c.value, c.status, c.detail))
     return out
 
 
-def _letter_signals(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFrame,
+def _option_letters(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFrame,
                     out: dict[str, list]) -> None:
     """Letter token probabilities (study 002 Appendix E.1): the next-token distribution restricted to the item's
     option letters and renormalized; the favoured letter(s) scored with proportional ties against the gold letter;
     ``detail`` = how many option letters were absent from the returned top k (counted as 0, E.3)."""
+    out["next_token"].append(table)
     items = {i.item_id: i for i in plan.set_items[("main", dataset)]}
     proto = protocol(method, plan.spec)
     for r in table.itertuples(index=False):
@@ -79,20 +81,21 @@ def _letter_signals(plan: Any, method: Any, model: str, dataset: str, table: pd.
         d = letter_distribution({c: candidate_probability(ids.get(c, {}), top, c, method.merge) for c in letters})
         gold = item.gold_letter.strip().upper() if item.gold_letter else None
         out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": r.item_id,
-                               "confidence": d.confidence, "status": d.status, "rated": method.kind_entry.rated,
+                               "confidence": d.confidence, "status": d.status, "rated": method.reader.rated,
                                "rated_answer": TIE_SEPARATOR.join(d.favoured) or None,
                                "correct": favoured_score(d.favoured, gold) if d.favoured else np.nan,
                                "rule": "mc_favoured", "detail": d.n_absent, **proto})
 
 
-def _collect(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFrame, out: dict[str, list]) -> None:
+def _p_true(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFrame, out: dict[str, list]) -> None:
+    """P(True) (study 001 Appendix D.3, study 004): the first candidate's probability, rating the model's greedy
+    answer."""
     out["next_token"].append(table)
-    if method.kind_entry.letters:
-        _letter_signals(plan, method, model, dataset, table, out)
-    else:
-        rated_signals(plan, method, model, dataset, next_token_values(method, table), out)
+    rated_signals(plan, method, model, dataset, next_token_values(method, table), out)
 
 
 register_stage(Stage("next_token", "next_token", request=prompted, table=_table, method_call=_method_call,
-                     collect=_collect, rated_values=lambda plan, method, model, table: next_token_values(method, table),
-                     fields=("candidates", "cases", "merge", "renormalize", "top_logprobs")))
+                     fields=("candidates", "cases", "merge", "renormalize", "top_logprobs", "assistant_prefix")))
+register_reader(MethodReader("p_true", "next_token", _p_true, capability="p_true",
+                             rated_values=lambda plan, method, model, table: next_token_values(method, table)))
+register_reader(MethodReader("option_letters", "next_token", _option_letters, rated="favoured_letter", options=True))

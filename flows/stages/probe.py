@@ -10,13 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from confgrid.flows.stages.base import KEY_COLUMNS, PARSED_COLUMNS, Stage, prompted, register_stage
+from confgrid.protocols.correctness import get_rule
+from confgrid.protocols.items import Item
 from confgrid.protocols.probe import parse_probe_output
 
-__all__ = ["ProbeRow"]
+__all__ = ["ProbeRow", "probe_rows"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,51 @@ def _table(plan: Any, shard: Any, outputs: tuple[Any, ...]) -> pd.DataFrame:
     })
 
 
-register_stage(Stage("probe", "generate", request=prompted, table=_table, table_name="probe",
+def probe_rows(probe: pd.DataFrame, items: list[Item], rule: str) -> pd.DataFrame:
+    """Signal-table rows of the supplied-answer probe of one answer set (study 000 section 3.6, Appendix I).
+
+    Parameters
+    ----------
+    probe : DataFrame
+        ``tables/probe`` rows of one (model, dataset, answer set): item_id, kind (protocols/probe.py
+        ``SUPPLIED_KINDS``), answer (the supplied answer), verbalized (the stated probability, NaN if none),
+        parse_status.
+    items : list of Item
+        The answer set's items (for grading).
+    rule : str
+        The unit's correctness rule: the target is the supplied answer's correctness under it.
+
+    Returns
+    -------
+    DataFrame
+        Rows without unit labels: item_id, signal ``probe_<kind>``, kind ``probe``, rated ``supplied``,
+        target_rule, confidence, target, status (the probe's parse status; ``rule_undefined`` where the rule
+        cannot grade the item), align empty (each kind on its own items). The first row of an (item, kind) is kept.
+    """
+    if probe is None or probe.empty:
+        return pd.DataFrame(columns=["item_id", "signal"])
+    p = probe.drop_duplicates(["item_id", "kind"]).reset_index(drop=True)
+    by_id = {it.item_id: it for it in items}
+    fn = get_rule(rule)
+    target = np.array([float(fn(a, by_id[i])) if i in by_id and isinstance(a, str) else np.nan
+                       for i, a in zip(p["item_id"], p["answer"], strict=True)], dtype=np.float64)
+    conf = pd.to_numeric(p["verbalized"], errors="coerce").to_numpy(np.float64)
+    status = np.where(p["parse_status"].astype(str) != "ok", p["parse_status"].astype(str),
+                      np.where(np.isnan(target), "rule_undefined", "ok"))
+    return pd.DataFrame({"item_id": p["item_id"], "signal": "probe_" + p["kind"].astype(str), "kind": "probe",
+                         "rated": "supplied", "target_rule": rule, "confidence": conf, "target": target,
+                         "status": status, "align": ""})
+
+
+def _signals(spec: Any, unit: Any, key: dict[str, str]) -> pd.DataFrame | None:
+    """The probe's signal rows of a unit under one analysis key; none where the probe's own-answer kind is the
+    set's verbalized score (it is not an extra signal there)."""
+    if unit.probe is None or not len(unit.probe) or unit.answer_set.verbalized_source() == "probe":
+        return None
+    return probe_rows(unit.probe, unit.items, key["rule"])
+
+
+register_stage(Stage("probe", "generate", request=prompted, table=_table, table_name="probe", signals=_signals,
                      schema=lambda aggregations, rules: pa.schema(
                          [*KEY_COLUMNS, ("kind", pa.string()), ("answer", pa.string()), ("source", pa.string()),
                           ("raw_output", pa.string()), *PARSED_COLUMNS[1:]])))

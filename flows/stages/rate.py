@@ -14,7 +14,8 @@ import pandas as pd
 
 from confgrid.actors.calls import CallParams
 from confgrid.flows.stages.base import Stage, prompted, register_stage
-from confgrid.flows.stages.method_base import RatedValue, method_columns, rated_signals
+from confgrid.flows.stages.method_base import (MethodReader, RatedValue, method_columns, rated_signals,
+                                              register_reader)
 from confgrid.protocols.methods import parse_boxed
 from confgrid.protocols.output_formats import parse_for_prompt
 from confgrid.protocols.prompts import get_prompt
@@ -32,21 +33,31 @@ class RatedConfidence:
     status: str
 
 
-def rated_confidence(text: str | None, parser: str | None, template: str) -> RatedConfidence:
-    """The confidence in [0, 1] (or None) and the status of one rating or verbalized-before output.
+def _boxed_rating(text: str | None, template: str) -> RatedConfidence:
+    """The 0-100 rating: the last ``\\boxed{N}`` / 100 (``parse_boxed``); statuses ``ok``, ``missing``,
+    ``unparsed_number``, ``out_of_range``."""
+    c = parse_boxed(text, decimal_comma=get_prompt(template).decimal_comma)
+    return RatedConfidence(c.value, c.status)
 
-    ``parser`` ``boxed_rating`` (the 0-100 rating): the last ``\\boxed{N}`` / 100 (``parse_boxed``), statuses ``ok``,
-    ``missing``, ``unparsed_number``, ``out_of_range``. Otherwise the stated confidence of
-    ``template`` (``parse_for_prompt``): ``ok``, ``out_of_range``, ``unparsed_number``, or
-    ``missing`` for every other parse status. ``text`` is the output after its reasoning block.
-    """
-    if parser == "boxed_rating":
-        c = parse_boxed(text, decimal_comma=get_prompt(template).decimal_comma)
-        return RatedConfidence(c.value, c.status)
+
+def _stated_probability(text: str | None, template: str) -> RatedConfidence:
+    """The stated confidence of ``template`` (``parse_for_prompt``): ``ok``, ``out_of_range``,
+    ``unparsed_number``, or ``missing`` for every other parse status."""
     p = parse_for_prompt(text, template)
     if p.verbalized is not None:
         return RatedConfidence(p.verbalized, "ok")
     return RatedConfidence(None, p.status if p.status in ("out_of_range", "unparsed_number") else "missing")
+
+
+#: How each reader of this stage reads a reply (after its reasoning block) as a confidence.
+_PARSERS = {"boxed_rating": _boxed_rating, "stated_probability": _stated_probability}
+
+
+def rated_confidence(text: str | None, reader: str, template: str) -> RatedConfidence:
+    """The confidence in [0, 1] (or None) and the status of one rating (reader ``boxed_rating``) or
+    verbalized-before (``stated_probability``) output of ``template``; ``text`` is the output after its
+    reasoning block. Raises KeyError for another reader."""
+    return _PARSERS[reader](text, template)
 
 
 def _table(plan: Any, shard: Any, outputs: tuple[Any, ...]) -> pd.DataFrame:
@@ -68,7 +79,7 @@ def rate_values(plan: Any, method: Any, model: str, table: pd.DataFrame) -> list
     for r in table.itertuples(index=False):
         v = strip_reasoning(r.raw_output, plan.models[model].reasoning_end)
         c = (RatedConfidence(None, "reasoning_unterminated") if v.status == "unterminated"
-             else rated_confidence(v.text, method.kind_entry.parser, template))
+             else rated_confidence(v.text, method.kind_entry.reader, template))
         out.append(RatedValue(r.item_id, r.rated_answer or None, c.value, c.status))
     return out
 
@@ -80,4 +91,6 @@ def _collect(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFra
 
 
 register_stage(Stage("rate", "generate", request=prompted, table=_table, method_call=_method_call,
-                     collect=_collect, rated_values=rate_values))
+                     fields=("assistant_prefix",)))
+for _name in _PARSERS:
+    register_reader(MethodReader(_name, "rate", _collect, capability="verbalized", rated_values=rate_values))

@@ -16,7 +16,7 @@ import pandas as pd
 from confgrid.actors.calls import CallParams, Sampling
 from confgrid.flows.stages.base import Stage, prompted, register_stage
 from confgrid.flows.stages.grade import grade_answers, parse_generations
-from confgrid.flows.stages.method_base import protocol
+from confgrid.flows.stages.method_base import MethodReader, protocol, register_reader
 from confgrid.protocols.correctness import agreement_key
 from confgrid.protocols.methods import agreement_share, expected_accuracy, majority_share
 
@@ -51,27 +51,27 @@ def _method_call(method: Any, spec: Any, n_letters: int) -> tuple[dict[str, Any]
     return params, CallParams(max_new_tokens=budget, sampling=sampling, top_logprobs=method.top_logprobs)
 
 
-def _collect(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFrame, out: dict[str, list]) -> None:
-    """The samples parsed with the method's template and graded under its rule (bucket ``samples``), then per
-    item the agreement signals (``signals``) or the expected-accuracy target (``targets``)."""
+def _graded(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFrame,
+            out: dict[str, list]) -> tuple[pd.DataFrame, str, dict[str, Any]]:
+    """The samples parsed with the method's template and graded under its rule (bucket ``samples``), with the
+    rule and the protocol columns."""
     spec = plan.spec
     rule = method.agreement_rule(spec.correctness.primary)
     parsed = parse_generations(table, method.template_id(spec.elicitation.prompt), plan.models[model].reasoning_end)
     samples = grade_answers(parsed, plan.set_items[("main", dataset)], (rule,), rule)
     out["samples"].append(samples)
     used = {k: samples[k].iloc[0] for k in ("temperature", "top_p", "top_k")} if len(samples) else {}
-    proto = protocol(method, spec, used)
-    for item_id, g in samples.sort_values(["item_id", "sample_idx"]).groupby("item_id", sort=True):
+    return samples.sort_values(["item_id", "sample_idx"]), rule, protocol(method, spec, used)
+
+
+def _agreement(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFrame, out: dict[str, list]) -> None:
+    """Per item, the share of samples agreeing with the first (signal ``<id>``) and the majority answer's share
+    (``<id>__majority``), each graded as the answer it rates (bucket ``signals``)."""
+    samples, rule, proto = _graded(plan, method, model, dataset, table, out)
+    key = agreement_key(rule)
+    for item_id, g in samples.groupby("item_id", sort=True):
         answers = [a if isinstance(a, str) else None for a in g["answer"]]
         correct = g[f"correct_{rule}"].tolist()
-        if method.kind_entry.output == "target":
-            ea = expected_accuracy(correct)
-            out["targets"].append({"model": model, "dataset": dataset, "method": method.id, "item_id": item_id,
-                                   "expected_accuracy": ea.value, "se": ea.detail, "k": len(answers),
-                                   "n_unparsed": sum(a is None for a in answers), "rule": rule, **{
-                                       k: proto[k] for k in ("temperature", "top_p", "top_k", "seed")}})
-            continue
-        key = agreement_key(rule)
         norm = [key(a) if a is not None and a.strip() else None for a in answers]
         for signal, c in ((method.id, agreement_share(answers, key)),
                           (f"{method.id}__majority", majority_share(answers, key))):
@@ -82,10 +82,26 @@ def _collect(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFra
                 rated_correct = np.nan
             out["signals"].append({"model": model, "dataset": dataset, "signal": signal, "item_id": item_id,
                                    "confidence": c.value, "status": c.status,
-                                   "rated": method.kind_entry.rated if signal == method.id else "majority_answer",
+                                   "rated": method.reader.rated if signal == method.id else "majority_answer",
                                    "rated_answer": c.rated, "correct": rated_correct, "rule": rule, "detail": None,
                                    **proto})
 
 
+def _expected_accuracy(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFrame,
+                       out: dict[str, list]) -> None:
+    """Per item, the mean correctness of the k samples and its standard error (bucket ``targets``)."""
+    samples, rule, proto = _graded(plan, method, model, dataset, table, out)
+    for item_id, g in samples.groupby("item_id", sort=True):
+        ea = expected_accuracy(g[f"correct_{rule}"].tolist())
+        out["targets"].append({"model": model, "dataset": dataset, "method": method.id, "item_id": item_id,
+                               "expected_accuracy": ea.value, "se": ea.detail, "k": len(g),
+                               "n_unparsed": int(sum(not isinstance(a, str) for a in g["answer"])), "rule": rule,
+                               **{k: proto[k] for k in ("temperature", "top_p", "top_k", "seed")}})
+
+
 register_stage(Stage("sample", "generate", request=prompted, table=_table, method_call=_method_call,
-                     collect=_collect, fields=("k", "temperature", "top_p", "top_k", "seed")))
+                     fields=("k", "temperature", "top_p", "top_k", "seed")))
+register_reader(MethodReader("agreement", "sample", _agreement, signals=("", "__majority"), rated="first_sample",
+                             capability="consistency", pools_samples=True))
+register_reader(MethodReader("expected_accuracy", "sample", _expected_accuracy, signals=(), rated=None,
+                             capability="target"))

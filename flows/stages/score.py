@@ -21,7 +21,7 @@ from confgrid.protocols.aggregation import get_aggregation
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.items import Item
 
-__all__ = ["ScoreRow", "score_requests", "token_signal", "aggregate_scores"]
+__all__ = ["ScoreRow", "score_requests", "aggregate_scores"]
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,6 @@ def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> 
     return [ScoreRow(item_id, ctx.item_text(by_id[item_id]), ctx.assistant_prefix, ctx.separator, answer)
             for item_id, answer in zip(parsed["item_id"], parsed["answer"], strict=True)
             if isinstance(answer, str) and answer.strip()]
-
-
-def token_signal(context: str, aggregation: str, primary: str) -> str:
-    """Signal name of the token score in ``context``: ``token_<context>``, with ``__<aggregation>``
-    appended for an aggregation other than the primary one."""
-    return f"token_{context}" if aggregation == primary else f"token_{context}__{aggregation}"
 
 
 def aggregate_scores(scores: pd.DataFrame, aggregations: tuple[str, ...] | str) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import Frames
 from confgrid.flows.studies import Study, StudyOutput, register_study
 from confgrid.flows.tables.assemble import Unit
-from confgrid.flows.tables.signals import CAPABILITY_SET
+from confgrid.flows.evaluate.capability import CAPABILITY_SET
 
 log = logging.getLogger("confgrid")
 

@@ -117,7 +117,7 @@ def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRe
     by_unit: dict[tuple[str, str, str], dict[str, list[ShardRequest]]] = {}
     for sh in shards:
         by_unit.setdefault((sh.model, sh.dataset, sh.answer_set), {}).setdefault(sh.stage, []).append(sh)
-    out = Assembly(stage_tables={k: [] for k in ("generations", "graded", "scores", "probe", "signals")})
+    out = Assembly(stage_tables={st.table_name: [] for _, st in STAGES.items() if st.schema is not None})
     for m in spec.models:
         for d in spec.datasets:
             if only is not None and (m.name, d.name) not in only:

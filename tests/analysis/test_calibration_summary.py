@@ -15,7 +15,7 @@ from confgrid.analysis.calibration_summary import (
     random_baseline_brier,
     runs_summary,
 )
-from confgrid.flows.tables.signals import answer_rows
+from confgrid.flows.stages.grade import answer_rows
 from confgrid.protocols.items import Item
 
 

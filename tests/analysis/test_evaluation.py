@@ -224,7 +224,7 @@ def test_twenty_units_are_one_ray_data_job(monkeypatch):
 
 
 def test_probe_rows_grade_the_supplied_answer_under_the_units_rule():
-    from confgrid.flows.tables.signals import probe_rows
+    from confgrid.flows.stages.probe import probe_rows
     from confgrid.protocols.items import Item
 
     items = [Item(item_id="q1", dataset="d", question="Capital of France?", gold_answers=("Paris",), canonical="Paris"),

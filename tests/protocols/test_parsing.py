@@ -418,7 +418,7 @@ def test_unparsed_number_is_a_drop_reason_of_its_own():
     import pandas as pd
 
     from confgrid.analysis.signals import analyzed, conform
-    from confgrid.flows.tables.signals import answer_rows
+    from confgrid.flows.stages.grade import answer_rows
     from confgrid.flows.stages.grade import parse_generations
 
     assert "unparsed_number" in STATUSES and "unparsed_number" in DROP_REASONS

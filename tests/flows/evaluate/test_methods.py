@@ -122,7 +122,7 @@ def test_rated_confidence_keeps_unparsed_numbers_apart(kind, text, value, status
     from confgrid.protocols.method_kinds import method_kind
 
     template = "rate_0_100" if kind == "rating" else "verbalized_before"
-    got = rated_confidence(text, method_kind(kind).parser, template)
+    got = rated_confidence(text, method_kind(kind).reader, template)
     assert (got.value, got.status) == (pytest.approx(value) if value is not None else None, status)
 
 
@@ -209,7 +209,7 @@ def _evaluate_methods(method_signals: pd.DataFrame):
     from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
     from confgrid.analysis.signals import conform
     from confgrid.flows.evaluate.run_evaluation import dropped_table
-    from confgrid.flows.tables.signals import method_rows
+    from confgrid.flows.stages.method_base import method_rows
 
     rows = method_rows(method_signals)
     table = conform(rows.assign(setting=rows["model"] + "/" + rows["dataset"]))
@@ -272,8 +272,8 @@ def test_p_true_renormalize_defaults_per_kind():
 
     pt = MethodSpec(id="pt", kind="p_true")
     cap = MethodSpec(id="pc", kind="p_true_capability")
-    assert (pt.renormalize, cap.renormalize) == (False, True) == (method_kind("p_true").renormalize,
-                                                                  method_kind("p_true_capability").renormalize)
+    assert (pt.renormalize, cap.renormalize) == (False, True) == (
+        method_kind("p_true").defaults["renormalize"], method_kind("p_true_capability").defaults["renormalize"])
     assert MethodSpec(id="pt", kind="p_true", renormalize=True).renormalize is True
     assert MethodSpec.model_validate(pt.model_dump()) == pt
     assert MethodSpec(id="r", kind="rating").renormalize is None
@@ -319,13 +319,12 @@ def test_method_kinds_are_one_registry():
                                     "hidden_states"}
     for name, k in METHOD_KINDS.items():
         assert get_stage(k.stage).method_call is not None, name  # a method stage
-        assert (k.default_k is not None) == k.sampled, name
-        assert (k.parser is not None) == (k.stage == "rate"), name
-        assert (k.rated is None) == (k.output != "confidence"), name
+        assert ("k" in k.defaults) == ("k" in get_stage(k.stage).fields), name
         m = MethodSpec(id="m", kind=name)
+        assert (m.reader.rated is None) == (m.signals() == ()), name
         assert m.template_id("confidence") == (k.template or "confidence")
-    assert method_kind("self_consistency").signals("sc") == ("sc", "sc__majority")
-    assert method_kind("hidden_states").signals("h") == () and method_kind("rating").signals("r") == ("r",)
+    sig = {kind: MethodSpec(id="m", kind=kind).signals() for kind in ("self_consistency", "hidden_states", "rating")}
+    assert sig == {"self_consistency": ("m", "m__majority"), "hidden_states": (), "rating": ("m",)}
     with pytest.raises(UnknownNameError, match="unknown method kind 'p_tru'; allowed: expected_accuracy"):
         method_kind("p_tru")
     # a field of another kind names the kinds that have it

@@ -10,6 +10,7 @@ import pytest
 
 from confgrid.actors.model_actor import ENGINE_CALLS
 from confgrid.flows.stages.base import STAGES, Stage, get_stage, register_stage
+from confgrid.flows.stages.method_base import get_reader, register_reader
 from confgrid.protocols.method_kinds import METHOD_KINDS
 from confgrid.protocols.output_formats import OUTPUT_FORMATS
 from confgrid.registry import UnknownNameError
@@ -22,9 +23,8 @@ def test_every_stage_names_an_engine_call_and_every_method_kind_a_method_stage()
     for name, st in STAGES.items():
         assert st.engine is None or st.engine in ENGINE_CALLS, name
         assert (st.engine is None) == (st.table is None) == (st.request is None), name
-    for name, k in METHOD_KINDS.items():
-        st = get_stage(k.stage)
-        assert st.method_call is not None and st.collect is not None, name
+    for name, k in METHOD_KINDS.items():  # a method stage, and a reader of that stage's rows
+        assert get_stage(k.stage).method_call is not None and get_reader(k.reader).stage == k.stage, name
     assert [n for n, st in STAGES.items() if st.answers] == ["generate"]
 
 
@@ -35,6 +35,10 @@ def test_duplicate_and_unknown_stage_names():
         get_stage("scores")
     with pytest.raises(UnknownNameError, match="unknown engine call 'gen'; allowed: generate, hidden_states"):
         ENGINE_CALLS.get("gen")
+    with pytest.raises(ValueError, match="method reader 'p_true' is already registered"):
+        register_reader(get_reader("p_true"))
+    with pytest.raises(UnknownNameError, match="unknown method reader 'rating'; allowed: agreement, boxed_rating"):
+        get_reader("rating")
 
 
 def _hits(pattern: str, allowed: tuple[str, ...]) -> list[str]:
