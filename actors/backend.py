@@ -26,7 +26,7 @@ import numpy as np
 
 from confgrid.errors import FieldsPickle
 
-__all__ = ["model_dir_problem", "check_model_dir", "Generation", "NextToken", "Backend", "FINISH_STOP", "FINISH_LENGTH", "check_sampling", "request_seed",
+__all__ = ["model_dir_problem", "check_model_dir", "Generation", "NextToken", "Backend", "FINISH_STOP", "FINISH_LENGTH", "check_prompts", "check_sampling", "request_seed",
            "text_request_seed",
            "eos_token_ids", "DEFAULT_TOP_LOGPROBS", "EngineDied", "engine_died"]
 
@@ -113,6 +113,23 @@ class NextToken:
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
+
+
+def check_prompts(prompts: list[list[int]], max_new_tokens: int = 1, top_k: int = 1) -> None:
+    """Refuse an engine call's prompts and budget before any model work.
+
+    Raises
+    ------
+    ValueError
+        If ``max_new_tokens < 1``, ``top_k < 1`` (next-token calls) or a prompt is empty (naming its index).
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if int(top_k) < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty")
 
 
 def check_sampling(temperature: float, top_p: float, top_k: int, n: int) -> None:

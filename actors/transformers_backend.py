@@ -32,6 +32,7 @@ from .backend import (
     Generation,
     NextToken,
     check_model_dir,
+    check_prompts,
     check_sampling,
     eos_token_ids,
     request_seed,
@@ -184,15 +185,8 @@ class TransformersBackend:
             return [s[0] for s in self.generate_samples(prompts, n=1, max_new_tokens=max_new_tokens,
                                                          temperature=temperature, top_p=top_p, top_k=top_k,
                                                          seed=seed)]
-        self._check_prompts(prompts, max_new_tokens)
+        check_prompts(prompts, max_new_tokens)
         return self._decode([list(p) for p in prompts], max_new_tokens, None)
-
-    def _check_prompts(self, prompts: list[list[int]], max_new_tokens: int) -> None:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        for i, p in enumerate(prompts):
-            if len(p) == 0:
-                raise ValueError(f"prompt {i} is empty")
 
     def _decode(self, prompts: list[list[int]], max_new_tokens: int,
                 sampler: tuple[list[int], float, float, int] | None) -> list[Generation]:
@@ -308,7 +302,7 @@ class TransformersBackend:
         check_sampling(float(temperature), float(top_p), int(top_k), int(n))
         if temperature <= 0:
             raise ValueError("generate_samples needs temperature > 0; greedy decoding is generate()")
-        self._check_prompts(prompts, max_new_tokens)
+        check_prompts(prompts, max_new_tokens)
         if seed is None:
             seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
         rows = [list(p) for p in prompts for _ in range(n)]
@@ -363,9 +357,7 @@ class TransformersBackend:
         ValueError
             If a prompt is empty or ``top_k < 1``.
         """
-        self._check_prompts(prompts, 1)
-        if int(top_k) < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        check_prompts(prompts, top_k=top_k)
         out: list[NextToken | None] = [None] * len(prompts)
         for i, logits, _ in self._last_positions(prompts, hidden=False):
             lp = torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
@@ -397,7 +389,7 @@ class TransformersBackend:
         ValueError
             If a prompt is empty or a layer index is out of range.
         """
-        self._check_prompts(prompts, 1)
+        check_prompts(prompts)
         n_states = int(self.model.config.num_hidden_layers) + 1
         sel = list(range(n_states)) if layers is None else [int(x) for x in layers]
         for x in sel:

@@ -57,7 +57,7 @@ import numpy as np
 
 from .engine_processes import ExitOrder, engine_processes
 from .backend import (DEFAULT_TOP_LOGPROBS, FINISH_LENGTH, FINISH_STOP, EngineDied, Generation, NextToken,
-                      check_model_dir, check_sampling, eos_token_ids, request_seed)
+                      check_model_dir, check_prompts, check_sampling, eos_token_ids, request_seed)
 
 __all__ = ["VLLMBackend", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "LOGPROBS_MODE"]
 
@@ -360,14 +360,6 @@ class VLLMBackend:
             raise self._died from exc
 
     @staticmethod
-    def _check_prompts(prompts: list[list[int]], max_new_tokens: int) -> None:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        for i, p in enumerate(prompts):
-            if len(p) == 0:
-                raise ValueError(f"prompt {i} is empty")
-
-    @staticmethod
     def _check_sampling(temperature: float, top_p: float, n: int, top_k: int = 0) -> None:
         check_sampling(temperature, top_p, top_k, n)
 
@@ -516,7 +508,7 @@ class VLLMBackend:
         ValueError
             As :meth:`generate`, and if ``n < 1`` or ``n > 1`` with ``temperature == 0``.
         """
-        self._check_prompts(prompts, max_new_tokens)
+        check_prompts(prompts, max_new_tokens)
         self._check_sampling(float(temperature), float(top_p), int(n), int(top_k))
         if not prompts:
             return []
@@ -554,9 +546,7 @@ class VLLMBackend:
         """
         from vllm import SamplingParams, TokensPrompt
 
-        self._check_prompts(prompts, 1)
-        if int(top_k) < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        check_prompts(prompts, top_k=top_k)
         if not prompts:
             return []
         params = SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=int(top_k), detokenize=False)
