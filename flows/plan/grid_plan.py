@@ -26,15 +26,17 @@ from typing import Any
 
 import pandas as pd
 
+from confgrid.actors.calls import CallParams
 from confgrid.analysis.ace.candidates import candidate_pool
-from confgrid.flows.plan.shards import CallParams, GenerateRow, MethodRow, ProbeRow, ShardRequest
+from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.answers import AnswerSetSpec
 from confgrid.flows.spec.api import api_problems
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 from confgrid.flows.spec.methods import MethodSpec
-from confgrid.flows.stages.base import get_stage, relabel
+from confgrid.flows.stages.base import MethodRow, get_stage, relabel
 from confgrid.flows.stages.grade import grade_answers, parse_generations
-from confgrid.flows.stages.generate import question_text
+from confgrid.flows.stages.generate import GenerateRow, question_text
+from confgrid.flows.stages.probe import ProbeRow
 from confgrid.flows.stages.score import score_requests
 from confgrid.flows.store.run_store import shard_key
 from confgrid.protocols.contexts import get_context

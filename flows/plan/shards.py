@@ -19,7 +19,7 @@ from confgrid.flows.stages.generate import GenerateRow
 from confgrid.flows.stages.probe import ProbeRow
 from confgrid.flows.stages.score import ScoreRow
 
-__all__ = ["GenerateRow", "ScoreRow", "ProbeRow", "MethodRow", "Row", "CallParams", "ShardRequest"]
+__all__ = ["Row", "ShardRequest"]
 
 Row = Union[GenerateRow, ScoreRow, ProbeRow, MethodRow]
 

@@ -22,7 +22,7 @@ from confgrid.flows.stages.base import get_stage
 from confgrid.registry import Registry
 
 
-__all__ = ["MethodReader", "READERS", "register_reader", "get_reader", "RatedValue", "protocol", "greedy_correct",
+__all__ = ["MethodReader", "READERS", "register_reader", "get_reader", "RatedValue", "protocol",
            "rated_signals", "method_columns", "method_rows"]
 
 #: ``(plan, method, model, dataset, table, out)``: a method's rows appended to the method tables' buckets.
@@ -116,17 +116,12 @@ def protocol(method: Any, spec: Any, used: dict[str, Any] | None = None) -> dict
                             else None)}
 
 
-def greedy_correct(plan: Any, model: str, dataset: str, rule: str) -> dict[str, float]:
-    """item -> correctness of the model's greedy answer (main set) under ``rule``."""
-    g = plan.answers(model, dataset, "main")
-    return dict(zip(g["item_id"], g[f"correct_{rule}"], strict=True)) if g is not None else {}
-
-
 def rated_signals(plan: Any, method: Any, model: str, dataset: str, values: list[RatedValue],
                   out: dict[str, list]) -> None:
     """Signal rows of a method that rates the model's greedy answer (graded under the method's rule)."""
     rule = method.agreement_rule(plan.spec.correctness.primary)
-    greedy = greedy_correct(plan, model, dataset, rule)
+    g = plan.answers(model, dataset, "main")  # the model's greedy answers and their correctness
+    greedy = dict(zip(g["item_id"], g[f"correct_{rule}"], strict=True)) if g is not None else {}
     proto = protocol(method, plan.spec)
     for v in values:
         out["signals"].append({"model": model, "dataset": dataset, "signal": method.id, "item_id": v.item_id,

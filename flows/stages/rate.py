@@ -7,7 +7,6 @@ signal rows: the stated confidence, rating the model's greedy answer; costs: gen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -16,48 +15,32 @@ from confgrid.actors.calls import CallParams
 from confgrid.flows.stages.base import Stage, prompted, register_stage
 from confgrid.flows.stages.method_base import (MethodReader, RatedValue, method_columns, rated_signals,
                                               register_reader)
-from confgrid.protocols.methods import parse_boxed
+from confgrid.protocols.methods import Confidence, parse_boxed
 from confgrid.protocols.output_formats import parse_for_prompt
 from confgrid.protocols.prompts import get_prompt
 from confgrid.protocols.reasoning import strip_reasoning
 
-__all__ = ["RatedConfidence", "rated_confidence"]
+__all__ = ["PARSERS"]
 
 
-@dataclass(frozen=True)
-class RatedConfidence:
-    """What one rating or verbalized-before output states: a confidence in [0, 1] (None when it states none) and
-    the parse status (``ok``, ``missing``, ``unparsed_number``, ``out_of_range``)."""
-
-    value: float | None
-    status: str
-
-
-def _boxed_rating(text: str | None, template: str) -> RatedConfidence:
+def _boxed_rating(text: str | None, template: str) -> Confidence:
     """The 0-100 rating: the last ``\\boxed{N}`` / 100 (``parse_boxed``); statuses ``ok``, ``missing``,
     ``unparsed_number``, ``out_of_range``."""
-    c = parse_boxed(text, decimal_comma=get_prompt(template).decimal_comma)
-    return RatedConfidence(c.value, c.status)
+    return parse_boxed(text, decimal_comma=get_prompt(template).decimal_comma)
 
 
-def _stated_probability(text: str | None, template: str) -> RatedConfidence:
+def _stated_probability(text: str | None, template: str) -> Confidence:
     """The stated confidence of ``template`` (``parse_for_prompt``): ``ok``, ``out_of_range``,
     ``unparsed_number``, or ``missing`` for every other parse status."""
     p = parse_for_prompt(text, template)
     if p.verbalized is not None:
-        return RatedConfidence(p.verbalized, "ok")
-    return RatedConfidence(None, p.status if p.status in ("out_of_range", "unparsed_number") else "missing")
+        return Confidence(p.verbalized, "ok")
+    return Confidence(None, p.status if p.status in ("out_of_range", "unparsed_number") else "missing")
 
 
-#: How each reader of this stage reads a reply (after its reasoning block) as a confidence.
-_PARSERS = {"boxed_rating": _boxed_rating, "stated_probability": _stated_probability}
-
-
-def rated_confidence(text: str | None, reader: str, template: str) -> RatedConfidence:
-    """The confidence in [0, 1] (or None) and the status of one rating (reader ``boxed_rating``) or
-    verbalized-before (``stated_probability``) output of ``template``; ``text`` is the output after its
-    reasoning block. Raises KeyError for another reader."""
-    return _PARSERS[reader](text, template)
+#: How each reader of this stage reads a reply (after its reasoning block) as a confidence in [0, 1] (or None)
+#: with its status: reader ``boxed_rating`` (the 0-100 rating), ``stated_probability`` (verbalized-before).
+PARSERS = {"boxed_rating": _boxed_rating, "stated_probability": _stated_probability}
 
 
 def _table(plan: Any, shard: Any, outputs: tuple[Any, ...]) -> pd.DataFrame:
@@ -78,8 +61,8 @@ def rate_values(plan: Any, method: Any, model: str, table: pd.DataFrame) -> list
     out = []
     for r in table.itertuples(index=False):
         v = strip_reasoning(r.raw_output, plan.models[model].reasoning_end)
-        c = (RatedConfidence(None, "reasoning_unterminated") if v.status == "unterminated"
-             else rated_confidence(v.text, method.kind_entry.reader, template))
+        c = (Confidence(None, "reasoning_unterminated") if v.status == "unterminated"
+             else PARSERS[method.kind_entry.reader](v.text, template))
         out.append(RatedValue(r.item_id, r.rated_answer or None, c.value, c.status))
     return out
 
@@ -92,5 +75,5 @@ def _collect(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFra
 
 register_stage(Stage("rate", "generate", request=prompted, table=_table, method_call=_method_call,
                      fields=("assistant_prefix",)))
-for _name in _PARSERS:
+for _name in PARSERS:
     register_reader(MethodReader(_name, "rate", _collect, capability="verbalized", rated_values=rate_values))

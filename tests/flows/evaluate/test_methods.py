@@ -118,11 +118,11 @@ def _timed(f, *args) -> float:
     ("verbalized_before", "Guess: Paris", None, "missing"),
 ])
 def test_rated_confidence_keeps_unparsed_numbers_apart(kind, text, value, status):
-    from confgrid.flows.stages.rate import rated_confidence
+    from confgrid.flows.stages.rate import PARSERS
     from confgrid.protocols.method_kinds import method_kind
 
     template = "rate_0_100" if kind == "rating" else "verbalized_before"
-    got = rated_confidence(text, method_kind(kind).reader, template)
+    got = PARSERS[method_kind(kind).reader](text, template)
     assert (got.value, got.status) == (pytest.approx(value) if value is not None else None, status)
 
 

@@ -348,7 +348,8 @@ def test_resubmit_hint_carries_the_address():
 
 def test_empty_stage_tables_keep_their_schema(tmp_path):
     from confgrid.flows.tables.assemble import empty_schema, shard_table
-    from confgrid.flows.plan.shards import ScoreRow, ShardRequest
+    from confgrid.flows.plan.shards import ShardRequest
+    from confgrid.flows.stages.score import ScoreRow
     from confgrid.flows.stages.score import aggregate_scores
     from confgrid.actors.calls import ScoreOutput
 
