@@ -13,16 +13,26 @@ cannot be drawn is a warning and leaves the exit status as it is.
 from __future__ import annotations
 
 import json
+import socket
+import time
 from importlib.resources import files
 from pathlib import Path
 
+import pandas as pd
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from confgrid.actors.calls import RequestCounts
+from confgrid.cli.analyze import analyze_cmd
 from confgrid.cli.console import setup_logging
+from confgrid.cli.plan_size import plan_size_cmd
+from confgrid.cli.show.tables import print_results
 from confgrid.cluster.jobs import job_logs, job_status, submit_grid
 from confgrid.flows.analyze.analysis import RECORD_FILE, log_analysis
+from confgrid.flows.execute.pools import CapacityError
 from confgrid.flows.execute.ray_session import RayConnectError
+from confgrid.flows.runner import DatasetError, ShardFailures, address_hint, log_run, run_grid
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.flows.spec.grid import load_grid
 from confgrid.flows.store.run_info import RunInfoError, read_run_info
@@ -30,6 +40,7 @@ from confgrid.flows.store.run_status import run_status
 from confgrid.flows.store.run_store import ManifestDamaged, RunStore, read_manifest, write_frame_atomic
 from confgrid.flows.tracking import EXIT_TRACKING_FAILED, TrackingError
 from confgrid.protocols.lifeeval import WINDOWS, item_rows
+from confgrid.report import FigureOptions, write_report
 
 # rich_markup_mode=None: help texts are plain text. Typer's default ("rich" when rich is installed) reads square
 # brackets as markup and drops them from --help ("[k/B, (k+1)/B)" vanished from analyze's --ece-closure). Every
@@ -37,6 +48,11 @@ from confgrid.protocols.lifeeval import WINDOWS, item_rows
 # that every help text is shown as written.
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="confgrid: fix the answer, vary the measurement.")
+
+#: Options several commands share (one OptionInfo may be the default of many commands' parameters).
+VERBOSE = typer.Option(False, "--verbose", "-v", help="Log at DEBUG level.")
+RUN_TRACKING_URI = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (default: the one an earlier run "
+                                "into OUT was given, else $MLFLOW_TRACKING_URI, else sqlite:///OUT/mlflow.db).")
 
 DEMO_GRID = files("confgrid.flows") / "grids" / "demo.yaml"
 
@@ -74,8 +90,6 @@ def _write_report(out: Path, log_mlflow: bool = True, opts=None) -> bool:
     """Draw the figures and write OUT/report.html; print its path. A failure is a warning (the results are
     written already) and returns False; the exit status is not changed."""
     try:
-        from confgrid.report import write_report  # lazy: not loaded by `confgrid --help` (startup time)
-
         res = write_report(out, opts, log_mlflow=log_mlflow)
     except Exception as exc:  # noqa: BLE001 - a view of finished results; never lose the run for it
         typer.echo(f"warning: report not written: {type(exc).__name__}: {exc} (retry with `confgrid report {out}`)",
@@ -87,11 +101,6 @@ def _write_report(out: Path, log_mlflow: bool = True, opts=None) -> bool:
 
 def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, grid_text: str | None,
              only_failed: bool = False, resume: bool = False) -> None:
-    # lazy: the runner (executor, pools) and the result tables are not loaded by `confgrid --help` (startup time)
-    from confgrid.cli.show.tables import print_results
-    from confgrid.flows.execute.pools import CapacityError
-    from confgrid.flows.runner import DatasetError, ShardFailures, address_hint, run_grid
-
     _check_tracking_uri(tracking_uri)
     try:
         summary = run_grid(spec, out, address=address, tracking_uri=tracking_uri, grid_text=grid_text,
@@ -132,10 +141,8 @@ def run(
     grid: Path = typer.Argument(..., help="Grid YAML file."),
     out: Path = typer.Option(None, "--out", help="Output directory (default runs/<grid file stem>)."),
     address: str = typer.Option(None, "--address", help="Ray cluster address to join (default: start a local cluster)."),
-    tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (default: the one an "
-                                     "earlier run into OUT was given, else $MLFLOW_TRACKING_URI, else "
-                                     "sqlite:///OUT/mlflow.db)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    tracking_uri: str = RUN_TRACKING_URI,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Run a grid: generate, parse, grade, score, metrics with paired bootstrap intervals."""
     setup_logging(verbose)
@@ -147,10 +154,8 @@ def run(
 def demo(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Output directory."),
     address: str = typer.Option(None, "--address", help="Ray cluster address to join."),
-    tracking_uri: str = typer.Option(None, "--tracking-uri", help="MLflow tracking URI (default: the one an "
-                                     "earlier run into OUT was given, else $MLFLOW_TRACKING_URI, else "
-                                     "sqlite:///OUT/mlflow.db)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    tracking_uri: str = RUN_TRACKING_URI,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Run the embedded default grid: the bundled smoke-test model on 452 bundled questions."""
     setup_logging(verbose)
@@ -169,7 +174,7 @@ def _run_dir(out_dir: Path) -> Path:
 def resume(
     out_dir: Path = typer.Argument(..., help="Output directory of an earlier run."),
     address: str = typer.Option(None, "--address", help="Ray cluster address to join."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = VERBOSE,
 ) -> None:
     """Run whatever the run in OUT_DIR has not finished (done shards are reused, no model call for them)."""
     setup_logging(verbose)
@@ -182,7 +187,7 @@ def resubmit(
     out_dir: Path = typer.Argument(..., help="Output directory of an earlier run."),
     failed: bool = typer.Option(False, "--failed", help="Rerun only the shards the manifest records as failed."),
     address: str = typer.Option(None, "--address", help="Ray cluster address to join."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = VERBOSE,
 ) -> None:
     """Rerun the failed shards of a run (`--failed`), then the CPU stages and metrics."""
     setup_logging(verbose)
@@ -219,16 +224,11 @@ def status(
         typer.echo("give OUT_DIR, or --job ID --address URL", err=True)
         raise typer.Exit(2)
     _run_dir(out_dir)
-    from rich.console import Console
-    from rich.table import Table
-
     try:
         data = read_manifest(out_dir / "manifest.json")
     except ManifestDamaged as exc:
         typer.echo(f"{exc}; `confgrid resume {out_dir}` rebuilds it from the shard files", err=True)
         raise typer.Exit(1)
-    import socket
-
     st = run_status(data, socket.gethostname())
     if as_json:
         typer.echo(json.dumps(data, indent=1))
@@ -269,8 +269,6 @@ def status(
                        (r.get("error") or "")[:80])
         console.print(rt)
     if st.exit_code:
-        from confgrid.flows.runner import address_hint  # lazy: not loaded by `confgrid --help` (startup time)
-
         hint = address_hint(((data.get("meta", {}).get("invocations") or [{}])[-1]).get("address"))
         typer.echo(f"{st.failed} failed, {len(st.stale)} stale shard(s): `confgrid resume {out_dir}{hint}` (or "
                    f"`confgrid resubmit {out_dir} --failed{hint}`) runs them", err=True)
@@ -296,14 +294,12 @@ def log_cmd(
                                      help="MLflow tracking URI (default: the one the run or analysis was given, "
                                           "by option or $MLFLOW_TRACKING_URI; else, for a run, "
                                           "$MLFLOW_TRACKING_URI now; else sqlite:///OUT_DIR/mlflow.db)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = VERBOSE,
 ) -> None:
     """Log a finished run or analysis to MLflow: a new parent run, a child run per setting, the result files.
 
     For a run whose tracking failed (exit status 3), or to copy a run into another store.
     """
-    from confgrid.flows.runner import log_run  # lazy: not loaded by `confgrid --help` (startup time)
-
     setup_logging(verbose)
     _check_tracking_uri(tracking_uri)
     if (out_dir / "grid.yaml").is_file():
@@ -340,8 +336,6 @@ def _finished_run(out_dir: Path) -> None:
 @app.command()
 def show(out_dir: Path = typer.Argument(..., help="Output directory of a finished run.")) -> None:
     """Print the result tables of a finished run."""
-    from confgrid.cli.show.tables import print_results  # lazy: not loaded by `confgrid --help` (startup time)
-
     _finished_run(out_dir)
     print_results(out_dir)
 
@@ -353,7 +347,7 @@ def report(
     smooth: bool = typer.Option(False, "--smooth", help="Add the smooth smECE curve (relplot) to each reliability "
                                 "diagram (slower: a kernel fit per diagram)."),
     no_mlflow: bool = typer.Option(False, "--no-mlflow", help="Do not log the figures to the run's MLflow parent run."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = VERBOSE,
 ) -> None:
     """Redraw the figures of a finished run (results/figures/, PNG and SVG) and write OUT_DIR/report.html.
 
@@ -362,8 +356,6 @@ def report(
     """
     setup_logging(verbose)
     _finished_run(out_dir)
-    from confgrid.report import FigureOptions  # lazy: not loaded by `confgrid --help` (startup time)
-
     try:
         opts = FigureOptions(width_px=width, smooth=smooth)
     except ValueError as exc:
@@ -390,8 +382,6 @@ def submit(
                            tracking_uri=tracking_uri)
     typer.echo(f"submitted {job_id}; follow with: confgrid logs {job_id} --address {address}")
     if wait:
-        import time
-
         while (st := job_status(address, job_id)) in ("PENDING", "RUNNING"):
             time.sleep(2)
         typer.echo(job_logs(address, job_id))
@@ -419,8 +409,6 @@ def lifeeval_cmd(
                              "best_guess, mas."),
 ) -> None:
     """Write the LifeEval item set (study 002, 4.5) of a year with each item's best guess and MAS; no model is run."""
-    import pandas as pd
-
     if window not in WINDOWS:
         typer.echo(f"--window {window!r}; allowed: {', '.join(WINDOWS)}", err=True)
         raise typer.Exit(2)
@@ -444,8 +432,6 @@ def lifeeval_cmd(
                f"{df['mas'].mean():.4f} ({by_radius})")
 
 
-from confgrid.cli.analyze import analyze_cmd  # noqa: E402
-from confgrid.cli.plan_size import plan_size_cmd  # noqa: E402
 
 app.command("analyze")(analyze_cmd)
 app.command("plan-size")(plan_size_cmd)
