@@ -12,8 +12,8 @@ direction ``A -> B`` in one split is
 both on the same out-of-fold predictions of the same folds; a positive
 penalty means the map does not carry over.
 
-Methods
--------
+The recalibration maps
+----------------------
 * ``"isotonic"``: ``sklearn.isotonic.IsotonicRegression(y_min=0, y_max=1,
   increasing=True, out_of_bounds="clip")`` on the raw score.
 * ``"platt"``: ``sklearn.linear_model.LogisticRegression(C=1e4,

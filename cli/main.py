@@ -34,10 +34,11 @@ from confgrid.flows.execute.pools import CapacityError
 from confgrid.flows.execute.ray_session import RayConnectError
 from confgrid.flows.runner import DatasetError, ShardFailures, address_hint, log_run, run_grid
 from confgrid.flows.spec.base import GridSpecError
-from confgrid.flows.spec.grid import load_grid
+from confgrid.flows.spec.grid import grid_json_schema, load_grid
 from confgrid.flows.store.run_info import RunInfoError, read_run_info
 from confgrid.flows.store.run_status import run_status
-from confgrid.flows.store.run_store import ManifestDamaged, RunStore, read_manifest, write_frame_atomic
+from confgrid.flows.store.run_store import ManifestDamaged, RunStore, read_manifest, write_frame_atomic, \
+    write_text_atomic
 from confgrid.flows.tracking import EXIT_TRACKING_FAILED, TrackingError
 from confgrid.protocols.lifeeval import WINDOWS, item_rows
 from confgrid.report import FigureOptions, write_report
@@ -397,6 +398,28 @@ def logs(
 ) -> None:
     """Print a submitted job's logs."""
     typer.echo(_cluster_call(job_logs, address, job_id))
+
+
+@app.command()
+def schema(
+    out: Path = typer.Option(None, "--out", help="Write the schema to this file (default: print it)."),
+) -> None:
+    """Print (or write) the JSON Schema of a grid file, for editors that complete and check YAML.
+
+    Point an editor at it with a first line `# yaml-language-server: $schema=PATH` in the grid file (the YAML
+    language server of VS Code and others reads it). `confgrid run` validates more than the schema says: names
+    registered in code, paths and the checks across sections.
+    """
+    text = json.dumps(grid_json_schema(), indent=2) + "\n"
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        write_text_atomic(text, out)
+    except OSError as exc:
+        typer.echo(f"cannot write {out}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote the grid's JSON Schema to {out}")
 
 
 @app.command("lifeeval")

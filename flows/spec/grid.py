@@ -25,6 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
@@ -82,6 +83,7 @@ __all__ = [
     "GridSpec",
     "load_grid",
     "parse_grid",
+    "grid_json_schema",
 ]
 
 FIXTURE_MODEL = "confgrid-fixture"
@@ -330,8 +332,16 @@ class ProbeSpec(_Spec):
         return _known("correctness rule", v)
 
 
+def _aggregation_shorthand(schema: dict[str, Any]) -> None:
+    """JSON Schema of ScoringSpec: also the one-name form ``aggregation: NAME`` that ``_legacy_aggregation`` reads."""
+    schema["properties"]["aggregation"] = {"type": "string", "description": "One token aggregation: the same as "
+                                           "aggregations: [NAME] (give one of the two)."}
+
+
 class ScoringSpec(_Spec):
     """Where and how the token score of a fixed answer is read."""
+
+    model_config = ConfigDict(json_schema_extra=_aggregation_shorthand)
 
     contexts: tuple[str, ...] = Field(
         ("bare", "answer_slot", "guess_slot"), description="Scoring contexts the parsed answer is scored in ([]: "
@@ -398,16 +408,26 @@ class GridSpec(_Spec):
     context_files: tuple[str, ...] = Field((), description="Your own scoring-context YAML files (after prompt_files).")
     models: tuple[ModelSpec, ...] = Field(min_length=1, description="Models to evaluate.")
     datasets: tuple[DatasetSpec, ...] = Field(min_length=1, description="Datasets to evaluate on.")
-    elicitation: ElicitationSpec = Field(default_factory=ElicitationSpec)
-    scoring: ScoringSpec = Field(default_factory=ScoringSpec)
-    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
-    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
-    bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec)
-    verdicts: VerdictSpec = Field(default_factory=VerdictSpec)
-    execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
+    elicitation: ElicitationSpec = Field(default_factory=ElicitationSpec, description="How answers and verbalized "
+                                          "confidence are elicited (the generate stage): prompts, decoding.")
+    scoring: ScoringSpec = Field(default_factory=ScoringSpec, description="Where and how the token score of a fixed "
+                                 "answer is read: scoring contexts and aggregations.")
+    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec, description="Correctness rules (every row "
+                                         "stores the label of each rule) and the primary one.")
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Metrics computed for every signal and "
+                                 "the ECE estimator conventions.")
+    bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec, description="The paired bootstrap of the "
+                                     "intervals (study 000, Appendix A).")
+    verdicts: VerdictSpec = Field(default_factory=VerdictSpec, description="Thresholds of the robustness verdicts "
+                                  "(robust, fragile, unresolved).")
+    execution: ExecutionSpec = Field(default_factory=ExecutionSpec, description="How the work is cut and run: "
+                                     "shards, retries, where the bootstrap runs; no effect on any number except "
+                                     "stop_when_resolved.")
     answer_sets: tuple[AnswerSetSpec, ...] = Field((), description="Further answer sets (answer-only, mc, 0-100).")
-    parsing: ParsingSpec = Field(default_factory=ParsingSpec)
-    probe: ProbeSpec = Field(default_factory=ProbeSpec)
+    parsing: ParsingSpec = Field(default_factory=ParsingSpec, description="Which parsed rows enter the metrics "
+                                 "(study 000 Appendix A, B.1).")
+    probe: ProbeSpec = Field(default_factory=ProbeSpec, description="The supplied-answer probe (study 000 section "
+                           "3.6, Appendix I).")
     methods: tuple[MethodSpec, ...] = Field((), description="Confidence methods beyond the stated score and the "
                                             "token score (self-consistency, P(True), ratings, expected accuracy...).")
     comparison: ComparisonSpec = Field(default_factory=ComparisonSpec,
@@ -717,6 +737,17 @@ def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") ->
     if problems:
         raise GridSpecError(problems, source)
     return spec
+
+
+def grid_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a grid file, from the pydantic models (``GridSpec.model_json_schema``).
+
+    It checks the structure an editor can check: keys, types, ranges, the values of closed choices, defaults and
+    descriptions. Names looked up in a registry (backends, prompts, contexts, rules, metrics, adapters), paths and
+    the checks across sections are left to :func:`load_grid`, which remains the validator.
+    """
+    schema = GridSpec.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
 def load_grid(path: str | Path) -> GridSpec:

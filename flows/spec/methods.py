@@ -185,7 +185,8 @@ class ComparisonSpec(_Spec):
     methods: tuple[str, ...] | None = Field(
         None, description="Signals compared: verbalized (the stated score) and method ids (default: verbalized and "
         "every confidence method of the grid).")
-    metrics: tuple[Literal["ece", "brier"], ...] = Field(("ece", "brier"), min_length=1)
+    metrics: tuple[Literal["ece", "brier"], ...] = Field(("ece", "brier"), min_length=1,
+                                                      description="Metrics of each view compared across the pairs.")
     target: Literal["mean"] | float = Field("mean", description="Common target accuracy of DA's third direction: the "
                                             "pair's mean, or an accuracy in [0, 1].")
     rule: str | None = Field(None, description="Correctness rule that normalizes and labels the candidates of CA "

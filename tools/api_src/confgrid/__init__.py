@@ -1,0 +1,1 @@
+../../../confgrid/__init__.py

@@ -1,0 +1,1 @@
+../../../confgrid/registry.py
