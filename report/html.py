@@ -99,7 +99,7 @@ def _stopping(stopping: pd.DataFrame) -> str:
             "budget_insufficient: the sample-size planner needs more items than the setting has to resolve an "
             "unresolved gap at its observed size; exhausted: every item ran; failed: a shard of the setting failed. "
             "The results above are computed on the items that ran (results/stopping.csv has the deciding gap, "
-            "n_required and budget; README, \"Stopping a setting once its conclusions are resolved\").</p>")
+            "n_required and budget; docs, \"Stopping a setting once its conclusions are resolved\").</p>")
 
 
 def _links(root: Path) -> str:
@@ -154,7 +154,7 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
             _table(verdicts, 200, "results/verdicts.parquet")
             + '<p class="note">share_a_better: settings where signal_a is better by point [lo, hi: its interval '
             "from the paired resamples]; share_resolved_a/_b: intervals excluding 0 for A/B; flip_axis: the axis "
-            "whose single change flips the conclusion most often (README, \"Is my conclusion robust?\").</p>")]
+            "whose single change flips the conclusion most often (docs, \"Is my conclusion robust?\").</p>")]
           if verdicts is not None and len(verdicts) else []),
         *([("stopping", "Early stopping: why each setting stopped", _stopping(stopping))]
           if stopping is not None and len(stopping) else []),

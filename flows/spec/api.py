@@ -6,7 +6,7 @@ give generated text, the generated tokens' log-probs and the top of the
 first token's distribution; they give no prompt log-probs and no hidden
 states. :func:`api_problems` finds, before any Ray or model work, every part
 of a grid that an API model would need one of those for, naming the model,
-the stage and what is allowed (README "API models (OpenAI-compatible
+the stage and what is allowed (docs "API models (OpenAI-compatible
 servers)").
 """
 

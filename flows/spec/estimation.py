@@ -50,7 +50,7 @@ class MetricsSpec(_Spec):
         "et al. 2026). [mean, midpoint] adds ece_midpoint beside ece.")
     ece_conventions: tuple[str, ...] = Field(
         (), description="Published ECE conventions to compute beside names, each as the metric ece_<name> "
-        "(study002, sklearn, muller2026, ...; README 'ECE conventions' lists them with their sources).")
+        "(study002, sklearn, muller2026, ...; docs 'ECE conventions' lists them with their sources).")
     group_by: tuple[str, ...] = Field(("category",), description="Item metadata fields whose values become grouping "
                                       "rows of results/calibration.csv (per-category tables, study 003 section 5.2).")
     hard_easy: StrictBool = Field(False, description="Write results/hard_easy.csv and hard_easy_bins.csv: the slope "
@@ -120,7 +120,7 @@ class BootstrapSpec(_Spec):
         "stopping): percentile (the default, unchanged), basic (reverse percentile), bc (bias-corrected "
         "percentile) or jeffreys (binned ECEs: each bin's accuracy drawn from its Jeffreys posterior on every "
         "resample, honest at 0% or 100% right; other metrics keep percentile); analysis/intervals.py. benchmarks/coverage.py measures how often each contains the population "
-        "value (README 'How far to trust an interval').")
+        "value (docs 'How far to trust an interval').")
     cluster: str | None = Field(
         None, description="Cluster bootstrap: an item metadata field (e.g. category) or item_id; the bootstrap "
         "resamples its distinct values with all their items (analysis/clusters.py). None: items are resampled.")
@@ -137,7 +137,7 @@ class BootstrapSpec(_Spec):
 
 
 class VerdictSpec(_Spec):
-    """The thresholds of the robustness verdicts (analysis/verdicts.py ``VerdictRule``; README "Is my conclusion
+    """The thresholds of the robustness verdicts (analysis/verdicts.py ``VerdictRule``; docs "Is my conclusion
     robust?"). With p the share of settings where the majority side is better by point, r the share resolved in
     its favour and q the share resolved against it: robust if p >= robust_point_share, r >= robust_resolved_share
     and q = 0 over at least robust_min_settings settings; fragile if q > 0 or p < fragile_point_share; unresolved

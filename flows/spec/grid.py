@@ -141,7 +141,7 @@ class ModelSpec(_Spec):
         "reserving tensor_parallel_size GPUs (CPU cores on a cluster without GPUs) on one node, with vLLM's "
         "multiprocessing executor inside it (a process per rank). 'ray': a STRICT_PACK placement group of "
         "tensor_parallel_size {GPU: 1, CPU: 1} bundles, the actor inside it, and vLLM's Ray executor (a Ray actor "
-        "per rank). None: 'mp' (README 'Tensor parallelism: which executor').",
+        "per rank). None: 'mp' (docs 'Tensor parallelism: which executor').",
     )
     max_num_batched_tokens: int | None = Field(
         8192, ge=16, description="vLLM: tokens per engine step; bounds prompt-logprob memory on long prompts."

@@ -23,7 +23,7 @@ from confgrid.protocols.method_kinds import MethodKind, method_kind
 __all__ = ["METHOD_KINDS", "MethodSpec", "PairSpec", "ComparisonSpec"]
 
 
-#: Confidence methods a grid may declare (``methods[].kind``; README "Confidence methods"): the names of the one
+#: Confidence methods a grid may declare (``methods[].kind``; docs "Confidence methods"): the names of the one
 #: method-kind registry (protocols/method_kinds.py), in declaration order.
 METHOD_KINDS: tuple[str, ...] = tuple(KINDS.names())
 
@@ -169,7 +169,7 @@ class PairSpec(_Spec):
 
 #: Method kinds that rate a supplied answer: they rate every pooled candidate in the candidate-aligned view.
 class ComparisonSpec(_Spec):
-    """Accuracy-controlled comparison of calibration across models (study 001, ACE; README "Comparing models").
+    """Accuracy-controlled comparison of calibration across models (study 001, ACE; docs "Comparing models").
 
     Off unless ``views`` is given. Every pair of models (or the declared
     ``pairs``), on every dataset and compared method, gets the raw gap and the

@@ -1,6 +1,6 @@
 """What the pages show works (issue 40 item 4): commands, grid snippets, and the README's moved sections.
 
-Commands. Every ``confgrid ...`` line in a fenced block of docs/ names a command of the app and only options it
+Commands. Every ``confgrid ...`` line in a fenced block of README.md and docs/ names a command of the app and only options it
 has. Each such block is also accounted for by an HTML comment on the line above it:
 
 * ``<!-- needs: cluster -->`` (or ``gpu``, ``api``, ``network``: a Ray cluster, a GPU, an API server or key,
@@ -36,7 +36,7 @@ from confgrid.cli.main import app
 from confgrid.flows.spec.grid import GridSpec, load_grid, parse_grid
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = sorted((ROOT / "docs").rglob("*.md"))
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 NEEDS = {"cluster", "gpu", "api", "network"}
 FIXTURE = ROOT / "tests" / "fixtures" / "analyze_small.csv"
 BASE = {"models": [{"name": "fixture", "model": "confgrid-fixture"}],
@@ -81,7 +81,7 @@ YAML_BLOCKS = [(p, n, "\n".join(body)) for p in PAGES for n, info, _, body in _b
 
 
 def _id(block) -> str:
-    return f"{block[0].relative_to(ROOT / 'docs')}:{block[1]}"
+    return f"{block[0].relative_to(ROOT)}:{block[1]}"
 
 
 def _command(argv: list[str]):
