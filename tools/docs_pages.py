@@ -62,8 +62,11 @@ REGISTRY_KINDS = ("backend", "dataset adapter", "prompt", "scoring context", "to
 
 
 def _cell(text: Any) -> str:
-    """Text for a Markdown table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
+    """Text for a Markdown table cell: one line, pipes escaped, and square brackets outside code spans escaped
+    (``[a][b]`` would be read as a reference link) and ``<`` written as an entity (``<name>`` is not a tag)."""
+    parts = " ".join(str(text).split()).replace("|", "\\|").split("`")
+    return "`".join(p if i % 2 else p.replace("[", "\\[").replace("]", "\\]").replace("<", "&lt;")
+                    for i, p in enumerate(parts))
 
 
 def _code(text: Any) -> str:

@@ -8,6 +8,7 @@ Schema of the grid (docs/grid.schema.json, which the examples name) is the one `
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -26,8 +27,9 @@ from tools import docs_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 GRIDS = sorted(ROOT.glob("examples/*.yaml")) + [ROOT / "flows" / "grids" / "demo.yaml"]
-#: the build must stay well under CI's minute (about 10 s on 2 shared cores)
-BUILD_LIMIT_S = 60.0
+#: CI's guidance is well under a minute: about 10 s on 2 idle cores, 20-30 s beside other suites; the limit is a
+#: guard against a regression (a plugin or page that makes it minutes), loose enough for a loaded machine
+BUILD_LIMIT_S = 150.0
 
 
 def _norm(text: str) -> str:
@@ -50,6 +52,11 @@ def test_mkdocs_build_strict(tmp_path):
                  "reference/schemas/index.html", "reference/api/index.html", "studies/000/index.html"):
         assert (site / page).is_file(), page
     assert "paired_bootstrap" in (site / "reference/api/index.html").read_text(encoding="utf-8")
+    # the rendered CLI page keeps the bracketed help texts (issue 36 item 5, issue 40)
+    cli = " ".join(html.unescape(re.sub(r"<[^>]+>", "", (site / "reference/cli/index.html").read_text(
+        encoding="utf-8"))).split())
+    assert "left ([k/B, (k+1)/B), the default)" in cli and "A:B[:LABEL],..." in cli
+    assert "fonts.googleapis.com" not in (site / "index.html").read_text(encoding="utf-8")
     assert (site / "grid.schema.json").is_file()
 
 
@@ -59,7 +66,7 @@ def test_cli_reference_shows_every_command_and_help_text():
         assert f"## {' '.join(['confgrid', *path])}" in docs_pages.cli_reference()
         for p in cmd.params:
             if getattr(p, "help", None) and not getattr(p, "hidden", False):
-                assert _norm(p.help) in page, (path, p.name)
+                assert _norm(docs_pages._cell(p.help)) in page, (path, p.name)
 
 
 def _models(node, seen):
