@@ -25,7 +25,8 @@ class ElicitationSpec(_Spec):
 
     prompt: str = Field("confidence", description="Id of the confidence prompt (protocols/prompts/*.yaml).")
     max_new_tokens: int = Field(32, ge=1, le=262_144, description="Greedy decoding budget in new tokens (up to the "
-                                "model's context; a thinking model needs thousands).")
+                                "model's context; a thinking model needs thousands; required with a worked-solution "
+                                "prompt, output: boxed, which 32 tokens would cut off).")
 
     @field_validator("prompt")
     @classmethod

