@@ -1,7 +1,8 @@
 """The ``confgrid`` command line.
 
 run, demo, show, analyze, report; resume, resubmit --failed, status; log (MLflow, later);
-submit and logs (Ray Jobs API); lifeeval (write the LifeEval item set and its MAS).
+submit and logs (Ray Jobs API); lifeeval (write the LifeEval item set and its MAS); schema (the grid file's JSON
+Schema, for editors).
 
 Exit status: 0 done; 1 some shards failed (the rest is stored); 2 bad input
 or options, nothing computed; 3 every result written but the MLflow record
