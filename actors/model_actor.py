@@ -147,7 +147,7 @@ def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] |
     Both tensor-parallel shapes need the same on one node (``per_node``), so
     the capacity check, the start order, elastic replicas and the idle-share
     timeline treat them alike. Whether the replica fits anywhere is checked by
-    the caller against the nodes (``flows/execute/pools.py``,
+    the caller against the nodes (``flows/execute/capacity.py``,
     ``check_capacity``), never here.
 
     Parameters

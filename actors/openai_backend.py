@@ -176,7 +176,7 @@ class ApiRequestError(FieldsPickle, RuntimeError):
         self.fatal = fatal
         self.counts = counts
 
-    #: the driver shows the message as is, without the class name (flows/execute/executor.py ``_error_text``)
+    #: the driver shows the message as is, without the class name (flows/execute/queue.py ``error_text``)
     names_itself = True
 
 

@@ -123,7 +123,7 @@ def run_actor(spec, plan, repeats: int) -> dict:
     import ray
 
     from confgrid.actors.model_actor import start_replica
-    from confgrid.flows.execute.executor import prompts_per_call
+    from confgrid.flows.execute.queue import prompts_per_call
     from confgrid.flows.execute.pools import model_config
 
     m = spec.models[0]

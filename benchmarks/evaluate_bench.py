@@ -42,7 +42,7 @@ from confgrid.flows.runner import _load_items
 try:  # the layout by concept (issue 20 item 4)
     import confgrid.flows.evaluate.run_evaluation as E
     from confgrid.flows.tables.assemble import assemble, shard_table
-    from confgrid.flows.execute.executor import Executor
+    from confgrid.flows.execute.executor import execute
     from confgrid.flows.evaluate.methods import method_tables
     from confgrid.flows.plan.grid_plan import GridPlan
     from confgrid.flows.spec.grid import load_grid
@@ -51,6 +51,11 @@ except ImportError:  # the flat flows/ of the "before" commit
     import confgrid.flows.evaluate as E
     from confgrid.flows.assemble import assemble, shard_table
     from confgrid.flows.execute import Executor
+
+    def execute(spec, store, plan, build):  # that commit's executor class (its run fills ex.done)
+        ex = Executor(spec, store, build)
+        ex.run(plan)
+        return ex
     from confgrid.flows.methods import method_tables
     from confgrid.flows.plan import GridPlan
     from confgrid.flows.spec import load_grid
@@ -61,8 +66,8 @@ spec = load_grid(sys.argv[3])  # the grid file itself: the run's resolved grid.y
 items = {d.name: _load_items(d) for d in spec.datasets}
 plan = GridPlan(spec, items)
 store = RunStore(run)
-ex = Executor(spec, store, lambda sh, outs: shard_table(plan, sh, outs))
-done = ex.run(plan)
+ex = execute(spec, store, plan, lambda sh, outs: shard_table(plan, sh, outs))
+done = ex.done
 assert ex.counters.computed == 0, "the run directory is not complete"
 asm = assemble(plan, done, ex.submitted)
 mt = method_tables(plan, done, ex.submitted)

@@ -75,7 +75,7 @@ into fresh output directories, on the same cluster:
 * default: as many pools as the cluster fits;
 * with ``--elastic``, a third mode, elastic: the default with
   ``max_replicas: auto`` on every model (issue 21 item 5: extra replicas of a
-  model with queued work on GPUs left free; flows/execute/pools.py
+  model with queued work on GPUs left free; flows/execute/capacity.py
   ``grow_replicas``). The three modes rotate their order from one repeat to the
   next.
 

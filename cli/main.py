@@ -31,7 +31,7 @@ from confgrid.cli.plan_size import plan_size_cmd
 from confgrid.cli.show.tables import print_results
 from confgrid.cluster.jobs import job_logs, job_status, submit_grid
 from confgrid.flows.analyze.analysis import RECORD_FILE, log_analysis
-from confgrid.flows.execute.pools import CapacityError
+from confgrid.flows.execute.capacity import CapacityError
 from confgrid.flows.execute.ray_session import RayConnectError
 from confgrid.flows.runner import DatasetError, ShardFailures, address_hint, log_run, run_grid
 from confgrid.flows.spec.base import GridSpecError

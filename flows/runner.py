@@ -4,8 +4,7 @@ The steps, each in its own file:
 
 =================  =====================================================================
 flows/plan/grid_plan.py      the pure plan: spec + items -> named, typed shard requests, stage by stage
-flows/execute/executor.py   the executor: model pools on Ray, model-major scheduling, retries, restarts
-flows/execute/pools.py     replica pools, their life cycle, the cluster capacity check
+flows/execute/              the executor: model pools on Ray, model-major scheduling, retries, restarts
 flows/tables/assemble.py  rows from model outputs; the per-unit tables the metrics read
 flows/evaluate/run_evaluation.py  the metric and paired-bootstrap loop
 flows/evaluate/outputs.py   the evaluator's result files, checklist, report, MLflow results
@@ -43,7 +42,7 @@ from confgrid.flows.tables.assemble import assemble, empty_schema, shard_table
 from confgrid.analysis.signals import to_arrow as signals_arrow
 from confgrid.flows.evaluate.run_evaluation import Evaluation, cluster_problems, evaluate
 from confgrid.flows.execute.liveness import lost_node_tags
-from confgrid.flows.execute.executor import Executor
+from confgrid.flows.execute.executor import execute
 from confgrid.flows.evaluate.methods import method_tables
 from confgrid.flows.evaluate.outputs import grid_params, log_results, verdict_mlflow, write_outputs
 from confgrid.flows.plan.grid_plan import GridPlan, check_items
@@ -282,7 +281,7 @@ def run_grid(
         Before any model is loaded, if a dataset cannot be read.
     CapacityError
         Before any model is loaded, if a model's replica fits on no node of
-        the cluster (flows/execute/pools.py).
+        the cluster (flows/execute/capacity.py).
     GridSpecError
         Before any model is loaded, if the loaded items make the grid
         impossible (flows/plan/grid_plan.py ``check_items``).
@@ -332,11 +331,11 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
     rounds = Rounds(spec, plan, store) if spec.execution.stopping is not None else None
     if rounds is None:
         store.meta.pop("stopping", None)  # a folder run before with early stopping: no stale reasons
-    ex = Executor(spec, store, lambda sh, outs: shard_table(plan, sh, outs), tracker=tracker, address=address,
-                  only_failed=only_failed, rounds=rounds)
     status = "FAILED"
     try:
-        done = ex.run(plan)
+        ex = execute(spec, store, plan, lambda sh, outs: shard_table(plan, sh, outs), tracker=tracker,
+                     address=address, only_failed=only_failed, rounds=rounds)
+        done = ex.done
         asm = assemble(plan, done, ex.submitted)
         for name, tl in asm.stage_tables.items():  # each stage's own table (flows/stages: table_name, schema)
             tables[name] = store.write_table(name, tl, empty_schema(

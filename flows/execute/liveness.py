@@ -1,74 +1,45 @@
 """Replica liveness: a replica that cannot be reached is not a failed shard, and a lost node is named.
 
-When a Ray node dies, its actors are unreachable for 10 to 20 s before Ray
-declares the node dead; calls to them raise ``ActorUnavailableError`` (the
-actor may come back: Ray restarts it elsewhere) and then ``ActorDiedError``
-(it will not). Neither says anything about the work itself, so the executor
-(flows/execute/executor.py) does this:
+When a Ray node dies, its actors are unreachable for 10 to 20 s before Ray declares the node dead; calls to them
+raise ``ActorUnavailableError`` (the actor may come back: Ray restarts it elsewhere) and then ``ActorDiedError``
+(it will not). Neither says anything about the work itself, so the handlers here (over the executor's state
+record, flows/execute/state.py) do this:
 
-- the call's shards go back in their model's queue (each shard at most
-  ``execution.max_retries`` times across replicas: :func:`requeue_or_fail`);
-- the replica leaves the ready set (state ``unreachable``) until it answers a
-  ping again; then its restart is counted (or, if Ray gives it up, it is
-  recorded ``lost`` with its node, the time and the error);
-- the other replicas, or the restarted one, finish the work;
-- a replica whose engine died (a tensor-parallel rank's process, vLLM's
-  engine core: the replica raises ``EngineDied`` naming it) is restarted by
-  Ray (``ray.kill`` with restart, within ``execution.max_retries``) and treated
-  as unreachable meanwhile: its calls go back in the queue, the log names
-  the process that died, and it is recorded ``dead`` when Ray gives it up;
-- when the last node that fits a model's replica is gone and
-  ``execution.wait_for_nodes`` is false, the model's remaining shards fail
-  naming the lost node (:func:`stranded_models`).
+- the call's shards go back in their model's queue (each shard at most ``execution.max_retries`` times across
+  replicas: :func:`requeue_or_fail`);
+- the replica leaves the ready set (state ``unreachable``) until it answers a ping again; then its restart is
+  counted (or, if Ray gives it up, it is recorded ``lost`` with its node, the time and the error);
+- a replica whose engine died (a tensor-parallel rank's process, vLLM's engine core: the replica raises
+  ``EngineDied`` naming it) is restarted by Ray (``ray.kill`` with restart, within ``execution.max_retries``)
+  and treated as unreachable meanwhile; it is recorded ``dead`` when Ray gives it up;
+- when the last node that fits a model's replica is gone and ``execution.wait_for_nodes`` is false, the model's
+  remaining shards fail naming the lost node (capacity.py ``stranded_models``).
 
-The decisions are the pure functions of this module; only :func:`read_nodes`
-and the executor's liveness methods talk to Ray.
+Every restart Ray makes (at most ``execution.max_retries`` per replica; it retries the calls in flight) is
+recorded: ``restarts`` on the replica and on each shard whose call went through it, and a log line.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confgrid.flows.execute.pools import check_capacity
+from confgrid.actors.calls import ReplicaInfo, ReplicaReady
+from confgrid.flows.execute.capacity import PROBE_SECONDS, NodeInfo, node_line, stranded_models
+from confgrid.flows.execute.pools import Replica, actor_entry, cancel_calls, model_dead, ping
+from confgrid.flows.execute.queue import error_text, fail, requeue, submit, traceback_text
+from confgrid.flows.execute.state import ExecState, InFlight
+from confgrid.flows.store.runlog import LOG_NAME, trace
 
-__all__ = ["NodeInfo", "Fault", "classify_fault", "requeue_or_fail", "actor_verdict", "lost_nodes", "lost_node_tags",
-           "stranded_models", "node_line", "read_nodes", "NodeWatch", "PROBE_SECONDS"]
+__all__ = ["Fault", "classify_fault", "requeue_or_fail", "actor_verdict", "lost_node_tags", "on_ping", "loaded",
+           "on_replica_fault", "on_engine_died", "abandon_calls", "unreachable", "probe_unreachable", "watch_nodes"]
 
 log = logging.getLogger("confgrid")
-
-#: Seconds between two looks at an unreachable replica (its actor-table entry) and at the node table.
-PROBE_SECONDS = 1.0
 
 #: What a failed engine call says about its replica: ``unreachable`` (it may come back),
 #: ``gone`` (it will not: Ray gave the actor up or it was killed), ``work`` (the call itself failed).
 Fault = Literal["unreachable", "gone", "work"]
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """One Ray node as the GCS node table has it.
-
-    Attributes
-    ----------
-    node_id : str
-        Ray's node id (hex, 56 characters).
-    ip : str
-        The node's IP address (``NodeManagerAddress``).
-    alive : bool
-    resources : dict of str to float
-        Total ``{"GPU": g, "CPU": c}`` of the node.
-    labels : dict of str to str
-        The node's labels (``ray start --labels``), Ray's own ``ray.io/...`` ones left out.
-    """
-
-    node_id: str
-    ip: str
-    alive: bool
-    resources: dict[str, float] = field(default_factory=dict)
-    labels: dict[str, str] = field(default_factory=dict)
 
 
 def classify_fault(exc: BaseException) -> Fault:
@@ -125,12 +96,6 @@ def actor_verdict(state: str | None, node_alive: bool | None) -> Literal["alive"
     return "restarting"
 
 
-def lost_nodes(before: dict[str, NodeInfo], now: list[NodeInfo]) -> list[NodeInfo]:
-    """Nodes alive in ``before`` that are dead or absent in ``now`` (pure), as they were last seen alive."""
-    alive_now = {n.node_id for n in now if n.alive}
-    return [n for nid, n in before.items() if n.alive and nid not in alive_now]
-
-
 def lost_node_tags(replicas: list) -> dict[str, str]:
     """The parent MLflow run's tags for replicas lost with their node: ``{}`` when none was lost.
 
@@ -153,69 +118,217 @@ def lost_node_tags(replicas: list) -> dict[str, str]:
             "confgrid.lost_replicas": ", ".join(f"{n}@{w}" for n, w in sorted(where.items()))}
 
 
-def stranded_models(needs: dict[str, tuple[int, dict[str, float], str]], alive: list[NodeInfo],
-                    models: list[str]) -> list[str]:
-    """Of ``models``, those whose replica fits on no alive node any more (pure; :func:`check_capacity`)."""
-    nodes = [n.resources for n in alive if n.alive]
-    sub = {m: needs[m] for m in models if m in needs}
-    return [m for m in sub if check_capacity({m: sub[m]}, nodes)]
+# -- the handlers, over the executor's state ------------------------------------------------------------------
+def on_ping(st: ExecState, ref: Any, rep: Replica) -> None:
+    """A replica answered its ping: ready (its model loaded), or back after it was unreachable; or the ping
+    failed: asked again while Ray restarts the actor (within ``execution.max_retries``), else recorded dead."""
+    import ray  # lazy: no Ray until a shard must be computed
+
+    pool = st.pools.get(rep.model)
+    try:
+        ready: ReplicaReady = ray.get(ref)
+    except Exception as exc:  # noqa: BLE001 - the model could not be loaded (or the actor died while loading)
+        trace.error("replica %s: ping failed", rep.name, exc_info=exc)
+        if rep.state == "unreachable":  # still not back: look again later, or it is gone
+            if classify_fault(exc) == "gone":
+                _mark_lost(st, rep, error_text(exc))
+            return
+        if classify_fault(exc) == "unreachable" and pool is not None and not pool.released:
+            st.probe_at[id(rep)] = time.time() + 1.0  # its node may be dying: ask again, not counted
+            return
+        if (not getattr(exc, "_actor_init_failed", False) and pool is not None and not pool.released
+                and rep.ping_retries < st.spec.execution.max_retries):
+            rep.ping_retries += 1
+            log.warning("replica %s: its actor died while loading (%s); Ray restarts it, asking again (%d of %d)",
+                        rep.name, error_text(exc), rep.ping_retries, st.spec.execution.max_retries)
+            ping(st, rep)
+            return
+        rep.state, rep.error, rep.traceback = "dead", error_text(exc), traceback_text(exc)
+        log.error("replica %s: failed to start: %s (traceback in %s)", rep.name, rep.error, LOG_NAME)
+        if pool is not None:
+            pool.stop_replica(rep, "dead")
+            if not pool.alive():
+                model_dead(st, rep.model, f"model {rep.model!r} could not be loaded: {rep.error}")
+        return
+    if rep.state == "unreachable":
+        _on_back(st, rep, ready)
+        return
+    rep.state, rep.ready_at, rep.info = "ready", time.time(), ready.replica
+    rep.node_id, rep.node_ip = ready.replica.node_id, ready.replica.node_ip
+    rep.last_progress = rep.ready_at
+    st.provenance.setdefault(rep.model, dict(ready.provenance))
+    log.info("replica %s: ready on %s, node %s (model loaded in %.1f s)", rep.name, ready.replica.host,
+             ready.replica.node_ip or "?", ready.replica.load_seconds)
+    n = loaded(st, rep, ready.replica, rep.ready_at)
+    if n:
+        log.warning("replica %s: Ray restarted its actor %d time(s) while the model loaded (now pid %s on %s, node "
+                    "%s); recorded in manifest.json", rep.name, n, ready.replica.pid, ready.replica.host,
+                    ready.replica.node_ip or "?")
 
 
-def node_line(node: NodeInfo | None, node_id: str = "", ip: str = "") -> str:
-    """``node 10.0.0.5 (3f2a9c1b)``: how the log and the manifest name a node."""
-    nid = node.node_id if node is not None else node_id
-    addr = node.ip if node is not None else ip
-    return f"node {addr or '?'} ({nid[:8] or '?'})"
+def loaded(st: ExecState, rep: Replica, info: ReplicaInfo, at: float, fallback: int = 0) -> int:
+    """Count a model load of ``rep`` (process ``info``, seen at ``at``) and the actor's restarts not yet counted;
+    returns how many restarts (added to the replica and the counters).
 
-
-def read_nodes() -> list[NodeInfo]:
-    """Every node of the connected Ray cluster (GCS node table), dead ones included."""
-    import ray  # lazy: the plan and the tests load no Ray
-
-    out = []
-    for n in ray.nodes():
-        res = n.get("Resources") or {}
-        labels = {k: str(v) for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")}
-        out.append(NodeInfo(node_id=str(n.get("NodeID", "")), ip=str(n.get("NodeManagerAddress", "")),
-                            alive=bool(n.get("Alive")), resources={"GPU": float(res.get("GPU", 0.0)),
-                                                                   "CPU": float(res.get("CPU", 0.0))},
-                            labels=labels))
-    return out
-
-
-class NodeWatch:
-    """The node table, read at most every ``period`` seconds; tells which nodes were lost since the last look.
-
-    ``read`` returns the node list (default :func:`read_nodes`; tests pass a fake).
+    Ray's own restart count of the actor (GCS actor table) is the truth: it covers every restart, also one
+    while the model loaded, which no engine call sees, and a restart Ray counted before the driver saw its
+    new process is not counted twice. ``fallback`` is used when the table cannot be read.
     """
+    entry = actor_entry(rep.handle)
+    new = max(0, entry.num_restarts - rep.restarts_accounted) if entry is not None else fallback
+    rep.restarts_accounted += new
+    rep.restarts += new
+    st.counters.restarts += new
+    rep.loaded(info, at)
+    st.counters.loads += 1
+    return new
 
-    def __init__(self, read: Any = read_nodes, period: float = PROBE_SECONDS) -> None:
-        self._read, self.period = read, period
-        self.known: dict[str, NodeInfo] = {}
-        self.lost: dict[str, tuple[NodeInfo, float]] = {}  # node id -> (node as last seen alive, when lost)
-        self._at = -1e18
 
-    def poll(self, now: float | None = None, force: bool = False) -> list[NodeInfo]:
-        """Read the table if ``period`` has passed (or ``force``); returns the nodes lost since the last read."""
-        now = time.time() if now is None else now
-        if not force and now - self._at < self.period:
-            return []
-        self._at = now
+def _on_back(st: ExecState, rep: Replica, ready: ReplicaReady) -> None:
+    """An unreachable replica answered its ping: count its restart (if it is a new process) and make it ready."""
+    if rep.info is not None and ready.replica.incarnation != rep.info.incarnation:
+        n = loaded(st, rep, ready.replica, time.time(), fallback=1)
+        log.warning("replica %s: back after %.0f s unreachable; Ray restarted its actor (pid %s on %s -> pid %s "
+                    "on %s%s); recorded in manifest.json", rep.name, time.time() - rep.unreachable_since,
+                    rep.info.pid, node_line(None, rep.node_id, rep.node_ip), ready.replica.pid,
+                    node_line(None, ready.replica.node_id, ready.replica.node_ip), f"; {n} restarts" if n > 1 else "")
+    else:
+        log.info("replica %s: answers again after %.0f s", rep.name, time.time() - rep.unreachable_since)
+    rep.info = ready.replica
+    rep.node_id, rep.node_ip = ready.replica.node_id, ready.replica.node_ip
+    rep.state, rep.error, rep.last_progress = "ready", None, time.time()
+
+
+def unreachable(st: ExecState) -> list[Replica]:
+    """Replicas a call or a ping could not reach (a loading one whose ping is to be asked again included)."""
+    return [r for p in st.alive_pools() for r in p.replicas
+            if r.state == "unreachable" or (r.state == "waiting" and id(r) in st.probe_at)]
+
+
+def on_replica_fault(st: ExecState, f: InFlight, err: str, fault: Fault) -> None:
+    """A call failed because its replica is unreachable or gone: put its shards back (bounded), mark it."""
+    rep = f.replica
+    back, failed = [], []
+    for sh, rec in zip(f.shards, f.records, strict=True):
+        moves = st.moves.get(sh.key, 0)
+        if rep.model not in st.dead_reason and requeue_or_fail(moves, st.spec.execution.max_retries):
+            st.moves[sh.key] = moves + 1
+            rec.status, rec.error = "pending", f"put back in the queue: replica {rep.name} {fault} ({err})"
+            requeue(st, sh)
+            back.append(sh)
+        else:
+            failed.append((sh, rec))
+    if failed:
+        why = st.dead_reason.get(rep.model) or (
+            f"replica {rep.name} was lost {st.spec.execution.max_retries} time(s) with this shard: {err}")
+        submit(st, fail(st, [s for s, _ in failed], [r for _, r in failed], why))
+    if back:
+        log.warning("replica %s on %s: %s (%s); %d shard(s) of its call put back in the queue for the other "
+                    "replicas", rep.name, node_line(None, rep.node_id, rep.node_ip),
+                    "unreachable" if fault == "unreachable" else "gone", err, len(back))
+    if fault == "gone":
+        _mark_lost(st, rep, err)
+    elif rep.state == "ready":
+        rep.state, rep.error = "unreachable", err
+        rep.unreachable_since = time.time()
+        st.probe_at[id(rep)] = time.time() + PROBE_SECONDS
+        st.nodes.poll(force=True)
+
+
+def on_engine_died(st: ExecState, f: InFlight, died: Any) -> None:
+    """A call failed because the replica's engine died (``actors/backend.py`` ``EngineDied``): the first report
+    of an incarnation's death restarts the replica (``ray.kill`` with restart: Ray starts a new process within
+    its ``max_restarts``, or gives the actor up); the call's shards go back in the queue as for an unreachable
+    replica."""
+    import ray  # lazy: no Ray until a shard must be computed
+
+    rep = f.replica
+    err = f"its engine died: {died.process or 'no process of the engine was seen to end'}"
+    if rep.info is not None and died.incarnation == rep.info.incarnation and rep.state == "ready":
+        log.error("replica %s on %s: %s; Ray restarts the replica (a new process loads the model; restarts "
+                  "allowed per replica: execution.max_retries=%d, used %d)", rep.name,
+                  node_line(None, rep.node_id, rep.node_ip), err, st.spec.execution.max_retries, rep.restarts)
         try:
-            nodes = self._read()
-        except Exception:  # noqa: BLE001 - the GCS did not answer this time; look again later
-            return []
-        gone = lost_nodes(self.known, nodes) if self.known else []
-        for n in gone:
-            self.lost[n.node_id] = (n, now)
-        self.known = {n.node_id: n for n in nodes if n.alive or n.node_id not in self.known}
-        for n in gone:
-            self.known[n.node_id] = NodeInfo(n.node_id, n.ip, False, n.resources, n.labels)
-        return gone
+            ray.kill(rep.handle, no_restart=False)
+        except Exception as exc:  # noqa: BLE001 - the actor is gone already: the probe records it
+            log.warning("replica %s: could not be restarted (%s)", rep.name, exc)
+    on_replica_fault(st, f, err, "unreachable")
 
-    def alive(self) -> list[NodeInfo]:
-        return [n for n in self.known.values() if n.alive]
 
-    def is_alive(self, node_id: str) -> bool | None:
-        n = self.known.get(node_id)
-        return None if n is None else n.alive
+def _mark_lost(st: ExecState, rep: Replica, err: str) -> None:
+    """The replica will not come back: state ``lost`` (or ``dead`` if killed on purpose), node and time recorded."""
+    pool = st.pools.get(rep.model)
+    if rep.state in ("lost", "dead", "released") or pool is None:
+        return
+    st.nodes.poll(force=True)
+    node_gone = rep.node_id in st.nodes.lost
+    rep.state, rep.error, rep.lost_at = ("lost" if node_gone else "dead"), err, time.time()
+    where = node_line(None, rep.node_id, rep.node_ip)
+    if node_gone:
+        log.error("replica %s: lost with %s (%s)", rep.name, where, err)
+    else:
+        log.error("replica %s: died (%s)", rep.name, err)
+    pool.stop_replica(rep, rep.state)
+    if not pool.alive():
+        model_dead(st, rep.model, f"no live replica of model {rep.model!r} (replica {rep.name} "
+                                  f"{'lost with ' + where if node_gone else 'died'}: {err})")
+
+
+def abandon_calls(st: ExecState, node: NodeInfo) -> None:
+    """The calls in flight on a lost node's replicas: Ray keeps such a call queued until it restarts the actor,
+    which may be never (no room left), so the call is given up: cancelled (best effort), its shards put back
+    in the queue, its replica marked unreachable. A late result of a given-up call is ignored."""
+    gone = [(ref, f) for ref, f in st.inflight.items() if f.replica.node_id == node.node_id]
+    merged: dict[int, InFlight] = {}  # one fault per replica (one log line), all its calls' shards
+    for ref, f in gone:
+        del st.inflight[ref]
+        f.replica.inflight -= 1
+        m = merged.setdefault(id(f.replica), InFlight(f.replica, [], [], f.incarnation))
+        m.shards += f.shards
+        m.records += f.records
+    for m in merged.values():
+        on_replica_fault(st, m, f"its {node_line(node)} was lost", "unreachable")
+    cancel_calls([ref for ref, _ in gone])
+
+
+def probe_unreachable(st: ExecState) -> None:
+    """Look at each unreachable replica's actor entry: ping it when Ray has it alive again, record it lost
+    when Ray gave it up."""
+    now = time.time()
+    pinged = set(map(id, st.pings.values()))
+    for rep in unreachable(st):
+        if id(rep) in pinged or now < st.probe_at.get(id(rep), 0.0):
+            continue
+        if rep.state == "waiting":  # its ping found it unreachable while it loaded: ask again
+            del st.probe_at[id(rep)]
+            ping(st, rep)
+            continue
+        st.probe_at[id(rep)] = now + PROBE_SECONDS
+        entry = actor_entry(rep.handle)
+        verdict = actor_verdict(entry.state if entry else None,
+                                st.nodes.is_alive(entry.node_id) if entry and entry.node_id else None)
+        if verdict == "alive":
+            ping(st, rep)
+        elif verdict == "lost":
+            _mark_lost(st, rep, rep.error or "Ray gave the actor up")
+
+
+def watch_nodes(st: ExecState) -> None:
+    """Read the node table; for each node lost, say in one line what happened to its work, and fail fast the
+    models that no alive node fits any more (unless ``execution.wait_for_nodes``)."""
+    if not st.ray_ready:
+        return
+    for node in st.nodes.poll():
+        reps = [r for p in st.alive_pools() for r in p.replicas if r.node_id == node.node_id]
+        abandon_calls(st, node)
+        log.error("Ray %s was lost (labels %s); replica(s) on it: %s; their calls in flight go back in the queue "
+                  "(at most execution.max_retries=%d times per shard)", node_line(node), node.labels or "{}",
+                  ", ".join(r.name for r in reps) or "none", st.spec.execution.max_retries)
+        if st.spec.execution.wait_for_nodes:
+            continue
+        active = [m for m, q in st.queues.items() if (q or m in st.pools) and m not in st.dead_reason]
+        for m in stranded_models(st.needs, st.nodes.alive(), active):
+            need = st.needs[m][1]
+            model_dead(st, m, f"{node_line(node)} was lost and no node left fits a replica of model {m!r} "
+                              f"({', '.join(f'{k}: {v:g}' for k, v in need.items())}); "
+                              "confgrid resume runs it when the cluster has such a node again")

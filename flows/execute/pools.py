@@ -1,27 +1,11 @@
-"""Replica pools: each model's Ray actors, their life cycle, and the cluster capacity check.
+"""Model pools: each model's replicas (Ray actors), what is recorded of them, and their life cycle.
 
-A :class:`ModelPool` holds the replicas of one model (``models[].replicas``
-actors, each loading the weights once). Pools of different models live at the
-same time as far as the cluster's resources allow: a pool asks Ray for all its
-replicas at once and Ray creates each actor when its resources are free (or
-when an autoscaler adds a node); the executor (flows/execute/executor.py) gives work
-only to replicas that answered ``ping`` (their model is loaded), so a replica
-still waiting for resources never holds work back.
-
-Elastic replicas (``models[].max_replicas``): :func:`grow_replicas` decides,
-from what each pool has queued and what each node has free, which models get
-an extra replica now; the executor only applies the decision
-(:meth:`ModelPool.add_replica`). It is pure and tested by hand.
-
-Everything a cluster user measures is recorded per replica
-(:class:`Replica`): when it was asked for, when it was ready, how long the
-load took on the replica, how long it computed, how often Ray restarted it,
-when it was released. The run writes these to ``manifest.json``
-(``meta.replicas``).
-
-:func:`check_capacity` runs before any model is loaded: a replica that needs
-more GPUs or CPUs than any node offers fails the grid at once, naming the
-model, what one replica asks for and what the largest node offers.
+A :class:`ModelPool` asks Ray for all its replicas at once; Ray creates each actor when its resources are free
+(or an autoscaler adds a node), and the queue (queue.py) gives work only to replicas that answered ``ping`` (their
+model is loaded). The life cycle, over the executor's state record (state.py): :func:`start_pools`,
+:func:`grow_pools` (elastic replicas, as capacity.py ``grow_replicas`` decides), :func:`release_idle` and
+:func:`model_dead`. What a cluster user measures is recorded per :class:`Replica` (``manifest.json``,
+``meta.replicas``): when it was asked for and ready, its loads and calls, its restarts, when it was released.
 """
 
 from __future__ import annotations
@@ -30,31 +14,29 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from confgrid.errors import FieldsPickle
+from confgrid.actors.api_cache import CACHE_DIR
 from confgrid.actors.calls import ReplicaInfo
+from confgrid.flows.execute.capacity import (CapacityError, PoolDemand, at_once, check_capacity, fmt, grow_replicas,
+                                             max_replicas, node_line, read_nodes, start_order)
+from confgrid.flows.execute.queue import fail_queued, queued_calls
+from confgrid.flows.execute.ray_session import init_ray
+from confgrid.flows.execute.state import ExecState
 from confgrid.flows.execute.timeline import add_span
 from confgrid.flows.spec.grid import GridSpec, ModelSpec
 
-__all__ = ["CapacityError", "ActorEntry", "actor_entry", "Replica", "ModelPool", "model_config", "cancel_calls",
-           "check_capacity", "node_resources", "start_order", "PoolDemand", "Growth", "grow_replicas", "max_replicas", "free_per_node"]
+__all__ = ["ActorEntry", "actor_entry", "placed", "Replica", "ModelPool", "model_config", "cancel_calls",
+           "free_per_node", "start_latency", "ensure_ray", "ping", "start_pools", "grow_pools", "release",
+           "release_idle", "cancel_waiting", "model_dead"]
 
 log = logging.getLogger("confgrid")
 
-
-class CapacityError(FieldsPickle, ValueError):
-    """A replica of the grid cannot fit on any node of the cluster (raised before any model is loaded).
-
-    Attributes
-    ----------
-    problems : list of str
-        One line per model that cannot be placed.
-    """
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("the grid cannot run on this cluster:\n" + "\n".join(f"  - {p}" for p in problems))
+#: Seconds between two decisions on elastic replicas (each reads the nodes' free resources from Ray).
+GROW_EVERY_S = 0.5
+#: Seconds an elastic replica may wait for Ray to place it before its request is withdrawn (the free resources
+#: it was asked for were taken meanwhile; it must not take room a pool waits for later).
+ELASTIC_PLACE_S = 10.0
 
 
 def model_config(m: ModelSpec, spec: GridSpec, api_cache: str | None = None):
@@ -93,28 +75,6 @@ def cancel_calls(refs: list[Any]) -> None:
             pass
 
 
-def node_resources() -> list[dict[str, float]]:
-    """Total ``{"GPU": g, "CPU": c}`` of every alive node of the connected Ray cluster."""
-    import ray  # lazy: no Ray until a shard must be computed
-
-    return [{"GPU": float(n.get("Resources", {}).get("GPU", 0.0)), "CPU": float(n.get("Resources", {}).get("CPU", 0.0))}
-            for n in ray.nodes() if n.get("Alive")]
-
-
-def _fmt(res: dict[str, float]) -> str:
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in res.items()) + "}"
-
-
-def _free_resources() -> dict[str, float]:
-    """What the cluster has free now (for a log line; {} when Ray does not answer)."""
-    import ray  # lazy: no Ray until a shard must be computed
-
-    try:
-        return {k: float(v) for k, v in ray.available_resources().items()}
-    except Exception:  # noqa: BLE001 - the log line is best effort
-        return {}
-
-
 def free_per_node() -> dict[str, dict[str, float]]:
     """GPUs and CPUs free now on each alive node of the connected Ray cluster (node id -> resources); {} when
     Ray does not answer (then no extra replica is started)."""
@@ -129,7 +89,7 @@ def free_per_node() -> dict[str, dict[str, float]]:
         return {}
 
 
-def _placed(handle: Any) -> bool | None:
+def placed(handle: Any) -> bool | None:
     """Whether Ray has placed a not-yet-ready actor on a worker process (it is loading), or still waits for resources.
 
     Read from the GCS actor table (no dashboard needed); None when that cannot be read. A queued lease already
@@ -137,223 +97,6 @@ def _placed(handle: Any) -> bool | None:
     """
     entry = actor_entry(handle)
     return None if entry is None else (entry.placed and entry.pid > 0)
-
-
-def check_capacity(needs: dict[str, tuple[int, dict[str, float], str]], nodes: list[dict[str, float]]) -> list[str]:
-    """Which models' replicas fit on no node (pure; the caller raises :class:`CapacityError`).
-
-    Parameters
-    ----------
-    needs : dict of str to (int, dict, str)
-        Model name -> (replicas, what ONE replica needs on one node, e.g.
-        ``{"GPU": 4, "CPU": 4}``, and a note on why, e.g.
-        ``"tensor_parallel_size=4"``).
-    nodes : list of dict
-        Every node's total resources (:func:`node_resources`).
-
-    Returns
-    -------
-    list of str
-        One problem per model whose replica fits on no node, naming the model,
-        what a replica asks for and what the largest node offers; empty if all
-        fit. Replicas that fit one at a time but not all at once are not a
-        problem: they run as the cluster frees room.
-    """
-    problems = []
-    for name, (_, need, why) in needs.items():
-        if any(all(node.get(k, 0.0) >= v for k, v in need.items()) for node in nodes):
-            continue
-        largest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)), default={})
-        problems.append(f"model {name!r}: one replica asks for {_fmt(need)} on one node ({why}); "
-                        f"the largest node offers {_fmt({k: largest.get(k, 0.0) for k in need})}"
-                        f" ({len(nodes)} node(s) in the cluster)")
-    return problems
-
-
-def at_once(need: dict[str, float], nodes: list[dict[str, float]]) -> int:
-    """How many replicas needing ``need`` the nodes hold at the same time (each node packed on its own)."""
-    total = 0
-    for node in nodes:
-        fits = [int(node.get(k, 0.0) // v) for k, v in need.items() if v > 0]
-        total += min(fits) if fits else 0
-    return total
-
-
-def start_order(needs: dict[str, tuple[int, dict[str, float], str]]) -> list[str]:
-    """The order in which the executor asks Ray for the models' pools: largest replica first (pure).
-
-    Asking for every pool at once leaves placement to Ray, which places requests
-    roughly in the order they arrive. Small replicas asked for first can spread over
-    the nodes and leave each node a few GPUs short of a large replica, which
-    then waits with GPUs idle (measured in benchmarks/README.md, ``--cluster 8gpu``:
-    two 1-GPU replicas, one on each 4-GPU node, kept a TP-4 group waiting 42 s with
-    2 GPUs free). This is the bin-packing heuristic first-fit decreasing (Johnson et
-    al., "Worst-case performance bounds for simple one-dimensional packing
-    algorithms", SIAM J. Comput. 3(4), 1974): place the largest items first so the
-    smaller ones fill the gaps they leave. It is an order of requests, not a
-    placement: Ray still decides where each replica goes.
-
-    Parameters
-    ----------
-    needs : dict of str to (int, dict, str)
-        Model name -> (replicas, what ONE replica needs on one node, a note), as for
-        :func:`check_capacity`, in grid order. What a replica needs comes from
-        actors/model_actor.py ``replica_resources``, where its GPUs are derived from
-        the parallel sizes (``tensor_parallel_size`` GPUs on one node, whichever executor).
-
-    Returns
-    -------
-    list of str
-        Every name of ``needs``, sorted by GPUs per replica (more first), then CPUs
-        per replica (more first), then number of replicas (more first); equal shapes
-        keep grid order (the sort is stable). Models without GPUs (a CPU cluster, an
-        API model) come after every GPU model, ordered by their CPUs.
-
-    Examples
-    --------
-    >>> start_order({"a": (1, {"GPU": 1.0, "CPU": 1.0}, ""), "tp4": (1, {"GPU": 4.0, "CPU": 4.0}, ""),
-    ...              "dp2": (2, {"GPU": 1.0, "CPU": 1.0}, ""), "api": (1, {"CPU": 1.0}, "")})
-    ['tp4', 'dp2', 'a', 'api']
-    """
-    def size(name: str) -> tuple[float, float, int]:
-        replicas, need, _ = needs[name]
-        return -need.get("GPU", 0.0), -need.get("CPU", 0.0), -replicas
-
-    return sorted(needs, key=size)
-
-
-def max_replicas(setting: int | str | None, replicas: int, need: dict[str, float], nodes: list[dict[str, float]]) -> int:
-    """The most replicas a model may have at once (``models[].max_replicas`` resolved; pure).
-
-    ``None`` gives ``replicas`` (no extra replica); ``"auto"`` as many as the nodes hold at once
-    (:func:`at_once`), never fewer than ``replicas``; an integer is kept.
-
-    >>> max_replicas("auto", 1, {"GPU": 1.0, "CPU": 1.0}, [{"GPU": 4.0, "CPU": 4.0}, {"GPU": 4.0, "CPU": 4.0}])
-    8
-    >>> max_replicas(None, 2, {"GPU": 1.0}, []), max_replicas(3, 1, {"GPU": 1.0}, [])
-    (2, 3)
-    """
-    if setting is None:
-        return replicas
-    if setting == "auto":
-        return max(replicas, at_once(need, nodes))
-    return int(setting)
-
-
-@dataclass(frozen=True)
-class PoolDemand:
-    """One alive pool as :func:`grow_replicas` sees it (the executor builds one per pool and turn).
-
-    Attributes
-    ----------
-    model : str
-    need : dict of str to float
-        What ONE replica reserves on one node, e.g. ``{"GPU": 1.0, "CPU": 1.0}``.
-    replicas : int
-        Its replicas asked for and not stopped: ready, loading, waiting for
-        resources or unreachable (>= 0).
-    max_replicas : int
-        The most it may have (:func:`max_replicas`); ``replicas >= max_replicas``: no growth.
-    queued_calls : int
-        Engine calls its queue would make now: planned shards not yet sent
-        (one per shard, or whole shards packed up to ``prompts_per_call``).
-    unplaced : int
-        Its replicas that Ray has not placed yet (waiting for resources).
-    load_s : float, optional
-        Seconds one of its replicas took to load (mean of those loaded); None
-        before any has (then it gets no extra replica).
-    work_s : float, optional
-        Seconds ONE replica needs for its queued work at the rate its
-        replicas have computed so far (queued requests / requests per busy
-        second); None before a call of it has finished (then it gets no extra
-        replica).
-    start_s : float
-        Seconds from asking Ray for a replica to its load beginning (placing
-        it, starting its worker process), as this run has measured it
-        (:func:`start_latency`); 0.0 before any replica has begun a load.
-    open_slots : int
-        Calls its replicas would take from the queue at once: ``calls_in_flight``
-        for each not ready yet (when it is), ``calls_in_flight`` less its calls
-        in flight for each ready one (>= 0).
-    """
-
-    model: str
-    need: dict[str, float]
-    replicas: int
-    max_replicas: int
-    queued_calls: int
-    unplaced: int = 0
-    load_s: float | None = None
-    work_s: float | None = None
-    start_s: float = 0.0
-    open_slots: int = 0
-
-
-@dataclass(frozen=True)
-class Growth:
-    """What :func:`grow_replicas` decided.
-
-    Attributes
-    ----------
-    start : tuple of (str, str)
-        One ``(model, node id)`` per extra replica to ask for, in order; the
-        node is where it fits now (Ray still places it).
-    waits : dict of str to str
-        Model -> why a replica it could use is not started now (for the log).
-    """
-
-    start: tuple[tuple[str, str], ...] = ()
-    waits: dict[str, str] = field(default_factory=dict)
-
-
-def _wants(p: PoolDemand, replicas: int, calls_in_flight: int) -> bool:
-    """One more replica than ``replicas`` would get work of its own (the queue holds more calls than they take
-    at once, now and once it is ready) and end the queue sooner (``work_s / replicas > start_s + load_s``)."""
-    if not (replicas < p.max_replicas and p.queued_calls > replicas * calls_in_flight
-            and p.load_s is not None and p.work_s is not None):
-        return False
-    ready_in = p.start_s + p.load_s
-    if p.work_s <= ready_in * max(replicas, 1):
-        return False
-    return calls_left(p, ready_in) - (replicas - p.replicas) * calls_in_flight >= 1.0
-
-
-def calls_left(p: PoolDemand, after_s: float) -> float:
-    """Calls a pool's queue still holds ``after_s`` seconds from now for replicas that are not asked for yet.
-
-    Its replicas first fill their open slots (``open_slots``: a replica still loading takes ``calls_in_flight``
-    calls when it is ready, counted as if it were now, the most it can take), then each takes the next call as
-    one ends, one per ``c = work_s / queued_calls`` seconds (a replica runs one engine call at a time). Left:
-    ``queued_calls - open_slots - replicas x after_s / c``. New work the queue gains meanwhile (the scoring
-    calls of generations) is not counted.
-
-    Parameters
-    ----------
-    p : PoolDemand
-        Measured (``work_s`` not None) with ``queued_calls`` >= 1.
-    after_s : float
-        Seconds from now (>= 0): an extra replica's start and load, ``start_s + load_s``.
-
-    Returns
-    -------
-    float
-        Calls, fractional (an expectation); <= 0: none left.
-
-    Examples
-    --------
-    8 calls queued that take one replica 78 s (9.75 s each); one replica computing 2 calls and one still loading,
-    2 calls in flight each; an extra replica would be ready in 20 s (the schedule_bench run of 4 December 2026,
-    15:21):
-
-    >>> p = PoolDemand("one-a", {"GPU": 1.0}, replicas=2, max_replicas=8, queued_calls=8, load_s=10.0, work_s=78.0,
-    ...                start_s=10.0, open_slots=2)
-    >>> round(calls_left(p, 20.0), 2)  # 8 - 2 - 2 x 20 / 9.75
-    1.9
-
-    A first extra replica takes 1.9 of them; a second would find none.
-    """
-    per_call = p.work_s / p.queued_calls
-    return p.queued_calls - p.open_slots - p.replicas * after_s / per_call
 
 
 def start_latency(replicas: Sequence[Replica]) -> float:
@@ -390,120 +133,6 @@ def start_latency(replicas: Sequence[Replica]) -> float:
         mid = len(extra) // 2
         return extra[mid] if len(extra) % 2 else (extra[mid - 1] + extra[mid]) / 2
     return min((s for s, _ in seen), default=0.0)
-
-
-def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, float]], calls_in_flight: int,
-                  starting: Sequence[str] = ()) -> Growth:
-    """Which models get an extra (elastic) replica now, on the resources free now (pure; work-conserving).
-
-    Rules, in order:
-
-    1. Pools first: while a model with queued work has no pool yet
-       (``starting``: waiting for a slot of ``execution.max_concurrent_models``)
-       or some pool has a replica Ray has not placed (``unplaced``: it waits for
-       resources), no extra replica starts anywhere: the free resources are
-       theirs when they fit, and extras must not fragment the nodes before them.
-    2. Only for work: a model wants another replica while ``replicas <
-       max_replicas`` and its queue holds more engine calls than its replicas
-       take at once (``queued_calls > replicas x calls_in_flight``), so every
-       replica has a call of its own to start with.
-    3. Only when it pays: the model grows only once it has measured a load
-       (``load_s``, ``L``) and its rate (a replica of it loaded and finished a
-       call; ``work_s``, ``W``: its queue in seconds of one replica), and only
-       while ``W / r > S + L``, ``r`` its replicas with the new one left out
-       (those still loading counted as if ready) and ``S`` (``start_s``) the
-       seconds a replica takes to start before its load begins. With ``r``
-       replicas, an extra replica that starts and loads for ``S + L`` seconds
-       ends the queue at ``(W + S + L) / (r + 1)`` instead of ``W / r``:
-       sooner exactly when ``W / r > S + L``. And only while a call is left
-       for it when it is ready: the ``k``-th extra replica of this step is
-       asked for while the queue, ``S + L`` seconds from now, still holds at
-       least one whole call beyond the ``(k - 1) x calls_in_flight`` the
-       extras before it take (:func:`calls_left`: its replicas fill their
-       open slots at once, a loading one ``calls_in_flight``, then take a
-       call each as one ends). (Growing before the measurement
-       was tried and measured: on ``benchmarks/schedule_bench.py --cluster
-       8gpu`` the extra replicas of models with about 1 s of work loaded
-       beside the replicas doing it and made the runs 28% slower; without
-       the calls left, two of six extras of the ``--workload sim`` run were
-       ready only once the queue was handed out; benchmarks/README.md.)
-    4. Where it fits: the model with the most queued calls per replica goes
-       first (longest work first; ties keep the input order), its replica on
-       the node with the least free GPUs (then CPUs) that holds it (best
-       fit, leaving the largest holes for larger replicas); repeated while
-       some model wants one and a node holds it.
-
-    Parameters
-    ----------
-    pools : sequence of PoolDemand
-        Every alive pool, in grid order.
-    free : mapping of str to mapping
-        Node id -> resources free on it now (``{"GPU": g, "CPU": c, ...}``).
-    calls_in_flight : int
-        ``execution.calls_in_flight`` (>= 1).
-    starting : sequence of str
-        Models with queued work whose pools are not started yet.
-
-    Returns
-    -------
-    Growth
-        The replicas to start, and for each model that could use one more but
-        gets none now (rules 1 and 4), the reason.
-
-    Raises
-    ------
-    ValueError
-        If ``calls_in_flight`` < 1.
-
-    Examples
-    --------
-    One model with 5 calls queued on its 1 replica (2 calls at a time) that would take it 60 s, against a load
-    of 10 s; 2 GPUs free on node b, 1 on node a:
-
-    >>> p = PoolDemand("m", {"GPU": 1.0, "CPU": 1.0}, replicas=1, max_replicas=8, queued_calls=5, load_s=10.0,
-    ...                work_s=60.0)
-    >>> grow_replicas([p], {"a": {"GPU": 1.0, "CPU": 1.0}, "b": {"GPU": 2.0, "CPU": 2.0}}, 2).start
-    (('m', 'a'), ('m', 'b'))
-    """
-    if calls_in_flight < 1:
-        raise ValueError(f"calls_in_flight: {calls_in_flight!r}; allowed: >= 1")
-    wanting = [p for p in pools if _wants(p, p.replicas, calls_in_flight)]
-    if not wanting:
-        return Growth()
-    if starting:
-        why = f"model(s) {', '.join(starting)} wait to start their pools; they take free resources first"
-        return Growth((), {p.model: why for p in wanting})
-    blocked = [f"{p.model} ({p.unplaced})" for p in pools if p.unplaced]
-    if blocked:
-        why = (f"replicas of {', '.join(blocked)} are not placed yet (waiting for resources or a worker process); "
-               "they take free resources first")
-        return Growth((), {p.model: why for p in wanting})
-    left = {node: {k: float(v) for k, v in res.items()} for node, res in free.items()}
-    reps = {p.model: p.replicas for p in wanting}
-    start: list[tuple[str, str]] = []
-    while True:
-        cands = sorted((p for p in wanting if _wants(p, reps[p.model], calls_in_flight)),
-                       key=lambda p: -p.queued_calls / max(reps[p.model], 1))
-        chosen = None
-        for p in cands:
-            fits = [n for n, res in left.items() if all(res.get(k, 0.0) >= v for k, v in p.need.items())]
-            if fits:
-                chosen = (p, min(fits, key=lambda n: (left[n].get("GPU", 0.0), left[n].get("CPU", 0.0), n)))
-                break
-        if chosen is None:
-            break
-        p, node = chosen
-        for k, v in p.need.items():
-            left[node][k] = left[node].get(k, 0.0) - v
-        reps[p.model] += 1
-        start.append((p.model, node))
-    waits = {}
-    for p in wanting:
-        if _wants(p, reps[p.model], calls_in_flight):
-            best = max(left.values(), key=lambda r: (r.get("GPU", 0.0), r.get("CPU", 0.0)), default={})
-            waits[p.model] = (f"no node has {_fmt(p.need)} free (most free on one node: "
-                              f"{_fmt({k: best.get(k, 0.0) for k in p.need})})")
-    return Growth(tuple(start), waits)
 
 
 @dataclass(frozen=True)
@@ -543,92 +172,49 @@ def actor_entry(handle: Any) -> ActorEntry | None:
 
 @dataclass
 class Replica:
-    """One model replica: a Ray actor and what happened to it.
-
-    Attributes
-    ----------
-    model : str
-    index : int
-        Index within the model's pool.
-    load : int
-        How many pools of this model were started before this one in the run
-        (a model reloaded for cross-model work has ``load == 1``).
-    state : str
-        ``waiting`` (asked for, not loaded yet: waiting for resources or
-        loading), ``ready``, ``unreachable`` (a call could not reach it; out of
-        the ready set until it answers a ping: flows/execute/liveness.py), ``dead``
-        (crashed or killed, not restartable), ``lost`` (gone with its node) or
-        ``released``.
-    node_id, node_ip : str
-        The Ray node it runs on (its latest process; "" until it is ready).
-    loads : int
-        Model loads of this replica (1 + Ray restarts).
-    restarts : int
-        Ray restarts seen (a new process answering calls of the same actor),
-        restarts while the model loaded included.
-    restarts_accounted : int
-        Ray's restart count of the actor (:attr:`ActorEntry.num_restarts`)
-        already counted in ``restarts``.
-    gpus : float
-        GPUs one replica reserves (``tensor_parallel_size`` for a
-        tensor-parallel replica, whichever executor; 0 without GPUs).
-    cpus : float
-        CPUs one replica reserves (``tensor_parallel_size`` cores for a
-        tensor-parallel replica on a cluster without GPUs: one per rank).
-    info : ReplicaInfo or None
-        Its latest process (:class:`~confgrid.actors.calls.ReplicaInfo`); the
-        manifest line adds from it ``gpu_ids`` (the GPUs Ray gave the actor),
-        ``cpu_bind`` (a tensor-parallel replica on CPU: each rank's cores, as
-        given to vLLM's ``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"0|1"``) and
-        ``ranks`` (its engine's processes with their pids).
-    loading, computing : list of [start, end]
-        Its model loads and engine calls as measured inside the replica
-        (``time.time()``; flows/execute/timeline.py says what they cover).
-    withdrawn : str or None
-        Set when it was stopped before its model was loaded (usually: the other
-        replicas did its model's work first; also a run that ended or was
-        interrupted meanwhile): ``loading`` (Ray had placed it: a load started
-        and was cut short), ``waiting`` (still waiting for resources),
-        ``unknown`` (the actor table could not be read).
-    elastic : bool
-        Started beyond ``models[].replicas`` on resources that were free while
-        its model had queued work (``models[].max_replicas``; :func:`grow_replicas`).
-    requests : int
-        Requests of the engine calls it finished (its rate, with ``busy_seconds``).
-    """
+    """One model replica: a Ray actor and what happened to it (its line in ``manifest.json``: :meth:`record`)."""
 
     model: str
-    index: int
-    load: int
-    handle: Any = None
-    pg: Any = None
+    index: int  # within the model's pool
+    load: int  # pools of this model started before this one in the run (reloaded for cross-model work: 1)
+    handle: Any = None  # the actor
+    pg: Any = None  # its placement group (a tensor-parallel replica with executor ray), else None
+    # waiting (asked for, not loaded: waiting for resources or loading), ready, unreachable (a call could not reach
+    # it; out of the ready set until it answers a ping: liveness.py), dead (crashed or killed, not restartable),
+    # lost (gone with its node) or released
     state: str = "waiting"
     requested_at: float = field(default_factory=time.time)
     ready_at: float | None = None
     ping_retries: int = 0  # pings asked again after the actor died while loading (Ray restarting it)
     traceback: str | None = None  # the full traceback of why it could not start (manifest and run log)
     released_at: float | None = None
+    # its latest process; the manifest line adds from it gpu_ids (the GPUs Ray gave the actor), cpu_bind (a
+    # tensor-parallel replica on CPU: each rank's cores as given to VLLM_CPU_OMP_THREADS_BIND, e.g. "0|1") and
+    # ranks (its engine's processes with their pids)
     info: ReplicaInfo | None = None
-    loads: int = 0
-    restarts: int = 0
-    restarts_accounted: int = 0
-    load_seconds: float = 0.0
-    busy_seconds: float = 0.0
-    calls: int = 0
-    inflight: int = 0
+    loads: int = 0  # model loads (1 + Ray restarts)
+    restarts: int = 0  # Ray restarts seen (a new process of the same actor), while the model loaded included
+    restarts_accounted: int = 0  # Ray's restart count of the actor (ActorEntry.num_restarts) counted in restarts
+    load_seconds: float = 0.0  # summed over its loads
+    busy_seconds: float = 0.0  # summed over its engine calls
+    calls: int = 0  # engine calls finished
+    inflight: int = 0  # engine calls sent and not answered
     error: str | None = None
     last_progress: float | None = None  # when it was ready or its last engine call finished
-    node_id: str = ""
+    node_id: str = ""  # the Ray node of its latest process ("" until it is ready)
     node_ip: str = ""
     unreachable_since: float = 0.0  # when a call last found it unreachable
     lost_at: float | None = None  # when it was recorded lost or dead
-    gpus: float = 0.0
-    cpus: float = 0.0
+    gpus: float = 0.0  # GPUs it reserves (tensor_parallel_size for a tensor-parallel replica; 0 without GPUs)
+    cpus: float = 0.0  # CPUs it reserves (tensor_parallel_size cores for a tensor-parallel replica without GPUs)
+    # its model loads and engine calls, [[start, end], ...], measured inside the replica (timeline.py)
     loading: list[list[float]] = field(default_factory=list)
     computing: list[list[float]] = field(default_factory=list)
+    # stopped before its model was loaded (usually: the other replicas did the work first; or the run ended):
+    # loading (Ray had placed it: a load was cut short), waiting (for resources) or unknown (no actor table)
     withdrawn: str | None = None
-    elastic: bool = False
-    requests: int = 0
+    elastic: bool = False  # started beyond models[].replicas on free resources (models[].max_replicas)
+    requests: int = 0  # requests of the engine calls it finished (its rate, with busy_seconds)
 
     @property
     def name(self) -> str:
@@ -679,7 +265,6 @@ class ModelPool:
         self.spec, self.config, self.load = spec, config, load
         self.replicas: list[Replica] = []
         self.released = False
-        self.provenance: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -716,7 +301,7 @@ class ModelPool:
     def unplaced(self) -> list[Replica]:
         """Its waiting replicas that Ray has not placed on a worker process yet (one whose actor-table entry
         cannot be read counts as not placed)."""
-        return [r for r in self.waiting() if _placed(r.handle) is not True]
+        return [r for r in self.waiting() if placed(r.handle) is not True]
 
     def demand(self, need: dict[str, float], max_replicas: int, queued_calls: int, queued_requests: int,
                unplaced: int, start_s: float = 0.0, calls_in_flight: int = 1) -> PoolDemand:
@@ -754,8 +339,8 @@ class ModelPool:
         if rep.state in ("released",):
             return
         if rep.state == "waiting" and rep.withdrawn is None:
-            placed = _placed(rep.handle)  # None when the actor table cannot be read (Ray gone)
-            rep.withdrawn = "loading" if placed else "waiting" if placed is False else "unknown"
+            where = placed(rep.handle)  # None when the actor table cannot be read (Ray gone)
+            rep.withdrawn = "loading" if where else "waiting" if where is False else "unknown"
         if not ray.is_initialized():  # Ray was shut down under us (a test, Ctrl-C): its actors are gone
             rep.state = rep.state if rep.state in ("dead", "lost") else "released"
             return
@@ -778,3 +363,208 @@ class ModelPool:
         for rep in self.replicas:
             self.stop_replica(rep)
         self.released = True
+
+
+# -- the life cycle over the executor's state --------------------------------------------------------------------
+def ensure_ray(st: ExecState) -> None:
+    """Start or join Ray (once), size every model's replica, and check that each fits some node.
+
+    Raises
+    ------
+    CapacityError
+        If some model's replica fits on no node (unless ``execution.wait_for_nodes``).
+    """
+    if st.ray_ready:
+        return
+    import ray  # lazy: no Ray until a shard must be computed
+
+    from confgrid.actors.model_actor import replica_resources  # lazy: model_actor imports ray
+
+    init_ray(st.address)
+    nodes = [n.resources for n in read_nodes() if n.alive]
+    # GPUs: does the cluster have any; CPUs: what one node offers (a CPU replica reserves one node's CPUs)
+    total = ray.cluster_resources()
+    st.cluster = {"GPU": float(total.get("GPU", 0.0)), "CPU": max((n["CPU"] for n in nodes), default=1.0)}
+    # what the cluster declares, for the timeline's GPU-seconds (flows/execute/timeline.py)
+    st.store.meta["cluster"] = {"GPU": float(total.get("GPU", 0.0)), "CPU": float(total.get("CPU", 0.0)),
+                                "nodes": len(nodes)}
+    if st.invocation is not None:
+        st.invocation["cluster"] = st.store.meta["cluster"]
+    for m in st.spec.models:
+        rr = replica_resources(model_config(m, st.spec), st.cluster)
+        st.needs[m.name] = (m.replicas, rr.per_node, rr.note)
+        st.max_replicas[m.name] = max_replicas(m.max_replicas, m.replicas, rr.per_node, nodes)
+    problems = check_capacity(st.needs, nodes)
+    if problems and not st.spec.execution.wait_for_nodes:
+        raise CapacityError(problems)
+    for p in problems:
+        log.warning("%s; waiting for the autoscaler to add such a node (execution.wait_for_nodes)", p)
+    for name, (n, need, _) in st.needs.items():
+        fit = at_once(need, nodes)
+        if 0 < fit < n:
+            log.info("model %s: %d replicas of %s, the cluster holds %d at once; the rest start as room frees "
+                     "up", name, n, fmt(need), fit)
+        if st.max_replicas[name] > n:
+            log.info("model %s: up to %d replicas (max_replicas %s): extra replicas start on free resources "
+                     "while its queue holds more calls than its replicas take", name, st.max_replicas[name],
+                     st.models[name].max_replicas)
+        elif st.models[name].max_replicas is not None:
+            log.info("model %s: max_replicas %s allows no extra replica: the cluster holds %d of %s at once and "
+                     "the model has %d", name, st.models[name].max_replicas, fit, fmt(need), n)
+    st.ray_ready = True
+
+
+def ping(st: ExecState, rep: Replica) -> None:
+    """Ask a replica whether its model is loaded. Ray does not retry the ping itself (its retry prints the
+    remote traceback on the console each time): a replica Ray restarts while loading is pinged again by
+    flows/execute/liveness.py ``on_ping``, within ``execution.max_retries``."""
+    st.pings[rep.handle.ping.options(max_task_retries=0).remote()] = rep
+
+
+def _api_cache(st: ExecState, m: ModelSpec) -> str | None:
+    """An API model's answer cache: ``<run dir>/api_cache`` (created here, so a replica can tell it reaches it)."""
+    if m.backend != "openai":
+        return None
+    path = st.store.root / CACHE_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def start_pools(st: ExecState) -> None:
+    """Ask Ray for the pool of each model with queued work and none, largest replica first (first-fit
+    decreasing: small replicas asked for first can fragment the nodes), within ``execution.max_concurrent_models``."""
+    limit = st.spec.execution.max_concurrent_models
+    pending = [name for name in st.models if st.queues[name] and name not in st.pools]
+    if not pending:
+        return
+    ensure_ray(st)
+    for name in start_order({name: st.needs[name] for name in pending}):
+        alive = st.alive_pools()
+        if limit is not None and len(alive) >= limit:
+            st.say(f"limit:{name}", f"model {name}: waits for a free slot (execution.max_concurrent_models="
+                   f"{limit}; running: {', '.join(p.name for p in alive)})")
+            continue
+        m = st.models[name]
+        load = sum(1 for p in st.history if p.name == name)
+        pool = ModelPool(m, model_config(m, st.spec, _api_cache(st, m)), load)
+        try:
+            pool.start(st.cluster)
+        except Exception as exc:  # noqa: BLE001 - e.g. a placement group that can never be created
+            model_dead(st, name, f"could not start replicas of model {name!r}: {type(exc).__name__}: {exc}")
+            continue
+        st.pools[name] = pool
+        st.history.append(pool)
+        for rep in pool.replicas:
+            ping(st, rep)
+        log.info("model %s: %d %s replica(s) of %s requested%s", name, m.replicas, m.backend, fmt(st.needs[name][1]),
+                 f" (load {load + 1} of this model in the run)" if load else "")
+
+
+def grow_pools(st: ExecState) -> None:
+    """Elastic replicas: ask for the extra replicas capacity.py ``grow_replicas`` decides on, every
+    GROW_EVERY_S; withdraw an extra one Ray has not placed within ELASTIC_PLACE_S; log what waits."""
+    now = time.time()
+    if now < st.grow_at:
+        return
+    st.grow_at = now + GROW_EVERY_S
+    for pool in st.alive_pools():
+        for rep in pool.waiting():
+            if rep.elastic and now - rep.requested_at >= ELASTIC_PLACE_S and placed(rep.handle) is False:
+                cancel_waiting(st, pool, rep, f"extra replica not placed within {ELASTIC_PLACE_S:.0f} s (the free "
+                               "resources it was asked for were taken meanwhile)")
+    if not any(st.queues[p.name] and st.max_replicas.get(p.name, 0) > len(p.live()) for p in st.alive_pools()):
+        return
+    demands, queued = {}, {}
+    start_s = start_latency([r for p in st.history for r in p.replicas])
+    for pool in st.alive_pools():
+        queued[pool.name] = queued_calls(st, pool.name)
+        demands[pool.name] = pool.demand(st.needs[pool.name][1], st.max_replicas[pool.name], *queued[pool.name],
+                                         unplaced=len(pool.unplaced()), start_s=start_s,
+                                         calls_in_flight=st.spec.execution.calls_in_flight)
+    starting = [m for m, q in st.queues.items() if q and m not in st.pools and m not in st.dead_reason]
+    growth = grow_replicas(list(demands.values()), free_per_node(), st.spec.execution.calls_in_flight, starting)
+    for name, node in growth.start:
+        pool, d = st.pools[name], demands[name]
+        live = len(pool.live())
+        rep = pool.add_replica(st.cluster)
+        ping(st, rep)
+        log.info("model %s: extra replica %s asked for (max_replicas %d): %d call(s) queued for %d replica(s), "
+                 "%.0f s of one replica's work against %.0f s to start and %.0f s to load; %s free on node %s",
+                 name, rep.name, st.max_replicas[name], queued[name][0], live, d.work_s or 0.0, d.start_s,
+                 d.load_s or 0.0, fmt(st.needs[name][1]), node[:8])
+    for name, why in growth.waits.items():
+        st.say(f"grow:{name}", f"model {name}: {queued[name][0]} call(s) queued for {len(st.pools[name].live())} "
+               f"replica(s) (max_replicas {st.max_replicas[name]}); an extra replica waits: {why}")
+
+
+def _drop_pings(st: ExecState, reps: list[Replica]) -> None:
+    for ref in [ref for ref, r in st.pings.items() if any(r is x for x in reps)]:
+        del st.pings[ref]
+
+
+def release(st: ExecState, pool: ModelPool, why: str) -> None:
+    """Kill the pool's replicas. One still unreachable is recorded ``lost`` with its node if that node is gone
+    (Ray may still be waiting to restart it where no room is), else left ``unreachable``."""
+    if pool.released:
+        return
+    _drop_pings(st, pool.replicas)
+    st.nodes.poll(force=True)
+    for rep in pool.replicas:
+        if rep.state == "unreachable" and rep.node_id in st.nodes.lost:
+            rep.state, rep.lost_at = "lost", time.time()
+            log.warning("replica %s: lost with %s (%s); not restarted before its model's work was done",
+                        rep.name, node_line(None, rep.node_id, rep.node_ip), rep.error)
+    pool.release()
+    st.pools.pop(pool.name, None)
+    if any(r.loads for r in pool.replicas):
+        log.info("model %s: released (%s)", pool.name, why)
+
+
+def _others_wait(st: ExecState, name: str) -> bool:
+    """Another model has queued work and no room: no pool yet, or no loaded replica and one that Ray has
+    not placed for lack of resources (a replica placed and loading needs no room from anyone)."""
+    for other, q in st.queues.items():
+        if other == name or not q:
+            continue
+        pool = st.pools.get(other)
+        if pool is None:
+            return True
+        if not pool.ready() and any(placed(r.handle) is not True for r in pool.waiting()):
+            return True
+    return False
+
+
+def release_idle(st: ExecState) -> None:
+    """Release each pool with nothing queued or running, unless its model has cross-model work to come and no
+    other model waits for room (then the log says it stays loaded); withdraw its replicas not loaded yet."""
+    for pool in st.alive_pools():
+        name = pool.name
+        if st.queues[name] or any(f.replica.model == name for f in st.inflight.values()):
+            continue
+        for rep in pool.waiting():  # nothing left to give a replica that is not loaded yet
+            cancel_waiting(st, pool, rep)
+        if st.plan.expects_work(name) and not _others_wait(st, name):
+            st.say(f"keep:{name}", f"model {name}: stays loaded; it has cross-model work to come "
+                   f"({'; '.join(st.plan.waiting_for()) or 'answers of other models'})")
+            continue
+        release(st, pool, "its work is done" if not st.plan.expects_work(name)
+                else "other models wait for room; it is reloaded for its cross-model work")
+
+
+def cancel_waiting(st: ExecState, pool: ModelPool, rep: Replica,
+                   why: str = "not needed any more (no work left for it)") -> None:
+    """Withdraw the request for a replica not loaded yet (the log says whether it was loading or waiting)."""
+    _drop_pings(st, [rep])
+    pool.stop_replica(rep)
+    log.info("replica %s: %s; request withdrawn (%s)", rep.name, why,
+             {"loading": "it was loading its model", "waiting": "it was waiting for resources"}.get(
+                 rep.withdrawn or "", "loading or waiting for resources"))
+
+
+def model_dead(st: ExecState, name: str, reason: str) -> None:
+    """No replica of ``name`` is left: its pool is released and every shard queued for it fails with ``reason``."""
+    st.dead_reason[name] = reason
+    pool = st.pools.get(name)
+    if pool is not None:
+        release(st, pool, reason)
+    fail_queued(st, name, reason)

@@ -30,7 +30,7 @@ def all_exception_classes():
     from confgrid.errors import FieldsPickle
     from confgrid.flows import runner, tracking
     from confgrid.flows.analyze import read as analyze_read
-    from confgrid.flows.execute import pools
+    from confgrid.flows.execute import capacity
     from confgrid.flows.execute import ray_session
     from confgrid.flows.spec import base as spec_base
     from confgrid.flows.store import run_store as store
@@ -44,7 +44,7 @@ def all_exception_classes():
         tracking.TrackingError(tracking.TrackingFailure.of("sqlite:///x.db", RuntimeError("locked"))),
         tracking.TrackingUnavailable("no store"),
         analyze_read.AnalyzeInputError("bad input", ["row 3"], 7, ["use --x"]),
-        pools.CapacityError(["model m: needs {GPU: 2}"]),
+        capacity.CapacityError(["model m: needs {GPU: 2}"]),
         spec_base.GridSpecError([("models[0].api.timeout_s", "must be > 0")]),
         store.ManifestDamaged("manifest.json: not JSON"),
         ray_session.RayConnectError("Ray cluster at h:1 does not answer"),

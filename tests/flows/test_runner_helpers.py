@@ -94,7 +94,7 @@ def test_relabel_sets_the_names_of_the_shard_it_is_read_for():
 def test_error_text_is_one_line_with_the_cause():
     from ray.exceptions import ActorDiedError
 
-    from confgrid.flows.execute.executor import _error_text
+    from confgrid.flows.execute.queue import error_text as _error_text
 
     died = ActorDiedError.__new__(ActorDiedError)  # as Ray raises it for an actor whose constructor failed
     died.error_msg = ("The actor died because of an error raised in its creation task, \x1b[36mray::"

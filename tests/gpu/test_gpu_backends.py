@@ -87,7 +87,7 @@ def test_a_tensor_parallel_replica_wider_than_the_machine_fails_before_anything_
     _needs_full_install()
     import torch
 
-    from confgrid.flows.execute.pools import CapacityError
+    from confgrid.flows.execute.capacity import CapacityError
     from confgrid.flows.runner import run_grid
     from confgrid.flows.spec.grid import parse_grid
 

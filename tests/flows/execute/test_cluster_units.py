@@ -15,18 +15,18 @@ import json
 import logging
 from types import SimpleNamespace
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tqdm.auto import tqdm
 
 from confgrid.actors.calls import ReplicaInfo, ReplicaReady
-from confgrid.flows.execute import liveness
-from confgrid.flows.execute.liveness import NodeInfo, NodeWatch, actor_verdict, lost_nodes, requeue_or_fail, stranded_models
+from confgrid.flows.execute import liveness, pools
+from confgrid.flows.execute.capacity import NodeInfo, NodeWatch, lost_nodes, node_line, stranded_models
+from confgrid.flows.execute.liveness import actor_verdict, requeue_or_fail
 from confgrid.flows.execute.pools import ModelPool, Replica
+from confgrid.flows.execute.queue import error_text, submit
+from confgrid.flows.execute.state import InFlight
 from confgrid.flows.store.run_status import driver_state, run_status
-from confgrid.flows.spec.grid import parse_grid
 from confgrid.flows.store.run_store import RunStore
 
 ray_exceptions = pytest.importorskip("ray.exceptions")
@@ -101,8 +101,8 @@ def test_stranded_models():
 
 
 def test_node_line():
-    assert liveness.node_line(NodeInfo(W1, "10.0.0.1", True)) == "node 10.0.0.1 (aaaaaaaa)"
-    assert liveness.node_line(None, "", "") == "node ? (?)"
+    assert node_line(NodeInfo(W1, "10.0.0.1", True)) == "node 10.0.0.1 (aaaaaaaa)"
+    assert node_line(None, "", "") == "node ? (?)"
 
 
 # -- the executor with fake replicas ------------------------------------------------------------
@@ -117,152 +117,134 @@ class _Plan:
 
 
 @pytest.fixture
-def ex(tmp_path, monkeypatch):
-    """An executor with one pool of two ready fake replicas (no Ray), each with two shards in one call."""
-    from confgrid.flows.execute import executor as execute
-    from confgrid.flows.execute import pools
-    from confgrid.flows.execute.executor import Executor, _InFlight
-    from confgrid.flows.plan.grid_plan import GridPlan
-    from confgrid.flows.runner import _load_items
-
-    spec = parse_grid(GRID)
-    items = {d.name: _load_items(d) for d in spec.datasets}
-    plan = GridPlan(spec, items)
-    e = Executor(spec, RunStore(tmp_path / "run"), build=lambda sh, outs: pd.DataFrame())
-    e._plan, e._bar = plan, tqdm(total=0, disable=True)
-    e._ray_ready = True
-    e._needs = {"m": (2, {"GPU": 1.0, "CPU": 1.0}, "one GPU")}
+def ex(make_state, monkeypatch):
+    """A state record with one pool of two ready fake replicas (no Ray), each with two shards in one call."""
+    st = make_state(GRID, ray_ready=True, needs={"m": (2, {"GPU": 1.0, "CPU": 1.0}, "one GPU")})
     monkeypatch.setattr(pools, "actor_entry", lambda handle: None)  # the GCS table "cannot be read"
-    monkeypatch.setattr(execute, "actor_entry", lambda handle: None)
-    pool = ModelPool(spec.models[0], config=None, load=0)
+    monkeypatch.setattr(liveness, "actor_entry", lambda handle: None)
+    pool = ModelPool(st.spec.models[0], config=None, load=0)
     for i, (nid, ip) in enumerate([(W1, "10.0.0.1"), (W2, "10.0.0.2")]):
         rep = Replica("m", i, 0, handle=SimpleNamespace(), state="ready", node_id=nid, node_ip=ip)
         rep.info = ReplicaInfo(pid=100 + i, host="vm", incarnation=f"inc{i}", load_seconds=1.0, node_id=nid,
                                node_ip=ip)
         pool.replicas.append(rep)
-    e.pools["m"] = pool
-    e.history.append(pool)
-    gen = plan.generate_shards()
+    st.pools["m"] = pool
+    st.history.append(pool)
+    gen = st.plan.generate_shards()
     assert len(gen) == 2
-    e._submit(gen)
+    submit(st, gen)
     calls = {}
     for rep, sh in zip(pool.replicas, gen, strict=True):
-        heapq.heappop(e._queues["m"])  # dispatched
-        rec = e.store.begin(sh.stage, sh.label, sh.key)
+        heapq.heappop(st.queues["m"])  # dispatched
+        rec = st.store.begin(sh.stage, sh.label, sh.key)
         rep.inflight += 1
-        calls[rep.index] = _InFlight(rep, [sh], [rec], rep.info.incarnation)
+        calls[rep.index] = InFlight(rep, [sh], [rec], rep.info.incarnation)
     pings = []
-    monkeypatch.setattr(Executor, "_ping", lambda self, rep: pings.append(rep))
-    e._test = SimpleNamespace(pool=pool, gen=gen, calls=calls, pings=pings,
-                              nodes=[NodeInfo(W1, "10.0.0.1", True, GPU2), NodeInfo(W2, "10.0.0.2", True, GPU2),
-                                     NodeInfo("h" * 56, "10.0.0.9", True, {"GPU": 0.0, "CPU": 2.0})])
-    e._nodes = NodeWatch(read=lambda: e._test.nodes, period=0.0)
-    e._nodes.poll(force=True)
-    return e
+    monkeypatch.setattr(liveness, "ping", lambda st, rep: pings.append(rep))
+    nodes = [NodeInfo(W1, "10.0.0.1", True, GPU2), NodeInfo(W2, "10.0.0.2", True, GPU2),
+             NodeInfo("h" * 56, "10.0.0.9", True, {"GPU": 0.0, "CPU": 2.0})]
+    st.nodes = NodeWatch(read=lambda: nodes, period=0.0)
+    st.nodes.poll(force=True)
+    return SimpleNamespace(st=st, pool=pool, gen=gen, calls=calls, pings=pings, nodes=nodes)
 
 
 def _fault(e, index, exc):
-    from confgrid.flows.execute.executor import _error_text
-
-    f = e._test.calls[index]
+    f = e.calls[index]
     f.replica.inflight -= 1
-    e._on_replica_fault(f, exc, _error_text(exc), liveness.classify_fault(exc))
+    liveness.on_replica_fault(e.st, f, error_text(exc), liveness.classify_fault(exc))
     return f
 
 
 def test_unreachable_replica_puts_its_shards_back_and_leaves_the_ready_set(ex, caplog):
     caplog.set_level(logging.WARNING, "confgrid")
     f = _fault(ex, 1, _unavailable())
-    rep0, rep1 = ex._test.pool.replicas
-    assert rep1.state == "unreachable" and ex._test.pool.ready() == [rep0] and ex._test.pool.alive()
-    queued = [q.shard.key for q in ex._queues["m"]]
+    rep0, rep1 = ex.pool.replicas
+    assert rep1.state == "unreachable" and ex.pool.ready() == [rep0] and ex.pool.alive()
+    queued = [q.shard.key for q in ex.st.queues["m"]]
     assert queued == [f.shards[0].key]
     assert f.records[0].status == "pending" and "unreachable" in f.records[0].error
-    assert not ex.failed
+    assert not ex.st.failed
     assert "1 shard(s) of its call put back in the queue" in caplog.text and "10.0.0.2" in caplog.text
     # still unreachable: the probe sees nothing it can read and pings nothing; no failure either
-    ex._probe_at[id(rep1)] = 0.0
-    ex._probe_unreachable()
-    assert ex._test.pings == [] and rep1.state == "unreachable"
+    ex.st.probe_at[id(rep1)] = 0.0
+    liveness.probe_unreachable(ex.st)
+    assert ex.pings == [] and rep1.state == "unreachable"
 
 
 def test_a_replica_that_answers_again_is_ready_and_its_restart_counted(ex):
     _fault(ex, 1, _unavailable())
-    rep1 = ex._test.pool.replicas[1]
+    rep1 = ex.pool.replicas[1]
     ready = ReplicaReady(replica=ReplicaInfo(pid=999, host="vm", incarnation="new", load_seconds=2.5, node_id=W1,
                                              node_ip="10.0.0.1"), provenance={})
-    ex._on_back(rep1, ready)
-    assert rep1.state == "ready" and rep1.restarts == 1 and rep1.loads == 1 and ex.counters.restarts == 1
+    liveness._on_back(ex.st, rep1, ready)
+    assert rep1.state == "ready" and rep1.restarts == 1 and rep1.loads == 1 and ex.st.counters.restarts == 1
     assert (rep1.node_id, rep1.node_ip) == (W1, "10.0.0.1")  # restarted on the surviving node
     same = ReplicaReady(replica=rep1.info, provenance={})
     _fault(ex, 1, _unavailable())
-    ex._on_back(rep1, same)  # the same process answers: no restart
+    liveness._on_back(ex.st, rep1, same)  # the same process answers: no restart
     assert rep1.restarts == 1 and rep1.state == "ready"
 
 
 def test_a_shard_is_moved_at_most_max_retries_times(ex):
-    sh = ex._test.gen[1]
-    ex._moves[sh.key] = 2  # max_retries = 2 moves used up
+    sh = ex.gen[1]
+    ex.st.moves[sh.key] = 2  # max_retries = 2 moves used up
     f = _fault(ex, 1, _unavailable())
-    assert [x["key"] for x in ex.failed] == [sh.key]
+    assert [x["key"] for x in ex.st.failed] == [sh.key]
     assert "lost 2 time(s) with this shard" in f.records[0].error
-    assert not ex._queues["m"]
+    assert not ex.st.queues["m"]
 
 
 def test_replica_gone_with_its_node_is_lost_and_the_other_finishes(ex, caplog):
     caplog.set_level(logging.ERROR, "confgrid")
-    ex._test.nodes[1] = NodeInfo(W2, "10.0.0.2", False, GPU2)
-    ex._watch_nodes()
+    ex.nodes[1] = NodeInfo(W2, "10.0.0.2", False, GPU2)
+    liveness.watch_nodes(ex.st)
     assert "Ray node 10.0.0.2 (bbbbbbbb) was lost" in caplog.text and "m#1" in caplog.text
-    assert "m" not in ex._dead_reason  # the other worker still fits a replica
+    assert "m" not in ex.st.dead_reason  # the other worker still fits a replica
     _fault(ex, 1, _died())
-    rep0, rep1 = ex._test.pool.replicas
+    rep0, rep1 = ex.pool.replicas
     assert rep1.state == "lost" and rep1.lost_at is not None
     rec = rep1.record()
     assert rec["state"] == "lost" and rec["node_ip"] == "10.0.0.2" and rec["node_id"] == W2 and rec["error"]
-    assert len(ex._queues["m"]) == 1 and not ex.failed and ex._test.pool.alive()
+    assert len(ex.st.queues["m"]) == 1 and not ex.st.failed and ex.pool.alive()
 
 
 def test_calls_in_flight_on_a_lost_node_are_given_up_and_their_shards_queued(ex):
     """Ray keeps a call to a lost node's actor queued until the actor restarts (maybe never): the executor gives
     it up when the node is lost, instead of waiting on it."""
-    for i, f in ex._test.calls.items():
-        ex._inflight[f"ref{i}"] = f
-    ex._test.nodes[1] = NodeInfo(W2, "10.0.0.2", False, GPU2)
-    ex._watch_nodes()
-    assert list(ex._inflight) == ["ref0"]
-    rep1 = ex._test.pool.replicas[1]
+    for i, f in ex.calls.items():
+        ex.st.inflight[f"ref{i}"] = f
+    ex.nodes[1] = NodeInfo(W2, "10.0.0.2", False, GPU2)
+    liveness.watch_nodes(ex.st)
+    assert list(ex.st.inflight) == ["ref0"]
+    rep1 = ex.pool.replicas[1]
     assert rep1.state == "unreachable" and rep1.inflight == 0
-    assert [q.shard.key for q in ex._queues["m"]] == [ex._test.gen[1].key]
-    assert "node 10.0.0.2 (bbbbbbbb) was lost" in ex._test.calls[1].records[0].error
-    assert not ex.failed and "m" not in ex._dead_reason
-    ex._release(ex._test.pool, "its work is done")  # released while still unreachable: recorded lost
-    assert rep1.state == "lost" and rep1.lost_at is not None and ex._test.pool.replicas[0].state == "released"
+    assert [q.shard.key for q in ex.st.queues["m"]] == [ex.gen[1].key]
+    assert "node 10.0.0.2 (bbbbbbbb) was lost" in ex.calls[1].records[0].error
+    assert not ex.st.failed and "m" not in ex.st.dead_reason
+    pools.release(ex.st, ex.pool, "its work is done")  # released while still unreachable: recorded lost
+    assert rep1.state == "lost" and rep1.lost_at is not None and ex.pool.replicas[0].state == "released"
 
 
 def test_last_fitting_node_lost_fails_the_model_naming_the_node(ex):
-    from confgrid.flows.execute.executor import Executor
-
     _fault(ex, 1, _unavailable())  # one shard queued again
-    ex._test.nodes[0] = NodeInfo(W1, "10.0.0.1", False, GPU2)
-    ex._test.nodes[1] = NodeInfo(W2, "10.0.0.2", False, GPU2)
-    ex._watch_nodes()
-    reason = ex._dead_reason["m"]
+    ex.nodes[0] = NodeInfo(W1, "10.0.0.1", False, GPU2)
+    ex.nodes[1] = NodeInfo(W2, "10.0.0.2", False, GPU2)
+    liveness.watch_nodes(ex.st)
+    reason = ex.st.dead_reason["m"]
     assert "was lost and no node left fits a replica of model 'm'" in reason and "GPU: 1" in reason
-    assert [x["key"] for x in ex.failed] == [ex._test.gen[1].key]
-    assert "node 10.0.0." in ex.failed[0]["error"]
+    assert [x["key"] for x in ex.st.failed] == [ex.gen[1].key]
+    assert "node 10.0.0." in ex.st.failed[0]["error"]
     # the call still in flight on the other replica returns gone: its shard fails with the same reason
     _fault(ex, 0, _died())
-    assert len(ex.failed) == 2 and ex.failed[1]["error"] == reason
-    assert isinstance(ex, Executor)
+    assert len(ex.st.failed) == 2 and ex.st.failed[1]["error"] == reason
 
 
 def test_waiting_for_nodes_keeps_the_model(ex):
-    ex.spec.execution.__dict__["wait_for_nodes"] = True
-    ex._test.nodes[0] = NodeInfo(W1, "10.0.0.1", False, GPU2)
-    ex._test.nodes[1] = NodeInfo(W2, "10.0.0.2", False, GPU2)
-    ex._watch_nodes()
-    assert "m" not in ex._dead_reason and not ex.failed
+    ex.st.spec.execution.__dict__["wait_for_nodes"] = True
+    ex.nodes[0] = NodeInfo(W1, "10.0.0.1", False, GPU2)
+    ex.nodes[1] = NodeInfo(W2, "10.0.0.2", False, GPU2)
+    liveness.watch_nodes(ex.st)
+    assert "m" not in ex.st.dead_reason and not ex.st.failed
 
 
 def test_ray_session_counts_alive_nodes_only():
@@ -415,25 +397,19 @@ def test_lost_node_tags_name_each_lost_replica_and_its_node():
                     "confgrid.lost_replicas": "fx#0@10.0.0.2, fx#2@10.0.0.2, fx#3@abc123"}
 
 
-def test_pools_are_asked_for_largest_replica_first_and_the_limit_keeps_the_rest_waiting(tmp_path, monkeypatch,
+def test_pools_are_asked_for_largest_replica_first_and_the_limit_keeps_the_rest_waiting(make_state, monkeypatch,
                                                                                           caplog):
-    """The executor asks Ray for the pools in pools.py ``start_order`` (largest replica first), not in grid order;
+    """The executor asks Ray for the pools in capacity.py ``start_order`` (largest replica first), not in grid order;
     under ``max_concurrent_models`` that order decides which models start first. Ray is replaced by a recorder."""
-    from confgrid.flows.execute.executor import Executor
-    from confgrid.flows.plan.grid_plan import GridPlan
-    from confgrid.flows.runner import _load_items
-
     grid = dict(GRID, models=[{"name": "one", "model": "confgrid-fixture"},
                               {"name": "dp2", "model": "confgrid-fixture", "chat_template": False, "replicas": 2},
                               {"name": "tp4", "model": "confgrid-fixture", "backend": "vllm",
                                "tensor_parallel_size": 4}],
                 execution={"shard_size": 4, "max_concurrent_models": 2})
-    spec = parse_grid(grid)
-    e = Executor(spec, RunStore(tmp_path / "run"), build=lambda sh, outs: pd.DataFrame())
-    e._plan, e._bar = GridPlan(spec, {d.name: _load_items(d) for d in spec.datasets}), tqdm(total=0, disable=True)
-    e._ray_ready, e._cluster = True, {"GPU": 8.0, "CPU": 4.0}
-    e._needs = {"one": (1, {"GPU": 1.0, "CPU": 1.0}, "one GPU"), "dp2": (2, {"GPU": 1.0, "CPU": 1.0}, "one GPU"),
-                "tp4": (1, {"GPU": 4.0, "CPU": 4.0}, "tensor_parallel_size=4, STRICT_PACK")}
+    e = make_state(grid, ray_ready=True, cluster={"GPU": 8.0, "CPU": 4.0},
+                   needs={"one": (1, {"GPU": 1.0, "CPU": 1.0}, "one GPU"),
+                          "dp2": (2, {"GPU": 1.0, "CPU": 1.0}, "one GPU"),
+                          "tp4": (1, {"GPU": 4.0, "CPU": 4.0}, "tensor_parallel_size=4, STRICT_PACK")})
     asked = []
 
     def start(pool, cluster_resources=None):
@@ -442,14 +418,14 @@ def test_pools_are_asked_for_largest_replica_first_and_the_limit_keeps_the_rest_
         return pool.replicas
 
     monkeypatch.setattr(ModelPool, "start", start)
-    monkeypatch.setattr(Executor, "_ping", lambda self, rep: None)
-    e._submit(e._plan.generate_shards())
-    assert all(e._queues[m] for m in ("one", "dp2", "tp4"))
+    monkeypatch.setattr(pools, "ping", lambda st, rep: None)
+    submit(e, e.plan.generate_shards())
+    assert all(e.queues[m] for m in ("one", "dp2", "tp4"))
     with caplog.at_level(logging.INFO, "confgrid"):
-        e._start_pools()
+        pools.start_pools(e)
     assert asked == ["tp4", "dp2"]  # grid order would have asked for one and dp2, tp4 waiting for the slot
     assert "model one: waits for a free slot (execution.max_concurrent_models=2; running: tp4, dp2)" in caplog.text
-    e._queues["tp4"] = []  # tp4's work done (as if dispatched and finished): its slot goes to the model left
-    e._release(e.pools["tp4"], "its work is done")
-    e._start_pools()
+    e.queues["tp4"] = []  # tp4's work done (as if dispatched and finished): its slot goes to the model left
+    pools.release(e, e.pools["tp4"], "its work is done")
+    pools.start_pools(e)
     assert asked == ["tp4", "dp2", "one"]

@@ -1,4 +1,4 @@
-"""Elastic replicas (``models[].max_replicas``): the pure decision (flows/execute/pools.py ``grow_replicas``) by
+"""Elastic replicas (``models[].max_replicas``): the pure decision (flows/execute/capacity.py ``grow_replicas``) by
 hand-computed cases, the spec field, and the executor applying it with Ray replaced by fakes.
 
 The run on a real local Ray cluster with declared GPUs is in tests/flows/execute/test_scheduler.py
@@ -10,15 +10,14 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
-from tqdm.auto import tqdm
 
-from confgrid.flows.execute.pools import (Growth, ModelPool, PoolDemand, Replica, grow_replicas, max_replicas,
-                                          start_latency)
+from confgrid.flows.execute import pools
+from confgrid.flows.execute.capacity import Growth, PoolDemand, grow_replicas, max_replicas
+from confgrid.flows.execute.pools import ModelPool, Replica, start_latency
+from confgrid.flows.execute.queue import submit
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.flows.spec.grid import parse_grid
-from confgrid.flows.store.run_store import RunStore
 
 ONE = {"GPU": 1.0, "CPU": 1.0}
 TP4 = {"GPU": 4.0, "CPU": 4.0}
@@ -215,23 +214,15 @@ def test_max_replicas_is_not_in_any_shard_key():
 # -- the executor applies the decision (Ray replaced) -------------------------------------------
 
 
-def _executor(tmp_path, monkeypatch, free, placed):
-    """An executor whose pools and Ray are fakes: ``free`` is what free_per_node returns, ``placed`` maps a
+def _executor(make_state, monkeypatch, free, placed):
+    """A state record whose pools and Ray are fakes: ``free`` is what free_per_node returns, ``placed`` maps a
     replica name to what the actor table says (True placed, False waiting for resources)."""
-    from confgrid.flows.execute import executor as ex
-    from confgrid.flows.plan.grid_plan import GridPlan
-    from confgrid.flows.runner import _load_items
-
     grid = {"name": "units", "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 16}],
             "models": [{"name": "el", "model": "confgrid-fixture", "max_replicas": 3},
                        {"name": "fixed", "model": "confgrid-fixture", "chat_template": False}],
             "execution": {"shard_size": 2}}
-    spec = parse_grid(grid)
-    e = ex.Executor(spec, RunStore(tmp_path / "run"), build=lambda sh, outs: pd.DataFrame())
-    e._plan, e._bar = GridPlan(spec, {d.name: _load_items(d) for d in spec.datasets}), tqdm(total=0, disable=True)
-    e._ray_ready, e._cluster = True, {"GPU": 8.0, "CPU": 8.0}
-    e._needs = {"el": (1, dict(ONE), "one GPU"), "fixed": (1, dict(ONE), "one GPU")}
-    e._max_replicas = {"el": 3, "fixed": 1}
+    e = make_state(grid, ray_ready=True, cluster={"GPU": 8.0, "CPU": 8.0}, max_replicas={"el": 3, "fixed": 1},
+                   needs={"el": (1, dict(ONE), "one GPU"), "fixed": (1, dict(ONE), "one GPU")})
     asked = []
 
     def start(pool, cluster_resources=None):
@@ -248,22 +239,21 @@ def _executor(tmp_path, monkeypatch, free, placed):
 
     monkeypatch.setattr(ModelPool, "start", start)
     monkeypatch.setattr(ModelPool, "add_replica", add)
-    monkeypatch.setattr(ex.Executor, "_ping", lambda self, rep: None)
-    monkeypatch.setattr(ex, "free_per_node", lambda: free)
-    for module in ("pools", "executor"):
-        monkeypatch.setattr(f"confgrid.flows.execute.{module}._placed", lambda h: placed.get(h.name, True))
+    monkeypatch.setattr(pools, "ping", lambda st, rep: None)
+    monkeypatch.setattr(pools, "free_per_node", lambda: free)
+    monkeypatch.setattr(pools, "placed", lambda h: placed.get(h.name, True))
     monkeypatch.setattr(ModelPool, "stop_replica", lambda self, rep, state="released": setattr(rep, "state", state))
     return e, asked
 
 
-def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_path, monkeypatch, caplog):
+def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(make_state, monkeypatch, caplog):
     free = {"w1": {"GPU": 2.0, "CPU": 2.0}}
     placed = {"fixed#0": True}
-    e, asked = _executor(tmp_path, monkeypatch, free, placed)
-    e._submit(e._plan.generate_shards())
-    assert len(e._queues["el"]) == 8  # 16 items in shards of 2
-    e._start_pools()
-    e._grow_pools()
+    e, asked = _executor(make_state, monkeypatch, free, placed)
+    submit(e, e.plan.generate_shards())
+    assert len(e.queues["el"]) == 8  # 16 items in shards of 2
+    pools.start_pools(e)
+    pools.grow_pools(e)
     assert asked == []  # el#0 has not loaded nor finished a call: nothing says an extra replica would pay
     el0 = e.pools["el"].replicas[0]
     el0.state, el0.loads, el0.load_seconds = "ready", 1, 5.0  # started in 1 s, loaded in 5 s, computing 2 calls
@@ -272,56 +262,56 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(tmp_pa
     el0.busy_seconds, el0.requests = 1.0, 1  # 1 request per busy second: its 16 queued requests take 16 s: W / r
     # > 1 + 5 s for r = 1 (16), 2 (8), not 3 (5.3): max_replicas 3 takes 2 extra replicas
     placed["fixed#0"] = False  # the fixed model's replica waits for resources: it comes first
-    e._grow_at = 0.0
+    e.grow_at = 0.0
     with caplog.at_level(logging.INFO, "confgrid"):
-        e._grow_pools()
+        pools.grow_pools(e)
     assert asked == []
     assert ("model el: 8 call(s) queued for 1 replica(s) (max_replicas 3); an extra replica waits: replicas of "
             "fixed (1) are not placed yet (waiting for resources or a worker process); they take free resources "
             "first") in caplog.text
     placed["fixed#0"] = True  # placed: the 2 free GPUs may now go to el, up to max_replicas 3
-    e._grow_at = 0.0
+    e.grow_at = 0.0
     with caplog.at_level(logging.INFO, "confgrid"):
-        e._grow_pools()
+        pools.grow_pools(e)
     assert asked == ["el#1", "el#2"]
     assert ("model el: extra replica el#1 asked for (max_replicas 3): 8 call(s) queued for 1 replica(s), 16 s of one "
             "replica's work against 1 s to start and 5 s to load; {GPU: 1, CPU: 1} free on node w1") in caplog.text
     assert [r.elastic for r in e.pools["el"].replicas] == [False, True, True]
     assert [r.record()["elastic"] for r in e.pools["el"].replicas] == [False, True, True]
-    e._grow_at = 0.0
-    e._grow_pools()
+    e.grow_at = 0.0
+    pools.grow_pools(e)
     assert asked == ["el#1", "el#2"]  # max_replicas reached
     # an extra replica Ray did not place within ELASTIC_PLACE_S is withdrawn (its free GPU was taken)
     placed["el#2"] = False
     free["w1"] = {"GPU": 0.0, "CPU": 0.0}
     e.pools["el"].replicas[2].requested_at -= 11
-    e._grow_at = 0.0
+    e.grow_at = 0.0
     with caplog.at_level(logging.INFO, "confgrid"):
-        e._grow_pools()
+        pools.grow_pools(e)
     assert e.pools["el"].replicas[2].state == "released"
     assert "replica el#2: extra replica not placed within 10 s" in caplog.text
     # the queue drained to what its replicas take at once: no extra replica although GPUs are free
     free["w1"] = {"GPU": 4.0, "CPU": 4.0}
-    full = list(e._queues["el"])
-    e._queues["el"] = full[:4]
-    e._grow_at = 0.0
-    e._grow_pools()
+    full = list(e.queues["el"])
+    e.queues["el"] = full[:4]
+    e.grow_at = 0.0
+    pools.grow_pools(e)
     assert asked == ["el#1", "el#2"]
     # more queued than its replicas take, but not long enough: 10 requests at 1 per second = 10 s, split over the
     # 2 live replicas 5 s, not more than a load
-    e._queues["el"] = full[:5]
-    e._grow_at = 0.0
-    e._grow_pools()
+    e.queues["el"] = full[:5]
+    e.grow_at = 0.0
+    pools.grow_pools(e)
     assert asked == ["el#1", "el#2"]
     # 15 s: 7.5 s per replica > 1 + 5 s, a third would pay, but no call is left for it when it is ready: el#1, still
     # loading, takes 2 of the 5 calls at once, and in 6 s el#0 and el#1 take a call every 3 s each
     el0.busy_seconds = 1.5
-    e._grow_at = 0.0
-    e._grow_pools()
+    e.grow_at = 0.0
+    pools.grow_pools(e)
     assert asked == ["el#1", "el#2"]
     el0.busy_seconds = 3.0  # 30 s, 6 s a call: el#1 takes 2 and in 6 s they take 2 more: 1 is left for a third
-    e._grow_at = 0.0
-    e._grow_pools()
+    e.grow_at = 0.0
+    pools.grow_pools(e)
     assert asked == ["el#1", "el#2", "el#3"]
 
 

@@ -183,7 +183,7 @@ def test_more_replicas_than_fit_run_as_room_frees_up(four_gpus, tmp_path, caplog
 
 
 def test_a_grid_that_cannot_fit_fails_before_any_model_is_loaded(four_gpus, tmp_path):
-    from confgrid.flows.execute.pools import CapacityError
+    from confgrid.flows.execute.capacity import CapacityError
     from confgrid.flows.runner import run_grid
 
     grid = _grid(models=[MODELS[0], {"name": "big", "model": "confgrid-fixture", "backend": "vllm",

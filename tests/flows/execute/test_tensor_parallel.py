@@ -18,7 +18,8 @@ import yaml
 from confgrid.actors.backend import EngineDied, engine_died
 from confgrid.actors.model_actor import ModelConfig, cpu_thread_binding, replica_resources
 from confgrid.actors.engine_processes import ExitOrder, engine_process_name
-from confgrid.flows.execute.pools import check_capacity, model_config, start_order
+from confgrid.flows.execute.capacity import check_capacity, start_order
+from confgrid.flows.execute.pools import model_config
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.flows.spec.grid import parse_grid
 
@@ -170,7 +171,7 @@ TWO_4GPU_NODES = [{"GPU": 0.0, "CPU": 8.0}, {"GPU": 4.0, "CPU": 32.0}, {"GPU": 4
 
 
 def _plan(nodes: list[dict[str, float]]) -> tuple[dict, list[str], dict[str, int]]:
-    """What the executor decides before any model loads (executor.py ``_ensure_ray``, ``_start_pools``):
+    """What the executor decides before any model loads (pools.py ``ensure_ray``, ``start_pools``):
     each replica's needs, the capacity problems, the order of the pools, and a placement of that order where each
     replica goes to the node with the fewest free GPUs that holds it (Ray places them; every replica fits at once
     here, so any placement Ray picks holds them all)."""

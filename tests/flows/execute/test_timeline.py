@@ -115,73 +115,57 @@ def test_doctests():
     assert doctest.testmod(T, raise_on_error=False).failed == 0
 
 
-def test_the_executor_records_the_timeline(tmp_path):
+def test_the_executor_records_the_timeline(make_state):
     """Fake replicas (no Ray): a load and an engine call become spans on the replica, and the queue's spans
     open when a shard is queued and close when the last one leaves."""
     import heapq
     import time
 
-    import pandas as pd
-
     from confgrid.actors.calls import ReplicaInfo
-    from confgrid.flows.execute.executor import Executor
+    from confgrid.flows.execute.executor import close, record_replicas
     from confgrid.flows.execute.pools import Replica
-    from confgrid.flows.plan.grid_plan import GridPlan
-    from confgrid.flows.runner import _load_items
-    from confgrid.flows.spec.grid import parse_grid
-    from confgrid.flows.store.run_store import RunStore
+    from confgrid.flows.execute.queue import note_queue, submit
 
-    spec = parse_grid({"name": "t", "models": [{"name": "m", "model": "confgrid-fixture"}],
-                       "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 8}],
-                       "execution": {"shard_size": 4}})
-    e = Executor(spec, RunStore(tmp_path / "run"), build=lambda sh, outs: pd.DataFrame())
-    e._plan = GridPlan(spec, {d.name: _load_items(d) for d in spec.datasets})
-    from tqdm.auto import tqdm
-
-    e._bar = tqdm(total=0, disable=True)
-    e._record_replicas()
-    e._submit(e._plan.generate_shards())
-    assert len(e._queue_spans) == 1 and e._queue_spans[0][1] is None  # open
-    heapq.heappop(e._queues["m"])
-    e._note_queue()
-    assert e._queue_spans[0][1] is None  # one shard still waits
-    heapq.heappop(e._queues["m"])
-    e._note_queue()
-    assert e._queue_spans[0][1] is not None  # closed: nothing waits
+    e = make_state({"name": "t", "models": [{"name": "m", "model": "confgrid-fixture"}],
+                    "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 8}],
+                    "execution": {"shard_size": 4}})
+    record_replicas(e)
+    submit(e, e.plan.generate_shards())
+    assert len(e.queue_spans) == 1 and e.queue_spans[0][1] is None  # open
+    heapq.heappop(e.queues["m"])
+    note_queue(e)
+    assert e.queue_spans[0][1] is None  # one shard still waits
+    heapq.heappop(e.queues["m"])
+    note_queue(e)
+    assert e.queue_spans[0][1] is not None  # closed: nothing waits
     rep = Replica("m", 0, 0, gpus=1.0)
     rep.loaded(ReplicaInfo(pid=1, host="h", incarnation="i", load_seconds=2.0, load_started=50.0), seen_at=99.0)
     rep.loaded(ReplicaInfo(pid=2, host="h", incarnation="j", load_seconds=1.5), seen_at=80.0)  # no start sent
     assert rep.loads == 2 and rep.load_seconds == 3.5 and rep.loading == [[50.0, 52.0], [78.5, 80.0]]
     rec = rep.record()
     assert rec["gpus"] == 1.0 and rec["loading"] == [[50.0, 52.0], [78.5, 80.0]] and rec["computing"] == []
-    e.close()
+    close(e)
     meta = e.store.meta
-    assert meta["queued"] == [list(x) for x in e._queue_spans]
+    assert meta["queued"] == [list(x) for x in e.queue_spans]
     inv = meta["invocations"][-1]
     ms = 0.001  # spans are rounded to milliseconds
     assert inv["started_at"] - ms <= meta["queued"][0][0] <= meta["queued"][0][1] <= inv["ended_at"] + ms
     assert inv["ended_at"] <= time.time()
 
 
-def test_a_replica_withdrawn_before_it_loaded_says_whether_it_was_loading(tmp_path, monkeypatch):
+def test_a_replica_withdrawn_before_it_loaded_says_whether_it_was_loading(make_state, monkeypatch):
     """The request for a replica whose model's work is done is withdrawn; the manifest says whether Ray had
     placed it (a load cut short) or it still waited for resources (no Ray: the placement is faked)."""
-    import pandas as pd
-
     from confgrid.flows.execute import pools
-    from confgrid.flows.execute.executor import Executor
     from confgrid.flows.execute.pools import ModelPool, Replica
-    from confgrid.flows.spec.grid import parse_grid
-    from confgrid.flows.store.run_store import RunStore
 
-    spec = parse_grid({"name": "t", "models": [{"name": "m", "model": "confgrid-fixture", "replicas": 3}],
-                       "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 8}]})
-    e = Executor(spec, RunStore(tmp_path / "run"), build=lambda sh, outs: pd.DataFrame())
-    pool = ModelPool(spec.models[0], config=None, load=0)
+    e = make_state({"name": "t", "models": [{"name": "m", "model": "confgrid-fixture", "replicas": 3}],
+                    "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 8}]})
+    pool = ModelPool(e.spec.models[0], config=None, load=0)
     pool.replicas = [Replica("m", i, 0, handle=i) for i in range(3)]
-    monkeypatch.setattr(pools, "_placed", lambda handle: {0: True, 1: False, 2: None}[handle])
+    monkeypatch.setattr(pools, "placed", lambda handle: {0: True, 1: False, 2: None}[handle])
     for rep in pool.replicas[:2]:
-        e._cancel_waiting(pool, rep)
+        pools.cancel_waiting(e, pool, rep)
     pool.replicas.append(Replica("m", 3, 0, handle=2, state="ready", loads=1))
     pool.release()  # the end of the run (Ray not running here): the replica still waiting is withdrawn too
     assert [r.record()["withdrawn"] for r in pool.replicas] == ["loading", "waiting", "unknown", None]

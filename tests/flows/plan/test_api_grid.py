@@ -133,7 +133,7 @@ def test_every_exception_class_crosses_a_ray_actor_call_with_its_fields(ray_key)
     UnserializableException) with its fields, and the shard error text is its message without a wrapper."""
     from test_api_faults import all_exception_classes
 
-    from confgrid.flows.execute.executor import _error_text
+    from confgrid.flows.execute.queue import error_text as _error_text
 
     @ray_key.remote
     class Raiser:

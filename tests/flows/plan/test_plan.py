@@ -1,4 +1,4 @@
-"""The pure plan (flows/plan/grid_plan.py), the capacity check and the pools' start order (flows/execute/pools.py),
+"""The pure plan (flows/plan/grid_plan.py), the capacity check and the pools' start order (flows/execute/capacity.py),
 without Ray or a model.
 
 Generations are fed to the plan by hand, as the executor would after a model
@@ -13,7 +13,8 @@ import pytest
 
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
-from confgrid.flows.execute.pools import at_once, check_capacity, model_config, start_order
+from confgrid.flows.execute.capacity import at_once, check_capacity, start_order
+from confgrid.flows.execute.pools import model_config
 from confgrid.flows.spec.grid import parse_grid
 from confgrid.protocols.datasets import BUNDLED, load_items
 
