@@ -1,7 +1,7 @@
 """Deterministic faults inside Ray's worker processes, for tests only (the product has no fault hook).
 
-:func:`install` is Ray's ``worker_process_setup_hook``: a test starts Ray with
-:func:`ray_init_kwargs` (this folder on the workers' ``PYTHONPATH`` and the
+:func:`install` is Ray's ``worker_process_setup_hook``: a test starts Ray
+within :func:`installed` (this folder on the workers' ``PYTHONPATH`` and the
 hook named in ``runtime_env``), and every worker process runs it before any
 actor code. It patches :class:`confgrid.actors.model_actor.ModelWorker` in that
 process so that the replicas of a named model stop at a chosen point and say
@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 #: The environment variable holding the plans.
 ENV = "CONFGRID_TEST_FAULT"
@@ -167,17 +169,28 @@ def _engine_dies_in_call(worker, fault: Fault, name: str) -> None:
         setattr(worker.backend, method, dead)
 
 
-def ray_init_kwargs(faults: list[Fault] | tuple[Fault, ...], **kw) -> dict:
-    """``ray.init`` keyword arguments that install the faults in every worker (sets the environment first).
+@contextmanager
+def installed(faults: list[Fault] | tuple[Fault, ...], **kw) -> Iterator[dict]:
+    """Install the faults in every Ray worker started within: yields the ``ray.init`` keyword arguments (``kw``
+    and the setup hook in ``runtime_env``).
 
-    The workers inherit the driver's environment: :data:`ENV` and this folder on ``PYTHONPATH``.
+    The workers inherit the driver's environment: :data:`ENV` and this folder on ``PYTHONPATH``, set here and
+    restored on exit.
     """
+    before = {k: os.environ.get(k) for k in (ENV, "PYTHONPATH")}
     here = str(Path(__file__).resolve().parent)
     os.environ[ENV] = spec(*faults)
     path = os.environ.get("PYTHONPATH", "")
     if here not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, path) if p)
-    return {**kw, "runtime_env": {"worker_process_setup_hook": "ray_faults.install"}}
+    try:
+        yield {**kw, "runtime_env": {"worker_process_setup_hook": "ray_faults.install"}}
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def read_marker(marker: Path, timeout: float = 300.0) -> tuple[int, str]:

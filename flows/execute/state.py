@@ -7,7 +7,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pandas as pd
 
@@ -86,6 +86,7 @@ class ExecState:
     only_failed: bool = False
     rounds: Any = None
     bar: Any = None  # the progress bar (tqdm), in requests
+    models: dict[str, ModelSpec] = field(init=False)  # name -> spec entry
     # outcomes
     counters: Counters = field(default_factory=Counters)
     done: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -97,7 +98,7 @@ class ExecState:
     # the queue (queue.py)
     queues: dict[str, list[Queued]] = field(default_factory=dict)  # model -> its heap
     twins: dict[str, list[ShardRequest]] = field(default_factory=dict)  # key -> [the shard queued, its twins...]
-    seq: Any = field(default_factory=itertools.count)
+    seq: Iterator[int] = field(default_factory=itertools.count)  # first come first served among equal stages
     bounds: dict[str, int] = field(default_factory=dict)  # generate key -> requests its later shards may add
     queue_spans: list[list[float | None]] = field(default_factory=list)  # when some shard waited (meta.queued)
     reused_by_stage: dict[str, list[int]] = field(default_factory=dict)  # stage -> [shards, rows] reused
@@ -121,7 +122,7 @@ class ExecState:
     said: dict[str, float] = field(default_factory=dict)  # log key -> when it was last said
 
     def __post_init__(self) -> None:
-        self.models: dict[str, ModelSpec] = {m.name: m for m in self.spec.models}
+        self.models = {m.name: m for m in self.spec.models}
         self.queues = self.queues or {m: [] for m in self.models}
 
     def alive_pools(self) -> list[ModelPool]:

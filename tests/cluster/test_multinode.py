@@ -55,26 +55,19 @@ def local_cluster():
 
     if ray.is_initialized():
         ray.shutdown()
-    before = {k: os.environ.get(k) for k in (ray_faults.ENV, "PYTHONPATH")}
-    kwargs = ray_faults.ray_init_kwargs(FAULTS, log_to_driver=False)  # the nodes inherit the faults' environment
     started = []
+    with ray_faults.installed(FAULTS, log_to_driver=False) as kwargs:  # the nodes inherit the faults' environment
+        def start(workers: int = 2, gpus: float = 1):
+            c = start_local_cluster(workers, gpus_per_worker=gpus, cpus_per_worker=1, head_cpus=1)
+            started.append(c)
+            ray.init(address=c.address, **kwargs)
+            return c
 
-    def start(workers: int = 2, gpus: float = 1):
-        c = start_local_cluster(workers, gpus_per_worker=gpus, cpus_per_worker=1, head_cpus=1)
-        started.append(c)
-        ray.init(address=c.address, **kwargs)
-        return c
-
-    yield start
-    if ray.is_initialized():
-        ray.shutdown()
-    for c in started:
-        c.stop()
-    for k, v in before.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+        yield start
+        if ray.is_initialized():
+            ray.shutdown()
+        for c in started:
+            c.stop()
 
 
 def _kill_node_when_hung(cluster, marker: Path, killed: dict) -> threading.Thread:

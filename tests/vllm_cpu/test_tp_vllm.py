@@ -185,20 +185,15 @@ def test_a_killed_rank_restarts_the_replica_and_the_tables_equal_an_undisturbed_
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     marker = Path(tempfile.mkdtemp(prefix="confgrid-tp-fault-")) / "killed"
     fault = ray_faults.Fault("tp2", "kill_rank", 1, marker, rank=1)
-    before = {k: os.environ.get(k) for k in (ray_faults.ENV, "PYTHONPATH")}
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(**ray_faults.ray_init_kwargs([fault], num_cpus=2, include_dashboard=False, log_to_driver=False))
-    try:
-        with caplog.at_level("INFO", logger="confgrid"):
-            summary = run_grid(parse_grid(grid(model_dir, 2, hf=False)), tmp_path / "run")
-    finally:
-        ray.shutdown()
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with ray_faults.installed([fault], num_cpus=2, include_dashboard=False, log_to_driver=False) as kwargs:
+        ray.init(**kwargs)
+        try:
+            with caplog.at_level("INFO", logger="confgrid"):
+                summary = run_grid(parse_grid(grid(model_dir, 2, hf=False)), tmp_path / "run")
+        finally:
+            ray.shutdown()
     pid, what = marker.read_text().split(" ", 1)
     assert what == "rank 1"
     assert re.search(rf"replica tp2#0 on node \S+ \(\w+\): its engine died: rank 1 of 2 \(pid {pid}\)", caplog.text), \

@@ -30,6 +30,8 @@ import pytest
 import yaml
 
 import ray_faults
+from confgrid.actors.named_models import FIXTURE_MODEL_DIR
+from confgrid.flows.runner import RunSummary, ShardFailures, run_grid
 from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
@@ -59,26 +61,27 @@ FAULTS = (ray_faults.Fault("hangs", "hang", 5, HANG_MARKER), ray_faults.Fault("c
 def ray_local():
     if ray.is_initialized():
         ray.shutdown()
-    before = {k: os.environ.get(k) for k in (ray_faults.ENV, "PYTHONPATH")}
-    ray.init(**ray_faults.ray_init_kwargs(FAULTS, num_cpus=2, include_dashboard=False, log_to_driver=False))
-    yield
-    ray.shutdown()
-    for k, v in before.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with ray_faults.installed(FAULTS, num_cpus=2, include_dashboard=False, log_to_driver=False) as kwargs:
+        ray.init(**kwargs)
+        yield
+        ray.shutdown()
 
 
-def _sigkill_when_hung(marker: Path) -> threading.Thread:
-    """SIGKILL the replica's process once it hangs at its fault (the OS killing it: Ray restarts the actor)."""
+def _run_sigkilled(name: str, model: str, marker: Path, out: Path, caplog) -> RunSummary:
+    """Run GRID (named ``name``) on one replica of ``model`` and SIGKILL the replica's process once it hangs at
+    its fault, as the OS would (Ray restarts the actor); asserts that the fault fired."""
     def kill():
         pid, _ = ray_faults.read_marker(marker)
         os.kill(pid, signal.SIGKILL)
 
-    th = threading.Thread(target=kill, daemon=True)
-    th.start()
-    return th
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    grid = dict(GRID, name=name, models=[{"name": model, "model": "confgrid-fixture", "batch_size": 8}])
+    with caplog.at_level("INFO", logger="confgrid"):
+        summary = run_grid(parse_grid(grid), out)
+    killer.join(5)
+    assert marker.exists()  # the fault did fire
+    return summary
 
 
 def _manifest(out: Path) -> dict:
@@ -98,8 +101,6 @@ def _rows_exactly_once(out: Path, n_contexts: int = 3) -> None:
 def test_killed_replica_then_resubmit_failed(ray_local, tmp_path):
     """ray.kill of a replica in the middle of a call: its shards fail (recorded), the run ends with
     one error naming them, and `resubmit --failed` completes the run with every row exactly once."""
-    from confgrid.flows.runner import ShardFailures, run_grid
-
     spec = parse_grid(GRID)
     out = tmp_path / "run"
     errors: list[BaseException] = []
@@ -157,8 +158,6 @@ def test_interrupted_run_then_resume(ray_local, tmp_path, capfd):
 
     import mlflow
 
-    from confgrid.flows.runner import run_grid
-
     grid = dict(GRID, name="stoptest")
     grid["models"] = [{"name": "stops", "model": "confgrid-fixture", "batch_size": 8}]
     spec = parse_grid(grid)
@@ -213,9 +212,6 @@ def test_interrupted_run_then_resume(ray_local, tmp_path, capfd):
 def test_a_model_that_cannot_load_leaves_the_others_results_whole(ray_local, tmp_path):
     """With the cross-model probe on, one model failing to load must not take the other model's metrics:
     they are computed, only the probe table waits for the missing answers (and fills in after resubmit)."""
-    from confgrid.actors.named_models import FIXTURE_MODEL_DIR
-    from confgrid.flows.runner import ShardFailures, run_grid
-
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{not json", encoding="utf-8")
@@ -254,17 +250,8 @@ def test_sigkill_restart_is_recorded(ray_local, tmp_path, caplog):
     the calls in flight; the run completes, and the restart is in the manifest (replica: restarts and the
     reload; every shard that was in flight: attempts 2, restarts 1), the run summary, the log and the parent
     MLflow run."""
-    from confgrid.flows.runner import run_grid
-
-    grid = dict(GRID, name="crashtest")
-    grid["models"] = [{"name": "crashes", "model": "confgrid-fixture", "batch_size": 8}]
-    spec = parse_grid(grid)
     out = tmp_path / "run"
-    killer = _sigkill_when_hung(KILL_MARKER)
-    with caplog.at_level("INFO", logger="confgrid"):
-        summary = run_grid(spec, out)
-    killer.join(5)
-    assert KILL_MARKER.exists()  # the fault did fire
+    summary = _run_sigkilled("crashtest", "crashes", KILL_MARKER, out, caplog)
     man = _manifest(out)
     (rep,) = man["meta"]["replicas"]
     assert rep["restarts"] == 1 and rep["loads"] == 2
@@ -286,8 +273,6 @@ def test_an_engine_that_dies_restarts_its_replica_and_its_calls_are_requeued(ray
     puts the call's shards back in the queue, and the log names the rank. The tables equal an undisturbed run
     of the same grid (run second: the fault fires once), and the restart is in the manifest. (The same with a
     real vLLM rank killed: tests/vllm_cpu/test_tp_vllm.py.)"""
-    from confgrid.flows.runner import run_grid
-
     grid = dict(GRID, name="enginedies")
     grid["models"] = [{"name": "dies", "model": "confgrid-fixture", "batch_size": 8}]
     spec = parse_grid(grid)
@@ -314,8 +299,6 @@ def test_an_engine_that_dies_restarts_its_replica_and_its_calls_are_requeued(ray
 def test_an_engine_that_dies_with_no_restart_left_is_recorded_dead_naming_the_rank(ray_local, tmp_path, caplog):
     """The same with ``execution.max_retries: 0``: Ray may not restart the replica, so it is recorded dead with the
     rank in its error, and the model's remaining shards fail naming it (``resubmit --failed`` runs them)."""
-    from confgrid.flows.runner import ShardFailures, run_grid
-
     grid = dict(GRID, name="enginegone", execution={"shard_size": 4, "max_retries": 0})
     grid["models"] = [{"name": "dies_for_good", "model": "confgrid-fixture", "batch_size": 8}]
     with caplog.at_level("INFO", logger="confgrid"), pytest.raises(ShardFailures) as ei:
@@ -334,17 +317,8 @@ def test_sigkill_while_the_model_loads_is_recorded(ray_local, tmp_path, caplog):
     """SIGKILL of a replica's process while its model loads (issue 23 item 5; a user's kill -9 4 s into the
     demo): no engine call sees the new process, yet the restart is counted from Ray's own restart count: on the
     replica, in the summary, the log and the parent MLflow run; every row exists once."""
-    from confgrid.flows.runner import run_grid
-
-    grid = dict(GRID, name="loadcrash")
-    grid["models"] = [{"name": "crashes_loading", "model": "confgrid-fixture", "batch_size": 8}]
-    spec = parse_grid(grid)
     out = tmp_path / "run"
-    killer = _sigkill_when_hung(LOAD_MARKER)
-    with caplog.at_level("INFO", logger="confgrid"):
-        summary = run_grid(spec, out)
-    killer.join(5)
-    assert LOAD_MARKER.exists()
+    summary = _run_sigkilled("loadcrash", "crashes_loading", LOAD_MARKER, out, caplog)
     man = _manifest(out)
     (rep,) = man["meta"]["replicas"]
     assert rep["restarts"] == 1 and rep["loads"] == 1  # one load finished: the killed one never did
@@ -359,9 +333,6 @@ def test_failed_shards_keep_their_mlflow_run_on_resubmit(ray_local, tmp_path):
     """A model that cannot load fails its shards (recorded, run continues to the end); once fixed,
     `resubmit --failed` reruns exactly those shards (and their dependents) in the same MLflow runs."""
     import mlflow
-
-    from confgrid.actors.named_models import FIXTURE_MODEL_DIR
-    from confgrid.flows.runner import ShardFailures, run_grid
 
     model_dir = tmp_path / "model"
     model_dir.mkdir()

@@ -19,15 +19,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from confgrid.actors.calls import ReplicaInfo, ReplicaReady
-from confgrid.flows.execute import liveness, pools
+from confgrid.actors.calls import ReplicaInfo, ReplicaReady, ScoreOutput
+from confgrid.cli import main as cli_main
+from confgrid.flows.execute import liveness, pools, ray_session
 from confgrid.flows.execute.capacity import NodeInfo, NodeWatch, lost_nodes, node_line, stranded_models
-from confgrid.flows.execute.liveness import actor_verdict, requeue_or_fail
+from confgrid.flows.execute.liveness import actor_verdict, lost_node_tags, requeue_or_fail
 from confgrid.flows.execute.pools import ModelPool, Replica
 from confgrid.flows.execute.queue import error_text, submit
+from confgrid.flows.execute.ray_session import _resources
 from confgrid.flows.execute.state import InFlight
+from confgrid.flows.plan.shards import ShardRequest
+from confgrid.flows.runner import ShardFailures
+from confgrid.flows.stages.score import ScoreRow, aggregate_scores
 from confgrid.flows.store.run_status import driver_state, run_status
 from confgrid.flows.store.run_store import RunStore
+from confgrid.flows.store.runlog import trace
+from confgrid.flows.tables.assemble import empty_schema, shard_table
 
 ray_exceptions = pytest.importorskip("ray.exceptions")
 
@@ -248,8 +255,6 @@ def test_waiting_for_nodes_keeps_the_model(ex):
 
 
 def test_ray_session_counts_alive_nodes_only():
-    from confgrid.flows.execute.ray_session import _resources
-
     fake = SimpleNamespace(nodes=lambda: [{"Alive": True}, {"Alive": False}, {"Alive": True}],
                            cluster_resources=lambda: {"CPU": 4.0, "GPU": 2.0})
     assert _resources(fake) == "2 node(s), 4 CPU, 2 GPU"
@@ -297,28 +302,23 @@ def test_status_command_exit_codes(tmp_path, monkeypatch):
 
     from typer.testing import CliRunner
 
-    from confgrid.cli.main import app
-
     runner = CliRunner()
     dead = {"driver_pid": 2 ** 22 + 12345, "driver_host": socket.gethostname(), "address": "10.0.0.9:6379"}
     out = _run_dir(tmp_path, _manifest(["done", "running"], dead))
-    res = runner.invoke(app, ["status", str(out)])
+    res = runner.invoke(cli_main.app, ["status", str(out)])
     assert res.exit_code == 1, res.output
     assert "stale (driver gone)" in res.output and "--address 10.0.0.9:6379" in res.output
-    assert runner.invoke(app, ["status", str(out), "--json"]).exit_code == 1
+    assert runner.invoke(cli_main.app, ["status", str(out), "--json"]).exit_code == 1
     (out / "manifest.json").write_text(json.dumps(_manifest(["done"], {**dead, "ended_at": 1.0})))
-    assert runner.invoke(app, ["status", str(out)]).exit_code == 0
-    from confgrid.cli import main as cli_main
+    assert runner.invoke(cli_main.app, ["status", str(out)]).exit_code == 0
 
     for state, code in (("FAILED", 1), ("STOPPED", 1), ("SUCCEEDED", 0), ("RUNNING", 0)):
         monkeypatch.setattr(cli_main, "job_status", lambda address, job, s=state: s)
-        res = runner.invoke(app, ["status", "--job", "raysubmit_1", "--address", "http://127.0.0.1:1"])
+        res = runner.invoke(cli_main.app, ["status", "--job", "raysubmit_1", "--address", "http://127.0.0.1:1"])
         assert (res.exit_code, res.output.strip()) == (code, state)
 
 
 def test_resubmit_hint_carries_the_address():
-    from confgrid.flows.runner import ShardFailures
-
     fail = [{"stage": "score", "setting": "m/d", "key": "k" * 16, "error": "e"}]
     assert "confgrid resubmit /o --failed --address 10.0.0.9:6379" in str(ShardFailures(fail, "/o", None,
                                                                                         "10.0.0.9:6379"))
@@ -329,12 +329,6 @@ def test_resubmit_hint_carries_the_address():
 
 
 def test_empty_stage_tables_keep_their_schema(tmp_path):
-    from confgrid.flows.tables.assemble import empty_schema, shard_table
-    from confgrid.flows.plan.shards import ShardRequest
-    from confgrid.flows.stages.score import ScoreRow
-    from confgrid.flows.stages.score import aggregate_scores
-    from confgrid.actors.calls import ScoreOutput
-
     store = RunStore(tmp_path / "run")
     path = store.write_table("scores", [], empty_schema("scores", ("geometric_mean", "min_probability"), ("containment",)))
     t = pq.read_table(path)
@@ -358,10 +352,6 @@ def test_empty_stage_tables_keep_their_schema(tmp_path):
 def test_raylet_messages_go_to_the_run_log(monkeypatch, caplog):
     from ray._private import worker as ray_worker
 
-    from confgrid.flows.execute import ray_session
-
-    from confgrid.flows.store.runlog import trace
-
     printed, traced = [], []
     monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, ignore_prefix=False: printed.append(data))
     caplog.set_level(logging.DEBUG)
@@ -384,9 +374,6 @@ def test_raylet_messages_go_to_the_run_log(monkeypatch, caplog):
 
 
 def test_lost_node_tags_name_each_lost_replica_and_its_node():
-    from confgrid.flows.execute.liveness import lost_node_tags
-    from confgrid.flows.execute.pools import Replica
-
     def rep(i, state, ip="", node=""):
         return Replica(model="fx", index=i, load=0, state=state, node_ip=ip, node_id=node)
 

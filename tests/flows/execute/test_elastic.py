@@ -16,6 +16,7 @@ from confgrid.flows.execute import pools
 from confgrid.flows.execute.capacity import Growth, PoolDemand, grow_replicas, max_replicas
 from confgrid.flows.execute.pools import ModelPool, Replica, start_latency
 from confgrid.flows.execute.queue import submit
+from confgrid.flows.plan.grid_plan import model_identity
 from confgrid.flows.spec.base import GridSpecError
 from confgrid.flows.spec.grid import parse_grid
 
@@ -205,8 +206,6 @@ def test_max_replicas_is_not_for_api_models():
 
 
 def test_max_replicas_is_not_in_any_shard_key():
-    from confgrid.flows.plan.grid_plan import model_identity
-
     a, b = parse_grid(_grid()).models[0], parse_grid(_grid(max_replicas="auto")).models[0]
     assert model_identity(a) == model_identity(b)
 
@@ -317,9 +316,6 @@ def test_executor_starts_extra_replicas_only_for_queued_work_on_free_gpus(make_s
 
 @pytest.mark.parametrize("value", ["many", True, 1.5])
 def test_max_replicas_of_the_wrong_kind_is_one_clear_error(value):
-    from confgrid.flows.spec.base import GridSpecError
-    from confgrid.flows.spec.grid import parse_grid
-
     with pytest.raises(GridSpecError, match=r"models\[0\]\.max_replicas: max_replicas=.*allowed an integer") as e:
         parse_grid({"models": [{"name": "m", "model": "confgrid-fixture", "max_replicas": value}],
                     "datasets": [{"name": "d", "adapter": "triviaqa"}]})

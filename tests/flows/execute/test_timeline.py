@@ -6,15 +6,24 @@ fake replicas at the end (no Ray either).
 
 from __future__ import annotations
 
+import doctest
+import heapq
 import math
+import time
 
 import pytest
 
+from confgrid.actors.calls import ReplicaInfo
+from confgrid.flows.execute import pools, timeline
+from confgrid.flows.execute.executor import close, record_replicas
+from confgrid.flows.execute.pools import ModelPool, Replica
+from confgrid.flows.execute.queue import note_queue, submit
 from confgrid.flows.execute.timeline import (
     add_span,
     idle_share_of_run,
     idle_while_queued,
     merge_spans,
+    note_waiting,
     overlap_seconds,
 )
 
@@ -108,24 +117,12 @@ def test_span_helpers():
 
 
 def test_doctests():
-    import doctest
-
-    import confgrid.flows.execute.timeline as T
-
-    assert doctest.testmod(T, raise_on_error=False).failed == 0
+    assert doctest.testmod(timeline, raise_on_error=False).failed == 0
 
 
 def test_the_executor_records_the_timeline(make_state):
     """Fake replicas (no Ray): a load and an engine call become spans on the replica, and the queue's spans
     open when a shard is queued and close when the last one leaves."""
-    import heapq
-    import time
-
-    from confgrid.actors.calls import ReplicaInfo
-    from confgrid.flows.execute.executor import close, record_replicas
-    from confgrid.flows.execute.pools import Replica
-    from confgrid.flows.execute.queue import note_queue, submit
-
     e = make_state({"name": "t", "models": [{"name": "m", "model": "confgrid-fixture"}],
                     "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 8}],
                     "execution": {"shard_size": 4}})
@@ -156,9 +153,6 @@ def test_the_executor_records_the_timeline(make_state):
 def test_a_replica_withdrawn_before_it_loaded_says_whether_it_was_loading(make_state, monkeypatch):
     """The request for a replica whose model's work is done is withdrawn; the manifest says whether Ray had
     placed it (a load cut short) or it still waited for resources (no Ray: the placement is faked)."""
-    from confgrid.flows.execute import pools
-    from confgrid.flows.execute.pools import ModelPool, Replica
-
     e = make_state({"name": "t", "models": [{"name": "m", "model": "confgrid-fixture", "replicas": 3}],
                     "datasets": [{"name": "triviaqa", "adapter": "triviaqa", "limit": 8}]})
     pool = ModelPool(e.spec.models[0], config=None, load=0)
@@ -173,8 +167,6 @@ def test_a_replica_withdrawn_before_it_loaded_says_whether_it_was_loading(make_s
 
 
 def test_note_waiting_opens_closes_and_joins_spans():
-    from confgrid.flows.execute.timeline import note_waiting
-
     spans: list = []
     note_waiting(spans, False, 1.0)
     assert spans == []  # nothing waits: no span
