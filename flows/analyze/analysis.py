@@ -70,10 +70,9 @@ from confgrid.analysis.closure import closure_notes
 from confgrid.analysis.evaluation import estimates, unit_names
 from confgrid.analysis.verdicts import verdict_table
 from confgrid.flows.analyze.ace import compare_models, read_candidates
-from confgrid.flows.analyze.in_turn import object_frame
 from confgrid.flows.analyze.input import AnalyzeWarning, _columns
 from confgrid.flows.analyze.read import AnalyzeInputError
-from confgrid.flows.analyze.roads import road_for
+from confgrid.flows.analyze.roads import evaluate_input
 from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
 from confgrid.flows.evaluate.outputs import verdict_mlflow
@@ -218,8 +217,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     if out_dir.exists() and not out_dir.is_dir():
         raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
     cols = _columns(spec.column_roles)
-    road = road_for(spec)
-    read = road.read(spec)
+    read = evaluate_input(spec)
     est = estimates(read.units, read.results, spec.level, spec.interval)
     n_clusters = {st.name: st.n_clusters for st in read.settings if st.n_clusters is not None}
     metrics_df, gaps_df, shifts_df = (with_cluster_columns(df, spec.group_col, n_clusters)
@@ -236,7 +234,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
         if spec.group_col is not None:
             warnings.warn(f"--group-col {spec.group_col!r} clusters the metrics and gaps; the comparison across "
                           "models still resamples single items", AnalyzeWarning, stacklevel=2)
-        ace = compare_models(object_frame(read.rows.frame), out_dir / "results", views=spec.views,
+        ace = compare_models(_object_frame(read.rows.frame), out_dir / "results", views=spec.views,
                              pairs=None if spec.pairs is None else list(spec.pairs), candidates=cand_df,
                              n_resamples=spec.comparison_resamples, seed=spec.seed, n_bins=spec.n_bins,
                              ia_strata=spec.ia_strata)
@@ -249,9 +247,9 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     elif spec.views is not None or spec.candidates is not None:
         raise AnalyzeInputError("--views/--candidates compare models: the input needs a model column "
                                 "(--model-col NAME)")
-    record = _record(spec, read, cols, road.name == "in_turn")
+    record = _record(spec, read, cols, read.road == "in_turn")
     write_text_atomic(json.dumps(record, indent=1), out_dir / RECORD_FILE)
-    result = Analysis(spec, tables, road.name, read.n_graded, cluster_note(spec.group_col, n_clusters))
+    result = Analysis(spec, tables, read.road, read.n_graded, cluster_note(spec.group_col, n_clusters))
     if not spec.track:
         return result
     uri = _uri(record, out_dir)
@@ -261,8 +259,14 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     except Exception as exc:  # noqa: BLE001 - the results are written; tracking is the last step
         failure = TrackingFailure.of(uri, exc)
         warnings.warn(TrackingWarning(failure, out_dir), stacklevel=2)
-        return Analysis(spec, tables, road.name, read.n_graded, result.resampled, uri, None, failure)
-    return Analysis(spec, tables, road.name, read.n_graded, result.resampled, uri, run_id)
+        return Analysis(spec, tables, read.road, read.n_graded, result.resampled, uri, None, failure)
+    return Analysis(spec, tables, read.road, read.n_graded, result.resampled, uri, run_id)
+
+
+def _object_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Categorical id columns as object columns of str (what the model comparison takes)."""
+    return frame.assign(**{c: frame[c].astype(object) for c in frame.columns
+                           if isinstance(frame[c].dtype, pd.CategoricalDtype)})
 
 
 def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -> dict[str, Any]:
@@ -288,7 +292,7 @@ def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -
         "params": params,
         "tags": {"confgrid.command": "analyze", "confgrid.input": str(input_path.resolve()),
                  "confgrid.input_sha256": digest},
-        "children": [{"name": st.name, "params": dict(setting=st.name, seed=st.seed, n_items=len(st.items),
+        "children": [{"name": st.name, "params": dict(setting=st.name, seed=st.seed, n_items=st.n_items,
                                                        signals=st.signals, **({} if st.n_clusters is None else
                                                                               {"n_clusters": st.n_clusters}))}
                      for st in settings],

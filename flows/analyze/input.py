@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from confgrid.analysis.signals import conform
+
 from confgrid.flows.analyze.check import (
     KEPT_PROBLEMS,
     Problems,
@@ -51,7 +53,11 @@ from confgrid.flows.analyze.read import (
 from confgrid.registry import Registry
 
 __all__ = [
+    "ALIGN",
     "MAX_PROBLEMS",
+    "SignalRows",
+    "check_clusters",
+    "signal_rows",
     "UNCERTAINTY",
     "UncertaintyTransform",
     "INPUT_FORMATS",
@@ -513,3 +519,99 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None,
         if isinstance(frame[c].dtype, pd.CategoricalDtype):
             frame[c] = frame[c].astype(object)
     return frame, rows.where()
+
+
+# ---------------------------------------------------------------------------
+# checked rows as signal rows (the run's schema): what every input road gives the evaluator
+# ---------------------------------------------------------------------------
+
+#: the ``align`` label of five-column rows: a setting's signals are compared on the items every one of them scored
+ALIGN = "input"
+
+
+@dataclass(frozen=True)
+class SignalRows:
+    """A part of an input as signal rows: what a road of flows/analyze/roads.py gives the evaluator.
+
+    Attributes
+    ----------
+    table : DataFrame
+        Rows of the one signal table (analysis/signals.py ``SCHEMA``, conformed), ordered so that
+        ``plan_units`` meets the units, signals and items in the order of the tables.
+    n_rows : int
+        Input rows this part was read from.
+    n_graded : int
+        Correctness values strictly between 0 and 1, before any threshold.
+    examples : mapping
+        ``(setting, signal) -> "item item ..."``: the first five items (sorted as str) the alignment leaves out
+        of the signal; empty for a signal table (its ``left_out_examples`` stay empty).
+    rows : InputRows or None
+        The checked rows of a whole-file read with a model column (the comparison across models reads them).
+    """
+
+    table: pd.DataFrame
+    n_rows: int
+    n_graded: int = 0
+    examples: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    rows: InputRows | None = field(default=None, repr=False)
+
+
+def check_clusters(rows: InputRows, column: str) -> None:
+    """Raise :class:`AnalyzeInputError` when the rows of one (setting, item) name different clusters in the group
+    column ``column`` (``--group-col``): the first such setting (as settings sort), its first five such items in
+    file order, each with the places of its rows. An item belongs to one cluster (analysis/clusters.py)."""
+    f = rows.frame
+    s, i, g = (f[c].cat.codes.to_numpy().astype(np.int64) for c in ("setting", "item_id", "group"))
+    key = s * max(len(f["item_id"].cat.categories), 1) + i
+    first = pd.Series(g).groupby(key).transform("first").to_numpy()
+    off = np.flatnonzero(g != first)
+    if not off.size:
+        return
+    setting = int(s[off].min())
+    mine = np.flatnonzero(s == setting)
+    mixed = pd.unique(i[mine][np.isin(key[mine], key[off])])  # in order of first appearance
+    items, groups = f["item_id"].cat.categories, f["group"].cat.categories
+    lines = []
+    for item in mixed[:5]:
+        at = mine[i[mine] == item]
+        seen = ", ".join(f"{groups[g[r]]!r} at {rows.unit} {rows.pos[r]}" for r in at)
+        lines.append(f"item {items[item]!r}: {seen}")
+    more = f" (and {len(mixed) - 5} more items)" if len(mixed) > 5 else ""
+    raise AnalyzeInputError(
+        f"setting {f['setting'].cat.categories[setting]!r}: the rows of an item must name one cluster in the group "
+        f"column {column!r} (--group-col), but {len(mixed)} item(s) name several{more}:\n  " + "\n  ".join(lines),
+        lines)
+
+
+def signal_rows(rows: InputRows, group_col: str | None = None, keep: bool = False) -> SignalRows:
+    """Checked five-column rows as signal rows of kind ``input``, aligned by :data:`ALIGN`.
+
+    Rows are sorted by (setting, signal, item), each as str, so ``plan_units`` orders settings, signals and the
+    aligned items as str sort. A setting is a unit on its own: ``model`` and ``dataset`` stay empty (its seed is
+    ``setting_seed(setting, "", seed)``) and so does ``target_kind``. With ``group_col`` the rows' clusters go to
+    the ``cluster`` column (:func:`check_clusters` first). ``keep``: keep ``rows`` (the comparison across models).
+
+    Raises
+    ------
+    AnalyzeInputError
+        An item whose rows name several clusters.
+    """
+    f = rows.frame
+    if group_col is not None:
+        check_clusters(rows, group_col)
+    codes = {c: f[c].cat.codes.to_numpy() for c in ("setting", "signal", "item_id")}
+    order = np.lexsort((codes["item_id"], codes["signal"], codes["setting"]))
+    cols = {c: f[c].astype(object).to_numpy()[order] for c in ("setting", "item_id", "signal")}
+    table = conform(pd.DataFrame({**cols, "cluster": (f["group"].astype(object).to_numpy()[order]
+                                                      if group_col is not None else cols["item_id"]),
+                                  "confidence": f["confidence"].to_numpy()[order],
+                                  "target": f["correct"].to_numpy()[order]}),
+                    kind="input", target_kind="", align=ALIGN)
+    # the items a setting's signals do not all have, per (setting, signal): its first five, sorted as str
+    per = pd.DataFrame({"s": codes["setting"], "i": codes["item_id"], "g": codes["signal"]})
+    n_sig = per.groupby("s")["g"].transform("nunique")
+    left = per[(per.groupby(["s", "i"])["g"].transform("size") < n_sig).to_numpy()].sort_values(["s", "g", "i"])
+    cats = {c: f[c].cat.categories for c in codes}
+    examples = {(cats["setting"][s], cats["signal"][g]): " ".join(str(cats["item_id"][i]) for i in grp["i"][:5])
+                for (s, g), grp in left.groupby(["s", "g"], sort=False)}
+    return SignalRows(table, int(rows.pos.size), rows.n_graded, examples, rows if keep else None)
