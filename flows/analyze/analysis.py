@@ -77,7 +77,7 @@ from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
 from confgrid.flows.evaluate.outputs import verdict_mlflow
 from confgrid.flows.store.run_info import RunInfo, write_run_info
-from confgrid.flows.store.run_store import write_frame_atomic, write_text_atomic
+from confgrid.flows.store.run_store import Frames, write_frames, write_text_atomic
 from confgrid.flows.tracking import (
     Logged,
     Tracker,
@@ -93,8 +93,10 @@ __all__ = ["EXPERIMENT", "RECORD_FILE", "Analysis", "AnalyzeSpec", "TrackingWarn
 EXPERIMENT = "confgrid/analyze"
 #: the analysis' MLflow params and tags in the output directory (what ``confgrid log`` logs)
 RECORD_FILE = "analyze.json"
-#: the tables of an analysis logged to MLflow, each written as OUT/results/<name>.csv and .parquet (a run's layout)
-TABLES = ("metrics", "gaps", "shifts", "alignment", "verdicts")
+#: the tables of an analysis, each written as OUT/results/<name>.csv and .parquet (a run's layout)
+TABLES = ("metrics", "gaps", "shifts", "alignment", "edges", "closure", "verdicts")
+#: those logged to MLflow as artifacts
+LOGGED = ("metrics", "gaps", "shifts", "alignment", "verdicts")
 
 
 class TrackingWarning(AnalyzeWarning):
@@ -146,13 +148,6 @@ class Analysis:
 
     def __contains__(self, name: object) -> bool:
         return name in self.tables
-
-
-def _write_tables(tables: Mapping[str, pd.DataFrame], results: Path) -> None:
-    """Each table as ``results/<name>.csv`` and ``.parquet`` (the one place analyze writes its frames)."""
-    for name, df in tables.items():
-        for ext in (".csv", ".parquet"):
-            write_frame_atomic(df, results / f"{name}{ext}")
 
 
 def _with_comparison(tables: dict[str, pd.DataFrame], ace: Any, spec: AnalyzeSpec) -> dict[str, pd.DataFrame]:
@@ -222,15 +217,14 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     n_clusters = {st.name: st.n_clusters for st in read.settings if st.n_clusters is not None}
     metrics_df, gaps_df, shifts_df = (with_cluster_columns(df, spec.group_col, n_clusters)
                                       for df in (est.metrics, est.gaps, est.shifts))
+    if read.rows is None and (spec.views is not None or spec.candidates is not None):
+        raise AnalyzeInputError("--views/--candidates compare models: the input needs a model column "
+                                "(--model-col NAME)")
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "alignment": read.alignment,
               "edges": est.edges, "closure": closure_notes(metrics_df, gaps_df, est.edges, spec.n_bins),
               "verdicts": verdict_table(gaps_df, est.shares, spec.verdicts.rule(), spec.level)}
-    _write_tables(tables, out_dir / "results")
-    # what `confgrid show` and `confgrid report` read (an analysis has one group: every row)
-    write_run_info(out_dir, RunInfo(command="analyze", n_bins=spec.n_bins, ece_closure=spec.ece_closure,
-                                    ece_bin_confidence=spec.ece_bin_confidence, level=spec.level, primary={}))
-    if read.rows is not None and "model" in read.rows.frame.columns:
+    if read.rows is not None:  # a model column: the comparison across models (it writes its ace_* tables)
         if spec.group_col is not None:
             warnings.warn(f"--group-col {spec.group_col!r} clusters the metrics and gaps; the comparison across "
                           "models still resamples single items", AnalyzeWarning, stacklevel=2)
@@ -239,14 +233,13 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
                              n_resamples=spec.comparison_resamples, seed=spec.seed, n_bins=spec.n_bins,
                              ia_strata=spec.ia_strata)
         if ace is not None:
-            joined = _with_comparison(tables, ace, spec)
-            _write_tables({n: joined[n] for n in ("metrics", "gaps", "shifts", "verdicts")}, out_dir / "results")
-            tables = joined
+            tables = _with_comparison(tables, ace, spec)
             for msg in ace.messages:
                 warnings.warn(f"comparison across models: {msg}", AnalyzeWarning, stacklevel=2)
-    elif spec.views is not None or spec.candidates is not None:
-        raise AnalyzeInputError("--views/--candidates compare models: the input needs a model column "
-                                "(--model-col NAME)")
+    write_frames(Frames({n: tables[n] for n in TABLES}), out_dir / "results")
+    # what `confgrid show` and `confgrid report` read (an analysis has one group: every row)
+    write_run_info(out_dir, RunInfo(command="analyze", n_bins=spec.n_bins, ece_closure=spec.ece_closure,
+                                    ece_bin_confidence=spec.ece_bin_confidence, level=spec.level, primary={}))
     record = _record(spec, read, cols, read.road == "in_turn")
     write_text_atomic(json.dumps(record, indent=1), out_dir / RECORD_FILE)
     result = Analysis(spec, tables, read.road, read.n_graded, cluster_note(spec.group_col, n_clusters))
@@ -314,7 +307,7 @@ def _track(record: dict[str, Any], out_dir: Path, tracking_uri: str, metrics_df:
             values = result_metrics(metrics_df[m_units == name], gaps_df[g_units == name])
             tags = {"confgrid.kind": "setting", "confgrid.setting": name, "confgrid.command": "analyze"}
             tracker.child(name, ch["params"], values, [], tags=tags)
-        tracker.log_artifacts([out_dir / "results" / f"{name}{ext}" for name in TABLES for ext in (".csv", ".parquet")
+        tracker.log_artifacts([out_dir / "results" / f"{name}{ext}" for name in LOGGED for ext in (".csv", ".parquet")
                                if (out_dir / "results" / f"{name}{ext}").is_file()], "results")
         verdicts = out_dir / "results" / "verdicts.parquet"
         if verdicts.is_file():  # the verdicts on the parent, as a run logs them

@@ -31,6 +31,7 @@ from confgrid.errors import FieldsPickle
 
 __all__ = [
     "FLAGS",
+    "HOLDS",
     "NAMED_ONLY",
     "OPTIONAL_ROLES",
     "ROLES",
@@ -54,6 +55,11 @@ NAMED_ONLY = ("group",)
 FLAGS = {"setting": "--setting-col", "item_id": "--item-col", "signal": "--signal-col",
          "confidence": "--confidence-col", "correct": "--correct-col", "model": "--model-col",
          "group": "--group-col"}
+#: what each role's column holds (the help of its flag)
+HOLDS = {"setting": "the setting (unit of pairing)", "item_id": "the question id", "signal": "the confidence method",
+         "confidence": "confidence in [0, 1]", "correct": "correctness (0/1 or in [0, 1])",
+         "model": "the model (optional; with two or more models the accuracy-controlled comparison of study 001 runs "
+                  "too)", "group": "each item's cluster"}
 #: roles with few distinct values: read as dictionary columns where the format allows
 _FEW = ("setting", "signal", "model")
 _CSV_FIELD_LIMIT = 131072  # csv.field_size_limit() default: longer lines take the csv-module path
