@@ -27,8 +27,9 @@ that setting, counted per signal in ``alignment.csv`` and announced with an
 :class:`AnalyzeWarning`, never silently.
 
 Clusters: with ``--group-col COL`` the bootstrap resamples the distinct
-values of ``COL`` with all their items (flows/analyze/groups.py); the tables
-say so (``cluster_col``, ``n_clusters``).
+values of ``COL`` with all their items (an item's rows must name one cluster,
+flows/analyze/input.py ``check_clusters``); the tables say so
+(``cluster_col``, ``n_clusters``).
 
 Determinism: settings, signals and items are sorted (as strings), so the
 output does not depend on the order of the input rows. The bootstrap seed of
@@ -110,37 +111,25 @@ class TrackingWarning(AnalyzeWarning):
 
 @dataclass(frozen=True)
 class Analysis:
-    """What :func:`analyze` gives back (its files are written by then).
+    """What :func:`analyze` gives back (its files are written by then); ``analysis["metrics"]`` is
+    ``analysis.tables["metrics"]``."""
 
-    Attributes
-    ----------
-    spec : AnalyzeSpec
-        What was asked.
-    tables : mapping of str to DataFrame
-        Every table written to ``OUT/results`` by name: ``metrics``, ``gaps``, ``shifts``, ``alignment``,
-        ``edges``, ``closure``, ``verdicts``, and with a model column ``ace_*``; ``analysis["metrics"]`` is
-        ``analysis.tables["metrics"]``.
-    road : str
-        The reader that took the input (flows/analyze/roads.py ``ROADS``).
-    n_graded : int
-        Correctness values strictly between 0 and 1 (soft labels unless ``threshold``).
-    resampled : str
-        How the bootstrap resampled, in words (items, or the clusters of ``group_col``).
-    tracking_uri : str or None
-        The MLflow store logged to; None without tracking.
-    run_id : str or None
-        The MLflow parent run; None without tracking or when the store failed.
-    tracking_failure : TrackingFailure or None
-        Why the store failed (the files are written all the same).
-    """
-
+    #: what was asked
     spec: AnalyzeSpec
+    #: every table written to ``OUT/results`` by name: metrics, gaps, shifts, alignment, edges, closure, verdicts,
+    #: and with a model column ``ace_*``
     tables: Mapping[str, pd.DataFrame]
+    #: the reader that took the input (flows/analyze/roads.py ``ROADS``)
     road: str
+    #: correctness values strictly between 0 and 1 (soft labels unless ``threshold``)
     n_graded: int = 0
+    #: how the bootstrap resampled, in words (items, or the clusters of ``group_col``)
     resampled: str = "paired resamples"
+    #: the MLflow store logged to; None without tracking
     tracking_uri: str | None = None
+    #: the MLflow parent run; None without tracking or when the store failed
     run_id: str | None = None
+    #: why the store failed (the files are written all the same)
     tracking_failure: TrackingFailure | None = field(default=None, repr=False)
 
     def __getitem__(self, name: str) -> pd.DataFrame:

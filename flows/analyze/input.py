@@ -11,7 +11,7 @@ by ``--group-col``, and then required: the clusters of the bootstrap). Bad input
 Reading is column-wise (flows/analyze/read.py: pyarrow readers, each row's
 line or row number kept) and so is checking (flows/analyze/check.py); the
 rules and messages are those of the per-row reader this replaced (kept as
-tests/analyze_rowwise_reference.py), with two changes: a confidence or
+tests/reference/analyze_rowwise.py), with two changes: a confidence or
 correctness value within :data:`~confgrid.flows.analyze.check.CLIP_TOLERANCE`
 (1e-6) outside [0, 1] is clipped with an :class:`AnalyzeWarning` instead of
 rejected, and the options ``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`).
@@ -531,28 +531,19 @@ ALIGN = "input"
 
 @dataclass(frozen=True)
 class SignalRows:
-    """A part of an input as signal rows: what a road of flows/analyze/roads.py gives the evaluator.
+    """A part of an input as signal rows: what a road of flows/analyze/roads.py gives the evaluator."""
 
-    Attributes
-    ----------
-    table : DataFrame
-        Rows of the one signal table (analysis/signals.py ``SCHEMA``, conformed), ordered so that
-        ``plan_units`` meets the units, signals and items in the order of the tables.
-    n_rows : int
-        Input rows this part was read from.
-    n_graded : int
-        Correctness values strictly between 0 and 1, before any threshold.
-    examples : mapping
-        ``(setting, signal) -> "item item ..."``: the first five items (sorted as str) the alignment leaves out
-        of the signal; empty for a signal table (its ``left_out_examples`` stay empty).
-    rows : InputRows or None
-        The checked rows of a whole-file read with a model column (the comparison across models reads them).
-    """
-
+    #: rows of the one signal table (analysis/signals.py ``SCHEMA``, conformed), ordered so that ``plan_units``
+    #: meets the units, signals and items in the order of the tables
     table: pd.DataFrame
+    #: input rows this part was read from
     n_rows: int
+    #: correctness values strictly between 0 and 1, before any threshold
     n_graded: int = 0
+    #: ``(setting, signal) -> "item item ..."``: the first five items (sorted as str) the alignment leaves out of
+    #: the signal; empty for a signal table (its ``left_out_examples`` stay empty)
     examples: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    #: the checked rows of a whole-file read with a model column (the comparison across models reads them)
     rows: InputRows | None = field(default=None, repr=False)
 
 
