@@ -25,11 +25,13 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from confgrid.analysis.signals import conform
+from confgrid.analysis.signals import SCHEMA
 
 from confgrid.flows.analyze.check import (
     KEPT_PROBLEMS,
@@ -574,6 +576,29 @@ def check_clusters(rows: InputRows, column: str) -> None:
         lines)
 
 
+def _schema_table(n: int, given: Mapping[str, Any]) -> pd.DataFrame:
+    """``n`` signal rows in the columns of analysis/signals.py ``SCHEMA``, text as pandas Categoricals (one code per
+    row: a million rows cost megabytes, not a Python object each). ``given``: a column's Categorical, float64 array
+    or one str for every row; every other column is empty (text ``""``, NaN, NA, ``replaced`` False), as ``conform``
+    fills it."""
+    def column(name: str, typ: pa.DataType) -> Any:
+        value = given.get(name)
+        if value is not None and not isinstance(value, str):
+            return value
+        if pa.types.is_string(typ):
+            return pd.Categorical.from_codes(np.zeros(n, np.int8), pd.Index(["" if value is None else value],
+                                                                            dtype=object))
+        if pa.types.is_floating(typ):
+            return np.full(n, np.nan)
+        if name == "replaced":
+            return np.zeros(n, bool)
+        if pa.types.is_integer(typ):
+            return pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
+        return pd.arrays.BooleanArray(np.zeros(n, bool), np.ones(n, bool))
+
+    return pd.DataFrame({c: column(c, t) for c, t in zip(SCHEMA.names, SCHEMA.types, strict=True)})
+
+
 def signal_rows(rows: InputRows, group_col: str | None = None, keep: bool = False) -> SignalRows:
     """Checked five-column rows as signal rows of kind ``input``, aligned by :data:`ALIGN`.
 
@@ -590,19 +615,18 @@ def signal_rows(rows: InputRows, group_col: str | None = None, keep: bool = Fals
     f = rows.frame
     if group_col is not None:
         check_clusters(rows, group_col)
-    codes = {c: f[c].cat.codes.to_numpy() for c in ("setting", "signal", "item_id")}
+    codes = {c: f[c].cat.codes.to_numpy() for c in ("setting", "signal", "item_id", "group") if c in f.columns}
     order = np.lexsort((codes["item_id"], codes["signal"], codes["setting"]))
-    cols = {c: f[c].astype(object).to_numpy()[order] for c in ("setting", "item_id", "signal")}
-    table = conform(pd.DataFrame({**cols, "cluster": (f["group"].astype(object).to_numpy()[order]
-                                                      if group_col is not None else cols["item_id"]),
-                                  "confidence": f["confidence"].to_numpy()[order],
-                                  "target": f["correct"].to_numpy()[order]}),
-                    kind="input", target_kind="", align=ALIGN)
+    text = {c: pd.Categorical.from_codes(code[order], f[c].cat.categories) for c, code in codes.items()}
+    table = _schema_table(len(order), {**text, "cluster": text.pop("group", text["item_id"]), "kind": "input",
+                                       "target_kind": "", "align": ALIGN, "status": "ok",
+                                       "confidence": f["confidence"].to_numpy()[order],
+                                       "target": f["correct"].to_numpy()[order]})
     # the items a setting's signals do not all have, per (setting, signal): its first five, sorted as str
     per = pd.DataFrame({"s": codes["setting"], "i": codes["item_id"], "g": codes["signal"]})
     n_sig = per.groupby("s")["g"].transform("nunique")
     left = per[(per.groupby(["s", "i"])["g"].transform("size") < n_sig).to_numpy()].sort_values(["s", "g", "i"])
-    cats = {c: f[c].cat.categories for c in codes}
+    cats = {c: f[c].cat.categories for c in ("setting", "signal", "item_id")}
     examples = {(cats["setting"][s], cats["signal"][g]): " ".join(str(cats["item_id"][i]) for i in grp["i"][:5])
                 for (s, g), grp in left.groupby(["s", "g"], sort=False)}
     return SignalRows(table, int(rows.pos.size), rows.n_graded, examples, rows if keep else None)
