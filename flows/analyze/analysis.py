@@ -197,7 +197,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
                         "analyze(AnalyzeSpec(input=..., out=..., metrics=...)) (confgrid.flows.analyze.spec)")
     spec.warn_unused_axes()
     cand_df = read_candidates(spec.candidates) if spec.candidates is not None else None
-    input_path, out_dir = spec.input, spec.out
+    out_dir = spec.out
     if out_dir.exists() and not out_dir.is_dir():
         raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
     cols = _columns(spec.column_roles)

@@ -17,24 +17,10 @@ import numpy as np
 import pyarrow as pa
 
 from confgrid.flows.analyze.check import Problems, check_ids
-from confgrid.flows.analyze.input import CheckOptions, SignalRows, check_chunk, input_format, raise_problems, signal_rows
+from confgrid.flows.analyze.input import CheckOptions, SignalRows, check_chunk, raise_problems, signal_rows
 from confgrid.flows.analyze.read import AnalyzeInputError, Chunk, open_parquet, read_parquet
 
-__all__ = ["in_turn_wanted", "parquet_settings", "settings_in_turn"]
-
-
-def in_turn_wanted(path: Path, cols: dict[str, str], in_turn: bool | None) -> bool:
-    """Whether to analyze one setting at a time: Parquet without a model column (by default, or asked)."""
-    fmt = input_format(path)
-    has_model = False
-    if fmt == "parquet" and "model" in cols:
-        has_model = cols["model"] in open_parquet(path).schema_arrow.names
-    ok = fmt == "parquet" and not has_model
-    if in_turn and not ok:
-        raise AnalyzeInputError(f"--in-turn: needs a Parquet input without a model column, got {path.name!r}"
-                                f"{' (it has a model column)' if has_model else ''}; convert the file with "
-                                "pandas.read_csv(...).to_parquet(...) or leave --in-turn out")
-    return ok if in_turn is None else bool(in_turn)
+__all__ = ["parquet_settings", "settings_in_turn"]
 
 
 @dataclass

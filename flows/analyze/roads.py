@@ -36,7 +36,7 @@ from confgrid.analysis.evaluation import Comparisons, UnitPlan, plan_units
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.analysis.registry import METRICS
 from confgrid.analysis.signals import UNIT_COLUMNS, check, conform
-from confgrid.flows.analyze.in_turn import in_turn_wanted, settings_in_turn
+from confgrid.flows.analyze.in_turn import settings_in_turn
 from confgrid.flows.analyze.input import (
     INPUT_FORMATS,
     AnalyzeWarning,
@@ -44,10 +44,11 @@ from confgrid.flows.analyze.input import (
     InputRows,
     SignalRows,
     _columns,
+    input_format,
     read_rows,
     signal_rows,
 )
-from confgrid.flows.analyze.read import AnalyzeInputError
+from confgrid.flows.analyze.read import AnalyzeInputError, open_parquet
 from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
 from confgrid.flows.evaluate.run_evaluation import RUN_COMPARISONS
@@ -78,35 +79,23 @@ class UnitSummary:
 
 @dataclass(frozen=True)
 class Analyzed:
-    """What the evaluator made of an input's signal rows.
+    """What the evaluator made of an input's signal rows (:func:`evaluate_input`)."""
 
-    Attributes
-    ----------
-    road : str
-        The entry of :data:`ROADS` that read the input.
-    settings : list of UnitSummary
-        One per unit, in table order (the MLflow children, the cluster columns).
-    units : list of UnitPlan
-        The evaluator's units, in table order (arrays freed by an ``in_turn`` road).
-    results : list of BootstrapResult
-        ``bootstrap_units`` of ``units``, in the same order.
-    alignment : DataFrame
-        :data:`ALIGNMENT_COLUMNS`, a row per (unit, signal).
-    n_rows : int
-        Data rows read.
-    n_graded : int
-        Correctness values strictly between 0 and 1.
-    rows : InputRows or None
-        The checked rows of a whole-file read with a model column (the comparison across models), else None.
-    """
-
+    #: the entry of :data:`ROADS` that read the input
     road: str
+    #: one per unit, in table order (the MLflow children, the cluster columns)
     settings: list[UnitSummary]
+    #: the evaluator's units, in table order (arrays freed by an ``in_turn`` road)
     units: list[UnitPlan]
+    #: ``bootstrap_units`` of ``units``, in the same order
     results: list[BootstrapResult]
+    #: :data:`ALIGNMENT_COLUMNS`, a row per (unit, signal)
     alignment: pd.DataFrame
+    #: data rows read
     n_rows: int
+    #: correctness values strictly between 0 and 1
     n_graded: int = 0
+    #: the checked rows of a whole-file read with a model column (the comparison across models), else None
     rows: InputRows | None = field(default=None, repr=False)
 
 
@@ -119,35 +108,22 @@ def _input_comparisons(spec: AnalyzeSpec) -> Comparisons:
 
 @dataclass(frozen=True)
 class Road:
-    """An input ``confgrid analyze`` reads.
-
-    Attributes
-    ----------
-    name, description : str
-    accepts : callable
-        ``accepts(spec) -> bool``: whether it reads ``spec.input`` (it may raise AnalyzeInputError for an option
-        the input cannot take).
-    read : callable
-        ``read(spec) -> iterable of SignalRows``: the input as signal rows, whole or in parts.
-    comparisons : callable
-        ``comparisons(spec) -> Comparisons``: which signals the units compare (default: every ordered pair of a
-        setting's signals, or ``--against``/``--signal-pairs``).
-    in_turn : bool
-        The parts come one at a time: each part's arrays are freed after its bootstrap.
-    checked : bool
-        Say (AnalyzeWarning) which items the alignment leaves out, and name each undefined point estimate by
-        setting and signal (UndefinedMetricWarning).
-    fallback : bool
-        Tried after every other entry (it accepts what no other reader takes).
-    """
+    """An input ``confgrid analyze`` reads (an entry of :data:`ROADS`)."""
 
     name: str
     description: str
+    #: ``accepts(spec) -> bool``: whether it reads ``spec.input`` (AnalyzeInputError: an option it cannot take)
     accepts: Callable[[AnalyzeSpec], bool]
+    #: ``read(spec) -> iterable of SignalRows``: the input as signal rows, whole or in parts
     read: Callable[[AnalyzeSpec], Iterable[SignalRows]]
+    #: ``comparisons(spec) -> Comparisons``: which signals the units compare
     comparisons: Callable[[AnalyzeSpec], Comparisons] = _input_comparisons
+    #: the parts come one at a time: each part's arrays are freed after its bootstrap
     in_turn: bool = False
+    #: say which items the alignment leaves out (AnalyzeWarning) and name each undefined point estimate by setting
+    #: and signal (UndefinedMetricWarning)
     checked: bool = True
+    #: tried after every other entry (it accepts what no other reader takes)
     fallback: bool = False
 
 
@@ -283,9 +259,17 @@ def _run_comparisons(spec: AnalyzeSpec) -> Comparisons:
 
 
 def _wants_in_turn(spec: AnalyzeSpec) -> bool:
+    """Parquet without a model column, unless ``--whole-file``; ``--in-turn`` on another input is an error."""
     if not spec.in_turn and spec.input.suffix.lower() not in INPUT_FORMATS.get("parquet").suffixes:
-        return False  # not Parquet, and not asked: another entry's file (--in-turn on it is refused below)
-    wanted = in_turn_wanted(spec.input, _columns(spec.column_roles), spec.in_turn)
+        return False  # not Parquet, and not asked: another entry's file
+    cols = _columns(spec.column_roles)
+    parquet = input_format(spec.input) == "parquet"
+    has_model = parquet and "model" in cols and cols["model"] in open_parquet(spec.input).schema_arrow.names
+    if spec.in_turn and not (parquet and not has_model):
+        raise AnalyzeInputError(f"--in-turn: needs a Parquet input without a model column, got "
+                                f"{spec.input.name!r}{' (it has a model column)' if has_model else ''}; convert "
+                                "the file with pandas.read_csv(...).to_parquet(...) or leave --in-turn out")
+    wanted = parquet and not has_model if spec.in_turn is None else spec.in_turn
     if wanted and spec.interval == "jeffreys":
         raise AnalyzeInputError("--interval jeffreys draws from each setting's items, which the in-turn road (the "
                                 "default for Parquet input without a model column, or --in-turn) frees after its "
