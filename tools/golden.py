@@ -275,7 +275,7 @@ def _with_candidates(out: Path, root: Path) -> Path:
 
 _METRICS = "ece,auroc,aurc,brier,ece_15"
 ANALYSES: dict[str, Analysis] = {
-    # a run's signal table (flows/analyze/run_table.py): the run's units, statuses, alignment and comparisons
+    # a run's signal table (flows/analyze/roads.py, entry signal_table): the run's units, statuses, alignment and comparisons
     "analyze_signal_table": Analysis(_signals_of("demo"), after="demo"),
     "analyze_signal_table_sensitivity": Analysis(_signals_of("sensitivity"), after="sensitivity"),
     # five columns, whole file: CSV and JSON Lines; with closures, bin confidences and the published conventions

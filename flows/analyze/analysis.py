@@ -27,8 +27,9 @@ that setting, counted per signal in ``alignment.csv`` and announced with an
 :class:`AnalyzeWarning`, never silently.
 
 Clusters: with ``--group-col COL`` the bootstrap resamples the distinct
-values of ``COL`` with all their items (flows/analyze/groups.py); the tables
-say so (``cluster_col``, ``n_clusters``).
+values of ``COL`` with all their items (an item's rows must name one cluster,
+flows/analyze/input.py ``check_clusters``); the tables say so
+(``cluster_col``, ``n_clusters``).
 
 Determinism: settings, signals and items are sorted (as strings), so the
 output does not depend on the order of the input rows. The bootstrap seed of
@@ -70,15 +71,14 @@ from confgrid.analysis.closure import closure_notes
 from confgrid.analysis.evaluation import estimates, unit_names
 from confgrid.analysis.verdicts import verdict_table
 from confgrid.flows.analyze.ace import compare_models, read_candidates
-from confgrid.flows.analyze.in_turn import object_frame
 from confgrid.flows.analyze.input import AnalyzeWarning, _columns
 from confgrid.flows.analyze.read import AnalyzeInputError
-from confgrid.flows.analyze.roads import road_for
+from confgrid.flows.analyze.roads import evaluate_input
 from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
 from confgrid.flows.evaluate.outputs import verdict_mlflow
 from confgrid.flows.store.run_info import RunInfo, write_run_info
-from confgrid.flows.store.run_store import write_frame_atomic, write_text_atomic
+from confgrid.flows.store.run_store import Frames, write_frames, write_text_atomic
 from confgrid.flows.tracking import (
     Logged,
     Tracker,
@@ -94,8 +94,10 @@ __all__ = ["EXPERIMENT", "RECORD_FILE", "Analysis", "AnalyzeSpec", "TrackingWarn
 EXPERIMENT = "confgrid/analyze"
 #: the analysis' MLflow params and tags in the output directory (what ``confgrid log`` logs)
 RECORD_FILE = "analyze.json"
-#: the tables of an analysis logged to MLflow, each written as OUT/results/<name>.csv and .parquet (a run's layout)
-TABLES = ("metrics", "gaps", "shifts", "alignment", "verdicts")
+#: the tables of an analysis, each written as OUT/results/<name>.csv and .parquet (a run's layout)
+TABLES = ("metrics", "gaps", "shifts", "alignment", "edges", "closure", "verdicts")
+#: those logged to MLflow as artifacts
+LOGGED = ("metrics", "gaps", "shifts", "alignment", "verdicts")
 
 
 class TrackingWarning(AnalyzeWarning):
@@ -109,37 +111,25 @@ class TrackingWarning(AnalyzeWarning):
 
 @dataclass(frozen=True)
 class Analysis:
-    """What :func:`analyze` gives back (its files are written by then).
+    """What :func:`analyze` gives back (its files are written by then); ``analysis["metrics"]`` is
+    ``analysis.tables["metrics"]``."""
 
-    Attributes
-    ----------
-    spec : AnalyzeSpec
-        What was asked.
-    tables : mapping of str to DataFrame
-        Every table written to ``OUT/results`` by name: ``metrics``, ``gaps``, ``shifts``, ``alignment``,
-        ``edges``, ``closure``, ``verdicts``, and with a model column ``ace_*``; ``analysis["metrics"]`` is
-        ``analysis.tables["metrics"]``.
-    road : str
-        The reader that took the input (flows/analyze/roads.py ``ROADS``).
-    n_graded : int
-        Correctness values strictly between 0 and 1 (soft labels unless ``threshold``).
-    resampled : str
-        How the bootstrap resampled, in words (items, or the clusters of ``group_col``).
-    tracking_uri : str or None
-        The MLflow store logged to; None without tracking.
-    run_id : str or None
-        The MLflow parent run; None without tracking or when the store failed.
-    tracking_failure : TrackingFailure or None
-        Why the store failed (the files are written all the same).
-    """
-
+    #: what was asked
     spec: AnalyzeSpec
+    #: every table written to ``OUT/results`` by name: metrics, gaps, shifts, alignment, edges, closure, verdicts,
+    #: and with a model column ``ace_*``
     tables: Mapping[str, pd.DataFrame]
+    #: the reader that took the input (flows/analyze/roads.py ``ROADS``)
     road: str
+    #: correctness values strictly between 0 and 1 (soft labels unless ``threshold``)
     n_graded: int = 0
+    #: how the bootstrap resampled, in words (items, or the clusters of ``group_col``)
     resampled: str = "paired resamples"
+    #: the MLflow store logged to; None without tracking
     tracking_uri: str | None = None
+    #: the MLflow parent run; None without tracking or when the store failed
     run_id: str | None = None
+    #: why the store failed (the files are written all the same)
     tracking_failure: TrackingFailure | None = field(default=None, repr=False)
 
     def __getitem__(self, name: str) -> pd.DataFrame:
@@ -147,13 +137,6 @@ class Analysis:
 
     def __contains__(self, name: object) -> bool:
         return name in self.tables
-
-
-def _write_tables(tables: Mapping[str, pd.DataFrame], results: Path) -> None:
-    """Each table as ``results/<name>.csv`` and ``.parquet`` (the one place analyze writes its frames)."""
-    for name, df in tables.items():
-        for ext in (".csv", ".parquet"):
-            write_frame_atomic(df, results / f"{name}{ext}")
 
 
 def _with_comparison(tables: dict[str, pd.DataFrame], ace: Any, spec: AnalyzeSpec) -> dict[str, pd.DataFrame]:
@@ -214,44 +197,41 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
                         "analyze(AnalyzeSpec(input=..., out=..., metrics=...)) (confgrid.flows.analyze.spec)")
     spec.warn_unused_axes()
     cand_df = read_candidates(spec.candidates) if spec.candidates is not None else None
-    input_path, out_dir = spec.input, spec.out
+    out_dir = spec.out
     if out_dir.exists() and not out_dir.is_dir():
         raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
     cols = _columns(spec.column_roles)
-    road = road_for(spec)
-    read = road.read(spec)
+    read = evaluate_input(spec)
     est = estimates(read.units, read.results, spec.level, spec.interval)
     n_clusters = {st.name: st.n_clusters for st in read.settings if st.n_clusters is not None}
     metrics_df, gaps_df, shifts_df = (with_cluster_columns(df, spec.group_col, n_clusters)
                                       for df in (est.metrics, est.gaps, est.shifts))
+    if read.rows is None and (spec.views is not None or spec.candidates is not None):
+        raise AnalyzeInputError("--views/--candidates compare models: the input needs a model column "
+                                "(--model-col NAME)")
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "alignment": read.alignment,
               "edges": est.edges, "closure": closure_notes(metrics_df, gaps_df, est.edges, spec.n_bins),
               "verdicts": verdict_table(gaps_df, est.shares, spec.verdicts.rule(), spec.level)}
-    _write_tables(tables, out_dir / "results")
-    # what `confgrid show` and `confgrid report` read (an analysis has one group: every row)
-    write_run_info(out_dir, RunInfo(command="analyze", n_bins=spec.n_bins, ece_closure=spec.ece_closure,
-                                    ece_bin_confidence=spec.ece_bin_confidence, level=spec.level, primary={}))
-    if read.rows is not None and "model" in read.rows.frame.columns:
+    if read.rows is not None:  # a model column: the comparison across models (it writes its ace_* tables)
         if spec.group_col is not None:
             warnings.warn(f"--group-col {spec.group_col!r} clusters the metrics and gaps; the comparison across "
                           "models still resamples single items", AnalyzeWarning, stacklevel=2)
-        ace = compare_models(object_frame(read.rows.frame), out_dir / "results", views=spec.views,
+        ace = compare_models(_object_frame(read.rows.frame), out_dir / "results", views=spec.views,
                              pairs=None if spec.pairs is None else list(spec.pairs), candidates=cand_df,
                              n_resamples=spec.comparison_resamples, seed=spec.seed, n_bins=spec.n_bins,
                              ia_strata=spec.ia_strata)
         if ace is not None:
-            joined = _with_comparison(tables, ace, spec)
-            _write_tables({n: joined[n] for n in ("metrics", "gaps", "shifts", "verdicts")}, out_dir / "results")
-            tables = joined
+            tables = _with_comparison(tables, ace, spec)
             for msg in ace.messages:
                 warnings.warn(f"comparison across models: {msg}", AnalyzeWarning, stacklevel=2)
-    elif spec.views is not None or spec.candidates is not None:
-        raise AnalyzeInputError("--views/--candidates compare models: the input needs a model column "
-                                "(--model-col NAME)")
-    record = _record(spec, read, cols, road.name == "in_turn")
+    write_frames(Frames({n: tables[n] for n in TABLES}), out_dir / "results")
+    # what `confgrid show` and `confgrid report` read (an analysis has one group: every row)
+    write_run_info(out_dir, RunInfo(command="analyze", n_bins=spec.n_bins, ece_closure=spec.ece_closure,
+                                    ece_bin_confidence=spec.ece_bin_confidence, level=spec.level, primary={}))
+    record = _record(spec, read, cols, read.road == "in_turn")
     write_text_atomic(json.dumps(record, indent=1), out_dir / RECORD_FILE)
-    result = Analysis(spec, tables, road.name, read.n_graded, cluster_note(spec.group_col, n_clusters))
+    result = Analysis(spec, tables, read.road, read.n_graded, cluster_note(spec.group_col, n_clusters))
     if not spec.track:
         return result
     uri = _uri(record, out_dir)
@@ -261,8 +241,14 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     except Exception as exc:  # noqa: BLE001 - the results are written; tracking is the last step
         failure = TrackingFailure.of(uri, exc)
         warnings.warn(TrackingWarning(failure, out_dir), stacklevel=2)
-        return Analysis(spec, tables, road.name, read.n_graded, result.resampled, uri, None, failure)
-    return Analysis(spec, tables, road.name, read.n_graded, result.resampled, uri, run_id)
+        return Analysis(spec, tables, read.road, read.n_graded, result.resampled, uri, None, failure)
+    return Analysis(spec, tables, read.road, read.n_graded, result.resampled, uri, run_id)
+
+
+def _object_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Categorical id columns as object columns of str (what the model comparison takes)."""
+    return frame.assign(**{c: frame[c].astype(object) for c in frame.columns
+                           if isinstance(frame[c].dtype, pd.CategoricalDtype)})
 
 
 def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -> dict[str, Any]:
@@ -288,7 +274,7 @@ def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -
         "params": params,
         "tags": {"confgrid.command": "analyze", "confgrid.input": str(input_path.resolve()),
                  "confgrid.input_sha256": digest},
-        "children": [{"name": st.name, "params": dict(setting=st.name, seed=st.seed, n_items=len(st.items),
+        "children": [{"name": st.name, "params": dict(setting=st.name, seed=st.seed, n_items=st.n_items,
                                                        signals=st.signals, **({} if st.n_clusters is None else
                                                                               {"n_clusters": st.n_clusters}))}
                      for st in settings],
@@ -310,7 +296,7 @@ def _track(record: dict[str, Any], out_dir: Path, tracking_uri: str, metrics_df:
             values = result_metrics(metrics_df[m_units == name], gaps_df[g_units == name])
             tags = {"confgrid.kind": "setting", "confgrid.setting": name, "confgrid.command": "analyze"}
             tracker.child(name, ch["params"], values, [], tags=tags)
-        tracker.log_artifacts([out_dir / "results" / f"{name}{ext}" for name in TABLES for ext in (".csv", ".parquet")
+        tracker.log_artifacts([out_dir / "results" / f"{name}{ext}" for name in LOGGED for ext in (".csv", ".parquet")
                                if (out_dir / "results" / f"{name}{ext}").is_file()], "results")
         verdicts = out_dir / "results" / "verdicts.parquet"
         if verdicts.is_file():  # the verdicts on the parent, as a run logs them

@@ -1,7 +1,7 @@
 """Column-wise checks of ``confgrid analyze`` input: ids, numbers, duplicates, each problem by its place.
 
 The rules are those of the per-row reader this replaced (kept as
-tests/analyze_rowwise_reference.py; tests/flows/analyze/test_analyze_scale.py checks both
+tests/reference/analyze_rowwise.py; tests/flows/analyze/test_analyze_scale.py checks both
 give the same rows and messages on every fixture). A column arrives as a
 pyarrow array; common types (strings, integers, floats, booleans, dictionary
 columns) are checked with vectorized pyarrow / numpy operations, and only the

@@ -11,7 +11,7 @@ by ``--group-col``, and then required: the clusters of the bootstrap). Bad input
 Reading is column-wise (flows/analyze/read.py: pyarrow readers, each row's
 line or row number kept) and so is checking (flows/analyze/check.py); the
 rules and messages are those of the per-row reader this replaced (kept as
-tests/analyze_rowwise_reference.py), with two changes: a confidence or
+tests/reference/analyze_rowwise.py), with two changes: a confidence or
 correctness value within :data:`~confgrid.flows.analyze.check.CLIP_TOLERANCE`
 (1e-6) outside [0, 1] is clipped with an :class:`AnalyzeWarning` instead of
 rejected, and the options ``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`).
@@ -25,9 +25,13 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+
+from confgrid.analysis.signals import SCHEMA
 
 from confgrid.flows.analyze.check import (
     KEPT_PROBLEMS,
@@ -51,7 +55,11 @@ from confgrid.flows.analyze.read import (
 from confgrid.registry import Registry
 
 __all__ = [
+    "ALIGN",
     "MAX_PROBLEMS",
+    "SignalRows",
+    "check_clusters",
+    "signal_rows",
     "UNCERTAINTY",
     "UncertaintyTransform",
     "INPUT_FORMATS",
@@ -513,3 +521,112 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None,
         if isinstance(frame[c].dtype, pd.CategoricalDtype):
             frame[c] = frame[c].astype(object)
     return frame, rows.where()
+
+
+# ---------------------------------------------------------------------------
+# checked rows as signal rows (the run's schema): what every input road gives the evaluator
+# ---------------------------------------------------------------------------
+
+#: the ``align`` label of five-column rows: a setting's signals are compared on the items every one of them scored
+ALIGN = "input"
+
+
+@dataclass(frozen=True)
+class SignalRows:
+    """A part of an input as signal rows: what a road of flows/analyze/roads.py gives the evaluator."""
+
+    #: rows of the one signal table (analysis/signals.py ``SCHEMA``, conformed), ordered so that ``plan_units``
+    #: meets the units, signals and items in the order of the tables
+    table: pd.DataFrame
+    #: input rows this part was read from
+    n_rows: int
+    #: correctness values strictly between 0 and 1, before any threshold
+    n_graded: int = 0
+    #: ``(setting, signal) -> "item item ..."``: the first five items (sorted as str) the alignment leaves out of
+    #: the signal; empty for a signal table (its ``left_out_examples`` stay empty)
+    examples: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    #: the checked rows of a whole-file read with a model column (the comparison across models reads them)
+    rows: InputRows | None = field(default=None, repr=False)
+
+
+def check_clusters(rows: InputRows, column: str) -> None:
+    """Raise :class:`AnalyzeInputError` when the rows of one (setting, item) name different clusters in the group
+    column ``column`` (``--group-col``): the first such setting (as settings sort), its first five such items in
+    file order, each with the places of its rows. An item belongs to one cluster (analysis/clusters.py)."""
+    f = rows.frame
+    s, i, g = (f[c].cat.codes.to_numpy().astype(np.int64) for c in ("setting", "item_id", "group"))
+    key = s * max(len(f["item_id"].cat.categories), 1) + i
+    first = pd.Series(g).groupby(key).transform("first").to_numpy()
+    off = np.flatnonzero(g != first)
+    if not off.size:
+        return
+    setting = int(s[off].min())
+    mine = np.flatnonzero(s == setting)
+    mixed = pd.unique(i[mine][np.isin(key[mine], key[off])])  # in order of first appearance
+    items, groups = f["item_id"].cat.categories, f["group"].cat.categories
+    lines = []
+    for item in mixed[:5]:
+        at = mine[i[mine] == item]
+        seen = ", ".join(f"{groups[g[r]]!r} at {rows.unit} {rows.pos[r]}" for r in at)
+        lines.append(f"item {items[item]!r}: {seen}")
+    more = f" (and {len(mixed) - 5} more items)" if len(mixed) > 5 else ""
+    raise AnalyzeInputError(
+        f"setting {f['setting'].cat.categories[setting]!r}: the rows of an item must name one cluster in the group "
+        f"column {column!r} (--group-col), but {len(mixed)} item(s) name several{more}:\n  " + "\n  ".join(lines),
+        lines)
+
+
+def _schema_table(n: int, given: Mapping[str, Any]) -> pd.DataFrame:
+    """``n`` signal rows in the columns of analysis/signals.py ``SCHEMA``, text as pandas Categoricals (one code per
+    row: a million rows cost megabytes, not a Python object each). ``given``: a column's Categorical, float64 array
+    or one str for every row; every other column is empty (text ``""``, NaN, NA, ``replaced`` False), as ``conform``
+    fills it."""
+    def column(name: str, typ: pa.DataType) -> Any:
+        value = given.get(name)
+        if value is not None and not isinstance(value, str):
+            return value
+        if pa.types.is_string(typ):
+            return pd.Categorical.from_codes(np.zeros(n, np.int8), pd.Index(["" if value is None else value],
+                                                                            dtype=object))
+        if pa.types.is_floating(typ):
+            return np.full(n, np.nan)
+        if name == "replaced":
+            return np.zeros(n, bool)
+        if pa.types.is_integer(typ):
+            return pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
+        return pd.arrays.BooleanArray(np.zeros(n, bool), np.ones(n, bool))
+
+    return pd.DataFrame({c: column(c, t) for c, t in zip(SCHEMA.names, SCHEMA.types, strict=True)})
+
+
+def signal_rows(rows: InputRows, group_col: str | None = None, keep: bool = False) -> SignalRows:
+    """Checked five-column rows as signal rows of kind ``input``, aligned by :data:`ALIGN`.
+
+    Rows are sorted by (setting, signal, item), each as str, so ``plan_units`` orders settings, signals and the
+    aligned items as str sort. A setting is a unit on its own: ``model`` and ``dataset`` stay empty (its seed is
+    ``setting_seed(setting, "", seed)``) and so does ``target_kind``. With ``group_col`` the rows' clusters go to
+    the ``cluster`` column (:func:`check_clusters` first). ``keep``: keep ``rows`` (the comparison across models).
+
+    Raises
+    ------
+    AnalyzeInputError
+        An item whose rows name several clusters.
+    """
+    f = rows.frame
+    if group_col is not None:
+        check_clusters(rows, group_col)
+    codes = {c: f[c].cat.codes.to_numpy() for c in ("setting", "signal", "item_id", "group") if c in f.columns}
+    order = np.lexsort((codes["item_id"], codes["signal"], codes["setting"]))
+    text = {c: pd.Categorical.from_codes(code[order], f[c].cat.categories) for c, code in codes.items()}
+    table = _schema_table(len(order), {**text, "cluster": text.pop("group", text["item_id"]), "kind": "input",
+                                       "target_kind": "", "align": ALIGN, "status": "ok",
+                                       "confidence": f["confidence"].to_numpy()[order],
+                                       "target": f["correct"].to_numpy()[order]})
+    # the items a setting's signals do not all have, per (setting, signal): its first five, sorted as str
+    per = pd.DataFrame({"s": codes["setting"], "i": codes["item_id"], "g": codes["signal"]})
+    n_sig = per.groupby("s")["g"].transform("nunique")
+    left = per[(per.groupby(["s", "i"])["g"].transform("size") < n_sig).to_numpy()].sort_values(["s", "g", "i"])
+    cats = {c: f[c].cat.categories for c in ("setting", "signal", "item_id")}
+    examples = {(cats["setting"][s], cats["signal"][g]): " ".join(str(cats["item_id"][i]) for i in grp["i"][:5])
+                for (s, g), grp in left.groupby(["s", "g"], sort=False)}
+    return SignalRows(table, int(rows.pos.size), rows.n_graded, examples, rows if keep else None)

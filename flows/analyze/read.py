@@ -16,7 +16,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from confgrid.errors import FieldsPickle
 
 __all__ = [
     "FLAGS",
+    "HOLDS",
     "NAMED_ONLY",
     "OPTIONAL_ROLES",
     "ROLES",
@@ -54,6 +55,11 @@ NAMED_ONLY = ("group",)
 FLAGS = {"setting": "--setting-col", "item_id": "--item-col", "signal": "--signal-col",
          "confidence": "--confidence-col", "correct": "--correct-col", "model": "--model-col",
          "group": "--group-col"}
+#: what each role's column holds (the help of its flag)
+HOLDS = {"setting": "the setting (unit of pairing)", "item_id": "the question id", "signal": "the confidence method",
+         "confidence": "confidence in [0, 1]", "correct": "correctness (0/1 or in [0, 1])",
+         "model": "the model (optional; with two or more models the accuracy-controlled comparison of study 001 runs "
+                  "too)", "group": "each item's cluster"}
 #: roles with few distinct values: read as dictionary columns where the format allows
 _FEW = ("setting", "signal", "model")
 _CSV_FIELD_LIMIT = 131072  # csv.field_size_limit() default: longer lines take the csv-module path
@@ -162,16 +168,6 @@ def _lines(data: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.nda
 # ---------------------------------------------------------------------------
 
 
-def read_csv(path: Path, cols: dict[str, str]) -> Chunk:
-    """Role columns of a CSV file with a header row (line numbers: the header is line 1 when it is first)."""
-    data = path.read_bytes()
-    fast = _read_csv_fast(path, data, cols)
-    if fast is not None:
-        return fast
-    del data
-    return _read_csv_rows(path, cols)
-
-
 def _header(path: Path, header: list[str], cols: dict[str, str], line: int) -> dict[str, int]:
     missing_columns(path, header, cols)
     dup = sorted({cols[r] for r in ROLES if header.count(cols[r]) > 1})
@@ -256,16 +252,6 @@ def _read_csv_rows(path: Path, cols: dict[str, str]) -> Chunk:
 # ---------------------------------------------------------------------------
 
 
-def read_jsonl(path: Path, cols: dict[str, str]) -> Chunk:
-    """Role columns of a JSON Lines file (line numbers from 1; blank lines skipped, bad lines reported)."""
-    data = path.read_bytes()
-    fast = _read_jsonl_fast(path, data, cols)
-    if fast is not None:
-        return fast
-    del data
-    return _read_jsonl_rows(path, cols)
-
-
 def _read_jsonl_fast(path: Path, data: bytes, cols: dict[str, str]) -> Chunk | None:
     lines = _lines(data)
     if lines is None:
@@ -321,6 +307,24 @@ def _read_jsonl_rows(path: Path, cols: dict[str, str]) -> Chunk:
         if r not in cols or cols[r] not in seen:
             values.pop(r, None)
     return Chunk({r: PyValues(v) for r, v in values.items()}, np.asarray(pos, np.int64), "line", structural)
+
+
+def _text_reader(fast: Callable[[Path, bytes, dict[str, str]], Chunk | None],
+                 rows: Callable[[Path, dict[str, str]], Chunk], doc: str) -> Callable[[Path, dict[str, str]], Chunk]:
+    """A text format's reader: the pyarrow path on the file's bytes when it takes the file, else the line-by-line
+    one (the bytes are freed before it reads)."""
+    def read(path: Path, cols: dict[str, str]) -> Chunk:
+        chunk = fast(path, path.read_bytes(), cols)
+        return chunk if chunk is not None else rows(path, cols)
+
+    read.__doc__ = doc
+    return read
+
+
+read_csv = _text_reader(_read_csv_fast, _read_csv_rows, "Role columns of a CSV file with a header row (line "
+                        "numbers: the header is line 1 when it is first).")
+read_jsonl = _text_reader(_read_jsonl_fast, _read_jsonl_rows, "Role columns of a JSON Lines file (line numbers "
+                          "from 1; blank lines skipped, bad lines reported).")
 
 
 class PyValues:

@@ -1,104 +1,136 @@
-"""The inputs ``confgrid analyze`` reads, one registry entry each, all ending in the run's evaluator.
+"""The inputs ``confgrid analyze`` reads, one registry entry each, all on the run's road.
 
-Each entry (:class:`Road`) says which files it takes and reads one into the one evaluator's units
-(analysis/evaluation.py ``UnitPlan``: ``plan_units`` for a signal table, its per-unit ``plan_unit`` for an aligned
-setting of five columns), which every entry bootstraps with the run's ``bootstrap_units``
-(flows/evaluate/bootstrap_ray.py, in process or on Ray Data, bit for bit the same); :func:`analyze` then makes
-the tables with the run's ``estimates``. The first entry, in registration order, that accepts the input reads it,
-the fallback entries (``columns``) last:
+Each entry (:class:`Road`) says which files it takes and reads one into signal rows (analysis/signals.py, the
+schema of a run's ``tables/signals.parquet``; flows/analyze/input.py ``SignalRows``). :func:`evaluate_input` then
+takes them as a run does: ``plan_units`` (analysis/evaluation.py), ``bootstrap_units`` (flows/evaluate/
+bootstrap_ray.py, in process or on Ray Data, bit for bit the same), and :func:`analyze` the run's ``estimates``.
+The first entry, in registration order, that accepts the input reads it, the fallback entries (``columns``) last:
 
 ==============  ===============================================================================================
 entry           input
 ==============  ===============================================================================================
-signal_table    a run's ``tables/signals.parquet`` or a Parquet file in its schema (flows/analyze/run_table.py)
+signal_table    a run's ``tables/signals.parquet`` or a Parquet file in its schema: the run's units, statuses,
+                alignment and comparisons (every signal against verbalized, study 000's token shifts)
 in_turn         Parquet of five columns without a model column: one setting at a time (flows/analyze/in_turn.py;
                 memory of the largest setting, not of the file), unless ``--whole-file``
 columns         CSV, JSONL or Parquet of five columns, read whole (flows/analyze/input.py)
 ==============  ===============================================================================================
 
-Adding an input: write ``read(path, spec) -> Analyzed`` that yields units and their bootstrap results through
-``bootstrap_units``, and ``ROADS.register("name", Road(...))``: it is tried after the entries registered before it
-and before the fallback (a duplicate name is an error; ``ROADS.get`` of an unknown one lists the choices).
+Adding an input: see :data:`ROADS`.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from confgrid.analysis.bootstrap import BootstrapResult
 from confgrid.analysis.closure import edge_bins
-from confgrid.analysis.evaluation import Comparisons, UnitPlan
+from confgrid.analysis.evaluation import Comparisons, UnitPlan, plan_units
 from confgrid.analysis.metrics import UndefinedMetricWarning
-from confgrid.flows.analyze.in_turn import (
-    ALIGNMENT_COLUMNS,
-    ALL_PAIRS,
-    align,
-    analyze_in_turn,
-    in_turn_wanted,
-    named_undefined,
-    unit_of,
+from confgrid.analysis.registry import METRICS
+from confgrid.analysis.signals import UNIT_COLUMNS, check, conform
+from confgrid.flows.analyze.in_turn import settings_in_turn
+from confgrid.flows.analyze.input import (
+    INPUT_FORMATS,
+    AnalyzeWarning,
+    CheckOptions,
+    InputRows,
+    SignalRows,
+    _columns,
+    input_format,
+    read_rows,
+    signal_rows,
 )
-from confgrid.flows.analyze.input import INPUT_FORMATS, CheckOptions, InputRows, _columns, read_rows
-from confgrid.flows.analyze.read import AnalyzeInputError
-from confgrid.flows.analyze.run_table import is_signal_table, read_signal_table
+from confgrid.flows.analyze.read import AnalyzeInputError, open_parquet
 from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
+from confgrid.flows.evaluate.run_evaluation import RUN_COMPARISONS
 from confgrid.registry import Registry
 
-__all__ = ["ROADS", "Analyzed", "Road", "road_for"]
+__all__ = ["ALIGNMENT_COLUMNS", "ROADS", "Analyzed", "Road", "UnitSummary", "evaluate_input", "road_for"]
+
+ALIGNMENT_COLUMNS = ["setting", "signal", "n_items", "n_used", "n_left_out", "left_out_examples"]
+#: The columns that make a Parquet file a signal table (read as such, not as five columns).
+SIGNAL_TABLE_COLUMNS = (*UNIT_COLUMNS, "item_id", "signal", "confidence", "target", "status", "align")
+
+
+@dataclass(frozen=True)
+class UnitSummary:
+    """What the MLflow record and the cluster columns need of a unit once its arrays are freed."""
+
+    name: str
+    signals: list[str]
+    seed: int
+    n_items: int
+    n_clusters: int | None = None
+
+    @classmethod
+    def of(cls, u: UnitPlan) -> UnitSummary:
+        return cls(u.name, list(u.signals), u.seed, len(u.items),
+                   None if u.groups is None else int(pd.unique(u.groups).size))
 
 
 @dataclass(frozen=True)
 class Analyzed:
-    """What a road gives the evaluator.
+    """What the evaluator made of an input's signal rows (:func:`evaluate_input`)."""
 
-    Attributes
-    ----------
-    settings : list
-        One record per unit with ``name``, ``signals``, ``seed``, ``items`` (sized like the unit's items) and
-        ``n_clusters`` (None without clusters): the MLflow children and the cluster columns.
-    units : list of UnitPlan
-        The evaluator's units, in table order.
-    results : list of BootstrapResult
-        ``bootstrap_units`` of ``units``, in the same order.
-    alignment : DataFrame
-        setting, signal, n_items, n_used, n_left_out, left_out_examples.
-    n_rows : int
-        Data rows read.
-    n_graded : int
-        Correctness values strictly between 0 and 1.
-    rows : InputRows or None
-        The checked rows of a whole-file read (the comparison across models needs them), else None.
-    """
-
-    settings: list[Any]
+    #: the entry of :data:`ROADS` that read the input
+    road: str
+    #: one per unit, in table order (the MLflow children, the cluster columns)
+    settings: list[UnitSummary]
+    #: the evaluator's units, in table order (arrays freed by an ``in_turn`` road)
     units: list[UnitPlan]
+    #: ``bootstrap_units`` of ``units``, in the same order
     results: list[BootstrapResult]
+    #: :data:`ALIGNMENT_COLUMNS`, a row per (unit, signal)
     alignment: pd.DataFrame
+    #: data rows read
     n_rows: int
+    #: correctness values strictly between 0 and 1
     n_graded: int = 0
+    #: the checked rows of a whole-file read with a model column (the comparison across models), else None
     rows: InputRows | None = field(default=None, repr=False)
+
+
+def _input_comparisons(spec: AnalyzeSpec) -> Comparisons:
+    """Every ordered pair of a setting's signals, or ``--against``/``--signal-pairs``."""
+    if spec.against is None and not spec.signal_pairs:
+        return Comparisons(against=None, all_pairs=True)
+    return Comparisons(against=spec.against, pairs=spec.signal_pairs)
 
 
 @dataclass(frozen=True)
 class Road:
-    """An input ``confgrid analyze`` reads: which files (``accepts``), how (``read``), in words (``description``);
-    ``fallback``: tried after every other entry (it accepts what no other reader takes)."""
+    """An input ``confgrid analyze`` reads (an entry of :data:`ROADS`)."""
 
     name: str
     description: str
+    #: ``accepts(spec) -> bool``: whether it reads ``spec.input`` (AnalyzeInputError: an option it cannot take)
     accepts: Callable[[AnalyzeSpec], bool]
-    read: Callable[[AnalyzeSpec], Analyzed]
+    #: ``read(spec) -> iterable of SignalRows``: the input as signal rows, whole or in parts
+    read: Callable[[AnalyzeSpec], Iterable[SignalRows]]
+    #: ``comparisons(spec) -> Comparisons``: which signals the units compare
+    comparisons: Callable[[AnalyzeSpec], Comparisons] = _input_comparisons
+    #: the parts come one at a time: each part's arrays are freed after its bootstrap
+    in_turn: bool = False
+    #: say which items the alignment leaves out (AnalyzeWarning) and name each undefined point estimate by setting
+    #: and signal (UndefinedMetricWarning)
+    checked: bool = True
+    #: tried after every other entry (it accepts what no other reader takes)
     fallback: bool = False
 
 
-#: The inputs by name (the one Registry class), tried in registration order.
+#: The inputs by name (the one Registry class), tried in registration order, fallback entries last. Adding an
+#: input format: write ``read(spec)`` yielding SignalRows (flows/analyze/input.py ``signal_rows`` turns checked
+#: five-column rows into them) and ``ROADS.register("name", Road(...))``; a duplicate name is an error, and
+#: ``ROADS.get`` of an unknown one lists the choices.
 ROADS: Registry[Road] = Registry("analyze input", value_type=Road)
 
 
@@ -117,31 +149,127 @@ def road_for(spec: AnalyzeSpec) -> Road:
                             + "; ".join(f"{n} ({ROADS.get(n).description})" for n in ROADS.names()))
 
 
-def _comparisons(spec: AnalyzeSpec) -> Comparisons:
-    """Every ordered pair of a setting's signals, or ``--against``/``--signal-pairs``."""
-    if spec.against is None and not spec.signal_pairs:
-        return ALL_PAIRS
-    return Comparisons(against=spec.against, pairs=spec.signal_pairs)
+def evaluate_input(spec: AnalyzeSpec) -> Analyzed:
+    """Read ``spec.input`` with its road and take its signal rows on the run's road: ``plan_units`` and
+    ``bootstrap_units`` under the spec's metrics, resamples, bins and workers, part by part.
+
+    Raises
+    ------
+    AnalyzeInputError
+        From the road, or an item in two clusters of a signal table.
+    """
+    road = road_for(spec)
+    comparisons, bins, names = road.comparisons(spec), edge_bins(spec.metric_names, spec.n_bins), spec.metric_names
+    settings, units, results, alignment = [], [], [], []
+    n_rows = n_graded = 0
+    rows = None
+    for part in road.read(spec):
+        try:
+            plans = plan_units(part.table, comparisons, spec.seed, clustered=spec.group_col is not None,
+                               edge_bins=bins)
+        except ValueError as exc:
+            raise AnalyzeInputError(f"{spec.input}: {exc}") from None
+        n_rows, n_graded, rows = n_rows + part.n_rows, n_graded + part.n_graded, part.rows
+        part_alignment = [_alignment(u, part.examples) for u in plans]
+        if road.checked:
+            for u, table in zip(plans, part_alignment, strict=True):
+                _warn_left_out(u.name, table)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UndefinedMetricWarning)  # re-said below with setting and signal
+            part_results = bootstrap_units(plans, names, spec.n_resamples, n_bins=spec.n_bins, use_ray=spec.use_ray,
+                                           num_workers=spec.num_workers, chunk_size=spec.chunk_size)
+        for u, res, table in zip(plans, part_results, part_alignment, strict=True):
+            settings.append(UnitSummary.of(u))
+            alignment += table
+            if road.checked:
+                for m in _named_undefined(u, res.point, names, spec.n_bins):
+                    warnings.warn(m, UndefinedMetricWarning, stacklevel=3)
+            if road.in_turn:
+                u.drop_arrays()  # memory stays that of one part
+        units += plans
+        results += part_results
+    return Analyzed(road.name, settings, units, results, pd.DataFrame(alignment, columns=ALIGNMENT_COLUMNS), n_rows,
+                    n_graded, rows)
 
 
-def _bootstrap(spec: AnalyzeSpec, units: list[UnitPlan]) -> list[BootstrapResult]:
-    """The run's ``bootstrap_units`` of ``units`` under the spec's metrics, resamples, bins and workers."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedMetricWarning)  # re-said with setting and signal by the roads
-        return bootstrap_units(units, spec.metric_names, spec.n_resamples, n_bins=spec.n_bins,
-                               use_ray=spec.use_ray, num_workers=spec.num_workers, chunk_size=spec.chunk_size)
+def _alignment(u: UnitPlan, examples: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    """The alignment rows of a unit: per signal its rows, the items it is evaluated on and those left out."""
+    return [{"setting": u.name, "signal": s, "n_items": u.n_rows.get(s, 0), "n_used": u.n_of(i),
+             "n_left_out": u.n_rows.get(s, 0) - u.n_of(i), "left_out_examples": examples.get((u.name, s), "")}
+            for i, s in enumerate(u.signals)]
 
 
-def _read_signal_table(spec: AnalyzeSpec) -> Analyzed:
-    table = read_signal_table(spec.input, spec.metric_names, spec.seed, spec.n_bins, group_col=spec.group_col,
-                              against=spec.against, pairs=spec.signal_pairs)
-    return Analyzed(table.settings, table.units, _bootstrap(spec, table.units), table.alignment, table.n_rows)
+def _warn_left_out(name: str, table: list[dict[str, Any]]) -> None:
+    left = [f"{r['signal']!r}: {r['n_left_out']} of {r['n_items']}" for r in table if r["n_left_out"]]
+    if left:
+        warnings.warn(f"setting {name!r}: items not scored by every signal are left out of the paired analysis "
+                      f"({', '.join(left)}); {table[0]['n_used']} items used. See alignment.csv.", AnalyzeWarning,
+                      stacklevel=4)
+
+
+def _named_undefined(u: UnitPlan, point: np.ndarray, metrics: list[str], n_bins: int) -> list[str]:
+    """Messages for the undefined point estimates of a unit's own cells, each naming setting, signal and metric."""
+    out = []
+    for s, j in zip(*np.nonzero(np.isnan(point[:len(u.signals)])), strict=True):
+        info = METRICS.get(metrics[j])
+        kw = {"n_bins": n_bins} if info.takes_n_bins else {}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UndefinedMetricWarning)
+            info.func(u.confidence[s][u.masks[s]], u.target[s][u.masks[s]], **kw)
+        why = "; ".join(str(w.message) for w in caught if issubclass(w.category, UndefinedMetricWarning))
+        out.append(f"setting {u.name!r}, signal {u.signals[s]!r}, {metrics[j]}: {why or 'undefined (nan)'}")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the entries
+# ---------------------------------------------------------------------------
+
+
+def _is_signal_table(spec: AnalyzeSpec) -> bool:
+    """Whether the input is a Parquet file in the signal-table schema (:data:`SIGNAL_TABLE_COLUMNS`)."""
+    if spec.input.suffix.lower() not in INPUT_FORMATS.get("parquet").suffixes:
+        return False
+    try:
+        names = set(pq.read_schema(spec.input).names)
+    except Exception:  # noqa: BLE001 - not readable as Parquet: the usual reader says why
+        return False
+    return set(SIGNAL_TABLE_COLUMNS) <= names
+
+
+def _read_signal_table(spec: AnalyzeSpec) -> list[SignalRows]:
+    """A run's signal table as it is: it carries its units, statuses and alignment (analysis/signals.py)."""
+    if spec.group_col not in (None, "cluster"):
+        raise AnalyzeInputError(f"--group-col {spec.group_col!r}: a signal table names each item's cluster in its "
+                                "'cluster' column; use --group-col cluster or leave it out")
+    table = conform(pd.read_parquet(spec.input))
+    try:
+        check(table)
+    except ValueError as exc:
+        raise AnalyzeInputError(f"{spec.input}: {exc}") from None
+    if table.empty:
+        raise AnalyzeInputError(f"{spec.input}: no data rows")
+    return [SignalRows(table, len(table))]
+
+
+def _run_comparisons(spec: AnalyzeSpec) -> Comparisons:
+    """The run's comparisons (every signal against verbalized, study 000's token shifts), or ``--against``."""
+    return Comparisons(against=RUN_COMPARISONS.against if spec.against is None else spec.against,
+                       pairs=spec.signal_pairs, token_shifts=True)
 
 
 def _wants_in_turn(spec: AnalyzeSpec) -> bool:
+    """Parquet without a model column, unless ``--whole-file``; ``--in-turn`` on another input is an error."""
     if not spec.in_turn and spec.input.suffix.lower() not in INPUT_FORMATS.get("parquet").suffixes:
-        return False  # not Parquet, and not asked: another entry's file (--in-turn on it is refused below)
-    wanted = in_turn_wanted(spec.input, _columns(spec.column_roles), spec.in_turn)
+        return False  # not Parquet, and not asked: another entry's file
+    cols = _columns(spec.column_roles)
+    parquet = input_format(spec.input) == "parquet"
+    has_model = parquet and "model" in cols and cols["model"] in open_parquet(spec.input).schema_arrow.names
+    if spec.in_turn and not (parquet and not has_model):
+        raise AnalyzeInputError(f"--in-turn: needs a Parquet input without a model column, got "
+                                f"{spec.input.name!r}{' (it has a model column)' if has_model else ''}; convert "
+                                "the file with pandas.read_csv(...).to_parquet(...) or leave --in-turn out")
+    wanted = parquet and not has_model if spec.in_turn is None else spec.in_turn
     if wanted and spec.interval == "jeffreys":
         raise AnalyzeInputError("--interval jeffreys draws from each setting's items, which the in-turn road (the "
                                 "default for Parquet input without a model column, or --in-turn) frees after its "
@@ -149,34 +277,23 @@ def _wants_in_turn(spec: AnalyzeSpec) -> bool:
     return wanted
 
 
-def _read_in_turn(spec: AnalyzeSpec) -> Analyzed:
-    cols = _columns(spec.column_roles)
-    outcomes, plan = analyze_in_turn(spec.input, cols, CheckOptions(spec.threshold, spec.uncertainty),
-                                     spec.metric_names, spec.n_resamples, spec.seed, spec.chunk_size, spec.n_bins,
-                                     use_ray=spec.use_ray, num_workers=spec.num_workers,
-                                     comparisons=_comparisons(spec))
-    return Analyzed([o.setting for o in outcomes], [o.unit for o in outcomes], [o.result for o in outcomes],
-                    pd.DataFrame([r for o in outcomes for r in o.alignment], columns=ALIGNMENT_COLUMNS),
-                    plan.n_rows, sum(o.n_graded for o in outcomes))
+def _options(spec: AnalyzeSpec) -> CheckOptions:
+    return CheckOptions(spec.threshold, spec.uncertainty)
 
 
-def _read_columns(spec: AnalyzeSpec) -> Analyzed:
-    """Align every setting of the whole input and bootstrap them (with ``--group-col``, their clusters)."""
-    rows = read_rows(spec.input, spec.column_roles, CheckOptions(spec.threshold, spec.uncertainty))
-    settings, alignment = align(rows, spec.seed, group_col=spec.group_col)
-    bins = edge_bins(spec.metric_names, spec.n_bins)
-    units = [unit_of(st, _comparisons(spec), bins) for st in settings]
-    results = _bootstrap(spec, units)
-    for st, res in zip(settings, results, strict=True):
-        for m in named_undefined(st, res.point, spec.metric_names, spec.n_bins):
-            warnings.warn(m, UndefinedMetricWarning, stacklevel=4)
-    return Analyzed(settings, units, results, alignment, int(rows.pos.size), rows.n_graded, rows)
+def _read_in_turn(spec: AnalyzeSpec) -> Iterable[SignalRows]:
+    return settings_in_turn(spec.input, _columns(spec.column_roles), _options(spec), spec.group_col)
 
 
-for _road in (Road("signal_table", "a run's tables/signals.parquet, or Parquet in its schema",
-                   lambda spec: is_signal_table(spec.input), _read_signal_table),
+def _read_columns(spec: AnalyzeSpec) -> list[SignalRows]:
+    rows = read_rows(spec.input, spec.column_roles, _options(spec))
+    return [signal_rows(rows, spec.group_col, keep="model" in rows.frame.columns)]
+
+
+for _road in (Road("signal_table", "a run's tables/signals.parquet, or Parquet in its schema", _is_signal_table,
+                   _read_signal_table, _run_comparisons, checked=False),
               Road("in_turn", "Parquet of five columns without a model column, one setting at a time",
-                   _wants_in_turn, _read_in_turn),
+                   _wants_in_turn, _read_in_turn, in_turn=True),
               Road("columns", "CSV, JSONL or Parquet of five columns, read whole", lambda spec: True, _read_columns,
                    fallback=True)):
     ROADS.register(_road.name, _road)

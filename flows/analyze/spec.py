@@ -44,7 +44,7 @@ DEFAULT_METRICS = ("ece", "auroc", "aurc", "brier")
 FLAGS = {"input": "INPUT", "out": "--out", "metrics": "--metrics", "n_resamples": "--bootstrap", "seed": "--seed",
          "n_bins": "--ece-bins", "ece_closure": "--ece-closure", "ece_bin_confidence": "--ece-bin-confidence",
          "ece_conventions": "--ece-convention", "columns": "--*-col", "tracking_uri": "--tracking-uri",
-         "track": "--tracking/--no-tracking", "use_ray": "--ray", "num_workers": "--workers", "level": "--level",
+         "track": "--tracking/--no-tracking", "use_ray": "--ray/--no-ray", "num_workers": "--workers", "level": "--level",
          "interval": "--interval", "chunk_size": "chunk_size", "views": "--views", "pairs": "--pairs",
          "candidates": "--candidates", "comparison_resamples": "--comparison-bootstrap", "ia_strata": "--ia-strata",
          "threshold": "--threshold", "uncertainty": "--uncertainty", "in_turn": "--in-turn/--whole-file",
@@ -180,45 +180,80 @@ class AnalyzeSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: Path = Field(description="The per-question outputs: .csv, .jsonl/.ndjson, .parquet/.pq, or a run's "
-                                    "tables/signals.parquet (flows/analyze/roads.py lists the readers).")
-    out: Path = Field(description="Output folder (created): results/, analyze.json, the default MLflow store.")
-    metrics: tuple[str, ...] = Field(DEFAULT_METRICS, description="Metric names (analysis/registry.py), each once.")
-    n_resamples: int = Field(10_000, description="Paired bootstrap resamples per setting, >= 1 (--bootstrap).")
-    seed: int = Field(0, description="Base seed >= 0; a setting's seed is setting_seed(setting, '', seed).")
-    n_bins: int = Field(10, description="Bins of the binned names without their own count, 1 to MAX_BINS.")
-    ece_closure: tuple[str, ...] = Field(("left",), description="Bin closures of the unsuffixed binned metrics "
-                                         "(analysis/metrics.py CLOSURES), each once; a second one adds its column.")
-    ece_bin_confidence: tuple[str, ...] = Field(("mean",), description="What stands for a bin's confidence: mean "
-                                                "and/or midpoint.")
-    ece_conventions: tuple[str, ...] = Field((), description="Published ECE conventions (analysis/conventions.py), "
-                                             "each computed as the metric ece_<name>.")
+    input: Path = Field(description="Per-question outputs: .csv (header row), .jsonl/.ndjson or .parquet/.pq, one "
+                        "row per (setting, item_id, signal); or a run's tables/signals.parquet (flows/analyze/roads.py "
+                        "lists the readers). Required unless --spec names it.")
+    out: Path = Field(description="Output directory: results/ (metrics, gaps, shifts, alignment, edges, closure, "
+                      "verdicts; .csv and .parquet), analyze.json, and mlflow.db when it is the MLflow store. "
+                      "Required unless --spec names it.")
+    metrics: tuple[str, ...] = Field(DEFAULT_METRICS, description=f"Comma-separated metrics; choices: "
+                                     f"{', '.join(available_metrics())}, and every binned ECE named {GRAMMAR} (each "
+                                     f"computed exactly as named). Slow (one call per resample): "
+                                     f"{', '.join(slow_metrics()) or 'none'}.")
+    n_resamples: int = Field(10_000, description="Paired bootstrap resamples per setting, >= 1.")
+    seed: int = Field(0, description="Base seed >= 0; a setting's seed is setting_seed(setting, '', SEED).")
+    n_bins: int = Field(10, description=f"The bins of the binned names without their own count (ece, "
+                        f"ece_equal_mass, ece_centred; ece_15 has 15), 1 to {MAX_BINS}.")
+    ece_closure: tuple[str, ...] = Field(("left",), description="Bin closures of the unsuffixed binned metrics (ece, "
+                                         "ece_<B>, ece_equal_mass), comma-separated: left ([k/B, (k+1)/B), the "
+                                         "default), right ((k/B, (k+1)/B], R cut on exact breaks), right_float "
+                                         "(right-closed on np.linspace edges: scikit-learn, study 002), left_float "
+                                         "(left-closed on np.linspace edges: np.digitize). left,right adds ece_right "
+                                         "beside ece; OUT/results/closure.csv lists where they differ. A name with "
+                                         "its closure (ece_right) is computed as named.")
+    ece_bin_confidence: tuple[str, ...] = Field(("mean",), description="What stands for a bin's confidence in the "
+                                                "unsuffixed fixed-edge (equal-width and centred) binned metrics, "
+                                                "comma-separated: mean (of the bin's answers, the default) or "
+                                                "midpoint (the bin's centre, as Mueller et al. 2026). mean,midpoint "
+                                                "adds ece_midpoint beside ece.")
+    ece_conventions: tuple[str, ...] = Field((), description="Published ECE conventions to compute beside "
+                                             "--metrics, comma-separated, each as the metric ece_NAME: "
+                                             + ", ".join(CONVENTIONS) + " (README, 'ECE conventions', gives each "
+                                             "one's source).")
     columns: dict[str, str] = Field(default_factory=dict, description="Role -> column name for roles named "
                                     "differently in the file (setting, item_id, signal, confidence, correct, "
                                     "model, group).")
-    tracking_uri: str | None = Field(None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI, else "
-                                     "sqlite:///OUT/mlflow.db.")
-    track: bool = Field(True, description="Log the analysis to MLflow (False: only the files).")
-    use_ray: bool = Field(False, description="Spread the bootstrap over Ray Data (the same numbers).")
-    num_workers: int | None = Field(None, description="With use_ray: most CPU workers at once, >= 1.")
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: $MLFLOW_TRACKING_URI if set, "
+                                     "else sqlite:///OUT/mlflow.db).")
+    track: bool = Field(True, description="Log the analysis to MLflow (off: only the files).")
+    use_ray: bool = Field(False, description="Spread the bootstrap over Ray Data CPU workers (same numbers; joins "
+                          "RAY_ADDRESS if set).")
+    num_workers: int | None = Field(None, description="With --ray: most CPU workers at once, >= 1 (default: every "
+                                    "CPU of the cluster).")
     level: float = Field(0.95, description="Interval level, in (0, 1).")
-    interval: str = Field("percentile", description="Interval method (analysis/intervals.py INTERVALS).")
+    interval: str = Field("percentile", description="Interval method: percentile (the default, unchanged), basic "
+                          "(reverse percentile), bc (bias-corrected percentile) or jeffreys (plug-in binned ECEs: each "
+                          "bin's accuracy drawn from its Jeffreys posterior, honest when every answer is right; other "
+                          "metrics keep percentile); README 'How far to trust an interval' gives each one's measured "
+                          "coverage. A value whose resamples have no spread is marked degenerate in the interval "
+                          "column and resolves nothing.")
     chunk_size: int = Field(DEFAULT_CHUNK_SIZE, description="Resamples per bootstrap chunk, >= 1 (part of the draw).")
-    views: tuple[str, ...] | None = Field(None, description="With a model column: comparison views (raw, ia, da, "
-                                          "ca); None: raw, ia, da (and ca with candidates).")
+    views: tuple[str, ...] | None = Field(None, description="With a model column: comparison views, e.g. "
+                                          "raw,ia,da,ca (default raw,ia,da; ca with --candidates).")
     pairs: tuple[tuple[str, str, str], ...] | None = Field(None, description="With a model column: model pairs "
-                                                          "(a, b, label) or 'A:B[:LABEL],...'; None: every pair.")
-    candidates: Path | None = Field(None, description="Candidate ratings for the CA view (flows/analyze/ace.py).")
+                                                          "A:B[:LABEL],... (default: every pair).")
+    candidates: Path | None = Field(None, description="Candidate ratings for the CA view (columns dataset, item_id, "
+                                    "candidate, surface, producers, label, rater, method, signal).")
     comparison_resamples: int = Field(2000, description="Paired resamples per comparison cell, >= 1.")
-    ia_strata: int | None = Field(None, description="Graded correctness: IA strata (default exact score match).")
-    threshold: float | None = Field(None, description="Graded correctness to 0/1: correct >= threshold, in (0, 1].")
-    uncertainty: str | None = Field(None, description="The confidence column is an uncertainty score: exp-neg, "
-                                    "sigmoid-neg or rank (flows/analyze/input.py UNCERTAINTY).")
-    in_turn: bool | None = Field(None, description="One setting at a time from Parquet row groups; None: on for "
-                                 "Parquet without a model column.")
-    group_col: str | None = Field(None, description="Column naming each item's cluster: resample clusters.")
-    against: str | None = Field(None, description="Compare every signal against this one only.")
-    signal_pairs: tuple[tuple[str, str], ...] = Field((), description="Pairs of signals (a, b) or 'A:B,C:D'.")
+    ia_strata: int | None = Field(None, description="Graded correctness: IA matches scores in the same of this many "
+                                  "equal-width strata (default: exact score match).")
+    threshold: float | None = Field(None, description="Graded correctness to 0/1: correct >= T counts as correct, T "
+                                    "in (0, 1] (Rank-Calibration: ROUGE >= 0.7). Without it AUROC and AURC use "
+                                    "graded values as soft labels.")
+    uncertainty: str | None = Field(None, description="The confidence column is an uncertainty score u (lower = "
+                                    "more confident): exp-neg (c = exp(-u), u >= 0), sigmoid-neg (c = 1/(1 + "
+                                    "exp(u))) or rank (within setting and signal); order-preserving, so AUROC and "
+                                    "AURC are exact.")
+    in_turn: bool | None = Field(None, description="One setting at a time, read from the Parquet row groups that "
+                                 "hold it (bounded memory; default for Parquet without a model column).")
+    group_col: str | None = Field(None, description="Column naming each item's cluster (e.g. the question of "
+                                  "several generations): the bootstrap resamples clusters with all their items.")
+    against: str | None = Field(None, description="Compare every signal against this one only (gap = "
+                                "metric(AGAINST) - metric(other)); default: every ordered pair, or verbalized for a "
+                                "run's tables/signals.parquet.")
+    signal_pairs: tuple[tuple[str, str], ...] = Field((), description="Pairs of signals A:B,C:D to compare (with "
+                                                      "--against, or instead of every ordered pair; a grid's "
+                                                      "metrics.pairs).")
     verdicts: VerdictSpec = Field(default_factory=VerdictSpec, description="Thresholds of the robustness "
                                   "verdicts (analysis/verdicts.py).")
 

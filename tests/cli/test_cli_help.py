@@ -81,6 +81,27 @@ def test_bracketed_text_survives():
     assert "A:B[:LABEL],..." in shown
 
 
+def test_analyze_flags_say_the_spec_fields_descriptions():
+    """One source: each option of ``confgrid analyze`` shows its AnalyzeSpec field's description (brackets kept),
+    and its default is the spec's (a flag not given leaves the spec's own default)."""
+    from confgrid.flows.analyze.spec import FLAGS, AnalyzeSpec
+    from confgrid.flows.spec.estimation import VerdictSpec
+
+    cmd = dict((" ".join(p), c) for p, c in COMMANDS)["analyze"]
+    shown = _norm(_help(["analyze"]))
+    by_flag = {o: p for p in cmd.params for o in (getattr(p, "opts", None) or [])}
+    by_flag["INPUT"] = next(p for p in cmd.params if p.name == "input")
+    fields = {**{n: f for n, f in AnalyzeSpec.model_fields.items() if n not in ("columns", "verdicts", "chunk_size")},
+              **VerdictSpec.model_fields}
+    flags = {**FLAGS, **{n: "--" + n.replace("_", "-") for n in VerdictSpec.model_fields}}
+    for name, field in fields.items():
+        param = by_flag[flags[name].split("/")[0]]
+        assert param.default is None, name
+        text = field.description
+        assert _norm(text[1:]) in _norm(param.help) and _norm(text[1:]) in shown, name
+    assert "[k/B, (k+1)/B)" in shown and "OUT/results/metrics.csv" in shown
+
+
 
 def test_the_files_analyze_help_names_are_the_files_it_writes(tmp_path):
     """Every OUT/... path in analyze's help exists after an analysis (tracking off: no mlflow.db)."""

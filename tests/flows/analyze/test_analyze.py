@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
+from confgrid.analysis.signals import conform
+from confgrid.flows.analyze.roads import ROADS, evaluate_input
 from confgrid.flows.analyze.analysis import EXPERIMENT, AnalyzeSpec, analyze
 from confgrid.flows.analyze.spec import available_metrics
 from confgrid.flows.analyze.input import AnalyzeWarning, MAX_PROBLEMS, read_input
@@ -510,3 +512,26 @@ def test_each_input_is_read_by_its_registry_entry(tmp_path):
         assert road_for(spec(tmp_path / "x.tsv")).name == "tsv" and road_for(spec(SMALL)).name == "columns"
     finally:
         ROADS.unregister("tsv")
+
+
+def test_the_in_turn_road_gives_one_setting_at_a_time_and_frees_it(tmp_path):
+    """The in-turn road reads a Parquet file one setting per part of signal rows, and the evaluator frees each
+    part's arrays after its bootstrap (memory of one setting, not of the file); the tables equal the whole file's."""
+    pq_path = tmp_path / "small.parquet"
+    frame = pd.read_csv(SMALL)
+    frame.sample(frac=1.0, random_state=0).to_parquet(pq_path, row_group_size=3)  # settings spread over groups
+    spec = AnalyzeSpec(input=pq_path, out=tmp_path / "o", track=False, n_resamples=20)
+    parts = list(ROADS.get("in_turn").read(spec))
+    assert [p.table["setting"].unique().tolist() for p in parts] == [[s] for s in sorted(frame["setting"].unique())]
+    assert sum(p.n_rows for p in parts) == len(frame)
+    table = parts[0].table  # the run's signal rows (text as Categoricals)
+    plain = table.assign(**{c: table[c].astype(object) for c in table.columns
+                            if isinstance(table[c].dtype, pd.CategoricalDtype)})
+    pd.testing.assert_frame_equal(plain, conform(plain))
+    turn = evaluate_input(spec)
+    assert turn.road == "in_turn" and all(u.confidence.shape[1] == 0 for u in turn.units)
+    whole = evaluate_input(AnalyzeSpec(input=pq_path, out=tmp_path / "o", track=False, n_resamples=20,
+                                       in_turn=False))
+    assert whole.road == "columns" and [s.n_items for s in whole.settings] == [s.n_items for s in turn.settings]
+    for a, b in zip(turn.results, whole.results, strict=True):
+        np.testing.assert_array_equal(a.resamples, b.resamples)

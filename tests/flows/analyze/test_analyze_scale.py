@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,7 @@ from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.cli.main import app
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parents[2]))
-import analyze_rowwise_reference as REF
+from reference import analyze_rowwise as REF
 
 FIX = Path(__file__).parents[2] / "fixtures"
 SMALL = FIX / "analyze_small.csv"

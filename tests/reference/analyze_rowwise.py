@@ -1,8 +1,10 @@
-"""The per-row reader of ``confgrid analyze`` as it was before the column-wise one (commit 5a5d572), kept verbatim.
+"""The per-row reader of ``confgrid analyze`` before the column-wise one (commit 5a5d572): a test oracle.
 
 Not product code: the reference that tests/flows/analyze/test_analyze_scale.py compares
-flows/analyze/input.py against (same accepted rows, same problems), and the
-"before" of benchmarks/analyze_bench.py. Its original docstring follows.
+flows/analyze/input.py against (same accepted rows, same problems). Its rules are those of commit 5a5d572; the
+column mapping, the JSON Lines reader and the missing-value rule are written here in their own way (whole-file
+reads, tables of rules), so that the oracle shares no code with the product it checks. Its original docstring
+follows.
 
 Reading and checking the input of ``confgrid analyze``: CSV, JSON Lines or Parquet, every bad row by its place.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -53,23 +56,22 @@ class AnalyzeInputError(ValueError):
 
 
 def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
-    cols = {r: r for r in (*ROLES, *OPTIONAL_ROLES)}
-    for role, name in (columns or {}).items():
-        if role not in cols:
-            raise AnalyzeInputError(f"columns: unknown role {role!r}; roles are {', '.join((*ROLES, *OPTIONAL_ROLES))}")
-        if name is not None:
-            if not str(name).strip():
-                raise AnalyzeInputError(f"{_FLAGS[role]}: empty column name")
-            cols[role] = str(name)
-    given = {r for r, n in (columns or {}).items() if n is not None}
-    for r in OPTIONAL_ROLES:  # an optional role named like a required one by default is simply not read
-        if r not in given and cols[r] in [cols[x] for x in ROLES]:
-            del cols[r]
-    names = list(cols.values())
-    clash = sorted({n for n in names if names.count(n) > 1})
-    if clash:
-        roles = [f"{r}={c!r}" for r, c in cols.items() if c in clash]
-        raise AnalyzeInputError(f"one column cannot serve two roles: {', '.join(roles)}")
+    """Role -> column name: the names given, every required role's own name otherwise, and an optional role only
+    when named or when its own name is not taken by a required role."""
+    given = {r: n for r, n in (columns or {}).items() if n is not None}
+    unknown = [r for r in (columns or {}) if r not in (*ROLES, *OPTIONAL_ROLES)]
+    empty = [r for r in given if r not in unknown and not str(given[r]).strip()]
+    first = next((r for r in (columns or {}) if r in unknown or r in empty), None)
+    if first in unknown:
+        raise AnalyzeInputError(f"columns: unknown role {first!r}; roles are {', '.join((*ROLES, *OPTIONAL_ROLES))}")
+    if first is not None:
+        raise AnalyzeInputError(f"{_FLAGS[first]}: empty column name")
+    cols = {r: str(given.get(r, r)) for r in ROLES}
+    cols.update({r: str(given.get(r, r)) for r in OPTIONAL_ROLES if r in given or r not in cols.values()})
+    taken = Counter(cols.values())
+    if max(taken.values()) > 1:
+        pairs = [f"{r}={c!r}" for r, c in cols.items() if taken[c] > 1]
+        raise AnalyzeInputError(f"one column cannot serve two roles: {', '.join(pairs)}")
     return cols
 
 
@@ -107,67 +109,52 @@ def _missing_columns(path: Path, found: Sequence[str], cols: dict[str, str]) -> 
 
 
 def _read_csv(path: Path, cols: dict[str, str]) -> _Raw:
-    values: dict[str, list[Any]] = {r: [] for r in ROLES}
-    where, pos, problems = [], [], []
+    """Every record of the file at once, each numbered by its first line (a quoted field may span lines)."""
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
-        header, index, last = None, {}, 0
-        for row in reader:
-            start, last = last + 1, reader.line_num  # a quoted field may span lines
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue  # blank line
-            if header is None:
-                header = [h.strip() for h in row]
-                _missing_columns(path, header, cols)
-                dup = sorted({cols[r] for r in ROLES if header.count(cols[r]) > 1})
-                if dup:
-                    raise AnalyzeInputError(f"{path}: header line {start} repeats column(s) {', '.join(dup)}")
-                index = {r: header.index(cols[r]) for r in ROLES}
-                for r in OPTIONAL_ROLES:
-                    if r in cols and cols[r] in header:
-                        index[r] = header.index(cols[r])
-                        values[r] = []
-                continue
-            if len(row) != len(header):
-                problems.append((start, f"line {start}: {len(row)} fields, but the header has {len(header)}"))
-            for r in index:
-                values[r].append(row[index[r]] if index[r] < len(row) else None)
-            where.append(f"line {start}")
-            pos.append(start)
-    if header is None:
+        ends = [(0, None)] + [(reader.line_num, row) for row in reader]
+    records = [(ends[k - 1][0] + 1, row) for k, (_, row) in enumerate(ends) if k and row
+               and not (len(row) == 1 and not row[0].strip())]
+    if not records:
         raise AnalyzeInputError(f"{path}: empty file (expected a header row naming the columns)")
-    return _Raw(values, where, pos, problems)
+    (start, head), body = records[0], records[1:]
+    header = [h.strip() for h in head]
+    _missing_columns(path, header, cols)
+    repeated = sorted({cols[r] for r in ROLES if header.count(cols[r]) > 1})
+    if repeated:
+        raise AnalyzeInputError(f"{path}: header line {start} repeats column(s) {', '.join(repeated)}")
+    index = {r: header.index(cols[r]) for r in (*ROLES, *OPTIONAL_ROLES) if r in cols and cols[r] in header}
+    problems = [(no, f"line {no}: {len(row)} fields, but the header has {len(header)}") for no, row in body
+                if len(row) != len(header)]
+    values = {r: [row[i] if i < len(row) else None for _, row in body] for r, i in index.items()}
+    return _Raw(values, [f"line {no}" for no, _ in body], [no for no, _ in body], problems)
 
 
 def _read_jsonl(path: Path, cols: dict[str, str]) -> _Raw:
-    values: dict[str, list[Any]] = {r: [] for r in ROLES}
-    where, pos, problems, seen = [], [], [], {}
+    """Every line of the file at once (universal newlines, as iterating over the text file did)."""
     with open(path, encoding="utf-8-sig") as f:
-        for no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as exc:
-                problems.append((no, f"line {no}: not valid JSON ({exc.msg} at character {exc.pos + 1})"))
-                continue
-            if not isinstance(rec, dict):
+        lines = f.read().split("\n")
+    records, problems = [], []
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append((no, f"line {no}: not valid JSON ({exc.msg} at character {exc.pos + 1})"))
+        else:
+            if isinstance(rec, dict):
+                records.append((no, rec))
+            else:
                 problems.append((no, f"line {no}: expected a JSON object, got {type(rec).__name__}"))
-                continue
-            for k in rec:
-                seen.setdefault(k, None)
-            for r in (*ROLES, *(o for o in OPTIONAL_ROLES if o in cols)):
-                values.setdefault(r, []).append(rec.get(cols[r]))
-            where.append(f"line {no}")
-            pos.append(no)
-    if where:
-        _missing_columns(path, list(seen), cols)
+    seen = list(dict.fromkeys(k for _, rec in records for k in rec))
+    if records:
+        _missing_columns(path, seen, cols)
     elif not problems:
         raise AnalyzeInputError(f"{path}: no records (expected one JSON object per line)")
-    for r in OPTIONAL_ROLES:
-        if r not in cols or cols[r] not in seen:
-            values.pop(r, None)
-    return _Raw(values, where, pos, problems)
+    roles = [*ROLES, *(r for r in OPTIONAL_ROLES if r in cols and cols[r] in seen)]
+    values = {r: [rec.get(cols[r]) for _, rec in records] for r in roles}
+    return _Raw(values, [f"line {no}" for no, _ in records], [no for no, _ in records], problems)
 
 
 def _read_parquet(path: Path, cols: dict[str, str]) -> _Raw:
@@ -187,30 +174,8 @@ def _read_parquet(path: Path, cols: dict[str, str]) -> _Raw:
 
 
 def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, pd.Series]:
-    """Read and check an input file.
-
-    Parameters
-    ----------
-    path : path
-        ``.csv``, ``.jsonl`` / ``.ndjson`` or ``.parquet`` / ``.pq``.
-    columns : mapping, optional
-        Role -> column name for the roles of :data:`ROLES` that are named
-        differently in the file.
-
-    Returns
-    -------
-    rows : DataFrame
-        Columns ``setting``, ``item_id``, ``signal`` (str), ``confidence``,
-        ``correct`` (float64), one row per input row, in file order.
-    where : Series of str
-        Each row's place in the file (``"line 5"``, ``"row 3"``), same index.
-
-    Raises
-    ------
-    AnalyzeInputError
-        Unsupported extension, missing file or columns, or bad rows (all of
-        them in :attr:`AnalyzeInputError.problems`).
-    """
+    """Read and check an input file: ``(rows, where)``, rows with the five roles (and ``model``, ``dataset``),
+    where each row's place; :class:`AnalyzeInputError` listing every problem (missing file or columns, bad rows)."""
     path = Path(path)
     fmt = _format(path)
     if not path.is_file():
@@ -275,23 +240,20 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None) -> tu
     return rows, where
 
 
+#: (test, what) of a missing value, tried in turn
+_MISSING = ((lambda v: v is None, "null"), (lambda v: isinstance(v, float) and v != v, "NaN"),
+            (lambda v: isinstance(v, str) and v.strip() == "", "empty"))
+
+
 def _missing(v: Any) -> str | None:
-    if v is None:
-        return "missing (null)"
-    if isinstance(v, float) and math.isnan(v):
-        return "missing (NaN)"
-    if isinstance(v, str) and not v.strip():
-        return "missing (empty)"
-    return None
+    return next((f"missing ({what})" for test, what in _MISSING if test(v)), None)
 
 
 def _id(v: Any, role: str, label: str) -> tuple[str | None, str | None]:
-    why = _missing(v)
-    if why is not None:
-        return None, f"{label} is {why}"
-    if isinstance(v, (list, dict)):
+    if isinstance(v, (list, dict)):  # never missing
         return None, f"{label} must be a single value, got {json.dumps(v)[:40]}"
-    return str(v), None
+    why = _missing(v)
+    return (None, f"{label} is {why}") if why else (str(v), None)
 
 
 def _number(v: Any, role: str, label: str) -> tuple[float, str | None]:
