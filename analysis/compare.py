@@ -25,15 +25,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
-import pandas as pd
 
-from .bootstrap import BootstrapResult, interval, n_undefined
 from .registry import get_metric
 
-__all__ = ["better_signal", "advantage", "advantages", "flip", "fully_resolved", "excludes_zero"]
+__all__ = ["better_signal", "advantage", "flip", "fully_resolved", "excludes_zero"]
 
 
 def excludes_zero(lo, hi):
@@ -48,8 +44,7 @@ def better_signal(metric: str, value_a: float, value_b: float, name_a: str, name
     """The signal with the better value of ``metric``, by point estimate.
 
     The one rule for "which signal does this comparison favour", used by
-    the one evaluator (analysis/evaluation.py),
-    :func:`confgrid.analysis.summary.summarize_gaps` and ``confgrid analyze``:
+    the one evaluator (analysis/evaluation.py) and its means over settings (analysis/means.py):
 
     * unsigned metric: the lower value wins when
       :attr:`MetricInfo.lower_is_better <confgrid.analysis.registry.MetricInfo>`
@@ -112,118 +107,46 @@ def better_signal(metric: str, value_a: float, value_b: float, name_a: str, name
     return name_a if a_better else name_b
 
 
-def _names(result: BootstrapResult, signal_names) -> list[str]:
-    names = list(signal_names if signal_names is not None else (result.signal_names or []))
-    if len(names) != result.point.shape[0]:
-        raise ValueError(f"need {result.point.shape[0]} signal names, got {len(names)}: {names}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"signal names must be unique, got {names}")
-    return names
+def advantage(signed, point_a, point_b, resamples_a, resamples_b) -> tuple[np.ndarray, np.ndarray]:
+    """Point and paired resamples of the statistic whose sign says which of two signals is better.
 
+    The flip rule of :func:`flip` compares the signs of this statistic between two contexts:
 
-def _index(names, name, what):
-    if name not in names:
-        raise ValueError(f"{what} {name!r} not among signals {names}")
-    return names.index(name)
+    * unsigned metric: the gap ``metric(a) - metric(b)`` itself (study 000 section 3.5: positive favours ``b``
+      when lower is better, ECE, AURC, Brier; ``a`` under AUROC);
+    * signed metric (``MetricInfo.signed``: ``calibration_gap``, ``overconfidence``, best value 0):
+      ``|metric(a)| - |metric(b)|``, per resample and for the point; positive when ``b`` is closer to 0.
 
-
-def advantage(
-    result: BootstrapResult,
-    names: Sequence[str],
-    verbalized: str,
-    token: str,
-    metric_index: int,
-) -> tuple[float, np.ndarray]:
-    """Point and paired resamples of the statistic whose sign says which signal is better.
-
-    The flip rule of :func:`flip` (and of the flip counts in
-    :mod:`confgrid.analysis.summary` and :mod:`confgrid.analysis.tables`)
-    compares the signs of this statistic between two contexts:
-
-    * unsigned metric: the gap ``g = metric(verbalized) - metric(token)``
-      itself (study 000 section 3.5: positive favours the token score when
-      lower is better, ECE, AURC, Brier; the verbalized score under AUROC);
-    * signed metric (``MetricInfo.signed``: ``calibration_gap``,
-      ``overconfidence``, best value 0): ``|metric(verbalized)| -
-      |metric(token)|``, taken per resample and for the point; positive
-      when the token signal is closer to 0.
-
-    On finite values the sign agrees with :func:`better_signal` (positive,
-    negative, zero for one side, the other, ``"neither"``).
+    On finite values the sign agrees with :func:`better_signal` (positive, negative, zero for one side, the
+    other, ``"neither"``).
 
     Parameters
     ----------
-    result : BootstrapResult
-    names : sequence of str
-        The ``S`` signal names, in row order of ``result.point``.
-    verbalized, token : str
-        The two signals compared.
-    metric_index : int
-        Column of the metric in ``result.metrics``.
+    signed : bool or ndarray of shape (R,)
+        Whether each row's metric is signed.
+    point_a, point_b : float or ndarray of shape (R,)
+        The two signals' point values.
+    resamples_a, resamples_b : ndarray of shape (B,) or (R, B)
+        Their paired resamples.
 
     Returns
     -------
-    point : float
+    point : ndarray of shape () or (R,)
         ``nan`` where either point value is ``nan``.
-    resamples : ndarray of shape (B,)
+    resamples : ndarray of shape (B,) or (R, B)
         ``nan`` where either resampled value is ``nan``.
-
-    Raises
-    ------
-    ValueError
-        If ``verbalized`` or ``token`` is not among ``names``.
 
     Examples
     --------
-    >>> r = BootstrapResult(np.array([[-0.5], [0.1]]), np.array([[[-0.5, -0.4]], [[0.1, 0.45]]]),
-    ...                     ["calibration_gap"], ["verbalized", "token"])
-    >>> p, a = advantage(r, ["verbalized", "token"], "verbalized", "token", 0)
-    >>> round(p, 12), np.round(a, 12).tolist()  # the gap would be -0.6: the sign would say "verbalized"
+    >>> p, a = advantage(True, -0.5, 0.1, np.array([-0.5, -0.4]), np.array([0.1, 0.45]))
+    >>> round(float(p), 12), np.round(a, 12).tolist()  # the gap would be -0.6: the sign would say "a"
     (0.4, [0.4, -0.05])
     """
-    names = list(names)
-    v = _index(names, verbalized, "verbalized signal")
-    t = _index(names, token, "token signal")
-    pv, pt = result.point[v, metric_index], result.point[t, metric_index]
-    rv, rt = result.resamples[v, metric_index], result.resamples[t, metric_index]
-    if get_metric(result.metrics[metric_index]).signed:
-        return float(abs(pv) - abs(pt)), np.abs(rv) - np.abs(rt)
-    return float(pv - pt), rv - rt
-
-
-def advantages(
-    result: BootstrapResult,
-    signal_names: Sequence[str] | None = None,
-    verbalized: str = "verbalized",
-    level: float = 0.95,
-) -> pd.DataFrame:
-    """:func:`advantage` of every token signal over ``verbalized``, per metric, with its interval.
-
-    The layout of a per-setting gap table (without ``favours``): for an unsigned
-    metric the rows equal the gaps; for a signed one they hold ``|v| - |t|``.
-    A table built from per-setting gaps (e.g.
-    :func:`confgrid.analysis.tables.three_context_table`) needs these
-    intervals to decide resolved flips of a signed metric.
-
-    Returns
-    -------
-    DataFrame
-        Columns ``signal`` (the token signal), ``metric``, ``point``, ``lo``,
-        ``hi`` (percentile interval of the paired per-resample advantage),
-        ``excludes_zero``, ``n_undefined``.
-    """
-    names = _names(result, signal_names)
-    _index(names, verbalized, "verbalized signal")
-    rows = []
-    for token in names:
-        if token == verbalized:
-            continue
-        for j, metric in enumerate(result.metrics):
-            point, vals = advantage(result, names, verbalized, token, j)
-            lo, hi = interval(vals, level)
-            rows.append(dict(signal=token, metric=metric, point=point, lo=lo, hi=hi,
-                             excludes_zero=excludes_zero(lo, hi), n_undefined=int(n_undefined(vals))))
-    return pd.DataFrame(rows, columns=["signal", "metric", "point", "lo", "hi", "excludes_zero", "n_undefined"])
+    s = np.asarray(signed, dtype=bool)
+    pa, pb = np.asarray(point_a, dtype=np.float64), np.asarray(point_b, dtype=np.float64)
+    ra, rb = np.asarray(resamples_a, dtype=np.float64), np.asarray(resamples_b, dtype=np.float64)
+    return (np.where(s, np.abs(pa) - np.abs(pb), pa - pb),
+            np.where(s[..., None], np.abs(ra) - np.abs(rb), ra - rb))
 
 
 def flip(g_a_point: float, g_b_point: float) -> bool:

@@ -48,7 +48,7 @@ import pandas as pd
 
 from .bootstrap import BootstrapResult, n_undefined, paired_bootstrap
 from .closure import EDGE_COLUMNS, edge_rows, edge_table
-from .compare import better_signal, excludes_zero, flip
+from .compare import advantage, better_signal, excludes_zero, flip
 from .intervals import (DEGENERATE, bootstrap_interval, check_interval, degenerate, interval_methods,
                         jeffreys_resamples)
 from .registry import get_metric
@@ -457,13 +457,6 @@ class Estimates:
     shares: dict[Conclusion, ShareCounts] = field(default_factory=dict)
 
 
-def _advantage(metric: str, pa_: float, pb: float, ra: np.ndarray, rb: np.ndarray) -> tuple[float, np.ndarray]:
-    """The statistic whose sign says which signal is better (:func:`confgrid.analysis.compare.advantage`)."""
-    if get_metric(metric).signed:
-        return float(abs(pa_) - abs(pb)), np.abs(ra) - np.abs(rb)
-    return float(pa_ - pb), ra - rb
-
-
 def _label(how, flat: np.ndarray) -> list[str]:
     """The ``interval`` column: the method of each row (``how``: one name, or one per row), or ``degenerate`` where
     the resamples have no spread."""
@@ -574,7 +567,8 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
                                  "kind_b": ib["kind"], "context": ib["context"], "aggregation": ib["aggregation"],
                                  "method": ib["method"], "view": ib["view"], "metric": met, "gap": float(pa_ - pb),
                                  "favours": better_signal(met, pa_, pb, na, nb), "n": n})
-                adv[(a, b, j)] = _advantage(met, pa_, pb, resamples[ca, j], resamples[cb, j]) + (gap_how[-1],)
+                adv[(a, b, j)] = advantage(get_metric(met).signed, pa_, pb, resamples[ca, j],
+                                           resamples[cb, j]) + (gap_how[-1],)
                 key = conclusion_of(u.info[a]["kind"], ib["kind"], na, nb, met, ib["view"])
                 if key is not None:  # this setting's vote, resample by resample (analysis/verdicts.py)
                     shares.setdefault(key, ShareCounts.empty(res.n_resamples)).add(*favours_a(met, gap_vals[-1]))

@@ -13,7 +13,7 @@ Inputs are tidy DataFrames:
 * per-setting gaps (flows ``gaps_df`` plus a
   ``setting`` column): ``setting``, ``context`` (or ``signal``), ``metric``,
   ``point`` (or ``g``), ``lo``, ``hi``;
-* summaries over settings from :mod:`confgrid.analysis.summary` and
+* means over settings from :mod:`confgrid.analysis.means` and
   :mod:`confgrid.analysis.transfer`.
 
 Tables: :func:`three_context_table` (Table 2), :func:`ablation_path_table`
@@ -33,7 +33,7 @@ import pandas as pd
 
 from .compare import flip, fully_resolved
 from .registry import get_metric
-from .summary import SUMMARY_COLUMNS
+from .means import SUMMARY_COLUMNS
 from .transfer import summarize_transfer
 
 __all__ = [
@@ -173,7 +173,7 @@ def three_context_table(
     key : {"context", "signal"}
         Column identifying the token signal in both tables.
     advantages : DataFrame, optional
-        Per-setting :func:`compare.advantages` (``setting``, ``key``,
+        Per-setting advantages (:func:`compare.advantage`; ``setting``, ``key``,
         ``metric``, ``point``, ``lo``, ``hi``): the paired intervals of the
         advantage ``|v| - |t|`` that a resolved flip of a signed metric
         needs. When given it must hold every (setting, context) row of
@@ -265,10 +265,10 @@ def ablation_path_table(
     Parameters
     ----------
     gap_summary : DataFrame
-        :func:`summary.summarize_gaps` output (``signal``, ``metric``,
+        per token signal, :func:`means.mean_gap` (``signal``, ``metric``,
         ``point``, ``lo``, ``hi``, ...): the mean signed gap per context.
     shift_summary : DataFrame
-        :func:`summary.summarize_shifts` output holding every consecutive
+        :func:`means.mean_shift` rows holding every consecutive
         pair of the path (``context_a``, ``context_b``, ``metric``,
         ``mean_abs``, ``lo``, ``hi``, ``n_flips``, ...). Its ``n_flips``
         are signed-aware (changes of :func:`compare.better_signal`, via
@@ -321,9 +321,8 @@ def axis_table(axes: Mapping[str, pd.DataFrame], wide: bool = False) -> pd.DataF
     axes : mapping axis name -> DataFrame
         Per axis (context, estimator, aggregation, correctness rule, bin
         count) a summary with a ``metric`` column (or ``estimator``, taken
-        as the metric of that row) and :data:`summary.SUMMARY_COLUMNS`, one
-        row per metric (e.g. :func:`summary.summarize_shifts` filtered to
-        one pair, :func:`summary.summarize_axis`).
+        as the metric of that row) and :data:`means.SUMMARY_COLUMNS`, one
+        row per metric (:func:`means.mean_shift` of one axis).
     wide : bool, default=False
         ``False``: long numeric table with columns ``axis``, ``metric``,
         ``mean_abs`` (+ ``_lo``/``_hi``), ``n_settings``,
@@ -372,7 +371,7 @@ def axis_table(axes: Mapping[str, pd.DataFrame], wide: bool = False) -> pd.DataF
 
 
 def estimators_table(estimator_summary: pd.DataFrame) -> pd.DataFrame:
-    """Table 15 from :func:`summary.summarize_estimators` output.
+    """Table 15 from :func:`means.mean_shift` rows of each (signal, estimator) against 10-bin ECE.
 
     Returns
     -------

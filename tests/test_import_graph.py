@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ANALYSIS = ["metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "resampling", "reweighting", "fused", "bootstrap", "intervals", "reliability", "transfer",
-            "compare", "summary", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "closure",
+            "compare", "means", "tables", "calibration_summary", "hard_easy", "figure_data", "signals", "closure",
             "verdicts", "evaluation", "stopping"]
 
 #: the intended layering: what each module may load (directly or not), nothing above it
@@ -37,9 +37,10 @@ ALLOWED = {
     "reliability": {"metrics", "estimators", "binning"},
     "transfer": {"metrics"},
     "compare": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap"},
-    "summary": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap", "compare"},
-    "tables": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap", "compare", "summary",
-               "transfer"},
+    "means": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap", "compare",
+              "signals"},
+    "tables": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap", "compare", "means",
+               "signals", "transfer"},
     "calibration_summary": {"metrics", "estimators"},
     "hard_easy": {"metrics", "estimators", "binning", "conventions", "registry", "kernels", "clusters", "reweighting", "resampling", "fused", "bootstrap"},
     "figure_data": {"metrics", "estimators", "binning", "reliability"},

@@ -22,9 +22,9 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from confgrid.analysis.bootstrap import BootstrapResult
 from confgrid.analysis.closure import closure_notes, edge_bins
 from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
+from confgrid.analysis.means import Kept
 from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, conform
 from confgrid.analysis.verdicts import verdict_table
 from confgrid.flows.tables.assemble import Unit
@@ -57,10 +57,11 @@ class Evaluation:
     signals : DataFrame
         The one signal table (``tables/signals.parquet``, analysis/signals.py).
     units : list of UnitPlan
-        The units as evaluated, and ``results`` their bootstrap results for the study tables: the signals' own
-        cells of the main answer set's units under the first parse and refusal policies, None for the others
-        (freed as the evaluation goes, so the peak memory is about one unit's resamples beyond what the study
-        tables keep).
+        The units as evaluated.
+    kept : Kept
+        The metric rows and resamples the means over settings read (analysis/means.py): the signals' own cells of
+        the main answer set's units (target ``correct``) under the first parse and refusal policies, every rule
+        (kept as the evaluation goes, so the peak memory is about one unit's resamples beyond them).
     edges, closure : DataFrame
         ``results/edges`` (each signal's share of confidences on bin edges) and ``results/closure`` (where the
         bin closure changes a result; analysis/closure.py).
@@ -80,7 +81,7 @@ class Evaluation:
     dropped: pd.DataFrame = field(default_factory=pd.DataFrame)
     signals: pd.DataFrame = field(default_factory=pd.DataFrame)
     units: list = field(default_factory=list)
-    results: list = field(default_factory=list)
+    kept: Kept | None = None
     edges: pd.DataFrame = field(default_factory=pd.DataFrame)
     closure: pd.DataFrame = field(default_factory=pd.DataFrame)
     verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -270,17 +271,16 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     joined = joins(analyzed(signals).rename(columns={"target": "correct"})) if joins else None
     joined_units = list(joined.plan.units) if joined is not None and joined.plan is not None else []
     plans += joined_units
-    # the study tables' resamples (flows/evaluate/study_tables.py): the signals' own cells of the units of the main
+    # the means over settings' resamples (analysis/means.py): the signals' own cells of the units of the main
     # answer set under the first parse and refusal policies (every rule: the correctness-rule axis); no other unit's
     primary = primary_group(spec)
 
     def keep(u, r):
         lab = u.labels
-        if any(lab[k] != primary[k] for k in ("answer_set", "parse_policy", "refusal")):
+        if any(lab[k] != primary[k] for k in ("answer_set", "parse_policy", "refusal")) \
+                or lab["target_kind"] != "correct":
             return None
-        S = len(u.signals)
-        return BootstrapResult(r.point[:S], r.resamples[:S].copy(), r.metrics, list(u.signals), r.n_resamples,
-                               r.seed, r.chunk_size, r.n_bins, n_clusters=r.n_clusters)
+        return Kept.of(lab, list(u.signals), u.info, r)
 
     kept: list = []
 
@@ -307,7 +307,7 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                                              for df in (est.metrics, est.gaps, est.shifts))
     verdicts = verdict_table(est.gaps, est.shares, spec.verdicts.rule(), spec.bootstrap.level)
     return Evaluation(est.metrics, est.gaps, est.shifts, _settings_rows(spec, units, signals),
-                      dropped_table(plans, signals), signals, plans, kept, est.edges,
+                      dropped_table(plans, signals), signals, plans, Kept.concat(kept), est.edges,
                       closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts, joined)
 
 

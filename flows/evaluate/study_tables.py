@@ -1,7 +1,7 @@
 """The study's tables and the reporting checklist of a run (study 000 Tables 2, 3, 4, 17 and Table 5).
 
-Built from the per-unit bootstrap results the runner keeps, with the pure
-functions of analysis/summary.py and analysis/tables.py; written to
+Built from the evaluator's estimates and its means over settings (analysis/means.py), with the pure
+functions of analysis/tables.py; written to
 ``OUT/results/table*.{csv,parquet}`` and ``OUT/results/checklist.{json,md}``.
 """
 
@@ -13,9 +13,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from confgrid.analysis.bootstrap import BootstrapResult, interval, resample_counts
-from confgrid.analysis.compare import advantages
-from confgrid.analysis.summary import summarize_axis, summarize_estimators, summarize_gaps, summarize_shifts
+from confgrid.analysis.bootstrap import interval, resample_counts
+from confgrid.analysis.means import Kept, mean_gap, mean_shift, sides
 from confgrid.analysis.tables import (
     ablation_path_table,
     axis_table,
@@ -44,16 +43,9 @@ ABLATION_PATH = (
     ("abl_confidence_guess", "marker Answer: -> Guess:"),
 )
 
-Results = Mapping[str, tuple[BootstrapResult, list[str]]]
-
-
-def _res(results: Results) -> tuple[dict[str, BootstrapResult], dict[str, list[str]]]:
-    return {s: r for s, (r, _) in results.items()}, {s: n for s, (_, n) in results.items()}
-
-
 def study_tables(
-    groups: Mapping[tuple[str, str, str], Results],
-    primary: tuple[str, str, str],
+    kept: Kept,
+    rule: str,
     metrics_df: pd.DataFrame,
     gaps_df: pd.DataFrame,
     contexts: tuple[str, ...],
@@ -61,13 +53,13 @@ def study_tables(
     metric_names: tuple[str, ...],
     level: float = 0.95,
 ) -> dict[str, pd.DataFrame]:
-    """Table 2 (three contexts), Table 3 (ablation path) and Table 4 (mean |shift| per axis).
+    """Table 2 (three contexts), Table 3 (ablation path), Table 4 (mean |shift| per axis) and Table 15 (estimators).
 
     Parameters
     ----------
-    groups : mapping (answer_set, parse_policy, rule) -> {setting: (BootstrapResult, signal names)}
-    primary : the main group
-    metrics_df, gaps_df : the run's tidy tables (columns answer_set, parse_policy, rule, ...)
+    kept : the evaluator's kept rows of the main protocol (every rule), :class:`~confgrid.analysis.means.Kept`
+    rule : the primary correctness rule (the other rules are Table 4's rule axis)
+    metrics_df, gaps_df : the main protocol's rows of the tidy tables (primary rule)
     contexts : the main answer set's scoring contexts
     aggregations : token aggregations; the first is primary
 
@@ -77,57 +69,61 @@ def study_tables(
     ask for is left out.
     """
     out: dict[str, pd.DataFrame] = {}
-    main = groups.get(primary)
-    if not main:
+    s = sides(kept)
+    if s.rows.empty:
         return out
-    res, names = _res(main)
-    sel = lambda df: df[(df["answer_set"] == primary[0]) & (df["parse_policy"] == primary[1])  # noqa: E731
-                        & (df["rule"] == primary[2]) & (df["aggregation"].isin(["", aggregations[0]]))]
-    m, g = sel(metrics_df), sel(gaps_df)
+    agg0, mets = aggregations[0], list(metric_names)
+
+    def at(context: str, metric: str, aggregation: str = agg0, rule_: str = rule) -> pd.DataFrame:
+        return s.where(rule=rule_, context=context, aggregation=aggregation, metric=metric)
+
+    def shift(frm: pd.DataFrame, to: pd.DataFrame, **key) -> dict | None:
+        summary = mean_shift(s, frm, to, level)
+        return None if summary is None else {**key, **summary}
+
+    sel = lambda df: df[df["aggregation"].isin(["", agg0])]  # noqa: E731
     three = [c for c in ("bare", "answer_slot", "guess_slot") if c in contexts]
     if len(three) >= 2:
         # the per-resample advantage of each token signal (for a signed metric |v| - |t|) decides resolved flips
-        adv = pd.concat([advantages(r, names[s], level=level).assign(setting=s) for s, r in res.items()],
-                        ignore_index=True)
-        adv = adv[adv["signal"].isin([f"token_{c}" for c in three])]
-        adv = adv.assign(context=adv["signal"].str.removeprefix("token_"))
+        adv = s.where(rule=rule, aggregation=agg0)
+        adv = adv[adv["context"].isin(three)]
+        lo, hi = interval(s.advantages[adv.index.to_numpy()], level)
+        adv = adv.assign(point=adv["advantage"], lo=lo, hi=hi)
         out["table2_contexts"] = pd.concat(
-            [three_context_table(m, g, met, three, advantages=adv).assign(metric=met) for met in metric_names],
-            ignore_index=True)
+            [three_context_table(sel(metrics_df), sel(gaps_df), met, three, advantages=adv).assign(metric=met)
+             for met in mets], ignore_index=True)
     path = [(c, change) for c, change in ABLATION_PATH if c in contexts]
     if len(path) >= 3:
-        sigs = [f"token_{c}" for c, _ in path]
-        gsum = summarize_gaps(res, sigs, list(metric_names), names, level=level)
-        ssum = summarize_shifts(res, list(zip(sigs[:-1], sigs[1:], strict=True)), list(metric_names), names, level=level)
+        sig = {c: at(c, mets[0])["signal"].iloc[0] for c, _ in path}  # the token signal of each context
+        gsum = pd.DataFrame([{"signal": sig[c], "metric": met, **mean_gap(s, at(c, met), level)}
+                             for c, _ in path for met in mets])
+        ssum = pd.DataFrame([shift(at(a, met), at(b, met), context_a=sig[a], context_b=sig[b], metric=met)
+                             for (a, _), (b, _) in zip(path[:-1], path[1:]) for met in mets])
         out["table3_ablation"] = pd.concat(
-            [ablation_path_table(gsum, ssum, [(f"token_{c}", ch) for c, ch in path], met).assign(metric=met)
-             for met in metric_names], ignore_index=True)
+            [ablation_path_table(gsum, ssum, [(sig[c], ch) for c, ch in path], met).assign(metric=met)
+             for met in mets], ignore_index=True)
     axes: dict[str, pd.DataFrame] = {}
     if "bare" in contexts and "guess_slot" in contexts:
-        s = summarize_shifts(res, [("token_bare", "token_guess_slot")], list(metric_names), names, level=level)
-        axes["context (bare -> Guess: slot)"] = s
+        axes["context (bare -> Guess: slot)"] = pd.DataFrame(
+            [shift(at("bare", m), at("guess_slot", m), metric=m) for m in mets])
     ref = "guess_slot" if "guess_slot" in contexts else contexts[0]
     for agg in aggregations[1:]:
-        s = summarize_shifts(res, [(f"token_{ref}", f"token_{ref}__{agg}")], list(metric_names), names, level=level)
-        axes[f"aggregation ({aggregations[0]} -> {agg}, {ref})"] = s
-    for (aset, policy, rule), other in groups.items():
-        if (aset, policy) == primary[:2] and rule != primary[2]:
-            ra, _ = _res(main)
-            rb, nb = _res(other)
-            try:
-                s = summarize_axis(ra, rb, f"token_{ref}", list(metric_names), {**names, **nb}, level=level)
-            except ValueError as exc:  # different items under the two rules: not paired
-                log.info("correctness-rule axis %s -> %s not summarized: %s", primary[2], rule, exc)
-                continue
-            axes[f"correctness rule ({primary[2]} -> {rule}, {ref})"] = s
+        axes[f"aggregation ({agg0} -> {agg}, {ref})"] = pd.DataFrame(
+            [shift(at(ref, m), at(ref, m, agg), metric=m) for m in mets])
+    for other in dict.fromkeys(s.rows["rule"]):  # units of another rule: the same items and resamples
+        rows = [shift(at(ref, m), at(ref, m, rule_=other), metric=m) for m in mets] if other != rule else [None]
+        if None not in rows:
+            axes[f"correctness rule ({rule} -> {other}, {ref})"] = pd.DataFrame(rows)
     ests = [e for e in metric_names if e != "ece" and (e.startswith("ece") or e in ESTIMATORS)]
     if "ece" in metric_names and ests and three:
-        pair = ("token_bare", "token_guess_slot") if {"bare", "guess_slot"} <= set(contexts) else None
-        est = summarize_estimators(res, [f"token_{c}" for c in three], ests, base="ece", context_pair=pair,
-                                   signal_names=names, level=level)
+        both = {"bare", "guess_slot"} <= set(contexts)  # the estimator's own context flip, bare -> Guess: slot
+        flips = {e: mean_shift(s, at("bare", e), at("guess_slot", e), level)["n_flips"] if both else float("nan")
+                 for e in ests}
+        est = pd.DataFrame([shift(at(c, "ece"), at(c, e), signal=at(c, e)["signal"].iloc[0], estimator=e,
+                                  context=c, context_flips=flips[e]) for c in three for e in ests])
         out["table15_estimators"] = estimators_table(est)
         for e in ests:  # the estimator axis of Table 4: the gap under the estimator vs under 10-bin ECE
-            sub = est[(est["estimator"] == e) & (est["signal"] == f"token_{ref}")]
+            sub = est[(est["estimator"] == e) & (est["context"] == ref)]
             if len(sub):
                 axes[f"ECE estimator (ece -> {e}, {ref})"] = sub.assign(metric=e)
     if axes:

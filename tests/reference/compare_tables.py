@@ -1,7 +1,7 @@
 """The per-setting gap, shift and flip tables of one bootstrap result (study 000): a test-only oracle.
 
-These were ``confgrid.analysis.compare.gaps/shifts/flips``; the package computes the same quantities for every
-setting at once in the one evaluator (analysis/evaluation.py) and, over settings, in analysis/summary.py and
+These were ``confgrid.analysis.compare.gaps/shifts/flips/advantages``; the package computes the same quantities for
+every setting at once in the one evaluator (analysis/evaluation.py) and, over settings, in analysis/means.py and
 analysis/tables.py. The tests check those against these per-setting tables.
 
 Not independent of the package: the rules come from ``confgrid.analysis.compare`` (:func:`better_signal`,
@@ -17,10 +17,63 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from confgrid.analysis import compare as C
 from confgrid.analysis.bootstrap import BootstrapResult, interval, n_undefined
-from confgrid.analysis.compare import _index, _names, advantage, better_signal, excludes_zero, flip, fully_resolved
+from confgrid.analysis.compare import better_signal, excludes_zero, flip, fully_resolved
+from confgrid.analysis.registry import get_metric
 
-__all__ = ["gaps", "shifts", "flips"]
+__all__ = ["advantage", "advantages", "gaps", "shifts", "flips"]
+
+
+def _names(result: BootstrapResult, signal_names, *check: tuple[str, str]) -> list[str]:
+    """The signal names (``signal_names`` or the result's), unique, one per row; each ``(what, name)`` of ``check``
+    must be among them."""
+    names = list(signal_names if signal_names is not None else (result.signal_names or []))
+    if len(names) != result.point.shape[0]:
+        raise ValueError(f"need {result.point.shape[0]} signal names, got {len(names)}: {names}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"signal names must be unique, got {names}")
+    for what, name in check:
+        if name not in names:
+            raise ValueError(f"{what} {name!r} not among signals {names}")
+    return names
+
+
+def advantage(result: BootstrapResult, names: Sequence[str], verbalized: str, token: str,
+              metric_index: int) -> tuple[float, np.ndarray]:
+    """:func:`confgrid.analysis.compare.advantage` of two named signals of a result under one metric.
+
+    Raises
+    ------
+    ValueError
+        If ``verbalized`` or ``token`` is not among ``names``.
+    """
+    names = _names(result, names, ("verbalized signal", verbalized), ("token signal", token))
+    v, t, j = names.index(verbalized), names.index(token), metric_index
+    p, r = C.advantage(get_metric(result.metrics[j]).signed, result.point[v, j], result.point[t, j],
+                       result.resamples[v, j], result.resamples[t, j])
+    return float(p), r
+
+
+def _rows(result, signal_names, verbalized, level, advantages_: bool) -> pd.DataFrame:
+    """One row per (token signal, metric): the gap (or the advantage) with its interval."""
+    names = _names(result, signal_names, ("verbalized signal", verbalized))
+    rows = []
+    for token in names:
+        if token == verbalized:
+            continue
+        v, t = names.index(verbalized), names.index(token)
+        for j, metric in enumerate(result.metrics):
+            point, vals = (advantage(result, names, verbalized, token, j) if advantages_
+                           else _gap_values(result, names, verbalized, token, j))
+            lo, hi = interval(vals, level)
+            rows.append(dict(signal=token, metric=metric, point=float(point), lo=lo, hi=hi,
+                             excludes_zero=excludes_zero(lo, hi),
+                             favours=better_signal(metric, result.point[v, j], result.point[t, j], "verbalized",
+                                                   "token"),
+                             n_undefined=int(n_undefined(vals))))
+    cols = ["signal", "metric", "point", "lo", "hi", "excludes_zero", "favours", "n_undefined"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _gap_values(result, names, verbalized, token, j):
@@ -29,6 +82,13 @@ def _gap_values(result, names, verbalized, token, j):
         result.point[v, j] - result.point[t, j],
         result.resamples[v, j] - result.resamples[t, j],
     )
+
+
+def advantages(result: BootstrapResult, signal_names: Sequence[str] | None = None, verbalized: str = "verbalized",
+               level: float = 0.95) -> pd.DataFrame:
+    """:func:`advantage` of every token signal over ``verbalized``, per metric, with its interval: the layout of
+    :func:`gaps` without ``favours`` (for an unsigned metric the rows equal the gaps)."""
+    return _rows(result, signal_names, verbalized, level, True).drop(columns="favours")
 
 
 def gaps(
@@ -49,30 +109,12 @@ def gaps(
         of the two point values, so for a signed metric the signal closer to
         0) and ``n_undefined`` (resamples where the gap is ``nan``).
     """
-    names = _names(result, signal_names)
-    _index(names, verbalized, "verbalized signal")
-    rows = []
-    for token in names:
-        if token == verbalized:
-            continue
-        v, t = names.index(verbalized), names.index(token)
-        for j, metric in enumerate(result.metrics):
-            point, vals = _gap_values(result, names, verbalized, token, j)
-            lo, hi = interval(vals, level)
-            rows.append(
-                dict(
-                    signal=token,
-                    metric=metric,
-                    point=float(point),
-                    lo=lo,
-                    hi=hi,
-                    excludes_zero=excludes_zero(lo, hi),
-                    favours=better_signal(metric, result.point[v, j], result.point[t, j], "verbalized", "token"),
-                    n_undefined=int(n_undefined(vals)),
-                )
-            )
-    cols = ["signal", "metric", "point", "lo", "hi", "excludes_zero", "favours", "n_undefined"]
-    return pd.DataFrame(rows, columns=cols)
+    return _rows(result, signal_names, verbalized, level, False)
+
+
+def _pair_names(result, signal_names, verbalized, pairs) -> list[str]:
+    return _names(result, signal_names, ("verbalized signal", verbalized),
+                  *(x for a, b in pairs for x in (("context_a", a), ("context_b", b))))
 
 
 def shifts(
@@ -93,12 +135,9 @@ def shifts(
         Columns ``context_a``, ``context_b``, ``metric``, ``point``, ``lo``,
         ``hi``, ``excludes_zero``, ``n_undefined``.
     """
-    names = _names(result, signal_names)
-    _index(names, verbalized, "verbalized signal")
+    names = _pair_names(result, signal_names, verbalized, pairs)
     rows, diffs = [], []
     for a, b in pairs:
-        _index(names, a, "context_a")
-        _index(names, b, "context_b")
         for j, metric in enumerate(result.metrics):
             pa, va = _gap_values(result, names, verbalized, a, j)
             pb, vb = _gap_values(result, names, verbalized, b, j)
@@ -140,8 +179,7 @@ def flips(
         (the point **gaps** ``metric(verbalized) - metric(token)``, also for
         a signed metric), ``flip``, ``fully_resolved``.
     """
-    names = _names(result, signal_names)
-    _index(names, verbalized, "verbalized signal")
+    names = _pair_names(result, signal_names, verbalized, pairs)
     rows = []
     memo: dict[tuple[str, int], tuple[float, tuple[float, float, float]]] = {}
 
@@ -154,8 +192,6 @@ def flips(
         return memo[(c, j)]
 
     for a, b in pairs:
-        _index(names, a, "context_a")
-        _index(names, b, "context_b")
         for j, metric in enumerate(result.metrics):
             (ga, ta), (gb, tb) = context(a, j), context(b, j)
             pa, pb = ta[0], tb[0]

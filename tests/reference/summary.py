@@ -1,4 +1,10 @@
-"""Summaries over settings: mean |shift|, intervals excluding zero, flips.
+"""Summaries over settings from per-setting bootstrap results: a test-only oracle of analysis/means.py.
+
+This was ``confgrid.analysis.summary``, the package's second road to study 000's Tables 2-4 and 15 (per setting
+:class:`BootstrapResult` objects keyed by signal names); the package now computes them as one aggregate of the
+evaluator's estimates (analysis/means.py), and tests/analysis/test_means.py checks that against this.
+
+Summaries over settings: mean |shift|, intervals excluding zero, flips.
 
 Study 000 reports, per axis and metric, the mean over the 20 settings of
 ``|dg|`` (the shift of the gap ``g = metric(verbalized) - metric(token)``),
@@ -33,8 +39,6 @@ Entry points
 * :func:`summarize_estimators` - an estimator replacing a base metric (Table 15).
 * :func:`summarize_axis` - the same signal under two results (correctness
   rule, aggregation, bin count computed in separate runs).
-* :func:`summarize_shift_table` - the same from tidy DataFrames (the
-  ``confgrid analyze`` path), with optional resample arrays.
 """
 
 from __future__ import annotations
@@ -44,9 +48,11 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .bootstrap import BootstrapResult, interval, mean_over_settings
-from .compare import advantage, better_signal, excludes_zero, flip, fully_resolved
-from .registry import get_metric
+from confgrid.analysis.bootstrap import BootstrapResult, interval, mean_over_settings
+from confgrid.analysis.compare import better_signal, excludes_zero, flip, fully_resolved
+from confgrid.analysis.means import SUMMARY_COLUMNS
+from confgrid.analysis.registry import get_metric
+from reference.compare_tables import advantage
 
 __all__ = [
     "SUMMARY_COLUMNS",
@@ -56,19 +62,6 @@ __all__ = [
     "summarize_gaps",
     "summarize_estimators",
     "summarize_axis",
-    "summarize_shift_table",
-]
-
-#: columns of every summary row after its key columns
-SUMMARY_COLUMNS = [
-    "n_settings",
-    "mean_abs",
-    "lo",
-    "hi",
-    "max_abs",
-    "n_excludes_zero",
-    "n_flips",
-    "n_resolved_flips",
 ]
 
 Triple = tuple[float, float, float]
@@ -212,20 +205,34 @@ def _triple(point: float, res: np.ndarray, level: float) -> Triple:
     return (float(point), float(lo), float(hi))
 
 
-def _check_same_B(results: Mapping[str, BootstrapResult]) -> None:
+def _checked(results: Mapping[str, BootstrapResult], metrics=None) -> list[str]:
+    """``metrics`` (default: the first result's), once every setting is known to have the same resample count."""
+    if not results:
+        raise ValueError("results must hold at least one setting")
     Bs = {r.resamples.shape[-1] for r in results.values()}
     if len(Bs) > 1:
         raise ValueError(f"every setting needs the same number of resamples, got {sorted(Bs)}")
+    return list(metrics if metrics is not None else next(iter(results.values())).metrics)
 
 
-def summarize_shifts(
-    results: Mapping[str, BootstrapResult],
-    pairs: Sequence[tuple[str, str]],
-    metrics: Sequence[str] | None = None,
-    signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
-    verbalized: str = "verbalized",
-    level: float = 0.95,
-) -> pd.DataFrame:
+def _shift(results, signal_names, a: tuple[str, str], b: tuple[str, str], verbalized: str, level: float,
+           orient: bool = False) -> dict:
+    """:func:`summarize_deltas` of ``dg = g(b) - g(a)`` per setting, ``a`` and ``b`` (token signal, metric); with
+    ``orient`` each advantage is first turned so that positive favours the token signal (:func:`_token_side`)."""
+    pts, res, ga, gb = {}, {}, {}, {}
+    for s, r in results.items():
+        names = _names_for(s, r, signal_names)
+        (pa, va), (pb, vb) = (gap_values(r, names, sig, met, verbalized) for sig, met in (a, b))
+        pts[s], res[s] = pb - pa, vb - va
+        ga[s], gb[s] = (_triple(o * p, o * w, level) for sig, met in (a, b)
+                        for o in [_token_side(met) if orient else 1.0]
+                        for p, w in [_advantage(r, names, sig, met, verbalized)])
+    return summarize_deltas(pts, res, None, ga, gb, level)
+
+
+def summarize_shifts(results: Mapping[str, BootstrapResult], pairs: Sequence[tuple[str, str]],
+                     metrics: Sequence[str] | None = None, signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+                     verbalized: str = "verbalized", level: float = 0.95) -> pd.DataFrame:
     """Mean ``|dg|`` over settings of the context shifts ``dg = g(b) - g(a)``.
 
     Parameters
@@ -252,34 +259,16 @@ def summarize_shifts(
         ``|v| - |t|`` for a signed one); ``n_resolved_flips``: those whose
         advantage intervals both exclude zero.
     """
-    if not results:
-        raise ValueError("results must hold at least one setting")
-    _check_same_B(results)
-    metrics = list(metrics if metrics is not None else next(iter(results.values())).metrics)
-    rows = []
-    for a, b in pairs:
-        for metric in metrics:
-            pts, res, ga, gb = {}, {}, {}, {}
-            for s, r in results.items():
-                names = _names_for(s, r, signal_names)
-                pa, va = gap_values(r, names, a, metric, verbalized)
-                pb, vb = gap_values(r, names, b, metric, verbalized)
-                pts[s], res[s] = pb - pa, vb - va
-                ga[s] = _triple(*_advantage(r, names, a, metric, verbalized), level)
-                gb[s] = _triple(*_advantage(r, names, b, metric, verbalized), level)
-            rows.append({"context_a": a, "context_b": b, "metric": metric,
-                         **summarize_deltas(pts, res, None, ga, gb, level)})
+    metrics = _checked(results, metrics)
+    rows = [{"context_a": a, "context_b": b, "metric": metric,
+             **_shift(results, signal_names, (a, metric), (b, metric), verbalized, level)}
+            for a, b in pairs for metric in metrics]
     return pd.DataFrame(rows, columns=["context_a", "context_b", "metric", *SUMMARY_COLUMNS])
 
 
-def summarize_gaps(
-    results: Mapping[str, BootstrapResult],
-    signals: Sequence[str],
-    metrics: Sequence[str] | None = None,
-    signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
-    verbalized: str = "verbalized",
-    level: float = 0.95,
-) -> pd.DataFrame:
+def summarize_gaps(results: Mapping[str, BootstrapResult], signals: Sequence[str], metrics: Sequence[str] | None = None,
+                   signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None, verbalized: str = "verbalized",
+                   level: float = 0.95) -> pd.DataFrame:
     """Mean **signed** gap over settings per token signal and metric (Tables 2 and 3).
 
     Returns
@@ -293,10 +282,7 @@ def summarize_gaps(
         :func:`compare.better_signal`: for a signed metric such as
         ``calibration_gap`` the one closer to 0, whatever the sign of the gap).
     """
-    if not results:
-        raise ValueError("results must hold at least one setting")
-    _check_same_B(results)
-    metrics = list(metrics if metrics is not None else next(iter(results.values())).metrics)
+    metrics = _checked(results, metrics)
     rows = []
     for sig in signals:
         for metric in metrics:
@@ -318,16 +304,10 @@ def summarize_gaps(
     return pd.DataFrame(rows, columns=cols)
 
 
-def summarize_estimators(
-    results: Mapping[str, BootstrapResult],
-    signals: Sequence[str],
-    estimators: Sequence[str],
-    base: str = "ece",
-    context_pair: tuple[str, str] | None = None,
-    signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
-    verbalized: str = "verbalized",
-    level: float = 0.95,
-) -> pd.DataFrame:
+def summarize_estimators(results: Mapping[str, BootstrapResult], signals: Sequence[str], estimators: Sequence[str],
+                         base: str = "ece", context_pair: tuple[str, str] | None = None,
+                         signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None, verbalized: str = "verbalized",
+                         level: float = 0.95) -> pd.DataFrame:
     """An estimator replacing ``base`` (10-bin ECE): study 000 Table 15.
 
     For each token signal (context) and estimator, per setting
@@ -352,23 +332,12 @@ def summarize_estimators(
         flip; ``nan`` without ``context_pair``). ``mean_abs`` and the other
         shift columns stay those of ``dg = g_estimator - g_base``.
     """
-    if not results:
-        raise ValueError("results must hold at least one setting")
-    _check_same_B(results)
+    _checked(results)
     rows = []
     for sig in signals:
         for est in estimators:
-            pts, res, ga, gb = {}, {}, {}, {}
-            for s, r in results.items():
-                names = _names_for(s, r, signal_names)
-                p0, v0 = gap_values(r, names, sig, base, verbalized)
-                p1, v1 = gap_values(r, names, sig, est, verbalized)
-                pts[s], res[s] = p1 - p0, v1 - v0
-                a0, w0 = _advantage(r, names, sig, base, verbalized)
-                a1, w1 = _advantage(r, names, sig, est, verbalized)
-                o0, o1 = _token_side(base), _token_side(est)  # +1 for every lower-is-better or signed metric
-                ga[s], gb[s] = _triple(o0 * a0, o0 * w0, level), _triple(o1 * a1, o1 * w1, level)
-            row = {"signal": sig, "estimator": est, **summarize_deltas(pts, res, None, ga, gb, level)}
+            row = {"signal": sig, "estimator": est,
+                   **_shift(results, signal_names, (sig, base), (sig, est), verbalized, level, orient=True)}
             if context_pair is not None:
                 cf = 0
                 for s, r in results.items():
@@ -392,15 +361,9 @@ def _check_paired(ra: BootstrapResult, rb: BootstrapResult, setting) -> None:
         raise ValueError(f"setting {setting!r}: different numbers of resamples")
 
 
-def summarize_axis(
-    results_a: Mapping[str, BootstrapResult],
-    results_b: Mapping[str, BootstrapResult],
-    signal: str,
-    metrics: Sequence[str],
-    signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
-    verbalized: str = "verbalized",
-    level: float = 0.95,
-) -> pd.DataFrame:
+def summarize_axis(results_a: Mapping[str, BootstrapResult], results_b: Mapping[str, BootstrapResult], signal: str,
+                   metrics: Sequence[str], signal_names: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+                   verbalized: str = "verbalized", level: float = 0.95) -> pd.DataFrame:
     """The gap of one token signal under two protocols run separately.
 
     ``dg = g_b - g_a`` per setting, where ``results_a`` and ``results_b``
@@ -433,68 +396,3 @@ def summarize_axis(
             gb[s] = _triple(*_advantage(results_b[s], nb, signal, metric, verbalized), level)
         rows.append({"signal": signal, "metric": metric, **summarize_deltas(pts, res, None, ga, gb, level)})
     return pd.DataFrame(rows, columns=["signal", "metric", *SUMMARY_COLUMNS])
-
-
-# ---------------------------------------------------------------------------
-# from tidy DataFrames
-# ---------------------------------------------------------------------------
-
-_ALIASES = {"shift": "point", "resolved_flip": "fully_resolved", "from_context": "context_a",
-            "to_context": "context_b"}
-
-
-def summarize_shift_table(
-    shifts: pd.DataFrame,
-    resamples: Mapping[tuple, np.ndarray] | None = None,
-    by: Sequence[str] = ("context_a", "context_b", "metric"),
-    level: float = 0.95,
-) -> pd.DataFrame:
-    """Mean ``|dg|`` over settings from a tidy shift table.
-
-    Parameters
-    ----------
-    shifts : DataFrame
-        One row per (setting, group): columns ``setting``, the ``by``
-        columns, ``point``, ``lo``, ``hi``, and optionally ``flip`` and
-        ``fully_resolved`` (booleans per setting). The flows names
-        ``shift``, ``resolved_flip``, ``from_context``, ``to_context`` are
-        accepted for ``point``, ``fully_resolved``, ``context_a``,
-        ``context_b``.
-    resamples : mapping (setting, *by values) -> ndarray (B,), optional
-        Resampled ``dg`` per row; without it ``lo`` / ``hi`` of the mean are
-        ``nan`` (the per-setting ``lo`` / ``hi`` still give
-        ``n_excludes_zero``).
-    by : sequence of str
-    level : float, default=0.95
-
-    Returns
-    -------
-    DataFrame
-        The ``by`` columns and :data:`SUMMARY_COLUMNS`; ``n_flips`` and
-        ``n_resolved_flips`` count the ``True`` values of the ``flip`` /
-        ``fully_resolved`` columns when present (else ``nan``). Those columns
-        are taken as given (:func:`compare.flip` makes them signed-aware);
-        a missing value (``nan``, e.g. a resolution that could not be
-        decided) makes that count ``nan`` rather than being counted.
-    """
-    df = shifts.rename(columns={k: v for k, v in _ALIASES.items() if k in shifts.columns and v not in shifts.columns})
-    need = ["setting", *by, "point", "lo", "hi"]
-    missing = [c for c in need if c not in df.columns]
-    if missing:
-        raise ValueError(f"shifts is missing columns {missing}; has {list(df.columns)}")
-    if df.duplicated(["setting", *by]).any():
-        raise ValueError(f"shifts has duplicate rows for (setting, {', '.join(by)})")
-    rows = []
-    for key, grp in df.groupby(list(by), sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        pts = dict(zip(grp["setting"], grp["point"].astype(float)))
-        ints = {s: (lo, hi) for s, lo, hi in zip(grp["setting"], grp["lo"], grp["hi"])}
-        res = None
-        if resamples is not None:
-            res = {s: resamples[(s, *key)] for s in grp["setting"]}
-        summ = summarize_deltas(pts, res, ints, None, None, level)
-        for col, name in (("flip", "n_flips"), ("fully_resolved", "n_resolved_flips")):
-            if col in grp.columns:
-                summ[name] = float("nan") if grp[col].isna().any() else int(grp[col].astype(bool).sum())
-        rows.append({**dict(zip(by, key)), **summ})
-    return pd.DataFrame(rows, columns=[*by, *SUMMARY_COLUMNS])
