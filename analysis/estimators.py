@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from .metrics import CLOSURES, _check_n_bins, _prepare, check_closure, ece
+from .metrics import CLOSURES, _check_n_bins, _prepare, check_closure, ece, shared_doc
 
 __all__ = [
     "ECE_BIN_COUNTS",
@@ -156,6 +156,7 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10, closure: str = "left") 
     return np.r_[moved, n].astype(np.int64)
 
 
+@shared_doc
 def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """Expected calibration error with equal-mass (equal-count) bins.
 
@@ -175,10 +176,7 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    {data}
     n_bins : int, default=10
         Number of equal-mass bins ``B >= 1``.
     closure : {"left", "right"}, default="left"
@@ -187,9 +185,7 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
     Returns
     -------
     float
-        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        ECE in ``[0, 1]``; **lower is better**. {undefined}
 
     Raises
     ------
@@ -241,6 +237,7 @@ def _gauss(u: np.ndarray) -> np.ndarray:
     return np.exp(-0.5 * u * u)
 
 
+@shared_doc
 def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
     """Kernel (Nadaraya-Watson) calibration error.
 
@@ -255,19 +252,14 @@ def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    {data}
     bandwidth : float, default=0.05
         Kernel bandwidth ``h > 0``.
 
     Returns
     -------
     float
-        KDE ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        KDE ECE in ``[0, 1]``; **lower is better**. {undefined}
 
     Examples
     --------
@@ -335,6 +327,7 @@ def kde_group_values(u: np.ndarray, m: np.ndarray, sy: np.ndarray, h: float) -> 
 # ---------------------------------------------------------------------------
 
 
+@shared_doc
 def ks_ece(confidence, correct) -> float:
     """Kolmogorov-Smirnov calibration error (Gupta et al. 2021).
 
@@ -349,17 +342,12 @@ def ks_ece(confidence, correct) -> float:
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    {data}
 
     Returns
     -------
     float
-        KS error in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        KS error in ``[0, 1]``; **lower is better**. {undefined}
 
     Examples
     --------
@@ -419,6 +407,7 @@ def silverman_bandwidth(confidence) -> float:
     return 0.9 * a * n ** (-0.2)
 
 
+@shared_doc
 def smoothed_ece(confidence, correct) -> float:
     """Smoothed ECE: kernel-smoothed residual integrated against the smoothed density.
 
@@ -448,17 +437,12 @@ def smoothed_ece(confidence, correct) -> float:
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    {data}
 
     Returns
     -------
     float
-        Smoothed ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        Smoothed ECE in ``[0, 1]``; **lower is better**. {undefined}
 
     Examples
     --------
@@ -508,6 +492,7 @@ def _smoothed_residual(t, u, res, h) -> np.ndarray:
     return f
 
 
+@shared_doc
 def smece(confidence, correct) -> float:
     """smECE of Blasiok and Nakkiran (2024), computed by the ``relplot`` package.
 
@@ -519,17 +504,12 @@ def smece(confidence, correct) -> float:
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    {data}
 
     Returns
     -------
     float
-        smECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        smECE in ``[0, 1]``; **lower is better**. {undefined}
 
     Raises
     ------
@@ -555,6 +535,7 @@ def smece(confidence, correct) -> float:
 # ---------------------------------------------------------------------------
 
 
+@shared_doc
 def calibration_gap(confidence, correct) -> float:
     """Signed calibration gap: mean confidence minus accuracy.
 
@@ -563,18 +544,13 @@ def calibration_gap(confidence, correct) -> float:
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    {data}
 
     Returns
     -------
     float
         Gap in ``[-1, 1]``; **signed: 0 is best**, closer to zero is better
-        (registered with ``signed=True``). ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        (registered with ``signed=True``). {undefined}
 
     Examples
     --------

@@ -17,6 +17,7 @@ from confgrid.analysis.fused import _aurc_table
 from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
 from confgrid.analysis.metrics import UndefinedMetricWarning
+from reference.resample_loop import loop_chunk
 
 ALL = ["ece", "auroc", "aurc", "brier", "spearman"]
 KERNELS = {
@@ -35,22 +36,6 @@ def make_setting(rng, S=3, n=60, tie_decimals=1):
         raw = np.clip(0.4 * corr + 0.6 * rng.random(n), 0, 1)
         conf[s] = np.round(raw, tie_decimals) if s % 2 == 0 else raw
     return conf, corr
-
-
-def loop_chunk(conf, corr, metrics, idx, n_bins=10):
-    """The plain reference: take the rows of each resample and call metrics.py."""
-    S = conf.shape[0]
-    corr = np.broadcast_to(corr, conf.shape)
-    out = np.empty((S, len(metrics), idx.shape[0]))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        for s in range(S):
-            for j, name in enumerate(metrics):
-                f = REG.get_metric(name).func
-                kw = {"n_bins": n_bins} if name == "ece" else {}
-                for r, rows in enumerate(idx):
-                    out[s, j, r] = f(conf[s][rows], corr[s][rows], **kw)
-    return out
 
 
 # ---------------------------------------------------------------------------

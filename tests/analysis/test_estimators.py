@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from scipy import integrate
 
@@ -19,6 +19,8 @@ from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
 from confgrid.analysis import reliability as R
 from confgrid.analysis.metrics import UndefinedMetricWarning
+from metric_data import FAST, datasets
+from reference.resample_loop import loop_chunk
 
 NEW = ["ece_equal_mass", "kde_ece", "ks_ece", "smoothed_ece", "calibration_gap", "overconfidence"] + [
     f"ece_{b}" for b in E.ECE_BIN_COUNTS
@@ -352,25 +354,8 @@ def test_reliability_empty_warns():
 # property tests
 # ---------------------------------------------------------------------------
 
-conf_values = st.one_of(
-    st.sampled_from([0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0]),
-    st.floats(0.0, 1.0, allow_nan=False),
-)
-
-
-@st.composite
-def datasets(draw, min_size=1, max_size=30):
-    n = draw(st.integers(min_size, max_size))
-    conf = draw(st.lists(conf_values, min_size=n, max_size=n))
-    corr = draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n))
-    return np.array(conf), np.array(corr)
-
-
-FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
 @FAST
-@given(d=datasets(), seed=st.integers(0, 2**32 - 1))
+@given(d=datasets(max_size=30), seed=st.integers(0, 2**32 - 1))
 def test_permutation_invariance_new_metrics(d, seed):
     conf, corr = d
     p = np.random.default_rng(seed).permutation(conf.size)
@@ -396,21 +381,6 @@ def test_property_vs_brute_force(d):
 # ---------------------------------------------------------------------------
 # bootstrap: kernels and fallback vs a per-resample loop on the same indices
 # ---------------------------------------------------------------------------
-
-
-def loop_chunk(conf, corr, metrics, idx, n_bins=10):
-    S = conf.shape[0]
-    corr = np.broadcast_to(corr, conf.shape)
-    out = np.empty((S, len(metrics), idx.shape[0]))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        for s in range(S):
-            for j, name in enumerate(metrics):
-                info = REG.get_metric(name)
-                kw = {"n_bins": n_bins} if info.takes_n_bins else {}
-                for r, rows in enumerate(idx):
-                    out[s, j, r] = info.func(conf[s][rows], corr[s][rows], **kw)
-    return out
 
 
 @pytest.mark.parametrize("n,decimals,n_bins", [(37, 1, 10), (50, 2, 7), (23, None, 3)])

@@ -8,13 +8,14 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
 from confgrid.analysis.metrics import UndefinedMetricWarning
+from metric_data import FAST, datasets
 
 BIN_COUNTS = [5, 10, 15, 20, 30, 50]
 ALL = ["ece", "auroc", "aurc", "brier"]
@@ -310,23 +311,6 @@ def test_registry():
 # ---------------------------------------------------------------------------
 # property tests
 # ---------------------------------------------------------------------------
-
-conf_values = st.one_of(
-    st.sampled_from([0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0]),
-    st.floats(0.0, 1.0, allow_nan=False),
-)
-
-
-@st.composite
-def datasets(draw, min_size=1, max_size=40):
-    n = draw(st.integers(min_size, max_size))
-    conf = draw(st.lists(conf_values, min_size=n, max_size=n))
-    corr = draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n))
-    return np.array(conf), np.array(corr)
-
-
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
 
 @FAST
 @given(data=datasets(), seed=st.integers(0, 2**32 - 1))
