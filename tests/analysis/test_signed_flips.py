@@ -267,25 +267,9 @@ def test_summarize_axis_flips_as_the_rule():
 # ----------------------------------------------------------------------------- Table 2 agrees with compare
 
 
-def tidy(results, with_advantages=False):
-    mrows, grows, arows = [], [], []
-    for s, r in results.items():
-        lo, hi = r.interval()
-        for i, sig in enumerate(NAMES):
-            for j, m in enumerate(r.metrics):
-                mrows.append(dict(setting=s, signal=sig, context=sig, metric=m, point=r.point[i, j],
-                                  lo=lo[i, j], hi=hi[i, j]))
-        g = R.gaps(r).rename(columns={"point": "gap"}).assign(setting=s)
-        grows.append(g.assign(context=g["signal"]))
-        a = R.advantages(r).assign(setting=s)
-        arows.append(a.assign(context=a["signal"]))
-    out = pd.DataFrame(mrows), pd.concat(grows, ignore_index=True)
-    return (*out, pd.concat(arows, ignore_index=True)) if with_advantages else out
-
-
 def test_three_context_table_flips_as_compare():
     results = settings()
-    metrics, gaps, adv = tidy(results, with_advantages=True)
+    metrics, gaps, adv = R.tidy(results)
     ctx = ["tok_a", "tok_b"]
     for m in SUMMARY_METRICS:
         plain = TB.three_context_table(metrics, gaps, m, ctx).set_index("setting")
@@ -309,7 +293,7 @@ def test_three_context_table_flips_as_compare():
 
 
 def test_table_writer_prints_an_undecided_resolution_as_a_dash(tmp_path):
-    metrics, gaps = tidy(settings())
+    metrics, gaps, _ = R.tidy(settings())
     t = TB.three_context_table(metrics, gaps, "calibration_gap", ["tok_a", "tok_b"])
     _, md = TB.write_table(t[["setting", "flip", "resolved_flip"]], tmp_path, "t2")
     lines = md.read_text().splitlines()

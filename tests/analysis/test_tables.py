@@ -21,21 +21,6 @@ def results():
     return make_results(n_settings=3, B=100, metrics=("ece", "auroc", "kde_ece", "ks_ece"))
 
 
-def tidy_frames(results):
-    mrows, grows = [], []
-    for s, r in results.items():
-        lo, hi = r.interval()
-        for i, sig in enumerate(NAMES):
-            for j, m in enumerate(r.metrics):
-                mrows.append(dict(setting=s, signal=sig, context=sig, metric=m, point=r.point[i, j],
-                                  lo=lo[i, j], hi=hi[i, j]))
-        g = R.gaps(r, NAMES).rename(columns={"point": "g"})
-        g.insert(0, "setting", s)
-        g["context"] = g["signal"]
-        grows.append(g)
-    return pd.DataFrame(mrows), pd.concat(grows, ignore_index=True)
-
-
 def test_format_helpers():
     assert TB.format_estimate(0.1234, 0.1, 0.2) == "0.123 [0.100, 0.200]"
     assert TB.format_estimate(0.05, signed=True) == "+0.050"
@@ -50,7 +35,7 @@ def test_format_helpers():
 
 
 def test_three_context_table(results):
-    metrics, gaps = tidy_frames(results)
+    metrics, gaps, _ = R.tidy(results)
     t = TB.three_context_table(metrics, gaps, "ece", CTX)
     assert t.setting.tolist() == list(results)
     for s, r in results.items():

@@ -22,7 +22,7 @@ from confgrid.analysis.bootstrap import BootstrapResult, interval, n_undefined
 from confgrid.analysis.compare import better_signal, excludes_zero, flip, fully_resolved
 from confgrid.analysis.registry import get_metric
 
-__all__ = ["advantage", "advantages", "gaps", "shifts", "flips"]
+__all__ = ["advantage", "advantages", "gaps", "shifts", "flips", "tidy"]
 
 
 def _names(result: BootstrapResult, signal_names, *check: tuple[str, str]) -> list[str]:
@@ -117,13 +117,8 @@ def _pair_names(result, signal_names, verbalized, pairs) -> list[str]:
                   *(x for a, b in pairs for x in (("context_a", a), ("context_b", b))))
 
 
-def shifts(
-    result: BootstrapResult,
-    signal_names: Sequence[str] | None,
-    pairs: Sequence[tuple[str, str]],
-    verbalized: str = "verbalized",
-    level: float = 0.95,
-) -> pd.DataFrame:
+def shifts(result: BootstrapResult, signal_names: Sequence[str] | None, pairs: Sequence[tuple[str, str]],
+           verbalized: str = "verbalized", level: float = 0.95) -> pd.DataFrame:
     """Shift of the gap between two contexts: ``dg = g(context_b) - g(context_a)``.
 
     ``pairs`` lists ``(context_a, context_b)`` token-signal names. Computed
@@ -153,13 +148,8 @@ def shifts(
     return pd.DataFrame(rows, columns=cols)
 
 
-def flips(
-    result: BootstrapResult,
-    signal_names: Sequence[str] | None,
-    pairs: Sequence[tuple[str, str]],
-    verbalized: str = "verbalized",
-    level: float = 0.95,
-) -> pd.DataFrame:
+def flips(result: BootstrapResult, signal_names: Sequence[str] | None, pairs: Sequence[tuple[str, str]],
+          verbalized: str = "verbalized", level: float = 0.95) -> pd.DataFrame:
     """Per (context pair, metric): the two gaps, ``flip`` and ``fully_resolved``.
 
     ``flip``: the better signal differs between ``context_a`` and
@@ -208,3 +198,20 @@ def flips(
             )
     cols = ["context_a", "context_b", "metric", "g_a", "g_b", "flip", "fully_resolved"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def tidy(results: dict[str, BootstrapResult]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The per-setting metrics, gaps and advantages of several results in the layout of a run's tidy tables
+    (``setting``, ``signal``, ``context`` = the signal's name, ``metric``, ``point`` or ``gap``, ``lo``, ``hi``)."""
+    mrows, grows, arows = [], [], []
+    for s, r in results.items():
+        lo, hi = r.interval()
+        for i, sig in enumerate(r.signal_names):
+            for j, m in enumerate(r.metrics):
+                mrows.append(dict(setting=s, signal=sig, context=sig, metric=m, point=r.point[i, j],
+                                  lo=lo[i, j], hi=hi[i, j]))
+        g = gaps(r).rename(columns={"point": "gap"}).assign(setting=s)
+        grows.append(g.assign(context=g["signal"]))
+        a = advantages(r).assign(setting=s)
+        arows.append(a.assign(context=a["signal"]))
+    return pd.DataFrame(mrows), pd.concat(grows, ignore_index=True), pd.concat(arows, ignore_index=True)
