@@ -68,7 +68,6 @@ __all__ = [
     "paired_bootstrap",
     "interval",
     "n_undefined",
-    "mean_over_settings",
     "resample_counts",
 ]
 
@@ -479,24 +478,3 @@ def resample_counts(n: int, n_resamples: int, seed: int, chunk_size: int = DEFAU
     out = [counts_from_indices(idx, n) if clusters is None else row_counts(idx, clusters)
            for _, idx in resample_indices(k, n_resamples, seed, chunk_size)]
     return np.concatenate(out)
-
-
-def mean_over_settings(resamples: Sequence[np.ndarray]) -> np.ndarray:
-    """Average resampled values across settings, resample by resample.
-
-    Each setting's array has shape ``(..., B)`` (same shape for all); the
-    mean over settings is taken per resample (a ``nan`` in any setting makes
-    that resample ``nan``), and :func:`interval` of the result gives the
-    interval of the mean (study 000, Appendix A).
-
-    Returns
-    -------
-    ndarray of shape (..., B)
-    """
-    arrs = [np.asarray(a, dtype=np.float64) for a in resamples]
-    if not arrs:
-        raise ValueError("mean_over_settings needs at least one setting")
-    shapes = {a.shape for a in arrs}
-    if len(shapes) != 1:
-        raise ValueError(f"all settings must have the same resample shape, got {sorted(shapes)}")
-    return np.mean(np.stack(arrs, axis=0), axis=0)

@@ -17,6 +17,7 @@ from confgrid.analysis.fused import _aurc_table
 from confgrid.analysis import metrics as M
 from confgrid.analysis import registry as REG
 from confgrid.analysis.metrics import UndefinedMetricWarning
+from reference import summary as SM
 from reference.resample_loop import loop_chunk
 
 ALL = ["ece", "auroc", "aurc", "brier", "spearman"]
@@ -310,11 +311,11 @@ def test_input_errors():
 def test_mean_over_settings():
     a = np.array([[1.0, 2.0, 3.0]])
     b = np.array([[3.0, 2.0, np.nan]])
-    m = BS.mean_over_settings([a, b])
+    m = SM.mean_over_settings([a, b])
     np.testing.assert_array_equal(m[:, :2], [[2.0, 2.0]])
     assert np.isnan(m[0, 2])
     with pytest.raises(ValueError):
-        BS.mean_over_settings([a, np.zeros((1, 4))])
+        SM.mean_over_settings([a, np.zeros((1, 4))])
 
 
 def test_memory_bounded_chunks():

@@ -11,7 +11,7 @@ Study 000 reports, per axis and metric, the mean over the 20 settings of
 with a 95% interval obtained as Appendix A says: "for a mean over settings,
 we average the resampled values across settings and take the percentiles of
 that average". Here that is, per resample ``r``,
-``mean_s |dg_s[r]|`` (:func:`bootstrap.mean_over_settings` of the
+``mean_s |dg_s[r]|`` (:func:`mean_over_settings` of the
 per-setting ``|dg|`` resamples), then :func:`bootstrap.interval`. The point
 is the mean of the per-setting ``|point dg|``. Besides it: the number of
 settings whose ``dg`` interval excludes zero, and flips of the better signal
@@ -48,7 +48,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from confgrid.analysis.bootstrap import BootstrapResult, interval, mean_over_settings
+from confgrid.analysis.bootstrap import BootstrapResult, interval
 from confgrid.analysis.compare import better_signal, excludes_zero, flip, fully_resolved
 from confgrid.analysis.means import SUMMARY_COLUMNS
 from confgrid.analysis.registry import get_metric
@@ -138,6 +138,27 @@ def summarize_deltas(
     else:
         out["n_flips"] = out["n_resolved_flips"] = float("nan")
     return {k: out[k] for k in SUMMARY_COLUMNS}
+
+
+def mean_over_settings(resamples: Sequence[np.ndarray]) -> np.ndarray:
+    """Average resampled values across settings, resample by resample.
+
+    Each setting's array has shape ``(..., B)`` (same shape for all); the
+    mean over settings is taken per resample (a ``nan`` in any setting makes
+    that resample ``nan``), and :func:`interval` of the result gives the
+    interval of the mean (study 000, Appendix A).
+
+    Returns
+    -------
+    ndarray of shape (..., B)
+    """
+    arrs = [np.asarray(a, dtype=np.float64) for a in resamples]
+    if not arrs:
+        raise ValueError("mean_over_settings needs at least one setting")
+    shapes = {a.shape for a in arrs}
+    if len(shapes) != 1:
+        raise ValueError(f"all settings must have the same resample shape, got {sorted(shapes)}")
+    return np.mean(np.stack(arrs, axis=0), axis=0)
 
 
 # ---------------------------------------------------------------------------
