@@ -18,21 +18,19 @@ Inputs are tidy DataFrames:
 
 Tables: :func:`three_context_table` (Table 2), :func:`ablation_path_table`
 (Table 3), :func:`axis_table` (Table 4), :func:`estimators_table`
-(Table 15), :func:`transfer_table` (Appendix G); writers
-:func:`to_markdown` and :func:`write_table`.
+(Table 15), :func:`transfer_table` (Appendix G); the Markdown writer
+:func:`to_markdown`.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .compare import flip, fully_resolved
-from .registry import get_metric
 from .means import SUMMARY_COLUMNS
 from .transfer import summarize_transfer
 
@@ -40,7 +38,6 @@ __all__ = [
     "format_estimate",
     "format_table",
     "to_markdown",
-    "write_table",
     "three_context_table",
     "ablation_path_table",
     "axis_table",
@@ -115,21 +112,6 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(df: pd.DataFrame, out_dir, name: str, digits: int = 3, signed: Sequence[str] = ()) -> tuple[Path, Path]:
-    """Write ``name.csv`` (numbers) and ``name.md`` (:func:`format_table`) into ``out_dir``.
-
-    Returns
-    -------
-    (csv_path, md_path)
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out / f"{name}.csv", out / f"{name}.md"
-    df.to_csv(csv_path, index=False)
-    md_path.write_text(to_markdown(format_table(df, digits, signed)))
-    return csv_path, md_path
-
-
 def _tidy(df: pd.DataFrame, what: str) -> pd.DataFrame:
     for name in ("gap", "g"):  # a run's gaps table names its point estimate ``gap``
         if name in df.columns and "point" not in df.columns:
@@ -146,15 +128,8 @@ def _tidy(df: pd.DataFrame, what: str) -> pd.DataFrame:
 # ---------------------------------------------------------------------------
 
 
-def three_context_table(
-    metrics: pd.DataFrame,
-    gaps: pd.DataFrame,
-    metric: str,
-    contexts: Sequence[str],
-    verbalized: str = "verbalized",
-    key: str = "context",
-    advantages: pd.DataFrame | None = None,
-) -> pd.DataFrame:
+def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: pd.DataFrame, metric: str,
+                        contexts: Sequence[str], verbalized: str = "verbalized", key: str = "context") -> pd.DataFrame:
     """Per setting: verbalized metric, token metric and gap in each context (Table 2).
 
     Parameters
@@ -166,20 +141,16 @@ def three_context_table(
     gaps : DataFrame
         Per-setting gaps: ``setting``, ``key`` (default ``context``),
         ``metric``, ``point`` (or ``gap``), ``lo``, ``hi``.
+    advantages : DataFrame
+        Per-setting advantages (:func:`compare.advantage`: ``setting``, ``key``, ``metric``, ``point``, ``lo``,
+        ``hi``), the paired intervals a resolved flip needs (for a signed metric those of ``|v| - |t|``; for an
+        unsigned one they equal the gaps'); one row per (setting, context) of ``metric``.
     metric : str
     contexts : sequence of str
         The token contexts in column order (e.g. bare, Answer: slot, Guess: slot).
     verbalized : str
     key : {"context", "signal"}
         Column identifying the token signal in both tables.
-    advantages : DataFrame, optional
-        Per-setting advantages (:func:`compare.advantage`; ``setting``, ``key``,
-        ``metric``, ``point``, ``lo``, ``hi``): the paired intervals of the
-        advantage ``|v| - |t|`` that a resolved flip of a signed metric
-        needs. When given it must hold every (setting, context) row of
-        ``metric``; it then decides ``flip`` and ``resolved_flip`` for every
-        metric (for an unsigned metric its rows equal the gaps).
-
     Returns
     -------
     DataFrame
@@ -194,23 +165,17 @@ def three_context_table(
         (``calibration_gap``, ``overconfidence``) it compares
         ``|verbalized|`` with ``|token|`` in each context, whatever the sign
         of the gap. ``resolved_flip``: a flip whose two advantage intervals
-        exclude zero. For an unsigned metric those are the gap intervals.
-        For a signed metric the gap interval says nothing about which
-        signal is closer to 0 and the two metric intervals are not paired,
-        so without ``advantages`` a signed metric's ``resolved_flip`` is
-        ``False`` where there is no flip and ``nan`` (undecided) where there
-        is one.
+        exclude zero (for a signed metric never the gap intervals: they say
+        nothing about which signal is closer to 0).
     """
     m = _tidy(metrics, "metrics")
     g = _tidy(gaps, "gaps")
     m = m[m["metric"] == metric]
     g = g[g["metric"] == metric]
-    signed = get_metric(metric).signed
-    a = None if advantages is None else _tidy(advantages, "advantages")
-    if a is not None:
-        if key not in a.columns:
-            raise ValueError(f"advantages is missing column {key!r}; has {list(a.columns)}")
-        a = a[a["metric"] == metric]
+    a = _tidy(advantages, "advantages")
+    if key not in a.columns:
+        raise ValueError(f"advantages is missing column {key!r}; has {list(a.columns)}")
+    a = a[a["metric"] == metric]
     rows = []
     for setting in dict.fromkeys(m["setting"]):
         ms = m[m["setting"] == setting]
@@ -230,21 +195,13 @@ def three_context_table(
                         f"token_{ctx}_hi": t.hi.iloc[0]})
             trip[ctx] = (float(gg.point.iloc[0]), float(gg.lo.iloc[0]), float(gg.hi.iloc[0]))
             row.update({f"g_{ctx}": trip[ctx][0], f"g_{ctx}_lo": trip[ctx][1], f"g_{ctx}_hi": trip[ctx][2]})
-            if a is not None:
-                aa = a[(a["setting"] == setting) & (a[key] == ctx)]
-                if len(aa) != 1:
-                    raise ValueError(f"setting {setting!r}: need one advantages row for {key} {ctx!r} and {metric}")
-                adv[ctx] = (float(aa.point.iloc[0]), float(aa.lo.iloc[0]), float(aa.hi.iloc[0]))
-            elif signed:  # |v| - |t| by point; its interval is not in these tables
-                adv[ctx] = (abs(float(v.point.iloc[0])) - abs(float(t.point.iloc[0])), np.nan, np.nan)
-            else:  # unsigned: the advantage is the gap
-                adv[ctx] = trip[ctx]
+            aa = a[(a["setting"] == setting) & (a[key] == ctx)]
+            if len(aa) != 1:
+                raise ValueError(f"setting {setting!r}: need one advantages row for {key} {ctx!r} and {metric}")
+            adv[ctx] = (float(aa.point.iloc[0]), float(aa.lo.iloc[0]), float(aa.hi.iloc[0]))
         first, last = adv[contexts[0]], adv[contexts[-1]]
         row["flip"] = flip(first[0], last[0])
-        if signed and a is None and row["flip"]:
-            row["resolved_flip"] = np.nan  # undecided: never from the gap intervals
-        else:
-            row["resolved_flip"] = fully_resolved(first, last)
+        row["resolved_flip"] = fully_resolved(first, last)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -313,7 +270,7 @@ def ablation_path_table(
 # ---------------------------------------------------------------------------
 
 
-def axis_table(axes: Mapping[str, pd.DataFrame], wide: bool = False) -> pd.DataFrame:
+def axis_table(axes: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Mean ``|dg|`` per axis and metric (Table 4).
 
     Parameters
@@ -323,12 +280,12 @@ def axis_table(axes: Mapping[str, pd.DataFrame], wide: bool = False) -> pd.DataF
         count) a summary with a ``metric`` column (or ``estimator``, taken
         as the metric of that row) and :data:`means.SUMMARY_COLUMNS`, one
         row per metric (:func:`means.mean_shift` of one axis).
-    wide : bool, default=False
-        ``False``: long numeric table with columns ``axis``, ``metric``,
-        ``mean_abs`` (+ ``_lo``/``_hi``), ``n_settings``,
-        ``n_excludes_zero``, ``n_flips``, ``n_resolved_flips``. ``True``:
-        rows = axis, columns = metric, cells ``"mean [lo, hi]; k/N excl. 0;
-        f flips (r resolved)"`` strings for display.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``axis``, ``metric``, ``mean_abs`` (+ ``_lo``/``_hi``), ``n_settings``, ``n_excludes_zero``,
+        ``n_flips``, ``n_resolved_flips``.
     """
     parts = []
     for axis, df in axes.items():
@@ -344,25 +301,7 @@ def axis_table(axes: Mapping[str, pd.DataFrame], wide: bool = False) -> pd.DataF
         d.insert(0, "axis", axis)
         parts.append(d[["axis", "metric", "mean_abs", "mean_abs_lo", "mean_abs_hi", "n_settings",
                         "n_excludes_zero", "n_flips", "n_resolved_flips"]])
-    long = pd.concat(parts, ignore_index=True)
-    if not wide:
-        return long
-
-    def cell(r) -> str:
-        s = format_estimate(r.mean_abs, r.mean_abs_lo, r.mean_abs_hi)
-        if not pd.isna(r.n_excludes_zero):
-            s += f"; {int(r.n_excludes_zero)}/{int(r.n_settings)} excl. 0"
-        if not pd.isna(r.n_flips):
-            s += f"; {int(r.n_flips)} flips"
-            if not pd.isna(r.n_resolved_flips):
-                s += f" ({int(r.n_resolved_flips)} resolved)"
-        return s
-
-    long = long.assign(cell=[cell(r) for r in long.itertuples(index=False)])
-    wide_df = long.pivot(index="axis", columns="metric", values="cell")
-    wide_df = wide_df.reindex(index=list(dict.fromkeys(long["axis"])),
-                              columns=list(dict.fromkeys(long["metric"])))
-    return wide_df.reset_index().rename_axis(columns=None)
+    return pd.concat(parts, ignore_index=True)
 
 
 # ---------------------------------------------------------------------------

@@ -90,7 +90,7 @@ def study_tables(
         lo, hi = interval(s.advantages[adv.index.to_numpy()], level)
         adv = adv.assign(point=adv["advantage"], lo=lo, hi=hi)
         out["table2_contexts"] = pd.concat(
-            [three_context_table(sel(metrics_df), sel(gaps_df), met, three, advantages=adv).assign(metric=met)
+            [three_context_table(sel(metrics_df), sel(gaps_df), adv, met, three).assign(metric=met)
              for met in mets], ignore_index=True)
     path = [(c, change) for c, change in ABLATION_PATH if c in contexts]
     if len(path) >= 3:

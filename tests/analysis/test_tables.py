@@ -35,8 +35,8 @@ def test_format_helpers():
 
 
 def test_three_context_table(results):
-    metrics, gaps, _ = R.tidy(results)
-    t = TB.three_context_table(metrics, gaps, "ece", CTX)
+    metrics, gaps, adv = R.tidy(results)
+    t = TB.three_context_table(metrics, gaps, adv, "ece", CTX)
     assert t.setting.tolist() == list(results)
     for s, r in results.items():
         row = t[t.setting == s].iloc[0]
@@ -49,7 +49,7 @@ def test_three_context_table(results):
         f = f[f.metric == "ece"].iloc[0]
         assert (row.flip, row.resolved_flip) == (f.flip, f.fully_resolved)
     with pytest.raises(ValueError, match="missing columns"):
-        TB.three_context_table(metrics.drop(columns="lo"), gaps, "ece", CTX)
+        TB.three_context_table(metrics.drop(columns="lo"), gaps, adv, "ece", CTX)
 
 
 def test_ablation_path_table(results):
@@ -72,11 +72,6 @@ def test_axis_and_estimators_tables(results):
     assert long.axis.tolist() == ["context", "context", "estimator", "estimator"]
     assert long.metric.tolist() == ["ece", "auroc", "kde_ece", "ks_ece"]
     assert long.mean_abs.iloc[0] == ctx.mean_abs.iloc[0]
-    wide = TB.axis_table({"context": ctx, "estimator": est}, wide=True)
-    assert wide.columns.tolist() == ["axis", "ece", "auroc", "kde_ece", "ks_ece"]
-    cell = wide.set_index("axis").loc["context", "ece"]
-    assert cell.startswith(TB.format_estimate(ctx.mean_abs.iloc[0], ctx.lo.iloc[0], ctx.hi.iloc[0]))
-    assert "/3 excl. 0" in cell and "flips" in cell
     e = TB.estimators_table(est)
     assert e.max_abs.tolist() == est.max_abs.tolist()
     assert e.better_signal_changes.tolist() == est.n_flips.tolist()
@@ -96,7 +91,4 @@ def test_transfer_table_and_writer(tmp_path):
     sub = pen[pen.direction == "A->B"]
     assert r.mean_penalty == pytest.approx(sub.penalty.mean())
     assert r.n_settings_all_positive == sum(g.penalty.gt(0).all() for _, g in sub.groupby("setting"))
-    csv, md = TB.write_table(t, tmp_path / "out", "transfer")
-    back = pd.read_csv(csv)
-    np.testing.assert_allclose(back.mean_penalty, t.mean_penalty)
-    assert md.read_text().startswith("| method | direction |")
+    assert TB.to_markdown(t).startswith("| method | direction |")
