@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from .metrics import CLOSURES, _check_n_bins, _prepare, check_closure, ece, shared_doc
+from .metrics import CLOSURES, _check_n_bins, _prepare, check_closure, ece
 
 __all__ = [
     "ECE_BIN_COUNTS",
@@ -156,7 +156,6 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10, closure: str = "left") 
     return np.r_[moved, n].astype(np.int64)
 
 
-@shared_doc
 def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """Expected calibration error with equal-mass (equal-count) bins.
 
@@ -176,7 +175,10 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
     n_bins : int, default=10
         Number of equal-mass bins ``B >= 1``.
     closure : {"left", "right"}, default="left"
@@ -185,7 +187,9 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
     Returns
     -------
     float
-        ECE in ``[0, 1]``; **lower is better**. {undefined}
+        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
 
     Raises
     ------
@@ -237,7 +241,6 @@ def _gauss(u: np.ndarray) -> np.ndarray:
     return np.exp(-0.5 * u * u)
 
 
-@shared_doc
 def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
     """Kernel (Nadaraya-Watson) calibration error.
 
@@ -252,14 +255,19 @@ def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
     bandwidth : float, default=0.05
         Kernel bandwidth ``h > 0``.
 
     Returns
     -------
     float
-        KDE ECE in ``[0, 1]``; **lower is better**. {undefined}
+        KDE ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
 
     Examples
     --------
@@ -327,7 +335,6 @@ def kde_group_values(u: np.ndarray, m: np.ndarray, sy: np.ndarray, h: float) -> 
 # ---------------------------------------------------------------------------
 
 
-@shared_doc
 def ks_ece(confidence, correct) -> float:
     """Kolmogorov-Smirnov calibration error (Gupta et al. 2021).
 
@@ -342,12 +349,17 @@ def ks_ece(confidence, correct) -> float:
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------
     float
-        KS error in ``[0, 1]``; **lower is better**. {undefined}
+        KS error in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
 
     Examples
     --------
@@ -407,7 +419,6 @@ def silverman_bandwidth(confidence) -> float:
     return 0.9 * a * n ** (-0.2)
 
 
-@shared_doc
 def smoothed_ece(confidence, correct) -> float:
     """Smoothed ECE: kernel-smoothed residual integrated against the smoothed density.
 
@@ -437,12 +448,17 @@ def smoothed_ece(confidence, correct) -> float:
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------
     float
-        Smoothed ECE in ``[0, 1]``; **lower is better**. {undefined}
+        Smoothed ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
 
     Examples
     --------
@@ -492,7 +508,6 @@ def _smoothed_residual(t, u, res, h) -> np.ndarray:
     return f
 
 
-@shared_doc
 def smece(confidence, correct) -> float:
     """smECE of Blasiok and Nakkiran (2024), computed by the ``relplot`` package.
 
@@ -504,12 +519,17 @@ def smece(confidence, correct) -> float:
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------
     float
-        smECE in ``[0, 1]``; **lower is better**. {undefined}
+        smECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
 
     Raises
     ------
@@ -535,7 +555,6 @@ def smece(confidence, correct) -> float:
 # ---------------------------------------------------------------------------
 
 
-@shared_doc
 def calibration_gap(confidence, correct) -> float:
     """Signed calibration gap: mean confidence minus accuracy.
 
@@ -544,13 +563,18 @@ def calibration_gap(confidence, correct) -> float:
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------
     float
         Gap in ``[-1, 1]``; **signed: 0 is best**, closer to zero is better
-        (registered with ``signed=True``). {undefined}
+        (registered with ``signed=True``). ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
 
     Examples
     --------

@@ -53,24 +53,6 @@ class UndefinedMetricWarning(UserWarning):
     """Warning emitted when a metric is undefined and ``nan`` is returned."""
 
 
-#: What every metric's docstring says of its two inputs and of the undefined cases (``{data}``, ``{undefined}``).
-_SHARED_DOC = {"{data}": """confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.""",
-               "{undefined}": """``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite."""}
-
-
-def shared_doc(f):
-    """Decorator: fill ``{data}`` (the Parameters entries of ``confidence`` and ``correct``) and ``{undefined}``
-    (the undefined cases of Returns) in the docstring of a module-level metric function (scipy's ``doccer`` idea)."""
-    for key, text in _SHARED_DOC.items():
-        f.__doc__ = f.__doc__ and f.__doc__.replace(key, text)  # None under python -OO
-    return f
-
-
 # ---------------------------------------------------------------------------
 # input handling
 # ---------------------------------------------------------------------------
@@ -364,7 +346,6 @@ def aurc_tie_groups(m, e, K, C, H: np.ndarray):
 # ---------------------------------------------------------------------------
 
 
-@shared_doc
 def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """Expected calibration error with equal-width bins.
 
@@ -379,7 +360,10 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
     n_bins : int, default=10
         Number of equal-width bins.
     closure : {"left", "right", "right_float", "left_float"}, default="left"
@@ -388,7 +372,9 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     Returns
     -------
     float
-        ECE in ``[0, 1]``; **lower is better**. {undefined}
+        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
 
     Raises
     ------
@@ -423,7 +409,6 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     return float(np.sum(n_b[nz] / n * np.abs(acc_b - conf_b)))
 
 
-@shared_doc
 def auroc(confidence, correct) -> float:
     """Area under the ROC curve of confidence as a score for correctness.
 
@@ -437,7 +422,10 @@ def auroc(confidence, correct) -> float:
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------
@@ -477,7 +465,6 @@ def auroc(confidence, correct) -> float:
     return float(U / (P * N))
 
 
-@shared_doc
 def aurc(confidence, correct) -> float:
     """Area under the risk-coverage curve (exact expectation over tie orders).
 
@@ -492,12 +479,17 @@ def aurc(confidence, correct) -> float:
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------
     float
-        AURC in ``[0, 1]``; **lower is better**. {undefined}
+        AURC in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
 
     Raises
     ------
@@ -533,7 +525,6 @@ def aurc(confidence, correct) -> float:
     return float(np.sum(contrib) / n)
 
 
-@shared_doc
 def brier(confidence, correct) -> float:
     """Brier score: mean squared difference between confidence and correctness.
 
@@ -542,12 +533,17 @@ def brier(confidence, correct) -> float:
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------
     float
-        Brier score in ``[0, 1]``; **lower is better**. {undefined}
+        Brier score in ``[0, 1]``; **lower is better**. ``nan`` (with an
+        :class:`UndefinedMetricWarning`) when there are no rows or an input
+        is non-finite.
 
     Examples
     --------

@@ -15,7 +15,7 @@ import numpy as np
 from .binning import BIN_CONFIDENCES, Binning
 from .estimators import equal_mass_bin_starts
 from .metrics import (UndefinedMetricWarning, _check_n_bins, _undefined_reason, bin_edges, bin_indices,
-                      check_closure, shared_doc, validate_inputs)
+                      check_closure, validate_inputs)
 
 __all__ = ["ReliabilityData", "reliability_diagram", "STRATEGIES"]
 
@@ -84,14 +84,16 @@ class ReliabilityData:
         return float(np.sum(self.counts[nz] / n * np.abs(self.accuracy[nz] - self.confidence[nz])))
 
 
-@shared_doc
 def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "uniform",
                         closure: str = "left", bin_confidence: str = "mean") -> ReliabilityData:
     """Bin edges, counts, mean confidence and accuracy per bin.
 
     Parameters
     ----------
-    {data}
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
     n_bins : int, default=10
         Number of bins.
     strategy : {"uniform", "quantile"}, default="uniform"

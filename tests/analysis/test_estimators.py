@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate
 
@@ -354,7 +354,7 @@ def test_reliability_empty_warns():
 # property tests
 # ---------------------------------------------------------------------------
 
-@FAST
+@settings(FAST, max_examples=30)
 @given(d=datasets(max_size=30), seed=st.integers(0, 2**32 - 1))
 def test_permutation_invariance_new_metrics(d, seed):
     conf, corr = d
@@ -367,7 +367,7 @@ def test_permutation_invariance_new_metrics(d, seed):
             assert -1e-12 <= a <= 1 + 1e-12, name
 
 
-@FAST
+@settings(FAST, max_examples=30)
 @given(d=datasets(max_size=15))
 def test_property_vs_brute_force(d):
     conf, corr = d
