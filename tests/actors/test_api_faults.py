@@ -15,6 +15,7 @@ import time
 
 import pytest
 from fake_openai import KEY, KEY_ENV, fake_backend, fake_reply
+from reference.exception_classes import all_exception_classes
 
 from confgrid.actors.api_cache import AnswerCache, request_key
 from confgrid.actors.calls import EngineCall, GenerateRequest, RequestCounts, ShardWork
@@ -24,31 +25,6 @@ from confgrid.actors.openai_backend import ApiConfig, ApiRequestError, OpenAIBac
 def backend(fake, **kw):
     return fake_backend(fake, **{"backoff_s": 0.0, **kw})
 
-
-def all_exception_classes():
-    """Every exception class the package defines (with a constructor call that fills its fields)."""
-    from confgrid.errors import FieldsPickle
-    from confgrid.flows import runner, tracking
-    from confgrid.flows.analyze import read as analyze_read
-    from confgrid.flows.execute import capacity
-    from confgrid.flows.execute import ray_session
-    from confgrid.flows.spec import base as spec_base
-    from confgrid.flows.store import run_store as store
-
-    del FieldsPickle
-    return [
-        ApiRequestError("model 'm' at http://h/v1: failed after 3 attempt(s) (HTTP 500): boom", 500, 3, "5xx", False,
-                        RequestCounts(requests=1, attempts=3, retries=2, failures={"5xx": 3})),
-        runner.ShardFailures([{"stage": "generate", "setting": "m/d", "key": "k" * 16, "error": "e"}], "/tmp/x"),
-        runner.DatasetError("dataset 'd': missing"),
-        tracking.TrackingError(tracking.TrackingFailure.of("sqlite:///x.db", RuntimeError("locked"))),
-        tracking.TrackingUnavailable("no store"),
-        analyze_read.AnalyzeInputError("bad input", ["row 3"], 7, ["use --x"]),
-        capacity.CapacityError(["model m: needs {GPU: 2}"]),
-        spec_base.GridSpecError([("models[0].api.timeout_s", "must be > 0")]),
-        store.ManifestDamaged("manifest.json: not JSON"),
-        ray_session.RayConnectError("Ray cluster at h:1 does not answer"),
-    ]
 
 
 def test_every_exception_class_pickles_with_its_fields():

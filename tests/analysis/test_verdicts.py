@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from reference.png import png_size
 
 from confgrid.analysis.bootstrap import interval
 from confgrid.analysis.evaluation import Comparisons, estimates, plan_units
@@ -228,7 +229,6 @@ def test_analyze_writes_the_verdicts_and_show_prints_them_first(tmp_path):
 
 
 def test_specification_curves_sort_the_gaps_and_mark_the_axis_values(tmp_path):
-    from test_figures import png_size
 
     from confgrid.analysis.verdicts import specification_curve
     from confgrid.report import FigureOptions, RunTables, write_figures

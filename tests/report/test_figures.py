@@ -3,13 +3,13 @@ the numbers of its data (reliability bins equal analysis/reliability.py's; empty
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import report_example
+from reference.png import png_size
 from confgrid.analysis.figure_data import (
     ace_quadrants,
     random_baselines,
@@ -30,12 +30,6 @@ from confgrid.report import (
     write_figures,
 )
 
-
-def png_size(path: Path) -> tuple[int, int]:
-    """(width, height) from the PNG's IHDR chunk (an independent reader: no matplotlib, no PIL)."""
-    head = path.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
-    return struct.unpack(">II", head[16:24])
 
 
 @pytest.fixture(scope="module")

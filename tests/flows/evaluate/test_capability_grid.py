@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from reference.png import png_size
 from scipy.stats import spearmanr
 
 from confgrid.flows.evaluate.capability import (
@@ -161,8 +162,6 @@ def test_capability_tables_from_hand_made_method_tables():
 
 
 def test_capability_figures_draw_the_tables_at_the_size_asked(tmp_path):
-    from test_figures import png_size
-
     from confgrid.flows.evaluate.capability import CAPABILITY_TABLES
     from confgrid.report import FigureOptions, RunTables, write_figures
 

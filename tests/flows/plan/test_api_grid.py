@@ -12,6 +12,7 @@ import logging
 import os
 
 import pytest
+from reference.exception_classes import all_exception_classes
 from confgrid.flows.spec.grid import parse_grid
 from confgrid.flows.spec.base import GridSpecError
 
@@ -131,7 +132,6 @@ def ray_key(request):
 def test_every_exception_class_crosses_a_ray_actor_call_with_its_fields(ray_key):
     """Each exception class of the package, raised in a Ray actor, reaches the driver as itself (not Ray's
     UnserializableException) with its fields, and the shard error text is its message without a wrapper."""
-    from test_api_faults import all_exception_classes
 
     from confgrid.flows.execute.queue import error_text as _error_text
 
