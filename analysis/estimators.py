@@ -238,7 +238,8 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
 
 
 def _gauss(u: np.ndarray) -> np.ndarray:
-    return np.exp(-0.5 * u * u)
+    with np.errstate(over="ignore"):  # |u| > 1e154: u * u is inf and the kernel 0, as it should be
+        return np.exp(-0.5 * u * u)
 
 
 def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
@@ -390,6 +391,8 @@ def ks_ece(confidence, correct) -> float:
 #: grid of :func:`smoothed_ece`: step ``h / _GRID_PER_H``, ``_GRID_PAD`` bandwidths beyond the data
 _GRID_PER_H = 20
 _GRID_PAD = 8.0
+#: at most this many uniform grid points; beyond, windows around the answers (:func:`_sign_grid`)
+_GRID_MAX = 1 << 20
 
 
 def silverman_bandwidth(confidence) -> float:
@@ -476,9 +479,7 @@ def smoothed_ece(confidence, correct) -> float:
         return float(abs(np.mean(y - c)))
     u, inv = np.unique(c, return_inverse=True)
     res = np.bincount(inv, weights=y - c, minlength=u.size) / c.size
-    lo, hi = u[0] - _GRID_PAD * h, u[-1] + _GRID_PAD * h
-    n_pts = int(np.ceil((hi - lo) / (h / _GRID_PER_H))) + 1
-    t = np.linspace(lo, hi, n_pts)
+    t = _sign_grid(u, h)
     f = _smoothed_residual(t, u, res, h)
     # sign changes of f on the grid -> roots by two regula-falsi steps
     k = np.flatnonzero(np.sign(f[:-1]) * np.sign(f[1:]) < 0)
@@ -495,6 +496,22 @@ def smoothed_ece(confidence, correct) -> float:
     Fz = ndtr((z[:, None] - u[None, :]) / h) @ res if z.size else np.zeros(0)
     F = np.r_[0.0, Fz, res.sum()]
     return float(np.sum(np.abs(np.diff(F))))
+
+
+def _sign_grid(u: np.ndarray, h: float) -> np.ndarray:
+    """Grid on which :func:`smoothed_ece` looks for sign changes: ``min(u) - 8h`` to ``max(u) + 8h``, step ``h / 20``.
+
+    When that uniform grid would exceed ``_GRID_MAX`` points (a bandwidth far below the spread of the data, as
+    with confidences of 1e-300 beside 0.58: Silverman's rule reads the interquartile range), the grid covers only
+    the windows ``u_i -/+ 8h`` with that step: farther than 8 bandwidths from every answer the residual ``f`` is
+    below 1e-14 of its scale, so a sign change there moves the integral by less than that.
+    """
+    lo, hi = u[0] - _GRID_PAD * h, u[-1] + _GRID_PAD * h
+    n_pts = int(np.ceil((hi - lo) / (h / _GRID_PER_H))) + 1
+    if n_pts <= _GRID_MAX:
+        return np.linspace(lo, hi, n_pts)
+    window = np.linspace(-_GRID_PAD * h, _GRID_PAD * h, int(2 * _GRID_PAD * _GRID_PER_H) + 1)
+    return np.unique((u[:, None] + window[None, :]).ravel())
 
 
 def _smoothed_residual(t, u, res, h) -> np.ndarray:

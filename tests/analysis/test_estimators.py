@@ -187,6 +187,24 @@ def test_smoothed_vs_quadrature(seed, decimals):
     assert E.smoothed_ece(c, y) == pytest.approx(smoothed_quad(c, y), rel=1e-7, abs=1e-10)
 
 
+def test_smoothed_bandwidth_far_below_the_spread():
+    # Silverman's h reads the IQR: confidences of 1e-300 beside 0.58 give h ~ 1e-157, and a uniform grid of
+    # step h / 20 over [0, 0.58] cannot be allocated (hypothesis found it). The kernels do not overlap across the
+    # two clusters, so the value is the sum over clusters of |sum of residuals| / n (hand-computed).
+    c = np.array([2.2e-157, 1e-300, 5e-324, 5e-324, 0.580318587380508, 2.2e-157])
+    y = np.array([1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    assert E.silverman_bandwidth(c) < 1e-150
+    assert E.smoothed_ece(c, y) == pytest.approx((2 + 0.580318587380508) / 6, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_smoothed_window_grid_agrees_with_the_uniform_grid(seed, monkeypatch):
+    c, y = data(seed, n=80, decimals=None)
+    uniform = E.smoothed_ece(c, y)
+    monkeypatch.setattr(E, "_GRID_MAX", 10)  # force the windows around the answers
+    assert E.smoothed_ece(c, y) == pytest.approx(uniform, rel=1e-9, abs=1e-12)
+
+
 def test_silverman_matches_formula_and_iqr_fallback():
     c = np.array([0.1, 0.2, 0.4, 0.8, 0.9])
     sd = np.std(c, ddof=1)
