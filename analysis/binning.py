@@ -2,7 +2,7 @@
 
 Every binned calibration error confgrid computes is ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` over the
 non-empty bins ``b``; published implementations differ in four choices, each of which can move the number by
-more than its interval (README, "ECE conventions"):
+more than its interval (docs/reproductions.md):
 
 * the **bin count** ``B`` (a fixed number, or the run's ``metrics.ece_bins`` / ``--ece-bins``);
 * the **bin scheme**: ``width`` (equal-width bins ``[k/B, (k+1)/B)``), ``mass`` (equal-mass bins, cut at the

@@ -1,4 +1,4 @@
-"""Published ECE conventions, one name each (issue 36; README, "ECE conventions").
+"""Published ECE conventions, one name each (issue 36; docs/reproductions.md).
 
 A convention is a :class:`~confgrid.analysis.binning.Binning` (bins, scheme, closure, bin confidence) that a
 paper or a library computes, with the file and line it was read from. Each is registered as the metric
@@ -35,7 +35,7 @@ class Convention:
     description : str
         One line for tables (``ECE, Müller et al. 2026: 15 bins ...``).
     reproduces : str
-        The published numbers this name reproduces, and how closely (README ledger).
+        The published numbers this name reproduces, and how closely (the ledger in docs/reproductions.md).
     note : str
         What the convention does beyond its binning, and what confgrid does about it.
     """

@@ -3,7 +3,7 @@
 Every interval confgrid reports comes from the paired resamples of one unit (analysis/bootstrap.py) and the point
 estimate on the full data. The method is a declared choice (``bootstrap.interval`` in a grid, ``--interval`` in
 ``confgrid analyze``); how often each one contains the population value is measured by
-``benchmarks/coverage.py`` (README, "How far to trust an interval"):
+``benchmarks/coverage.py`` (docs/concepts/intervals.md):
 
 * ``percentile`` (the default, unchanged): the ``(1 - level)/2`` and ``(1 + level)/2`` quantiles of the resampled
   values (Efron & Tibshirani 1993, *An Introduction to the Bootstrap*, section 13.3).

@@ -166,8 +166,7 @@ def _prepare(metric: str, confidence, correct):
 #:   (scikit-learn's ``calibration_curve``) and R's ``seq(0, 1, by = 1/B)`` compute, e.g. ``0.30000000000000004``,
 #:   ``0.6000000000000001``, ``0.7000000000000001`` for ``B = 10``. It differs from ``"right"`` only for values
 #:   between ``k/B`` and ``k * fl(1/B)``, such as a stated 70% stored as ``0.7000000000000001`` after float
-#:   arithmetic. This is the rule that reproduces study 002's published Table 1 (README, "Reproducing a
-#:   published ECE").
+#:   arithmetic. This is the rule that reproduces study 002's published Table 1 (docs/reproductions.md).
 #: * ``"left_float"``: left-closed on those float edges, the last bin also holding ``1.0``: ``np.digitize(x,
 #:   np.linspace(0, 1, B + 1))`` and ``x >= lo`` tests on ``np.linspace`` edges (Müller et al. 2026, Yang et al.
 #:   2024; analysis/conventions.py). A stated 30% (``0.3``) lies below the float edge ``0.30000000000000004``

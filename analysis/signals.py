@@ -58,7 +58,7 @@ UNIT_COLUMNS = ("setting", "model", "dataset", "answer_set", "parse_policy", "re
 PROTOCOL_COLUMNS = ("kind", "method", "context", "aggregation", "template", "k", "temperature", "top_p", "top_k",
                     "seed", "merge", "renormalize", "rated", "target_rule")
 #: Row statuses whose value enters the metrics (``target_absent``: a P(True) whose true candidate lies below the
-#: returned top k, recorded as 0 by design; README "Confidence methods").
+#: returned top k, recorded as 0 by design; docs/concepts/methods.md).
 USABLE_STATUSES = ("ok", "target_absent")
 #: What a confidence is graded against.
 TARGET_KINDS = ("correct", "graded", "expected_accuracy")

@@ -113,8 +113,8 @@ class ShareCounts:
 
 @dataclass(frozen=True)
 class VerdictRule:
-    """The thresholds that turn a conclusion's shares into a word (issue 22; defaults stated in README "Is my
-    conclusion robust?").
+    """The thresholds that turn a conclusion's shares into a word (issue 22; defaults stated in
+    docs/concepts/verdicts.md).
 
     With ``p`` the share of settings where the majority side (``holds_for``) is better by point, ``r`` the share
     where it is resolved in its favour and ``q`` the share resolved in the other side's favour:

@@ -23,7 +23,7 @@ a status. Definitions:
 * The chance policy of refusals (study 003 section 3.2): :func:`chance_answer`,
   a seeded uniformly random letter scored with confidence 1/k.
 
-Reading rules (each a decision a report should state, README "JSON elicitation"):
+Reading rules (each a decision a report should state, docs/studies/003.md):
 
 * Where the JSON is: the text may wrap it in a code fence, put prose before
   and after it and hold several objects; every top-level ``{...}`` is tried

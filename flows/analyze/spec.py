@@ -208,7 +208,7 @@ class AnalyzeSpec(BaseModel):
                                                 "adds ece_midpoint beside ece.")
     ece_conventions: tuple[str, ...] = Field((), description="Published ECE conventions to compute beside "
                                              "--metrics, comma-separated, each as the metric ece_NAME: "
-                                             + ", ".join(CONVENTIONS) + " (README, 'ECE conventions', gives each "
+                                             + ", ".join(CONVENTIONS) + " (docs/reproductions.md gives each "
                                              "one's source).")
     columns: dict[str, str] = Field(default_factory=dict, description="Role -> column name for roles named "
                                     "differently in the file (setting, item_id, signal, confidence, correct, "
@@ -224,7 +224,7 @@ class AnalyzeSpec(BaseModel):
     interval: str = Field("percentile", description="Interval method: percentile (the default, unchanged), basic "
                           "(reverse percentile), bc (bias-corrected percentile) or jeffreys (plug-in binned ECEs: each "
                           "bin's accuracy drawn from its Jeffreys posterior, honest when every answer is right; other "
-                          "metrics keep percentile); README 'How far to trust an interval' gives each one's measured "
+                          "metrics keep percentile); docs/concepts/intervals.md gives each one's measured "
                           "coverage. A value whose resamples have no spread is marked degenerate in the interval "
                           "column and resolves nothing.")
     chunk_size: int = Field(DEFAULT_CHUNK_SIZE, description="Resamples per bootstrap chunk, >= 1 (part of the draw).")

@@ -24,7 +24,7 @@ targets and hidden states. Per (model, dataset):
    budget allocation; the standard error of the target against k; the
    divergence of the two targets.
 
-Tables (README "Capability calibration"): ``capability_metrics``,
+Tables (docs/studies/004.md): ``capability_metrics``,
 ``capability_pass_at_k``, ``capability_allocation``, ``capability_se_by_k``,
 ``capability_divergence``, ``capability_probes``, each CSV and Parquet.
 """

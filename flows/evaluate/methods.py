@@ -4,7 +4,7 @@ Pure (no Ray, no model): everything here re-reads stored shard tables, so a
 new agreement rule, merge rule or metric reruns no model. The formulas are in
 protocols/methods.py; this module joins them with the answers they rate.
 
-Tables (README "Confidence methods"):
+Tables (docs/concepts/methods.md):
 
 * ``tables/samples.parquet``: every sampled answer, parsed and graded (one row
   per model, dataset, method, item, sample), with the sampling parameters

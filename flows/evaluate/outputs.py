@@ -100,7 +100,7 @@ def interval_notes(metrics_df: pd.DataFrame) -> list[str]:
     if len(small):
         out.append(f"{', '.join(dict.fromkeys(small['metric']))} on fewer than {SMALL_N} items: a plug-in binned ECE is "
                    "biased upward and its percentile interval misses the population value often (measured coverage "
-                   "0.57 at n = 87, 0.82 at n = 300; README 'How far to trust an interval'); ece_debiased's "
+                   "0.57 at n = 87, 0.82 at n = 300; docs/concepts/intervals.md); ece_debiased's "
                    "covered it 0.91 and 0.95.")
     return out
 
@@ -216,7 +216,7 @@ def write_checklist(out_dir: Path, entries: list[dict[str, Any]]) -> tuple[Path,
 
 def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
     """The reading and scoring conventions behind one (answer set, dataset) that a reader could choose otherwise
-    (README "JSON elicitation, refusals and repeated runs", "LifeEval"), for the run's checklist."""
+    (docs/studies/003.md, docs/studies/002.md), for the run's checklist."""
     p = get_prompt(a.prompt)
     out = p.reader.conventions(p)
     if a.format == "mc":

@@ -1,4 +1,4 @@
-"""The model stages, one file each, registered on import (see flows/stages/base.py and README "Adding a stage").
+"""The model stages, one file each, registered on import (see flows/stages/base.py and CONTRIBUTING.md "Adding a stage").
 
 Import a name from the module that defines it (``confgrid.flows.stages.base`` for the registry); importing any
 of them imports this package first, which registers every stage.

@@ -1,7 +1,7 @@
 """Assembly: rows from model outputs, and the per-unit tables the metrics read.
 
 :func:`shard_table` turns one shard's outputs into its stored rows (the
-columns of README.md "What a run does"); :func:`assemble` gathers, per
+columns of docs/concepts/index.md); :func:`assemble` gathers, per
 (model, dataset, answer set), the graded answers, the aggregated token scores
 and the probe rows of a finished run. A unit with any shard missing (failed or
 not run) gets no metrics and is named in the log.
