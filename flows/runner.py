@@ -39,6 +39,7 @@ import yaml
 
 from confgrid.errors import FieldsPickle
 from confgrid.flows.tables.assemble import assemble, empty_schema, shard_table
+from confgrid.flows.tables.signals import run_signal_table
 from confgrid.analysis.signals import to_arrow as signals_arrow
 from confgrid.flows.evaluate.run_evaluation import Evaluation, cluster_problems, evaluate
 from confgrid.flows.execute.liveness import lost_node_tags
@@ -345,9 +346,8 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
             tables[name] = store.write_table(name, [pa.Table.from_pandas(df, preserve_index=False)])
         run = RunInputs(spec, plan, done, ex.submitted, asm.units, mt, rounds)
         studies = [cls(run, store) for cls in enabled_studies(spec)]
-        joins = [j for s in studies if (j := s.joins()) is not None]
-        ev = evaluate(spec, asm.units, mt.signals, extra=[rows for s in studies for rows in s.signals()],
-                      joins=joins[0] if joins else None)
+        table = run_signal_table(spec, asm.units, mt.signals)
+        ev = evaluate(spec, asm.units, extra=[rows for s in studies for rows in s.signals(table)], table=table)
         tables["signals"] = store.write_table("signals", [signals_arrow(ev.signals)])
         write_outputs(spec, store, ev, asm.units, ex.provenance)
         views = {s.name: s.view(ev) for s in studies}

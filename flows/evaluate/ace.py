@@ -23,9 +23,7 @@ confgrid, stated in README "Comparing models").
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,9 +37,9 @@ from confgrid.flows.evaluate.run_evaluation import primary_group, select
 from confgrid.flows.evaluate.methods import ratings_of_supplied_answers
 from confgrid.flows.stages.base import relabel
 from confgrid.protocols.correctness import normalize
-from confgrid.analysis.ace.tables import ace_plan, ace_views
+from confgrid.analysis.ace.tables import ACEPlan, ace_plan
 
-__all__ = ["ace_rows", "ca_ratings", "Comparison", "plan_comparison", "write_ace", "ace_frames", "ace_mlflow_metrics",
+__all__ = ["ace_rows", "ca_ratings", "plan_comparison", "write_ace", "ace_frames", "ace_mlflow_metrics",
            "ACE_TABLES"]
 
 log = logging.getLogger("confgrid")
@@ -152,50 +150,19 @@ def ca_ratings(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Shard
     return ratings[cols].reset_index(drop=True)
 
 
-@dataclass
-class Comparison:
-    """The accuracy-controlled comparison of a run, planned before the evaluation and evaluated inside it.
-
-    Attributes
-    ----------
-    rows : DataFrame
-        Own-answer rows (:func:`ace_rows`; ``tables/ace_rows``).
-    ratings : DataFrame or None
-        Candidate ratings (:func:`ca_ratings`; ``tables/ace_candidates``), None without the ``ca`` view.
-    plan : ACEPlan or None
-        Cells, point estimates and the units the run's one evaluator bootstraps (analysis/ace/tables.py); None
-        when fewer than two models have rows.
-    gaps, shifts : DataFrame
-        The evaluator's gap and shift rows of the plan's units (filled by
-        :func:`~confgrid.flows.evaluate.run_evaluation.evaluate`; the ``ace_*`` tables are views over them).
-    """
-
-    rows: pd.DataFrame
-    ratings: pd.DataFrame | None
-    plan: Any = None
-    gaps: pd.DataFrame = field(default_factory=pd.DataFrame)
-    shifts: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-    def tables(self):
-        """The ``ace_*`` tables (analysis/ace/tables.py :func:`~confgrid.analysis.ace.tables.ace_views`), or None
-        without a plan."""
-        return None if self.plan is None else ace_views(self.plan, self.gaps, self.shifts)
-
-
-def plan_comparison(spec: GridSpec, rows: pd.DataFrame, ratings: pd.DataFrame | None) -> Comparison:
+def plan_comparison(spec: GridSpec, rows: pd.DataFrame, ratings: pd.DataFrame | None) -> ACEPlan | None:
     """Plan :func:`confgrid.analysis.ace.tables.ace_plan` with the grid's comparison section (its views, metrics,
-    ``bootstrap`` resamples, seed, DA target, bins and strata); the plan is None when fewer than two models have
-    rows (said in the log)."""
+    ``bootstrap`` resamples, seed, DA target, bins and strata): the cells, their point estimates and the units the
+    run's one evaluator bootstraps. None when fewer than two models have rows (said in the log)."""
     c = spec.comparison
     if rows["model"].nunique() < 2:
         log.warning("comparison: fewer than two models have rows to compare; no ACE tables")
-        return Comparison(rows, ratings)
+        return None
     pairs = [(p.a, p.b, p.label) for p in c.pairs] if c.pairs else None
     views = [v for v in c.views if v != "ca" or ratings is not None]
-    plan = ace_plan(rows, ratings if "ca" in views else None, pairs=pairs, views=views, metrics=c.metrics,
+    return ace_plan(rows, ratings if "ca" in views else None, pairs=pairs, views=views, metrics=c.metrics,
                     n_bootstrap=c.bootstrap, seed=c.seed, target=c.target, n_bins=spec.metrics.ece_bins,
                     ia_strata=c.ia_strata, n_strata=c.n_strata)
-    return Comparison(rows, ratings, plan)
 
 
 def ace_frames(tables) -> Frames:

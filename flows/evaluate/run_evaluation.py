@@ -18,7 +18,7 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import pandas as pd
 
@@ -68,10 +68,6 @@ class Evaluation:
     verdicts : DataFrame
         ``results/verdicts``: every conclusion of the gaps over the grid's settings (analysis/verdicts.py),
         the comparison's model-vs-model conclusions under each view included.
-    joined : object or None
-        What ``joins`` returned (e.g. study 001's comparison, flows/evaluate/ace.py), its units evaluated in the
-        same bootstrap job; their rows are in ``metrics``, ``gaps`` and ``shifts`` (study 001's: kind ``model``,
-        with a ``view``; unit columns setting = the comparison's label, model = "A vs B", empty answer set).
     """
 
     metrics: pd.DataFrame
@@ -85,7 +81,6 @@ class Evaluation:
     edges: pd.DataFrame = field(default_factory=pd.DataFrame)
     closure: pd.DataFrame = field(default_factory=pd.DataFrame)
     verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
-    joined: Any = None
 
     def analyzed(self) -> pd.DataFrame:
         """The signal rows that entered the metrics (each signal on its own support), with ``correct`` = target."""
@@ -216,8 +211,8 @@ def _log_undefined(caught: list) -> None:
 
 
 def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
-             method_signals: pd.DataFrame | None = None, extra: Sequence[ProducerRows] = (),
-             joins: Callable[[pd.DataFrame], Any] | None = None) -> Evaluation:
+             method_signals: pd.DataFrame | None = None, extra: Sequence[ProducerRows] = (), *,
+             table: pd.DataFrame | None = None) -> Evaluation:
     """The one evaluator of a run: metrics, gaps, shifts and flips of every signal, methods included.
 
     Builds the run's one signal table (flows/tables/signals.py), plans every unit's cells (analysis/evaluation.py),
@@ -232,13 +227,12 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     method_signals : DataFrame, optional
         ``tables/method_signals`` rows (flows/evaluate/methods.py).
     extra : sequence of ProducerRows
-        Rows of producers with units of their own (the capability estimators), appended to the table and
-        evaluated in the same bootstrap job, each unit under its producer's metrics.
-    joins : callable, optional
-        ``analyzed rows -> object with .plan`` (None or a plan with ``.units``): units planned from the rows that
-        enter the metrics join the same bootstrap job, each under its own metrics and resample count (a study's
-        :meth:`~confgrid.flows.studies.Study.joins`, e.g. study 001's cells, analysis/ace/units.py); the object is
-        :attr:`Evaluation.joined`.
+        Rows of producers with units of their own (the capability estimators), appended to the table, and units
+        planned by their producers (study 001's cells), evaluated in the same bootstrap job, each unit under its
+        producer's metrics.
+    table : DataFrame, optional
+        The run's signal table when the caller built it already (:func:`~confgrid.flows.tables.signals.run_signal_table`
+        of ``units`` and ``method_signals``; the studies' producers read it).
 
     Returns
     -------
@@ -249,7 +243,7 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     ValueError
         ``bootstrap.cluster`` names a field some analyzed item lacks.
     """
-    signals = run_signal_table(spec, units, method_signals)
+    signals = run_signal_table(spec, units, method_signals) if table is None else table
     own_metrics: dict[tuple, tuple[str, ...]] = {}
     if any(len(p.rows) for p in extra):
         signals = conform(pd.concat([signals, *(p.rows for p in extra if len(p.rows))], ignore_index=True))
@@ -268,9 +262,8 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                        edge_bins=edge_bins(metrics, spec.metrics.ece_bins))
     for u in plans:
         u.metrics = own_metrics.get(tuple(u.labels[c] for c in UNIT_COLUMNS), ())
-    joined = joins(analyzed(signals).rename(columns={"target": "correct"})) if joins else None
-    joined_units = list(joined.plan.units) if joined is not None and joined.plan is not None else []
-    plans += joined_units
+    own_units = [u for p in extra for u in p.units]
+    plans += own_units
     # the means over settings' resamples (analysis/means.py): the signals' own cells of the units of the main
     # answer set under the first parse and refusal policies (every rule: the correctness-rule axis); no other unit's
     primary = primary_group(spec)
@@ -302,13 +295,14 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
             est = estimates(plans, in_process(), spec.bootstrap.level, spec.bootstrap.interval)
     _log_undefined(undefined)
     if cluster:  # the tables say the intervals are clustered, on which field, over how many clusters
-        n_cl = {u.name: int(pd.unique(u.groups).size) for u in plans if u.groups is not None and u not in joined_units}
+        mine = {id(u) for u in own_units}
+        n_cl = {u.name: int(pd.unique(u.groups).size) for u in plans if u.groups is not None and id(u) not in mine}
         est.metrics, est.gaps, est.shifts = (with_cluster_columns(df, cluster, n_cl)
                                              for df in (est.metrics, est.gaps, est.shifts))
     verdicts = verdict_table(est.gaps, est.shares, spec.verdicts.rule(), spec.bootstrap.level)
     return Evaluation(est.metrics, est.gaps, est.shifts, _settings_rows(spec, units, signals),
                       dropped_table(plans, signals), signals, plans, Kept.concat(kept), est.edges,
-                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts, joined)
+                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts)
 
 
 def dropped_table(plans: list, signals: pd.DataFrame) -> pd.DataFrame:

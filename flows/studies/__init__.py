@@ -6,8 +6,8 @@ A run is plan, execute, collect, signals, evaluate, then the views of the enable
 so a new study is one new file and touches nothing else. Each entry declares
 
 * ``section``: the grid section whose ``enabled`` turns it on (``enabled()``; None: always on);
-* ``signals()``: signal rows with units of their own that join the one evaluation (:class:`ProducerRows`);
-* ``joins()``: units planned from the analyzed rows that join the same bootstrap job (study 001's cells);
+* ``signals(table)``: from the run's signal table, rows or planned units of its own that join the one
+  evaluation's bootstrap job (:class:`ProducerRows`: study 004's estimators, study 001's cells);
 * ``view(ev)``: :class:`StudyOutput`, its named result frames (:class:`~confgrid.flows.store.run_store.Frames`,
   written by the one writer), the tables it stored under ``tables/`` and its MLflow metrics (keyed by
   :func:`~confgrid.flows.tracking.keyed_metrics`);
@@ -26,7 +26,7 @@ import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import pandas as pd
 
@@ -121,13 +121,10 @@ class Study:
         """Whether the grid asks for this study: its section's ``enabled``, always without a section."""
         return cls.section is None or bool(getattr(spec, cls.section).enabled)
 
-    def signals(self) -> Sequence[ProducerRows]:
-        """Signal rows with units of their own, evaluated with the run's (default: none)."""
+    def signals(self, table: pd.DataFrame) -> Sequence[ProducerRows]:
+        """Signal rows or planned units of its own, evaluated with the run's (default: none); ``table`` is the
+        run's signal table (flows/tables/signals.py ``run_signal_table``)."""
         return ()
-
-    def joins(self) -> Callable[[pd.DataFrame], Any] | None:
-        """``analyzed rows -> object with .plan.units`` whose units join the bootstrap job, or None (default)."""
-        return None
 
     def view(self, ev: Evaluation) -> StudyOutput:
         """The study's tables from the evaluation (default: none)."""

@@ -6,9 +6,12 @@ import logging
 
 import pyarrow as pa
 
+from confgrid.analysis.ace.tables import ace_views
 from confgrid.analysis.ace.units import ACE_KIND
+from confgrid.analysis.signals import analyzed
 from confgrid.flows.evaluate.ace import ACE_TABLES, ace_frames, ace_mlflow_metrics, ace_rows, ca_ratings, plan_comparison
 from confgrid.flows.studies import Study, StudyOutput, register_study
+from confgrid.flows.tables.signals import ProducerRows
 
 log = logging.getLogger("confgrid")
 
@@ -20,30 +23,32 @@ class AccuracyControlled(Study):
     section = "comparison"
     tables = ACE_TABLES
     figures = ("ace_reversals",)
+    rows = ratings = plan = None
 
-    def joins(self):
-        """The comparison's cells, planned from the analyzed rows and the candidate ratings."""
+    def signals(self, table):
+        """The comparison's cells as units of their own (analysis/ace/units.py), planned from the own-answer rows
+        of the run's table that enter the metrics, the methods' rows and the candidate pools' ratings."""
         run = self.run
-        ratings = ca_ratings(run.plan, run.done, run.submitted, run.methods.samples)
-        return lambda analyzed: plan_comparison(self.spec, ace_rows(self.spec, analyzed, run.methods.signals), ratings)
+        self.ratings = ca_ratings(run.plan, run.done, run.submitted, run.methods.samples)
+        self.rows = ace_rows(self.spec, analyzed(table).rename(columns={"target": "correct"}), run.methods.signals)
+        self.plan = plan_comparison(self.spec, self.rows, self.ratings)
+        return (ProducerRows(units=tuple(self.plan.units)),) if self.plan is not None else ()
 
     def view(self, ev) -> StudyOutput:
         """results/ace_*.{csv,parquet,md} as views of the estimates, and the tables the comparison read
         (``ace_rows``, ``ace_candidates``)."""
-        comparison = ev.joined
-        if comparison is None:
+        if self.rows is None:
             return StudyOutput()
-        # the ace_* tables are views of the comparison's rows of the one estimates table
-        comparison.gaps = ev.gaps[ev.gaps["kind_a"] == ACE_KIND].reset_index(drop=True)
-        comparison.shifts = ev.shifts[ev.shifts["from_view"] != ""].reset_index(drop=True)
-        rows, ratings = comparison.rows, comparison.ratings
-        tables = {"ace_rows": self.store.write_table("ace_rows", [pa.Table.from_pandas(rows, preserve_index=False)])}
-        if ratings is not None and len(ratings):
+        tables = {"ace_rows": self.store.write_table("ace_rows", [pa.Table.from_pandas(self.rows,
+                                                                                       preserve_index=False)])}
+        if self.ratings is not None and len(self.ratings):
             tables["ace_candidates"] = self.store.write_table(
-                "ace_candidates", [pa.Table.from_pandas(ratings.astype({"producers": str}), preserve_index=False)])
-        ace = comparison.tables()
-        if ace is None:
+                "ace_candidates", [pa.Table.from_pandas(self.ratings.astype({"producers": str}), preserve_index=False)])
+        if self.plan is None:
             return StudyOutput(tables=tables)
+        # the ace_* tables are views of the comparison's rows of the one estimates table
+        ace = ace_views(self.plan, ev.gaps[ev.gaps["kind_a"] == ACE_KIND].reset_index(drop=True),
+                        ev.shifts[ev.shifts["from_view"] != ""].reset_index(drop=True))
         for msg in ace.messages:
             log.info("comparison: %s", msg)
         return StudyOutput(ace_frames(ace), tables, ace_mlflow_metrics(ace))

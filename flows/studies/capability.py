@@ -26,7 +26,7 @@ class CapabilityCalibration(Study):
     figures = ("capability",)
     est = None
 
-    def signals(self):
+    def signals(self, table):
         """The capability estimators' rows (units of answer set ``capability``); none when they could not be
         computed (logged, never fatal)."""
         mt = self.run.methods

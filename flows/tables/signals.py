@@ -15,7 +15,7 @@ Pure (pandas); nothing here calls a model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -41,10 +41,14 @@ class ProducerRows:
     metrics : tuple of str
         Registered metric names (analysis/registry.py) for these units; empty: the grid's
         (``metrics.names``).
+    units : tuple of UnitPlan
+        Units the producer planned itself from rows of the table, each with its own metrics and resamples
+        (study 001's cells: two models under several views, analysis/ace/units.py); bootstrapped in the same job.
     """
 
-    rows: pd.DataFrame
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)
     metrics: tuple[str, ...] = ()
+    units: tuple = ()
 
 
 def _refusals(spec: GridSpec, a) -> tuple[str, ...]:
