@@ -7,7 +7,7 @@ registers every figure family (:data:`confgrid.report.registry.FIGURES`).
 from . import figures_reliability, figures_studies  # noqa: F401 - registers the figure families, in this order
 from . import figures_capability  # noqa: F401, I001 - study 004's families, after the others
 from . import figures_verdicts  # noqa: F401, I001 - the specification curves of the verdicts, last
-from . import protocol  # noqa: F401, I001 - registers study 000's report section
+from . import stop_reasons, protocol  # noqa: F401, I001 - the studies' report sections, in this order
 from .html import REPORT_FILE, ReportResult, render_report, write_report
 from .registry import (
     FIGURE_DIR,

@@ -38,9 +38,9 @@ log = logging.getLogger("confgrid")
 REPORT_FILE = "report.html"
 #: Rows of a study table shown in the page (the whole table is linked).
 MAX_TABLE_ROWS = 60
-#: Tables with their own section (not repeated under "Study tables"); ``signals`` and the stage tables live
-#: in tables/ and are linked only.
-_OWN_SECTION = {"metrics", "gaps", "settings", "closure", "verdicts", "stopping"}
+#: Tables with their own section (not repeated under "Study tables", nor are those a study's section shows);
+#: ``signals`` and the stage tables live in tables/ and are linked only.
+_OWN_SECTION = {"metrics", "gaps", "settings", "closure", "verdicts"}
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1250px;color:#222;
@@ -89,19 +89,6 @@ def _gaps(gaps: pd.DataFrame) -> pd.DataFrame:
               if c in g]]
 
 
-def _stopping(stopping: pd.DataFrame) -> str:
-    """The section of a run with ``execution.stop_when_resolved``: per setting, why it stopped, after how many
-    rounds and items, and the numbers that decided (results/stopping)."""
-    cols = [c for c in ("model", "dataset", "reason", "rounds", "items", "items_total", "n_gaps", "n_resolved",
-                        "detail") if c in stopping]
-    return (_table(stopping[cols], 500, "results/stopping.parquet")
-            + '<p class="note">resolved: every conclusion gap of the setting has an interval excluding 0; '
-            "budget_insufficient: the sample-size planner needs more items than the setting has to resolve an "
-            "unresolved gap at its observed size; exhausted: every item ran; failed: a shard of the setting failed. "
-            "The results above are computed on the items that ran (results/stopping.csv has the deciding gap, "
-            "n_required and budget; docs, \"Stopping a setting once its conclusions are resolved\").</p>")
-
-
 def _links(root: Path) -> str:
     rows = []
     for sub in ("results", "tables"):
@@ -148,7 +135,6 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
     group = ", ".join(f"{k} {v}" for k, v in p.items())
     notes = closure_lines(select_group(tables.get("closure"), p))
     verdicts = tables.get("verdicts")
-    stopping = tables.get("stopping")
     sections: list[tuple[str, str, str]] = [
         *([("verdicts", "Is the conclusion robust? (over every setting of the grid)",
             _table(verdicts, 200, "results/verdicts.parquet")
@@ -156,9 +142,8 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
             "from the paired resamples]; share_resolved_a/_b: intervals excluding 0 for A/B; flip_axis: the axis "
             "whose single change flips the conclusion most often (docs, \"Is my conclusion robust?\").</p>")]
           if verdicts is not None and len(verdicts) else []),
-        *([("stopping", "Early stopping: why each setting stopped", _stopping(stopping))]
-          if stopping is not None and len(stopping) else []),
-        *((sec.study, sec.title, sec.render(tables)) for _, sec in REPORT_SECTIONS.items()),
+        *((sec.anchor or sec.study, sec.title, text) for _, sec in REPORT_SECTIONS.items()
+          if (text := sec.render(tables))),
         *([("closure", "The bin closure matters here",
             "<ul>" + "".join(f"<li>{_esc(x)}</li>" for x in notes) + "</ul>"
             '<p class="note">results/closure.csv; each signal\'s share of confidences on bin edges: '
@@ -171,8 +156,9 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
          _table(_gaps(select_group(tables.get("gaps"), p)), 500, "results/gaps.parquet")),
     ]
     study = []
+    own = _OWN_SECTION.union(*(sec.shows for _, sec in REPORT_SECTIONS.items()))
     for n in sorted(q.stem for q in (root / "results").glob("*.parquet")):
-        if n in _OWN_SECTION:
+        if n in own:
             continue
         df = tables.get(n)
         try:

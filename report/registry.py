@@ -129,25 +129,29 @@ def register_figure(family: str, needs: tuple[str, ...], title: str) -> Callable
 
 @dataclass(frozen=True)
 class ReportSection:
-    """A study's section of ``report.html``: its anchor is the study's name (flows/studies/), ``render(tables)``
-    its HTML (a string; ``tables.root`` is the run directory)."""
+    """A study's section of ``report.html``: ``study`` its registry name (flows/studies/), ``render(tables)`` its
+    HTML (a string, empty: no section; ``tables.root`` is the run directory), ``anchor`` its id in the page (empty:
+    the study's name), ``shows`` the results tables it shows (not repeated under "Study tables")."""
 
     study: str
     title: str
     render: Callable[[RunTables], str]
+    anchor: str = ""
+    shows: tuple[str, ...] = ()
 
 
 #: study name -> its section, in registration order (the order in the page)
 REPORT_SECTIONS: Registry[ReportSection] = Registry("report section", value_type=ReportSection)
 
 
-def register_section(study: str, title: str) -> Callable:
-    """Decorator registering ``render(tables) -> str`` as the report section of study ``study``: a ``KeyError``
-    (listing the registered studies) when ``study`` is none of them, a ``ValueError`` when it has a section."""
+def register_section(study: str, title: str, anchor: str = "", shows: tuple[str, ...] = ()) -> Callable:
+    """Decorator registering ``render(tables) -> str`` as the report section of study ``study``
+    (:class:`ReportSection`): a ``KeyError`` (listing the registered studies) when ``study`` is none of them, a
+    ``ValueError`` when it has a section."""
     get_study(study)
 
     def deco(fn: Callable[[RunTables], str]) -> Callable:
-        REPORT_SECTIONS.register(study, ReportSection(study, title, fn))
+        REPORT_SECTIONS.register(study, ReportSection(study, title, fn, anchor, tuple(shows)))
         return fn
 
     return deco

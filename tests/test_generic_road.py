@@ -3,7 +3,7 @@ tracking reach the studies only through their registry (flows/studies/) and the 
 
 A grep over the code of those files (comments and docstrings left out): no import of a study entry or of a
 study's own module, no identifier with a study's name as one of its ``_``-separated words, no string that is a
-study's or a stage's name.
+study's or a stage's name; in ``confgrid show`` and the report, no string that is a study's table either.
 """
 
 from __future__ import annotations
@@ -27,9 +27,13 @@ STUDY_MODULES = ("confgrid.flows.evaluate.ace", "confgrid.flows.evaluate.capabil
                  "confgrid.flows.evaluate.calibration_tables", "confgrid.flows.evaluate.study_tables")
 
 
-def _words() -> tuple[set[str], set[str]]:
-    studies = set(load_studies())
-    return studies, studies | set(STAGES.names())
+#: show and the report print the studies' tables only through their registered sections
+PAGES = ["cli/show/__init__.py", "cli/show/tables.py", "report/registry.py", "report/run_tables.py", "report/html.py"]
+
+
+def _words(tables: bool = False) -> tuple[set[str], set[str]]:
+    studies = load_studies()
+    return set(studies), {*studies, *STAGES.names(), *(t for cls in studies.values() for t in cls.tables if tables)}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -42,9 +46,9 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
-def named(path: Path) -> list[str]:
-    """What the code of ``path`` names of a study or a stage: ``line: what``."""
-    studies, strings = _words()
+def named(path: Path, tables: bool = False) -> list[str]:
+    """What the code of ``path`` names of a study or a stage (``tables``: or a study's table): ``line: what``."""
+    studies, strings = _words(tables)
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docs = _docstrings(tree)
     found = []
@@ -80,6 +84,11 @@ def test_the_generic_road_names_no_study_and_no_stage(rel):
     assert named(ROOT / rel) == []
 
 
+@pytest.mark.parametrize("rel", PAGES)
+def test_show_and_the_report_name_no_study_table(rel):
+    assert named(ROOT / rel, tables=True) == []
+
+
 def test_the_grep_sees_a_study_and_a_stage(tmp_path):
     src = tmp_path / "x.py"
     src.write_text('"""ace in a docstring is fine."""\nfrom confgrid.flows.evaluate.ace import ace_rows\n'
@@ -88,3 +97,5 @@ def test_the_grep_sees_a_study_and_a_stage(tmp_path):
     assert any("imports confgrid.flows.evaluate.ace" in g for g in got)
     assert any("'ace_rows'" in g for g in got) and any("'capability_rows'" in g for g in got)
     assert any("string 'score'" in g for g in got) and not any(g.startswith("1:") for g in got)
+    src.write_text('t = read("stopping")\n')
+    assert named(src) == [] and named(src, tables=True) == ["1: string 'stopping'"]

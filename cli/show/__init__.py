@@ -24,7 +24,8 @@ __all__ = ["ShowSection", "SHOW_SECTIONS", "register_show", "show_sections"]
 @dataclass(frozen=True)
 class ShowSection:
     """One study's section of ``confgrid show``: ``study`` its registry name (flows/studies/), ``rank`` its
-    place after the settings, metrics, gaps and shifts (ascending, unique), ``print(res, console)`` prints what
+    place after the settings, metrics, gaps and shifts (ascending, unique;
+    below 0: right after the verdicts, before the settings), ``print(res, console)`` prints what
     of its tables the run's results/ folder ``res`` has, nothing otherwise."""
 
     study: str

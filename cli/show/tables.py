@@ -19,7 +19,7 @@ from confgrid.flows.evaluate.outputs import (
 )
 from confgrid.flows.store.run_info import read_run_info
 
-__all__ = ["print_results", "print_verdicts", "print_stopping"]
+__all__ = ["print_results", "print_verdicts"]
 
 
 def _table(df: pd.DataFrame, title: str) -> Table:
@@ -56,23 +56,9 @@ def print_verdicts(verdicts: pd.DataFrame, console: Console, level: float = 0.95
                                   "pairs of settings that differ in that axis only (results/verdicts.csv)"))
 
 
-def print_stopping(stopping: pd.DataFrame, console: Console) -> None:
-    """Print ``results/stopping`` (a grid with ``execution.stop_when_resolved``): per setting, why it stopped,
-    after how many rounds and items, and the gap that decided (nothing without early stopping)."""
-    if stopping is None or stopping.empty:
-        return
-    s = stopping.assign(items=[f"{int(i)} of {int(t)}" for i, t in zip(stopping["items"], stopping["items_total"],
-                                                                          strict=True)],
-                        resolved=[f"{int(r)} of {int(g)}" for r, g in zip(stopping["n_resolved"], stopping["n_gaps"],
-                                                                          strict=True)])
-    console.print(_table(s[["model", "dataset", "reason", "rounds", "items", "resolved", "detail"]],
-                         "Early stopping (execution.stop_when_resolved): why each setting stopped, the conclusion "
-                         "gaps resolved, and what decided (results/stopping.csv)"))
-
-
 def print_results(out_dir: str | Path, console: Console | None = None) -> None:
-    """Print the verdicts first, then why each setting stopped (early stopping), settings, metrics (point [95% CI]),
-    gaps and shifts of a run."""
+    """Print the verdicts first, then the studies' sections of rank below 0 (why each setting stopped), settings,
+    metrics (point [95% CI]), gaps and shifts of a run, then the other studies' sections."""
     console = console or Console(width=200)
     res = Path(out_dir) / "results"
     info = read_run_info(out_dir)  # the level and primary group of the run or analysis
@@ -83,8 +69,10 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         f = res / f"{name}.parquet"
         return pd.read_parquet(f) if f.is_file() else pd.DataFrame()
 
+    sections = show_sections()  # the studies' sections (cli/show/<study>.py): ranks below 0 before the settings
     print_verdicts(read("verdicts"), console, level)
-    print_stopping(read("stopping"), console)
+    for section in (s for s in sections if s.rank < 0):
+        section.print(res, console)
     settings, metrics, gaps, shifts = (read(n) for n in ("settings", "metrics", "gaps", "shifts"))
     primary = dict(info.primary or {})
     settings, metrics, gaps, shifts = (_sel(df, primary) for df in (settings, metrics, gaps, shifts))
@@ -112,7 +100,7 @@ def print_results(out_dir: str | Path, console: Console | None = None) -> None:
         s = shifts.assign(shift=fmt_intervals(shifts, "shift"))
         console.print(_table(s[["setting", "from_context", "to_context", "metric", "shift", "flip", "resolved_flip"]],
                              "Shift of the gap between scoring contexts"))
-    for section in show_sections():  # the studies' sections (cli/show/<study>.py)
+    for section in (s for s in sections if s.rank >= 0):
         section.print(res, console)
 
 
