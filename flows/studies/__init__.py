@@ -1,9 +1,10 @@
 """Studies as registry entries over the one evaluator's estimates: one module of this folder per study view.
 
 A run is plan, execute, collect, signals, evaluate, then the views of the enabled studies
-(flows/runner.py names none of them). A study is a subclass of :class:`Study` registered with
-:func:`register_study` in its own module of this folder; every module here is imported by :func:`load_studies`,
-so a new study is one new file and touches nothing else. Each entry declares
+(flows/runner.py names none of them). A study is a subclass of :class:`Study` declared with its name,
+``class MyView(Study, name="my_view", title=..., tables=(...))``, which registers it (:func:`register_study`),
+in its own module of this folder; every module here is imported by :func:`load_studies`, so a new study is one
+new file and touches nothing else. Each entry declares
 
 * ``section``: the grid section whose ``enabled`` turns it on (``enabled()``; None: always on);
 * ``signals(table)``: from the run's signal table, rows or planned units of its own that join the one
@@ -23,10 +24,11 @@ name an error listing the choices.
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
 import pandas as pd
 
@@ -34,6 +36,9 @@ from confgrid.flows.evaluate.run_evaluation import Evaluation
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import Frames, RunStore
 from confgrid.flows.tables.signals import ProducerRows
+
+log = logging.getLogger("confgrid")
+T = TypeVar("T")
 
 __all__ = ["Study", "RunInputs", "StudyOutput", "register_study", "get_study", "study_names", "enabled_studies",
            "load_studies", "STUDIES"]
@@ -89,7 +94,8 @@ class StudyOutput:
 
 
 class Study:
-    """One study view over a run's estimates (subclass it, set the class attributes, register it).
+    """One study view over a run's estimates: subclass it with its class attributes as keywords,
+    ``class MyView(Study, name="my_view", title="...", tables=("my_table",))``, which registers it.
 
     Attributes
     ----------
@@ -111,6 +117,25 @@ class Study:
     tables: ClassVar[tuple[str, ...]] = ()
     figures: ClassVar[tuple[str, ...]] = ()
 
+    def __init_subclass__(cls, *, name: str = "", **attrs: Any) -> None:
+        """Set the class attributes given as keywords (``title``, ``section``, ``tables``, ``figures``) and, with a
+        ``name``, register the study (:func:`register_study`).
+
+        Raises
+        ------
+        TypeError
+            A keyword that is no class attribute of a study.
+        """
+        super().__init_subclass__()
+        if unknown := sorted(set(attrs) - {"title", "section", "tables", "figures"}):
+            raise TypeError(f"study {cls.__qualname__}: unknown keyword(s) {unknown}; allowed: name, title, section, "
+                            "tables, figures")
+        for key, value in attrs.items():
+            setattr(cls, key, value)
+        if name:
+            cls.name = name
+            register_study(cls)
+
     def __init__(self, run: RunInputs, store: RunStore) -> None:
         self.run = run
         self.spec = run.spec
@@ -129,6 +154,16 @@ class Study:
     def view(self, ev: Evaluation) -> StudyOutput:
         """The study's tables from the evaluation (default: none)."""
         return StudyOutput()
+
+    @staticmethod
+    def never_fatal(what: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """``fn(*args)``, or None when it raises (a view of the data never loses the run; logged as ``what``
+        with the traceback)."""
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - a view of the data; never lose the run for it
+            log.warning("%s: %s: %s", what, type(exc).__name__, exc, exc_info=True)
+            return None
 
 
 #: name -> Study subclass (filled by the modules of this folder on import; see :func:`load_studies`)

@@ -10,19 +10,15 @@ from confgrid.analysis.ace.tables import ace_views
 from confgrid.analysis.ace.units import ACE_KIND
 from confgrid.analysis.signals import analyzed
 from confgrid.flows.evaluate.ace import ACE_TABLES, ace_frames, ace_mlflow_metrics, ace_rows, ca_ratings, plan_comparison
-from confgrid.flows.studies import Study, StudyOutput, register_study
+from confgrid.flows.studies import Study, StudyOutput
 from confgrid.flows.tables.signals import ProducerRows
 
 log = logging.getLogger("confgrid")
 
 
-@register_study
-class AccuracyControlled(Study):
-    name = "ace"
-    title = "study 001: calibration compared across models at controlled accuracy (views ia, da, ca)"
-    section = "comparison"
-    tables = ACE_TABLES
-    figures = ("ace_reversals",)
+class AccuracyControlled(Study, name="ace", section="comparison", tables=ACE_TABLES, figures=("ace_reversals",),
+                         title="study 001: calibration compared across models at controlled accuracy (views ia, "
+                               "da, ca)"):
     rows = ratings = plan = None
 
     def signals(self, table):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from confgrid.flows.evaluate.capability import (
     CAPABILITY_TABLES,
     capability_estimates,
@@ -12,39 +10,27 @@ from confgrid.flows.evaluate.capability import (
     capability_tables,
 )
 from confgrid.flows.store.run_store import Frames
-from confgrid.flows.studies import Study, StudyOutput, register_study
-
-log = logging.getLogger("confgrid")
+from confgrid.flows.studies import Study, StudyOutput
 
 
-@register_study
-class CapabilityCalibration(Study):
-    name = "capability"
-    title = "study 004: response vs capability calibration, pass@k, budget allocation"
-    section = "capability"
-    tables = CAPABILITY_TABLES
-    figures = ("capability",)
+class CapabilityCalibration(Study, name="capability", section="capability", tables=CAPABILITY_TABLES,
+                            figures=("capability",),
+                            title="study 004: response vs capability calibration, pass@k, budget allocation"):
     est = None
 
     def signals(self, table):
         """The capability estimators' rows (units of answer set ``capability``); none when they could not be
         computed (logged, never fatal)."""
         mt = self.run.methods
-        try:
-            self.est = capability_estimates(self.spec, self.run.plan.splits, mt.samples, mt.signals, mt.targets,
-                                            mt.hidden, mt.costs)
-        except Exception as exc:  # noqa: BLE001 - the estimators are a view; never lose the run for them
-            log.warning("capability estimators not computed: %s: %s", type(exc).__name__, exc, exc_info=True)
-            return ()
-        return (capability_rows(self.spec, self.est),)
+        self.est = self.never_fatal("capability estimators not computed", capability_estimates, self.spec,
+                                    self.run.plan.splits, mt.samples, mt.signals, mt.targets, mt.hidden, mt.costs)
+        return () if self.est is None else (capability_rows(self.spec, self.est),)
 
     def view(self, ev) -> StudyOutput:
         """results/capability_*; a view of the data, never fatal."""
-        if self.est is None:
+        tables = None if self.est is None else self.never_fatal("capability tables not built", capability_tables,
+                                                                self.spec, self.est, ev.metrics, ev.signals)
+        if tables is None:
             return StudyOutput()
-        try:
-            tables = capability_tables(self.spec, self.est, ev.metrics, ev.signals)
-        except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
-            log.warning("capability tables not built: %s: %s", type(exc).__name__, exc, exc_info=True)
-            return StudyOutput()
-        return StudyOutput(Frames({n: getattr(tables, n) for n in CAPABILITY_TABLES}, skip_empty=True), metrics=capability_mlflow_metrics(tables))
+        return StudyOutput(Frames({n: getattr(tables, n) for n in CAPABILITY_TABLES}, skip_empty=True),
+                           metrics=capability_mlflow_metrics(tables))

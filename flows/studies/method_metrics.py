@@ -9,14 +9,12 @@ from confgrid.analysis.signals import UNIT_COLUMNS
 from confgrid.flows.evaluate.run_evaluation import Evaluation
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import Frames
-from confgrid.flows.studies import Study, StudyOutput, register_study
+from confgrid.flows.studies import Study, StudyOutput
 
 
-@register_study
-class MethodMetrics(Study):
-    name = "method_metrics"
-    title = "every confidence method's metrics with its protocol; expected accuracy of the sampled methods"
-    tables = ("methods", "expected_accuracy")
+class MethodMetrics(Study, name="method_metrics", tables=("methods", "expected_accuracy"),
+                    title="every confidence method's metrics with its protocol; expected accuracy of the sampled "
+                          "methods"):
 
     def view(self, ev) -> StudyOutput:
         return StudyOutput(Frames({"methods": methods_view(self.spec, ev),

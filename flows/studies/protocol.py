@@ -11,7 +11,7 @@ from confgrid.flows.evaluate.run_evaluation import Evaluation, primary_group, se
 from confgrid.flows.evaluate.study_tables import probe_table, selection_table, study_tables, transfer_tables
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import Frames
-from confgrid.flows.studies import Study, StudyOutput, register_study
+from confgrid.flows.studies import Study, StudyOutput
 from confgrid.flows.tables.assemble import Unit
 
 log = logging.getLogger("confgrid")
@@ -20,13 +20,11 @@ log = logging.getLogger("confgrid")
 _MARKDOWN = ("table", "transfer", "selection")
 
 
-@register_study
-class ProtocolSensitivity(Study):
-    name = "protocol"
-    title = "study 000: verbalized vs token confidence across scoring contexts (Tables 2-4, 17), transfer"
-    tables = ("table2_contexts", "table3_ablation", "table4_axes", "table15_estimators", "table17_probe",
-              "probe_pairs", "transfer", "transfer_penalties")
-    figures = ("gaps", "reliability")
+class ProtocolSensitivity(Study, name="protocol", figures=("gaps", "reliability"),
+                          tables=("table2_contexts", "table3_ablation", "table4_axes", "table15_estimators",
+                                  "table17_probe", "probe_pairs", "transfer", "transfer_penalties"),
+                          title="study 000: verbalized vs token confidence across scoring contexts (Tables 2-4, 17), "
+                                "transfer"):
 
     def view(self, ev) -> StudyOutput:
         frames = protocol_tables(self.spec, self.run.units, ev)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from confgrid.analysis.signals import UNIT_COLUMNS, usable
 from confgrid.flows.store.run_store import Frames
-from confgrid.flows.studies import Study, StudyOutput, register_study
+from confgrid.flows.studies import Study, StudyOutput
 from confgrid.flows.tracking import keyed_metrics
 
 #: ``results/refusal_brier`` columns
@@ -56,11 +56,9 @@ def refusal_brier(signals: pd.DataFrame, n_options: pd.DataFrame) -> pd.DataFram
     return out[COLUMNS]
 
 
-@register_study
-class RefusalAwareBrier(Study):
-    name = "refusal_brier"
-    title = "study 003: Brier score with refusals scored at chance instead of dropped, on any dataset"
-    tables = ("refusal_brier",)
+class RefusalAwareBrier(Study, name="refusal_brier", tables=("refusal_brier",),
+                        title="study 003: Brier score with refusals scored at chance instead of dropped, on any "
+                              "dataset"):
 
     def view(self, ev) -> StudyOutput:
         opts = pd.DataFrame([{"dataset": d, "item_id": it.item_id, "n_options": len(it.options)}

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from confgrid.flows.evaluate.rounds import stopping_table
 from confgrid.flows.store.run_store import Frames
-from confgrid.flows.studies import Study, StudyOutput, register_study
+from confgrid.flows.studies import Study, StudyOutput
 
 
-@register_study
-class StopReasons(Study):
-    name = "stop_reasons"
-    title = "execution.stopping: per setting, the rounds run and why it stopped"
-    tables = ("stopping",)
+class StopReasons(Study, name="stop_reasons", tables=("stopping",),
+                  title="execution.stopping: per setting, the rounds run and why it stopped"):
 
     def view(self, ev) -> StudyOutput:
         """results/stopping, with its header alone without early stopping (it replaces an earlier run's reasons in
