@@ -35,7 +35,6 @@ entered the evaluator's metrics), joined with the items' metadata. Written to ``
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import pandas as pd
@@ -53,7 +52,7 @@ from confgrid.flows.spec.grid import GridSpec
 from confgrid.analysis.bootstrap import resample_counts
 from confgrid.analysis.metrics import UndefinedMetricWarning
 
-__all__ = ["CalibrationTables", "calibration_tables", "CALIBRATION_TABLES"]
+__all__ = ["calibration_tables", "CALIBRATION_TABLES"]
 
 #: the tables of studies 002 and 003 (results/<name>.{csv,parquet}), in the order `confgrid show` prints them
 CALIBRATION_TABLES = ("calibration", "refusals", "runs", "hard_easy", "hard_easy_bins")
@@ -61,17 +60,6 @@ CALIBRATION_TABLES = ("calibration", "refusals", "runs", "hard_easy", "hard_easy
 log = logging.getLogger("confgrid")
 
 _BY = ["setting", "model", "dataset", "answer_set", "parse_policy", "refusal", "rule", "signal"]
-
-
-@dataclass
-class CalibrationTables:
-    """``results/calibration``, ``results/refusals`` and ``results/runs`` (empty frames when there is nothing)."""
-
-    calibration: pd.DataFrame = field(default_factory=pd.DataFrame)
-    refusals: pd.DataFrame = field(default_factory=pd.DataFrame)
-    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
-    hard_easy: pd.DataFrame = field(default_factory=pd.DataFrame)
-    hard_easy_bins: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _item_columns(units: dict[tuple[str, str, str], Unit], group_by: tuple[str, ...]) -> pd.DataFrame:
@@ -137,8 +125,9 @@ def _refusal_rows(units: dict[tuple[str, str, str], Unit], items: pd.DataFrame,
 
 
 def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
-                       analyzed: pd.DataFrame, plans: Sequence[Any] = ()) -> CalibrationTables:
-    """The tables of the module docstring for one run (pure; no model call), from the analyzed rows of the one
+                       analyzed: pd.DataFrame, plans: Sequence[Any] = ()) -> dict[str, pd.DataFrame]:
+    """The tables of the module docstring for one run, by name (:data:`CALIBRATION_TABLES`; an empty frame where
+    there is nothing), pure (no model call), from the analyzed rows of the one
     signal table (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`: every signal on the rows
     that entered its metrics, methods included) and the units' items. ``plans``: the evaluator's units
     (:attr:`~confgrid.flows.evaluate.run_evaluation.Evaluation.units`); the hard-easy slope of a signal then
@@ -155,13 +144,14 @@ def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     rows.loc[~asked, "n_options"] = 0
     calib = calibration_summary(rows, _BY, group_by, n_bins=spec.metrics.ece_bins,
                                 with_smece="smece" in spec.metrics.calibration_extras)
-    out = CalibrationTables(calibration=calib, refusals=_refusal_rows(units, items, group_by))
+    out = dict.fromkeys(CALIBRATION_TABLES, pd.DataFrame())
+    out.update(calibration=calib, refusals=_refusal_rows(units, items, group_by))
     run_of = {r: base for base, ids in spec.run_groups().items() for r in ids}
     if run_of and len(calib):
         by = [c for c in _BY if c not in ("answer_set",)] + ["group", "group_value"]
-        out.runs = runs_summary(calib, spec.run_groups(), by)
+        out["runs"] = runs_summary(calib, spec.run_groups(), by)
     if spec.metrics.hard_easy or any(d.adapter == "lifeeval" for d in spec.datasets):
-        out.hard_easy, out.hard_easy_bins = _hard_easy(rows, spec, plans)
+        out["hard_easy"], out["hard_easy_bins"] = _hard_easy(rows, spec, plans)
     return out
 
 

@@ -53,7 +53,7 @@ from confgrid.protocols.correctness import agreement_key
 from confgrid.protocols.methods import majority_share
 from confgrid.analysis.registry import closure_variant, get_metric
 
-__all__ = ["CapabilityTables", "CapabilityCell", "CapabilityEstimates", "capability_estimates", "capability_rows",
+__all__ = ["CapabilityCell", "CapabilityEstimates", "capability_estimates", "capability_rows",
            "capability_tables", "capability_mlflow_metrics", "CAPABILITY_TABLES",
            "CAPABILITY_SET"]
 
@@ -68,18 +68,6 @@ UNIFORM = "uniform_random"
 #: Target name in the capability tables -> ``target_kind`` of its unit.
 TARGETS = {"capability": "expected_accuracy", "response": "correct"}
 ORACLE_CC, ORACLE_RC = "oracle_cc", "oracle_rc"
-
-
-@dataclass
-class CapabilityTables:
-    """The capability tables of a run (empty frames without a capability section)."""
-
-    capability_metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
-    capability_pass_at_k: pd.DataFrame = field(default_factory=pd.DataFrame)
-    capability_allocation: pd.DataFrame = field(default_factory=pd.DataFrame)
-    capability_se_by_k: pd.DataFrame = field(default_factory=pd.DataFrame)
-    capability_divergence: pd.DataFrame = field(default_factory=pd.DataFrame)
-    capability_probes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 @dataclass
@@ -370,8 +358,9 @@ def capability_rows(spec: GridSpec, est: CapabilityEstimates) -> ProducerRows:
 
 
 def capability_tables(spec: GridSpec, est: CapabilityEstimates, metrics: pd.DataFrame,
-                      signals: pd.DataFrame) -> CapabilityTables:
-    """Every capability table of a run (module docstring, step 3): ``capability_metrics`` is a view of the one
+                      signals: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Every capability table of a run by name (:data:`CAPABILITY_TABLES`; empty frames without a capability
+    section; module docstring, step 3): ``capability_metrics`` is a view of the one
     estimates table (the evaluator's ``metrics`` rows of the capability units) beside the uniform baseline;
     the others are computed from the targets and estimates.
 
@@ -385,7 +374,7 @@ def capability_tables(spec: GridSpec, est: CapabilityEstimates, metrics: pd.Data
         The evaluated signal table (its ``cluster`` column, for the baseline's clustered resamples).
     """
     cap = spec.capability
-    out = CapabilityTables()
+    out = dict.fromkeys(CAPABILITY_TABLES, pd.DataFrame())
     if not cap.enabled:
         return out
     acc: dict[str, list] = {name: [] for name in CAPABILITY_TABLES}
@@ -427,7 +416,7 @@ def capability_tables(spec: GridSpec, est: CapabilityEstimates, metrics: pd.Data
             df = df[["model", "dataset", *[c for c in df.columns if c not in ("model", "dataset")]]]
         else:
             df = pd.DataFrame(rows)
-        setattr(out, name, df)
+        out[name] = df
     return out
 
 
@@ -437,19 +426,19 @@ def _metric_family(metric: str) -> str:
     return info.family or info.name
 
 
-def capability_mlflow_metrics(tables: CapabilityTables) -> dict[str, float]:
+def capability_mlflow_metrics(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
     """MLflow metrics of the capability study: ``capability/<model>/<dataset>/<target>/<estimator>/<metric>/
     {point,lo,hi}``, the pass@k MSE (``.../pass_at_k/<estimator>/k<k>/mse``) and the solved share of each
     allocation (``.../allocation/<allocation>_<estimator>/B<B>/solved``); NaN values are left out
     (:func:`~confgrid.flows.tracking.keyed_metrics`)."""
     return {
-        **keyed_metrics(tables.capability_metrics,
+        **keyed_metrics(tables["capability_metrics"],
                         lambda r: ("capability", r.model, r.dataset, r.target, r.estimator, r.metric),
                         {"point": "point", "lo": "lo", "hi": "hi"}),
-        **keyed_metrics(tables.capability_pass_at_k,
+        **keyed_metrics(tables["capability_pass_at_k"],
                         lambda r: ("capability", r.model, r.dataset, "pass_at_k", r.estimator, f"k{r.k}"),
                         {"mse": "mse"}),
-        **keyed_metrics(tables.capability_allocation,
+        **keyed_metrics(tables["capability_allocation"],
                         lambda r: ("capability", r.model, r.dataset, "allocation",
                                    f"{r.allocation}_{r.estimator}" if r.estimator else r.allocation, f"B{r.budget}"),
                         {"solved": "solved"})}

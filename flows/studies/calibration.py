@@ -16,4 +16,4 @@ class CalibrationSummary(Study, name="calibration", tables=CALIBRATION_TABLES, f
                                   ev.analyzed(), ev.units)
         if tables is None:
             return StudyOutput()
-        return StudyOutput(Frames({n: getattr(tables, n) for n in CALIBRATION_TABLES}, skip_empty=True))
+        return StudyOutput(Frames(tables, skip_empty=True))

@@ -32,5 +32,5 @@ class CapabilityCalibration(Study, name="capability", section="capability", tabl
                                                                 self.spec, self.est, ev.metrics, ev.signals)
         if tables is None:
             return StudyOutput()
-        return StudyOutput(Frames({n: getattr(tables, n) for n in CAPABILITY_TABLES}, skip_empty=True),
+        return StudyOutput(Frames(tables, skip_empty=True),
                            metrics=capability_mlflow_metrics(tables))

@@ -128,7 +128,7 @@ def test_capability_tables_from_hand_made_method_tables():
     spec = parse_grid(grid())
     splits, samples, signals, targets, costs, ev = _frames(spec, np.random.default_rng(0))
     t, _ = tables_of(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
-    m = t.capability_metrics.set_index(["target", "estimator", "metric"])
+    m = t["capability_metrics"].set_index(["target", "estimator", "metric"])
     tgt = samples[samples["method"] == "target"].sort_values(["item_id", "sample_idx"])
     mu = tgt.groupby("item_id")["correct_containment"].mean().loc[sorted(ev)].to_numpy()
     resp = tgt.groupby("item_id")["correct_containment"].first().loc[sorted(ev)].to_numpy()
@@ -150,32 +150,30 @@ def test_capability_tables_from_hand_made_method_tables():
     assert m.loc[("capability", "sc_k2", "brier"), "cost_tokens"] == 6  # 2 samples x 3 tokens
     assert m.loc[("capability", "uniform_random", "brier"), "point"] == pytest.approx(np.mean(1 / 3 - mu + mu**2))
     # pass@k: Oracle-CC is the target itself (MSE 0 at k = 1)
-    pk = t.capability_pass_at_k.set_index(["estimator", "k"])
+    pk = t["capability_pass_at_k"].set_index(["estimator", "k"])
     assert pk.loc[("oracle_cc", 1), "mse"] == pytest.approx(0.0, abs=1e-15)
     assert pk.loc[("oracle_cc", 4), "actual"] == pytest.approx(np.mean(mu > 0))  # n = k = 4: pass@4 = any
-    al = t.capability_allocation
+    al = t["capability_allocation"]
     assert set(al["allocation"]) == {"uniform", "greedy"} and (al["solved"].between(0, 1)).all()
-    assert set(t.capability_se_by_k["k"]) == {1, 2, 3, 4}
+    assert set(t["capability_se_by_k"]["k"]) == {1, 2, 3, 4}
     metrics = capability_mlflow_metrics(t)
     assert metrics["capability/m/tqa/capability/vb/brier/point"] == pytest.approx(np.mean((vb - mu) ** 2))
     assert all(v == v for v in metrics.values())
 
 
 def test_capability_figures_draw_the_tables_at_the_size_asked(tmp_path):
-    from confgrid.flows.evaluate.capability import CAPABILITY_TABLES
     from confgrid.report import FigureOptions, RunTables, write_figures
 
     spec = parse_grid(grid())
     splits, samples, signals, targets, costs, _ = _frames(spec, np.random.default_rng(1))
     t, _ = tables_of(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
-    frames = {name: getattr(t, name) for name in CAPABILITY_TABLES}
-    fs = write_figures(RunTables.of(frames), tmp_path, FigureOptions(width_px=600, height_px=400, dpi=50))
+    fs = write_figures(RunTables.of(t), tmp_path, FigureOptions(width_px=600, height_px=400, dpi=50))
     names = {f.name for f in fs.files}
     assert {"capability_divergence", "capability_pass_at_k", "capability_allocation", "capability_se_by_k"} <= names
     for f in fs.files:
         assert png_size(tmp_path / f"{f.name}.png") == (600, 400)
     drawn = pd.read_csv(tmp_path / "capability_pass_at_k.csv")
-    pd.testing.assert_frame_equal(drawn, t.capability_pass_at_k.reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(drawn, t["capability_pass_at_k"].reset_index(drop=True), check_dtype=False)
 
 
 def test_the_estimators_are_rows_of_the_one_signal_table_and_their_metrics_a_view_of_its_estimates():
@@ -193,10 +191,10 @@ def test_the_estimators_are_rows_of_the_one_signal_table_and_their_metrics_a_vie
     rows = ev.signals
     assert set(rows["kind"]) == {"capability_estimator"} and set(rows["answer_set"]) == {"capability"}
     assert set(rows["target_kind"]) == {"expected_accuracy", "correct"}
-    names = set(t.capability_metrics["estimator"]) - {"uniform_random"}
+    names = set(t["capability_metrics"]["estimator"]) - {"uniform_random"}
     assert set(rows["signal"]) == names == {"vb", "vb+isotonic", "sc_k2", "sc_k4"}
     assert rows.loc[rows["signal"] == "sc_k2", "k"].eq(2).all()
-    view = t.capability_metrics.set_index(["target", "estimator", "metric"])
+    view = t["capability_metrics"].set_index(["target", "estimator", "metric"])
     kind = {"capability": "expected_accuracy", "response": "correct"}
     for r in ev.metrics.itertuples(index=False):
         target = next(k for k, v in kind.items() if v == r.target_kind)
