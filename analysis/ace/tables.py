@@ -38,7 +38,7 @@ are :data:`~.reversals.CELL_COLUMNS` (``model_a``, ``model_b``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -264,6 +264,8 @@ class ACEPlan:
     metrics : list of str
     n_bootstrap, seed : int
     messages : list of str
+    n_bins : int
+        ECE bins of the point estimates, and of the bootstrap of :func:`ace_tables`.
     """
 
     cells: list
@@ -275,6 +277,7 @@ class ACEPlan:
     n_bootstrap: int
     seed: int
     messages: list
+    n_bins: int = 10
 
 
 def ace_plan(
@@ -293,7 +296,32 @@ def ace_plan(
     n_strata: int = 10,
     n_draws: int = 20,
 ) -> ACEPlan:
-    """The point estimates of every cell and the units the one evaluator bootstraps (parameters: :func:`ace_tables`).
+    """The point estimates of every cell and the units the one evaluator bootstraps.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Own-answer rows (:mod:`.frame`: ``model``, ``dataset``, ``method``,
+        ``item_id``, ``signal``, ``correct``).
+    candidates : DataFrame, optional
+        Candidate ratings (:data:`.candidates.RATING_COLUMNS`); without it CA
+        and self-preference are skipped with a message.
+    pairs : None or sequence of (a, b[, label]) / Pair
+        Default: every pair of models.
+    views : sequence of str
+        Among :data:`VIEWS`.
+    metrics : sequence of str
+        Among ``("ece", "brier")``.
+    n_bootstrap : int, default=2000
+        Resamples per cell (0: no bootstrap; the bootstrap tables are empty).
+    seed : int
+        Base seed; each cell's seed is :func:`.bootstrap.cell_seed`.
+    target, ia_strata, n_bins, max_levels, n_strata, n_draws
+        :class:`.views.ViewOptions`.
+
+    Returns
+    -------
+    ACEPlan
 
     Raises
     ------
@@ -313,7 +341,7 @@ def ace_plan(
             ratings = dict(tuple(validate_ratings(candidates).groupby(["dataset", "method"], sort=False)))
     own_views = [v for v in ("ia", "da", "da_resample") if v in views]
     plan = ACEPlan([], [], [], [], [v for v in MAIN_VIEWS if v in views and (v != "ca" or ratings is not None)],
-                   metrics, int(n_bootstrap), int(seed), msgs)
+                   metrics, int(n_bootstrap), int(seed), msgs, int(n_bins))
     for cell in matched.cells:
         rng = np.random.default_rng(setting_seed(cell.pair.name, f"{cell.dataset}|{cell.method}|da_resample", seed))
         point = cell_views(cell, metrics, own_views, opts, rng)
@@ -390,54 +418,20 @@ def ace_views(plan: ACEPlan, gaps: pd.DataFrame | None = None, shifts: pd.DataFr
     )
 
 
-def ace_tables(
-    rows: pd.DataFrame,
-    candidates: pd.DataFrame | None = None,
-    *,
-    pairs=None,
-    views: Sequence[str] = ("raw", "ia", "da", "ca"),
-    metrics: Sequence[str] = METRICS,
-    n_bootstrap: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-    target: str | float = "mean",
-    ia_strata: int | None = None,
-    n_bins: int = 10,
-    max_levels: int = 10,
-    n_strata: int = 10,
-    n_draws: int = 20,
-    bootstrap: Callable[[list], list] | None = None,
-) -> ACETables:
+def ace_tables(rows: pd.DataFrame, candidates: pd.DataFrame | None = None, **options: Any) -> ACETables:
     """Run the whole accuracy-controlled comparison of study 001 on own-answer rows.
 
     The point estimates are :func:`.views.cell_views`'s; the intervals, retention probabilities and the strict
     criterion come from the one evaluator (analysis/evaluation.py): each cell is a unit
-    (analysis/ace/units.py) bootstrapped with every other estimate's kernels and resampling stream, and the
-    tables are views over its gap and shift rows (:func:`ace_plan`, :func:`ace_views`).
+    (analysis/ace/units.py) bootstrapped in process with every other estimate's kernels and resampling stream,
+    and the tables are views over its gap and shift rows (:func:`ace_plan`, :func:`ace_views`).
 
     Parameters
     ----------
-    rows : DataFrame
-        Own-answer rows (:mod:`.frame`: ``model``, ``dataset``, ``method``,
-        ``item_id``, ``signal``, ``correct``).
-    candidates : DataFrame, optional
-        Candidate ratings (:data:`.candidates.RATING_COLUMNS`); without it CA
-        and self-preference are skipped with a message.
-    pairs : None or sequence of (a, b[, label]) / Pair
-        Default: every pair of models.
-    views : sequence of str
-        Among :data:`VIEWS`.
-    metrics : sequence of str
-        Among ``("ece", "brier")``.
-    n_bootstrap : int, default=2000
-        Resamples per cell (0: no bootstrap; the bootstrap tables are empty).
-    seed : int
-        Base seed; each cell's seed is :func:`.bootstrap.cell_seed`.
-    target, ia_strata, n_bins, max_levels, n_strata, n_draws
-        :class:`.views.ViewOptions`.
-    bootstrap : callable, optional
-        ``units -> results`` (one :class:`~confgrid.analysis.bootstrap.BootstrapResult` per
-        :class:`~confgrid.analysis.evaluation.UnitPlan`); default in process
-        (:func:`~confgrid.analysis.evaluation.bootstrap_unit`). flows/ passes its Ray Data job.
+    rows, candidates
+        As :func:`ace_plan`.
+    **options
+        :func:`ace_plan`'s keywords (an unknown one is a ``TypeError``).
 
     Returns
     -------
@@ -461,12 +455,9 @@ def ace_tables(
     >>> t.gaps.query("metric == 'ece'")["view"].tolist()[:4]
     ['raw', 'ia', 'ia_both_right', 'ia_both_wrong']
     """
-    plan = ace_plan(rows, candidates, pairs=pairs, views=views, metrics=metrics, n_bootstrap=n_bootstrap, seed=seed,
-                    target=target, ia_strata=ia_strata, n_bins=n_bins, max_levels=max_levels, n_strata=n_strata,
-                    n_draws=n_draws)
+    plan = ace_plan(rows, candidates, **options)
     if not plan.units:
         return ace_views(plan)
-    results = (bootstrap(plan.units) if bootstrap is not None else
-               [bootstrap_unit(u, plan.metrics, plan.n_bootstrap, n_bins) for u in plan.units])
+    results = [bootstrap_unit(u, plan.metrics, plan.n_bootstrap, plan.n_bins) for u in plan.units]
     est = estimates(plan.units, results)
     return replace(ace_views(plan, est.gaps, est.shifts), estimates=est)
