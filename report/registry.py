@@ -107,8 +107,9 @@ class FigureEntry:
 FIGURES: Registry[FigureEntry] = Registry("figure family", value_type=FigureEntry)
 
 
-def register_figure(family: str, needs: tuple[str, ...], title: str) -> Callable:
-    """Decorator registering ``draw(tables, options) -> list[Drawn]`` as figure family ``family``.
+def register_figure(family: str, needs: tuple[str, ...] | None = None, *, title: str) -> Callable:
+    """Decorator registering ``draw(tables, options) -> list[Drawn]`` as figure family ``family``, drawn when the
+    results tables ``needs`` have rows (default: the table of the family's name).
 
     Raises
     ------
@@ -117,6 +118,7 @@ def register_figure(family: str, needs: tuple[str, ...], title: str) -> Callable
     """
     if family in FIGURES:
         raise ValueError(f"figure family {family!r} is already registered (by {FIGURES.get(family).draw.__module__})")
+    needs = (family,) if needs is None else needs
     if not needs:
         raise ValueError(f"figure family {family!r}: needs must name at least one results table")
 

@@ -21,6 +21,11 @@ DEFAULT_PRIMARY = {"answer_set": "main", "parse_policy": "label_or_fallback", "r
                    "rule": "containment", "aggregation": "geometric_mean"}
 
 
+def _of_info(name: str, doc: str) -> property:
+    """A read-only attribute of :class:`RunTables` that is field ``name`` of its run's record."""
+    return property(lambda self: getattr(self.info, name), doc=doc)
+
+
 class RunTables:
     """Tables of one run by name: ``results/<name>.parquet`` first, else ``tables/<name>.parquet``.
 
@@ -87,22 +92,9 @@ class RunTables:
         """The run's primary group (:data:`DEFAULT_PRIMARY` when the run recorded none)."""
         return dict(self.info.primary) if self.info.primary is not None else dict(DEFAULT_PRIMARY)
 
-    @property
-    def n_bins(self) -> int:
-        """The run's ECE bins (``metrics.ece_bins``, 10 by default)."""
-        return self.info.n_bins
-
-    @property
-    def closure(self) -> str:
-        """The bin closure of the run's reliability bins: the first of ``metrics.ece_closure``."""
-        return self.info.closure
-
-    @property
-    def bin_confidence(self) -> str:
-        """What stands for a reliability bin's confidence: the first of ``metrics.ece_bin_confidence``."""
-        return self.info.bin_confidence
-
-    @property
-    def level(self) -> float:
-        """The level of the run's intervals (``bootstrap.level``; an analysis: its ``level``)."""
-        return self.info.level
+    n_bins = _of_info("n_bins", "The run's ECE bins (``metrics.ece_bins``, 10 by default).")
+    closure = _of_info("closure", "The bin closure of the run's reliability bins: the first of "
+                                  "``metrics.ece_closure``.")
+    bin_confidence = _of_info("bin_confidence", "What stands for a reliability bin's confidence: the first of "
+                                                "``metrics.ece_bin_confidence``.")
+    level = _of_info("level", "The level of the run's intervals (``bootstrap.level``; an analysis: its ``level``).")
