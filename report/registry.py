@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from confgrid.flows.store.run_store import atomic_write, write_frame_atomic
 from confgrid.flows.studies import get_study
 from confgrid.registry import Registry
 
@@ -252,8 +253,6 @@ def write_figures(tables: RunTables, out_dir: str | Path, opts: FigureOptions | 
     FigureSet
         Written files in registry order, and the families that failed (drawing or writing).
     """
-    from confgrid.flows.store.run_store import atomic_write, write_frame_atomic
-
     opts = opts or FigureOptions()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

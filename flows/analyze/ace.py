@@ -18,7 +18,8 @@ import pandas as pd
 from confgrid.analysis.ace.frame import ACEInputError
 from confgrid.analysis.ace.tables import VIEWS, ace_tables
 from confgrid.flows.analyze.read import AnalyzeInputError
-from confgrid.flows.evaluate.ace import write_ace
+from confgrid.flows.evaluate.ace import ace_frames
+from confgrid.flows.store.run_store import write_frames
 
 __all__ = ["DEFAULT_VIEWS", "parse_views", "parse_pairs", "read_candidates", "compare_models"]
 
@@ -94,5 +95,5 @@ def compare_models(rows: pd.DataFrame, out_dir: Path, *, views: Sequence[str] | 
                             n_bootstrap=n_resamples, seed=seed, n_bins=n_bins, ia_strata=ia_strata)
     except ACEInputError as exc:
         raise AnalyzeInputError(f"comparison across models: {exc}") from None
-    write_ace(tables, out_dir)
+    write_frames(ace_frames(tables), out_dir)
     return tables

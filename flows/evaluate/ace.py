@@ -23,7 +23,6 @@ confgrid, stated in README "Comparing models").
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,7 +30,7 @@ import pandas as pd
 from confgrid.flows.plan.grid_plan import GridPlan
 from confgrid.flows.plan.shards import ShardRequest
 from confgrid.flows.spec.grid import GridSpec
-from confgrid.flows.store.run_store import Frames, write_frames
+from confgrid.flows.store.run_store import Frames
 from confgrid.flows.tracking import keyed_metrics
 from confgrid.flows.evaluate.run_evaluation import primary_group, select
 from confgrid.flows.evaluate.methods import ratings_of_supplied_answers
@@ -39,7 +38,7 @@ from confgrid.flows.stages.base import relabel
 from confgrid.protocols.correctness import normalize
 from confgrid.analysis.ace.tables import ACEPlan, ace_plan
 
-__all__ = ["ace_rows", "ca_ratings", "plan_comparison", "write_ace", "ace_frames", "ace_mlflow_metrics",
+__all__ = ["ace_rows", "ca_ratings", "plan_comparison", "ace_frames", "ace_mlflow_metrics",
            "ACE_TABLES"]
 
 log = logging.getLogger("confgrid")
@@ -171,12 +170,6 @@ def ace_frames(tables) -> Frames:
     frames = tables.tables()
     return Frames(frames, markdown=tuple(frames),
                   texts={"ace_messages.txt": "\n".join(tables.messages) + "\n"} if tables.messages else {})
-
-
-def write_ace(tables, res: Path) -> dict[str, Path]:
-    """Write every ACE table as CSV, Parquet and Markdown into ``res`` (results/); returns the CSV paths."""
-    out = ace_frames(tables)
-    return dict(zip(out.frames, write_frames(out, res), strict=True))
 
 
 #: a cell of the comparison: the key of its gap and bootstrap rows

@@ -117,23 +117,16 @@ class Study:
     tables: ClassVar[tuple[str, ...]] = ()
     figures: ClassVar[tuple[str, ...]] = ()
 
-    def __init_subclass__(cls, *, name: str = "", **attrs: Any) -> None:
-        """Set the class attributes given as keywords (``title``, ``section``, ``tables``, ``figures``) and, with a
-        ``name``, register the study (:func:`register_study`).
-
-        Raises
-        ------
-        TypeError
-            A keyword that is no class attribute of a study.
-        """
+    def __init_subclass__(cls, **attrs: Any) -> None:
+        """Set the class attributes given as keywords and register a study given a ``name`` (:func:`register_study`);
+        an unknown keyword is a ``TypeError`` naming the allowed ones."""
         super().__init_subclass__()
-        if unknown := sorted(set(attrs) - {"title", "section", "tables", "figures"}):
-            raise TypeError(f"study {cls.__qualname__}: unknown keyword(s) {unknown}; allowed: name, title, section, "
-                            "tables, figures")
         for key, value in attrs.items():
+            if key not in Study.__annotations__:
+                raise TypeError(f"study {cls.__qualname__}: unknown keyword {key!r}; allowed: "
+                                f"{', '.join(Study.__annotations__)}")
             setattr(cls, key, value)
-        if name:
-            cls.name = name
+        if "name" in attrs:
             register_study(cls)
 
     def __init__(self, run: RunInputs, store: RunStore) -> None:

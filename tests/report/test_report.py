@@ -6,14 +6,23 @@ reason. Its full-page screenshot is kept under ``$CONFGRID_TEST_ARTIFACTS``, pat
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import report_example
 from chromium import artifact_dir, browser
-from confgrid.report import FIGURES
+from rich.console import Console
+
+from confgrid.cli.main import app
+from confgrid.cli.show.tables import print_results
+from confgrid.flows.store.run_info import RUN_INFO, RunInfo, derived_run_info, read_run_info, write_run_info
+from confgrid.report import FIGURES, RunTables, render_report
+from confgrid.report.registry import FigureSet, register_figure
+from confgrid.report.run_tables import DEFAULT_PRIMARY
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +87,6 @@ def test_the_page_loads_in_headless_chromium_with_every_figure_and_no_console_er
 
 
 def test_confgrid_report_cli_exit_status(tmp_path):
-    from confgrid.cli.main import app
-    from confgrid.report.registry import register_figure
     from typer.testing import CliRunner
 
     cli = CliRunner()
@@ -110,7 +117,6 @@ def test_confgrid_report_cli_exit_status(tmp_path):
 def test_report_of_an_analyze_directory_loads_in_chromium(tmp_path, capsys):
     """Issue 20: `confgrid analyze` writes the run's results layout, so `confgrid report` (and `show`) work on
     its directory: the page holds the metrics and gaps, its figures load, nothing is requested online."""
-    from confgrid.cli.main import app
     from typer.testing import CliRunner
 
     src = Path(__file__).resolve().parents[1] / "fixtures" / "analyze_small.csv"
@@ -136,9 +142,6 @@ def test_report_of_an_analyze_directory_loads_in_chromium(tmp_path, capsys):
 
 
 def test_the_run_info_record_and_its_derivation_from_an_old_folder(tmp_path):
-    from confgrid.flows.store.run_info import RUN_INFO, RunInfo, derived_run_info, read_run_info, write_run_info
-    from confgrid.report.run_tables import DEFAULT_PRIMARY, RunTables
-
     old = report_example.write_run(tmp_path / "old")  # grid.yaml and results/primary.json, no run_info.json
     assert not (old / RUN_INFO).exists()
     info = read_run_info(old)
@@ -150,3 +153,20 @@ def test_the_run_info_record_and_its_derivation_from_an_old_folder(tmp_path):
     assert RunTables(tmp_path / "bare").primary == DEFAULT_PRIMARY and RunTables(tmp_path / "bare").level == 0.95
     with pytest.raises(ValueError):
         RunInfo(command="run", level=1.5)
+
+
+def test_a_study_section_registered_by_its_study_shows_only_when_it_has_rows(tmp_path):
+    """Early stopping's report and show sections (registered by the ``stop_reasons`` study, report/stop_reasons.py
+    and cli/show/stop_reasons.py) come right after the verdicts, once, and only for a run with stop reasons."""
+    root = report_example.write_run(tmp_path / "run", with_studies=False)
+    assert 'id="stopping"' not in render_report(RunTables(root), FigureSet())
+    pd.DataFrame([{"model": "m", "dataset": "qa", "reason": "resolved", "rounds": 2, "items": 16, "items_total": 40,
+                   "n_gaps": 1, "n_resolved": 1, "detail": "every gap resolved"}]).to_parquet(
+        root / "results" / "stopping.parquet", index=False)
+    page = render_report(RunTables(root), FigureSet())
+    assert page.index('<h2 id="stopping">Early stopping: why each setting stopped</h2>') < page.index('id="protocol"')
+    assert 'id="table-stopping"' not in page and "every gap resolved" in page
+    console = Console(width=200, record=True, file=io.StringIO())
+    print_results(root, console)
+    text = console.export_text()
+    assert text.count("Early stopping") == 1 and text.index("Early stopping") < text.index("Settings")
