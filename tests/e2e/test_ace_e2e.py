@@ -12,16 +12,20 @@ import pandas as pd
 import pytest
 import yaml
 
+from confgrid.analysis.ace.tables import ace_tables
+from confgrid.cli.show.tables import print_results
+from confgrid.flows.runner import run_grid
 from confgrid.flows.spec.grid import load_grid, parse_grid
 
 ray = pytest.importorskip("ray")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ace.yaml"
+#: two "GPUs" that the module's cluster declares but does not have (tests/e2e/conftest.py): each replica reserves
+#: one (and runs on CPU), so both models fit at once and each is loaded once (README "How the work is scheduled")
+RAY_GPUS = 2
 
 
 @pytest.fixture(scope="module")
-def ace_run(tmp_path_factory):
-    from confgrid.flows.runner import run_grid
-
+def ace_run(ray_local, tmp_path_factory):
     raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     for d in raw["datasets"]:
         d["limit"] = 8
@@ -29,17 +33,9 @@ def ace_run(tmp_path_factory):
     raw["bootstrap"] = {"resamples": 50}
     raw["methods"][2]["k"] = 3
     raw["comparison"]["bootstrap"] = 100
-    # two "GPUs" that the cluster declares but does not have: each replica reserves one (and runs on CPU), so
-    # both models fit at once and each is loaded once (README "How the work is scheduled")
-    if ray.is_initialized():  # a Ray left by an earlier module (or Ray Data's auto-init) has other resources
-        ray.shutdown()
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     out = tmp_path_factory.mktemp("ace")
     spec = parse_grid(raw)
-    try:
-        yield spec, out, run_grid(spec, out)
-    finally:
-        ray.shutdown()
+    return spec, out, run_grid(spec, out)
 
 
 def test_the_example_grid_is_valid():
@@ -74,8 +70,6 @@ def test_every_model_loaded_once_and_every_view_computed(ace_run):
 def test_the_comparison_is_evaluated_by_the_one_evaluator_and_judged(ace_run):
     """Issue 20/22: the comparison's intervals are the run's one evaluator's (its cells are units of the same
     bootstrap job), and every model-vs-model conclusion under each view gets a verdict."""
-    from confgrid.analysis.ace.tables import ace_tables
-
     spec, out, summary = ace_run
     res = out / "results"
     boot = pd.read_parquet(res / "ace_bootstrap.parquet")
@@ -134,8 +128,6 @@ def test_every_rater_rates_every_pooled_candidate(ace_run):
 def test_second_run_makes_no_model_call_and_show_prints_the_tables(ace_run):
     from rich.console import Console
 
-    from confgrid.flows.runner import run_grid
-    from confgrid.cli.show.tables import print_results
 
     spec, out, first = ace_run
     before = pd.read_parquet(out / "results" / "ace_gaps.parquet")

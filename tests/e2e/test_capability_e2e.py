@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from ray_grid import run_on_local_ray
 
+from confgrid.cli.show.tables import print_results
+from confgrid.flows.runner import run_grid, _load_items
 from confgrid.flows.spec.grid import parse_grid
+from confgrid.protocols.splits import train_eval_split
 
 ray = pytest.importorskip("ray")
 
@@ -20,7 +22,7 @@ K_EVAL, K_TRAIN = 6, 3
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(ray_local, tmp_path_factory):
     raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     raw["datasets"] = [dict(raw["datasets"][0], limit=16)]
     for m in raw["methods"]:
@@ -30,7 +32,8 @@ def run(tmp_path_factory):
             m["k"] = K_TRAIN
     raw["capability"].update(consistency_k=[2, K_EVAL], pass_at_k=[1, 4, 16], budgets=[1, 2, 8], allocation_seeds=3)
     raw["bootstrap"]["resamples"] = 100
-    yield from run_on_local_ray(parse_grid(raw, base_dir=EXAMPLE.parent), tmp_path_factory.mktemp("capability"))
+    spec, out = parse_grid(raw, base_dir=EXAMPLE.parent), tmp_path_factory.mktemp("capability")
+    return spec, out, run_grid(spec, out)
 
 
 def _csv(out: Path, name: str) -> pd.DataFrame:
@@ -56,9 +59,6 @@ def test_every_estimator_is_rated_against_both_targets(run):
 
 
 def train_split(spec):
-    from confgrid.flows.runner import _load_items
-    from confgrid.protocols.splits import train_eval_split
-
     d = spec.datasets[0]
     return train_eval_split([i.item_id for i in _load_items(d)], d.name, spec.capability.train_fraction,
                             spec.capability.split_seed)
@@ -88,7 +88,6 @@ def test_show_prints_the_tables_and_mlflow_has_the_metrics(run):
     import mlflow
     from rich.console import Console
 
-    from confgrid.cli.show.tables import print_results
 
     _, out, summary = run
     console = Console(width=220, record=True)

@@ -13,7 +13,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from confgrid.flows.spec.grid import parse_grid
+from confgrid.analysis.conventions import CONVENTIONS
+from confgrid.analysis.signals import analyzed
+from confgrid.cli.main import app
+from confgrid.flows.evaluate.run_evaluation import primary_group
+from confgrid.flows.runner import run_grid
+from confgrid.flows.spec.grid import load_grid, parse_grid
+from confgrid.flows.store.run_store import read_manifest
+from confgrid.flows.tracking import default_tracking_uri
+from confgrid.report import FigureOptions, RunTables, write_figures
+from confgrid.report.html import _log_mlflow
 
 ray = pytest.importorskip("ray")
 
@@ -30,18 +39,7 @@ GRID = {
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    if ray.is_initialized():  # a Ray left by an earlier module (or Ray Data's auto-init) has other resources
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def first_run(ray_local, tmp_path_factory):
-    from confgrid.flows.runner import run_grid
-
     out = tmp_path_factory.mktemp("run")
     spec = parse_grid(GRID)
     return spec, out, run_grid(spec, out)
@@ -119,8 +117,6 @@ def test_mlflow_parent_and_child_runs(first_run):
 
 
 def test_second_run_makes_no_model_calls(first_run, caplog):
-    from confgrid.flows.runner import run_grid
-
     spec, out, first = first_run
     assert first.model_calls > 0
     with caplog.at_level("INFO", logger="confgrid"):
@@ -132,8 +128,6 @@ def test_second_run_makes_no_model_calls(first_run, caplog):
 
 
 def test_changing_only_downstream_axes_reruns_no_model(first_run, tmp_path):
-    from confgrid.flows.runner import run_grid
-
     spec, out, _ = first_run
     grid = dict(GRID)
     grid["metrics"] = {"names": ["ece", "auroc", "aurc"], "ece_bins": 15}
@@ -153,9 +147,6 @@ def test_every_binned_name_a_grid_accepts_computes_what_it_names(first_run, tmp_
     call), each equal, on every signal, to the reference of its name on the rows that enter the metrics."""
     import shutil
 
-    from confgrid.analysis.conventions import CONVENTIONS
-    from confgrid.analysis.signals import analyzed
-    from confgrid.flows.runner import run_grid
     from reference.ece_conventions import PROJECTS, ece_spelled
 
     out = tmp_path / "copy"  # a copy of the run: the other tests read the first run's grid and results
@@ -188,7 +179,6 @@ def test_resume_recomputes_a_damaged_shard_and_rebuilds_a_damaged_manifest(first
     """Issue 14, items 1-2: a truncated shard and a garbage manifest cost one shard's recomputation, no crash."""
     import shutil
 
-    from confgrid.flows.runner import run_grid
 
     spec, out, first = first_run
     copy = tmp_path / "copy"
@@ -204,7 +194,6 @@ def test_resume_recomputes_a_damaged_shard_and_rebuilds_a_damaged_manifest(first
     third = run_grid(spec, copy, resume=True)
     assert third.computed_shards == 0 and third.model_calls == 0
     pd.testing.assert_frame_equal(first.metrics, third.metrics)
-    from confgrid.flows.store.run_store import read_manifest
 
     settings = {r["setting"] for r in read_manifest(copy / "manifest.json")["shards"]}
     assert not any(s.startswith("recovered:") for s in settings)
@@ -218,9 +207,6 @@ def test_no_tracking_server_the_run_writes_everything_exits_3_and_log_logs_it(fi
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
 
-    from confgrid.cli.main import app
-    from confgrid.flows.evaluate.run_evaluation import primary_group
-    from confgrid.flows.spec.grid import load_grid
 
     _, out, _ = first_run
     copy = tmp_path / "copy"
@@ -268,16 +254,12 @@ def test_figures_go_into_the_runs_mlflow_parent_run(first_run):
     run opened; here one family only, to keep the test short)."""
     from mlflow.tracking import MlflowClient
 
-    from confgrid.flows.tracking import default_tracking_uri
-    from confgrid.report import FigureOptions, RunTables, write_figures
-    from confgrid.report.html import _log_mlflow
 
     _, out, _ = first_run
     figs = write_figures(RunTables(out), out / "results" / "figures", FigureOptions(width_px=400, dpi=50),
                          families=["gaps"])
     paths = [figs.files[0].png, figs.files[0].svg]
     assert _log_mlflow(out, RunTables(out), paths) is None
-    from confgrid.flows.store.run_store import read_manifest
 
     parent = read_manifest(out / "manifest.json")["meta"]["mlflow_parent_run_id"]  # the latest run into `out`
     logged = {a.path for a in MlflowClient(default_tracking_uri(out)).list_artifacts(parent, "results/figures")}
@@ -306,7 +288,6 @@ def server_run(first_run, server, tmp_path_factory):
 
     from typer.testing import CliRunner
 
-    from confgrid.cli.main import app
 
     _, out, _ = first_run
     copy = tmp_path_factory.mktemp("client") / "run"
@@ -327,7 +308,6 @@ def test_a_tracking_server_from_the_environment_receives_the_run_and_serves_its_
 
     from mlflow.tracking import MlflowClient
 
-    from confgrid.flows.store.run_store import read_manifest
 
     copy, r = server_run
     assert r.exit_code == 0, r.output

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from confgrid.flows.runner import run_grid
 from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
@@ -32,12 +33,7 @@ def _reduced(name: str, limits: dict[str, int]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    from confgrid.flows.runner import run_grid
-
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+def runs(ray_local, tmp_path_factory):
     raw_cb = _reduced("confidencebench.yaml", {"mmlu": 16, "mmlu_pro": 8})
     # 8 MMLU-Pro questions the JSON fixture was taught the format on (tools/fixture_json.py: the 50 short ones of a
     # seeded 80; on the others it writes JSON far less often): the draw of seed 1979
@@ -45,10 +41,7 @@ def runs(tmp_path_factory):
     cb = parse_grid(raw_cb, base_dir=EXAMPLES)
     he = parse_grid(_reduced("hard_easy.yaml", {"lifeeval": 60, "mmlu": 12, "mmlu_pro": 8}), base_dir=EXAMPLES)
     out_cb, out_he = tmp_path_factory.mktemp("cb"), tmp_path_factory.mktemp("he")
-    try:
-        yield {"cb": (cb, out_cb, run_grid(cb, out_cb)), "he": (he, out_he, run_grid(he, out_he))}
-    finally:
-        ray.shutdown()
+    return {"cb": (cb, out_cb, run_grid(cb, out_cb)), "he": (he, out_he, run_grid(he, out_he))}
 
 
 def _csv(out: Path, name: str) -> pd.DataFrame:

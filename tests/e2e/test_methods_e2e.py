@@ -11,6 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from confgrid.analysis.metrics import ece
+from confgrid.analysis.signals import analyzed
+from confgrid.cli.show.tables import print_results
+from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
+from confgrid.flows.runner import run_grid
 from confgrid.flows.spec.grid import parse_grid
 
 ray = pytest.importorskip("ray")
@@ -32,18 +37,10 @@ def _grid(**methods_over) -> dict:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    from confgrid.flows.runner import run_grid
-
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+def run(ray_local, tmp_path_factory):
     out = tmp_path_factory.mktemp("methods")
     spec = parse_grid(_grid(), base_dir=EXAMPLE.parent)
-    try:
-        yield spec, out, run_grid(spec, out)
-    finally:
-        ray.shutdown()
+    return spec, out, run_grid(spec, out)
 
 
 def test_every_method_has_its_metrics(run):
@@ -64,9 +61,6 @@ def test_every_method_has_its_metrics(run):
 def test_every_method_is_paired_with_verbalized_on_the_items_both_have(run):
     """Issue 20: each method signal has a paired gap against verbalized in results/gaps (on the items both have,
     one resample stream per unit) and its metric rows in results/metrics, as the token signals do."""
-    from confgrid.analysis.metrics import ece
-    from confgrid.analysis.signals import analyzed
-
     spec, out, _ = run
     gaps = pd.read_parquet(out / "results" / "gaps.parquet")
     metrics = pd.read_parquet(out / "results" / "metrics.parquet")
@@ -98,8 +92,6 @@ def test_every_method_is_paired_with_verbalized_on_the_items_both_have(run):
 def test_analyze_of_the_signal_table_equals_the_run_byte_for_byte(run, tmp_path):
     """Issue 20: the run's one signal table through `confgrid analyze` gives the run's metrics, gaps and shifts,
     column for column, byte for byte (same evaluator, same units, same seeds)."""
-    from confgrid.flows.analyze.analysis import AnalyzeSpec, analyze
-
     spec, out, _ = run
     a = tmp_path / "analyzed"
     analyze(AnalyzeSpec(input=out / "tables" / "signals.parquet", out=a, metrics=list(spec.metrics.names),
@@ -142,8 +134,6 @@ def test_hidden_states_shape_and_mean(run):
 
 
 def test_downstream_changes_rerun_no_model(run):
-    from confgrid.flows.runner import run_grid
-
     spec, out, first = run
     again = run_grid(parse_grid(_grid(p_true={"merge": "exact", "renormalize": True},
                                       self_consistency={"rule": "exact_match"}), base_dir=EXAMPLE.parent), out)
@@ -156,7 +146,6 @@ def test_downstream_changes_rerun_no_model(run):
 def test_show_prints_every_methods_metrics(run):
     from rich.console import Console
 
-    from confgrid.cli.show.tables import print_results
 
     _, out, _ = run
     console = Console(width=250, record=True)

@@ -13,9 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from ray_grid import run_on_local_ray
 
+from confgrid.actors.calls import ScoreRequest
+from confgrid.actors.model_actor import ModelConfig, ModelWorker
+from confgrid.cli.show.tables import print_results
+from confgrid.flows.runner import run_grid
 from confgrid.flows.spec.grid import parse_grid
+from confgrid.flows.stages.score import score_requests
+from confgrid.protocols.datasets import BUNDLED, load_items
 
 ray = pytest.importorskip("ray")
 
@@ -23,14 +28,15 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sensitivity.yaml"
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(ray_local, tmp_path_factory):
     raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     for d in raw["datasets"]:
         d["limit"] = 6
     raw["bootstrap"]["resamples"] = 100
     raw["probe"]["resamples"] = 100
     raw["metrics"]["names"] = ["ece", "auroc", "aurc", "ks_ece"]
-    yield from run_on_local_ray(parse_grid(raw, base_dir=EXAMPLE.parent), tmp_path_factory.mktemp("sens"))
+    spec, out = parse_grid(raw, base_dir=EXAMPLE.parent), tmp_path_factory.mktemp("sens")
+    return spec, out, run_grid(spec, out)
 
 
 def test_every_answer_set_and_axis_is_analyzed(run):
@@ -96,11 +102,6 @@ def test_study_tables_and_checklist(run):
 
 def test_rescoring_stored_answers_reproduces_token_scores_exactly(run):
     """Re-score one stored shard (same requests, same batches) in the Answer: and Guess: slots."""
-    from confgrid.actors.calls import ScoreRequest
-    from confgrid.actors.model_actor import ModelConfig, ModelWorker
-    from confgrid.flows.stages.score import score_requests
-    from confgrid.protocols.datasets import BUNDLED, load_items
-
     spec, out, _ = run
     graded = pd.read_parquet(out / "tables" / "graded.parquet")
     scores = pd.read_parquet(out / "tables" / "scores.parquet")
@@ -122,8 +123,6 @@ def test_rescoring_stored_answers_reproduces_token_scores_exactly(run):
 def test_another_primary_rule_reruns_no_model_the_probe_included(run):
     """Fix the answer, vary the measurement: the plausible-wrong answers are chosen under probe.rule, so a
     new primary correctness rule reruns no generate, score or probe shard."""
-    from confgrid.flows.runner import run_grid
-
     spec, out, first = run
     assert spec.probe.enabled and "plausible_wrong" in spec.probe.kinds
     raw = spec.model_dump(mode="json")
@@ -145,7 +144,6 @@ def test_the_verdict_table_is_written_and_shown_first(run):
     score, over every model, dataset, answer set, parse policy, rule, context, aggregation and ECE estimator."""
     from rich.console import Console
 
-    from confgrid.cli.show.tables import print_results
 
     spec, out, summary = run
     v = pd.read_csv(out / "results" / "verdicts.csv")

@@ -13,7 +13,10 @@ import pandas as pd
 import pytest
 
 from confgrid.analysis.stopping import STOP_REASONS, STOPPING_COLUMNS, conclusion_gaps, round_order
+from confgrid.cli.show.tables import print_results
+from confgrid.flows.runner import run_grid
 from confgrid.flows.spec.grid import parse_grid
+from confgrid.report.html import write_report
 
 ray = pytest.importorskip("ray")
 
@@ -33,18 +36,7 @@ def _full_grid() -> dict:
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    if ray.is_initialized():  # a Ray left by an earlier module (or Ray Data's auto-init) has other resources
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def stopped(ray_local, tmp_path_factory):
-    from confgrid.flows.runner import run_grid
-
     out = tmp_path_factory.mktemp("stop")
     lines: list[str] = []
     handler = logging.Handler(logging.INFO)
@@ -106,8 +98,6 @@ def test_the_final_tables_are_those_of_the_items_that_ran(stopped):
 def test_show_and_the_report_say_why_the_setting_stopped(stopped):
     from rich.console import Console
 
-    from confgrid.cli.show.tables import print_results
-    from confgrid.report.html import write_report
 
     out, *_ = stopped
     reason = pd.read_csv(out / "results" / "stopping.csv").iloc[0]["reason"]
@@ -121,8 +111,6 @@ def test_show_and_the_report_say_why_the_setting_stopped(stopped):
 
 
 def test_a_rerun_reuses_every_shard_and_decides_the_same(stopped, tmp_path):
-    from confgrid.flows.runner import run_grid
-
     out, first, _ = stopped
     copy = tmp_path / "again"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts"))
@@ -134,8 +122,6 @@ def test_a_rerun_reuses_every_shard_and_decides_the_same(stopped, tmp_path):
 
 
 def test_a_later_run_without_early_stopping_reuses_every_shard_it_computed(stopped, tmp_path):
-    from confgrid.flows.runner import run_grid
-
     out, *_ = stopped
     copy = tmp_path / "full"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts"))
@@ -156,8 +142,6 @@ def test_a_later_run_without_early_stopping_reuses_every_shard_it_computed(stopp
 def test_a_later_run_with_a_higher_limit_reuses_every_shard_it_computed(stopped, tmp_path):
     """Issue 22 item 4: "a later run with a higher limit reuses everything": limit draws are nested, so the
     first 48 items (6 chunks of 8) are the first 48 of 64, with the same shard keys."""
-    from confgrid.flows.runner import run_grid
-
     out, *_ = stopped
     copy = tmp_path / "more"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts"))

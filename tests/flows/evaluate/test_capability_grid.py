@@ -9,6 +9,9 @@ import pytest
 from reference.png import png_size
 from scipy.stats import spearmanr
 
+from confgrid.analysis.bootstrap import interval, resample_counts
+from confgrid.analysis.capability.estimators import fit_isotonic
+from confgrid.analysis.evaluation import unit_seed
 from confgrid.flows.evaluate.capability import (
     capability_estimates,
     capability_mlflow_metrics,
@@ -16,9 +19,14 @@ from confgrid.flows.evaluate.capability import (
     capability_tables,
 )
 from confgrid.flows.evaluate.run_evaluation import evaluate
-from confgrid.flows.spec.grid import parse_grid
+from confgrid.flows.plan.grid_plan import GridPlan
+from confgrid.flows.runner import _load_items
 from confgrid.flows.spec.base import GridSpecError
+from confgrid.flows.spec.grid import parse_grid
+from confgrid.protocols.correctness import normalize
+from confgrid.protocols.methods import majority_share
 from confgrid.protocols.splits import train_eval_split
+from confgrid.report import FigureOptions, RunTables, write_figures
 
 METHODS = [
     {"id": "target", "kind": "expected_accuracy", "k": 4, "seed": 0, "split": "eval"},
@@ -71,9 +79,6 @@ def test_a_split_without_the_section_is_an_error():
 
 
 def test_plan_runs_split_methods_on_their_split_only():
-    from confgrid.flows.plan.grid_plan import GridPlan
-    from confgrid.flows.runner import _load_items
-
     spec = parse_grid(grid())
     items = {d.name: _load_items(d) for d in spec.datasets}
     plan = GridPlan(spec, items)
@@ -121,10 +126,6 @@ def tables_of(spec, *frames):
 
 
 def test_capability_tables_from_hand_made_method_tables():
-    from confgrid.analysis.capability.estimators import fit_isotonic
-    from confgrid.protocols.correctness import normalize
-    from confgrid.protocols.methods import majority_share
-
     spec = parse_grid(grid())
     splits, samples, signals, targets, costs, ev = _frames(spec, np.random.default_rng(0))
     t, _ = tables_of(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
@@ -162,8 +163,6 @@ def test_capability_tables_from_hand_made_method_tables():
 
 
 def test_capability_figures_draw_the_tables_at_the_size_asked(tmp_path):
-    from confgrid.report import FigureOptions, RunTables, write_figures
-
     spec = parse_grid(grid())
     splits, samples, signals, targets, costs, _ = _frames(spec, np.random.default_rng(1))
     t, _ = tables_of(spec, splits, samples, signals, targets, pd.DataFrame(), costs)
@@ -181,9 +180,7 @@ def test_the_estimators_are_rows_of_the_one_signal_table_and_their_metrics_a_vie
     accuracy or the first sample's correctness) evaluated by the run's one evaluator; capability_metrics is a
     view of its metrics; the points equal the study's own reference (capability_bootstrap) and the intervals a
     brute-force loop over the unit's own resamples."""
-    from confgrid.analysis.bootstrap import interval, resample_counts
     from reference.capability_bootstrap import capability_bootstrap
-    from confgrid.analysis.evaluation import unit_seed
 
     spec = parse_grid(grid())
     splits, samples, signals, targets, costs, _ = _frames(spec, np.random.default_rng(2))
