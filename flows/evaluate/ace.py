@@ -17,7 +17,7 @@ Candidate ratings (view ``ca``): every rater rates every pooled candidate
 method of kind ``p_true`` or ``rating`` (shards of part ``ca``); a
 self-consistency method rates a candidate by the share of the rater's k
 samples whose normalized answer equals it (no model call; a choice of
-confgrid, stated in README "Comparing models").
+confgrid, stated in docs/studies/001.md).
 """
 
 from __future__ import annotations
