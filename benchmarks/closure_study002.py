@@ -11,7 +11,7 @@ Usage (paths from a checkout of that repository; nothing is downloaded)::
     python benchmarks/closure_study002.py --evals MISC/llm-confidence-correct.csv \\
         --life-eval R/processed/life_eval.csv --table MISC/table1-info.csv [--out cells.csv]
 
-The numbers measured at commit 560aae77 are in benchmarks/README.md.
+The numbers measured on its commit 560aae77 are in benchmarks/RESULTS.md (2026-12-02).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ Not a test. Three clusters (``--cluster``):
     tp2 and tp4 take the tensor-parallel path of the scheduler (by default one
     actor holding N GPUs on one node, as vLLM's multiprocessing executor runs;
     a STRICT_PACK placement group of N bundles with ``executor: ray``, as the
-    benchmarks/README.md numbers of this mode were measured; both need the same
+    benchmarks/RESULTS.md numbers of this mode were measured; both need the same
     on one node), which the grid allows only for vLLM: the benchmark sets
     ``tensor_parallel_size`` on the parsed spec, so the fixture model still
     computes with transformers on the CPU (one torch thread: the nodes run

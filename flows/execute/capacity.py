@@ -96,7 +96,7 @@ def start_order(needs: dict[str, tuple[int, dict[str, float], str]]) -> list[str
     Asking for every pool at once leaves placement to Ray, which places requests
     roughly in the order they arrive. Small replicas asked for first can spread over
     the nodes and leave each node a few GPUs short of a large replica, which
-    then waits with GPUs idle (measured in benchmarks/README.md, ``--cluster 8gpu``:
+    then waits with GPUs idle (benchmarks/RESULTS.md, 2026-12-04, ``--cluster 8gpu``:
     two 1-GPU replicas, one on each 4-GPU node, kept a TP-4 group waiting 42 s with
     2 GPUs free). This is the bin-packing heuristic first-fit decreasing (Johnson et
     al., "Worst-case performance bounds for simple one-dimensional packing
@@ -270,7 +270,7 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
        8gpu`` the extra replicas of models with about 1 s of work loaded
        beside the replicas doing it and made the runs 28% slower; without
        the calls left, two of six extras of the ``--workload sim`` run were
-       ready only once the queue was handed out; benchmarks/README.md.)
+       ready only once the queue was handed out; benchmarks/RESULTS.md.)
     4. Where it fits: the model with the most queued calls per replica goes
        first (longest work first; ties keep the input order), its replica on
        the node with the least free GPUs (then CPUs) that holds it (best

@@ -58,7 +58,7 @@ def test_cuda_scores_do_not_depend_on_the_batch():
 
 def _needs_full_install() -> None:
     # A grid needs confgrid's whole install (Ray, MLflow, datasets, pydantic). The lent H200 image has none of them;
-    # carried as a bundle of shrunk wheels (benchmarks/README.md) it passed there; without them it says so and skips.
+    # carried as a bundle of shrunk wheels (benchmarks/RESULTS.md) it passed there; without them it says so and skips.
     for module in ("ray", "mlflow", "datasets", "pydantic"):
         pytest.importorskip(module, reason=f"{module} is not installed here (a grid needs confgrid's full install)")
 
