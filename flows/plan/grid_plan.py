@@ -373,7 +373,7 @@ class GridPlan:
         per_item = len(a.scoring_contexts(self.spec.scoring.contexts))
         if a.id == "main" and self.spec.probe.enabled:
             per_item += len(self.spec.probe.kinds)
-        elif a.verbalized_source() == "probe":
+        elif a.verbalized_by_probe:
             per_item += 1
         if a.id == "main":
             per_item += sum(1 for m in self.spec.methods
@@ -586,7 +586,7 @@ class GridPlan:
         study = a.id == "main" and self.spec.probe.enabled
         if study:
             kinds = tuple(k for k in self.spec.probe.kinds if k in OWN_PROBE_KINDS)
-        elif a.verbalized_source() == "probe":
+        elif a.verbalized_by_probe:
             kinds = ("own",)
         else:
             return []

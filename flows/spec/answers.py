@@ -144,6 +144,11 @@ class AnswerSetSpec(_Spec):
         p = get_prompt(self.prompt)
         return p.reader.verbalized(p)
 
+    @property
+    def verbalized_by_probe(self) -> bool:
+        """Whether this set's verbalized score is read by the probe (the answer re-supplied after ``Guess:``)."""
+        return self.verbalized_source() == "probe"
+
     def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
         """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come
         from the ``letter_probability`` method) or a boxed worked solution, mc_bare/mc_answer_slot/mc_guess_slot
@@ -168,7 +173,7 @@ def probe_prompt_problem(elicitation: ElicitationSpec, answer_sets: tuple[Answer
 
     users = (["probe.enabled"] if probe_enabled else []) + [
         f"answer_sets[{a.id}] (verbalized: probe)" for a in answer_sets
-        if a.format == "open" and a.verbalized_source() == "probe"]
+        if a.format == "open" and a.verbalized_by_probe]
     p = get_prompt(elicitation.prompt)
     if not users or (p.answer_label and p.confidence_label):
         return None

@@ -127,7 +127,7 @@ def api_problems(spec: GridSpec) -> list[tuple[str, str]]:
             if ctxs:
                 where = "scoring.contexts" if a.id == "main" or a.contexts is None else f"answer_sets[{a_i - 1}].contexts"
                 scored.setdefault(where, ([], ctxs))[0].append(a.id)
-            if a.verbalized_source() == "probe" and not m.api.assistant_prefill:
+            if a.verbalized_by_probe and not m.api.assistant_prefill:
                 problems.append((f"models[{i}].api.assistant_prefill", f"{who} cannot run stage 'probe' of answer set "
                                  f"{a.id!r} (its score is asked after the supplied answer in the assistant turn): "
                                  "needs a server that continues an assistant message; allowed: "

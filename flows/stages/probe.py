@@ -97,7 +97,7 @@ def probe_rows(probe: pd.DataFrame, items: list[Item], rule: str) -> pd.DataFram
 def _signals(spec: Any, unit: Any, key: dict[str, str]) -> pd.DataFrame | None:
     """The probe's signal rows of a unit under one analysis key; none where the probe's own-answer kind is the
     set's verbalized score (it is not an extra signal there)."""
-    if unit.probe is None or not len(unit.probe) or unit.answer_set.verbalized_source() == "probe":
+    if unit.probe is None or not len(unit.probe) or unit.answer_set.verbalized_by_probe:
         return None
     return probe_rows(unit.probe, unit.items, key["rule"])
 

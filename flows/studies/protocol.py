@@ -45,7 +45,7 @@ def protocol_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev:
     except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
         log.warning("study tables not built: %s: %s", type(exc).__name__, exc)
     for a in spec.answer_sets:
-        if a.format == "open" and a.verbalized_source() == "probe":
+        if a.format == "open" and a.verbalized_by_probe:
             sel = selection_table(units, a.id, spec.bootstrap.seed, spec.bootstrap.resamples, spec.bootstrap.level)
             if len(sel):
                 out[f"selection_{a.id}"] = sel

@@ -139,11 +139,11 @@ def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRe
                     out.stage_tables["probe"].append(pa.Table.from_pandas(probe_df, preserve_index=False))
                 # the metrics need the answers, their scores and (a set without a stated score) the own-answer
                 # probe; the probe study (Table 17) needs every probe kind, the cross-model ones included
-                needed = [*g_sh, *s_sh, *(p_sh if a.verbalized_source() == "probe" else [])]
+                needed = [*g_sh, *s_sh, *(p_sh if a.verbalized_by_probe else [])]
                 missing = [s for s in needed if s.key not in done]
                 if missing:
                     # shards never planned count too: the scores (and own-answer probe) of missing answers
-                    per_gen = len(a.scoring_contexts(spec.scoring.contexts)) + (a.verbalized_source() == "probe")
+                    per_gen = len(a.scoring_contexts(spec.scoring.contexts)) + a.verbalized_by_probe
                     unplanned = sum(per_gen for s in g_sh if s.key not in done)
                     log.warning("%s/%s [%s]: %d shard(s) missing (%d planned and not done, %d not planned because "
                                 "the answers they read are missing); no metrics for it", m.name, d.name, a.id,
@@ -161,7 +161,7 @@ def assemble(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRe
                                 "answers missing); left out of Table 17, the other results are complete",
                                 m.name, d.name)
                 graded = plan.answers(m.name, d.name, a.id)
-                if a.verbalized_source() == "probe":
+                if a.verbalized_by_probe:
                     graded = verbalized_from_probe(graded, probe_df)
                 sc = [_own(done, s) for s in s_sh]
                 sc_df = pd.concat(sc, ignore_index=True) if sc else pd.DataFrame(
