@@ -17,7 +17,6 @@ import time
 from typing import Any, Callable
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from confgrid.actors.backend import engine_died
 from confgrid.actors.calls import CallResult
@@ -26,6 +25,7 @@ from confgrid.flows.execute.liveness import (classify_fault, loaded, on_engine_d
                                              probe_unreachable, unreachable, watch_nodes)
 from confgrid.flows.execute.pools import (cancel_calls, free_per_node, grow_pools, model_dead, placed, release,
                                           release_idle, start_pools)
+from confgrid.flows.execute.progress import progress
 from confgrid.flows.execute.queue import dispatch, error_text, fail, finish, note_queue, submit, traceback_text
 from confgrid.flows.execute.state import WAIT_LOG_SECONDS, ExecState, InFlight
 from confgrid.flows.execute.timeline import add_span
@@ -68,7 +68,7 @@ def execute(spec: GridSpec, store: RunStore, plan: GridPlan, build: Callable[[Sh
     """
     st = ExecState(spec=spec, store=store, plan=plan, build=build, tracker=tracker, address=address,
                    only_failed=only_failed, rounds=rounds,
-                   bar=tqdm(total=0, desc="model work", unit="q", leave=False))
+                   bar=progress("model work", "q"))
     record_replicas(st)  # the invocation starts now (its started_at opens the timeline's window)
     ctrl_c, restore = _catch_ctrl_c()
     try:
