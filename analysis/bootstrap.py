@@ -299,13 +299,6 @@ class BootstrapResult:
         """(S, M) count of resamples where the metric was undefined."""
         return n_undefined(self.resamples)
 
-    def metric_index(self, name: str) -> int:
-        """Position of metric ``name`` in :attr:`metrics` (the ``M`` axis); ValueError naming the metrics held."""
-        try:
-            return self.metrics.index(name)
-        except ValueError:
-            raise ValueError(f"metric {name!r} not in this result; have {self.metrics}") from None
-
 
 def _check_masks(masks, shape: tuple[int, int]) -> np.ndarray | None:
     """``masks`` as a (S, n) bool array (None stays None)."""

@@ -245,7 +245,7 @@ def test_summarize_estimators_flips_as_compare():
         want = 0
         for r in results.values():
             b0 = C.better_signal("ece", r.point[0, 1], r.point[1, 1], "v", "t")
-            j = r.metric_index(est)
+            j = list(r.metrics).index(est)
             b1 = C.better_signal(est, r.point[0, j], r.point[1, j], "v", "t")
             want += "neither" not in (b0, b1) and b0 != b1
         assert t.loc[est, "n_flips"] == want, est

@@ -73,7 +73,7 @@ def test_summarize_shifts_vs_compare(results):
             sh = sh[sh.metric == row.metric].iloc[0]
             pts.append(sh.point)
             ez += bool(sh.excludes_zero)
-            j = r.metric_index(row.metric)
+            j = list(r.metrics).index(row.metric)
             v, a, b = NAMES.index("verbalized"), NAMES.index(row.context_a), NAMES.index(row.context_b)
             res.append(np.abs((r.resamples[v, j] - r.resamples[b, j]) - (r.resamples[v, j] - r.resamples[a, j])))
             f = R.flips(r, NAMES, [(row.context_a, row.context_b)])

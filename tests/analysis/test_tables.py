@@ -40,7 +40,7 @@ def test_three_context_table(results):
     assert t.setting.tolist() == list(results)
     for s, r in results.items():
         row = t[t.setting == s].iloc[0]
-        j = r.metric_index("ece")
+        j = list(r.metrics).index("ece")
         assert row.verbalized == r.point[0, j]
         for i, ctx in enumerate(CTX, start=1):
             assert row[f"token_{ctx}"] == r.point[i, j]

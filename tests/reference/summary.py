@@ -191,7 +191,7 @@ def gap_values(
     """Point and paired resamples ``(B,)`` of ``g = metric(verbalized) - metric(token)``."""
     names = _names(result, signal_names)
     v, t = _signal_rows(names, token, verbalized)
-    j = result.metric_index(metric)
+    j = list(result.metrics).index(metric)
     return float(result.point[v, j] - result.point[t, j]), result.resamples[v, j] - result.resamples[t, j]
 
 
@@ -206,7 +206,7 @@ def _advantage(
     result: BootstrapResult, names: Sequence[str], token: str, metric: str, verbalized: str
 ) -> tuple[float, np.ndarray]:
     """:func:`compare.advantage` by metric name: the gap, or ``|v| - |t|`` for a signed metric."""
-    return advantage(result, names, verbalized, token, result.metric_index(metric))
+    return advantage(result, names, verbalized, token, list(result.metrics).index(metric))
 
 
 def _token_side(metric: str) -> float:
@@ -217,7 +217,7 @@ def _token_side(metric: str) -> float:
 def _favoured(result: BootstrapResult, names: Sequence[str], token: str, metric: str, verbalized: str) -> str:
     """``"verbalized"``, ``"token"`` or ``"neither"``: :func:`compare.better_signal` of the two point values."""
     v, t = _signal_rows(names, token, verbalized)
-    j = result.metric_index(metric)
+    j = list(result.metrics).index(metric)
     return better_signal(metric, result.point[v, j], result.point[t, j], "verbalized", "token")
 
 
