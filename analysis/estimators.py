@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from .metrics import CLOSURES, _check_n_bins, _prepare, check_closure, ece
+from .metrics import _check_n_bins, _prepare, check_closure
 
 __all__ = [
     "ECE_BIN_COUNTS",

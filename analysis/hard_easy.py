@@ -31,7 +31,6 @@ are NaN with a ``status`` saying why and an
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -40,7 +39,7 @@ import scipy.stats
 
 from confgrid.analysis.bootstrap import interval
 from confgrid.analysis.resampling import DEFAULT_CHUNK_SIZE, chunk_indices, n_chunks
-from confgrid.analysis.metrics import UndefinedMetricWarning, bin_indices
+from confgrid.analysis.metrics import bin_indices, undefined
 
 __all__ = [
     "Correlation",
@@ -83,10 +82,6 @@ def _three(confidence, score, difficulty) -> tuple[np.ndarray, np.ndarray, np.nd
     c, s, d = _unit(confidence, "confidence"), _unit(score, "score"), _unit(difficulty, "difficulty")
     _same_length(confidence=c, score=s, difficulty=d)
     return c, s, d
-
-
-def _warn(what: str, reason: str) -> None:
-    warnings.warn(f"{what} is undefined: {reason}; returning nan", UndefinedMetricWarning, stacklevel=3)
 
 
 def _non_finite(*arrays: np.ndarray) -> bool:
@@ -343,8 +338,8 @@ def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, s
     status = ("no_rows" if n == 0 else "non_finite" if _non_finite(c, s, d) else "one_row" if n == 1
               else "constant_difficulty" if d.max() == d.min() else "ok")
     if status != "ok":
-        _warn("the hard-easy slope", {"no_rows": "no rows", "non_finite": "a non-finite value",
-                                      "one_row": "one row", "constant_difficulty": "every difficulty is equal"}[status])
+        undefined("the hard-easy slope", {"no_rows": "no rows", "non_finite": "a non-finite value",
+                                          "one_row": "one row", "constant_difficulty": "every difficulty is equal"}[status])
         return HardEasySlope(nan, nan, nan, nan, n, int(resamples), 0, float(level), status)
     o = c - s
     slope, intercept = _ols_rows(d[None, :], o[None, :])
@@ -353,17 +348,14 @@ def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, s
         if w.ndim != 2 or w.shape[1] != n or (w.size and (w.min() < 0 or not np.isfinite(w).all())):
             raise ValueError(f"counts must be finite multiplicities >= 0 of shape (B, {n}), got {w.shape}")
         boot = _weighted_ols_slopes(w, d, o)
-        undefined = int(np.isnan(boot).sum())
-        lo, hi = interval(boot, level) if boot.size and undefined < boot.size else (nan, nan)
-        return HardEasySlope(float(slope[0]), float(intercept[0]), float(lo), float(hi), n, int(boot.size),
-                             undefined, float(level), "ok")
-    boot = np.empty(int(resamples))
-    for k in range(n_chunks(int(resamples), chunk_size) if resamples else 0):
-        idx = chunk_indices(n, int(resamples), int(seed), k, chunk_size)
-        boot[k * chunk_size : k * chunk_size + idx.shape[0]] = _ols_rows(d[idx], o[idx])[0]
-    undefined = int(np.isnan(boot).sum())
-    lo, hi = interval(boot, level) if resamples and undefined < resamples else (nan, nan)
-    return HardEasySlope(float(slope[0]), float(intercept[0]), float(lo), float(hi), n, int(resamples), undefined,
+    else:
+        boot = np.empty(int(resamples))
+        for k in range(n_chunks(int(resamples), chunk_size) if resamples else 0):
+            idx = chunk_indices(n, int(resamples), int(seed), k, chunk_size)
+            boot[k * chunk_size : k * chunk_size + idx.shape[0]] = _ols_rows(d[idx], o[idx])[0]
+    n_undef = int(np.isnan(boot).sum())
+    lo, hi = interval(boot, level) if boot.size and n_undef < boot.size else (nan, nan)
+    return HardEasySlope(float(slope[0]), float(intercept[0]), float(lo), float(hi), n, int(boot.size), n_undef,
                          float(level), "ok")
 
 
@@ -405,7 +397,7 @@ def rounded_share(confidence, step_percent: float = 5.0) -> RoundedShare:
         raise ValueError(f"step_percent={step_percent!r}: expected a number > 0")
     if c.size == 0 or _non_finite(c):
         status = "no_rows" if c.size == 0 else "non_finite"
-        _warn("the rounded share", "no rows" if c.size == 0 else "a non-finite confidence")
+        undefined("the rounded share", "no rows" if c.size == 0 else "a non-finite confidence")
         return RoundedShare(float("nan"), 0, int(c.size), float(step_percent), status)
     rem = np.round(np.mod(np.round(100.0 * c, 6), step_percent), 6)
     hits = int(np.count_nonzero((rem == 0.0) | (rem == round(float(step_percent), 6))))
@@ -449,7 +441,7 @@ def confidence_truth_correlation(confidence, truth) -> Correlation:
     status = ("fewer_than_2_rows" if n < 2 else "non_finite" if _non_finite(c, t)
               else "constant_confidence" if c.max() == c.min() else "constant_truth" if t.max() == t.min() else "ok")
     if status != "ok":
-        _warn("the confidence-truth correlation", status.replace("_", " "))
+        undefined("the confidence-truth correlation", status.replace("_", " "))
         nan = float("nan")
         return Correlation(nan, nan, nan, nan, n, status)
     p = scipy.stats.pearsonr(c, t)

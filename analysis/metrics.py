@@ -34,6 +34,7 @@ import numpy as np
 
 __all__ = [
     "UndefinedMetricWarning",
+    "undefined",
     "validate_inputs",
     "CLOSURES",
     "check_closure",
@@ -51,6 +52,12 @@ __all__ = [
 
 class UndefinedMetricWarning(UserWarning):
     """Warning emitted when a metric is undefined and ``nan`` is returned."""
+
+
+def undefined(what: str, reason: str, stacklevel: int = 3) -> float:
+    """Warn that ``what`` is undefined (:class:`UndefinedMetricWarning`) and return ``nan``."""
+    warnings.warn(f"{what} is undefined: {reason}; returning nan", UndefinedMetricWarning, stacklevel=stacklevel)
+    return float("nan")
 
 
 # ---------------------------------------------------------------------------
@@ -140,11 +147,7 @@ def _prepare(metric: str, confidence, correct):
     c, y = validate_inputs(confidence, correct)
     reason = _undefined_reason(c, y)
     if reason is not None:
-        warnings.warn(
-            f"{metric} is undefined: {reason}; returning nan",
-            UndefinedMetricWarning,
-            stacklevel=3,
-        )
+        undefined(metric, reason, stacklevel=4)
         return None
     return c, y
 

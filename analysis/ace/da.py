@@ -10,10 +10,10 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from confgrid.analysis.metrics import bin_indices
+from confgrid.analysis.metrics import bin_indices, undefined
 
 from .frame import ACEWarning
-from .weighted import kish_ess, undefined
+from .weighted import kish_ess
 
 __all__ = ["ESS_WARNING", "Strata", "outcome_strata", "outcome_distribution", "DAWeights", "da_weights",
            "resample_rows"]

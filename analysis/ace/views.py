@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from confgrid.analysis.metrics import bin_indices
+from confgrid.analysis.metrics import bin_indices, undefined
 
 from .da import (
     DAWeights,
@@ -78,11 +78,7 @@ from .da import (
     resample_rows,
 )
 from .frame import ACEInputError, Cell
-from .weighted import (
-    METRICS,
-    metric_value,
-    undefined,
-)
+from .weighted import METRICS, metric_value
 
 __all__ = [
     "IA_VIEWS",

@@ -11,25 +11,17 @@ as one row; weights all 1 give :func:`confgrid.analysis.metrics.ece` and
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from confgrid.analysis.kernels import brier_weighted, ece_weighted
-from confgrid.analysis.metrics import UndefinedMetricWarning, validate_inputs
+from confgrid.analysis.metrics import undefined, validate_inputs
 from confgrid.analysis.registry import METRICS as METRIC_REGISTRY
 from confgrid.analysis.registry import get_metric
 
-__all__ = ["METRICS", "undefined", "weighted_ece", "weighted_brier", "metric_value", "kish_ess"]
+__all__ = ["METRICS", "weighted_ece", "weighted_brier", "metric_value", "kish_ess"]
 
 #: Metrics of the comparison (lower is better for both).
 METRICS = ("ece", "brier")
-
-
-def undefined(what: str, reason: str) -> float:
-    """Warn that ``what`` is undefined (:class:`UndefinedMetricWarning`) and return ``nan``."""
-    warnings.warn(f"{what} is undefined: {reason}; returning nan", UndefinedMetricWarning, stacklevel=3)
-    return float("nan")
 
 
 def _check_weights(weights, n: int) -> np.ndarray:
@@ -50,8 +42,7 @@ def _weighted_inputs(what: str, confidence, correct, weights):
     w = _check_weights(weights, c.size)
     total = w.sum()
     if c.size == 0 or not total > 0:
-        warnings.warn(f"{what} is undefined: no rows or zero total weight; returning nan",
-                      UndefinedMetricWarning, stacklevel=3)
+        undefined(what, "no rows or zero total weight", stacklevel=4)
         return None
     return c, y, w, total
 
