@@ -68,7 +68,7 @@ from .binning import BIN_CONFIDENCES, Binning, BinnedNameError, binned_ece, pars
 from .conventions import CONVENTIONS
 
 __all__ = ["METRICS", "MetricInfo", "MetricRegistry", "UnknownMetricError", "get_metric", "register_metric",
-           "closure_variant", "binned_metrics", "with_closures", "expand_binned", "binned_info", "GRAMMAR",
+           "closure_variant", "binned_metrics", "expand_binned", "binned_info", "GRAMMAR",
            "check_bins", "metric_sort_key"]
 
 
@@ -320,17 +320,6 @@ def expand_binned(names, closures=("left",), bin_confidences=("mean",)) -> list[
                                      "the metrics ece, ece_midpoint and ece_equal_mass)")
                 out.append(get_metric(closure_variant(replace(b, bin_confidence=conf).name, c)).name)
     return list(dict.fromkeys(out))
-
-
-def with_closures(names, closures) -> list[str]:
-    """:func:`expand_binned` over closures only (the mean bin confidence).
-
-    Examples
-    --------
-    >>> with_closures(["ece", "brier"], ["right"])
-    ['ece_right', 'brier']
-    """
-    return expand_binned(names, closures)
 
 
 def check_bins(names, n_bins: int) -> None:
