@@ -23,14 +23,8 @@ from .registry import get_metric
 __all__ = [
     "SortedSignal",
     "ece_weighted",
-    "auroc_weighted",
-    "aurc_weighted",
     "brier_weighted",
-    "spearman_weighted",
-    "calibration_gap_weighted",
-    "ks_ece_weighted",
-    "ece_equal_mass_weighted",
-    "kde_ece_weighted",
+    "weighted_values",
     "WEIGHTED_KERNELS",
     "has_weighted_kernel",
     "weighted_kernel",
@@ -273,20 +267,8 @@ def ece_weighted(conf, correct, w, n_bins: int = 10, closure: str = "left") -> n
     return _binned(Binning(None, "width", check_closure(closure)), conf, correct, w, n_bins)
 
 
-def auroc_weighted(conf, correct, w) -> np.ndarray:
-    return _apply(WEIGHTED_KERNELS["auroc"], _sorted(conf, correct), w)
-
-
-def aurc_weighted(conf, correct, w) -> np.ndarray:
-    return _apply(WEIGHTED_KERNELS["aurc"], _sorted(conf, correct), w)
-
-
 def brier_weighted(conf, correct, w) -> np.ndarray:
     return _apply(WEIGHTED_KERNELS["brier"], _sorted(conf, correct), w, integer=False)
-
-
-def spearman_weighted(conf, correct, w) -> np.ndarray:
-    return _apply(WEIGHTED_KERNELS["spearman"], _sorted(conf, correct), w)
 
 
 ece_weighted.__doc__ = _kernel_doc(
@@ -294,11 +276,7 @@ ece_weighted.__doc__ = _kernel_doc(
     "\n    closure : {'left', 'right', 'right_float', 'left_float'}, default='left'\n        The bin closure "
     "(:data:`metrics.CLOSURES`); a prepared signal is re-binned to it.", real=True
 )
-auroc_weighted.__doc__ = _kernel_doc("AUROC")
-aurc_weighted.__doc__ = _kernel_doc("AURC (exact expectation over tie orders)")
 brier_weighted.__doc__ = _kernel_doc("Brier score", real=True)
-spearman_weighted.__doc__ = _kernel_doc("Spearman's rho (average ranks of the drawn rows, as "
-                                        ":func:`metrics.spearman`; study 004 Table 12)")
 
 #: metric name -> kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)
 WEIGHTED_KERNELS = {
@@ -382,35 +360,6 @@ def _kde_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
         return np.where(tot > 0, val / tot, np.nan)
 
 
-def calibration_gap_weighted(conf, correct, w) -> np.ndarray:
-    return _apply(WEIGHTED_KERNELS["calibration_gap"], _sorted(conf, correct), w)
-
-
-def ks_ece_weighted(conf, correct, w) -> np.ndarray:
-    return _apply(WEIGHTED_KERNELS["ks_ece"], _sorted(conf, correct), w)
-
-
-def ece_equal_mass_weighted(conf, correct, w, n_bins: int = 10, closure: str = "left") -> np.ndarray:
-    closure = "left" if check_closure(closure) == "left" else "right"
-    return _binned(Binning(None, "mass", closure), conf, correct, w, n_bins)
-
-
-def kde_ece_weighted(conf, correct, w) -> np.ndarray:
-    return _apply(WEIGHTED_KERNELS["kde_ece"], _sorted(conf, correct), w)
-
-
-calibration_gap_weighted.__doc__ = _kernel_doc("signed calibration gap (also ``overconfidence``)")
-ks_ece_weighted.__doc__ = _kernel_doc("KS calibration error (cumulative sums at tie-group ends)")
-ece_equal_mass_weighted.__doc__ = _kernel_doc(
-    "equal-mass ECE (bins recomputed per resample from the cumulative counts, "
-    "same tie rule as :func:`estimators.ece_equal_mass`)",
-    "\n    n_bins : int, default=10\n        Equal-mass bins.\n    closure : {'left', 'right'}, default='left'"
-    "\n        Which bin a tie group on a quantile edge joins ('right_float' counts as 'right').",
-)
-kde_ece_weighted.__doc__ = _kernel_doc(
-    "KDE ECE (``O(b * G^2)`` matrix products over the ``G`` distinct confidences)"
-)
-
 WEIGHTED_KERNELS.update(
     {
         "calibration_gap": lambda sig, ws, H: _gap_sorted(sig, ws),
@@ -430,6 +379,22 @@ def weighted_kernel(name: str):
     if binning is None:
         return None
     return lambda sig, ws, H: _binning_sorted(sig, ws, binning)
+
+
+def weighted_values(name: str, conf, correct, w, n_bins: int = 10) -> np.ndarray:
+    """Count-weighted metric ``name`` of ``b`` resamples at once, by its kernel (:func:`weighted_kernel`).
+
+    ``conf``, ``correct`` and ``w`` as in :func:`ece_weighted`; ``w`` holds integer multiplicities except for
+    ``brier`` and the binned ECEs (any finite weights >= 0); ``n_bins``: the run's bins of a binned ECE.
+    Returns (b,) float64, ``nan`` where undefined for a resample. ValueError for a metric without a kernel.
+    """
+    binning = get_metric(name).binning
+    if binning is not None:
+        return _binned(binning, conf, correct, w, n_bins)
+    if name not in WEIGHTED_KERNELS:
+        raise ValueError(f"metric {name!r} has no weighted kernel; kernels: {', '.join(WEIGHTED_KERNELS)} and "
+                         "every binned ECE")
+    return _apply(WEIGHTED_KERNELS[name], _sorted(conf, correct), w, integer=name != "brier")
 
 
 def has_weighted_kernel(name: str) -> bool:

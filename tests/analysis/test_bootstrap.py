@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 import warnings
 
 import numpy as np
@@ -23,9 +24,9 @@ from reference.resample_loop import loop_chunk
 ALL = ["ece", "auroc", "aurc", "brier", "spearman"]
 KERNELS = {
     "ece": KN.ece_weighted,
-    "auroc": KN.auroc_weighted,
-    "aurc": KN.aurc_weighted,
-    "spearman": KN.spearman_weighted,
+    "auroc": partial(KN.weighted_values, "auroc"),
+    "aurc": partial(KN.weighted_values, "aurc"),
+    "spearman": partial(KN.weighted_values, "spearman"),
     "brier": KN.brier_weighted,
 }
 
@@ -122,10 +123,10 @@ def test_spearman_kernel_equals_scipy_on_the_drawn_rows_and_its_edge_cases():
         w = RS.counts_from_indices(rng.integers(0, 30, (20, 30)))
         ref = [spearmanr(np.repeat(c, w[r].astype(int)), np.repeat(y, w[r].astype(int))).statistic
                for r in range(20)]
-        np.testing.assert_allclose(KN.spearman_weighted(c, y, w), ref, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(KN.weighted_values("spearman", c, y, w), ref, rtol=1e-12, atol=1e-12)
     c, y = np.array([0.0, 0.1, 1.0]), np.array([0.0, 1.0, 1.0])
     w = np.array([[3.0, 0.0, 0.0], [0.0, 2.0, 1.0], [1.0, 1.0, 1.0], [0.0, 0.0, 1.0]])
-    out = KN.spearman_weighted(c, y, w)
+    out = KN.weighted_values("spearman", c, y, w)
     assert np.isnan(out[0]) and np.isnan(out[1]) and np.isnan(out[3])  # one value; constant target; one row
     assert out[2] == pytest.approx(spearmanr(c, y).statistic, abs=1e-15)
     with pytest.warns(M.UndefinedMetricWarning, match="Spearman is undefined: confidence is constant"):
@@ -140,8 +141,8 @@ def test_kernels_zero_weight_rows_are_nan():
     for name, f in KERNELS.items():
         out = f(c, y, w)
         assert math.isnan(out[0]), name
-    assert math.isnan(KN.auroc_weighted(c, y, w)[1])  # one class only
-    assert KN.aurc_weighted(c, y, w)[1] == 1.0
+    assert math.isnan(KN.weighted_values("auroc", c, y, w)[1])  # one class only
+    assert KN.weighted_values("aurc", c, y, w)[1] == 1.0
 
 
 # ---------------------------------------------------------------------------
@@ -336,7 +337,7 @@ def test_row_blocks_do_not_change_results(monkeypatch):
     monkeypatch.setattr(K, "_BLOCK_ELEMS", 4 * n)  # the row blocks of analysis/kernels.py, used by the bootstrap
     np.testing.assert_allclose(BS.bootstrap_chunk(conf, corr, ALL, idx), ref, rtol=1e-12, atol=1e-12)
     w = RS.counts_from_indices(idx)
-    np.testing.assert_allclose(KN.aurc_weighted(conf[0], corr, w), ref[0, ALL.index("aurc")], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(KN.weighted_values("aurc", conf[0], corr, w), ref[0, ALL.index("aurc")], rtol=1e-12, atol=1e-12)
 
 
 def test_docstring_examples():
@@ -347,9 +348,9 @@ def test_docstring_examples():
 
 def test_kernels_reject_non_count_weights():
     with pytest.raises(ValueError, match="integer counts"):
-        KN.aurc_weighted([0.2, 0.4], [1, 0], [[0.5, 1.5]])
+        KN.weighted_values("aurc", [0.2, 0.4], [1, 0], [[0.5, 1.5]])
     with pytest.raises(ValueError, match="integer counts"):
-        KN.auroc_weighted([0.2, 0.4], [1, 0], [[-1, 3]])
+        KN.weighted_values("auroc", [0.2, 0.4], [1, 0], [[-1, 3]])
 
 
 # ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from sklearn.calibration import calibration_curve
 from confgrid.analysis.bootstrap import bootstrap_chunk
 from confgrid.analysis.capability.metrics import ece_to_target
 from confgrid.analysis.estimators import ece_equal_mass
-from confgrid.analysis.kernels import WEIGHTED_KERNELS, ece_equal_mass_weighted, ece_weighted, has_weighted_kernel
+from confgrid.analysis.kernels import WEIGHTED_KERNELS, ece_weighted, has_weighted_kernel, weighted_values
 from confgrid.analysis.metrics import CLOSURES, bin_edges, bin_indices, ece, edge_counts
 from confgrid.analysis.registry import METRICS, binned_metrics, closure_variant, get_metric
 from confgrid.analysis.reliability import reliability_diagram
@@ -168,7 +168,7 @@ def test_kernels_match_point_functions_on_duplicated_rows():
         got = ece_weighted(c, y, w, 10, closure)
         ref = [ece(np.repeat(c, r.astype(int)), np.repeat(y, r.astype(int)), 10, closure) for r in w]
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-14)
-    got = ece_equal_mass_weighted(c, y, w, 10, "right")
+    got = weighted_values("ece_equal_mass_right", c, y, w, 10)
     ref = [ece_equal_mass(np.repeat(c, r.astype(int)), np.repeat(y, r.astype(int)), 10, "right") for r in w]
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-14)
 

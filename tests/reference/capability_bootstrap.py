@@ -25,7 +25,7 @@ import numpy as np
 
 from confgrid.analysis.bootstrap import interval
 from confgrid.analysis.capability.metrics import CAPABILITY_METRICS, _check, _spearman, brier_to_target, ece_to_target
-from confgrid.analysis.kernels import brier_weighted, ece_weighted, spearman_weighted
+from confgrid.analysis.kernels import brier_weighted, ece_weighted, weighted_values
 
 __all__ = ["CapabilityBootstrap", "capability_bootstrap", "item_weights"]
 
@@ -99,7 +99,7 @@ def capability_bootstrap(estimates: dict[str, np.ndarray], target: np.ndarray, n
         if n_resamples:
             res[e, 0] = brier_weighted(pe, te, w)
             res[e, 1] = ece_weighted(pe, te, w, n_bins, closure)
-            res[e, 2] = spearman_weighted(pe, te, w)  # the one kernel, as the run's evaluator
+            res[e, 2] = weighted_values("spearman", pe, te, w)  # the one kernel, as the run's evaluator
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         lo, hi = interval(res, level) if n_resamples else (np.full((E, M), np.nan), np.full((E, M), np.nan))
