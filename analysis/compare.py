@@ -29,7 +29,7 @@ import numpy as np
 
 from .registry import get_metric
 
-__all__ = ["better_signal", "advantage", "flip", "fully_resolved", "excludes_zero"]
+__all__ = ["better_signal", "advantage", "flip", "fully_resolved", "excludes_zero", "retention_probability"]
 
 
 def excludes_zero(lo, hi):
@@ -181,3 +181,30 @@ def fully_resolved(g_a: tuple[float, float, float], g_b: tuple[float, float, flo
     """
     (pa, la, ha), (pb, lb, hb) = g_a, g_b
     return flip(pa, pb) and excludes_zero(la, ha) and excludes_zero(lb, hb)
+
+
+def retention_probability(raw, aligned) -> tuple[float, int]:
+    """Share of resamples where the raw and aligned gaps have strictly opposite signs.
+
+    Parameters
+    ----------
+    raw, aligned : array-like of shape (B,)
+        Paired resampled gaps.
+
+    Returns
+    -------
+    (probability, n_defined)
+        Over the ``n_defined`` resamples where both are finite; a zero gap
+        is no opposite sign. ``nan`` when none is defined.
+
+    Examples
+    --------
+    >>> retention_probability([0.1, -0.2, 0.3, np.nan], [-0.1, -0.1, 0.0, 0.2])
+    (0.3333333333333333, 3)
+    """
+    r, a = np.asarray(raw, dtype=np.float64), np.asarray(aligned, dtype=np.float64)
+    ok = np.isfinite(r) & np.isfinite(a)
+    k = int(ok.sum())
+    if k == 0:
+        return float("nan"), 0
+    return float(np.mean(np.sign(r[ok]) * np.sign(a[ok]) < 0)), k

@@ -48,7 +48,7 @@ import pandas as pd
 
 from .bootstrap import BootstrapResult, n_undefined, paired_bootstrap
 from .closure import EDGE_COLUMNS, edge_rows, edge_table
-from .compare import advantage, better_signal, excludes_zero, flip
+from .compare import advantage, better_signal, excludes_zero, flip, retention_probability
 from .intervals import (DEGENERATE, bootstrap_interval, check_interval, degenerate, interval_methods,
                         jeffreys_resamples)
 from .registry import get_metric
@@ -596,14 +596,6 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
                      edge_table(units), shares)
 
 
-def _flip_share(af: np.ndarray, at: np.ndarray) -> tuple[float, int]:
-    """Share of resamples (both defined) whose advantages have strictly opposite signs, and how many are defined
-    (study 001's retention probability, Appendix E.6; analysis/ace/bootstrap.py ``retention_probability``)."""
-    ok = np.isfinite(af) & np.isfinite(at)
-    k = int(ok.sum())
-    return (float(np.mean(np.sign(af[ok]) * np.sign(at[ok]) < 0)) if k else float("nan")), k
-
-
 def _shift_rows(u: UnitPlan, res: BootstrapResult, resamples: np.ndarray, metrics: list[str], adv: dict,
                 level: float) -> list[dict]:
     """The shift rows of a unit; ``resamples`` are those its intervals use and ``adv[(a, b, j)]`` each compared
@@ -628,7 +620,7 @@ def _shift_rows(u: UnitPlan, res: BootstrapResult, resamples: np.ndarray, metric
             adv_points += [af, at]
             adv_hows += [hf, ht]
             hows.append(hf if hf == ht else "percentile")
-            share, k = _flip_share(rf, rt)
+            share, k = retention_probability(rf, rt)  # flip share (study 001, Appendix E.6)
             rows.append({**u.labels, "signal_a": name(sh.from_a, sh.from_a), "from_signal": name(sh.from_b, sh.from_b),
                          "to_signal": name(sh.to_b, sh.to_b), "from_context": fi["context"],
                          "to_context": ti["context"], "from_aggregation": fi["aggregation"],

@@ -4,7 +4,7 @@ Each cell is a unit of the one evaluator (analysis/ace/units.py, analysis/reweig
 resamples of the cell's ``n`` questions are drawn **jointly for the pair** as the count matrix ``W`` of shape
 ``(B, n)`` that the paired bootstrap itself draws (:func:`confgrid.analysis.bootstrap.resample_counts`, the one
 resampling stream), seeded per cell by :func:`confgrid.analysis.resampling.setting_seed` of ``("A vs B",
-"dataset|method", seed)`` (:func:`cell_seed`, :func:`cell_counts`). Study 001's own vectorized bootstrap of the
+"dataset|method", seed)`` (:func:`cell_seed`). Study 001's own vectorized bootstrap of the
 cell is the tests' oracle (tests/reference/ace_cell_bootstrap.py).
 
 Reliability (Appendix E.6): 95% percentile intervals
@@ -18,15 +18,12 @@ aligned intervals both exclude zero
 
 from __future__ import annotations
 
-import numpy as np
-
-from confgrid.analysis.bootstrap import resample_counts
-from confgrid.analysis.compare import excludes_zero, flip
+from confgrid.analysis.compare import excludes_zero, flip, retention_probability
 from confgrid.analysis.resampling import setting_seed
 
 from .frame import Cell
 
-__all__ = ["DEFAULT_RESAMPLES", "cell_seed", "cell_counts", "retention_probability", "strict_reversal"]
+__all__ = ["DEFAULT_RESAMPLES", "cell_seed", "retention_probability", "strict_reversal"]
 
 DEFAULT_RESAMPLES = 2000
 
@@ -34,39 +31,6 @@ DEFAULT_RESAMPLES = 2000
 def cell_seed(cell: Cell, base_seed: int = 0) -> int:
     """Seed of a cell's resamples: ``setting_seed("A vs B", "dataset|method", base_seed)``."""
     return setting_seed(*cell.seed_names, base_seed)
-
-
-def cell_counts(n: int, n_resamples: int, seed: int) -> np.ndarray:
-    """Count matrix ``W`` of shape ``(n_resamples, n)``, float64: the paired bootstrap's own resamples of ``n``
-    items under ``seed`` (:func:`confgrid.analysis.bootstrap.resample_counts`, the one resampling stream)."""
-    return resample_counts(n, n_resamples, seed)
-
-
-def retention_probability(raw, aligned) -> tuple[float, int]:
-    """Share of resamples where the raw and aligned gaps have strictly opposite signs.
-
-    Parameters
-    ----------
-    raw, aligned : array-like of shape (B,)
-        Paired resampled gaps.
-
-    Returns
-    -------
-    (probability, n_defined)
-        Over the ``n_defined`` resamples where both are finite; a zero gap
-        is no opposite sign. ``nan`` when none is defined.
-
-    Examples
-    --------
-    >>> retention_probability([0.1, -0.2, 0.3, np.nan], [-0.1, -0.1, 0.0, 0.2])
-    (0.3333333333333333, 3)
-    """
-    r, a = np.asarray(raw, dtype=np.float64), np.asarray(aligned, dtype=np.float64)
-    ok = np.isfinite(r) & np.isfinite(a)
-    k = int(ok.sum())
-    if k == 0:
-        return float("nan"), 0
-    return float(np.mean(np.sign(r[ok]) * np.sign(a[ok]) < 0)), k
 
 
 def strict_reversal(raw: tuple[float, float, float], aligned: tuple[float, float, float]) -> bool:

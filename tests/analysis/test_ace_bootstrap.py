@@ -16,6 +16,7 @@ from confgrid.analysis.ace import candidates as CA
 from confgrid.analysis.ace import frame as F
 from confgrid.analysis.ace import views as V
 from confgrid.analysis.ace.units import ace_unit
+from confgrid.analysis.bootstrap import resample_counts
 from confgrid.analysis.evaluation import bootstrap_unit
 from reference import ace_cell_bootstrap as REF
 
@@ -40,7 +41,7 @@ def _resampled_ca(ca: CA.CACell, rep: np.ndarray) -> CA.CACell:
 
 def loop_bootstrap(cell, point, opts, ca, sp, n_resamples, seed, metrics=ACW.METRICS):
     """Brute force: rebuild every resample's rows and call the point-estimate functions on them."""
-    W = AB.cell_counts(cell.n, n_resamples, seed)
+    W = resample_counts(cell.n, n_resamples, seed)
     gaps, pref = {}, {d.rater: np.empty(n_resamples) for d in sp}
     for r in range(n_resamples):
         rep = np.repeat(np.arange(cell.n), W[r].astype(int))

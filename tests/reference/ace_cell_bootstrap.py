@@ -4,7 +4,7 @@ This was ``confgrid.analysis.ace.bootstrap.cell_bootstrap``. The package compute
 one evaluator (analysis/ace/units.py, analysis/reweighting.py); tests/analysis/test_ace_bootstrap.py checks those against
 this and this against a per-resample loop of the point-estimate functions, and benchmarks/ace_bench.py times
 both. Independent of the evaluator's computation (per-item sums and one matrix product here, reweighted rows
-there); it shares with it only the draws (:func:`confgrid.analysis.ace.bootstrap.cell_counts`), the ECE bins
+there); it shares with it only the draws (:func:`confgrid.analysis.bootstrap.resample_counts`), the ECE bins
 (:func:`confgrid.analysis.metrics.bin_indices`) and the cell's point estimate (strata, direction, IA parts).
 
 Per cell, ``B`` (2,000) resamples of the cell's ``n`` questions are drawn
@@ -45,7 +45,8 @@ from typing import Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from confgrid.analysis.ace.bootstrap import DEFAULT_RESAMPLES, cell_counts
+from confgrid.analysis.ace.bootstrap import DEFAULT_RESAMPLES
+from confgrid.analysis.bootstrap import resample_counts
 from confgrid.analysis.ace.candidates import CACell, SelfPreferenceData
 from confgrid.analysis.ace.frame import Cell
 from confgrid.analysis.ace.views import DA_VIEWS, DEFAULT_OPTIONS, METRICS, CellViews, ViewOptions
@@ -186,7 +187,7 @@ def cell_bootstrap(
     CellBootstrap
     """
     n, nb = cell.n, opts.n_bins
-    W = cell_counts(n, n_resamples, seed)
+    W = resample_counts(n, n_resamples, seed)
     strata = point.strata
     ka, kb = strata.assign(cell.correct_a), strata.assign(cell.correct_b)
     base = [_contrib(cell.conf_a, cell.correct_a, ka, strata.size, nb),
