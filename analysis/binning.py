@@ -84,8 +84,7 @@ class Binning:
     Raises
     ------
     BinnedNameError
-        (a ``ValueError``) A combination that spells no estimator, naming the field, the value and what is
-        allowed.
+        (a ``ValueError``) A combination that spells no estimator, naming the field, the value and what is allowed.
     """
 
     n_bins: int | None = None
@@ -168,11 +167,11 @@ class Binning:
         return (e[:-1] + e[1:]) / 2
 
     def indices(self, confidence, default: int = 10) -> np.ndarray:
-        """Bin index of each confidence, int64 in ``0 .. B-1``, shape of ``confidence`` (n,) (values in
-        ``[0, 1]``). ``width``: :func:`~confgrid.analysis.metrics.bin_indices`; ``centred``: the bin whose
-        ``[lo, hi)`` (left) or ``(lo, hi]`` (right) holds the value (one outside every bin, impossible for a value
-        in ``[0, 1]``, joins the nearest). ValueError for equal-mass bins (their
-        membership is by rank: :func:`~confgrid.analysis.estimators.equal_mass_bin_starts`)."""
+        """Bin index of each confidence, int64 in ``0 .. B-1``, shape of ``confidence`` (n,) (values in ``[0, 1]``).
+        ``width``: :func:`~confgrid.analysis.metrics.bin_indices`; ``centred``: the bin whose ``[lo, hi)`` (left) or
+        ``(lo, hi]`` (right) holds the value (one outside every bin, impossible for a value in ``[0, 1]``, joins the
+        nearest). ValueError for equal-mass bins (their membership is by rank:
+        :func:`~confgrid.analysis.estimators.equal_mass_bin_starts`)."""
         if self.scheme == "width":
             return bin_indices(confidence, self.bins(default), self.closure)
         edges = self.edges(default)

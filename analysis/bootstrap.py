@@ -1,44 +1,33 @@
 """Vectorized paired bootstrap over items (study 000, Appendix A).
 
-Per setting (one model x one dataset) there are ``S`` signals, all scored on
-the same ``n`` items (aligned rows). One matrix of resampled item indices of
-shape ``(B, n)`` is shared by every signal and metric, so differences
-between signals are paired.
+Per setting (one model x one dataset) there are ``S`` signals, all scored on the same ``n`` items (aligned rows). One
+matrix of resampled item indices of shape ``(B, n)`` is shared by every signal and metric, so differences between
+signals are paired.
 
-Resamples are drawn in fixed chunks of ``chunk_size`` rows; chunk ``c`` comes
-from ``np.random.default_rng(np.random.SeedSequence([seed, c]))`` as
-``rng.integers(0, n, size=(rows_in_chunk, n))``. The numbers therefore do
-not depend on how many workers process the chunks or in which order.
+Resamples are drawn in fixed chunks of ``chunk_size`` rows; chunk ``c`` comes from
+``np.random.default_rng(np.random.SeedSequence([seed, c]))`` as ``rng.integers(0, n, size=(rows_in_chunk, n))``. The
+numbers therefore do not depend on how many workers process the chunks or in which order.
 
-The weighted kernels take a count matrix ``w`` of shape ``(b, n)`` (how many
-times each item occurs in each resample) and evaluate a metric on all ``b``
-resamples at once without a Python loop over resamples: items are sorted by
-confidence once per signal, tie groups and ECE bins become contiguous blocks
-and are summed with ``np.add.reduceat``; every kernel is ``O(b * n)``
-(except ``kde_ece``: ``O(b * G^2)`` matrix products over the ``G`` distinct
-confidences). Metrics without a kernel (``smoothed_ece``, ``smece``, whose
-bandwidth depends on the resample) fall back to calling the point function
-on each resample's rows, one Python call per resample: exact but much
-slower (see :func:`has_weighted_kernel`).
+The weighted kernels take a count matrix ``w`` of shape ``(b, n)`` (how many times each item occurs in each resample)
+and evaluate a metric on all ``b`` resamples at once without a Python loop over resamples: items are sorted by
+confidence once per signal, tie groups and ECE bins become contiguous blocks and are summed with ``np.add.reduceat``;
+every kernel is ``O(b * n)`` (except ``kde_ece``: ``O(b * G^2)`` matrix products over the ``G`` distinct confidences).
+Metrics without a kernel (``smoothed_ece``, ``smece``, whose bandwidth depends on the resample) fall back to calling
+the point function on each resample's rows, one Python call per resample: exact but much slower (see
+:func:`has_weighted_kernel`).
 
-The bootstrap itself (:func:`paired_bootstrap`, :func:`bootstrap_chunk`,
-:func:`bootstrap_chunks`) evaluates ECE, AUROC, AURC, Brier and the signed
-gap on a fused path with the same values (to rounding, ~1e-14): per row
-block, the count matrix ``w`` is built once (``np.bincount``) and shared by
-all signals; one sparse product ``w @ M`` (``4 S`` multiply-adds per item
-and resample) gives every signal's binned sums (ECE, Brier, gap) and its
-counts per *segment*, a run of equally-correct answers in the signal's fixed
-sorted order; AUROC and AURC need only the cumulative counts at segment
-ends (exact integer arithmetic and a precomputed harmonic table; see
-:class:`_FusedSignal` and :class:`_Prepared`). Nothing is sorted per
-resample. The resamples of a chunk are processed in row blocks of about
-``2**17 / n`` rows (vectorized within a block) so the working arrays stay in
-cache and memory stays bounded by a small multiple of ``chunk_size * n * 8``
-bytes.
+The bootstrap itself (:func:`paired_bootstrap`, :func:`bootstrap_chunk`, :func:`bootstrap_chunks`) evaluates ECE,
+AUROC, AURC, Brier and the signed gap on a fused path with the same values (to rounding, ~1e-14): per row block, the
+count matrix ``w`` is built once (``np.bincount``) and shared by all signals; one sparse product ``w @ M`` (``4 S``
+multiply-adds per item and resample) gives every signal's binned sums (ECE, Brier, gap) and its counts per *segment*,
+a run of equally-correct answers in the signal's fixed sorted order; AUROC and AURC need only the cumulative counts at
+segment ends (exact integer arithmetic and a precomputed harmonic table; see :class:`_FusedSignal` and
+:class:`_Prepared`). Nothing is sorted per resample. The resamples of a chunk are processed in row blocks of about
+``2**17 / n`` rows (vectorized within a block) so the working arrays stay in cache and memory stays bounded by a small
+multiple of ``chunk_size * n * 8`` bytes.
 
-With ``groups`` (a cluster label per item) the same chunks draw ``G``
-cluster indices instead of ``n`` item indices and every row of a drawn
-cluster weighs its cluster's multiplicity (analysis/clusters.py).
+With ``groups`` (a cluster label per item) the same chunks draw ``G`` cluster indices instead of ``n`` item indices
+and every row of a drawn cluster weighs its cluster's multiplicity (analysis/clusters.py).
 """
 
 from __future__ import annotations
@@ -124,12 +113,10 @@ def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bi
     correct : ndarray of shape (S, n) or (n,)
         Correctness per signal, or one vector shared by all signals.
     metrics : list of str
-        Names from :data:`registry.METRICS` (``"ece"``, ``"auroc"``,
-        ``"aurc"``, ``"brier"``).
+        Names from :data:`registry.METRICS` (``"ece"``, ``"auroc"``, ``"aurc"``, ``"brier"``).
     idx_chunk : ndarray of shape (b, n), int
-        Resampled item indices (one row per resample), e.g. from
-        :func:`chunk_indices`; with ``groups``, shape (b, G): drawn cluster
-        indices in ``[0, G)`` (cluster order of :func:`clusters.cluster_codes`).
+        Resampled item indices (one row per resample), e.g. from :func:`chunk_indices`; with ``groups``, shape (b, G):
+        drawn cluster indices in ``[0, G)`` (cluster order of :func:`clusters.cluster_codes`).
     n_bins : int, default=10
         ECE bins.
     groups : array-like of shape (n,), optional
@@ -175,12 +162,10 @@ def bootstrap_chunks(
 ) -> list[np.ndarray]:
     """Evaluate several resample chunks of one setting (the unit of work of a worker).
 
-    Each chunk's index matrix is regenerated with :func:`chunk_indices`
-    (seeded by ``SeedSequence([seed, chunk])``) and evaluated by the same code
-    as :func:`paired_bootstrap`, so the values are bit-identical to the
-    corresponding slice of ``paired_bootstrap(...).resamples`` whichever
-    worker computes them and however chunks are grouped. The signals are
-    sorted and prepared once for all the chunks.
+    Each chunk's index matrix is regenerated with :func:`chunk_indices` (seeded by ``SeedSequence([seed, chunk])``)
+    and evaluated by the same code as :func:`paired_bootstrap`, so the values are bit-identical to the corresponding
+    slice of ``paired_bootstrap(...).resamples`` whichever worker computes them and however chunks are grouped. The
+    signals are sorted and prepared once for all the chunks.
 
     Parameters
     ----------
@@ -228,9 +213,8 @@ def n_undefined(values: np.ndarray) -> np.ndarray:
 def interval(values, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval over the resample axis (last axis).
 
-    ``np.nanpercentile`` at ``(1 - level)/2`` and ``(1 + level)/2`` (2.5 and
-    97.5 for ``level=0.95``), linear method; undefined (``nan``) resamples are
-    ignored (count them with :func:`n_undefined`); an all-``nan`` slice gives
+    ``np.nanpercentile`` at ``(1 - level)/2`` and ``(1 + level)/2`` (2.5 and 97.5 for ``level=0.95``), linear method;
+    undefined (``nan``) resamples are ignored (count them with :func:`n_undefined`); an all-``nan`` slice gives
     ``nan``.
 
     Returns
@@ -368,50 +352,40 @@ def paired_bootstrap(
     seed : int
         Non-negative; see :func:`setting_seed`.
     chunk_size : int, default=1000
-        Rows per chunk; memory is bounded by a small multiple of
-        ``chunk_size * n * 8`` bytes. Chunk ``c`` is seeded with
-        ``SeedSequence([seed, c])``, so the resamples are fixed by
-        ``(n, n_resamples, seed, chunk_size)``; changing ``chunk_size`` changes
-        the draws (not their distribution).
+        Rows per chunk; memory is bounded by a small multiple of ``chunk_size * n * 8`` bytes. Chunk ``c`` is seeded
+        with ``SeedSequence([seed, c])``, so the resamples are fixed by ``(n, n_resamples, seed, chunk_size)``;
+        changing ``chunk_size`` changes the draws (not their distribution).
     n_bins : int, default=10
     signal_names : list of str, optional
         Stored on the result for :mod:`confgrid.analysis.compare`.
     groups : array-like of shape (n,), optional
-        A cluster label per item (ints, strings, any hashable); given, the
-        bootstrap resamples clusters (analysis/clusters.py): each resample
-        draws ``G`` of the ``G`` distinct clusters with replacement (chunk
-        ``c``: ``chunk_indices(G, ...)``, seeded as above) and keeps all their
-        rows, each row weighted by its cluster's multiplicity. None (default):
-        the row-level draw, unchanged.
+        A cluster label per item (ints, strings, any hashable); given, the bootstrap resamples clusters
+        (analysis/clusters.py): each resample draws ``G`` of the ``G`` distinct clusters with replacement (chunk
+        ``c``: ``chunk_indices(G, ...)``, seeded as above) and keeps all their rows, each row weighted by its
+        cluster's multiplicity. None (default): the row-level draw, unchanged.
     masks : array-like of bool, shape (S, n), optional
-        Each signal's *support*: the items it is evaluated on (values outside
-        it are ignored and may be NaN). The resamples are drawn over all
-        ``n`` items and shared by every signal; signal ``s`` is evaluated on
-        the drawn items of its support (its resample size varies; a resample
-        with none of them is ``nan``). So signals defined on different items
-        stay paired, and a gap on the items two signals both have is the
-        difference of two signals with that support (analysis/fused.py).
-        None (default): every signal on every item, unchanged.
+        Each signal's *support*: the items it is evaluated on (values outside it are ignored and may be NaN). The
+        resamples are drawn over all ``n`` items and shared by every signal; signal ``s`` is evaluated on the drawn
+        items of its support (its resample size varies; a resample with none of them is ``nan``). So signals defined
+        on different items stay paired, and a gap on the items two signals both have is the difference of two signals
+        with that support (analysis/fused.py). None (default): every signal on every item, unchanged.
     reweight : sequence of Reweight or None, optional
-        ``S`` entries: a :class:`~confgrid.analysis.reweighting.Reweight` makes that signal
-        distribution-aligned (study 001, section 4.2): on every resample its items weigh
-        ``W[r, i] q_k(r) / p_k(r)`` with both compositions re-estimated on the resample
-        (analysis/reweighting.py); its ECE, Brier and signed gap are the weighted kernel's sums grouped by
-        stratum (analysis/fused.py ``ReweightedCell``) and its other metrics are ``nan``. None (default):
-        counts only.
+        ``S`` entries: a :class:`~confgrid.analysis.reweighting.Reweight` makes that signal distribution-aligned
+        (study 001, section 4.2): on every resample its items weigh ``W[r, i] q_k(r) / p_k(r)`` with both compositions
+        re-estimated on the resample (analysis/reweighting.py); its ECE, Brier and signed gap are the weighted
+        kernel's sums grouped by stratum (analysis/fused.py ``ReweightedCell``) and its other metrics are ``nan``.
+        None (default): counts only.
 
     Returns
     -------
     BootstrapResult
-        ``point`` (S, M) and ``resamples`` (S, M, n_resamples); with no rows
-        every value is ``nan`` (with an :class:`UndefinedMetricWarning`).
-        ``n_clusters`` is ``G`` with ``groups``.
+        ``point`` (S, M) and ``resamples`` (S, M, n_resamples); with no rows every value is ``nan`` (with an
+        :class:`UndefinedMetricWarning`). ``n_clusters`` is ``G`` with ``groups``.
 
     Raises
     ------
     ValueError
-        Bad inputs or metric names; ``groups`` of the wrong shape or with a
-        missing label.
+        Bad inputs or metric names; ``groups`` of the wrong shape or with a missing label.
     """
     metrics = _check_metrics(metrics)
     conf, corr = _stack_inputs(confidence, correct)

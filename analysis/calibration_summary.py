@@ -3,18 +3,14 @@
 Pure numpy/pandas on the run's signal rows; intervals live in the run's
 metrics table (paired bootstrap), these tables hold point values.
 
-* Brier score, signed calibration gap (mean confidence - accuracy; study 002
-  calls it overconfidence), ECE (equal-width bins), smECE (study 003
-  section 3.3).
-* The calibrated-random baseline (study 003 section 3.3): a guesser that
-  picks one of k options at random and states 1/k has expected Brier
-  ``(1/k)(1 - 1/k)^2 + (1 - 1/k)(1/k)^2 = (k - 1)/k^2`` (0.1875 for k = 4,
-  0.25 for k = 2); with items of different k the baseline is the mean of
-  the per-item values. The Brier skill score is ``1 - Brier / baseline``
-  (0: no better than the calibrated random guesser; 1: perfect).
-* Repeated runs (study 003 Appendix A, Table 2): per model, the mean and
-  standard deviation (ddof = 1) across runs of every metric, and the pooled
-  n (the analyzed rows of all runs together).
+* Brier score, signed calibration gap (mean confidence - accuracy; study 002 calls it overconfidence), ECE
+  (equal-width bins), smECE (study 003 section 3.3).
+* The calibrated-random baseline (study 003 section 3.3): a guesser that picks one of k options at random and states
+  1/k has expected Brier ``(1/k)(1 - 1/k)^2 + (1 - 1/k)(1/k)^2 = (k - 1)/k^2`` (0.1875 for k = 4, 0.25 for k = 2);
+  with items of different k the baseline is the mean of the per-item values. The Brier skill score is
+  ``1 - Brier / baseline`` (0: no better than the calibrated random guesser; 1: perfect).
+* Repeated runs (study 003 Appendix A, Table 2): per model, the mean and standard deviation (ddof = 1) across runs of
+  every metric, and the pooled n (the analyzed rows of all runs together).
 """
 
 from __future__ import annotations
@@ -85,15 +81,13 @@ def calibration_summary(rows: pd.DataFrame, by: Sequence[str], group_cols: Seque
     Parameters
     ----------
     rows : DataFrame
-        One row per analyzed answer: ``confidence`` (float in [0, 1]),
-        ``correct`` (float in [0, 1]), ``n_options`` (int; 0 without
-        options), the ``by`` columns and the ``group_cols`` columns.
+        One row per analyzed answer: ``confidence`` (float in [0, 1]), ``correct`` (float in [0, 1]), ``n_options``
+        (int; 0 without options), the ``by`` columns and the ``group_cols`` columns.
     by : sequence of str
         Columns that identify a table cell (setting, answer set, policies, signal).
     group_cols : sequence of str
-        Grouping columns from the items' metadata (e.g. ``category``): each
-        gives rows with ``group`` = its name and ``group_value`` = a value;
-        the rows over all items have ``group = "all"``, ``group_value = ""``.
+        Grouping columns from the items' metadata (e.g. ``category``): each gives rows with ``group`` = its name and
+        ``group_value`` = a value; the rows over all items have ``group = "all"``, ``group_value = ""``.
     n_bins : int
         ECE bins (equal width).
     with_smece : bool
@@ -103,8 +97,7 @@ def calibration_summary(rows: pd.DataFrame, by: Sequence[str], group_cols: Seque
     Returns
     -------
     DataFrame
-        The ``by`` columns, ``group``, ``group_value``, ``n`` and
-        :data:`SUMMARY_METRICS`.
+        The ``by`` columns, ``group``, ``group_value``, ``n`` and :data:`SUMMARY_METRICS`.
     """
     cols = [*by, "group", "group_value", "n", *SUMMARY_METRICS]
     if rows.empty:
@@ -141,9 +134,8 @@ def runs_summary(summary: pd.DataFrame, runs: dict[str, Sequence[str]], by: Sequ
     Returns
     -------
     DataFrame
-        ``answer_set`` (the declared id), the ``by`` columns, ``runs`` (runs
-        with rows), ``n_pooled``, and ``<metric>_mean`` / ``<metric>_sd``
-        (sd with ddof = 1; NaN for a single run).
+        ``answer_set`` (the declared id), the ``by`` columns, ``runs`` (runs with rows), ``n_pooled``, and
+        ``<metric>_mean`` / ``<metric>_sd`` (sd with ddof = 1; NaN for a single run).
     """
     out = []
     for base, ids in runs.items():

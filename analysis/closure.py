@@ -1,9 +1,8 @@
 """The bin-closure diagnostic (issue 26): how many confidences sit on bin edges, and where the closure matters.
 
 Pure pandas/numpy. A binned ECE depends on which bin a confidence exactly on an edge joins
-(:data:`confgrid.analysis.metrics.CLOSURES`); stated confidences are mostly multiples of 5% (study 002), so
-many of them do sit on the edges of 10 or 20 bins. Two outputs, written by ``confgrid run`` and
-``confgrid analyze`` alike:
+(:data:`confgrid.analysis.metrics.CLOSURES`); stated confidences are mostly multiples of 5% (study 002), so many of
+them do sit on the edges of 10 or 20 bins. Two outputs, written by ``confgrid run`` and ``confgrid analyze`` alike:
 
 * ``results/edges``: per unit (setting) and signal, and per edge set in use (a bin count and its scheme:
   ``width`` bins have edges ``k/B``, ``centred`` bins ``(k - 1/2)/(B - 1)``; analysis/binning.py), the share of
@@ -36,9 +35,9 @@ CLOSURE_COLUMNS = [*UNIT_COLUMNS, "what", "signal", "metric", "closure", "left",
 
 
 def edge_bins(metrics: Sequence[str], n_bins: int) -> list[tuple[int, str]]:
-    """The edge sets in use, ``(B, scheme)``: ``(n_bins, "width")`` (the ECE bins of the run) and the bins of
-    every fixed-edge binned metric asked for (``ece_<B>`` in any closure, a convention, ``ece_<B>_centred``);
-    the equal-width sets first, each by ascending ``B``."""
+    """The edge sets in use, ``(B, scheme)``: ``(n_bins, "width")`` (the ECE bins of the run) and the bins of every
+    fixed-edge binned metric asked for (``ece_<B>`` in any closure, a convention, ``ece_<B>_centred``); the
+    equal-width sets first, each by ascending ``B``."""
     out = {(int(n_bins), "width")}
     for m in metrics:
         b = get_metric(m).binning
@@ -49,8 +48,8 @@ def edge_bins(metrics: Sequence[str], n_bins: int) -> list[tuple[int, str]]:
 
 def edge_rows(confidence: np.ndarray, masks: np.ndarray, bins: Sequence[tuple[int, str]]
               ) -> dict[tuple[int, str], list[tuple[int, int]]]:
-    """``{(B, scheme): [(on_edge, on_inner_edge) per row]}`` of the confidences of each row of ``confidence``
-    (S, n) on its support ``masks`` (S, n) (:func:`confgrid.analysis.binning.edge_counts_of`)."""
+    """``{(B, scheme): [(on_edge, on_inner_edge) per row]}`` of the confidences of each row of ``confidence`` (S, n)
+    on its support ``masks`` (S, n) (:func:`confgrid.analysis.binning.edge_counts_of`)."""
     return {(int(b), sc): [edge_counts_of(confidence[s, masks[s]], int(b), sc) for s in range(confidence.shape[0])]
             for b, sc in bins}
 
@@ -83,9 +82,9 @@ def _label(metric: str) -> str:
 
 
 def reference_of(metric: str) -> str | None:
-    """The metric a binned estimator is compared with in ``results/closure``: its bins left-closed with the mean
-    bin confidence (``ece_15`` for ``ece_15_right_midpoint``), ``ece`` for a published convention; None for a
-    reference itself and a metric without bins."""
+    """The metric a binned estimator is compared with in ``results/closure``: its bins left-closed with the mean bin
+    confidence (``ece_15`` for ``ece_15_right_midpoint``), ``ece`` for a published convention; None for a reference
+    itself and a metric without bins."""
     info = get_metric(metric)
     if info.binning is None:
         return None
@@ -119,8 +118,8 @@ def _differs(metric: str, n_bins: int) -> tuple[str, str, bool]:
 
 def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame, n_bins: int = 10
                   ) -> pd.DataFrame:
-    """Where the declared binning (closure, bin confidence, convention) changes a result: both values, and the
-    share of confidences on edges.
+    """Where the declared binning (closure, bin confidence, convention) changes a result: both values, and the share
+    of confidences on edges.
 
     A metric row is flagged when a binned metric and its reference (:func:`reference_of`: ``ece`` for
     ``ece_right``, ``ece_midpoint`` or ``ece_muller2026``) were both computed for the same unit and signal and
@@ -140,13 +139,12 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
     Returns
     -------
     DataFrame
-        Columns :data:`CLOSURE_COLUMNS`; ``what`` is ``metric`` or ``gap``, ``signal`` the signal (a gap:
-        ``a - b``), ``metric`` the reference, ``other_metric`` the compared estimator and ``closure`` its
-        closure, ``left`` / ``other`` the two values, ``lo`` / ``hi`` the reference's interval (metrics),
-        ``on_edge`` the signal's share on the compared estimator's edges (a gap: the larger of the two),
-        ``note`` the sentence: it names what sets the two apart (bins, scheme, closure, bin midpoints) and, where
-        the closure is among them, the share of confidences on an inner bin edge (the only ones a closure
-        moves).
+        Columns :data:`CLOSURE_COLUMNS`; ``what`` is ``metric`` or ``gap``, ``signal`` the signal (a gap: ``a - b``),
+        ``metric`` the reference, ``other_metric`` the compared estimator and ``closure`` its closure, ``left`` /
+        ``other`` the two values, ``lo`` / ``hi`` the reference's interval (metrics), ``on_edge`` the signal's share
+        on the compared estimator's edges (a gap: the larger of the two), ``note`` the sentence: it names what sets
+        the two apart (bins, scheme, closure, bin midpoints) and, where the closure is among them, the share of
+        confidences on an inner bin edge (the only ones a closure moves).
     """
     out: list[dict] = []
     if metrics.empty:

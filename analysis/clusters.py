@@ -1,31 +1,23 @@
 """Clusters of rows for the clustered paired bootstrap (issue 12, "Clustered intervals everywhere").
 
-When rows are not independent (several generations of one question, the
-questions of one passage or category), a row-level bootstrap treats them as
-independent and its intervals are too narrow: on Rank-Calibration outputs
-(10 generations per question) row-level intervals were 2.1-2.7x narrower than
-question-level ones. The cluster bootstrap (Davison & Hinkley 1997,
-*Bootstrap Methods and their Application*, section 3.8, "strategy 1":
-resample whole clusters, keep every row of a drawn cluster) draws ``G``
-clusters with replacement from the ``G`` distinct clusters, and every row of
-a drawn cluster gets that cluster's multiplicity as its count weight. The
-count-weighted metric kernels (analysis/kernels.py) then evaluate the
-resample without copying any rows.
+When rows are not independent (several generations of one question, the questions of one passage or category), a
+row-level bootstrap treats them as independent and its intervals are too narrow: on Rank-Calibration outputs (10
+generations per question) row-level intervals were 2.1-2.7x narrower than question-level ones. The cluster bootstrap
+(Davison & Hinkley 1997, *Bootstrap Methods and their Application*, section 3.8, "strategy 1": resample whole
+clusters, keep every row of a drawn cluster) draws ``G`` clusters with replacement from the ``G`` distinct clusters,
+and every row of a drawn cluster gets that cluster's multiplicity as its count weight. The count-weighted metric
+kernels (analysis/kernels.py) then evaluate the resample without copying any rows.
 
 Conventions (a reader could choose otherwise):
 
-* cluster ``k`` is the ``k``-th distinct label in sorted order
-  (``np.unique``; labels that cannot be sorted together, e.g. ints mixed with
-  strings, are ordered by their string form, then by type name);
-* the draws of chunk ``c`` are
-  ``default_rng(SeedSequence([seed, c])).integers(0, G, size=(rows, G))``,
-  the row-level draw of analysis/bootstrap.py with ``G`` in place of ``n``:
-  with ``G = n`` singleton clusters labelled in row order the two bootstraps
-  draw the same resamples;
-* a resample has ``sum_k m_k size_k`` rows (``m_k`` the multiplicity of cluster
-  ``k``), which varies from resample to resample when clusters differ in
-  size; every metric is computed on the rows the resample has (the mean over
-  its rows, not over ``n``).
+* cluster ``k`` is the ``k``-th distinct label in sorted order (``np.unique``; labels that cannot be sorted together,
+  e.g. ints mixed with strings, are ordered by their string form, then by type name);
+* the draws of chunk ``c`` are ``default_rng(SeedSequence([seed, c])).integers(0, G, size=(rows, G))``, the row-level
+  draw of analysis/bootstrap.py with ``G`` in place of ``n``: with ``G = n`` singleton clusters labelled in row order
+  the two bootstraps draw the same resamples;
+* a resample has ``sum_k m_k size_k`` rows (``m_k`` the multiplicity of cluster ``k``), which varies from resample to
+  resample when clusters differ in size; every metric is computed on the rows the resample has (the mean over its
+  rows, not over ``n``).
 """
 
 from __future__ import annotations
@@ -46,8 +38,7 @@ class Clusters:
     codes : ndarray of shape (n,), int64
         Cluster index of each row, in ``[0, G)``.
     labels : ndarray of shape (G,)
-        The label of each cluster, in cluster order (sorted; see the module
-        docstring).
+        The label of each cluster, in cluster order (sorted; see the module docstring).
     sizes : ndarray of shape (G,), int64
         Rows per cluster (each >= 1).
     members : tuple of G ndarrays of int64
@@ -84,8 +75,7 @@ def cluster_codes(groups, n: int | None = None) -> Clusters:
     Parameters
     ----------
     groups : array-like of shape (n,)
-        A cluster label per row: ints, strings or any hashable values. Rows
-        with equal labels form one cluster.
+        A cluster label per row: ints, strings or any hashable values. Rows with equal labels form one cluster.
     n : int, optional
         Expected number of rows (the bootstrap's ``n``); checked when given.
 
@@ -96,9 +86,8 @@ def cluster_codes(groups, n: int | None = None) -> Clusters:
     Raises
     ------
     ValueError
-        ``groups`` is not 1-D, has the wrong length, is empty, or holds a
-        missing label (None, NaN, empty string; the message gives the first
-        such row).
+        ``groups`` is not 1-D, has the wrong length, is empty, or holds a missing label (None, NaN, empty string; the
+        message gives the first such row).
 
     Examples
     --------
@@ -165,8 +154,7 @@ def row_counts(cluster_idx: np.ndarray, clusters: Clusters, out: np.ndarray | No
 def resample_rows(cluster_idx: np.ndarray, clusters: Clusters) -> list[np.ndarray]:
     """The rows of each cluster resample (the drawn clusters' rows concatenated, in draw order).
 
-    For metrics without a count-weighted kernel (one point-function call per
-    resample) and for brute-force checks.
+    For metrics without a count-weighted kernel (one point-function call per resample) and for brute-force checks.
 
     Parameters
     ----------
@@ -184,11 +172,9 @@ def resample_rows(cluster_idx: np.ndarray, clusters: Clusters) -> list[np.ndarra
 def total_tables(t_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Harmonic tables for AURC on resamples of up to ``t_max`` rows (the fused path of analysis/bootstrap.py).
 
-    Returns ``(h_hi, h_lo, c_hi, c_lo)``, each of shape (t_max + 1,), float64
-    pairs with ``hi + lo`` ~ the extended-precision value: ``H[k] = sum_{q=1}^k 1/q``
-    and ``CH[k] = sum_{q=0}^{k-1} H[q]``. A prefix does not depend on
-    ``t_max`` (sequential cumulative sums), so any table size gives the same
-    numbers.
+    Returns ``(h_hi, h_lo, c_hi, c_lo)``, each of shape (t_max + 1,), float64 pairs with ``hi + lo`` ~ the
+    extended-precision value: ``H[k] = sum_{q=1}^k 1/q`` and ``CH[k] = sum_{q=0}^{k-1} H[q]``. A prefix does not
+    depend on ``t_max`` (sequential cumulative sums), so any table size gives the same numbers.
     """
     t_max = int(t_max)
     h = np.zeros(t_max + 1, dtype=np.longdouble)
@@ -205,10 +191,9 @@ def total_tables(t_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 def v_diff(tables, a1: np.ndarray, a2: np.ndarray, tot: np.ndarray) -> np.ndarray:
     """``V_T[a2] - V_T[a1]`` for resamples of ``T = tot`` rows, elementwise.
 
-    ``V_T[a] = sum_{q=T-a}^{T-1} (H[T] - H[q]) = a H[T] - CH[T] + CH[T-a]``:
-    the AURC mass of a run of answers between ascending cumulative counts
-    ``a1 < a2`` (see ``_aurc_table`` in analysis/bootstrap.py, which is this
-    table for ``T = n``).
+    ``V_T[a] = sum_{q=T-a}^{T-1} (H[T] - H[q]) = a H[T] - CH[T] + CH[T-a]``: the AURC mass of a run of answers between
+    ascending cumulative counts ``a1 < a2`` (see ``_aurc_table`` in analysis/bootstrap.py, which is this table for
+    ``T = n``).
 
     Parameters
     ----------

@@ -1,26 +1,20 @@
 """Paired comparisons between signals of one setting (study 000).
 
-* gap ``g = metric(verbalized) - metric(token)``, per resample (paired).
-  A positive gap favours the token score under ECE, AURC and Brier (lower is
-  better) and the verbalized score under AUROC (higher is better). For a
-  signed metric (``calibration_gap``, ``overconfidence``: 0 is best) the sign
-  of the gap does not say which signal is better; :func:`better_signal` is
-  the one rule that decides, from the two values, for every metric.
-* shift between two scoring contexts ``a`` and ``b`` of the token score:
-  ``dg = g(b) - g(a)`` per resample (equal to ``metric(token_a) -
-  metric(token_b)``).
-* advantage: the paired statistic whose sign says which signal is better
-  (:func:`advantage`). For an unsigned metric it is the gap itself; for a
-  signed metric it is ``a = |metric(verbalized)| - |metric(token)|`` per
-  resample and for the point, positive when the token signal is closer to 0.
-  Its sign gives the same answer as :func:`better_signal` on finite values.
-* flip between two contexts: the better signal differs, by point estimate,
-  i.e. the two advantages have strictly opposite signs (for an unsigned
-  metric: the two gaps do, study 000 section 3.5). *Fully resolved*: a flip
-  where, in both contexts, the percentile interval of the paired
-  per-resample advantage excludes zero. For a signed metric the gap
-  interval is no evidence either way (``-0.5`` against ``+0.1`` gives a
-  gap of ``-0.6`` although ``+0.1`` is better), so it is never used.
+* gap ``g = metric(verbalized) - metric(token)``, per resample (paired). A positive gap favours the token score under
+  ECE, AURC and Brier (lower is better) and the verbalized score under AUROC (higher is better). For a signed metric
+  (``calibration_gap``, ``overconfidence``: 0 is best) the sign of the gap does not say which signal is better;
+  :func:`better_signal` is the one rule that decides, from the two values, for every metric.
+* shift between two scoring contexts ``a`` and ``b`` of the token score: ``dg = g(b) - g(a)`` per resample (equal to
+  ``metric(token_a) - metric(token_b)``).
+* advantage: the paired statistic whose sign says which signal is better (:func:`advantage`). For an unsigned metric
+  it is the gap itself; for a signed metric it is ``a = |metric(verbalized)| - |metric(token)|`` per resample and for
+  the point, positive when the token signal is closer to 0. Its sign gives the same answer as :func:`better_signal` on
+  finite values.
+* flip between two contexts: the better signal differs, by point estimate, i.e. the two advantages have strictly
+  opposite signs (for an unsigned metric: the two gaps do, study 000 section 3.5). *Fully resolved*: a flip where, in
+  both contexts, the percentile interval of the paired per-resample advantage excludes zero. For a signed metric the
+  gap interval is no evidence either way (``-0.5`` against ``+0.1`` gives a gap of ``-0.6`` although ``+0.1`` is
+  better), so it is never used.
 """
 
 from __future__ import annotations
@@ -46,14 +40,11 @@ def better_signal(metric: str, value_a: float, value_b: float, name_a: str, name
     The one rule for "which signal does this comparison favour", used by
     the one evaluator (analysis/evaluation.py) and its means over settings (analysis/means.py):
 
-    * unsigned metric: the lower value wins when
-      :attr:`MetricInfo.lower_is_better <confgrid.analysis.registry.MetricInfo>`
-      (ECE, AURC, Brier), the higher otherwise (AUROC);
-    * signed metric (``MetricInfo.signed``: ``calibration_gap``,
-      ``overconfidence``, best value 0): the value closer to 0 wins, i.e.
-      the smaller ``|value|``. A gap ``value_a - value_b`` cannot decide
-      this: ``-0.5`` against ``+0.1`` gives a negative gap, yet ``+0.1`` is
-      better.
+    * unsigned metric: the lower value wins when :attr:`MetricInfo.lower_is_better
+      <confgrid.analysis.registry.MetricInfo>` (ECE, AURC, Brier), the higher otherwise (AUROC);
+    * signed metric (``MetricInfo.signed``: ``calibration_gap``, ``overconfidence``, best value 0): the value closer
+      to 0 wins, i.e. the smaller ``|value|``. A gap ``value_a - value_b`` cannot decide this: ``-0.5`` against
+      ``+0.1`` gives a negative gap, yet ``+0.1`` is better.
 
     Parameters
     ----------
@@ -62,21 +53,18 @@ def better_signal(metric: str, value_a: float, value_b: float, name_a: str, name
     value_a, value_b : float
         The metric's point values for the two signals.
     name_a, name_b : str
-        What to return for each side (signal names, or ``"verbalized"`` /
-        ``"token"``).
+        What to return for each side (signal names, or ``"verbalized"`` / ``"token"``).
 
     Returns
     -------
     str
-        ``name_a``, ``name_b``, or ``"neither"`` when the two values (their
-        absolute values for a signed metric) are equal or either is not
-        finite (``nan``, ``inf``).
+        ``name_a``, ``name_b``, or ``"neither"`` when the two values (their absolute values for a signed metric) are
+        equal or either is not finite (``nan``, ``inf``).
 
     Raises
     ------
     UnknownMetricError
-        (:class:`~confgrid.registry.UnknownNameError`) if ``metric`` is not
-        registered.
+        (:class:`~confgrid.registry.UnknownNameError`) if ``metric`` is not registered.
     ValueError
         If ``name_a == name_b`` (the answer would be ambiguous).
 
@@ -152,11 +140,9 @@ def advantage(signed, point_a, point_b, resamples_a, resamples_b) -> tuple[np.nd
 def flip(g_a_point: float, g_b_point: float) -> bool:
     """True when the two values have strictly opposite signs (a zero or ``nan`` value never flips).
 
-    Pass the two contexts' :func:`advantage` points: for an unsigned metric
-    these are the gaps, so a flip is a change of sign of the gap; for a
-    signed metric (``calibration_gap``, ``overconfidence``) they are
-    ``|v| - |t|``, so a flip is a change of the signal closer to 0
-    (:func:`better_signal`'s rule). Passing the gaps of a signed metric
+    Pass the two contexts' :func:`advantage` points: for an unsigned metric these are the gaps, so a flip is a change
+    of sign of the gap; for a signed metric (``calibration_gap``, ``overconfidence``) they are ``|v| - |t|``, so a
+    flip is a change of the signal closer to 0 (:func:`better_signal`'s rule). Passing the gaps of a signed metric
     would test the wrong thing.
 
     Examples
@@ -174,10 +160,8 @@ def fully_resolved(g_a: tuple[float, float, float], g_b: tuple[float, float, flo
     Parameters
     ----------
     g_a, g_b : (point, lo, hi)
-        The :func:`advantage` of each context with the percentile interval of
-        its paired resamples (for an unsigned metric the gap and its
-        interval; for a signed metric the interval of ``|v| - |t|``, never
-        that of the gap).
+        The :func:`advantage` of each context with the percentile interval of its paired resamples (for an unsigned
+        metric the gap and its interval; for a signed metric the interval of ``|v| - |t|``, never that of the gap).
     """
     (pa, la, ha), (pb, lb, hb) = g_a, g_b
     return flip(pa, pb) and excludes_zero(la, ha) and excludes_zero(lb, hb)

@@ -1,11 +1,9 @@
 """Alternative calibration estimators and signed calibration summaries.
 
-Every function here follows the conventions of :mod:`confgrid.analysis.metrics`
-(same input validation, ``nan`` plus :class:`UndefinedMetricWarning` for no
-rows or non-finite input, ``ValueError`` for values outside ``[0, 1]``) and is
-registered in :data:`confgrid.analysis.registry.METRICS` under the name given
-below, so a grid spec can ask for it. This module imports only
-:mod:`~confgrid.analysis.metrics`; the registry imports both (one-way).
+Every function here follows the conventions of :mod:`confgrid.analysis.metrics` (same input validation, ``nan`` plus
+:class:`UndefinedMetricWarning` for no rows or non-finite input, ``ValueError`` for values outside ``[0, 1]``) and is
+registered in :data:`confgrid.analysis.registry.METRICS` under the name given below, so a grid spec can ask for it.
+This module imports only :mod:`~confgrid.analysis.metrics`; the registry imports both (one-way).
 
 ==================== ====================================================
 registry name        function
@@ -22,8 +20,7 @@ registry name        function
 ``overconfidence``   alias of ``calibration_gap`` (study 002, section 6.3)
 ==================== ====================================================
 
-numpy and scipy are imported at module level; ``relplot`` is imported lazily by
-:func:`smece`.
+numpy and scipy are imported at module level; ``relplot`` is imported lazily by :func:`smece`.
 """
 
 from __future__ import annotations
@@ -71,23 +68,18 @@ def equal_mass_group_bins(group_ends, total: int, n_bins: int, closure: str = "l
                           group_starts=None) -> np.ndarray:
     """Equal-mass bin of each tie group, given the groups' cumulative end ranks.
 
-    The ``total`` sorted answers are cut into ``n_bins`` consecutive blocks as
-    ``np.array_split`` does (the first ``total % n_bins`` blocks one answer
-    longer); a block boundary that falls inside a group of tied confidences
-    is moved down to the start of that group, so the whole group joins the
-    higher bin (``closure="left"``: the quantile edge's value opens the upper
-    bin), or up to its end, so the whole group joins the lower bin
-    (``closure="right"``: the value closes the lower bin, as R's
-    ``cut(x, quantile(x, ...), include.lowest = TRUE)`` and ``pandas.qcut``
-    do). A group whose answers occupy ranks ``[start, end)`` therefore lies
-    in bin ``#{k >= 1 : r_k < end}`` (left) or ``#{k >= 1 : r_k <= start}``
-    (right), with ``r_k`` the block starts.
+    The ``total`` sorted answers are cut into ``n_bins`` consecutive blocks as ``np.array_split`` does (the first
+    ``total % n_bins`` blocks one answer longer); a block boundary that falls inside a group of tied confidences is
+    moved down to the start of that group, so the whole group joins the higher bin (``closure="left"``: the quantile
+    edge's value opens the upper bin), or up to its end, so the whole group joins the lower bin (``closure="right"``:
+    the value closes the lower bin, as R's ``cut(x, quantile(x, ...), include.lowest = TRUE)`` and ``pandas.qcut``
+    do). A group whose answers occupy ranks ``[start, end)`` therefore lies in bin ``#{k >= 1 : r_k < end}`` (left) or
+    ``#{k >= 1 : r_k <= start}`` (right), with ``r_k`` the block starts.
 
     Parameters
     ----------
     group_ends : array-like of int, any shape
-        End rank (exclusive, cumulative count) of each tie group in
-        ascending confidence.
+        End rank (exclusive, cumulative count) of each tie group in ascending confidence.
     total : int
         Number of answers.
     n_bins : int
@@ -124,8 +116,7 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10, closure: str = "left") 
     Returns
     -------
     ndarray of shape (n_bins + 1,), int64
-        ``starts[k]`` is the first sorted position of bin ``k`` and
-        ``starts[n_bins] == n_samples``; an empty bin has
+        ``starts[k]`` is the first sorted position of bin ``k`` and ``starts[n_bins] == n_samples``; an empty bin has
         ``starts[k] == starts[k + 1]``.
 
     Examples
@@ -159,19 +150,15 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10, closure: str = "left") 
 def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """Expected calibration error with equal-mass (equal-count) bins.
 
-    The answers are sorted by confidence and the sorted order is cut into
-    ``B = n_bins`` consecutive blocks of sizes ``ceil(n/B)`` and
-    ``floor(n/B)`` exactly as ``np.array_split`` does (the first ``n % B``
-    blocks get one more answer). **Ties:** a block boundary that falls inside
-    a group of equal confidences is moved down to the first answer of that
-    group, so tied answers always share a bin (the whole group joins the
-    higher bin) and the value does not depend on the input order. Bins left
-    empty by that move (or when ``n < B``) contribute 0. With
-    ``closure="right"`` the boundary moves up to the end of the tie group
-    instead, so the group joins the lower bin (R's ``cut`` on quantile edges,
-    ``pandas.qcut``: a value equal to a quantile edge closes the bin below). Then
-    ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` as for :func:`metrics.ece`.
-    Reference: study 000, Appendix G ("Estimators").
+    The answers are sorted by confidence and the sorted order is cut into ``B = n_bins`` consecutive blocks of sizes
+    ``ceil(n/B)`` and ``floor(n/B)`` exactly as ``np.array_split`` does (the first ``n % B`` blocks get one more
+    answer). **Ties:** a block boundary that falls inside a group of equal confidences is moved down to the first
+    answer of that group, so tied answers always share a bin (the whole group joins the higher bin) and the value does
+    not depend on the input order. Bins left empty by that move (or when ``n < B``) contribute 0. With
+    ``closure="right"`` the boundary moves up to the end of the tie group instead, so the group joins the lower bin
+    (R's ``cut`` on quantile edges, ``pandas.qcut``: a value equal to a quantile edge closes the bin below). Then
+    ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` as for :func:`metrics.ece`. Reference: study 000, Appendix G
+    ("Estimators").
 
     Parameters
     ----------
@@ -187,15 +174,13 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
     Returns
     -------
     float
-        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
+        rows or an input is non-finite.
 
     Raises
     ------
     ValueError
-        If a value lies outside ``[0, 1]``, the shapes disagree or
-        ``n_bins < 1``.
+        If a value lies outside ``[0, 1]``, the shapes disagree or ``n_bins < 1``.
 
     Examples
     --------
@@ -205,9 +190,8 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
     >>> round(ece_equal_mass([0.9, 0.1, 0.8, 0.2], [1, 0, 1, 0], n_bins=2), 12)
     0.15
 
-    A tie across the boundary moves the whole tie group to the upper bin,
-    giving bins ``{0.1}`` and ``{0.5, 0.5, 0.9}``, so
-    ``(|0 - 0.1| + |2 - 1.9|) / 4``:
+    A tie across the boundary moves the whole tie group to the upper bin, giving bins ``{0.1}`` and
+    ``{0.5, 0.5, 0.9}``, so ``(|0 - 0.1| + |2 - 1.9|) / 4``:
 
     >>> round(ece_equal_mass([0.1, 0.5, 0.5, 0.9], [0, 1, 0, 1], n_bins=2), 12)
     0.05
@@ -245,14 +229,11 @@ def _gauss(u: np.ndarray) -> np.ndarray:
 def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
     """Kernel (Nadaraya-Watson) calibration error.
 
-    The accuracy at each answer's confidence is estimated by Gaussian kernel
-    regression over all answers (the answer itself included),
-    ``acc(c_i) = sum_j K((c_i - c_j)/h) y_j / sum_j K((c_i - c_j)/h)`` with
-    ``K(u) = exp(-u^2/2)`` and ``h = bandwidth`` (0.05); the estimator is the
-    mean over answers of ``|acc(c_i) - c_i|``. A plain kernel estimate in the
-    spirit of Zhang et al. (2020), not their exact estimator. Reference:
-    study 000, Appendix G ("Estimators"). Cost ``O(G^2)`` for ``G`` distinct
-    confidences (computed in row blocks).
+    The accuracy at each answer's confidence is estimated by Gaussian kernel regression over all answers (the answer
+    itself included), ``acc(c_i) = sum_j K((c_i - c_j)/h) y_j / sum_j K((c_i - c_j)/h)`` with ``K(u) = exp(-u^2/2)``
+    and ``h = bandwidth`` (0.05); the estimator is the mean over answers of ``|acc(c_i) - c_i|``. A plain kernel
+    estimate in the spirit of Zhang et al. (2020), not their exact estimator. Reference: study 000, Appendix G
+    ("Estimators"). Cost ``O(G^2)`` for ``G`` distinct confidences (computed in row blocks).
 
     Parameters
     ----------
@@ -266,9 +247,8 @@ def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
     Returns
     -------
     float
-        KDE ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        KDE ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are
+        no rows or an input is non-finite.
 
     Examples
     --------
@@ -307,8 +287,7 @@ def kde_group_values(u: np.ndarray, m: np.ndarray, sy: np.ndarray, h: float) -> 
     u : ndarray of shape (G,)
         Distinct confidences.
     m, sy : ndarray of shape (b, G)
-        Per row: answers in each group (multiplicity) and their summed
-        correctness.
+        Per row: answers in each group (multiplicity) and their summed correctness.
     h : float
         Bandwidth.
 
@@ -339,14 +318,11 @@ def kde_group_values(u: np.ndarray, m: np.ndarray, sy: np.ndarray, h: float) -> 
 def ks_ece(confidence, correct) -> float:
     """Kolmogorov-Smirnov calibration error (Gupta et al. 2021).
 
-    Sort the answers by confidence and take the largest absolute cumulative
-    difference between correctness and confidence, divided by ``n``:
-    ``KS = max_k |sum_{i <= k} (y_(i) - c_(i))| / n``. **Ties:** the
-    cumulative sums are evaluated only at the ends of groups of tied
-    confidences (after a whole group), so the value does not depend on the
-    order of tied answers and hence not on the input order. Reference: study
-    000, Appendix G ("Estimators"); Gupta et al., *Calibration of neural
-    networks using splines*, ICLR 2021.
+    Sort the answers by confidence and take the largest absolute cumulative difference between correctness and
+    confidence, divided by ``n``: ``KS = max_k |sum_{i <= k} (y_(i) - c_(i))| / n``. **Ties:** the cumulative sums are
+    evaluated only at the ends of groups of tied confidences (after a whole group), so the value does not depend on
+    the order of tied answers and hence not on the input order. Reference: study 000, Appendix G ("Estimators"); Gupta
+    et al., *Calibration of neural networks using splines*, ICLR 2021.
 
     Parameters
     ----------
@@ -358,9 +334,8 @@ def ks_ece(confidence, correct) -> float:
     Returns
     -------
     float
-        KS error in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        KS error in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are
+        no rows or an input is non-finite.
 
     Examples
     --------
@@ -369,8 +344,7 @@ def ks_ece(confidence, correct) -> float:
     >>> round(ks_ece([0.1, 0.2, 0.9], [1, 0, 0]), 12)
     0.3
 
-    A tie: only the sum after both tied answers (0.0) counts, not the 0.5 or
-    -0.5 after one of them; then 0.0 + 0.2:
+    A tie: only the sum after both tied answers (0.0) counts, not the 0.5 or -0.5 after one of them; then 0.0 + 0.2:
 
     >>> round(ks_ece([0.5, 0.5, 0.8], [1, 0, 1]), 12)
     0.066666666667
@@ -398,9 +372,8 @@ _GRID_MAX = 1 << 20
 def silverman_bandwidth(confidence) -> float:
     """Silverman's rule of thumb ``0.9 min(sd, IQR/1.34) n^(-1/5)``.
 
-    ``sd`` is the sample standard deviation (``ddof=1``) and ``IQR`` the
-    interquartile range (``np.percentile``, linear). When ``IQR = 0`` but
-    ``sd > 0`` the rule uses ``sd``; it returns ``0.0`` when ``n < 2`` or all
+    ``sd`` is the sample standard deviation (``ddof=1``) and ``IQR`` the interquartile range (``np.percentile``,
+    linear). When ``IQR = 0`` but ``sd > 0`` the rule uses ``sd``; it returns ``0.0`` when ``n < 2`` or all
     confidences are equal.
 
     Examples
@@ -425,29 +398,23 @@ def silverman_bandwidth(confidence) -> float:
 def smoothed_ece(confidence, correct) -> float:
     """Smoothed ECE: kernel-smoothed residual integrated against the smoothed density.
 
-    With a plain Gaussian kernel ``K_h`` (density of ``N(0, h^2)``) and
-    Silverman's bandwidth ``h`` (:func:`silverman_bandwidth` of the
-    confidences), the smoothed residual curve is
-    ``r(t) = sum_i K_h(t - c_i)(y_i - c_i) / sum_i K_h(t - c_i)`` and the
-    smoothed confidence density ``delta(t) = (1/n) sum_i K_h(t - c_i)``; the
+    With a plain Gaussian kernel ``K_h`` (density of ``N(0, h^2)``) and Silverman's bandwidth ``h``
+    (:func:`silverman_bandwidth` of the confidences), the smoothed residual curve is ``r(t) = sum_i K_h(t - c_i)(y_i -
+    c_i) / sum_i K_h(t - c_i)`` and the smoothed confidence density ``delta(t) = (1/n) sum_i K_h(t - c_i)``; the
     estimator is
 
     ``smoothed = integral over the real line of |r(t)| delta(t) dt
     = integral |(1/n) sum_i K_h(t - c_i)(y_i - c_i)| dt``.
 
-    This follows Blasiok and Nakkiran (2024) in smoothing both the accuracy
-    curve and the density, but with a plain (not reflected) kernel and
-    Silverman's bandwidth instead of their bandwidth rule (study 000,
-    Appendix G); integrating over the whole line keeps all kernel mass, so
-    for one answer (or all confidences equal, ``h = 0``) it is the limit
-    ``|mean(y - c)|``. Evaluation: with ``f(t) = (1/n) sum_i K_h(t - c_i)(y_i - c_i)``
-    and its antiderivative ``F(t) = (1/n) sum_i (y_i - c_i) Phi((t - c_i)/h)``,
-    the integral is ``sum_k |F(z_{k+1}) - F(z_k)|`` over the sign changes
-    ``z_k`` of ``f`` (with ``F(-inf) = 0``, ``F(inf) = mean(y - c)``). The sign
-    changes are found on the uniform grid from ``min(c) - 8h`` to
-    ``max(c) + 8h`` with step about ``h / 20`` and refined by regula falsi;
-    two sign changes within one grid step are missed (the value is then a
-    slight underestimate). Agrees with adaptive quadrature to about 1e-9.
+    This follows Blasiok and Nakkiran (2024) in smoothing both the accuracy curve and the density, but with a plain
+    (not reflected) kernel and Silverman's bandwidth instead of their bandwidth rule (study 000, Appendix G);
+    integrating over the whole line keeps all kernel mass, so for one answer (or all confidences equal, ``h = 0``) it
+    is the limit ``|mean(y - c)|``. Evaluation: with ``f(t) = (1/n) sum_i K_h(t - c_i)(y_i - c_i)`` and its
+    antiderivative ``F(t) = (1/n) sum_i (y_i - c_i) Phi((t - c_i)/h)``, the integral is
+    ``sum_k |F(z_{k+1}) - F(z_k)|`` over the sign changes ``z_k`` of ``f`` (with ``F(-inf) = 0``,
+    ``F(inf) = mean(y - c)``). The sign changes are found on the uniform grid from ``min(c) - 8h`` to ``max(c) + 8h``
+    with step about ``h / 20`` and refined by regula falsi; two sign changes within one grid step are missed (the
+    value is then a slight underestimate). Agrees with adaptive quadrature to about 1e-9.
 
     Parameters
     ----------
@@ -459,9 +426,8 @@ def smoothed_ece(confidence, correct) -> float:
     Returns
     -------
     float
-        Smoothed ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        Smoothed ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there
+        are no rows or an input is non-finite.
 
     Examples
     --------
@@ -528,11 +494,9 @@ def _smoothed_residual(t, u, res, h) -> np.ndarray:
 def smece(confidence, correct) -> float:
     """smECE of Blasiok and Nakkiran (2024), computed by the ``relplot`` package.
 
-    Calls ``relplot.smECE(confidence, correct)`` (reflected Gaussian kernel,
-    bandwidth chosen as the fixed point ``sigma = smECE_sigma``; see the
-    package). ``relplot`` is imported on first use.
-    Reference: J. Blasiok and P. Nakkiran, *Smooth ECE: principled
-    reliability diagrams via kernel smoothing*, ICLR 2024.
+    Calls ``relplot.smECE(confidence, correct)`` (reflected Gaussian kernel, bandwidth chosen as the fixed point
+    ``sigma = smECE_sigma``; see the package). ``relplot`` is imported on first use. Reference: J. Blasiok and P.
+    Nakkiran, *Smooth ECE: principled reliability diagrams via kernel smoothing*, ICLR 2024.
 
     Parameters
     ----------
@@ -544,9 +508,8 @@ def smece(confidence, correct) -> float:
     Returns
     -------
     float
-        smECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        smECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
+        rows or an input is non-finite.
 
     Raises
     ------
@@ -588,10 +551,8 @@ def calibration_gap(confidence, correct) -> float:
     Returns
     -------
     float
-        Gap in ``[-1, 1]``; **signed: 0 is best**, closer to zero is better
-        (registered with ``signed=True``). ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        Gap in ``[-1, 1]``; **signed: 0 is best**, closer to zero is better (registered with ``signed=True``). ``nan``
+        (with an :class:`UndefinedMetricWarning`) when there are no rows or an input is non-finite.
 
     Examples
     --------
@@ -608,13 +569,11 @@ def calibration_gap(confidence, correct) -> float:
 def overconfidence(confidence, correct) -> float:
     """Overconfidence: mean confidence minus accuracy (alias of :func:`calibration_gap`).
 
-    Study 002 (section 6.3, after Klayman et al. 1999) defines
-    overconfidence over a question set as the mean stated confidence minus
-    the mean score (e.g. "88% stated confidence and 79% accuracy" gives 9%
-    overconfidence), with proportional (graded) scores for ties. That is the
-    same quantity as study 003's calibration gap ``G``; with graded
-    ``correct`` both use the graded mean. Registered as ``overconfidence``
-    so results can carry either name; the values are identical.
+    Study 002 (section 6.3, after Klayman et al. 1999) defines overconfidence over a question set as the mean stated
+    confidence minus the mean score (e.g. "88% stated confidence and 79% accuracy" gives 9% overconfidence), with
+    proportional (graded) scores for ties. That is the same quantity as study 003's calibration gap ``G``; with graded
+    ``correct`` both use the graded mean. Registered as ``overconfidence`` so results can carry either name; the
+    values are identical.
 
     Examples
     --------

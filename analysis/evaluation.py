@@ -1,40 +1,32 @@
 """The one evaluator: metrics, paired gaps, shifts and flips of every signal of a unit, on one resample stream.
 
-Pure (numpy and pandas; the resampling runs in analysis/bootstrap.py or,
-spread over a cluster, in flows/evaluate/bootstrap_ray.py, with the same numbers).
-``confgrid run`` and ``confgrid analyze`` both build :class:`UnitPlan` objects
-(from the signal table of analysis/signals.py, or from the aligned arrays of
-an input file) and turn bootstrap results into tables with :func:`estimates`.
+Pure (numpy and pandas; the resampling runs in analysis/bootstrap.py or, spread over a cluster, in
+flows/evaluate/bootstrap_ray.py, with the same numbers). ``confgrid run`` and ``confgrid analyze`` both build
+:class:`UnitPlan` objects (from the signal table of analysis/signals.py, or from the aligned arrays of an input file)
+and turn bootstrap results into tables with :func:`estimates`.
 
-Within a unit (the unit of pairing: a model on a dataset under one answer set,
-parse policy, refusal policy and correctness rule; a setting of ``analyze``)
-every signal is evaluated on its *support*:
+Within a unit (the unit of pairing: a model on a dataset under one answer set, parse policy, refusal policy and
+correctness rule; a setting of ``analyze``) every signal is evaluated on its *support*:
 
 * a signal with an empty ``align`` label: the items where it is usable;
-* signals sharing an ``align`` label: the items where every one of them is
-  usable (study 000 section 3.1: the verbalized and token scores of one
-  answer are evaluated on the same answers);
+* signals sharing an ``align`` label: the items where every one of them is usable (study 000 section 3.1: the
+  verbalized and token scores of one answer are evaluated on the same answers);
 * a gap between signals ``a`` and ``b``: the items both have (their two
   supports intersected), so the comparison is instance-aligned.
 
-Each distinct (signal, support) is one *cell*; all cells of a unit are
-evaluated on the same resamples of the unit's items (the union of the
-supports), so every metric, gap, shift and flip comes from one paired
-bootstrap (:func:`confgrid.analysis.bootstrap.paired_bootstrap` with
-``masks``). A unit whose signals all share one support is the aligned
-bootstrap of study 000 Appendix A, value for value.
+Each distinct (signal, support) is one *cell*; all cells of a unit are evaluated on the same resamples of the unit's
+items (the union of the supports), so every metric, gap, shift and flip comes from one paired bootstrap
+(:func:`confgrid.analysis.bootstrap.paired_bootstrap` with ``masks``). A unit whose signals all share one support is
+the aligned bootstrap of study 000 Appendix A, value for value.
 
-Gap ``= metric(signal_a) - metric(signal_b)``; shift ``= gap(a, to) -
-gap(a, from)`` on the same resamples (:class:`ShiftPlan`; study 001's
-reversals shift both sides from the raw to an aligned view); flip and
-resolved flip follow :mod:`confgrid.analysis.compare` (a signed metric
-compares distances from 0), and ``flip_share`` is the share of resamples in
-which the better signal differs.
+Gap ``= metric(signal_a) - metric(signal_b)``; shift ``= gap(a, to) - gap(a, from)`` on the same resamples
+(:class:`ShiftPlan`; study 001's reversals shift both sides from the raw to an aligned view); flip and resolved flip
+follow :mod:`confgrid.analysis.compare` (a signed metric compares distances from 0), and ``flip_share`` is the share
+of resamples in which the better signal differs.
 
-Units of study 001's comparison (analysis/ace/units.py) are evaluated here too:
-their cells are models under a view, some of them distribution-aligned
-(:attr:`UnitPlan.reweight`, analysis/reweighting.py), with their own metrics
-and resample count.
+Units of study 001's comparison (analysis/ace/units.py) are evaluated here too: their cells are models under a view,
+some of them distribution-aligned (:attr:`UnitPlan.reweight`, analysis/reweighting.py), with their own metrics and
+resample count.
 """
 
 from __future__ import annotations
@@ -115,13 +107,11 @@ class Comparisons:
     all_pairs : bool
         Every ordered pair of the unit's signals (``confgrid analyze``'s default).
     shifts : tuple of (str, str)
-        ``(from_signal, to_signal)``: the shift of the gap against ``against``
-        from one signal to the other.
+        ``(from_signal, to_signal)``: the shift of the gap against ``against`` from one signal to the other.
     token_shifts : bool
-        Also the shifts of study 000 among the unit's token signals
-        (:func:`token_shift_pairs`): every pair of scoring contexts under the
-        primary token aggregation, and each other aggregation against the
-        primary one in the same context.
+        Also the shifts of study 000 among the unit's token signals (:func:`token_shift_pairs`): every pair of scoring
+        contexts under the primary token aggregation, and each other aggregation against the primary one in the same
+        context.
     """
 
     against: str | None = "verbalized"
@@ -234,9 +224,9 @@ class UnitPlan:
 
 
 def unit_name(values) -> str:
-    """The label of a unit from its values of :data:`~confgrid.analysis.signals.UNIT_COLUMNS` (non-empty ones
-    joined by ``|``): ``"m/d|main|label_or_fallback|drop|containment|correct"``; for a setting of ``analyze``
-    input, the setting itself."""
+    """The label of a unit from its values of :data:`~confgrid.analysis.signals.UNIT_COLUMNS` (non-empty ones joined
+    by ``|``): ``"m/d|main|label_or_fallback|drop|containment|correct"``; for a setting of ``analyze`` input, the
+    setting itself."""
     return "|".join(str(v) for v in values if v is not None and str(v) != "")
 
 
@@ -270,8 +260,8 @@ def token_shift_pairs(signals: Sequence[str], info: Mapping[str, Mapping[str, An
 
 def unit_seed(labels: Mapping[str, str], base_seed: int) -> int:
     """The bootstrap seed of a unit: ``setting_seed(model, dataset, base)`` when both are named, else
-    ``setting_seed(setting, "", base)`` (an ``analyze`` input without a model column): the same derivation in
-    ``run`` and ``analyze``, so the same signal table gives the same draws."""
+    ``setting_seed(setting, "", base)`` (an ``analyze`` input without a model column): the same derivation in ``run``
+    and ``analyze``, so the same signal table gives the same draws."""
     if labels.get("model") and labels.get("dataset"):
         return setting_seed(labels["model"], labels["dataset"], base_seed)
     return setting_seed(labels["setting"], "", base_seed)
@@ -382,9 +372,8 @@ def plan_units(signals: pd.DataFrame, comparisons: Comparisons, base_seed: int, 
                edge_bins: Sequence[int] = ()) -> list[UnitPlan]:
     """Every unit of a conformed signal table (analysis/signals.py), in the order units first appear.
 
-    Within a unit, signals keep the order of their first row; items are ordered by first appearance.
-    ``clustered``: resample the ``cluster`` column's clusters (an item must have one cluster).
-    ``edge_bins``: see :func:`plan_unit`.
+    Within a unit, signals keep the order of their first row; items are ordered by first appearance. ``clustered``:
+    resample the ``cluster`` column's clusters (an item must have one cluster). ``edge_bins``: see :func:`plan_unit`.
 
     Raises
     ------
@@ -428,10 +417,10 @@ def plan_units(signals: pd.DataFrame, comparisons: Comparisons, base_seed: int, 
 
 def bootstrap_unit(u: UnitPlan, metrics: Sequence[str], n_resamples: int, n_bins: int = 10,
                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> BootstrapResult:
-    """The paired bootstrap of one unit's cells in process (:func:`~confgrid.analysis.bootstrap.paired_bootstrap`
-    with the unit's supports, clusters and reweighted cells), under the unit's own metrics and resample count
-    when it has them (else ``metrics``, ``n_resamples``). flows/evaluate/bootstrap_ray.py ``bootstrap_units``
-    spreads the same computation over a Ray Data job, bit for bit."""
+    """The paired bootstrap of one unit's cells in process (:func:`~confgrid.analysis.bootstrap.paired_bootstrap` with
+    the unit's supports, clusters and reweighted cells), under the unit's own metrics and resample count when it has
+    them (else ``metrics``, ``n_resamples``). flows/evaluate/bootstrap_ray.py ``bootstrap_units`` spreads the same
+    computation over a Ray Data job, bit for bit."""
     return paired_bootstrap(u.confidence, u.target, list(u.metrics) or list(metrics),
                             n_resamples=u.n_resamples or n_resamples, seed=u.seed, chunk_size=chunk_size,
                             n_bins=n_bins, signal_names=u.cell_names, groups=u.groups, masks=u.masks,
@@ -445,8 +434,8 @@ def _plain(v: Any) -> Any:
 @dataclass
 class Estimates:
     """The estimates of a set of units: ``metrics``, ``gaps``, ``shifts`` (columns :data:`METRIC_COLUMNS`,
-    :data:`GAP_COLUMNS`, :data:`SHIFT_COLUMNS`), ``edges`` (the share of each signal's confidences on bin
-    edges, :data:`~confgrid.analysis.closure.EDGE_COLUMNS`) and ``shares``: per conclusion of the gaps
+    :data:`GAP_COLUMNS`, :data:`SHIFT_COLUMNS`), ``edges`` (the share of each signal's confidences on bin edges,
+    :data:`~confgrid.analysis.closure.EDGE_COLUMNS`) and ``shares``: per conclusion of the gaps
     (analysis/verdicts.py), how many of its settings favour side A in each resample (the intervals of
     :func:`~confgrid.analysis.verdicts.verdict_table`)."""
 
@@ -526,13 +515,11 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
     Returns
     -------
     Estimates
-        ``n`` is the items of the signal's support (metrics) or the items both
-        signals have (gaps, shifts); ``n_undefined`` the resamples where the
-        value is undefined; ``favours`` the better signal by point estimate
-        (:func:`~confgrid.analysis.compare.better_signal`); a shift's
-        ``flip``: the better signal differs between the two gaps, by point;
-        ``resolved_flip``: a flip where both advantages' intervals exclude 0; ``interval`` the method, or
-        ``degenerate`` for a value whose resamples have no spread (its ``excludes_zero`` is False).
+        ``n`` is the items of the signal's support (metrics) or the items both signals have (gaps, shifts);
+        ``n_undefined`` the resamples where the value is undefined; ``favours`` the better signal by point estimate
+        (:func:`~confgrid.analysis.compare.better_signal`); a shift's ``flip``: the better signal differs between the
+        two gaps, by point; ``resolved_flip``: a flip where both advantages' intervals exclude 0; ``interval`` the
+        method, or ``degenerate`` for a value whose resamples have no spread (its ``excludes_zero`` is False).
     """
     check_interval(method)
     frames: dict[str, list[pd.DataFrame]] = {"metrics": [], "gaps": [], "shifts": []}
@@ -598,8 +585,8 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
 
 def _shift_rows(u: UnitPlan, res: BootstrapResult, resamples: np.ndarray, metrics: list[str], adv: dict,
                 level: float) -> list[dict]:
-    """The shift rows of a unit; ``resamples`` are those its intervals use and ``adv[(a, b, j)]`` each compared
-    pair's (point advantage, resampled advantages, interval method)."""
+    """The shift rows of a unit; ``resamples`` are those its intervals use and ``adv[(a, b, j)]`` each compared pair's
+    (point advantage, resampled advantages, interval method)."""
     if not u.shifts:
         return []
     cell = {(a, b): (ca, cb) for a, b, ca, cb in u.pairs}

@@ -1,19 +1,16 @@
 """The data behind each figure of a run, computed from its results tables (compute; drawing is in report/).
 
-Pure pandas / numpy: every function takes tidy tables as ``confgrid run``
-writes them (``OUT/results/*.parquet``, ``OUT/tables/signals.parquet``) and
-returns a tidy frame holding exactly what is drawn, so a figure can be checked
-against its numbers. Empty bins stay in the frames as rows with ``count == 0``
-and ``NaN`` means (drawn as gaps, never dropped).
+Pure pandas / numpy: every function takes tidy tables as ``confgrid run`` writes them (``OUT/results/*.parquet``,
+``OUT/tables/signals.parquet``) and returns a tidy frame holding exactly what is drawn, so a figure can be checked
+against its numbers. Empty bins stay in the frames as rows with ``count == 0`` and ``NaN`` means (drawn as gaps, never
+dropped).
 
-Sources of the definitions: reliability diagrams (DeGroot and Fienberg 1983;
-bins of :func:`confgrid.analysis.reliability.reliability_diagram`), the gap
-``g = metric(verbalized) - metric(token)`` per context (study 000 section 3.5,
-Figure 3), the ablation path (study 000 Table 3), the probe differences
-(study 000 Table 17), ACE's raw against aligned gap (study 001 Figures 2 and 3:
-a reversal lies in the second or fourth quadrant), Brier score against
-accuracy with the calibrated-random baseline ``(k - 1) / k^2`` (study 003
-Figure 1, section 3.3) and overconfidence by difficulty (study 002 Figure 4).
+Sources of the definitions: reliability diagrams (DeGroot and Fienberg 1983; bins of
+:func:`confgrid.analysis.reliability.reliability_diagram`), the gap ``g = metric(verbalized) - metric(token)`` per
+context (study 000 section 3.5, Figure 3), the ablation path (study 000 Table 3), the probe differences (study 000
+Table 17), ACE's raw against aligned gap (study 001 Figures 2 and 3: a reversal lies in the second or fourth
+quadrant), Brier score against accuracy with the calibrated-random baseline ``(k - 1) / k^2`` (study 003 Figure 1,
+section 3.3) and overconfidence by difficulty (study 002 Figure 4).
 """
 
 from __future__ import annotations
@@ -76,11 +73,10 @@ def reliability_table(signals: pd.DataFrame, n_bins: int = 10, strategy: str = "
     Returns
     -------
     DataFrame
-        One row per diagram and bin (``n_bins`` rows per diagram, empty bins included):
-        the key columns, ``bin`` (int, 0-based), ``bin_lo``, ``bin_hi`` (edges), ``count`` (int64),
-        ``mean_confidence`` and ``accuracy`` (``NaN`` for an empty bin), ``bin_confidence`` (what stands for the
-        bin's confidence: the mean confidence, or the bin's midpoint; ``NaN`` for an empty bin). Diagrams keep
-        the order of first appearance.
+        One row per diagram and bin (``n_bins`` rows per diagram, empty bins included): the key columns, ``bin`` (int,
+        0-based), ``bin_lo``, ``bin_hi`` (edges), ``count`` (int64), ``mean_confidence`` and ``accuracy`` (``NaN`` for
+        an empty bin), ``bin_confidence`` (what stands for the bin's confidence: the mean confidence, or the bin's
+        midpoint; ``NaN`` for an empty bin). Diagrams keep the order of first appearance.
 
     Raises
     ------
@@ -148,8 +144,8 @@ def ablation_path(table3: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def probe_differences(table17: pd.DataFrame) -> pd.DataFrame:
-    """Paired differences of stated confidence per probe pair (study 000 Table 17): pair, n, mean_diff, lo, hi;
-    pairs with ``n == 0`` are kept (``NaN`` values)."""
+    """Paired differences of stated confidence per probe pair (study 000 Table 17): pair, n, mean_diff, lo, hi; pairs
+    with ``n == 0`` are kept (``NaN`` values)."""
     cols = ["pair", "description", "n", "mean_diff", "lo", "hi"]
     return table17[cols].reset_index(drop=True) if len(table17) else pd.DataFrame(columns=cols)
 

@@ -1,24 +1,19 @@
 """The fused count-space evaluation of resample chunks (the engine of analysis/bootstrap.py).
 
-Per row block of resamples, the count matrix ``W`` (b, n) is built once
-(``np.bincount``) and shared by every signal; one sparse product ``W @ M``
-gives every signal's binned sums (ECE, Brier, signed gap) and its counts per
-*segment* (a run of equally-correct answers in the signal's fixed sorted
-order); AUROC and AURC need only the cumulative counts at segment ends (exact
-integer arithmetic and harmonic tables; :class:`_FusedSignal`,
-:class:`_Prepared`). Nothing is sorted per resample.
+Per row block of resamples, the count matrix ``W`` (b, n) is built once (``np.bincount``) and shared by every signal;
+one sparse product ``W @ M`` gives every signal's binned sums (ECE, Brier, signed gap) and its counts per *segment* (a
+run of equally-correct answers in the signal's fixed sorted order); AUROC and AURC need only the cumulative counts at
+segment ends (exact integer arithmetic and harmonic tables; :class:`_FusedSignal`, :class:`_Prepared`). Nothing is
+sorted per resample.
 
-Supports (one paired resample, signals on different items): every signal
-``s`` may be evaluated on its own subset of the ``n`` items, its *support*
-(a boolean row of ``masks``), while all signals share the same resampled
-counts over the ``n`` items. A resample then holds ``tot_s = W[:, support].sum(1)``
-answers of signal ``s``, which varies from resample to resample; the metrics
-divide by ``tot_s`` and AURC uses the tables of any total
-(:func:`confgrid.analysis.clusters.total_tables`), exactly as for cluster
-resamples. A signal whose support is every item takes the path it always
-took, so its values do not move by a single ulp. This is how a P(True)
-signal defined on 180 items and a verbalized one on 150 are compared on the
-same resamples (the gap on the items both have is one more support).
+Supports (one paired resample, signals on different items): every signal ``s`` may be evaluated on its own subset of
+the ``n`` items, its *support* (a boolean row of ``masks``), while all signals share the same resampled counts over
+the ``n`` items. A resample then holds ``tot_s = W[:, support].sum(1)`` answers of signal ``s``, which varies from
+resample to resample; the metrics divide by ``tot_s`` and AURC uses the tables of any total
+(:func:`confgrid.analysis.clusters.total_tables`), exactly as for cluster resamples. A signal whose support is every
+item takes the path it always took, so its values do not move by a single ulp. This is how a P(True) signal defined on
+180 items and a verbalized one on 150 are compared on the same resamples (the gap on the items both have is one more
+support).
 """
 
 from __future__ import annotations
@@ -72,12 +67,10 @@ _LINEAR_METRICS = FUSED_METRICS - _RANK_METRICS
 def one_blas_thread():
     """Context pinning BLAS to one thread (threadpoolctl), restored on exit.
 
-    The weighted kernels some metrics fall back to (``kde_ece``'s matrix
-    products, ``w @ v`` sums) call BLAS; one thread everywhere (in process and
-    in every Ray task) makes their values independent of how many cores a
-    process sees (a BLAS product can round differently with another thread
-    count), and on a shared machine a multi-threaded BLAS on these small
-    products is many times slower than one thread.
+    The weighted kernels some metrics fall back to (``kde_ece``'s matrix products, ``w @ v`` sums) call BLAS; one
+    thread everywhere (in process and in every Ray task) makes their values independent of how many cores a process
+    sees (a BLAS product can round differently with another thread count), and on a shared machine a multi-threaded
+    BLAS on these small products is many times slower than one thread.
     """
     return threadpool_limits(limits=1, user_api="blas")
 
@@ -85,14 +78,12 @@ def one_blas_thread():
 def _aurc_table(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``V[a]`` for ``a = 0..n`` as a float64 pair ``(hi, lo)`` with ``hi + lo ~ V``.
 
-    ``V[a] = sum_{q=n-a}^{n-1} (H[n] - H[q])``: an error at descending
-    position ``p`` of a resample of ``n`` answers counts in every ``C_k / k``
-    with ``k >= p``, i.e. adds ``H[n] - H[p-1]`` to ``n * AURC``; a unit of
-    ``m`` answers at positions ``K+1..K+m`` (ascending cumulative counts
-    ``A = n-K-m`` below it and ``A' = n-K`` up to it) with mean error ``r``
-    adds ``r (V[A'] - V[A])`` in expectation over the orders of its ties.
-    Built in extended precision, so ``(hi[a2] - hi[a1]) + (lo[a2] - lo[a1])``
-    is accurate to a few ulps even where ``V[a2]`` and ``V[a1]`` nearly cancel.
+    ``V[a] = sum_{q=n-a}^{n-1} (H[n] - H[q])``: an error at descending position ``p`` of a resample of ``n`` answers
+    counts in every ``C_k / k`` with ``k >= p``, i.e. adds ``H[n] - H[p-1]`` to ``n * AURC``; a unit of ``m`` answers
+    at positions ``K+1..K+m`` (ascending cumulative counts ``A = n-K-m`` below it and ``A' = n-K`` up to it) with mean
+    error ``r`` adds ``r (V[A'] - V[A])`` in expectation over the orders of its ties. Built in extended precision, so
+    ``(hi[a2] - hi[a1]) + (lo[a2] - lo[a1])`` is accurate to a few ulps even where ``V[a2]`` and ``V[a1]`` nearly
+    cancel.
     """
     inv = 1.0 / np.arange(int(n), 0, -1, dtype=np.longdouble)  # 1/n, 1/(n-1), .., 1
     d = np.cumsum(inv)  # H[n] - H[q] for q = n-1, n-2, .., 0
@@ -106,26 +97,20 @@ def _aurc_table(n: int) -> tuple[np.ndarray, np.ndarray]:
 class _FusedSignal:
     """Per-signal constants of the fused path (built once per setting).
 
-    Items are ordered by ``(confidence, correct)``, so each tie group lists
-    its wrong answers first, and the order is cut into *units*: a tie group
-    with mixed correctness, or a maximal run of tie groups that each hold one
-    correctness value, the same for the whole run. Inside a unit the order of
-    the answers changes neither AUROC (ties count one half; two answers with
-    the same correctness contribute the same either way) nor the expected
-    AURC (every position of the unit carries the unit's mean error). A
-    *segment* is a run of equal correctness inside a unit. A resample enters
-    AUROC and AURC only through ``B``, the cumulative counts at segment ends
-    (its counts per segment from the sparse product of :class:`_Prepared`,
-    then a cumsum):
+    Items are ordered by ``(confidence, correct)``, so each tie group lists its wrong answers first, and the order is
+    cut into *units*: a tie group with mixed correctness, or a maximal run of tie groups that each hold one
+    correctness value, the same for the whole run. Inside a unit the order of the answers changes neither AUROC (ties
+    count one half; two answers with the same correctness contribute the same either way) nor the expected AURC (every
+    position of the unit carries the unit's mean error). A *segment* is a run of equal correctness inside a unit. A
+    resample enters AUROC and AURC only through ``B``, the cumulative counts at segment ends (its counts per segment
+    from the sparse product of :class:`_Prepared`, then a cumsum):
 
     * ``2 U = sum_u p_u (A_u + A'_u) - P**2``, ``A_u`` / ``A'_u`` the count
       below / up to unit ``u``, ``p_u`` its correct mass, ``P = sum_u p_u``;
-    * ``n AURC = sum_u r_u (V[A'_u] - V[A_u])``, ``r_u`` the unit's mean error
-      (see :func:`_aurc_table`).
+    * ``n AURC = sum_u r_u (V[A'_u] - V[A_u])``, ``r_u`` the unit's mean error (see :func:`_aurc_table`).
 
-    For binary correctness with no mixed tie group the units alternate
-    wrong / correct, every quantity but ``V`` is an exact integer and AUROC is
-    one correctly rounded division.
+    For binary correctness with no mixed tie group the units alternate wrong / correct, every quantity but ``V`` is an
+    exact integer and AUROC is one correctly rounded division.
     """
 
     __slots__ = ("seg_of_item", "n_seg", "unit_lo", "unit_hi", "seg_unit_start", "y_seg", "y_unit",
@@ -166,15 +151,12 @@ class _FusedSignal:
 class _Prepared:
     """One setting's signals ready for chunk evaluation (see :func:`prepare`).
 
-    ``M`` (n, L) is a sparse matrix with, per finite signal ``s``, the
-    columns ``cols[s] = (e, k0)``: ``n_bins`` ECE columns ``(y - c) [bin == j]``
-    from ``e``, then ``(c - y)**2`` (Brier) and ``c - y`` (signed gap), and
-    from ``k0`` one 0/1 column per segment of :class:`_FusedSignal`. For a row
-    block of counts ``W`` (b, n), ``(W @ M).T = M.T @ W.T`` holds every
-    signal's binned sums and its exact per-segment counts: ``4 S``
-    multiply-adds per item and resample (scipy's sparse kernels: sequential
-    sums, no threads, so each value depends only on its own column of ``M``).
-    Stored as ``MT = M.T`` in CSR.
+    ``M`` (n, L) is a sparse matrix with, per finite signal ``s``, the columns ``cols[s] = (e, k0)``: ``n_bins`` ECE
+    columns ``(y - c) [bin == j]`` from ``e``, then ``(c - y)**2`` (Brier) and ``c - y`` (signed gap), and from ``k0``
+    one 0/1 column per segment of :class:`_FusedSignal`. For a row block of counts ``W`` (b, n),
+    ``(W @ M).T = M.T @ W.T`` holds every signal's binned sums and its exact per-segment counts: ``4 S`` multiply-adds
+    per item and resample (scipy's sparse kernels: sequential sums, no threads, so each value depends only on its own
+    column of ``M``). Stored as ``MT = M.T`` in CSR.
     """
 
     __slots__ = ("sigs", "fused", "n", "aurc_hi", "aurc_lo", "MT", "cols", "rows", "sorted_rows", "local",
@@ -244,8 +226,8 @@ def prepare(conf: np.ndarray, corr: np.ndarray, n_bins: int, masks=None, reweigh
 
 
 def _same_as(conf, corr, rows, reweight) -> list[int | None]:
-    """For each signal, the first earlier signal with the same values on the same support and the same
-    reweighting (its values are copied, not computed again), else None."""
+    """For each signal, the first earlier signal with the same values on the same support and the same reweighting
+    (its values are copied, not computed again), else None."""
     seen: dict[tuple, int] = {}
     out: list[int | None] = []
     for s in range(conf.shape[0]):
@@ -329,11 +311,9 @@ def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names, to
                 tables=None) -> dict[str, np.ndarray]:
     """AUROC / AURC of one signal on a block of ``b`` resamples.
 
-    ``seg_counts`` (n_seg, b): the resamples' counts per segment (float64
-    holding exact integers; every column sums to ``n``, or to ``tot`` (b,),
-    the row counts of cluster resamples, whose AURC uses ``V_T`` of
-    :func:`clusters.v_diff` with ``tables``). Arrays are laid out
-    segment-major, so every step is vectorized over the resamples.
+    ``seg_counts`` (n_seg, b): the resamples' counts per segment (float64 holding exact integers; every column sums to
+    ``n``, or to ``tot`` (b,), the row counts of cluster resamples, whose AURC uses ``V_T`` of :func:`clusters.v_diff`
+    with ``tables``). Arrays are laid out segment-major, so every step is vectorized over the resamples.
     """
     k, b = seg_counts.shape
     n = P.n if tot is None else tot
@@ -383,12 +363,10 @@ def _rank_block(f: _FusedSignal, P: _Prepared, seg_counts: np.ndarray, names, to
 def evaluate_chunk(prep: _Prepared, metrics, idx_chunk, clusters: Clusters | None = None) -> np.ndarray:
     """``(S, M, b)`` values of one chunk; ``idx_chunk`` (b, n) in range (checked by the callers).
 
-    With ``clusters``, ``idx_chunk`` (b, G) holds drawn clusters: each row
-    weighs its cluster's multiplicity and a resample has ``tot`` rows
-    (varying), which the fused metrics use in place of ``n``. A signal with a
-    support (see the module docstring) counts only its items: its resample
-    size ``tot_s`` varies too, and a resample without any of its items is
-    ``nan``. Call inside :func:`one_blas_thread` (the callers do).
+    With ``clusters``, ``idx_chunk`` (b, G) holds drawn clusters: each row weighs its cluster's multiplicity and a
+    resample has ``tot`` rows (varying), which the fused metrics use in place of ``n``. A signal with a support (see
+    the module docstring) counts only its items: its resample size ``tot_s`` varies too, and a resample without any of
+    its items is ``nan``. Call inside :func:`one_blas_thread` (the callers do).
     """
     idx_chunk = np.asarray(idx_chunk)
     b = idx_chunk.shape[0]

@@ -1,18 +1,14 @@
 """The hard-easy effect: overconfidence against difficulty (study 002, sections 4.5, 6 and Table 2).
 
-Per answer ``i`` there is a stated confidence ``c_i`` in [0, 1], a score
-``s_i`` in [0, 1] (correctness, or LifeEval's true probability of the guess)
-and a difficulty ``d_i`` in [0, 1]. Overconfidence is ``c - s`` per answer and
-``mean(c) - mean(s)`` over a group. The hard-easy effect is overconfidence
-rising with difficulty; study 002 measures it as the OLS regression
-coefficient of per-answer overconfidence on difficulty.
+Per answer ``i`` there is a stated confidence ``c_i`` in [0, 1], a score ``s_i`` in [0, 1] (correctness, or LifeEval's
+true probability of the guess) and a difficulty ``d_i`` in [0, 1]. Overconfidence is ``c - s`` per answer and
+``mean(c) - mean(s)`` over a group. The hard-easy effect is overconfidence rising with difficulty; study 002 measures
+it as the OLS regression coefficient of per-answer overconfidence on difficulty.
 
-Difficulty (study 002): ``1 - MAS`` of the item for LifeEval (metadata
-``mas``, :mod:`confgrid.protocols.lifeeval`); elsewhere ``1 -`` the accuracy
-of the item's group (:func:`group_difficulty`, groups from a metadata column
-such as MMLU's subject). The second is computed from the same scores it is
-then regressed against, so part of the slope is regression to the mean
-(study 002 section 1); LifeEval's difficulty is exogenous.
+Difficulty (study 002): ``1 - MAS`` of the item for LifeEval (metadata ``mas``, :mod:`confgrid.protocols.lifeeval`);
+elsewhere ``1 -`` the accuracy of the item's group (:func:`group_difficulty`, groups from a metadata column such as
+MMLU's subject). The second is computed from the same scores it is then regressed against, so part of the slope is
+regression to the mean (study 002 section 1); LifeEval's difficulty is exogenous.
 
 Functions (pure numpy/scipy; 1-D float arrays in, typed records out):
 
@@ -24,8 +20,7 @@ Functions (pure numpy/scipy; 1-D float arrays in, typed records out):
 * :func:`confidence_truth_correlation`: Pearson and Spearman correlation of
   stated confidence and true probability (LifeEval).
 
-Undefined results (no rows, one row, a constant input, a non-finite value)
-are NaN with a ``status`` saying why and an
+Undefined results (no rows, one row, a constant input, a non-finite value) are NaN with a ``status`` saying why and an
 :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`, never 0.
 """
 
@@ -114,9 +109,8 @@ def overconfidence_by_group(confidence, score, groups) -> tuple[GroupOverconfide
     Returns
     -------
     tuple of GroupOverconfidence
-        One per distinct label, in sorted order of the labels (numbers sort
-        as numbers when every label is one). A non-finite value makes its
-        group's means NaN.
+        One per distinct label, in sorted order of the labels (numbers sort as numbers when every label is one). A
+        non-finite value makes its group's means NaN.
 
     Raises
     ------
@@ -162,11 +156,9 @@ def overconfidence_by_difficulty(confidence, score, difficulty,
     confidence, score, difficulty : array_like, shape (n,)
         Floats in [0, 1].
     bins : int or sequence of float, default 10
-        An integer ``B``: equal-width bins ``[k/B, (k+1)/B)`` on [0, 1], the
-        last also holding 1 (edges as in ECE,
-        :func:`confgrid.analysis.metrics.bin_indices`). A sequence: strictly
-        increasing edges ``e_0 < ... < e_K`` that contain every difficulty
-        (bin ``k`` = ``[e_k, e_{k+1})``, the last closed); quantile bins are
+        An integer ``B``: equal-width bins ``[k/B, (k+1)/B)`` on [0, 1], the last also holding 1 (edges as in ECE,
+        :func:`confgrid.analysis.metrics.bin_indices`). A sequence: strictly increasing edges ``e_0 < ... < e_K`` that
+        contain every difficulty (bin ``k`` = ``[e_k, e_{k+1})``, the last closed); quantile bins are
         ``np.unique(np.quantile(difficulty, np.linspace(0, 1, 11)))``.
 
     Returns
@@ -239,11 +231,9 @@ def group_difficulty(score, groups) -> np.ndarray:
 class HardEasySlope(NamedTuple):
     """OLS fit ``overconfidence = intercept + slope * difficulty`` with a bootstrap interval of the slope.
 
-    ``lo``/``hi``: percentile interval at ``level`` over ``resamples`` paired
-    resamples of the answers; ``n_undefined`` resamples whose difficulties were
-    all equal are left out of it. ``status``: ``"ok"``, ``"no_rows"``,
-    ``"one_row"``, ``"constant_difficulty"`` or ``"non_finite"`` (then every
-    number is NaN).
+    ``lo``/``hi``: percentile interval at ``level`` over ``resamples`` paired resamples of the answers;
+    ``n_undefined`` resamples whose difficulties were all equal are left out of it. ``status``: ``"ok"``,
+    ``"no_rows"``, ``"one_row"``, ``"constant_difficulty"`` or ``"non_finite"`` (then every number is NaN).
     """
 
     slope: float
@@ -290,9 +280,8 @@ def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, s
                     counts: np.ndarray | None = None) -> HardEasySlope:
     """The hard-easy coefficient: OLS slope of per-answer overconfidence ``c - s`` on difficulty.
 
-    Study 002 Table 2 ("Hard-Easy": the regression coefficient between
-    difficulty and overconfidence; difficulty ``1 - MAS`` for LifeEval). A
-    positive slope: overconfidence rises with difficulty.
+    Study 002 Table 2 ("Hard-Easy": the regression coefficient between difficulty and overconfidence; difficulty
+    ``1 - MAS`` for LifeEval). A positive slope: overconfidence rises with difficulty.
 
     Parameters
     ----------
@@ -301,22 +290,18 @@ def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, s
     resamples : int, default 10000
         Paired bootstrap resamples of the ``n`` answers (0: no interval, NaN bounds).
     seed : int, default 0
-        Seed of the index draws: chunk ``k`` of ``chunk_size`` resamples is
-        ``default_rng(SeedSequence([seed, k])).integers(0, n, (rows, n))``
-        (:func:`confgrid.analysis.bootstrap.chunk_indices`), so the draws are
-        those of the project's metric bootstrap for the same seed and ``n``.
+        Seed of the index draws: chunk ``k`` of ``chunk_size`` resamples is ``default_rng(SeedSequence([seed,
+        k])).integers(0, n, (rows, n))`` (:func:`confgrid.analysis.bootstrap.chunk_indices`), so the draws are those
+        of the project's metric bootstrap for the same seed and ``n``.
     level : float, default 0.95
         Level of the percentile interval (``np.nanpercentile``, linear), in (0, 1).
     chunk_size : int
-        Resamples per chunk of draws (part of the seed convention; memory is
-        ``O(chunk_size * n)``).
+        Resamples per chunk of draws (part of the seed convention; memory is ``O(chunk_size * n)``).
     counts : ndarray of shape (B, n), optional
-        The resamples as multiplicities of the ``n`` answers instead of the
-        seeded draws (``resamples`` and ``seed`` are then ignored): a run
-        passes its unit's own resamples restricted to these answers
-        (:func:`confgrid.analysis.bootstrap.resample_counts`), so the slope's
-        interval is paired with the unit's metrics; a resample's slope is the
-        OLS slope of its rows repeated that many times.
+        The resamples as multiplicities of the ``n`` answers instead of the seeded draws (``resamples`` and ``seed``
+        are then ignored): a run passes its unit's own resamples restricted to these answers
+        (:func:`confgrid.analysis.bootstrap.resample_counts`), so the slope's interval is paired with the unit's
+        metrics; a resample's slope is the OLS slope of its rows repeated that many times.
 
     Returns
     -------
@@ -375,10 +360,9 @@ class RoundedShare(NamedTuple):
 def rounded_share(confidence, step_percent: float = 5.0) -> RoundedShare:
     """Share of stated confidences that are multiples of 5% (study 002 section 6, "Percentage of Rounded outputs").
 
-    A confidence ``c`` counts when ``round(round(100 c, 6) mod step, 6)`` is 0
-    or ``step``: rounding to 6 decimals of a percentage absorbs float noise
-    (``0.35`` is ``35.00000000000001`` percent) while ``0.351`` or
-    ``0.349999`` do not count.
+    A confidence ``c`` counts when ``round(round(100 c, 6) mod step, 6)`` is 0 or ``step``: rounding to 6 decimals of
+    a percentage absorbs float noise (``0.35`` is ``35.00000000000001`` percent) while ``0.351`` or ``0.349999`` do
+    not count.
 
     Parameters
     ----------
@@ -425,15 +409,13 @@ def confidence_truth_correlation(confidence, truth) -> Correlation:
     Parameters
     ----------
     confidence, truth : array_like, shape (n,)
-        Stated probability and true probability (the ``lifeeval`` rule's
-        score), floats in [0, 1].
+        Stated probability and true probability (the ``lifeeval`` rule's score), floats in [0, 1].
 
     Returns
     -------
     Correlation
-        ``scipy.stats.pearsonr`` and ``scipy.stats.spearmanr`` (ties get
-        average ranks). Undefined (NaN, with a warning and the reason in
-        ``status``) for fewer than 2 rows, a non-finite value, or a constant input.
+        ``scipy.stats.pearsonr`` and ``scipy.stats.spearmanr`` (ties get average ranks). Undefined (NaN, with a
+        warning and the reason in ``status``) for fewer than 2 rows, a non-finite value, or a constant input.
     """
     c, t = _unit(confidence, "confidence"), _unit(truth, "truth")
     _same_length(confidence=c, truth=t)

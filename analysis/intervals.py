@@ -17,14 +17,13 @@ estimate on the full data. The method is a declared choice (``bootstrap.interval
   onto the smallest resamples: such a value gets the percentile interval, and says so (:func:`interval_methods`).
 * ``basic`` and ``bc`` may leave a metric's range (a negative Brier bound) or not contain the point estimate;
   they are there to compare, measured in the coverage study.
-* ``jeffreys`` (boundary-aware, binned ECE only): every resample keeps the bootstrap's draw of the items and
-  replaces each bin's accuracy by a draw from its Jeffreys posterior ``Beta(k_b + 1/2, n_b - k_b + 1/2)``
-  (:func:`jeffreys_resamples`); the percentile interval of those values. 50 of 50 answers right then no longer
-  claim an accuracy of exactly 1 (Brown, Cai & DasGupta 2001, "Interval estimation for a binomial proportion",
-  Statistical Science 16(2), on the Jeffreys interval). Metrics without fixed bins (AUROC, Brier, equal-mass and
-  debiased ECE) keep the percentile interval, and their ``interval`` column says ``percentile``. Gaps draw the
-  two signals' bins independently on the same items, which ignores that their outcomes are shared: wider, not
-  narrower.
+* ``jeffreys`` (boundary-aware, binned ECE only): every resample keeps the bootstrap's draw of the items and replaces
+  each bin's accuracy by a draw from its Jeffreys posterior ``Beta(k_b + 1/2, n_b - k_b + 1/2)``
+  (:func:`jeffreys_resamples`); the percentile interval of those values. 50 of 50 answers right then no longer claim
+  an accuracy of exactly 1 (Brown, Cai & DasGupta 2001, "Interval estimation for a binomial proportion", Statistical
+  Science 16(2), on the Jeffreys interval). Metrics without fixed bins (AUROC, Brier, equal-mass and debiased ECE)
+  keep the percentile interval, and their ``interval`` column says ``percentile``. Gaps draw the two signals' bins
+  independently on the same items, which ignores that their outcomes are shared: wider, not narrower.
 
 A value whose defined resamples are all equal has no spread: its interval is **degenerate** (a point). It is
 reported as such (the ``interval`` column says ``degenerate``) and never counts as resolving a comparison: its

@@ -1,11 +1,9 @@
 """Count-weighted metric kernels: every metric of a signal evaluated for many resamples at once.
 
-A resample is a vector of counts (how often each item was drawn); a kernel
-takes a :class:`SortedSignal` (the items sorted once by confidence, tie
-groups and ECE bins as contiguous blocks) and a ``(b, n)`` count matrix and
-returns the ``b`` metric values, with the same binning, tie and edge rules as
-the point functions of analysis/metrics.py and analysis/estimators.py (the
-tests check each kernel against them on row-duplicated data). Used by
+A resample is a vector of counts (how often each item was drawn); a kernel takes a :class:`SortedSignal` (the items
+sorted once by confidence, tie groups and ECE bins as contiguous blocks) and a ``(b, n)`` count matrix and returns the
+``b`` metric values, with the same binning, tie and edge rules as the point functions of analysis/metrics.py and
+analysis/estimators.py (the tests check each kernel against them on row-duplicated data). Used by
 analysis/bootstrap.py; split from it so that each file stays one unit.
 """
 
@@ -50,10 +48,9 @@ def _block_rows(n: int) -> int:
 class SortedSignal:
     """One signal with its items sorted once by ascending confidence.
 
-    Tie groups (equal confidence) and ECE bins are contiguous blocks of the
-    sorted order; ``tie_starts`` / ``bin_starts`` are their first positions.
-    ``closure`` is the bin closure of ``bin_starts`` (:data:`metrics.CLOSURES`);
-    the bins of other counts or closures are computed once per signal and kept
+    Tie groups (equal confidence) and ECE bins are contiguous blocks of the sorted order; ``tie_starts`` /
+    ``bin_starts`` are their first positions. ``closure`` is the bin closure of ``bin_starts``
+    (:data:`metrics.CLOSURES`); the bins of other counts or closures are computed once per signal and kept
     (:meth:`with_bins`).
     """
 
@@ -87,8 +84,8 @@ class SortedSignal:
         return cls(order, cs, ys, tie_starts, bin_starts, int(n_bins), closure)
 
     def sort_weights(self, w, integer: bool = True) -> np.ndarray:
-        """``w`` (b, n) or (n,) in sorted order; ``integer``: multiplicities (AUROC and AURC need them: their
-        tie terms count draws), else any finite weights >= 0 (ECE, Brier and the gap sum weights only)."""
+        """``w`` (b, n) or (n,) in sorted order; ``integer``: multiplicities (AUROC and AURC need them: their tie
+        terms count draws), else any finite weights >= 0 (ECE, Brier and the gap sum weights only)."""
         w = np.asarray(w, dtype=np.float64)
         if w.ndim == 1:
             w = w[None, :]
@@ -119,9 +116,9 @@ class SortedSignal:
         return self._rebinned[key]
 
     def with_binning(self, binning: Binning) -> "SortedSignal":
-        """The same signal with the bins of a fixed-edge :class:`~confgrid.analysis.binning.Binning` (``width``
-        or ``centred``; its ``n_bins`` None: this signal's), and ``bin_mid``, the midpoint of each non-empty
-        bin. Computed once per binning and kept. ValueError for equal-mass bins (their bins are per resample)."""
+        """The same signal with the bins of a fixed-edge :class:`~confgrid.analysis.binning.Binning` (``width`` or
+        ``centred``; its ``n_bins`` None: this signal's), and ``bin_mid``, the midpoint of each non-empty bin.
+        Computed once per binning and kept. ValueError for equal-mass bins (their bins are per resample)."""
         B = binning.bins(self.n_bins)
         if binning.scheme == "width" and binning.bin_confidence == "mean":
             return self.with_bins(B, binning.closure)
@@ -370,9 +367,9 @@ WEIGHTED_KERNELS.update(
 )
 def weighted_kernel(name: str):
     """The vectorized count-weighted kernel ``kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)`` of
-    metric ``name``, or None: :data:`WEIGHTED_KERNELS`, and for every binned ECE (a listed one, a convention or
-    a name of the grammar, analysis/binning.py) the one kernel of its :class:`~confgrid.analysis.binning.Binning`.
-    Raises as :func:`~confgrid.analysis.registry.get_metric` for a name that is no metric."""
+    metric ``name``, or None: :data:`WEIGHTED_KERNELS`, and for every binned ECE (a listed one, a convention or a name
+    of the grammar, analysis/binning.py) the one kernel of its :class:`~confgrid.analysis.binning.Binning`. Raises as
+    :func:`~confgrid.analysis.registry.get_metric` for a name that is no metric."""
     if name in WEIGHTED_KERNELS:
         return WEIGHTED_KERNELS[name]
     binning = get_metric(name).binning
@@ -400,9 +397,8 @@ def weighted_values(name: str, conf, correct, w, n_bins: int = 10) -> np.ndarray
 def has_weighted_kernel(name: str) -> bool:
     """Whether the bootstrap evaluates ``name`` with a vectorized count-weighted kernel.
 
-    Metrics without one (``smoothed_ece``, ``smece``: their bandwidth depends
-    on the resample) are evaluated by the **slower fallback**: the point
-    function of :data:`registry.METRICS` called on each resample's rows
-    (gathered by the index matrix), one Python call per resample.
+    Metrics without one (``smoothed_ece``, ``smece``: their bandwidth depends on the resample) are evaluated by the
+    **slower fallback**: the point function of :data:`registry.METRICS` called on each resample's rows (gathered by
+    the index matrix), one Python call per resample.
     """
     return weighted_kernel(name) is not None

@@ -1,8 +1,7 @@
 """Point estimates of the calibration and discrimination metrics.
 
-Every metric takes a confidence vector and a correctness vector of the same
-length ``n_samples`` (one row per answer) and returns a Python ``float``.
-The definitions are those of study 000, Appendix A.
+Every metric takes a confidence vector and a correctness vector of the same length ``n_samples`` (one row per answer)
+and returns a Python ``float``. The definitions are those of study 000, Appendix A.
 
 Conventions shared by every metric
 ----------------------------------
@@ -10,20 +9,18 @@ Conventions shared by every metric
   ``ValueError`` naming the argument, the value, its index and the range.
 * ``correct`` may be binary ``{0, 1}`` (``bool`` accepted) or graded in
   ``[0, 1]``; values outside raise the same ``ValueError``.
-* Undefined cases return ``nan`` together with an
-  :class:`UndefinedMetricWarning`: no rows, a non-finite value in either
-  input, and (AUROC only) a single class. A metric never returns a silent 0.
+* Undefined cases return ``nan`` together with an :class:`UndefinedMetricWarning`: no rows, a non-finite value in
+  either input, and (AUROC only) a single class. A metric never returns a silent 0.
 
 Only numpy is used here; the vectorized, count-weighted versions used by the
 bootstrap live in :mod:`confgrid.analysis.bootstrap`.
 
 Import order
 ------------
-This module is the bottom of ``confgrid.analysis``: it imports no other
-module of the package. :mod:`~confgrid.analysis.estimators` builds on it, and
-:mod:`~confgrid.analysis.registry` (``MetricInfo``, ``METRICS``,
-``get_metric``, ``register_metric``) registers the metrics of both. Import
-the registry names from :mod:`confgrid.analysis.registry`.
+This module is the bottom of ``confgrid.analysis``: it imports no other module of the package.
+:mod:`~confgrid.analysis.estimators` builds on it, and :mod:`~confgrid.analysis.registry` (``MetricInfo``,
+``METRICS``, ``get_metric``, ``register_metric``) registers the metrics of both. Import the registry names from
+:mod:`confgrid.analysis.registry`.
 """
 
 from __future__ import annotations
@@ -101,8 +98,7 @@ def validate_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
     confidence : array-like of shape (n_samples,)
         Confidence of each answer, float in ``[0, 1]``.
     correct : array-like of shape (n_samples,)
-        Correctness of each answer: bool, binary ``{0, 1}`` or graded
-        float in ``[0, 1]``.
+        Correctness of each answer: bool, binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------
@@ -113,9 +109,8 @@ def validate_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
     Raises
     ------
     ValueError
-        If an input is not 1-D, the lengths differ, or a finite value lies
-        outside ``[0, 1]`` (the message names the argument, the offending
-        value, its index and the allowed range).
+        If an input is not 1-D, the lengths differ, or a finite value lies outside ``[0, 1]`` (the message names the
+        argument, the offending value, its index and the allowed range).
     TypeError
         If an input is not numeric.
     """
@@ -231,15 +226,14 @@ def bin_edges(n_bins: int = 10, closure: str = "left") -> np.ndarray:
 def bin_indices(confidence, n_bins: int = 10, closure: str = "left") -> np.ndarray:
     """Equal-width bin index of each confidence under a declared closure, robust at the bin edges.
 
-    ``closure="left"`` (the default, the rule of every ECE confgrid reported before closures existed): bin
-    ``k`` is ``[k/B, (k+1)/B)`` and the last bin also holds ``1.0``, so a confidence written as exactly
-    ``0.3`` lands in the bin starting at 0.3. ``closure="right"``: bin ``k`` is ``(k/B, (k+1)/B]`` and the
-    first bin also holds ``0.0`` (R's ``cut(x, seq(0, 1, 1/B), include.lowest = TRUE)``,
-    ``pandas.cut(x, edges, right=True, include_lowest=True)``), so ``0.3`` lands in the bin ending at 0.3.
-    ``closure="right_float"``: right-closed on the float edges of :func:`bin_edges` (scikit-learn's
-    ``calibration_curve``: ``np.searchsorted(np.linspace(0, 1, B + 1)[1:-1], p)``), and ``closure="left_float"``
-    left-closed on them (``np.digitize(p, np.linspace(0, 1, B + 1)) - 1``, 1.0 in the last bin). See
-    :data:`CLOSURES`.
+    ``closure="left"`` (the default, the rule of every ECE confgrid reported before closures existed): bin ``k`` is
+    ``[k/B, (k+1)/B)`` and the last bin also holds ``1.0``, so a confidence written as exactly ``0.3`` lands in the
+    bin starting at 0.3. ``closure="right"``: bin ``k`` is ``(k/B, (k+1)/B]`` and the first bin also holds ``0.0``
+    (R's ``cut(x, seq(0, 1, 1/B), include.lowest = TRUE)``, ``pandas.cut(x, edges, right=True,
+    include_lowest=True)``), so ``0.3`` lands in the bin ending at 0.3. ``closure="right_float"``: right-closed on the
+    float edges of :func:`bin_edges` (scikit-learn's ``calibration_curve``: ``np.searchsorted(np.linspace(0, 1, B +
+    1)[1:-1], p)``), and ``closure="left_float"`` left-closed on them
+    (``np.digitize(p, np.linspace(0, 1, B + 1)) - 1``, 1.0 in the last bin). See :data:`CLOSURES`.
 
     Parameters
     ----------
@@ -319,12 +313,10 @@ def harmonic_numbers(n: int) -> np.ndarray:
 def aurc_tie_groups(m, e, K, C, H: np.ndarray):
     """Exact expected AURC numerator contribution of tie groups (closed form).
 
-    A group of ``m`` tied answers with error mass ``e``, placed after ``K``
-    answers holding ``C`` errors, contributes
-    ``sum_{t=1..m} (C + t e/m) / (K + t) = m r + (C - K r)(H[K+m] - H[K])``
-    with ``r = e / m``. Groups with ``m == 0`` contribute 0. Works elementwise
-    on arrays of the same shape; ``m`` and ``K`` must hold integer counts
-    (as floats). The ``m == 1`` case uses ``1 / (K + 1)`` directly.
+    A group of ``m`` tied answers with error mass ``e``, placed after ``K`` answers holding ``C`` errors, contributes
+    ``sum_{t=1..m} (C + t e/m) / (K + t) = m r + (C - K r)(H[K+m] - H[K])`` with ``r = e / m``. Groups with ``m == 0``
+    contribute 0. Works elementwise on arrays of the same shape; ``m`` and ``K`` must hold integer counts (as floats).
+    The ``m == 1`` case uses ``1 / (K + 1)`` directly.
     """
     m = np.asarray(m, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
@@ -351,14 +343,12 @@ def aurc_tie_groups(m, e, K, C, H: np.ndarray):
 def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """Expected calibration error with equal-width bins.
 
-    The ``n_samples`` answers are sorted into ``B = n_bins`` bins
-    ``[k/B, (k+1)/B)`` for ``k = 0 .. B-1``, the last bin also including
-    ``1.0`` (``closure="left"``, the default); with ``closure="right"`` the
-    bins are ``(k/B, (k+1)/B]``, the first also including ``0`` (R's ``cut``,
-    scikit-learn's ``calibration_curve``, study 002), and ``"right_float"``
-    uses the float edges of ``np.linspace`` (:func:`bin_indices`); then ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` where ``acc_b``
-    is the mean correctness and ``conf_b`` the mean confidence in bin ``b``
-    (empty bins contribute 0). Reference: study 000, Appendix A.
+    The ``n_samples`` answers are sorted into ``B = n_bins`` bins ``[k/B, (k+1)/B)`` for ``k = 0 .. B-1``, the last
+    bin also including ``1.0`` (``closure="left"``, the default); with ``closure="right"`` the bins are
+    ``(k/B, (k+1)/B]``, the first also including ``0`` (R's ``cut``, scikit-learn's ``calibration_curve``, study 002),
+    and ``"right_float"`` uses the float edges of ``np.linspace`` (:func:`bin_indices`); then
+    ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` where ``acc_b`` is the mean correctness and ``conf_b`` the mean
+    confidence in bin ``b`` (empty bins contribute 0). Reference: study 000, Appendix A.
 
     Parameters
     ----------
@@ -374,9 +364,8 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     Returns
     -------
     float
-        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
+        rows or an input is non-finite.
 
     Raises
     ------
@@ -414,13 +403,10 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
 def auroc(confidence, correct) -> float:
     """Area under the ROC curve of confidence as a score for correctness.
 
-    The probability that a randomly chosen correct answer gets a higher
-    confidence than a randomly chosen wrong one, ties counting one half
-    (the Mann-Whitney statistic; equals
-    ``sklearn.metrics.roc_auc_score(correct, confidence)`` for binary
-    ``correct``). Graded correctness ``y_i`` in ``[0, 1]`` is treated as a
-    soft label: answer ``i`` counts as correct with mass ``y_i`` and as wrong
-    with mass ``1 - y_i``. Reference: study 000, Appendix A.
+    The probability that a randomly chosen correct answer gets a higher confidence than a randomly chosen wrong one,
+    ties counting one half (the Mann-Whitney statistic; equals ``sklearn.metrics.roc_auc_score(correct, confidence)``
+    for binary ``correct``). Graded correctness ``y_i`` in ``[0, 1]`` is treated as a soft label: answer ``i`` counts
+    as correct with mass ``y_i`` and as wrong with mass ``1 - y_i``. Reference: study 000, Appendix A.
 
     Parameters
     ----------
@@ -432,9 +418,8 @@ def auroc(confidence, correct) -> float:
     Returns
     -------
     float
-        AUROC in ``[0, 1]``; **higher is better** (0.5 is chance).
-        ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
-        rows, an input is non-finite, or only one class is present.
+        AUROC in ``[0, 1]``; **higher is better** (0.5 is chance). ``nan`` (with an :class:`UndefinedMetricWarning`)
+        when there are no rows, an input is non-finite, or only one class is present.
 
     Raises
     ------
@@ -470,14 +455,11 @@ def auroc(confidence, correct) -> float:
 def aurc(confidence, correct) -> float:
     """Area under the risk-coverage curve (exact expectation over tie orders).
 
-    For ``k = 1 .. n`` keep the ``k`` most confident answers and compute
-    their error rate ``1 - mean(correct)``; AURC is the average over ``k``.
-    Answers with tied confidence are ordered at random and the **exact
-    expected value** over that ordering is returned, via the closed form per
-    tie group (size ``m``, error mass ``e``, after ``K`` answers with ``C``
-    errors): ``m r + (C - K r)(H(K+m) - H(K))`` with ``r = e/m`` and ``H``
-    the harmonic numbers. The result does not depend on the input order.
-    Reference: study 000, Appendix A.
+    For ``k = 1 .. n`` keep the ``k`` most confident answers and compute their error rate ``1 - mean(correct)``; AURC
+    is the average over ``k``. Answers with tied confidence are ordered at random and the **exact expected value**
+    over that ordering is returned, via the closed form per tie group (size ``m``, error mass ``e``, after ``K``
+    answers with ``C`` errors): ``m r + (C - K r)(H(K+m) - H(K))`` with ``r = e/m`` and ``H`` the harmonic numbers.
+    The result does not depend on the input order. Reference: study 000, Appendix A.
 
     Parameters
     ----------
@@ -489,9 +471,8 @@ def aurc(confidence, correct) -> float:
     Returns
     -------
     float
-        AURC in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        AURC in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
+        rows or an input is non-finite.
 
     Raises
     ------
@@ -505,8 +486,7 @@ def aurc(confidence, correct) -> float:
     >>> round(aurc([0.9, 0.5, 0.1], [1, 0, 1]), 12)
     0.277777777778
 
-    A tie between a correct and a wrong answer at the top: expected risks
-    (1/2, 1/2, 1/3) give AURC = 4/9:
+    A tie between a correct and a wrong answer at the top: expected risks (1/2, 1/2, 1/3) give AURC = 4/9:
 
     >>> round(aurc([0.9, 0.9, 0.1], [1, 0, 1]), 12)
     0.444444444444
@@ -530,8 +510,7 @@ def aurc(confidence, correct) -> float:
 def brier(confidence, correct) -> float:
     """Brier score: mean squared difference between confidence and correctness.
 
-    ``Brier = (1/n) sum_i (confidence_i - correct_i)^2``.
-    Reference: study 000, Appendix A.
+    ``Brier = (1/n) sum_i (confidence_i - correct_i)^2``. Reference: study 000, Appendix A.
 
     Parameters
     ----------
@@ -543,9 +522,8 @@ def brier(confidence, correct) -> float:
     Returns
     -------
     float
-        Brier score in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`UndefinedMetricWarning`) when there are no rows or an input
-        is non-finite.
+        Brier score in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there
+        are no rows or an input is non-finite.
 
     Examples
     --------
@@ -562,11 +540,10 @@ def brier(confidence, correct) -> float:
 def spearman(confidence, correct) -> float:
     """Spearman's rank correlation between confidence and the target (average ranks on ties).
 
-    The Pearson correlation of the two rank vectors (``scipy.stats.rankdata``, ties sharing their average rank),
-    so it equals ``scipy.stats.spearmanr(confidence, correct).statistic``. It measures how well confidence
-    orders items by the target (discrimination), whatever the scale; with a graded target such as the expected
-    accuracy over k samples it is study 004's Table 12 (Spearman's rho of each estimator against the capability
-    and the response target).
+    The Pearson correlation of the two rank vectors (``scipy.stats.rankdata``, ties sharing their average rank), so it
+    equals ``scipy.stats.spearmanr(confidence, correct).statistic``. It measures how well confidence orders items by
+    the target (discrimination), whatever the scale; with a graded target such as the expected accuracy over k samples
+    it is study 004's Table 12 (Spearman's rho of each estimator against the capability and the response target).
 
     Parameters
     ----------

@@ -1,13 +1,11 @@
 """How many items does a comparison need? A sample-size planner from a pilot's resampled variance (issue 22).
 
-For a pair of signals A, B and a metric, the paired bootstrap's interval of the gap ``metric(A) - metric(B)``
-has a half-width proportional to the standard deviation of the resampled gap, and that standard deviation
-shrinks as ``c / sqrt(n)`` with the number of items ``n`` (the items or, for a clustered bootstrap, the
-clusters are the resampled unit). The planner measures that law on the pilot instead of assuming it
-(:func:`plan_size`):
+For a pair of signals A, B and a metric, the paired bootstrap's interval of the gap ``metric(A) - metric(B)`` has a
+half-width proportional to the standard deviation of the resampled gap, and that standard deviation shrinks as
+``c / sqrt(n)`` with the number of items ``n`` (the items or, for a clustered bootstrap, the clusters are the
+resampled unit). The planner measures that law on the pilot instead of assuming it (:func:`plan_size`):
 
-1. subsample sizes ``n_k``: :data:`SUBSAMPLE_FRACTIONS` of the pilot's ``N`` units (at least
-   :data:`MIN_SUBSAMPLE`);
+1. subsample sizes ``n_k``: :data:`SUBSAMPLE_FRACTIONS` of the pilot's ``N`` units (at least :data:`MIN_SUBSAMPLE`);
 2. at each ``n_k``, ``B`` resamples of ``n_k`` units drawn with replacement from the pilot (the bootstrap of a
    sample of that size, the m-out-of-n bootstrap), the gap computed on each by the evaluator's weighted kernels,
    and its standard deviation ``sd_k``;
@@ -18,10 +16,9 @@ clusters are the resampled unit). The planner measures that law on the pilot ins
    (the normal approximation of a two-sided test at level ``1 - alpha``, e.g. Julious, "Sample sizes for clinical
    trials", 2010, ch. 3).
 
-The pilot is *too small to tell* (status ``pilot_too_small``) when it has fewer than :data:`MIN_PILOT` units, or
-the free slope lies outside :data:`SLOPE_RANGE` (the spread of the resampled gap does not follow the
-``1/sqrt(n)`` law on this pilot, e.g. an ECE dominated by its binning at small n), or the resampled gaps have no
-spread at all.
+The pilot is *too small to tell* (status ``pilot_too_small``) when it has fewer than :data:`MIN_PILOT` units, or the
+free slope lies outside :data:`SLOPE_RANGE` (the spread of the resampled gap does not follow the ``1/sqrt(n)`` law on
+this pilot, e.g. an ECE dominated by its binning at small n), or the resampled gaps have no spread at all.
 """
 
 from __future__ import annotations

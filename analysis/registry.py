@@ -1,17 +1,14 @@
 """The metric registry: every metric a grid spec or ``confgrid analyze`` can name.
 
-One place registers every built-in metric, the base metrics of
-:mod:`confgrid.analysis.metrics` and the alternative estimators and signed
-summaries of :mod:`confgrid.analysis.estimators`. The imports run one way::
+One place registers every built-in metric, the base metrics of :mod:`confgrid.analysis.metrics` and the alternative
+estimators and signed summaries of :mod:`confgrid.analysis.estimators`. The imports run one way::
 
     metrics  <-  estimators  <-  registry  <-  bootstrap, compare, summary, flows
 
-``metrics`` imports no other analysis module, ``estimators`` imports
-``metrics`` only, and this module imports both. (Before, ``metrics`` defined
-the registry and imported ``estimators`` at its bottom so that the
-estimators could register themselves, while ``estimators`` imported helpers
-from ``metrics``: a cycle.) The registry class is the generic
-:class:`confgrid.registry.Registry`, shared with the protocol registries.
+``metrics`` imports no other analysis module, ``estimators`` imports ``metrics`` only, and this module imports both.
+(Before, ``metrics`` defined the registry and imported ``estimators`` at its bottom so that the estimators could
+register themselves, while ``estimators`` imported helpers from ``metrics``: a cycle.) The registry class is the
+generic :class:`confgrid.registry.Registry`, shared with the protocol registries.
 
 =================== ============= ================================================
 name                direction     function
@@ -134,11 +131,10 @@ class MetricInfo:
 class MetricRegistry(Registry[MetricInfo]):
     """The metric registry: the listed metrics, and every name of the binned-ECE grammar on demand.
 
-    Iteration lists the registered metrics (the ``--metrics`` choices printed in full); lookup and ``in`` also
-    accept every name of :func:`~confgrid.analysis.binning.parse_binned_name`'s grammar
-    (``ece_12_left_float_midpoint``), whose :class:`MetricInfo` is built once and kept apart from the listed
-    ones. A name in the grammar that spells no estimator raises
-    :class:`~confgrid.analysis.binning.BinnedNameError` with the reason and the spelling that works.
+    Iteration lists the registered metrics (the ``--metrics`` choices printed in full); lookup and ``in`` also accept
+    every name of :func:`~confgrid.analysis.binning.parse_binned_name`'s grammar (``ece_12_left_float_midpoint``),
+    whose :class:`MetricInfo` is built once and kept apart from the listed ones. A name in the grammar that spells no
+    estimator raises :class:`~confgrid.analysis.binning.BinnedNameError` with the reason and the spelling that works.
     """
 
     def __init__(self) -> None:
@@ -224,9 +220,8 @@ def get_metric(name: str) -> MetricInfo:
     Raises
     ------
     UnknownMetricError
-        (:class:`~confgrid.registry.UnknownNameError`, a subclass of both
-        ``KeyError`` and ``ValueError``) listing the registered names when
-        ``name`` is unknown.
+        (:class:`~confgrid.registry.UnknownNameError`, a subclass of both ``KeyError`` and ``ValueError``) listing the
+        registered names when ``name`` is unknown.
     BinnedNameError
         (a ``ValueError``) a name of the grammar that spells no estimator (``ece_equal_mass_midpoint``), with
         the spelling that works.
@@ -335,15 +330,14 @@ def check_bins(names, n_bins: int) -> None:
 
 
 def binned_metrics(closure: str = "left") -> list[str]:
-    """Listed binned metrics of one closure, sorted (``ece``, ``ece_10``, ..., ``ece_equal_mass``), conventions
-    left out."""
+    """Listed binned metrics of one closure, sorted (``ece``, ``ece_10``, ..., ``ece_equal_mass``), conventions left
+    out."""
     return sorted(n for n in METRICS if METRICS.get(n).closure == closure and not METRICS.get(n).convention)
 
 
 def binned_info(binning: Binning, name: str | None = None, convention: str = "", description: str = "") -> MetricInfo:
-    """The :class:`MetricInfo` of a binned ECE: its point function is
-    :func:`~confgrid.analysis.binning.binned_ece` under ``binning`` (``n_bins``: the run's bins, used when
-    ``binning.n_bins`` is None)."""
+    """The :class:`MetricInfo` of a binned ECE: its point function is :func:`~confgrid.analysis.binning.binned_ece`
+    under ``binning`` (``n_bins``: the run's bins, used when ``binning.n_bins`` is None)."""
     name = name or binning.name
 
     def f(confidence, correct, n_bins: int = 10) -> float:

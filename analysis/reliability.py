@@ -1,8 +1,7 @@
 """Reliability-diagram data (compute only; report/figures_reliability.py draws it).
 
-:func:`reliability_diagram` returns a frozen :class:`ReliabilityData` with
-bin edges, counts, mean confidence and accuracy per bin; empty bins are
-``nan``, never dropped.
+:func:`reliability_diagram` returns a frozen :class:`ReliabilityData` with bin edges, counts, mean confidence and
+accuracy per bin; empty bins are ``nan``, never dropped.
 """
 
 from __future__ import annotations
@@ -29,12 +28,10 @@ class ReliabilityData:
     Attributes
     ----------
     bin_edges : ndarray of shape (n_bins + 1,)
-        ``uniform``: ``k / n_bins`` (:func:`metrics.bin_edges` of the
-        closure). ``quantile``: ``0``, the confidence of the first answer of
-        each bin ``k = 1 .. n_bins - 1`` (1.0 for bins past the last answer;
-        right closure: the last answer of bin ``k - 1``, 0 before the first), ``1``; membership of the quantile bins is
-        defined by rank (see :func:`estimators.ece_equal_mass`); an empty
-        bin ``k >= 1`` has two equal edges (an empty first bin spans
+        ``uniform``: ``k / n_bins`` (:func:`metrics.bin_edges` of the closure). ``quantile``: ``0``, the confidence of
+        the first answer of each bin ``k = 1 .. n_bins - 1`` (1.0 for bins past the last answer; right closure: the
+        last answer of bin ``k - 1``, 0 before the first), ``1``; membership of the quantile bins is defined by rank
+        (see :func:`estimators.ece_equal_mass`); an empty bin ``k >= 1`` has two equal edges (an empty first bin spans
         ``[0, first confidence)``).
     counts : ndarray of shape (n_bins,), int64
         Answers per bin.
@@ -97,23 +94,19 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
     n_bins : int, default=10
         Number of bins.
     strategy : {"uniform", "quantile"}, default="uniform"
-        ``"uniform"``: equal-width bins ``[k/B, (k+1)/B)``, the last closed
-        (the bins of :func:`metrics.ece`). ``"quantile"``: equal-mass bins
-        with the tie rule of :func:`estimators.ece_equal_mass`.
+        ``"uniform"``: equal-width bins ``[k/B, (k+1)/B)``, the last closed (the bins of :func:`metrics.ece`).
+        ``"quantile"``: equal-mass bins with the tie rule of :func:`estimators.ece_equal_mass`.
     closure : {"left", "right", "right_float", "left_float"}, default="left"
-        Which bin a confidence on an edge (uniform) or a tie group on a
-        quantile edge (quantile) joins, as in :func:`metrics.ece` and
-        :func:`estimators.ece_equal_mass`.
+        Which bin a confidence on an edge (uniform) or a tie group on a quantile edge (quantile) joins, as in
+        :func:`metrics.ece` and :func:`estimators.ece_equal_mass`.
     bin_confidence : {"mean", "midpoint"}, default="mean"
-        What stands for a bin's confidence (:attr:`ReliabilityData.confidence`); ``"midpoint"`` needs uniform
-        bins.
+        What stands for a bin's confidence (:attr:`ReliabilityData.confidence`); ``"midpoint"`` needs uniform bins.
 
     Returns
     -------
     ReliabilityData
-        Its ``ece`` property equals :func:`metrics.ece` (uniform) or
-        :func:`estimators.ece_equal_mass` (quantile) of the same closure. With no rows or a
-        non-finite input every count is 0 and every mean ``nan``, with an
+        Its ``ece`` property equals :func:`metrics.ece` (uniform) or :func:`estimators.ece_equal_mass` (quantile) of
+        the same closure. With no rows or a non-finite input every count is 0 and every mean ``nan``, with an
         :class:`UndefinedMetricWarning`.
 
     Raises

@@ -22,9 +22,8 @@ DEFAULT_CHUNK_SIZE = 1000
 def setting_seed(model: str, dataset: str, base_seed: int = 0) -> int:
     """Stable seed of one setting, ``0 <= seed < 2**63``.
 
-    SHA-256 of the JSON encoding of ``[model, dataset, base_seed]`` (so it is
-    the same in every process and Python version, unlike ``hash()``), first
-    8 bytes big-endian with the top bit cleared.
+    SHA-256 of the JSON encoding of ``[model, dataset, base_seed]`` (so it is the same in every process and Python
+    version, unlike ``hash()``), first 8 bytes big-endian with the top bit cleared.
 
     Examples
     --------

@@ -76,8 +76,8 @@ class Reweight:
 
 
 def compositions(W: np.ndarray, strata: np.ndarray, n_strata: int) -> np.ndarray:
-    """Outcome composition of each resample: ``p[r, k] = sum_{i: strata_i = k} W[r, i] / sum_{i: strata_i >= 0}
-    W[r, i]``.
+    """Outcome composition of each resample: ``p[r, k] = sum_{i: strata_i = k} W[r, i] / sum_{i: strata_i >= 0} W[r,
+    i]``.
 
     Parameters
     ----------

@@ -1,42 +1,31 @@
 """The one signal table: every confidence, one row per (unit, item, signal), with its protocol and target.
 
-DESIGN.md "Confidence methods": each confidence is a value in one ``signal``
-column, so every metric and comparison works on any of them. Every producer
-(the verbalized score, the token score of each scoring context and token
-aggregation, each confidence method, each capability estimator, the input of
-``confgrid analyze``) appends rows of this one schema to
-``tables/signals.parquet``; the one evaluator (:mod:`confgrid.analysis.evaluation`)
-reads nothing else. Nothing is encoded in strings: the protocol of a signal is
-in its columns (``kind``, ``context``, ``aggregation``, ``template``, ``k`` ...),
-never parsed back out of its name.
+DESIGN.md "Confidence methods": each confidence is a value in one ``signal`` column, so every metric and comparison
+works on any of them. Every producer (the verbalized score, the token score of each scoring context and token
+aggregation, each confidence method, each capability estimator, the input of ``confgrid analyze``) appends rows of
+this one schema to ``tables/signals.parquet``; the one evaluator (:mod:`confgrid.analysis.evaluation`) reads nothing
+else. Nothing is encoded in strings: the protocol of a signal is in its columns (``kind``, ``context``,
+``aggregation``, ``template``, ``k`` ...), never parsed back out of its name.
 
 Columns (:data:`SCHEMA`; :func:`conform` fills what a producer does not set):
 
-* the unit of pairing, :data:`UNIT_COLUMNS`: ``setting`` (``model/dataset`` in a
-  run, any label in ``analyze``), ``model``, ``dataset``, ``answer_set``,
-  ``parse_policy``, ``refusal``, ``rule`` (the correctness rule of the
-  unit), ``target_kind``; signals are compared only within a unit;
-* ``item_id`` and ``cluster`` (the resampled unit of a clustered bootstrap;
-  the item itself otherwise);
-* ``signal`` (a label unique within the unit) and its protocol,
-  :data:`PROTOCOL_COLUMNS`: ``kind`` (:data:`SIGNAL_KINDS` or ``input``),
-  ``method`` (the grid's method id), ``context``, ``aggregation``,
-  ``template``, ``k``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
-  ``merge``, ``renormalize``, ``rated`` (whose answer the confidence is
-  about: ``own_answer``, ``greedy_answer``, ``first_sample``,
-  ``majority_answer``, ``favoured_letter``, ``supplied``: the answer the
-  supplied-answer probe gave the model, signal ``probe_<kind>``), ``target_rule``;
+* the unit of pairing, :data:`UNIT_COLUMNS`: ``setting`` (``model/dataset`` in a run, any label in ``analyze``),
+  ``model``, ``dataset``, ``answer_set``, ``parse_policy``, ``refusal``, ``rule`` (the correctness rule of the unit),
+  ``target_kind``; signals are compared only within a unit;
+* ``item_id`` and ``cluster`` (the resampled unit of a clustered bootstrap; the item itself otherwise);
+* ``signal`` (a label unique within the unit) and its protocol, :data:`PROTOCOL_COLUMNS`: ``kind``
+  (:data:`SIGNAL_KINDS` or ``input``), ``method`` (the grid's method id), ``context``, ``aggregation``, ``template``,
+  ``k``, ``temperature``, ``top_p``, ``top_k``, ``seed``, ``merge``, ``renormalize``, ``rated`` (whose answer the
+  confidence is about: ``own_answer``, ``greedy_answer``, ``first_sample``, ``majority_answer``, ``favoured_letter``,
+  ``supplied``: the answer the supplied-answer probe gave the model, signal ``probe_<kind>``), ``target_rule``;
 * ``confidence``: probability in [0, 1] (NaN: none);
-* ``target``: what the confidence is graded against, in [0, 1]: correctness
-  0/1 (``target_kind`` ``correct``), a graded score (``graded``) or the
-  expected accuracy over k samples (``expected_accuracy``, study 004);
+* ``target``: what the confidence is graded against, in [0, 1]: correctness 0/1 (``target_kind`` ``correct``), a
+  graded score (``graded``) or the expected accuracy over k samples (``expected_accuracy``, study 004);
 * ``status``: ``ok`` or why the row has no usable value (a parse status,
   ``rule_undefined``, ``token_score_missing``, a method status);
-* ``replaced``: the row was answered by the ``chance`` refusal policy (study
-  003 section 3.2);
-* ``align``: signals of a unit with the same non-empty label are evaluated on
-  the items where every one of them is usable (study 000 section 3.1, "fix the
-  answer": the verbalized and token scores of one answer); an empty label: the
+* ``replaced``: the row was answered by the ``chance`` refusal policy (study 003 section 3.2);
+* ``align``: signals of a unit with the same non-empty label are evaluated on the items where every one of them is
+  usable (study 000 section 3.1, "fix the answer": the verbalized and token scores of one answer); an empty label: the
   signal's own usable items.
 
 A row is *usable* (:func:`usable`) when its status is in
@@ -97,10 +86,9 @@ def conform(df: pd.DataFrame, **fill) -> pd.DataFrame:
     df : DataFrame
         Rows of some producer; columns outside the schema are dropped.
     **fill
-        Values for columns ``df`` lacks (e.g. ``setting="m/d"``); a column
-        neither in ``df`` nor in ``fill`` gets its default (``""`` for text,
-        NA for integers, NaN for floats, ``target_kind`` ``correct``,
-        ``status`` ``ok``, ``replaced`` False, ``cluster`` the item id).
+        Values for columns ``df`` lacks (e.g. ``setting="m/d"``); a column neither in ``df`` nor in ``fill`` gets its
+        default (``""`` for text, NA for integers, NaN for floats, ``target_kind`` ``correct``, ``status`` ``ok``,
+        ``replaced`` False, ``cluster`` the item id).
 
     Returns
     -------

@@ -232,9 +232,9 @@ def round_chunks(chunk_items: Sequence[int], share: float, min_items: int = 1) -
 
 
 def conclusion_gaps(gaps: pd.DataFrame) -> pd.DataFrame:
-    """The rows of an estimates' gap table that are settings of a declared conclusion: two signals on different
-    sides (analysis/verdicts.py ``side``) under a metric of :data:`CONCLUSION_METRICS`' families (undefined gaps
-    included; :func:`decide` counts them apart)."""
+    """The rows of an estimates' gap table that are settings of a declared conclusion: two signals on different sides
+    (analysis/verdicts.py ``side``) under a metric of :data:`CONCLUSION_METRICS`' families (undefined gaps included;
+    :func:`decide` counts them apart)."""
     if gaps is None or gaps.empty:
         return pd.DataFrame(columns=list(gaps.columns) if gaps is not None else [])
     keep = [(k := conclusion_of(str(ka), str(kb), str(a), str(b), str(m))) is not None and k.metric in
@@ -248,8 +248,8 @@ def _unit_key(values) -> tuple[str, ...]:
 
 
 def _need(row: Any, unit: UnitPlan | None, items_run: int, items_total: int, rule: StopRule) -> GapNeed:
-    """What the planner says about one unresolved gap row (analysis/planner.py ``plan_size`` at the observed
-    gap, on the pair's common items of the unit)."""
+    """What the planner says about one unresolved gap row (analysis/planner.py ``plan_size`` at the observed gap, on
+    the pair's common items of the unit)."""
     base = dict(unit=unit_name(getattr(row, c, "") for c in UNIT_COLUMNS), signal_a=str(row.signal_a),
                 signal_b=str(row.signal_b), metric=str(row.metric), gap=float(row.gap), lo=float(row.lo),
                 hi=float(row.hi), n=int(row.n))

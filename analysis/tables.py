@@ -1,25 +1,19 @@
 """Report tables of study 000 as DataFrames, CSV and Markdown.
 
-Every table function returns a **numeric** DataFrame in which an estimate
-with an interval is three columns ``X``, ``X_lo``, ``X_hi``; CSV files keep
-those numbers. :func:`format_table` turns each such triple into one string
-``"point [lo, hi]"`` with :func:`format_estimate` (the only place that
-formats numbers) for Markdown and display.
+Every table function returns a **numeric** DataFrame in which an estimate with an interval is three columns ``X``,
+``X_lo``, ``X_hi``; CSV files keep those numbers. :func:`format_table` turns each such triple into one string
+``"point [lo, hi]"`` with :func:`format_estimate` (the only place that formats numbers) for Markdown and display.
 
 Inputs are tidy DataFrames:
 
 * per-setting metrics (flows ``metrics_df``): ``setting``, ``signal``,
   ``context``, ``metric``, ``point``, ``lo``, ``hi``;
-* per-setting gaps (flows ``gaps_df`` plus a
-  ``setting`` column): ``setting``, ``context`` (or ``signal``), ``metric``,
-  ``point`` (or ``g``), ``lo``, ``hi``;
-* means over settings from :mod:`confgrid.analysis.means` and
-  :mod:`confgrid.analysis.transfer`.
+* per-setting gaps (flows ``gaps_df`` plus a ``setting`` column): ``setting``, ``context`` (or ``signal``),
+  ``metric``, ``point`` (or ``g``), ``lo``, ``hi``;
+* means over settings from :mod:`confgrid.analysis.means` and :mod:`confgrid.analysis.transfer`.
 
-Tables: :func:`three_context_table` (Table 2), :func:`ablation_path_table`
-(Table 3), :func:`axis_table` (Table 4), :func:`estimators_table`
-(Table 15), :func:`transfer_table` (Appendix G); the Markdown writer
-:func:`to_markdown`.
+Tables: :func:`three_context_table` (Table 2), :func:`ablation_path_table` (Table 3), :func:`axis_table` (Table 4),
+:func:`estimators_table` (Table 15), :func:`transfer_table` (Appendix G); the Markdown writer :func:`to_markdown`.
 """
 
 from __future__ import annotations
@@ -135,9 +129,8 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
     Parameters
     ----------
     metrics : DataFrame
-        Per-setting metrics: ``setting``, ``signal``, ``context``, ``metric``,
-        ``point``, ``lo``, ``hi``; the verbalized row has
-        ``signal == verbalized``.
+        Per-setting metrics: ``setting``, ``signal``, ``context``, ``metric``, ``point``, ``lo``, ``hi``; the
+        verbalized row has ``signal == verbalized``.
     gaps : DataFrame
         Per-setting gaps: ``setting``, ``key`` (default ``context``),
         ``metric``, ``point`` (or ``gap``), ``lo``, ``hi``.
@@ -154,19 +147,14 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
     Returns
     -------
     DataFrame
-        One row per setting: ``setting``, ``verbalized`` (+ ``_lo``/``_hi``),
-        ``token_<ctx>`` and ``g_<ctx>`` triples per context, then ``flip``
-        and ``resolved_flip`` between the first and the last context.
+        One row per setting: ``setting``, ``verbalized`` (+ ``_lo``/``_hi``), ``token_<ctx>`` and ``g_<ctx>`` triples
+        per context, then ``flip`` and ``resolved_flip`` between the first and the last context.
 
-        ``flip``: the better signal differs, by point estimate
-        (:func:`compare.better_signal`'s rule, via the signs of
-        :func:`compare.advantage`). For an unsigned metric that is the gap
-        changing sign (study 000 section 3.5); for a signed metric
-        (``calibration_gap``, ``overconfidence``) it compares
-        ``|verbalized|`` with ``|token|`` in each context, whatever the sign
-        of the gap. ``resolved_flip``: a flip whose two advantage intervals
-        exclude zero (for a signed metric never the gap intervals: they say
-        nothing about which signal is closer to 0).
+        ``flip``: the better signal differs, by point estimate (:func:`compare.better_signal`'s rule, via the signs of
+        :func:`compare.advantage`). For an unsigned metric that is the gap changing sign (study 000 section 3.5); for
+        a signed metric (``calibration_gap``, ``overconfidence``) it compares ``|verbalized|`` with ``|token|`` in
+        each context, whatever the sign of the gap. ``resolved_flip``: a flip whose two advantage intervals exclude
+        zero (for a signed metric never the gap intervals: they say nothing about which signal is closer to 0).
     """
     m = _tidy(metrics, "metrics")
     g = _tidy(gaps, "gaps")
@@ -225,24 +213,19 @@ def ablation_path_table(
         per token signal, :func:`means.mean_gap` (``signal``, ``metric``,
         ``point``, ``lo``, ``hi``, ...): the mean signed gap per context.
     shift_summary : DataFrame
-        :func:`means.mean_shift` rows holding every consecutive
-        pair of the path (``context_a``, ``context_b``, ``metric``,
-        ``mean_abs``, ``lo``, ``hi``, ``n_flips``, ...). Its ``n_flips``
-        are signed-aware (changes of :func:`compare.better_signal`, via
-        :func:`compare.advantage`), and this table takes them as they are.
+        :func:`means.mean_shift` rows holding every consecutive pair of the path (``context_a``, ``context_b``,
+        ``metric``, ``mean_abs``, ``lo``, ``hi``, ``n_flips``, ...). Its ``n_flips`` are signed-aware (changes of
+        :func:`compare.better_signal`, via :func:`compare.advantage`), and this table takes them as they are.
     path : sequence of (context, change)
-        The contexts in order with the change that leads to each (the first
-        change is usually ``"start"``).
+        The contexts in order with the change that leads to each (the first change is usually ``"start"``).
     metric : str
 
     Returns
     -------
     DataFrame
-        ``step``, ``context``, ``change``, ``g`` triple (mean signed gap over
-        settings), ``dg_step`` = mean gap minus the previous row's mean gap
-        (point only; ``nan`` on the first row), ``abs_dg`` triple (mean
-        ``|dg|`` of the step over settings), ``n_excludes_zero`` and
-        ``n_flips`` of the step.
+        ``step``, ``context``, ``change``, ``g`` triple (mean signed gap over settings), ``dg_step`` = mean gap minus
+        the previous row's mean gap (point only; ``nan`` on the first row), ``abs_dg`` triple (mean ``|dg|`` of the
+        step over settings), ``n_excludes_zero`` and ``n_flips`` of the step.
     """
     gs = gap_summary[gap_summary["metric"] == metric].set_index("signal")
     ss = shift_summary[shift_summary["metric"] == metric].set_index(["context_a", "context_b"])
@@ -276,10 +259,9 @@ def axis_table(axes: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     Parameters
     ----------
     axes : mapping axis name -> DataFrame
-        Per axis (context, estimator, aggregation, correctness rule, bin
-        count) a summary with a ``metric`` column (or ``estimator``, taken
-        as the metric of that row) and :data:`means.SUMMARY_COLUMNS`, one
-        row per metric (:func:`means.mean_shift` of one axis).
+        Per axis (context, estimator, aggregation, correctness rule, bin count) a summary with a ``metric`` column (or
+        ``estimator``, taken as the metric of that row) and :data:`means.SUMMARY_COLUMNS`, one row per metric
+        (:func:`means.mean_shift` of one axis).
 
     Returns
     -------
@@ -315,10 +297,9 @@ def estimators_table(estimator_summary: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        ``signal`` (context), ``estimator``, ``mean_abs`` triple, ``max_abs``,
-        ``better_signal_changes`` (settings where the estimator, not the
-        context, flips the better signal; by point estimate),
-        ``resolved_changes``, ``context_flips``.
+        ``signal`` (context), ``estimator``, ``mean_abs`` triple, ``max_abs``, ``better_signal_changes`` (settings
+        where the estimator, not the context, flips the better signal; by point estimate), ``resolved_changes``,
+        ``context_flips``.
     """
     d = estimator_summary
     return pd.DataFrame({
@@ -333,12 +314,10 @@ def estimators_table(estimator_summary: pd.DataFrame) -> pd.DataFrame:
 def transfer_table(penalties: pd.DataFrame, by: Sequence[str] = ("method", "direction")) -> pd.DataFrame:
     """Transfer penalties (Appendix G) from :func:`transfer.transfer_penalties` rows.
 
-    ``penalties`` may hold several settings (a ``setting`` column). Returns
-    per ``by`` group: ``mean_penalty``, ``min_penalty``, ``max_penalty``,
-    ``frac_positive`` (fraction of rows, i.e. setting x split, with a
-    positive penalty), ``n_settings_all_positive`` (settings whose every
-    split is positive; ``nan`` without a ``setting`` column),
-    ``mean_brier_transferred``, ``mean_brier_native``.
+    ``penalties`` may hold several settings (a ``setting`` column). Returns per ``by`` group: ``mean_penalty``,
+    ``min_penalty``, ``max_penalty``, ``frac_positive`` (fraction of rows, i.e. setting x split, with a positive
+    penalty), ``n_settings_all_positive`` (settings whose every split is positive; ``nan`` without a ``setting``
+    column), ``mean_brier_transferred``, ``mean_brier_native``.
     """
     out = summarize_transfer(penalties, by)
     if "setting" in penalties.columns:

@@ -1,32 +1,27 @@
 """Calibration transfer between scoring contexts (study 000, Appendix G).
 
-A calibration map (isotonic regression or Platt scaling) is fitted on the
-token scores of one context and applied to the token scores of the **same
-answers** in another context. With 5-fold cross-fitting (fit on four folds,
-predict the fifth) repeated over 10 random splits, the penalty of a
-direction ``A -> B`` in one split is
+A calibration map (isotonic regression or Platt scaling) is fitted on the token scores of one context and applied to
+the token scores of the **same answers** in another context. With 5-fold cross-fitting (fit on four folds, predict the
+fifth) repeated over 10 random splits, the penalty of a direction ``A -> B`` in one split is
 
 ``penalty = Brier(map fitted on A's scores, applied to B's scores)
 - Brier(map fitted on B's scores, applied to B's scores)``
 
-both on the same out-of-fold predictions of the same folds; a positive
-penalty means the map does not carry over.
+both on the same out-of-fold predictions of the same folds; a positive penalty means the map does not carry over.
 
 The recalibration maps
 ----------------------
 * ``"isotonic"``: ``sklearn.isotonic.IsotonicRegression(y_min=0, y_max=1,
   increasing=True, out_of_bounds="clip")`` on the raw score.
-* ``"platt"``: ``sklearn.linear_model.LogisticRegression(C=1e4,
-  solver="newton-cg", max_iter=1000)`` on ``logit(clip(score, eps, 1 - eps))`` with
-  ``eps = 1e-6`` (:data:`PLATT_EPS`); the large finite ``C`` is practically
+* ``"platt"``: ``sklearn.linear_model.LogisticRegression(C=1e4, solver="newton-cg", max_iter=1000)`` on
+  ``logit(clip(score, eps, 1 - eps))`` with ``eps = 1e-6`` (:data:`PLATT_EPS`); the large finite ``C`` is practically
   unpenalized but keeps the fit finite on a separable fold.
 
 A training fold with only one class (all correct or all wrong) gets the
 constant map "mean accuracy of the training fold" for both methods.
 
-Splits: split ``k`` permutes the items with
-``np.random.default_rng(np.random.SeedSequence([seed, k])).permutation(n)``
-and cuts the permutation into ``n_folds`` folds with ``np.array_split``.
+Splits: split ``k`` permutes the items with ``np.random.default_rng(np.random.SeedSequence([seed,
+k])).permutation(n)`` and cuts the permutation into ``n_folds`` folds with ``np.array_split``.
 """
 
 from __future__ import annotations
@@ -66,9 +61,8 @@ def fit_map(method: str, scores, correct):
     Returns
     -------
     callable
-        Maps an array of scores to calibrated probabilities in ``[0, 1]``.
-        With a single class in ``correct`` it returns the constant
-        ``mean(correct)``.
+        Maps an array of scores to calibrated probabilities in ``[0, 1]``. With a single class in ``correct`` it
+        returns the constant ``mean(correct)``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
@@ -155,11 +149,10 @@ def transfer_penalties(
     Returns
     -------
     DataFrame
-        One row per (method, direction, split): ``method``, ``direction``,
-        ``source``, ``target``, ``split``, ``brier_transferred`` (map fitted
-        on the source context's scores applied to the target context's
-        scores), ``brier_native`` (map fitted and applied in the target
-        context, same folds), ``penalty`` = transferred - native, ``n``.
+        One row per (method, direction, split): ``method``, ``direction``, ``source``, ``target``, ``split``,
+        ``brier_transferred`` (map fitted on the source context's scores applied to the target context's scores),
+        ``brier_native`` (map fitted and applied in the target context, same folds), ``penalty`` = transferred -
+        native, ``n``.
 
     Raises
     ------
@@ -210,17 +203,15 @@ def summarize_transfer(penalties: pd.DataFrame, by: Sequence[str] = ("method", "
     Parameters
     ----------
     penalties : DataFrame
-        Output of :func:`transfer_penalties`, possibly concatenated over
-        settings (add a ``setting`` column and include it in ``by`` to keep
-        settings apart).
+        Output of :func:`transfer_penalties`, possibly concatenated over settings (add a ``setting`` column and
+        include it in ``by`` to keep settings apart).
     by : sequence of str
 
     Returns
     -------
     DataFrame
-        The ``by`` columns, ``mean_penalty``, ``frac_positive``,
-        ``min_penalty``, ``max_penalty``, ``mean_brier_transferred``,
-        ``mean_brier_native``, ``n_rows``.
+        The ``by`` columns, ``mean_penalty``, ``frac_positive``, ``min_penalty``, ``max_penalty``,
+        ``mean_brier_transferred``, ``mean_brier_native``, ``n_rows``.
     """
     g = penalties.groupby(list(by), sort=False)
     out = g.agg(

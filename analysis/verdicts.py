@@ -1,5 +1,5 @@
-"""Robustness verdicts: over a grid's protocol settings, how often does a conclusion hold, is it resolved, and
-which single axis flips it (issue 22).
+"""Robustness verdicts: over a grid's protocol settings, how often does a conclusion hold, is it resolved, and which
+single axis flips it (issue 22).
 
 A *conclusion* (:class:`Conclusion`) is a signed comparison "signal A is better than signal B on metric M",
 for example "verbalized is better calibrated than the token score under ECE". Its *settings* are the rows of the
@@ -171,10 +171,10 @@ class VerdictRule:
 
 
 def metric_family(metric: str) -> str | None:
-    """The conclusion metric a registered metric estimates: ``ece`` for every unsigned calibration-error
-    estimator (``ece``, ``ece_<B>``, the closures ``_right``/``_right_float``, ``ece_equal_mass``, ``kde_ece``,
-    ``ks_ece``, ``smoothed_ece``, ``smece``), ``auroc``, ``aurc``, ``brier`` as themselves, None for the rest
-    (signed summaries, Spearman: no default conclusion)."""
+    """The conclusion metric a registered metric estimates: ``ece`` for every unsigned calibration-error estimator
+    (``ece``, ``ece_<B>``, the closures ``_right``/``_right_float``, ``ece_equal_mass``, ``kde_ece``, ``ks_ece``,
+    ``smoothed_ece``, ``smece``), ``auroc``, ``aurc``, ``brier`` as themselves, None for the rest (signed summaries,
+    Spearman: no default conclusion)."""
     info = get_metric(metric)
     if info.signed:
         return None
@@ -192,9 +192,9 @@ def side(kind: str, signal: str) -> str:
 
 def conclusion_of(kind_a: str, kind_b: str, signal_a: str, signal_b: str, metric: str,
                   view: str = "") -> Conclusion | None:
-    """The conclusion a gap row ``metric(signal_a) - metric(signal_b)`` is a setting of, or None (a metric without
-    a family, or two signals on the same side, e.g. two token scores: a shift, not a conclusion). ``view``: the
-    ACE view of a model-vs-model gap (part of the conclusion: "A better than B once accuracy is aligned")."""
+    """The conclusion a gap row ``metric(signal_a) - metric(signal_b)`` is a setting of, or None (a metric without a
+    family, or two signals on the same side, e.g. two token scores: a shift, not a conclusion). ``view``: the ACE view
+    of a model-vs-model gap (part of the conclusion: "A better than B once accuracy is aligned")."""
     fam = metric_family(metric)
     a, b = side(kind_a, signal_a), side(kind_b, signal_b)
     if fam is None or a == b:
@@ -348,8 +348,8 @@ def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] |
 
 
 def specification_curve(gaps: pd.DataFrame, conclusion: Conclusion) -> pd.DataFrame:
-    """The data of one conclusion's specification curve (Simonsohn, Simmons and Nelson 2020): every setting's gap
-    with its interval, sorted, and the axis values it used.
+    """The data of one conclusion's specification curve (Simonsohn, Simmons and Nelson 2020): every setting's gap with
+    its interval, sorted, and the axis values it used.
 
     Parameters
     ----------

@@ -7,13 +7,10 @@ resampling stream), seeded per cell by :func:`confgrid.analysis.resampling.setti
 "dataset|method", seed)`` (:func:`cell_seed`). Study 001's own vectorized bootstrap of the
 cell is the tests' oracle (tests/reference/ace_cell_bootstrap.py).
 
-Reliability (Appendix E.6): 95% percentile intervals
-(:func:`confgrid.analysis.bootstrap.interval`); for a point-estimate
-reversal the **retention probability**, the share of resamples (where both
-gaps are defined) in which the raw and aligned gaps have strictly opposite
-signs; the **strict criterion**: a point-estimate reversal whose raw and
-aligned intervals both exclude zero
-(:func:`confgrid.analysis.compare.excludes_zero`), on opposite sides.
+Reliability (Appendix E.6): 95% percentile intervals (:func:`confgrid.analysis.bootstrap.interval`); for a
+point-estimate reversal the **retention probability**, the share of resamples (where both gaps are defined) in which
+the raw and aligned gaps have strictly opposite signs; the **strict criterion**: a point-estimate reversal whose raw
+and aligned intervals both exclude zero (:func:`confgrid.analysis.compare.excludes_zero`), on opposite sides.
 """
 
 from __future__ import annotations
@@ -36,9 +33,8 @@ def cell_seed(cell: Cell, base_seed: int = 0) -> int:
 def strict_reversal(raw: tuple[float, float, float], aligned: tuple[float, float, float]) -> bool:
     """The strict criterion of study 001 (Table 10) for one comparison.
 
-    A point-estimate reversal (:func:`confgrid.analysis.compare.flip`) whose
-    raw and aligned 95% intervals both exclude zero and lie on opposite
-    sides of it.
+    A point-estimate reversal (:func:`confgrid.analysis.compare.flip`) whose raw and aligned 95% intervals both
+    exclude zero and lie on opposite sides of it.
 
     Parameters
     ----------

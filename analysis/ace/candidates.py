@@ -1,30 +1,23 @@
 """Candidate-aligned calibration (CA) and the self-preference diagnostic (study 001, section 4.3).
 
-For each item ``i`` a shared pool ``U_i`` of candidate answers is built from
-every model's extracted answer (:func:`candidate_pool`): answers are
-normalized with the correctness rule's normalizer, duplicates are merged
-keeping the **first surface form** (rows taken in sorted (model, method)
-order), and the models that produced each candidate are recorded; answers
-that are missing or normalize to the empty string are no candidate. Each
-candidate gets a label ``y_i(s)`` in ``[0, 1]`` (binary or graded) from the
-correctness rule. Every model then rates every candidate (a rating method:
-verbalized rating of a supplied answer, P(True)); the ratings table
-(:data:`RATING_COLUMNS`) holds one row per (dataset, item, candidate, rater,
-method).
+For each item ``i`` a shared pool ``U_i`` of candidate answers is built from every model's extracted answer
+(:func:`candidate_pool`): answers are normalized with the correctness rule's normalizer, duplicates are merged keeping
+the **first surface form** (rows taken in sorted (model, method) order), and the models that produced each candidate
+are recorded; answers that are missing or normalize to the empty string are no candidate. Each candidate gets a label
+``y_i(s)`` in ``[0, 1]`` (binary or graded) from the correctness rule. Every model then rates every candidate (a
+rating method: verbalized rating of a supplied answer, P(True)); the ratings table (:data:`RATING_COLUMNS`) holds one
+row per (dataset, item, candidate, rater, method).
 
-CA of a pair ``A``, ``B`` on (dataset, method) uses the **pair's pool**: the
-candidates produced by ``A`` or ``B`` (so a pair's CA does not depend on the
-other models of the grid), on the cell's matched items, and only the
-(item, candidate) pairs rated by both models. ``CA-ECE`` (10 equal-width
-bins) and ``CA-Brier`` of rater ``m`` are the metrics of ``e_i^(m)(s)``
-against ``y_i(s)`` over all those pairs, every pair weighing the same; the
-CA gap is ``CA(A) - CA(B)``.
+CA of a pair ``A``, ``B`` on (dataset, method) uses the **pair's pool**: the candidates produced by ``A`` or ``B`` (so
+a pair's CA does not depend on the other models of the grid), on the cell's matched items, and only the (item,
+candidate) pairs rated by both models. ``CA-ECE`` (10 equal-width bins) and ``CA-Brier`` of rater ``m`` are the
+metrics of ``e_i^(m)(s)`` against ``y_i(s)`` over all those pairs, every pair weighing the same; the CA gap is
+``CA(A) - CA(B)``.
 
-Self-preference: on items where ``A``'s candidate and ``B``'s candidate
-differ, rater ``m``'s paired difference ``e^(m)(own) - e^(m)(other's)``;
-its mean, with a paired bootstrap interval in :mod:`.bootstrap`. An item
-where a model produced several candidates (different answers under
-different methods) has no single "own" candidate and is left out (counted).
+Self-preference: on items where ``A``'s candidate and ``B``'s candidate differ, rater ``m``'s paired difference
+``e^(m)(own) - e^(m)(other's)``; its mean, with a paired bootstrap interval in :mod:`.bootstrap`. An item where a
+model produced several candidates (different answers under different methods) has no single "own" candidate and is
+left out (counted).
 """
 
 from __future__ import annotations
@@ -68,27 +61,23 @@ def candidate_pool(rows: pd.DataFrame, normalize: Normalizer, grade: Grader | No
     rows : DataFrame
         Own-answer rows (:mod:`.frame`) with an ``answer`` column.
     normalize : callable str -> str
-        The correctness rule's normalizer (e.g.
-        ``confgrid.protocols.correctness.normalize``).
+        The correctness rule's normalizer (e.g. ``confgrid.protocols.correctness.normalize``).
     grade : callable (dataset, item_id, surface) -> float, optional
-        The candidate's label in ``[0, 1]``. Default: the ``correct`` of the
-        first row that produced it; then every row producing the same
-        normalized candidate must have the same ``correct``.
+        The candidate's label in ``[0, 1]``. Default: the ``correct`` of the first row that produced it; then every
+        row producing the same normalized candidate must have the same ``correct``.
 
     Returns
     -------
     DataFrame
-        Columns :data:`POOL_COLUMNS`: ``candidate`` (normalized text),
-        ``surface`` (the first surface form), ``producers`` (sorted tuple of
-        model names), ``label`` (float64). Sorted by dataset and item id
-        (as strings), candidates in order of first appearance.
+        Columns :data:`POOL_COLUMNS`: ``candidate`` (normalized text), ``surface`` (the first surface form),
+        ``producers`` (sorted tuple of model names), ``label`` (float64). Sorted by dataset and item id (as strings),
+        candidates in order of first appearance.
 
     Raises
     ------
     ACEInputError
-        No ``answer`` column; ``normalize`` not returning a str; a label
-        outside ``[0, 1]``; without ``grade``, two rows giving one candidate
-        different correctness (the message names the item and candidate).
+        No ``answer`` column; ``normalize`` not returning a str; a label outside ``[0, 1]``; without ``grade``, two
+        rows giving one candidate different correctness (the message names the item and candidate).
 
     Examples
     --------
@@ -155,16 +144,14 @@ def validate_ratings(ratings: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        Labels as ``str``, ``producers`` as sorted tuples, ``label`` and
-        ``signal`` float64, fresh 0-based index.
+        Labels as ``str``, ``producers`` as sorted tuples, ``label`` and ``signal`` float64, fresh 0-based index.
 
     Raises
     ------
     ACEInputError
-        Not a DataFrame; missing columns (listed); a missing label column
-        value; ``label`` or ``signal`` not in ``[0, 1]``; a duplicate
-        (dataset, item_id, candidate, rater, method); a candidate whose
-        ``label`` or ``producers`` differ between its rows.
+        Not a DataFrame; missing columns (listed); a missing label column value; ``label`` or ``signal`` not in
+        ``[0, 1]``; a duplicate (dataset, item_id, candidate, rater, method); a candidate whose ``label`` or
+        ``producers`` differ between its rows.
     """
     if not isinstance(ratings, pd.DataFrame):
         raise ACEInputError(f"candidates must be a pandas DataFrame, got {type(ratings).__name__}")
@@ -237,8 +224,7 @@ def ca_cell(cell: Cell, ratings: pd.DataFrame) -> CACell | None:
     Returns
     -------
     CACell or None
-        ``None`` when neither model rated a candidate of this dataset and
-        method.
+        ``None`` when neither model rated a candidate of this dataset and method.
     """
     a, b = cell.pair.a, cell.pair.b
     sub = ratings[(ratings["dataset"] == cell.dataset) & (ratings["method"] == cell.method)
@@ -321,8 +307,7 @@ class SelfPreferenceData:
 def self_preference_data(ca: CACell, cell: Cell) -> tuple[SelfPreferenceData, SelfPreferenceData]:
     """Self-preference data of both raters of a cell (``A`` first).
 
-    An item counts when each model has exactly one candidate there and the
-    two differ.
+    An item counts when each model has exactly one candidate there and the two differ.
     """
     items, sa_own, sa_oth, sb_own, sb_oth = [], [], [], [], []
     ambiguous = 0

@@ -1,7 +1,6 @@
 """Outcome strata, distribution-aligned importance weights and the resampling alternative (study 001, Appendix B, E.7).
 
-See :mod:`.views` for how the DA views use them and which direction defines
-the DA gap.
+See :mod:`.views` for how the DA views use them and which direction defines the DA gap.
 """
 
 from __future__ import annotations
@@ -67,9 +66,8 @@ class Strata:
 def outcome_strata(*correct, max_levels: int = 10, n_strata: int = 10) -> Strata:
     """The strata of DA for the pooled correctness values of a pair.
 
-    Binary data (every value 0 or 1): levels ``(0, 1)``. Otherwise the exact
-    distinct values when there are at most ``max_levels``, else ``n_strata``
-    equal-width strata.
+    Binary data (every value 0 or 1): levels ``(0, 1)``. Otherwise the exact distinct values when there are at most
+    ``max_levels``, else ``n_strata`` equal-width strata.
 
     Examples
     --------
@@ -137,10 +135,9 @@ def da_weights(correct, target, strata: Strata, who: str = "model") -> DAWeights
     Returns
     -------
     DAWeights
-        Unsupported target (a stratum with target mass has no row; binary:
-        accuracy 0 or 1 against another target): weights ``nan`` and an
-        :class:`UndefinedMetricWarning`. ``ESS / n <`` :data:`ESS_WARNING`:
-        an :class:`ACEWarning`.
+        Unsupported target (a stratum with target mass has no row; binary: accuracy 0 or 1 against another target):
+        weights ``nan`` and an :class:`UndefinedMetricWarning`. ``ESS / n <`` :data:`ESS_WARNING`: an
+        :class:`ACEWarning`.
 
     Examples
     --------
@@ -175,10 +172,9 @@ def da_weights(correct, target, strata: Strata, who: str = "model") -> DAWeights
 def resample_rows(correct, target, strata: Strata, rng: np.random.Generator) -> np.ndarray | None:
     """Row indices kept by the resampling alternative of DA (study 001, section 4.2).
 
-    The largest subset with the target composition in whole rows:
-    ``N' = min_k n_k / q_k`` over strata with ``q_k > 0``, then a random
-    ``floor(q_k N')`` rows of stratum ``k`` (without replacement, strata in
-    order, drawn with ``rng``).
+    The largest subset with the target composition in whole rows: ``N' = min_k n_k / q_k`` over strata with
+    ``q_k > 0``, then a random ``floor(q_k N')`` rows of stratum ``k`` (without replacement, strata in order, drawn
+    with ``rng``).
 
     Returns
     -------

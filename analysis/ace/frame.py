@@ -1,8 +1,7 @@
 """Input contract of the accuracy-controlled comparison (study 001, ACE).
 
-The input is a long table of **own-answer rows**: one row per (model,
-dataset, confidence method, item), the model's confidence in its own answer
-and that answer's correctness.
+The input is a long table of **own-answer rows**: one row per (model, dataset, confidence method, item), the model's
+confidence in its own answer and that answer's correctness.
 
 =========  ===================================================================
 column     meaning
@@ -16,17 +15,14 @@ correct    correctness, float64 in ``[0, 1]``: 0/1 (``bool`` accepted) or graded
 answer     optional: the extracted answer (for :func:`candidates.candidate_pool`)
 =========  ===================================================================
 
-Other columns are dropped. :func:`validate_rows` checks everything before any
-number is computed and raises :class:`ACEInputError` naming the column, the
-row and the value.
+Other columns are dropped. :func:`validate_rows` checks everything before any number is computed and raises
+:class:`ACEInputError` naming the column, the row and the value.
 
-A **pair** (:class:`Pair`) is two models and a comparison label (``size``,
-``mode``, ...); by default every unordered pair of models, in sorted name
-order, labelled ``"pair"``. A **cell** (:class:`Cell`) is one pair on one
-(dataset, method): the two models' rows matched on the item ids both have
-(the intersection), sorted as strings so the result does not depend on the
-order of the input rows; how many items each side lost is recorded. Gaps are
-always oriented ``A - B`` with ``A = pair.a``.
+A **pair** (:class:`Pair`) is two models and a comparison label (``size``, ``mode``, ...); by default every unordered
+pair of models, in sorted name order, labelled ``"pair"``. A **cell** (:class:`Cell`) is one pair on one (dataset,
+method): the two models' rows matched on the item ids both have (the intersection), sorted as strings so the result
+does not depend on the order of the input rows; how many items each side lost is recorded. Gaps are always oriented
+``A - B`` with ``A = pair.a``.
 """
 
 from __future__ import annotations
@@ -88,9 +84,8 @@ def check_unit_interval(values, name: str, what: str = "row") -> np.ndarray:
     Raises
     ------
     ACEInputError
-        If a value is not a number, is missing / non-finite, or lies outside
-        ``[0, 1]``; the message gives the first bad position, its value and
-        how many values are bad.
+        If a value is not a number, is missing / non-finite, or lies outside ``[0, 1]``; the message gives the first
+        bad position, its value and how many values are bad.
     """
     ser = pd.Series(values)
     if ser.dtype == bool:
@@ -138,18 +133,15 @@ def validate_rows(rows: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        A new frame with ``model``, ``dataset``, ``method``, ``item_id`` as
-        ``str``, ``signal`` and ``correct`` as float64 (and ``answer`` as
-        object when given), on a fresh 0-based index.
+        A new frame with ``model``, ``dataset``, ``method``, ``item_id`` as ``str``, ``signal`` and ``correct`` as
+        float64 (and ``answer`` as object when given), on a fresh 0-based index.
 
     Raises
     ------
     ACEInputError
-        If ``rows`` is not a DataFrame, a required column is missing (the
-        message lists the missing and the present columns), a label is
-        missing, ``signal`` or ``correct`` is not a finite number in
-        ``[0, 1]``, or a (model, dataset, method, item_id) key occurs twice
-        (the message names the key and both rows).
+        If ``rows`` is not a DataFrame, a required column is missing (the message lists the missing and the present
+        columns), a label is missing, ``signal`` or ``correct`` is not a finite number in ``[0, 1]``, or a (model,
+        dataset, method, item_id) key occurs twice (the message names the key and both rows).
     """
     if not isinstance(rows, pd.DataFrame):
         raise ACEInputError(f"rows must be a pandas DataFrame, got {type(rows).__name__}")
@@ -225,10 +217,9 @@ def resolve_pairs(models: Sequence[str], pairs=None) -> tuple[Pair, ...]:
     Raises
     ------
     ACEInputError
-        If a declared pair is not a 2- or 3-tuple or a :class:`Pair`, names a
-        model not in ``models`` (the message lists them), or occurs twice
-        (in either order); or if ``pairs`` is ``None`` and there are fewer
-        than two models.
+        If a declared pair is not a 2- or 3-tuple or a :class:`Pair`, names a model not in ``models`` (the message
+        lists them), or occurs twice (in either order); or if ``pairs`` is ``None`` and there are fewer than two
+        models.
     """
     names = sorted({str(m) for m in models})
     if pairs is None:
@@ -318,11 +309,9 @@ def matched_cells(rows: pd.DataFrame, pairs=None) -> Matched:
     Returns
     -------
     Matched
-        One :class:`Cell` per (pair, dataset, method) in which both models
-        have at least one shared item, in pair order then sorted dataset and
-        method. ``messages`` says which (pair, dataset, method) had no shared
-        item and how many items were dropped; items dropped also raise an
-        :class:`ACEWarning`.
+        One :class:`Cell` per (pair, dataset, method) in which both models have at least one shared item, in pair
+        order then sorted dataset and method. ``messages`` says which (pair, dataset, method) had no shared item and
+        how many items were dropped; items dropped also raise an :class:`ACEWarning`.
 
     Raises
     ------

@@ -2,33 +2,25 @@
 
 Definitions
 -----------
-* **Reversal** (section 5.2): the raw gap and an aligned gap have strictly
-  opposite signs (:func:`confgrid.analysis.compare.flip`). A gap that is
-  exactly 0 (a tie) is no reversal; a gap that is ``nan`` (undefined, e.g.
-  DA without support) makes the reversal undefined (``<NA>``), and such
-  comparisons are left out of rates and counted as ``n_undefined``.
-* The comparisons of reversal analysis are the three main aligned views
-  :data:`MAIN_VIEWS` (``ia``, ``da``, ``ca``); the other views of
-  ``ace_gaps`` (IA parts, DA directions, resampling) carry a ``reversal``
-  column too but enter no rate or pattern.
-* **Accuracy-gap bins** (Appendix E.2): ``|a_A - a_B|`` rounded to 12
-  decimals (so ``0.7 - 0.6`` counts as 0.1) in the bins of
-  :data:`ACC_GAP_EDGES`, ``[lo, hi)`` and the last one closed; every bin lies
-  wholly below or at/above the 0.1 threshold, marked by ``above_threshold``.
-* **Patterns** (section 6, Tables 1 and 2), per cell and metric, from the
-  reversal flags of the views used: ``none``, ``ia_only``, ``da_only``,
-  ``ca_only``, ``da_ia`` (DA and IA, not CA), ``all_three``, ``other`` (CA
-  with exactly one of DA, IA), or ``undefined`` when a used view's gap is
-  undefined (``nan``). A view that was not computed for a cell (CA without a
-  candidate table, or without ratings for that cell's method) is not used
-  there and counts as no reversal; ``views_used`` says, per cell, which
-  were. DA and IA *agree* when their flags are equal.
-* **Correlation** (Figure 1, Appendix A.2): across cells, Spearman's rho
-  between the accuracy gap and the raw metric gap, both oriented *more
-  accurate minus less accurate* (``|a_A - a_B|`` and ``sign(a_A - a_B) *
-  gap``; a tie keeps ``A - B``), with a percentile interval from resampling
-  the cells (seeded with ``setting_seed("spearman", "<metric>|<by>|<key>",
-  seed)``).
+* **Reversal** (section 5.2): the raw gap and an aligned gap have strictly opposite signs
+  (:func:`confgrid.analysis.compare.flip`). A gap that is exactly 0 (a tie) is no reversal; a gap that is ``nan``
+  (undefined, e.g. DA without support) makes the reversal undefined (``<NA>``), and such comparisons are left out of
+  rates and counted as ``n_undefined``.
+* The comparisons of reversal analysis are the three main aligned views :data:`MAIN_VIEWS` (``ia``, ``da``, ``ca``);
+  the other views of ``ace_gaps`` (IA parts, DA directions, resampling) carry a ``reversal`` column too but enter no
+  rate or pattern.
+* **Accuracy-gap bins** (Appendix E.2): ``|a_A - a_B|`` rounded to 12 decimals (so ``0.7 - 0.6`` counts as 0.1) in the
+  bins of :data:`ACC_GAP_EDGES`, ``[lo, hi)`` and the last one closed; every bin lies wholly below or at/above the 0.1
+  threshold, marked by ``above_threshold``.
+* **Patterns** (section 6, Tables 1 and 2), per cell and metric, from the reversal flags of the views used: ``none``,
+  ``ia_only``, ``da_only``, ``ca_only``, ``da_ia`` (DA and IA, not CA), ``all_three``, ``other`` (CA with exactly one
+  of DA, IA), or ``undefined`` when a used view's gap is undefined (``nan``). A view that was not computed for a cell
+  (CA without a candidate table, or without ratings for that cell's method) is not used there and counts as no
+  reversal; ``views_used`` says, per cell, which were. DA and IA *agree* when their flags are equal.
+* **Correlation** (Figure 1, Appendix A.2): across cells, Spearman's rho between the accuracy gap and the raw metric
+  gap, both oriented *more accurate minus less accurate* (``|a_A - a_B|`` and ``sign(a_A - a_B) * gap``; a tie keeps
+  ``A - B``), with a percentile interval from resampling the cells (seeded with ``setting_seed("spearman",
+  "<metric>|<by>|<key>", seed)``).
 """
 
 from __future__ import annotations
@@ -139,23 +131,20 @@ def reversal_rates(gaps: pd.DataFrame, views: Sequence[str] = MAIN_VIEWS, by=DEF
     Parameters
     ----------
     gaps : DataFrame
-        ``ace_gaps`` rows (columns of :data:`CELL_COLUMNS`, ``metric``,
-        ``view``, ``acc_gap``, ``reversal``).
+        ``ace_gaps`` rows (columns of :data:`CELL_COLUMNS`, ``metric``, ``view``, ``acc_gap``, ``reversal``).
     views : sequence of str
     by : sequence of str or tuple of str
-        Groupings besides ``"all"``: a column of ``gaps`` or
-        ``"acc_gap_bin"``; a tuple groups by its columns together (key
-        ``"a / b"``).
+        Groupings besides ``"all"``: a column of ``gaps`` or ``"acc_gap_bin"``; a tuple groups by its columns together
+        (key ``"a / b"``).
     edges : accuracy-gap bin edges
 
     Returns
     -------
     DataFrame
-        Columns :data:`RATE_COLUMNS`: ``n_cells`` comparisons with a defined
-        reversal, ``n_reversals``, ``rate = n_reversals / n_cells`` (``nan``
-        for 0), ``n_undefined``; ``above_threshold`` (lower bin edge >= 0.1)
-        on ``acc_gap_bin`` rows, ``<NA>`` elsewhere. Counts, not only rates,
-        so groups can be merged (e.g. datasets into knowledge / reasoning).
+        Columns :data:`RATE_COLUMNS`: ``n_cells`` comparisons with a defined reversal, ``n_reversals``,
+        ``rate = n_reversals / n_cells`` (``nan`` for 0), ``n_undefined``; ``above_threshold`` (lower bin edge >= 0.1)
+        on ``acc_gap_bin`` rows, ``<NA>`` elsewhere. Counts, not only rates, so groups can be merged (e.g. datasets
+        into knowledge / reasoning).
     """
     g = _with_bins(gaps[gaps["view"].isin(list(views))], edges)
     flag = g["reversal"].astype("boolean")
@@ -196,8 +185,7 @@ def patterns(gaps: pd.DataFrame, views_used: Sequence[str] = MAIN_VIEWS) -> pd.D
     gaps : DataFrame
         ``ace_gaps`` rows.
     views_used : sequence of str
-        The main views computed in this run (a subset of :data:`MAIN_VIEWS`);
-        per cell, those with a row in ``gaps``.
+        The main views computed in this run (a subset of :data:`MAIN_VIEWS`); per cell, those with a row in ``gaps``.
 
     Returns
     -------
@@ -231,10 +219,9 @@ def pattern_shares(pats: pd.DataFrame, by=("method", "dataset", "comparison")) -
     Returns
     -------
     DataFrame
-        Columns :data:`SHARE_COLUMNS`: ``n_cells`` with a defined pattern,
-        the share of each of :data:`PATTERNS` among them, ``n_undefined``,
-        and ``da_ia_agree``, the share of cells (with both flags defined)
-        where DA and IA share the same reversal status.
+        Columns :data:`SHARE_COLUMNS`: ``n_cells`` with a defined pattern, the share of each of :data:`PATTERNS` among
+        them, ``n_undefined``, and ``da_ia_agree``, the share of cells (with both flags defined) where DA and IA share
+        the same reversal status.
     """
     d = pd.DataFrame({p: (pats["pattern"] == p).astype(np.int64) for p in PATTERNS}, index=pats.index)
     d["metric"] = pats["metric"]
@@ -299,9 +286,8 @@ def accuracy_correlation(gaps: pd.DataFrame, n_bootstrap: int = 2000, seed: int 
     Returns
     -------
     DataFrame
-        Columns :data:`CORRELATION_COLUMNS`; ``rho``, ``lo``, ``hi``,
-        ``p_value`` are ``nan`` for fewer than 3 cells or constant input
-        (``n_undefined`` counts the resamples where rho was undefined).
+        Columns :data:`CORRELATION_COLUMNS`; ``rho``, ``lo``, ``hi``, ``p_value`` are ``nan`` for fewer than 3 cells
+        or constant input (``n_undefined`` counts the resamples where rho was undefined).
     """
     raw = gaps[(gaps["view"] == "raw") & np.isfinite(gaps["gap"]) & np.isfinite(gaps["acc_gap"])]
     rows = []

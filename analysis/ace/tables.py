@@ -1,37 +1,29 @@
 """The ACE output tables and the one entry point :func:`ace_tables` (study 001).
 
-Every table is tidy, one row per the unit named below; the cell columns
-are :data:`~.reversals.CELL_COLUMNS` (``model_a``, ``model_b``,
-``comparison``, ``dataset``, ``method``); every gap is ``A - B``.
+Every table is tidy, one row per the unit named below; the cell columns are :data:`~.reversals.CELL_COLUMNS`
+(``model_a``, ``model_b``, ``comparison``, ``dataset``, ``method``); every gap is ``A - B``.
 
 ``ace_gaps`` -- one row per (cell, metric, view) (:data:`GAP_COLUMNS`)
-    ``value_a``, ``value_b``, ``gap``; ``favours`` (the model with the lower
-    value, or ``"neither"``, by :func:`confgrid.analysis.compare.better_signal`);
-    ``raw_gap`` and ``reversal`` (nullable boolean; ``<NA>`` on raw rows and
-    where undefined); ``acc_a``, ``acc_b``, ``acc_gap = acc_a - acc_b``;
-    ``n_items`` (matched items), ``n_a``, ``n_b`` (rows or item-candidate
-    pairs entering each side), ``retention`` (IA views), ``ess_a``,
-    ``ess_b``, ``ess_frac_a``, ``ess_frac_b`` (DA views), ``n_only_a``,
-    ``n_only_b`` (items dropped by matching), ``note``.
+    ``value_a``, ``value_b``, ``gap``; ``favours`` (the model with the lower value, or ``"neither"``, by
+    :func:`confgrid.analysis.compare.better_signal`); ``raw_gap`` and ``reversal`` (nullable boolean; ``<NA>`` on raw
+    rows and where undefined); ``acc_a``, ``acc_b``, ``acc_gap = acc_a - acc_b``; ``n_items`` (matched items),
+    ``n_a``, ``n_b`` (rows or item-candidate pairs entering each side), ``retention`` (IA views), ``ess_a``,
+    ``ess_b``, ``ess_frac_a``, ``ess_frac_b`` (DA views), ``n_only_a``, ``n_only_b`` (items dropped by matching),
+    ``note``.
 ``ace_reversals`` -- reversal rates (:data:`~.reversals.RATE_COLUMNS`, :func:`~.reversals.reversal_rates`).
 ``ace_patterns`` -- one row per (cell, metric) (:data:`~.reversals.PATTERN_COLUMNS`).
 ``ace_pattern_shares`` -- pattern shares (:data:`~.reversals.SHARE_COLUMNS`).
 ``ace_bootstrap`` -- one row per (cell, metric, view) bootstrapped (:data:`BOOTSTRAP_COLUMNS`)
-    ``gap``, ``lo``, ``hi`` (95% percentile), ``excludes_zero``,
-    ``n_undefined``, ``raw_gap``, ``raw_lo``, ``raw_hi``, ``reversal``,
-    ``retention_prob`` (point reversals only), ``strict``, ``n_resamples``,
-    ``seed``.
+    ``gap``, ``lo``, ``hi`` (95% percentile), ``excludes_zero``, ``n_undefined``, ``raw_gap``, ``raw_lo``, ``raw_hi``,
+    ``reversal``, ``retention_prob`` (point reversals only), ``strict``, ``n_resamples``, ``seed``.
 ``ace_retention`` -- one row per point-estimate reversal of a main view (:data:`RETENTION_COLUMNS`).
 ``ace_bootstrap_summary`` -- Table 10, one row per metric (:data:`SUMMARY_COLUMNS`)
-    ``n_cells``; ``n_point`` cells with a reversal in at least one main
-    view; ``n_strict`` cells where at least one view meets the strict
-    criterion; ``n_reversals``, ``median_retention`` and
-    ``n_retained_95`` (retention probability >= 0.95) over the reversals.
+    ``n_cells``; ``n_point`` cells with a reversal in at least one main view; ``n_strict`` cells where at least one
+    view meets the strict criterion; ``n_reversals``, ``median_retention`` and ``n_retained_95`` (retention
+    probability >= 0.95) over the reversals.
 ``ace_self_preference`` -- one row per (cell, rater) (:data:`SELF_PREFERENCE_COLUMNS`)
-    ``n_differ`` items where the two candidates differ, ``mean_own``,
-    ``mean_other``, ``diff = mean_own - mean_other`` with ``lo``, ``hi``
-    (paired bootstrap on the cell's resamples), ``excludes_zero``,
-    ``n_ambiguous``.
+    ``n_differ`` items where the two candidates differ, ``mean_own``, ``mean_other``, ``diff = mean_own - mean_other``
+    with ``lo``, ``hi`` (paired bootstrap on the cell's resamples), ``excludes_zero``, ``n_ambiguous``.
 ``ace_correlation`` -- Spearman rho of raw gap vs accuracy gap (:data:`~.reversals.CORRELATION_COLUMNS`).
 """
 
@@ -218,8 +210,8 @@ def _summary(boot: pd.DataFrame, metrics) -> pd.DataFrame:
 
 
 def _self_pref_rows(cell, sp, W: np.ndarray | None) -> list[dict]:
-    """Per rater, the mean own-minus-other confidence with its interval on the cell's resamples (``W``: the
-    unit's counts, :func:`confgrid.analysis.bootstrap.resample_counts`; None: no bootstrap)."""
+    """Per rater, the mean own-minus-other confidence with its interval on the cell's resamples (``W``: the unit's
+    counts, :func:`confgrid.analysis.bootstrap.resample_counts`; None: no bootstrap)."""
     rows = []
     for d in sp:
         vals = None
@@ -301,8 +293,7 @@ def ace_plan(
     Parameters
     ----------
     rows : DataFrame
-        Own-answer rows (:mod:`.frame`: ``model``, ``dataset``, ``method``,
-        ``item_id``, ``signal``, ``correct``).
+        Own-answer rows (:mod:`.frame`: ``model``, ``dataset``, ``method``, ``item_id``, ``signal``, ``correct``).
     candidates : DataFrame, optional
         Candidate ratings (:data:`.candidates.RATING_COLUMNS`); without it CA
         and self-preference are skipped with a message.

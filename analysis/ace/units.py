@@ -44,8 +44,8 @@ ACE_KIND = "model"
 
 
 def unit_labels(cell: Cell) -> dict[str, str]:
-    """The unit columns of a cell's unit: ``setting`` = the comparison's label, ``model`` = ``"A vs B"``, its
-    dataset, ``target_kind`` ``correct``; the compared method is each signal's ``method``."""
+    """The unit columns of a cell's unit: ``setting`` = the comparison's label, ``model`` = ``"A vs B"``, its dataset,
+    ``target_kind`` ``correct``; the compared method is each signal's ``method``."""
     lab = {c: "" for c in UNIT_COLUMNS}
     lab.update(setting=str(cell.pair.label), model=str(cell.pair.name), dataset=str(cell.dataset),
                target_kind="correct")

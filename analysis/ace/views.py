@@ -1,63 +1,48 @@
 """Point estimates of the raw, instance-aligned and distribution-aligned views (study 001).
 
-Per cell (a pair ``A``, ``B`` on one dataset and method, :class:`frame.Cell`)
-and metric in ``{"ece", "brier"}`` (ECE with 10 equal-width bins, the bins and
-the bin-edge rule of :func:`confgrid.analysis.metrics.bin_indices`), each view
-gives ``value_a``, ``value_b`` and the gap ``value_a - value_b`` (lower is
-better for both metrics, so a positive gap favours ``B``).
+Per cell (a pair ``A``, ``B`` on one dataset and method, :class:`frame.Cell`) and metric in ``{"ece", "brier"}`` (ECE
+with 10 equal-width bins, the bins and the bin-edge rule of :func:`confgrid.analysis.metrics.bin_indices`), each view
+gives ``value_a``, ``value_b`` and the gap ``value_a - value_b`` (lower is better for both metrics, so a positive gap
+favours ``B``).
 
 Views (study 001 section 4, Appendices B and E.7)
 -------------------------------------------------
 ``raw``
-    Each model's metric on its own answers; accuracies ``a_A``, ``a_B`` (the
-    mean correctness).
+    Each model's metric on its own answers; accuracies ``a_A``, ``a_B`` (the mean correctness).
 ``ia`` (instance-aligned, section 4.1)
-    Items where the outcomes match, ``D_IA = {i : h(z_A) = h(z_B)}``: exact
-    score match ``h(z) = z`` by default (binary: both right or both wrong),
-    or ``h`` = one of ``ia_strata`` equal-width strata of ``[0, 1]``. The
-    metric of each model on ``D_IA``; retention ``|D_IA| / |D|``. Parts:
-    ``ia_both_right`` (``h(z) = h(1)`` for both), ``ia_both_wrong``
-    (``h(z) = h(0)`` for both) and, for graded correctness only,
-    ``ia_partial`` (the rest of ``D_IA``).
+    Items where the outcomes match, ``D_IA = {i : h(z_A) = h(z_B)}``: exact score match ``h(z) = z`` by default
+    (binary: both right or both wrong), or ``h`` = one of ``ia_strata`` equal-width strata of ``[0, 1]``. The metric
+    of each model on ``D_IA``; retention ``|D_IA| / |D|``. Parts: ``ia_both_right`` (``h(z) = h(1)`` for both),
+    ``ia_both_wrong`` (``h(z) = h(0)`` for both) and, for graded correctness only, ``ia_partial`` (the rest of
+    ``D_IA``).
 ``da`` (distribution-aligned, section 4.2, Appendix B)
-    Model ``m``'s rows are weighted so that its weighted outcome distribution
-    equals a target ``q``: ``w_i = q_k / p_{m,k}`` with ``k`` the outcome
-    stratum of row ``i`` and ``p_{m,k}`` the share of ``m``'s rows in it. For
-    binary correctness the strata are ``{0, 1}`` and, with ``q`` = ``B``'s
-    composition, ``w = a_B / a_A`` if correct and ``(1 - a_B) / (1 - a_A)``
-    if wrong (the study's formula). Graded correctness (Appendix E.7): the
-    exact levels when the pair has at most ``max_levels`` (10) distinct
-    values, else ``n_strata`` (10) equal-width strata (bin-edge rule of
-    ``bin_indices``). Weights enter the bin counts, bin accuracy and bin
-    confidence of ECE and the mean of Brier. Directions reported:
+    Model ``m``'s rows are weighted so that its weighted outcome distribution equals a target ``q``:
+    ``w_i = q_k / p_{m,k}`` with ``k`` the outcome stratum of row ``i`` and ``p_{m,k}`` the share of ``m``'s rows in
+    it. For binary correctness the strata are ``{0, 1}`` and, with ``q`` = ``B``'s composition, ``w = a_B / a_A`` if
+    correct and ``(1 - a_B) / (1 - a_A)`` if wrong (the study's formula). Graded correctness (Appendix E.7): the exact
+    levels when the pair has at most ``max_levels`` (10) distinct values, else ``n_strata`` (10) equal-width strata
+    (bin-edge rule of ``bin_indices``). Weights enter the bin counts, bin accuracy and bin confidence of ECE and the
+    mean of Brier. Directions reported:
 
     * ``da_a_to_b``: ``A`` reweighted to ``B``'s composition, ``B`` raw;
     * ``da_b_to_a``: ``B`` reweighted to ``A``'s composition, ``A`` raw;
-    * ``da_target``: both reweighted to a common target, by default the
-      pair's mean composition ``(p_A + p_B) / 2`` (``target="mean"``), or a
-      declared accuracy ``t`` (binary correctness only: ``q = (1 - t, t)``);
-    * ``da`` -- **the** DA gap of reversals and patterns: the **more
-      accurate model is reweighted to the less accurate model's outcome
-      composition** (``da_a_to_b`` when ``a_A >= a_B``, else ``da_b_to_a``).
-      This is Appendix B's ``w^(A)`` with ``A`` the stronger model and
-      Appendix E.7's choice of the weaker model's distribution as the
-      target; it never asks the weaker model to "gain" accuracy. The
-      direction is fixed by the point estimate and kept in every bootstrap
-      resample (the statistic must not change between resamples).
+    * ``da_target``: both reweighted to a common target, by default the pair's mean composition ``(p_A + p_B) / 2``
+      (``target="mean"``), or a declared accuracy ``t`` (binary correctness only: ``q = (1 - t, t)``);
+    * ``da`` -- **the** DA gap of reversals and patterns: the **more accurate model is reweighted to the less accurate
+      model's outcome composition** (``da_a_to_b`` when ``a_A >= a_B``, else ``da_b_to_a``). This is Appendix B's
+      ``w^(A)`` with ``A`` the stronger model and Appendix E.7's choice of the weaker model's distribution as the
+      target; it never asks the weaker model to "gain" accuracy. The direction is fixed by the point estimate and kept
+      in every bootstrap resample (the statistic must not change between resamples).
 
-    Support: a stratum with target mass but no row of the reweighted model
-    (binary: an accuracy of exactly 0 or 1 against a different target)
-    makes the weights undefined; the value is ``nan`` with an
-    :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`, not an
-    error. Effective sample size: Kish ``ESS = (sum w)^2 / sum w^2`` and
-    ``ESS / N`` (Appendix E.5), with an :class:`~frame.ACEWarning` below
+    Support: a stratum with target mass but no row of the reweighted model (binary: an accuracy of exactly 0 or 1
+    against a different target) makes the weights undefined; the value is ``nan`` with an
+    :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`, not an error. Effective sample size: Kish
+    ``ESS = (sum w)^2 / sum w^2`` and ``ESS / N`` (Appendix E.5), with an :class:`~frame.ACEWarning` below
     :data:`ESS_WARNING` (0.5).
 ``da_resample`` (the alternative of section 4.2, for comparison)
-    The reweighted model of ``da`` keeps, per outcome stratum, a seeded
-    random subset of its rows so that the kept rows have the target
-    composition as nearly as whole rows allow (the largest such subset:
-    ``N' = min_k n_k / q_k`` over strata with ``q_k > 0``, then
-    ``floor(q_k N')`` rows of stratum ``k``); the value is the mean over
+    The reweighted model of ``da`` keeps, per outcome stratum, a seeded random subset of its rows so that the kept
+    rows have the target composition as nearly as whole rows allow (the largest such subset: ``N' = min_k n_k / q_k``
+    over strata with ``q_k > 0``, then ``floor(q_k N')`` rows of stratum ``k``); the value is the mean over
     ``n_draws`` (20) draws.
 """
 
@@ -136,21 +121,18 @@ def ia_split(correct_a, correct_b, ia_strata: int | None = None) -> IASplit:
     ----------
     correct_a, correct_b : array-like of shape (n,)
     ia_strata : int, optional
-        ``None``: exact match, ``h(z) = z``. An integer ``k >= 2``: ``h`` is
-        the index of ``k`` equal-width strata of ``[0, 1]`` (bin-edge rule of
-        ``bin_indices``).
+        ``None``: exact match, ``h(z) = z``. An integer ``k >= 2``: ``h`` is the index of ``k`` equal-width strata of
+        ``[0, 1]`` (bin-edge rule of ``bin_indices``).
 
     Returns
     -------
     IASplit
-        ``both_right``: ``h(z_A) = h(z_B) = h(1)``; ``both_wrong``:
-        ``= h(0)``; ``partial``: the rest of ``D_IA``.
+        ``both_right``: ``h(z_A) = h(z_B) = h(1)``; ``both_wrong``: ``= h(0)``; ``partial``: the rest of ``D_IA``.
 
     Raises
     ------
     ValueError
-        If ``ia_strata`` is given and below 2 (one stratum would make every
-        item both right and both wrong).
+        If ``ia_strata`` is given and below 2 (one stratum would make every item both right and both wrong).
 
     Examples
     --------
@@ -192,8 +174,7 @@ class ViewOptions:
     ia_strata : int or None
         ``None``: IA by exact score match; ``k >= 2``: by ``k`` equal-width strata.
     max_levels, n_strata : int
-        DA strata: exact levels up to ``max_levels`` distinct values, else
-        ``n_strata`` equal-width strata.
+        DA strata: exact levels up to ``max_levels`` distinct values, else ``n_strata`` equal-width strata.
     n_draws : int
         Draws averaged by ``da_resample``.
     """
@@ -259,8 +240,7 @@ class ViewValue:
     retention : float
         IA views: ``|subset| / |D|``; else ``nan``.
     ess_a, ess_b : float
-        DA views: Kish ESS of each side's weights (``n`` for an unweighted
-        side); else ``nan``.
+        DA views: Kish ESS of each side's weights (``n`` for an unweighted side); else ``nan``.
     note : str
     """
 
@@ -377,9 +357,8 @@ def cell_views(
     metrics : sequence of str
         Names in :data:`METRICS`.
     views : sequence of str
-        Any of ``"ia"`` (:data:`IA_VIEWS`; ``ia_partial`` only for graded
-        correctness), ``"da"`` (:data:`DA_VIEWS`), ``"da_resample"``;
-        ``raw`` is always computed.
+        Any of ``"ia"`` (:data:`IA_VIEWS`; ``ia_partial`` only for graded correctness), ``"da"`` (:data:`DA_VIEWS`),
+        ``"da_resample"``; ``raw`` is always computed.
     opts : ViewOptions
     rng : numpy Generator, optional
         Needed for ``"da_resample"`` (seed it from the cell).

@@ -1,12 +1,9 @@
 """Weighted ECE and Brier score, Kish effective sample size (study 001, section 4.2, Appendix E.5).
 
-Real-valued row weights enter ECE's bin counts, bin accuracy and bin
-confidence, with the bins and bin-edge rule of
-:func:`confgrid.analysis.metrics.bin_indices`. Both are computed by the one
-weighted kernel of the package (:func:`confgrid.analysis.kernels.ece_weighted`
-and ``brier_weighted``, the kernels of the paired bootstrap), with the weights
-as one row; weights all 1 give :func:`confgrid.analysis.metrics.ece` and
-``brier`` to float round-off.
+Real-valued row weights enter ECE's bin counts, bin accuracy and bin confidence, with the bins and bin-edge rule of
+:func:`confgrid.analysis.metrics.bin_indices`. Both are computed by the one weighted kernel of the package
+(:func:`confgrid.analysis.kernels.ece_weighted` and ``brier_weighted``, the kernels of the paired bootstrap), with the
+weights as one row; weights all 1 give :func:`confgrid.analysis.metrics.ece` and ``brier`` to float round-off.
 """
 
 from __future__ import annotations
@@ -51,13 +48,11 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: s
     """ECE with real-valued row weights in the bin counts, accuracy and confidence.
 
     ``ECE_w = sum_b (W_b / W) |acc_b - conf_b|`` with ``W_b = sum_{i in b} w_i``,
-    ``acc_b = sum_{i in b} w_i z_i / W_b``, ``conf_b = sum_{i in b} w_i c_i / W_b``
-    and ``W = sum_i w_i``; bins ``[k/B, (k+1)/B)``, the last one holding
-    ``1.0`` (:func:`confgrid.analysis.metrics.bin_indices`), or another
-    ``closure`` (``"right"``: ``(k/B, (k+1)/B]``; :data:`metrics.CLOSURES`). Computed in the
-    same order as :func:`confgrid.analysis.metrics.ece`, so weights all 1 give
-    exactly (bit for bit) the existing ECE; integer weights give the ECE of
-    the rows repeated that many times. Reference: study 001, section 4.2.
+    ``acc_b = sum_{i in b} w_i z_i / W_b``, ``conf_b = sum_{i in b} w_i c_i / W_b`` and ``W = sum_i w_i``; bins
+    ``[k/B, (k+1)/B)``, the last one holding ``1.0`` (:func:`confgrid.analysis.metrics.bin_indices`), or another
+    ``closure`` (``"right"``: ``(k/B, (k+1)/B]``; :data:`metrics.CLOSURES`). Computed in the same order as
+    :func:`confgrid.analysis.metrics.ece`, so weights all 1 give exactly (bit for bit) the existing ECE; integer
+    weights give the ECE of the rows repeated that many times. Reference: study 001, section 4.2.
 
     Parameters
     ----------
@@ -73,15 +68,13 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: s
     Returns
     -------
     float
-        In ``[0, 1]``, lower is better; ``nan`` with an
-        :class:`UndefinedMetricWarning` when there are no rows or the weights
-        sum to 0.
+        In ``[0, 1]``, lower is better; ``nan`` with an :class:`UndefinedMetricWarning` when there are no rows or the
+        weights sum to 0.
 
     Raises
     ------
     ValueError
-        Values outside ``[0, 1]``, shapes that differ, negative or
-        non-finite weights, ``n_bins < 1``.
+        Values outside ``[0, 1]``, shapes that differ, negative or non-finite weights, ``n_bins < 1``.
 
     Examples
     --------
@@ -119,8 +112,8 @@ def weighted_brier(confidence, correct, weights=None) -> float:
 
 
 def metric_value(metric: str, confidence, correct, weights=None, n_bins: int = 10) -> float:
-    """:func:`weighted_ece` (``ece``, ``ece_right``, ``ece_right_float``: its bin closure) or
-    :func:`weighted_brier` by name.
+    """:func:`weighted_ece` (``ece``, ``ece_right``, ``ece_right_float``: its bin closure) or :func:`weighted_brier`
+    by name.
 
     Raises
     ------

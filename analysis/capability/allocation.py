@@ -1,15 +1,12 @@
 """Inference budget allocation from a capability estimate (study 004, section 6.2 and Figure 12).
 
-A budget of ``B x N`` samples is spread over N items. Greedy: every next
-sample goes to the item with the largest marginal gain in the chance of at
-least one correct sample, ``p_i (1 - p_i)^{k_i}`` (k_i samples already given;
-p clipped to [1e-6, 1 - 1e-6]); ties go to the lower item index. Since the
-gain of an item falls with every sample it gets, the greedy allocation is the
-``B x N`` largest gains ``p_i (1 - p_i)^j``, j < n, taken at once. Uniform: B
-samples per item. An item counts as solved when any of its allocated samples,
-drawn without replacement from its n stored samples in a seeded random
-order, is correct; the solved share is averaged over seeds. No item gets more
-than its n stored samples; a budget above n per item is marked ``capped``.
+A budget of ``B x N`` samples is spread over N items. Greedy: every next sample goes to the item with the largest
+marginal gain in the chance of at least one correct sample, ``p_i (1 - p_i)^{k_i}`` (k_i samples already given; p
+clipped to [1e-6, 1 - 1e-6]); ties go to the lower item index. Since the gain of an item falls with every sample it
+gets, the greedy allocation is the ``B x N`` largest gains ``p_i (1 - p_i)^j``, j < n, taken at once. Uniform: B
+samples per item. An item counts as solved when any of its allocated samples, drawn without replacement from its n
+stored samples in a seeded random order, is correct; the solved share is averaged over seeds. No item gets more than
+its n stored samples; a budget above n per item is marked ``capped``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,19 @@
 """Capability-calibration metrics against a continuous target, with an item-level paired bootstrap.
 
-Study 004 section 3 (capability calibration) and Appendix Tables 3, 12, 13:
-an estimate ``p_i`` in [0, 1] of item ``i`` is rated against the item's
-target ``mu_i`` in [0, 1] (the expected accuracy over k_eval samples, or one
+Study 004 section 3 (capability calibration) and Appendix Tables 3, 12, 13: an estimate ``p_i`` in [0, 1] of item
+``i`` is rated against the item's target ``mu_i`` in [0, 1] (the expected accuracy over k_eval samples, or one
 sample's correctness for the response target):
 
 * Brier score: ``mean_i (p_i - mu_i)^2``.
-* ECE: 10 equal-width bins ``[k/10, (k+1)/10)``, a confidence of exactly 1.0
-  in the last bin, ``sum_b (n_b / n) |mean_b p - mean_b mu|``. (The study's
-  official code drops p = 1.0 from every bin while keeping it in n; that is
-  not copied.) Computed by the one ECE kernel
-  (:func:`confgrid.analysis.kernels.ece_weighted`, bins of
-  :func:`confgrid.analysis.metrics.bin_indices`), so a value such as
-  ``0.8999999999999999`` from an isotonic block mean falls in the bin
-  ``[0.8, 0.9)`` exactly as in :func:`confgrid.analysis.metrics.ece`.
-* Spearman's rho between p and mu (average ranks for ties; NaN when either is
-  constant).
+* ECE: 10 equal-width bins ``[k/10, (k+1)/10)``, a confidence of exactly 1.0 in the last bin,
+  ``sum_b (n_b / n) |mean_b p - mean_b mu|``. (The study's official code drops p = 1.0 from every bin while keeping it
+  in n; that is not copied.) Computed by the one ECE kernel (:func:`confgrid.analysis.kernels.ece_weighted`, bins of
+  :func:`confgrid.analysis.metrics.bin_indices`), so a value such as ``0.8999999999999999`` from an isotonic block
+  mean falls in the bin ``[0.8, 0.9)`` exactly as in :func:`confgrid.analysis.metrics.ece`.
+* Spearman's rho between p and mu (average ranks for ties; NaN when either is constant).
 
 The run's evaluator bootstraps these metrics over items (analysis/evaluation.py, the one kernels of
-analysis/kernels.py); study 004's own item bootstrap is the tests' oracle
-(tests/reference/capability_bootstrap.py).
+analysis/kernels.py); study 004's own item bootstrap is the tests' oracle (tests/reference/capability_bootstrap.py).
 """
 
 from __future__ import annotations

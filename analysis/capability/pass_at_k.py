@@ -1,13 +1,11 @@
 """pass@k from a capability estimate, against the actual pass@k of the stored samples (study 004, section 6.1).
 
-* Predicted: from an estimate ``p_i`` of the item's expected accuracy,
-  ``S_i = 1 - (1 - p_i)^k`` (k independent samples, each correct with
-  probability p_i); the dataset's prediction is ``mean_i S_i`` with the band
-  ``+- 1.96 sigma``, ``sigma = sqrt(sum_i S_i (1 - S_i)) / N`` (the standard
-  deviation of the mean of N independent Bernoulli(S_i)).
-* Actual: the unbiased estimator of Chen et al. (2021, "Evaluating Large
-  Language Models Trained on Code", eq. 1) from an item's n samples of which
-  c are correct, ``1 - C(n - c, k) / C(n, k)``; undefined (NaN) for k > n.
+* Predicted: from an estimate ``p_i`` of the item's expected accuracy, ``S_i = 1 - (1 - p_i)^k`` (k independent
+  samples, each correct with probability p_i); the dataset's prediction is ``mean_i S_i`` with the band
+  ``+- 1.96 sigma``, ``sigma = sqrt(sum_i S_i (1 - S_i)) / N`` (the standard deviation of the mean of N independent
+  Bernoulli(S_i)).
+* Actual: the unbiased estimator of Chen et al. (2021, "Evaluating Large Language Models Trained on Code", eq. 1) from
+  an item's n samples of which c are correct, ``1 - C(n - c, k) / C(n, k)``; undefined (NaN) for k > n.
 * Instance-level MSE: ``mean_i (S_i - actual_i)^2``.
 """
 
