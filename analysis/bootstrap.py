@@ -8,23 +8,11 @@ Resamples are drawn in fixed chunks of ``chunk_size`` rows; chunk ``c`` comes fr
 ``np.random.default_rng(np.random.SeedSequence([seed, c]))`` as ``rng.integers(0, n, size=(rows_in_chunk, n))``. The
 numbers therefore do not depend on how many workers process the chunks or in which order.
 
-The weighted kernels take a count matrix ``w`` of shape ``(b, n)`` (how many times each item occurs in each resample)
-and evaluate a metric on all ``b`` resamples at once without a Python loop over resamples: items are sorted by
-confidence once per signal, tie groups and ECE bins become contiguous blocks and are summed with ``np.add.reduceat``;
-every kernel is ``O(b * n)`` (except ``kde_ece``: ``O(b * G^2)`` matrix products over the ``G`` distinct confidences).
-Metrics without a kernel (``smoothed_ece``, ``smece``, whose bandwidth depends on the resample) fall back to calling
-the point function on each resample's rows, one Python call per resample: exact but much slower (see
-:func:`has_weighted_kernel`).
-
-The bootstrap itself (:func:`paired_bootstrap`, :func:`bootstrap_chunk`, :func:`bootstrap_chunks`) evaluates ECE,
-AUROC, AURC, Brier and the signed gap on a fused path with the same values (to rounding, ~1e-14): per row block, the
-count matrix ``w`` is built once (``np.bincount``) and shared by all signals; one sparse product ``w @ M`` (``4 S``
-multiply-adds per item and resample) gives every signal's binned sums (ECE, Brier, gap) and its counts per *segment*,
-a run of equally-correct answers in the signal's fixed sorted order; AUROC and AURC need only the cumulative counts at
-segment ends (exact integer arithmetic and a precomputed harmonic table; see :class:`_FusedSignal` and
-:class:`_Prepared`). Nothing is sorted per resample. The resamples of a chunk are processed in row blocks of about
-``2**17 / n`` rows (vectorized within a block) so the working arrays stay in cache and memory stays bounded by a small
-multiple of ``chunk_size * n * 8`` bytes.
+Each resample is a count matrix row (how often each item was drawn), evaluated for a whole block of resamples at once:
+the count-weighted kernels of analysis/kernels.py (``O(b * n)``; ``kde_ece`` ``O(b * G^2)``) and, for ECE, AUROC,
+AURC, Brier and the signed gap, the fused path of analysis/fused.py (the same values to ~1e-14, nothing sorted per
+resample; memory a small multiple of ``chunk_size * n * 8`` bytes). Metrics without a kernel (``smoothed_ece``,
+``smece``: the bandwidth depends on the resample) call the point function per resample (:func:`has_weighted_kernel`).
 
 With ``groups`` (a cluster label per item) the same chunks draw ``G`` cluster indices instead of ``n`` item indices
 and every row of a drawn cluster weighs its cluster's multiplicity (analysis/clusters.py).
@@ -119,18 +107,14 @@ def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bi
         drawn cluster indices in ``[0, G)`` (cluster order of :func:`clusters.cluster_codes`).
     n_bins : int, default=10
         ECE bins.
-    groups : array-like of shape (n,), optional
-        A cluster label per item (see :func:`paired_bootstrap`).
-    masks : array-like of bool, shape (S, n), optional
-        Each signal's support (see :func:`paired_bootstrap`).
-    reweight : sequence of Reweight or None, optional
-        Per signal, distribution-aligned reweighting (see :func:`paired_bootstrap`).
+    groups, masks, reweight
+        As in :func:`paired_bootstrap`.
 
     Returns
     -------
     ndarray of shape (S, M, b), float64
-        ``nan`` where a metric is undefined on a resample, and for the whole
-        row of a signal with non-finite inputs on its support.
+        ``nan`` where a metric is undefined on a resample, and for the whole row of a signal with non-finite inputs
+        on its support.
     """
     metrics = _check_metrics(metrics)
     conf, corr = _stack_inputs(confidence, correct)
@@ -172,17 +156,10 @@ def bootstrap_chunks(
     confidence : ndarray of shape (S, n), n >= 1
     correct : ndarray of shape (S, n) or (n,)
     metrics : list of str
-    n_resamples, seed, chunk_size, n_bins : int
-        As in :func:`paired_bootstrap`.
+    n_resamples, seed, chunk_size, n_bins, groups, masks, reweight
+        As in :func:`paired_bootstrap` (with ``groups`` a chunk draws ``chunk_indices(G, ...)`` cluster indices).
     chunks : sequence of int
         Chunk indices in ``[0, n_chunks(n_resamples, chunk_size))``.
-    groups : array-like of shape (n,), optional
-        A cluster label per item, as in :func:`paired_bootstrap` (the chunk
-        then draws ``chunk_indices(G, ...)`` cluster indices).
-    masks : array-like of bool, shape (S, n), optional
-        Each signal's support, as in :func:`paired_bootstrap`.
-    reweight : sequence of Reweight or None, optional
-        As in :func:`paired_bootstrap`.
 
     Returns
     -------
@@ -337,10 +314,7 @@ def paired_bootstrap(
     masks=None,
     reweight=None,
 ) -> BootstrapResult:
-    """Paired percentile bootstrap of every (signal, metric) of one setting.
-
-    Every signal and metric is recomputed on the same resampled items, so
-    differences between signals can be taken per resample.
+    """Paired percentile bootstrap of every (signal, metric) of one setting, all on the same resampled items.
 
     Parameters
     ----------

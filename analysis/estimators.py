@@ -162,10 +162,7 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    confidence, correct : array-like of shape (n_samples,)
     n_bins : int, default=10
         Number of equal-mass bins ``B >= 1``.
     closure : {"left", "right"}, default="left"
@@ -174,8 +171,7 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
     Returns
     -------
     float
-        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
-        rows or an input is non-finite.
+        ECE in ``[0, 1]``; **lower is better**. ``nan`` (warned) for no rows or a non-finite input.
 
     Raises
     ------
@@ -237,18 +233,14 @@ def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    confidence, correct : array-like of shape (n_samples,)
     bandwidth : float, default=0.05
         Kernel bandwidth ``h > 0``.
 
     Returns
     -------
     float
-        KDE ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are
-        no rows or an input is non-finite.
+        KDE ECE in ``[0, 1]``; **lower is better**. ``nan`` (warned) for no rows or a non-finite input.
 
     Examples
     --------
@@ -324,18 +316,10 @@ def ks_ece(confidence, correct) -> float:
     the order of tied answers and hence not on the input order. Reference: study 000, Appendix G ("Estimators"); Gupta
     et al., *Calibration of neural networks using splines*, ICLR 2021.
 
-    Parameters
-    ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
-
     Returns
     -------
     float
-        KS error in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are
-        no rows or an input is non-finite.
+        KS error in ``[0, 1]``; **lower is better**. ``nan`` (warned) for no rows or a non-finite input.
 
     Examples
     --------
@@ -416,18 +400,10 @@ def smoothed_ece(confidence, correct) -> float:
     with step about ``h / 20`` and refined by regula falsi; two sign changes within one grid step are missed (the
     value is then a slight underestimate). Agrees with adaptive quadrature to about 1e-9.
 
-    Parameters
-    ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
-
     Returns
     -------
     float
-        Smoothed ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there
-        are no rows or an input is non-finite.
+        Smoothed ECE in ``[0, 1]``; **lower is better**. ``nan`` (warned) for no rows or a non-finite input.
 
     Examples
     --------
@@ -498,18 +474,10 @@ def smece(confidence, correct) -> float:
     ``sigma = smECE_sigma``; see the package). ``relplot`` is imported on first use. Reference: J. Blasiok and P.
     Nakkiran, *Smooth ECE: principled reliability diagrams via kernel smoothing*, ICLR 2024.
 
-    Parameters
-    ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
-
     Returns
     -------
     float
-        smECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
-        rows or an input is non-finite.
+        smECE in ``[0, 1]``; **lower is better**. ``nan`` (warned) for no rows or a non-finite input.
 
     Raises
     ------
@@ -540,13 +508,6 @@ def calibration_gap(confidence, correct) -> float:
 
     ``G = (1/n) sum_i (c_i - y_i)``; positive means overconfident, negative
     underconfident. Reference: study 003, section 3.3, equation (2).
-
-    Parameters
-    ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------

@@ -10,18 +10,9 @@ elsewhere ``1 -`` the accuracy of the item's group (:func:`group_difficulty`, gr
 MMLU's subject). The second is computed from the same scores it is then regressed against, so part of the slope is
 regression to the mean (study 002 section 1); LifeEval's difficulty is exogenous.
 
-Functions (pure numpy/scipy; 1-D float arrays in, typed records out):
-
-* :func:`overconfidence_by_group`, :func:`overconfidence_by_difficulty`: the
-  table of overconfidence per group / per difficulty bin, with ``n``.
-* :func:`hard_easy_slope`: the slope with a paired percentile bootstrap
-  interval over answers (the index draws of :mod:`confgrid.analysis.bootstrap`).
-* :func:`rounded_share`: the share of stated confidences that are multiples of 5%.
-* :func:`confidence_truth_correlation`: Pearson and Spearman correlation of
-  stated confidence and true probability (LifeEval).
-
-Undefined results (no rows, one row, a constant input, a non-finite value) are NaN with a ``status`` saying why and an
-:class:`~confgrid.analysis.metrics.UndefinedMetricWarning`, never 0.
+Pure numpy/scipy: 1-D float arrays in (shape ``(n,)``; lengths that differ, a non-1-D input or a finite value outside
+[0, 1] raise ``ValueError``), typed records out. Undefined results (no rows, one row, a constant input, a non-finite
+value) are NaN with a ``status`` saying why and an :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`, never 0.
 """
 
 from __future__ import annotations
@@ -111,11 +102,6 @@ def overconfidence_by_group(confidence, score, groups) -> tuple[GroupOverconfide
     tuple of GroupOverconfidence
         One per distinct label, in sorted order of the labels (numbers sort as numbers when every label is one). A
         non-finite value makes its group's means NaN.
-
-    Raises
-    ------
-    ValueError
-        Lengths differ, an input is not 1-D, or a finite value lies outside [0, 1].
     """
     c, s = _unit(confidence, "confidence"), _unit(score, "score")
     g = np.asarray(groups, dtype=object).reshape(-1)
@@ -169,8 +155,7 @@ def overconfidence_by_difficulty(confidence, score, difficulty,
     Raises
     ------
     ValueError
-        Bad inputs (as :func:`overconfidence_by_group`), edges not strictly
-        increasing or fewer than two, or a difficulty outside the edges.
+        Bad inputs, edges not strictly increasing or fewer than two, or a difficulty outside the edges.
     """
     c, s, d = _three(confidence, score, difficulty)
     if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
@@ -205,8 +190,8 @@ def group_difficulty(score, groups) -> np.ndarray:
     Parameters
     ----------
     score : array_like, shape (n,)
-        Scores in [0, 1] of the answers given (e.g. one model on one dataset;
-        the answer's own row is part of its group's accuracy).
+        Scores in [0, 1] of the answers given (e.g. one model on one dataset; the answer's own row is part of its
+        group's accuracy).
     groups : array_like, shape (n,)
         Group label per answer (a metadata column, e.g. MMLU's subject).
 
@@ -290,9 +275,8 @@ def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, s
     resamples : int, default 10000
         Paired bootstrap resamples of the ``n`` answers (0: no interval, NaN bounds).
     seed : int, default 0
-        Seed of the index draws: chunk ``k`` of ``chunk_size`` resamples is ``default_rng(SeedSequence([seed,
-        k])).integers(0, n, (rows, n))`` (:func:`confgrid.analysis.bootstrap.chunk_indices`), so the draws are those
-        of the project's metric bootstrap for the same seed and ``n``.
+        Seed of the index draws (:func:`confgrid.analysis.resampling.chunk_indices`: the draws of the metric bootstrap
+        for the same seed and ``n``).
     level : float, default 0.95
         Level of the percentile interval (``np.nanpercentile``, linear), in (0, 1).
     chunk_size : int
@@ -391,8 +375,7 @@ def rounded_share(confidence, step_percent: float = 5.0) -> RoundedShare:
 class Correlation(NamedTuple):
     """Pearson and Spearman correlation (scipy.stats) with their two-sided p-values; NaN unless ``status == "ok"``.
 
-    ``status``: ``"ok"``, ``"fewer_than_2_rows"``, ``"non_finite"``,
-    ``"constant_confidence"`` or ``"constant_truth"``.
+    ``status``: ``"ok"``, ``"fewer_than_2_rows"``, ``"non_finite"``, ``"constant_confidence"`` or ``"constant_truth"``.
     """
 
     pearson: float

@@ -1,7 +1,7 @@
 """Point estimates of the calibration and discrimination metrics.
 
-Every metric takes a confidence vector and a correctness vector of the same length ``n_samples`` (one row per answer)
-and returns a Python ``float``. The definitions are those of study 000, Appendix A.
+Every metric takes ``confidence`` and ``correct``, array-likes of shape ``(n_samples,)`` (one row per answer; lengths
+that differ raise ``ValueError``), and returns a Python ``float``. The definitions are those of study 000, Appendix A.
 
 Conventions shared by every metric
 ----------------------------------
@@ -12,15 +12,8 @@ Conventions shared by every metric
 * Undefined cases return ``nan`` together with an :class:`UndefinedMetricWarning`: no rows, a non-finite value in
   either input, and (AUROC only) a single class. A metric never returns a silent 0.
 
-Only numpy is used here; the vectorized, count-weighted versions used by the
-bootstrap live in :mod:`confgrid.analysis.bootstrap`.
-
-Import order
-------------
-This module is the bottom of ``confgrid.analysis``: it imports no other module of the package.
-:mod:`~confgrid.analysis.estimators` builds on it, and :mod:`~confgrid.analysis.registry` (``MetricInfo``,
-``METRICS``, ``get_metric``, ``register_metric``) registers the metrics of both. Import the registry names from
-:mod:`confgrid.analysis.registry`.
+Only numpy is used here (the count-weighted kernels of the bootstrap: :mod:`confgrid.analysis.kernels`). This module
+imports no other module of the package; :mod:`confgrid.analysis.registry` registers its metrics.
 """
 
 from __future__ import annotations
@@ -352,10 +345,7 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    confidence, correct : array-like of shape (n_samples,)
     n_bins : int, default=10
         Number of equal-width bins.
     closure : {"left", "right", "right_float", "left_float"}, default="left"
@@ -364,13 +354,7 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     Returns
     -------
     float
-        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
-        rows or an input is non-finite.
-
-    Raises
-    ------
-    ValueError
-        If a value lies outside ``[0, 1]`` or the shapes disagree.
+        ECE in ``[0, 1]``; **lower is better**. ``nan`` (warned) for no rows or a non-finite input.
 
     Examples
     --------
@@ -408,23 +392,11 @@ def auroc(confidence, correct) -> float:
     for binary ``correct``). Graded correctness ``y_i`` in ``[0, 1]`` is treated as a soft label: answer ``i`` counts
     as correct with mass ``y_i`` and as wrong with mass ``1 - y_i``. Reference: study 000, Appendix A.
 
-    Parameters
-    ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
-
     Returns
     -------
     float
         AUROC in ``[0, 1]``; **higher is better** (0.5 is chance). ``nan`` (with an :class:`UndefinedMetricWarning`)
         when there are no rows, an input is non-finite, or only one class is present.
-
-    Raises
-    ------
-    ValueError
-        If a value lies outside ``[0, 1]`` or the shapes disagree.
 
     Examples
     --------
@@ -461,23 +433,10 @@ def aurc(confidence, correct) -> float:
     answers with ``C`` errors): ``m r + (C - K r)(H(K+m) - H(K))`` with ``r = e/m`` and ``H`` the harmonic numbers.
     The result does not depend on the input order. Reference: study 000, Appendix A.
 
-    Parameters
-    ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
-
     Returns
     -------
     float
-        AURC in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there are no
-        rows or an input is non-finite.
-
-    Raises
-    ------
-    ValueError
-        If a value lies outside ``[0, 1]`` or the shapes disagree.
+        AURC in ``[0, 1]``; **lower is better**. ``nan`` (warned) for no rows or a non-finite input.
 
     Examples
     --------
@@ -512,18 +471,10 @@ def brier(confidence, correct) -> float:
 
     ``Brier = (1/n) sum_i (confidence_i - correct_i)^2``. Reference: study 000, Appendix A.
 
-    Parameters
-    ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
-
     Returns
     -------
     float
-        Brier score in ``[0, 1]``; **lower is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there
-        are no rows or an input is non-finite.
+        Brier score in ``[0, 1]``; **lower is better**. ``nan`` (warned) for no rows or a non-finite input.
 
     Examples
     --------
@@ -557,11 +508,6 @@ def spearman(confidence, correct) -> float:
     float
         rho in ``[-1, 1]``; **higher is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there
         are fewer than 2 rows, an input is non-finite, or either input is constant (no ranking to correlate).
-
-    Raises
-    ------
-    ValueError
-        If a value lies outside ``[0, 1]`` or the shapes disagree.
 
     Examples
     --------

@@ -5,10 +5,7 @@ estimators and signed summaries of :mod:`confgrid.analysis.estimators`. The impo
 
     metrics  <-  estimators  <-  registry  <-  bootstrap, compare, summary, flows
 
-``metrics`` imports no other analysis module, ``estimators`` imports ``metrics`` only, and this module imports both.
-(Before, ``metrics`` defined the registry and imported ``estimators`` at its bottom so that the estimators could
-register themselves, while ``estimators`` imported helpers from ``metrics``: a cycle.) The registry class is the
-generic :class:`confgrid.registry.Registry`, shared with the protocol registries.
+The registry class is the generic :class:`confgrid.registry.Registry`, shared with the protocol registries.
 
 =================== ============= ================================================
 name                direction     function
@@ -32,12 +29,9 @@ name                direction     function
 ``ece_equal_mass_right`` lower    ``ece_equal_mass``, ties on a quantile edge below
 =================== ============= ================================================
 
-The binned estimators carry their bin closure (:attr:`MetricInfo.closure`,
-:data:`confgrid.analysis.metrics.CLOSURES`): the unsuffixed names are
-left-closed, as they always were; ``<name>_right`` and ``<name>_right_float``
-are the other closures, registered for every binned name
-(:func:`closure_variant`). Being metrics of the same unit, both closures are
-computed on the same resamples, so their values and gaps are paired.
+Binned estimators carry their bin closure (:attr:`MetricInfo.closure`, :data:`~confgrid.analysis.metrics.CLOSURES`;
+unsuffixed names are left-closed, :func:`closure_variant`); the closures of a unit share its resamples, so their
+values and gaps are paired.
 
 Examples
 --------
@@ -84,8 +78,8 @@ class MetricInfo:
     description : str
         One line for tables and reports.
     signed : bool, default=False
-        True for a signed summary (e.g. ``calibration_gap``) whose best
-        value is 0; ``lower_is_better`` then refers to its absolute value.
+        True for a signed summary (e.g. ``calibration_gap``) whose best value is 0; ``lower_is_better`` then refers
+        to its absolute value.
     binning : Binning or None, default=None
         The declared parts of a binned ECE (bins, scheme, closure, bin confidence;
         :class:`~confgrid.analysis.binning.Binning`); None for a metric without bins.
@@ -183,16 +177,7 @@ UnknownMetricError = UnknownNameError
 
 
 def register_metric(info: MetricInfo) -> MetricInfo:
-    """Add ``info`` to :data:`METRICS` under ``info.name``.
-
-    Parameters
-    ----------
-    info : MetricInfo
-
-    Returns
-    -------
-    MetricInfo
-        ``info`` itself.
+    """Add ``info`` to :data:`METRICS` under ``info.name`` and return it.
 
     Raises
     ------
@@ -208,14 +193,6 @@ def register_metric(info: MetricInfo) -> MetricInfo:
 
 def get_metric(name: str) -> MetricInfo:
     """Look up a metric by name: a registered one, or a name of the binned-ECE grammar (:data:`GRAMMAR`).
-
-    Parameters
-    ----------
-    name : str
-
-    Returns
-    -------
-    MetricInfo
 
     Raises
     ------

@@ -87,10 +87,7 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, bool / binary ``{0, 1}`` or graded float in ``[0, 1]``.
+    confidence, correct : array-like of shape (n_samples,)
     n_bins : int, default=10
         Number of bins.
     strategy : {"uniform", "quantile"}, default="uniform"

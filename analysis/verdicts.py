@@ -7,26 +7,13 @@ estimates' gap table (analysis/evaluation.py ``GAP_COLUMNS``) that compare the t
 answer set, parse policy, refusal policy, correctness rule), every scoring context and token aggregation of a
 token side (the token score is one side, :func:`side`; its context and aggregation are axes), and every
 estimator of the metric's family (``ece``, ``ece_right``, ``ece_15``, ``kde_ece`` ... are estimators of one
-calibration error, :func:`metric_family`). Per conclusion (:func:`verdict_table`):
+calibration error, :func:`metric_family`). Per conclusion, :func:`verdict_table` gives the share of settings where A
+is better by point (its interval from the same paired resamples as the gaps: :class:`ShareCounts`), the shares
+resolved either way, the axis (:data:`AXES`) whose single change flips it most often, and a verdict (:class:`VerdictRule`:
+``robust``, ``fragile`` or ``unresolved``); the columns are described in docs/concepts/verdicts.md.
 
-* ``share_a_better``: the share of settings where A is better by point estimate (the gap table's
-  ``favours``); ties and undefined gaps favour neither. Its percentile interval comes from the same paired
-  resamples as the gaps: in resample ``r`` each setting favours A or not (the sign of its per-resample
-  advantage, analysis/compare.py), and the share of settings favouring A is one draw
-  (:class:`ShareCounts`, accumulated by :func:`confgrid.analysis.evaluation.estimates`);
-* ``share_resolved_a`` / ``share_resolved_b``: the share of settings whose gap interval excludes 0 in A's /
-  B's favour;
-* ``flip_axis`` and ``flip_count``: over every pair of settings that differ in exactly one axis
-  (:data:`AXES`), the axis whose change turns "A better" into "B better" (by point) most often, and how often
-  (ties: the axis first in :data:`AXES`);
-* ``verdict`` (:class:`VerdictRule`, thresholds documented and configurable): ``robust``, ``fragile`` or
-  ``unresolved``, and ``holds_for``: the side the point estimates favour in most settings (``neither``, and
-  ``unresolved``, when every setting is a tie; ``neither`` when as many settings favour B as A, with the less
-  favourable of the two sides' words, ``fragile`` or ``unresolved``, never ``robust``).
-
-The method is a specification-curve summary in the sense of Simonsohn, Simmons and Nelson, "Specification curve
-analysis", Nature Human Behaviour 4, 1208-1214 (2020): every defensible specification of the analysis is run,
-and the conclusion is judged on all of them at once.
+A specification-curve summary (Simonsohn, Simmons and Nelson, "Specification curve analysis", Nature Human Behaviour
+4, 1208-1214, 2020): every defensible specification of the analysis is run and the conclusion judged on all of them.
 """
 
 from __future__ import annotations
