@@ -24,10 +24,10 @@ Its metric name follows one grammar (:func:`binned_name`, :func:`parse_binned_na
 
     ece[_<B>][_equal_mass | _centred][_right | _right_float | _left_float][_midpoint][_debiased]
 
-so ``ece`` is the run's bins, equal width, left-closed, mean confidence (unchanged since the first release),
-``ece_15_left_float_midpoint`` Müller et al.'s verbalized ECE, ``ece_11_centred_midpoint`` their answer
-consistency ECE. A name computes exactly the estimator it spells; a name that spells nothing (``ece_7_foo``,
-midpoint bins of equal mass) is refused with the reason and the spelling that works.
+so ``ece`` is the run's bins, equal width, left-closed, mean confidence, ``ece_15_left_float_midpoint`` Müller et
+al.'s verbalized ECE, ``ece_11_centred_midpoint`` their answer consistency ECE. A name computes exactly the estimator
+it spells; a name that spells nothing (``ece_7_foo``, midpoint bins of equal mass) is refused with the reason and the
+spelling that works.
 """
 
 from __future__ import annotations
@@ -277,26 +277,9 @@ def binned_ece(confidence, correct, binning: Binning, n_bins: int = 10) -> float
     :func:`~confgrid.analysis.estimators.ece_equal_mass`'s. Reference: study 000, Appendix A (the mean); Müller
     et al. 2026, ``calibration_visualization/calculate_calibration_data.py`` (the midpoint, centred bins).
 
-    Parameters
-    ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        Correctness, binary ``{0, 1}`` or graded float in ``[0, 1]``.
-    binning : Binning
-    n_bins : int, default=10
-        The run's ECE bins, used when ``binning.n_bins`` is None.
-
-    Returns
-    -------
-    float
-        ECE in ``[0, 1]``; **lower is better**. ``nan`` (with an
-        :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`) for no rows or a non-finite input.
-
-    Raises
-    ------
-    ValueError
-        A value outside ``[0, 1]``, shapes that disagree, or ``n_bins < 1``.
+    ``confidence`` and ``correct`` as in :mod:`confgrid.analysis.metrics` (shape ``(n_samples,)``, in ``[0, 1]``);
+    ``n_bins``: the run's bins, used when ``binning.n_bins`` is None. Returns the ECE in ``[0, 1]``, **lower is
+    better**; ``nan`` (warned) for no rows or a non-finite input. ValueError as the metrics, or for ``n_bins < 1``.
 
     Examples
     --------

@@ -1,12 +1,12 @@
 """Published ECE conventions, one name each (issue 36; docs/reproductions.md).
 
-A convention is a :class:`~confgrid.analysis.binning.Binning` (bins, scheme, closure, bin confidence) that a
-paper or a library computes, with the file and line it was read from. Each is registered as the metric
-``ece_<name>`` (analysis/registry.py), asked for with ``confgrid analyze --ece-convention NAME[,NAME]`` or a
-grid's ``metrics.ece_conventions: [NAME, ...]``, and equals the grammar name of its binning
-(``ece_muller2026`` is ``ece_15_left_float_midpoint``) on every input. tests/analysis/test_conventions.py re-implements
-each project's formula from its source, independently of this package, and compares on values on and next to
-the edges, ties, 0 and 1.0.
+A convention is a :class:`~confgrid.analysis.binning.Binning` (bins, scheme, closure, bin confidence) that a paper or
+a library computes, with the file and line it was read from. Each is registered as the metric ``ece_<name>``
+(analysis/registry.py), asked for with ``confgrid analyze --ece-convention NAME[,NAME]`` or a grid's
+``metrics.ece_conventions: [NAME, ...]``, and equals the grammar name of its binning (``ece_muller2026`` is
+``ece_15_left_float_midpoint``) on every input. tests/analysis/test_conventions.py re-implements each project's
+formula from its source, independently of this package, and compares on values on and next to the edges, ties, 0 and
+1.0.
 """
 
 from __future__ import annotations

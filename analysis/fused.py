@@ -243,14 +243,14 @@ def _same_as(conf, corr, rows, reweight) -> list[int | None]:
 class ReweightedCell:
     """A reweighted signal ready for resample blocks (analysis/reweighting.py).
 
-    A weight ``W[r, i] q_k(r) / p_k(r)`` is constant within an outcome stratum ``k``, so the count-weighted
-    ECE, Brier and signed gap factor through per-stratum sums: with ``D[r, b, k] = sum W[r, i] (y_i - c_i)``
-    over the items of bin ``b`` and stratum ``k``, ``Q``, ``G`` and ``C`` the per-stratum sums of
-    ``W (c - y)^2``, ``W (c - y)`` and ``W``, and ``w_k = q_k / p_k``:
-    ``ECE = sum_b |sum_k w_k D[b, k]| / sum_k w_k C[k]``, ``Brier = sum_k w_k Q[k] / sum_k w_k C[k]``, signed
-    gap ``sum_k w_k G[k] / sum_k w_k C[k]`` -- the kernel's own sums (analysis/kernels.py ``_ece_sorted`` with
-    real weights), grouped by stratum and read off one sparse product ``W @ M`` per block (as the fused path
-    reads every other signal's). Equal to the kernel with real weights to rounding (tests/analysis/test_reweighting.py).
+    A weight ``W[r, i] q_k(r) / p_k(r)`` is constant within an outcome stratum ``k``, so the count-weighted ECE, Brier
+    and signed gap factor through per-stratum sums: with ``D[r, b, k] = sum W[r, i] (y_i - c_i)`` over the items of
+    bin ``b`` and stratum ``k``, ``Q``, ``G`` and ``C`` the per-stratum sums of ``W (c - y)^2``, ``W (c - y)`` and
+    ``W``, and ``w_k = q_k / p_k``: ``ECE = sum_b |sum_k w_k D[b, k]| / sum_k w_k C[k]``,
+    ``Brier = sum_k w_k Q[k] / sum_k w_k C[k]``, signed gap ``sum_k w_k G[k] / sum_k w_k C[k]`` -- the kernel's own
+    sums (analysis/kernels.py ``_ece_sorted`` with real weights), grouped by stratum and read off one sparse product
+    ``W @ M`` per block (as the fused path reads every other signal's). Equal to the kernel with real weights to
+    rounding (tests/analysis/test_reweighting.py).
     """
 
     def __init__(self, sig: SortedSignal, sorted_rows: np.ndarray, rw, n: int):

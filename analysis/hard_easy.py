@@ -12,7 +12,8 @@ regression to the mean (study 002 section 1); LifeEval's difficulty is exogenous
 
 Pure numpy/scipy: 1-D float arrays in (shape ``(n,)``; lengths that differ, a non-1-D input or a finite value outside
 [0, 1] raise ``ValueError``), typed records out. Undefined results (no rows, one row, a constant input, a non-finite
-value) are NaN with a ``status`` saying why and an :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`, never 0.
+value) are NaN with a ``status`` saying why and an :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`,
+never 0.
 """
 
 from __future__ import annotations
@@ -375,7 +376,8 @@ def rounded_share(confidence, step_percent: float = 5.0) -> RoundedShare:
 class Correlation(NamedTuple):
     """Pearson and Spearman correlation (scipy.stats) with their two-sided p-values; NaN unless ``status == "ok"``.
 
-    ``status``: ``"ok"``, ``"fewer_than_2_rows"``, ``"non_finite"``, ``"constant_confidence"`` or ``"constant_truth"``.
+    ``status``: ``"ok"``, ``"fewer_than_2_rows"``, ``"non_finite"``, ``"constant_confidence"`` or
+    ``"constant_truth"``.
     """
 
     pearson: float

@@ -180,9 +180,9 @@ def check_closure(closure) -> str:
 def bin_edges(n_bins: int = 10, closure: str = "left") -> np.ndarray:
     """The ``n_bins + 1`` equal-width bin edges a closure uses.
 
-    ``"left"`` and ``"right"``: the correctly rounded doubles ``k / B`` (not ``np.linspace``, whose
-    ``3 * 0.1`` is ``0.30000000000000004``). ``"right_float"`` and ``"left_float"``: ``k * fl(1/B)`` with the last edge ``1.0``,
-    bit for bit the edges of ``np.linspace(0, 1, B + 1)`` and of R's ``seq(0, 1, by = 1/B)``.
+    ``"left"`` and ``"right"``: the correctly rounded doubles ``k / B`` (not ``np.linspace``, whose ``3 * 0.1`` is
+    ``0.30000000000000004``). ``"right_float"`` and ``"left_float"``: ``k * fl(1/B)`` with the last edge ``1.0``, bit
+    for bit the edges of ``np.linspace(0, 1, B + 1)`` and of R's ``seq(0, 1, by = 1/B)``.
 
     Parameters
     ----------

@@ -251,10 +251,11 @@ def expand_binned(names, closures=("left",), bin_confidences=("mean",)) -> list[
     """The metric names evaluated when the unsuffixed binned names are taken under each closure and bin confidence.
 
     A binned name with neither a closure, a bin-confidence nor an estimator suffix (``ece``, ``ece_15``,
-    ``ece_equal_mass``) stands for its family: it is replaced by the family under each of ``closures`` and ``bin_confidences`` (in
-    that order, closures outermost). A name that spells its closure, bin confidence or estimator (``ece_right``,
-    ``ece_15_midpoint``, ``ece_debiased``) or a convention (``ece_study002``) is computed exactly as named, whatever the axes;
-    other names stay. Duplicates are dropped, the first place kept. With the defaults every name is kept.
+    ``ece_equal_mass``) stands for its family: it is replaced by the family under each of ``closures`` and
+    ``bin_confidences`` (in that order, closures outermost). A name that spells its closure, bin confidence or
+    estimator (``ece_right``, ``ece_15_midpoint``, ``ece_debiased``) or a convention (``ece_study002``) is computed
+    exactly as named, whatever the axes; other names stay. Duplicates are dropped, the first place kept. With the
+    defaults every name is kept.
 
     Examples
     --------

@@ -1,16 +1,16 @@
 """Robustness verdicts: over a grid's protocol settings, how often does a conclusion hold, is it resolved, and which
 single axis flips it (issue 22).
 
-A *conclusion* (:class:`Conclusion`) is a signed comparison "signal A is better than signal B on metric M",
-for example "verbalized is better calibrated than the token score under ECE". Its *settings* are the rows of the
-estimates' gap table (analysis/evaluation.py ``GAP_COLUMNS``) that compare the two: every unit (model, dataset,
-answer set, parse policy, refusal policy, correctness rule), every scoring context and token aggregation of a
-token side (the token score is one side, :func:`side`; its context and aggregation are axes), and every
-estimator of the metric's family (``ece``, ``ece_right``, ``ece_15``, ``kde_ece`` ... are estimators of one
-calibration error, :func:`metric_family`). Per conclusion, :func:`verdict_table` gives the share of settings where A
-is better by point (its interval from the same paired resamples as the gaps: :class:`ShareCounts`), the shares
-resolved either way, the axis (:data:`AXES`) whose single change flips it most often, and a verdict (:class:`VerdictRule`:
-``robust``, ``fragile`` or ``unresolved``); the columns are described in docs/concepts/verdicts.md.
+A *conclusion* (:class:`Conclusion`) is a signed comparison "signal A is better than signal B on metric M", for
+example "verbalized is better calibrated than the token score under ECE". Its *settings* are the rows of the
+estimates' gap table (analysis/evaluation.py ``GAP_COLUMNS``) that compare the two: every unit (model, dataset, answer
+set, parse policy, refusal policy, correctness rule), every scoring context and token aggregation of a token side (the
+token score is one side, :func:`side`; its context and aggregation are axes), and every estimator of the metric's
+family (``ece``, ``ece_right``, ``ece_15``, ``kde_ece`` ... are estimators of one calibration error,
+:func:`metric_family`). Per conclusion, :func:`verdict_table` gives the share of settings where A is better by point
+(its interval from the same paired resamples as the gaps: :class:`ShareCounts`), the shares resolved either way, the
+axis (:data:`AXES`) whose single change flips it most often, and a verdict (:class:`VerdictRule`: ``robust``,
+``fragile`` or ``unresolved``); the columns are described in docs/concepts/verdicts.md.
 
 A specification-curve summary (Simonsohn, Simmons and Nelson, "Specification curve analysis", Nature Human Behaviour
 4, 1208-1214, 2020): every defensible specification of the analysis is run and the conclusion judged on all of them.

@@ -310,9 +310,6 @@ def ace_plan(
     target, ia_strata, n_bins, max_levels, n_strata, n_draws
         :class:`.views.ViewOptions`.
 
-    Returns
-    -------
-    ACEPlan
 
     Raises
     ------
@@ -369,10 +366,6 @@ def ace_views(plan: ACEPlan, gaps: pd.DataFrame | None = None, shifts: pd.DataFr
     gaps, shifts : DataFrame, optional
         The estimates' gap and shift tables (analysis/evaluation.py) holding the rows of ``plan.units`` (other
         rows are ignored); needed when the plan has units.
-
-    Returns
-    -------
-    ACETables
     """
     key = ["setting", "model", "dataset", "method", "view", "metric"]
     g_idx = _est_index(gaps, key)
@@ -424,9 +417,6 @@ def ace_tables(rows: pd.DataFrame, candidates: pd.DataFrame | None = None, **opt
     **options
         :func:`ace_plan`'s keywords (an unknown one is a ``TypeError``).
 
-    Returns
-    -------
-    ACETables
 
     Raises
     ------
