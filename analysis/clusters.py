@@ -79,7 +79,6 @@ def cluster_codes(groups, n: int | None = None) -> Clusters:
     n : int, optional
         Expected number of rows (the bootstrap's ``n``); checked when given.
 
-
     Raises
     ------
     ValueError

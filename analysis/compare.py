@@ -37,14 +37,8 @@ def excludes_zero(lo, hi):
 def better_signal(metric: str, value_a: float, value_b: float, name_a: str, name_b: str) -> str:
     """The signal with the better value of ``metric``, by point estimate.
 
-    The one rule for "which signal does this comparison favour", used by
-    the one evaluator (analysis/evaluation.py) and its means over settings (analysis/means.py):
-
-    * unsigned metric: the lower value wins when :attr:`MetricInfo.lower_is_better
-      <confgrid.analysis.registry.MetricInfo>` (ECE, AURC, Brier), the higher otherwise (AUROC);
-    * signed metric (``MetricInfo.signed``: ``calibration_gap``, ``overconfidence``, best value 0): the value closer
-      to 0 wins, i.e. the smaller ``|value|``. A gap ``value_a - value_b`` cannot decide this: ``-0.5`` against
-      ``+0.1`` gives a negative gap, yet ``+0.1`` is better.
+    The one rule for which signal a comparison favours (the evaluator's and the means'): the lower value wins when
+    ``MetricInfo.lower_is_better``, the higher otherwise; for a signed metric (best value 0) the smaller ``|value|``.
 
     Parameters
     ----------
@@ -98,15 +92,9 @@ def better_signal(metric: str, value_a: float, value_b: float, name_a: str, name
 def advantage(signed, point_a, point_b, resamples_a, resamples_b) -> tuple[np.ndarray, np.ndarray]:
     """Point and paired resamples of the statistic whose sign says which of two signals is better.
 
-    The flip rule of :func:`flip` compares the signs of this statistic between two contexts:
-
-    * unsigned metric: the gap ``metric(a) - metric(b)`` itself (study 000 section 3.5: positive favours ``b``
-      when lower is better, ECE, AURC, Brier; ``a`` under AUROC);
-    * signed metric (``MetricInfo.signed``: ``calibration_gap``, ``overconfidence``, best value 0):
-      ``|metric(a)| - |metric(b)|``, per resample and for the point; positive when ``b`` is closer to 0.
-
-    On finite values the sign agrees with :func:`better_signal` (positive, negative, zero for one side, the
-    other, ``"neither"``).
+    The gap ``metric(a) - metric(b)`` for an unsigned metric, ``|metric(a)| - |metric(b)|`` for a signed one (module
+    docstring); :func:`flip` compares its signs between two contexts, and on finite values its sign agrees with
+    :func:`better_signal` (positive, negative, zero: one side, the other, ``"neither"``).
 
     Parameters
     ----------
@@ -140,10 +128,7 @@ def advantage(signed, point_a, point_b, resamples_a, resamples_b) -> tuple[np.nd
 def flip(g_a_point: float, g_b_point: float) -> bool:
     """True when the two values have strictly opposite signs (a zero or ``nan`` value never flips).
 
-    Pass the two contexts' :func:`advantage` points: for an unsigned metric these are the gaps, so a flip is a change
-    of sign of the gap; for a signed metric (``calibration_gap``, ``overconfidence``) they are ``|v| - |t|``, so a
-    flip is a change of the signal closer to 0 (:func:`better_signal`'s rule). Passing the gaps of a signed metric
-    would test the wrong thing.
+    Pass the two contexts' :func:`advantage` points (for a signed metric not its gaps: module docstring).
 
     Examples
     --------
@@ -168,18 +153,11 @@ def fully_resolved(g_a: tuple[float, float, float], g_b: tuple[float, float, flo
 
 
 def retention_probability(raw, aligned) -> tuple[float, int]:
-    """Share of resamples where the raw and aligned gaps have strictly opposite signs.
+    """Share of resamples where two paired resampled gaps ``(B,)`` (raw and aligned) have strictly opposite signs.
 
-    Parameters
-    ----------
-    raw, aligned : array-like of shape (B,)
-        Paired resampled gaps.
-
-    Returns
-    -------
-    (probability, n_defined)
-        Over the ``n_defined`` resamples where both are finite; a zero gap
-        is no opposite sign. ``nan`` when none is defined.
+    Returns ``(probability, n_defined)`` over the ``n_defined`` resamples where both are finite (study 001's retention
+    probability, Appendix E.6, and the evaluator's flip share); a zero gap is no opposite sign; ``nan`` when none is
+    defined.
 
     Examples
     --------

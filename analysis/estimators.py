@@ -2,23 +2,9 @@
 
 Every function here follows the conventions of :mod:`confgrid.analysis.metrics` (same input validation, ``nan`` plus
 :class:`UndefinedMetricWarning` for no rows or non-finite input, ``ValueError`` for values outside ``[0, 1]``) and is
-registered in :data:`confgrid.analysis.registry.METRICS` under the name given below, so a grid spec can ask for it.
+registered under its name in :data:`confgrid.analysis.registry.METRICS` (the table of names: that module's docstring;
+``overconfidence`` is an alias of ``calibration_gap``, study 002 section 6.3; other binned ECEs: analysis/binning.py).
 This module imports only :mod:`~confgrid.analysis.metrics`; the registry imports both (one-way).
-
-==================== ====================================================
-registry name        function
-==================== ====================================================
-``ece_equal_mass``   :func:`ece_equal_mass` (equal-mass bins, ``n_bins``)
-``ece_<B>`` ...      every other binned ECE: analysis/binning.py (bins,
-                     scheme, closure, bin confidence) and
-                     analysis/conventions.py (published conventions)
-``kde_ece``          :func:`kde_ece` (Nadaraya-Watson, bandwidth 0.05)
-``ks_ece``           :func:`ks_ece` (Gupta et al. 2021)
-``smoothed_ece``     :func:`smoothed_ece` (plain Gaussian kernel, Silverman)
-``smece``            :func:`smece` (Blasiok & Nakkiran 2024 via ``relplot``)
-``calibration_gap``  :func:`calibration_gap` (signed, confidence - accuracy)
-``overconfidence``   alias of ``calibration_gap`` (study 002, section 6.3)
-==================== ====================================================
 
 numpy and scipy are imported at module level; ``relplot`` is imported lazily by :func:`smece`.
 """
@@ -150,15 +136,12 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10, closure: str = "left") 
 def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """Expected calibration error with equal-mass (equal-count) bins.
 
-    The answers are sorted by confidence and the sorted order is cut into ``B = n_bins`` consecutive blocks of sizes
-    ``ceil(n/B)`` and ``floor(n/B)`` exactly as ``np.array_split`` does (the first ``n % B`` blocks get one more
-    answer). **Ties:** a block boundary that falls inside a group of equal confidences is moved down to the first
-    answer of that group, so tied answers always share a bin (the whole group joins the higher bin) and the value does
-    not depend on the input order. Bins left empty by that move (or when ``n < B``) contribute 0. With
-    ``closure="right"`` the boundary moves up to the end of the tie group instead, so the group joins the lower bin
-    (R's ``cut`` on quantile edges, ``pandas.qcut``: a value equal to a quantile edge closes the bin below). Then
-    ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` as for :func:`metrics.ece`. Reference: study 000, Appendix G
-    ("Estimators").
+    The answers sorted by confidence are cut into ``B = n_bins`` blocks as ``np.array_split`` does; **ties**: a
+    boundary inside a group of equal confidences moves to the group's start (``closure="left"``: the group joins the
+    higher bin) or end (``"right"``: the lower bin, as R's ``cut`` on quantile edges and ``pandas.qcut``), so tied
+    answers share a bin and the value does not depend on the input order (:func:`equal_mass_group_bins`). Bins left
+    empty (or ``n < B``) contribute 0. Then ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` as for :func:`metrics.ece`.
+    Reference: study 000, Appendix G ("Estimators").
 
     Parameters
     ----------

@@ -300,7 +300,6 @@ def plan_unit(labels: Mapping[str, str], items: np.ndarray, signals: Sequence[st
         Bin counts whose edges each signal's confidences are counted on (:attr:`UnitPlan.edges`;
         :func:`confgrid.analysis.closure.edge_bins`).
 
-
     Raises
     ------
     ValueError

@@ -1,11 +1,9 @@
 """Bootstrap interval methods, and the degenerate interval (issue 37).
 
-Every interval confgrid reports comes from the paired resamples of one unit (analysis/bootstrap.py) and the point
-estimate on the full data. The method is a declared choice (``bootstrap.interval`` in a grid, ``--interval`` in
-``confgrid analyze``); how often each one contains the population value is measured by
-``benchmarks/coverage.py`` (docs/concepts/intervals.md):
+Every interval comes from the paired resamples of one unit (analysis/bootstrap.py) and the point estimate on the full
+data; the method is declared (``bootstrap.interval``, ``--interval``); coverage: docs/concepts/intervals.md.
 
-* ``percentile`` (the default, unchanged): the ``(1 - level)/2`` and ``(1 + level)/2`` quantiles of the resampled
+* ``percentile`` (the default): the ``(1 - level)/2`` and ``(1 + level)/2`` quantiles of the resampled
   values (Efron & Tibshirani 1993, *An Introduction to the Bootstrap*, section 13.3).
 * ``basic`` (the reverse percentile): ``[2 t - q_hi, 2 t - q_lo]`` with ``t`` the point estimate: the resampled
   spread reflected around ``t``, which moves the interval against the estimator's bias (Davison & Hinkley 1997,
@@ -15,8 +13,7 @@ estimate on the full data. The method is a declared choice (``bootstrap.interval
   0). Where ``t`` lies at or outside the percentile interval of its own resamples (a perfectly calibrated
   sample's ECE of 0, its resamples piled at and above 0), the correction extrapolates and the interval collapses
   onto the smallest resamples: such a value gets the percentile interval, and says so (:func:`interval_methods`).
-* ``basic`` and ``bc`` may leave a metric's range (a negative Brier bound) or not contain the point estimate;
-  they are there to compare, measured in the coverage study.
+* ``basic`` and ``bc`` may leave a metric's range (a negative Brier bound) or not contain the point estimate.
 * ``jeffreys`` (boundary-aware, binned ECE only): every resample keeps the bootstrap's draw of the items and replaces
   each bin's accuracy by a draw from its Jeffreys posterior ``Beta(k_b + 1/2, n_b - k_b + 1/2)``
   (:func:`jeffreys_resamples`); the percentile interval of those values. 50 of 50 answers right then no longer claim
@@ -25,11 +22,9 @@ estimate on the full data. The method is a declared choice (``bootstrap.interval
   keep the percentile interval, and their ``interval`` column says ``percentile``. Gaps draw the two signals' bins
   independently on the same items, which ignores that their outcomes are shared: wider, not narrower.
 
-A value whose defined resamples are all equal has no spread: its interval is **degenerate** (a point). It is
-reported as such (the ``interval`` column says ``degenerate``) and never counts as resolving a comparison: its
-``excludes_zero`` is False, so verdicts (analysis/verdicts.py) and early stopping (analysis/stopping.py) do not
-take it for evidence. (50 answers all right at a stated 0.9 give ECE 0.100 [0.100, 0.100] under every method:
-the outcomes never vary.)
+A value whose defined resamples are all equal has no spread: its interval is **degenerate** (a point; ``interval``
+says ``degenerate``) and never resolves a comparison (``excludes_zero`` False, for verdicts and early stopping).
+E.g. 50 answers all right at a stated 0.9 give ECE 0.100 [0.100, 0.100] under every method.
 """
 
 from __future__ import annotations

@@ -136,7 +136,6 @@ def plan_size(conf_a, conf_b, target, metric: str, gap: float, *, power: float =
     n_bins : int
         ECE bins.
 
-
     Raises
     ------
     ValueError

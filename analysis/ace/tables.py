@@ -310,7 +310,6 @@ def ace_plan(
     target, ia_strata, n_bins, max_levels, n_strata, n_draws
         :class:`.views.ViewOptions`.
 
-
     Raises
     ------
     ACEInputError
@@ -416,7 +415,6 @@ def ace_tables(rows: pd.DataFrame, candidates: pd.DataFrame | None = None, **opt
         As :func:`ace_plan`.
     **options
         :func:`ace_plan`'s keywords (an unknown one is a ``TypeError``).
-
 
     Raises
     ------

@@ -368,7 +368,6 @@ def cell_views(
         Direction of ``da``; default :func:`stronger_to_weaker`. (A bootstrap
         resample keeps the point estimate's strata and direction.)
 
-
     Raises
     ------
     ValueError
