@@ -361,7 +361,6 @@ def edge_counts_of(confidence, n_bins: int = 10, scheme: str = "width") -> tuple
     Parameters
     ----------
     confidence : array-like of shape (n_samples,)
-    n_bins : int, default=10
     scheme : {"width", "centred"}, default="width"
 
     Returns

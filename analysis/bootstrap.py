@@ -155,7 +155,6 @@ def bootstrap_chunks(
     ----------
     confidence : ndarray of shape (S, n), n >= 1
     correct : ndarray of shape (S, n) or (n,)
-    metrics : list of str
     n_resamples, seed, chunk_size, n_bins, groups, masks, reweight
         As in :func:`paired_bootstrap` (with ``groups`` a chunk draws ``chunk_indices(G, ...)`` cluster indices).
     chunks : sequence of int
@@ -235,7 +234,6 @@ class BootstrapResult:
     metrics : list of str
         The ``M`` metric names, in column order.
     signal_names : list of str or None
-    n_resamples, seed, chunk_size, n_bins : int
     n_clusters : int or None
         ``G`` of a cluster bootstrap (``groups`` given), else None.
     """
@@ -321,15 +319,12 @@ def paired_bootstrap(
     confidence : ndarray of shape (S, n)
         One confidence row per signal, aligned on the same ``n`` items.
     correct : ndarray of shape (S, n) or (n,)
-    metrics : list of str
-    n_resamples : int, default=10_000
     seed : int
         Non-negative; see :func:`setting_seed`.
     chunk_size : int, default=1000
         Rows per chunk; memory is bounded by a small multiple of ``chunk_size * n * 8`` bytes. Chunk ``c`` is seeded
         with ``SeedSequence([seed, c])``, so the resamples are fixed by ``(n, n_resamples, seed, chunk_size)``;
         changing ``chunk_size`` changes the draws (not their distribution).
-    n_bins : int, default=10
     signal_names : list of str, optional
         Stored on the result for :mod:`confgrid.analysis.compare`.
     groups : array-like of shape (n,), optional

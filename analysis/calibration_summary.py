@@ -129,7 +129,6 @@ def runs_summary(summary: pd.DataFrame, runs: dict[str, Sequence[str]], by: Sequ
         Declared answer set -> the answer sets of its runs.
     by : sequence of str
         The other identifying columns (model, dataset, policies, signal, group, group_value).
-    metrics : sequence of str
 
     Returns
     -------

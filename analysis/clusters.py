@@ -127,7 +127,6 @@ def row_counts(cluster_idx: np.ndarray, clusters: Clusters, out: np.ndarray | No
     ----------
     cluster_idx : ndarray of shape (b, G), int
         Drawn cluster indices of ``b`` resamples, in ``[0, G)``.
-    clusters : Clusters
     out : ndarray of shape (>= b, n), float64, optional
         Scratch buffer; the result is ``out[:b]``.
 
@@ -155,7 +154,6 @@ def resample_rows(cluster_idx: np.ndarray, clusters: Clusters) -> list[np.ndarra
     Parameters
     ----------
     cluster_idx : ndarray of shape (b, G), int
-    clusters : Clusters
 
     Returns
     -------

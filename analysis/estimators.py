@@ -68,7 +68,6 @@ def equal_mass_group_bins(group_ends, total: int, n_bins: int, closure: str = "l
         End rank (exclusive, cumulative count) of each tie group in ascending confidence.
     total : int
         Number of answers.
-    n_bins : int
     closure : {"left", "right"}, default="left"
         ``"right_float"`` counts as ``"right"`` (equal-mass bins have no fixed edges).
     group_starts : array-like of int, same shape as ``group_ends``
@@ -94,7 +93,6 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10, closure: str = "left") 
     ----------
     sorted_conf : ndarray of shape (n_samples,)
         Confidences sorted ascending.
-    n_bins : int
     closure : {"left", "right"}, default="left"
         A tie group cut by a block boundary joins the upper (left) or the lower
         (right) bin; ``"right_float"`` counts as ``"right"``.

@@ -289,7 +289,6 @@ def plan_unit(labels: Mapping[str, str], items: np.ndarray, signals: Sequence[st
         Each signal's ``align`` label (see the module docstring).
     info : mapping
         signal -> protocol values (:data:`SIGNAL_INFO`; missing ones ``""``).
-    comparisons : Comparisons
     seed : int
         The unit's bootstrap seed (:func:`unit_seed`).
     groups : ndarray of shape (N,), optional
@@ -497,7 +496,6 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
 
     Parameters
     ----------
-    units : sequence of UnitPlan
     results : iterable of BootstrapResult
         ``results[u]`` is the bootstrap of ``units[u]``'s cells (``masks`` =
         ``units[u].masks``) under the unit's metrics (:attr:`UnitPlan.metrics`, or the evaluator's list). A

@@ -118,7 +118,6 @@ def gap_intervals(gaps: pd.DataFrame, metric: str, signal_a: str = "verbalized")
     gaps : DataFrame
         ``results/gaps`` of one group (columns setting, signal_a, signal_b, context, metric, gap, lo, hi,
         excludes_zero).
-    metric : str
     signal_a : str
         The reference signal (gap = metric(signal_a) - metric(signal_b)).
 

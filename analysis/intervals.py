@@ -214,12 +214,10 @@ def jeffreys_resamples(confidence, target, masks, metrics, n_resamples: int, see
         Each cell's support (None: every item).
     metrics : sequence of str
         Metric names; those not :func:`jeffreys_eligible` get ``nan``.
-    n_resamples, seed : int
     n_bins : int, default 10
         The run's ECE bins (for ``ece``; ``ece_<B>`` has its own).
     groups : array-like of shape (n,), optional
         Cluster labels: the clusters are resampled, as the bootstrap does.
-    chunk_size : int, default 1000
 
     Returns
     -------

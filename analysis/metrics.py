@@ -186,7 +186,6 @@ def bin_edges(n_bins: int = 10, closure: str = "left") -> np.ndarray:
 
     Parameters
     ----------
-    n_bins : int, default=10
     closure : {"left", "right", "right_float", "left_float"}, default="left"
 
     Returns
@@ -261,7 +260,6 @@ def edge_counts(confidence, n_bins: int = 10) -> tuple[int, int]:
     ----------
     confidence : array-like of shape (n_samples,)
         Finite values in ``[0, 1]`` (non-finite ones count as off every edge).
-    n_bins : int, default=10
 
     Returns
     -------

@@ -85,7 +85,6 @@ def compositions(W: np.ndarray, strata: np.ndarray, n_strata: int) -> np.ndarray
         Resample counts (multiplicities), or one row of ones for the point estimate.
     strata : ndarray of shape (n,), int64
         ``-1`` for an item that does not count.
-    n_strata : int
 
     Returns
     -------
@@ -107,7 +106,6 @@ def omega(W: np.ndarray, rw: Reweight) -> np.ndarray:
     Parameters
     ----------
     W : ndarray of shape (b, n), float64
-    rw : Reweight
 
     Returns
     -------

@@ -84,7 +84,6 @@ class GapNeed:
     ----------
     unit : str
         The unit (analysis/evaluation.py ``unit_name``).
-    signal_a, signal_b, metric : str
     gap, lo, hi : float
         The gap ``metric(a) - metric(b)`` and its interval.
     n : int
@@ -290,7 +289,6 @@ def decide(gaps: pd.DataFrame, units: Sequence[UnitPlan], *, items_run: int, ite
         Items of the setting run so far, and in all (every chunk).
     exhausted : bool
         Every chunk ran.
-    rule : StopRule
 
     Returns
     -------

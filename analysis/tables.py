@@ -138,10 +138,8 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
         Per-setting advantages (:func:`compare.advantage`: ``setting``, ``key``, ``metric``, ``point``, ``lo``,
         ``hi``), the paired intervals a resolved flip needs (for a signed metric those of ``|v| - |t|``; for an
         unsigned one they equal the gaps'); one row per (setting, context) of ``metric``.
-    metric : str
     contexts : sequence of str
         The token contexts in column order (e.g. bare, Answer: slot, Guess: slot).
-    verbalized : str
     key : {"context", "signal"}
         Column identifying the token signal in both tables.
     Returns
@@ -218,7 +216,6 @@ def ablation_path_table(
         :func:`compare.better_signal`, via :func:`compare.advantage`), and this table takes them as they are.
     path : sequence of (context, change)
         The contexts in order with the change that leads to each (the first change is usually ``"start"``).
-    metric : str
 
     Returns
     -------

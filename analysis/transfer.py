@@ -142,9 +142,6 @@ def transfer_penalties(
     contexts : (str, str), default=("A", "B")
         Names used in the ``direction`` column (``"A->B"``: fitted on A, applied to B).
     methods : sequence of {"isotonic", "platt"}
-    n_folds : int, default=5
-    n_splits : int, default=10
-    seed : int, default=0
 
     Returns
     -------
@@ -205,7 +202,6 @@ def summarize_transfer(penalties: pd.DataFrame, by: Sequence[str] = ("method", "
     penalties : DataFrame
         Output of :func:`transfer_penalties`, possibly concatenated over settings (add a ``setting`` column and
         include it in ``by`` to keep settings apart).
-    by : sequence of str
 
     Returns
     -------

@@ -342,7 +342,6 @@ def specification_curve(gaps: pd.DataFrame, conclusion: Conclusion) -> pd.DataFr
     ----------
     gaps : DataFrame
         The estimates' gap table (as :func:`verdict_table` reads it).
-    conclusion : Conclusion
 
     Returns
     -------

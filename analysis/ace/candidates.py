@@ -278,7 +278,6 @@ class SelfPreferenceData:
 
     Attributes
     ----------
-    rater, other : str
     item_index : ndarray of shape (k,), int64
         Items (positions in the cell) where the two models' candidates differ.
     own, other_signal : ndarray of shape (k,), float64

@@ -128,7 +128,6 @@ def da_weights(correct, target, strata: Strata, who: str = "model") -> DAWeights
         The reweighted model's correctness.
     target : array-like of shape (K,)
         Target distribution over ``strata`` (sums to 1).
-    strata : Strata
     who : str
         Named in the warnings.
 

@@ -252,8 +252,6 @@ class Cell:
 
     Attributes
     ----------
-    pair : Pair
-    dataset, method : str
     item_ids : ndarray of shape (n,), object (str)
         Matched items, sorted as strings.
     conf_a, correct_a, conf_b, correct_b : ndarray of shape (n,), float64

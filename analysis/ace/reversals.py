@@ -132,7 +132,6 @@ def reversal_rates(gaps: pd.DataFrame, views: Sequence[str] = MAIN_VIEWS, by=DEF
     ----------
     gaps : DataFrame
         ``ace_gaps`` rows (columns of :data:`CELL_COLUMNS`, ``metric``, ``view``, ``acc_gap``, ``reversal``).
-    views : sequence of str
     by : sequence of str or tuple of str
         Groupings besides ``"all"``: a column of ``gaps`` or ``"acc_gap_bin"``; a tuple groups by its columns together
         (key ``"a / b"``).
@@ -280,7 +279,6 @@ def accuracy_correlation(gaps: pd.DataFrame, n_bootstrap: int = 2000, seed: int 
         ``ace_gaps`` rows (the ``raw`` rows are used).
     n_bootstrap : int
         Resamples of the cells for the percentile interval (0: none).
-    seed : int
     by : groupings besides ``"all"``
 
     Returns

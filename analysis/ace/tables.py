@@ -253,9 +253,6 @@ class ACEPlan:
         Per cell, its self-preference data (empty without CA).
     views_used : list of str
         The main views the reversal tables read.
-    metrics : list of str
-    n_bootstrap, seed : int
-    messages : list of str
     n_bins : int
         ECE bins of the point estimates, and of the bootstrap of :func:`ace_tables`.
     """
@@ -361,7 +358,6 @@ def ace_views(plan: ACEPlan, gaps: pd.DataFrame | None = None, shifts: pd.DataFr
 
     Parameters
     ----------
-    plan : ACEPlan
     gaps, shifts : DataFrame, optional
         The estimates' gap and shift tables (analysis/evaluation.py) holding the rows of ``plan.units`` (other
         rows are ignored); needed when the plan has units.

@@ -232,7 +232,6 @@ class ViewValue:
 
     Attributes
     ----------
-    view, metric : str
     value_a, value_b : float
         ``nan`` where undefined.
     n_a, n_b : int
@@ -241,7 +240,6 @@ class ViewValue:
         IA views: ``|subset| / |D|``; else ``nan``.
     ess_a, ess_b : float
         DA views: Kish ESS of each side's weights (``n`` for an unweighted side); else ``nan``.
-    note : str
     """
 
     view: str
@@ -267,14 +265,12 @@ class CellViews:
 
     Attributes
     ----------
-    values : tuple of ViewValue
     acc_a, acc_b : float
         Mean correctness of each model.
     strata : Strata
         DA strata of the pair.
     direction : str
         ``"a_to_b"`` or ``"b_to_a"``: the direction of the ``da`` view.
-    ia : IASplit
     """
 
     values: tuple[ViewValue, ...]
@@ -359,7 +355,6 @@ def cell_views(
     views : sequence of str
         Any of ``"ia"`` (:data:`IA_VIEWS`; ``ia_partial`` only for graded correctness), ``"da"`` (:data:`DA_VIEWS`),
         ``"da_resample"``; ``raw`` is always computed.
-    opts : ViewOptions
     rng : numpy Generator, optional
         Needed for ``"da_resample"`` (seed it from the cell).
     strata : Strata, optional

@@ -62,7 +62,6 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: s
         Binary or graded, in ``[0, 1]``.
     weights : array-like of shape (n,), optional
         Finite, ``>= 0``; default all 1.
-    n_bins : int, default=10
     closure : {"left", "right", "right_float", "left_float"}, default="left"
 
     Returns
