@@ -11,9 +11,8 @@ them do sit on the edges of 10 or 20 bins. Two outputs, written by ``confgrid ru
 * ``results/closure``: every binned metric computed beside its reference, the same bins left-closed with the
   mean bin confidence (``ece`` for ``ece_right`` or ``ece_midpoint``; ``ece`` for a published convention such
   as ``ece_muller2026``), whose values lie further apart than the half-width of the reference's interval, or a
-  gap whose sign the choice reverses, with both values and a sentence such as "ECE depends on the bin closure
-  here: 0.008 (left) vs 0.042 (right); 88% of confidences lie on bin edges". ``confgrid show``, ``report.md``
-  and ``report.html`` print these sentences.
+  gap whose sign the choice reverses, with both values and a sentence ("ECE depends on the bin closure here: 0.008
+  (left) vs 0.042 (right); 88% of confidences lie on bin edges") that ``confgrid show`` and the reports print.
 """
 
 from __future__ import annotations
@@ -124,8 +123,7 @@ def closure_notes(metrics: pd.DataFrame, gaps: pd.DataFrame, edges: pd.DataFrame
     A metric row is flagged when a binned metric and its reference (:func:`reference_of`: ``ece`` for
     ``ece_right``, ``ece_midpoint`` or ``ece_muller2026``) were both computed for the same unit and signal and
     ``|other - reference|`` exceeds the half-width ``(hi - lo) / 2`` of the reference's interval; a gap row when
-    the two gaps have opposite signs (neither 0). Both are computed on the same resamples (they are metrics of
-    one unit), so the comparison is paired.
+    the two gaps have opposite signs (neither 0); both come from the unit's resamples, so the comparison is paired.
 
     Parameters
     ----------

@@ -10,10 +10,9 @@ Supports (one paired resample, signals on different items): every signal ``s`` m
 the ``n`` items, its *support* (a boolean row of ``masks``), while all signals share the same resampled counts over
 the ``n`` items. A resample then holds ``tot_s = W[:, support].sum(1)`` answers of signal ``s``, which varies from
 resample to resample; the metrics divide by ``tot_s`` and AURC uses the tables of any total
-(:func:`confgrid.analysis.clusters.total_tables`), exactly as for cluster resamples. A signal whose support is every
-item takes the path it always took, so its values do not move by a single ulp. This is how a P(True) signal defined on
-180 items and a verbalized one on 150 are compared on the same resamples (the gap on the items both have is one more
-support).
+(:func:`confgrid.analysis.clusters.total_tables`), exactly as for cluster resamples; a support of every item takes the
+plain path. So a signal on 180 items and one on 150 are compared on the same resamples (the gap on the items both
+have is one more support).
 """
 
 from __future__ import annotations
@@ -67,10 +66,8 @@ _LINEAR_METRICS = FUSED_METRICS - _RANK_METRICS
 def one_blas_thread():
     """Context pinning BLAS to one thread (threadpoolctl), restored on exit.
 
-    The weighted kernels some metrics fall back to (``kde_ece``'s matrix products, ``w @ v`` sums) call BLAS; one
-    thread everywhere (in process and in every Ray task) makes their values independent of how many cores a process
-    sees (a BLAS product can round differently with another thread count), and on a shared machine a multi-threaded
-    BLAS on these small products is many times slower than one thread.
+    The kernels' BLAS products (``kde_ece``, ``w @ v`` sums) then give the same values whatever the cores a process
+    sees (another thread count can round differently), and these small products run faster on one thread.
     """
     return threadpool_limits(limits=1, user_api="blas")
 

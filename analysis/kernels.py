@@ -4,7 +4,7 @@ A resample is a vector of counts (how often each item was drawn); a kernel takes
 sorted once by confidence, tie groups and ECE bins as contiguous blocks) and a ``(b, n)`` count matrix and returns the
 ``b`` metric values, with the same binning, tie and edge rules as the point functions of analysis/metrics.py and
 analysis/estimators.py (the tests check each kernel against them on row-duplicated data). Used by
-analysis/bootstrap.py; split from it so that each file stays one unit.
+analysis/bootstrap.py.
 """
 
 from __future__ import annotations
@@ -101,8 +101,7 @@ class SortedSignal:
     def with_bins(self, n_bins: int, closure: str | None = None) -> "SortedSignal":
         """The same signal with ECE bins for another ``n_bins`` and/or closure (default: this one's closure).
 
-        Computed once per (n_bins, closure) and kept, so the bootstrap bins a signal once however many
-        resample blocks it evaluates.
+        Computed once per (n_bins, closure) and kept.
         """
         closure = self.closure if closure is None else check_closure(closure)
         if (int(n_bins), closure) == (self.n_bins, self.closure):

@@ -133,8 +133,6 @@ def plan_size(conf_a, conf_b, target, metric: str, gap: float, *, power: float =
         Seed of the subsamples (``default_rng(SeedSequence([seed, 22]))``, sizes in increasing order).
     groups : array-like of shape (N,), optional
         Each item's cluster: clusters are the resampled unit and ``n`` counts clusters.
-    n_bins : int
-        ECE bins.
 
     Raises
     ------

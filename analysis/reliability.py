@@ -39,10 +39,8 @@ class ReliabilityData:
         Mean confidence per bin, ``nan`` for an empty bin.
     accuracy : ndarray of shape (n_bins,)
         Mean correctness per bin, ``nan`` for an empty bin.
-    strategy : str
-        ``"uniform"`` or ``"quantile"``.
-    closure : str
-        The bin closure (:data:`metrics.CLOSURES`).
+    strategy, closure : str
+        ``"uniform"`` or ``"quantile"``; the bin closure (:data:`metrics.CLOSURES`).
     bin_confidence : str
         What stands for a bin's confidence (:data:`~confgrid.analysis.binning.BIN_CONFIDENCES`): ``"mean"`` (of
         its answers) or ``"midpoint"`` (uniform bins only).
@@ -88,8 +86,6 @@ def reliability_diagram(confidence, correct, n_bins: int = 10, strategy: str = "
     Parameters
     ----------
     confidence, correct : array-like of shape (n_samples,)
-    n_bins : int, default=10
-        Number of bins.
     strategy : {"uniform", "quantile"}, default="uniform"
         ``"uniform"``: equal-width bins ``[k/B, (k+1)/B)``, the last closed (the bins of :func:`metrics.ece`).
         ``"quantile"``: equal-mass bins with the tie rule of :func:`estimators.ece_equal_mass`.

@@ -93,8 +93,8 @@ def conform(df: pd.DataFrame, **fill) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        Text columns object (str), ``k``, ``top_k``, ``seed`` Int64,
-        ``renormalize`` boolean (nullable), ``replaced`` bool, the rest float64.
+        Text columns object (str), ``k``, ``top_k``, ``seed`` Int64, ``renormalize`` boolean (nullable), ``replaced``
+        bool, the rest float64.
 
     Raises
     ------
@@ -164,8 +164,8 @@ def analyzed(df: pd.DataFrame) -> pd.DataFrame:
 def check(df: pd.DataFrame) -> None:
     """Raise ValueError naming the first problem of a conformed signal table.
 
-    Problems: a usable confidence or target outside [0, 1]; a ``target_kind``
-    outside :data:`TARGET_KINDS`; two rows of one (unit, item, signal).
+    Problems: a usable confidence or target outside [0, 1]; a ``target_kind`` outside :data:`TARGET_KINDS`; two rows
+    of one (unit, item, signal).
     """
     u = usable(df)
     for col in ("confidence", "target"):

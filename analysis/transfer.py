@@ -17,8 +17,7 @@ The recalibration maps
   ``logit(clip(score, eps, 1 - eps))`` with ``eps = 1e-6`` (:data:`PLATT_EPS`); the large finite ``C`` is practically
   unpenalized but keeps the fit finite on a separable fold.
 
-A training fold with only one class (all correct or all wrong) gets the
-constant map "mean accuracy of the training fold" for both methods.
+A training fold with only one class gets the constant map "mean accuracy of the training fold" for both methods.
 
 Splits: split ``k`` permutes the items with ``np.random.default_rng(np.random.SeedSequence([seed,
 k])).permutation(n)`` and cuts the permutation into ``n_folds`` folds with ``np.array_split``.
@@ -91,12 +90,7 @@ def _folds(n: int, n_folds: int, seed: int, split: int) -> list[np.ndarray]:
 
 
 def cross_fit(method: str, fit_scores, apply_scores, correct, folds: Sequence[np.ndarray]) -> np.ndarray:
-    """Out-of-fold predictions: fit on ``fit_scores`` of the other folds, apply to ``apply_scores`` of the fold.
-
-    Returns
-    -------
-    ndarray of shape (n,)
-    """
+    """Out-of-fold predictions ``(n,)``: fit on ``fit_scores`` of the other folds, apply to ``apply_scores`` of the fold."""
     fit_scores = np.asarray(fit_scores, dtype=np.float64)
     apply_scores = np.asarray(apply_scores, dtype=np.float64)
     correct = np.asarray(correct, dtype=np.float64)
