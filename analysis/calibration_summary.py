@@ -1,7 +1,6 @@
 """Calibration summaries of studies 002 and 003: per group, the calibrated-random baseline and repeated runs.
 
-Pure numpy/pandas on the run's signal rows; intervals live in the run's
-metrics table (paired bootstrap), these tables hold point values.
+Pure numpy/pandas on the run's signal rows; these tables hold point values (the intervals: the run's metrics table).
 
 * Brier score, signed calibration gap (mean confidence - accuracy; study 002 calls it overconfidence), ECE
   (equal-width bins), smECE (study 003 section 3.3).
@@ -35,15 +34,8 @@ SUMMARY_METRICS = ("accuracy", "mean_confidence", "brier", "calibration_gap", "e
 def random_baseline_brier(n_options) -> np.ndarray:
     """Expected Brier score of the calibrated random guesser, ``(k - 1) / k^2`` per item (study 003 section 3.3).
 
-    Parameters
-    ----------
-    n_options : array-like of int, shape (n,)
-        Options per item (k >= 1); NaN or 0 (an item without options) gives NaN.
-
-    Returns
-    -------
-    ndarray of float64, shape (n,)
-        In [0, 0.25]; 0.1875 for k = 4.
+    ``n_options`` (n,): options per item (k >= 1; NaN or 0, an item without options, gives NaN). Returns float64
+    ``(n,)`` in [0, 0.25] (0.1875 for k = 4).
     """
     k = np.asarray(n_options, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -91,8 +83,7 @@ def calibration_summary(rows: pd.DataFrame, by: Sequence[str], group_cols: Seque
     n_bins : int
         ECE bins (equal width).
     with_smece : bool
-        Compute smECE (relplot; about 0.4 s per row on groups of ten rows,
-        10 ms on a thousand); False leaves the column NaN.
+        Compute smECE (relplot, slow on small groups); False leaves the column NaN.
 
     Returns
     -------

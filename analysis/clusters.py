@@ -1,8 +1,7 @@
-"""Clusters of rows for the clustered paired bootstrap (issue 12, "Clustered intervals everywhere").
+"""Clusters of rows for the clustered paired bootstrap.
 
 When rows are not independent (several generations of one question, the questions of one passage or category), a
-row-level bootstrap treats them as independent and its intervals are too narrow: on Rank-Calibration outputs (10
-generations per question) row-level intervals were 2.1-2.7x narrower than question-level ones. The cluster bootstrap
+row-level bootstrap treats them as independent and its intervals are too narrow. The cluster bootstrap
 (Davison & Hinkley 1997, *Bootstrap Methods and their Application*, section 3.8, "strategy 1": resample whole
 clusters, keep every row of a drawn cluster) draws ``G`` clusters with replacement from the ``G`` distinct clusters,
 and every row of a drawn cluster gets that cluster's multiplicity as its count weight. The count-weighted metric
@@ -133,8 +132,8 @@ def row_counts(cluster_idx: np.ndarray, clusters: Clusters, out: np.ndarray | No
     Returns
     -------
     ndarray of shape (b, n), float64
-        ``w[r, i]`` = how many times row ``i``'s cluster was drawn in resample
-        ``r`` (exact integers); row ``r`` sums to the resample's row count.
+        ``w[r, i]`` = how many times row ``i``'s cluster was drawn in resample ``r`` (exact integers); row ``r`` sums
+        to the resample's row count.
     """
     idx = np.asarray(cluster_idx)
     b, G = idx.shape
@@ -149,16 +148,8 @@ def row_counts(cluster_idx: np.ndarray, clusters: Clusters, out: np.ndarray | No
 def resample_rows(cluster_idx: np.ndarray, clusters: Clusters) -> list[np.ndarray]:
     """The rows of each cluster resample (the drawn clusters' rows concatenated, in draw order).
 
-    For metrics without a count-weighted kernel (one point-function call per resample) and for brute-force checks.
-
-    Parameters
-    ----------
-    cluster_idx : ndarray of shape (b, G), int
-
-    Returns
-    -------
-    list of b ndarrays of int64
-        Row indices, each of length ``sum of the drawn clusters' sizes``.
+    For metrics without a count-weighted kernel and for brute-force checks: ``cluster_idx`` (b, G) int gives a list of
+    ``b`` int64 arrays of row indices.
     """
     return [np.concatenate([clusters.members[k] for k in row]) for row in np.asarray(cluster_idx)]
 

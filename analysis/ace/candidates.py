@@ -138,8 +138,8 @@ def validate_ratings(ratings: pd.DataFrame) -> pd.DataFrame:
     Parameters
     ----------
     ratings : DataFrame
-        Columns :data:`RATING_COLUMNS`. ``producers`` is a tuple/list of
-        model names or one string ``"a|b"`` (as a CSV file holds it).
+        Columns :data:`RATING_COLUMNS`. ``producers`` is a tuple/list of model names or one string ``"a|b"`` (as a CSV
+        file holds it).
 
     Returns
     -------
@@ -219,13 +219,8 @@ class CACell:
 
 
 def ca_cell(cell: Cell, ratings: pd.DataFrame) -> CACell | None:
-    """The CA data of ``cell`` from validated ratings (:func:`validate_ratings`).
-
-    Returns
-    -------
-    CACell or None
-        ``None`` when neither model rated a candidate of this dataset and method.
-    """
+    """The CA data of ``cell`` from validated ratings (:func:`validate_ratings`); ``None`` when neither model rated a
+    candidate of this dataset and method."""
     a, b = cell.pair.a, cell.pair.b
     sub = ratings[(ratings["dataset"] == cell.dataset) & (ratings["method"] == cell.method)
                   & ratings["rater"].isin((a, b))]
@@ -261,8 +256,8 @@ def ca_cell(cell: Cell, ratings: pd.DataFrame) -> CACell | None:
 def ca_views(ca: CACell, metrics=METRICS, n_bins: int = 10) -> list[ViewValue]:
     """CA-ECE / CA-Brier of both raters over all (item, candidate) pairs (view ``"ca"``).
 
-    ``value_m = metric(e^(m)(s), y(s))`` over the ``P`` pairs (study 001,
-    section 4.3); ``nan`` with a warning when ``P = 0``.
+    ``value_m = metric(e^(m)(s), y(s))`` over the ``P`` pairs (study 001, section 4.3); ``nan`` with a warning when
+    ``P = 0``.
     """
     note = f"{ca.n_pairs} item-candidate pairs"
     if ca.n_unrated:

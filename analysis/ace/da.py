@@ -173,12 +173,7 @@ def resample_rows(correct, target, strata: Strata, rng: np.random.Generator) -> 
 
     The largest subset with the target composition in whole rows: ``N' = min_k n_k / q_k`` over strata with
     ``q_k > 0``, then a random ``floor(q_k N')`` rows of stratum ``k`` (without replacement, strata in order, drawn
-    with ``rng``).
-
-    Returns
-    -------
-    ndarray of shape (n_kept,), int64, sorted; ``None`` when a stratum with
-    target mass has no row.
+    with ``rng``). Returns them sorted, int64 ``(n_kept,)``; ``None`` when a stratum with target mass has no row.
     """
     k = strata.assign(correct)
     q = np.asarray(target, dtype=np.float64)

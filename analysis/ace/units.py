@@ -3,7 +3,7 @@
 Each cell (a pair of models on one dataset and method, :class:`.frame.Cell`) becomes one
 :class:`~confgrid.analysis.evaluation.UnitPlan` whose signals are the two models under every bootstrapped view,
 so the comparison's intervals come from the same paired bootstrap, kernels and resampling stream as every other
-estimate of a run (the one evaluator; issue 20):
+estimate of a run (the one evaluator):
 
 * ``raw``: each model on the cell's items;
 * the instance-aligned views (``ia``, ``ia_both_right``, ``ia_both_wrong``, ``ia_partial``): the same items
