@@ -4,13 +4,8 @@ Every table function returns a **numeric** DataFrame in which an estimate with a
 ``X_lo``, ``X_hi``; CSV files keep those numbers. :func:`format_table` turns each such triple into one string
 ``"point [lo, hi]"`` with :func:`format_estimate` (the only place that formats numbers) for Markdown and display.
 
-Inputs are tidy DataFrames:
-
-* per-setting metrics (flows ``metrics_df``): ``setting``, ``signal``,
-  ``context``, ``metric``, ``point``, ``lo``, ``hi``;
-* per-setting gaps (flows ``gaps_df`` plus a ``setting`` column): ``setting``, ``context`` (or ``signal``),
-  ``metric``, ``point`` (or ``g``), ``lo``, ``hi``;
-* means over settings from :mod:`confgrid.analysis.means` and :mod:`confgrid.analysis.transfer`.
+Inputs are tidy DataFrames (per-setting metrics and gaps, means over settings of :mod:`confgrid.analysis.means` and
+:mod:`confgrid.analysis.transfer`; columns in each function).
 
 Tables: :func:`three_context_table` (Table 2), :func:`ablation_path_table` (Table 3), :func:`axis_table` (Table 4),
 :func:`estimators_table` (Table 15), :func:`transfer_table` (Appendix G); the Markdown writer :func:`to_markdown`.
@@ -132,8 +127,8 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
         Per-setting metrics: ``setting``, ``signal``, ``context``, ``metric``, ``point``, ``lo``, ``hi``; the
         verbalized row has ``signal == verbalized``.
     gaps : DataFrame
-        Per-setting gaps: ``setting``, ``key`` (default ``context``),
-        ``metric``, ``point`` (or ``gap``), ``lo``, ``hi``.
+        Per-setting gaps: ``setting``, ``key`` (default ``context``), ``metric``, ``point`` (or ``gap``), ``lo``,
+        ``hi``.
     advantages : DataFrame
         Per-setting advantages (:func:`compare.advantage`: ``setting``, ``key``, ``metric``, ``point``, ``lo``,
         ``hi``), the paired intervals a resolved flip needs (for a signed metric those of ``|v| - |t|``; for an
@@ -142,17 +137,14 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
         The token contexts in column order (e.g. bare, Answer: slot, Guess: slot).
     key : {"context", "signal"}
         Column identifying the token signal in both tables.
+
     Returns
     -------
     DataFrame
         One row per setting: ``setting``, ``verbalized`` (+ ``_lo``/``_hi``), ``token_<ctx>`` and ``g_<ctx>`` triples
-        per context, then ``flip`` and ``resolved_flip`` between the first and the last context.
-
-        ``flip``: the better signal differs, by point estimate (:func:`compare.better_signal`'s rule, via the signs of
-        :func:`compare.advantage`). For an unsigned metric that is the gap changing sign (study 000 section 3.5); for
-        a signed metric (``calibration_gap``, ``overconfidence``) it compares ``|verbalized|`` with ``|token|`` in
-        each context, whatever the sign of the gap. ``resolved_flip``: a flip whose two advantage intervals exclude
-        zero (for a signed metric never the gap intervals: they say nothing about which signal is closer to 0).
+        per context, then ``flip`` and ``resolved_flip`` between the first and the last context:
+        :func:`compare.flip` and :func:`compare.fully_resolved` of the two advantages (a signed metric compares
+        ``|verbalized|`` with ``|token|``, never the gaps' signs or intervals).
     """
     m = _tidy(metrics, "metrics")
     g = _tidy(gaps, "gaps")
