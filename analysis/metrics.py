@@ -218,14 +218,10 @@ def bin_edges(n_bins: int = 10, closure: str = "left") -> np.ndarray:
 def bin_indices(confidence, n_bins: int = 10, closure: str = "left") -> np.ndarray:
     """Equal-width bin index of each confidence under a declared closure, robust at the bin edges.
 
-    ``closure="left"`` (the default, the rule of every ECE confgrid reported before closures existed): bin ``k`` is
-    ``[k/B, (k+1)/B)`` and the last bin also holds ``1.0``, so a confidence written as exactly ``0.3`` lands in the
-    bin starting at 0.3. ``closure="right"``: bin ``k`` is ``(k/B, (k+1)/B]`` and the first bin also holds ``0.0``
-    (R's ``cut(x, seq(0, 1, 1/B), include.lowest = TRUE)``, ``pandas.cut(x, edges, right=True,
-    include_lowest=True)``), so ``0.3`` lands in the bin ending at 0.3. ``closure="right_float"``: right-closed on the
-    float edges of :func:`bin_edges` (scikit-learn's ``calibration_curve``: ``np.searchsorted(np.linspace(0, 1, B +
-    1)[1:-1], p)``), and ``closure="left_float"`` left-closed on them
-    (``np.digitize(p, np.linspace(0, 1, B + 1)) - 1``, 1.0 in the last bin). See :data:`CLOSURES`.
+    Bin ``k`` is ``[k/B, (k+1)/B)`` (``"left"``, the default: the last bin also holds ``1.0``, so ``0.3`` lands in the
+    bin starting at 0.3) or ``(k/B, (k+1)/B]`` (``"right"``: the first bin also holds ``0.0``); ``"right_float"`` and
+    ``"left_float"`` use the float edges of :func:`bin_edges` (``np.searchsorted(np.linspace(0, 1, B + 1)[1:-1], p)``
+    and ``np.digitize(p, np.linspace(0, 1, B + 1)) - 1``). Who bins which way: :data:`CLOSURES`.
 
     Parameters
     ----------

@@ -77,10 +77,6 @@ def check_unit_interval(values, name: str, what: str = "row") -> np.ndarray:
     what : str
         What one position is called in the error (``"row"``).
 
-    Returns
-    -------
-    ndarray of shape (n,), float64
-
     Raises
     ------
     ACEInputError
@@ -127,8 +123,8 @@ def validate_rows(rows: pd.DataFrame) -> pd.DataFrame:
     Parameters
     ----------
     rows : DataFrame
-        Columns :data:`ROW_COLUMNS`, optionally ``answer``; other columns are
-        dropped. Row positions in errors are 0-based positions in ``rows``.
+        Columns :data:`ROW_COLUMNS`, optionally ``answer``; other columns are dropped. Row positions in errors are
+        0-based positions in ``rows``.
 
     Returns
     -------
@@ -207,12 +203,8 @@ def resolve_pairs(models: Sequence[str], pairs=None) -> tuple[Pair, ...]:
     models : sequence of str
         The models present in the rows.
     pairs : None or sequence of Pair / (a, b) / (a, b, label)
-        ``None``: every unordered pair of ``models`` in sorted order,
-        ``A`` the name that sorts first, label ``"pair"``.
-
-    Returns
-    -------
-    tuple of Pair
+        ``None``: every unordered pair of ``models`` in sorted order, ``A`` the name that sorts first, label
+        ``"pair"``.
 
     Raises
     ------
@@ -311,10 +303,7 @@ def matched_cells(rows: pd.DataFrame, pairs=None) -> Matched:
         order then sorted dataset and method. ``messages`` says which (pair, dataset, method) had no shared item and
         how many items were dropped; items dropped also raise an :class:`ACEWarning`.
 
-    Raises
-    ------
-    ACEInputError
-        From :func:`validate_rows` and :func:`resolve_pairs`.
+    Raises :class:`ACEInputError` as :func:`validate_rows` and :func:`resolve_pairs`.
     """
     df = validate_rows(rows)
     pairs = resolve_pairs(df["model"].unique(), pairs)

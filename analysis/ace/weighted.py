@@ -56,13 +56,10 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: s
 
     Parameters
     ----------
-    confidence : array-like of shape (n,)
-        In ``[0, 1]``.
-    correct : array-like of shape (n,)
-        Binary or graded, in ``[0, 1]``.
+    confidence, correct : array-like of shape (n,)
+        In ``[0, 1]`` (correctness binary or graded).
     weights : array-like of shape (n,), optional
         Finite, ``>= 0``; default all 1.
-    closure : {"left", "right", "right_float", "left_float"}, default="left"
 
     Returns
     -------
@@ -92,10 +89,8 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: s
 def weighted_brier(confidence, correct, weights=None) -> float:
     """Weighted Brier score ``sum_i w_i (c_i - z_i)^2 / sum_i w_i``.
 
-    Weights all 1 give exactly :func:`confgrid.analysis.metrics.brier`.
-
-    Parameters, Returns, Raises
-        As :func:`weighted_ece` (without ``n_bins``).
+    Weights all 1 give exactly :func:`confgrid.analysis.metrics.brier`; parameters, result and errors as
+    :func:`weighted_ece`.
 
     Examples
     --------
