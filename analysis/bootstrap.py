@@ -328,22 +328,17 @@ def paired_bootstrap(
     signal_names : list of str, optional
         Stored on the result for :mod:`confgrid.analysis.compare`.
     groups : array-like of shape (n,), optional
-        A cluster label per item (ints, strings, any hashable); given, the bootstrap resamples clusters
-        (analysis/clusters.py): each resample draws ``G`` of the ``G`` distinct clusters with replacement (chunk
-        ``c``: ``chunk_indices(G, ...)``, seeded as above) and keeps all their rows, each row weighted by its
-        cluster's multiplicity. None (default): the row-level draw, unchanged.
+        A cluster label per item (any hashable): each resample draws ``G`` of the ``G`` distinct clusters with
+        replacement (``chunk_indices(G, ...)``) and keeps all their rows, weighted by the cluster's multiplicity
+        (analysis/clusters.py). None: the row-level draw.
     masks : array-like of bool, shape (S, n), optional
-        Each signal's *support*: the items it is evaluated on (values outside it are ignored and may be NaN). The
-        resamples are drawn over all ``n`` items and shared by every signal; signal ``s`` is evaluated on the drawn
-        items of its support (its resample size varies; a resample with none of them is ``nan``). So signals defined
-        on different items stay paired, and a gap on the items two signals both have is the difference of two signals
-        with that support (analysis/fused.py). None (default): every signal on every item, unchanged.
+        Each signal's *support*, the items it is evaluated on (values outside are ignored, may be NaN): the shared
+        resamples over all ``n`` items count only its drawn items (a resample with none is ``nan``), so signals on
+        different items stay paired (analysis/fused.py). None: every signal on every item.
     reweight : sequence of Reweight or None, optional
         ``S`` entries: a :class:`~confgrid.analysis.reweighting.Reweight` makes that signal distribution-aligned
-        (study 001, section 4.2): on every resample its items weigh ``W[r, i] q_k(r) / p_k(r)`` with both compositions
-        re-estimated on the resample (analysis/reweighting.py); its ECE, Brier and signed gap are the weighted
-        kernel's sums grouped by stratum (analysis/fused.py ``ReweightedCell``) and its other metrics are ``nan``.
-        None (default): counts only.
+        (study 001, section 4.2; analysis/reweighting.py): its ECE, Brier and signed gap use the weights re-estimated
+        on every resample, its other metrics are ``nan``. None: counts only.
 
     Returns
     -------

@@ -171,18 +171,16 @@ class UnitPlan:
         of the equal-width bins in use (analysis/closure.py), counted at planning time so that they survive
         :meth:`drop_arrays`.
     metrics : tuple of str
-        The metrics this unit is evaluated under; empty (the default): the evaluator's list. A producer whose
-        units are graded against another target sets its own (study 004's estimators: Brier, ECE and
-        Spearman against the expected accuracy, flows/evaluate/capability.py).
+        The metrics this unit is evaluated under (e.g. study 004's estimators: Brier, ECE and Spearman against the
+        expected accuracy); empty: the evaluator's list.
     reweight : list of Reweight or None, or None
         Per cell, distribution-aligned reweighting (analysis/reweighting.py; study 001's DA views,
         analysis/ace/units.py); None: counts only.
     n_resamples : int or None
         This unit's resamples (a comparison's own ``bootstrap``); None: the evaluator's.
     names : dict
-        signal key -> the signal name the tables show, where they differ (an ACE unit's cells are one model
-        under several views: the key tells them apart, the name is the model's and ``info[key]["view"]`` the
-        view); empty: the key is the name.
+        signal key -> the signal name the tables show, where they differ (an ACE unit: the model's name, the view in
+        ``info[key]["view"]``); empty: the key is the name.
     """
 
     labels: dict[str, str]
