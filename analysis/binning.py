@@ -1,4 +1,4 @@
-"""A binned ECE as its declared parts: bin count, bin scheme, bin closure and bin confidence (issue 36).
+"""A binned ECE as its declared parts: bin count, bin scheme, bin closure and bin confidence.
 
 Every binned calibration error confgrid computes is ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` over the
 non-empty bins ``b``; published implementations differ in four choices, each of which can move the number by

@@ -1,4 +1,4 @@
-"""The bin-closure diagnostic (issue 26): how many confidences sit on bin edges, and where the closure matters.
+"""The bin-closure diagnostic: how many confidences sit on bin edges, and where the closure matters.
 
 Pure pandas/numpy. A binned ECE depends on which bin a confidence exactly on an edge joins
 (:data:`confgrid.analysis.metrics.CLOSURES`); stated confidences are mostly multiples of 5% (study 002), so many of

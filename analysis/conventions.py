@@ -1,4 +1,4 @@
-"""Published ECE conventions, one name each (issue 36; docs/reproductions.md).
+"""Published ECE conventions, one name each (docs/reproductions.md).
 
 A convention is a :class:`~confgrid.analysis.binning.Binning` (bins, scheme, closure, bin confidence) that a paper or
 a library computes, with the file and line it was read from. Each is registered as the metric ``ece_<name>``

@@ -1,4 +1,4 @@
-"""Bootstrap interval methods, and the degenerate interval (issue 37).
+"""Bootstrap interval methods, and the degenerate interval.
 
 Every interval comes from the paired resamples of one unit (analysis/bootstrap.py) and the point estimate on the full
 data; the method is declared (``bootstrap.interval``, ``--interval``); coverage: docs/concepts/intervals.md.

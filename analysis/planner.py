@@ -1,4 +1,4 @@
-"""How many items does a comparison need? A sample-size planner from a pilot's resampled variance (issue 22).
+"""How many items does a comparison need? A sample-size planner from a pilot's resampled variance.
 
 For a pair of signals A, B and a metric, the paired bootstrap's interval of the gap ``metric(A) - metric(B)`` has a
 half-width proportional to the standard deviation of the resampled gap, and that standard deviation shrinks as

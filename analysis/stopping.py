@@ -1,25 +1,13 @@
-"""Early stopping: in which order a setting's items run, in rounds, and when a setting stops (issue 22 item 4).
+"""Early stopping: in which order a setting's items run, in rounds, and when a setting stops.
 
-A grid with ``execution.stop_when_resolved`` runs each (model, dataset) setting in rounds of whole generate
-shards (chunks of ``execution.shard_size`` items). The chunks enter in a seeded order (:func:`round_order`, the
-same for every model on a dataset: a prefix of the items in file order could be biased, e.g. sorted by
-category), a round adds a share of them (:func:`round_chunks`), and after each round the setting's signal rows
-so far are evaluated by the one evaluator (analysis/evaluation.py) and :func:`decide` says what happens:
-
-* ``resolved``: every declared conclusion of the setting is resolved: each gap row of two signals on
-  different sides under a conclusion metric (analysis/verdicts.py ``conclusion_of``; every unit, context,
-  aggregation and estimator) whose gap is defined has an interval excluding 0 (a gap that is 0 in every
-  resample, ``[0, 0]``, is a tie of two signals that agree on every item run: counted apart, like an
-  undefined one, since no number of such items resolves it);
-* ``budget_insufficient``: some still-unresolved gap cannot be resolved by the items the setting has in all:
-  the sample-size planner (analysis/planner.py, the 1/sqrt(n) law fitted on the rows so far) needs more units
-  for the observed gap, at the rule's power, than the whole setting would give;
-* ``exhausted``: every chunk ran and some conclusion is still unresolved;
-* ``continue``: none of these (fewer than ``min_items`` items ran, the planner cannot tell yet, or every
-  unresolved gap could still be resolved).
-
-The runner adds ``failed`` (some shard of the setting failed; flows/evaluate/rounds.py). Everything here is
-pure: the decision is a function of the gap table, the units' arrays and the item counts.
+A grid with ``execution.stop_when_resolved`` runs each (model, dataset) setting in rounds of whole generate shards:
+the chunks enter in a seeded order (:func:`round_order`, the same for every model on a dataset), a round adds a share
+of them (:func:`round_chunks`), and after each round the one evaluator's gaps decide (:func:`decide`): ``resolved``
+(every defined conclusion gap, :func:`conclusion_gaps`, has an interval excluding 0; undefined gaps and ties, 0 in
+every resample, are counted apart), ``budget_insufficient`` (the sample-size planner, analysis/planner.py, needs more
+units for some unresolved gap than the whole setting has), ``exhausted`` (every chunk ran) or ``continue``. The runner
+adds ``failed`` (flows/evaluate/rounds.py). The rules in full: docs/guides/plan-size.md. Everything here is pure: the
+decision is a function of the gap table, the units' arrays and the item counts.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Robustness verdicts: over a grid's protocol settings, how often does a conclusion hold, is it resolved, and which
-single axis flips it (issue 22).
+single axis flips it.
 
 A *conclusion* (:class:`Conclusion`) is a signed comparison "signal A is better than signal B on metric M", for
 example "verbalized is better calibrated than the token score under ECE". Its *settings* are the rows of the
@@ -31,7 +31,7 @@ __all__ = ["CONCLUSION_METRICS", "AXES", "VERDICT_COLUMNS", "VERDICTS", "Conclus
            "metric_family", "side", "conclusion_of", "favours_a", "flip_axis", "verdict_table",
            "specification_curve"]
 
-#: The metric families a conclusion is judged on by default (issue 22): calibration error, AUROC, AURC, Brier.
+#: The metric families a conclusion is judged on by default: calibration error, AUROC, AURC, Brier.
 CONCLUSION_METRICS = ("ece", "auroc", "aurc", "brier")
 #: The protocol axes a setting is placed on, in the order ties of :func:`flip_axis` are broken.
 AXES = ("model", "dataset", "setting", "answer_set", "parse_policy", "refusal", "rule", "target_kind", "context",
@@ -100,8 +100,7 @@ class ShareCounts:
 
 @dataclass(frozen=True)
 class VerdictRule:
-    """The thresholds that turn a conclusion's shares into a word (issue 22; defaults stated in
-    docs/concepts/verdicts.md).
+    """The thresholds that turn a conclusion's shares into a word (defaults stated in docs/concepts/verdicts.md).
 
     With ``p`` the share of settings where the majority side (``holds_for``) is better by point, ``r`` the share
     where it is resolved in its favour and ``q`` the share resolved in the other side's favour:
