@@ -7,10 +7,8 @@ resampling stream), seeded per cell by :func:`confgrid.analysis.resampling.setti
 "dataset|method", seed)`` (:func:`cell_seed`). Study 001's own vectorized bootstrap of the
 cell is the tests' oracle (tests/reference/ace_cell_bootstrap.py).
 
-Reliability (Appendix E.6): 95% percentile intervals (:func:`confgrid.analysis.bootstrap.interval`); for a
-point-estimate reversal the **retention probability**, the share of resamples (where both gaps are defined) in which
-the raw and aligned gaps have strictly opposite signs; the **strict criterion**: a point-estimate reversal whose raw
-and aligned intervals both exclude zero (:func:`confgrid.analysis.compare.excludes_zero`), on opposite sides.
+Reliability (Appendix E.6): 95% percentile intervals; for a point-estimate reversal the **retention probability**
+(:func:`confgrid.analysis.compare.retention_probability`) and the **strict criterion** (:func:`strict_reversal`).
 """
 
 from __future__ import annotations
@@ -36,9 +34,7 @@ def strict_reversal(raw: tuple[float, float, float], aligned: tuple[float, float
     A point-estimate reversal (:func:`confgrid.analysis.compare.flip`) whose raw and aligned 95% intervals both
     exclude zero and lie on opposite sides of it.
 
-    Parameters
-    ----------
-    raw, aligned : (point, lo, hi)
+    ``raw``, ``aligned``: ``(point, lo, hi)``.
 
     Examples
     --------
