@@ -330,18 +330,14 @@ def aurc_tie_groups(m, e, K, C, H: np.ndarray):
 def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """Expected calibration error with equal-width bins.
 
-    The ``n_samples`` answers are sorted into ``B = n_bins`` bins ``[k/B, (k+1)/B)`` for ``k = 0 .. B-1``, the last
-    bin also including ``1.0`` (``closure="left"``, the default); with ``closure="right"`` the bins are
-    ``(k/B, (k+1)/B]``, the first also including ``0`` (R's ``cut``, scikit-learn's ``calibration_curve``, study 002),
-    and ``"right_float"`` uses the float edges of ``np.linspace`` (:func:`bin_indices`); then
-    ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` where ``acc_b`` is the mean correctness and ``conf_b`` the mean
-    confidence in bin ``b`` (empty bins contribute 0). Reference: study 000, Appendix A.
+    The answers are sorted into ``B = n_bins`` equal-width bins under ``closure`` (:func:`bin_indices`; by default
+    ``[k/B, (k+1)/B)``, the last also holding ``1.0``); then ``ECE = sum_b (n_b / n) |acc_b - conf_b|`` with ``acc_b``
+    the mean correctness and ``conf_b`` the mean confidence in bin ``b`` (empty bins contribute 0). Reference: study
+    000, Appendix A.
 
     Parameters
     ----------
     confidence, correct : array-like of shape (n_samples,)
-    n_bins : int, default=10
-        Number of equal-width bins.
     closure : {"left", "right", "right_float", "left_float"}, default="left"
         Which bin a confidence on an edge joins (:data:`CLOSURES`).
 

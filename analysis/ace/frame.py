@@ -290,6 +290,8 @@ class Matched:
 def matched_cells(rows: pd.DataFrame, pairs=None) -> Matched:
     """Match each pair's rows per (dataset, method) on the shared item ids.
 
+    Raises :class:`ACEInputError` as :func:`validate_rows` and :func:`resolve_pairs`.
+
     Parameters
     ----------
     rows : DataFrame
@@ -302,8 +304,6 @@ def matched_cells(rows: pd.DataFrame, pairs=None) -> Matched:
         One :class:`Cell` per (pair, dataset, method) in which both models have at least one shared item, in pair
         order then sorted dataset and method. ``messages`` says which (pair, dataset, method) had no shared item and
         how many items were dropped; items dropped also raise an :class:`ACEWarning`.
-
-    Raises :class:`ACEInputError` as :func:`validate_rows` and :func:`resolve_pairs`.
     """
     df = validate_rows(rows)
     pairs = resolve_pairs(df["model"].unique(), pairs)

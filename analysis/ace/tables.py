@@ -401,9 +401,9 @@ def ace_tables(rows: pd.DataFrame, candidates: pd.DataFrame | None = None, **opt
     """Run the whole accuracy-controlled comparison of study 001 on own-answer rows.
 
     The point estimates are :func:`.views.cell_views`'s; the intervals, retention probabilities and the strict
-    criterion come from the one evaluator (analysis/evaluation.py): each cell is a unit
-    (analysis/ace/units.py) bootstrapped in process with every other estimate's kernels and resampling stream,
-    and the tables are views over its gap and shift rows (:func:`ace_plan`, :func:`ace_views`).
+    criterion come from the one evaluator (analysis/evaluation.py): each cell is a unit (analysis/ace/units.py)
+    bootstrapped in process with every other estimate's kernels and resampling stream, and the tables are views over
+    its gap and shift rows (:func:`ace_plan`, :func:`ace_views`). Raises :class:`ACEInputError` as :func:`ace_plan`.
 
     Parameters
     ----------
@@ -411,11 +411,6 @@ def ace_tables(rows: pd.DataFrame, candidates: pd.DataFrame | None = None, **opt
         As :func:`ace_plan`.
     **options
         :func:`ace_plan`'s keywords (an unknown one is a ``TypeError``).
-
-    Raises
-    ------
-    ACEInputError
-        Bad rows, candidates, pairs or options (the message names them).
 
     Examples
     --------
