@@ -1,12 +1,10 @@
 """Exceptions that cross process boundaries (Ray, multiprocessing) with their fields.
 
-Python pickles an exception as ``cls(*exc.args)`` plus its ``__dict__``. An
-exception whose ``__init__`` takes other arguments than its message (the
-package's ``ApiRequestError(message, status, attempts)``,
-``CapacityError(problems)``...) then fails to unpickle: Ray wraps it in an
-``UnserializableException`` and the driver loses the type and the fields.
-:class:`FieldsPickle` makes an exception rebuild itself without calling
-``__init__``: ``args`` and every attribute come back as they were.
+Python pickles an exception as ``cls(*exc.args)`` plus its ``__dict__``. An exception whose ``__init__`` takes other
+arguments than its message (the package's ``ApiRequestError(message, status, attempts)``,
+``CapacityError(problems)``...) then fails to unpickle: Ray wraps it in an ``UnserializableException`` and the driver
+loses the type and the fields. :class:`FieldsPickle` makes an exception rebuild itself without calling ``__init__``:
+``args`` and every attribute come back as they were.
 
 Imports nothing else of the package (actors/ and flows/ both use it).
 """
@@ -29,9 +27,8 @@ def _rebuild(cls: type, args: tuple[Any, ...], state: dict[str, Any]) -> BaseExc
 class FieldsPickle:
     """Mixin for an exception class: pickling keeps the class, ``args`` and every attribute.
 
-    Put it first among the bases (``class E(FieldsPickle, ValueError)``). The
-    traceback, ``__cause__`` and ``__context__`` are not pickled (as for any
-    exception); attributes must be picklable themselves.
+    Put it first among the bases (``class E(FieldsPickle, ValueError)``). The traceback, ``__cause__`` and
+    ``__context__`` are not pickled (as for any exception); attributes must be picklable themselves.
     """
 
     def __reduce__(self) -> tuple[Any, ...]:

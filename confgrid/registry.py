@@ -1,16 +1,13 @@
 """One registry class for the pluggable parts (prompts, contexts, rules, aggregations, adapters, metrics).
 
-Every registry of the project is a :class:`Registry` holding one kind of
-thing under string names: a duplicate name is an error naming the kind and
-the name, and an unknown name raises :class:`UnknownNameError`, whose message
-names the kind, the value received and the sorted list of allowed names. The
-pattern follows lm-evaluation-harness (``lm_eval/api/registry.py``): one
-generic class, one instance per kind, thin ``register_x`` / ``get_x``
-functions beside each instance.
+Every registry of the project is a :class:`Registry` holding one kind of thing under string names: a duplicate name is
+an error naming the kind and the name, and an unknown name raises :class:`UnknownNameError`, whose message names the
+kind, the value received and the sorted list of allowed names. The pattern follows lm-evaluation-harness
+(``lm_eval/api/registry.py``): one generic class, one instance per kind, thin ``register_x`` / ``get_x`` functions
+beside each instance.
 
-The module sits at the package root and imports nothing from ``confgrid``, so
-both ``confgrid.protocols`` and ``confgrid.analysis`` may use it (analysis
-must not import protocols).
+The module sits at the package root and imports nothing from ``confgrid``, so both ``confgrid.protocols`` and
+``confgrid.analysis`` may use it (analysis must not import protocols).
 
 Examples
 --------
@@ -47,12 +44,10 @@ _MISSING: Any = object()
 class UnknownNameError(KeyError, ValueError):
     """A name that is not registered (both a ``KeyError`` and a ``ValueError``).
 
-    ``str()`` gives the plain message (a bare ``KeyError`` would show its
-    ``repr``), e.g. ``"unknown correctness rule 'contain'; allowed: alias,
-    containment, exact_match, mc_letter"``. Being a ``KeyError`` keeps
-    ``except KeyError`` around dictionary-style lookups working; being a
-    ``ValueError`` lets validators (pydantic, argument checks) report it as a
-    bad value.
+    ``str()`` gives the plain message (a bare ``KeyError`` would show its ``repr``), e.g. ``"unknown correctness rule
+    'contain'; allowed: alias, containment, exact_match, mc_letter"``. Being a ``KeyError`` keeps ``except KeyError``
+    around dictionary-style lookups working; being a ``ValueError`` lets validators (pydantic, argument checks) report
+    it as a bad value.
 
     Parameters
     ----------
@@ -91,12 +86,10 @@ class Registry(Generic[T]):
     Parameters
     ----------
     kind : str
-        What the registry holds, singular, as it reads in a message
-        (``"prompt"``, ``"scoring context"``, ``"correctness rule"``,
-        ``"token aggregation"``, ``"dataset adapter"``, ``"metric"``).
+        What the registry holds, singular, as it reads in a message (``"prompt"``, ``"scoring context"``,
+        ``"correctness rule"``, ``"token aggregation"``, ``"dataset adapter"``, ``"metric"``).
     value_type : type, optional
-        When given, :meth:`register` rejects objects that are not instances
-        of it (``TypeError``).
+        When given, :meth:`register` rejects objects that are not instances of it (``TypeError``).
 
     Raises
     ------
@@ -105,11 +98,10 @@ class Registry(Generic[T]):
 
     Notes
     -----
-    Iteration, :meth:`names` and :meth:`items` follow registration order
-    (lookups such as "the first registered context with these coordinates"
-    depend on it); error messages list the names sorted. Subscripting
-    (``registry[name]``) is :meth:`get`. Not thread-safe: registration happens
-    at import time or while a grid spec is parsed, in one thread.
+    Iteration, :meth:`names` and :meth:`items` follow registration order (lookups such as "the first registered
+    context with these coordinates" depend on it); error messages list the names sorted. Subscripting
+    (``registry[name]``) is :meth:`get`. Not thread-safe: registration happens at import time or while a grid spec is
+    parsed, in one thread.
 
     Examples
     --------
@@ -152,8 +144,8 @@ class Registry(Generic[T]):
         name : str
             The registry key; a non-empty string.
         obj : object, optional
-            The value. Omitted: returns a decorator registering the decorated
-            function (or class) and returning it unchanged.
+            The value. Omitted: returns a decorator registering the decorated function (or class) and returning it
+            unchanged.
 
         Returns
         -------
@@ -163,10 +155,8 @@ class Registry(Generic[T]):
         Raises
         ------
         ValueError
-            If ``name`` is empty or not a string (raised at once, also in the
-            decorator form), or ``name`` is already registered (the message
-            names the kind and the name; the decorator form raises when
-            applied).
+            If ``name`` is empty or not a string (raised at once, also in the decorator form), or ``name`` is already
+            registered (the message names the kind and the name; the decorator form raises when applied).
         TypeError
             If ``value_type`` was given and ``obj`` is not an instance of it.
         """
@@ -199,8 +189,7 @@ class Registry(Generic[T]):
         Returns
         -------
         object or None
-            The removed value; None only when ``missing_ok`` and ``name`` was
-            not registered.
+            The removed value; None only when ``missing_ok`` and ``name`` was not registered.
 
         Raises
         ------
@@ -229,9 +218,8 @@ class Registry(Generic[T]):
         Raises
         ------
         UnknownNameError
-            (a ``KeyError`` and a ``ValueError``) if ``name`` is not
-            registered, e.g. ``"unknown metric 'f1'; allowed: aurc, auroc,
-            brier, ece"``.
+            (a ``KeyError`` and a ``ValueError``) if ``name`` is not registered, e.g. ``"unknown metric 'f1'; allowed:
+            aurc, auroc, brier, ece"``.
         """
         try:
             return self._entries[name]

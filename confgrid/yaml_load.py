@@ -1,8 +1,7 @@
 """YAML reading for every file confgrid reads (grids, prompt and context files): a repeated key is an error.
 
-PyYAML's ``safe_load`` keeps the last of two equal keys silently
-(``resamples: 200`` then ``resamples: 7`` runs 7). :func:`safe_load` here is
-``yaml.safe_load`` with one change: a key repeated in one mapping raises.
+PyYAML's ``safe_load`` keeps the last of two equal keys silently (``resamples: 200`` then ``resamples: 7`` runs 7).
+:func:`safe_load` here is ``yaml.safe_load`` with one change: a key repeated in one mapping raises.
 """
 
 from __future__ import annotations
@@ -44,8 +43,8 @@ def safe_load(stream: str | bytes | IO[str] | IO[bytes]) -> Any:
     Raises
     ------
     DuplicateKeyError
-        If a mapping repeats a key (a subclass of ``yaml.YAMLError``, so code
-        that reports YAML errors reports it too).
+        If a mapping repeats a key (a subclass of ``yaml.YAMLError``, so code that reports YAML errors reports it
+        too).
     yaml.YAMLError
         For any other YAML error.
     """

@@ -35,24 +35,21 @@ def check_params(adapter: str, params: Mapping[str, Any] | None, source: str | N
     params : mapping or None
         Parameter names to values.
     source : str or None
-        The dataset's path, given to the model as validation context
-        (``context={"source": source}``): ``lifeeval`` checks the year
-        against that table. None: types and ranges only.
+        The dataset's path, given to the model as validation context (``context={"source": source}``): ``lifeeval``
+        checks the year against that table. None: types and ranges only.
 
     Returns
     -------
     dict
-        The given parameters after validation, as JSON values (lists for
-        tuples). The adapter's defaults are not added: a grid keeps what it
-        said, and the adapter applies its defaults to the rest.
+        The given parameters after validation, as JSON values (lists for tuples). The adapter's defaults are not
+        added: a grid keeps what it said, and the adapter applies its defaults to the rest.
 
     Raises
     ------
     ValueError
-        One message listing every problem: an unknown parameter name (with
-        the allowed names), a wrong type or range (the parameter and the value
-        received), a missing required parameter, a check of the model against
-        ``source``; or any parameter at all for an adapter that takes none.
+        One message listing every problem: an unknown parameter name (with the allowed names), a wrong type or range
+        (the parameter and the value received), a missing required parameter, a check of the model against ``source``;
+        or any parameter at all for an adapter that takes none.
     """
     given = dict(params or {})
     model = ADAPTER_PARAMS.get(adapter) if adapter in ADAPTER_PARAMS else None

@@ -1,13 +1,11 @@
 """Adapters of datasets with options: MMLU, MMLU-Pro, AGIEval LSAT-AR and SAT-EN, BoolQ.
 
-Every item keeps its options in listed order and the letter of the correct
-one (``options``, ``gold_letter``), so an answer set with ``format: mc``
-shows them lettered (protocols/mc.py) and the ``mc_letter`` rule grades the
-letter; ``gold_answers`` is the correct option's text, so the same items can
-also be asked as open questions. Definitions: study 000 section 3.4 (MMLU),
-study 002 sections 4.1-4.3 and Appendix F.1, F.3, F.4 (BoolQ, SAT-EN,
-LSAT-AR), study 003 (MMLU-Pro, MMLU with options shown). Registered on
-import; load them through :func:`confgrid.protocols.datasets.load_items`.
+Every item keeps its options in listed order and the letter of the correct one (``options``, ``gold_letter``), so an
+answer set with ``format: mc`` shows them lettered (protocols/mc.py) and the ``mc_letter`` rule grades the letter;
+``gold_answers`` is the correct option's text, so the same items can also be asked as open questions. Definitions:
+study 000 section 3.4 (MMLU), study 002 sections 4.1-4.3 and Appendix F.1, F.3, F.4 (BoolQ, SAT-EN, LSAT-AR), study
+003 (MMLU-Pro, MMLU with options shown). Registered on import; load them through
+:func:`confgrid.protocols.datasets.load_items`.
 """
 
 from __future__ import annotations
@@ -97,24 +95,21 @@ def mmlu(
 ) -> list[Item]:
     """MMLU (Hendrycks et al. 2021), asked as an open question.
 
-    ``source`` is one headerless CSV (``question,A,B,C,D,answer``), a directory
-    of ``<subject>_test.csv`` files (read in sorted file-name order; the subject
-    comes from the file name), or a hub name with the ``cais/mmlu`` schema
+    ``source`` is one headerless CSV (``question,A,B,C,D,answer``), a directory of ``<subject>_test.csv`` files (read
+    in sorted file-name order; the subject comes from the file name), or a hub name with the ``cais/mmlu`` schema
     (``question``, ``subject``, ``choices``, ``answer`` index; config ``all``).
 
-    Mapping (study 000 section 3.4): ``question`` = the question text alone,
-    options NOT appended; ``canonical`` = text of the correct option;
-    ``gold_answers`` = (that text,); ``incorrect_answers`` = the other option
-    texts; ``options`` and ``gold_letter`` kept for the multiple-choice format;
-    ``item_id`` = ``mmlu-<subject>-<first 10 hex of sha1(question, options)>``;
-    metadata: ``subject`` and ``category`` (both the subject), ``row``. An
-    answer set with ``format: mc`` shows the options (protocols/mc.py).
+    Mapping (study 000 section 3.4): ``question`` = the question text alone, options NOT appended; ``canonical`` =
+    text of the correct option; ``gold_answers`` = (that text,); ``incorrect_answers`` = the other option texts;
+    ``options`` and ``gold_letter`` kept for the multiple-choice format; ``item_id`` = ``mmlu-<subject>-<first 10 hex
+    of sha1(question, options)>``; metadata: ``subject`` and ``category`` (both the subject), ``row``. An answer set
+    with ``format: mc`` shows the options (protocols/mc.py).
 
     Raises
     ------
     FileNotFoundError
-        If ``source`` names a file or directory that does not exist, or a
-        directory without ``*_test.csv`` (or ``*.csv``) files.
+        If ``source`` names a file or directory that does not exist, or a directory without ``*_test.csv`` (or
+        ``*.csv``) files.
     ValueError
         If an answer is not one of the option letters.
     """
@@ -168,28 +163,23 @@ def mmlu_pro(
     ``options`` (list), ``answer`` (letter), ``answer_index``, ``category``,
     ``src``.
 
-    Mapping: ``options`` as listed, options equal to ``"N/A"`` (padding in
-    some releases) removed as the official evaluation does; most questions
-    have 10 options, some fewer (3 to 9), and they are kept with their own
-    count. ``gold_letter`` = ``answer`` (the letter the official evaluation
-    compares with; re-lettered if an ``"N/A"`` before it was removed), or
-    the letter of ``answer_index`` when there is no ``answer`` column. One
-    test question (question_id 3983) has ``answer`` C but ``answer_index`` 1;
-    the letter wins. ``gold_answers`` = (correct option text,);
-    ``incorrect_answers`` = the other options. ``item_id`` =
-    ``mmlu_pro-<question_id>`` (a hash of question and options without that
-    column). Metadata: ``category``, ``src``, ``question_id``, ``row``.
+    Mapping: ``options`` as listed, options equal to ``"N/A"`` (padding in some releases) removed as the official
+    evaluation does; most questions have 10 options, some fewer (3 to 9), and they are kept with their own count.
+    ``gold_letter`` = ``answer`` (the letter the official evaluation compares with; re-lettered if an ``"N/A"`` before
+    it was removed), or the letter of ``answer_index`` when there is no ``answer`` column. One test question
+    (question_id 3983) has ``answer`` C but ``answer_index`` 1; the letter wins. ``gold_answers`` = (correct option
+    text,); ``incorrect_answers`` = the other options. ``item_id`` = ``mmlu_pro-<question_id>`` (a hash of question
+    and options without that column). Metadata: ``category``, ``src``, ``question_id``, ``row``.
 
     Raises
     ------
     FileNotFoundError
         If ``source`` names a file that does not exist.
     KeyError
-        If ``question`` or ``options`` is missing, or both ``answer`` and
-        ``answer_index`` are.
+        If ``question`` or ``options`` is missing, or both ``answer`` and ``answer_index`` are.
     ValueError
-        If ``options`` is not a non-empty list, or the answer is not one of
-        its letters (or names an ``"N/A"`` option).
+        If ``options`` is not a non-empty list, or the answer is not one of its letters (or names an ``"N/A"``
+        option).
     """
     no_mapping("mmlu_pro", mapping)
     rows = load_rows(source, split, hub_config)
@@ -297,20 +287,16 @@ def agieval_lsat_ar(
 ) -> list[Item]:
     """AGIEval LSAT analytical reasoning (Zhong et al. 2023; AR-LSAT): 5 options (study 002 section 4.2).
 
-    Reads AGIEval's v1 file ``data/v1/lsat-ar.jsonl`` (230 rows; columns
-    ``passage``, ``question``, ``options`` = ``["(A)...", ...]``, ``label`` =
-    the letter, ``answer``, ``other``), or a hub dataset with those columns.
-    (The ``*/agieval-lsat-ar`` hub copies used by lm-evaluation-harness have
-    ``query``/``choices``/``gold`` instead: export the v1 file.)
+    Reads AGIEval's v1 file ``data/v1/lsat-ar.jsonl`` (230 rows; columns ``passage``, ``question``, ``options`` =
+    ``["(A)...", ...]``, ``label`` = the letter, ``answer``, ``other``), or a hub dataset with those columns. (The
+    ``*/agieval-lsat-ar`` hub copies used by lm-evaluation-harness have ``query``/``choices``/``gold`` instead: export
+    the v1 file.)
 
-    Mapping (study 002 Appendix F.4): ``question`` = ``"Context: <passage>\\nQuestion:
-    <question>"`` (the question alone when the passage is empty);
-    ``options`` = the options with their ``(A)`` prefixes removed;
-    ``gold_letter`` = ``label``; ``gold_answers`` = (correct option text,);
-    ``incorrect_answers`` = the other options. ``item_id`` =
-    ``agieval-lsat-ar-<first 10 hex of sha1(passage, question, options)>``.
-    Metadata: ``category`` = ``"lsat-ar"``, ``passage_id`` (a hash of the
-    passage: questions of one logic game share it), ``row``.
+    Mapping (study 002 Appendix F.4): ``question`` = ``"Context: <passage>\\nQuestion: <question>"`` (the question
+    alone when the passage is empty); ``options`` = the options with their ``(A)`` prefixes removed; ``gold_letter`` =
+    ``label``; ``gold_answers`` = (correct option text,); ``incorrect_answers`` = the other options. ``item_id`` =
+    ``agieval-lsat-ar-<first 10 hex of sha1(passage, question, options)>``. Metadata: ``category`` = ``"lsat-ar"``,
+    ``passage_id`` (a hash of the passage: questions of one logic game share it), ``row``.
 
     Raises
     ------
@@ -319,8 +305,7 @@ def agieval_lsat_ar(
     KeyError
         If a required column is missing (named, with the file).
     ValueError
-        If ``label`` is not one of the option letters, or an option's prefix
-        letter is out of place.
+        If ``label`` is not one of the option letters, or an option's prefix letter is out of place.
     """
     no_mapping("agieval_lsat_ar", mapping)
     return _agieval(source, task="lsat-ar", passage_label="Context", dataset_name=dataset_name, split=split,
@@ -338,13 +323,11 @@ def agieval_sat_en(
 ) -> list[Item]:
     """AGIEval SAT English (Zhong et al. 2023): a passage and 4 options (study 002 section 4.3).
 
-    Reads AGIEval's v1 file ``data/v1/sat-en.jsonl`` (206 rows; columns
-    ``passage``, ``question``, ``options`` = ``["(A)...", ...]``, ``label``,
-    ``other`` = {``solution``}), or a hub dataset with those columns.
+    Reads AGIEval's v1 file ``data/v1/sat-en.jsonl`` (206 rows; columns ``passage``, ``question``, ``options`` =
+    ``["(A)...", ...]``, ``label``, ``other`` = {``solution``}), or a hub dataset with those columns.
 
-    Mapping (study 002 Appendix F.3): ``question`` = ``"Passage: <passage>\\nQuestion:
-    <question>"``; otherwise as :func:`agieval_lsat_ar`. ``item_id`` =
-    ``agieval-sat-en-<hash>``. Metadata: ``category`` = ``"sat-en"``,
+    Mapping (study 002 Appendix F.3): ``question`` = ``"Passage: <passage>\\nQuestion: <question>"``; otherwise as
+    :func:`agieval_lsat_ar`. ``item_id`` = ``agieval-sat-en-<hash>``. Metadata: ``category`` = ``"sat-en"``,
     ``passage_id`` (about 4-5 questions share each passage), ``row``.
 
     Raises
@@ -367,8 +350,8 @@ _BOOLQ_FALSE = {"false", "0", "no"}
 def boolq_text(passage: str, question: str) -> str:
     """The text of a BoolQ item: ``"Passage: <passage>\\nQuestion: <question>?"``.
 
-    A ``?`` is added when the question does not end with one (BoolQ's
-    questions are lower-case search queries without it); nothing else is changed.
+    A ``?`` is added when the question does not end with one (BoolQ's questions are lower-case search queries without
+    it); nothing else is changed.
     """
     q = question.strip()
     return f"Passage: {passage.strip()}\nQuestion: {q if q.endswith('?') else q + '?'}"
@@ -399,12 +382,10 @@ def boolq(
 ) -> list[Item]:
     """BoolQ (Clark et al. 2019): a passage and a yes/no question, asked as True/False (study 002 section 4.1, F.1).
 
-    Two row forms, detected per row: SuperGLUE's ``BoolQ/val.jsonl``
-    (``question``, ``passage``, ``idx``, ``label``: a JSON boolean, the
-    strings ``"true"``/``"false"`` of the OpenCompass copy, or 1/0 as in the
-    hub's ``super_glue``/``boolq``), and the hub's ``google/boolq``
-    (``question``, ``passage``, ``answer`` boolean; splits ``train`` and
-    ``validation``).
+    Two row forms, detected per row: SuperGLUE's ``BoolQ/val.jsonl`` (``question``, ``passage``, ``idx``, ``label``: a
+    JSON boolean, the strings ``"true"``/``"false"`` of the OpenCompass copy, or 1/0 as in the hub's
+    ``super_glue``/``boolq``), and the hub's ``google/boolq`` (``question``, ``passage``, ``answer`` boolean; splits
+    ``train`` and ``validation``).
 
     Mapping: ``question`` = :func:`boolq_text` (``"Passage: ...\\nQuestion:
     ...?"``; study 002 F.1 shows the statement alone, the passage is given

@@ -1,11 +1,9 @@
 """Adapters of answer-text datasets: TruthfulQA, TriviaQA, SimpleQA, GSM8K, HaluEval QA and a user's own file.
 
-The model answers in words or a number (or, for HaluEval QA, rates an answer
-it is given); correctness compares text with the gold answers (GSM8K: the
-number, rule ``numeric``; HaluEval QA: whether the given answer was the right
-one). Definitions: study 000 section 3.4 and Appendix A (TruthfulQA,
-TriviaQA, custom files), study 002 section 4.4 and Appendix F.5 (HaluEval
-QA), study 004 (SimpleQA, GSM8K). Registered on import; load them through
+The model answers in words or a number (or, for HaluEval QA, rates an answer it is given); correctness compares text
+with the gold answers (GSM8K: the number, rule ``numeric``; HaluEval QA: whether the given answer was the right one).
+Definitions: study 000 section 3.4 and Appendix A (TruthfulQA, TriviaQA, custom files), study 002 section 4.4 and
+Appendix F.5 (HaluEval QA), study 004 (SimpleQA, GSM8K). Registered on import; load them through
 :func:`confgrid.protocols.datasets.load_items`.
 """
 
@@ -45,17 +43,14 @@ def truthfulqa(
 ) -> list[Item]:
     """TruthfulQA generation set (Lin, Hilton and Evans 2022).
 
-    Reads the released ``TruthfulQA.csv`` (columns Type, Category, Question,
-    Best Answer, Correct Answers, Incorrect Answers, Source; answers joined by
-    ``"; "``; a leading UTF-8 BOM is fine) or the hub schema of ``truthful_qa``,
-    config ``generation`` (``question``, ``best_answer``, ``correct_answers``
-    list, ...).
+    Reads the released ``TruthfulQA.csv`` (columns Type, Category, Question, Best Answer, Correct Answers, Incorrect
+    Answers, Source; answers joined by ``"; "``; a leading UTF-8 BOM is fine) or the hub schema of ``truthful_qa``,
+    config ``generation`` (``question``, ``best_answer``, ``correct_answers`` list, ...).
 
-    Mapping (study 000 section 3.4): ``canonical`` = best answer;
-    ``gold_answers`` = best answer, then the correct answers (deduplicated,
-    order kept); ``aliases`` = ``gold_answers``; ``incorrect_answers`` from the
-    incorrect answers; ``item_id`` = ``truthfulqa-<first 10 hex of sha1(question)>``,
-    stable under subsetting; metadata: type, category, source, row.
+    Mapping (study 000 section 3.4): ``canonical`` = best answer; ``gold_answers`` = best answer, then the correct
+    answers (deduplicated, order kept); ``aliases`` = ``gold_answers``; ``incorrect_answers`` from the incorrect
+    answers; ``item_id`` = ``truthfulqa-<first 10 hex of sha1(question)>``, stable under subsetting; metadata: type,
+    category, source, row.
 
     Raises
     ------
@@ -113,15 +108,13 @@ def triviaqa(
 
     Two row forms are accepted, detected per row:
 
-    * the Hugging Face ``trivia_qa`` schema (default config ``rc.nocontext``):
-      ``question``, ``question_id``, ``answer`` = {``value``, ``aliases``,
-      ``normalized_aliases``, ``normalized_value``, ...}. ``canonical`` =
-      ``answer.value``; ``aliases`` = ``answer.aliases`` as released;
-      ``normalized_aliases`` = ``answer.normalized_aliases``; ``gold_answers`` =
-      value then aliases (deduplicated, order kept); ``item_id`` = ``question_id``.
-    * the flat form (FlashRAG, the bundled sample): ``id``, ``question``,
-      ``golden_answers`` (alias list). ``canonical`` = first alias;
-      ``aliases`` = ``gold_answers`` = the list; ``normalized_aliases`` empty.
+    * the Hugging Face ``trivia_qa`` schema (default config ``rc.nocontext``): ``question``, ``question_id``,
+      ``answer`` = {``value``, ``aliases``, ``normalized_aliases``, ``normalized_value``, ...}. ``canonical`` =
+      ``answer.value``; ``aliases`` = ``answer.aliases`` as released; ``normalized_aliases`` =
+      ``answer.normalized_aliases``; ``gold_answers`` = value then aliases (deduplicated, order kept); ``item_id`` =
+      ``question_id``.
+    * the flat form (FlashRAG, the bundled sample): ``id``, ``question``, ``golden_answers`` (alias list).
+      ``canonical`` = first alias; ``aliases`` = ``gold_answers`` = the list; ``normalized_aliases`` empty.
 
     Metadata: ``category`` = ``"triviaqa"`` (TriviaQA has no categories), ``row``.
 
@@ -132,8 +125,7 @@ def triviaqa(
     KeyError
         If a row has neither ``answer`` nor ``golden_answers``, or no question.
     ValueError
-        If a row has no answer (the hub's test split hides its answers; use
-        ``split="validation"``).
+        If a row has no answer (the hub's test split hides its answers; use ``split="validation"``).
     """
     no_mapping("triviaqa", mapping)
     rows = load_rows(source, split, hub_config or "rc.nocontext")
@@ -215,20 +207,16 @@ def simpleqa(
 ) -> list[Item]:
     """SimpleQA (Wei et al. 2024, OpenAI), short fact-seeking questions with one answer each (study 004).
 
-    Reads the released ``simple_qa_test_set.csv`` (columns ``metadata``,
-    ``problem``, ``answer``; 4,326 rows) or a hub copy with the same columns
-    (e.g. ``basicv8vc/SimpleQA``, split ``test``). ``metadata`` is a Python
-    dict literal, ``{'topic': ..., 'answer_type': ..., 'urls': [...]}``
-    (read with :func:`ast.literal_eval`, never evaluated as code), or a mapping.
+    Reads the released ``simple_qa_test_set.csv`` (columns ``metadata``, ``problem``, ``answer``; 4,326 rows) or a hub
+    copy with the same columns (e.g. ``basicv8vc/SimpleQA``, split ``test``). ``metadata`` is a Python dict literal,
+    ``{'topic': ..., 'answer_type': ..., 'urls': [...]}`` (read with :func:`ast.literal_eval`, never evaluated as
+    code), or a mapping.
 
-    Mapping: ``question`` = problem; ``gold_answers`` = ``aliases`` =
-    (answer,); ``canonical`` = answer (texts stripped); ``item_id`` =
-    ``simpleqa-<first 10 hex of sha1(problem)>``. Metadata: ``topic`` (10
-    values: Science and technology, Politics, Art, ...), ``answer_type``
-    (Date, Person, Number, Place, Other), ``category`` = ``topic``, ``row``;
-    the source ``urls`` are dropped. SimpleQA's official grade is a model
-    judge (correct / incorrect / not attempted); confgrid grades with its
-    text rules (``containment`` by default), a different, stricter-or-looser
+    Mapping: ``question`` = problem; ``gold_answers`` = ``aliases`` = (answer,); ``canonical`` = answer (texts
+    stripped); ``item_id`` = ``simpleqa-<first 10 hex of sha1(problem)>``. Metadata: ``topic`` (10 values: Science and
+    technology, Politics, Art, ...), ``answer_type`` (Date, Person, Number, Place, Other), ``category`` = ``topic``,
+    ``row``; the source ``urls`` are dropped. SimpleQA's official grade is a model judge (correct / incorrect / not
+    attempted); confgrid grades with its text rules (``containment`` by default), a different, stricter-or-looser
     reading that a report should name.
 
     Raises
@@ -261,9 +249,8 @@ _GSM8K_NUMBER = re.compile(r"[-+]?(?:[0-9]+|[0-9]{1,3}(?:,[0-9]{3})+)(?:\.[0-9]+
 def gsm8k_gold(answer: str) -> str | None:
     """The gold number of a GSM8K answer: the text after the last ``####``, stripped, commas removed.
 
-    ``"... #### 1,450,000"`` -> ``"1450000"``, ``"#### -3"`` -> ``"-3"``. None
-    when there is no ``####`` or what follows is not a number (an optional
-    sign, digits or comma-grouped thousands, an optional decimal part).
+    ``"... #### 1,450,000"`` -> ``"1450000"``, ``"#### -3"`` -> ``"-3"``. None when there is no ``####`` or what
+    follows is not a number (an optional sign, digits or comma-grouped thousands, an optional decimal part).
 
     Examples
     --------
@@ -286,19 +273,16 @@ def gsm8k(
 ) -> list[Item]:
     """GSM8K (Cobbe et al. 2021), grade-school math word problems with a numeric answer (study 004).
 
-    Reads the released JSON Lines (``grade_school_math/data/test.jsonl``:
-    ``question``, ``answer`` = the worked solution ending ``#### <number>``;
-    1,319 test rows) or the hub copy ``openai/gsm8k`` (config ``main``).
+    Reads the released JSON Lines (``grade_school_math/data/test.jsonl``: ``question``, ``answer`` = the worked
+    solution ending ``#### <number>``; 1,319 test rows) or the hub copy ``openai/gsm8k`` (config ``main``).
 
-    Mapping: ``question`` (surrounding whitespace stripped); ``gold_answers`` = ``aliases`` =
-    (the gold number,) and ``canonical`` = it: the text after ``####``
-    with its thousands separators removed (:func:`gsm8k_gold`; ``"2,125"``
-    -> ``"2125"``); ``item_id`` = ``gsm8k-<first 10 hex of sha1(question)>``.
-    Metadata: ``solution`` (the worked solution before ``####``, calculator
-    annotations ``<<...>>`` kept; about 300 characters), ``category`` =
-    ``"gsm8k"`` (GSM8K has no categories), ``row``. Grade with the rule
-    ``numeric`` (:func:`confgrid.protocols.correctness.numeric`) and a
-    worked-solution prompt (``gsm8k_boxed``, ``gsm8k_boxed_confidence``).
+    Mapping: ``question`` (surrounding whitespace stripped); ``gold_answers`` = ``aliases`` = (the gold number,) and
+    ``canonical`` = it: the text after ``####`` with its thousands separators removed (:func:`gsm8k_gold`; ``"2,125"``
+    -> ``"2125"``); ``item_id`` = ``gsm8k-<first 10 hex of sha1(question)>``. Metadata: ``solution`` (the worked
+    solution before ``####``, calculator annotations ``<<...>>`` kept; about 300 characters), ``category`` =
+    ``"gsm8k"`` (GSM8K has no categories), ``row``. Grade with the rule ``numeric``
+    (:func:`confgrid.protocols.correctness.numeric`) and a worked-solution prompt (``gsm8k_boxed``,
+    ``gsm8k_boxed_confidence``).
 
     Raises
     ------
@@ -348,21 +332,19 @@ def custom(
     question_column : str, default "question"
         Column holding the question text.
     answer_column : str or sequence of str, default "answer"
-        Column(s) holding accepted answers. Each cell is a list, or a string
-        split on ``answer_separator``. With several columns their answers are
-        concatenated in column order (deduplicated).
+        Column(s) holding accepted answers. Each cell is a list, or a string split on ``answer_separator``. With
+        several columns their answers are concatenated in column order (deduplicated).
     answer_separator : str, default ";"
         Separator of answers packed in one string cell; ``""`` keeps the cell whole.
     id_column : str or None
         Column holding item ids; None gives ``<dataset_name>-<row index>``.
     aliases_column : str or None
-        Column of alternative spellings (list or separator-joined); added to
-        ``gold_answers`` after the answers and stored in ``aliases``.
+        Column of alternative spellings (list or separator-joined); added to ``gold_answers`` after the answers and
+        stored in ``aliases``.
     canonical_column : str or None
         Column of the canonical answer; None uses the first answer.
 
-    Metadata: ``category`` = ``dataset_name`` (a custom file has no category
-    column), ``row``.
+    Metadata: ``category`` = ``dataset_name`` (a custom file has no category column), ``row``.
 
     Raises
     ------
@@ -412,12 +394,10 @@ _HALUEVAL_COLUMNS = ("knowledge", "question", "right_answer", "hallucinated_answ
 def halueval_given_right(keys: Sequence[str], seed: int = HALUEVAL_SEED) -> list[bool]:
     """Which rows are given their right answer: exactly ``len(keys) // 2`` of them.
 
-    Rule: each row's key is hashed, ``sha256(f"{seed}\\x1f{key}")``; the rows
-    are ranked by that digest (ties, i.e. repeated keys, by row index) and
-    the first ``n // 2`` in that ranking get the right answer, the other
-    ``n - n // 2`` the hallucinated one (so an odd count has one more
-    hallucinated answer). The assignment depends only on the set of keys, not
-    on the order of the rows.
+    Rule: each row's key is hashed, ``sha256(f"{seed}\\x1f{key}")``; the rows are ranked by that digest (ties, i.e.
+    repeated keys, by row index) and the first ``n // 2`` in that ranking get the right answer, the other
+    ``n - n // 2`` the hallucinated one (so an odd count has one more hallucinated answer). The assignment depends
+    only on the set of keys, not on the order of the rows.
 
     Parameters
     ----------
@@ -461,20 +441,16 @@ def halueval_qa(
 ) -> list[Item]:
     """HaluEval QA (Li et al. 2023), asked as "rate this given answer" (study 002 section 4.4, Appendix F.5).
 
-    Reads the released QA file (``data/qa_data.json``, 10,000 rows, or the
-    generation-stage ``qa_one-turn_data.json``: JSON Lines despite the
-    suffix) or a hub copy with the same columns (``pminervini/HaluEval``,
-    config ``qa``, split ``data``): ``knowledge``, ``question``,
-    ``right_answer``, ``hallucinated_answer``.
+    Reads the released QA file (``data/qa_data.json``, 10,000 rows, or the generation-stage ``qa_one-turn_data.json``:
+    JSON Lines despite the suffix) or a hub copy with the same columns (``pminervini/HaluEval``, config ``qa``, split
+    ``data``): ``knowledge``, ``question``, ``right_answer``, ``hallucinated_answer``.
 
-    Each row becomes one item that shows the model one candidate answer, the
-    right one or the hallucinated one, and asks only for a confidence that it
-    is correct. Exactly half of the rows (``n // 2``; the extra row of an odd
-    count is hallucinated) are given the right answer, chosen by
-    :func:`halueval_given_right` with :data:`HALUEVAL_SEED` from the hash of
-    question and knowledge, so the choice is the same whatever the row order.
-    :func:`~confgrid.protocols.datasets.load_items` keeps the balance when it
-    draws a ``limit`` subset (it draws each half separately).
+    Each row becomes one item that shows the model one candidate answer, the right one or the hallucinated one, and
+    asks only for a confidence that it is correct. Exactly half of the rows (``n // 2``; the extra row of an odd count
+    is hallucinated) are given the right answer, chosen by :func:`halueval_given_right` with :data:`HALUEVAL_SEED`
+    from the hash of question and knowledge, so the choice is the same whatever the row order.
+    :func:`~confgrid.protocols.datasets.load_items` keeps the balance when it draws a ``limit`` subset (it draws each
+    half separately).
 
     Mapping (every text stripped of surrounding whitespace): ``question`` =
     :func:`halueval_text` (Context / Question / Candidate Answer lines);

@@ -1,19 +1,15 @@
 """Token aggregations: one confidence score from an answer's per-token log-probabilities.
 
-Study 000 (section 3.1): the token score is the geometric mean of the
-probabilities the model assigns to the answer's tokens under forced decoding
-(the default), so it does not depend on the answer's length. Token
-aggregation is one of the protocol axes (section 3.2, Table 1; section 4.3);
-the sequence probability (the product of the token probabilities) is offered
-as the length-dependent alternative.
+Study 000 (section 3.1): the token score is the geometric mean of the probabilities the model assigns to the answer's
+tokens under forced decoding (the default), so it does not depend on the answer's length. Token aggregation is one of
+the protocol axes (section 3.2, Table 1; section 4.3); the sequence probability (the product of the token
+probabilities) is offered as the length-dependent alternative.
 
-Each aggregation maps a 1-D array of natural-log probabilities, shape
-``(n_tokens,)``, values in ``(-inf, 0]``, to a float in ``[0, 1]``. An empty
-array gives NaN (undefined, not zero).
+Each aggregation maps a 1-D array of natural-log probabilities, shape ``(n_tokens,)``, values in ``(-inf, 0]``, to a
+float in ``[0, 1]``. An empty array gives NaN (undefined, not zero).
 
-Registered: ``geometric_mean`` (default), ``sequence_probability``,
-``arithmetic_mean``, ``min_probability``, ``first_token``. With log-probs
-``l_1..l_T`` and token probabilities ``p_t = exp(l_t)``:
+Registered: ``geometric_mean`` (default), ``sequence_probability``, ``arithmetic_mean``, ``min_probability``,
+``first_token``. With log-probs ``l_1..l_T`` and token probabilities ``p_t = exp(l_t)``:
 
 ========================  ==========================================
 name                      formula
@@ -25,10 +21,9 @@ name                      formula
 ``first_token``           ``p_1``
 ========================  ==========================================
 
-For any answer, ``sequence_probability <= min_probability <= geometric_mean
-<= arithmetic_mean``. :func:`option_renormalized` (multiple choice) needs the
-scores of every option, so it is not a per-answer aggregation and is not in
-the registry.
+For any answer, ``sequence_probability <= min_probability <= geometric_mean <= arithmetic_mean``.
+:func:`option_renormalized` (multiple choice) needs the scores of every option, so it is not a per-answer aggregation
+and is not in the registry.
 
 Examples
 --------
@@ -88,8 +83,7 @@ def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
     Raises
     ------
     ValueError
-        If ``name`` is empty (at once) or already registered (when the
-        decorator is applied).
+        If ``name`` is empty (at once) or already registered (when the decorator is applied).
     """
     return AGGREGATIONS.register(name)
 
@@ -109,10 +103,8 @@ def get_aggregation(name: str) -> Aggregation:
     Raises
     ------
     UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no aggregation has that
-        name, e.g. ``"unknown token aggregation 'mean'; allowed:
-        arithmetic_mean, first_token, geometric_mean, min_probability,
-        sequence_probability"``.
+        (a ``KeyError`` and a ``ValueError``) if no aggregation has that name, e.g. ``"unknown token aggregation
+        'mean'; allowed: arithmetic_mean, first_token, geometric_mean, min_probability, sequence_probability"``.
     """
     return AGGREGATIONS.get(name)
 
@@ -220,9 +212,8 @@ def min_probability(logprobs: np.ndarray) -> float:
 def first_token(logprobs: np.ndarray) -> float:
     """Probability of the first answer token, ``exp(logprobs[0])``.
 
-    For a multiple-choice letter answer (one token) this is the letter's
-    probability. Note the first token carries the separator: after
-    ``Answer:`` it is the token with the leading space.
+    For a multiple-choice letter answer (one token) this is the letter's probability. Note the first token carries the
+    separator: after ``Answer:`` it is the token with the leading space.
 
     Parameters
     ----------
@@ -246,14 +237,12 @@ def first_token(logprobs: np.ndarray) -> float:
 def option_renormalized(option_logprobs: Mapping[str, float], chosen: str) -> float:
     """Probability of the chosen option renormalized over all options (multiple choice).
 
-    ``exp(l_chosen) / sum_k exp(l_k)``, where ``l_k`` is the total log-prob of
-    option ``k``'s answer string (for a one-token letter, the letter's
-    log-prob) scored in the same context. Computed stably (log-sum-exp).
+    ``exp(l_chosen) / sum_k exp(l_k)``, where ``l_k`` is the total log-prob of option ``k``'s answer string (for a
+    one-token letter, the letter's log-prob) scored in the same context. Computed stably (log-sum-exp).
 
-    Not a per-answer aggregation: it needs one score per option, so a runner
-    scores every option letter of an item in the context (one forced-decoding
-    request per letter) and passes ``{letter: sum of that letter's token
-    log-probs}``.
+    Not a per-answer aggregation: it needs one score per option, so a runner scores every option letter of an item in
+    the context (one forced-decoding request per letter) and passes
+    ``{letter: sum of that letter's token log-probs}``.
 
     Parameters
     ----------
@@ -265,8 +254,7 @@ def option_renormalized(option_logprobs: Mapping[str, float], chosen: str) -> fl
     Returns
     -------
     float
-        In [0, 1]; NaN when ``chosen`` is not an option or every option has
-        probability 0.
+        In [0, 1]; NaN when ``chosen`` is not an option or every option has probability 0.
 
     Examples
     --------

@@ -1,11 +1,9 @@
 """Candidate strings of a next-token method (``A``/``B``, ``Yes``/``No``, option letters) as token ids.
 
-A candidate is read from the next-token distribution through every token that
-decodes to it, with or without a leading space, and in the case variants the
-method declares: ``A`` is ``"A"`` and ``" A"`` (and ``"a"``, ``" a"`` with
-the ``lower`` variant). How the variants' probabilities are merged is the
-method's ``merge`` rule (protocols/methods.py): ``sum`` of the variants
-present, or ``exact`` (the token that decodes to exactly the candidate).
+A candidate is read from the next-token distribution through every token that decodes to it, with or without a leading
+space, and in the case variants the method declares: ``A`` is ``"A"`` and ``" A"`` (and ``"a"``, ``" a"`` with the
+``lower`` variant). How the variants' probabilities are merged is the method's ``merge`` rule (protocols/methods.py):
+``sum`` of the variants present, or ``exact`` (the token that decodes to exactly the candidate).
 
 Pure: the tokenizer is only read (decoded id by id, once per candidate set).
 """
@@ -59,9 +57,8 @@ def candidate_token_ids(tokenizer: Any, candidates: Sequence[str], cases: Sequen
     Returns
     -------
     dict
-        ``candidate -> {token_id: decoded string}`` (the decoded string tells
-        which variant the id is, e.g. ``" A"``); ids in ascending order. A
-        candidate whose variants are no single token maps to ``{}``.
+        ``candidate -> {token_id: decoded string}`` (the decoded string tells which variant the id is, e.g. ``" A"``);
+        ids in ascending order. A candidate whose variants are no single token maps to ``{}``.
 
     Raises
     ------
@@ -88,10 +85,9 @@ def candidate_tokens_from_strings(tokens: Mapping[int, str], candidates: Sequenc
                                   cases: Sequence[str] = ()) -> dict[str, dict[int, str]]:
     """Like :func:`candidate_token_ids`, over given ``{id: token string}`` instead of a whole vocabulary.
 
-    An API model returns the top next tokens as strings: each returned token
-    gets an id (actors/openai_backend.py: ``-1 - rank``) and this finds the
-    candidates among them, by the same forms (a variant, bare or after one
-    space). Ids keep the order of ``tokens``.
+    An API model returns the top next tokens as strings: each returned token gets an id (actors/openai_backend.py:
+    ``-1 - rank``) and this finds the candidates among them, by the same forms (a variant, bare or after one space).
+    Ids keep the order of ``tokens``.
 
     Raises
     ------

@@ -1,29 +1,22 @@
 """Render scoring contexts and answers to token ids with a Hugging Face tokenizer.
 
-Study 000 Appendix A ("Chat templates", "Prompts and contexts"): each prompt is
-wrapped as a user turn with the model's released chat template, which opens the
-assistant turn; the template's default system prompt is kept; thinking is
-turned off where the template supports it (Qwen3 then opens the assistant turn
-with an empty ``<think>\\n\\n</think>\\n\\n`` block). The assistant prefix
-(``Answer:``, ``Guess:``) follows. The context and the answer string are
-tokenized separately and their ids joined, so the token score is computed on
-the parsed answer, not on the generated tokens.
+Study 000 Appendix A ("Chat templates", "Prompts and contexts"): each prompt is wrapped as a user turn with the
+model's released chat template, which opens the assistant turn; the template's default system prompt is kept; thinking
+is turned off where the template supports it (Qwen3 then opens the assistant turn with an empty
+``<think>\\n\\n</think>\\n\\n`` block). The assistant prefix (``Answer:``, ``Guess:``) follows. The context and the
+answer string are tokenized separately and their ids joined, so the token score is computed on the parsed answer, not
+on the generated tokens.
 
-BOS policy: the rendered text is tokenized with ``add_special_tokens=False``;
-a BOS id is then prepended only if the tokenizer adds one by default and the
-ids do not already start with it (a template that writes ``<|begin_of_text|>``
-itself gets no second one). ``add_bos=True``/``False`` overrides the default
-per call (study 000 Appendix B.3: base models generate without BOS and are
-scored with it; :class:`RenderPolicy` declares this per model).
+BOS policy: the rendered text is tokenized with ``add_special_tokens=False``; a BOS id is then prepended only if the
+tokenizer adds one by default and the ids do not already start with it (a template that writes ``<|begin_of_text|>``
+itself gets no second one). ``add_bos=True``/``False`` overrides the default per call (study 000 Appendix B.3: base
+models generate without BOS and are scored with it; :class:`RenderPolicy` declares this per model).
 
-Plain-text rule (base models, ``use_chat_template=False``; study 000 Appendix
-B.3): prompt and answer form one text. The context is the user text, plus
-``"\n" + assistant_prefix`` when a prefix is given, and the answer always
-follows a space: a context separator ``""`` becomes ``" "``
-(:func:`effective_separator`). So the Answer: slot (``question`` +
-``"\nAnswer:"`` + ``" "``) renders exactly as the bare context (``bare`` =
-question + ``"\nAnswer:"``, + ``" "``), and the Guess: slot is the confidence
-prompt, a newline and ``Guess:``.
+Plain-text rule (base models, ``use_chat_template=False``; study 000 Appendix B.3): prompt and answer form one text.
+The context is the user text, plus ``"\n" + assistant_prefix`` when a prefix is given, and the answer always follows a
+space: a context separator ``""`` becomes ``" "`` (:func:`effective_separator`). So the Answer: slot (``question`` +
+``"\nAnswer:"`` + ``" "``) renders exactly as the bare context (``bare`` = question + ``"\nAnswer:"``, + ``" "``), and
+the Guess: slot is the confidence prompt, a newline and ``Guess:``.
 """
 
 from __future__ import annotations
@@ -56,8 +49,8 @@ def _ids(tokenizer: Any, text: str) -> list[int]:
 def adds_bos(tokenizer: Any) -> bool:
     """Whether ``tokenizer`` puts a BOS id first when called with its default special tokens.
 
-    Probed by tokenizing ``"a"`` with ``add_special_tokens=True``; False when
-    the tokenizer has no ``bos_token_id`` (Qwen).
+    Probed by tokenizing ``"a"`` with ``add_special_tokens=True``; False when the tokenizer has no ``bos_token_id``
+    (Qwen).
     """
     bos = getattr(tokenizer, "bos_token_id", None)
     if bos is None:
@@ -87,9 +80,8 @@ def _with_bos(tokenizer: Any, ids: list[int], add_bos: bool | None = None) -> li
 def effective_separator(separator: str, use_chat_template: bool) -> str:
     """The separator actually placed before the answer.
 
-    With a chat template, ``separator`` as declared. Without one (base
-    models, study 000 Appendix B.3) the answer always follows a space:
-    ``""`` becomes ``" "``.
+    With a chat template, ``separator`` as declared. Without one (base models, study 000 Appendix B.3) the answer
+    always follows a space: ``""`` becomes ``" "``.
 
     >>> effective_separator("", True), effective_separator("", False), effective_separator(" ", False)
     ('', ' ', ' ')
@@ -155,23 +147,19 @@ def render_prompt_ids(
     user_text : str
         The rendered user prompt.
     use_chat_template : bool
-        True: ``apply_chat_template([{"role": "user", ...}],
-        add_generation_prompt=True, enable_thinking=False)`` (the template's
-        default system prompt kept), then ``assistant_prefix`` appended.
-        False: plain text ``user_text``, plus ``"\\n" + assistant_prefix`` when a
-        prefix is given.
+        True: ``apply_chat_template([{"role": "user", ...}], add_generation_prompt=True, enable_thinking=False)`` (the
+        template's default system prompt kept), then ``assistant_prefix`` appended. False: plain text ``user_text``,
+        plus ``"\\n" + assistant_prefix`` when a prefix is given.
     assistant_prefix : str, default ""
         Text opening the assistant turn (``"Answer:"``, ``"Guess:"``).
     system_prompt : str or None
         An explicit system turn (chat template only); None keeps the template default.
     add_bos : bool or None, default None
-        None: BOS first exactly when the tokenizer adds one by default (never
-        twice). True: BOS first (added unless already there). False: no BOS
-        first (one written by the template is removed).
+        None: BOS first exactly when the tokenizer adds one by default (never twice). True: BOS first (added unless
+        already there). False: no BOS first (one written by the template is removed).
     template_kwargs : dict, optional
-        Chat-template arguments of the model (``models[].chat_template_kwargs``,
-        e.g. ``{"enable_thinking": true}`` for Qwen3's thinking mode), over the
-        default :data:`TEMPLATE_KWARGS` (thinking off).
+        Chat-template arguments of the model (``models[].chat_template_kwargs``, e.g. ``{"enable_thinking": true}``
+        for Qwen3's thinking mode), over the default :data:`TEMPLATE_KWARGS` (thinking off).
 
     Returns
     -------
@@ -181,15 +169,13 @@ def render_prompt_ids(
     Raises
     ------
     ValueError
-        If ``use_chat_template`` is True and the tokenizer has no chat
-        template, ``system_prompt`` is given without a chat template, or
-        ``add_bos=True`` and the tokenizer has no BOS token.
+        If ``use_chat_template`` is True and the tokenizer has no chat template, ``system_prompt`` is given without a
+        chat template, or ``add_bos=True`` and the tokenizer has no BOS token.
 
     Notes
     -----
-    Without a chat template there is no assistant turn; see the plain-text
-    rule in the module docstring (:func:`scoring_request` applies
-    :func:`effective_separator`).
+    Without a chat template there is no assistant turn; see the plain-text rule in the module docstring
+    (:func:`scoring_request` applies :func:`effective_separator`).
     """
     text = render_prompt_text(
         tokenizer,
@@ -205,8 +191,8 @@ def render_prompt_ids(
 def answer_ids(tokenizer: Any, answer: str, separator: str) -> list[int]:
     """Token ids of ``separator + answer``, tokenized alone with ``add_special_tokens=False``.
 
-    The separator (``""`` or ``" "``) belongs to the answer, so after
-    ``Answer:`` or ``Guess:`` the first answer token carries the leading space.
+    The separator (``""`` or ``" "``) belongs to the answer, so after ``Answer:`` or ``Guess:`` the first answer token
+    carries the leading space.
 
     Raises
     ------
@@ -215,16 +201,14 @@ def answer_ids(tokenizer: Any, answer: str, separator: str) -> list[int]:
 
     Notes
     -----
-    Separate tokenization is exact for byte-level BPE tokenizers (Qwen,
-    Llama-3, tekken): the joined ids decode to context + separator + answer.
-    SentencePiece tokenizers with a dummy prefix (Llama-2, Mistral-7B) add a
-    ``"▁"`` at the start of any separately tokenized string, so there the
-    first answer token carries a space even with separator ``""``; check
-    ``tokenizer.decode(context_ids + answer_ids)`` for such models.
+    Separate tokenization is exact for byte-level BPE tokenizers (Qwen, Llama-3, tekken): the joined ids decode to
+    context + separator + answer. SentencePiece tokenizers with a dummy prefix (Llama-2, Mistral-7B) add a ``"▁"`` at
+    the start of any separately tokenized string, so there the first answer token carries a space even with separator
+    ``""``; check ``tokenizer.decode(context_ids + answer_ids)`` for such models.
 
-    The separator joins the first answer token only where the vocabulary has such a token. SmolLM2 (byte-level
-    BPE, digits never merged) has ``" Jupiter"`` as one token but no token of a space and a digit: ``" 1945"``
-    is ``[" ", "1", "9", "4", "5"]``, so there the first answer token of a number is the space alone and a
+    The separator joins the first answer token only where the vocabulary has such a token. SmolLM2 (byte-level BPE,
+    digits never merged) has ``" Jupiter"`` as one token but no token of a space and a digit: ``" 1945"`` is
+    ``[" ", "1", "9", "4", "5"]``, so there the first answer token of a number is the space alone and a
     ``first_token`` aggregation reads p(" ") (tests/actors/test_smollm2.py).
     """
     if answer is None or not answer.strip():
@@ -245,12 +229,10 @@ def scoring_request(
     """Context ids and answer ids for forced decoding of ``answer`` in ``context``.
 
     The context is ``render_prompt_ids(tokenizer, context.user_text(question),
-    assistant_prefix=context.assistant_prefix, add_bos=add_bos)``; the answer is
-    ``answer_ids(tokenizer, answer, effective_separator(context.separator,
-    use_chat_template))`` (without a chat template the answer always follows a
-    space). The model input is ``context_ids + answer_ids`` and the score
-    reads the log-probs of the answer ids. For a multiple-choice context pass
-    ``context.question_text(item)`` as ``item_question``.
+    assistant_prefix=context.assistant_prefix, add_bos=add_bos)``; the answer is ``answer_ids(tokenizer, answer,
+    effective_separator(context.separator, use_chat_template))`` (without a chat template the answer always follows a
+    space). The model input is ``context_ids + answer_ids`` and the score reads the log-probs of the answer ids. For a
+    multiple-choice context pass ``context.question_text(item)`` as ``item_question``.
 
     Returns
     -------
@@ -282,8 +264,8 @@ class RenderPolicy:
     Attributes
     ----------
     use_chat_template : bool, default True
-        Wrap prompts with the tokenizer's chat template; False for base
-        models without one (the plain-text rule of this module).
+        Wrap prompts with the tokenizer's chat template; False for base models without one (the plain-text rule of
+        this module).
     generation_bos : bool or None, default None
         ``add_bos`` for generation prompts (None: the tokenizer's default).
     scoring_bos : bool or None, default None
@@ -349,8 +331,8 @@ _SYSTEM_SENTINEL = "\u2063CONFGRID_SYSTEM\u2063"
 def template_preamble(tokenizer: Any) -> str:
     """Everything the chat template writes before a user message's content.
 
-    For Qwen3 ``"<|im_start|>user\\n"``; for Qwen2.5 the default system turn
-    and the user header. Useful for the reporting checklist.
+    For Qwen3 ``"<|im_start|>user\\n"``; for Qwen2.5 the default system turn and the user header. Useful for the
+    reporting checklist.
 
     Raises
     ------
@@ -364,17 +346,15 @@ def template_preamble(tokenizer: Any) -> str:
 def default_system_prompt(tokenizer: Any) -> str | None:
     """The system prompt the chat template inserts when none is given, or None.
 
-    Found by rendering a user message alone and a user message after an explicit
-    system message, and reading the text that the template puts where the
-    system content goes. Study 000 Appendix A records these (Qwen2.5: "You are
-    Qwen, created by Alibaba Cloud. You are a helpful assistant."; Llama-3,
-    Mistral-7B and Qwen3: none).
+    Found by rendering a user message alone and a user message after an explicit system message, and reading the text
+    that the template puts where the system content goes. Study 000 Appendix A records these (Qwen2.5: "You are Qwen,
+    created by Alibaba Cloud. You are a helpful assistant."; Llama-3, Mistral-7B and Qwen3: none).
 
     Returns
     -------
     str or None
-        None when the template writes no system turn by default, or when the
-        template rejects a system role and its preamble cannot be split.
+        None when the template writes no system turn by default, or when the template rejects a system role and its
+        preamble cannot be split.
 
     Raises
     ------

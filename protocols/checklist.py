@@ -1,15 +1,12 @@
 """The reporting checklist of a run (study 000 Table 5 and section 4.6), pure part.
 
-:func:`build_checklist` returns a JSON-serialisable dict that states, for each
-signal (the verbalized score and the token score in each scoring context),
-every protocol choice a report must give: the scoring context and answer
-slot, the full prompt texts (rendered for the placeholder question
-``{question}``), the chat template (a hash, optionally the text, and whether
-it was used) and system prompt, the token aggregation, the correctness rule,
-the ECE estimator and bin count, the parse policy, the decoding settings, and
-the rows dropped and why. :func:`render_checklist_markdown` renders it for
-the run directory and MLflow. Nothing here reads files or runs a model: the
-caller passes what the run used.
+:func:`build_checklist` returns a JSON-serialisable dict that states, for each signal (the verbalized score and the
+token score in each scoring context), every protocol choice a report must give: the scoring context and answer slot,
+the full prompt texts (rendered for the placeholder question ``{question}``), the chat template (a hash, optionally
+the text, and whether it was used) and system prompt, the token aggregation, the correctness rule, the ECE estimator
+and bin count, the parse policy, the decoding settings, and the rows dropped and why.
+:func:`render_checklist_markdown` renders it for the run directory and MLflow. Nothing here reads files or runs a
+model: the caller passes what the run used.
 
 Examples
 --------
@@ -102,8 +99,8 @@ def build_checklist(
     use_chat_template : bool
         Whether prompts were wrapped with the chat template.
     decoding : mapping
-        Generation settings as run (``do_sample``, ``max_new_tokens``,
-        ``repetition_penalty``, ...). JSON-serialisable.
+        Generation settings as run (``do_sample``, ``max_new_tokens``, ``repetition_penalty``, ...).
+        JSON-serialisable.
     elicitation_prompt : str, default "confidence"
         The prompt that produced the answers and the verbalized score.
     token_contexts : sequence of str
@@ -128,21 +125,21 @@ def build_checklist(
     parse_policy : str
         One of :data:`~confgrid.protocols.parsing.PARSE_POLICIES`.
     chat_template : str or None
-        The template text used (``tokenizer.chat_template``); recorded as a
-        SHA-256 hash (and the text with ``include_template_text``).
+        The template text used (``tokenizer.chat_template``); recorded as a SHA-256 hash (and the text with
+        ``include_template_text``).
     system_prompt : str or None
         The system prompt in effect (the template default, recorded with
         :func:`~confgrid.protocols.chat.default_system_prompt`, or an explicit one).
     template_kwargs : mapping or None
-        Keyword arguments of the template render; default
-        :data:`confgrid.protocols.chat.TEMPLATE_KWARGS` (``enable_thinking=False``).
+        Keyword arguments of the template render; default :data:`confgrid.protocols.chat.TEMPLATE_KWARGS`
+        (``enable_thinking=False``).
     add_bos_generation, add_bos_scoring : bool or None
         The BOS rule of generation and scoring (None: the tokenizer default).
     rows_total : int or None
         Rows generated for the setting.
     rows_dropped : mapping of str to int or None
-        Rows dropped, by reason (parse statuses, e.g. ``missing_confidence``,
-        ``unlabelled_confidence``, or any other reason the runner records).
+        Rows dropped, by reason (parse statuses, e.g. ``missing_confidence``, ``unlabelled_confidence``, or any other
+        reason the runner records).
     include_template_text : bool, default False
         Also store the chat template's full text.
     extra : mapping or None
@@ -151,18 +148,16 @@ def build_checklist(
     Returns
     -------
     dict
-        Keys ``version``, ``model``, ``dataset``, ``chat_template``,
-        ``decoding``, ``correctness_rule``, ``ece``, ``rows``, ``signals``
-        (one dict per signal: ``verbalized`` then ``token:<context>``), ``extra``.
+        Keys ``version``, ``model``, ``dataset``, ``chat_template``, ``decoding``, ``correctness_rule``, ``ece``,
+        ``rows``, ``signals`` (one dict per signal: ``verbalized`` then ``token:<context>``), ``extra``.
 
     Raises
     ------
     KeyError
-        If a prompt, context, aggregation or rule is not registered (the
-        message lists the choices).
+        If a prompt, context, aggregation or rule is not registered (the message lists the choices).
     ValueError
-        On an unknown parse policy, a negative count, more rows dropped than
-        generated, or a non-serialisable ``decoding``/``extra``.
+        On an unknown parse policy, a negative count, more rows dropped than generated, or a non-serialisable
+        ``decoding``/``extra``.
     """
     if parse_policy not in PARSE_POLICIES:
         raise ValueError(f"build_checklist: parse_policy={parse_policy!r}; allowed: {list(PARSE_POLICIES)}")

@@ -1,10 +1,9 @@
 """Scoring contexts: the text placed before an answer when its token score is read.
 
-Study 000 section 3.4 and Appendix A ("Prompts and contexts"). A context is a
-user prompt (rendered with the question, wrapped as the user turn), an
-assistant prefix that opens the assistant turn, and the separator between that
-prefix and the answer. The context and the answer are tokenized separately and
-their ids joined (:func:`confgrid.protocols.chat.scoring_request`).
+Study 000 section 3.4 and Appendix A ("Prompts and contexts"). A context is a user prompt (rendered with the question,
+wrapped as the user turn), an assistant prefix that opens the assistant turn, and the separator between that prefix
+and the answer. The context and the answer are tokenized separately and their ids joined
+(:func:`confgrid.protocols.chat.scoring_request`).
 
 Built-in contexts:
 
@@ -17,36 +16,28 @@ id                user prompt                  assistant prefix  separator
 ``answer_only``   ``answer_only_instruction``  ``"Answer:"``     ``" "``
 ================  ===========================  ================  =========
 
-In the bare context the answer starts the assistant turn with no leading
-space; after ``Answer:`` or ``Guess:`` it follows a single space, so the first
-answer token can differ between contexts (study 000 Appendix A).
+In the bare context the answer starts the assistant turn with no leading space; after ``Answer:`` or ``Guess:`` it
+follows a single space, so the first answer token can differ between contexts (study 000 Appendix A).
 
 Further built-ins (this module registers them at import):
 
-* ``gen_answer_only``: the generating context of the answer-only answers
-  (user turn: the full answer-only instruction, ending in ``Answer:``; the
-  answer starts the assistant turn). :func:`generating_context` maps any
-  elicitation prompt id to its generating context.
-* ``guess_slot_percent``: the Guess: slot of the 0-100 prompt
-  ``confidence_percent`` (study 000 Appendix B.1).
-* ``mc_bare``, ``mc_answer_slot``, ``mc_guess_slot``: the multiple-choice
-  format (study 000 Appendix F), ``item_format="mc"``: the question is
-  rendered with lettered options (:func:`confgrid.protocols.mc.mc_question`).
-  The bare context uses the letter-only prompt ``mc_letter`` (ending in
-  ``Answer:``); the Answer: slot uses ``mc_letter_instruction`` (the same
-  prompt without its final ``Answer:``) and opens the assistant turn with
+* ``gen_answer_only``: the generating context of the answer-only answers (user turn: the full answer-only instruction,
+  ending in ``Answer:``; the answer starts the assistant turn). :func:`generating_context` maps any elicitation prompt
+  id to its generating context.
+* ``guess_slot_percent``: the Guess: slot of the 0-100 prompt ``confidence_percent`` (study 000 Appendix B.1).
+* ``mc_bare``, ``mc_answer_slot``, ``mc_guess_slot``: the multiple-choice format (study 000 Appendix F),
+  ``item_format="mc"``: the question is rendered with lettered options (:func:`confgrid.protocols.mc.mc_question`).
+  The bare context uses the letter-only prompt ``mc_letter`` (ending in ``Answer:``); the Answer: slot uses
+  ``mc_letter_instruction`` (the same prompt without its final ``Answer:``) and opens the assistant turn with
   ``Answer:``; the Guess: slot uses ``mc_confidence``.
-* The prompt ablation (study 000 section 3.4, Appendix C): 4 user prompts x 2
-  markers, ids ``abl_<prompt>_<marker>`` (:data:`ABLATION_PROMPTS`,
-  :data:`ABLATION_MARKERS`, :func:`ablation_cells`). Three cells have the
-  coordinates of main contexts: ``abl_question_answer`` = ``answer_slot``,
-  ``abl_instruction_answer`` = ``answer_only``, ``abl_confidence_guess`` =
-  ``guess_slot`` (:func:`same_context` finds such twins, so a runner can
-  score each distinct context once).
+* The prompt ablation (study 000 section 3.4, Appendix C): 4 user prompts x 2 markers, ids ``abl_<prompt>_<marker>``
+  (:data:`ABLATION_PROMPTS`, :data:`ABLATION_MARKERS`, :func:`ablation_cells`). Three cells have the coordinates of
+  main contexts: ``abl_question_answer`` = ``answer_slot``, ``abl_instruction_answer`` = ``answer_only``,
+  ``abl_confidence_guess`` = ``guess_slot`` (:func:`same_context` finds such twins, so a runner can score each
+  distinct context once).
 
-Users add contexts in YAML with :func:`load_context_file` (a list of
-mappings with keys ``id``, ``user_prompt``, ``assistant_prefix``,
-``separator``, ``item_format``, ``description``).
+Users add contexts in YAML with :func:`load_context_file` (a list of mappings with keys ``id``, ``user_prompt``,
+``assistant_prefix``, ``separator``, ``item_format``, ``description``).
 """
 
 from __future__ import annotations
@@ -98,21 +89,18 @@ class ScoringContext:
     id : str
         Registry key (``bare``, ``answer_slot``, ``guess_slot``, ...).
     user_prompt : str
-        Id of a registered prompt (:func:`confgrid.protocols.prompts.get_prompt`)
-        rendered with the question as the user turn.
+        Id of a registered prompt (:func:`confgrid.protocols.prompts.get_prompt`) rendered with the question as the
+        user turn.
     assistant_prefix : str
-        Text that opens the assistant turn before the answer (``"Answer:"``,
-        ``"Guess:"``), ``""`` for none.
+        Text that opens the assistant turn before the answer (``"Answer:"``, ``"Guess:"``), ``""`` for none.
     separator : str
-        Text between the prefix and the answer: ``""`` or ``" "``. The
-        separator is tokenized with the answer, so a leading space belongs to
-        the answer's first token.
+        Text between the prefix and the answer: ``""`` or ``" "``. The separator is tokenized with the answer, so a
+        leading space belongs to the answer's first token.
     description : str
         One line for reports.
     item_format : str, default "open"
-        One of :data:`ITEM_FORMATS`: ``"open"`` renders ``item.question``;
-        ``"mc"`` renders the question with lettered options
-        (:func:`confgrid.protocols.mc.mc_question`). Used by :meth:`item_text`.
+        One of :data:`ITEM_FORMATS`: ``"open"`` renders ``item.question``; ``"mc"`` renders the question with lettered
+        options (:func:`confgrid.protocols.mc.mc_question`). Used by :meth:`item_text`.
     """
 
     id: str
@@ -192,8 +180,8 @@ def register_context(context: ScoringContext) -> ScoringContext:
     ValueError
         If a context with the same id is already registered.
     UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if ``context.user_prompt`` is
-        not a registered prompt id; nothing is registered then.
+        (a ``KeyError`` and a ``ValueError``) if ``context.user_prompt`` is not a registered prompt id; nothing is
+        registered then.
     TypeError
         If ``context`` is not a :class:`ScoringContext`.
     """
@@ -217,9 +205,8 @@ def get_context(context_id: str) -> ScoringContext:
     Raises
     ------
     UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no context has that id; the
-        message lists the registered ids, e.g. ``"unknown scoring context
-        'nope'; allowed: abl_confidence_answer, ..."``.
+        (a ``KeyError`` and a ``ValueError``) if no context has that id; the message lists the registered ids, e.g.
+        ``"unknown scoring context 'nope'; allowed: abl_confidence_answer, ..."``.
     """
     return CONTEXTS.get(context_id)
 
@@ -250,10 +237,9 @@ register_context(
 def same_context(context: ScoringContext | str) -> str:
     """Id of the first registered context with the same :attr:`~ScoringContext.coordinates`.
 
-    Contexts with equal coordinates render identical ids for every item, so a
-    runner can score each distinct context once and copy the scores (e.g.
-    ``same_context("abl_confidence_guess") == "guess_slot"``). A context that
-    is not registered and has no twin returns its own id.
+    Contexts with equal coordinates render identical ids for every item, so a runner can score each distinct context
+    once and copy the scores (e.g. ``same_context("abl_confidence_guess") == "guess_slot"``). A context that is not
+    registered and has no twin returns its own id.
     """
     ctx = get_context(context) if isinstance(context, str) else context
     for cid, other in CONTEXTS.items():
@@ -271,30 +257,26 @@ _MC_PROMPTS = ("mc_letter", "mc_confidence", "mc_letter_instruction")
 def generating_context(prompt_id: str, *, item_format: str | None = None) -> ScoringContext:
     """The generating context of an elicitation prompt: the exact prompt that produced the answer.
 
-    Rule: if the prompt's template ends with ``"\\n" + answer_label`` (``bare``,
-    ``answer_only``, ``mc_letter``), the label is in the user turn and the
-    model writes the answer directly: prefix ``""``, separator ``""``.
-    Otherwise (``confidence``, ``confidence_percent``, ``mc_confidence``) the
-    model writes ``<answer_label> <answer>`` itself, so the answer follows
-    ``answer_label`` and a space: prefix ``answer_label``, separator ``" "``
-    (for ``confidence`` this is the Guess: slot).
+    Rule: if the prompt's template ends with ``"\\n" + answer_label`` (``bare``, ``answer_only``, ``mc_letter``), the
+    label is in the user turn and the model writes the answer directly: prefix ``""``, separator ``""``. Otherwise
+    (``confidence``, ``confidence_percent``, ``mc_confidence``) the model writes ``<answer_label> <answer>`` itself,
+    so the answer follows ``answer_label`` and a space: prefix ``answer_label``, separator ``" "`` (for ``confidence``
+    this is the Guess: slot).
 
     Parameters
     ----------
     prompt_id : str
         A registered prompt id.
     item_format : str or None
-        ``"open"`` or ``"mc"``; None infers ``"mc"`` for the built-in
-        multiple-choice prompts and ``"open"`` otherwise.
+        ``"open"`` or ``"mc"``; None infers ``"mc"`` for the built-in multiple-choice prompts and ``"open"``
+        otherwise.
 
     Returns
     -------
     ScoringContext
-        The registered context with these coordinates when there is one
-        (``confidence`` -> ``guess_slot``, ``bare`` -> ``bare``,
-        ``answer_only`` -> ``gen_answer_only``, ``mc_letter`` -> ``mc_bare``,
-        ``mc_confidence`` -> ``mc_guess_slot``, ``confidence_percent`` ->
-        ``guess_slot_percent``); else a new, unregistered context with id
+        The registered context with these coordinates when there is one (``confidence`` -> ``guess_slot``, ``bare`` ->
+        ``bare``, ``answer_only`` -> ``gen_answer_only``, ``mc_letter`` -> ``mc_bare``, ``mc_confidence`` ->
+        ``mc_guess_slot``, ``confidence_percent`` -> ``guess_slot_percent``); else a new, unregistered context with id
         ``gen_<prompt_id>``.
 
     Raises
@@ -386,9 +368,8 @@ def ablation_cells() -> list[AblationCell]:
 def contexts_from_mappings(data: Any, *, where: str = "contexts", register: bool = True) -> list[ScoringContext]:
     """Contexts declared as a list of mappings (or one mapping).
 
-    Keys: ``id`` and ``user_prompt`` (required), ``assistant_prefix`` (default
-    ``""``), ``separator`` (``""`` or ``" "``, default ``""``), ``item_format``
-    (``"open"`` or ``"mc"``, default ``"open"``), ``description``.
+    Keys: ``id`` and ``user_prompt`` (required), ``assistant_prefix`` (default ``""``), ``separator`` (``""`` or
+    ``" "``, default ``""``), ``item_format`` (``"open"`` or ``"mc"``, default ``"open"``), ``description``.
 
     Parameters
     ----------
@@ -397,16 +378,13 @@ def contexts_from_mappings(data: Any, *, where: str = "contexts", register: bool
     where : str
         Names the source in error messages.
     register : bool, default True
-        Also add each context to :data:`CONTEXTS`. All entries are validated
-        before any is registered.
+        Also add each context to :data:`CONTEXTS`. All entries are validated before any is registered.
 
     Raises
     ------
     ValueError
-        On a non-mapping entry, unknown keys, a missing or non-string field,
-        an unknown prompt id (the message lists the registered prompts), an
-        invalid separator or item_format, an id registered already or given
-        twice.
+        On a non-mapping entry, unknown keys, a missing or non-string field, an unknown prompt id (the message lists
+        the registered prompts), an invalid separator or item_format, an id registered already or given twice.
     """
     entries = [data] if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:

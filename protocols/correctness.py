@@ -1,10 +1,8 @@
 """Correctness rules: grade a parsed answer against an item's gold answers.
 
-Definitions from study 000 (section 3.4 and Appendix A, "Normalization" and
-"Exact match"). A rule is a function ``rule(answer, item) -> float`` returning
-1.0 (correct) or 0.0 (wrong); rules are kept in a registry (:data:`RULES`).
-``mc_letter`` and ``given_answer`` return NaN (undefined, not wrong) for an
-item they do not apply to.
+Definitions from study 000 (section 3.4 and Appendix A, "Normalization" and "Exact match"). A rule is a function
+``rule(answer, item) -> float`` returning 1.0 (correct) or 0.0 (wrong); rules are kept in a registry (:data:`RULES`).
+``mc_letter`` and ``given_answer`` return NaN (undefined, not wrong) for an item they do not apply to.
 
 Registered: ``containment`` (default), ``exact_match``, ``alias``
 (containment over the gold answers, all aliases and TriviaQA normalized
@@ -74,9 +72,8 @@ _SPACES = re.compile(r"\s+")
 def normalize(text: str | None) -> str:
     """Normalize a string for comparison (study 000 Appendix A, "Normalization").
 
-    Lowercases; replaces every character other than an ASCII letter, ASCII
-    digit or whitespace with a space (so accented letters, punctuation and
-    Markdown become spaces); merges runs of whitespace into one space; strips.
+    Lowercases; replaces every character other than an ASCII letter, ASCII digit or whitespace with a space (so
+    accented letters, punctuation and Markdown become spaces); merges runs of whitespace into one space; strips.
 
     Parameters
     ----------
@@ -116,8 +113,7 @@ def register_rule(name: str) -> Callable[[Rule], Rule]:
     Raises
     ------
     ValueError
-        If ``name`` is empty (at once) or already registered (when the
-        decorator is applied).
+        If ``name`` is empty (at once) or already registered (when the decorator is applied).
     """
     return RULES.register(name)
 
@@ -137,9 +133,8 @@ def get_rule(name: str) -> Rule:
     Raises
     ------
     UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no rule has that name, e.g.
-        ``"unknown correctness rule 'contain'; allowed: alias, containment,
-        exact_match, given_answer, lifeeval, mc_favoured, mc_letter, numeric"``.
+        (a ``KeyError`` and a ``ValueError``) if no rule has that name, e.g. ``"unknown correctness rule 'contain';
+        allowed: alias, containment, exact_match, given_answer, lifeeval, mc_favoured, mc_letter, numeric"``.
     """
     return RULES.get(name)
 
@@ -152,12 +147,10 @@ def _golds(item: Item) -> list[str]:
 def containment(answer: str | None, item: Item) -> float:
     """Normalized containment, the default rule (study 000 section 3.4).
 
-    Correct (1.0) when, after :func:`normalize`, the answer equals a gold
-    answer or one of the two strings contains the other as a substring
-    (character level: ``"paris"`` is contained in ``"paris france"``, and also
-    ``"a"`` in ``"a cat"``). An answer that normalizes to the empty string
-    (None, ``""``, ``"?!"``) is never correct, and a gold answer that
-    normalizes to the empty string never matches anything.
+    Correct (1.0) when, after :func:`normalize`, the answer equals a gold answer or one of the two strings contains
+    the other as a substring (character level: ``"paris"`` is contained in ``"paris france"``, and also ``"a"`` in
+    ``"a cat"``). An answer that normalizes to the empty string (None, ``""``, ``"?!"``) is never correct, and a gold
+    answer that normalizes to the empty string never matches anything.
 
     Returns
     -------
@@ -200,13 +193,11 @@ def _all_aliases(item: Item) -> list[str]:
 def alias(answer: str | None, item: Item) -> float:
     """Alias-aware normalized containment.
 
-    As :func:`containment`, but the answer is compared with every accepted
-    form: the gold answers, the canonical reference, every released alias
-    and the TriviaQA ``normalized_aliases`` (each normalized with
-    :func:`normalize`). For items whose gold answers already list every
-    alias (the adapters do so for TriviaQA and TruthfulQA) it agrees with
-    :func:`containment`; it differs where ``aliases`` or
-    ``normalized_aliases`` hold forms that ``gold_answers`` lacks.
+    As :func:`containment`, but the answer is compared with every accepted form: the gold answers, the canonical
+    reference, every released alias and the TriviaQA ``normalized_aliases`` (each normalized with :func:`normalize`).
+    For items whose gold answers already list every alias (the adapters do so for TriviaQA and TruthfulQA) it agrees
+    with :func:`containment`; it differs where ``aliases`` or ``normalized_aliases`` hold forms that ``gold_answers``
+    lacks.
 
     Returns
     -------
@@ -223,17 +214,15 @@ def alias(answer: str | None, item: Item) -> float:
 def mc_letter(answer: str | None, item: Item) -> float:
     """Multiple-choice letter match (study 000 Appendix F).
 
-    The answer's option letter (:func:`confgrid.protocols.mc.parse_letter`,
-    limited to the item's options: ``"B"``, ``"(b)"``, ``"B) Paris"``,
-    ``"**B**"``, ``"Answer: B"``) equals ``item.gold_letter``.
+    The answer's option letter (:func:`confgrid.protocols.mc.parse_letter`, limited to the item's options: ``"B"``,
+    ``"(b)"``, ``"B) Paris"``, ``"**B**"``, ``"Answer: B"``) equals ``item.gold_letter``.
 
     Returns
     -------
     float
-        1.0 or 0.0; 0.0 when no letter is found (a refusal, an option's text
-        without its letter). NaN when the item has no options or no gold
-        letter: the rule is undefined there, and a NaN label drops the row
-        from metrics instead of counting it as wrong.
+        1.0 or 0.0; 0.0 when no letter is found (a refusal, an option's text without its letter). NaN when the item
+        has no options or no gold letter: the rule is undefined there, and a NaN label drops the row from metrics
+        instead of counting it as wrong.
     """
     if not item.options or not item.gold_letter:
         return float("nan")
@@ -273,11 +262,9 @@ def given_answer(answer: str | None, item: Item) -> float:
     Returns
     -------
     float
-        1.0 when the shown answer was the right one, 0.0 when it was the
-        hallucinated one. NaN when the item has no ``given_answer_correct``
-        metadata (every dataset but HaluEval QA) or its value is neither
-        ``"1"`` nor ``"0"``: the rule is undefined there, and a NaN label
-        drops the row from metrics instead of counting it as wrong.
+        1.0 when the shown answer was the right one, 0.0 when it was the hallucinated one. NaN when the item has no
+        ``given_answer_correct`` metadata (every dataset but HaluEval QA) or its value is neither ``"1"`` nor ``"0"``:
+        the rule is undefined there, and a NaN label drops the row from metrics instead of counting it as wrong.
     """
     flag = item.metadata.get(GIVEN_ANSWER_KEY)
     if flag == "1":
@@ -291,18 +278,16 @@ def given_answer(answer: str | None, item: Item) -> float:
 def lifeeval(answer: str | None, item: Item) -> float:
     """LifeEval's graded correctness (study 002 section 4.5, Eq. 3): the true probability of the guess.
 
-    The answer's integer age (exactly one number in the text, decimals
-    rounded half up; :func:`confgrid.protocols.lifeeval_items.parse_age`) is
-    scored with :func:`confgrid.protocols.lifeeval_items.score_answer`:
-    ``P(D in window(guess, radius) | D >= min_age)`` under the item's life
-    table, year and window.
+    The answer's integer age (exactly one number in the text, decimals rounded half up;
+    :func:`confgrid.protocols.lifeeval_items.parse_age`) is scored with
+    :func:`confgrid.protocols.lifeeval_items.score_answer`: ``P(D in window(guess, radius) | D >= min_age)`` under the
+    item's life table, year and window.
 
     Returns
     -------
     float
-        In [0, 1]; 0.0 when no single number can be read (``"old age"``,
-        ``"75-80"``); NaN for an item without LifeEval metadata (undefined,
-        like ``mc_letter`` on items without options).
+        In [0, 1]; 0.0 when no single number can be read (``"old age"``, ``"75-80"``); NaN for an item without
+        LifeEval metadata (undefined, like ``mc_letter`` on items without options).
     """
     return score_answer(answer, item)
 
@@ -311,11 +296,9 @@ def lifeeval(answer: str | None, item: Item) -> float:
 def mc_favoured(answer: str | None, item: Item) -> float:
     """Favoured-option match with proportional tie scoring (study 002 section 3).
 
-    The answer of an option-probabilities reply is its favoured letter, or the
-    tied favoured letters joined by ``|`` (``"A|C"``, protocols/json_output.py);
-    it scores ``1/m`` when the gold letter is among the ``m`` favoured
-    options, else 0. Any other answer is read like :func:`mc_letter` (one
-    letter: 1.0 or 0.0).
+    The answer of an option-probabilities reply is its favoured letter, or the tied favoured letters joined by ``|``
+    (``"A|C"``, protocols/json_output.py); it scores ``1/m`` when the gold letter is among the ``m`` favoured options,
+    else 0. Any other answer is read like :func:`mc_letter` (one letter: 1.0 or 0.0).
 
     Returns
     -------
@@ -346,19 +329,17 @@ def numeric(answer: str | None, item: Item) -> float:
     ``|a - g| <= 1e-6 * max(1, |g|)`` for some gold number ``g``
     (:func:`~confgrid.protocols.numeric.numbers_match`, bound inclusive).
 
-    Conventions a reader could choose otherwise: only the **last** box
-    counts (an earlier draft answer in a box is ignored), and a box without a
-    number is wrong even when the text around it has the right number; with
-    no box, the last number of the text is the answer, so a worked solution
-    that ends on a check ("... 18, and 18 - 2 = 16") is graded on 16.
+    Conventions a reader could choose otherwise: only the **last** box counts (an earlier draft answer in a box is
+    ignored), and a box without a number is wrong even when the text around it has the right number; with no box, the
+    last number of the text is the answer, so a worked solution that ends on a check ("... 18, and 18 - 2 = 16") is
+    graded on 16.
 
     Returns
     -------
     float
-        1.0 or 0.0; 0.0 when the answer holds no number (None, ``""``,
-        ``"I don't know"``, ``\boxed{}``); NaN when no gold answer of the
-        item is a number (the rule is undefined there, and a NaN label drops
-        the row from metrics instead of counting it as wrong). Never raises.
+        1.0 or 0.0; 0.0 when the answer holds no number (None, ``""``, ``"I don't know"``, ``\boxed{}``); NaN when no
+        gold answer of the item is a number (the rule is undefined there, and a NaN label drops the row from metrics
+        instead of counting it as wrong). Never raises.
     """
     golds = [g for g in (gold_number(x) for x in item.gold_answers) if g is not None]
     if not golds:

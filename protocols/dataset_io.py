@@ -1,17 +1,14 @@
 """The dataset adapter registry and the row readers every adapter shares.
 
-An adapter maps one benchmark's rows onto :class:`~confgrid.protocols.items.Item`.
-Rows come through the Hugging Face ``datasets`` library:
-``load_dataset("csv" | "json" | "parquet", data_files=...)`` for a local file,
-``load_dataset(<hub name>, <config>, split=...)`` for a hub dataset
-(:func:`load_rows`). The adapters live in ``protocols/adapters_qa.py`` (answer
-text: TruthfulQA, TriviaQA, HaluEval QA, custom files) and
-``protocols/adapters_mc.py`` (options: MMLU, MMLU-Pro, AGIEval, BoolQ);
-``protocols/datasets.py`` imports both, which registers them, and holds the
-entry point :func:`~confgrid.protocols.datasets.load_items`.
+An adapter maps one benchmark's rows onto :class:`~confgrid.protocols.items.Item`. Rows come through the Hugging Face
+``datasets`` library: ``load_dataset("csv" | "json" | "parquet", data_files=...)`` for a local file,
+``load_dataset(<hub name>, <config>, split=...)`` for a hub dataset (:func:`load_rows`). The adapters live in
+``protocols/adapters_qa.py`` (answer text: TruthfulQA, TriviaQA, HaluEval QA, custom files) and
+``protocols/adapters_mc.py`` (options: MMLU, MMLU-Pro, AGIEval, BoolQ); ``protocols/datasets.py`` imports both, which
+registers them, and holds the entry point :func:`~confgrid.protocols.datasets.load_items`.
 
-Read the registry through :func:`confgrid.protocols.datasets.registered_adapters`: imported from
-here alone, the registry holds only the adapters whose modules were imported.
+Read the registry through :func:`confgrid.protocols.datasets.registered_adapters`: imported from here alone, the
+registry holds only the adapters whose modules were imported.
 """
 
 from __future__ import annotations
@@ -79,10 +76,9 @@ def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Ad
         :func:`~confgrid.protocols.datasets.load_items` and in grid specs.
     params : pydantic model class or None
         The adapter's parameters (a grid's ``datasets[].params``), checked by
-        :func:`confgrid.protocols.datasets.check_adapter_params` and passed to
-        the adapter as keyword arguments; it should forbid extra keys (kept in
-        :data:`confgrid.protocols.adapter_params.ADAPTER_PARAMS`). None: the
-        adapter takes none.
+        :func:`confgrid.protocols.datasets.check_adapter_params` and passed to the adapter as keyword arguments; it
+        should forbid extra keys (kept in :data:`confgrid.protocols.adapter_params.ADAPTER_PARAMS`). None: the adapter
+        takes none.
 
     Returns
     -------
@@ -92,8 +88,7 @@ def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Ad
     Raises
     ------
     ValueError
-        If ``name`` is empty (at once) or already registered (when the
-        decorator is applied).
+        If ``name`` is empty (at once) or already registered (when the decorator is applied).
     """
     register = ADAPTERS.register(name)
     if params is None:
@@ -122,8 +117,8 @@ def get_adapter(name: str) -> Adapter:
     Raises
     ------
     UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no adapter has that name,
-        e.g. ``"unknown dataset adapter 'squad'; allowed: agieval_lsat_ar, ..."``.
+        (a ``KeyError`` and a ``ValueError``) if no adapter has that name, e.g. ``"unknown dataset adapter 'squad';
+        allowed: agieval_lsat_ar, ..."``.
     """
     return ADAPTERS.get(name)
 
@@ -152,11 +147,10 @@ def _csv_header(path: Path) -> list[str]:
 def load_local(path: Path, *, header: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Rows of one local CSV / TSV / JSON / JSON Lines / Parquet file, through ``datasets``.
 
-    The builder follows the suffix (``.csv``/``.tsv`` CSV, ``.json``/``.jsonl``
-    JSON: a JSON list of objects or one object per line, whatever the suffix;
-    ``.parquet``/``.pq`` Parquet). CSV cells are read as strings with no NA
-    conversion (an answer "None" stays "None"); a UTF-8 byte-order mark is
-    removed from the first column name. An empty file has no rows.
+    The builder follows the suffix (``.csv``/``.tsv`` CSV, ``.json``/``.jsonl`` JSON: a JSON list of objects or one
+    object per line, whatever the suffix; ``.parquet``/``.pq`` Parquet). CSV cells are read as strings with no NA
+    conversion (an answer "None" stays "None"); a UTF-8 byte-order mark is removed from the first column name. An
+    empty file has no rows.
 
     Parameters
     ----------
@@ -210,8 +204,7 @@ def load_rows(source: str, split: str, hub_config: str | None, **local_kwargs: A
     Parameters
     ----------
     source : str
-        A local file, or a Hugging Face hub name (``"google/boolq"``; needs
-        network or a warm local cache).
+        A local file, or a Hugging Face hub name (``"google/boolq"``; needs network or a warm local cache).
     split : str
         Hub split; ignored for a local file (one file is one split).
     hub_config : str or None
@@ -229,9 +222,8 @@ def load_rows(source: str, split: str, hub_config: str | None, **local_kwargs: A
     ValueError
         If ``source`` is a directory.
     FileNotFoundError
-        If ``source`` looks like a path (absolute, ``./``, a file suffix)
-        and does not exist, or loading it as a hub dataset fails (the
-        message carries the hub's error).
+        If ``source`` looks like a path (absolute, ``./``, a file suffix) and does not exist, or loading it as a hub
+        dataset fails (the message carries the hub's error).
     """
     path = Path(source).expanduser()
     if path.is_file():
@@ -258,9 +250,8 @@ def load_rows(source: str, split: str, hub_config: str | None, **local_kwargs: A
 def require_columns(row: Mapping[str, Any], columns: Iterable[str], where: str) -> None:
     """Raise ``KeyError`` naming the first of ``columns`` missing from ``row``.
 
-    ``where`` names the adapter and the file (``"boolq '/data/val.jsonl'"``);
-    the message also lists the columns found, e.g. ``"boolq 'x.jsonl':
-    missing required column 'passage'; columns found: ['idx', 'question']"``.
+    ``where`` names the adapter and the file (``"boolq '/data/val.jsonl'"``); the message also lists the columns
+    found, e.g. ``"boolq 'x.jsonl': missing required column 'passage'; columns found: ['idx', 'question']"``.
     """
     missing = [c for c in columns if c not in row]
     if missing:

@@ -1,21 +1,17 @@
 """Dataset adapters: benchmark files or hub datasets to :class:`~confgrid.protocols.items.Item`.
 
-The entry point is :func:`load_items`. Adapters are kept in a registry
-(:data:`ADAPTERS`); importing this module registers every built-in one:
+The entry point is :func:`load_items`. Adapters are kept in a registry (:data:`ADAPTERS`); importing this module
+registers every built-in one:
 
-* answer text (``protocols/adapters_qa.py``): ``truthfulqa``, ``triviaqa``,
-  ``simpleqa``, ``gsm8k`` (a numeric answer), ``halueval_qa`` (rate a given
-  answer), ``custom`` (a user's file with a column mapping);
-* options (``protocols/adapters_mc.py``): ``mmlu``, ``mmlu_pro``,
-  ``agieval_lsat_ar``, ``agieval_sat_en``, ``boolq`` (True/False).
+* answer text (``protocols/adapters_qa.py``): ``truthfulqa``, ``triviaqa``, ``simpleqa``, ``gsm8k`` (a numeric
+  answer), ``halueval_qa`` (rate a given answer), ``custom`` (a user's file with a column mapping);
+* options (``protocols/adapters_mc.py``): ``mmlu``, ``mmlu_pro``, ``agieval_lsat_ar``, ``agieval_sat_en``, ``boolq``
+  (True/False).
 
-Every adapter reads its rows through the Hugging Face ``datasets`` library
-(``protocols/dataset_io.py``) and maps the benchmark's own columns onto the
-one item schema; every item carries ``metadata["category"]``. Definitions
-follow study 000 (section 3.4 and Appendix A: TruthfulQA, TriviaQA and MMLU
-asked as open questions), study 002 (sections 4.1-4.4 and Appendix F: BoolQ,
-LSAT-AR, SAT-EN, HaluEval QA), study 003 (MMLU-Pro) and study 004 (SimpleQA,
-GSM8K).
+Every adapter reads its rows through the Hugging Face ``datasets`` library (``protocols/dataset_io.py``) and maps the
+benchmark's own columns onto the one item schema; every item carries ``metadata["category"]``. Definitions follow
+study 000 (section 3.4 and Appendix A: TruthfulQA, TriviaQA and MMLU asked as open questions), study 002 (sections
+4.1-4.4 and Appendix F: BoolQ, LSAT-AR, SAT-EN, HaluEval QA), study 003 (MMLU-Pro) and study 004 (SimpleQA, GSM8K).
 
 Examples
 --------
@@ -81,9 +77,9 @@ register_adapter("lifeeval", params=LifeEvalParams)(lifeeval_adapter)
 def registered_adapters() -> "Registry[Adapter]":
     """The dataset adapter registry with every built-in adapter registered (and any a user registered since).
 
-    Read the registry through this function, not as ``protocols.dataset_io.ADAPTERS``: that module alone
-    holds only the adapters whose modules happen to have been imported; this module imports them all
-    (adapters_qa, adapters_mc) and registers ``lifeeval``.
+    Read the registry through this function, not as ``protocols.dataset_io.ADAPTERS``: that module alone holds only
+    the adapters whose modules happen to have been imported; this module imports them all (adapters_qa, adapters_mc)
+    and registers ``lifeeval``.
 
     Returns
     -------
@@ -116,11 +112,11 @@ def _draw(n: int, limit: int, rng: np.random.Generator) -> np.ndarray:
 def _stratified_draw(labels: list[str], limit: int, rng: np.random.Generator) -> np.ndarray:
     """``limit`` indices, every stratum keeping its share, in draw order; nested like :func:`_draw`.
 
-    Each stratum (sorted label order) is shuffled by one permutation of the generator, in label order. The
-    draw then takes, at each step ``t = 1, 2, ...``, the next item of the stratum furthest below its share
-    (the largest ``t * size / n - taken``; ties: label order), so every prefix, whatever ``limit``, holds each
-    stratum within one item of ``limit * size / n`` (a half-and-half file stays half and half, the odd item
-    going to the first label), and a larger ``limit`` keeps every item of a smaller one.
+    Each stratum (sorted label order) is shuffled by one permutation of the generator, in label order. The draw then
+    takes, at each step ``t = 1, 2, ...``, the next item of the stratum furthest below its share (the largest
+    ``t * size / n - taken``; ties: label order), so every prefix, whatever ``limit``, holds each stratum within one
+    item of ``limit * size / n`` (a half-and-half file stays half and half, the odd item going to the first label),
+    and a larger ``limit`` keeps every item of a smaller one.
     """
     n = len(labels)
     strata = sorted(set(labels))
@@ -154,29 +150,23 @@ def load_items(
     Parameters
     ----------
     adapter : str
-        Registered adapter name (:data:`ADAPTERS`): ``truthfulqa``, ``triviaqa``,
-        ``simpleqa``, ``gsm8k``, ``mmlu``, ``mmlu_pro``, ``agieval_lsat_ar``,
-        ``agieval_sat_en``, ``boolq``, ``halueval_qa``, ``custom``, ``lifeeval``.
+        Registered adapter name (:data:`ADAPTERS`): ``truthfulqa``, ``triviaqa``, ``simpleqa``, ``gsm8k``, ``mmlu``,
+        ``mmlu_pro``, ``agieval_lsat_ar``, ``agieval_sat_en``, ``boolq``, ``halueval_qa``, ``custom``, ``lifeeval``.
     path_or_name : str or path-like or None
-        A local file (or, for ``mmlu``, a directory), or a hub dataset name
-        (e.g. ``"trivia_qa"``; needs network). None uses the bundled sample
-        (:data:`BUNDLED`) where the adapter has one.
+        A local file (or, for ``mmlu``, a directory), or a hub dataset name (e.g. ``"trivia_qa"``; needs network).
+        None uses the bundled sample (:data:`BUNDLED`) where the adapter has one.
     split : str or None
-        Hub split (adapter default when None: ``validation`` for TriviaQA,
-        TruthfulQA and BoolQ, ``test`` for MMLU, MMLU-Pro, AGIEval, SimpleQA
-        and GSM8K, ``data`` for HaluEval QA). Ignored for local files, which are one split.
+        Hub split (adapter default when None: ``validation`` for TriviaQA, TruthfulQA and BoolQ, ``test`` for MMLU,
+        MMLU-Pro, AGIEval, SimpleQA and GSM8K, ``data`` for HaluEval QA). Ignored for local files, which are one
+        split.
     limit : int or None
-        Number of items to keep, drawn without replacement with
-        ``np.random.default_rng(seed)``, **in draw order** (the first ``limit``
-        of one seeded permutation). Draws are nested: a larger ``limit`` keeps
-        every item of a smaller one in the same order, so the generate shards
-        (chunks of ``execution.shard_size`` items in this order) of the smaller
-        run are shards of the larger one, and are reused. For an adapter in
-        :data:`LIMIT_STRATA` (``halueval_qa``) the draw is stratified on that
-        metadata key: every prefix keeps each stratum within one item of its
-        share (a half-and-half file stays half and half, the odd item going to
-        the first label in sorted order, ``"0"``), nested too. None or a value
-        >= the number of items keeps all, in file order. Must be >= 1.
+        Number of items to keep, drawn without replacement with ``np.random.default_rng(seed)``, **in draw order**
+        (the first ``limit`` of one seeded permutation). Draws are nested: a larger ``limit`` keeps every item of a
+        smaller one in the same order, so the generate shards (chunks of ``execution.shard_size`` items in this order)
+        of the smaller run are shards of the larger one, and are reused. For an adapter in :data:`LIMIT_STRATA`
+        (``halueval_qa``) the draw is stratified on that metadata key: every prefix keeps each stratum within one item
+        of its share (a half-and-half file stays half and half, the odd item going to the first label in sorted order,
+        ``"0"``), nested too. None or a value >= the number of items keeps all, in file order. Must be >= 1.
     seed : int, default 0
         Seed of the subset draw.
     dataset_name : str or None
@@ -184,10 +174,9 @@ def load_items(
     hub_config : str or None
         Hub configuration name (adapter default when None, e.g. ``rc.nocontext``).
     params : mapping or None
-        Parameters of an adapter that takes them (a grid's ``datasets[].params``;
-        ``lifeeval``: ``{"year": 2020, "window": "inclusive", ...}``), checked
-        with :func:`check_adapter_params` against the source and passed as
-        keyword arguments. Adapters without parameters reject any.
+        Parameters of an adapter that takes them (a grid's ``datasets[].params``; ``lifeeval``:
+        ``{"year": 2020, "window": "inclusive", ...}``), checked with :func:`check_adapter_params` against the source
+        and passed as keyword arguments. Adapters without parameters reject any.
     **mapping
         Column mapping for ``custom`` (see :func:`custom`); other adapters reject it.
 
@@ -202,9 +191,8 @@ def load_items(
     FileNotFoundError
         If ``path_or_name`` names a file that does not exist.
     ValueError
-        If ``limit`` < 1, or the dataset yields no items, or ``path_or_name`` is
-        None for an adapter without a bundled sample, or ``params`` is invalid
-        for the adapter (every problem named, see :func:`check_adapter_params`).
+        If ``limit`` < 1, or the dataset yields no items, or ``path_or_name`` is None for an adapter without a bundled
+        sample, or ``params`` is invalid for the adapter (every problem named, see :func:`check_adapter_params`).
     TypeError
         If a column mapping is given to an adapter that takes none.
     """

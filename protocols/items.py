@@ -1,9 +1,8 @@
 """The one item schema every dataset adapter produces.
 
-An item is one question with its gold answers. Adapters (``protocols/datasets.py``,
-``protocols/adapters_qa.py``, ``protocols/adapters_mc.py``)
-map each benchmark's own columns onto this schema; every later stage reads only
-these fields.
+An item is one question with its gold answers. Adapters (``protocols/datasets.py``, ``protocols/adapters_qa.py``,
+``protocols/adapters_mc.py``) map each benchmark's own columns onto this schema; every later stage reads only these
+fields.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ class Item:
     Attributes
     ----------
     item_id : str
-        Identifier, unique within its dataset and stable across runs (the
-        upstream id where the benchmark has one, else ``<dataset>-<row>``).
+        Identifier, unique within its dataset and stable across runs (the upstream id where the benchmark has one,
+        else ``<dataset>-<row>``).
     dataset : str
         Name of the dataset entry in the grid that produced the item.
     question : str
@@ -32,16 +31,15 @@ class Item:
     gold_answers : tuple of str
         Every accepted answer. Correctness rules compare against these.
     canonical : str
-        The canonical reference answer (TriviaQA ``answer.value``, TruthfulQA
-        best answer, MMLU correct option text, else the first gold answer).
+        The canonical reference answer (TriviaQA ``answer.value``, TruthfulQA best answer, MMLU correct option text,
+        else the first gold answer).
     aliases : tuple of str
-        Alternative spellings as released (TriviaQA ``aliases`` or the flat
-        alias list); equals ``gold_answers`` where a benchmark has no aliases.
+        Alternative spellings as released (TriviaQA ``aliases`` or the flat alias list); equals ``gold_answers`` where
+        a benchmark has no aliases.
     normalized_aliases : tuple of str
         TriviaQA ``normalized_aliases`` where released, else empty.
     incorrect_answers : tuple of str
-        Wrong answers listed by the benchmark (TruthfulQA incorrect answers,
-        MMLU wrong options), else empty.
+        Wrong answers listed by the benchmark (TruthfulQA incorrect answers, MMLU wrong options), else empty.
     options : tuple of str
         Multiple-choice options in their listed order, else empty.
     gold_letter : str or None

@@ -1,48 +1,38 @@
 """Structured (JSON) model outputs: an answer with a probability, or a probability per option.
 
-Pure functions; nothing here raises for any model text: what cannot be read is
-a status. Definitions:
+Pure functions; nothing here raises for any model text: what cannot be read is a status. Definitions:
 
-* JSON answer and probability (study 003 section 3.2 and Appendix C): the
-  reply holds ``{"answer": <letter>, "probability": <0-100>}``;
-  :func:`parse_json_answer` returns the answer, the probability on the
-  prompt's scale mapped to [0, 1], and a status that separates ``ok``, a
-  ``refusal`` (the model declines, or answers without a valid option letter)
-  and ``unparseable`` (no JSON object with the answer key can be read).
-* Option probabilities (study 002 section 3, Appendix F.2-F.4): a probability
-  per option letter; :func:`parse_option_probabilities` normalizes them to sum
-  to 1 (a reply whose values sum to 0 is the status ``zero_sum``, not a
-  division), and the favoured options are the argmax set (ties kept).
+* JSON answer and probability (study 003 section 3.2 and Appendix C): the reply holds
+  ``{"answer": <letter>, "probability": <0-100>}``; :func:`parse_json_answer` returns the answer, the probability on
+  the prompt's scale mapped to [0, 1], and a status that separates ``ok``, a ``refusal`` (the model declines, or
+  answers without a valid option letter) and ``unparseable`` (no JSON object with the answer key can be read).
+* Option probabilities (study 002 section 3, Appendix F.2-F.4): a probability per option letter;
+  :func:`parse_option_probabilities` normalizes them to sum to 1 (a reply whose values sum to 0 is the status
+  ``zero_sum``, not a division), and the favoured options are the argmax set (ties kept).
 * Letter token probabilities (study 002 Appendix E.1):
   :func:`letter_distribution` restricts a next-token distribution to the
   option letters and renormalizes; a letter absent from the returned top k
   counts as 0 and is counted (E.3).
-* Tie scoring (study 002 section 3, "proportional scoring for ties"):
-  :func:`favoured_score`, 1/m when the gold letter is among the m favoured
-  options, else 0.
-* The chance policy of refusals (study 003 section 3.2): :func:`chance_answer`,
-  a seeded uniformly random letter scored with confidence 1/k.
+* Tie scoring (study 002 section 3, "proportional scoring for ties"): :func:`favoured_score`, 1/m when the gold letter
+  is among the m favoured options, else 0.
+* The chance policy of refusals (study 003 section 3.2): :func:`chance_answer`, a seeded uniformly random letter
+  scored with confidence 1/k.
 
 Reading rules (each a decision a report should state, docs/studies/003.md):
 
-* Where the JSON is: the text may wrap it in a code fence, put prose before
-  and after it and hold several objects; every top-level ``{...}`` is tried
-  (a linear scan that respects quoted strings) and the **last** one that
-  parses and holds the key(s) wins (earlier ones are drafts or the prompt's
-  example echoed). An object parses with :func:`json.loads` or, failing that,
-  as a Python literal (:func:`ast.literal_eval`: single quotes, ``True``).
-* Keys match case-insensitively after stripping spaces (``"Answer"``,
-  ``"answer"``, ``" ANSWER "``); the prompt declares which keys it asked for.
-* A probability is a JSON number or a string in the number grammar of
-  protocols/parsing.py (``"75"``, ``"75%"``, ``"0.75"``); a trailing ``%``
-  always means percent; otherwise the prompt's scale applies (``percent``:
-  divided by 100; so ``0.75`` on a 0-100 prompt is 0.0075, not 0.75: the
-  scale is never guessed). Booleans are not numbers.
-* A refusal: the answer value is missing, null, empty or not an option
-  letter (:func:`confgrid.protocols.mc.parse_letter`, restricted to the
-  item's options), or no JSON object holds the answer key and the text
-  declines (:data:`DECLINE`); a JSON object without the answer key and no
-  declining text is ``unparseable``.
+* Where the JSON is: the text may wrap it in a code fence, put prose before and after it and hold several objects;
+  every top-level ``{...}`` is tried (a linear scan that respects quoted strings) and the **last** one that parses and
+  holds the key(s) wins (earlier ones are drafts or the prompt's example echoed). An object parses with
+  :func:`json.loads` or, failing that, as a Python literal (:func:`ast.literal_eval`: single quotes, ``True``).
+* Keys match case-insensitively after stripping spaces (``"Answer"``, ``"answer"``, ``" ANSWER "``); the prompt
+  declares which keys it asked for.
+* A probability is a JSON number or a string in the number grammar of protocols/parsing.py (``"75"``, ``"75%"``,
+  ``"0.75"``); a trailing ``%`` always means percent; otherwise the prompt's scale applies (``percent``: divided by
+  100; so ``0.75`` on a 0-100 prompt is 0.0075, not 0.75: the scale is never guessed). Booleans are not numbers.
+* A refusal: the answer value is missing, null, empty or not an option letter
+  (:func:`confgrid.protocols.mc.parse_letter`, restricted to the item's options), or no JSON object holds the answer
+  key and the text declines (:data:`DECLINE`); a JSON object without the answer key and no declining text is
+  ``unparseable``.
 """
 
 from __future__ import annotations
@@ -102,8 +92,8 @@ class JsonAnswer(NamedTuple):
     Attributes
     ----------
     answer : str or None
-        The answer: an option letter (upper case) when ``n_options`` was given,
-        else the answer value as text; None when there is none.
+        The answer: an option letter (upper case) when ``n_options`` was given, else the answer value as text; None
+        when there is none.
     probability : float or None
         In [0, 1]; None when missing, not a number or out of range.
     status : str
@@ -121,8 +111,8 @@ class OptionProbabilities(NamedTuple):
     Attributes
     ----------
     probabilities : dict of str to float
-        Option letter -> normalized probability (sums to 1), every option of
-        the item; empty unless ``status`` is ``ok``.
+        Option letter -> normalized probability (sums to 1), every option of the item; empty unless ``status`` is
+        ``ok``.
     favoured : tuple of str
         The letters with the largest probability (several on a tie), in letter order.
     confidence : float or None
@@ -149,8 +139,7 @@ class LetterDistribution(NamedTuple):
     Attributes
     ----------
     probabilities : dict of str to float
-        Letter -> probability renormalized over the option letters (sums to
-        1); empty when every letter is absent.
+        Letter -> probability renormalized over the option letters (sums to 1); empty when every letter is absent.
     favoured : tuple of str
         Argmax letters (several on a tie).
     confidence : float or None
@@ -177,10 +166,9 @@ class LetterDistribution(NamedTuple):
 def json_objects(text: str) -> Iterator[str]:
     """Every top-level ``{...}`` span of ``text``, in order (code fences removed first).
 
-    One linear scan: braces inside single- or double-quoted strings (with
-    backslash escapes) do not count; an unbalanced ``{`` at the end yields
-    nothing. At most :data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS`
-    characters are read.
+    One linear scan: braces inside single- or double-quoted strings (with backslash escapes) do not count; an
+    unbalanced ``{`` at the end yields nothing. At most :data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS` characters
+    are read.
     """
     s = _FENCE.sub(" ", text[:MAX_PARSE_CHARS])
     depth, start, quote, escaped = 0, -1, "", False
@@ -241,8 +229,8 @@ def find_json(text: str | None, keys: Sequence[str]) -> dict[str, Any] | None:
     Returns
     -------
     dict or None
-        The object with lower-cased, stripped keys (the first of duplicate
-        keys after normalization wins), or None when no object holds any key.
+        The object with lower-cased, stripped keys (the first of duplicate keys after normalization wins), or None
+        when no object holds any key.
     """
     if not isinstance(text, str) or "{" not in text:
         return None
@@ -329,23 +317,20 @@ def parse_json_answer(text: str | None, *, answer_key: str = "answer", confidenc
     scale : {"percent", "unit"}
         Scale of the stated probability: 0-100 (divided by 100) or 0-1.
     n_options : int or None
-        Number of lettered options of the item: the answer must be one of
-        their letters (else ``refusal``). None: the answer is free text (e.g.
-        an age, ``"True"``) and any non-empty value is an answer.
+        Number of lettered options of the item: the answer must be one of their letters (else ``refusal``). None: the
+        answer is free text (e.g. an age, ``"True"``) and any non-empty value is an answer.
 
     Returns
     -------
     JsonAnswer
-        ``status``: ``ok``; ``refusal`` (declined, or no valid letter; the
-        probability is still read when present); ``unparseable``;
-        ``missing_confidence`` / ``out_of_range`` / ``unparsed_number`` (an
-        answer without a usable probability); ``empty`` (blank reply).
+        ``status``: ``ok``; ``refusal`` (declined, or no valid letter; the probability is still read when present);
+        ``unparseable``; ``missing_confidence`` / ``out_of_range`` / ``unparsed_number`` (an answer without a usable
+        probability); ``empty`` (blank reply).
 
     Raises
     ------
     ValueError
-        If ``scale`` is not ``percent`` or ``unit`` (a protocol error, not a
-        model output).
+        If ``scale`` is not ``percent`` or ``unit`` (a protocol error, not a model output).
 
     Examples
     --------
@@ -383,20 +368,17 @@ def parse_option_probabilities(text: str | None, n_options: int) -> OptionProbab
     Parameters
     ----------
     text : str or None
-        The reply; the object's keys are the option letters (any case). Values
-        are numbers or number strings, on [0, 1] or 0-100 (normalization makes
-        the scale irrelevant; a value above 1 is read as stated).
+        The reply; the object's keys are the option letters (any case). Values are numbers or number strings, on [0,
+        1] or 0-100 (normalization makes the scale irrelevant; a value above 1 is read as stated).
     n_options : int
         Options of the item (>= 1); letters ``A``.. of that many.
 
     Returns
     -------
     OptionProbabilities
-        ``ok`` with normalized probabilities; ``unparseable`` (no object with
-        any option letter; ``refusal`` when the text declines); ``zero_sum``
-        (every value 0); ``out_of_range`` (a negative value);
-        ``unparsed_number`` (a value that is not a number). A letter the
-        object lacks counts as 0 (``n_missing``).
+        ``ok`` with normalized probabilities; ``unparseable`` (no object with any option letter; ``refusal`` when the
+        text declines); ``zero_sum`` (every value 0); ``out_of_range`` (a negative value); ``unparsed_number`` (a
+        value that is not a number). A letter the object lacks counts as 0 (``n_missing``).
 
     Raises
     ------
@@ -440,9 +422,8 @@ def parse_option_probabilities(text: str | None, n_options: int) -> OptionProbab
 def letter_distribution(letter_probs: Mapping[str, float | None]) -> LetterDistribution:
     """Next-token probabilities of the option letters, renormalized over them (study 002 Appendix E.1).
 
-    ``P_i = p_i / sum_{j in T} p_j`` with ``p_i = exp(l_i)`` over the option
-    letters ``T``; a letter absent from the returned top k has ``p_i = 0``
-    (Appendix E.3) and is counted in ``n_absent``.
+    ``P_i = p_i / sum_{j in T} p_j`` with ``p_i = exp(l_i)`` over the option letters ``T``; a letter absent from the
+    returned top k has ``p_i = 0`` (Appendix E.3) and is counted in ``n_absent``.
 
     Parameters
     ----------
@@ -491,8 +472,7 @@ def favoured_letters(answer: str | None) -> tuple[str, ...]:
 def favoured_score(favoured: Sequence[str], gold: str | None) -> float:
     """Proportional tie scoring (study 002 section 3): 1/m if ``gold`` is among the m favoured letters, else 0.
 
-    Returns NaN when ``gold`` is None (an item without options) and 0.0 when
-    nothing is favoured.
+    Returns NaN when ``gold`` is None (an item without options) and 0.0 when nothing is favoured.
     """
     if gold is None:
         return math.nan
@@ -503,12 +483,10 @@ def favoured_score(favoured: Sequence[str], gold: str | None) -> float:
 def chance_answer(seed: int, item_id: str, n_options: int, run: str = "") -> str:
     """The seeded uniformly random letter that replaces a refused answer (study 003 section 3.2).
 
-    Deterministic in (``seed``, ``item_id``, ``run``): the same refusal gets
-    the same letter in every evaluation, and each run draws its own. The
-    letter is the first draw ``integers(0, n_options)`` of a numpy generator
-    seeded by ``SeedSequence`` over the SHA-256 digest of the key, so draws
-    of different runs, and of neighbouring item ids, are independent (a
-    checksum modulo k is not: runs agreed on every item or on none).
+    Deterministic in (``seed``, ``item_id``, ``run``): the same refusal gets the same letter in every evaluation, and
+    each run draws its own. The letter is the first draw ``integers(0, n_options)`` of a numpy generator seeded by
+    ``SeedSequence`` over the SHA-256 digest of the key, so draws of different runs, and of neighbouring item ids, are
+    independent (a checksum modulo k is not: runs agreed on every item or on none).
 
     Raises
     ------

@@ -1,48 +1,37 @@
 """LifeEval: age-at-death questions scored against a period life table (study 002, section 4.5, Appendix F.6).
 
-A LifeEval item asks: given that an American of sex ``s`` has lived at least
-``a`` years, at what (integer) age will they die, and how likely is the true
-age at death within ``r`` years of that guess? The truth is a distribution,
-not one answer: the score of a guess ``g`` is the probability, under the life
-table, that the age at death lies in the window around ``g``. The largest such
-probability over guesses is the item's Maximum Achievable Score (MAS); study
-002 uses ``1 - MAS`` as the item's difficulty (section 4.5).
+A LifeEval item asks: given that an American of sex ``s`` has lived at least ``a`` years, at what (integer) age will
+they die, and how likely is the true age at death within ``r`` years of that guess? The truth is a distribution, not
+one answer: the score of a guess ``g`` is the probability, under the life table, that the age at death lies in the
+window around ``g``. The largest such probability over guesses is the item's Maximum Achievable Score (MAS); study 002
+uses ``1 - MAS`` as the item's difficulty (section 4.5).
 
 Conventions (each one a choice a reader could make differently):
 
-* **Ages and q_x.** The table lists ``q_x`` for consecutive integer ages
-  ``x = 0..X`` (``X = 119`` in the SSA tables): the probability that a person
-  alive at exact age ``x`` dies before exact age ``x + 1``. The age at death
-  ``D`` is the integer age in completed years at death ("dies at 78" = dies
-  between exact ages 78 and 79), so ``P(D = x | D >= x) = q_x``.
-* **Conditional distribution.** For a minimum age ``a``:
-  ``S_a(x) = P(D >= x | D >= a) = prod_{i=a}^{x-1} (1 - q_i)`` (``S_a(a) = 1``),
-  ``P(D = x | D >= a) = S_a(x) q_x`` for ``a <= x < X``, and ``0`` for ``x < a``.
-* **Last age.** Deaths at ages the table does not list fall at its last age:
-  ``P(D = X | D >= a) = S_a(X)`` whatever ``q_X`` says, so the distribution
-  sums to 1.
-* **Windows.** ``"inclusive"`` (the default): ``|D - g| <= r``, the
-  ``2r + 1`` ages ``g - r .. g + r``. ``"official"``: the window of the
-  study's released code (``compute_prob`` in ``combine.py`` of
-  github.com/NoamMichael/Comparing-Confidence-in-LLMs: ``lo = floor(g - r)``,
-  ``hi = ceil(g + r)`` exclusive), i.e. the ``2r`` ages ``g - r .. g + r - 1``
-  for an integer guess (not centred on the guess). Ages of the window outside
-  ``a..X`` carry no mass. Both windows use the last-age convention above
-  (that code sums ``S_a(x) q_x`` up to the last age and does not add the
-  mass beyond it), and guesses are integers here (the rule rounds first).
-* **MAS and best guess.** MAS is the largest true probability over integer
-  guesses; the best guess is the smallest guess attaining it (exact float
-  equality; windows that cover the same ages of ``a..X`` sum the same numbers
-  and tie exactly). The search runs over ``a..X``: a guess below ``a`` (above
-  ``X``) covers a subset of what ``a`` (``X``) covers, so it never scores
-  higher, and MAS is the maximum over all integers.
-* **Years.** The bundled table is the SSA period life table of the 2020
-  Trustees Report (``protocols/data/ssa_life_tables``): historical 1900-2017
-  (``*_Hist_*``), projected 2018-2095 under the intermediate assumptions
-  (``*_Alt2_*``). A year is one row block of one file; no interpolation.
+* **Ages and q_x.** The table lists ``q_x`` for consecutive integer ages ``x = 0..X`` (``X = 119`` in the SSA tables):
+  the probability that a person alive at exact age ``x`` dies before exact age ``x + 1``. The age at death ``D`` is
+  the integer age in completed years at death ("dies at 78" = dies between exact ages 78 and 79), so
+  ``P(D = x | D >= x) = q_x``.
+* **Conditional distribution.** For a minimum age ``a``: ``S_a(x) = P(D >= x | D >= a) = prod_{i=a}^{x-1} (1 - q_i)``
+  (``S_a(a) = 1``), ``P(D = x | D >= a) = S_a(x) q_x`` for ``a <= x < X``, and ``0`` for ``x < a``.
+* **Last age.** Deaths at ages the table does not list fall at its last age: ``P(D = X | D >= a) = S_a(X)`` whatever
+  ``q_X`` says, so the distribution sums to 1.
+* **Windows.** ``"inclusive"`` (the default): ``|D - g| <= r``, the ``2r + 1`` ages ``g - r .. g + r``.
+  ``"official"``: the window of the study's released code (``compute_prob`` in ``combine.py`` of
+  github.com/NoamMichael/Comparing-Confidence-in-LLMs: ``lo = floor(g - r)``, ``hi = ceil(g + r)`` exclusive), i.e.
+  the ``2r`` ages ``g - r .. g + r - 1`` for an integer guess (not centred on the guess). Ages of the window outside
+  ``a..X`` carry no mass. Both windows use the last-age convention above (that code sums ``S_a(x) q_x`` up to the last
+  age and does not add the mass beyond it), and guesses are integers here (the rule rounds first).
+* **MAS and best guess.** MAS is the largest true probability over integer guesses; the best guess is the smallest
+  guess attaining it (exact float equality; windows that cover the same ages of ``a..X`` sum the same numbers and tie
+  exactly). The search runs over ``a..X``: a guess below ``a`` (above ``X``) covers a subset of what ``a`` (``X``)
+  covers, so it never scores higher, and MAS is the maximum over all integers.
+* **Years.** The bundled table is the SSA period life table of the 2020 Trustees Report
+  (``protocols/data/ssa_life_tables``): historical 1900-2017 (``*_Hist_*``), projected 2018-2095 under the
+  intermediate assumptions (``*_Alt2_*``). A year is one row block of one file; no interpolation.
 
-The items, the dataset adapter ``lifeeval`` and the correctness rule
-``lifeeval`` are in :mod:`confgrid.protocols.lifeeval_items`.
+The items, the dataset adapter ``lifeeval`` and the correctness rule ``lifeeval`` are in
+:mod:`confgrid.protocols.lifeeval_items`.
 
 Examples
 --------
@@ -121,8 +110,8 @@ class LifeTable:
     sex : str
         ``"M"`` or ``"F"``.
     q : numpy.ndarray, shape (X + 1,), float64
-        ``q[x]`` = probability that a person alive at exact age ``x`` dies
-        before ``x + 1``, in [0, 1], for ages ``x = 0..X``.
+        ``q[x]`` = probability that a person alive at exact age ``x`` dies before ``x + 1``, in [0, 1], for ages
+        ``x = 0..X``.
     source : str
         File name the rows came from.
     """
@@ -219,12 +208,11 @@ def load_table(year: int, sex: str, table_dir: str | Path | None = None) -> Life
     Parameters
     ----------
     year : int
-        Calendar year of the period table (bundled: 1900-2017 historical,
-        2018-2095 projected).
+        Calendar year of the period table (bundled: 1900-2017 historical, 2018-2095 projected).
     sex : {"M", "F"}
     table_dir : path or None
-        Folder of ``PerLifeTables_<sex>_*.csv`` files in the SSA format; None is
-        the bundled 2020 Trustees Report table.
+        Folder of ``PerLifeTables_<sex>_*.csv`` files in the SSA format; None is the bundled 2020 Trustees Report
+        table.
 
     Returns
     -------
@@ -233,8 +221,8 @@ def load_table(year: int, sex: str, table_dir: str | Path | None = None) -> Life
     Raises
     ------
     ValueError
-        Unknown ``sex``, a year the table does not cover (the message names the
-        year and each file's range), or a malformed table file.
+        Unknown ``sex``, a year the table does not cover (the message names the year and each file's range), or a
+        malformed table file.
     FileNotFoundError
         If the folder holds no table of that sex.
     """
@@ -267,14 +255,13 @@ def death_distribution(q: np.ndarray, min_age: int) -> np.ndarray:
     Returns
     -------
     numpy.ndarray, shape (X + 1,), float64
-        Zero below ``a``; ``S_a(x) q_x`` for ``a <= x < X``; ``S_a(X)`` at the
-        last age (it absorbs all remaining mass); sums to 1 up to rounding.
+        Zero below ``a``; ``S_a(x) q_x`` for ``a <= x < X``; ``S_a(X)`` at the last age (it absorbs all remaining
+        mass); sums to 1 up to rounding.
 
     Raises
     ------
     ValueError
-        If ``q`` is not 1-D and non-empty with values in [0, 1], or ``min_age``
-        is not an integer in ``0..X``.
+        If ``q`` is not 1-D and non-empty with values in [0, 1], or ``min_age`` is not an integer in ``0..X``.
     """
     q = np.asarray(q, dtype=np.float64)
     if q.ndim != 1 or q.size == 0 or not np.all((q >= 0.0) & (q <= 1.0)):
@@ -293,15 +280,13 @@ def death_distribution(q: np.ndarray, min_age: int) -> np.ndarray:
 def window_ages(guess: int, radius: int, window: Window = "inclusive") -> tuple[int, int]:
     """The ages ``lo..hi`` (both included) counted as "within ``radius`` of ``guess``".
 
-    ``"inclusive"``: ``guess - radius .. guess + radius`` (2r + 1 ages);
-    ``"official"``: ``floor(guess - radius) .. guess + radius - 1``, i.e.
-    ``floor(g - r) <= D < g + r`` (2r ages).
+    ``"inclusive"``: ``guess - radius .. guess + radius`` (2r + 1 ages); ``"official"``:
+    ``floor(guess - radius) .. guess + radius - 1``, i.e. ``floor(g - r) <= D < g + r`` (2r ages).
 
     Raises
     ------
     ValueError
-        If ``guess`` is not an integer, ``radius`` not an integer >= 1, or
-        ``window`` unknown.
+        If ``guess`` is not an integer, ``radius`` not an integer >= 1, or ``window`` unknown.
     """
     if isinstance(guess, bool) or not isinstance(guess, (int, np.integer)):
         raise ValueError(f"guess={guess!r}: expected an integer age")
@@ -331,10 +316,9 @@ def true_probability(dist: np.ndarray, guess: int, radius: int, window: Window =
     Returns
     -------
     float
-        In [0, 1]; computed as a difference of prefix sums, like
-        :func:`window_probabilities` (bit-identical to it for ``g`` in
-        ``0..X``; absolute rounding error about 1e-16, clipped to [0, 1] so a
-        window holding every age reads 1.0, not 1.0000000000000002).
+        In [0, 1]; computed as a difference of prefix sums, like :func:`window_probabilities` (bit-identical to it for
+        ``g`` in ``0..X``; absolute rounding error about 1e-16, clipped to [0, 1] so a window holding every age reads
+        1.0, not 1.0000000000000002).
     """
     lo, hi = window_ages(guess, radius, window)
     dist = np.asarray(dist, dtype=np.float64)
@@ -357,8 +341,8 @@ def window_probabilities(dist: np.ndarray, radius: int, window: Window = "inclus
     Returns
     -------
     numpy.ndarray, shape (X + 1,), float64
-        Entry ``g`` = ``P(D in window(g, radius))``, clipped to [0, 1];
-        windows that cover the same ages with mass give bit-identical values.
+        Entry ``g`` = ``P(D in window(g, radius))``, clipped to [0, 1]; windows that cover the same ages with mass
+        give bit-identical values.
     """
     dist = np.asarray(dist, dtype=np.float64)
     g = np.arange(dist.size)
@@ -386,8 +370,7 @@ def best_guess(dist: np.ndarray, radius: int, min_age: int, window: Window = "in
     radius : int
         Years, >= 1.
     min_age : int
-        ``a``; the search runs over ``a..X`` (see the module docstring for why
-        MAS is the maximum over every integer).
+        ``a``; the search runs over ``a..X`` (see the module docstring for why MAS is the maximum over every integer).
     window : {"inclusive", "official"}
 
     Returns
@@ -429,9 +412,8 @@ def item_rows(year: int, *, window: Window = "inclusive", sexes: Sequence[str] =
               table_dir: str | Path | None = None) -> list[LifeEvalRow]:
     """The LifeEval item set as rows, in order sex x min_age x radius (the orders given).
 
-    Defaults give 2 x 101 x 4 = 808 items. Raises ``ValueError`` for a year
-    outside the table, an unknown sex or window, a minimum age outside the
-    table's ages, or a radius < 1 (each message names the value).
+    Defaults give 2 x 101 x 4 = 808 items. Raises ``ValueError`` for a year outside the table, an unknown sex or
+    window, a minimum age outside the table's ages, or a radius < 1 (each message names the value).
     """
     if window not in WINDOWS:
         raise ValueError(f"window={window!r}; allowed: {', '.join(WINDOWS)}")

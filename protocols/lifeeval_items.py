@@ -1,18 +1,15 @@
 """LifeEval items, the dataset adapter ``lifeeval`` and the correctness rule ``lifeeval`` (study 002, 4.5 and F.6).
 
-The life-table arithmetic (distribution of the age at death, windows, MAS)
-is in :mod:`confgrid.protocols.lifeeval`; this module turns it into
-:class:`~confgrid.protocols.items.Item` records and grades answers.
+The life-table arithmetic (distribution of the age at death, windows, MAS) is in :mod:`confgrid.protocols.lifeeval`;
+this module turns it into :class:`~confgrid.protocols.items.Item` records and grades answers.
 
-* Items: sex x minimum age x radius (default 2 x 101 x 4 = 808), asked in
-  confgrid's wording of Appendix F.6 (:func:`generate_items`).
-* Adapter ``lifeeval`` (registered in :mod:`confgrid.protocols.datasets`):
-  ``source`` is a folder of SSA ``PerLifeTables_<sex>_*.csv`` files (the
-  bundled one by default); its parameters (:class:`LifeEvalParams`) come from
+* Items: sex x minimum age x radius (default 2 x 101 x 4 = 808), asked in confgrid's wording of Appendix F.6
+  (:func:`generate_items`).
+* Adapter ``lifeeval`` (registered in :mod:`confgrid.protocols.datasets`): ``source`` is a folder of SSA
+  ``PerLifeTables_<sex>_*.csv`` files (the bundled one by default); its parameters (:class:`LifeEvalParams`) come from
   a grid's ``datasets[].params``.
-* Rule ``lifeeval`` (registered in :mod:`confgrid.protocols.correctness`):
-  the true probability of the answer's integer guess, a graded correctness in
-  [0, 1] (:func:`score_answer`).
+* Rule ``lifeeval`` (registered in :mod:`confgrid.protocols.correctness`): the true probability of the answer's
+  integer guess, a graded correctness in [0, 1] (:func:`score_answer`).
 """
 
 from __future__ import annotations
@@ -92,8 +89,8 @@ def generate_items(year: int, *, window: Window = "inclusive", sexes: Sequence[s
     Raises
     ------
     ValueError
-        As :func:`confgrid.protocols.lifeeval.item_rows` (year outside the
-        table, unknown sex or window, minimum age outside the table, radius < 1).
+        As :func:`confgrid.protocols.lifeeval.item_rows` (year outside the table, unknown sex or window, minimum age
+        outside the table, radius < 1).
     """
     resolved = resolve_table_dir(table_dir)
     table = "bundled" if resolved == resolve_table_dir(None) else resolved
@@ -120,10 +117,8 @@ def generate_items(year: int, *, window: Window = "inclusive", sexes: Sequence[s
 class LifeEvalParams(BaseModel):
     """Parameters of the ``lifeeval`` dataset adapter: a grid's ``datasets[].params``.
 
-    Validated with the table folder as context (``model_validate(params,
-    context={"source": folder})``): the year must be in the table and the
-    minimum ages within its ages. Without a ``source`` only types and
-    ranges are checked.
+    Validated with the table folder as context (``model_validate(params, context={"source": folder})``): the year must
+    be in the table and the minimum ages within its ages. Without a ``source`` only types and ranges are checked.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -207,12 +202,10 @@ class AgeParse(NamedTuple):
 def parse_age(answer: str | None) -> AgeParse:
     """Read the guessed age at death from an answer text.
 
-    The answer must hold exactly one number: ASCII digits with an optional
-    decimal part (``"78"``, ``"78 years"``, ``"**78**"``, ``"about 78."``,
-    ``"78.0"``). A decimal rounds to the nearest integer, halves up
-    (``"78.5"`` -> 79, ``"78.4"`` -> 78). A sign is ignored (``"-5"`` reads 5).
-    No number (``"old age"``, ``""``, None) gives ``"no_number"``; two or more
-    (``"75-80"``, ``"between 75 and 80"``, ``"1,000"``, ``"1e5"``) give
+    The answer must hold exactly one number: ASCII digits with an optional decimal part (``"78"``, ``"78 years"``,
+    ``"**78**"``, ``"about 78."``, ``"78.0"``). A decimal rounds to the nearest integer, halves up (``"78.5"`` -> 79,
+    ``"78.4"`` -> 78). A sign is ignored (``"-5"`` reads 5). No number (``"old age"``, ``""``, None) gives
+    ``"no_number"``; two or more (``"75-80"``, ``"between 75 and 80"``, ``"1,000"``, ``"1e5"``) give
     ``"several_numbers"``: a range is not an integer guess. Never raises.
 
     Returns
@@ -253,23 +246,21 @@ def score_answer(answer: str | None, item: Item) -> float:
     answer : str or None
         The parsed answer text; its age is read with :func:`parse_age`.
     item : Item
-        A LifeEval item (metadata ``sex``, ``min_age``, ``radius``, ``year``,
-        ``window``, optionally ``table``; see :func:`generate_items`).
+        A LifeEval item (metadata ``sex``, ``min_age``, ``radius``, ``year``, ``window``, optionally ``table``; see
+        :func:`generate_items`).
 
     Returns
     -------
     float
-        ``P(D in window(guess, radius) | D >= min_age)`` in [0, 1] (graded
-        correctness; the item's ``best_guess`` scores its ``mas`` exactly);
-        0.0 when no single number can be read (:func:`parse_age`); NaN for an
-        item without LifeEval metadata (the rule is undefined there, as
-        ``mc_letter`` on items without options).
+        ``P(D in window(guess, radius) | D >= min_age)`` in [0, 1] (graded correctness; the item's ``best_guess``
+        scores its ``mas`` exactly); 0.0 when no single number can be read (:func:`parse_age`); NaN for an item
+        without LifeEval metadata (the rule is undefined there, as ``mc_letter`` on items without options).
 
     Raises
     ------
     ValueError
-        If the metadata is present but malformed (non-integer year, age or
-        radius; a year the table does not cover; an unknown window).
+        If the metadata is present but malformed (non-integer year, age or radius; a year the table does not cover; an
+        unknown window).
     """
     meta = item.metadata
     if not all(k in meta for k in _RULE_KEYS):

@@ -10,9 +10,8 @@ opens the assistant turn with ``Answer:``). At most
 per question where a dataset asks for it (SciQ in the study; MMLU keeps its
 given order).
 
-Rendering rule (:func:`mc_question`): the text that replaces ``{question}``
-in the multiple-choice prompts is the question, a newline, then one line per
-option, ``"<letter>. <option>"``, joined by newlines::
+Rendering rule (:func:`mc_question`): the text that replaces ``{question}`` in the multiple-choice prompts is the
+question, a newline, then one line per option, ``"<letter>. <option>"``, joined by newlines::
 
     What is 2+2?
     A. 3
@@ -95,12 +94,10 @@ def option_seed(seed: int, item_id: str) -> int:
 def shuffle_options(item: Item, seed: int) -> Item:
     """``item`` with its options permuted by a generator seeded from ``(seed, item.item_id)``.
 
-    The permutation depends only on ``seed``, the item id and the number of
-    options, so the same question gets the same order in every run, whatever
-    the order of the items. ``gold_letter`` follows the gold option;
-    ``incorrect_answers`` are unchanged; ``metadata["option_order"]`` records
-    the original indices, e.g. ``"2,0,3,1"`` (new position k holds original
-    option ``order[k]``).
+    The permutation depends only on ``seed``, the item id and the number of options, so the same question gets the
+    same order in every run, whatever the order of the items. ``gold_letter`` follows the gold option;
+    ``incorrect_answers`` are unchanged; ``metadata["option_order"]`` records the original indices, e.g. ``"2,0,3,1"``
+    (new position k holds original option ``order[k]``).
 
     Raises
     ------
@@ -141,14 +138,12 @@ _ANSWER_IS = re.compile(r"\b(?:answer|option|choice)\s++(?:is\s++)?[\s*_(\[]*+(?
 def parse_letter(text: str | None, n_options: int | None = None) -> str | None:
     """The option letter in a multiple-choice answer, upper-cased, or None.
 
-    Accepts ``"B"``, ``"B."``, ``"(B)"``, ``"B) text"``, ``"**B**"``,
-    ``"Answer: B"``, ``"b"`` and ``"The answer is B"``. Rule: on the first
-    non-empty line, after an optional leading label (``Answer:``, ``Guess:``,
-    ``Option``), a letter that stands alone (followed by the end, punctuation,
-    or a space and a word that does not start in lower case); else the letter
-    after "answer/option/choice (is)" anywhere in the text. ``"A cat"`` and
-    ``"I don't know"`` give None. Never raises for any text; nothing is
-    caught, so an interrupt or a timeout while parsing propagates.
+    Accepts ``"B"``, ``"B."``, ``"(B)"``, ``"B) text"``, ``"**B**"``, ``"Answer: B"``, ``"b"`` and
+    ``"The answer is B"``. Rule: on the first non-empty line, after an optional leading label (``Answer:``,
+    ``Guess:``, ``Option``), a letter that stands alone (followed by the end, punctuation, or a space and a word that
+    does not start in lower case); else the letter after "answer/option/choice (is)" anywhere in the text. ``"A cat"``
+    and ``"I don't know"`` give None. Never raises for any text; nothing is caught, so an interrupt or a timeout while
+    parsing propagates.
 
     Parameters
     ----------
@@ -160,8 +155,7 @@ def parse_letter(text: str | None, n_options: int | None = None) -> str | None:
     Returns
     -------
     str or None
-        ``"A"``...; None when no letter is found (refusals, empty text, an
-        option's text written without its letter).
+        ``"A"``...; None when no letter is found (refusals, empty text, an option's text written without its letter).
     """
     if not isinstance(text, str) or not text.strip():
         return None

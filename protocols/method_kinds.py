@@ -1,10 +1,10 @@
 """The confidence-method kinds a grid may declare (``methods[].kind``): one registry entry each.
 
-A kind is data: the stage that computes it (flows/stages: its engine call and stored table), its default
-template, the reader that turns the stage's rows into confidences (flows/stages/method_base.py ``READERS``: its
-signals, what it rates, its capability role), and the defaults of its ``methods[]`` fields. Definitions: study 001
-section 5.1 and Appendix D.3 (self-consistency, P(True), the 0-100 rating, verbalized-before), study 002 Appendix
-E.1 (letter token probabilities), study 004 (capability P(True), expected accuracy, hidden states for probes).
+A kind is data: the stage that computes it (flows/stages: its engine call and stored table), its default template, the
+reader that turns the stage's rows into confidences (flows/stages/method_base.py ``READERS``: its signals, what it
+rates, its capability role), and the defaults of its ``methods[]`` fields. Definitions: study 001 section 5.1 and
+Appendix D.3 (self-consistency, P(True), the 0-100 rating, verbalized-before), study 002 Appendix E.1 (letter token
+probabilities), study 004 (capability P(True), expected accuracy, hidden states for probes).
 
 Examples
 --------
@@ -36,9 +36,9 @@ class MethodKind:
     name : str
         The ``methods[].kind`` value.
     stage : str
-        The method stage that computes it (flows/stages: ``sample`` k sampled answers, ``rate`` one greedy
-        generation that states a rating, ``next_token`` the next-token distribution after the template,
-        ``hidden`` the last prompt token's hidden states).
+        The method stage that computes it (flows/stages: ``sample`` k sampled answers, ``rate`` one greedy generation
+        that states a rating, ``next_token`` the next-token distribution after the template, ``hidden`` the last
+        prompt token's hidden states).
     template : str or None
         Default prompt id (protocols/prompts/*.yaml); None: the grid's elicitation prompt. A template with an
         ``{answer}`` slot rates the model's own answer (and, in ACE's candidate view, any supplied answer).

@@ -1,23 +1,18 @@
 """Confidence methods beyond the stated score and the token score: the pure formulas.
 
-Each function turns what a model produced (sampled answers, a next-token
-distribution, a rating text) into a confidence in [0, 1] and a status; the
-status says why there is no number, and nothing unparsed becomes one.
+Each function turns what a model produced (sampled answers, a next-token distribution, a rating text) into a
+confidence in [0, 1] and a status; the status says why there is no number, and nothing unparsed becomes one.
 
-* Self-consistency (study 001 Appendix D.3): ``c = (1/k) sum_j 1[a_j = a_1]``,
-  the share of the k sampled answers equal to the first one after the
-  correctness rule's normalization; the rated answer is ``a_1``.
-* Majority share (study 004): the share of the most frequent normalized
-  answer; the rated answer is that answer (ties: the one sampled first).
-* Expected accuracy (study 004, the capability target): the mean correctness
-  of k sampled answers, an unparsed sample counting as wrong, with the
-  standard error ``sqrt(p (1 - p) / (k - 1))`` (the sample standard deviation
-  over sqrt(k)).
-* P(True) (Kadavath et al. 2022; study 001 D.3, study 004): the probability of
-  a candidate token (``A`` = True, ``Yes``) in the next-token distribution, or
-  renormalized over the candidates, ``p(A) / (p(A) + p(B))``.
-* Rating of a supplied answer on 0-100 (study 001 Table 5): the number in
-  ``\\boxed{}``, divided by 100.
+* Self-consistency (study 001 Appendix D.3): ``c = (1/k) sum_j 1[a_j = a_1]``, the share of the k sampled answers
+  equal to the first one after the correctness rule's normalization; the rated answer is ``a_1``.
+* Majority share (study 004): the share of the most frequent normalized answer; the rated answer is that answer (ties:
+  the one sampled first).
+* Expected accuracy (study 004, the capability target): the mean correctness of k sampled answers, an unparsed sample
+  counting as wrong, with the standard error ``sqrt(p (1 - p) / (k - 1))`` (the sample standard deviation over
+  sqrt(k)).
+* P(True) (Kadavath et al. 2022; study 001 D.3, study 004): the probability of a candidate token (``A`` = True,
+  ``Yes``) in the next-token distribution, or renormalized over the candidates, ``p(A) / (p(A) + p(B))``.
+* Rating of a supplied answer on 0-100 (study 001 Table 5): the number in ``\\boxed{}``, divided by 100.
 """
 
 from __future__ import annotations
@@ -55,14 +50,14 @@ class Confidence(NamedTuple):
     value : float or None
         In [0, 1]; None when ``status`` says there is none.
     status : str
-        ``ok`` or why not (method-specific: ``first_unparsed``,
-        ``all_absent``, ``missing``, ``out_of_range``, ``unparsed_number``...).
+        ``ok`` or why not (method-specific: ``first_unparsed``, ``all_absent``, ``missing``, ``out_of_range``,
+        ``unparsed_number``...).
     rated : str or None
-        The answer the confidence is about (self-consistency: the first
-        sample; majority share: the majority answer), when the method picks one.
+        The answer the confidence is about (self-consistency: the first sample; majority share: the majority answer),
+        when the method picks one.
     detail : float or None
-        A second number where the method has one (the standard error of an
-        expected accuracy; the number of candidates absent from the top k).
+        A second number where the method has one (the standard error of an expected accuracy; the number of candidates
+        absent from the top k).
     """
 
     value: float | None
@@ -81,17 +76,15 @@ def agreement_share(answers: Sequence[str | None], normalize: Callable[[str], st
     Parameters
     ----------
     answers : sequence of str or None
-        The k parsed sampled answers in sample order (None: unparsed; it
-        counts in k and matches nothing).
+        The k parsed sampled answers in sample order (None: unparsed; it counts in k and matches nothing).
     normalize : callable
         The correctness rule's normalization (protocols/correctness.py ``normalize``).
 
     Returns
     -------
     Confidence
-        ``value`` in [1/k, 1]; ``rated`` the first answer. Status
-        ``first_unparsed`` (value None) when the first sample has no answer,
-        ``no_samples`` when ``answers`` is empty.
+        ``value`` in [1/k, 1]; ``rated`` the first answer. Status ``first_unparsed`` (value None) when the first
+        sample has no answer, ``no_samples`` when ``answers`` is empty.
 
     Examples
     --------
@@ -111,9 +104,8 @@ def agreement_share(answers: Sequence[str | None], normalize: Callable[[str], st
 def majority_share(answers: Sequence[str | None], normalize: Callable[[str], str]) -> Confidence:
     """The share of the most frequent normalized answer among the k samples (study 004).
 
-    Unparsed samples count in k and never form the majority; among equally
-    frequent answers the one sampled first wins. ``rated`` is the first sample
-    with the majority's normalization.
+    Unparsed samples count in k and never form the majority; among equally frequent answers the one sampled first
+    wins. ``rated`` is the first sample with the majority's normalization.
 
     Returns
     -------
@@ -143,15 +135,14 @@ def expected_accuracy(correct: Sequence[float | None]) -> Confidence:
     Parameters
     ----------
     correct : sequence of float or None
-        Correctness of each sample in [0, 1]; None or NaN (unparsed, no answer)
-        counts as 0: a sample that gave no answer did not answer correctly.
+        Correctness of each sample in [0, 1]; None or NaN (unparsed, no answer) counts as 0: a sample that gave no
+        answer did not answer correctly.
 
     Returns
     -------
     Confidence
-        ``value`` = mean; ``detail`` = ``sqrt(p (1 - p) / (k - 1))`` for
-        binary correctness, in general the sample standard deviation (ddof 1)
-        over ``sqrt(k)`` (NaN for k = 1). Status ``no_samples`` when empty.
+        ``value`` = mean; ``detail`` = ``sqrt(p (1 - p) / (k - 1))`` for binary correctness, in general the sample
+        standard deviation (ddof 1) over ``sqrt(k)`` (NaN for k = 1). Status ``no_samples`` when empty.
 
     Examples
     --------
@@ -174,21 +165,20 @@ def candidate_probability(tokens: Mapping[int, str], top: Mapping[int, float], c
     Parameters
     ----------
     tokens : mapping of int to str
-        The candidate's variant token ids and what each decodes to
-        (protocols/candidates.py ``candidate_token_ids``).
+        The candidate's variant token ids and what each decodes to (protocols/candidates.py ``candidate_token_ids``).
     top : mapping of int to float
         The returned distribution: token id -> log-prob (nats).
     candidate : str
         The candidate string (for ``exact``).
     merge : {"sum", "exact"}
-        ``sum``: the probabilities of every variant present added; ``exact``:
-        only the token decoding to exactly ``candidate``.
+        ``sum``: the probabilities of every variant present added; ``exact``: only the token decoding to exactly
+        ``candidate``.
 
     Returns
     -------
     float or None
-        In [0, 1]; None when no variant (``exact``: not the exact token) is in
-        the returned distribution: absent, which is not probability 0.
+        In [0, 1]; None when no variant (``exact``: not the exact token) is in the returned distribution: absent,
+        which is not probability 0.
 
     Raises
     ------
@@ -212,16 +202,15 @@ def p_true(probs: Mapping[str, float | None], target: str, renormalize: bool) ->
     target : str
         The candidate that means "true" / "yes" (``A``, ``Yes``).
     renormalize : bool
-        False: ``p(target)``. True: ``p(target) / sum of the candidates'
-        probabilities``, an absent candidate counting 0 there.
+        False: ``p(target)``. True: ``p(target) / sum of the candidates' probabilities``, an absent candidate counting
+        0 there.
 
     Returns
     -------
     Confidence
-        ``detail`` = how many candidates were absent. Status ``ok``;
-        ``target_absent`` (value 0.0, recorded: the target is below every
-        returned token) when only the target is missing; ``all_absent`` (value
-        None) when no candidate is in the distribution.
+        ``detail`` = how many candidates were absent. Status ``ok``; ``target_absent`` (value 0.0, recorded: the
+        target is below every returned token) when only the target is missing; ``all_absent`` (value None) when no
+        candidate is in the distribution.
 
     Examples
     --------
@@ -254,13 +243,11 @@ _DIGIT = re.compile(r"\d")
 def parse_boxed(text: str | None, scale: float = 100.0, *, decimal_comma: bool = False) -> Confidence:
     r"""The confidence in the last ``\boxed{N}`` of a rating, divided by ``scale`` (study 001 Table 5).
 
-    The rated box is the last ``\boxed{...}`` whose content holds a digit;
-    boxes without one (``\boxed{Paris}``) are not ratings. Its content, spaces
-    around it removed, must be a number in the parser's grammar
-    (:func:`~confgrid.protocols.parsing.parse_number`: ``85``, ``85.5``,
-    ``85%`` -- N is already on the 0-``scale`` scale, so a percent sign changes
-    nothing). At most :data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS`
-    characters are read.
+    The rated box is the last ``\boxed{...}`` whose content holds a digit; boxes without one (``\boxed{Paris}``) are
+    not ratings. Its content, spaces around it removed, must be a number in the parser's grammar
+    (:func:`~confgrid.protocols.parsing.parse_number`: ``85``, ``85.5``, ``85%`` -- N is already on the 0-``scale``
+    scale, so a percent sign changes nothing). At most :data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS` characters
+    are read.
 
     Parameters
     ----------
@@ -274,10 +261,9 @@ def parse_boxed(text: str | None, scale: float = 100.0, *, decimal_comma: bool =
     Returns
     -------
     Confidence
-        Status ``ok`` (value in [0, 1]); ``missing`` (no ``\boxed{}`` with a
-        digit); ``unparsed_number`` (its content is not a number in the
-        grammar: ``\boxed{1e-5}``, ``\boxed{1/2}``, ``\boxed{80-90}``; value
-        None); ``out_of_range`` (N outside [0, scale]; value None).
+        Status ``ok`` (value in [0, 1]); ``missing`` (no ``\boxed{}`` with a digit); ``unparsed_number`` (its content
+        is not a number in the grammar: ``\boxed{1e-5}``, ``\boxed{1/2}``, ``\boxed{80-90}``; value None);
+        ``out_of_range`` (N outside [0, scale]; value None).
 
     Examples
     --------

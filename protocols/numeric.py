@@ -1,14 +1,11 @@
 r"""The final number of a worked solution, and numeric comparison with a gold answer (study 004, GSM8K).
 
-The ``numeric`` correctness rule (protocols/correctness.py) and the reply
-of a prompt with ``output: boxed`` (:func:`parse_boxed_output`, below) both
-read a model's number with :func:`final_number`:
+The ``numeric`` correctness rule (protocols/correctness.py) and the reply of a prompt with ``output: boxed``
+(:func:`parse_boxed_output`, below) both read a model's number with :func:`final_number`:
 
-1. the **last closed** ``\boxed{...}`` of the text, braces balanced (the box
-   that closes last; an unclosed ``\boxed{`` of a truncated output is not a
-   box). If there is one, the number is the last number token inside it, and
-   nothing outside it is read: ``\boxed{}`` or ``\boxed{\text{none}}`` has no
-   number, even if the text before it has some.
+1. the **last closed** ``\boxed{...}`` of the text, braces balanced (the box that closes last; an unclosed ``\boxed{``
+   of a truncated output is not a box). If there is one, the number is the last number token inside it, and nothing
+   outside it is read: ``\boxed{}`` or ``\boxed{\text{none}}`` has no number, even if the text before it has some.
 2. otherwise the **last number token** of the whole text.
 
 Number tokens (:data:`NUMBER_GRAMMAR`)::
@@ -19,26 +16,21 @@ Number tokens (:data:`NUMBER_GRAMMAR`)::
     fraction = token "/" token  |  [sign] "\frac" | "\dfrac" | "\tfrac" "{" token "}" "{" token "}"
                                                            (only inside \boxed{}; a zero denominator: no number)
 
-A token does not start right after a letter, digit, ``_`` or ``.`` (``x2``,
-``item_3`` and the ``5`` of ``1e5`` are not numbers; ``3-4`` reads 3 and 4,
-never -4). A comma followed by exactly three digits and no fourth is a
-thousands separator (``1,234`` is 1234; ``3,4,5`` is three numbers; ``1,2345``
-reads 1 and 2345); the decimal separator is always ``.``. ``$`` and ``%``
-change nothing (``25%`` is 25, not 0.25: GSM8K states percentages as plain
-numbers). Inside ``\boxed{}``, LaTeX spacing (``\,``, ``\!``, ``\;``, ``\:``,
-``\ ``) is removed and ``{,}`` is a comma, so ``\boxed{1{,}234}`` and
-``\boxed{1\,234}`` are 1234. Not numbers: exponents (``1e5`` reads 1), mixed
-numbers (``1\frac{1}{2}`` reads 1/2), powers (``2^{10}`` reads 10), words
-(``eighteen``), digits of other scripts. At most :data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS`
-characters are read.
+A token does not start right after a letter, digit, ``_`` or ``.`` (``x2``, ``item_3`` and the ``5`` of ``1e5`` are
+not numbers; ``3-4`` reads 3 and 4, never -4). A comma followed by exactly three digits and no fourth is a thousands
+separator (``1,234`` is 1234; ``3,4,5`` is three numbers; ``1,2345`` reads 1 and 2345); the decimal separator is
+always ``.``. ``$`` and ``%`` change nothing (``25%`` is 25, not 0.25: GSM8K states percentages as plain numbers).
+Inside ``\boxed{}``, LaTeX spacing (``\,``, ``\!``, ``\;``, ``\:``, ``\ ``) is removed and ``{,}`` is a comma, so
+``\boxed{1{,}234}`` and ``\boxed{1\,234}`` are 1234. Not numbers: exponents (``1e5`` reads 1), mixed numbers
+(``1\frac{1}{2}`` reads 1/2), powers (``2^{10}`` reads 10), words (``eighteen``), digits of other scripts. At most
+:data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS` characters are read.
 
-A reply to a prompt with ``output: boxed`` (a worked solution ending in
-``\boxed{}``, optionally followed by a ``Probability:`` line) is read by
-:func:`parse_boxed_output`: its answer is the final number, written by
+A reply to a prompt with ``output: boxed`` (a worked solution ending in ``\boxed{}``, optionally followed by a
+``Probability:`` line) is read by :func:`parse_boxed_output`: its answer is the final number, written by
 :func:`format_number`.
 
-Comparison (:func:`numbers_match`): ``|a - g| <= 1e-6 * max(1, |g|)`` (study
-004 GSM8K convention: relative tolerance 1e-6, absolute 1e-6 below 1).
+Comparison (:func:`numbers_match`): ``|a - g| <= 1e-6 * max(1, |g|)`` (study 004 GSM8K convention: relative tolerance
+1e-6, absolute 1e-6 below 1).
 
 Examples
 --------
@@ -114,9 +106,8 @@ class FinalNumber(NamedTuple):
     text : str or None
         The token it was read from (``"1,234"``, ``"\\frac{3}{4}"``), or None.
     source : str
-        ``boxed`` (from the last closed ``\\boxed{}``), ``boxed_no_number``
-        (that box holds no number: value None), ``last_number`` (no box: the
-        text's last number token) or ``none`` (no box and no number).
+        ``boxed`` (from the last closed ``\\boxed{}``), ``boxed_no_number`` (that box holds no number: value None),
+        ``last_number`` (no box: the text's last number token) or ``none`` (no box and no number).
     """
 
     value: float | None
@@ -170,8 +161,7 @@ def _last_box(text: str) -> str | None:
 def final_number(text: str | None) -> FinalNumber:
     r"""The model's final number: the last number in the last ``\boxed{}``, else the last number of the text.
 
-    Rules and grammar in the module docstring (study 004 GSM8K convention).
-    Never raises for any input.
+    Rules and grammar in the module docstring (study 004 GSM8K convention). Never raises for any input.
 
     Parameters
     ----------
@@ -181,8 +171,8 @@ def final_number(text: str | None) -> FinalNumber:
     Returns
     -------
     FinalNumber
-        ``value`` is a finite float or None (also for a number too large for a
-        float, and for a fraction with a zero denominator).
+        ``value`` is a finite float or None (also for a number too large for a float, and for a fraction with a zero
+        denominator).
 
     Examples
     --------
@@ -219,9 +209,8 @@ _GOLD = re.compile(rf"{_HS}(?:{_IN_BOX.pattern}){_HS}")
 def gold_number(text: str | None) -> float | None:
     """A gold answer as a number: the whole string (spaces around it aside) must be one token or fraction.
 
-    ``"18"``, ``"1,450,000"``, ``"-3"``, ``"$5.50"``, ``"3/4"`` are numbers;
-    ``"5 km"``, ``"12 September 1988"``, ``""`` are not (None), so a gold
-    answer in words never matches a number by accident.
+    ``"18"``, ``"1,450,000"``, ``"-3"``, ``"$5.50"``, ``"3/4"`` are numbers; ``"5 km"``, ``"12 September 1988"``,
+    ``""`` are not (None), so a gold answer in words never matches a number by accident.
 
     Examples
     --------
@@ -240,8 +229,7 @@ def gold_number(text: str | None) -> float | None:
 def numbers_match(answer: float, gold: float, tolerance: float = NUMERIC_TOLERANCE) -> bool:
     """Whether ``|answer - gold| <= tolerance * max(1, |gold|)`` (study 004 GSM8K convention).
 
-    The bound is inclusive; it is relative to the gold number, and absolute
-    (``tolerance``) for golds within (-1, 1).
+    The bound is inclusive; it is relative to the gold number, and absolute (``tolerance``) for golds within (-1, 1).
 
     Examples
     --------
@@ -254,8 +242,8 @@ def numbers_match(answer: float, gold: float, tolerance: float = NUMERIC_TOLERAN
 def format_number(value: float) -> str:
     """``value`` written positionally, shortest round-trip digits, no exponent, no trailing ``.0`` (``-0`` is ``0``).
 
-    :func:`final_number` reads the result back as the same float, so a parsed
-    answer stored in this form grades as the number it came from.
+    :func:`final_number` reads the result back as the same float, so a parsed answer stored in this form grades as the
+    number it came from.
 
     Raises
     ------
@@ -277,19 +265,14 @@ def parse_boxed_output(
 ) -> ParseResult:
     r"""A worked solution whose final number is in ``\boxed{}`` (prompt ``output: boxed``; study 004, GSM8K).
 
-    Confidence (only with ``confidence_label``): the **last** occurrence of
-    the label followed by a number, optionally inside ``\boxed{}`` or after
-    ``$`` (:func:`~confgrid.protocols.parsing.last_labelled_confidence`: the
-    prompt's scale, ``%``, ``decimal_comma``; statuses ``out_of_range`` and
-    ``unparsed_number`` as for labelled replies). There is no unlabelled
-    fallback: a worked solution is full of numbers in [0, 1]. Answer: the
-    label and its number are cut out of the text and the rest is read by
-    :func:`final_number`; the answer is that number written by
-    :func:`format_number` (``"1234.5"``, ``"-3"``, ``"0.75"`` for
-    ``\boxed{3/4}``), so every correctness rule, the token score and the
-    agreement of sampled answers see the number, not the solution
-    (``\boxed{18.00}`` and ``$18`` agree with ``18``). ``decimal_comma``
-    applies to the confidence only; the answer's decimal separator is ``.``.
+    Confidence (only with ``confidence_label``): the **last** occurrence of the label followed by a number, optionally
+    inside ``\boxed{}`` or after ``$`` (:func:`~confgrid.protocols.parsing.last_labelled_confidence`: the prompt's
+    scale, ``%``, ``decimal_comma``; statuses ``out_of_range`` and ``unparsed_number`` as for labelled replies). There
+    is no unlabelled fallback: a worked solution is full of numbers in [0, 1]. Answer: the label and its number are
+    cut out of the text and the rest is read by :func:`final_number`; the answer is that number written by
+    :func:`format_number` (``"1234.5"``, ``"-3"``, ``"0.75"`` for ``\boxed{3/4}``), so every correctness rule, the
+    token score and the agreement of sampled answers see the number, not the solution (``\boxed{18.00}`` and ``$18``
+    agree with ``18``). ``decimal_comma`` applies to the confidence only; the answer's decimal separator is ``.``.
 
     Parameters
     ----------
@@ -307,14 +290,11 @@ def parse_boxed_output(
     Returns
     -------
     ParseResult
-        ``answer`` a number string or None; ``verbalized`` in [0, 1] or None.
-        Status ``empty`` (blank), ``missing_answer`` (no number, or a box
-        without one, but a confidence), ``missing_confidence`` (a number but
-        no labelled confidence, always so when none is asked, as for a
-        labelled prompt without a ``Probability:`` line), ``missing_both``,
-        ``out_of_range`` / ``unparsed_number`` (the labelled confidence;
-        they take precedence), or ``ok``. ``used_fallback`` is always False.
-        Never raises for any ``text``.
+        ``answer`` a number string or None; ``verbalized`` in [0, 1] or None. Status ``empty`` (blank),
+        ``missing_answer`` (no number, or a box without one, but a confidence), ``missing_confidence`` (a number but
+        no labelled confidence, always so when none is asked, as for a labelled prompt without a ``Probability:``
+        line), ``missing_both``, ``out_of_range`` / ``unparsed_number`` (the labelled confidence; they take
+        precedence), or ``ok``. ``used_fallback`` is always False. Never raises for any ``text``.
 
     Raises
     ------

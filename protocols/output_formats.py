@@ -1,15 +1,15 @@
 """How a reply is read: one registry entry per prompt ``output`` (labels, json, json_options, boxed).
 
-A prompt declares its output format (protocols/prompts/*.yaml ``output``); the entry, reached as
-``Prompt.reader``, holds everything the rest of confgrid used to decide by comparing format names: the parser,
-the prompt fields the format needs, whether the reply holds an answer, the default decoding budget, whether the
-answer is token-scored, where the verbalized score comes from, whether it states a probability per option, and
-the reading conventions written to the run's checklist. Duplicate name -> error; unknown -> error listing them.
+A prompt declares its output format (protocols/prompts/*.yaml ``output``); the entry, reached as ``Prompt.reader``,
+holds everything the rest of confgrid used to decide by comparing format names: the parser, the prompt fields the
+format needs, whether the reply holds an answer, the default decoding budget, whether the answer is token-scored,
+where the verbalized score comes from, whether it states a probability per option, and the reading conventions written
+to the run's checklist. Duplicate name -> error; unknown -> error listing them.
 
-``labels``: ``Guess:`` / ``Probability:`` lines; ``json``: an answer and a probability (study 003 Appendix C),
-a probability only without ``answer_key``; ``json_options``: a probability per option letter (study 002
-Appendix F.2), the answer the favoured letter(s) joined by ``|``; ``boxed``: a worked solution whose answer is
-its final number (study 004 GSM8K).
+``labels``: ``Guess:`` / ``Probability:`` lines; ``json``: an answer and a probability (study 003 Appendix C), a
+probability only without ``answer_key``; ``json_options``: a probability per option letter (study 002 Appendix F.2),
+the answer the favoured letter(s) joined by ``|``; ``boxed``: a worked solution whose answer is its final number
+(study 004 GSM8K).
 
 Examples
 --------
@@ -58,8 +58,8 @@ class OutputFormat:
     verbalized : callable
         ``prompt -> "stated" | "probe" | "none"``: where an answer set's verbalized score comes from.
     options : bool
-        The reply states a probability per option letter: the set needs format ``mc``, its rule is
-        ``mc_favoured``, and the main set cannot use it.
+        The reply states a probability per option letter: the set needs format ``mc``, its rule is ``mc_favoured``,
+        and the main set cannot use it.
     worked : bool
         A worked solution: the elicitation's default budget cuts it off, so it must be declared.
     conventions : callable
@@ -158,17 +158,16 @@ def parse_for_prompt(text: str | None, prompt: object, n_options: int | None = N
     text : str
         The generated text.
     prompt : Prompt or str
-        A :class:`~confgrid.protocols.prompts.Prompt` or a registered prompt id; an object without ``output``
-        is read as ``labels`` (missing labels fall back to ``Guess:`` / ``Probability:``).
+        A :class:`~confgrid.protocols.prompts.Prompt` or a registered prompt id; an object without ``output`` is read
+        as ``labels`` (missing labels fall back to ``Guess:`` / ``Probability:``).
     n_options : int or None
-        Lettered options of the item (``json``: the answer must be one of their letters; ``json_options``:
-        required, else ``unparseable``).
+        Lettered options of the item (``json``: the answer must be one of their letters; ``json_options``: required,
+        else ``unparseable``).
 
     Raises
     ------
     KeyError
-        If ``prompt`` is an id that is not registered (the only error; the parse itself never raises for any
-        text).
+        If ``prompt`` is an id that is not registered (the only error; the parse itself never raises for any text).
     """
     from confgrid.protocols.prompts import get_prompt  # prompts.py imports this registry: a cycle at the top
 

@@ -1,17 +1,14 @@
 """Parse a generated ``Guess: ... / Probability: ...`` output into answer and stated confidence.
 
-Rule (study 000 Appendix A, "Parsing"): the answer is the first non-empty text
-after a ``Guess:`` label; without that label, it is the first line that is not a
-label. The verbalized score is the number after a ``Probability:`` label; if no
-label matches, the first standalone number between 0 and 1 in the output (the
-*fallback*). Markdown is not stripped from answers.
+Rule (study 000 Appendix A, "Parsing"): the answer is the first non-empty text after a ``Guess:`` label; without that
+label, it is the first line that is not a label. The verbalized score is the number after a ``Probability:`` label; if
+no label matches, the first standalone number between 0 and 1 in the output (the *fallback*). Markdown is not stripped
+from answers.
 
-Tolerances added here (each one a decision, documented so that a report can
-state it): labels match case-insensitively and may be wrapped in Markdown bold
-(``**Guess:** Paris``, ``**Probability**: 0.9``); a number may carry trailing
-punctuation (``0.9.``) or a percent sign (``85%`` -> 0.85); without a ``Guess:``
-label, a leading ``Answer:`` label on the answer line is removed; an output
-truncated mid-line parses whatever it holds.
+Tolerances added here (each one a decision, documented so that a report can state it): labels match case-insensitively
+and may be wrapped in Markdown bold (``**Guess:** Paris``, ``**Probability**: 0.9``); a number may carry trailing
+punctuation (``0.9.``) or a percent sign (``85%`` -> 0.85); without a ``Guess:`` label, a leading ``Answer:`` label on
+the answer line is removed; an output truncated mid-line parses whatever it holds.
 
 Number grammar (:func:`parse_number`), the only numbers that become a value::
 
@@ -129,12 +126,10 @@ class ParseResult(NamedTuple):
     verbalized : float or None
         The stated confidence in [0, 1]; None if missing, unparsed or out of range.
     status : str
-        One of :data:`STATUSES`: ``ok`` (both found), ``missing_answer``,
-        ``missing_confidence``, ``missing_both``, ``out_of_range`` (a labelled
-        number outside [0, 1]; ``verbalized`` is then None, ``answer`` may be
-        set), ``unparsed_number`` (the label is followed by something that
-        starts like a number but is not in the number grammar, e.g. ``1e-5``;
-        ``verbalized`` None, ``answer`` may be set), ``empty`` (blank output).
+        One of :data:`STATUSES`: ``ok`` (both found), ``missing_answer``, ``missing_confidence``, ``missing_both``,
+        ``out_of_range`` (a labelled number outside [0, 1]; ``verbalized`` is then None, ``answer`` may be set),
+        ``unparsed_number`` (the label is followed by something that starts like a number but is not in the number
+        grammar, e.g. ``1e-5``; ``verbalized`` None, ``answer`` may be set), ``empty`` (blank output).
     used_fallback : bool
         True when ``verbalized`` came from the unlabelled-number fallback.
     """
@@ -151,8 +146,8 @@ class Number(NamedTuple):
     Attributes
     ----------
     value : float
-        The number as written, sign included, not scaled (``85%`` -> 85.0); ``inf`` when
-        the digits overflow a float (``1`` followed by 400 zeros).
+        The number as written, sign included, not scaled (``85%`` -> 85.0); ``inf`` when the digits overflow a float
+        (``1`` followed by 400 zeros).
     percent : bool
         Whether a percent sign followed it.
     """
@@ -172,22 +167,22 @@ _GRAMMAR = {
 def parse_number(text: str, *, decimal_comma: bool = False) -> Number | None:
     """The number ``text`` writes in the number grammar (module docstring), or None.
 
-    The whole of ``text`` must be the number (no surrounding whitespace or punctuation;
-    :func:`parse_output` finds where a number ends first).
+    The whole of ``text`` must be the number (no surrounding whitespace or punctuation; :func:`parse_output` finds
+    where a number ends first).
 
     Parameters
     ----------
     text : str
         A candidate, e.g. ``"0.9"``, ``".5"``, ``"-1"``, ``"85 %"``, ``"0."``.
     decimal_comma : bool, default False
-        The decimal separator is ``","`` instead of ``"."`` (``"0,9"`` -> 0.9, and
-        ``"0.9"`` is then not a number). Never guessed: a prompt declares it.
+        The decimal separator is ``","`` instead of ``"."`` (``"0,9"`` -> 0.9, and ``"0.9"`` is then not a number).
+        Never guessed: a prompt declares it.
 
     Returns
     -------
     Number or None
-        None for anything outside the grammar: exponents, fractions, thousands
-        separators, hexadecimal, inner spaces, digits of other scripts, ``inf``/``nan``.
+        None for anything outside the grammar: exponents, fractions, thousands separators, hexadecimal, inner spaces,
+        digits of other scripts, ``inf``/``nan``.
 
     Examples
     --------
@@ -241,12 +236,10 @@ _CLOSER_AT = re.compile(rf"{_MD}?[ \t]*+")
 class _Label:
     """A label (``Guess:``) matched case-insensitively, optionally in Markdown emphasis.
 
-    Emphasis opened before the word and closed before or after the colon
-    (``**Guess:** x``, ``**Guess**: x``) is part of the label; emphasis after the
-    colon without an opener before the word belongs to the answer (``Guess:
-    **Paris**`` keeps its asterisks, study 000 Appendix A). The pattern starts at
-    the word (a literal, so the search is fast) and every run of spaces in it is
-    possessive, so finding all labels is linear in the text.
+    Emphasis opened before the word and closed before or after the colon (``**Guess:** x``, ``**Guess**: x``) is part
+    of the label; emphasis after the colon without an opener before the word belongs to the answer
+    (``Guess: **Paris**`` keeps its asterisks, study 000 Appendix A). The pattern starts at the word (a literal, so
+    the search is fast) and every run of spaces in it is possessive, so finding all labels is linear in the text.
     """
 
     def __init__(self, label: str) -> None:
@@ -364,42 +357,36 @@ def parse_output(
 ) -> ParseResult:
     """Parse a generated output into answer, stated confidence and a status.
 
-    Never raises for any ``text`` (None and non-text included): every output
-    gives a :class:`ParseResult` with a status from :data:`STATUSES`. There is
-    no catch-all: an interrupt or a timeout raised while parsing propagates.
+    Never raises for any ``text`` (None and non-text included): every output gives a :class:`ParseResult` with a
+    status from :data:`STATUSES`. There is no catch-all: an interrupt or a timeout raised while parsing propagates.
 
     Parameters
     ----------
     text : str
         The generated text (decoded, special tokens removed).
     answer_label, confidence_label : str
-        Labels of the confidence prompt (study 000: ``Guess:`` and
-        ``Probability:``). Matched case-insensitively, optionally in Markdown bold.
+        Labels of the confidence prompt (study 000: ``Guess:`` and ``Probability:``). Matched case-insensitively,
+        optionally in Markdown bold.
     scale : {"unit", "percent"} or None, default "unit"
-        The prompt's declared scale (:attr:`Prompt.scale`; None reads as
-        ``"unit"``). ``"unit"``: a number in [0, 1] is the probability, a
-        number with ``%`` is divided by 100. ``"percent"`` (study 000 Appendix
-        B.1): every number is a percentage, divided by 100 whether or not it
-        carries ``%`` (so ``Probability: 85`` -> 0.85 and ``Probability: 0.85``
-        -> 0.0085, read literally); the fallback takes the first standalone
-        number in [0, 100]. An unknown scale gives status ``missing_both``
-        (never raises).
+        The prompt's declared scale (:attr:`Prompt.scale`; None reads as ``"unit"``). ``"unit"``: a number in [0, 1]
+        is the probability, a number with ``%`` is divided by 100. ``"percent"`` (study 000 Appendix B.1): every
+        number is a percentage, divided by 100 whether or not it carries ``%`` (so ``Probability: 85`` -> 0.85 and
+        ``Probability: 0.85`` -> 0.0085, read literally); the fallback takes the first standalone number in [0, 100].
+        An unknown scale gives status ``missing_both`` (never raises).
     decimal_comma : bool, default False
-        The prompt's numbers use a decimal comma (``0,9``); ``.`` is then not a
-        decimal separator. Off by default and never guessed (:func:`parse_number`).
+        The prompt's numbers use a decimal comma (``0,9``); ``.`` is then not a decimal separator. Off by default and
+        never guessed (:func:`parse_number`).
     max_chars : int, default :data:`MAX_PARSE_CHARS`
         Only the first ``max_chars`` characters are parsed.
 
     Returns
     -------
     ParseResult
-        ``verbalized`` is in [0, 1] or None. The first label occurrence wins.
-        A labelled number outside the scale (``Probability: 85`` on the unit
-        scale, ``Probability: 150%``, ``-0.2``) gives status ``out_of_range``;
-        a labelled token that starts like a number but is not in the number
-        grammar (``1e-5``, ``1/2``, ``0,9``) gives ``unparsed_number``; both
-        take precedence over a missing answer. A label without anything
-        number-like after it counts as no label, and the fallback applies.
+        ``verbalized`` is in [0, 1] or None. The first label occurrence wins. A labelled number outside the scale
+        (``Probability: 85`` on the unit scale, ``Probability: 150%``, ``-0.2``) gives status ``out_of_range``; a
+        labelled token that starts like a number but is not in the number grammar (``1e-5``, ``1/2``, ``0,9``) gives
+        ``unparsed_number``; both take precedence over a missing answer. A label without anything number-like after it
+        counts as no label, and the fallback applies.
 
     Raises
     ------
@@ -457,8 +444,8 @@ _BOXED_CONF_TOKEN = re.compile(rf"{_HS}*+{_MD}?{_HS}*+(?:\$?\\boxed{_HS}*+\{{{_H
 class LabelledNumber(NamedTuple):
     """A confidence read after its label by :func:`last_labelled_confidence`.
 
-    ``value`` is in [0, 1] when ``status`` is ``ok``, else None (``out_of_range``,
-    ``unparsed_number``); ``start`` and ``end`` delimit the label and its number in the text.
+    ``value`` is in [0, 1] when ``status`` is ``ok``, else None (``out_of_range``, ``unparsed_number``); ``start`` and
+    ``end`` delimit the label and its number in the text.
     """
 
     value: float | None
@@ -471,10 +458,10 @@ def last_labelled_confidence(text: str, label: str = "Probability:", *, scale: s
                              decimal_comma: bool = False) -> LabelledNumber | None:
     r"""The **last** occurrence of ``label`` followed by a number, read like :func:`parse_output`'s labelled confidence.
 
-    The number may sit inside ``\boxed{...}`` or after a ``$`` (``Probability: \boxed{0.9}``);
-    labels match as in :func:`parse_output` (case, Markdown emphasis). None when no occurrence of
-    the label is followed by something number-like. Used by replies whose confidence ends a worked
-    solution (``output: boxed``, :func:`confgrid.protocols.numeric.parse_boxed_output`).
+    The number may sit inside ``\boxed{...}`` or after a ``$`` (``Probability: \boxed{0.9}``); labels match as in
+    :func:`parse_output` (case, Markdown emphasis). None when no occurrence of the label is followed by something
+    number-like. Used by replies whose confidence ends a worked solution (``output: boxed``,
+    :func:`confgrid.protocols.numeric.parse_boxed_output`).
 
     Raises
     ------
@@ -494,11 +481,9 @@ def last_labelled_confidence(text: str, label: str = "Probability:", *, scale: s
 def apply_parse_policy(result: ParseResult, policy: str = DEFAULT_PARSE_POLICY) -> ParseResult:
     """``result`` under a parse policy (:data:`PARSE_POLICIES`).
 
-    ``label_or_fallback`` returns ``result`` unchanged. ``label_only`` drops a
-    confidence that came from the fallback: ``verbalized`` becomes None,
-    ``used_fallback`` stays True (the record of where the number came from),
-    and the status becomes ``unlabelled_confidence`` when the row has an
-    answer, ``missing_both`` when it has none.
+    ``label_or_fallback`` returns ``result`` unchanged. ``label_only`` drops a confidence that came from the fallback:
+    ``verbalized`` becomes None, ``used_fallback`` stays True (the record of where the number came from), and the
+    status becomes ``unlabelled_confidence`` when the row has an answer, ``missing_both`` when it has none.
 
     Raises
     ------

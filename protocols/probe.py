@@ -1,33 +1,27 @@
 """Supplied-answer probe: the stated confidence for an answer the model did not write (pure parts).
 
-Study 000 section 3.6 and Appendix I ("Setup"). The user turn is the
-confidence prompt; the assistant turn starts with ``Guess:``, the supplied
-answer, a newline and ``Probability:``; the model writes at most
-:data:`PROBE_MAX_NEW_TOKENS` more tokens, parsed as the probability
-(:func:`parse_probe_output`).
+Study 000 section 3.6 and Appendix I ("Setup"). The user turn is the confidence prompt; the assistant turn starts with
+``Guess:``, the supplied answer, a newline and ``Probability:``; the model writes at most :data:`PROBE_MAX_NEW_TOKENS`
+more tokens, parsed as the probability (:func:`parse_probe_output`).
 
 Supplied answers (:func:`supplied_answers`), kinds in :data:`SUPPLIED_KINDS`:
 
 ``canonical``
-    The dataset's reference: ``item.canonical`` (TriviaQA ``answer.value``,
-    TruthfulQA best answer, the correct option text for MMLU, else the first
-    gold answer; set by the adapters).
+    The dataset's reference: ``item.canonical`` (TriviaQA ``answer.value``, TruthfulQA best answer, the correct option
+    text for MMLU, else the first gold answer; set by the adapters).
 ``first_alias``
     The first listed alias, ``item.aliases[0]`` (TriviaQA).
 ``plausible_wrong``
-    A wrong answer another model gave to the same question, different after
-    normalization from this model's own answer; among several, the one from
-    the model whose name sorts first.
+    A wrong answer another model gave to the same question, different after normalization from this model's own
+    answer; among several, the one from the model whose name sorts first.
 ``off_type``
-    Only when no plausible wrong answer exists: the first gold answer of a
-    random other question, checked to be wrong for this one under the
-    containment rule.
+    Only when no plausible wrong answer exists: the first gold answer of a random other question, checked to be wrong
+    for this one under the containment rule.
 ``own``
     The model's own answer, re-supplied.
 
-Paired differences (:func:`probe_pairs`, definitions in :data:`PAIRS`) are
-built from a tidy table with one row per (model, dataset, item, kind); the
-bootstrap over pooled pairs belongs to analysis.
+Paired differences (:func:`probe_pairs`, definitions in :data:`PAIRS`) are built from a tidy table with one row per
+(model, dataset, item, kind); the bootstrap over pooled pairs belongs to analysis.
 """
 
 from __future__ import annotations
@@ -77,8 +71,8 @@ class Supplied(NamedTuple):
     answer : str
         The answer text placed after ``Guess:``.
     source : str or None
-        Where it came from: the other model's name (``plausible_wrong``), the
-        other item's id (``off_type``), else None.
+        Where it came from: the other model's name (``plausible_wrong``), the other item's id (``off_type``), else
+        None.
     """
 
     kind: str
@@ -107,18 +101,17 @@ class ProbeRequest(NamedTuple):
 def probe_request(question: str, answer: str, prompt_id: str = "confidence") -> ProbeRequest:
     """The probe request for a supplied ``answer``.
 
-    Render it with ``render_prompt_ids(tokenizer, r.user_text,
-    use_chat_template=..., assistant_prefix=r.assistant_prefix)`` and generate
-    at most ``r.max_new_tokens`` tokens greedily. For a multiple-choice item
-    pass the multiple-choice question text and ``prompt_id="mc_confidence"``.
+    Render it with ``render_prompt_ids(tokenizer, r.user_text, use_chat_template=...,
+    assistant_prefix=r.assistant_prefix)`` and generate at most ``r.max_new_tokens`` tokens greedily. For a
+    multiple-choice item pass the multiple-choice question text and ``prompt_id="mc_confidence"``.
 
     Parameters
     ----------
     question : str
         What replaces ``{question}``.
     answer : str
-        The supplied answer; surrounding whitespace is stripped, inner
-        newlines are replaced by spaces (the answer stays on the Guess: line).
+        The supplied answer; surrounding whitespace is stripped, inner newlines are replaced by spaces (the answer
+        stays on the Guess: line).
     prompt_id : str, default "confidence"
         A registered prompt with ``answer_label`` and ``confidence_label``.
 
@@ -157,8 +150,8 @@ def parse_probe_output(continuation: str | None, supplied: str, prompt_id: str =
     Raises
     ------
     KeyError
-        If ``prompt_id`` is not a registered prompt. Nothing is caught: an
-        interrupt or a timeout while parsing propagates.
+        If ``prompt_id`` is not a registered prompt. Nothing is caught: an interrupt or a timeout while parsing
+        propagates.
     """
     prompt = get_prompt(prompt_id)
     ans = " ".join(str(supplied).split()) or None
@@ -199,30 +192,28 @@ def supplied_answers(
     item : Item
         The question.
     own_answer : str or None
-        This model's own parsed answer (None or empty: no ``own`` row, and
-        every wrong answer of another model counts as different from it).
+        This model's own parsed answer (None or empty: no ``own`` row, and every wrong answer of another model counts
+        as different from it).
     other_models_answers : mapping of str to (str or None, float)
-        ``{model_name: (answer, correct)}`` for the other models on this item;
-        ``correct`` is the label under the primary rule (1.0, 0.0, NaN or
-        None); only ``correct == 0`` counts as wrong. The models available
-        are the caller's choice (study 000 drew on models run earlier).
+        ``{model_name: (answer, correct)}`` for the other models on this item; ``correct`` is the label under the
+        primary rule (1.0, 0.0, NaN or None); only ``correct == 0`` counts as wrong. The models available are the
+        caller's choice (study 000 drew on models run earlier).
     rng_seed : int
         Seed of the off-type draw; combined with ``item.item_id`` via SHA-256
-        (:func:`~confgrid.protocols.mc.option_seed`), so the draw does not
-        depend on the order of items or on other items' draws.
+        (:func:`~confgrid.protocols.mc.option_seed`), so the draw does not depend on the order of items or on other
+        items' draws.
     all_items : sequence of Item
-        The dataset's items, the pool of off-type answers (the item itself is
-        skipped; order does not matter: candidates are sorted by item id).
+        The dataset's items, the pool of off-type answers (the item itself is skipped; order does not matter:
+        candidates are sorted by item id).
     kinds : sequence of str
-        The kinds wanted (default all). ``off_type`` is produced only when
-        requested and no ``plausible_wrong`` answer exists.
+        The kinds wanted (default all). ``off_type`` is produced only when requested and no ``plausible_wrong`` answer
+        exists.
 
     Returns
     -------
     list of Supplied
-        ``canonical`` always (when requested); ``first_alias`` when the item
-        has aliases; ``plausible_wrong`` or ``off_type`` (at most one of the
-        two); ``own`` when ``own_answer`` is non-empty.
+        ``canonical`` always (when requested); ``first_alias`` when the item has aliases; ``plausible_wrong`` or
+        ``off_type`` (at most one of the two); ``own`` when ``own_answer`` is non-empty.
 
     Raises
     ------
@@ -274,11 +265,11 @@ class PairDefinition(NamedTuple):
     id : str
         Pair id.
     a, b : str
-        Kinds compared (``generated`` is the model's own answer with the
-        confidence it stated when generating it, from the main run).
+        Kinds compared (``generated`` is the model's own answer with the confidence it stated when generating it, from
+        the main run).
     own_correct : float or None
-        Restrict to items where the model's own answer has this correctness
-        (0.0: questions the model got wrong), or None for all.
+        Restrict to items where the model's own answer has this correctness (0.0: questions the model got wrong), or
+        None for all.
     description : str
         One line for reports.
     """
@@ -317,31 +308,26 @@ def probe_pairs(table: Any, pairs: Sequence[PairDefinition] = PAIRS) -> Any:
     Parameters
     ----------
     table : pandas.DataFrame
-        One row per (model, dataset, item_id, kind) with columns ``model``,
-        ``dataset``, ``item_id``, ``kind`` (a supplied kind or ``generated``),
-        ``answer`` (str), ``verbalized`` (float in [0, 1] or NaN for a row
-        that did not parse) and ``own_correct`` (correctness of the model's
-        own answer to the item, the same on every row of an item; needed by
-        pairs with ``own_correct``). Rows of the main run with kind
-        ``generated`` supply the model's own stated confidence.
+        One row per (model, dataset, item_id, kind) with columns ``model``, ``dataset``, ``item_id``, ``kind`` (a
+        supplied kind or ``generated``), ``answer`` (str), ``verbalized`` (float in [0, 1] or NaN for a row that did
+        not parse) and ``own_correct`` (correctness of the model's own answer to the item, the same on every row of an
+        item; needed by pairs with ``own_correct``). Rows of the main run with kind ``generated`` supply the model's
+        own stated confidence.
     pairs : sequence of PairDefinition
         Default :data:`PAIRS`.
 
     Returns
     -------
     pandas.DataFrame
-        One row per pair and item where both sides have a verbalized score,
-        columns ``pair, model, dataset, item_id, a_kind, b_kind, a_answer,
-        b_answer, a_verbalized, b_verbalized, diff, strings_differ``
-        (``strings_differ``: the two answers differ after normalization).
-        Sorted by pair, model, dataset, item_id. The pooled bootstrap over
-        these rows is analysis's job.
+        One row per pair and item where both sides have a verbalized score, columns ``pair, model, dataset, item_id,
+        a_kind, b_kind, a_answer, b_answer, a_verbalized, b_verbalized, diff, strings_differ`` (``strings_differ``:
+        the two answers differ after normalization). Sorted by pair, model, dataset, item_id. The pooled bootstrap
+        over these rows is analysis's job.
 
     Raises
     ------
     ValueError
-        If a required column is missing, or a (model, dataset, item_id, kind)
-        occurs twice.
+        If a required column is missing, or a (model, dataset, item_id, kind) occurs twice.
     """
     import pandas as pd  # lazy: protocols/ loads no pandas at import (the model actors import it)
 

@@ -1,25 +1,21 @@
 """Prompt texts as frozen, declared objects, loaded from YAML.
 
-The built-in prompts are the YAML files in ``protocols/prompts/`` (package data):
-``bare``, ``confidence`` and ``answer_only`` (study 000, Table 9). Four prompts
-are derived from the built-ins, never written twice (study 000 Appendix A "Prompts and
-contexts" and Appendix C):
+The built-in prompts are the YAML files in ``protocols/prompts/`` (package data): ``bare``, ``confidence`` and
+``answer_only`` (study 000, Table 9). Four prompts are derived from the built-ins, never written twice (study 000
+Appendix A "Prompts and contexts" and Appendix C):
 
-* ``question``: the bare prompt without its final ``"\\nAnswer:"`` (the question
-  alone; the user turn of the Answer: slot);
-* ``answer_only_instruction``: the answer-only instruction without its final
-  ``"\\nAnswer:"`` (the user turn of the answer-only context);
-* ``confidence_no_probability``: the confidence prompt with its declared
-  ``deletions`` applied (the prompt ablation);
-* ``mc_letter_instruction``: the multiple-choice letter-only prompt without its
-  final ``"\\nAnswer:"`` (the user turn of the multiple-choice Answer: slot).
+* ``question``: the bare prompt without its final ``"\\nAnswer:"`` (the question alone; the user turn of the Answer:
+  slot);
+* ``answer_only_instruction``: the answer-only instruction without its final ``"\\nAnswer:"`` (the user turn of the
+  answer-only context);
+* ``confidence_no_probability``: the confidence prompt with its declared ``deletions`` applied (the prompt ablation);
+* ``mc_letter_instruction``: the multiple-choice letter-only prompt without its final ``"\\nAnswer:"`` (the user turn
+  of the multiple-choice Answer: slot).
 
-Further built-ins: ``confidence_percent`` (integer 0-100 scale, study 000
-Appendix B.1), ``mc_letter`` and ``mc_confidence`` (multiple-choice format,
-Appendix F; their ``{question}`` is the question with lettered options, see
-:mod:`confgrid.protocols.mc`), ``gsm8k_boxed`` and ``gsm8k_boxed_confidence``
-(a worked solution ending in ``\\boxed{}``, the second with a probability
-line; ``output: boxed``, study 004).
+Further built-ins: ``confidence_percent`` (integer 0-100 scale, study 000 Appendix B.1), ``mc_letter`` and
+``mc_confidence`` (multiple-choice format, Appendix F; their ``{question}`` is the question with lettered options, see
+:mod:`confgrid.protocols.mc`), ``gsm8k_boxed`` and ``gsm8k_boxed_confidence`` (a worked solution ending in
+``\\boxed{}``, the second with a probability line; ``output: boxed``, study 004).
 
 Examples
 --------
@@ -70,33 +66,29 @@ class Prompt:
     id : str
         Registry key (``bare``, ``confidence``, ...).
     template : str
-        The text with one or more ``{question}`` placeholders; no other
-        placeholders (other braces are literal text).
+        The text with one or more ``{question}`` placeholders; no other placeholders (other braces are literal text).
     answer_label : str or None
         Label before the answer (``"Answer:"``, ``"Guess:"``), None if none.
     confidence_label : str or None
-        Label before the stated confidence (``"Probability:"``), None if the
-        prompt asks for no confidence.
+        Label before the stated confidence (``"Probability:"``), None if the prompt asks for no confidence.
     scale : str or None
-        Scale of the stated confidence: ``"unit"`` (a probability in [0, 1]),
-        ``"percent"`` (0-100), or None without a confidence request.
+        Scale of the stated confidence: ``"unit"`` (a probability in [0, 1]), ``"percent"`` (0-100), or None without a
+        confidence request.
     decimal_comma : bool
-        The stated numbers use a decimal comma (``0,9``; a prompt in a language
-        that writes them so); the parser then reads ``,`` and not ``.`` as the
-        decimal separator (protocols/parsing.py, ``parse_number``). Default False.
+        The stated numbers use a decimal comma (``0,9``; a prompt in a language that writes them so); the parser then
+        reads ``,`` and not ``.`` as the decimal separator (protocols/parsing.py, ``parse_number``). Default False.
     deletions : tuple of str
-        Substrings that remove the probability request, applied in order by
-        :meth:`without_probability_request`; each must occur exactly once.
+        Substrings that remove the probability request, applied in order by :meth:`without_probability_request`; each
+        must occur exactly once.
     description : str
         One line for humans and run reports.
     output : str
-        How the reply is read: a registered output format (protocols/output_formats.py: labels, json,
-        json_options, boxed; default ``labels``), its entry :attr:`reader`.
+        How the reply is read: a registered output format (protocols/output_formats.py: labels, json, json_options,
+        boxed; default ``labels``), its entry :attr:`reader`.
     answer_key, confidence_key : str or None
-        ``json`` output: the keys of the answer and of the probability
-        (matched case-insensitively; default ``answer`` and ``probability``).
-        ``answer_key: null``: the prompt asks for a probability only (the
-        answer rated is the item's supplied answer, e.g. HaluEval's).
+        ``json`` output: the keys of the answer and of the probability (matched case-insensitively; default ``answer``
+        and ``probability``). ``answer_key: null``: the prompt asks for a probability only (the answer rated is the
+        item's supplied answer, e.g. HaluEval's).
     """
 
     id: str
@@ -146,9 +138,8 @@ class Prompt:
     def render(self, question: str, answer: str | None = None) -> str:
         """The prompt text with ``{question}`` replaced by ``question`` (and ``{answer}`` by ``answer``).
 
-        Plain substitution (``str.replace``), so braces in the question or in
-        the template are kept as they are. ``{answer}`` is the proposed answer
-        of a rating or verification template (study 001 Tables 5 and 6).
+        Plain substitution (``str.replace``), so braces in the question or in the template are kept as they are.
+        ``{answer}`` is the proposed answer of a rating or verification template (study 001 Tables 5 and 6).
 
         Raises
         ------
@@ -183,8 +174,8 @@ class Prompt:
         Raises
         ------
         ValueError
-            If no deletions are declared, or one does not occur exactly once in
-            the text left by the deletions before it.
+            If no deletions are declared, or one does not occur exactly once in the text left by the deletions before
+            it.
         """
         if not self.deletions:
             raise ValueError(f"Prompt {self.id!r}: declares no deletions; cannot remove a probability request")
@@ -209,8 +200,8 @@ class Prompt:
     def without_answer_label(self, new_id: str | None = None) -> Prompt:
         """This prompt without its final ``"\\n" + answer_label`` (study 000 Appendix A).
 
-        Used for the Answer: slot and the answer-only context, where the final
-        Answer: moves from the user turn to the start of the assistant turn.
+        Used for the Answer: slot and the answer-only context, where the final Answer: moves from the user turn to the
+        start of the assistant turn.
 
         Raises
         ------
@@ -273,9 +264,8 @@ def get_prompt(prompt_id: str) -> Prompt:
     Raises
     ------
     UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no prompt has that id; the
-        message lists the registered ids, e.g. ``"unknown prompt 'nope';
-        allowed: answer_only, ..."``.
+        (a ``KeyError`` and a ``ValueError``) if no prompt has that id; the message lists the registered ids, e.g.
+        ``"unknown prompt 'nope'; allowed: answer_only, ..."``.
     """
     return PROMPTS.get(prompt_id)
 
@@ -297,8 +287,8 @@ def _prompt_from_mapping(data: Any, where: str) -> Prompt:
 
 def load_prompt_file(path: str | os.PathLike[str], *, register: bool = True) -> Prompt:
     """Read one YAML prompt file (keys: ``id``, ``template``, optional ``answer_label``,
-    ``confidence_label``, ``scale``, ``decimal_comma``, ``deletions``, ``description``,
-    ``output``, ``answer_key``, ``confidence_key``).
+    ``confidence_label``, ``scale``, ``decimal_comma``, ``deletions``, ``description``, ``output``, ``answer_key``,
+    ``confidence_key``).
 
     Parameters
     ----------
@@ -312,8 +302,8 @@ def load_prompt_file(path: str | os.PathLike[str], *, register: bool = True) -> 
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        On unknown keys, a missing ``id``/``template``, a template without
-        ``{question}``, or (with ``register``) an id already registered.
+        On unknown keys, a missing ``id``/``template``, a template without ``{question}``, or (with ``register``) an
+        id already registered.
     """
     p = os.fspath(path)
     if not os.path.isfile(p):

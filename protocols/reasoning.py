@@ -1,11 +1,9 @@
 """Answer extraction around a reasoning block (thinking models).
 
-A thinking model writes its reasoning before the answer: Qwen3 and DeepSeek-R1
-inside ``<think>...</think>``, others up to a declared marker
-(``models[].reasoning_end``, e.g. gpt-oss's ``assistantfinal`` once special
-tokens are dropped). Parsing reads only what follows the reasoning; a
-reasoning block that never ends (the budget ran out while thinking) is a
-recorded parse status, ``reasoning_unterminated``, never an answer.
+A thinking model writes its reasoning before the answer: Qwen3 and DeepSeek-R1 inside ``<think>...</think>``, others
+up to a declared marker (``models[].reasoning_end``, e.g. gpt-oss's ``assistantfinal`` once special tokens are
+dropped). Parsing reads only what follows the reasoning; a reasoning block that never ends (the budget ran out while
+thinking) is a recorded parse status, ``reasoning_unterminated``, never an answer.
 """
 
 from __future__ import annotations
@@ -45,11 +43,10 @@ def strip_reasoning(text: str | None, end_marker: str | None = None) -> Visible:
     text : str or None
         The decoded generation.
     end_marker : str, optional
-        A model's declared end of reasoning: everything up to and including
-        its LAST occurrence is reasoning; if the marker never occurs, the
-        reasoning is unterminated. None: a ``<think>...</think>`` block is
-        removed when the text opens one (a text without ``<think>`` is left
-        as it is; a lone ``</think>`` ends an opened-by-template block).
+        A model's declared end of reasoning: everything up to and including its LAST occurrence is reasoning; if the
+        marker never occurs, the reasoning is unterminated. None: a ``<think>...</think>`` block is removed when the
+        text opens one (a text without ``<think>`` is left as it is; a lone ``</think>`` ends an opened-by-template
+        block).
 
     Returns
     -------

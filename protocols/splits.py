@@ -1,11 +1,9 @@
 """Train / evaluation split of a dataset's items (study 004: probes and isotonic maps fitted on a train split).
 
 An item's place is fixed by a hash, not by its position: items are ordered by
-``sha256(f"{seed}\\x1f{dataset}\\x1f{item_id}")`` and the first
-``round(train_fraction * n)`` are the train split. The same item stays in the
-same split whatever else is loaded with it only as long as n does not change;
-a different ``limit`` draws other items, and the split is recomputed over
-them (so its train share stays exact).
+``sha256(f"{seed}\\x1f{dataset}\\x1f{item_id}")`` and the first ``round(train_fraction * n)`` are the train split. The
+same item stays in the same split whatever else is loaded with it only as long as n does not change; a different
+``limit`` draws other items, and the split is recomputed over them (so its train share stays exact).
 """
 
 from __future__ import annotations
