@@ -6,7 +6,7 @@ the protocol axes (section 3.2, Table 1; section 4.3); the sequence probability 
 probabilities) is offered as the length-dependent alternative.
 
 Each aggregation maps a 1-D array of natural-log probabilities, shape ``(n_tokens,)``, values in ``(-inf, 0]``, to a
-float in ``[0, 1]``. An empty array gives NaN (undefined, not zero).
+float in ``[0, 1]``. An empty array gives NaN (undefined, not zero); an array that is not 1-D raises ``ValueError``.
 
 Registered: ``geometric_mean`` (default), ``sequence_probability``, ``arithmetic_mean``, ``min_probability``,
 ``first_token``. With log-probs ``l_1..l_T`` and token probabilities ``p_t = exp(l_t)``:
@@ -68,22 +68,9 @@ DEFAULT_AGGREGATION = "geometric_mean"
 
 
 def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
-    """Decorator registering a token aggregation under ``name`` in :data:`AGGREGATIONS`.
+    """Decorator registering a token aggregation under ``name`` (``scoring.aggregations`` in grid specs).
 
-    Parameters
-    ----------
-    name : str
-        Registry key, used as ``scoring.aggregations`` in grid specs.
-
-    Returns
-    -------
-    callable
-        The decorator; it returns the aggregation unchanged.
-
-    Raises
-    ------
-    ValueError
-        If ``name`` is empty (at once) or already registered (when the decorator is applied).
+    Raises ``ValueError`` if ``name`` is empty (at once) or already registered (when the decorator is applied).
     """
     return AGGREGATIONS.register(name)
 
@@ -91,20 +78,8 @@ def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
 def get_aggregation(name: str) -> Aggregation:
     """The aggregation registered under ``name``.
 
-    Parameters
-    ----------
-    name : str
-
-    Returns
-    -------
-    callable
-        ``aggregation(logprobs) -> float``.
-
-    Raises
-    ------
-    UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no aggregation has that name, e.g. ``"unknown token aggregation
-        'mean'; allowed: arithmetic_mean, first_token, geometric_mean, min_probability, sequence_probability"``.
+    Raises :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``) listing the registered
+    names if none has that name.
     """
     return AGGREGATIONS.get(name)
 
@@ -118,92 +93,28 @@ def _as_logprobs(logprobs: np.ndarray, name: str) -> np.ndarray:
 
 @register_aggregation("geometric_mean")
 def geometric_mean(logprobs: np.ndarray) -> float:
-    """Geometric mean of the token probabilities, ``exp(mean(logprobs))`` (the default).
-
-    Parameters
-    ----------
-    logprobs : np.ndarray of shape (n_tokens,)
-        Natural-log probabilities of the answer tokens, each in (-inf, 0].
-
-    Returns
-    -------
-    float
-        In [0, 1]; NaN for an empty array.
-
-    Raises
-    ------
-    ValueError
-        If ``logprobs`` is not 1-D.
-    """
+    """Geometric mean of the token probabilities, ``exp(mean(logprobs))`` (the default)."""
     lp = _as_logprobs(logprobs, "geometric_mean")
     return float("nan") if lp.size == 0 else float(np.exp(lp.mean()))
 
 
 @register_aggregation("sequence_probability")
 def sequence_probability(logprobs: np.ndarray) -> float:
-    """Probability of the whole answer, ``exp(sum(logprobs))`` (product of token probabilities).
-
-    Parameters
-    ----------
-    logprobs : np.ndarray of shape (n_tokens,)
-        Natural-log probabilities of the answer tokens, each in (-inf, 0].
-
-    Returns
-    -------
-    float
-        In [0, 1]; NaN for an empty array. Decreases with answer length.
-
-    Raises
-    ------
-    ValueError
-        If ``logprobs`` is not 1-D.
-    """
+    """Probability of the whole answer, ``exp(sum(logprobs))`` (the product; decreases with answer length)."""
     lp = _as_logprobs(logprobs, "sequence_probability")
     return float("nan") if lp.size == 0 else float(np.exp(lp.sum()))
 
 
 @register_aggregation("arithmetic_mean")
 def arithmetic_mean(logprobs: np.ndarray) -> float:
-    """Arithmetic mean of the token probabilities, ``mean(exp(logprobs))``.
-
-    Parameters
-    ----------
-    logprobs : np.ndarray of shape (n_tokens,)
-        Natural-log probabilities of the answer tokens, each in (-inf, 0].
-
-    Returns
-    -------
-    float
-        In [0, 1]; NaN for an empty array. At least the geometric mean.
-
-    Raises
-    ------
-    ValueError
-        If ``logprobs`` is not 1-D.
-    """
+    """Arithmetic mean of the token probabilities, ``mean(exp(logprobs))`` (at least the geometric mean)."""
     lp = _as_logprobs(logprobs, "arithmetic_mean")
     return float("nan") if lp.size == 0 else float(np.exp(lp).mean())
 
 
 @register_aggregation("min_probability")
 def min_probability(logprobs: np.ndarray) -> float:
-    """Smallest token probability, ``exp(min(logprobs))`` (the weakest token).
-
-    Parameters
-    ----------
-    logprobs : np.ndarray of shape (n_tokens,)
-        Natural-log probabilities of the answer tokens, each in (-inf, 0].
-
-    Returns
-    -------
-    float
-        In [0, 1]; NaN for an empty array.
-
-    Raises
-    ------
-    ValueError
-        If ``logprobs`` is not 1-D.
-    """
+    """Smallest token probability, ``exp(min(logprobs))`` (the weakest token)."""
     lp = _as_logprobs(logprobs, "min_probability")
     return float("nan") if lp.size == 0 else float(np.exp(lp.min()))
 
@@ -212,23 +123,8 @@ def min_probability(logprobs: np.ndarray) -> float:
 def first_token(logprobs: np.ndarray) -> float:
     """Probability of the first answer token, ``exp(logprobs[0])``.
 
-    For a multiple-choice letter answer (one token) this is the letter's probability. Note the first token carries the
+    For a multiple-choice letter answer (one token) this is the letter's probability. The first token carries the
     separator: after ``Answer:`` it is the token with the leading space.
-
-    Parameters
-    ----------
-    logprobs : np.ndarray of shape (n_tokens,)
-        Natural-log probabilities of the answer tokens, each in (-inf, 0].
-
-    Returns
-    -------
-    float
-        In [0, 1]; NaN for an empty array.
-
-    Raises
-    ------
-    ValueError
-        If ``logprobs`` is not 1-D.
     """
     lp = _as_logprobs(logprobs, "first_token")
     return float("nan") if lp.size == 0 else float(np.exp(lp[0]))

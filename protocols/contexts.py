@@ -135,10 +135,7 @@ class ScoringContext:
     def question_text(self, item: Item) -> str:
         """What replaces ``{question}`` for ``item``: the question, with lettered options when ``item_format="mc"``.
 
-        Raises
-        ------
-        ValueError
-            If ``item_format="mc"`` and the item has no options.
+        Raises ``ValueError`` if ``item_format="mc"`` and the item has no options.
         """
         if self.item_format == "mc":
             return mc_question(item)
@@ -149,13 +146,7 @@ class ScoringContext:
         return self.user_text(self.question_text(item))
 
     def user_text(self, question: str) -> str:
-        """The user turn for ``question``: the user prompt rendered.
-
-        Raises
-        ------
-        KeyError
-            If ``user_prompt`` is not a registered prompt id.
-        """
+        """The user turn for ``question``: the user prompt rendered (``KeyError`` if it is not registered)."""
         return get_prompt(self.user_prompt).render(question)
 
 
@@ -164,26 +155,11 @@ CONTEXTS: Registry[ScoringContext] = Registry("scoring context", value_type=Scor
 
 
 def register_context(context: ScoringContext) -> ScoringContext:
-    """Add ``context`` to :data:`CONTEXTS` under ``context.id``.
+    """Add ``context`` to :data:`CONTEXTS` under ``context.id`` and return it.
 
-    Parameters
-    ----------
-    context : ScoringContext
-
-    Returns
-    -------
-    ScoringContext
-        ``context`` itself.
-
-    Raises
-    ------
-    ValueError
-        If a context with the same id is already registered.
-    UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if ``context.user_prompt`` is not a registered prompt id; nothing is
-        registered then.
-    TypeError
-        If ``context`` is not a :class:`ScoringContext`.
+    Raises ``ValueError`` if the id is already registered, :class:`~confgrid.registry.UnknownNameError` (a
+    ``KeyError`` and a ``ValueError``) if ``context.user_prompt`` is not a registered prompt id (nothing is registered
+    then), and ``TypeError`` if ``context`` is not a :class:`ScoringContext`.
     """
     if not isinstance(context, ScoringContext):
         raise TypeError(f"register_context: expected a ScoringContext, got {type(context).__name__}")
@@ -194,19 +170,8 @@ def register_context(context: ScoringContext) -> ScoringContext:
 def get_context(context_id: str) -> ScoringContext:
     """The registered context ``context_id``.
 
-    Parameters
-    ----------
-    context_id : str
-
-    Returns
-    -------
-    ScoringContext
-
-    Raises
-    ------
-    UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no context has that id; the message lists the registered ids, e.g.
-        ``"unknown scoring context 'nope'; allowed: abl_confidence_answer, ..."``.
+    Raises :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``) listing the registered
+    ids if none has that id.
     """
     return CONTEXTS.get(context_id)
 
@@ -260,8 +225,7 @@ def generating_context(prompt_id: str, *, item_format: str | None = None) -> Sco
     Rule: if the prompt's template ends with ``"\\n" + answer_label`` (``bare``, ``answer_only``, ``mc_letter``), the
     label is in the user turn and the model writes the answer directly: prefix ``""``, separator ``""``. Otherwise
     (``confidence``, ``confidence_percent``, ``mc_confidence``) the model writes ``<answer_label> <answer>`` itself,
-    so the answer follows ``answer_label`` and a space: prefix ``answer_label``, separator ``" "`` (for ``confidence``
-    this is the Guess: slot).
+    so the answer follows ``answer_label`` and a space: prefix ``answer_label``, separator ``" "``.
 
     Parameters
     ----------
@@ -329,10 +293,8 @@ class AblationCell(NamedTuple):
     ----------
     context_id : str
         The registered context, ``abl_<prompt>_<marker>``.
-    prompt : str
-        Axis name of the user prompt (a key of :data:`ABLATION_PROMPTS`).
-    marker : str
-        Axis name of the marker (a key of :data:`ABLATION_MARKERS`).
+    prompt, marker : str
+        Axis names: keys of :data:`ABLATION_PROMPTS` and :data:`ABLATION_MARKERS`.
     user_prompt : str
         The prompt id.
     assistant_prefix : str
@@ -369,16 +331,9 @@ def contexts_from_mappings(data: Any, *, where: str = "contexts", register: bool
     """Contexts declared as a list of mappings (or one mapping).
 
     Keys: ``id`` and ``user_prompt`` (required), ``assistant_prefix`` (default ``""``), ``separator`` (``""`` or
-    ``" "``, default ``""``), ``item_format`` (``"open"`` or ``"mc"``, default ``"open"``), ``description``.
-
-    Parameters
-    ----------
-    data : list of dict or dict
-        Parsed YAML.
-    where : str
-        Names the source in error messages.
-    register : bool, default True
-        Also add each context to :data:`CONTEXTS`. All entries are validated before any is registered.
+    ``" "``, default ``""``), ``item_format`` (``"open"`` or ``"mc"``, default ``"open"``), ``description``. ``where``
+    names the source in error messages; with ``register`` each context is also added to :data:`CONTEXTS`, after all
+    entries are validated.
 
     Raises
     ------
@@ -433,7 +388,7 @@ def contexts_from_mappings(data: Any, *, where: str = "contexts", register: bool
 
 
 def load_context_file(path: str | os.PathLike[str], *, register: bool = True) -> list[ScoringContext]:
-    """Read scoring contexts from a YAML file (see :func:`contexts_from_mappings` for the keys).
+    """Read scoring contexts from a YAML file (keys and ``ValueError`` as :func:`contexts_from_mappings`).
 
     Example file::
 
@@ -443,12 +398,7 @@ def load_context_file(path: str | os.PathLike[str], *, register: bool = True) ->
           separator: ""
           description: Answer: on its own line.
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    ValueError
-        See :func:`contexts_from_mappings`.
+    Raises ``FileNotFoundError`` if ``path`` does not exist.
     """
     p = os.fspath(path)
     if not os.path.isfile(p):

@@ -2,20 +2,15 @@
 
 Definitions from study 000 (section 3.4 and Appendix A, "Normalization" and "Exact match"). A rule is a function
 ``rule(answer, item) -> float`` returning 1.0 (correct) or 0.0 (wrong); rules are kept in a registry (:data:`RULES`).
-``mc_letter`` and ``given_answer`` return NaN (undefined, not wrong) for an item they do not apply to.
+A rule returns NaN (undefined, not wrong) on an item it does not apply to; a NaN label drops the row from metrics
+instead of counting it as wrong.
 
-Registered: ``containment`` (default), ``exact_match``, ``alias``
-(containment over the gold answers, all aliases and TriviaQA normalized
-aliases), ``mc_letter`` (multiple-choice letter match, Appendix F),
-``mc_favoured`` (the favoured option of option probabilities, ties scored
-proportionally, study 002 section 3).
-``given_answer`` (HaluEval QA: whether the answer the item showed is the
-right one; study 002 section 4.4).
-``lifeeval`` (graded: the true probability in [0, 1] of a LifeEval guess,
-study 002 section 4.5; NaN on other items).
-``numeric`` (the answer's final number equals a gold number within a relative
-tolerance of 1e-6: GSM8K, study 004; NaN on items without a numeric gold
-answer).
+Registered: ``containment`` (default), ``exact_match``, ``alias`` (containment over the gold answers, all aliases and
+TriviaQA normalized aliases), ``mc_letter`` (multiple-choice letter match, Appendix F), ``mc_favoured`` (the favoured
+option of option probabilities, ties scored proportionally, study 002 section 3), ``given_answer`` (HaluEval QA:
+whether the answer the item showed is the right one; study 002 section 4.4), ``lifeeval`` (graded: the true
+probability in [0, 1] of a LifeEval guess, study 002 section 4.5), ``numeric`` (the answer's final number equals a
+gold number within a relative tolerance of 1e-6: GSM8K, study 004).
 
 Examples
 --------
@@ -70,20 +65,10 @@ _SPACES = re.compile(r"\s+")
 
 
 def normalize(text: str | None) -> str:
-    """Normalize a string for comparison (study 000 Appendix A, "Normalization").
+    """Normalize a string for comparison (study 000 Appendix A, "Normalization"); None gives ``""``.
 
     Lowercases; replaces every character other than an ASCII letter, ASCII digit or whitespace with a space (so
     accented letters, punctuation and Markdown become spaces); merges runs of whitespace into one space; strips.
-
-    Parameters
-    ----------
-    text : str or None
-        None is treated as the empty string.
-
-    Returns
-    -------
-    str
-        Possibly empty.
 
     Examples
     --------
@@ -98,22 +83,9 @@ def normalize(text: str | None) -> str:
 
 
 def register_rule(name: str) -> Callable[[Rule], Rule]:
-    """Decorator registering a correctness rule under ``name`` in :data:`RULES`.
+    """Decorator registering a correctness rule under ``name`` (``correctness.rules`` in grid specs).
 
-    Parameters
-    ----------
-    name : str
-        Registry key, used as ``correctness.rules`` in grid specs.
-
-    Returns
-    -------
-    callable
-        The decorator; it returns the rule unchanged.
-
-    Raises
-    ------
-    ValueError
-        If ``name`` is empty (at once) or already registered (when the decorator is applied).
+    Raises ``ValueError`` if ``name`` is empty (at once) or already registered (when the decorator is applied).
     """
     return RULES.register(name)
 
@@ -121,20 +93,8 @@ def register_rule(name: str) -> Callable[[Rule], Rule]:
 def get_rule(name: str) -> Rule:
     """The correctness rule registered under ``name``.
 
-    Parameters
-    ----------
-    name : str
-
-    Returns
-    -------
-    callable
-        ``rule(answer, item) -> float``.
-
-    Raises
-    ------
-    UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no rule has that name, e.g. ``"unknown correctness rule 'contain';
-        allowed: alias, containment, exact_match, given_answer, lifeeval, mc_favoured, mc_letter, numeric"``.
+    Raises :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``) listing the registered
+    names if none has that name.
     """
     return RULES.get(name)
 
@@ -145,17 +105,11 @@ def _golds(item: Item) -> list[str]:
 
 @register_rule("containment")
 def containment(answer: str | None, item: Item) -> float:
-    """Normalized containment, the default rule (study 000 section 3.4).
+    """Normalized containment, the default rule (study 000 section 3.4): 1.0 or 0.0.
 
-    Correct (1.0) when, after :func:`normalize`, the answer equals a gold answer or one of the two strings contains
-    the other as a substring (character level: ``"paris"`` is contained in ``"paris france"``, and also ``"a"`` in
-    ``"a cat"``). An answer that normalizes to the empty string (None, ``""``, ``"?!"``) is never correct, and a gold
-    answer that normalizes to the empty string never matches anything.
-
-    Returns
-    -------
-    float
-        1.0 or 0.0.
+    Correct when, after :func:`normalize`, the answer equals a gold answer or one of the two strings contains the
+    other as a substring (character level: ``"paris"`` is contained in ``"paris france"``, and also ``"a"`` in
+    ``"a cat"``). An answer or a gold answer that normalizes to ``""`` (None, ``"?!"``) never matches.
     """
     a = normalize(answer)
     if not a:
@@ -165,14 +119,9 @@ def containment(answer: str | None, item: Item) -> float:
 
 @register_rule("exact_match")
 def exact_match(answer: str | None, item: Item) -> float:
-    """Exact match (study 000 Appendix F): the answer equals a gold answer after :func:`normalize`.
+    """Exact match (study 000 Appendix F): the answer equals a gold answer after :func:`normalize` (1.0 or 0.0).
 
     An empty normalized answer or gold is never correct.
-
-    Returns
-    -------
-    float
-        1.0 or 0.0.
     """
     a = normalize(answer)
     if not a:
@@ -191,18 +140,12 @@ def _all_aliases(item: Item) -> list[str]:
 
 @register_rule("alias")
 def alias(answer: str | None, item: Item) -> float:
-    """Alias-aware normalized containment.
+    """Alias-aware normalized containment: 1.0 or 0.0.
 
-    As :func:`containment`, but the answer is compared with every accepted form: the gold answers, the canonical
-    reference, every released alias and the TriviaQA ``normalized_aliases`` (each normalized with :func:`normalize`).
-    For items whose gold answers already list every alias (the adapters do so for TriviaQA and TruthfulQA) it agrees
-    with :func:`containment`; it differs where ``aliases`` or ``normalized_aliases`` hold forms that ``gold_answers``
-    lacks.
-
-    Returns
-    -------
-    float
-        1.0 or 0.0; 0.0 for an answer that normalizes to the empty string.
+    As :func:`containment`, but against every accepted form: the gold answers, the canonical reference, every released
+    alias and the TriviaQA ``normalized_aliases``. It differs from :func:`containment` only where ``aliases`` or
+    ``normalized_aliases`` hold forms that ``gold_answers`` lacks (the TriviaQA and TruthfulQA adapters list them
+    all).
     """
     a = normalize(answer)
     if not a:
@@ -212,17 +155,11 @@ def alias(answer: str | None, item: Item) -> float:
 
 @register_rule("mc_letter")
 def mc_letter(answer: str | None, item: Item) -> float:
-    """Multiple-choice letter match (study 000 Appendix F).
+    """Multiple-choice letter match (study 000 Appendix F): 1.0, 0.0, or NaN for an item without options or gold.
 
     The answer's option letter (:func:`confgrid.protocols.mc.parse_letter`, limited to the item's options: ``"B"``,
-    ``"(b)"``, ``"B) Paris"``, ``"**B**"``, ``"Answer: B"``) equals ``item.gold_letter``.
-
-    Returns
-    -------
-    float
-        1.0 or 0.0; 0.0 when no letter is found (a refusal, an option's text without its letter). NaN when the item
-        has no options or no gold letter: the rule is undefined there, and a NaN label drops the row from metrics
-        instead of counting it as wrong.
+    ``"(b)"``, ``"B) Paris"``, ``"**B**"``, ``"Answer: B"``) equals ``item.gold_letter``; 0.0 when no letter is found
+    (a refusal, an option's text without its letter).
     """
     if not item.options or not item.gold_letter:
         return float("nan")
@@ -244,27 +181,11 @@ ANSWER_FREE_RULES: set[str] = {"given_answer"}
 def given_answer(answer: str | None, item: Item) -> float:
     """Whether the answer the item showed the model is the right one (HaluEval QA; study 002 section 4.4).
 
-    In HaluEval QA the model does not answer: it is shown a candidate answer,
-    the right one or a hallucinated one, and states only its confidence that
-    this answer is correct (Appendix F.5). The event the confidence is about
-    is therefore fixed by the item, not by the text the model writes, and
-    the label is read from ``item.metadata["given_answer_correct"]``
-    (``"1"`` or ``"0"``, set by the ``halueval_qa`` adapter). ``answer`` is
-    ignored: an unparsed, empty or off-topic reply gets the same label (the
-    rule is in :data:`ANSWER_FREE_RULES`, so rows without a parsed answer are
-    labelled too), so
-    accuracy is fixed by the data (half right, half hallucinated) and
-    calibration compares the stated confidences with it. Study 002 section
-    4.4: "Calibration compared stated confidence with correctness"; section 7
-    reports accuracy "fixed for HaluEval", i.e. independent of the model (its
-    scoring sections 6.1 and B.1 are empty in the copy of the study).
-
-    Returns
-    -------
-    float
-        1.0 when the shown answer was the right one, 0.0 when it was the hallucinated one. NaN when the item has no
-        ``given_answer_correct`` metadata (every dataset but HaluEval QA) or its value is neither ``"1"`` nor ``"0"``:
-        the rule is undefined there, and a NaN label drops the row from metrics instead of counting it as wrong.
+    The model is shown a candidate answer, the right one or a hallucinated one, and states only its confidence that it
+    is correct (Appendix F.5), so the label is read from ``item.metadata["given_answer_correct"]`` (``"1"`` -> 1.0,
+    ``"0"`` -> 0.0, set by the ``halueval_qa`` adapter) and ``answer`` is ignored (the rule is in
+    :data:`ANSWER_FREE_RULES`). Accuracy is thus fixed by the data (half right, half hallucinated; study 002 section
+    7). NaN when the metadata is missing (every dataset but HaluEval QA) or neither ``"1"`` nor ``"0"``.
     """
     flag = item.metadata.get(GIVEN_ANSWER_KEY)
     if flag == "1":
@@ -276,34 +197,24 @@ def given_answer(answer: str | None, item: Item) -> float:
 
 @register_rule("lifeeval")
 def lifeeval(answer: str | None, item: Item) -> float:
-    """LifeEval's graded correctness (study 002 section 4.5, Eq. 3): the true probability of the guess.
+    """LifeEval's graded correctness (study 002 section 4.5, Eq. 3): the true probability of the guess, in [0, 1].
 
     The answer's integer age (exactly one number in the text, decimals rounded half up;
     :func:`confgrid.protocols.lifeeval_items.parse_age`) is scored with
     :func:`confgrid.protocols.lifeeval_items.score_answer`: ``P(D in window(guess, radius) | D >= min_age)`` under the
-    item's life table, year and window.
-
-    Returns
-    -------
-    float
-        In [0, 1]; 0.0 when no single number can be read (``"old age"``, ``"75-80"``); NaN for an item without
-        LifeEval metadata (undefined, like ``mc_letter`` on items without options).
+    item's life table, year and window. 0.0 when no single number can be read (``"old age"``, ``"75-80"``); NaN for an
+    item without LifeEval metadata.
     """
     return score_answer(answer, item)
 
 
 @register_rule("mc_favoured")
 def mc_favoured(answer: str | None, item: Item) -> float:
-    """Favoured-option match with proportional tie scoring (study 002 section 3).
+    """Favoured-option match with proportional tie scoring (study 002 section 3), in [0, 1].
 
     The answer of an option-probabilities reply is its favoured letter, or the tied favoured letters joined by ``|``
     (``"A|C"``, protocols/json_output.py); it scores ``1/m`` when the gold letter is among the ``m`` favoured options,
-    else 0. Any other answer is read like :func:`mc_letter` (one letter: 1.0 or 0.0).
-
-    Returns
-    -------
-    float
-        In [0, 1]; NaN when the item has no options or no gold letter.
+    else 0. Any other answer is read like :func:`mc_letter`. NaN when the item has no options or no gold letter.
     """
     if not item.options or not item.gold_letter:
         return float("nan")
@@ -315,31 +226,15 @@ def mc_favoured(answer: str | None, item: Item) -> float:
 
 @register_rule("numeric")
 def numeric(answer: str | None, item: Item) -> float:
-    r"""Numeric match of the final number (study 004's GSM8K convention).
+    r"""Numeric match of the final number (study 004's GSM8K convention): 1.0 or 0.0; never raises.
 
-    The model's number is :func:`confgrid.protocols.numeric.final_number` of
-    the answer: the last number inside the last closed ``\boxed{...}`` if the
-    answer has a box (a simple fraction ``a/b`` or ``\frac{a}{b}`` counts
-    there), else the last number token of the answer; a sign, thousands
-    separators (``1,234``), decimals (``.`` only), a leading ``$`` and a
-    trailing ``%`` are read, and ``$`` / ``%`` change nothing (``25%`` is 25).
-    Each gold answer is read whole with
-    :func:`~confgrid.protocols.numeric.gold_number` (``"1,450,000"``,
-    ``"-3"``; a gold in words is not a number). Correct when
-    ``|a - g| <= 1e-6 * max(1, |g|)`` for some gold number ``g``
-    (:func:`~confgrid.protocols.numeric.numbers_match`, bound inclusive).
-
-    Conventions a reader could choose otherwise: only the **last** box counts (an earlier draft answer in a box is
-    ignored), and a box without a number is wrong even when the text around it has the right number; with no box, the
-    last number of the text is the answer, so a worked solution that ends on a check ("... 18, and 18 - 2 = 16") is
-    graded on 16.
-
-    Returns
-    -------
-    float
-        1.0 or 0.0; 0.0 when the answer holds no number (None, ``""``, ``"I don't know"``, ``\boxed{}``); NaN when no
-        gold answer of the item is a number (the rule is undefined there, and a NaN label drops the row from metrics
-        instead of counting it as wrong). Never raises.
+    The model's number is :func:`confgrid.protocols.numeric.final_number` of the answer (the last number in the last
+    closed ``\boxed{...}``, else the last number of the text; see that module for the grammar). Each gold answer is
+    read whole with :func:`~confgrid.protocols.numeric.gold_number` (a gold in words is not a number). Correct when
+    ``|a - g| <= 1e-6 * max(1, |g|)`` for some gold number ``g`` (:func:`~confgrid.protocols.numeric.numbers_match`).
+    Only the **last** box counts, a box without a number is wrong, and without a box a worked solution that ends on a
+    check ("... 18, and 18 - 2 = 16") is graded on 16. 0.0 when the answer holds no number (None, ``"I don't know"``,
+    ``\boxed{}``); NaN when no gold answer of the item is a number.
     """
     golds = [g for g in (gold_number(x) for x in item.gold_answers) if g is not None]
     if not golds:
@@ -358,10 +253,9 @@ def option_letters(item: Item) -> str:
 def agreement_key(rule: str) -> Callable[[str], str]:
     """How sampled answers are compared for agreement (self-consistency, response consistency) under ``rule``.
 
-    ``numeric``: the answer's final number written by
-    :func:`confgrid.protocols.numeric.format_number` (``"-3"`` and ``"3"`` differ, ``"1,234"`` equals
-    ``"1234"``; an answer without a number falls back to :func:`normalize`); every other rule:
-    :func:`normalize` (study 000 Appendix A), which drops signs and punctuation.
+    ``numeric``: the answer's final number written by :func:`confgrid.protocols.numeric.format_number` (``"-3"`` and
+    ``"3"`` differ, ``"1,234"`` equals ``"1234"``; an answer without a number falls back to :func:`normalize`); every
+    other rule: :func:`normalize` (study 000 Appendix A), which drops signs and punctuation.
     """
     if rule != "numeric":
         return normalize

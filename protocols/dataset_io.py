@@ -1,14 +1,9 @@
 """The dataset adapter registry and the row readers every adapter shares.
 
 An adapter maps one benchmark's rows onto :class:`~confgrid.protocols.items.Item`. Rows come through the Hugging Face
-``datasets`` library: ``load_dataset("csv" | "json" | "parquet", data_files=...)`` for a local file,
-``load_dataset(<hub name>, <config>, split=...)`` for a hub dataset (:func:`load_rows`). The adapters live in
-``protocols/adapters_qa.py`` (answer text: TruthfulQA, TriviaQA, HaluEval QA, custom files) and
-``protocols/adapters_mc.py`` (options: MMLU, MMLU-Pro, AGIEval, BoolQ); ``protocols/datasets.py`` imports both, which
-registers them, and holds the entry point :func:`~confgrid.protocols.datasets.load_items`.
-
-Read the registry through :func:`confgrid.protocols.datasets.registered_adapters`: imported from here alone, the
-registry holds only the adapters whose modules were imported.
+``datasets`` library (:func:`load_rows`). The adapters live in ``protocols/adapters_qa.py`` and
+``protocols/adapters_mc.py``; read the registry through :func:`confgrid.protocols.datasets.registered_adapters`
+(imported from here alone, it holds only the adapters whose modules were imported).
 """
 
 from __future__ import annotations
@@ -67,28 +62,12 @@ def bundled_path(*parts: str) -> str:
 
 
 def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Adapter]:
-    """Decorator registering an adapter under ``name`` in :data:`ADAPTERS`.
+    """Decorator registering an adapter under ``name`` (``adapter=`` of :func:`.datasets.load_items`, grid specs).
 
-    Parameters
-    ----------
-    name : str
-        Registry key, used as ``adapter=`` in
-        :func:`~confgrid.protocols.datasets.load_items` and in grid specs.
-    params : pydantic model class or None
-        The adapter's parameters (a grid's ``datasets[].params``), checked by
-        :func:`confgrid.protocols.datasets.check_adapter_params` and passed to the adapter as keyword arguments; it
-        should forbid extra keys (kept in :data:`confgrid.protocols.adapter_params.ADAPTER_PARAMS`). None: the adapter
-        takes none.
-
-    Returns
-    -------
-    callable
-        The decorator; it returns the adapter unchanged.
-
-    Raises
-    ------
-    ValueError
-        If ``name`` is empty (at once) or already registered (when the decorator is applied).
+    ``params``: the adapter's parameters as a pydantic model class that forbids extra keys (a grid's
+    ``datasets[].params``, kept in :data:`confgrid.protocols.adapter_params.ADAPTER_PARAMS`, checked by
+    :func:`confgrid.protocols.datasets.check_adapter_params` and passed to the adapter as keyword arguments); None: the
+    adapter takes none. Raises ``ValueError`` if ``name`` is empty (at once) or already registered (when applied).
     """
     register = ADAPTERS.register(name)
     if params is None:
@@ -103,22 +82,10 @@ def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Ad
 
 
 def get_adapter(name: str) -> Adapter:
-    """The adapter registered under ``name``.
+    """The adapter registered under ``name``: ``adapter(source, *, split, dataset_name, hub_config, **mapping)``.
 
-    Parameters
-    ----------
-    name : str
-
-    Returns
-    -------
-    callable
-        ``adapter(source, *, split, dataset_name, hub_config, **mapping) -> list[Item]``.
-
-    Raises
-    ------
-    UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no adapter has that name, e.g. ``"unknown dataset adapter 'squad';
-        allowed: agieval_lsat_ar, ..."``.
+    Raises :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``) listing the registered
+    names if none has that name.
     """
     return ADAPTERS.get(name)
 
@@ -145,29 +112,13 @@ def _csv_header(path: Path) -> list[str]:
 
 
 def load_local(path: Path, *, header: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Rows of one local CSV / TSV / JSON / JSON Lines / Parquet file, through ``datasets``.
+    """Rows of one local CSV / TSV / JSON / JSON Lines / Parquet file, through ``datasets``, in file order.
 
     The builder follows the suffix (``.csv``/``.tsv`` CSV, ``.json``/``.jsonl`` JSON: a JSON list of objects or one
-    object per line, whatever the suffix; ``.parquet``/``.pq`` Parquet). CSV cells are read as strings with no NA
-    conversion (an answer "None" stays "None"); a UTF-8 byte-order mark is removed from the first column name. An
-    empty file has no rows.
-
-    Parameters
-    ----------
-    path : Path
-        The file.
-    header : sequence of str, optional
-        Column names of a headerless CSV (MMLU's ``question,A,B,C,D,answer``).
-
-    Returns
-    -------
-    list of dict
-        One dict per row, column name to cell value, in file order.
-
-    Raises
-    ------
-    ValueError
-        If the suffix is none of the above.
+    object per line, whatever the suffix; ``.parquet``/``.pq`` Parquet); another suffix raises ``ValueError``. CSV cells
+    are read as strings with no NA conversion (an answer "None" stays "None"); a UTF-8 byte-order mark is removed from
+    the first column name. An empty file has no rows. ``header``: column names of a headerless CSV (MMLU's
+    ``question,A,B,C,D,answer``).
     """
     import datasets  # lazy: Hugging Face datasets takes seconds to import; bundled samples never need it
 
@@ -211,11 +162,6 @@ def load_rows(source: str, split: str, hub_config: str | None, **local_kwargs: A
         Hub configuration name.
     **local_kwargs
         Passed to :func:`load_local` (``header=``).
-
-    Returns
-    -------
-    list of dict
-        One dict per row, in file (hub) order.
 
     Raises
     ------

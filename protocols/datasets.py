@@ -46,11 +46,10 @@ __all__ = [
     "load_items",
 ]
 
-#: Bundled samples shipped with the package (provenance, licenses and the
-#: sampling rule in ``protocols/data/README.md``): 150 TruthfulQA rows (CSV),
-#: 150 TriviaQA rows (flat alias-list JSONL), a directory of 4 MMLU subjects
-#: with 38 rows each, 150 BoolQ, 150 LSAT-AR, 100 SAT-EN, 150 HaluEval QA,
-#: 150 MMLU-Pro and 200 GSM8K rows (JSON Lines), 200 SimpleQA rows (CSV).
+#: Bundled samples shipped with the package (provenance, licenses and the sampling rule in
+#: ``protocols/data/README.md``): 150 TruthfulQA rows (CSV), 150 TriviaQA rows (flat alias-list JSONL), a directory
+#: of 4 MMLU subjects with 38 rows each, 150 BoolQ, 150 LSAT-AR, 100 SAT-EN, 150 HaluEval QA, 150 MMLU-Pro and 200
+#: GSM8K rows (JSON Lines), 200 SimpleQA rows (CSV).
 BUNDLED: dict[str, str] = {
     "truthfulqa": bundled_path("truthfulqa", "TruthfulQA_sample150.csv"),
     "triviaqa": bundled_path("triviaqa", "triviaqa_flashrag_sample150.jsonl"),
@@ -65,9 +64,8 @@ BUNDLED: dict[str, str] = {
     "lifeeval": str(bundled_table_dir()),  # the SSA period life tables LifeEval is generated from
 }
 
-#: Adapters whose ``limit`` draw is stratified, by the metadata key it is
-#: stratified on: ``halueval_qa`` keeps its right / hallucinated answers half
-#: and half (``given_answer_correct``).
+#: Adapters whose ``limit`` draw is stratified, by the metadata key it is stratified on: ``halueval_qa`` keeps its
+#: right / hallucinated answers half and half (``given_answer_correct``).
 LIMIT_STRATA: dict[str, str] = {"halueval_qa": GIVEN_ANSWER_KEY}
 
 # LifeEval (study 002 section 4.5): generated from a life table, see protocols/lifeeval_items.py
@@ -77,14 +75,8 @@ register_adapter("lifeeval", params=LifeEvalParams)(lifeeval_adapter)
 def registered_adapters() -> "Registry[Adapter]":
     """The dataset adapter registry with every built-in adapter registered (and any a user registered since).
 
-    Read the registry through this function, not as ``protocols.dataset_io.ADAPTERS``: that module alone holds only
-    the adapters whose modules happen to have been imported; this module imports them all (adapters_qa, adapters_mc)
-    and registers ``lifeeval``.
-
-    Returns
-    -------
-    confgrid.registry.Registry
-        Adapter name -> adapter callable; ``.names()`` lists them.
+    Read the registry through this function, not as ``protocols.dataset_io.ADAPTERS``: that module alone holds only the
+    adapters whose modules happen to have been imported; this module imports them all and registers ``lifeeval``.
     """
     return ADAPTERS
 
@@ -92,12 +84,8 @@ def registered_adapters() -> "Registry[Adapter]":
 def check_adapter_params(adapter: str, params: Mapping[str, Any] | None, source: str | None = None) -> dict[str, Any]:
     """Validate the ``params`` of a registered adapter (:func:`confgrid.protocols.adapter_params.check_params`).
 
-    Raises
-    ------
-    UnknownNameError
-        If ``adapter`` is not registered.
-    ValueError
-        Listing every problem of ``params`` (see ``check_params``).
+    Raises :class:`~confgrid.registry.UnknownNameError` if ``adapter`` is not registered, ``ValueError`` listing every
+    problem of ``params``.
     """
     get_adapter(adapter)
     return check_params(adapter, params, source)
@@ -110,13 +98,11 @@ def _draw(n: int, limit: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _stratified_draw(labels: list[str], limit: int, rng: np.random.Generator) -> np.ndarray:
-    """``limit`` indices, every stratum keeping its share, in draw order; nested like :func:`_draw`.
+    """``limit`` indices, every stratum keeping its share, in draw order; nested like a plain draw.
 
-    Each stratum (sorted label order) is shuffled by one permutation of the generator, in label order. The draw then
-    takes, at each step ``t = 1, 2, ...``, the next item of the stratum furthest below its share (the largest
-    ``t * size / n - taken``; ties: label order), so every prefix, whatever ``limit``, holds each stratum within one
-    item of ``limit * size / n`` (a half-and-half file stays half and half, the odd item going to the first label),
-    and a larger ``limit`` keeps every item of a smaller one.
+    Each stratum (sorted label order) is shuffled by one permutation of the generator, in label order. Step ``t = 1, 2,
+    ...`` takes the next item of the stratum furthest below its share (the largest ``t * size / n - taken``; ties: label
+    order), so every prefix holds each stratum within one item of ``limit * size / n``.
     """
     n = len(labels)
     strata = sorted(set(labels))
@@ -157,16 +143,15 @@ def load_items(
         None uses the bundled sample (:data:`BUNDLED`) where the adapter has one.
     split : str or None
         Hub split (adapter default when None: ``validation`` for TriviaQA, TruthfulQA and BoolQ, ``test`` for MMLU,
-        MMLU-Pro, AGIEval, SimpleQA and GSM8K, ``data`` for HaluEval QA). Ignored for local files, which are one
-        split.
+        MMLU-Pro, AGIEval, SimpleQA and GSM8K, ``data`` for HaluEval QA). Ignored for local files, which are one split.
     limit : int or None
-        Number of items to keep, drawn without replacement with ``np.random.default_rng(seed)``, **in draw order**
-        (the first ``limit`` of one seeded permutation). Draws are nested: a larger ``limit`` keeps every item of a
-        smaller one in the same order, so the generate shards (chunks of ``execution.shard_size`` items in this order)
-        of the smaller run are shards of the larger one, and are reused. For an adapter in :data:`LIMIT_STRATA`
-        (``halueval_qa``) the draw is stratified on that metadata key: every prefix keeps each stratum within one item
-        of its share (a half-and-half file stays half and half, the odd item going to the first label in sorted order,
-        ``"0"``), nested too. None or a value >= the number of items keeps all, in file order. Must be >= 1.
+        Number of items to keep (>= 1), drawn without replacement with ``np.random.default_rng(seed)``, **in draw
+        order** (the first ``limit`` of one seeded permutation). Draws are nested: a larger ``limit`` keeps every item
+        of a smaller one in the same order, so the generate shards of the smaller run are shards of the larger one, and
+        are reused. For an adapter in :data:`LIMIT_STRATA` (``halueval_qa``) the draw is stratified on that metadata
+        key: every prefix keeps each stratum within one item of its share (a half-and-half file stays half and half, the
+        odd item going to the first label in sorted order, ``"0"``), nested too. None or a value >= the number of items
+        keeps all, in file order.
     seed : int, default 0
         Seed of the subset draw.
     dataset_name : str or None
@@ -174,15 +159,11 @@ def load_items(
     hub_config : str or None
         Hub configuration name (adapter default when None, e.g. ``rc.nocontext``).
     params : mapping or None
-        Parameters of an adapter that takes them (a grid's ``datasets[].params``; ``lifeeval``:
-        ``{"year": 2020, "window": "inclusive", ...}``), checked with :func:`check_adapter_params` against the source
-        and passed as keyword arguments. Adapters without parameters reject any.
+        Parameters of an adapter that takes them (a grid's ``datasets[].params``; ``lifeeval``: ``{"year": 2020,
+        "window": "inclusive", ...}``), checked with :func:`check_adapter_params` against the source and passed as
+        keyword arguments. Adapters without parameters reject any.
     **mapping
-        Column mapping for ``custom`` (see :func:`custom`); other adapters reject it.
-
-    Returns
-    -------
-    list of Item
+        Column mapping for ``custom`` (see :func:`custom`); other adapters reject it (``TypeError``).
 
     Raises
     ------
@@ -192,9 +173,7 @@ def load_items(
         If ``path_or_name`` names a file that does not exist.
     ValueError
         If ``limit`` < 1, or the dataset yields no items, or ``path_or_name`` is None for an adapter without a bundled
-        sample, or ``params`` is invalid for the adapter (every problem named, see :func:`check_adapter_params`).
-    TypeError
-        If a column mapping is given to an adapter that takes none.
+        sample, or ``params`` is invalid for the adapter (every problem named).
     """
     fn = get_adapter(adapter)
     if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):

@@ -25,10 +25,6 @@ Inside ``\boxed{}``, LaTeX spacing (``\,``, ``\!``, ``\;``, ``\:``, ``\ ``) is r
 (``1\frac{1}{2}`` reads 1/2), powers (``2^{10}`` reads 10), words (``eighteen``), digits of other scripts. At most
 :data:`~confgrid.protocols.parsing.MAX_PARSE_CHARS` characters are read.
 
-A reply to a prompt with ``output: boxed`` (a worked solution ending in ``\boxed{}``, optionally followed by a
-``Probability:`` line) is read by :func:`parse_boxed_output`: its answer is the final number, written by
-:func:`format_number`.
-
 Comparison (:func:`numbers_match`): ``|a - g| <= 1e-6 * max(1, |g|)`` (study 004 GSM8K convention: relative tolerance
 1e-6, absolute 1e-6 below 1).
 
@@ -138,10 +134,7 @@ def _box_value(m: re.Match[str]) -> float | None:
 
 
 def _last_box(text: str) -> str | None:
-    """The content of the ``\\boxed{...}`` that closes last (braces balanced), or None if no box closes.
-
-    One pass over the braces: a stack of open braces, each marked as a box or not.
-    """
+    """The content of the ``\\boxed{...}`` that closes last (braces balanced), or None if no box closes."""
     stack: list[int] = []  # content start of an open box, or -1 for a plain brace
     last = None
     for m in _BOX_TOKENS.finditer(text):
@@ -161,18 +154,9 @@ def _last_box(text: str) -> str | None:
 def final_number(text: str | None) -> FinalNumber:
     r"""The model's final number: the last number in the last ``\boxed{}``, else the last number of the text.
 
-    Rules and grammar in the module docstring (study 004 GSM8K convention). Never raises for any input.
-
-    Parameters
-    ----------
-    text : str or None
-        A model's output (after its reasoning block is removed) or a parsed answer.
-
-    Returns
-    -------
-    FinalNumber
-        ``value`` is a finite float or None (also for a number too large for a float, and for a fraction with a zero
-        denominator).
+    Rules and grammar in the module docstring. Never raises. ``text`` is a model's output (after its reasoning block
+    is removed) or a parsed answer; the result's ``value`` is a finite float or None (also for a number too large for
+    a float, and for a fraction with a zero denominator).
 
     Examples
     --------
@@ -227,9 +211,7 @@ def gold_number(text: str | None) -> float | None:
 
 
 def numbers_match(answer: float, gold: float, tolerance: float = NUMERIC_TOLERANCE) -> bool:
-    """Whether ``|answer - gold| <= tolerance * max(1, |gold|)`` (study 004 GSM8K convention).
-
-    The bound is inclusive; it is relative to the gold number, and absolute (``tolerance``) for golds within (-1, 1).
+    """Whether ``|answer - gold| <= tolerance * max(1, |gold|)`` (inclusive; absolute for golds within (-1, 1)).
 
     Examples
     --------
@@ -242,13 +224,7 @@ def numbers_match(answer: float, gold: float, tolerance: float = NUMERIC_TOLERAN
 def format_number(value: float) -> str:
     """``value`` written positionally, shortest round-trip digits, no exponent, no trailing ``.0`` (``-0`` is ``0``).
 
-    :func:`final_number` reads the result back as the same float, so a parsed answer stored in this form grades as the
-    number it came from.
-
-    Raises
-    ------
-    ValueError
-        If ``value`` is not finite.
+    :func:`final_number` reads the result back as the same float. Raises ``ValueError`` if ``value`` is not finite.
     """
     if not math.isfinite(value):
         raise ValueError(f"value={value!r}: must be a finite number")

@@ -139,12 +139,8 @@ class Prompt:
         """The prompt text with ``{question}`` replaced by ``question`` (and ``{answer}`` by ``answer``).
 
         Plain substitution (``str.replace``), so braces in the question or in the template are kept as they are.
-        ``{answer}`` is the proposed answer of a rating or verification template (study 001 Tables 5 and 6).
-
-        Raises
-        ------
-        ValueError
-            If the template has ``{answer}`` and no ``answer`` is given.
+        ``{answer}`` is the proposed answer of a rating or verification template (study 001 Tables 5 and 6);
+        ``ValueError`` if the template has it and no ``answer`` is given.
         """
         text = self.template
         if ANSWER_PLACEHOLDER in text:
@@ -159,23 +155,10 @@ class Prompt:
         return ANSWER_PLACEHOLDER in self.template
 
     def without_probability_request(self, new_id: str | None = None) -> Prompt:
-        """This prompt with its ``deletions`` applied in order (study 000 Appendix C).
+        """This prompt with its ``deletions`` applied in order; ``confidence_label``, ``scale``, ``deletions`` unset.
 
-        Parameters
-        ----------
-        new_id : str or None
-            Id of the derived prompt; default ``"<id>_no_probability"``.
-
-        Returns
-        -------
-        Prompt
-            ``confidence_label``, ``scale`` and ``deletions`` cleared.
-
-        Raises
-        ------
-        ValueError
-            If no deletions are declared, or one does not occur exactly once in the text left by the deletions before
-            it.
+        Study 000 Appendix C. ``new_id`` defaults to ``"<id>_no_probability"``. Raises ``ValueError`` if no deletions
+        are declared, or one does not occur exactly once in the text left by the deletions before it.
         """
         if not self.deletions:
             raise ValueError(f"Prompt {self.id!r}: declares no deletions; cannot remove a probability request")
@@ -200,13 +183,8 @@ class Prompt:
     def without_answer_label(self, new_id: str | None = None) -> Prompt:
         """This prompt without its final ``"\\n" + answer_label`` (study 000 Appendix A).
 
-        Used for the Answer: slot and the answer-only context, where the final Answer: moves from the user turn to the
-        start of the assistant turn.
-
-        Raises
-        ------
-        ValueError
-            If the template does not end with ``"\\n" + answer_label``.
+        For the Answer: slot and the answer-only context, where the final Answer: moves from the user turn to the
+        start of the assistant turn. Raises ``ValueError`` if the template does not end with ``"\\n" + answer_label``.
         """
         suffix = f"\n{self.answer_label}" if self.answer_label else None
         if suffix is None or not self.template.endswith(suffix):
@@ -227,23 +205,9 @@ PROMPTS: Registry[Prompt] = Registry("prompt", value_type=Prompt)
 
 
 def register_prompt(prompt: Prompt) -> Prompt:
-    """Add ``prompt`` to :data:`PROMPTS` under ``prompt.id``.
+    """Add ``prompt`` to :data:`PROMPTS` under ``prompt.id`` and return it.
 
-    Parameters
-    ----------
-    prompt : Prompt
-
-    Returns
-    -------
-    Prompt
-        ``prompt`` itself.
-
-    Raises
-    ------
-    ValueError
-        If a prompt with the same id is already registered.
-    TypeError
-        If ``prompt`` is not a :class:`Prompt`.
+    Raises ``ValueError`` if the id is already registered, ``TypeError`` if ``prompt`` is not a :class:`Prompt`.
     """
     if not isinstance(prompt, Prompt):
         raise TypeError(f"register_prompt: expected a Prompt, got {type(prompt).__name__}")
@@ -253,19 +217,8 @@ def register_prompt(prompt: Prompt) -> Prompt:
 def get_prompt(prompt_id: str) -> Prompt:
     """The registered prompt ``prompt_id``.
 
-    Parameters
-    ----------
-    prompt_id : str
-
-    Returns
-    -------
-    Prompt
-
-    Raises
-    ------
-    UnknownNameError
-        (a ``KeyError`` and a ``ValueError``) if no prompt has that id; the message lists the registered ids, e.g.
-        ``"unknown prompt 'nope'; allowed: answer_only, ..."``.
+    Raises :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``) listing the registered
+    ids if none has that id.
     """
     return PROMPTS.get(prompt_id)
 
@@ -286,16 +239,7 @@ def _prompt_from_mapping(data: Any, where: str) -> Prompt:
 
 
 def load_prompt_file(path: str | os.PathLike[str], *, register: bool = True) -> Prompt:
-    """Read one YAML prompt file (keys: ``id``, ``template``, optional ``answer_label``,
-    ``confidence_label``, ``scale``, ``decimal_comma``, ``deletions``, ``description``, ``output``, ``answer_key``,
-    ``confidence_key``).
-
-    Parameters
-    ----------
-    path : str or path-like
-        The YAML file.
-    register : bool, default True
-        Also add the prompt to :data:`PROMPTS`.
+    """Read one YAML prompt file (keys: the fields of :class:`Prompt`); with ``register``, add it to :data:`PROMPTS`.
 
     Raises
     ------
