@@ -6,6 +6,9 @@ answer set with ``format: mc`` shows them lettered (protocols/mc.py) and the ``m
 study 000 section 3.4 (MMLU), study 002 sections 4.1-4.3 and Appendix F.1, F.3, F.4 (BoolQ, SAT-EN, LSAT-AR), study
 003 (MMLU-Pro, MMLU with options shown). Registered on import; load them through
 :func:`confgrid.protocols.datasets.load_items`.
+
+Every adapter raises ``FileNotFoundError`` if ``source`` names a file that does not exist and ``KeyError`` naming a
+required column that is missing (with the file); each adapter's docstring names its other errors.
 """
 
 from __future__ import annotations
@@ -105,13 +108,8 @@ def mmlu(
     of sha1(question, options)>``; metadata: ``subject`` and ``category`` (both the subject), ``row``. An answer set
     with ``format: mc`` shows the options (protocols/mc.py).
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` names a file or directory that does not exist, or a directory without ``*_test.csv`` (or
-        ``*.csv``) files.
-    ValueError
-        If an answer is not one of the option letters.
+    Raises ``FileNotFoundError`` also for a directory without ``*_test.csv`` (or ``*.csv``) files; ``ValueError`` if
+    an answer is not one of the option letters.
     """
     no_mapping("mmlu", mapping)
     path = Path(source).expanduser()
@@ -171,15 +169,9 @@ def mmlu_pro(
     text,); ``incorrect_answers`` = the other options. ``item_id`` = ``mmlu_pro-<question_id>`` (a hash of question
     and options without that column). Metadata: ``category``, ``src``, ``question_id``, ``row``.
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` names a file that does not exist.
-    KeyError
-        If ``question`` or ``options`` is missing, or both ``answer`` and ``answer_index`` are.
-    ValueError
-        If ``options`` is not a non-empty list, or the answer is not one of its letters (or names an ``"N/A"``
-        option).
+    Raises ``KeyError`` if ``question`` or ``options`` is missing, or both ``answer`` and ``answer_index`` are;
+    ``ValueError`` if ``options`` is not a non-empty list, or the answer is not one of its letters (or names an
+    ``"N/A"`` option).
     """
     no_mapping("mmlu_pro", mapping)
     rows = load_rows(source, split, hub_config)
@@ -298,14 +290,7 @@ def agieval_lsat_ar(
     ``agieval-lsat-ar-<first 10 hex of sha1(passage, question, options)>``. Metadata: ``category`` = ``"lsat-ar"``,
     ``passage_id`` (a hash of the passage: questions of one logic game share it), ``row``.
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` names a file that does not exist.
-    KeyError
-        If a required column is missing (named, with the file).
-    ValueError
-        If ``label`` is not one of the option letters, or an option's prefix letter is out of place.
+    Raises ``ValueError`` if ``label`` is not one of the option letters, or an option's prefix letter is out of place.
     """
     no_mapping("agieval_lsat_ar", mapping)
     return _agieval(source, task="lsat-ar", passage_label="Context", dataset_name=dataset_name, split=split,
@@ -330,10 +315,7 @@ def agieval_sat_en(
     :func:`agieval_lsat_ar`. ``item_id`` = ``agieval-sat-en-<hash>``. Metadata: ``category`` = ``"sat-en"``,
     ``passage_id`` (about 4-5 questions share each passage), ``row``.
 
-    Raises
-    ------
-    FileNotFoundError, KeyError, ValueError
-        As :func:`agieval_lsat_ar`.
+    Errors as :func:`agieval_lsat_ar`.
     """
     no_mapping("agieval_sat_en", mapping)
     return _agieval(source, task="sat-en", passage_label="Passage", dataset_name=dataset_name, split=split,
@@ -398,14 +380,8 @@ def boolq(
     Wikipedia title that opens the passage, before ``" -- "``; empty if
     none), ``idx`` (when given), ``row``.
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` names a file that does not exist.
-    KeyError
-        If ``question``, ``passage`` or both ``label`` and ``answer`` are missing.
-    ValueError
-        If a label is not a boolean (e.g. the hidden ``-1`` labels of a test split).
+    Raises ``KeyError`` if ``question``, ``passage`` or both ``label`` and ``answer`` are missing; ``ValueError`` if a
+    label is not a boolean (e.g. the hidden ``-1`` labels of a test split).
     """
     no_mapping("boolq", mapping)
     rows = load_rows(source, split, hub_config)

@@ -5,6 +5,9 @@ with the gold answers (GSM8K: the number, rule ``numeric``; HaluEval QA: whether
 Definitions: study 000 section 3.4 and Appendix A (TruthfulQA, TriviaQA, custom files), study 002 section 4.4 and
 Appendix F.5 (HaluEval QA), study 004 (SimpleQA, GSM8K). Registered on import; load them through
 :func:`confgrid.protocols.datasets.load_items`.
+
+Every adapter raises ``FileNotFoundError`` if ``source`` names a file that does not exist and ``KeyError`` naming a
+required column that is missing (with the file); each adapter's docstring names its other errors.
 """
 
 from __future__ import annotations
@@ -51,13 +54,6 @@ def truthfulqa(
     answers (deduplicated, order kept); ``aliases`` = ``gold_answers``; ``incorrect_answers`` from the incorrect
     answers; ``item_id`` = ``truthfulqa-<first 10 hex of sha1(question)>``, stable under subsetting; metadata: type,
     category, source, row.
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` names a file that does not exist.
-    KeyError
-        If a required column is missing.
     """
     no_mapping("truthfulqa", mapping)
     rows = load_rows(source, split, hub_config or "generation")
@@ -118,14 +114,8 @@ def triviaqa(
 
     Metadata: ``category`` = ``"triviaqa"`` (TriviaQA has no categories), ``row``.
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` names a file that does not exist.
-    KeyError
-        If a row has neither ``answer`` nor ``golden_answers``, or no question.
-    ValueError
-        If a row has no answer (the hub's test split hides its answers; use ``split="validation"``).
+    Raises ``KeyError`` if a row has neither ``answer`` nor ``golden_answers``, or no question; ``ValueError`` if a
+    row has no answer (the hub's test split hides its answers; use ``split="validation"``).
     """
     no_mapping("triviaqa", mapping)
     rows = load_rows(source, split, hub_config or "rc.nocontext")
@@ -219,14 +209,7 @@ def simpleqa(
     attempted); confgrid grades with its text rules (``containment`` by default), a different, stricter-or-looser
     reading that a report should name.
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` names a file that does not exist.
-    KeyError
-        If ``problem`` or ``answer`` is missing.
-    ValueError
-        If a row's problem or answer is empty, or its metadata is not a dict literal.
+    Raises ``ValueError`` if a row's problem or answer is empty, or its metadata is not a dict literal.
     """
     no_mapping("simpleqa", mapping)
     rows = load_rows(source, split, hub_config)
@@ -284,14 +267,7 @@ def gsm8k(
     (:func:`confgrid.protocols.correctness.numeric`) and a worked-solution prompt (``gsm8k_boxed``,
     ``gsm8k_boxed_confidence``).
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` names a file that does not exist.
-    KeyError
-        If ``question`` or ``answer`` is missing.
-    ValueError
-        If a row's question is empty, or its answer has no ``####`` followed by a number.
+    Raises ``ValueError`` if a row's question is empty, or its answer has no ``####`` followed by a number.
     """
     no_mapping("gsm8k", mapping)
     rows = load_rows(source, split, hub_config or "main")
@@ -325,6 +301,9 @@ def custom(
 ) -> list[Item]:
     """A user's own JSONL / JSON / CSV / Parquet file (or hub dataset) with a column mapping.
 
+    Metadata: ``category`` = ``dataset_name`` (a custom file has no category column), ``row``. Raises ``KeyError`` if
+    a mapped column is missing (named, with the columns found); ``ValueError`` if a row has no answer.
+
     Parameters
     ----------
     source : str
@@ -343,15 +322,6 @@ def custom(
         stored in ``aliases``.
     canonical_column : str or None
         Column of the canonical answer; None uses the first answer.
-
-    Metadata: ``category`` = ``dataset_name`` (a custom file has no category column), ``row``.
-
-    Raises
-    ------
-    KeyError
-        If a mapped column is missing (named, with the columns found).
-    ValueError
-        If a row has no answer.
     """
     answer_columns = [answer_column] if isinstance(answer_column, str) else list(answer_column)
     if not answer_columns:
@@ -464,14 +434,7 @@ def halueval_qa(
     (:func:`confgrid.protocols.correctness.given_answer`): the target is
     whether the shown answer is right, not the text the model writes.
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` names a file that does not exist.
-    KeyError
-        If a required column is missing (named, with the file).
-    ValueError
-        If a row's question, right answer or hallucinated answer is empty.
+    Raises ``ValueError`` if a row's question, right answer or hallucinated answer is empty.
     """
     no_mapping("halueval_qa", mapping)
     rows = load_rows(source, split, hub_config or "qa")

@@ -21,10 +21,7 @@ CASES = ("lower", "upper", "title")
 def candidate_variants(candidate: str, cases: Sequence[str] = ()) -> tuple[str, ...]:
     """The candidate and its declared case variants, in that order, without repeats.
 
-    Raises
-    ------
-    ValueError
-        If ``candidate`` is empty or a case is not one of :data:`CASES`.
+    Raises ``ValueError`` if ``candidate`` is empty or a case is not one of :data:`CASES`.
 
     Examples
     --------
@@ -89,10 +86,7 @@ def candidate_tokens_from_strings(tokens: Mapping[int, str], candidates: Sequenc
     ``-1 - rank``) and this finds the candidates among them, by the same forms (a variant, bare or after one space).
     Ids keep the order of ``tokens``.
 
-    Raises
-    ------
-    ValueError
-        If two candidates share a token form, or a candidate or case is invalid.
+    Raises ``ValueError`` if two candidates share a token form, or a candidate or case is invalid.
 
     Examples
     --------

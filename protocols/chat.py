@@ -194,10 +194,7 @@ def answer_ids(tokenizer: Any, answer: str, separator: str) -> list[int]:
     The separator (``""`` or ``" "``) belongs to the answer, so after ``Answer:`` or ``Guess:`` the first answer token
     carries the leading space.
 
-    Raises
-    ------
-    ValueError
-        If ``answer`` is empty or whitespace only (nothing to score).
+    Raises ``ValueError`` if ``answer`` is empty or whitespace only (nothing to score).
 
     Notes
     -----
@@ -334,10 +331,7 @@ def template_preamble(tokenizer: Any) -> str:
     For Qwen3 ``"<|im_start|>user\\n"``; for Qwen2.5 the default system turn and the user header. Useful for the
     reporting checklist.
 
-    Raises
-    ------
-    ValueError
-        If the tokenizer has no chat template.
+    Raises ``ValueError`` if the tokenizer has no chat template.
     """
     text = _apply_template(tokenizer, [{"role": "user", "content": _USER_SENTINEL}], add_generation_prompt=False)
     return text[: text.index(_USER_SENTINEL)]

@@ -256,10 +256,7 @@ def render_checklist_markdown(checklist: Mapping[str, Any]) -> str:
 
     Prompt texts appear in fenced blocks (exact text, line breaks kept).
 
-    Raises
-    ------
-    KeyError
-        If ``checklist`` lacks a key :func:`build_checklist` writes.
+    Raises ``KeyError`` if ``checklist`` lacks a key :func:`build_checklist` writes.
     """
     c = checklist
     t = c["chat_template"]

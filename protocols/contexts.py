@@ -71,8 +71,8 @@ __all__ = [
 
 _SEPARATORS = ("", " ")
 
-#: How the question is rendered into ``{question}``: ``"open"`` (the question
-#: text as is) or ``"mc"`` (the question with lettered options).
+#: How the question is rendered into ``{question}``: ``"open"`` (the question text as is) or ``"mc"`` (the question
+#: with lettered options).
 ITEM_FORMATS = ("open", "mc")
 
 # ids must be usable in file names and MLflow keys

@@ -170,10 +170,9 @@ def mc_letter(answer: str | None, item: Item) -> float:
 #: Metadata key :func:`given_answer` reads (set by the ``halueval_qa`` adapter).
 GIVEN_ANSWER_KEY = "given_answer_correct"
 
-#: Names of rules whose label does not depend on the model's answer: the grade
-#: stage (``flows/stages/grade.py: grade_answers``) labels rows with no parsed answer
-#: under them too (other rules give such rows NaN). Add a rule of your own here
-#: when it reads only the item.
+#: Names of rules whose label does not depend on the model's answer: the grade stage
+#: (``flows/stages/grade.py: grade_answers``) labels rows with no parsed answer under them too (other rules give such
+#: rows NaN). Add a rule of your own here when it reads only the item.
 ANSWER_FREE_RULES: set[str] = {"given_answer"}
 
 

@@ -66,8 +66,8 @@ def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Ad
 
     ``params``: the adapter's parameters as a pydantic model class that forbids extra keys (a grid's
     ``datasets[].params``, kept in :data:`confgrid.protocols.adapter_params.ADAPTER_PARAMS`, checked by
-    :func:`confgrid.protocols.datasets.check_adapter_params` and passed to the adapter as keyword arguments); None: the
-    adapter takes none. Raises ``ValueError`` if ``name`` is empty (at once) or already registered (when applied).
+    :func:`confgrid.protocols.datasets.check_adapter_params` and passed to the adapter as keyword arguments); None:
+    the adapter takes none. Raises ``ValueError`` if ``name`` is empty (at once) or already registered (when applied).
     """
     register = ADAPTERS.register(name)
     if params is None:
@@ -115,10 +115,10 @@ def load_local(path: Path, *, header: Sequence[str] | None = None) -> list[dict[
     """Rows of one local CSV / TSV / JSON / JSON Lines / Parquet file, through ``datasets``, in file order.
 
     The builder follows the suffix (``.csv``/``.tsv`` CSV, ``.json``/``.jsonl`` JSON: a JSON list of objects or one
-    object per line, whatever the suffix; ``.parquet``/``.pq`` Parquet); another suffix raises ``ValueError``. CSV cells
-    are read as strings with no NA conversion (an answer "None" stays "None"); a UTF-8 byte-order mark is removed from
-    the first column name. An empty file has no rows. ``header``: column names of a headerless CSV (MMLU's
-    ``question,A,B,C,D,answer``).
+    object per line, whatever the suffix; ``.parquet``/``.pq`` Parquet); another suffix raises ``ValueError``. CSV
+    cells are read as strings with no NA conversion (an answer "None" stays "None"); a UTF-8 byte-order mark is
+    removed from the first column name. An empty file has no rows. ``header``: column names of a headerless CSV
+    (MMLU's ``question,A,B,C,D,answer``).
     """
     import datasets  # lazy: Hugging Face datasets takes seconds to import; bundled samples never need it
 

@@ -47,9 +47,9 @@ __all__ = [
 ]
 
 #: Bundled samples shipped with the package (provenance, licenses and the sampling rule in
-#: ``protocols/data/README.md``): 150 TruthfulQA rows (CSV), 150 TriviaQA rows (flat alias-list JSONL), a directory
-#: of 4 MMLU subjects with 38 rows each, 150 BoolQ, 150 LSAT-AR, 100 SAT-EN, 150 HaluEval QA, 150 MMLU-Pro and 200
-#: GSM8K rows (JSON Lines), 200 SimpleQA rows (CSV).
+#: ``protocols/data/README.md``): 150 TruthfulQA rows (CSV), 150 TriviaQA rows (flat alias-list JSONL), a directory of
+#: 4 MMLU subjects with 38 rows each, 150 BoolQ, 150 LSAT-AR, 100 SAT-EN, 150 HaluEval QA, 150 MMLU-Pro and 200 GSM8K
+#: rows (JSON Lines), 200 SimpleQA rows (CSV).
 BUNDLED: dict[str, str] = {
     "truthfulqa": bundled_path("truthfulqa", "TruthfulQA_sample150.csv"),
     "triviaqa": bundled_path("triviaqa", "triviaqa_flashrag_sample150.jsonl"),
@@ -75,8 +75,8 @@ register_adapter("lifeeval", params=LifeEvalParams)(lifeeval_adapter)
 def registered_adapters() -> "Registry[Adapter]":
     """The dataset adapter registry with every built-in adapter registered (and any a user registered since).
 
-    Read the registry through this function, not as ``protocols.dataset_io.ADAPTERS``: that module alone holds only the
-    adapters whose modules happen to have been imported; this module imports them all and registers ``lifeeval``.
+    Read the registry through this function, not as ``protocols.dataset_io.ADAPTERS``: that module alone holds only
+    the adapters whose modules happen to have been imported; this module imports them all and registers ``lifeeval``.
     """
     return ADAPTERS
 
@@ -143,15 +143,16 @@ def load_items(
         None uses the bundled sample (:data:`BUNDLED`) where the adapter has one.
     split : str or None
         Hub split (adapter default when None: ``validation`` for TriviaQA, TruthfulQA and BoolQ, ``test`` for MMLU,
-        MMLU-Pro, AGIEval, SimpleQA and GSM8K, ``data`` for HaluEval QA). Ignored for local files, which are one split.
+        MMLU-Pro, AGIEval, SimpleQA and GSM8K, ``data`` for HaluEval QA). Ignored for local files, which are one
+        split.
     limit : int or None
         Number of items to keep (>= 1), drawn without replacement with ``np.random.default_rng(seed)``, **in draw
         order** (the first ``limit`` of one seeded permutation). Draws are nested: a larger ``limit`` keeps every item
-        of a smaller one in the same order, so the generate shards of the smaller run are shards of the larger one, and
-        are reused. For an adapter in :data:`LIMIT_STRATA` (``halueval_qa``) the draw is stratified on that metadata
-        key: every prefix keeps each stratum within one item of its share (a half-and-half file stays half and half, the
-        odd item going to the first label in sorted order, ``"0"``), nested too. None or a value >= the number of items
-        keeps all, in file order.
+        of a smaller one in the same order, so the generate shards of the smaller run are shards of the larger one,
+        and are reused. For an adapter in :data:`LIMIT_STRATA` (``halueval_qa``) the draw is stratified on that
+        metadata key: every prefix keeps each stratum within one item of its share (a half-and-half file stays half
+        and half, the odd item going to the first label in sorted order, ``"0"``), nested too. None or a value >= the
+        number of items keeps all, in file order.
     seed : int, default 0
         Seed of the subset draw.
     dataset_name : str or None
@@ -159,9 +160,9 @@ def load_items(
     hub_config : str or None
         Hub configuration name (adapter default when None, e.g. ``rc.nocontext``).
     params : mapping or None
-        Parameters of an adapter that takes them (a grid's ``datasets[].params``; ``lifeeval``: ``{"year": 2020,
-        "window": "inclusive", ...}``), checked with :func:`check_adapter_params` against the source and passed as
-        keyword arguments. Adapters without parameters reject any.
+        Parameters of an adapter that takes them (a grid's ``datasets[].params``; ``lifeeval``:
+        ``{"year": 2020, "window": "inclusive", ...}``), checked with :func:`check_adapter_params` against the source
+        and passed as keyword arguments. Adapters without parameters reject any.
     **mapping
         Column mapping for ``custom`` (see :func:`custom`); other adapters reject it (``TypeError``).
 

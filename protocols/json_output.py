@@ -488,10 +488,7 @@ def chance_answer(seed: int, item_id: str, n_options: int, run: str = "") -> str
     ``SeedSequence`` over the SHA-256 digest of the key, so draws of different runs, and of neighbouring item ids, are
     independent (a checksum modulo k is not: runs agreed on every item or on none).
 
-    Raises
-    ------
-    ValueError
-        If ``n_options`` is not an integer in [1, 26].
+    Raises ``ValueError`` if ``n_options`` is not an integer in [1, 26].
     """
     if isinstance(n_options, bool) or not isinstance(n_options, int) or not 1 <= n_options <= len(LETTERS):
         raise ValueError(f"n_options={n_options!r}; allowed: an integer from 1 to {len(LETTERS)}")

@@ -283,10 +283,7 @@ def window_ages(guess: int, radius: int, window: Window = "inclusive") -> tuple[
     ``"inclusive"``: ``guess - radius .. guess + radius`` (2r + 1 ages); ``"official"``:
     ``floor(guess - radius) .. guess + radius - 1``, i.e. ``floor(g - r) <= D < g + r`` (2r ages).
 
-    Raises
-    ------
-    ValueError
-        If ``guess`` is not an integer, ``radius`` not an integer >= 1, or ``window`` unknown.
+    Raises ``ValueError`` if ``guess`` is not an integer, ``radius`` not an integer >= 1, or ``window`` unknown.
     """
     if isinstance(guess, bool) or not isinstance(guess, (int, np.integer)):
         raise ValueError(f"guess={guess!r}: expected an integer age")

@@ -56,10 +56,7 @@ MC_MAX_NEW_TOKENS = 20
 def mc_question_text(question: str, options: tuple[str, ...] | list[str]) -> str:
     """``question`` followed by one ``"<letter>. <option>"`` line per option.
 
-    Raises
-    ------
-    ValueError
-        If ``options`` is empty or has more than 26 entries.
+    Raises ``ValueError`` if ``options`` is empty or has more than 26 entries.
     """
     if not options:
         raise ValueError("mc_question_text: options is empty; the multiple-choice format needs at least one option")
@@ -72,10 +69,7 @@ def mc_question_text(question: str, options: tuple[str, ...] | list[str]) -> str
 def mc_question(item: Item) -> str:
     """The text that replaces ``{question}`` in a multiple-choice prompt for ``item``.
 
-    Raises
-    ------
-    ValueError
-        If the item has no options (ask it as an open question instead).
+    Raises ``ValueError`` if the item has no options (ask it as an open question instead).
     """
     if not item.options:
         raise ValueError(f"Item {item.item_id!r} has no options; it cannot be asked in the multiple-choice format")
@@ -99,10 +93,7 @@ def shuffle_options(item: Item, seed: int) -> Item:
     ``incorrect_answers`` are unchanged; ``metadata["option_order"]`` records the original indices, e.g. ``"2,0,3,1"``
     (new position k holds original option ``order[k]``).
 
-    Raises
-    ------
-    ValueError
-        If the item has no options, or its ``gold_letter`` does not name one of them.
+    Raises ``ValueError`` if the item has no options, or its ``gold_letter`` does not name one of them.
     """
     if not item.options:
         raise ValueError(f"shuffle_options: item {item.item_id!r} has no options")

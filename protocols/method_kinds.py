@@ -75,9 +75,6 @@ for _k in (
 def method_kind(name: str) -> MethodKind:
     """The registry entry of a method kind.
 
-    Raises
-    ------
-    UnknownNameError
-        If ``name`` is not a registered kind (the message lists the allowed kinds).
+    Raises ``UnknownNameError`` if ``name`` is not a registered kind (the message lists the allowed kinds).
     """
     return METHOD_KINDS.get(name)

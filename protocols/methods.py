@@ -37,8 +37,8 @@ __all__ = [
     "parse_boxed",
 ]
 
-#: How the variant tokens of a candidate are merged: ``sum`` of the probabilities of every variant in the
-#: returned distribution, or ``exact``: only the token that decodes to exactly the candidate string.
+#: How the variant tokens of a candidate are merged: ``sum`` of the probabilities of every variant in the returned
+#: distribution, or ``exact``: only the token that decodes to exactly the candidate string.
 MERGE_RULES = ("sum", "exact")
 
 

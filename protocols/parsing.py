@@ -18,25 +18,18 @@ Number grammar (:func:`parse_number`), the only numbers that become a value::
     sep    = "."  (or "," with decimal_comma=True, and then "." is not a separator)
     space  = one space, tab or other horizontal whitespace (a no-break space too)
 
-Where a number ends: the token after the label (or a standalone token, for
-the fallback) starts like a number (a digit of any script, or up to three
-signs and a point before one) and runs over letters, digits, ``_`` and ``%``;
-on over marks written inside numbers (``. , / : ' ^ * × · ~``, dashes, signs)
-when a letter, digit or ``%`` follows; over any other punctuation when a digit
-follows directly; and over spaces (mixed with such marks) when a digit or
-``%`` follows, or `` x `` before a digit -- except a point or comma, then
-spaces, then a digit, which ends a number as in a sentence. It ends anywhere
-else: at a line break, at whitespace before a word, at trailing punctuation;
-a closing ``_`` is dropped. So ``0.9.``, ``0.9,``, ``**0.9**``, ``0.9)``,
-``0.9, maybe 0.7``, ``0.9, 0.7``, ``0.9 (90%)`` read 0.9, and a token that
-is not in the grammar -- ``1e-5``,
-``1e308``, ``0,9`` (without ``decimal_comma``), ``1,000``, ``1 000``,
-``1/2``, ``0x1``, ``0<NBSP>.9``, ``0.9.5``, ``0.8-0.9``, ``0.9 0.8``,
-``1_000``, digits of other scripts, ``−0.2`` (U+2212) -- gives status
-``unparsed_number`` after the label, never a value; the fallback skips such
-tokens. Every pattern is linear in the length of the text (possessive
-quantifiers; no two adjacent quantifiers over one character set), and at most
-:data:`MAX_PARSE_CHARS` characters are read.
+Where a number ends: the token after the label (or a standalone token, for the fallback) starts like a number (a digit
+of any script, or up to three signs and a point before one) and runs over letters, digits, ``_`` and ``%``; on over
+marks written inside numbers (``. , / : ' ^ * × · ~``, dashes, signs) when a letter, digit or ``%`` follows; over any
+other punctuation when a digit follows directly; and over spaces (mixed with such marks) when a digit or ``%``
+follows, or `` x `` before a digit -- except a point or comma, then spaces, then a digit, which ends a number as in a
+sentence. It ends anywhere else: at a line break, at whitespace before a word, at trailing punctuation; a closing
+``_`` is dropped. So ``0.9.``, ``0.9,``, ``**0.9**``, ``0.9)``, ``0.9, maybe 0.7``, ``0.9, 0.7``, ``0.9 (90%)`` read
+0.9, and a token that is not in the grammar -- ``1e-5``, ``1e308``, ``0,9`` (without ``decimal_comma``), ``1,000``,
+``1 000``, ``1/2``, ``0x1``, ``0<NBSP>.9``, ``0.9.5``, ``0.8-0.9``, ``0.9 0.8``, ``1_000``, digits of other scripts,
+``−0.2`` (U+2212) -- gives status ``unparsed_number`` after the label, never a value; the fallback skips such tokens.
+Every pattern is linear in the length of the text (possessive quantifiers; no two adjacent quantifiers over one
+character set), and at most :data:`MAX_PARSE_CHARS` characters are read.
 
 Examples
 --------
@@ -75,13 +68,11 @@ __all__ = [
     "parse_output",
 ]
 
-#: Every status :func:`parse_output` can return, then ``unlabelled_confidence``
-#: (set only by :func:`apply_parse_policy` under ``label_only``) and
-#: ``reasoning_unterminated`` (a thinking model's reasoning never ended, so
-#: there is no answer to parse; protocols/reasoning.py), then the statuses of
-#: JSON replies (protocols/json_output.py): ``refusal`` (declined, or no valid
-#: option letter), ``unparseable`` (no JSON object with the asked keys) and
-#: ``zero_sum`` (option probabilities that sum to 0).
+#: Every status :func:`parse_output` can return, then ``unlabelled_confidence`` (set only by
+#: :func:`apply_parse_policy` under ``label_only``) and ``reasoning_unterminated`` (a thinking model's reasoning never
+#: ended, so there is no answer to parse; protocols/reasoning.py), then the statuses of JSON replies
+#: (protocols/json_output.py): ``refusal`` (declined, or no valid option letter), ``unparseable`` (no JSON object with
+#: the asked keys) and ``zero_sum`` (option probabilities that sum to 0).
 STATUSES = (
     "ok",
     "missing_answer",
@@ -97,9 +88,8 @@ STATUSES = (
     "zero_sum",
 )
 
-#: Parse policies (study 000 section 3.3 and Appendix B.1): ``label_or_fallback``
-#: keeps a confidence found by the unlabelled-number fallback (the main
-#: analysis); ``label_only`` keeps only confidences after the ``Probability:``
+#: Parse policies (study 000 section 3.3 and Appendix B.1): ``label_or_fallback`` keeps a confidence found by the
+#: unlabelled-number fallback (the main analysis); ``label_only`` keeps only confidences after the ``Probability:``
 #: label (the 0-100 analysis).
 PARSE_POLICIES = ("label_or_fallback", "label_only")
 
@@ -109,10 +99,9 @@ DEFAULT_PARSE_POLICY = "label_or_fallback"
 #: Why a row is dropped: every status except ``ok``.
 DROP_REASONS = tuple(s for s in STATUSES if s != "ok")
 
-#: At most this many characters of an output are parsed; the rest is ignored. Outputs are at
-#: most ``max_new_tokens`` tokens (a few characters each), so a real answer and confidence
-#: lie far inside; the cap bounds the time a pathological output can take (linear patterns,
-#: about 10 ms per 100,000 characters of the worst inputs tried).
+#: At most this many characters of an output are parsed; the rest is ignored. Outputs are at most ``max_new_tokens``
+#: tokens (a few characters each), so a real answer and confidence lie far inside; the cap bounds the time a
+#: pathological output can take (linear patterns, about 10 ms per 100,000 characters of the worst inputs tried).
 MAX_PARSE_CHARS = 1_000_000
 
 
@@ -463,10 +452,7 @@ def last_labelled_confidence(text: str, label: str = "Probability:", *, scale: s
     number-like. Used by replies whose confidence ends a worked solution (``output: boxed``,
     :func:`confgrid.protocols.numeric.parse_boxed_output`).
 
-    Raises
-    ------
-    ValueError
-        If ``label`` is not a non-empty string.
+    Raises ``ValueError`` if ``label`` is not a non-empty string.
     """
     _check_label("label", label)
     lab = _PROB if label == "Probability:" else _Label(label)
@@ -485,10 +471,7 @@ def apply_parse_policy(result: ParseResult, policy: str = DEFAULT_PARSE_POLICY) 
     ``verbalized`` becomes None, ``used_fallback`` stays True (the record of where the number came from), and the
     status becomes ``unlabelled_confidence`` when the row has an answer, ``missing_both`` when it has none.
 
-    Raises
-    ------
-    ValueError
-        If ``policy`` is not one of :data:`PARSE_POLICIES`.
+    Raises ``ValueError`` if ``policy`` is not one of :data:`PARSE_POLICIES`.
 
     Examples
     --------
@@ -510,10 +493,7 @@ def drop_reason(result: ParseResult, policy: str = DEFAULT_PARSE_POLICY) -> str 
 
     A row is kept when it has both an answer and a confidence after the policy.
 
-    Raises
-    ------
-    ValueError
-        If ``policy`` is not one of :data:`PARSE_POLICIES`.
+    Raises ``ValueError`` if ``policy`` is not one of :data:`PARSE_POLICIES`.
     """
     r = apply_parse_policy(result, policy)
     return None if r.status == "ok" else r.status

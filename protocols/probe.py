@@ -147,11 +147,8 @@ def parse_probe_output(continuation: str | None, supplied: str, prompt_id: str =
     is searched for a number. Apply a parse policy with
     :func:`~confgrid.protocols.parsing.apply_parse_policy` as for main rows.
 
-    Raises
-    ------
-    KeyError
-        If ``prompt_id`` is not a registered prompt. Nothing is caught: an interrupt or a timeout while parsing
-        propagates.
+    Raises ``KeyError`` if ``prompt_id`` is not a registered prompt. Nothing is caught: an interrupt or a timeout
+    while parsing propagates.
     """
     prompt = get_prompt(prompt_id)
     ans = " ".join(str(supplied).split()) or None
