@@ -47,24 +47,8 @@ class UnknownNameError(KeyError, ValueError):
     ``str()`` gives the plain message (a bare ``KeyError`` would show its ``repr``), e.g. ``"unknown correctness rule
     'contain'; allowed: alias, containment, exact_match, mc_letter"``. Being a ``KeyError`` keeps ``except KeyError``
     around dictionary-style lookups working; being a ``ValueError`` lets validators (pydantic, argument checks) report
-    it as a bad value.
-
-    Parameters
-    ----------
-    message : str
-        The full message.
-    kind : str, optional
-        What the registry holds (``"prompt"``, ``"metric"``, ...).
-    value : object, optional
-        The name that was asked for.
-    allowed : sequence of str, optional
-        The registered names, sorted.
-
-    Attributes
-    ----------
-    kind : str or None
-    value : object
-    allowed : tuple of str
+    it as a bad value. The keyword arguments are kept as attributes: ``kind`` (what the registry holds, or None),
+    ``value`` (the name asked for) and ``allowed`` (the registered names, sorted, as a tuple).
     """
 
     def __init__(self, message: str, *, kind: str | None = None, value: Any = None, allowed=()) -> None:
@@ -137,20 +121,7 @@ class Registry(Generic[T]):
     def register(self, name: str, obj: T) -> T: ...
 
     def register(self, name: str, obj: T = _MISSING) -> T | Callable[[T], T]:
-        """Add ``obj`` under ``name``; without ``obj``, a decorator that does so.
-
-        Parameters
-        ----------
-        name : str
-            The registry key; a non-empty string.
-        obj : object, optional
-            The value. Omitted: returns a decorator registering the decorated function (or class) and returning it
-            unchanged.
-
-        Returns
-        -------
-        object or callable
-            ``obj`` itself, or the decorator.
+        """Add ``obj`` under ``name`` and return it; without ``obj``, a decorator doing so for its argument.
 
         Raises
         ------
@@ -180,21 +151,7 @@ class Registry(Generic[T]):
     def unregister(self, name: str, *, missing_ok: bool = False) -> T | None:
         """Remove ``name`` and return what it held (for tests that register temporary entries).
 
-        Parameters
-        ----------
-        name : str
-        missing_ok : bool, default False
-            If True, an unregistered name returns None instead of raising.
-
-        Returns
-        -------
-        object or None
-            The removed value; None only when ``missing_ok`` and ``name`` was not registered.
-
-        Raises
-        ------
-        UnknownNameError
-            If ``name`` is not registered and ``missing_ok`` is False.
+        With ``missing_ok`` an unregistered name returns None; otherwise it raises ``UnknownNameError``.
         """
         if name in self:
             return self._entries.pop(name)
@@ -207,19 +164,8 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """The object registered under ``name``.
 
-        Parameters
-        ----------
-        name : str
-
-        Returns
-        -------
-        object
-
-        Raises
-        ------
-        UnknownNameError
-            (a ``KeyError`` and a ``ValueError``) if ``name`` is not registered, e.g. ``"unknown metric 'f1'; allowed:
-            aurc, auroc, brier, ece"``.
+        Raises ``UnknownNameError`` (a ``KeyError`` and a ``ValueError``) if ``name`` is not registered, e.g.
+        ``"unknown metric 'f1'; allowed: aurc, auroc, brier, ece"``.
         """
         try:
             return self._entries[name]

@@ -1,13 +1,10 @@
 """Parameters of dataset adapters: a grid's ``datasets[].params``, checked before anything is loaded.
 
-An adapter that takes parameters declares them as a pydantic model
-(``extra="forbid"``) when it is registered
-(:func:`confgrid.protocols.datasets.register_adapter` with ``params=``); the
-model is kept in :data:`ADAPTER_PARAMS`. Every other adapter takes none, and
-any parameter given to it is an error. The grid (flows/spec/grid.py) and
-:func:`confgrid.protocols.datasets.load_items` both check through
-:func:`check_params`, so a typo fails at grid validation with the allowed
-names listed.
+An adapter that takes parameters declares them as a pydantic model (``extra="forbid"``) when it is registered
+(:func:`confgrid.protocols.datasets.register_adapter` with ``params=``); the model is kept in :data:`ADAPTER_PARAMS`.
+Every other adapter takes none, and any parameter given to it is an error. The grid (flows/spec/grid.py) and
+:func:`confgrid.protocols.datasets.load_items` both check through :func:`check_params`, so a typo fails at grid
+validation with the allowed names listed.
 """
 
 from __future__ import annotations

@@ -153,13 +153,10 @@ def mmlu_pro(
 ) -> list[Item]:
     """MMLU-Pro (Wang et al. 2024): up to 10 options per question, with its category (study 003).
 
-    Reads the hub schema of ``TIGER-Lab/MMLU-Pro`` (split ``test`` or
-    ``validation``) from the hub, a local Parquet/JSON Lines export of it, or
-    the JSON list of the official evaluation outputs
-    (``eval_results/model_outputs_*.json`` of TIGER-AI-Lab/MMLU-Pro, unzipped;
-    the model-output fields are ignored): ``question_id``, ``question``,
-    ``options`` (list), ``answer`` (letter), ``answer_index``, ``category``,
-    ``src``.
+    Reads the hub schema of ``TIGER-Lab/MMLU-Pro`` (split ``test`` or ``validation``) from the hub, a local
+    Parquet/JSON Lines export of it, or the JSON list of the official evaluation outputs
+    (``eval_results/model_outputs_*.json`` of TIGER-AI-Lab/MMLU-Pro, unzipped; the model-output fields are ignored):
+    ``question_id``, ``question``, ``options`` (list), ``answer`` (letter), ``answer_index``, ``category``, ``src``.
 
     Mapping: ``options`` as listed, options equal to ``"N/A"`` (padding in some releases) removed as the official
     evaluation does; most questions have 10 options, some fewer (3 to 9), and they are kept with their own count.

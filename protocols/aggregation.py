@@ -100,14 +100,17 @@ def geometric_mean(logprobs: np.ndarray) -> float:
 
 @register_aggregation("sequence_probability")
 def sequence_probability(logprobs: np.ndarray) -> float:
-    """Probability of the whole answer, ``exp(sum(logprobs))`` (the product; decreases with answer length)."""
+    """Probability of the whole answer, ``exp(sum(logprobs))`` (product of token probabilities).
+
+    Decreases with answer length.
+    """
     lp = _as_logprobs(logprobs, "sequence_probability")
     return float("nan") if lp.size == 0 else float(np.exp(lp.sum()))
 
 
 @register_aggregation("arithmetic_mean")
 def arithmetic_mean(logprobs: np.ndarray) -> float:
-    """Arithmetic mean of the token probabilities, ``mean(exp(logprobs))`` (at least the geometric mean)."""
+    """Arithmetic mean of the token probabilities, ``mean(exp(logprobs))``."""
     lp = _as_logprobs(logprobs, "arithmetic_mean")
     return float("nan") if lp.size == 0 else float(np.exp(lp).mean())
 

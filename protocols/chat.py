@@ -140,6 +140,9 @@ def render_prompt_ids(
 ) -> list[int]:
     """Token ids of a context: the user turn, the opened assistant turn and the prefix.
 
+    Tokenized with ``add_special_tokens=False``, then the BOS rule of the module docstring; without a chat template
+    the plain-text rule applies (:func:`scoring_request` applies :func:`effective_separator`).
+
     Parameters
     ----------
     tokenizer : transformers.PreTrainedTokenizerBase
@@ -161,21 +164,11 @@ def render_prompt_ids(
         Chat-template arguments of the model (``models[].chat_template_kwargs``, e.g. ``{"enable_thinking": true}``
         for Qwen3's thinking mode), over the default :data:`TEMPLATE_KWARGS` (thinking off).
 
-    Returns
-    -------
-    list of int
-        Tokenized with ``add_special_tokens=False``, then the BOS rule above.
-
     Raises
     ------
     ValueError
         If ``use_chat_template`` is True and the tokenizer has no chat template, ``system_prompt`` is given without a
         chat template, or ``add_bos=True`` and the tokenizer has no BOS token.
-
-    Notes
-    -----
-    Without a chat template there is no assistant turn; see the plain-text rule in the module docstring
-    (:func:`scoring_request` applies :func:`effective_separator`).
     """
     text = render_prompt_text(
         tokenizer,
@@ -223,25 +216,14 @@ def scoring_request(
     system_prompt: str | None = None,
     add_bos: bool | None = None,
 ) -> tuple[list[int], list[int]]:
-    """Context ids and answer ids for forced decoding of ``answer`` in ``context``.
+    """Context ids and answer ids, ``(context_ids, answer_ids)``, for forced decoding of ``answer`` in ``context``.
 
     The context is ``render_prompt_ids(tokenizer, context.user_text(question),
     assistant_prefix=context.assistant_prefix, add_bos=add_bos)``; the answer is ``answer_ids(tokenizer, answer,
-    effective_separator(context.separator, use_chat_template))`` (without a chat template the answer always follows a
-    space). The model input is ``context_ids + answer_ids`` and the score reads the log-probs of the answer ids. For a
-    multiple-choice context pass ``context.question_text(item)`` as ``item_question``.
-
-    Returns
-    -------
-    (list of int, list of int)
-        ``(context_ids, answer_ids)``.
-
-    Raises
-    ------
-    ValueError
-        See :func:`render_prompt_ids` and :func:`answer_ids`.
-    KeyError
-        If the context's user prompt is not registered.
+    effective_separator(context.separator, use_chat_template))``. The model input is ``context_ids + answer_ids`` and
+    the score reads the log-probs of the answer ids. For a multiple-choice context pass
+    ``context.question_text(item)`` as ``item_question``. Raises ``ValueError`` as :func:`render_prompt_ids` and
+    :func:`answer_ids`, ``KeyError`` if the context's user prompt is not registered.
     """
     ctx = render_prompt_ids(
         tokenizer,

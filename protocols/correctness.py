@@ -105,11 +105,11 @@ def _golds(item: Item) -> list[str]:
 
 @register_rule("containment")
 def containment(answer: str | None, item: Item) -> float:
-    """Normalized containment, the default rule (study 000 section 3.4): 1.0 or 0.0.
+    """Normalized containment, the default rule (study 000 section 3.4).
 
-    Correct when, after :func:`normalize`, the answer equals a gold answer or one of the two strings contains the
-    other as a substring (character level: ``"paris"`` is contained in ``"paris france"``, and also ``"a"`` in
-    ``"a cat"``). An answer or a gold answer that normalizes to ``""`` (None, ``"?!"``) never matches.
+    Correct (1.0, else 0.0) when, after :func:`normalize`, the answer equals a gold answer or one of the two strings
+    contains the other as a substring (character level: ``"paris"`` is contained in ``"paris france"``, and also
+    ``"a"`` in ``"a cat"``). An answer or a gold answer that normalizes to ``""`` (None, ``"?!"``) never matches.
     """
     a = normalize(answer)
     if not a:
@@ -119,9 +119,9 @@ def containment(answer: str | None, item: Item) -> float:
 
 @register_rule("exact_match")
 def exact_match(answer: str | None, item: Item) -> float:
-    """Exact match (study 000 Appendix F): the answer equals a gold answer after :func:`normalize` (1.0 or 0.0).
+    """Exact match (study 000 Appendix F): the answer equals a gold answer after :func:`normalize`.
 
-    An empty normalized answer or gold is never correct.
+    1.0 or 0.0; an empty normalized answer or gold is never correct.
     """
     a = normalize(answer)
     if not a:
@@ -140,12 +140,12 @@ def _all_aliases(item: Item) -> list[str]:
 
 @register_rule("alias")
 def alias(answer: str | None, item: Item) -> float:
-    """Alias-aware normalized containment: 1.0 or 0.0.
+    """Alias-aware normalized containment.
 
-    As :func:`containment`, but against every accepted form: the gold answers, the canonical reference, every released
-    alias and the TriviaQA ``normalized_aliases``. It differs from :func:`containment` only where ``aliases`` or
-    ``normalized_aliases`` hold forms that ``gold_answers`` lacks (the TriviaQA and TruthfulQA adapters list them
-    all).
+    1.0 or 0.0, as :func:`containment`, but against every accepted form: the gold answers, the canonical reference,
+    every released alias and the TriviaQA ``normalized_aliases``. It differs from :func:`containment` only where
+    ``aliases`` or ``normalized_aliases`` hold forms that ``gold_answers`` lacks (the TriviaQA and TruthfulQA adapters
+    list them all).
     """
     a = normalize(answer)
     if not a:
@@ -155,11 +155,12 @@ def alias(answer: str | None, item: Item) -> float:
 
 @register_rule("mc_letter")
 def mc_letter(answer: str | None, item: Item) -> float:
-    """Multiple-choice letter match (study 000 Appendix F): 1.0, 0.0, or NaN for an item without options or gold.
+    """Multiple-choice letter match (study 000 Appendix F).
 
-    The answer's option letter (:func:`confgrid.protocols.mc.parse_letter`, limited to the item's options: ``"B"``,
-    ``"(b)"``, ``"B) Paris"``, ``"**B**"``, ``"Answer: B"``) equals ``item.gold_letter``; 0.0 when no letter is found
-    (a refusal, an option's text without its letter).
+    1.0, 0.0, or NaN for an item without options or gold letter. The answer's option letter
+    (:func:`confgrid.protocols.mc.parse_letter`, limited to the item's options: ``"B"``, ``"(b)"``, ``"B) Paris"``,
+    ``"**B**"``, ``"Answer: B"``) equals ``item.gold_letter``; 0.0 when no letter is found (a refusal, an option's
+    text without its letter).
     """
     if not item.options or not item.gold_letter:
         return float("nan")
@@ -196,9 +197,9 @@ def given_answer(answer: str | None, item: Item) -> float:
 
 @register_rule("lifeeval")
 def lifeeval(answer: str | None, item: Item) -> float:
-    """LifeEval's graded correctness (study 002 section 4.5, Eq. 3): the true probability of the guess, in [0, 1].
+    """LifeEval's graded correctness (study 002 section 4.5, Eq. 3): the true probability of the guess.
 
-    The answer's integer age (exactly one number in the text, decimals rounded half up;
+    In [0, 1]. The answer's integer age (exactly one number in the text, decimals rounded half up;
     :func:`confgrid.protocols.lifeeval_items.parse_age`) is scored with
     :func:`confgrid.protocols.lifeeval_items.score_answer`: ``P(D in window(guess, radius) | D >= min_age)`` under the
     item's life table, year and window. 0.0 when no single number can be read (``"old age"``, ``"75-80"``); NaN for an
@@ -209,11 +210,12 @@ def lifeeval(answer: str | None, item: Item) -> float:
 
 @register_rule("mc_favoured")
 def mc_favoured(answer: str | None, item: Item) -> float:
-    """Favoured-option match with proportional tie scoring (study 002 section 3), in [0, 1].
+    """Favoured-option match with proportional tie scoring (study 002 section 3).
 
-    The answer of an option-probabilities reply is its favoured letter, or the tied favoured letters joined by ``|``
-    (``"A|C"``, protocols/json_output.py); it scores ``1/m`` when the gold letter is among the ``m`` favoured options,
-    else 0. Any other answer is read like :func:`mc_letter`. NaN when the item has no options or no gold letter.
+    In [0, 1]. The answer of an option-probabilities reply is its favoured letter, or the tied favoured letters joined
+    by ``|`` (``"A|C"``, protocols/json_output.py); it scores ``1/m`` when the gold letter is among the ``m`` favoured
+    options, else 0. Any other answer is read like :func:`mc_letter`. NaN when the item has no options or no gold
+    letter.
     """
     if not item.options or not item.gold_letter:
         return float("nan")
@@ -225,15 +227,16 @@ def mc_favoured(answer: str | None, item: Item) -> float:
 
 @register_rule("numeric")
 def numeric(answer: str | None, item: Item) -> float:
-    r"""Numeric match of the final number (study 004's GSM8K convention): 1.0 or 0.0; never raises.
+    r"""Numeric match of the final number (study 004's GSM8K convention).
 
-    The model's number is :func:`confgrid.protocols.numeric.final_number` of the answer (the last number in the last
-    closed ``\boxed{...}``, else the last number of the text; see that module for the grammar). Each gold answer is
-    read whole with :func:`~confgrid.protocols.numeric.gold_number` (a gold in words is not a number). Correct when
-    ``|a - g| <= 1e-6 * max(1, |g|)`` for some gold number ``g`` (:func:`~confgrid.protocols.numeric.numbers_match`).
-    Only the **last** box counts, a box without a number is wrong, and without a box a worked solution that ends on a
-    check ("... 18, and 18 - 2 = 16") is graded on 16. 0.0 when the answer holds no number (None, ``"I don't know"``,
-    ``\boxed{}``); NaN when no gold answer of the item is a number.
+    1.0 or 0.0; never raises. The model's number is :func:`confgrid.protocols.numeric.final_number` of the answer (the
+    last number in the last closed ``\boxed{...}``, else the last number of the text; see that module for the
+    grammar). Each gold answer is read whole with :func:`~confgrid.protocols.numeric.gold_number` (a gold in words is
+    not a number). Correct when ``|a - g| <= 1e-6 * max(1, |g|)`` for some gold number ``g``
+    (:func:`~confgrid.protocols.numeric.numbers_match`). Only the **last** box counts, a box without a number is
+    wrong, and without a box a worked solution that ends on a check ("... 18, and 18 - 2 = 16") is graded on 16. 0.0
+    when the answer holds no number (None, ``"I don't know"``, ``\boxed{}``); NaN when no gold answer of the item is a
+    number.
     """
     golds = [g for g in (gold_number(x) for x in item.gold_answers) if g is not None]
     if not golds:

@@ -9,10 +9,8 @@ Pure functions; nothing here raises for any model text: what cannot be read is a
 * Option probabilities (study 002 section 3, Appendix F.2-F.4): a probability per option letter;
   :func:`parse_option_probabilities` normalizes them to sum to 1 (a reply whose values sum to 0 is the status
   ``zero_sum``, not a division), and the favoured options are the argmax set (ties kept).
-* Letter token probabilities (study 002 Appendix E.1):
-  :func:`letter_distribution` restricts a next-token distribution to the
-  option letters and renormalizes; a letter absent from the returned top k
-  counts as 0 and is counted (E.3).
+* Letter token probabilities (study 002 Appendix E.1): :func:`letter_distribution` restricts a next-token distribution
+  to the option letters and renormalizes; a letter absent from the returned top k counts as 0 and is counted (E.3).
 * Tie scoring (study 002 section 3, "proportional scoring for ties"): :func:`favoured_score`, 1/m when the gold letter
   is among the m favoured options, else 0.
 * The chance policy of refusals (study 003 section 3.2): :func:`chance_answer`, a seeded uniformly random letter
@@ -218,19 +216,10 @@ def _norm_key(key: object) -> str:
 
 
 def find_json(text: str | None, keys: Sequence[str]) -> dict[str, Any] | None:
-    """The last JSON object of ``text`` holding at least one of ``keys``, with its keys normalized.
+    """The last JSON object of ``text`` holding at least one of ``keys``, with its keys normalized, or None.
 
-    Parameters
-    ----------
-    text : str or None
-    keys : sequence of str
-        Keys looked for (matched case-insensitively, spaces stripped).
-
-    Returns
-    -------
-    dict or None
-        The object with lower-cased, stripped keys (the first of duplicate keys after normalization wins), or None
-        when no object holds any key.
+    Keys match case-insensitively, spaces stripped; the returned object has lower-cased, stripped keys (the first of
+    duplicate keys after normalization wins).
     """
     if not isinstance(text, str) or "{" not in text:
         return None
@@ -428,10 +417,9 @@ def letter_distribution(letter_probs: Mapping[str, float | None]) -> LetterDistr
     Parameters
     ----------
     letter_probs : mapping of str to float or None
-        Option letter -> its probability in the returned distribution (in
-        [0, 1], variants merged, protocols/methods.py
-        ``candidate_probability``), None when absent. Its keys are the
-        item's option letters, in order.
+        Option letter -> its probability in the returned distribution (in [0, 1], variants merged,
+        protocols/methods.py ``candidate_probability``), None when absent. Its keys are the item's option letters, in
+        order.
 
     Returns
     -------

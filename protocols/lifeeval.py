@@ -188,12 +188,8 @@ def _check_sex(sex: str) -> None:
 def table_years(sex: str = "M", table_dir: str | Path | None = None) -> dict[str, tuple[int, int]]:
     """The years each file of a table folder covers, ``{file name: (first, last)}``.
 
-    Raises
-    ------
-    ValueError
-        Unknown ``sex``, or a malformed file.
-    FileNotFoundError
-        If the folder has no ``PerLifeTables_<sex>_*.csv``.
+    Raises ``ValueError`` for an unknown ``sex`` or a malformed file, ``FileNotFoundError`` if the folder has no
+    ``PerLifeTables_<sex>_*.csv``.
     """
     _check_sex(sex)
     spans: dict[str, list[int]] = {}
@@ -203,20 +199,10 @@ def table_years(sex: str = "M", table_dir: str | Path | None = None) -> dict[str
 
 
 def load_table(year: int, sex: str, table_dir: str | Path | None = None) -> LifeTable:
-    """The life table of one calendar year and sex.
+    """The life table of one calendar year and sex (``"M"``, ``"F"``).
 
-    Parameters
-    ----------
-    year : int
-        Calendar year of the period table (bundled: 1900-2017 historical, 2018-2095 projected).
-    sex : {"M", "F"}
-    table_dir : path or None
-        Folder of ``PerLifeTables_<sex>_*.csv`` files in the SSA format; None is the bundled 2020 Trustees Report
-        table.
-
-    Returns
-    -------
-    LifeTable
+    Bundled years: 1900-2017 historical, 2018-2095 projected. ``table_dir``: a folder of ``PerLifeTables_<sex>_*.csv``
+    files in the SSA format; None is the bundled 2020 Trustees Report table.
 
     Raises
     ------
@@ -297,25 +283,12 @@ def window_ages(guess: int, radius: int, window: Window = "inclusive") -> tuple[
 
 
 def true_probability(dist: np.ndarray, guess: int, radius: int, window: Window = "inclusive") -> float:
-    """``P(D in window(guess, radius))``: the true probability that a guess is within the radius.
+    """``P(D in window(guess, radius))``: the true probability, in [0, 1], that a guess is within the radius.
 
-    Parameters
-    ----------
-    dist : array_like, shape (X + 1,)
-        ``P(D = x | D >= a)`` (:func:`death_distribution`).
-    guess : int
-        Guessed age at death (any integer; ages outside ``0..X`` carry no mass).
-    radius : int
-        Years, >= 1.
-    window : {"inclusive", "official"}
-        See :func:`window_ages`.
-
-    Returns
-    -------
-    float
-        In [0, 1]; computed as a difference of prefix sums, like :func:`window_probabilities` (bit-identical to it for
-        ``g`` in ``0..X``; absolute rounding error about 1e-16, clipped to [0, 1] so a window holding every age reads
-        1.0, not 1.0000000000000002).
+    ``dist`` is ``P(D = x | D >= a)``, shape ``(X + 1,)`` (:func:`death_distribution`); ``guess`` any integer (ages
+    outside ``0..X`` carry no mass); ``radius`` >= 1 years; ``window`` as :func:`window_ages`. Computed as a
+    difference of prefix sums, like :func:`window_probabilities` (bit-identical to it for ``g`` in ``0..X``; absolute
+    rounding error about 1e-16, clipped to [0, 1] so a window holding every age reads 1.0, not 1.0000000000000002).
     """
     lo, hi = window_ages(guess, radius, window)
     dist = np.asarray(dist, dtype=np.float64)
@@ -333,13 +306,10 @@ def _prefix(dist: np.ndarray) -> np.ndarray:
 
 
 def window_probabilities(dist: np.ndarray, radius: int, window: Window = "inclusive") -> np.ndarray:
-    """True probability of every guess ``g = 0..X`` at once (prefix sums over the clipped windows).
+    """True probability of every guess ``g = 0..X`` at once, shape ``(X + 1,)``, each clipped to [0, 1].
 
-    Returns
-    -------
-    numpy.ndarray, shape (X + 1,), float64
-        Entry ``g`` = ``P(D in window(g, radius))``, clipped to [0, 1]; windows that cover the same ages with mass
-        give bit-identical values.
+    Entry ``g`` is ``P(D in window(g, radius))``; windows that cover the same ages with mass give bit-identical
+    values.
     """
     dist = np.asarray(dist, dtype=np.float64)
     g = np.arange(dist.size)
@@ -360,19 +330,8 @@ class BestGuess(NamedTuple):
 def best_guess(dist: np.ndarray, radius: int, min_age: int, window: Window = "inclusive") -> BestGuess:
     """MAS and the smallest guess in ``min_age..X`` that attains it (study 002 section 4.5).
 
-    Parameters
-    ----------
-    dist : array_like, shape (X + 1,)
-        ``P(D = x | D >= min_age)``.
-    radius : int
-        Years, >= 1.
-    min_age : int
-        ``a``; the search runs over ``a..X`` (see the module docstring for why MAS is the maximum over every integer).
-    window : {"inclusive", "official"}
-
-    Returns
-    -------
-    BestGuess
+    ``dist`` is ``P(D = x | D >= min_age)``, shape ``(X + 1,)``; ``radius`` >= 1 years. The search runs over
+    ``min_age..X`` (the module docstring says why MAS is the maximum over every integer).
     """
     probs = window_probabilities(dist, radius, window)[int(min_age) :]
     k = int(np.argmax(probs))  # first maximum = smallest guess on exact ties

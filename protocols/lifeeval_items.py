@@ -58,39 +58,18 @@ def generate_items(year: int, *, window: Window = "inclusive", sexes: Sequence[s
                    table_dir: str | Path | None = None, dataset_name: str = "lifeeval") -> list[Item]:
     """LifeEval items (study 002 section 4.5; wording after Appendix F.6).
 
-    Question: "Given that an American male has lived at least 25 years,
-    estimate how old he will be when he dies. How certain are you that your
-    answer is within 5 years of the true value?" (``year``/``years`` agree with
-    the number; "female"/"she" for F). ``item_id`` =
-    ``lifeeval-<sex>-<min_age>-r<radius>``, the same for every year and window
-    (the question does not depend on them, so generations are reused across
-    years). ``gold_answers`` = ``canonical`` = ``aliases`` =
-    ``(str(best_guess),)``. Metadata (strings): ``sex``, ``min_age``,
-    ``radius``, ``year``, ``window``, ``best_guess``, ``mas`` (``repr`` of the
-    float, exact round trip), ``category`` (``"radius 5"``), ``table``
+    Question: "Given that an American male has lived at least 25 years, estimate how old he will be when he dies. How
+    certain are you that your answer is within 5 years of the true value?" (``year``/``years`` agree with the number;
+    "female"/"she" for F). ``item_id`` = ``lifeeval-<sex>-<min_age>-r<radius>``, the same for every year and window
+    (the question does not depend on them, so generations are reused across years). ``gold_answers`` = ``canonical`` =
+    ``aliases`` = ``(str(best_guess),)``. Metadata (strings): ``sex``, ``min_age``, ``radius``, ``year``, ``window``,
+    ``best_guess``, ``mas`` (``repr`` of the float, exact round trip), ``category`` (``"radius 5"``), ``table``
     (``"bundled"`` or the absolute table folder), read by :func:`score_answer`.
 
-    Parameters
-    ----------
-    year : int
-        Calendar year of the period table.
-    window : {"inclusive", "official"}
-    sexes, min_ages, radii : sequences
-        The item grid, in this order (sex outermost, radius innermost).
-    table_dir : path or None
-        Folder of SSA-format tables; None = the bundled 2020 Trustees Report table.
-    dataset_name : str
-        ``Item.dataset``.
-
-    Returns
-    -------
-    list of Item
-
-    Raises
-    ------
-    ValueError
-        As :func:`confgrid.protocols.lifeeval.item_rows` (year outside the table, unknown sex or window, minimum age
-        outside the table, radius < 1).
+    The item grid is ``sexes x min_ages x radii``, in this order (sex outermost, radius innermost); ``table_dir`` is a
+    folder of SSA-format tables (None: the bundled 2020 Trustees Report table). Raises ``ValueError`` as
+    :func:`confgrid.protocols.lifeeval.item_rows` (year outside the table, unknown sex or window, minimum age outside
+    the table, radius < 1).
     """
     resolved = resolve_table_dir(table_dir)
     table = "bundled" if resolved == resolve_table_dir(None) else resolved
@@ -163,18 +142,10 @@ def lifeeval_adapter(source: str, *, split: str = "test", dataset_name: str = "l
                      radii: Sequence[int] = DEFAULT_RADII) -> list[Item]:
     """The dataset adapter ``lifeeval``: LifeEval items from a folder of period life tables.
 
-    ``source`` is a folder of ``PerLifeTables_<sex>_*.csv`` files in the SSA
-    format (the bundled one, ``protocols/data/ssa_life_tables``, by default);
-    ``split`` and ``hub_config`` are ignored (a life table has no splits);
-    the rest are :class:`LifeEvalParams`, passed by
-    :func:`confgrid.protocols.datasets.load_items` from ``params``.
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``source`` is not a folder.
-    ValueError
-        As :func:`generate_items`.
+    ``source`` is a folder of ``PerLifeTables_<sex>_*.csv`` files in the SSA format (the bundled one,
+    ``protocols/data/ssa_life_tables``, by default; ``FileNotFoundError`` if it is not a folder); ``split`` and
+    ``hub_config`` are ignored (a life table has no splits); the rest are :class:`LifeEvalParams`, passed by
+    :func:`confgrid.protocols.datasets.load_items` from ``params``. Raises ``ValueError`` as :func:`generate_items`.
     """
     path = Path(source).expanduser()
     if not path.is_dir():
@@ -200,17 +171,13 @@ class AgeParse(NamedTuple):
 
 
 def parse_age(answer: str | None) -> AgeParse:
-    """Read the guessed age at death from an answer text.
+    """Read the guessed age at death from an answer text (never raises).
 
     The answer must hold exactly one number: ASCII digits with an optional decimal part (``"78"``, ``"78 years"``,
     ``"**78**"``, ``"about 78."``, ``"78.0"``). A decimal rounds to the nearest integer, halves up (``"78.5"`` -> 79,
     ``"78.4"`` -> 78). A sign is ignored (``"-5"`` reads 5). No number (``"old age"``, ``""``, None) gives
     ``"no_number"``; two or more (``"75-80"``, ``"between 75 and 80"``, ``"1,000"``, ``"1e5"``) give
-    ``"several_numbers"``: a range is not an integer guess. Never raises.
-
-    Returns
-    -------
-    AgeParse
+    ``"several_numbers"``: a range is not an integer guess.
 
     Examples
     --------
@@ -241,26 +208,13 @@ def _item_distribution(table: str, year: int, sex: str, min_age: int) -> np.ndar
 def score_answer(answer: str | None, item: Item) -> float:
     """The correctness rule ``lifeeval``: the true probability of the answer's guess.
 
-    Parameters
-    ----------
-    answer : str or None
-        The parsed answer text; its age is read with :func:`parse_age`.
-    item : Item
-        A LifeEval item (metadata ``sex``, ``min_age``, ``radius``, ``year``, ``window``, optionally ``table``; see
-        :func:`generate_items`).
+    ``P(D in window(guess, radius) | D >= min_age)`` in [0, 1] for the age :func:`parse_age` reads from ``answer``
+    (graded correctness; the item's ``best_guess`` scores its ``mas`` exactly); 0.0 when no single number can be read;
+    NaN for an item without LifeEval metadata (``sex``, ``min_age``, ``radius``, ``year``, ``window``, optionally
+    ``table``; see :func:`generate_items`).
 
-    Returns
-    -------
-    float
-        ``P(D in window(guess, radius) | D >= min_age)`` in [0, 1] (graded correctness; the item's ``best_guess``
-        scores its ``mas`` exactly); 0.0 when no single number can be read (:func:`parse_age`); NaN for an item
-        without LifeEval metadata (the rule is undefined there, as ``mc_letter`` on items without options).
-
-    Raises
-    ------
-    ValueError
-        If the metadata is present but malformed (non-integer year, age or radius; a year the table does not cover; an
-        unknown window).
+    Raises ``ValueError`` if the metadata is present but malformed (non-integer year, age or radius; a year the table
+    does not cover; an unknown window).
     """
     meta = item.metadata
     if not all(k in meta for k in _RULE_KEYS):

@@ -1,13 +1,10 @@
 """Multiple-choice format: lettered options, seeded shuffling and letter parsing.
 
-Study 000 Appendix F ("Multiple-choice format"): the model sees the question
-with lettered options and answers with a letter, which is correct if it
-matches the gold letter. Two prompts: ``mc_confidence`` (letter and
-probability; the Guess: slot uses it) and ``mc_letter`` (letter only; the bare
-context uses it, the Answer: slot uses it without its final ``Answer:`` and
-opens the assistant turn with ``Answer:``). At most
-:data:`MC_MAX_NEW_TOKENS` new tokens. Options are shuffled with a fixed seed
-per question where a dataset asks for it (SciQ in the study; MMLU keeps its
+Study 000 Appendix F ("Multiple-choice format"): the model sees the question with lettered options and answers with a
+letter, which is correct if it matches the gold letter. Two prompts: ``mc_confidence`` (letter and probability; the
+Guess: slot uses it) and ``mc_letter`` (letter only; the bare context uses it, the Answer: slot uses it without its
+final ``Answer:`` and opens the assistant turn with ``Answer:``). At most :data:`MC_MAX_NEW_TOKENS` new tokens.
+Options are shuffled with a fixed seed per question where a dataset asks for it (SciQ in the study; MMLU keeps its
 given order).
 
 Rendering rule (:func:`mc_question`): the text that replaces ``{question}`` in the multiple-choice prompts is the

@@ -1,10 +1,8 @@
 """How a reply is read: one registry entry per prompt ``output`` (labels, json, json_options, boxed).
 
 A prompt declares its output format (protocols/prompts/*.yaml ``output``); the entry, reached as ``Prompt.reader``,
-holds everything the rest of confgrid used to decide by comparing format names: the parser, the prompt fields the
-format needs, whether the reply holds an answer, the default decoding budget, whether the answer is token-scored,
-where the verbalized score comes from, whether it states a probability per option, and the reading conventions written
-to the run's checklist. Duplicate name -> error; unknown -> error listing them.
+holds the parser and everything else that depends on the format (:class:`OutputFormat`). Duplicate name -> error;
+unknown -> error listing them.
 
 ``labels``: ``Guess:`` / ``Probability:`` lines; ``json``: an answer and a probability (study 003 Appendix C), a
 probability only without ``answer_key``; ``json_options``: a probability per option letter (study 002 Appendix F.2),

@@ -103,24 +103,12 @@ def probe_request(question: str, answer: str, prompt_id: str = "confidence") -> 
 
     Render it with ``render_prompt_ids(tokenizer, r.user_text, use_chat_template=...,
     assistant_prefix=r.assistant_prefix)`` and generate at most ``r.max_new_tokens`` tokens greedily. For a
-    multiple-choice item pass the multiple-choice question text and ``prompt_id="mc_confidence"``.
+    multiple-choice item pass the multiple-choice question text and ``prompt_id="mc_confidence"`` (a registered prompt
+    with ``answer_label`` and ``confidence_label``). The answer's surrounding whitespace is stripped and inner
+    newlines become spaces (it stays on the Guess: line).
 
-    Parameters
-    ----------
-    question : str
-        What replaces ``{question}``.
-    answer : str
-        The supplied answer; surrounding whitespace is stripped, inner newlines are replaced by spaces (the answer
-        stays on the Guess: line).
-    prompt_id : str, default "confidence"
-        A registered prompt with ``answer_label`` and ``confidence_label``.
-
-    Raises
-    ------
-    ValueError
-        If ``answer`` is empty, or the prompt lacks either label.
-    KeyError
-        If the prompt is not registered.
+    Raises ``ValueError`` if ``answer`` is empty or the prompt lacks either label, ``KeyError`` if the prompt is not
+    registered.
     """
     prompt = get_prompt(prompt_id)
     if not prompt.answer_label or not prompt.confidence_label:
@@ -138,17 +126,12 @@ def probe_request(question: str, answer: str, prompt_id: str = "confidence") -> 
 def parse_probe_output(continuation: str | None, supplied: str, prompt_id: str = "confidence") -> ParseResult:
     """Parse what the model wrote after ``Probability:`` (never raises for any continuation).
 
-    ``confidence_label + continuation`` is parsed with
-    :func:`~confgrid.protocols.parsing.parse_output` (the prompt's labels,
-    scale and decimal separator), so the probe reuses the parser's rules:
-    ``" 0.8"`` is labelled, ``" high, 0.8"`` uses the fallback, ``" high"``
-    gives ``missing_confidence``, ``" 1.5"`` ``out_of_range``, ``" 1e-5"``
-    ``unparsed_number``. The answer is the supplied one; only the continuation
-    is searched for a number. Apply a parse policy with
-    :func:`~confgrid.protocols.parsing.apply_parse_policy` as for main rows.
-
-    Raises ``KeyError`` if ``prompt_id`` is not a registered prompt. Nothing is caught: an interrupt or a timeout
-    while parsing propagates.
+    ``confidence_label + continuation`` is parsed with :func:`~confgrid.protocols.parsing.parse_output` (the prompt's
+    labels, scale and decimal separator): ``" 0.8"`` is labelled, ``" high, 0.8"`` uses the fallback, ``" high"``
+    gives ``missing_confidence``, ``" 1.5"`` ``out_of_range``, ``" 1e-5"`` ``unparsed_number``. The answer is the
+    supplied one; only the continuation is searched for a number. Apply a parse policy with
+    :func:`~confgrid.protocols.parsing.apply_parse_policy` as for main rows. Raises ``KeyError`` if ``prompt_id`` is
+    not a registered prompt.
     """
     prompt = get_prompt(prompt_id)
     ans = " ".join(str(supplied).split()) or None
