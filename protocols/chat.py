@@ -10,7 +10,8 @@ on the generated tokens.
 BOS policy: the rendered text is tokenized with ``add_special_tokens=False``; a BOS id is then prepended only if the
 tokenizer adds one by default and the ids do not already start with it (a template that writes ``<|begin_of_text|>``
 itself gets no second one). ``add_bos=True``/``False`` overrides the default per call (study 000 Appendix B.3: base
-models generate without BOS and are scored with it; :class:`RenderPolicy` declares this per model).
+models generate without BOS and are scored with it; a grid declares this per model, ``models[].generation_bos`` and
+``scoring_bos``).
 
 Plain-text rule (base models, ``use_chat_template=False``; study 000 Appendix B.3): prompt and answer form one text.
 The context is the user text, plus ``"\n" + assistant_prefix`` when a prefix is given, and the answer always follows a
@@ -21,13 +22,11 @@ the Guess: slot is the confidence prompt, a newline and ``Guess:``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from confgrid.protocols.contexts import ScoringContext
 
 __all__ = [
-    "RenderPolicy",
     "adds_bos",
     "answer_ids",
     "default_system_prompt",
@@ -234,73 +233,6 @@ def scoring_request(
         add_bos=add_bos,
     )
     return ctx, answer_ids(tokenizer, answer, effective_separator(context.separator, use_chat_template))
-
-
-@dataclass(frozen=True)
-class RenderPolicy:
-    """How one model's prompts are rendered, declared per model (study 000 Appendix A, B.3).
-
-    Attributes
-    ----------
-    use_chat_template : bool, default True
-        Wrap prompts with the tokenizer's chat template; False for base models without one (the plain-text rule of
-        this module).
-    generation_bos : bool or None, default None
-        ``add_bos`` for generation prompts (None: the tokenizer's default).
-    scoring_bos : bool or None, default None
-        ``add_bos`` for scoring contexts (None: the tokenizer's default).
-    system_prompt : str or None, default None
-        An explicit system turn; None keeps the template's default.
-
-    Examples
-    --------
-    >>> RenderPolicy.base_model()
-    RenderPolicy(use_chat_template=False, generation_bos=False, scoring_bos=True, system_prompt=None)
-    """
-
-    use_chat_template: bool = True
-    generation_bos: bool | None = None
-    scoring_bos: bool | None = None
-    system_prompt: str | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("generation_bos", "scoring_bos"):
-            v = getattr(self, name)
-            if v not in (None, True, False):
-                raise ValueError(f"RenderPolicy: {name}={v!r}; allowed: None, True, False")
-        if not isinstance(self.use_chat_template, bool):
-            raise ValueError(f"RenderPolicy: use_chat_template={self.use_chat_template!r}; must be a bool")
-
-    @classmethod
-    def base_model(cls) -> RenderPolicy:
-        """Base checkpoints without a chat template (study 000 Appendix B.3): plain text,
-        generation without BOS, scoring with BOS."""
-        return cls(use_chat_template=False, generation_bos=False, scoring_bos=True)
-
-    def generation_ids(self, tokenizer: Any, user_text: str, assistant_prefix: str = "") -> list[int]:
-        """Prompt ids for generation (``add_bos=generation_bos``)."""
-        return render_prompt_ids(
-            tokenizer,
-            user_text,
-            use_chat_template=self.use_chat_template,
-            assistant_prefix=assistant_prefix,
-            system_prompt=self.system_prompt,
-            add_bos=self.generation_bos,
-        )
-
-    def scoring_request(
-        self, tokenizer: Any, context: ScoringContext, item_question: str, answer: str
-    ) -> tuple[list[int], list[int]]:
-        """:func:`scoring_request` under this policy (``add_bos=scoring_bos``)."""
-        return scoring_request(
-            tokenizer,
-            context,
-            item_question,
-            answer,
-            self.use_chat_template,
-            system_prompt=self.system_prompt,
-            add_bos=self.scoring_bos,
-        )
 
 
 _USER_SENTINEL = "\u2063CONFGRID_USER\u2063"

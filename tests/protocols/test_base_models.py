@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from confgrid.protocols import chat
-from confgrid.protocols.chat import RenderPolicy, effective_separator
+from confgrid.protocols.chat import effective_separator
 from confgrid.protocols.contexts import ablation_cells, get_context
 from confgrid.protocols.prompts import get_prompt
+from reference.render_policy import RenderPolicy
 
 Q = "What is the capital of France?"
 
