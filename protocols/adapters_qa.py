@@ -35,6 +35,11 @@ __all__ = ["HALUEVAL_SEED", "custom", "gsm8k", "gsm8k_gold", "halueval_given_rig
            "simpleqa", "triviaqa", "truthfulqa"]
 
 
+# column names of the released CSV and of the hub schema: question, best, correct, incorrect, type, category, source
+_TRUTHFULQA_CSV = ("Question", "Best Answer", "Correct Answers", "Incorrect Answers", "Type", "Category", "Source")
+_TRUTHFULQA_HUB = ("question", "best_answer", "correct_answers", "incorrect_answers", "type", "category", "source")
+
+
 @register_adapter("truthfulqa")
 def truthfulqa(
     source: str,
@@ -59,18 +64,11 @@ def truthfulqa(
     rows = load_rows(source, split, hub_config or "generation")
     items = []
     for i, r in enumerate(rows):
-        if "Question" in r or "question" not in r:  # released CSV
-            require_columns(r, ["Question", "Best Answer", "Correct Answers"], f"truthfulqa {source!r}")
-            q, best = r["Question"], (r["Best Answer"] or "").strip()
-            correct = split_answers(r["Correct Answers"], ";")
-            incorrect = split_answers(r.get("Incorrect Answers"), ";")
-            meta = {"type": r.get("Type") or "", "category": r.get("Category") or "", "source": r.get("Source") or ""}
-        else:  # hub schema
-            require_columns(r, ["question", "best_answer", "correct_answers"], f"truthfulqa {source!r}")
-            q, best = r["question"], (r["best_answer"] or "").strip()
-            correct = split_answers(r["correct_answers"], ";")
-            incorrect = split_answers(r.get("incorrect_answers"), ";")
-            meta = {"type": r.get("type") or "", "category": r.get("category") or "", "source": r.get("source") or ""}
+        qc, bc, cc, ic, *meta_cols = _TRUTHFULQA_CSV if "Question" in r or "question" not in r else _TRUTHFULQA_HUB
+        require_columns(r, [qc, bc, cc], f"truthfulqa {source!r}")
+        q, best = r[qc], (r[bc] or "").strip()
+        correct, incorrect = split_answers(r[cc], ";"), split_answers(r.get(ic), ";")
+        meta = {k: r.get(c) or "" for k, c in zip(("type", "category", "source"), meta_cols, strict=True)}
         gold = dedup([best, *correct])
         meta["row"] = str(i)
         items.append(

@@ -84,18 +84,17 @@ def get_aggregation(name: str) -> Aggregation:
     return AGGREGATIONS.get(name)
 
 
-def _as_logprobs(logprobs: np.ndarray, name: str) -> np.ndarray:
+def _reduce(logprobs: np.ndarray, name: str, fn: Callable[[np.ndarray], float]) -> float:
     lp = np.asarray(logprobs, dtype=float)
     if lp.ndim != 1:
         raise ValueError(f"{name}: logprobs must be 1-D with shape (n_tokens,), got shape {lp.shape}")
-    return lp
+    return float("nan") if lp.size == 0 else float(fn(lp))
 
 
 @register_aggregation("geometric_mean")
 def geometric_mean(logprobs: np.ndarray) -> float:
     """Geometric mean of the token probabilities, ``exp(mean(logprobs))`` (the default)."""
-    lp = _as_logprobs(logprobs, "geometric_mean")
-    return float("nan") if lp.size == 0 else float(np.exp(lp.mean()))
+    return _reduce(logprobs, "geometric_mean", lambda lp: np.exp(lp.mean()))
 
 
 @register_aggregation("sequence_probability")
@@ -104,22 +103,19 @@ def sequence_probability(logprobs: np.ndarray) -> float:
 
     Decreases with answer length.
     """
-    lp = _as_logprobs(logprobs, "sequence_probability")
-    return float("nan") if lp.size == 0 else float(np.exp(lp.sum()))
+    return _reduce(logprobs, "sequence_probability", lambda lp: np.exp(lp.sum()))
 
 
 @register_aggregation("arithmetic_mean")
 def arithmetic_mean(logprobs: np.ndarray) -> float:
     """Arithmetic mean of the token probabilities, ``mean(exp(logprobs))``."""
-    lp = _as_logprobs(logprobs, "arithmetic_mean")
-    return float("nan") if lp.size == 0 else float(np.exp(lp).mean())
+    return _reduce(logprobs, "arithmetic_mean", lambda lp: np.exp(lp).mean())
 
 
 @register_aggregation("min_probability")
 def min_probability(logprobs: np.ndarray) -> float:
     """Smallest token probability, ``exp(min(logprobs))`` (the weakest token)."""
-    lp = _as_logprobs(logprobs, "min_probability")
-    return float("nan") if lp.size == 0 else float(np.exp(lp.min()))
+    return _reduce(logprobs, "min_probability", lambda lp: np.exp(lp.min()))
 
 
 @register_aggregation("first_token")
@@ -129,8 +125,7 @@ def first_token(logprobs: np.ndarray) -> float:
     For a multiple-choice letter answer (one token) this is the letter's probability. The first token carries the
     separator: after ``Answer:`` it is the token with the leading space.
     """
-    lp = _as_logprobs(logprobs, "first_token")
-    return float("nan") if lp.size == 0 else float(np.exp(lp[0]))
+    return _reduce(logprobs, "first_token", lambda lp: np.exp(lp[0]))
 
 
 def option_renormalized(option_logprobs: Mapping[str, float], chosen: str) -> float:

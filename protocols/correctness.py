@@ -103,6 +103,11 @@ def _golds(item: Item) -> list[str]:
     return [g for g in (normalize(x) for x in item.gold_answers) if g]
 
 
+def _contained(a: str, golds: list[str]) -> float:
+    """1.0 when the normalized answer ``a`` (non-empty) equals, contains or is contained in one of ``golds``."""
+    return float(bool(a) and any(a == g or a in g or g in a for g in golds))
+
+
 @register_rule("containment")
 def containment(answer: str | None, item: Item) -> float:
     """Normalized containment, the default rule (study 000 section 3.4).
@@ -111,10 +116,7 @@ def containment(answer: str | None, item: Item) -> float:
     contains the other as a substring (character level: ``"paris"`` is contained in ``"paris france"``, and also
     ``"a"`` in ``"a cat"``). An answer or a gold answer that normalizes to ``""`` (None, ``"?!"``) never matches.
     """
-    a = normalize(answer)
-    if not a:
-        return 0.0
-    return float(any(a == g or a in g or g in a for g in _golds(item)))
+    return _contained(normalize(answer), _golds(item))
 
 
 @register_rule("exact_match")
@@ -147,10 +149,7 @@ def alias(answer: str | None, item: Item) -> float:
     ``aliases`` or ``normalized_aliases`` hold forms that ``gold_answers`` lacks (the TriviaQA and TruthfulQA adapters
     list them all).
     """
-    a = normalize(answer)
-    if not a:
-        return 0.0
-    return float(any(a == g or a in g or g in a for g in _all_aliases(item)))
+    return _contained(normalize(answer), _all_aliases(item))
 
 
 @register_rule("mc_letter")

@@ -141,10 +141,7 @@ def load_local(path: Path, *, header: Sequence[str] | None = None) -> list[dict[
         }
         if path.suffix.lower() == ".tsv":
             kwargs["sep"] = "\t"
-        if header is not None:
-            kwargs.update(column_names=list(header), header=None)
-        else:
-            kwargs.update(column_names=names, header=0)
+        kwargs.update(column_names=names, header=None if header is not None else 0)
     ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
     return [dict(r) for r in ds]
 

@@ -91,12 +91,6 @@ def check_adapter_params(adapter: str, params: Mapping[str, Any] | None, source:
     return check_params(adapter, params, source)
 
 
-def _draw(n: int, limit: int, rng: np.random.Generator) -> np.ndarray:
-    """``limit`` of ``range(n)`` without replacement, in draw order: the first ``limit`` of one seeded
-    permutation, so a larger ``limit`` keeps every item of a smaller one, in the same order (nested draws)."""
-    return rng.permutation(n)[: int(limit)]
-
-
 def _stratified_draw(labels: list[str], limit: int, rng: np.random.Generator) -> np.ndarray:
     """``limit`` indices, every stratum keeping its share, in draw order; nested like a plain draw.
 
@@ -197,8 +191,8 @@ def load_items(
     if limit is not None and limit < len(items):
         rng = np.random.default_rng(seed)
         key = LIMIT_STRATA.get(adapter)
-        if key is None:
-            keep = _draw(len(items), int(limit), rng)
+        if key is None:  # the first limit of one seeded permutation: draws are nested
+            keep = rng.permutation(len(items))[: int(limit)]
         else:
             keep = _stratified_draw([it.metadata.get(key, "") for it in items], int(limit), rng)
         items = [items[int(k)] for k in keep]
