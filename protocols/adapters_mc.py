@@ -366,16 +366,12 @@ def boolq(
     ``super_glue``/``boolq``), and the hub's ``google/boolq`` (``question``, ``passage``, ``answer`` boolean; splits
     ``train`` and ``validation``).
 
-    Mapping: ``question`` = :func:`boolq_text` (``"Passage: ...\\nQuestion:
-    ...?"``; study 002 F.1 shows the statement alone, the passage is given
-    here so that the question is answerable); ``options`` = ``("True",
-    "False")``; ``gold_letter`` ``"A"`` for true, ``"B"`` for false;
-    ``gold_answers`` = ``("True",)`` or ``("False",)``;
-    ``incorrect_answers`` = the other. ``item_id`` = ``boolq-<first 10 hex of
-    sha1(question, passage)>`` (the same for both row forms). Metadata:
-    ``category`` = ``"boolq"`` (BoolQ has no categories), ``title`` (the
-    Wikipedia title that opens the passage, before ``" -- "``; empty if
-    none), ``idx`` (when given), ``row``.
+    Mapping: ``question`` = :func:`boolq_text` (``"Passage: ...\\nQuestion: ...?"``; study 002 F.1 shows the statement
+    alone, the passage is given here so that the question is answerable); ``options`` = ``("True", "False")``;
+    ``gold_letter`` ``"A"`` for true, ``"B"`` for false; ``gold_answers`` = ``("True",)`` or ``("False",)``;
+    ``incorrect_answers`` = the other. ``item_id`` = ``boolq-<first 10 hex of sha1(question, passage)>`` (the same for
+    both row forms). Metadata: ``category`` = ``"boolq"`` (BoolQ has no categories), ``title`` (the Wikipedia title
+    that opens the passage, before ``" -- "``; empty if none), ``idx`` (when given), ``row``.
 
     Raises ``KeyError`` if ``question``, ``passage`` or both ``label`` and ``answer`` are missing; ``ValueError`` if a
     label is not a boolean (e.g. the hidden ``-1`` labels of a test split).

@@ -420,17 +420,13 @@ def halueval_qa(
     :func:`~confgrid.protocols.datasets.load_items` keeps the balance when it draws a ``limit`` subset (it draws each
     half separately).
 
-    Mapping (every text stripped of surrounding whitespace): ``question`` =
-    :func:`halueval_text` (Context / Question / Candidate Answer lines);
-    ``gold_answers`` = ``aliases`` = (right answer,); ``canonical`` = right
-    answer; ``incorrect_answers`` = (hallucinated answer,); no options.
-    Metadata: ``given_answer``, ``given_answer_correct`` (``"1"`` right
-    answer shown, ``"0"`` hallucinated), ``knowledge``, ``category`` =
-    ``"halueval_qa"``, ``row``.
-    ``item_id`` = ``halueval_qa-<first 10 hex of sha1(question, knowledge)>``.
-    Grade with the correctness rule ``given_answer``
-    (:func:`confgrid.protocols.correctness.given_answer`): the target is
-    whether the shown answer is right, not the text the model writes.
+    Mapping (every text stripped of surrounding whitespace): ``question`` = :func:`halueval_text` (Context / Question
+    / Candidate Answer lines); ``gold_answers`` = ``aliases`` = (right answer,); ``canonical`` = right answer;
+    ``incorrect_answers`` = (hallucinated answer,); no options. Metadata: ``given_answer``, ``given_answer_correct``
+    (``"1"`` right answer shown, ``"0"`` hallucinated), ``knowledge``, ``category`` = ``"halueval_qa"``, ``row``.
+    ``item_id`` = ``halueval_qa-<first 10 hex of sha1(question, knowledge)>``. Grade with the correctness rule
+    ``given_answer`` (:func:`confgrid.protocols.correctness.given_answer`): the target is whether the shown answer is
+    right, not the text the model writes.
 
     Raises ``ValueError`` if a row's question, right answer or hallucinated answer is empty.
     """

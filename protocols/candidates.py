@@ -42,25 +42,11 @@ def candidate_variants(candidate: str, cases: Sequence[str] = ()) -> tuple[str, 
 
 
 def candidate_token_ids(tokenizer: Any, candidates: Sequence[str], cases: Sequence[str] = ()) -> dict[str, dict[int, str]]:
-    """For each candidate, every token id that decodes to one of its variants, bare or after one space.
+    """For each candidate, every token id that decodes to one of its variants (:data:`CASES`), bare or after one space.
 
-    Parameters
-    ----------
-    tokenizer : transformers.PreTrainedTokenizerBase
-    candidates : sequence of str
-    cases : sequence of str
-        Case variants (:data:`CASES`).
-
-    Returns
-    -------
-    dict
-        ``candidate -> {token_id: decoded string}`` (the decoded string tells which variant the id is, e.g. ``" A"``);
-        ids in ascending order. A candidate whose variants are no single token maps to ``{}``.
-
-    Raises
-    ------
-    ValueError
-        If two candidates share a token (the read would be ambiguous).
+    Returns ``candidate -> {token_id: decoded string}`` (the decoded string tells which variant the id is, e.g.
+    ``" A"``), ids in ascending order; a candidate whose variants are no single token maps to ``{}``. Raises
+    ``ValueError`` if two candidates share a token (the read would be ambiguous).
     """
     return candidate_tokens_from_strings({tid: tokenizer.decode([tid]) for tid in range(len(tokenizer))},
                                          candidates, cases)

@@ -105,12 +105,8 @@ def majority_share(answers: Sequence[str | None], normalize: Callable[[str], str
     """The share of the most frequent normalized answer among the k samples (study 004).
 
     Unparsed samples count in k and never form the majority; among equally frequent answers the one sampled first
-    wins. ``rated`` is the first sample with the majority's normalization.
-
-    Returns
-    -------
-    Confidence
-        Status ``all_unparsed`` (value None) when no sample has an answer.
+    wins. ``rated`` is the first sample with the majority's normalization. Status ``all_unparsed`` (value None) when
+    no sample has an answer.
 
     Examples
     --------
@@ -132,17 +128,9 @@ def majority_share(answers: Sequence[str | None], normalize: Callable[[str], str
 def expected_accuracy(correct: Sequence[float | None]) -> Confidence:
     """Mean correctness over k samples with its standard error (study 004's capability target).
 
-    Parameters
-    ----------
-    correct : sequence of float or None
-        Correctness of each sample in [0, 1]; None or NaN (unparsed, no answer) counts as 0: a sample that gave no
-        answer did not answer correctly.
-
-    Returns
-    -------
-    Confidence
-        ``value`` = mean; ``detail`` = ``sqrt(p (1 - p) / (k - 1))`` for binary correctness, in general the sample
-        standard deviation (ddof 1) over ``sqrt(k)`` (NaN for k = 1). Status ``no_samples`` when empty.
+    ``correct``: each sample's correctness in [0, 1]; None or NaN (unparsed, no answer) counts as 0. ``value`` is the
+    mean; ``detail`` is ``sqrt(p (1 - p) / (k - 1))`` for binary correctness, in general the sample standard deviation
+    (ddof 1) over ``sqrt(k)`` (NaN for k = 1). Status ``no_samples`` when empty.
 
     Examples
     --------
@@ -160,7 +148,7 @@ def expected_accuracy(correct: Sequence[float | None]) -> Confidence:
 
 def candidate_probability(tokens: Mapping[int, str], top: Mapping[int, float], candidate: str,
                           merge: str = "sum") -> float | None:
-    """The probability of one candidate in a returned next-token distribution.
+    """The probability of one candidate in a returned next-token distribution, in [0, 1], or None when absent.
 
     Parameters
     ----------
@@ -172,18 +160,13 @@ def candidate_probability(tokens: Mapping[int, str], top: Mapping[int, float], c
         The candidate string (for ``exact``).
     merge : {"sum", "exact"}
         ``sum``: the probabilities of every variant present added; ``exact``: only the token decoding to exactly
-        ``candidate``.
+        ``candidate``. Another value raises ``ValueError``.
 
     Returns
     -------
     float or None
-        In [0, 1]; None when no variant (``exact``: not the exact token) is in the returned distribution: absent,
-        which is not probability 0.
-
-    Raises
-    ------
-    ValueError
-        If ``merge`` is unknown.
+        None when no variant (``exact``: not the exact token) is in the returned distribution: absent, which is not
+        probability 0.
     """
     if merge not in MERGE_RULES:
         raise ValueError(f"merge={merge!r}; allowed: {list(MERGE_RULES)}")
