@@ -241,36 +241,24 @@ def parse_boxed_output(
 ) -> ParseResult:
     r"""A worked solution whose final number is in ``\boxed{}`` (prompt ``output: boxed``; study 004, GSM8K).
 
-    Confidence (only with ``confidence_label``): the **last** occurrence of the label followed by a number, optionally
-    inside ``\boxed{}`` or after ``$`` (:func:`~confgrid.protocols.parsing.last_labelled_confidence`: the prompt's
-    scale, ``%``, ``decimal_comma``; statuses ``out_of_range`` and ``unparsed_number`` as for labelled replies). There
-    is no unlabelled fallback: a worked solution is full of numbers in [0, 1]. Answer: the label and its number are
-    cut out of the text and the rest is read by :func:`final_number`; the answer is that number written by
-    :func:`format_number` (``"1234.5"``, ``"-3"``, ``"0.75"`` for ``\boxed{3/4}``), so every correctness rule, the
-    token score and the agreement of sampled answers see the number, not the solution (``\boxed{18.00}`` and ``$18``
-    agree with ``18``). ``decimal_comma`` applies to the confidence only; the answer's decimal separator is ``.``.
-
-    Parameters
-    ----------
-    text : str or None
-        The reply, after its reasoning block is removed.
-    confidence_label : str or None
-        The prompt's confidence label (``"Probability:"``); None: no confidence asked.
-    scale : {"unit", "percent"} or None
-        Scale of the confidence (None reads as ``"unit"``).
-    decimal_comma : bool
-        The confidence is written with a decimal comma.
-    max_chars : int
-        Only the first ``max_chars`` characters are read.
+    Confidence (only with ``confidence_label``, e.g. ``"Probability:"``): the **last** occurrence of the label
+    followed by a number, optionally inside ``\boxed{}`` or after ``$``
+    (:func:`~confgrid.protocols.parsing.last_labelled_confidence`: the prompt's ``scale``, ``%``, ``decimal_comma``;
+    statuses ``out_of_range`` and ``unparsed_number`` as for labelled replies). There is no unlabelled fallback: a
+    worked solution is full of numbers in [0, 1]. Answer: the label and its number are cut out of the text and the
+    rest is read by :func:`final_number`; the answer is that number written by :func:`format_number` (``"1234.5"``,
+    ``"-3"``, ``"0.75"`` for ``\boxed{3/4}``), so every correctness rule, the token score and the agreement of sampled
+    answers see the number, not the solution (``\boxed{18.00}`` and ``$18`` agree with ``18``). ``decimal_comma``
+    applies to the confidence only. Only the first ``max_chars`` characters are read.
 
     Returns
     -------
     ParseResult
         ``answer`` a number string or None; ``verbalized`` in [0, 1] or None. Status ``empty`` (blank),
         ``missing_answer`` (no number, or a box without one, but a confidence), ``missing_confidence`` (a number but
-        no labelled confidence, always so when none is asked, as for a labelled prompt without a ``Probability:``
-        line), ``missing_both``, ``out_of_range`` / ``unparsed_number`` (the labelled confidence; they take
-        precedence), or ``ok``. ``used_fallback`` is always False. Never raises for any ``text``.
+        no labelled confidence, always so when none is asked), ``missing_both``, ``out_of_range`` /
+        ``unparsed_number`` (the labelled confidence; they take precedence), or ``ok``. ``used_fallback`` is always
+        False. Never raises for any ``text``.
 
     Raises
     ------

@@ -186,19 +186,14 @@ def supplied_answers(
         The dataset's items, the pool of off-type answers (the item itself is skipped; order does not matter:
         candidates are sorted by item id).
     kinds : sequence of str
-        The kinds wanted (default all). ``off_type`` is produced only when requested and no ``plausible_wrong`` answer
-        exists.
+        The kinds wanted (default all; an unknown kind raises ``ValueError``). ``off_type`` is produced only when
+        requested and no ``plausible_wrong`` answer exists.
 
     Returns
     -------
     list of Supplied
         ``canonical`` always (when requested); ``first_alias`` when the item has aliases; ``plausible_wrong`` or
         ``off_type`` (at most one of the two); ``own`` when ``own_answer`` is non-empty.
-
-    Raises
-    ------
-    ValueError
-        If ``kinds`` names an unknown kind.
     """
     unknown = [k for k in kinds if k not in SUPPLIED_KINDS]
     if unknown:
@@ -289,10 +284,9 @@ def probe_pairs(table: Any, pairs: Sequence[PairDefinition] = PAIRS) -> Any:
     ----------
     table : pandas.DataFrame
         One row per (model, dataset, item_id, kind) with columns ``model``, ``dataset``, ``item_id``, ``kind`` (a
-        supplied kind or ``generated``), ``answer`` (str), ``verbalized`` (float in [0, 1] or NaN for a row that did
-        not parse) and ``own_correct`` (correctness of the model's own answer to the item, the same on every row of an
-        item; needed by pairs with ``own_correct``). Rows of the main run with kind ``generated`` supply the model's
-        own stated confidence.
+        supplied kind or ``generated``: the main run's own stated confidence), ``answer`` (str), ``verbalized`` (float
+        in [0, 1] or NaN for a row that did not parse) and ``own_correct`` (correctness of the model's own answer to
+        the item, the same on every row of an item; needed by pairs with ``own_correct``).
     pairs : sequence of PairDefinition
         Default :data:`PAIRS`.
 
