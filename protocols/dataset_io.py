@@ -62,7 +62,7 @@ def bundled_path(*parts: str) -> str:
 
 
 def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Adapter]:
-    """Decorator registering an adapter under ``name`` (``adapter=`` of :func:`.datasets.load_items`, grid specs).
+    """Decorator registering an adapter under ``name`` (the ``adapter`` of ``load_items`` and of grid specs).
 
     ``params``: the adapter's parameters as a pydantic model class that forbids extra keys (a grid's
     ``datasets[].params``, kept in :data:`confgrid.protocols.adapter_params.ADAPTER_PARAMS`, checked by
