@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: the generic road: plan, execute, collect, signals, evaluate, then the enabled studies' views
 GENERIC = ["flows/runner.py", "flows/evaluate/run_evaluation.py", "flows/evaluate/outputs.py", "flows/tables/signals.py",
+           "flows/tables/assemble.py",
            "flows/store/run_store.py", "flows/tracking.py", "cli/show/__init__.py", "cli/show/tables.py",
            "report/registry.py", "report/run_tables.py", "report/html.py"]
 #: a study's own modules, below its registry entry

@@ -34,7 +34,7 @@ from confgrid.actors.calls import CallParams, GenerateRequest
 from confgrid.registry import Registry
 
 
-__all__ = ["Stage", "STAGES", "register_stage", "get_stage", "MethodRow", "relabel", "KEY_COLUMNS",
+__all__ = ["Stage", "UnitPart", "STAGES", "register_stage", "get_stage", "MethodRow", "relabel", "KEY_COLUMNS",
            "PARSED_COLUMNS"]
 
 #: The label columns every stage table starts with, as Arrow types.
@@ -83,6 +83,30 @@ SignalsFn = Callable[[Any, Any, dict[str, str]], Optional[pd.DataFrame]]
 MethodCallFn = Callable[[Any, Any, int], tuple[dict[str, Any], CallParams]]
 
 
+def _concat(spec: Any, frames: list[pd.DataFrame]) -> pd.DataFrame | None:
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+@dataclass(frozen=True)
+class UnitPart:
+    """What a stage contributes to an answer unit (flows/tables/assemble.py ``Unit``) and to its stage table.
+
+    A stage that yields or grades the answers gives ``answer``: ``(planned unit, shard, its table) -> rows`` of
+    its stage table for each done answer shard. A stage planned from the answers gives the rest: ``field``, the
+    ``Unit`` attribute filled with ``rows(spec, the unit's shard tables done)`` (stored too when not empty);
+    ``needed(spec, answer set)``, how many of its shards each answer shard plans that the unit's metrics need
+    (0: the unit gets metrics without them); ``complete(plan, unit key, all planned done)``, the unit's
+    ``<field>_complete``; ``graded(answer set, graded answers, rows)``, the graded answers the unit reads.
+    """
+
+    answer: Callable[[Any, Any, pd.DataFrame], pd.DataFrame] | None = None
+    field: str | None = None
+    rows: Callable[[Any, list[pd.DataFrame]], pd.DataFrame | None] = _concat
+    needed: Callable[[Any, Any], int] = lambda spec, answer_set: 0
+    complete: Callable[[Any, tuple[str, str, str], bool], bool] | None = None
+    graded: Callable[[Any, pd.DataFrame, pd.DataFrame | None], pd.DataFrame] | None = None
+
+
 @dataclass(frozen=True)
 class Stage:
     """One model stage (or driver step) and everything that differs between stages.
@@ -116,6 +140,8 @@ class Stage:
         grid that sets another is refused, flows/spec/methods.py).
     backends : tuple of str
         The model backends that can run it (the grid check refuses a method on another).
+    part : UnitPart or None
+        What it contributes to an answer unit (assembly).
     """
 
     name: str
@@ -129,6 +155,7 @@ class Stage:
     method_call: MethodCallFn | None = None
     fields: tuple[str, ...] = ()
     backends: tuple[str, ...] = ("transformers", "vllm", "openai")
+    part: UnitPart | None = None
 
 
 #: Every stage, by name (registration order: generate, grade, score, probe, then the method stages).

@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 
 from confgrid.actors.calls import GenerateRequest, GenerationOutput, SamplesOutput
-from confgrid.flows.stages.base import KEY_COLUMNS, Stage, register_stage
+from confgrid.flows.stages.base import KEY_COLUMNS, Stage, UnitPart, register_stage
 from confgrid.protocols.items import Item
 from confgrid.protocols.mc import mc_question
 
@@ -66,4 +66,5 @@ def _table(plan: Any, shard: Any, outputs: tuple[Any, ...]) -> pd.DataFrame:
 
 
 register_stage(Stage("generate", "generate", request=lambda r: GenerateRequest(r.user_text), table=_table, answers=True,
-                     table_name="generations", schema=lambda aggregations, rules: pa.schema(GENERATION_COLUMNS)))
+                     table_name="generations", schema=lambda aggregations, rules: pa.schema(GENERATION_COLUMNS),
+                     part=UnitPart(answer=lambda unit, shard, table: table)))

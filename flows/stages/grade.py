@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from confgrid.flows.stages.base import PARSED_COLUMNS, Stage, register_stage
+from confgrid.flows.stages.base import PARSED_COLUMNS, Stage, UnitPart, register_stage
 from confgrid.flows.stages.generate import GENERATION_COLUMNS
 from confgrid.protocols.correctness import ANSWER_FREE_RULES, get_rule
 from confgrid.protocols.items import Item
@@ -246,4 +246,5 @@ def _signals(spec: Any, unit: Any, key: dict[str, str]) -> pd.DataFrame:
                        chance_seed=spec.parsing.chance_seed, chance_run=key["answer_set"])
 
 
-register_stage(Stage("grade", None, table_name="graded", schema=_schema, signals=_signals))
+register_stage(Stage("grade", None, table_name="graded", schema=_schema, signals=_signals,
+                     part=UnitPart(answer=lambda unit, shard, table: unit.graded[shard.label])))

@@ -7,6 +7,7 @@ used_fallback.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,12 +15,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from confgrid.flows.stages.base import KEY_COLUMNS, PARSED_COLUMNS, Stage, prompted, register_stage
+from confgrid.flows.stages.base import KEY_COLUMNS, PARSED_COLUMNS, Stage, UnitPart, prompted, register_stage
 from confgrid.protocols.correctness import get_rule
 from confgrid.protocols.items import Item
 from confgrid.protocols.probe import parse_probe_output
 
-__all__ = ["ProbeRow", "probe_rows"]
+__all__ = ["ProbeRow", "probe_rows", "verbalized_from_probe"]
+
+log = logging.getLogger("confgrid")
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,39 @@ def _signals(spec: Any, unit: Any, key: dict[str, str]) -> pd.DataFrame | None:
     return probe_rows(unit.probe, unit.items, key["rule"])
 
 
+def verbalized_from_probe(graded: pd.DataFrame, probe: pd.DataFrame | None) -> pd.DataFrame:
+    """For a set without a stated score: the verbalized score of the answer re-supplied (kind ``own``)."""
+    out = graded.copy()
+    own = probe[probe["kind"] == "own"].set_index("item_id") if probe is not None and len(probe) else None
+    if own is None:
+        out["verbalized"] = pd.array([None] * len(out), dtype="Float64")
+        out["parse_status"] = out["parse_status"].where(out["answer"].isna(), "missing_confidence")
+        return out
+    out["verbalized"] = out["item_id"].map(own["verbalized"]).astype("Float64")
+    st = out["item_id"].map(own["parse_status"])
+    has_answer = out["answer"].notna() & (out["answer"].astype(str).str.strip() != "")
+    out["parse_status"] = st.where(has_answer, "missing_answer").fillna("missing_confidence")
+    out["used_fallback"] = out["item_id"].map(own["used_fallback"]).fillna(False).astype(bool)
+    out["verbalized_source"] = "probe"
+    return out
+
+
+def _complete(plan: Any, key: tuple[str, str, str], all_done: bool) -> bool:
+    """Whether every planned probe shard of a unit is done, the cross-model kinds included (Table 17 needs them)."""
+    model, dataset, answer_set = key
+    if answer_set != "main":
+        return all_done
+    ok = all_done and not plan.expects_cross_for(model, dataset)
+    if plan.spec.probe.enabled and not ok:
+        log.warning("%s/%s: the supplied-answer probe is incomplete (failed shards or another model's answers "
+                    "missing); left out of Table 17, the other results are complete", model, dataset)
+    return ok
+
+
 register_stage(Stage("probe", "generate", request=prompted, table=_table, table_name="probe", signals=_signals,
                      schema=lambda aggregations, rules: pa.schema(
                          [*KEY_COLUMNS, ("kind", pa.string()), ("answer", pa.string()), ("source", pa.string()),
-                          ("raw_output", pa.string()), *PARSED_COLUMNS[1:]])))
+                          ("raw_output", pa.string()), *PARSED_COLUMNS[1:]]),
+                     part=UnitPart(field="probe", needed=lambda spec, a: int(a.verbalized_by_probe), complete=_complete,
+                                   graded=lambda a, graded, rows: (verbalized_from_probe(graded, rows)
+                                                                   if a.verbalized_by_probe else graded))))

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from confgrid.actors.calls import ScoreOutput, ScoreRequest
-from confgrid.flows.stages.base import KEY_COLUMNS, Stage, register_stage
+from confgrid.flows.stages.base import KEY_COLUMNS, Stage, UnitPart, register_stage
 from confgrid.protocols.aggregation import get_aggregation
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.items import Item
@@ -100,6 +100,15 @@ def _schema(aggregations: tuple[str, ...], rules: tuple[str, ...]) -> pa.Schema:
                       ("token_score", pa.float64()), ("aggregation", pa.string())])
 
 
+def _tokens(spec: Any, frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """A unit's token scores (aggregated) from its score shards done."""
+    sc = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["model", "dataset", "item_id", "context_id", "logprobs"])
+    return aggregate_scores(sc, spec.scoring.aggregations)
+
+
 register_stage(Stage("score", "score", request=lambda r: ScoreRequest(r.user_text, r.assistant_prefix, r.separator,
                                                                       r.answer),
-                     table=_table, table_name="scores", schema=_schema))
+                     table=_table, table_name="scores", schema=_schema,
+                     part=UnitPart(field="tokens", rows=_tokens,
+                                   needed=lambda spec, a: len(a.scoring_contexts(spec.scoring.contexts)))))
