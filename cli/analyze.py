@@ -22,7 +22,7 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 
 from confgrid.analysis.metrics import UndefinedMetricWarning
-from confgrid.cli.console import setup_logging
+from confgrid.cli.console import fail, setup_logging
 from confgrid.cli.show.ace import print_ace
 from confgrid.flows.analyze.analysis import EXPERIMENT, TrackingWarning, analyze
 from confgrid.flows.analyze.input import AnalyzeWarning
@@ -136,8 +136,7 @@ def analyze_cmd(ctx: typer.Context, **values: Any) -> None:
             result = analyze(spec)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
-            typer.echo(f"confgrid analyze: {exc}", err=True)
-            raise typer.Exit(2) from None
+            fail(f"confgrid analyze: {exc}")
     _echo_warnings(caught)
     tables, spec, out = result.tables, result.spec, result.spec.out
     m = tables["metrics"]
@@ -169,8 +168,7 @@ def analyze_cmd(ctx: typer.Context, **values: Any) -> None:
         typer.echo(f"MLflow parent run {result.run_id} (experiment {EXPERIMENT}) in {result.tracking_uri}")
     failure = result.tracking_failure
     if failure is not None:
-        typer.echo(f"confgrid analyze: {failure.line()}\n{failure.hint(out)}", err=True)
-        raise typer.Exit(EXIT_TRACKING_FAILED)
+        fail(f"confgrid analyze: {failure.line()}\n{failure.hint(out)}", EXIT_TRACKING_FAILED)
 
 
 analyze_cmd.__signature__ = inspect.Signature(_parameters())  # what typer reads: the options above

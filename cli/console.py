@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import NoReturn
 
-__all__ = ["setup_logging"]
+import typer
+
+__all__ = ["setup_logging", "fail"]
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``message`` on stderr and end the command with exit status ``code``."""
+    typer.echo(message, err=True)
+    raise typer.Exit(code) from None
 
 
 def setup_logging(verbose: bool) -> None:

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from confgrid.actors.calls import RequestCounts
 from confgrid.cli.analyze import analyze_cmd
-from confgrid.cli.console import setup_logging
+from confgrid.cli.console import fail, setup_logging
 from confgrid.cli.plan_size import plan_size_cmd
 from confgrid.cli.show.tables import print_results
 from confgrid.cluster.jobs import job_logs, job_status, submit_grid
@@ -61,14 +61,12 @@ DEMO_GRID = files("confgrid.flows") / "grids" / "demo.yaml"
 
 def _check_tracking_uri(uri: str | None) -> None:
     if uri and "://" not in uri and not uri.startswith("databricks"):
-        typer.echo(f"--tracking-uri {uri!r} is not a URI; use sqlite:///PATH/mlflow.db or http://HOST:5000", err=True)
-        raise typer.Exit(2)
+        fail(f"--tracking-uri {uri!r} is not a URI; use sqlite:///PATH/mlflow.db or http://HOST:5000")
 
 
 def _tracking_failed(failure, out: Path) -> None:
     """The tracking failure of a finished command: one line and the `confgrid log` hint, exit 3."""
-    typer.echo(f"\n{failure.line()}\n{failure.hint(out)}", err=True)
-    raise typer.Exit(EXIT_TRACKING_FAILED)
+    fail(f"\n{failure.line()}\n{failure.hint(out)}", EXIT_TRACKING_FAILED)
 
 
 def _cluster_call(fn, *args, **kwargs):
@@ -76,16 +74,14 @@ def _cluster_call(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except (ConnectionError, OSError, RuntimeError, ValueError) as exc:
-        typer.echo(f"Ray Jobs API: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(f"Ray Jobs API: {exc}")
 
 
 def _load(grid_path: Path):
     try:
         return load_grid(grid_path)
     except GridSpecError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc))
 
 
 def _write_report(out: Path, log_mlflow: bool = True, opts=None) -> bool:
@@ -108,16 +104,13 @@ def _execute(spec, out: Path, address: str | None, tracking_uri: str | None, gri
         summary = run_grid(spec, out, address=address, tracking_uri=tracking_uri, grid_text=grid_text,
                            only_failed=only_failed, resume=resume)
     except KeyboardInterrupt:
-        typer.echo(f"\ninterrupted; every finished shard is stored; continue with: confgrid resume {out}"
-                   f"{address_hint(address)}", err=True)
-        raise typer.Exit(130) from None
+        fail(f"\ninterrupted; every finished shard is stored; continue with: confgrid resume {out}"
+             f"{address_hint(address)}", 130)
     except (DatasetError, CapacityError, GridSpecError, RayConnectError) as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc))
     except OSError as exc:  # a read-only or full output folder: one line (the traceback is in OUT/confgrid.log)
         what = f" {exc.filename!s}" if exc.filename else ""
-        typer.echo(f"cannot write the output directory {out}:{what}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(f"cannot write the output directory {out}:{what}: {exc.strerror or exc}")
     except ShardFailures as exc:
         if exc.summary is not None and not exc.summary.metrics.empty:
             print_results(exc.summary.out_dir)
@@ -167,8 +160,7 @@ def demo(
 
 def _run_dir(out_dir: Path) -> Path:
     if not (out_dir / "grid.yaml").is_file() or not (out_dir / "manifest.json").is_file():
-        typer.echo(f"{out_dir}: no grid.yaml and manifest.json; is this the output directory of a run?", err=True)
-        raise typer.Exit(2)
+        fail(f"{out_dir}: no grid.yaml and manifest.json; is this the output directory of a run?")
     return out_dir
 
 
@@ -194,8 +186,7 @@ def resubmit(
     """Rerun the failed shards of a run (`--failed`), then the CPU stages and metrics."""
     setup_logging(verbose)
     if not failed:
-        typer.echo("resubmit needs --failed (to run everything not done, use `confgrid resume`)", err=True)
-        raise typer.Exit(2)
+        fail("resubmit needs --failed (to run everything not done, use `confgrid resume`)")
     _run_dir(out_dir)
     n = len(RunStore(out_dir).failed())
     typer.echo(f"{n} failed shard(s) recorded in {out_dir / 'manifest.json'}")
@@ -215,22 +206,19 @@ def status(
     """Show the shards of a run (status, attempts, error, host, seconds) and its replicas, or a submitted job's state."""
     if job:
         if not address:
-            typer.echo("status --job needs --address (the Jobs API, e.g. http://HEAD:8265)", err=True)
-            raise typer.Exit(2)
+            fail("status --job needs --address (the Jobs API, e.g. http://HEAD:8265)")
         st = _cluster_call(job_status, address, job)
         typer.echo(st)
         if st in ("FAILED", "STOPPED"):
             raise typer.Exit(1)
         return
     if out_dir is None:
-        typer.echo("give OUT_DIR, or --job ID --address URL", err=True)
-        raise typer.Exit(2)
+        fail("give OUT_DIR, or --job ID --address URL")
     _run_dir(out_dir)
     try:
         data = read_manifest(out_dir / "manifest.json")
     except ManifestDamaged as exc:
-        typer.echo(f"{exc}; `confgrid resume {out_dir}` rebuilds it from the shard files", err=True)
-        raise typer.Exit(1)
+        fail(f"{exc}; `confgrid resume {out_dir}` rebuilds it from the shard files", 1)
     st = run_status(data, socket.gethostname())
     if as_json:
         typer.echo(json.dumps(data, indent=1))
@@ -272,9 +260,8 @@ def status(
         console.print(rt)
     if st.exit_code:
         hint = address_hint(((data.get("meta", {}).get("invocations") or [{}])[-1]).get("address"))
-        typer.echo(f"{st.failed} failed, {len(st.stale)} stale shard(s): `confgrid resume {out_dir}{hint}` (or "
-                   f"`confgrid resubmit {out_dir} --failed{hint}`) runs them", err=True)
-        raise typer.Exit(st.exit_code)
+        fail(f"{st.failed} failed, {len(st.stale)} stale shard(s): `confgrid resume {out_dir}{hint}` (or "
+             f"`confgrid resubmit {out_dir} --failed{hint}`) runs them", st.exit_code)
 
 
 def _holds(replica: dict) -> str:
@@ -309,14 +296,12 @@ def log_cmd(
     elif (out_dir / RECORD_FILE).is_file():
         fn = log_analysis
     else:
-        typer.echo(f"{out_dir}: neither grid.yaml (confgrid run) nor {RECORD_FILE} (confgrid analyze); "
-                   "is this the output directory of a finished run?", err=True)
-        raise typer.Exit(2)
+        fail(f"{out_dir}: neither grid.yaml (confgrid run) nor {RECORD_FILE} (confgrid analyze); "
+             "is this the output directory of a finished run?")
     try:
         logged = fn(out_dir, tracking_uri)
     except (FileNotFoundError, GridSpecError) as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc))
     except TrackingError as exc:
         _tracking_failed(exc.failure, out_dir)
     typer.echo(f"Logged {out_dir}: MLflow parent run {logged.parent_run_id} (experiment {logged.experiment}) "
@@ -326,13 +311,11 @@ def log_cmd(
 def _finished_run(out_dir: Path) -> None:
     """Exit 2 with one line unless ``out_dir`` holds a finished run's results and a readable run-info record."""
     if not (out_dir / "results" / "metrics.parquet").is_file():
-        typer.echo(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?", err=True)
-        raise typer.Exit(2)
+        fail(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?")
     try:
         read_run_info(out_dir)
     except RunInfoError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc))
 
 
 @app.command()
@@ -361,8 +344,7 @@ def report(
     try:
         opts = FigureOptions(width_px=width, smooth=smooth)
     except ValueError as exc:
-        typer.echo(f"--width: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(f"--width: {exc}")
     if not _write_report(out_dir, log_mlflow=not no_mlflow, opts=opts):
         raise typer.Exit(1)
 
@@ -418,8 +400,7 @@ def schema(
     try:
         write_text_atomic(text, out)
     except OSError as exc:
-        typer.echo(f"cannot write {out}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(f"cannot write {out}: {exc.strerror or exc}")
     typer.echo(f"wrote the grid's JSON Schema to {out}")
 
 
@@ -434,23 +415,19 @@ def lifeeval_cmd(
 ) -> None:
     """Write the LifeEval item set (study 002, 4.5) of a year with each item's best guess and MAS; no model is run."""
     if window not in WINDOWS:
-        typer.echo(f"--window {window!r}; allowed: {', '.join(WINDOWS)}", err=True)
-        raise typer.Exit(2)
+        fail(f"--window {window!r}; allowed: {', '.join(WINDOWS)}")
     if out.suffix != ".csv":
-        typer.echo(f"--out {str(out)!r}: expected a .csv file", err=True)
-        raise typer.Exit(2)
+        fail(f"--out {str(out)!r}: expected a .csv file")
     try:
         rows = item_rows(year, window=window)  # type: ignore[arg-type]
     except (ValueError, OSError) as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc))
     df = pd.DataFrame([(r.sex, r.min_age, r.radius, r.best_guess, r.mas) for r in rows],
                       columns=["sex", "min_age", "radius", "best_guess", "mas"])
     try:
         write_frame_atomic(df, out)
     except OSError as exc:
-        typer.echo(f"cannot write {out}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(f"cannot write {out}: {exc.strerror or exc}")
     by_radius = ", ".join(f"r={r} {m:.4f}" for r, m in df.groupby("radius", sort=True)["mas"].mean().items())
     typer.echo(f"wrote {len(df)} LifeEval items (year {year}, window {window}) to {out}; mean MAS "
                f"{df['mas'].mean():.4f} ({by_radius})")

@@ -594,29 +594,23 @@ class Tracker:
         """
         from mlflow.exceptions import MlflowException
 
-        if self._exists(run_id):
+        reuse = self._exists(run_id)
+        if reuse:
             try:
                 self.client.update_run(run_id, status="RUNNING")
                 self._log(run_id, params=params, metrics=metrics, tags=tags, step=step)
             except MlflowException:  # changed params are not allowed on a run: a new child
                 self.client.set_terminated(run_id, status="FINISHED")
-            else:
-                self._describe(run_id, dataset, model, step)
-                for a in artifacts:
-                    if Path(a).exists():
-                        self.client.log_artifact(run_id, str(a))
-                self.client.set_terminated(run_id, status="FINISHED")
-                return run_id
-        run = self.client.create_run(self.experiment_id, run_name=run_name,
-                                     tags={PARENT_TAG: self.parent_run_id or "", **(tags or {})})
-        rid = run.info.run_id
-        self._log(rid, params=params, metrics=metrics, step=step)
-        self._describe(rid, dataset, model, step)
-        for a in artifacts:
-            if Path(a).exists():
-                self.client.log_artifact(rid, str(a))
-        self.client.set_terminated(rid, status="FINISHED")
-        return rid
+                reuse = False
+        if not reuse:
+            run = self.client.create_run(self.experiment_id, run_name=run_name,
+                                         tags={PARENT_TAG: self.parent_run_id or "", **(tags or {})})
+            run_id = run.info.run_id
+            self._log(run_id, params=params, metrics=metrics, step=step)
+        self._describe(run_id, dataset, model, step)
+        self._artifacts(run_id, artifacts)
+        self.client.set_terminated(run_id, status="FINISHED")
+        return run_id
 
     def _describe(self, run_id: str, dataset: DatasetRef | None, model: ModelRef | None, step: int) -> None:
         """The dataset input (logging the same one again is a no-op for MLflow) and, if the run has none yet,
@@ -670,10 +664,13 @@ class Tracker:
         self.client.set_terminated(run_id, status=status)
         return run_id
 
-    def log_artifacts(self, paths: list[Path], artifact_path: str | None = None) -> None:
+    def _artifacts(self, run_id: str, paths: list[Path], artifact_path: str | None = None) -> None:
         for a in paths:
             if Path(a).exists():
-                self.client.log_artifact(self.parent_run_id, str(a), artifact_path=artifact_path)
+                self.client.log_artifact(run_id, str(a), artifact_path=artifact_path)
+
+    def log_artifacts(self, paths: list[Path], artifact_path: str | None = None) -> None:
+        self._artifacts(self.parent_run_id, paths, artifact_path)
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         self._log(self.parent_run_id, metrics=metrics, step=step)

@@ -400,18 +400,23 @@ class RunStore:
               answer_set: str | None = None) -> ShardRecord:
         """Mark shard ``key`` of ``stage`` running under its label ``setting``; ``model``, ``dataset`` and
         ``answer_set`` say which grid entries it belongs to (kept on the record)."""
-        rid = self._rid(stage, setting)
-        rec = self.records.get(rid)
-        if rec is None or rec.key != key:
-            rec = ShardRecord(stage=stage, setting=setting, key=key)
-            self.records[rid] = rec
-        rec.model, rec.dataset, rec.answer_set = model, dataset, answer_set
+        rec = self._record(stage, setting, key, model, dataset, answer_set)
         rec.attempts += 1
         rec.status = "running"
         rec.error = None
         rec.requests = None
         rec.host = socket.gethostname()
         rec.started = time.time()
+        return rec
+
+    def _record(self, stage: str, setting: str, key: str, model: str | None, dataset: str | None,
+                answer_set: str | None) -> ShardRecord:
+        """The record of shard ``key`` under its label (a new one if the label held another key)."""
+        rid = self._rid(stage, setting)
+        rec = self.records.get(rid)
+        if rec is None or rec.key != key:
+            rec = self.records[rid] = ShardRecord(stage=stage, setting=setting, key=key)
+        rec.model, rec.dataset, rec.answer_set = model, dataset, answer_set
         return rec
 
     def finish(self, rec: ShardRecord, table: pa.Table) -> None:
@@ -457,12 +462,7 @@ class RunStore:
     def reuse(self, stage: str, setting: str, key: str, *, model: str | None = None, dataset: str | None = None,
               answer_set: str | None = None) -> ShardRecord:
         """Record a stored shard as reused (no model call); the grid entries as in :meth:`begin`."""
-        rid = self._rid(stage, setting)
-        rec = self.records.get(rid)
-        if rec is None or rec.key != key:
-            rec = ShardRecord(stage=stage, setting=setting, key=key, status="done")
-            self.records[rid] = rec
-        rec.model, rec.dataset, rec.answer_set = model, dataset, answer_set
+        rec = self._record(stage, setting, key, model, dataset, answer_set)
         path = self.shard_path(stage, key)
         rec.status = "done"
         rec.reused = True
@@ -472,7 +472,7 @@ class RunStore:
             self._sums[(stage, key)] = (file_sha256(path), rec.rows)
         rec.sha256 = self._sums[(stage, key)][0]
         stand_in = self._rid(stage, f"recovered:{key[:12]}")  # a rebuilt manifest's record, now named
-        if stand_in != rid:
+        if stand_in != self._rid(stage, setting):
             self.records.pop(stand_in, None)
         return rec
 
