@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -123,9 +122,7 @@ def analyze_cmd(ctx: typer.Context, **values: Any) -> None:
     OUT/results/ace_*.csv. If the MLflow store fails, every file is still
     written and the exit status is 3; log them later with `confgrid log OUT`.
     """
-    setup_logging(False)
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    setup_logging(False)  # also: an unreachable tracking server fails in seconds
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AnalyzeWarning)
         warnings.simplefilter("always", UndefinedMetricWarning)

@@ -14,7 +14,6 @@ import re
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -41,14 +40,6 @@ def prompts_per_call(m: ModelSpec) -> int | None:
     if m.prompts_per_call is not None:
         return m.prompts_per_call
     return DEFAULT_VLLM_PROMPTS_PER_CALL if m.backend == "vllm" else None
-
-
-@dataclass(frozen=True)
-class _NextCall:
-    """One engine call to send and the whole shards it carries."""
-
-    call: EngineCall
-    shards: list[ShardRequest]
 
 
 def submit(st: ExecState, shards: list[ShardRequest]) -> None:
@@ -116,8 +107,9 @@ def queued_calls(st: ExecState, name: str) -> tuple[int, int]:
     return calls, sum(rows.values())
 
 
-def _next_call(st: ExecState, name: str) -> _NextCall | None:
-    """The next engine call of model ``name``: whole shards of one kind, up to its ``prompts_per_call``."""
+def _next_call(st: ExecState, name: str) -> tuple[EngineCall, list[ShardRequest]] | None:
+    """The next engine call of model ``name`` and the whole shards of one kind it carries, up to its
+    ``prompts_per_call``."""
     q = st.queues[name]
     if not q:
         return None
@@ -138,7 +130,7 @@ def _next_call(st: ExecState, name: str) -> _NextCall | None:
                 break
     for item in held:
         heapq.heappush(q, item)
-    return _NextCall(first.call.engine_call(first.engine_kind, tuple(s.work() for s in shards)), shards)
+    return first.call.engine_call(first.engine_kind, tuple(s.work() for s in shards)), shards
 
 
 def dispatch(st: ExecState) -> None:
@@ -150,14 +142,15 @@ def dispatch(st: ExecState) -> None:
                 nxt = _next_call(st, pool.name)
                 if nxt is None:
                     break
+                call, shards = nxt
                 recs = []
-                for sh in nxt.shards:
+                for sh in shards:
                     rec = st.store.begin(sh.stage, sh.label, sh.key, **sh.grid_entries)
                     rec.replica, rec.node_id, rec.node_ip = rep.name, rep.node_id or None, rep.node_ip or None
                     recs.append(rec)
-                ref = rep.handle.run.remote(nxt.call)
+                ref = rep.handle.run.remote(call)
                 rep.inflight += 1
-                st.inflight[ref] = InFlight(rep, nxt.shards, recs, rep.info.incarnation if rep.info else None)
+                st.inflight[ref] = InFlight(rep, shards, recs, rep.info.incarnation if rep.info else None)
     note_queue(st)
 
 

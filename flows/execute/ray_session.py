@@ -205,13 +205,6 @@ def _route_ray_errors() -> None:
     ray_worker.print_to_stdstream = to_log
 
 
-class _TokenNotice(logging.Filter):
-    """Drops Ray's "Token authentication is enabled/disabled for this Ray cluster" notice."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.getMessage()).startswith("Token authentication is ")
-
-
 @contextmanager
 def _quiet_token_notice() -> Iterator[None]:
     """Start a private local cluster without Ray's token-authentication notice.
@@ -221,7 +214,10 @@ def _quiet_token_notice() -> Iterator[None]:
     Authentication itself is left as Ray decides (RAY_AUTH_MODE, when set, still rules).
     """
     target = logging.getLogger("ray._private.authentication.authentication_token_setup")
-    quiet = _TokenNotice()
+
+    def quiet(record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith("Token authentication is ")
+
     target.addFilter(quiet)
     try:
         yield
