@@ -1,28 +1,12 @@
-"""Run a grid: plan, execute, assemble, evaluate, write outputs.
+"""Run a grid: plan (flows/plan/), execute (flows/execute/), assemble (flows/tables/), evaluate
+(flows/evaluate/), then the enabled studies' views (flows/studies/), and write the outputs.
 
-The steps, each in its own file:
-
-=================  =====================================================================
-flows/plan/grid_plan.py      the pure plan: spec + items -> named, typed shard requests, stage by stage
-flows/execute/              the executor: model pools on Ray, model-major scheduling, retries, restarts
-flows/tables/assemble.py  rows from model outputs; the per-unit tables the metrics read
-flows/evaluate/run_evaluation.py  the metric and paired-bootstrap loop
-flows/evaluate/outputs.py   the evaluator's result files, checklist, report, MLflow results
-flows/studies/              the study views (registry entries, one module each) over the one evaluation
-=================  =====================================================================
-
-A shard already in the store is reused (running the same grid twice makes no
-model call the second time, and the log says so). A shard whose call fails is
-recorded as failed in the manifest with its error; every other shard goes on,
-and the run ends with one error naming the failed shards
-(:class:`ShardFailures`). ``confgrid resume OUT`` runs what is not done and
-``confgrid resubmit OUT --failed`` reruns only the failed shards and what
-depends on them.
-
-Computing never depends on MLflow: a store that cannot be opened (no server
-answers, a broken database) turns tracking off for the run with one log
-line, every result is written, and ``RunSummary.tracking_failure`` says what
-failed; ``confgrid log OUT`` (:func:`log_run`) logs the run directory later.
+A shard already in the store is reused (no model call, and the log says so). A shard whose call fails is
+recorded as failed with its error; every other shard goes on, and the run ends with one error naming the failed
+shards (:class:`ShardFailures`); ``confgrid resume OUT`` runs what is not done, ``confgrid resubmit OUT
+--failed`` reruns only the failed shards and what depends on them. Computing never depends on MLflow: a store
+that cannot be opened turns tracking off for the run with one log line, every result is written, and
+``RunSummary.tracking_failure`` says what failed; ``confgrid log OUT`` (:func:`log_run`) logs it later.
 """
 
 from __future__ import annotations
@@ -63,15 +47,8 @@ log = logging.getLogger("confgrid")
 
 
 class ShardFailures(FieldsPickle, RuntimeError):
-    """Some shards failed; everything else was computed and stored.
-
-    Attributes
-    ----------
-    failed : list of dict
-        One per failed shard: stage, setting (the shard's label), key, error.
-    summary : RunSummary or None
-        What the run produced despite the failures.
-    """
+    """Some shards failed; everything else was computed and stored. ``failed``: one dict per failed shard (stage,
+    setting, key, error); ``summary``: what the run produced despite them (or None)."""
 
     def __init__(self, failed: list[dict[str, Any]], out_dir: Path, summary: RunSummary | None = None,
                  address: str | None = None) -> None:
@@ -96,23 +73,9 @@ class DatasetError(FieldsPickle, ValueError):
 
 @dataclass(kw_only=True)
 class RunSummary:
-    """What a run produced.
-
-    Attributes
-    ----------
-    model_calls : int
-        Requests a model computed in this run (0 when everything was reused).
-    model_loads : int
-        Model loads (replica starts that finished loading, Ray restarts included).
-    restarts : int
-        Ray actor restarts absorbed during the run.
-    results : dict
-        Every study view's result frames by name (flows/studies/), as written to ``results/<name>.csv``.
-    tracking_failure : TrackingFailure or None
-        Set when the MLflow record could not be opened or written (the results are written all the same).
-    tracking_uri : str or None
-        The store the run logged into (see :func:`confgrid.flows.tracking.choose_tracking_uri`).
-    """
+    """What a run produced: ``model_calls`` (requests a model computed; 0 when everything was reused),
+    ``model_loads`` (Ray restarts included), ``results`` (every study view's frames, as in ``results/``),
+    ``tracking_failure`` (set when the MLflow record could not be opened or written), the store it logged into."""
 
     out_dir: Path
     metrics: pd.DataFrame
@@ -184,10 +147,8 @@ def _write_grid(spec: GridSpec, store: RunStore, grid_text: str | None) -> None:
 
 
 def _tracking_uri(store: RunStore, given: str | None) -> str:
-    """The MLflow store of the run (:func:`confgrid.flows.tracking.choose_tracking_uri`): the one given now, else
-    the one recorded when the folder was first run with one (option or ``MLFLOW_TRACKING_URI``), else
-    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///OUT/mlflow.db`` of the folder as it is now (so a moved or copied
-    folder logs into itself). Logs which it is and records a chosen server for the folder's later commands."""
+    """The MLflow store of the run (:func:`confgrid.flows.tracking.choose_tracking_uri`; a moved folder's own
+    store is where it is now); logs which it is and records a chosen server for the folder's later commands."""
     custom = store.meta.get("custom_tracking_uri")
     if custom is None and "custom_tracking_uri" not in store.meta:  # a manifest written before the key existed
         old = store.meta.get("tracking_uri")
@@ -250,46 +211,19 @@ def run_grid(
 ) -> RunSummary:
     """Execute a validated grid and write every table, result and MLflow run.
 
-    Parameters
-    ----------
-    spec : GridSpec
-        A validated grid (flows/spec/grid.py); validation has already happened, so
-        nothing here fails on a bad field before a model is loaded.
-    out_dir : path
-        Output directory; created if missing. Reusing a directory reuses
-        every stored shard whose key still matches.
-    address : str, optional
-        Ray cluster address; None starts a local cluster (only if some shard
-        must be computed).
-    tracking_uri : str, optional
-        MLflow tracking URI; default ``sqlite:///<out_dir>/mlflow.db`` with
-        artifacts in ``<out_dir>/mlartifacts``.
-    grid_text : str, optional
-        The grid file's text, stored as ``OUT/grid.yaml`` for resume.
-    only_failed : bool
-        Rerun only shards the manifest records as failed, and what depends on
-        them (``resubmit --failed``).
-    resume : bool
-        Continue the MLflow parent run recorded in the manifest.
-
-    Returns
-    -------
-    RunSummary
+    ``out_dir`` is created if missing; reusing it reuses every stored shard whose key still matches.
+    ``address``: a Ray cluster to join (None: a local one, started only if some shard must be computed);
+    ``grid_text``: the grid file's text (``OUT/grid.source.yaml``); ``only_failed``: rerun only the failed
+    shards and what depends on them (``resubmit --failed``); ``resume``: continue the recorded MLflow parent run.
 
     Raises
     ------
-    DatasetError
-        Before any model is loaded, if a dataset cannot be read.
-    CapacityError
-        Before any model is loaded, if a model's replica fits on no node of
-        the cluster (flows/execute/capacity.py).
-    GridSpecError
-        Before any model is loaded, if the loaded items make the grid
-        impossible (flows/plan/grid_plan.py ``check_items``).
+    DatasetError, CapacityError, GridSpecError
+        Before any model is loaded: a dataset cannot be read, a model's replica fits on no node, or the loaded
+        items make the grid impossible (flows/plan/grid_plan.py ``check_items``).
     ShardFailures
-        After every other shard ran, if any shard failed (its error is in the
-        manifest, the full traceback in ``OUT/confgrid.log``); ``.summary``
-        holds what was produced.
+        After every other shard ran, if any shard failed (its error in the manifest, the full traceback in
+        ``OUT/confgrid.log``); ``.summary`` holds what was produced.
     OSError
         If the output directory cannot be created or written.
     """
@@ -407,32 +341,13 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
 
 
 def log_run(out_dir: str | Path, tracking_uri: str | None = None) -> Logged:
-    """Log a finished run directory to MLflow, as its run would have (``confgrid log OUT``).
+    """Log a finished run directory to MLflow, as its run would have (``confgrid log OUT``): a new parent run
+    (recorded in the manifest) with the grid's params, the counters and the files as artifacts, and a child run
+    per setting (:func:`confgrid.flows.evaluate.outputs.log_results`, read back from ``results/*.parquet``).
 
-    A new parent run with the grid's params, the run's counters and the result files, tables, grid and
-    manifest as artifacts, and a child run per (model, dataset) setting with its metrics
-    (:func:`confgrid.flows.evaluate.outputs.log_results`, read back from ``results/*.parquet``). For a run whose
-    tracking failed, or to copy a run into another store.
-
-    Parameters
-    ----------
-    out_dir : path
-        Output directory of ``confgrid run`` (``grid.yaml``, ``manifest.json``, ``results/metrics.parquet``).
-    tracking_uri : str, optional
-        Default: the store the run was given (``--tracking-uri``), else ``sqlite:///OUT/mlflow.db``; a URI given
-        here is kept for the folder's later resumes.
-
-    Returns
-    -------
-    Logged
-        The new parent run (recorded in the manifest), its store and experiment.
-
-    Raises
-    ------
-    FileNotFoundError
-        ``out_dir`` lacks one of the files above.
-    TrackingError
-        The store failed (the parent run is then marked FAILED if it was made).
+    A ``tracking_uri`` given here is kept for the folder's later resumes. Raises FileNotFoundError when
+    ``out_dir`` lacks grid.yaml, manifest.json or results/metrics.parquet, and :class:`TrackingError` when the
+    store fails (the parent run is then marked FAILED if it was made).
     """
     root = Path(out_dir)
     res = root / "results"

@@ -1,32 +1,18 @@
 """MLflow tracking: a parent run per grid execution, a child run per (model, dataset) setting.
 
-By default the store is a SQLite file in the output directory
-(``sqlite:///OUT/mlflow.db``) and artifacts go to ``OUT/mlartifacts``, so a
-run directory holds its whole MLflow record and can be moved or shared (the
-next confgrid command on the moved folder re-points the store's artifact
-paths, :func:`relocate_artifacts`). ``--tracking-uri`` points at any MLflow
-server, which keeps its own artifact store (use a server, not a shared SQLite
-file, when several drivers log at once or on a cluster). All logging happens from the driver,
-never from actors. Shards live in ``manifest.json`` (logged as an artifact);
-one run per shard is opt-in (``execution.mlflow_shard_runs``).
+By default the store is ``sqlite:///OUT/mlflow.db`` with artifacts in ``OUT/mlartifacts``, so a run directory
+holds its whole MLflow record and can be moved (the next command re-points the artifact paths,
+:func:`relocate_artifacts`); ``--tracking-uri`` points at any MLflow server (use one, not a shared SQLite file,
+when several drivers log at once or on a cluster). Only the driver logs. Shards live in ``manifest.json``; one
+run per shard is opt-in (``execution.mlflow_shard_runs``). Metric keys, the same for ``run`` and ``analyze``:
+:func:`result_metrics`. Runs are written with explicit run ids (:class:`mlflow.tracking.MlflowClient`), so a
+resumed shard or ``resume`` logs into the run recorded in the manifest.
 
-Metric keys, the same for ``confgrid run`` and ``confgrid analyze``
-(:func:`result_metrics`): ``<signal>/<metric>/point``, ``.../lo``, ``.../hi``
-and ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``.
-
-Runs are written with :class:`mlflow.tracking.MlflowClient` (explicit run ids,
-no global "active run"), so a resumed shard logs into the run id recorded in
-the manifest and ``resume`` continues the same parent run.
-
-Several processes may share one SQLite store: the first to open it creates
-and migrates its tables under a file lock (``<db>.lock``, :func:`store_lock`),
-so the others find it whole, and a call that finds the database locked by
-another writer is retried (:data:`LOCKED_BACKOFF_S`). A tracking server is
-probed first (:func:`probe_server`, a few seconds), so one that does not
-answer costs seconds, not MLflow's minutes of HTTP retries. Computing never
-depends on tracking: a store that fails is a :class:`TrackingFailure`, the
-results are written all the same, the command ends with
-:data:`EXIT_TRACKING_FAILED`, and ``confgrid log OUT`` logs them later.
+Several processes may share one SQLite store: the first to open it creates and migrates it under a file lock
+(:func:`store_lock`), and a call that finds the database locked is retried (:data:`LOCKED_BACKOFF_S`). A server
+is probed first (:func:`probe_server`): one that does not answer costs seconds, not minutes of HTTP retries.
+Computing never depends on tracking: a store that fails is a :class:`TrackingFailure`, the results are written
+all the same, the command ends with :data:`EXIT_TRACKING_FAILED`, and ``confgrid log OUT`` logs them later.
 """
 
 from __future__ import annotations
@@ -69,15 +55,8 @@ class TrackingUnavailable(FieldsPickle, RuntimeError):
 
 @dataclass(frozen=True)
 class TrackingFailure:
-    """MLflow logging of a command failed; its results are written all the same.
-
-    Attributes
-    ----------
-    tracking_uri : str
-        The store that failed.
-    error : str
-        ``"<exception type>: <first line of its message>"`` (at most 300 characters).
-    """
+    """MLflow logging of a command failed (its results are written all the same): the store and the error,
+    ``"<exception type>: <first line of its message>"`` (at most 300 characters)."""
 
     tracking_uri: str
     error: str
@@ -122,13 +101,8 @@ class Logged:
 def probe_server(tracking_uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     """Check that an ``http(s)://`` tracking server answers (``GET <uri>/health``) within ``timeout`` seconds.
 
-    Any HTTP answer counts, an error status too (an older server, an authenticating proxy); other URIs
-    (``sqlite:///``, ``databricks``, ``file:``) are not probed.
-
-    Raises
-    ------
-    TrackingUnavailable
-        Nothing answers: connection refused, unknown host, timeout, or a reply that is not HTTP.
+    Any HTTP answer counts, an error status too (an older server, a proxy); other URIs are not probed. Raises
+    :class:`TrackingUnavailable` when nothing answers (refused, unknown host, timeout, a reply that is not HTTP).
     """
     import http.client
     import urllib.error
@@ -150,9 +124,8 @@ def probe_server(tracking_uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
 def store_lock(tracking_uri: str, timeout: float = LOCK_TIMEOUT_S) -> AbstractContextManager[Any]:
     """The inter-process lock of a ``sqlite:///PATH`` store, the file ``PATH.lock``; a no-op for other stores.
 
-    Held while a process opens the store (MLflow creates and migrates the tables of a new or old database
-    then, which two processes must not do at once) and creates its experiment. Acquiring it raises
-    :class:`TrackingUnavailable` after ``timeout`` seconds.
+    Held while a process opens the store (MLflow creates and migrates its tables then) and creates its
+    experiment. Acquiring it raises :class:`TrackingUnavailable` after ``timeout`` seconds.
     """
     from filelock import FileLock, Timeout
 
@@ -231,18 +204,8 @@ DIGEST_CHARS = 16
 class DatasetRef:
     """A dataset as an MLflow run input: the questions one setting ran on.
 
-    Attributes
-    ----------
-    name : str
-        The grid's dataset name.
-    digest : str
-        :func:`items_digest` of its item ids.
-    source : str
-        Where the items come from: a file path, or ``bundled:<name>`` for a dataset shipped with confgrid.
-    source_type : str
-        ``local`` (a file) or ``bundled``.
-    n_items : int
-        Items in the setting (the dataset after ``limit``).
+    ``digest``: :func:`items_digest` of its item ids; ``source``: a file path, or ``bundled:<name>``;
+    ``source_type``: ``local`` or ``bundled``; ``n_items``: items in the setting (after ``limit``).
     """
 
     name: str
@@ -254,19 +217,8 @@ class DatasetRef:
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A model as MLflow's Models column shows it: a logged model per setting run, named after the grid's model.
-
-    Attributes
-    ----------
-    name : str
-        The grid's model name (characters MLflow refuses in a model name become ``-``).
-    model_id : str
-        The model's id or path (``model`` in the grid).
-    revision : str
-        Its revision ("" when none was pinned).
-    params : dict
-        Further model params (backend, dtype...), logged on the model.
-    """
+    """A model as MLflow's Models column shows it: a logged model per setting run, named after the grid's model
+    (:func:`model_name`), with its id or path, revision ("" when none was pinned) and further params."""
 
     name: str
     model_id: str
@@ -276,17 +228,7 @@ class ModelRef:
 
 def items_digest(item_ids: Any) -> str:
     """The digest of a set of questions: the first :data:`DIGEST_CHARS` hex characters of the SHA-256 of the
-    sorted, distinct item ids joined by newlines (the same questions in any order have the same digest).
-
-    Parameters
-    ----------
-    item_ids : iterable of str
-
-    Raises
-    ------
-    ValueError
-        No item id.
-    """
+    sorted, distinct item ids joined by newlines (any order, same digest). Raises ValueError for no item id."""
     import hashlib
 
     ids = sorted({str(i) for i in item_ids})
@@ -311,17 +253,8 @@ ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 
 @dataclass(frozen=True)
 class TrackingChoice:
-    """The MLflow store a command logs into and why it is that one.
-
-    Attributes
-    ----------
-    uri : str
-        The tracking URI.
-    source : str
-        ``"--tracking-uri"`` (given to this command), ``"recorded"`` (given to an earlier command on the same
-        folder, by option or environment, and kept in its manifest), ``"MLFLOW_TRACKING_URI"`` (the
-        environment) or ``"run folder"`` (``sqlite:///OUT/mlflow.db``).
-    """
+    """The MLflow store a command logs into and why: ``source`` is ``"--tracking-uri"``, ``"recorded"`` (given
+    to an earlier command on the folder, kept in its manifest), ``"MLFLOW_TRACKING_URI"`` or ``"run folder"``."""
 
     uri: str
     source: str
@@ -333,23 +266,11 @@ class TrackingChoice:
 
 def choose_tracking_uri(given: str | None, out_dir: str | Path, *, recorded: str | None = None,
                         environ: dict[str, str] | None = None) -> TrackingChoice:
-    """The store of a command on ``out_dir``: the first of ``given``, ``recorded``, ``$MLFLOW_TRACKING_URI`` and
-    the folder's own ``sqlite:///OUT/mlflow.db``.
+    """The store of a command on ``out_dir``: the first of ``given`` (``--tracking-uri``), ``recorded``,
+    ``$MLFLOW_TRACKING_URI`` and the folder's own ``sqlite:///OUT/mlflow.db``; an empty string counts as unset.
 
-    ``recorded`` is what an earlier command on the same folder was given (option or environment), so a resume
-    or resubmit continues the parent run in the store it was started in whatever the environment says now.
-    An empty string counts as unset.
-
-    Parameters
-    ----------
-    given : str or None
-        ``--tracking-uri`` of this command.
-    out_dir : path
-        The run (or analysis) folder.
-    recorded : str or None
-        The folder's manifest entry ``custom_tracking_uri``.
-    environ : dict, optional
-        The environment to read (default ``os.environ``).
+    ``recorded`` (the manifest's ``custom_tracking_uri``) is what an earlier command on the folder was given, so
+    a resume continues the parent run in the store it was started in whatever the environment says now.
     """
     import os
 
@@ -368,17 +289,11 @@ def sqlite_path(tracking_uri: str) -> Path | None:
 
 
 def relocate_artifacts(db: Path) -> int:
-    """Point a moved SQLite store's artifact paths at ``<db folder>/mlartifacts``.
+    """Point a moved SQLite store's artifact paths at ``<db folder>/mlartifacts``; returns the rows rewritten
+    (experiments and runs), 0 if nothing had moved.
 
-    A run directory records absolute artifact paths (MLflow resolves them when
-    the experiment is created). If the folder was moved or copied, the paths
-    under the old ``.../mlartifacts`` are rewritten to the folder the database
-    is in now. Runs whose artifacts live elsewhere are left alone.
-
-    Returns
-    -------
-    int
-        Rows rewritten (experiments and runs); 0 if nothing had moved.
+    MLflow records absolute artifact paths; after the folder was moved or copied, the paths under the old
+    ``.../mlartifacts`` are rewritten to where the database is now. Artifacts that live elsewhere are left alone.
     """
     import sqlite3
 
@@ -411,19 +326,9 @@ def relocate_artifacts(db: Path) -> int:
 def keyed_metrics(df: Any, key: Callable[[Any], tuple], values: dict[str, str]) -> dict[str, float]:
     """The one MLflow keying: per row of ``df``, ``mlflow_key(*key(row), stat)`` -> the row's ``values[stat]``.
 
-    Parameters
-    ----------
-    df : DataFrame or None
-        Rows to log (None or empty: no metrics).
-    key : callable
-        Row (a namedtuple of ``df.itertuples``) -> the key's leading parts; empty parts are left out.
-    values : dict
-        Last key part -> the column holding its value (e.g. ``{"point": "gap", "lo": "lo", "hi": "hi"}``).
-
-    Returns
-    -------
-    dict
-        Key -> float; NaN and None left out (MLflow has no NaN); a later row with the same key wins.
+    ``df``: rows to log (None or empty: none); ``key``: a row (namedtuple of ``itertuples``) -> the key's leading
+    parts, empty ones left out; ``values``: last key part -> its column (e.g. ``{"point": "gap", "lo": "lo",
+    "hi": "hi"}``). NaN and None are left out (MLflow has no NaN); a later row with the same key wins.
     """
     out: dict[str, float] = {}
     if df is None or len(df) == 0:
@@ -446,20 +351,9 @@ def view_of(r) -> str:
 def result_metrics(metrics_df: Any, gaps_df: Any | None = None) -> dict[str, float]:
     """MLflow metrics of one setting, in the one vocabulary of ``run`` and ``analyze`` (:func:`keyed_metrics`).
 
-    Parameters
-    ----------
-    metrics_df : DataFrame
-        Columns signal, metric, point, lo, hi (one setting).
-    gaps_df : DataFrame, optional
-        Columns signal_a, signal_b, metric, gap, lo, hi (one setting).
-
-    Returns
-    -------
-    dict
-        ``<signal>/<metric>/{point,lo,hi}`` and
-        ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}`` (a row with a
-        ``view``, study 001's model-vs-model cells: the view after the signal
-        or pair); NaN values are left out (MLflow has no NaN).
+    From ``metrics_df`` (signal, metric, point, lo, hi) ``<signal>/<metric>/{point,lo,hi}``, from ``gaps_df``
+    (signal_a, signal_b, metric, gap, lo, hi) ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``; a row with a
+    ``view`` (study 001's model-vs-model cells) has it after the signal or pair. NaN values are left out.
     """
     return {**keyed_metrics(metrics_df, lambda r: (r.signal, view_of(r), r.metric),
                             {"point": "point", "lo": "lo", "hi": "hi"}),
@@ -478,22 +372,11 @@ def _param(v: Any) -> str:
 
 
 class Tracker:
-    """Parent, setting and shard runs of one grid execution.
+    """Parent, setting and shard runs of one grid execution, in ``experiment`` (created if missing).
 
-    Parameters
-    ----------
-    tracking_uri : str
-        MLflow tracking URI.
-    experiment : str
-        Experiment name (created if missing).
-
-    Raises
-    ------
-    TrackingUnavailable
-        No server answers at an ``http(s)`` URI (:func:`probe_server`), or a SQLite store's lock is held by
-        another process for more than :data:`LOCK_TIMEOUT_S`.
-    Exception
-        Whatever MLflow raises when it cannot open the store (e.g. a database it cannot migrate).
+    Raises :class:`TrackingUnavailable` when no server answers at an ``http(s)`` URI or a SQLite store's lock is
+    held by another process for more than :data:`LOCK_TIMEOUT_S`, and whatever MLflow raises when it cannot open
+    the store (e.g. a database it cannot migrate).
     """
 
     def __init__(self, tracking_uri: str, experiment: str) -> None:
@@ -632,11 +515,7 @@ class Tracker:
 
     def log_model(self, run_id: str, model: ModelRef, step: int = 0) -> str:
         """Record ``model`` as a logged model (no files: its id, revision and params), linked to ``run_id`` as an
-        input and as an output at ``step``; returns the logged model's id.
-
-        The setting run evaluates the model, so it is an input; it is an output too because the runs table's
-        Models column (MLflow 3.17) reads the outputs: ``search_runs`` returns a run's model outputs but not its
-        model inputs."""
+        input and as an output at ``step`` (the runs table's Models column reads the outputs); returns its id."""
         from mlflow.entities import LoggedModelInput, LoggedModelOutput
 
         params = {"model_id": model.model_id, "revision": model.revision or "", **model.params}

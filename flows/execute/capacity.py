@@ -25,13 +25,8 @@ PROBE_SECONDS = 1.0
 
 
 class CapacityError(FieldsPickle, ValueError):
-    """A replica of the grid cannot fit on any node of the cluster (raised before any model is loaded).
-
-    Attributes
-    ----------
-    problems : list of str
-        One line per model that cannot be placed.
-    """
+    """A replica of the grid cannot fit on any node of the cluster (raised before any model is loaded);
+    ``problems``: one line per model that cannot be placed."""
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
@@ -45,22 +40,11 @@ def fmt(res: dict[str, float]) -> str:
 def check_capacity(needs: dict[str, tuple[int, dict[str, float], str]], nodes: list[dict[str, float]]) -> list[str]:
     """Which models' replicas fit on no node (pure; the caller raises :class:`CapacityError`).
 
-    Parameters
-    ----------
-    needs : dict of str to (int, dict, str)
-        Model name -> (replicas, what ONE replica needs on one node, e.g.
-        ``{"GPU": 4, "CPU": 4}``, and a note on why, e.g.
-        ``"tensor_parallel_size=4"``).
-    nodes : list of dict
-        Every node's total resources (:func:`read_nodes`).
-
-    Returns
-    -------
-    list of str
-        One problem per model whose replica fits on no node, naming the model,
-        what a replica asks for and what the largest node offers; empty if all
-        fit. Replicas that fit one at a time but not all at once are not a
-        problem: they run as the cluster frees room.
+    ``needs``: model name -> (replicas, what ONE replica needs on one node, e.g. ``{"GPU": 4, "CPU": 4}``, a note
+    on why, e.g. ``"tensor_parallel_size=4"``); ``nodes``: every node's total resources (:func:`read_nodes`).
+    Returns one problem per model whose replica fits on no node, naming the model, what a replica asks for and
+    what the largest node offers; empty if all fit. Replicas that fit one at a time but not all at once are not
+    a problem: they run as the cluster frees room.
     """
     problems = []
     for name, (_, need, why) in needs.items():
@@ -93,32 +77,14 @@ def at_once(need: dict[str, float], nodes: list[dict[str, float]]) -> int:
 def start_order(needs: dict[str, tuple[int, dict[str, float], str]]) -> list[str]:
     """The order in which the executor asks Ray for the models' pools: largest replica first (pure).
 
-    Asking for every pool at once leaves placement to Ray, which places requests
-    roughly in the order they arrive. Small replicas asked for first can spread over
-    the nodes and leave each node a few GPUs short of a large replica, which
-    then waits with GPUs idle (benchmarks/RESULTS.md, 2026-12-04, ``--cluster 8gpu``:
-    two 1-GPU replicas, one on each 4-GPU node, kept a TP-4 group waiting 42 s with
-    2 GPUs free). This is the bin-packing heuristic first-fit decreasing (Johnson et
-    al., "Worst-case performance bounds for simple one-dimensional packing
-    algorithms", SIAM J. Comput. 3(4), 1974): place the largest items first so the
-    smaller ones fill the gaps they leave. It is an order of requests, not a
-    placement: Ray still decides where each replica goes.
+    Small replicas asked for first can spread over the nodes and leave each node a few GPUs short of a large
+    replica, which then waits with GPUs idle (benchmarks/RESULTS.md, ``--cluster 8gpu``). This is first-fit
+    decreasing (Johnson et al., "Worst-case performance bounds for simple one-dimensional packing algorithms",
+    SIAM J. Comput. 3(4), 1974); an order of requests, not a placement: Ray still decides where each goes.
 
-    Parameters
-    ----------
-    needs : dict of str to (int, dict, str)
-        Model name -> (replicas, what ONE replica needs on one node, a note), as for
-        :func:`check_capacity`, in grid order. What a replica needs comes from
-        actors/model_actor.py ``replica_resources``, where its GPUs are derived from
-        the parallel sizes (``tensor_parallel_size`` GPUs on one node, whichever executor).
-
-    Returns
-    -------
-    list of str
-        Every name of ``needs``, sorted by GPUs per replica (more first), then CPUs
-        per replica (more first), then number of replicas (more first); equal shapes
-        keep grid order (the sort is stable). Models without GPUs (a CPU cluster, an
-        API model) come after every GPU model, ordered by their CPUs.
+    ``needs`` is as for :func:`check_capacity`, in grid order. Returns every name, sorted by GPUs per replica,
+    then CPUs per replica, then replicas (more first each); equal shapes keep grid order. Models without GPUs (a
+    CPU cluster, an API model) come after every GPU model.
 
     Examples
     --------
@@ -159,20 +125,13 @@ class PoolDemand:
     need: dict[str, float]  # what ONE replica reserves on one node, e.g. {"GPU": 1.0, "CPU": 1.0}
     replicas: int  # asked for and not stopped: ready, loading, waiting for resources or unreachable (>= 0)
     max_replicas: int  # the most it may have (:func:`max_replicas`); replicas >= max_replicas: no growth
-    # engine calls its queue would make now: planned shards not yet sent (one per shard, or whole shards packed
-    # up to prompts_per_call)
-    queued_calls: int
+    queued_calls: int  # engine calls its queue would make now (one per shard, or shards packed per call)
     unplaced: int = 0  # its replicas Ray has not placed yet (waiting for resources)
-    # seconds one of its replicas took to load (mean of those loaded); None before any has (no extra replica)
-    load_s: float | None = None
-    # seconds ONE replica needs for its queued work at the rate its replicas computed so far (queued requests /
-    # requests per busy second); None before a call of it has finished (no extra replica)
+    load_s: float | None = None  # mean seconds its replicas took to load; None before any has
+    # seconds ONE replica needs for its queued work at its measured rate; None before a call of it has finished
     work_s: float | None = None
-    # seconds from asking Ray for a replica to its load beginning (placing it, starting its worker process), as
-    # this run measured it (pools.py start_latency); 0.0 before any replica has begun a load
-    start_s: float = 0.0
-    # calls its replicas would take from the queue at once: calls_in_flight for each not ready yet (when it is),
-    # calls_in_flight less its calls in flight for each ready one (>= 0)
+    start_s: float = 0.0  # seconds from asking Ray for a replica to its load beginning (pools.py start_latency)
+    # calls its replicas would take at once: calls_in_flight per replica not ready, the free slots of ready ones
     open_slots: int = 0
 
 
@@ -199,31 +158,18 @@ def _wants(p: PoolDemand, replicas: int, calls_in_flight: int) -> bool:
 
 
 def calls_left(p: PoolDemand, after_s: float) -> float:
-    """Calls a pool's queue still holds ``after_s`` seconds from now for replicas that are not asked for yet.
+    """Calls a pool's queue still holds ``after_s`` seconds from now (>= 0: an extra replica's ``start_s +
+    load_s``) for replicas that are not asked for yet; fractional (an expectation), <= 0: none left.
 
-    Its replicas first fill their open slots (``open_slots``: a replica still loading takes ``calls_in_flight``
-    calls when it is ready, counted as if it were now, the most it can take), then each takes the next call as
-    one ends, one per ``c = work_s / queued_calls`` seconds (a replica runs one engine call at a time). Left:
-    ``queued_calls - open_slots - replicas x after_s / c``. New work the queue gains meanwhile (the scoring
-    calls of generations) is not counted.
-
-    Parameters
-    ----------
-    p : PoolDemand
-        Measured (``work_s`` not None) with ``queued_calls`` >= 1.
-    after_s : float
-        Seconds from now (>= 0): an extra replica's start and load, ``start_s + load_s``.
-
-    Returns
-    -------
-    float
-        Calls, fractional (an expectation); <= 0: none left.
+    ``p`` is measured (``work_s`` not None) with ``queued_calls`` >= 1. Its replicas first fill their open slots
+    (a loading one counted as if ready now), then each takes the next call as one ends, one per ``c = work_s /
+    queued_calls`` seconds. Left: ``queued_calls - open_slots - replicas x after_s / c``; work the queue gains
+    meanwhile (the scoring calls of generations) is not counted.
 
     Examples
     --------
     8 calls queued that take one replica 78 s (9.75 s each); one replica computing 2 calls and one still loading,
-    2 calls in flight each; an extra replica would be ready in 20 s (the schedule_bench run of 4 December 2026,
-    15:21):
+    2 calls in flight each; an extra replica would be ready in 20 s:
 
     >>> p = PoolDemand("one-a", {"GPU": 1.0}, replicas=2, max_replicas=8, queued_calls=8, load_s=10.0, work_s=78.0,
     ...                start_s=10.0, open_slots=2)
@@ -242,57 +188,25 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
 
     Rules, in order:
 
-    1. Pools first: while a model with queued work has no pool yet
-       (``starting``: waiting for a slot of ``execution.max_concurrent_models``)
-       or some pool has a replica Ray has not placed (``unplaced``: it waits for
-       resources), no extra replica starts anywhere: the free resources are
-       theirs when they fit, and extras must not fragment the nodes before them.
-    2. Only for work: a model wants another replica while ``replicas <
-       max_replicas`` and its queue holds more engine calls than its replicas
-       take at once (``queued_calls > replicas x calls_in_flight``), so every
-       replica has a call of its own to start with.
-    3. Only when it pays: the model grows only once it has measured a load
-       (``load_s``, ``L``) and its rate (a replica of it loaded and finished a
-       call; ``work_s``, ``W``: its queue in seconds of one replica), and only
-       while ``W / r > S + L``, ``r`` its replicas with the new one left out
-       (those still loading counted as if ready) and ``S`` (``start_s``) the
-       seconds a replica takes to start before its load begins. With ``r``
-       replicas, an extra replica that starts and loads for ``S + L`` seconds
-       ends the queue at ``(W + S + L) / (r + 1)`` instead of ``W / r``:
-       sooner exactly when ``W / r > S + L``. And only while a call is left
-       for it when it is ready: the ``k``-th extra replica of this step is
-       asked for while the queue, ``S + L`` seconds from now, still holds at
-       least one whole call beyond the ``(k - 1) x calls_in_flight`` the
-       extras before it take (:func:`calls_left`: its replicas fill their
-       open slots at once, a loading one ``calls_in_flight``, then take a
-       call each as one ends). (Growing before the measurement
-       was tried and measured: on ``benchmarks/schedule_bench.py --cluster
-       8gpu`` the extra replicas of models with about 1 s of work loaded
-       beside the replicas doing it and made the runs 28% slower; without
-       the calls left, two of six extras of the ``--workload sim`` run were
-       ready only once the queue was handed out; benchmarks/RESULTS.md.)
-    4. Where it fits: the model with the most queued calls per replica goes
-       first (longest work first; ties keep the input order), its replica on
-       the node with the least free GPUs (then CPUs) that holds it (best
-       fit, leaving the largest holes for larger replicas); repeated while
-       some model wants one and a node holds it.
+    1. Pools first: while a model with queued work has no pool yet (``starting``: waiting for a slot of
+       ``execution.max_concurrent_models``) or some pool has a replica Ray has not placed (``unplaced``), no extra
+       replica starts anywhere: the free resources are theirs, and extras must not fragment the nodes before them.
+    2. Only for work: a model wants another replica while ``replicas < max_replicas`` and its queue holds more
+       engine calls than its replicas take at once (``queued_calls > replicas x calls_in_flight``).
+    3. Only when it pays: once it has measured a load (``load_s``, ``L``) and its rate (``work_s``, ``W``: its
+       queue in seconds of one replica), and only while ``W / r > S + L`` (``r`` its replicas without the new
+       one, loading ones counted as ready; ``S`` = ``start_s``): an extra replica ends the queue at ``(W + S +
+       L) / (r + 1)`` instead of ``W / r``. And only while a call is left for it when it is ready: the ``k``-th
+       extra of this step needs, ``S + L`` seconds from now, at least one whole call beyond the ``(k - 1) x
+       calls_in_flight`` the extras before it take (:func:`calls_left`). Why it waits for the measurement:
+       benchmarks/RESULTS.md.
+    4. Where it fits: the model with the most queued calls per replica first (ties keep the input order), its
+       replica on the node with the least free GPUs (then CPUs) that holds it (best fit); repeated while some
+       model wants one and a node holds it.
 
-    Parameters
-    ----------
-    pools : sequence of PoolDemand
-        Every alive pool, in grid order.
-    free : mapping of str to mapping
-        Node id -> resources free on it now (``{"GPU": g, "CPU": c, ...}``).
-    calls_in_flight : int
-        ``execution.calls_in_flight`` (>= 1).
-    starting : sequence of str
-        Models with queued work whose pools are not started yet.
-
-    Returns
-    -------
-    Growth
-        The replicas to start, and for each model that could use one more but
-        gets none now (rules 1 and 4), the reason.
+    ``free``: node id -> resources free on it now; ``calls_in_flight``: ``execution.calls_in_flight``;
+    ``starting``: models with queued work whose pools are not started yet. Returns the replicas to start, and for
+    each model that could use one more but gets none now (rules 1 and 4), the reason.
 
     Raises
     ------
@@ -352,20 +266,8 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One Ray node as the GCS node table has it.
-
-    Attributes
-    ----------
-    node_id : str
-        Ray's node id (hex, 56 characters).
-    ip : str
-        The node's IP address (``NodeManagerAddress``).
-    alive : bool
-    resources : dict of str to float
-        Total ``{"GPU": g, "CPU": c}`` of the node.
-    labels : dict of str to str
-        The node's labels (``ray start --labels``), Ray's own ``ray.io/...`` ones left out.
-    """
+    """One Ray node as the GCS node table has it: id (hex), IP (``NodeManagerAddress``), whether alive, total
+    ``{"GPU": g, "CPU": c}`` and labels (``ray start --labels``, Ray's own ``ray.io/...`` left out)."""
 
     node_id: str
     ip: str

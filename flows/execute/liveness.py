@@ -1,9 +1,8 @@
 """Replica liveness: a replica that cannot be reached is not a failed shard, and a lost node is named.
 
-When a Ray node dies, its actors are unreachable for 10 to 20 s before Ray declares the node dead; calls to them
-raise ``ActorUnavailableError`` (the actor may come back: Ray restarts it elsewhere) and then ``ActorDiedError``
-(it will not). Neither says anything about the work itself, so the handlers here (over the executor's state
-record, flows/execute/state.py) do this:
+When a Ray node dies, calls to its actors raise ``ActorUnavailableError`` (the actor may come back) for 10 to 20
+s, then ``ActorDiedError`` (it will not). Neither says anything about the work, so the handlers here (over the
+executor's state record, state.py) do this:
 
 - the call's shards go back in their model's queue (each shard at most ``execution.max_retries`` times across
   replicas: :func:`requeue_or_fail`);
@@ -43,14 +42,8 @@ Fault = Literal["unreachable", "gone", "work"]
 
 
 def classify_fault(exc: BaseException) -> Fault:
-    """What a failed engine call's exception says about its replica (pure; no Ray call).
-
-    ``ActorUnavailableError`` (the actor cannot be reached now: its node is
-    dying, or Ray is restarting it) is ``unreachable``; ``ActorDiedError`` (Ray
-    will not restart it: out of restarts, killed, its node gone) is ``gone``;
-    anything else (the engine raised, the result could not be read) is
-    ``work``: the shards failed on their own.
-    """
+    """What a failed engine call's exception says about its replica (pure; no Ray call):
+    ``ActorUnavailableError`` is ``unreachable``, ``ActorDiedError`` ``gone``, anything else ``work``."""
     from ray.exceptions import ActorDiedError, ActorUnavailableError  # lazy: the plan and the tests load no Ray
 
     if isinstance(exc, ActorUnavailableError):
@@ -61,32 +54,14 @@ def classify_fault(exc: BaseException) -> Fault:
 
 
 def requeue_or_fail(moves: int, max_retries: int) -> bool:
-    """Whether a shard whose replica was lost goes back in the queue (True) or fails (False).
-
-    ``moves`` is how often the shard was already put back in this invocation. A
-    shard is retried at most ``max_retries`` times across replicas, so a shard
-    that kills every replica it runs on still fails.
-    """
+    """Whether a shard whose replica was lost goes back in the queue (True) or fails (False): at most
+    ``max_retries`` moves across replicas, so a shard that kills every replica it runs on still fails."""
     return moves < max_retries
 
 
 def actor_verdict(state: str | None, node_alive: bool | None) -> Literal["alive", "restarting", "lost", "unknown"]:
-    """What an unreachable replica's actor-table entry says (pure).
-
-    Parameters
-    ----------
-    state : str or None
-        Ray's actor state (``ALIVE``, ``RESTARTING``, ``PENDING_CREATION``,
-        ``DEAD``); None when the table could not be read.
-    node_alive : bool or None
-        Whether the node the actor runs on now is alive (None: not known).
-
-    Returns
-    -------
-    str
-        ``alive`` (ping it: it may answer), ``restarting`` (wait), ``lost``
-        (Ray gave it up) or ``unknown`` (look again later).
-    """
+    """What an unreachable replica's actor-table entry (Ray's actor state, None if unread; whether its node is
+    alive) says (pure): ``alive`` (ping it), ``restarting`` (wait), ``lost`` or ``unknown`` (look again later)."""
     if state is None:
         return "unknown"
     if state == "DEAD":
@@ -97,19 +72,9 @@ def actor_verdict(state: str | None, node_alive: bool | None) -> Literal["alive"
 
 
 def lost_node_tags(replicas: list) -> dict[str, str]:
-    """The parent MLflow run's tags for replicas lost with their node: ``{}`` when none was lost.
-
-    Parameters
-    ----------
-    replicas : list of Replica
-        Every replica of the run (flows/execute/pools.py ``Replica``), in any state.
-
-    Returns
-    -------
-    dict of str to str
-        ``confgrid.lost_nodes``: the lost nodes' IPs (or node ids where no IP was known), sorted, comma-separated;
-        ``confgrid.lost_replicas``: the lost replicas' names with their node, e.g. ``fx#1@10.0.0.2``.
-    """
+    """The parent MLflow run's tags for replicas lost with their node (``{}`` when none was lost):
+    ``confgrid.lost_nodes``, the nodes' IPs (or ids), sorted, comma-separated; ``confgrid.lost_replicas``, e.g.
+    ``fx#1@10.0.0.2``."""
     lost = [r for r in replicas if r.state == "lost"]
     if not lost:
         return {}
@@ -167,13 +132,8 @@ def on_ping(st: ExecState, ref: Any, rep: Replica) -> None:
 
 
 def loaded(st: ExecState, rep: Replica, info: ReplicaInfo, at: float, fallback: int = 0) -> int:
-    """Count a model load of ``rep`` (process ``info``, seen at ``at``) and the actor's restarts not yet counted;
-    returns how many restarts (added to the replica and the counters).
-
-    Ray's own restart count of the actor (GCS actor table) is the truth: it covers every restart, also one
-    while the model loaded, which no engine call sees, and a restart Ray counted before the driver saw its
-    new process is not counted twice. ``fallback`` is used when the table cannot be read.
-    """
+    """Count a model load of ``rep`` and the actor's restarts not yet counted (Ray's own count in the GCS actor
+    table, one while loading included; ``fallback`` when it cannot be read); returns the restarts added."""
     entry = actor_entry(rep.handle)
     new = max(0, entry.num_restarts - rep.restarts_accounted) if entry is not None else fallback
     rep.restarts_accounted += new
@@ -237,9 +197,7 @@ def on_replica_fault(st: ExecState, f: InFlight, err: str, fault: Fault) -> None
 
 def on_engine_died(st: ExecState, f: InFlight, died: Any) -> None:
     """A call failed because the replica's engine died (``actors/backend.py`` ``EngineDied``): the first report
-    of an incarnation's death restarts the replica (``ray.kill`` with restart: Ray starts a new process within
-    its ``max_restarts``, or gives the actor up); the call's shards go back in the queue as for an unreachable
-    replica."""
+    of an incarnation's death restarts the replica (``ray.kill`` with restart); the shards go back in the queue."""
     import ray  # lazy: no Ray until a shard must be computed
 
     rep = f.replica
@@ -275,9 +233,8 @@ def _mark_lost(st: ExecState, rep: Replica, err: str) -> None:
 
 
 def abandon_calls(st: ExecState, node: NodeInfo) -> None:
-    """The calls in flight on a lost node's replicas: Ray keeps such a call queued until it restarts the actor,
-    which may be never (no room left), so the call is given up: cancelled (best effort), its shards put back
-    in the queue, its replica marked unreachable. A late result of a given-up call is ignored."""
+    """Give up the calls in flight on a lost node's replicas (Ray may keep them queued forever): cancelled, their
+    shards put back in the queue, their replicas marked unreachable; a late result is ignored."""
     gone = [(ref, f) for ref, f in st.inflight.items() if f.replica.node_id == node.node_id]
     merged: dict[int, InFlight] = {}  # one fault per replica (one log line), all its calls' shards
     for ref, f in gone:

@@ -59,11 +59,8 @@ def model_config(m: ModelSpec, spec: GridSpec, api_cache: str | None = None):
 
 
 def cancel_calls(refs: list[Any]) -> None:
-    """Cancel engine calls still in flight (an interrupted run), before their replicas are killed.
-
-    A cancelled call is not retried, so Ray does not print "There are N retries remaining, so the task will be
-    retried" for calls nobody will retry. Best effort: nothing is raised.
-    """
+    """Cancel engine calls still in flight (an interrupted run), before their replicas are killed, so Ray does
+    not announce retries nobody will make. Best effort: nothing is raised."""
     import ray  # lazy: no Ray until a shard must be computed
 
     if not refs or not ray.is_initialized():
@@ -90,33 +87,18 @@ def free_per_node() -> dict[str, dict[str, float]]:
 
 
 def placed(handle: Any) -> bool | None:
-    """Whether Ray has placed a not-yet-ready actor on a worker process (it is loading), or still waits for resources.
-
-    Read from the GCS actor table (no dashboard needed); None when that cannot be read. A queued lease already
-    names a raylet port, so a worker process (a pid) is required too.
-    """
+    """Whether Ray has placed a not-yet-ready actor on a worker process (it is loading: a raylet port and a pid
+    in the GCS actor table), or still waits for resources; None when the table cannot be read."""
     entry = actor_entry(handle)
     return None if entry is None else (entry.placed and entry.pid > 0)
 
 
 def start_latency(replicas: Sequence[Replica]) -> float:
-    """Seconds from asking Ray for a replica to its model load beginning, as a run has measured it.
+    """Seconds (>= 0) from asking Ray for a replica to its model load beginning, as a run has measured it.
 
-    A replica's start latency is its load's first start (``loading[0][0]``, the replica's clock) minus
-    ``requested_at`` (the driver's), clipped at 0: placing it, starting its Ray worker process and unpickling
-    its config. Extra (elastic) replicas are asked for on resources free at that moment, so theirs is the
-    start alone: their median counts when there is one. Before any, the least of all replicas' counts (the
-    ones placed at once; the others also waited for resources, which an extra replica does not).
-
-    Parameters
-    ----------
-    replicas : sequence of Replica
-        Every replica the run has asked for (any model; those with no load begun are skipped).
-
-    Returns
-    -------
-    float
-        Seconds >= 0; 0.0 when no replica has begun a load.
+    A replica's latency is its first load's start (``loading[0][0]``) minus ``requested_at``, clipped at 0. The
+    median over extra (elastic) replicas when there is one (asked for on free resources: the start alone), else
+    the least over all replicas (the others also waited for resources); 0.0 when no replica has begun a load.
 
     Examples
     --------
@@ -137,14 +119,9 @@ def start_latency(replicas: Sequence[Replica]) -> float:
 
 @dataclass(frozen=True)
 class ActorEntry:
-    """A replica's actor as Ray's GCS actor table has it (read with :func:`actor_entry`).
-
-    ``num_restarts`` counts every restart of the actor (a crash while loading
-    included), ``state`` is Ray's actor state (``PENDING_CREATION``, ``ALIVE``,
-    ``RESTARTING``, ``DEAD``), ``placed`` whether a worker holds it (a raylet
-    port is set: the model is loading or loaded), ``node_id`` / ``node_ip`` /
-    ``pid`` where it runs now ("" and 0 while not placed).
-    """
+    """A replica's actor as Ray's GCS actor table has it (:func:`actor_entry`): Ray's actor state, every restart
+    (one while loading included), whether a worker holds it (a raylet port is set), where it runs ("" and 0 while
+    not placed)."""
 
     state: str
     num_restarts: int
@@ -221,11 +198,8 @@ class Replica:
         return f"{self.model}#{self.index}" + (f".{self.load}" if self.load else "")
 
     def loaded(self, info: ReplicaInfo, seen_at: float) -> None:
-        """Count one model load of this replica (``loads``, ``load_seconds``) and record its ``loading`` span.
-
-        The span is the replica's own (``info.load_started``); a replica that did not send its start time gets
-        the ``load_seconds`` before ``seen_at`` (when the driver learnt of the load).
-        """
+        """Count one model load of this replica and record its ``loading`` span (the replica's own start, else
+        the ``load_seconds`` before ``seen_at``)."""
         self.loads += 1
         self.load_seconds += info.load_seconds
         start = info.load_started or seen_at - info.load_seconds
@@ -250,16 +224,8 @@ class Replica:
 
 
 class ModelPool:
-    """The replicas of one model, asked for together and released together.
-
-    Parameters
-    ----------
-    spec : ModelSpec
-    config : ModelConfig
-        What each actor loads (:func:`model_config`).
-    load : int
-        How many pools of this model this run started before.
-    """
+    """The replicas of one model, asked for together and released together; ``config`` is what each actor loads
+    (:func:`model_config`), ``load`` how many pools of this model the run started before."""
 
     def __init__(self, spec: ModelSpec, config: Any, load: int) -> None:
         self.spec, self.config, self.load = spec, config, load
@@ -271,20 +237,15 @@ class ModelPool:
         return self.spec.name
 
     def start(self, cluster_resources: dict[str, float] | None = None) -> list[Replica]:
-        """Ask Ray for every replica (returns at once; each becomes ready when its ``ping`` answers).
-
-        ``cluster_resources`` is what actors/model_actor.py ``replica_resources`` sizes a replica by.
-        """
+        """Ask Ray for every replica (returns at once; each becomes ready when its ``ping`` answers);
+        ``cluster_resources`` is what actors/model_actor.py ``replica_resources`` sizes a replica by."""
         for _ in range(self.spec.replicas):
             self.add_replica(cluster_resources, elastic=False)
         return self.replicas
 
     def add_replica(self, cluster_resources: dict[str, float] | None = None, elastic: bool = True) -> Replica:
-        """Ask Ray for one more replica of the pool (an elastic one, ``Replica.elastic``, unless ``elastic`` is
-        False: one of the model's ``replicas``); returns at once.
-
-        Its index follows the pool's last one, so its actor has a name of its own.
-        """
+        """Ask Ray for one more replica (an elastic one unless ``elastic`` is False: one of the model's
+        ``replicas``); returns at once. Its index follows the pool's last one (its actor's name is its own)."""
         from confgrid.actors.model_actor import replica_resources, start_replica  # lazy: model_actor imports ray
 
         need = replica_resources(self.config, cluster_resources).per_node
@@ -328,11 +289,8 @@ class ModelPool:
         return not self.released and any(r.state in ("ready", "waiting", "unreachable") for r in self.replicas)
 
     def stop_replica(self, rep: Replica, state: str = "released") -> None:
-        """Kill one replica's actor and free its placement group (idempotent).
-
-        A replica stopped while still ``waiting`` (its model not loaded) records in ``withdrawn`` whether Ray had
-        placed it (its load had started) or it still waited for resources.
-        """
+        """Kill one replica's actor and free its placement group (idempotent); one stopped while ``waiting``
+        records in ``withdrawn`` whether Ray had placed it or it still waited for resources."""
         import ray  # lazy: no Ray until a shard must be computed
         from ray.util.placement_group import remove_placement_group  # lazy: no Ray until a shard must be computed
 
@@ -367,13 +325,8 @@ class ModelPool:
 
 # -- the life cycle over the executor's state --------------------------------------------------------------------
 def ensure_ray(st: ExecState) -> None:
-    """Start or join Ray (once), size every model's replica, and check that each fits some node.
-
-    Raises
-    ------
-    CapacityError
-        If some model's replica fits on no node (unless ``execution.wait_for_nodes``).
-    """
+    """Start or join Ray (once), size every model's replica, and check that each fits some node (else
+    :class:`CapacityError`, unless ``execution.wait_for_nodes``)."""
     if st.ray_ready:
         return
     import ray  # lazy: no Ray until a shard must be computed
@@ -415,9 +368,8 @@ def ensure_ray(st: ExecState) -> None:
 
 
 def ping(st: ExecState, rep: Replica) -> None:
-    """Ask a replica whether its model is loaded. Ray does not retry the ping itself (its retry prints the
-    remote traceback on the console each time): a replica Ray restarts while loading is pinged again by
-    flows/execute/liveness.py ``on_ping``, within ``execution.max_retries``."""
+    """Ask a replica whether its model is loaded. Ray does not retry the ping (it would print the remote
+    traceback each time): liveness.py ``on_ping`` asks again, within ``execution.max_retries``."""
     st.pings[rep.handle.ping.options(max_task_retries=0).remote()] = rep
 
 

@@ -1,11 +1,9 @@
 """The one Ray start-up helper: join a given cluster, or start a private local one.
 
-Without an address (and outside a Ray job) confgrid starts its own local
-cluster, with its own temp dir, and never joins a cluster somebody else started
-on the machine with ``ray start`` (``ray.init()`` alone would, through
-``/tmp/ray/ray_current_cluster``, and hang on it once that cluster is gone). A
-given address is checked first: one that does not answer within
-``connect_timeout`` seconds is an error that names it, not a hang.
+Without an address (and outside a Ray job) confgrid starts its own local cluster in its own temp dir, and never
+joins one somebody else started with ``ray start`` (``ray.init()`` alone would, and hang once it is gone). A
+given address is checked first: one that does not answer within ``connect_timeout`` seconds is an error that
+names it, not a hang.
 """
 
 from __future__ import annotations
@@ -38,19 +36,9 @@ class RayConnectError(FieldsPickle, ConnectionError):
 
 @dataclass(frozen=True)
 class RayTarget:
-    """Which cluster a driver connects to.
-
-    Attributes
-    ----------
-    kind : str
-        ``join`` (a given address), ``job`` (inside a Ray job: the job's
-        cluster, from ``RAY_ADDRESS``) or ``local`` (a private local cluster).
-    address : str or None
-        The address passed to ``ray.init`` (``local`` for a private cluster).
-    probe : tuple of (str, int) or None
-        ``(host, port)`` checked before joining; None for ``local``, and for
-        ``auto`` when no address file exists (Ray then reports it).
-    """
+    """Which cluster a driver connects to: ``kind`` ``join`` (a given address), ``job`` (inside a Ray job,
+    ``RAY_ADDRESS``) or ``local``; the ``address`` passed to ``ray.init``; the ``(host, port)`` ``probe`` checked
+    before joining (None for ``local``, and for ``auto`` without an address file)."""
 
     kind: str
     address: str | None
@@ -68,18 +56,8 @@ def _host_port(address: str) -> tuple[str, int] | None:
 def ray_target(address: str | None, environ: dict[str, str] | None = None) -> RayTarget:
     """Decide which cluster to use (pure: reads only ``environ`` and, for ``auto``, Ray's address file).
 
-    Parameters
-    ----------
-    address : str or None
-        ``--address`` as given: ``ray://HEAD:10001``, ``HOST:6379``, ``auto``
-        (the cluster ``ray start`` started on this machine), or None.
-    environ : mapping, optional
-        The environment (default ``os.environ``); ``RAY_ADDRESS`` set means
-        the driver runs inside a Ray job.
-
-    Returns
-    -------
-    RayTarget
+    ``address`` is ``--address`` as given (``ray://HEAD:10001``, ``HOST:6379``, ``auto``: the cluster ``ray
+    start`` started on this machine, or None); ``RAY_ADDRESS`` in ``environ`` means inside a Ray job.
     """
     env = os.environ if environ is None else environ
     if address:
@@ -102,14 +80,8 @@ def _address_file() -> str | None:
 
 
 def wait_reachable(host: str, port: int, timeout: float) -> None:
-    """Wait until ``host:port`` accepts a TCP connection, for at most ``timeout`` seconds.
-
-    Raises
-    ------
-    RayConnectError
-        If nothing answers in time; the message names the address and the
-        seconds waited.
-    """
+    """Wait until ``host:port`` accepts a TCP connection, for at most ``timeout`` seconds (else
+    :class:`RayConnectError`, naming the address and the seconds waited)."""
     deadline = time.monotonic() + timeout
     last: OSError | None = None
     while True:
@@ -126,32 +98,12 @@ def wait_reachable(host: str, port: int, timeout: float) -> None:
 
 
 def init_ray(address: str | None = None, *, connect_timeout: float | None = None, **local: Any) -> None:
-    """Connect this driver to Ray, once.
+    """Connect this driver to Ray, once (nothing if Ray is already initialized), and log which cluster it uses.
 
-    Parameters
-    ----------
-    address : str, optional
-        A cluster to join (``ray://HEAD:10001``, ``auto``, ``HOST:6379``).
-        None: inside a Ray job (``RAY_ADDRESS`` set) join the job's cluster,
-        else start a private local cluster (temp dir :func:`private_temp_dir`).
-    connect_timeout : float, optional
-        Seconds a given address may take to answer (default
-        ``CONFGRID_RAY_CONNECT_TIMEOUT`` or 60).
-    **local
-        Extra ``ray.init`` arguments for a local cluster only (``num_cpus``,
-        ``num_gpus``...); ignored when joining.
-
-    Raises
-    ------
-    RayConnectError
-        If a given address does not answer within ``connect_timeout``.
-
-    Notes
-    -----
-    Does nothing if Ray is already initialized (a caller, a test, a notebook
-    started it). Says in the log which cluster the run uses. Usage statistics
-    are off unless the user turned them on; the actors' logs are not streamed to
-    the driver (confgrid logs what matters).
+    ``address``: a cluster to join (:func:`ray_target`); None: the Ray job's cluster, else a private local one
+    (:func:`private_temp_dir`), given the extra ``ray.init`` arguments ``local``. ``connect_timeout``: seconds a
+    given address may take to answer (default ``CONFGRID_RAY_CONNECT_TIMEOUT`` or 60; else
+    :class:`RayConnectError`). Usage statistics are off unless turned on; the actors' logs are not streamed.
     """
     import ray  # lazy: no Ray until a shard must be computed
 
@@ -180,10 +132,9 @@ def init_ray(address: str | None = None, *, connect_timeout: float | None = None
 
 
 def _route_ray_errors() -> None:
-    """Send Ray's error messages for the driver (a raylet's death with 20 lines of its ``[state-dump]`` log, a
-    node marked dead) to OUT/confgrid.log instead of the console; the console gets their first sentence as one
-    line of confgrid's. Ray prints them from a listener thread through ``ray._private.worker.print_to_stdstream``,
-    looked up on each message, so replacing that name reroutes them (Ray's other output is printed unchanged)."""
+    """Send Ray's error messages for the driver (a raylet's death with its ``[state-dump]``, a node marked dead)
+    to OUT/confgrid.log, and their first sentence to the console, by replacing
+    ``ray._private.worker.print_to_stdstream`` (looked up on each message; Ray's other output is unchanged)."""
     try:
         from ray._private import worker as ray_worker  # lazy: no Ray until a shard must be computed
     except ImportError:  # another Ray layout: its messages stay on the console
@@ -207,12 +158,8 @@ def _route_ray_errors() -> None:
 
 @contextmanager
 def _quiet_token_notice() -> Iterator[None]:
-    """Start a private local cluster without Ray's token-authentication notice.
-
-    Ray turns token authentication on for every new local cluster and says so on each start; on confgrid's
-    private cluster (its own temp dir, started and stopped by the run) that notice tells the user nothing.
-    Authentication itself is left as Ray decides (RAY_AUTH_MODE, when set, still rules).
-    """
+    """Start a private local cluster without Ray's token-authentication notice (it tells the user nothing
+    there); authentication itself is left as Ray decides."""
     target = logging.getLogger("ray._private.authentication.authentication_token_setup")
 
     def quiet(record: logging.LogRecord) -> bool:
@@ -227,8 +174,7 @@ def _quiet_token_notice() -> Iterator[None]:
 
 def private_temp_dir() -> str:
     """Ray's temp dir for confgrid's local clusters: ``<tmp>/confgrid-ray-<uid>`` (short: Ray's socket paths
-    must stay under 107 characters). Each run starts its own cluster in it (``address="local"``); a plain
-    ``ray.init()`` elsewhere on the machine looks in ``/tmp/ray`` and never joins one of them."""
+    must stay under 107 characters; a plain ``ray.init()`` looks in ``/tmp/ray`` and never joins them)."""
     path = os.path.join(tempfile.gettempdir(), f"confgrid-ray-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
     os.makedirs(path, exist_ok=True)
     return path

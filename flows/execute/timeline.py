@@ -3,34 +3,23 @@
 What the executor records for each invocation (``manifest.json``, ``meta``):
 
 ``replicas[i].gpus``
-    GPUs one replica reserves (1, N for a tensor-parallel replica of N, 0 on a
-    cluster without GPUs or for an API model).
+    GPUs one replica reserves (N for a tensor-parallel replica of N; 0 without GPUs or for an API model).
 ``replicas[i].loading``
-    ``[[start, end], ...]``: each model load of the replica (one per process
-    that loaded it: 1 + Ray restarts), measured inside the replica from the
-    start of its constructor to the model being ready.
+    ``[[start, end], ...]``: each model load (1 + Ray restarts), measured inside the replica.
 ``replicas[i].computing``
-    ``[[start, end], ...]``: its engine calls, measured inside the replica.
-    Calls closer than :data:`MERGE_GAP_S` are merged into one span (a busy
-    replica runs its calls back to back, so it keeps one span, not one per
-    call). Calls that raised are not in it (the replica returned no timing).
+    ``[[start, end], ...]``: its engine calls, measured inside the replica; calls closer than
+    :data:`MERGE_GAP_S` are one span; calls that raised are not in it.
 ``queued``
-    ``[[start, end], ...]``: when at least one shard waited in the driver's
-    queues: planned, not yet sent to a replica (shards the plan has not made
-    yet, e.g. the scores of answers not generated yet, are not queued). An
-    ``end`` of ``null`` is a span still open when the manifest was written.
+    ``[[start, end], ...]``: when at least one planned shard waited in the driver's queues (an ``end`` of
+    ``null``: a span still open when the manifest was written).
 ``cluster``
-    ``{"GPU": g, "CPU": c}``: what the cluster declared when the executor
-    joined it.
+    ``{"GPU": g, "CPU": c}``: what the cluster declared when the executor joined it.
 ``invocations[-1].started_at`` / ``ended_at``
     The executor's run: from its first shard submitted to its last pool released.
 
-Times are ``time.time()`` seconds: the replicas' spans on their node's clock,
-the queue's on the driver's (one clock on one machine; on a cluster they
-differ by the nodes' clock offset, milliseconds under NTP).
-
-:func:`idle_while_queued` turns these into the share of the cluster's
-GPU-seconds that no replica used while work was waiting.
+Times are ``time.time()`` seconds: the replicas' spans on their node's clock, the queue's on the driver's.
+:func:`idle_while_queued` turns these into the share of the cluster's GPU-seconds that no replica used while
+work was waiting.
 """
 
 from __future__ import annotations
@@ -49,12 +38,7 @@ MERGE_GAP_S = 0.01
 
 def add_span(spans: list[list[float]], start: float, end: float, gap: float = MERGE_GAP_S) -> None:
     """Append ``[start, end]`` to ``spans`` (in place), extending the last span instead when the new one starts
-    at most ``gap`` seconds after it ends. Times are rounded to milliseconds.
-
-    Raises
-    ------
-    ValueError
-        If ``end < start``.
+    at most ``gap`` seconds after it ends. Times are rounded to milliseconds. Raises ValueError if ``end < start``.
     """
     if end < start:
         raise ValueError(f"span: end {end!r} is before start {start!r}; allowed: end >= start")
@@ -114,40 +98,16 @@ def overlap_seconds(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, f
 
 @dataclass(frozen=True)
 class IdleShare:
-    """GPU-seconds of a run window, and how many of them were idle while work was queued.
+    """GPU-seconds of a run window, and how many of them were idle while work was queued."""
 
-    Attributes
-    ----------
-    window_s : float
-        Wall seconds of the window (the executor's run).
-    gpus : float
-        GPUs the cluster declared.
-    gpu_s : float
-        ``gpus * window_s``: every GPU-second of the window.
-    queued_s : float
-        Seconds of the window during which at least one shard was queued.
-    busy_gpu_s : float
-        GPU-seconds of replicas loading or computing, over the whole window
-        (a replica counts its ``gpus`` while it loads or computes).
-    busy_queued_gpu_s : float
-        The same, counted only while some shard was queued.
-    idle_queued_gpu_s : float
-        ``gpus * queued_s - busy_queued_gpu_s``: GPU-seconds that no replica
-        spent loading or computing while work waited (GPUs free, reserved by
-        a replica between calls, or by a replica whose process was starting).
-    share : float
-        ``idle_queued_gpu_s / gpu_s``, in [0, 1]; lower is better. NaN when
-        ``gpu_s`` is 0 (no GPU declared, or an empty window).
-    """
-
-    window_s: float
-    gpus: float
-    gpu_s: float
-    queued_s: float
-    busy_gpu_s: float
-    busy_queued_gpu_s: float
-    idle_queued_gpu_s: float
-    share: float
+    window_s: float  # wall seconds of the window (the executor's run)
+    gpus: float  # GPUs the cluster declared
+    gpu_s: float  # gpus * window_s
+    queued_s: float  # seconds during which at least one shard was queued
+    busy_gpu_s: float  # GPU-seconds of replicas loading or computing
+    busy_queued_gpu_s: float  # the same, only while some shard was queued
+    idle_queued_gpu_s: float  # gpus * queued_s - busy_queued_gpu_s
+    share: float  # idle_queued_gpu_s / gpu_s in [0, 1], lower is better; NaN when gpu_s is 0
 
 
 def idle_while_queued(replicas: Sequence[Mapping[str, Any]], queued: Sequence[Sequence[float | None]],
@@ -163,34 +123,16 @@ def idle_while_queued(replicas: Sequence[Mapping[str, Any]], queued: Sequence[Se
              = G x |Q|  -  sum over replicas of gpus x |(loading U computing) n Q|
         share = idle / (G x (end - start))
 
-    A GPU reserved by a replica that is between calls, starting its process,
-    or waiting for the driver counts as idle; so does a free GPU. Times when
-    nothing is queued (the last calls running, the driver parsing answers
-    before it plans their scores) count in the denominator only.
-
-    Parameters
-    ----------
-    replicas : sequence of mappings
-        ``meta.replicas`` entries: ``gpus`` (float >= 0), ``loading`` and
-        ``computing`` (lists of ``[start, end]``).
-    queued : sequence of [start, end]
-        ``meta.queued`` (an ``end`` of None: still open, read as ``end``).
-    gpus : float
-        Declared GPUs of the cluster (>= 0).
-    start, end : float
-        The window (``time.time()`` seconds); spans are clipped to it.
-
-    Returns
-    -------
-    IdleShare
-        ``share`` is NaN (with a ``RuntimeWarning``) when ``gpus * (end - start)`` is 0.
+    A GPU reserved by a replica between calls or starting its process counts as idle, as does a free GPU;
+    times when nothing is queued count in the denominator only. ``replicas`` and ``queued`` are ``meta.replicas``
+    and ``meta.queued`` (an open ``end`` read as ``end``); spans are clipped to the window. ``share`` is NaN (with
+    a ``RuntimeWarning``) when ``gpus * (end - start)`` is 0.
 
     Raises
     ------
     ValueError
-        If ``gpus`` is negative, ``end < start``, or a replica lacks ``gpus``,
-        ``loading`` or ``computing`` (a manifest written before these were
-        recorded).
+        If ``gpus`` is negative, ``end < start``, or a replica lacks ``gpus``, ``loading`` or ``computing`` (a
+        manifest written before these were recorded).
 
     Examples
     --------
@@ -232,20 +174,11 @@ def idle_while_queued(replicas: Sequence[Mapping[str, Any]], queued: Sequence[Se
 
 
 def idle_share_of_run(meta: Mapping[str, Any], gpus: float | None = None) -> IdleShare:
-    """:func:`idle_while_queued` of a run's last invocation, from ``manifest.json``'s ``meta``.
+    """:func:`idle_while_queued` of a run's last invocation (its ``started_at`` to ``ended_at``), from
+    ``manifest.json``'s ``meta``; ``gpus`` defaults to ``meta.cluster.GPU``.
 
-    Parameters
-    ----------
-    meta : mapping
-        ``meta`` of a manifest: ``replicas``, ``queued``, ``cluster`` and ``invocations`` (the last one's
-        ``started_at`` and ``ended_at`` are the window).
-    gpus : float, optional
-        Declared GPUs (default ``meta.cluster.GPU``).
-
-    Raises
-    ------
-    ValueError
-        If the manifest has no finished invocation, no ``queued`` record, or (without ``gpus``) no ``cluster``.
+    Raises ValueError if the manifest has no finished invocation, no ``queued`` record, or (without ``gpus``) no
+    ``cluster``.
     """
     inv = (meta.get("invocations") or [{}])[-1]
     if inv.get("started_at") is None or inv.get("ended_at") is None:

@@ -12,15 +12,11 @@ Layout of an output directory ``OUT``::
     OUT/damaged/                  shard files and manifests that failed verification, moved aside
     OUT/mlflow.db                 the default MLflow tracking store
 
-A shard's key is a hash of exactly the inputs its stage depends on, so a later
-run that needs the same shard finds it and does not recompute it.
-
-Integrity: a shard is reused only if its file verifies: the sha256 and row
-count recorded when it was written, or (a file the manifest does not know)
-a readable Parquet footer. A file that does not verify is reported by path,
-moved to ``OUT/damaged/``, recorded as failed and recomputed. A manifest that
-cannot be read is moved there too, and rebuilt from the shard files that can be
-read (their names are their keys); the run says so.
+A shard's key is a hash of exactly the inputs its stage depends on, so a later run that needs the same shard
+finds it. Integrity: a shard is reused only if its file verifies (the sha256 and row count recorded when it was
+written, or, for a file the manifest does not know, a readable Parquet footer). A file that does not verify is
+reported by path, moved to ``OUT/damaged/``, recorded as failed and recomputed. A manifest that cannot be read
+is moved there too, and rebuilt from the readable shard files (their names are their keys).
 """
 
 from __future__ import annotations
@@ -50,22 +46,9 @@ log = logging.getLogger("confgrid")
 
 
 def shard_key(stage: str, inputs: Any) -> str:
-    """Stable key of a shard: sha256 of the stage name and its JSON-encoded inputs.
-
-    Parameters
-    ----------
-    stage : str
-        Stage name (``generate``, ``score``...).
-    inputs : JSON-serialisable
-        Exactly the inputs the stage depends on (model id and revision, prompt
-        text, decoding, item ids and questions, upstream keys...). Dict keys are
-        sorted, so their order does not matter.
-
-    Returns
-    -------
-    str
-        64 hex characters.
-    """
+    """Stable key of a shard (64 hex characters): sha256 of the stage name and its JSON-encoded ``inputs``,
+    exactly what the stage depends on (model id and revision, prompt text, item ids, upstream keys...); dict keys
+    are sorted."""
     blob = json.dumps({"stage": stage, "inputs": inputs}, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -77,24 +60,9 @@ def _umask_mode() -> int:
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Write a file atomically: ``write(tmp)`` fills a temp file in the same folder, then it is renamed.
-
-    The one atomic writer of the project: shards, tables, results, manifest.
-    A reader never sees a half-written file, and a crash leaves the old file
-    (or none) in place.
-
-    Parameters
-    ----------
-    path : path
-        Destination; its folder is created if missing.
-    write : callable
-        Called with the temp file's path; writes the whole content there.
-
-    Returns
-    -------
-    Path
-        ``path``.
-    """
+    """Write ``path`` atomically (its folder created if missing): ``write(tmp)`` fills a temp file in the same
+    folder, then it is renamed; returns ``path``. The one atomic writer of the project: a reader never sees a
+    half-written file, and a crash leaves the old file (or none) in place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -123,11 +91,8 @@ def write_parquet_atomic(table: pa.Table, path: Path) -> Path:
 def write_frame_atomic(df: Any, path: str | Path) -> Path:
     """Write a DataFrame atomically as CSV (``.csv``) or Parquet (``.parquet``), without its index.
 
-    Raises
-    ------
-    ValueError
-        For any other suffix, or a frame without columns: every table keeps its header, empty or not (a CSV
-        with no header line cannot be read back).
+    Raises ValueError for any other suffix, or a frame without columns (a CSV with no header line cannot be read
+    back).
     """
     path = Path(path)
     if len(df.columns) == 0:
@@ -144,18 +109,10 @@ def write_frame_atomic(df: Any, path: str | Path) -> Path:
 class Frames:
     """Named result frames of one view, as :func:`write_frames` writes them into ``results/``.
 
-    Attributes
-    ----------
-    frames : dict
-        Result name -> DataFrame, written as ``<name>.csv`` and ``<name>.parquet``; a frame that is None or has
-        no columns is never written (a CSV without its header cannot be read back).
-    markdown : tuple of str
-        Names also written as ``<name>.md`` (analysis/tables.py ``format_table``; ``(empty)`` for no rows).
-    skip_empty : bool
-        Leave out frames without rows (else an empty frame is written with its header: it replaces an earlier
-        run's rows in the same folder).
-    texts : dict
-        File name -> text written beside the frames (e.g. a view's messages).
+    ``frames``: name -> DataFrame (``<name>.csv`` and ``.parquet``; one that is None or has no columns is never
+    written); ``markdown``: names also written as ``<name>.md``; ``skip_empty``: leave out frames without rows
+    (else an empty frame is written with its header, replacing an earlier run's rows); ``texts``: file name ->
+    text written beside them.
     """
 
     frames: dict[str, Any] = field(default_factory=dict)
@@ -201,14 +158,8 @@ class ManifestDamaged(FieldsPickle, ValueError):
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """Read ``manifest.json``: ``{"meta": {...}, "shards": [{...}, ...]}``.
 
-    Raises
-    ------
-    FileNotFoundError
-        If there is no file.
-    ManifestDamaged
-        If the file is not JSON, or not an object with a ``shards`` list of
-        records that have at least ``stage``, ``setting`` and ``key``; the
-        message names the file and what is wrong.
+    Raises FileNotFoundError if there is no file, :class:`ManifestDamaged` (naming the file and what is wrong)
+    if it is not JSON, or not an object with a ``shards`` list of records with ``stage``, ``setting`` and ``key``.
     """
     path = Path(path)
     try:
@@ -334,14 +285,9 @@ class RunStore:
         return [r for r in self.records.values() if r.status == "failed"]
 
     def has_shard(self, stage: str, key: str) -> bool:
-        """Whether a verified file of this shard exists (see the module notes on integrity).
-
-        A file whose sha256 or row count differs from the manifest's, or whose
-        Parquet footer cannot be read, is moved to ``OUT/damaged/`` with a
-        warning naming it, every record of it is marked failed (so that
-        ``resubmit --failed`` reruns it too), and False is returned: the shard
-        is recomputed.
-        """
+        """Whether a verified file of this shard exists (module notes); one that does not verify is moved to
+        ``OUT/damaged/`` with a warning, every record of it marked failed (``resubmit --failed`` reruns it too),
+        and False is returned: the shard is recomputed."""
         path = self.shard_path(stage, key)
         if not path.is_file():
             return False
@@ -451,11 +397,8 @@ class RunStore:
         self._dirty = True
 
     def flush(self, force: bool = False) -> None:
-        """Save the manifest if it changed, at most once per :attr:`flush_seconds` unless ``force``.
-
-        Losing an unsaved ``done`` record loses nothing: the shard file exists,
-        so the next run finds and reuses it.
-        """
+        """Save the manifest if it changed, at most once per :attr:`flush_seconds` unless ``force`` (an unsaved
+        ``done`` record loses nothing: the next run finds the shard file)."""
         if force or (self._dirty and time.time() - self._saved_at >= self.flush_seconds):
             self.save_manifest()
 
@@ -483,11 +426,8 @@ class RunStore:
         self._saved_at = time.time()
 
     def write_table(self, stage: str, tables: list[pa.Table], empty: pa.Schema | None = None) -> Path:
-        """Concatenate a stage's shard tables into ``tables/<stage>.parquet``.
-
-        ``empty``: the columns the file keeps when ``tables`` is empty (a table with no rows still has its
-        schema, so reading a column of it works); without it an empty table has no columns.
-        """
+        """Concatenate a stage's shard tables into ``tables/<stage>.parquet``; ``empty``: the columns the file
+        keeps when ``tables`` is empty (without it, none)."""
         path = self.table_path(stage)
         table = (pa.concat_tables(tables, promote_options="default") if tables
                  else empty.empty_table() if empty is not None else pa.table({}))
