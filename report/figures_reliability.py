@@ -36,21 +36,10 @@ def file_stem(*parts: str) -> str:
 
 def draw_reliability_panel(ax, ax_counts, rows: pd.DataFrame, title: str, smooth: dict | None = None,
                            midpoint: bool = False) -> None:
-    """Draw one reliability diagram from its bins.
-
-    Parameters
-    ----------
-    ax, ax_counts : matplotlib Axes
-        Accuracy against confidence (top), answers per bin (below, sharing x).
-    rows : DataFrame
-        One diagram's rows of :func:`~confgrid.analysis.figure_data.reliability_table` (every bin).
-    title : str
-    smooth : dict, optional
-        :func:`~confgrid.analysis.figure_data.smooth_curve` output, drawn as a line.
-    midpoint : bool, default False
-        The rows' ``bin_confidence`` is the bins' midpoints (a run with ``metrics.ece_bin_confidence: [midpoint]``):
-        the legend says so.
-    """
+    """Draw one reliability diagram from its bins (one diagram's rows of
+    :func:`~confgrid.analysis.figure_data.reliability_table`): accuracy against confidence on ``ax``, answers per
+    bin on ``ax_counts``; ``smooth``: a :func:`~confgrid.analysis.figure_data.smooth_curve` drawn as a line;
+    ``midpoint``: the rows' ``bin_confidence`` is the bins' midpoints (the legend says so)."""
     lo, hi = rows["bin_lo"].to_numpy(float), rows["bin_hi"].to_numpy(float)
     what = "bin_confidence" if "bin_confidence" in rows.columns else "mean_confidence"
     acc, conf = rows["accuracy"].to_numpy(float), rows[what].to_numpy(float)

@@ -1,7 +1,7 @@
 """The studies' figures, each from the results table that holds its numbers (drawn only when the run wrote it).
 
-* ``gaps``: the gap g = metric(verbalized) - metric(other signal) per setting for each token context and method, with its interval
-  (study 000 Figure 3; ``results/gaps``).
+* ``gaps``: the gap g = metric(verbalized) - metric(other signal) per setting for each token context and method,
+  with its interval (study 000 Figure 3; ``results/gaps``).
 * ``ablation``: the mean gap along the ablation path (study 000 Table 3; ``results/table3_ablation``).
 * ``probe``: paired differences of stated confidence (study 000 Table 17; ``results/table17_probe``).
 * ``ace_quadrants``: raw against aligned gap per view; reversals in quadrants 2 and 4 (study 001 Figures 2

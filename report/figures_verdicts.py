@@ -1,4 +1,4 @@
-"""The specification curve of each conclusion (issue 22; ``results/verdicts`` and ``results/gaps``).
+"""The specification curve of each conclusion (``results/verdicts`` and ``results/gaps``).
 
 One figure per conclusion of ``results/verdicts`` (analysis/verdicts.py), after Simonsohn, Simmons and Nelson,
 "Specification curve analysis", Nature Human Behaviour 4, 1208-1214 (2020):

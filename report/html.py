@@ -205,28 +205,12 @@ def _log_mlflow(root: Path, tables: RunTables, paths: list[Path]) -> str | None:
 
 
 def write_report(out_dir: str | Path, opts: FigureOptions | None = None, log_mlflow: bool = True) -> ReportResult:
-    """Draw every figure of a finished run into ``OUT/results/figures/`` and write ``OUT/report.html``.
+    """Draw every figure of a finished run (old or new: what a figure needs and the run lacks is left out) into
+    ``OUT/results/figures/`` and write ``OUT/report.html``; ``log_mlflow``: log them into the run's MLflow parent
+    run (a store that fails is a message in the result, never an exception).
 
-    Parameters
-    ----------
-    out_dir : path
-        A run directory (``results/metrics.parquet``; older runs work: what a figure needs and the run
-        lacks is left out).
-    opts : FigureOptions, optional
-    log_mlflow : bool
-        Log the figures and the page into the run's MLflow parent run (``manifest.json``); a store that
-        fails is a message in the result, never an exception.
-
-    Returns
-    -------
-    ReportResult
-
-    Raises
-    ------
-    FileNotFoundError
-        ``out_dir`` has no ``results/metrics.parquet``.
-    OSError
-        The page or a figure cannot be written (a figure that fails to draw is recorded instead).
+    Raises FileNotFoundError when ``out_dir`` has no ``results/metrics.parquet``, OSError when the page or a
+    figure cannot be written (a figure that fails to draw is recorded instead).
     """
     root = Path(out_dir)
     if not (root / "results" / "metrics.parquet").is_file():

@@ -1,10 +1,8 @@
 """The figure registry: which figure is drawn from which results table, and how figures are written.
 
-A figure family is one entry: the tables it needs (by name, as
-:class:`~confgrid.report.run_tables.RunTables` finds them) and a function
-``draw(tables, options) -> list[Drawn]``. A run draws every family whose
-tables exist and have rows. Adding a figure for a new results table is one
-decorated function::
+A figure family is one entry: the tables it needs (by name, as :class:`~confgrid.report.run_tables.RunTables`
+finds them) and a function ``draw(tables, options) -> list[Drawn]``. A run draws every family whose tables exist
+and have rows. Adding a figure for a new results table is one decorated function::
 
     @register_figure("pass_at_k", needs=("pass_at_k",), title="pass@k curves (study 004)")
     def pass_at_k(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
@@ -12,8 +10,8 @@ decorated function::
         ...
         return [Drawn("pass_at_k", fig, "caption", data)]
 
-and an import of its module in ``report/__init__.py``. Matplotlib is used
-through :class:`matplotlib.figure.Figure` (the Agg canvas; no pyplot state).
+and an import of its module in ``report/__init__.py``. Matplotlib is used through
+:class:`matplotlib.figure.Figure` (the Agg canvas; no pyplot state).
 
 A study's own section of the page (placed after the verdicts and early stopping) is a :class:`ReportSection`
 registered with :func:`register_section` under the study's registry entry (flows/studies/); report/html.py
@@ -49,30 +47,14 @@ FIGURE_DIR = Path("results") / "figures"
 
 @dataclass(frozen=True)
 class FigureOptions:
-    """How figures are drawn.
+    """How figures are drawn (ValueError for a size out of range)."""
 
-    Attributes
-    ----------
-    width_px : int
-        Width of every figure in pixels (PNG), >= 100.
-    height_px : int or None
-        Height in pixels; ``None``: from the number of panel rows (``panel_px`` each).
-    panel_px : int
-        Height of one row of panels when ``height_px`` is None.
-    dpi : int
-        Dots per inch of the PNG (the pixel size is ``width_px x height_px`` whatever the dpi).
-    smooth : bool
-        Add the smooth smECE curve (relplot) to each reliability diagram.
-    metric : str
-        The metric named in the reliability diagrams' titles (``results/metrics``; default ECE).
-    """
-
-    width_px: int = 1200
-    height_px: int | None = None
+    width_px: int = 1200  # width of every figure in pixels (PNG), >= 100
+    height_px: int | None = None  # height in pixels (>= 100); None: panel_px per row of panels
     panel_px: int = 380
-    dpi: int = 100
-    smooth: bool = False
-    metric: str = "ece"
+    dpi: int = 100  # dots per inch of the PNG (>= 10; the pixel size is the same whatever the dpi)
+    smooth: bool = False  # add the smooth smECE curve (relplot) to each reliability diagram
+    metric: str = "ece"  # the metric named in the reliability diagrams' titles
 
     def __post_init__(self) -> None:
         for name in ("width_px", "panel_px", "dpi"):
@@ -235,24 +217,10 @@ def draw_figures(tables: RunTables, opts: FigureOptions | None = None,
 
 def write_figures(tables: RunTables, out_dir: str | Path, opts: FigureOptions | None = None,
                   families: list[str] | None = None) -> FigureSet:
-    """Draw and write every available figure as ``<out_dir>/<name>.png`` and ``.svg``, and the numbers it
-    draws as ``<name>.csv``.
-
-    Parameters
-    ----------
-    tables : RunTables
-    out_dir : path
-        Usually ``OUT/results/figures``; created if missing. Figures of earlier draws are left alone
-        (a name drawn again is overwritten).
-    opts : FigureOptions, optional
-    families : list of str, optional
-        Only these families (default: every registered one whose tables exist).
-
-    Returns
-    -------
-    FigureSet
-        Written files in registry order, and the families that failed (drawing or writing).
-    """
+    """Draw and write every available figure (or those of ``families``) as ``<out_dir>/<name>.png`` and
+    ``.svg``, and the numbers it draws as ``<name>.csv``; returns the files written, in registry order, and the
+    families that failed. ``out_dir`` (usually ``OUT/results/figures``) is created if missing; earlier figures
+    stay (a name drawn again is overwritten)."""
     opts = opts or FigureOptions()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,7 @@
 """The tables of a finished run, read lazily from ``OUT/results`` and ``OUT/tables`` (what every figure takes).
 
-A figure function never reads files itself: it asks a :class:`RunTables` for
-tables by name, so ``confgrid report`` redraws any finished run, old or new,
-and a test can hand figures tables built in memory (:meth:`RunTables.of`).
+A figure function never reads files itself: it asks a :class:`RunTables` for tables by name, so ``confgrid
+report`` redraws any finished run, old or new, and a test can hand figures tables in memory (:meth:`RunTables.of`).
 """
 
 from __future__ import annotations
@@ -27,18 +26,9 @@ def _of_info(name: str, doc: str) -> property:
 
 
 class RunTables:
-    """Tables of one run by name: ``results/<name>.parquet`` first, else ``tables/<name>.parquet``.
-
-    Parameters
-    ----------
-    root : path or None
-        The run's output directory (``None`` for tables given in memory).
-    frames : mapping of name -> DataFrame, optional
-        Tables given in memory; they take precedence over files.
-    info : RunInfo, optional
-        The run's record (flows/store/run_info.py); default: read from ``root`` (``results/run_info.json``,
-        or derived from an older folder), or the defaults without a root.
-    """
+    """Tables of one run by name: ``results/<name>.parquet`` first, else ``tables/<name>.parquet``; ``frames``
+    given in memory take precedence (``root`` None: no files). ``info`` is the run's record (default: read from
+    ``root``, flows/store/run_info.py, or the defaults without a root)."""
 
     def __init__(self, root: str | Path | None, frames: Mapping[str, pd.DataFrame] | None = None,
                  info: RunInfo | None = None) -> None:

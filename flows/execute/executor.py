@@ -49,22 +49,12 @@ SLOW_CALL_SECONDS = 60.0
 def execute(spec: GridSpec, store: RunStore, plan: GridPlan, build: Callable[[ShardRequest, tuple], pd.DataFrame],
             *, tracker: Any = None, address: str | None = None, only_failed: bool = False,
             rounds: Any = None) -> ExecState:
-    """Run the plan's shards to the end and record every outcome in the store.
+    """Run the plan's shards to the end, record every outcome in the store, and return the final state.
 
-    The arguments are the inputs of the state record (flows/execute/state.py ``ExecState``); ``rounds`` (early
-    stopping, ``execution.stop_when_resolved``): its first round is submitted with the plan's shards, and each
-    setting with nothing queued or running goes to its next round or stops.
-
-    Returns
-    -------
-    ExecState
-        The final state: ``done`` (key -> table of every shard done), ``submitted``, ``failed``, ``counters``,
-        ``provenance``, ``history``.
-
-    Raises
-    ------
-    CapacityError
-        Before any model is loaded, if some model's replica fits on no node (unless ``execution.wait_for_nodes``).
+    The arguments are the inputs of the state record (state.py ``ExecState``); ``rounds`` (early stopping): its
+    first round is submitted with the plan's shards, and each setting with nothing queued or running goes to its
+    next round or stops. Raises CapacityError before any model is loaded if some model's replica fits on no node
+    (unless ``execution.wait_for_nodes``).
     """
     st = ExecState(spec=spec, store=store, plan=plan, build=build, tracker=tracker, address=address,
                    only_failed=only_failed, rounds=rounds,
@@ -110,11 +100,8 @@ def execute(spec: GridSpec, store: RunStore, plan: GridPlan, build: Callable[[Sh
 
 
 def close(st: ExecState) -> None:
-    """Release every pool still alive and write the replicas into the manifest.
-
-    Shards whose calls were still in flight (the run was interrupted) are recorded as ``interrupted``:
-    not failed, not done; ``confgrid resume`` runs them.
-    """
+    """Release every pool still alive and write the replicas into the manifest; shards whose calls were still
+    in flight are recorded ``interrupted`` (not failed, not done; ``confgrid resume`` runs them)."""
     for f in st.inflight.values():
         for rec in f.records:
             if rec.status == "running":
@@ -129,12 +116,8 @@ def close(st: ExecState) -> None:
 
 
 def record_replicas(st: ExecState) -> None:
-    """Every replica's timeline and the loads per model, in the manifest, as they change.
-
-    ``meta.replicas``, ``meta.loads`` and ``meta.queued`` (flows/execute/timeline.py) describe this
-    invocation; ``meta.invocations`` keeps one entry per invocation of the run directory (run, resume,
-    resubmit), with its replicas, loads and restarts.
-    """
+    """Every replica's timeline and the loads per model, in the manifest, as they change: ``meta.replicas``,
+    ``meta.loads`` and ``meta.queued`` (timeline.py) of this invocation, and its entry of ``meta.invocations``."""
     replicas = [r.record() for p in st.history for r in p.replicas]
     queued = [list(x) for x in st.queue_spans]
     if st.invocation is None:
@@ -176,10 +159,9 @@ def _advance_rounds(st: ExecState) -> bool:
 
 
 def _catch_ctrl_c() -> tuple[threading.Event, Callable[[], None]]:
-    """Make Ctrl-C reliable while the driver waits on Ray: a SIGINT sets the returned event, which the loop turns
-    into ``KeyboardInterrupt`` within ``WAIT_FIRST_SECONDS`` (Ray's ``wait`` can consume a KeyboardInterrupt
-    raised inside it); a second Ctrl-C raises at once. Also returns the function restoring the old handler.
-    Outside the main thread (a notebook's worker thread) nothing changes."""
+    """Make Ctrl-C reliable while the driver waits on Ray (whose ``wait`` can swallow a KeyboardInterrupt): a
+    SIGINT sets the returned event, which the loop turns into ``KeyboardInterrupt``; a second one raises at once.
+    Also returns the function restoring the old handler. Outside the main thread nothing changes."""
     pressed = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         return pressed, lambda: None

@@ -1,14 +1,10 @@
 """The model stages as registry entries: what one stage is (:class:`Stage`), the registry, and what they share.
 
 A stage is one kind of shard (``generate``, ``score``, ``probe``, the method stages ``sample``, ``rate``,
-``next_token``, ``hidden``) or a driver step between them (``grade``: parse + grade). Its entry owns, in its
-own file of this folder, everything the rest of confgrid used to decide by comparing stage names: the engine
-call a replica runs for it (actors/model_actor.py ``ENGINE_CALLS``), the typed rows of its requests and the
-engine request each becomes, the stored table of a shard and its schema, whether its shards yield the answers
-the later stages are planned from, its signal rows, and (method stages) the call parameters in its shard key; what a method
-kind makes of its rows is its reader (flows/stages/method_base.py ``READERS``). The registry follows
-lm-evaluation-harness (``lm_eval/api/registry.py``): a duplicate name is an error, an unknown one lists the
-choices.
+``next_token``, ``hidden``) or a driver step between them (``grade``: parse + grade). Its entry, in its own file
+of this folder, owns everything that differs between stages (:class:`Stage`); what a method kind makes of its
+rows is its reader (flows/stages/method_base.py ``READERS``). A duplicate name is an error, an unknown one lists
+the choices (lm-evaluation-harness style).
 
 Examples
 --------
@@ -61,11 +57,9 @@ def prompted(row: Any) -> GenerateRequest:
 
 
 def relabel(table: pd.DataFrame, **labels: object) -> pd.DataFrame:
-    """A shard table with its label columns (model, dataset, answer_set, chunk, context_id) set to ``labels``.
-
-    A shard is keyed by its inputs, not by the names of the grid: two models with the same identity under
-    different names (or a model renamed between runs) share a shard, which was stored under the first name.
-    Every reader relabels it to the shard request it reads it for. Columns the table lacks are not added.
+    """A shard table with its label columns (model, dataset, answer_set, chunk, context_id) set to ``labels``;
+    columns it lacks are not added. A shard is keyed by its inputs, not by grid names, so two models with one
+    identity share a shard stored under the first name: every reader relabels it to the request it reads it for.
     """
     out = table.copy()
     for col, value in labels.items():
@@ -109,53 +103,27 @@ class UnitPart:
 
 @dataclass(frozen=True)
 class Stage:
-    """One model stage (or driver step) and everything that differs between stages.
+    """One model stage (or driver step) and everything that differs between stages."""
 
-    Attributes
-    ----------
-    name : str
-        The stage name (``ShardRequest.stage``, the manifest's ``stage``, the shard key's prefix).
-    engine : str or None
-        The engine call a replica runs for its shards (actors/model_actor.py ``ENGINE_CALLS``: generate,
-        score, next_token, hidden_states); None for a driver stage (no model).
-    request : callable or None
-        ``row -> GenerateRequest | ScoreRequest``: the engine request of one typed row.
-    table : callable or None
-        :data:`TableFn`, the stored rows of a shard.
-    answers : bool
-        Its shards yield the answers the later stages are planned from (generate): the plan grades them
-        (stage ``grade``) and plans the downstream shards, and a replica runs them first.
-    table_name : str or None
-        The stage table it writes (``tables/<table_name>.parquet``), when it writes one of its own.
-    schema : callable or None
-        ``(aggregations, rules) -> pyarrow.Schema``: the columns of that table when no shard of it is complete.
-    signals : callable or None
-        :data:`SignalsFn`: its rows of the one signal table for one unit and analysis key (grade: the verbalized
-        and token scores of each graded answer; probe: the supplied answers); method stages add theirs through
-        their readers.
-    method_call : callable or None
-        Method stages: :data:`MethodCallFn`.
-    fields : tuple of str
-        Method stages: the ``methods[]`` fields that apply to a method of this stage beyond the common ones (a
-        grid that sets another is refused, flows/spec/methods.py).
-    backends : tuple of str
-        The model backends that can run it (the grid check refuses a method on another).
-    part : UnitPart or None
-        What it contributes to an answer unit (assembly).
-    """
-
-    name: str
+    name: str  # ShardRequest.stage, the manifest's stage, the shard key's prefix
+    # the engine call a replica runs for its shards (actors/model_actor.py ENGINE_CALLS); None: a driver stage
     engine: str | None
-    request: Callable[[Any], Any] | None = None
-    table: TableFn | None = None
+    request: Callable[[Any], Any] | None = None  # row -> GenerateRequest | ScoreRequest
+    table: TableFn | None = None  # the stored rows of a shard
+    # its shards yield the answers the later stages are planned from (generate): graded, then the downstream
+    # shards planned; a replica runs them first
     answers: bool = False
-    table_name: str | None = None
+    table_name: str | None = None  # the stage table it writes (tables/<table_name>.parquet), if one of its own
+    # (aggregations, rules) -> the columns of that table when no shard of it is complete
     schema: Callable[[tuple[str, ...], tuple[str, ...]], pa.Schema] | None = None
+    # its rows of the one signal table (grade: the graded answers' scores; probe: the supplied answers); method
+    # stages add theirs through their readers
     signals: SignalsFn | None = None
-    method_call: MethodCallFn | None = None
+    method_call: MethodCallFn | None = None  # method stages: what goes in the shard key
+    # method stages: the methods[] fields beyond the common ones (a grid that sets another is refused)
     fields: tuple[str, ...] = ()
-    backends: tuple[str, ...] = ("transformers", "vllm", "openai")
-    part: UnitPart | None = None
+    backends: tuple[str, ...] = ("transformers", "vllm", "openai")  # the model backends that can run it
+    part: UnitPart | None = None  # what it contributes to an answer unit (assembly)
 
 
 #: Every stage, by name (registration order: generate, grade, score, probe, then the method stages).

@@ -39,13 +39,9 @@ def question_text(item: Item, fmt: str = "open") -> str:
 
 
 def _generation_logprobs(gens: tuple[GenerationOutput, ...]) -> dict[str, list]:
-    """An API model's columns of its generated tokens' log-probs (nats); ``{}`` for local backends.
-
-    ``token_logprobs``: one float per generated token (``[]`` when the server
-    returned none); ``sum_logprob``: their sum, NaN when none came back (never
-    0); ``logprobs_status``: ``ok`` or why they are missing
-    (actors/openai_backend.py ``generation_logprobs``).
-    """
+    """An API model's columns of its generated tokens' log-probs (nats; ``{}`` for local backends):
+    ``token_logprobs`` (``[]`` when none came back), ``sum_logprob`` (NaN when none, never 0) and
+    ``logprobs_status`` (``ok`` or why they are missing, actors/openai_backend.py ``generation_logprobs``)."""
     if not any(o.logprobs_status for o in gens):
         return {}
     return {"token_logprobs": [list(o.token_logprobs or ()) for o in gens],

@@ -38,19 +38,12 @@ def parse_generations(gen: pd.DataFrame, prompt_id: str = "confidence",
                       fmt: str = "open") -> pd.DataFrame:
     """Add ``answer``, ``verbalized``, ``parse_status``, ``used_fallback``, ``reasoning_status`` to generations.
 
-    Parsed the way the prompt that generated them asks (protocols/output_formats.py
-    ``parse_for_prompt``: labels, a JSON answer and probability, or option
-    probabilities; a 0-100 prompt is scaled to [0, 1]), after the reasoning
-    block of a thinking model is removed (protocols/reasoning.py;
-    ``reasoning_end`` is the model's declared marker). Unparseable output is
-    a recorded status, never an exception (study 000 Appendix A "Parsing");
-    a reasoning block that never ended is ``reasoning_unterminated``.
-
-    ``items`` (the generated rows' items, in any order) gives, when the
-    options were shown (``fmt="mc"``), each row its number of options (a
-    JSON letter must be one of them, option probabilities need it) and, for
-    a prompt that asks a probability only, the answer it rates: the item's
-    supplied answer (``metadata["given_answer"]``, e.g. HaluEval's).
+    Parsed the way the prompt asks (protocols/output_formats.py ``parse_for_prompt``; a 0-100 prompt is scaled to
+    [0, 1]), after a thinking model's reasoning block is removed (``reasoning_end``: its declared marker).
+    Unparseable output is a recorded status, never an exception (study 000 Appendix A "Parsing"); a reasoning
+    block that never ended is ``reasoning_unterminated``. ``items`` gives each row, when the options were shown
+    (``fmt="mc"``), its number of options and, for a prompt that asks a probability only, the answer it rates
+    (the item's ``metadata["given_answer"]``, e.g. HaluEval's).
     """
     prompt = get_prompt(prompt_id)
     by_id = {it.item_id: it for it in items or ()}
@@ -76,12 +69,8 @@ def parse_generations(gen: pd.DataFrame, prompt_id: str = "confidence",
 
 
 def grade_answers(parsed: pd.DataFrame, items: list[Item], rules: tuple[str, ...], primary: str) -> pd.DataFrame:
-    """Label every parsed answer under every requested correctness rule.
-
-    Adds one float column ``correct_<rule>`` per rule (NaN where there is no
-    answer, except under a rule in ``ANSWER_FREE_RULES``, which reads only the
-    item) and ``correct`` = the primary rule's label.
-    """
+    """Label every parsed answer under every rule: a float column ``correct_<rule>`` each (NaN where there is no
+    answer, except under a rule in ``ANSWER_FREE_RULES``) and ``correct``, the primary rule's label."""
     by_id = {it.item_id: it for it in items}
     out = parsed.copy()
     for rule in rules:
@@ -119,10 +108,8 @@ def _item_status(g: pd.DataFrame, policy: str, verbalized: bool) -> pd.Series:
 
 def _chance(g: pd.DataFrame, status: pd.Series, items: list[Item], corr_col: str, rule: str,
             seed: int, run: str) -> pd.DataFrame:
-    """Rows whose parse failed answered by chance (study 003 section 3.2): letter, 1/k and its correctness.
-
-    Returns a frame indexed like ``g`` with columns ``confidence`` (1/k, NaN if not replaced) and ``target``.
-    """
+    """Rows whose parse failed answered by chance (study 003 section 3.2), indexed like ``g``: ``confidence``
+    (1/k, NaN if not replaced) and ``target`` (the random letter's correctness)."""
     by_id = {it.item_id: it for it in items}
     fn = get_rule(rule)
     out = pd.DataFrame({"confidence": np.nan, "target": np.nan}, index=g.index)
@@ -142,42 +129,19 @@ def answer_rows(graded: pd.DataFrame, tokens: pd.DataFrame, contexts: tuple[str,
                 chance_seed: int = 0, chance_run: str = "") -> pd.DataFrame:
     """Signal rows of one answer set's graded answers: the verbalized score and every token score.
 
-    Parameters
-    ----------
-    graded : DataFrame
-        ``tables/graded`` rows of one (model, dataset, answer set): item_id, answer, verbalized,
-        parse_status, used_fallback, ``correct_<rule>``.
-    tokens : DataFrame
-        Aggregated token scores (flows/stages/score.py ``aggregate_scores``): item_id, context_id,
-        ``token_score__<aggregation>``.
-    contexts, aggregations : tuple of str
-        Scoring contexts and token aggregations (the first is the primary one: signal ``token_<context>``;
-        the others ``token_<context>__<aggregation>``).
-    policy : str
-        Parse policy (protocols/parsing.py ``apply_parse_policy``).
-    rule : str
-        Correctness rule: the target is ``correct_<rule>`` (0/1 or graded in [0, 1]).
-    verbalized : bool
-        The answer set states a confidence (else no verbalized row; an answer alone is ``ok``).
-    refusal : str
-        ``drop`` or ``chance`` (study 003 section 3.2): a row of an item with options whose parse failed is
-        answered by a seeded random letter (:func:`~confgrid.protocols.json_output.chance_answer` of
-        ``chance_seed``, the item and ``chance_run``) with confidence 1/k in every signal (``replaced``).
-    items : list of Item
-        The answer set's items (options for ``chance``).
+    ``graded``: ``tables/graded`` rows of one unit; ``tokens``: its aggregated token scores (score.py
+    ``aggregate_scores``); the first aggregation is the primary one (signal ``token_<context>``, the others
+    ``token_<context>__<aggregation>``); ``policy``: protocols/parsing.py ``apply_parse_policy``; the target is
+    ``correct_<rule>`` (0/1 or graded in [0, 1]); ``verbalized``: the set states a confidence (else no verbalized
+    row, and an answer alone is ``ok``); ``refusal`` ``chance`` (study 003 section 3.2): a row of an item with
+    options whose parse failed is answered by a seeded random letter
+    (:func:`~confgrid.protocols.json_output.chance_answer` of ``chance_seed``, the item and ``chance_run``) with
+    confidence 1/k in every signal (``replaced``).
 
-    Returns
-    -------
-    DataFrame
-        Signal-table rows without unit labels: item_id, signal, kind, context, aggregation, confidence,
-        target, status, replaced, rated (``own_answer``), target_rule, align (``answer``). Status:
-        ``ok``; the parse status under the policy; ``rule_undefined`` (no label under the rule);
-        ``token_score_missing``.
-
-    Raises
-    ------
-    ValueError
-        ``refusal`` outside :data:`REFUSAL_POLICIES`.
+    Returns signal-table rows without unit labels: item_id, signal, kind, context, aggregation, confidence,
+    target, status (``ok``, the parse status under the policy, ``rule_undefined``, ``token_score_missing``),
+    replaced, rated (``own_answer``), target_rule, align (``answer``). Raises ValueError for ``refusal`` outside
+    :data:`REFUSAL_POLICIES`.
     """
     if refusal not in REFUSAL_POLICIES:
         raise ValueError(f"refusal={refusal!r}; allowed: {list(REFUSAL_POLICIES)}")

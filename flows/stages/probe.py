@@ -27,19 +27,9 @@ log = logging.getLogger("confgrid")
 
 @dataclass(frozen=True)
 class ProbeRow:
-    """One supplied-answer probe request (study 000 section 3.6).
-
-    Attributes
-    ----------
-    kind : str
-        Kind of supplied answer (protocols/probe.py ``SUPPLIED_KINDS``).
-    answer : str
-        The supplied answer placed after ``Guess:``.
-    prompt_id : str
-        The confidence prompt the probe is asked in.
-    source : str
-        The other model (``plausible_wrong``) or item (``off_type``) it came from; ``""`` otherwise.
-    """
+    """One supplied-answer probe request (study 000 section 3.6): the ``kind`` of supplied answer
+    (protocols/probe.py ``SUPPLIED_KINDS``), the ``answer`` after ``Guess:``, the confidence prompt, and the other
+    model (``plausible_wrong``) or item (``off_type``) it came from (``""`` otherwise)."""
 
     item_id: str
     user_text: str
@@ -64,23 +54,11 @@ def _table(plan: Any, shard: Any, outputs: tuple[Any, ...]) -> pd.DataFrame:
 def probe_rows(probe: pd.DataFrame, items: list[Item], rule: str) -> pd.DataFrame:
     """Signal-table rows of the supplied-answer probe of one answer set (study 000 section 3.6, Appendix I).
 
-    Parameters
-    ----------
-    probe : DataFrame
-        ``tables/probe`` rows of one (model, dataset, answer set): item_id, kind (protocols/probe.py
-        ``SUPPLIED_KINDS``), answer (the supplied answer), verbalized (the stated probability, NaN if none),
-        parse_status.
-    items : list of Item
-        The answer set's items (for grading).
-    rule : str
-        The unit's correctness rule: the target is the supplied answer's correctness under it.
-
-    Returns
-    -------
-    DataFrame
-        Rows without unit labels: item_id, signal ``probe_<kind>``, kind ``probe``, rated ``supplied``,
-        target_rule, confidence, target, status (the probe's parse status; ``rule_undefined`` where the rule
-        cannot grade the item), align empty (each kind on its own items). The first row of an (item, kind) is kept.
+    ``probe``: ``tables/probe`` rows of one unit (verbalized: the stated probability, NaN if none); the target
+    is the supplied answer's correctness under ``rule``. Returns rows without unit labels: item_id, signal
+    ``probe_<kind>``, kind ``probe``, rated ``supplied``, target_rule, confidence, target, status (the parse
+    status; ``rule_undefined`` where the rule cannot grade the item), align empty (each kind on its own items);
+    the first row of an (item, kind) is kept.
     """
     if probe is None or probe.empty:
         return pd.DataFrame(columns=["item_id", "signal"])

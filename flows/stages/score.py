@@ -36,22 +36,8 @@ class ScoreRow:
 
 
 def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> list[ScoreRow]:
-    """Forced-decoding requests for every row that has a non-empty parsed answer, in the rows' order.
-
-    Parameters
-    ----------
-    parsed : DataFrame
-        Rows with ``item_id`` and ``answer`` (str; empty, None or NaN rows are skipped).
-    items : list of Item
-        The items the rows refer to.
-    context_id : str
-        A registered scoring context.
-
-    Returns
-    -------
-    list of ScoreRow
-        The context's user turn (rendered for the item), assistant prefix and separator, then the answer.
-    """
+    """Forced-decoding requests for every row of ``parsed`` with a non-empty ``answer``, in the rows' order: the
+    scoring context's user turn (rendered for the item), assistant prefix and separator, then the answer."""
     by_id = {it.item_id: it for it in items}
     ctx = get_context(context_id)
     return [ScoreRow(item_id, ctx.item_text(by_id[item_id]), ctx.assistant_prefix, ctx.separator, answer)
@@ -60,13 +46,9 @@ def score_requests(parsed: pd.DataFrame, items: list[Item], context_id: str) -> 
 
 
 def aggregate_scores(scores: pd.DataFrame, aggregations: tuple[str, ...] | str) -> pd.DataFrame:
-    """Token scores per (item, context) from the stored per-token log-probs.
-
-    Aggregation happens here, on stored log-probs, so changing it reruns no
-    model. Adds ``token_score`` (the first, primary aggregation; probability in
-    [0, 1]), ``token_score__<name>`` for every aggregation, and ``aggregation``
-    (the primary one's name).
-    """
+    """Token scores per (item, context) from the stored per-token log-probs (so changing the aggregation reruns
+    no model): ``token_score__<name>`` for every aggregation, ``token_score`` (the first, primary one;
+    probability in [0, 1]) and ``aggregation`` (its name)."""
     aggs = (aggregations,) if isinstance(aggregations, str) else tuple(aggregations)
     out = scores.copy()
     lps = [np.asarray(lp, dtype=np.float64) for lp in out["logprobs"]]

@@ -1,11 +1,9 @@
 """What ``confgrid status OUT`` concludes from a manifest: shard counts, stale shards and the exit code (pure).
 
-A shard recorded ``running`` is running only while the driver that started it
-is alive. Each invocation in ``meta.invocations`` records its driver
-(``driver_pid``, ``driver_host``) and, when it ends in any orderly way,
-``ended_at``. A ``running`` shard of an invocation that never ended and whose
-driver process is gone (killed with SIGKILL, its machine lost) is ``stale``:
-``confgrid resume`` runs it again.
+A shard recorded ``running`` is running only while the driver that started it is alive. Each invocation in
+``meta.invocations`` records its driver (``driver_pid``, ``driver_host``) and, when it ends in any orderly way,
+``ended_at``. A ``running`` shard of an invocation that never ended and whose driver is gone (SIGKILL, a lost
+machine) is ``stale``: ``confgrid resume`` runs it again.
 """
 
 from __future__ import annotations
@@ -20,22 +18,9 @@ DriverState = Literal["ended", "running", "gone", "unknown"]
 
 @dataclass(frozen=True)
 class RunStatus:
-    """The state of a run folder.
-
-    Attributes
-    ----------
-    counts : dict of str to int
-        Shards per status, ``running`` split into ``running`` and ``stale``.
-    failed : int
-    stale : list of str
-        ``stage setting`` of each running shard whose driver is gone.
-    driver : str
-        ``ended``, ``running``, ``gone`` or ``unknown`` (a driver on another host, or none recorded).
-    driver_line : str
-        One line naming the latest invocation's driver and its state.
-    exit_code : int
-        1 when a shard failed or is stale, else 0.
-    """
+    """The state of a run folder: shards per status (``running`` split into ``running`` and ``stale``), the
+    ``stage setting`` of each stale shard, the latest driver's state (:func:`driver_state`) and a line naming it,
+    and the exit code (1 when a shard failed or is stale)."""
 
     counts: dict[str, int]
     failed: int

@@ -1,10 +1,8 @@
 """The run's log file: every confgrid log line of a run, tracebacks included, in ``OUT/confgrid.log``.
 
-The console shows one line per failure; the file also keeps the full
-traceback of each failure, once: code that catches a failure logs its
-traceback to :data:`trace` (the ``confgrid.trace`` logger, which writes only to
-the run's log file, never to the console). Every invocation (run, resume,
-resubmit) appends to the file, starting with a header line.
+The console shows one line per failure; the file also keeps its full traceback, once: code that catches a
+failure logs the traceback to :data:`trace` (the ``confgrid.trace`` logger: the log file only). Every invocation
+appends to the file, starting with a header line.
 """
 
 from __future__ import annotations
@@ -28,25 +26,9 @@ trace.addHandler(logging.NullHandler())
 
 @contextlib.contextmanager
 def run_log(out_dir: str | Path, what: str) -> Iterator[Path]:
-    """Copy the ``confgrid`` logger's records and every :data:`trace` record into ``OUT/confgrid.log``.
-
-    Parameters
-    ----------
-    out_dir : path
-        The run directory (exists).
-    what : str
-        The header of this invocation (``run``, ``resume``...).
-
-    Yields
-    ------
-    Path
-        The log file.
-
-    Notes
-    -----
-    A log file that cannot be opened (a read-only folder) is skipped with a
-    warning: logging never stops a run.
-    """
+    """Copy the ``confgrid`` logger's records and every :data:`trace` record into ``OUT/confgrid.log`` (yielded),
+    after a header naming ``what`` (``run``, ``resume``...). A file that cannot be opened is skipped with a
+    warning: logging never stops a run."""
     path = Path(out_dir) / LOG_NAME
     log = logging.getLogger("confgrid")
     try:

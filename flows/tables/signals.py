@@ -6,9 +6,8 @@
   verbalized and token scores of each graded answer, probe's supplied answers), then every method row
   (flows/stages/method_base.py ``method_rows``) placed in the units of the main answer set whose
   correctness rule grades it.
-* :class:`ProducerRows`: rows a later producer adds in units of its own, with
-  the metrics those units are evaluated under (the capability estimators of
-  study 004, flows/evaluate/capability.py).
+* :class:`ProducerRows`: rows a later producer adds in units of its own, with the metrics those units are
+  evaluated under (the capability estimators of study 004, flows/evaluate/capability.py).
 
 Pure (pandas); nothing here calls a model.
 """
@@ -33,17 +32,10 @@ __all__ = ["run_signal_table", "unit_keys", "ProducerRows"]
 class ProducerRows:
     """Signal-table rows of a producer whose units are its own, with the metrics they are evaluated under.
 
-    Attributes
-    ----------
-    rows : DataFrame
-        Conformed to :data:`~confgrid.analysis.signals.SCHEMA`; their units (the unit columns) are not units of
-        the answer sets (e.g. answer set ``capability``).
-    metrics : tuple of str
-        Registered metric names (analysis/registry.py) for these units; empty: the grid's
-        (``metrics.names``).
-    units : tuple of UnitPlan
-        Units the producer planned itself from rows of the table, each with its own metrics and resamples
-        (study 001's cells: two models under several views, analysis/ace/units.py); bootstrapped in the same job.
+    ``rows`` are conformed to :data:`~confgrid.analysis.signals.SCHEMA`, in units that are not the answer sets'
+    (e.g. answer set ``capability``); ``metrics``: registered names for them (empty: the grid's); ``units``:
+    units the producer planned itself, each with its own metrics and resamples (study 001's cells,
+    analysis/ace/units.py), bootstrapped in the same job.
     """
 
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -82,11 +74,7 @@ def run_signal_table(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     A method's rows join the units of the main answer set (every parse and refusal policy) whose rule is the
     method's rule; a method graded under a rule the main set is not analyzed under (e.g. ``mc_favoured`` of
     letter probabilities) joins the units of the set's first rule, its ``target_rule`` saying how it is graded.
-
-    Returns
-    -------
-    DataFrame
-        Conformed to :data:`~confgrid.analysis.signals.SCHEMA` (with its header when empty).
+    Conformed to :data:`~confgrid.analysis.signals.SCHEMA` (with its header when empty).
     """
     frames = []
     for key in unit_keys(spec, units):
