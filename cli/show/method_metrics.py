@@ -9,6 +9,7 @@ import pandas as pd
 from rich.console import Console
 
 from confgrid.cli.show import register_show
+from confgrid.cli.show.ace import _read
 from confgrid.cli.show.tables import _table
 from confgrid.flows.evaluate.outputs import fmt_interval
 from confgrid.flows.store.run_info import read_run_info
@@ -20,11 +21,8 @@ __all__ = ["print_methods", "print_expected_accuracy"]
 def print_methods(res: Path, console: Console) -> None:
     """``results/methods``: per setting, signal and rated answer, each metric as point [interval] over the
     method's own rows (the level of the run's intervals, flows/store/run_info.py)."""
-    mf = res / "methods.parquet"
-    if not mf.is_file():
-        return
-    methods = pd.read_parquet(mf)
-    if methods.empty:
+    methods = _read(res, "methods")
+    if methods is None:
         return
     pct = f"{read_run_info(res.parent).level:.0%}"
     wide = methods.assign(value=[fmt_interval(p, lo, hi) for p, lo, hi in

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 
 from confgrid.analysis.tables import format_table
 from confgrid.cli.show import register_show
+from confgrid.cli.show.ace import _read
 from confgrid.cli.show.tables import _table
 from confgrid.flows.evaluate.outputs import fmt_interval
 
@@ -28,13 +28,13 @@ _TITLES = {
 def print_protocol(res: Path, console: Console) -> None:
     """Study 000's Tables 2-4, 15, 17 and the calibration transfer, those the run wrote with rows."""
     for name, title in _TITLES.items():
-        f = res / f"{name}.parquet"
-        if f.is_file():
-            df = pd.read_parquet(f)
-            if not df.empty:
-                if name == "table17_probe":
-                    df = df.assign(mean_diff=[fmt_interval(p, lo, hi) for p, lo, hi in zip(df["mean_diff"], df["lo"], df["hi"], strict=True)])
-                    df = df[["pair", "n", "mean_diff", "share_strings_differ"]]
-                else:
-                    df = format_table(df)
-                console.print(_table(df, title))
+        df = _read(res, name)
+        if df is None:
+            continue
+        if name == "table17_probe":
+            df = df.assign(mean_diff=[fmt_interval(p, lo, hi) for p, lo, hi in
+                                      zip(df["mean_diff"], df["lo"], df["hi"], strict=True)])
+            df = df[["pair", "n", "mean_diff", "share_strings_differ"]]
+        else:
+            df = format_table(df)
+        console.print(_table(df, title))

@@ -86,7 +86,7 @@ def run_signal_table(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     methods = method_rows(method_signals if method_signals is not None else pd.DataFrame())
     if len(methods):
         main_set = next(a for a in spec.all_answer_sets() if a.id == "main")
-        main = [k for k in _keys(spec, [(m.name, d.name, main_set) for m, d in spec.settings()])]
+        main = _keys(spec, [(m.name, d.name, main_set) for m, d in spec.settings()])
         for (m, d, rule), g in methods.groupby(["model", "dataset", "target_rule"], sort=False):
             mine = [k for k in main if k["model"] == m and k["dataset"] == d]
             rules = list(dict.fromkeys(k["rule"] for k in mine))
