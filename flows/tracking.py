@@ -380,7 +380,6 @@ class Tracker:
     """
 
     def __init__(self, tracking_uri: str, experiment: str) -> None:
-        import mlflow
         from mlflow.tracking import MlflowClient
 
         for name in ("alembic", "mlflow", "mlflow.store", "mlflow.tracking"):
@@ -394,7 +393,6 @@ class Tracker:
             self.client = _Retrying(MlflowClient(tracking_uri=tracking_uri))
             self.experiment_id = self._experiment(experiment, db)
         self.parent_run_id: str | None = None
-        self._mlflow = mlflow
 
     def _experiment(self, name: str, db: Path | None) -> str:
         """The id of experiment ``name``, created if missing (its first call opens, and migrates, the store)."""
@@ -486,14 +484,17 @@ class Tracker:
                 self.client.set_terminated(run_id, status="FINISHED")
                 reuse = False
         if not reuse:
-            run = self.client.create_run(self.experiment_id, run_name=run_name,
-                                         tags={PARENT_TAG: self.parent_run_id or "", **(tags or {})})
-            run_id = run.info.run_id
+            run_id = self._new_child(run_name, tags or {})
             self._log(run_id, params=params, metrics=metrics, step=step)
         self._describe(run_id, dataset, model, step)
         self._artifacts(run_id, artifacts)
         self.client.set_terminated(run_id, status="FINISHED")
         return run_id
+
+    def _new_child(self, name: str, tags: dict[str, str]) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=name,
+                                     tags={PARENT_TAG: self.parent_run_id or "", **tags})
+        return run.info.run_id
 
     def _describe(self, run_id: str, dataset: DatasetRef | None, model: ModelRef | None, step: int) -> None:
         """The dataset input (logging the same one again is a no-op for MLflow) and, if the run has none yet,
@@ -535,9 +536,7 @@ class Tracker:
             self.client.update_run(run_id, status="RUNNING")
             self._log(run_id, metrics=metrics, tags=tags)
         else:
-            run = self.client.create_run(self.experiment_id, run_name=name,
-                                         tags={PARENT_TAG: self.parent_run_id or "", **tags})
-            run_id = run.info.run_id
+            run_id = self._new_child(name, tags)
             self._log(run_id, params=params, metrics=metrics)
         status = "FAILED" if tags.get("confgrid.status") == "failed" else "FINISHED"
         self.client.set_terminated(run_id, status=status)

@@ -306,7 +306,7 @@ class RunStore:
         if not self.has_shard(stage, key):
             return None
         try:
-            return self.read_shard(stage, key)
+            return pq.read_table(self.shard_path(stage, key))
         except Exception as exc:  # noqa: BLE001 - damage past the footer of a file without a checksum
             self._quarantine(stage, key, f"unreadable Parquet: {type(exc).__name__}: {exc}")
             return None
@@ -338,9 +338,6 @@ class RunStore:
         if digest != sha:
             return f"sha256 {digest[:12]}..., manifest says {sha[:12]}..."
         return None
-
-    def read_shard(self, stage: str, key: str) -> pa.Table:
-        return pq.read_table(self.shard_path(stage, key))
 
     def begin(self, stage: str, setting: str, key: str, *, model: str | None = None, dataset: str | None = None,
               answer_set: str | None = None) -> ShardRecord:
