@@ -38,15 +38,8 @@ SHOW_SECTIONS = Registry[ShowSection]("show section", value_type=ShowSection)
 
 
 def register_show(study: str, rank: int) -> Callable:
-    """Decorator registering ``print(res, console)`` as a section of study ``study`` at ``rank``.
-
-    Raises
-    ------
-    KeyError
-        ``study`` is no registered study (the message lists them).
-    ValueError
-        The function is already registered, or another section holds ``rank``.
-    """
+    """Decorator registering ``print(res, console)`` as a section of study ``study`` at ``rank``. Raises KeyError
+    (listing the studies) for an unknown study, ValueError when the function is registered or ``rank`` taken."""
     get_study(study)
 
     def decorator(fn: Callable) -> Callable:

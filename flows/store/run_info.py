@@ -24,13 +24,8 @@ RUN_INFO = Path("results") / "run_info.json"
 
 
 class RunInfo(BaseModel):
-    """The facts of a finished run or analysis that its tables do not hold (frozen).
-
-    Raises
-    ------
-    pydantic.ValidationError
-        An unknown key or a value outside its range (a damaged file).
-    """
+    """The facts of a finished run or analysis that its tables do not hold (frozen; a damaged file, with an
+    unknown key or a value outside its range, raises pydantic.ValidationError)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -101,12 +96,7 @@ class RunInfoError(ValueError):
 
 def read_run_info(root: str | Path) -> RunInfo:
     """The record of a finished run or analysis: ``results/run_info.json``, else :func:`derived_run_info`.
-
-    Raises
-    ------
-    RunInfoError
-        The file is not JSON or not a valid record, naming the file and the first problem.
-    """
+    Raises :class:`RunInfoError`, naming the file and the first problem, if the file is not a valid record."""
     path = Path(root) / RUN_INFO
     try:
         data = _json(path)

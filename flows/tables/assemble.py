@@ -28,12 +28,7 @@ log = logging.getLogger("confgrid")
 
 def shard_table(plan: GridPlan, shard: ShardRequest, outputs: tuple[Any, ...]) -> pd.DataFrame:
     """The stored rows of one shard, from its outputs (one per request, in request order; its stage's ``table``).
-
-    Raises
-    ------
-    ValueError
-        If the number of outputs differs from the number of requests.
-    """
+    Raises ValueError if the number of outputs differs from the number of requests."""
     if len(outputs) != len(shard.rows):
         raise ValueError(f"shard {shard.label}: {len(outputs)} outputs for {len(shard.rows)} requests")
     return get_stage(shard.stage).table(plan, shard, outputs)
