@@ -26,11 +26,10 @@ def _read(res: Path, name: str) -> pd.DataFrame | None:
 def print_ace(res: str | Path, console: Console) -> bool:
     """Print the ACE tables found in ``res`` (results/); returns whether there were any.
 
-    Gaps (raw and aligned, ``A - B``, with the paired bootstrap interval when
-    bootstrapped), the exclusive reversal patterns (Tables 1-2), reversal
-    rates by view and by accuracy-gap bin (Tables 7-8), IA retention (Table 9),
-    the bootstrap reliability of reversals (Table 10), self-preference and the
-    correlation of raw ECE gap with accuracy gap.
+    Gaps (raw and aligned, ``A - B``, with the paired bootstrap interval when bootstrapped), the exclusive reversal
+    patterns (Tables 1-2), reversal rates by view and by accuracy-gap bin (Tables 7-8), IA retention (Table 9), the
+    bootstrap reliability of reversals (Table 10), self-preference and the correlation of raw ECE gap with accuracy
+    gap.
     """
 
     res = Path(res)

@@ -21,9 +21,8 @@ def print_calibration(res: str | Path, console: Console) -> bool:
     """Print ``results/{calibration,refusals,runs,hard_easy}`` when a run has answer sets beyond the main one,
     method signals or unusable replies; returns whether anything was printed.
 
-    The calibration table shows the rows over all items of every answer set
-    but the main one (which is the metrics table above); the per-category rows
-    and every other row are in the CSV files.
+    The calibration table shows the rows over all items of every answer set but the main one (which is the metrics
+    table above); the per-category rows and every other row are in the CSV files.
     """
 
     res = Path(res)

@@ -114,9 +114,8 @@ def idle_while_queued(replicas: Sequence[Mapping[str, Any]], queued: Sequence[Se
                       gpus: float, start: float, end: float) -> IdleShare:
     """The share of a window's GPU-seconds left idle while some shard was queued.
 
-    With ``G`` the declared GPUs, ``Q`` the times in ``[start, end]`` when at
-    least one shard was queued, and ``b(t)`` the GPUs of the replicas that are
-    loading or computing at time ``t`` (each replica counts its ``gpus`` while
+    With ``G`` the declared GPUs, ``Q`` the times in ``[start, end]`` when at least one shard was queued, and ``b(t)``
+    the GPUs of the replicas that are loading or computing at time ``t`` (each replica counts its ``gpus`` while
     inside one of its ``loading`` or ``computing`` spans)::
 
         idle = integral over Q of (G - b(t)) dt
