@@ -154,7 +154,7 @@ def _probe_estimates(cap, m: MethodSpec, hidden: pd.DataFrame, train_ids, mu_tra
                            "strength": fit.strength, "standardize": fit.standardize, "n_train": fit.n_train,
                            "cv_brier": min(fit.cv_brier.values()) if fit.cv_brier else np.nan,
                            "candidates": ";".join(f"{k}={v:.6g}" for k, v in fit.cv_brier.items())})
-        out.append(_Estimate(name, m.id, "probe", pred, 0.0, "train"))
+        out.append(_Estimate(name, m.id, m.reader.capability.family, pred, 0.0, "train"))
     return out
 
 
@@ -302,12 +302,12 @@ def capability_estimates(spec: GridSpec, splits: dict[str, dict[str, str]], samp
             for eid in cap.estimators:
                 m = methods[eid]
                 role = m.reader.capability
-                if role == "consistency":
+                if role.pooled:
                     pool = _rows(samples, model, d.name, eid)
                     for k in cap.consistency_k:
                         v, tok = _consistency(pool, eval_ids, k, m.agreement_rule(spec.correctness.primary))
-                        ests.append(_Estimate(f"{eid}_k{k}", eid, "consistency", v, tok, k=k))
-                elif role == "probe":
+                        ests.append(_Estimate(f"{eid}_k{k}", eid, role.family, v, tok, k=k))
+                elif role.probe:
                     ests += _probe_estimates(cap, m, _rows(hidden, model, d.name, eid), train_ids, mu_train,
                                              eval_ids, out.probes, where)
                 else:
@@ -319,10 +319,10 @@ def capability_estimates(spec: GridSpec, splits: dict[str, dict[str, str]], samp
                     raw = _by_item(sig, "confidence", eval_ids)
                     rc = _rows(costs, model, d.name, eid)
                     tok = float(pd.to_numeric(rc["generated_tokens"]).mean()) if len(rc) else 1.0
-                    ests.append(_Estimate(eid, eid, role, raw, tok))
+                    ests.append(_Estimate(eid, eid, role.family, raw, tok))
                     if cap.isotonic:
                         fit = fit_isotonic(_by_item(sig, "confidence", train_ids), mu_train)
-                        ests.append(_Estimate(f"{eid}+isotonic", eid, role, fit.predict(raw), tok, "train"))
+                        ests.append(_Estimate(f"{eid}+isotonic", eid, role.family, fit.predict(raw), tok, "train"))
             if cap.leaky_consistency:
                 for k in cap.consistency_k:  # k <= the target's k: checked when the grid loads
                     v, tok = _consistency(tsamp, eval_ids, k, rule)

@@ -23,7 +23,7 @@ __all__ = ["CapabilitySpec", "ProbeFitSpec", "ESTIMATOR_KINDS", "check_capabilit
 
 #: Method kinds that may serve as capability estimators (``capability.estimators``).
 ESTIMATOR_KINDS = tuple(k.name for _, k in METHOD_KINDS.items()
-                        if get_reader(k.reader).capability not in (None, "target"))
+                        if getattr(get_reader(k.reader).capability, "estimator", False))
 
 
 class ProbeFitSpec(_Spec):
@@ -81,9 +81,9 @@ class CapabilitySpec(_Spec):
         out: list[str] = []
         for e in self.estimators:
             role = by_id[e].reader.capability if e in by_id else None
-            if role == "consistency":
+            if role is not None and role.pooled:
                 out += [f"{e}_k{k}" for k in self.consistency_k]
-            elif role == "probe":
+            elif role is not None and role.probe:
                 out += [f"{e}_probe_mean"] + ([f"{e}_probe_layer{self.probe.layer}"] if self.probe.layer >= 0 else [])
             else:
                 out += [e] + ([f"{e}+isotonic"] if self.isotonic else [])
@@ -97,7 +97,7 @@ class CapabilitySpec(_Spec):
         import re
 
         by_id = {m.id: m for m in methods}
-        return any(e in by_id and by_id[e].reader.capability == "probe"
+        return any(e in by_id and by_id[e].reader.capability.probe
                    and re.fullmatch(re.escape(e) + r"_probe_layer\d+", name) for e in self.estimators)
 
 
@@ -137,7 +137,7 @@ def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> No
         if m.kind not in ESTIMATOR_KINDS:
             raise ValueError(f"capability.estimators: method {e!r} is of kind {m.kind!r}; allowed kinds: "
                              f"{list(ESTIMATOR_KINDS)}")
-        if m.reader.capability == "consistency":
+        if m.reader.capability.pooled:
             if cap.consistency_k and m.n_samples < max(cap.consistency_k):
                 raise ValueError(f"capability.consistency_k: {max(cap.consistency_k)} samples asked of method {e!r}, "
                                  f"which draws k={m.n_samples}")
@@ -146,15 +146,14 @@ def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> No
                                  "samples would be the target's own (the leak of the official code); give it another "
                                  "seed (capability.leaky_consistency: true adds the leaky variant, read from the "
                                  "target's own samples, for comparison)")
-        role = m.reader.capability
-        if m.split == "eval" and (role == "probe" or cap.isotonic and role != "consistency"):
+        if m.split == "eval" and m.reader.capability.fitted_on_train(cap.isotonic):
             raise ValueError(f"capability.estimators: method {e!r} runs on the eval split only; probes and "
                              "isotonic maps are fitted on the train split: give it split 'all'")
-    if any(by_id[e].reader.capability == "probe" for e in cap.estimators) or cap.isotonic:
-        if cap.train_target is None and any(by_id[e].reader.capability != "consistency" for e in cap.estimators):
-            raise ValueError("capability.train_target: probes and isotonic recalibration are fitted on the train "
-                             "split against its target; name an expected_accuracy method with split 'train' "
-                             "(or set isotonic: false and list no hidden_states estimator)")
+    if cap.train_target is None and any(by_id[e].reader.capability.fitted_on_train(cap.isotonic)
+                                        for e in cap.estimators):
+        raise ValueError("capability.train_target: probes and isotonic recalibration are fitted on the train "
+                         "split against its target; name an expected_accuracy method with split 'train' "
+                         "(or set isotonic: false and list no hidden_states estimator)")
     if cap.leaky_consistency and cap.consistency_k and max(cap.consistency_k) > target.n_samples:
         raise ValueError(f"capability.leaky_consistency: consistency_k {max(cap.consistency_k)} exceeds the target's "
                          f"k={target.n_samples} samples it is read from")

@@ -14,7 +14,7 @@ import pandas as pd
 
 from confgrid.actors.calls import CallParams
 from confgrid.flows.stages.base import Stage, prompted, register_stage
-from confgrid.flows.stages.method_base import MethodReader, method_columns, register_reader
+from confgrid.flows.stages.method_base import CapabilityRole, MethodReader, method_columns, register_reader
 
 __all__: list[str] = []
 
@@ -37,4 +37,4 @@ register_stage(Stage("hidden", "hidden_states", request=prompted, table=_table, 
                      fields=("layers",), backends=("transformers",)))
 register_reader(MethodReader("features", "hidden",
                              lambda plan, method, model, dataset, table, out: out["hidden"].append(table),
-                             signals=(), rated=None, capability="probe"))
+                             signals=(), rated=None, capability=CapabilityRole("probe", probe=True)))

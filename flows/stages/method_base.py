@@ -22,11 +22,28 @@ from confgrid.flows.stages.base import get_stage
 from confgrid.registry import Registry
 
 
-__all__ = ["MethodReader", "READERS", "register_reader", "get_reader", "RatedValue", "protocol",
+__all__ = ["CapabilityRole", "MethodReader", "READERS", "register_reader", "get_reader", "RatedValue", "protocol",
            "rated_signals", "method_columns", "method_rows"]
 
 #: ``(plan, method, model, dataset, table, out)``: a method's rows appended to the method tables' buckets.
 CollectFn = Callable[[Any, Any, str, str, pd.DataFrame, dict[str, list]], None]
+
+
+@dataclass(frozen=True)
+class CapabilityRole:
+    """A reader's part in capability calibration (study 004): ``family`` names it in ``capability_metrics``;
+    ``estimator`` False is the target. An estimator's values are, with ``pooled``, the majority shares of the
+    first k_c of its own samples (one per ``consistency_k``); with ``probe``, linear probes on its hidden states;
+    else its signal's confidence, also after an isotonic map (``capability.isotonic``)."""
+
+    family: str
+    estimator: bool = True
+    pooled: bool = False
+    probe: bool = False
+
+    def fitted_on_train(self, isotonic: bool) -> bool:
+        """Whether an estimate is fitted on the train split (so it needs the train target)."""
+        return self.probe or isotonic and not self.pooled
 
 
 @dataclass(frozen=True)
@@ -49,9 +66,8 @@ class MethodReader:
         The ``rated`` column of its signal rows: ``greedy_answer`` (the model's own greedy answer's
         correctness), ``first_sample`` (self-consistency; its majority signal rates ``majority_answer``),
         ``favoured_letter`` (letter probabilities); None without signals.
-    capability : {"target", "consistency", "probe", "verbalized", "p_true"} or None
-        Its role in capability calibration (study 004): the target, or an estimator of that family; None: it
-        cannot serve there.
+    capability : CapabilityRole or None
+        Its role in capability calibration (study 004); None: it cannot serve there.
     rated_values : callable or None
         ``(plan, method, model, table) -> list of RatedValue``: the confidence of each row, for a template that
         shows the answer it rates (ACE's candidate ratings read it).
@@ -67,7 +83,7 @@ class MethodReader:
     collect: CollectFn
     signals: tuple[str, ...] = ("",)
     rated: str | None = "greedy_answer"
-    capability: str | None = None
+    capability: CapabilityRole | None = None
     rated_values: Callable[..., list] | None = None
     options: bool = False
     pools_samples: bool = False

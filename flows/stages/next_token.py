@@ -16,8 +16,8 @@ import pandas as pd
 
 from confgrid.actors.calls import CallParams
 from confgrid.flows.stages.base import Stage, prompted, register_stage
-from confgrid.flows.stages.method_base import (MethodReader, RatedValue, method_columns, protocol, rated_signals,
-                                              register_reader)
+from confgrid.flows.stages.method_base import (CapabilityRole, MethodReader, RatedValue, method_columns, protocol,
+                                              rated_signals, register_reader)
 from confgrid.protocols.json_output import TIE_SEPARATOR, favoured_score, letter_distribution
 from confgrid.protocols.mc import LETTERS
 from confgrid.protocols.methods import candidate_probability, p_true
@@ -96,6 +96,6 @@ def _p_true(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFram
 
 register_stage(Stage("next_token", "next_token", request=prompted, table=_table, method_call=_method_call,
                      fields=("candidates", "cases", "merge", "renormalize", "top_logprobs", "assistant_prefix")))
-register_reader(MethodReader("p_true", "next_token", _p_true, capability="p_true",
+register_reader(MethodReader("p_true", "next_token", _p_true, capability=CapabilityRole("p_true"),
                              rated_values=lambda plan, method, model, table: next_token_values(method, table)))
 register_reader(MethodReader("option_letters", "next_token", _option_letters, rated="favoured_letter", options=True))

@@ -13,7 +13,7 @@ import pandas as pd
 
 from confgrid.actors.calls import CallParams
 from confgrid.flows.stages.base import Stage, prompted, register_stage
-from confgrid.flows.stages.method_base import (MethodReader, RatedValue, method_columns, rated_signals,
+from confgrid.flows.stages.method_base import (CapabilityRole, MethodReader, RatedValue, method_columns, rated_signals,
                                               register_reader)
 from confgrid.protocols.methods import Confidence, parse_boxed
 from confgrid.protocols.output_formats import parse_for_prompt
@@ -76,4 +76,5 @@ def _collect(plan: Any, method: Any, model: str, dataset: str, table: pd.DataFra
 register_stage(Stage("rate", "generate", request=prompted, table=_table, method_call=_method_call,
                      fields=("assistant_prefix",)))
 for _name in PARSERS:
-    register_reader(MethodReader(_name, "rate", _collect, capability="verbalized", rated_values=rate_values))
+    register_reader(MethodReader(_name, "rate", _collect, capability=CapabilityRole("verbalized"),
+                                 rated_values=rate_values))

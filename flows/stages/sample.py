@@ -16,7 +16,7 @@ import pandas as pd
 from confgrid.actors.calls import CallParams, Sampling
 from confgrid.flows.stages.base import Stage, prompted, register_stage
 from confgrid.flows.stages.grade import grade_answers, parse_generations
-from confgrid.flows.stages.method_base import MethodReader, protocol, register_reader
+from confgrid.flows.stages.method_base import CapabilityRole, MethodReader, protocol, register_reader
 from confgrid.protocols.correctness import agreement_key
 from confgrid.protocols.methods import agreement_share, expected_accuracy, majority_share
 
@@ -102,6 +102,6 @@ def _expected_accuracy(plan: Any, method: Any, model: str, dataset: str, table: 
 register_stage(Stage("sample", "generate", request=prompted, table=_table, method_call=_method_call,
                      fields=("k", "temperature", "top_p", "top_k", "seed")))
 register_reader(MethodReader("agreement", "sample", _agreement, signals=("", "__majority"), rated="first_sample",
-                             capability="consistency", pools_samples=True))
+                             capability=CapabilityRole("consistency", pooled=True), pools_samples=True))
 register_reader(MethodReader("expected_accuracy", "sample", _expected_accuracy, signals=(), rated=None,
-                             capability="target"))
+                             capability=CapabilityRole("target", estimator=False)))
