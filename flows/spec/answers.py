@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.actors.calls import Sampling
-from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
+from confgrid.flows.spec.base import LABEL_PATTERN, Contexts, Prompt, Rules, _Spec
 from confgrid.protocols.mc import MC_MAX_NEW_TOKENS
 from confgrid.protocols.prompts import get_prompt
 
@@ -23,15 +23,10 @@ __all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "probe_prompt_prob
 class ElicitationSpec(_Spec):
     """How answers and verbalized confidence are elicited (the generate stage)."""
 
-    prompt: str = Field("confidence", description="Id of the confidence prompt (protocols/prompts/*.yaml).")
+    prompt: Prompt = Field("confidence", description="Id of the confidence prompt (protocols/prompts/*.yaml).")
     max_new_tokens: int = Field(32, ge=1, le=262_144, description="Greedy decoding budget in new tokens (up to the "
                                 "model's context; a thinking model needs thousands; required with a worked-solution "
                                 "prompt, output: boxed, which 32 tokens would cut off).")
-
-    @field_validator("prompt")
-    @classmethod
-    def _known_prompt(cls, v: str) -> str:
-        return _known("prompt", v)
 
     @model_validator(mode="after")
     def _worked_solution_budget(self) -> ElicitationSpec:
@@ -51,7 +46,7 @@ class AnswerSetSpec(_Spec):
     """
 
     id: str = Field(description="Label of the answer set (tables, MLflow).", pattern=LABEL_PATTERN)
-    prompt: str = Field(description="Generation prompt id, e.g. answer_only, mc_confidence, mc_letter, confidence_percent.")
+    prompt: Prompt = Field(description="Generation prompt id, e.g. answer_only, mc_confidence, mc_letter, confidence_percent.")
     format: Literal["open", "mc"] = Field(
         "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only)."
     )
@@ -59,11 +54,11 @@ class AnswerSetSpec(_Spec):
                                        "96 for a JSON prompt, 512 for a boxed worked solution).")
     shuffle_options: StrictBool = Field(False, description="mc: shuffle option order with a fixed seed per question.")
     shuffle_seed: int = Field(0, ge=0, description="mc: base seed of the option shuffle.")
-    contexts: tuple[str, ...] | None = Field(
+    contexts: Contexts | None = Field(
         None, description="Scoring contexts of this set (default: none for a JSON or boxed prompt, scoring.contexts "
         "for open, mc_bare/mc_answer_slot/mc_guess_slot for mc)."
     )
-    rules: tuple[str, ...] | None = Field(
+    rules: Rules | None = Field(
         None, description="Correctness rules analyzed for this set (default: correctness.rules for open, mc_letter for mc).",
     )
     temperature: float = Field(0.0, ge=0.0, le=10.0, description="Decoding temperature (0: greedy; study 003 "
@@ -80,11 +75,6 @@ class AnswerSetSpec(_Spec):
         "supplied-answer format re-asks for it), 'none'. Default: stated if the prompt asks for a probability, else "
         "probe (none for a worked-solution prompt, output boxed).",
     )
-
-    @field_validator("prompt")
-    @classmethod
-    def _known_prompt(cls, v: str) -> str:
-        return _known("prompt", v)
 
     @model_validator(mode="after")
     def _runs_need_sampling(self) -> AnswerSetSpec:
@@ -107,16 +97,6 @@ class AnswerSetSpec(_Spec):
             return (self,)
         return tuple(self.model_copy(update={"id": f"{self.id}.run{r}", "seed": self.seed + r - 1, "runs": 1})
                      for r in range(1, self.runs + 1))
-
-    @field_validator("contexts")
-    @classmethod
-    def _known_contexts(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        return _known("scoring context", v)
-
-    @field_validator("rules")
-    @classmethod
-    def _known_rules(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        return _known("correctness rule", v)
 
     def analysis_rules(self, rules: tuple[str, ...]) -> tuple[str, ...]:
         """Rules this set is analyzed under (multiple choice: letter match only, unless declared; a prompt

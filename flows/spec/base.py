@@ -6,9 +6,9 @@ Split from flows/spec/grid.py so that the sections can live in more than one fil
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from confgrid.actors.backends import BACKENDS
 from confgrid.analysis.conventions import CONVENTIONS
@@ -20,7 +20,8 @@ from confgrid.protocols.correctness import RULES
 from confgrid.protocols.datasets import registered_adapters
 from confgrid.protocols.prompts import PROMPTS
 
-__all__ = ["LABEL_PATTERN", "GridSpecError"]
+__all__ = ["LABEL_PATTERN", "GridSpecError", "Backend", "Adapter", "Prompt", "Rule", "Rules", "Contexts",
+           "DistinctContexts", "Aggregations", "Conventions"]
 
 
 #: Names are labels (models, datasets, answer sets, the grid): they become folder names, MLflow run names and
@@ -40,6 +41,11 @@ class GridSpecError(FieldsPickle, ValueError):
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+def _section(spec: type[_Spec], description: str) -> Any:
+    """A grid section's field: its defaults unless given."""
+    return Field(default_factory=spec, description=description)
 
 
 def _choices_error(kind: str, value: str, choices: list[str] | tuple[str, ...]) -> ValueError:
@@ -74,3 +80,20 @@ def _known(kind: str, values, *, distinct: bool = False):
     if distinct and len(set(names)) != len(names):
         raise ValueError(f"{kind}s must be distinct; received {names}")
     return values
+
+
+def _names(kind: str, distinct: bool = False) -> AfterValidator:
+    """The check of a field whose value names entries of the ``kind`` registry (:func:`_known`)."""
+    return AfterValidator(lambda v: _known(kind, v, distinct=distinct))
+
+
+#: Field types checked against a registry (an unknown name lists the allowed ones).
+Backend = Annotated[str, _names("backend")]
+Adapter = Annotated[str, _names("dataset adapter")]
+Prompt = Annotated[str, _names("prompt")]
+Rule = Annotated[str, _names("correctness rule")]
+Rules = Annotated[tuple[str, ...], _names("correctness rule")]
+Contexts = Annotated[tuple[str, ...], _names("scoring context")]
+DistinctContexts = Annotated[tuple[str, ...], _names("scoring context", distinct=True)]
+Aggregations = Annotated[tuple[str, ...], _names("token aggregation", distinct=True)]
+Conventions = Annotated[tuple[str, ...], _names("ECE convention", distinct=True)]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, StrictBool
 
-from confgrid.flows.spec.base import _Spec
+from confgrid.flows.spec.base import _section, _Spec
 from confgrid.flows.stages.method_base import get_reader
 from confgrid.protocols.method_kinds import METHOD_KINDS
 
@@ -58,8 +58,8 @@ class CapabilitySpec(_Spec):
                                           "signals named consistency_leaky_k<k>.")
     isotonic: StrictBool = Field(True, description="Also rate every verbalized, P(True) and rating estimator "
                                  "after isotonic recalibration fitted on the train split.")
-    probe: ProbeFitSpec = Field(default_factory=ProbeFitSpec, description="The linear probe on hidden states "
-                               "(study 004 section 5.3, Table 8).")
+    probe: ProbeFitSpec = _section(ProbeFitSpec, "The linear probe on hidden states (study 004 section 5.3, "
+                                   "Table 8).")
     pass_at_k: tuple[int, ...] = Field((1, 4, 16, 64), description="k of the pass@k prediction.")
     budgets: tuple[int, ...] = Field((1, 2, 4, 8, 16, 32), description="Samples per item B of the budget "
                                      "allocation (a total of B x N).")

@@ -16,7 +16,7 @@ from confgrid.analysis.binning import parse_binned_name, reordered_name
 from confgrid.analysis.conventions import convention_metric
 from confgrid.analysis.registry import GRAMMAR, METRICS, check_bins, expand_binned, metric_sort_key
 from confgrid.analysis.verdicts import VerdictRule
-from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
+from confgrid.flows.spec.base import LABEL_PATTERN, Conventions, _Spec
 
 __all__ = ["MetricsSpec", "BootstrapSpec", "VerdictSpec"]
 
@@ -48,7 +48,7 @@ class MetricsSpec(_Spec):
         "and centred bins), an axis: "
         "mean (the default: the mean confidence of the bin's answers) or midpoint (the bin's centre, as Müller "
         "et al. 2026). [mean, midpoint] adds ece_midpoint beside ece.")
-    ece_conventions: tuple[str, ...] = Field(
+    ece_conventions: Conventions = Field(
         (), description="Published ECE conventions to compute beside names, each as the metric ece_<name> "
         "(study002, sklearn, muller2026, ...; docs 'ECE conventions' lists them with their sources).")
     group_by: tuple[str, ...] = Field(("category",), description="Item metadata fields whose values become grouping "
@@ -87,11 +87,6 @@ class MetricsSpec(_Spec):
         if len(set(v)) != len(v):
             raise ValueError(f"{info.field_name} lists a value twice: {list(v)}")
         return v
-
-    @field_validator("ece_conventions")
-    @classmethod
-    def _known_conventions(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return _known("ECE convention", v, distinct=True)
 
     @model_validator(mode="after")
     def _expands(self) -> "MetricsSpec":

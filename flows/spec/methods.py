@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
-from confgrid.flows.spec.base import LABEL_PATTERN, _known, _Spec
+from confgrid.flows.spec.base import LABEL_PATTERN, Prompt, Rule, _Spec
 from confgrid.flows.stages.base import STAGES, get_stage
 from confgrid.flows.stages.method_base import MethodReader, get_reader
 from confgrid.protocols.mc import LETTERS
@@ -44,7 +44,7 @@ class MethodSpec(_Spec):
         "answer), verbalized_before (probability of answering correctly, asked before answering), hidden_states "
         "(the last prompt token's hidden states, for probes), letter_probability (the next-token distribution "
         "over the option letters after the lettered question, renormalized; study 002 Appendix E.1).")
-    template: str | None = Field(None, description="Prompt id (protocols/prompts/*.yaml); default per kind.")
+    template: Prompt | None = Field(None, description="Prompt id (protocols/prompts/*.yaml); default per kind.")
     k: int | None = Field(None, ge=1, le=100_000, description="Samples per question (default 10 for "
                           "self_consistency, 100 for expected_accuracy).")
     temperature: float | Literal["model_default"] = Field(
@@ -70,7 +70,7 @@ class MethodSpec(_Spec):
     top_logprobs: int = Field(20, ge=1, le=1000, description="Next tokens returned per question (p_true kinds).")
     layers: tuple[int, ...] | None = Field(None, description="hidden_states: layer indices (0 = embeddings; "
                                            "negative from the end); None = all.")
-    rule: str | None = Field(None, description="Correctness rule whose normalization decides agreement and whose "
+    rule: Rule | None = Field(None, description="Correctness rule whose normalization decides agreement and whose "
                              "labels grade the samples (default correctness.primary).")
     models: tuple[str, ...] | None = Field(None, min_length=1, description="Names of the models that run the "
                                            "method (default: every model).")
@@ -89,16 +89,6 @@ class MethodSpec(_Spec):
             if default is not None:
                 data = {**data, "renormalize": default}
         return data
-
-    @field_validator("template")
-    @classmethod
-    def _known_template(cls, v: str | None) -> str | None:
-        return _known("prompt", v)
-
-    @field_validator("rule")
-    @classmethod
-    def _known_rule(cls, v: str | None) -> str | None:
-        return _known("correctness rule", v)
 
     @model_validator(mode="after")
     def _fields_of_the_kind(self) -> MethodSpec:
@@ -189,17 +179,12 @@ class ComparisonSpec(_Spec):
                                                       description="Metrics of each view compared across the pairs.")
     target: Literal["mean"] | float = Field("mean", description="Common target accuracy of DA's third direction: the "
                                             "pair's mean, or an accuracy in [0, 1].")
-    rule: str | None = Field(None, description="Correctness rule that normalizes and labels the candidates of CA "
+    rule: Rule | None = Field(None, description="Correctness rule that normalizes and labels the candidates of CA "
                              "(default correctness.primary).")
     ia_strata: int | None = Field(None, ge=2, le=1000, description="Graded correctness: IA matches items whose "
                                   "scores fall in the same of this many equal-width strata (default: exact match).")
     n_strata: int = Field(10, ge=2, le=1000, description="Graded correctness: DA's outcome strata when a pair has "
                           "more than 10 distinct scores (Appendix E.7).")
-
-    @field_validator("rule")
-    @classmethod
-    def _known_rule(cls, v: str | None) -> str | None:
-        return _known("correctness rule", v)
 
     @field_validator("target")
     @classmethod
