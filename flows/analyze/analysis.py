@@ -79,15 +79,8 @@ from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
 from confgrid.flows.evaluate.outputs import verdict_mlflow
 from confgrid.flows.store.run_info import RunInfo, write_run_info
 from confgrid.flows.store.run_store import Frames, write_frames, write_text_atomic
-from confgrid.flows.tracking import (
-    Logged,
-    Tracker,
-    TrackingError,
-    TrackingFailure,
-    choose_tracking_uri,
-    default_tracking_uri,
-    result_metrics,
-)
+from confgrid.flows.tracking import (Logged, Tracker, TrackingError, TrackingFailure, choose_tracking_uri,
+                                     default_tracking_uri, result_metrics)
 
 __all__ = ["EXPERIMENT", "RECORD_FILE", "Analysis", "AnalyzeSpec", "TrackingWarning", "analyze", "log_analysis"]
 

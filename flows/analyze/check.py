@@ -27,17 +27,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = [
-    "CLIP_TOLERANCE",
-    "KEPT_PROBLEMS",
-    "IdColumn",
-    "NumberColumn",
-    "Problems",
-    "check_ids",
-    "duplicates",
-    "parse_numbers",
-    "range_check",
-]
+__all__ = ["CLIP_TOLERANCE", "KEPT_PROBLEMS", "IdColumn", "NumberColumn", "Problems", "check_ids", "duplicates",
+           "parse_numbers", "range_check"]
 
 #: problems written out as strings (the count is always exact)
 KEPT_PROBLEMS = 10_000
@@ -93,9 +84,7 @@ class Problems:
         return out
 
 
-# ---------------------------------------------------------------------------
-# scalar rules (the per-row reader's), used on distinct values only
-# ---------------------------------------------------------------------------
+# --- scalar rules (the per-row reader's), used on distinct values only ---
 
 
 def _missing(v: Any) -> str | None:
@@ -138,9 +127,7 @@ def _number(v: Any, role: str, label: str) -> tuple[float, str | None, str]:
     return math.nan, f"{label} {json.dumps(v, default=str)[:40]} is not a number", ""
 
 
-# ---------------------------------------------------------------------------
-# ids
-# ---------------------------------------------------------------------------
+# --- ids ---
 
 
 @dataclass
@@ -260,9 +247,7 @@ def check_ids(arr: pa.Array | pa.ChunkedArray, label: str) -> IdColumn:
     return IdColumn(codes, cats, bad, messages, row_msg[bad])
 
 
-# ---------------------------------------------------------------------------
-# numbers
-# ---------------------------------------------------------------------------
+# --- numbers ---
 
 
 @dataclass

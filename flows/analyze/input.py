@@ -33,46 +33,15 @@ import pyarrow as pa
 
 from confgrid.analysis.signals import SCHEMA
 
-from confgrid.flows.analyze.check import (
-    KEPT_PROBLEMS,
-    Problems,
-    check_ids,
-    duplicates,
-    parse_numbers,
-    range_check,
-)
+from confgrid.flows.analyze.check import KEPT_PROBLEMS, Problems, check_ids, duplicates, parse_numbers, range_check
 from confgrid.flows.analyze.read import FLAGS as _FLAGS
-from confgrid.flows.analyze.read import (
-    NAMED_ONLY,
-    OPTIONAL_ROLES,
-    ROLES,
-    AnalyzeInputError,
-    Chunk,
-    read_csv,
-    read_jsonl,
-    read_parquet,
-)
+from confgrid.flows.analyze.read import (NAMED_ONLY, OPTIONAL_ROLES, ROLES, AnalyzeInputError, Chunk, read_csv,
+                                         read_jsonl, read_parquet)
 from confgrid.registry import Registry
 
-__all__ = [
-    "ALIGN",
-    "MAX_PROBLEMS",
-    "SignalRows",
-    "check_clusters",
-    "signal_rows",
-    "UNCERTAINTY",
-    "UncertaintyTransform",
-    "INPUT_FORMATS",
-    "InputFormat",
-    "AnalyzeWarning",
-    "CheckOptions",
-    "InputRows",
-    "check_chunk",
-    "input_format",
-    "raise_problems",
-    "read_input",
-    "read_rows",
-]
+__all__ = ["ALIGN", "MAX_PROBLEMS", "SignalRows", "check_clusters", "signal_rows", "UNCERTAINTY",
+           "UncertaintyTransform", "INPUT_FORMATS", "InputFormat", "AnalyzeWarning", "CheckOptions", "InputRows",
+           "check_chunk", "input_format", "raise_problems", "read_input", "read_rows"]
 
 @dataclass(frozen=True)
 class InputFormat:
@@ -272,9 +241,7 @@ def _read_chunk(path: Path, cols: dict[str, str]) -> Chunk:
         raise AnalyzeInputError(f"{path}: unreadable CSV ({exc})") from None
 
 
-# ---------------------------------------------------------------------------
-# checking a chunk of rows
-# ---------------------------------------------------------------------------
+# --- checking a chunk of rows ---
 
 
 def _label(cols: dict[str, str], role: str) -> str:
@@ -451,9 +418,7 @@ def raise_problems(path: Path, problems: Problems, stats: Sequence[dict[str, _St
         total, hints)
 
 
-# ---------------------------------------------------------------------------
-# entry points
-# ---------------------------------------------------------------------------
+# --- entry points ---
 
 
 def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
@@ -523,9 +488,7 @@ def read_input(path: str | Path, columns: Mapping[str, str] | None = None,
     return frame, rows.where()
 
 
-# ---------------------------------------------------------------------------
-# checked rows as signal rows (the run's schema): what every input road gives the evaluator
-# ---------------------------------------------------------------------------
+# --- checked rows as signal rows (the run's schema): what every input road gives the evaluator ---
 
 #: the ``align`` label of five-column rows: a setting's signals are compared on the items every one of them scored
 ALIGN = "input"

@@ -29,21 +29,8 @@ import pyarrow.parquet as pq
 
 from confgrid.errors import FieldsPickle
 
-__all__ = [
-    "FLAGS",
-    "HOLDS",
-    "NAMED_ONLY",
-    "OPTIONAL_ROLES",
-    "ROLES",
-    "AnalyzeInputError",
-    "Chunk",
-    "PyValues",
-    "missing_columns",
-    "open_parquet",
-    "read_csv",
-    "read_jsonl",
-    "read_parquet",
-]
+__all__ = ["FLAGS", "HOLDS", "NAMED_ONLY", "OPTIONAL_ROLES", "ROLES", "AnalyzeInputError", "Chunk", "PyValues",
+           "missing_columns", "open_parquet", "read_csv", "read_jsonl", "read_parquet"]
 
 #: the five roles of the input columns, in report order
 ROLES = ("setting", "item_id", "signal", "confidence", "correct")
@@ -114,9 +101,7 @@ def _roles_of(cols: dict[str, str], names: Sequence[str]) -> list[str]:
     return [*ROLES, *(r for r in OPTIONAL_ROLES if r in cols and cols[r] in names)]
 
 
-# ---------------------------------------------------------------------------
-# line structure of a text file (numpy over the bytes, in blocks)
-# ---------------------------------------------------------------------------
+# --- line structure of a text file (numpy over the bytes, in blocks) ---
 
 
 def _utf8_ok(data: bytes) -> bool:
@@ -163,9 +148,7 @@ def _lines(data: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.nda
     return bom, starts, length, odd, blank
 
 
-# ---------------------------------------------------------------------------
-# CSV
-# ---------------------------------------------------------------------------
+# --- CSV ---
 
 
 def _header(path: Path, header: list[str], cols: dict[str, str], line: int) -> dict[str, int]:
@@ -247,9 +230,7 @@ def _read_csv_rows(path: Path, cols: dict[str, str]) -> Chunk:
                  structural)
 
 
-# ---------------------------------------------------------------------------
-# JSON Lines
-# ---------------------------------------------------------------------------
+# --- JSON Lines ---
 
 
 def _read_jsonl_fast(path: Path, data: bytes, cols: dict[str, str]) -> Chunk | None:
@@ -343,9 +324,7 @@ class PyValues:
         return PyValues([self.values[i] for i in rows.to_pylist()])
 
 
-# ---------------------------------------------------------------------------
-# Parquet
-# ---------------------------------------------------------------------------
+# --- Parquet ---
 
 
 def open_parquet(path: Path, read_dictionary: Sequence[str] | None = None):

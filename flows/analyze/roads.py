@@ -37,17 +37,8 @@ from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.analysis.registry import METRICS
 from confgrid.analysis.signals import UNIT_COLUMNS, check, conform
 from confgrid.flows.analyze.in_turn import settings_in_turn
-from confgrid.flows.analyze.input import (
-    INPUT_FORMATS,
-    AnalyzeWarning,
-    CheckOptions,
-    InputRows,
-    SignalRows,
-    _columns,
-    input_format,
-    read_rows,
-    signal_rows,
-)
+from confgrid.flows.analyze.input import (INPUT_FORMATS, AnalyzeWarning, CheckOptions, InputRows, SignalRows,
+                                          _columns, input_format, read_rows, signal_rows)
 from confgrid.flows.analyze.read import AnalyzeInputError, open_parquet
 from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
@@ -221,9 +212,7 @@ def _named_undefined(u: UnitPlan, point: np.ndarray, metrics: list[str], n_bins:
     return out
 
 
-# ---------------------------------------------------------------------------
-# the entries
-# ---------------------------------------------------------------------------
+# --- the entries ---
 
 
 def _is_signal_table(spec: AnalyzeSpec) -> bool:

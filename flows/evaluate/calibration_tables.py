@@ -40,13 +40,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from confgrid.analysis.calibration_summary import calibration_summary, runs_summary
-from confgrid.analysis.hard_easy import (
-    confidence_truth_correlation,
-    group_difficulty,
-    hard_easy_slope,
-    overconfidence_by_difficulty,
-    rounded_share,
-)
+from confgrid.analysis.hard_easy import (confidence_truth_correlation, group_difficulty, hard_easy_slope,
+                                         overconfidence_by_difficulty, rounded_share)
 from confgrid.flows.tables.assemble import Unit
 from confgrid.flows.spec.grid import GridSpec
 from confgrid.analysis.bootstrap import resample_counts

@@ -15,13 +15,8 @@ import pandas as pd
 
 from confgrid.analysis.bootstrap import interval, resample_counts
 from confgrid.analysis.means import Kept, mean_gap, mean_shift, sides
-from confgrid.analysis.tables import (
-    ablation_path_table,
-    axis_table,
-    estimators_table,
-    three_context_table,
-    transfer_table,
-)
+from confgrid.analysis.tables import (ablation_path_table, axis_table, estimators_table, three_context_table,
+                                      transfer_table)
 from confgrid.analysis.resampling import setting_seed
 from confgrid.analysis.transfer import transfer_penalties
 from confgrid.protocols.probe import PAIRS, probe_pairs

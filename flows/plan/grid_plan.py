@@ -47,12 +47,7 @@ from confgrid.protocols.probe import PROBE_MAX_NEW_TOKENS, probe_request, suppli
 from confgrid.protocols.prompts import get_prompt
 from confgrid.protocols.splits import train_eval_split
 
-__all__ = [
-    "GridPlan",
-    "model_identity",
-    "OWN_PROBE_KINDS",
-    "CROSS_PROBE_KINDS",
-]
+__all__ = ["GridPlan", "model_identity", "OWN_PROBE_KINDS", "CROSS_PROBE_KINDS"]
 
 log = logging.getLogger("confgrid")
 

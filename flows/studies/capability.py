@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from confgrid.flows.evaluate.capability import (
-    CAPABILITY_TABLES,
-    capability_estimates,
-    capability_mlflow_metrics,
-    capability_rows,
-    capability_tables,
-)
+from confgrid.flows.evaluate.capability import (CAPABILITY_TABLES, capability_estimates, capability_mlflow_metrics,
+                                                capability_rows, capability_tables)
 from confgrid.flows.store.run_store import Frames
 from confgrid.flows.studies import Study, StudyOutput
 
