@@ -73,7 +73,8 @@ def read_candidates(path: str | Path) -> pd.DataFrame:
 
 def compare_models(rows: pd.DataFrame, out_dir: Path, *, views: Sequence[str] | None, pairs, candidates,
                    n_resamples: int, seed: int, n_bins: int, ia_strata: int | None = None):
-    """Run the comparison on ``read_input``'s rows (with ``model`` and ``dataset``) and write ``OUT/ace_*``.
+    """Run the comparison on checked input rows with ``model`` and ``dataset`` (``InputRows.objects``); write
+    ``OUT/ace_*``.
 
     Returns
     -------

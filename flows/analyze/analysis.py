@@ -210,7 +210,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
         if spec.group_col is not None:
             warnings.warn(f"--group-col {spec.group_col!r} clusters the metrics and gaps; the comparison across "
                           "models still resamples single items", AnalyzeWarning, stacklevel=2)
-        ace = compare_models(_object_frame(read.rows.frame), out_dir / "results", views=spec.views,
+        ace = compare_models(read.rows.objects(), out_dir / "results", views=spec.views,
                              pairs=None if spec.pairs is None else list(spec.pairs), candidates=cand_df,
                              n_resamples=spec.comparison_resamples, seed=spec.seed, n_bins=spec.n_bins,
                              ia_strata=spec.ia_strata)
@@ -236,12 +236,6 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
         warnings.warn(TrackingWarning(failure, out_dir), stacklevel=2)
         return Analysis(spec, tables, read.road, read.n_graded, result.resampled, uri, None, failure)
     return Analysis(spec, tables, read.road, read.n_graded, result.resampled, uri, run_id)
-
-
-def _object_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Categorical id columns as object columns of str (what the model comparison takes)."""
-    return frame.assign(**{c: frame[c].astype(object) for c in frame.columns
-                           if isinstance(frame[c].dtype, pd.CategoricalDtype)})
 
 
 def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -> dict[str, Any]:

@@ -262,7 +262,6 @@ class NumberColumn:
 
 
 def _numeric(arr: pa.Array, label: str) -> NumberColumn:
-    n = len(arr)
     null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     x = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=True)
     x[null] = math.nan
@@ -276,7 +275,6 @@ def _numeric(arr: pa.Array, label: str) -> NumberColumn:
     def shown(rows: np.ndarray) -> list[str]:
         return [str(v) for v in arr.take(pa.array(rows, pa.int64())).to_pylist()]
 
-    del n
     return NumberColumn(x, bad, fmt, shown)
 
 

@@ -41,7 +41,7 @@ from confgrid.registry import Registry
 
 __all__ = ["ALIGN", "MAX_PROBLEMS", "SignalRows", "check_clusters", "signal_rows", "UNCERTAINTY",
            "UncertaintyTransform", "INPUT_FORMATS", "InputFormat", "AnalyzeWarning", "CheckOptions", "InputRows",
-           "check_chunk", "input_format", "raise_problems", "read_input", "read_rows"]
+           "check_chunk", "input_format", "raise_problems", "read_rows"]
 
 @dataclass(frozen=True)
 class InputFormat:
@@ -189,9 +189,10 @@ class InputRows:
     n_graded: int = 0
     stats: dict[str, _Stats] = field(default_factory=dict)
 
-    def where(self) -> pd.Series:
-        """Each row's place as text (``"line 5"``, ``"row 3"``)."""
-        return pd.Series([f"{self.unit} {p}" for p in self.pos.tolist()], dtype=object)
+    def objects(self) -> pd.DataFrame:
+        """``frame`` with its Categorical columns as object columns of str (what the model comparison takes)."""
+        f = self.frame
+        return f.assign(**{c: f[c].astype(object) for c in f.columns if isinstance(f[c].dtype, pd.CategoricalDtype)})
 
 
 
@@ -288,7 +289,6 @@ def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = Chec
     present = [r for r in (*ROLES, *OPTIONAL_ROLES) if r in chunk.arrays]
     kind = {r: i + 1 for i, r in enumerate(present)}
     ids, nums, stats = {}, {}, {}
-    n = chunk.pos.size
     for role in present:
         label = _label(cols, role)
         if role in _ID_ROLES:
@@ -368,7 +368,6 @@ def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = Chec
         frame.insert(1, "dataset", _categorical(ids["setting"].codes, ids["setting"].categories))
     if "group" in ids:  # the cluster of each row (--group-col), checked like an id
         frame["group"] = _categorical(ids["group"].codes, ids["group"].categories)
-    del n
     return InputRows(frame, chunk.pos, chunk.unit, n_graded, stats), problems
 
 
@@ -423,17 +422,19 @@ def raise_problems(path: Path, problems: Problems, stats: Sequence[dict[str, _St
 
 def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
               options: CheckOptions = CheckOptions()) -> InputRows:
-    """Read and check a whole input file column-wise (see :func:`read_input` for the rules).
+    """Read and check a whole input file column-wise: Categorical ids and float64 numbers, one row per input row,
+    in file order.
 
-    Returns
-    -------
-    InputRows
-        Categorical ids and float64 numbers, one row per input row, in file order.
+    ``path``: ``.csv``, ``.jsonl`` / ``.ndjson`` or ``.parquet`` / ``.pq``. ``columns``: role -> column name for the
+    roles named differently in the file; ``"group"`` names the cluster column (``--group-col``), then required.
 
     Raises
     ------
     AnalyzeInputError
-        As :func:`read_input`.
+        Unsupported extension, missing file or columns, or bad rows (the first
+        :data:`~confgrid.flows.analyze.check.KEPT_PROBLEMS` in ``problems``, the count in ``n_problems``, what to do
+        in ``hints``): missing values (empty, null, NaN), non-numbers, confidence or correct outside [0, 1] by more
+        than 1e-6, duplicate (setting, item_id, signal) rows (naming both places), malformed lines.
     """
     path = Path(path)
     input_format(path)
@@ -444,48 +445,6 @@ def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
     if rows.pos.size == 0:
         raise AnalyzeInputError(f"{path}: no data rows")
     return rows
-
-
-def read_input(path: str | Path, columns: Mapping[str, str] | None = None,
-               options: CheckOptions = CheckOptions()) -> tuple[pd.DataFrame, pd.Series]:
-    """Read and check an input file.
-
-    Parameters
-    ----------
-    path : path
-        ``.csv``, ``.jsonl`` / ``.ndjson`` or ``.parquet`` / ``.pq``.
-    columns : mapping, optional
-        Role -> column name for the roles of :data:`ROLES` that are named
-        differently in the file; ``"group"`` names the cluster column
-        (``--group-col``), which is then required.
-    options : CheckOptions, optional
-        ``threshold`` (graded correctness -> 0/1) and ``uncertainty``.
-
-    Returns
-    -------
-    rows : DataFrame
-        Columns ``setting``, ``item_id``, ``signal`` (str), ``confidence``,
-        ``correct`` (float64), and ``group`` (str) when named, one row per
-        input row, in file order.
-    where : Series of str
-        Each row's place in the file (``"line 5"``, ``"row 3"``), same index.
-
-    Raises
-    ------
-    AnalyzeInputError
-        Unsupported extension, missing file or columns, or bad rows (the
-        first :data:`~confgrid.flows.analyze.check.KEPT_PROBLEMS` of them in
-        :attr:`AnalyzeInputError.problems`, the count in ``n_problems``, what to
-        do in ``hints``): missing values (empty, null, NaN), non-numbers,
-        confidence or correct outside [0, 1] by more than 1e-6, duplicate
-        (setting, item_id, signal) rows (naming both places), malformed lines.
-    """
-    rows = read_rows(path, columns, options)
-    frame = rows.frame.copy()
-    for c in frame.columns:
-        if isinstance(frame[c].dtype, pd.CategoricalDtype):
-            frame[c] = frame[c].astype(object)
-    return frame, rows.where()
 
 
 # --- checked rows as signal rows (the run's schema): what every input road gives the evaluator ---

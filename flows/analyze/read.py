@@ -16,7 +16,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,22 +290,16 @@ def _read_jsonl_rows(path: Path, cols: dict[str, str]) -> Chunk:
     return Chunk({r: PyValues(v) for r, v in values.items()}, np.asarray(pos, np.int64), "line", structural)
 
 
-def _text_reader(fast: Callable[[Path, bytes, dict[str, str]], Chunk | None],
-                 rows: Callable[[Path, dict[str, str]], Chunk], doc: str) -> Callable[[Path, dict[str, str]], Chunk]:
-    """A text format's reader: the pyarrow path on the file's bytes when it takes the file, else the line-by-line
-    one (the bytes are freed before it reads)."""
-    def read(path: Path, cols: dict[str, str]) -> Chunk:
-        chunk = fast(path, path.read_bytes(), cols)
-        return chunk if chunk is not None else rows(path, cols)
-
-    read.__doc__ = doc
-    return read
+def read_csv(path: Path, cols: dict[str, str]) -> Chunk:
+    """Role columns of a CSV file with a header row (line numbers: the header is line 1 when it is first): the
+    pyarrow path on the file's bytes when it takes the file, else the csv module (the bytes freed before)."""
+    return _read_csv_fast(path, path.read_bytes(), cols) or _read_csv_rows(path, cols)
 
 
-read_csv = _text_reader(_read_csv_fast, _read_csv_rows, "Role columns of a CSV file with a header row (line "
-                        "numbers: the header is line 1 when it is first).")
-read_jsonl = _text_reader(_read_jsonl_fast, _read_jsonl_rows, "Role columns of a JSON Lines file (line numbers "
-                          "from 1; blank lines skipped, bad lines reported).")
+def read_jsonl(path: Path, cols: dict[str, str]) -> Chunk:
+    """Role columns of a JSON Lines file (line numbers from 1; blank lines skipped, bad lines reported), as
+    :func:`read_csv` through pyarrow or the json module."""
+    return _read_jsonl_fast(path, path.read_bytes(), cols) or _read_jsonl_rows(path, cols)
 
 
 class PyValues:

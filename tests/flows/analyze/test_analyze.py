@@ -17,7 +17,8 @@ from confgrid.analysis.signals import conform
 from confgrid.flows.analyze.roads import ROADS, evaluate_input
 from confgrid.flows.analyze.analysis import EXPERIMENT, AnalyzeSpec, analyze
 from confgrid.flows.analyze.spec import available_metrics
-from confgrid.flows.analyze.input import AnalyzeWarning, MAX_PROBLEMS, read_input
+from confgrid.flows.analyze.input import AnalyzeWarning, MAX_PROBLEMS
+from reference.analyze_frame import read_input
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.cli.main import app
 
