@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from confgrid.analysis.binning import BIN_CONFIDENCES, MAX_BINS, BinnedNameError
 from confgrid.analysis.conventions import CONVENTIONS, convention_metric
@@ -160,6 +161,21 @@ def _parse_signal_pairs(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple((str(a).strip(), str(b).strip()) for a, b in items)
 
 
+def _choices(flag: str, allowed: Any, at_least: int = 1) -> BeforeValidator:
+    """The parser of a field of names from ``allowed`` (:func:`_parse_choices`)."""
+    return BeforeValidator(lambda v: tuple(_parse_choices(flag, v, allowed, at_least)))
+
+
+#: Field types parsed from ``"a,b"`` or a list before validation (each error names the flag).
+_Metrics = Annotated[tuple[str, ...], BeforeValidator(lambda v: tuple(parse_metrics(v)))]
+_Closures = Annotated[tuple[str, ...], _choices("--ece-closure", list(CLOSURES))]
+_BinConfidences = Annotated[tuple[str, ...], _choices("--ece-bin-confidence", BIN_CONFIDENCES)]
+_Conventions = Annotated[tuple[str, ...], _choices("--ece-convention", list(CONVENTIONS), at_least=0)]
+_Views = Annotated[tuple[str, ...] | None,
+                   BeforeValidator(lambda v: None if (x := parse_views(v)) is None else tuple(x))]
+_SignalPairs = Annotated[tuple[tuple[str, str], ...], BeforeValidator(_parse_signal_pairs)]
+
+
 def _takes_axes(names: list[str]) -> bool:
     """Whether some of ``names`` is an unsuffixed binned metric, the names the closure and bin-confidence axes act
     on (analysis/registry.py ``expand_binned``)."""
@@ -186,7 +202,7 @@ class AnalyzeSpec(BaseModel):
     out: Path = Field(description="Output directory: results/ (metrics, gaps, shifts, alignment, edges, closure, "
                       "verdicts; .csv and .parquet), analyze.json, and mlflow.db when it is the MLflow store. "
                       "Required unless --spec names it.")
-    metrics: tuple[str, ...] = Field(DEFAULT_METRICS, description=f"Comma-separated metrics; choices: "
+    metrics: _Metrics = Field(DEFAULT_METRICS, description=f"Comma-separated metrics; choices: "
                                      f"{', '.join(available_metrics())}, and every binned ECE named {GRAMMAR} (each "
                                      f"computed exactly as named). Slow (one call per resample): "
                                      f"{', '.join(slow_metrics()) or 'none'}.")
@@ -194,19 +210,19 @@ class AnalyzeSpec(BaseModel):
     seed: int = Field(0, description="Base seed >= 0; a setting's seed is setting_seed(setting, '', SEED).")
     n_bins: int = Field(10, description=f"The bins of the binned names without their own count (ece, "
                         f"ece_equal_mass, ece_centred; ece_15 has 15), 1 to {MAX_BINS}.")
-    ece_closure: tuple[str, ...] = Field(("left",), description="Bin closures of the unsuffixed binned metrics (ece, "
+    ece_closure: _Closures = Field(("left",), description="Bin closures of the unsuffixed binned metrics (ece, "
                                          "ece_<B>, ece_equal_mass), comma-separated: left ([k/B, (k+1)/B), the "
                                          "default), right ((k/B, (k+1)/B], R cut on exact breaks), right_float "
                                          "(right-closed on np.linspace edges: scikit-learn, study 002), left_float "
                                          "(left-closed on np.linspace edges: np.digitize). left,right adds ece_right "
                                          "beside ece; OUT/results/closure.csv lists where they differ. A name with "
                                          "its closure (ece_right) is computed as named.")
-    ece_bin_confidence: tuple[str, ...] = Field(("mean",), description="What stands for a bin's confidence in the "
+    ece_bin_confidence: _BinConfidences = Field(("mean",), description="What stands for a bin's confidence in the "
                                                 "unsuffixed fixed-edge (equal-width and centred) binned metrics, "
                                                 "comma-separated: mean (of the bin's answers, the default) or "
                                                 "midpoint (the bin's centre, as Mueller et al. 2026). mean,midpoint "
                                                 "adds ece_midpoint beside ece.")
-    ece_conventions: tuple[str, ...] = Field((), description="Published ECE conventions to compute beside "
+    ece_conventions: _Conventions = Field((), description="Published ECE conventions to compute beside "
                                              "--metrics, comma-separated, each as the metric ece_NAME: "
                                              + ", ".join(CONVENTIONS) + " (docs/reproductions.md gives each "
                                              "one's source).")
@@ -228,7 +244,7 @@ class AnalyzeSpec(BaseModel):
                           "coverage. A value whose resamples have no spread is marked degenerate in the interval "
                           "column and resolves nothing.")
     chunk_size: int = Field(DEFAULT_CHUNK_SIZE, description="Resamples per bootstrap chunk, >= 1 (part of the draw).")
-    views: tuple[str, ...] | None = Field(None, description="With a model column: comparison views, e.g. "
+    views: _Views = Field(None, description="With a model column: comparison views, e.g. "
                                           "raw,ia,da,ca (default raw,ia,da; ca with --candidates).")
     pairs: tuple[tuple[str, str, str], ...] | None = Field(None, description="With a model column: model pairs "
                                                           "A:B[:LABEL],... (default: every pair).")
@@ -251,7 +267,7 @@ class AnalyzeSpec(BaseModel):
     against: str | None = Field(None, description="Compare every signal against this one only (gap = "
                                 "metric(AGAINST) - metric(other)); default: every ordered pair, or verbalized for a "
                                 "run's tables/signals.parquet.")
-    signal_pairs: tuple[tuple[str, str], ...] = Field((), description="Pairs of signals A:B,C:D to compare (with "
+    signal_pairs: _SignalPairs = Field((), description="Pairs of signals A:B,C:D to compare (with "
                                                       "--against, or instead of every ordered pair; a grid's "
                                                       "metrics.pairs).")
     verdicts: VerdictSpec = Field(default_factory=VerdictSpec, description="Thresholds of the robustness "
@@ -262,26 +278,6 @@ class AnalyzeSpec(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise _input_error(exc) from None
-
-    @field_validator("metrics", mode="before")
-    @classmethod
-    def _metrics(cls, v: Any) -> tuple[str, ...]:
-        return tuple(parse_metrics(v))
-
-    @field_validator("ece_closure", mode="before")
-    @classmethod
-    def _closure(cls, v: Any) -> tuple[str, ...]:
-        return tuple(_parse_choices("--ece-closure", v, list(CLOSURES)))
-
-    @field_validator("ece_bin_confidence", mode="before")
-    @classmethod
-    def _confidence(cls, v: Any) -> tuple[str, ...]:
-        return tuple(_parse_choices("--ece-bin-confidence", v, BIN_CONFIDENCES))
-
-    @field_validator("ece_conventions", mode="before")
-    @classmethod
-    def _conventions(cls, v: Any) -> tuple[str, ...]:
-        return tuple(_parse_choices("--ece-convention", v, list(CONVENTIONS), at_least=0))
 
     @field_validator("columns", mode="before")
     @classmethod
@@ -310,12 +306,6 @@ class AnalyzeSpec(BaseModel):
                                     "file:///PATH/mlruns, http://HOST:PORT)")
         return v
 
-    @field_validator("views", mode="before")
-    @classmethod
-    def _views(cls, v: Any) -> tuple[str, ...] | None:
-        views = parse_views(v)
-        return None if views is None else tuple(views)
-
     @field_validator("pairs", mode="before")
     @classmethod
     def _pairs(cls, v: Any) -> tuple | None:
@@ -327,11 +317,6 @@ class AnalyzeSpec(BaseModel):
         else:
             raise AnalyzeInputError(f"--pairs: {v!r}; give 'A:B[:LABEL],...' or a list of [A, B, LABEL]")
         return None if pairs is None else tuple(pairs)
-
-    @field_validator("signal_pairs", mode="before")
-    @classmethod
-    def _signal_pairs(cls, v: Any) -> tuple[tuple[str, str], ...]:
-        return _parse_signal_pairs(v)
 
     @field_validator("verdicts", mode="before")
     @classmethod
