@@ -35,6 +35,7 @@ entered the evaluator's metrics), joined with the items' metadata. Written to ``
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any, Sequence
 
 import pandas as pd
@@ -175,9 +176,6 @@ class _UnitDraws:
 
 def _hard_easy(rows: pd.DataFrame, spec: GridSpec, plans: Sequence[Any] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """results/hard_easy and hard_easy_bins (see the module docstring)."""
-    import warnings
-
-
     slopes, bins = [], []
     if rows.empty:
         return pd.DataFrame(), pd.DataFrame()

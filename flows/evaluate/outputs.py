@@ -274,28 +274,24 @@ def verdict_mlflow(verdicts: pd.DataFrame) -> tuple[dict[str, float], dict[str, 
 
 def grid_params(spec: GridSpec) -> dict[str, Any]:
     """The grid's protocol axes as MLflow params of the parent run."""
+    def axes(*paths: str) -> dict[str, Any]:
+        out = {}
+        for path in paths:
+            v = spec
+            for part in path.split("."):
+                v = getattr(v, part)
+            out[path] = list(v) if isinstance(v, tuple) else v
+        return out
+
     return {
-        "elicitation.prompt": spec.elicitation.prompt,
-        "elicitation.max_new_tokens": spec.elicitation.max_new_tokens,
-        "scoring.contexts": list(spec.scoring.contexts),
-        "scoring.aggregations": list(spec.scoring.aggregations),
+        **axes("elicitation.prompt", "elicitation.max_new_tokens", "scoring.contexts", "scoring.aggregations"),
         "answer_sets": ["main"] + [a.id for a in spec.answer_sets],
-        "parsing.policies": list(spec.parsing.policies),
-        "probe.enabled": spec.probe.enabled,
-        "probe.rule": spec.probe.rule,
-        "correctness.rules": list(spec.correctness.rules),
-        "correctness.primary": spec.correctness.primary,
-        "metrics.names": list(spec.metrics.names),
-        "metrics.ece_bins": spec.metrics.ece_bins,
-        "metrics.ece_closure": list(spec.metrics.ece_closure),
-        "metrics.ece_bin_confidence": list(spec.metrics.ece_bin_confidence),
-        **({"metrics.ece_conventions": list(spec.metrics.ece_conventions)} if spec.metrics.ece_conventions else {}),
+        **axes("parsing.policies", "probe.enabled", "probe.rule", "correctness.rules", "correctness.primary",
+               "metrics.names", "metrics.ece_bins", "metrics.ece_closure", "metrics.ece_bin_confidence"),
+        **(axes("metrics.ece_conventions") if spec.metrics.ece_conventions else {}),
         "metrics.ece_estimator": "equal_width",
-        "bootstrap.resamples": spec.bootstrap.resamples,
-        "bootstrap.seed": spec.bootstrap.seed,
-        "bootstrap.level": spec.bootstrap.level,
-        "bootstrap.interval": spec.bootstrap.interval,
-        **({"bootstrap.cluster": spec.bootstrap.cluster} if spec.bootstrap.cluster else {}),
+        **axes("bootstrap.resamples", "bootstrap.seed", "bootstrap.level", "bootstrap.interval"),
+        **(axes("bootstrap.cluster") if spec.bootstrap.cluster else {}),
         **({"execution.stop_when_resolved": json.dumps(spec.execution.stopping.model_dump(mode="json"),
                                                        sort_keys=True)} if spec.execution.stopping else {}),
         "models": [m.name for m in spec.models],

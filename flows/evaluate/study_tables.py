@@ -38,16 +38,9 @@ ABLATION_PATH = (
     ("abl_confidence_guess", "marker Answer: -> Guess:"),
 )
 
-def study_tables(
-    kept: Kept,
-    rule: str,
-    metrics_df: pd.DataFrame,
-    gaps_df: pd.DataFrame,
-    contexts: tuple[str, ...],
-    aggregations: tuple[str, ...],
-    metric_names: tuple[str, ...],
-    level: float = 0.95,
-) -> dict[str, pd.DataFrame]:
+def study_tables(kept: Kept, rule: str, metrics_df: pd.DataFrame, gaps_df: pd.DataFrame, contexts: tuple[str, ...],
+                 aggregations: tuple[str, ...], metric_names: tuple[str, ...], level: float = 0.95
+                 ) -> dict[str, pd.DataFrame]:
     """Table 2 (three contexts), Table 3 (ablation path), Table 4 (mean |shift| per axis) and Table 15 (estimators).
 
     Parameters

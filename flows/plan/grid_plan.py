@@ -21,6 +21,7 @@ Study 000 section 3 (the stages), section 3.6 and Appendix I (the probe).
 from __future__ import annotations
 
 import logging
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -507,8 +508,6 @@ class GridPlan:
     def _ca_shards(self, dataset: str) -> list[ShardRequest]:
         """Once every model's main answers on ``dataset`` exist: each rater rates every pooled candidate with each
         candidate-aligned rating method (shards of part ``ca``)."""
-        import dataclasses
-
         methods = self.spec.ca_methods()
         if not methods or dataset in self._ca_done or dataset in self._blocked:
             return []

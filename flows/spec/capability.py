@@ -8,6 +8,7 @@ methods by :func:`check_capability` when the grid loads (before anything runs).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from pydantic import Field, StrictBool
@@ -94,8 +95,6 @@ class CapabilitySpec(_Spec):
     def is_probe_layer_signal(self, name: str, methods: tuple[MethodSpec, ...]) -> bool:
         """Whether ``name`` is ``<id>_probe_layer<L>`` of a probe estimator (any ``L``: a negative
         ``probe.layer`` is resolved only against the stored layers)."""
-        import re
-
         by_id = {m.id: m for m in methods}
         return any(e in by_id and by_id[e].reader.capability.probe
                    and re.fullmatch(re.escape(e) + r"_probe_layer\d+", name) for e in self.estimators)
