@@ -3,8 +3,6 @@ answer selection of probe-scored answer sets, and the calibration transfer (flow
 
 from __future__ import annotations
 
-import logging
-
 import pandas as pd
 
 from confgrid.flows.evaluate.run_evaluation import Evaluation, primary_group, select
@@ -13,8 +11,6 @@ from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.store.run_store import Frames
 from confgrid.flows.studies import Study, StudyOutput
 from confgrid.flows.tables.assemble import Unit
-
-log = logging.getLogger("confgrid")
 
 #: the prefixes of the tables also written as Markdown
 _MARKDOWN = ("table", "transfer", "selection")
@@ -34,16 +30,12 @@ class ProtocolSensitivity(Study, name="protocol", figures=("gaps", "reliability"
 
 def protocol_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev: Evaluation) -> dict[str, pd.DataFrame]:
     """Study 000's tables for this run (flows/evaluate/study_tables.py); a table fails soft, with a log line."""
-
     out: dict[str, pd.DataFrame] = {}
     p = primary_group(spec)
-    try:
-        if not ev.metrics.empty and spec.scoring.contexts:  # study 000's tables compare scoring contexts
-            out.update(study_tables(ev.kept, p["rule"], select(ev.metrics, p), select(ev.gaps, p),
-                                    spec.scoring.contexts, spec.scoring.aggregations, spec.metrics.names,
-                                    spec.bootstrap.level))
-    except Exception as exc:  # noqa: BLE001 - the tables are a view; never lose the run for them
-        log.warning("study tables not built: %s: %s", type(exc).__name__, exc)
+    if not ev.metrics.empty and spec.scoring.contexts:  # study 000's tables compare scoring contexts
+        out.update(Study.never_fatal("study tables not built", study_tables, ev.kept, p["rule"],
+                                     select(ev.metrics, p), select(ev.gaps, p), spec.scoring.contexts,
+                                     spec.scoring.aggregations, spec.metrics.names, spec.bootstrap.level) or {})
     for a in spec.answer_sets:
         if a.format == "open" and a.verbalized_by_probe:
             sel = selection_table(units, a.id, spec.bootstrap.seed, spec.bootstrap.resamples, spec.bootstrap.level)
@@ -61,10 +53,8 @@ def protocol_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev:
     answers = answers[answers["kind"].isin(["verbalized", "token"])] if len(answers) else answers
     main_frames = {setting: f for setting, f in answers.groupby("setting", sort=False)} if len(answers) else {}
     if {"bare", "guess_slot"} <= set(spec.scoring.contexts) and main_frames:
-        try:
-            pen, ttab = transfer_tables(main_frames, "guess_slot", "bare", spec.bootstrap.seed)
-            if len(pen):
-                out["transfer_penalties"], out["transfer"] = pen, ttab
-        except Exception as exc:  # noqa: BLE001 - a view of the data; never lose the run for it
-            log.warning("calibration transfer not computed: %s: %s", type(exc).__name__, exc)
+        pen, ttab = Study.never_fatal("calibration transfer not computed", transfer_tables, main_frames, "guess_slot",
+                                      "bare", spec.bootstrap.seed) or (pd.DataFrame(), None)
+        if len(pen):
+            out["transfer_penalties"], out["transfer"] = pen, ttab
     return out
