@@ -1,3 +1,3 @@
-"""`confgrid analyze`: the same evaluation on outputs from anywhere (a CSV/parquet of confidences and
-correctness), read, checked, grouped into settings and evaluated in turn.
+"""`confgrid analyze`: the same evaluation on outputs from anywhere (a CSV/parquet of confidences and correctness),
+read, checked, grouped into settings and evaluated in turn.
 """

@@ -1,11 +1,9 @@
 """``confgrid analyze`` on outputs of several models: the accuracy-controlled comparison (study 001, ACE).
 
-An input with a ``model`` column (one row per model, setting, item, signal)
-is compared across models: the setting is the dataset, the signal the
-confidence method. Candidate ratings for the CA view come from a second file
-(``--candidates``) with the columns of analysis/ace/candidates.py
-``RATING_COLUMNS`` (dataset, item_id, candidate, surface, producers, label,
-rater, method, signal); without it CA is skipped with a message.
+An input with a ``model`` column (one row per model, setting, item, signal) is compared across models: the setting is
+the dataset, the signal the confidence method. Candidate ratings for the CA view come from a second file
+(``--candidates``) with the columns of analysis/ace/candidates.py ``RATING_COLUMNS`` (dataset, item_id, candidate,
+surface, producers, label, rater, method, signal); without it CA is skipped with a message.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``confgrid analyze``: metrics and paired gaps of per-question outputs from anywhere.
 
-Input: one row per (setting, item, signal) in CSV, Parquet or JSONL (chosen by
-the file extension) with five columns, renamable with flags:
+Input: one row per (setting, item, signal) in CSV, Parquet or JSONL (chosen by the file extension) with five columns,
+renamable with flags:
 
 ============  =====================================================  ==================
 role          meaning                                                flag
@@ -13,30 +13,24 @@ confidence    a number in [0, 1]                                     ``--confide
 correct       0/1 (or graded in [0, 1]; ``true``/``false`` too)      ``--correct-col``
 ============  =====================================================  ==================
 
-Other columns are ignored. Every row is checked before anything is computed;
-each bad row is reported by its place in the file (CSV: line number with the
-header as line 1; JSONL: line number; Parquet: 0-based row index): missing
-values (empty, null, NaN), non-numbers, confidence or correct outside [0, 1],
-duplicate (setting, item_id, signal) rows (naming both places), malformed
-lines. Up to :data:`MAX_PROBLEMS` problems are listed with the count of the
-rest, and :class:`AnalyzeInputError` is raised; nothing is written.
+Other columns are ignored. Every row is checked before anything is computed; each bad row is reported by its place in
+the file (CSV: line number with the header as line 1; JSONL: line number; Parquet: 0-based row index): missing values
+(empty, null, NaN), non-numbers, confidence or correct outside [0, 1], duplicate (setting, item_id, signal) rows
+(naming both places), malformed lines. Up to :data:`MAX_PROBLEMS` problems are listed with the count of the rest, and
+:class:`AnalyzeInputError` is raised; nothing is written.
 
-Pairing: within a setting the signals are compared on the items that every
-signal scored (instance-aligned). Items lacking some signal are left out of
-that setting, counted per signal in ``alignment.csv`` and announced with an
+Pairing: within a setting the signals are compared on the items that every signal scored (instance-aligned). Items
+lacking some signal are left out of that setting, counted per signal in ``alignment.csv`` and announced with an
 :class:`AnalyzeWarning`, never silently.
 
-Clusters: with ``--group-col COL`` the bootstrap resamples the distinct
-values of ``COL`` with all their items (an item's rows must name one cluster,
-flows/analyze/input.py ``check_clusters``); the tables say so
-(``cluster_col``, ``n_clusters``).
+Clusters: with ``--group-col COL`` the bootstrap resamples the distinct values of ``COL`` with all their items (an
+item's rows must name one cluster, flows/analyze/input.py ``check_clusters``); the tables say so (``cluster_col``,
+``n_clusters``).
 
-Determinism: settings, signals and items are sorted (as strings), so the
-output does not depend on the order of the input rows. The bootstrap seed of
-a setting is ``setting_seed(setting, "", seed)`` (SHA-256 of the JSON
-``[setting, "", seed]``, see :func:`confgrid.analysis.bootstrap.setting_seed`),
-the same derivation as a grid run's ``setting_seed(model, dataset, seed)``
-with the setting name in place of the model and an empty dataset. A fixed
+Determinism: settings, signals and items are sorted (as strings), so the output does not depend on the order of the
+input rows. The bootstrap seed of a setting is ``setting_seed(setting, "", seed)`` (SHA-256 of the JSON ``[setting,
+"", seed]``, see :func:`confgrid.analysis.bootstrap.setting_seed`), the same derivation as a grid run's
+``setting_seed(model, dataset, seed)`` with the setting name in place of the model and an empty dataset. A fixed
 ``--seed`` gives byte-identical CSV files, with or without Ray.
 
 Outputs in ``DIR/results``: ``metrics.csv`` (setting, signal, metric, point,
@@ -133,8 +127,8 @@ class Analysis:
 
 
 def _with_comparison(tables: dict[str, pd.DataFrame], ace: Any, spec: AnalyzeSpec) -> dict[str, pd.DataFrame]:
-    """The comparison across models' tables added; its estimates joined to the metrics, gaps, shifts and verdicts
-    (as in a run)."""
+    """The comparison across models' tables added; its estimates joined to the metrics, gaps, shifts and verdicts (as
+    in a run)."""
     tables = {**tables, **ace.tables()}
     if ace.estimates is not None:
         e = ace.estimates
@@ -150,12 +144,12 @@ def _with_comparison(tables: dict[str, pd.DataFrame], ace: Any, spec: AnalyzeSpe
 def analyze(spec: AnalyzeSpec) -> Analysis:
     """Metrics with paired bootstrap intervals and pairwise gaps of an input file (see the module docstring).
 
-    The input is read by the first entry of flows/analyze/roads.py ``ROADS`` that takes it (a run's signal table,
-    five columns one setting at a time, five columns whole) into the one evaluator's units, bootstrapped by the
-    run's ``bootstrap_units`` and made into tables by the run's ``estimates`` (analysis/evaluation.py). A run's
-    signal table with the run's seed, resamples and level gives the run's tables, byte for byte. An input with a
-    ``model`` column is also compared across models (study 001, ACE; flows/analyze/ace.py): its tables are
-    added (``ace_*``) and its cells join the metrics, gaps and verdicts.
+    The input is read by the first entry of flows/analyze/roads.py ``ROADS`` that takes it (a run's signal table, five
+    columns one setting at a time, five columns whole) into the one evaluator's units, bootstrapped by the run's
+    ``bootstrap_units`` and made into tables by the run's ``estimates`` (analysis/evaluation.py). A run's signal table
+    with the run's seed, resamples and level gives the run's tables, byte for byte. An input with a ``model`` column
+    is also compared across models (study 001, ACE; flows/analyze/ace.py): its tables are added (``ace_*``) and its
+    cells join the metrics, gaps and verdicts.
 
     Parameters
     ----------

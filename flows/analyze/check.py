@@ -1,17 +1,14 @@
 """Column-wise checks of ``confgrid analyze`` input: ids, numbers, duplicates, each problem by its place.
 
-The rules are those of the per-row reader this replaced (kept as
-tests/reference/analyze_rowwise.py; tests/flows/analyze/test_analyze_scale.py checks both
-give the same rows and messages on every fixture). A column arrives as a
-pyarrow array; common types (strings, integers, floats, booleans, dictionary
-columns) are checked with vectorized pyarrow / numpy operations, and only the
-values that need Python's own semantics (strings that are not plain decimals,
-``true``/``false``, floats used as ids, nested JSON values) go through the
-scalar rules, once per distinct value.
+The rules are those of the per-row reader this replaced (kept as tests/reference/analyze_rowwise.py;
+tests/flows/analyze/test_analyze_scale.py checks both give the same rows and messages on every fixture). A column
+arrives as a pyarrow array; common types (strings, integers, floats, booleans, dictionary columns) are checked with
+vectorized pyarrow / numpy operations, and only the values that need Python's own semantics (strings that are not
+plain decimals, ``true``/``false``, floats used as ids, nested JSON values) go through the scalar rules, once per
+distinct value.
 
-Problems are collected lazily (:class:`Problems`): positions and a formatter,
-so a file with millions of bad rows costs arrays, not millions of strings; the
-first :data:`KEPT_PROBLEMS` are written out.
+Problems are collected lazily (:class:`Problems`): positions and a formatter, so a file with millions of bad rows
+costs arrays, not millions of strings; the first :data:`KEPT_PROBLEMS` are written out.
 """
 
 from __future__ import annotations
@@ -44,9 +41,8 @@ Formatter = Callable[[np.ndarray], list[str]]
 class Problems:
     """Problems of the input by position; ``kind`` orders the problems of one row (structure, roles, duplicate).
 
-    ``add(pos, kind, fmt)``: ``pos`` (int64, one per problem) are line or row
-    numbers; ``fmt(sel)`` writes the messages of the problems ``sel`` (indices
-    into ``pos``), without the ``"line N: "`` prefix.
+    ``add(pos, kind, fmt)``: ``pos`` (int64, one per problem) are line or row numbers; ``fmt(sel)`` writes the
+    messages of the problems ``sel`` (indices into ``pos``), without the ``"line N: "`` prefix.
     """
 
     unit: str
@@ -172,8 +168,8 @@ def _sorted_codes(codes: np.ndarray, cats: list[str]) -> tuple[np.ndarray, list[
 def check_ids(arr: pa.Array | pa.ChunkedArray, label: str) -> IdColumn:
     """Check an id column (setting, item_id, signal, model) of ``n`` rows.
 
-    A value is missing when null, NaN or blank (the message says which); a
-    JSON list or object is not an id; any other value becomes ``str(value)``.
+    A value is missing when null, NaN or blank (the message says which); a JSON list or object is not an id; any other
+    value becomes ``str(value)``.
     """
     arr = _combine(arr)
     n = len(arr)
@@ -281,9 +277,8 @@ def _numeric(arr: pa.Array, label: str) -> NumberColumn:
 def parse_numbers(arr: pa.Array | pa.ChunkedArray, role: str, label: str) -> NumberColumn:
     """Parse a number column (confidence, correct) of ``n`` rows; the range is checked by :func:`range_check`.
 
-    Numbers and booleans are taken as they are; strings are parsed as Python's
-    ``float()`` does (``true``/``false`` too for ``correct``); null, NaN and
-    blank are missing; anything else is not a number.
+    Numbers and booleans are taken as they are; strings are parsed as Python's ``float()`` does (``true``/``false``
+    too for ``correct``); null, NaN and blank are missing; anything else is not a number.
     """
     arr = _combine(arr)
     t = getattr(arr, "type", None)  # None: Python values (PyValues), parsed one by one
@@ -349,10 +344,8 @@ def range_check(col: NumberColumn, role: str, label: str, tol: float = CLIP_TOLE
                 ) -> tuple[np.ndarray, np.ndarray, Formatter, np.ndarray]:
     """Values in [0, 1]: ``(values, bad_rows, fmt, clipped_rows)``.
 
-    A value within ``tol`` outside [0, 1] (float32 round-off: 1.0000001) is
-    clipped to the nearest bound and listed in ``clipped_rows``; a value
-    further out is a problem, with the hint for ``correct`` that the
-    per-row reader gave.
+    A value within ``tol`` outside [0, 1] (float32 round-off: 1.0000001) is clipped to the nearest bound and listed in
+    ``clipped_rows``; a value further out is a problem, with the hint for ``correct`` that the per-row reader gave.
     """
     x = col.x.copy()
     with np.errstate(invalid="ignore"):

@@ -1,10 +1,10 @@
 """``confgrid analyze`` of a Parquet file one setting at a time (the ``in_turn`` road of flows/analyze/roads.py).
 
-The setting column is read first (one row group at a time); then each setting's rows are read from the row groups
-that hold it, checked (flows/analyze/input.py) and given to the evaluator as signal rows, whose arrays the road
-frees after their bootstrap. Peak memory is about that of the largest setting plus one row group of the setting
-column, not of the whole file; the numbers equal the whole-file read's (the same signal rows, seeds and units).
-Problems of every setting are raised together at the end, in file order, as the whole-file reader would.
+The setting column is read first (one row group at a time); then each setting's rows are read from the row groups that
+hold it, checked (flows/analyze/input.py) and given to the evaluator as signal rows, whose arrays the road frees after
+their bootstrap. Peak memory is about that of the largest setting plus one row group of the setting column, not of the
+whole file; the numbers equal the whole-file read's (the same signal rows, seeds and units). Problems of every setting
+are raised together at the end, in file order, as the whole-file reader would.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def _setting_chunk(plan: Plan, name: str | None) -> Chunk:
 
 def settings_in_turn(path: Path, cols: dict[str, str], options: CheckOptions,
                      group_col: str | None = None) -> Iterator[SignalRows]:
-    """Each setting of a Parquet file as signal rows (:func:`~confgrid.flows.analyze.input.signal_rows`), in
-    setting order, one at a time.
+    """Each setting of a Parquet file as signal rows (:func:`~confgrid.flows.analyze.input.signal_rows`), in setting
+    order, one at a time.
 
     After a setting with a problem the later ones are still checked, not yielded.
 

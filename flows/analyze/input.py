@@ -1,20 +1,16 @@
 """Reading and checking the input of ``confgrid analyze``: CSV, JSON Lines or Parquet, every bad row by its place.
 
-Split from flows/analyze/analysis.py (the analysis itself). The roles of the input
-columns are :data:`ROLES` (``setting``, ``item_id``, ``signal``,
-``confidence``, ``correct``) and :data:`OPTIONAL_ROLES` (``model``: read when
-the file has the column, to compare models; ``group``: read only when named,
-by ``--group-col``, and then required: the clusters of the bootstrap). Bad input raises
-:class:`AnalyzeInputError` listing the problems, with hints on what to do
-(percentages, uncertainty scores); nothing is computed then.
+Split from flows/analyze/analysis.py (the analysis itself). The roles of the input columns are :data:`ROLES`
+(``setting``, ``item_id``, ``signal``, ``confidence``, ``correct``) and :data:`OPTIONAL_ROLES` (``model``: read when
+the file has the column, to compare models; ``group``: read only when named, by ``--group-col``, and then required:
+the clusters of the bootstrap). Bad input raises :class:`AnalyzeInputError` listing the problems, with hints on what
+to do (percentages, uncertainty scores); nothing is computed then.
 
-Reading is column-wise (flows/analyze/read.py: pyarrow readers, each row's
-line or row number kept) and so is checking (flows/analyze/check.py); the
-rules and messages are those of the per-row reader this replaced (kept as
-tests/reference/analyze_rowwise.py), with two changes: a confidence or
-correctness value within :data:`~confgrid.flows.analyze.check.CLIP_TOLERANCE`
-(1e-6) outside [0, 1] is clipped with an :class:`AnalyzeWarning` instead of
-rejected, and the options ``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`).
+Reading is column-wise (flows/analyze/read.py: pyarrow readers, each row's line or row number kept) and so is checking
+(flows/analyze/check.py); the rules and messages are those of the per-row reader this replaced (kept as
+tests/reference/analyze_rowwise.py), with two changes: a confidence or correctness value within
+:data:`~confgrid.flows.analyze.check.CLIP_TOLERANCE` (1e-6) outside [0, 1] is clipped with an :class:`AnalyzeWarning`
+instead of rejected, and the options ``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`).
 """
 
 from __future__ import annotations
@@ -85,9 +81,9 @@ def _rank(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
 class UncertaintyTransform:
     """A ``--uncertainty`` transform of an uncertainty score u (lower = more confident) to a confidence c.
 
-    ``apply(u, groups)`` maps float64 u of shape (n,) (NaN stays NaN) to c in [0, 1], with ``groups`` (n,) int64
-    the (setting, signal) code of each row; each transform is monotone decreasing within a group, so the order of
-    the items (hence AUROC and AURC) is that of -u. ``nonnegative``: u must be >= 0.
+    ``apply(u, groups)`` maps float64 u of shape (n,) (NaN stays NaN) to c in [0, 1], with ``groups`` (n,) int64 the
+    (setting, signal) code of each row; each transform is monotone decreasing within a group, so the order of the
+    items (hence AUROC and AURC) is that of -u. ``nonnegative``: u must be >= 0.
     """
 
     name: str
@@ -174,13 +170,11 @@ _SHOWN_NONFINITE = 5
 class InputRows:
     """Checked input rows.
 
-    ``frame``: columns ``setting``, ``item_id``, ``signal`` (pandas
-    Categorical of str, categories sorted), ``confidence``, ``correct``
-    (float64 in [0, 1]); with a model column also ``model`` and ``dataset``
-    first and ``setting`` = ``"model/dataset"``; with ``--group-col`` also
-    ``group`` (Categorical of str, the cluster of each row). ``pos``: each row's line
-    (``unit`` ``"line"``) or 0-based row (``"row"``) number. ``n_graded``:
-    correctness values strictly between 0 and 1 before any threshold.
+    ``frame``: columns ``setting``, ``item_id``, ``signal`` (pandas Categorical of str, categories sorted),
+    ``confidence``, ``correct`` (float64 in [0, 1]); with a model column also ``model`` and ``dataset`` first and
+    ``setting`` = ``"model/dataset"``; with ``--group-col`` also ``group`` (Categorical of str, the cluster of each
+    row). ``pos``: each row's line (``unit`` ``"line"``) or 0-based row (``"row"``) number. ``n_graded``: correctness
+    values strictly between 0 and 1 before any threshold.
     """
 
     frame: pd.DataFrame
@@ -278,10 +272,9 @@ def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = Chec
                 ) -> tuple[InputRows, Problems]:
     """Check the rows of ``chunk`` column by column.
 
-    Returns the accepted rows (every row, with nan / missing codes where a
-    value is bad) and the problems (empty when every row is good). Warns
-    (:class:`AnalyzeWarning`) about clipped values and ties made by an
-    uncertainty transform.
+    Returns the accepted rows (every row, with nan / missing codes where a value is bad) and the problems (empty when
+    every row is good). Warns (:class:`AnalyzeWarning`) about clipped values and ties made by an uncertainty
+    transform.
     """
     problems = Problems(chunk.unit)
     if chunk.structural:
@@ -422,8 +415,8 @@ def raise_problems(path: Path, problems: Problems, stats: Sequence[dict[str, _St
 
 def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
               options: CheckOptions = CheckOptions()) -> InputRows:
-    """Read and check a whole input file column-wise: Categorical ids and float64 numbers, one row per input row,
-    in file order.
+    """Read and check a whole input file column-wise: Categorical ids and float64 numbers, one row per input row, in
+    file order.
 
     ``path``: ``.csv``, ``.jsonl`` / ``.ndjson`` or ``.parquet`` / ``.pq``. ``columns``: role -> column name for the
     roles named differently in the file; ``"group"`` names the cluster column (``--group-col``), then required.
@@ -473,8 +466,8 @@ class SignalRows:
 
 def check_clusters(rows: InputRows, column: str) -> None:
     """Raise :class:`AnalyzeInputError` when the rows of one (setting, item) name different clusters in the group
-    column ``column`` (``--group-col``): the first such setting (as settings sort), its first five such items in
-    file order, each with the places of its rows. An item belongs to one cluster (analysis/clusters.py)."""
+    column ``column`` (``--group-col``): the first such setting (as settings sort), its first five such items in file
+    order, each with the places of its rows. An item belongs to one cluster (analysis/clusters.py)."""
     f = rows.frame
     s, i, g = (f[c].cat.codes.to_numpy().astype(np.int64) for c in ("setting", "item_id", "group"))
     key = s * max(len(f["item_id"].cat.categories), 1) + i
@@ -500,8 +493,8 @@ def check_clusters(rows: InputRows, column: str) -> None:
 
 def _schema_table(n: int, given: Mapping[str, Any]) -> pd.DataFrame:
     """``n`` signal rows in the columns of analysis/signals.py ``SCHEMA``, text as pandas Categoricals (one code per
-    row: a million rows cost megabytes, not a Python object each). ``given``: a column's Categorical, float64 array
-    or one str for every row; every other column is empty (text ``""``, NaN, NA, ``replaced`` False), as ``conform``
+    row: a million rows cost megabytes, not a Python object each). ``given``: a column's Categorical, float64 array or
+    one str for every row; every other column is empty (text ``""``, NaN, NA, ``replaced`` False), as ``conform``
     fills it."""
     def column(name: str, typ: pa.DataType) -> Any:
         value = given.get(name)
@@ -526,8 +519,8 @@ def signal_rows(rows: InputRows, group_col: str | None = None, keep: bool = Fals
 
     Rows are sorted by (setting, signal, item), each as str, so ``plan_units`` orders settings, signals and the
     aligned items as str sort. A setting is a unit on its own: ``model`` and ``dataset`` stay empty (its seed is
-    ``setting_seed(setting, "", seed)``) and so does ``target_kind``. With ``group_col`` the rows' clusters go to
-    the ``cluster`` column (:func:`check_clusters` first). ``keep``: keep ``rows`` (the comparison across models).
+    ``setting_seed(setting, "", seed)``) and so does ``target_kind``. With ``group_col`` the rows' clusters go to the
+    ``cluster`` column (:func:`check_clusters` first). ``keep``: keep ``rows`` (the comparison across models).
 
     Raises
     ------

@@ -1,10 +1,10 @@
 """``confgrid plan-size``: how many items a comparison needs, from a pilot run or an analyze input.
 
 Reads the pilot's one signal table (a run directory's ``tables/signals.parquet``, or such a Parquet file), or an
-``analyze`` input (CSV, JSONL or Parquet with columns setting, item_id, signal, confidence, correct), and gives
-every unit of pairing that has both signals to :func:`confgrid.analysis.planner.plan_size`: the two signals on
-the items both have after the evaluator's alignment rule (analysis/signals.py ``analyzed``), each with its own
-target. Pure (pandas and numpy); nothing runs a model.
+``analyze`` input (CSV, JSONL or Parquet with columns setting, item_id, signal, confidence, correct), and gives every
+unit of pairing that has both signals to :func:`confgrid.analysis.planner.plan_size`: the two signals on the items
+both have after the evaluator's alignment rule (analysis/signals.py ``analyzed``), each with its own target. Pure
+(pandas and numpy); nothing runs a model.
 """
 
 from __future__ import annotations
@@ -80,9 +80,8 @@ def plan_sizes(pilot: pd.DataFrame, signal_a: str, signal_b: str, metric: str, g
     """The planner's answer for every unit of ``pilot`` holding both signals (:data:`PLAN_COLUMNS`).
 
     ``unit``: only the units whose name (``setting|answer set|parse policy|refusal|rule``, the empty parts left out)
-    or setting equals it.
-    ``clustered``: the ``cluster`` column's clusters are the resampled unit (a run's ``bootstrap.cluster``).
-    ``pilot_power``: the predicted power of the pilot's own size for ``gap``.
+    or setting equals it. ``clustered``: the ``cluster`` column's clusters are the resampled unit (a run's
+    ``bootstrap.cluster``). ``pilot_power``: the predicted power of the pilot's own size for ``gap``.
 
     Raises
     ------

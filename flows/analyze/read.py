@@ -1,13 +1,10 @@
 """Reading ``confgrid analyze`` input into pyarrow columns, each row with its place in the file.
 
-CSV and JSON Lines take a fast path through pyarrow's readers when the file
-has the plain shape they handle with the same row boundaries as Python's
-``csv`` / ``json`` modules (every record on one line, no lone carriage
-return, no NUL byte, valid UTF-8, no ragged row, for JSON Lines no mixed or
-nested types in the role columns); otherwise the file is read with the
-``csv`` / ``json`` modules line by line, exactly as before. Both give the
-same columns, line numbers and structural problems (malformed lines,
-ragged rows). Parquet is read with pyarrow, whole or by row group
+CSV and JSON Lines take a fast path through pyarrow's readers when the file has the plain shape they handle with the
+same row boundaries as Python's ``csv`` / ``json`` modules (every record on one line, no lone carriage return, no NUL
+byte, valid UTF-8, no ragged row, for JSON Lines no mixed or nested types in the role columns); otherwise the file is
+read with the ``csv`` / ``json`` modules line by line, exactly as before. Both give the same columns, line numbers and
+structural problems (malformed lines, ragged rows). Parquet is read with pyarrow, whole or by row group
 (:func:`parquet_row_groups`, used to analyze one setting at a time).
 """
 
@@ -78,8 +75,8 @@ class AnalyzeInputError(FieldsPickle, ValueError):
 
 @dataclass
 class Chunk:
-    """Role columns of some rows: ``arrays`` (role -> pyarrow array, ``n`` long), ``pos`` (int64 line or row
-    number of each row), ``unit`` (``"line"`` / ``"row"``) and structural problems ``(pos, message)``."""
+    """Role columns of some rows: ``arrays`` (role -> pyarrow array, ``n`` long), ``pos`` (int64 line or row number of
+    each row), ``unit`` (``"line"`` / ``"row"``) and structural problems ``(pos, message)``."""
 
     arrays: dict[str, pa.Array]
     pos: np.ndarray
@@ -121,8 +118,8 @@ _BLOCK = 1 << 24
 
 
 def _lines(data: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """Lines of a text file: ``(bom, start, length without CR/LF, odd number of '"', only blanks)``, or None when
-    the file is not plain (invalid UTF-8, a NUL byte, a lone CR)."""
+    """Lines of a text file: ``(bom, start, length without CR/LF, odd number of '"', only blanks)``, or None when the
+    file is not plain (invalid UTF-8, a NUL byte, a lone CR)."""
     bom = 3 if data.startswith(codecs.BOM_UTF8) else 0
     if not _utf8_ok(data) or b"\x00" in data or (b"\r" in data and data.count(b"\r") != data.count(b"\r\n")):
         return None
@@ -291,8 +288,8 @@ def _read_jsonl_rows(path: Path, cols: dict[str, str]) -> Chunk:
 
 
 def read_csv(path: Path, cols: dict[str, str]) -> Chunk:
-    """Role columns of a CSV file with a header row (line numbers: the header is line 1 when it is first): the
-    pyarrow path on the file's bytes when it takes the file, else the csv module (the bytes freed before)."""
+    """Role columns of a CSV file with a header row (line numbers: the header is line 1 when it is first): the pyarrow
+    path on the file's bytes when it takes the file, else the csv module (the bytes freed before)."""
     return _read_csv_fast(path, path.read_bytes(), cols) or _read_csv_rows(path, cols)
 
 

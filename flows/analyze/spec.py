@@ -1,12 +1,12 @@
 """What ``confgrid analyze`` is asked to do: one frozen, typed record (:class:`AnalyzeSpec`), from flags or YAML.
 
-``confgrid analyze --spec FILE.yaml`` reads the record from a YAML mapping whose keys are the field names below;
-flags given on the command line override the file's values (a flag left at its default does not), so a spec file
-can be reused with one option changed. Unknown keys are an error naming them.
+``confgrid analyze --spec FILE.yaml`` reads the record from a YAML mapping whose keys are the field names below; flags
+given on the command line override the file's values (a flag left at its default does not), so a spec file can be
+reused with one option changed. Unknown keys are an error naming them.
 
 Every check of an option runs when the record is built and raises
-:class:`~confgrid.flows.analyze.read.AnalyzeInputError` naming the flag, what is allowed and what was received
-(never pydantic's own error), so the Python API, the flags and the YAML file fail alike.
+:class:`~confgrid.flows.analyze.read.AnalyzeInputError` naming the flag, what is allowed and what was received (never
+pydantic's own error), so the Python API, the flags and the YAML file fail alike.
 """
 
 from __future__ import annotations
@@ -177,8 +177,8 @@ _SignalPairs = Annotated[tuple[tuple[str, str], ...], BeforeValidator(_parse_sig
 
 
 def _takes_axes(names: list[str]) -> bool:
-    """Whether some of ``names`` is an unsuffixed binned metric, the names the closure and bin-confidence axes act
-    on (analysis/registry.py ``expand_binned``)."""
+    """Whether some of ``names`` is an unsuffixed binned metric, the names the closure and bin-confidence axes act on
+    (analysis/registry.py ``expand_binned``)."""
     return expand_binned(names, ["left", "right"]) != list(dict.fromkeys(names))
 
 

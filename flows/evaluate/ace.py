@@ -1,23 +1,19 @@
 """The accuracy-controlled comparison of a run (study 001, ACE): own-answer rows, candidate ratings, the tables.
 
-Pure (no Ray, no model): it re-reads what the run stored and hands it to
-analysis/ace (the definitions). What each compared signal is:
+Pure (no Ray, no model): it re-reads what the run stored and hands it to analysis/ace (the definitions). What each
+compared signal is:
 
-* ``verbalized``: the stated probability of the main answer set (primary
-  parse policy), rating the greedy answer graded under ``correctness.primary``;
-* ``token_<context>``: the token score of the greedy answer in that context
-  (primary aggregation);
-* a method id: the method's signal from ``tables/method_signals.parquet``
-  (P(True) and the 0-100 rating rate the greedy answer; self-consistency
-  the first sample), graded under the method's rule.
+* ``verbalized``: the stated probability of the main answer set (primary parse policy), rating the greedy answer
+  graded under ``correctness.primary``;
+* ``token_<context>``: the token score of the greedy answer in that context (primary aggregation);
+* a method id: the method's signal from ``tables/method_signals.parquet`` (P(True) and the 0-100 rating rate the
+  greedy answer; self-consistency the first sample), graded under the method's rule.
 
-Candidate ratings (view ``ca``): every rater rates every pooled candidate
-(the models' greedy answers, normalized and deduplicated by
-:meth:`~confgrid.flows.plan.grid_plan.GridPlan.candidate_pool`) with each compared
-method of kind ``p_true`` or ``rating`` (shards of part ``ca``); a
-self-consistency method rates a candidate by the share of the rater's k
-samples whose normalized answer equals it (no model call; a choice of
-confgrid, stated in docs/studies/001.md).
+Candidate ratings (view ``ca``): every rater rates every pooled candidate (the models' greedy answers, normalized and
+deduplicated by :meth:`~confgrid.flows.plan.grid_plan.GridPlan.candidate_pool`) with each compared method of kind
+``p_true`` or ``rating`` (shards of part ``ca``); a self-consistency method rates a candidate by the share of the
+rater's k samples whose normalized answer equals it (no model call; a choice of confgrid, stated in
+docs/studies/001.md).
 """
 
 from __future__ import annotations
@@ -100,8 +96,8 @@ def ca_ratings(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Shard
                samples: pd.DataFrame) -> pd.DataFrame | None:
     """Every rater's confidence in every pooled candidate (analysis/ace/candidates.py ``RATING_COLUMNS``).
 
-    Returns None when the comparison has no ``ca`` view; a dataset whose pool
-    or rating shards are missing (failed, not run) is left out with a log line.
+    Returns None when the comparison has no ``ca`` view; a dataset whose pool or rating shards are missing (failed,
+    not run) is left out with a log line.
     """
     spec = plan.spec
     if "ca" not in spec.comparison.views:

@@ -1,37 +1,28 @@
 """The paired bootstrap of many settings spread over CPU workers with Ray Data.
 
-The in-process path is :func:`confgrid.analysis.bootstrap.paired_bootstrap`.
-This module computes the same numbers, bit for bit, on a Ray cluster:
+The in-process path is :func:`confgrid.analysis.bootstrap.paired_bootstrap`. This module computes the same numbers,
+bit for bit, on a Ray cluster:
 
-* one Dataset row per ``(setting, chunk index)``; the row carries only the
-  two keys, never resample indices;
-* each setting's ``(S, n)`` confidence and correctness matrices go into the
-  Ray object store once (``ray.put``); every task reads them from its node's
-  shared memory (zero copy, one transfer per node), not from the rows;
-* the rows, ordered by setting then chunk, are cut into about
-  ``TASKS_PER_WORKER * num_workers`` contiguous blocks; ``map_batches``
-  (stateless Ray tasks, one CPU each, one block per batch) evaluates each
-  block's chunks with :func:`~confgrid.analysis.bootstrap.bootstrap_chunks`,
-  which regenerates every chunk's index matrix with
-  :func:`~confgrid.analysis.bootstrap.chunk_indices` (seeded by
-  ``SeedSequence([seed, chunk])``, so it does not depend on which worker
-  draws it or how chunks are grouped into tasks) and runs the kernel the
-  in-process path runs (BLAS pinned to one thread in both);
-* the ``(S, M, b)`` values come back as raw float64 bytes (no conversion
-  that could round) and are written into each setting's ``(S, M, B)`` array
-  at the chunk's offset.
+* one Dataset row per ``(setting, chunk index)``; the row carries only the two keys, never resample indices;
+* each setting's ``(S, n)`` confidence and correctness matrices go into the Ray object store once (``ray.put``); every
+  task reads them from its node's shared memory (zero copy, one transfer per node), not from the rows;
+* the rows, ordered by setting then chunk, are cut into about ``TASKS_PER_WORKER * num_workers`` contiguous blocks;
+  ``map_batches`` (stateless Ray tasks, one CPU each, one block per batch) evaluates each block's chunks with
+  :func:`~confgrid.analysis.bootstrap.bootstrap_chunks`, which regenerates every chunk's index matrix with
+  :func:`~confgrid.analysis.bootstrap.chunk_indices` (seeded by ``SeedSequence([seed, chunk])``, so it does not depend
+  on which worker draws it or how chunks are grouped into tasks) and runs the kernel the in-process path runs (BLAS
+  pinned to one thread in both);
+* the ``(S, M, b)`` values come back as raw float64 bytes (no conversion that could round) and are written into each
+  setting's ``(S, M, B)`` array at the chunk's offset.
 
-Spreading over a cluster: ``num_workers`` caps how many chunk tasks run at
-once (``TaskPoolStrategy(size=num_workers)``); every task asks for one CPU,
-so Ray's scheduler places them on any node with a free CPU (the head node
-and every CPU worker node of ``ray start`` / the autoscaler / KubeRay), and
-an autoscaling cluster grows towards ``num_workers`` CPUs. ``None`` uses
-every CPU the cluster reports when the stage starts. Memory per worker is
-bounded by a small multiple of ``chunk_size * n * 8`` bytes plus the
-setting's arrays; the driver holds only the final ``(S, M, B)`` results.
+Spreading over a cluster: ``num_workers`` caps how many chunk tasks run at once
+(``TaskPoolStrategy(size=num_workers)``); every task asks for one CPU, so Ray's scheduler places them on any node with
+a free CPU (the head node and every CPU worker node of ``ray start`` / the autoscaler / KubeRay), and an autoscaling
+cluster grows towards ``num_workers`` CPUs. ``None`` uses every CPU the cluster reports when the stage starts. Memory
+per worker is bounded by a small multiple of ``chunk_size * n * 8`` bytes plus the setting's arrays; the driver holds
+only the final ``(S, M, B)`` results.
 
-Ray is imported lazily, so importing this module (and ``use_ray=False``)
-needs no cluster.
+Ray is imported lazily, so importing this module (and ``use_ray=False``) needs no cluster.
 """
 
 from __future__ import annotations
@@ -98,10 +89,9 @@ def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], chunk_siz
                 n_bins: int) -> dict[str, np.ndarray]:
     """Ray Data UDF: evaluate the ``(setting, chunk)`` rows of one batch.
 
-    Rows of one setting are evaluated together by
-    :func:`~confgrid.analysis.bootstrap.bootstrap_chunks` (the setting's
-    arrays fetched and its signals sorted once per batch); every chunk's
-    values are the ones the in-process path computes for it.
+    Rows of one setting are evaluated together by :func:`~confgrid.analysis.bootstrap.bootstrap_chunks` (the setting's
+    arrays fetched and its signals sorted once per batch); every chunk's values are the ones the in-process path
+    computes for it.
     """
     import ray
 
@@ -290,9 +280,9 @@ def bootstrap_units(units: Sequence[Any], metrics: Sequence[str], n_resamples: i
 
     ``use_ray``: every unit's resample chunks in **one** Ray Data job (:func:`bootstrap_settings_ray`), else in
     process; the numbers are bit-identical. A unit with its own metrics (``UnitPlan.metrics``) is evaluated under
-    them, the others under ``metrics``; likewise its own resample count (``UnitPlan.n_resamples``, e.g. a
-    comparison's ``bootstrap``) and its distribution-aligned cells (``UnitPlan.reweight``). Returns one result per
-    unit, in order, whose signals are the unit's cells (``cell_names``).
+    them, the others under ``metrics``; likewise its own resample count (``UnitPlan.n_resamples``, e.g. a comparison's
+    ``bootstrap``) and its distribution-aligned cells (``UnitPlan.reweight``). Returns one result per unit, in order,
+    whose signals are the unit's cells (``cell_names``).
     """
     if not units:
         return []

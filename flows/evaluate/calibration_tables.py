@@ -1,35 +1,25 @@
 """The calibration tables of studies 002 and 003 for a run: per category, refusals, and across runs.
 
-Pure (no Ray, no model): a view of the one signal table (the rows that
-entered the evaluator's metrics), joined with the items' metadata. Written to ``results/``:
+Pure (no Ray, no model): a view of the one signal table (the rows that entered the evaluator's metrics), joined with
+the items' metadata. Written to ``results/``:
 
-* ``calibration.{csv,parquet}``: per (model, dataset, answer set, parse
-  policy, refusal policy, rule, signal) and per value of every
-  ``metrics.group_by`` metadata field (``category`` by default): n, accuracy,
-  mean confidence, Brier, calibration gap, ECE, smECE (when
-  ``metrics.calibration_extras`` asks for it), the calibrated-random
-  baseline (k - 1)/k^2 and the Brier skill score
-  (analysis/calibration_summary.py). Method signals (``letter_probability``
-  and the rest) appear with answer set ``method`` and their own rule.
-* ``refusals.{csv,parquet}``: per (model, dataset, answer set) and
-  category: replies, ``refusal`` (declined or no valid letter),
-  ``unparseable``, other unusable statuses, and their rates (study 003
-  section 5.3).
-* ``runs.{csv,parquet}``: for answer sets with ``runs > 1``, the mean and
-  standard deviation across runs of every metric, and the pooled n (study
-  003 Appendix A, Table 2).
-* ``hard_easy.{csv,parquet}`` and ``hard_easy_bins.{csv,parquet}`` (with
-  ``metrics.hard_easy``, or a LifeEval dataset in the grid): the
-  hard-easy effect (study 002 Table 2): per cell, the OLS slope of
-  overconfidence (confidence - score) on difficulty with its paired
-  bootstrap interval (on the very resamples of the unit's metrics: the
-  evaluator's draws of the unit's items, restricted to the signal's answers), the share of confidences at multiples of 5%, and the
-  Pearson and Spearman correlation of confidence with the score (for
-  LifeEval the score is the true probability of the guess); and
-  overconfidence per difficulty bin (10 equal-width bins). Difficulty is
-  ``1 - MAS`` for LifeEval items (metadata ``mas``) and otherwise ``1 -`` the
-  accuracy of the item's ``category`` within the cell (analysis/hard_easy.py
-  ``group_difficulty``); a cell with neither has no row.
+* ``calibration.{csv,parquet}``: per (model, dataset, answer set, parse policy, refusal policy, rule, signal) and per
+  value of every ``metrics.group_by`` metadata field (``category`` by default): n, accuracy, mean confidence, Brier,
+  calibration gap, ECE, smECE (when ``metrics.calibration_extras`` asks for it), the calibrated-random baseline (k
+  - 1)/k^2 and the Brier skill score (analysis/calibration_summary.py). Method signals (``letter_probability`` and the
+  rest) appear with answer set ``method`` and their own rule.
+* ``refusals.{csv,parquet}``: per (model, dataset, answer set) and category: replies, ``refusal`` (declined or no
+  valid letter), ``unparseable``, other unusable statuses, and their rates (study 003 section 5.3).
+* ``runs.{csv,parquet}``: for answer sets with ``runs > 1``, the mean and standard deviation across runs of every
+  metric, and the pooled n (study 003 Appendix A, Table 2).
+* ``hard_easy.{csv,parquet}`` and ``hard_easy_bins.{csv,parquet}`` (with ``metrics.hard_easy``, or a LifeEval dataset
+  in the grid): the hard-easy effect (study 002 Table 2): per cell, the OLS slope of overconfidence (confidence
+  - score) on difficulty with its paired bootstrap interval (on the very resamples of the unit's metrics: the
+  evaluator's draws of the unit's items, restricted to the signal's answers), the share of confidences at multiples of
+  5%, and the Pearson and Spearman correlation of confidence with the score (for LifeEval the score is the true
+  probability of the guess); and overconfidence per difficulty bin (10 equal-width bins). Difficulty is ``1 - MAS``
+  for LifeEval items (metadata ``mas``) and otherwise ``1 -`` the accuracy of the item's ``category`` within the cell
+  (analysis/hard_easy.py ``group_difficulty``); a cell with neither has no row.
 """
 
 from __future__ import annotations
@@ -81,9 +71,9 @@ _ANSWER_KINDS = ("verbalized", "token")
 
 
 def _signal_rows(analyzed: pd.DataFrame) -> pd.DataFrame:
-    """The rows of the one signal table these tables read: the answer's signals as they are, and each method
-    signal once (answer set ``method``, its own rule ``target_rule``, no parse or refusal policy: its rows are
-    the same in every unit of the main answer set, so the first unit's are kept).
+    """The rows of the one signal table these tables read: the answer's signals as they are, and each method signal
+    once (answer set ``method``, its own rule ``target_rule``, no parse or refusal policy: its rows are the same in
+    every unit of the main answer set, so the first unit's are kept).
 
     ``analyzed``: the rows that entered the metrics, ``target`` renamed ``correct``
     (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`).
@@ -122,12 +112,12 @@ def _refusal_rows(units: dict[tuple[str, str, str], Unit], items: pd.DataFrame,
 
 def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                        analyzed: pd.DataFrame, plans: Sequence[Any] = ()) -> dict[str, pd.DataFrame]:
-    """The tables of the module docstring for one run, by name (:data:`CALIBRATION_TABLES`; an empty frame where
-    there is nothing), pure (no model call), from the analyzed rows of the one
-    signal table (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`: every signal on the rows
-    that entered its metrics, methods included) and the units' items. ``plans``: the evaluator's units
-    (:attr:`~confgrid.flows.evaluate.run_evaluation.Evaluation.units`); the hard-easy slope of a signal then
-    resamples its unit's own draws, so its interval is paired with the unit's metrics."""
+    """The tables of the module docstring for one run, by name (:data:`CALIBRATION_TABLES`; an empty frame where there
+    is nothing), pure (no model call), from the analyzed rows of the one signal table
+    (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`: every signal on the rows that entered its
+    metrics, methods included) and the units' items. ``plans``: the evaluator's units
+    (:attr:`~confgrid.flows.evaluate.run_evaluation.Evaluation.units`); the hard-easy slope of a signal then resamples
+    its unit's own draws, so its interval is paired with the unit's metrics."""
     group_by = tuple(spec.metrics.group_by)
     items = _item_columns(units, group_by)
     rows = _signal_rows(analyzed)
@@ -152,8 +142,8 @@ def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
 
 
 class _UnitDraws:
-    """The resamples of the evaluator's units as counts over their items (the last unit's kept: rows come unit
-    by unit), for statistics that are not metrics of a signal but must be paired with them."""
+    """The resamples of the evaluator's units as counts over their items (the last unit's kept: rows come unit by
+    unit), for statistics that are not metrics of a signal but must be paired with them."""
 
     def __init__(self, plans: Sequence[Any], n_resamples: int):
         self.B = int(n_resamples)
@@ -162,8 +152,8 @@ class _UnitDraws:
         self._last: tuple[int, pd.Index, Any] | None = None
 
     def counts(self, ident: dict, item_ids) -> Any:
-        """(B, len(item_ids)) multiplicities of these items in their unit's resamples, or None (no such unit, or
-        an item it lacks)."""
+        """(B, len(item_ids)) multiplicities of these items in their unit's resamples, or None (no such unit, or an
+        item it lacks)."""
         u = self.plan_of.get(tuple(ident[c] for c in _BY[:-1]))
         if u is None or not self.B:
             return None

@@ -1,32 +1,25 @@
 """Capability calibration of a run (study 004): from the method tables to ``results/capability_*``.
 
-Pure (no Ray, no model): it re-reads the stored samples, method signals,
-targets and hidden states. Per (model, dataset):
+Pure (no Ray, no model): it re-reads the stored samples, method signals, targets and hidden states. Per (model,
+dataset):
 
-1. Targets on the evaluation split: the capability target (expected accuracy
-   over the k_eval samples of ``capability.target``) and the response target
-   (the correctness of the first of those samples). The train split's target
-   comes from ``capability.train_target`` (k_train samples).
-2. Estimators on the evaluation split: every method in
-   ``capability.estimators``, as it is and (``isotonic``) after an isotonic
-   map fitted on the train split; response consistency (the majority share)
-   at each k_c from its own sample pool (a seed other than the target's), and
-   (``leaky_consistency``) from the target's own samples for comparison;
-   linear probes on the mean over layers and on one layer of the hidden
-   states, fitted on the train split; the uniform random baseline.
-3. Brier, ECE and Spearman against both targets with paired item-bootstrap
-   intervals: the estimators are rows of the run's one signal table
-   (:func:`capability_rows`: kind ``capability_estimator``, target kind
-   ``expected_accuracy`` or ``correct``), evaluated by the one evaluator in the
-   run's bootstrap job, so ``results/metrics`` holds them and a grid's
-   ``metrics.pairs`` gives their paired gaps; ``capability_metrics`` is a view
-   of those rows beside the uniform random baseline. Then pass@k prediction;
-   budget allocation; the standard error of the target against k; the
+1. Targets on the evaluation split: the capability target (expected accuracy over the k_eval samples of
+   ``capability.target``) and the response target (the correctness of the first of those samples). The train split's
+   target comes from ``capability.train_target`` (k_train samples).
+2. Estimators on the evaluation split: every method in ``capability.estimators``, as it is and (``isotonic``) after an
+   isotonic map fitted on the train split; response consistency (the majority share) at each k_c from its own sample
+   pool (a seed other than the target's), and (``leaky_consistency``) from the target's own samples for comparison;
+   linear probes on the mean over layers and on one layer of the hidden states, fitted on the train split; the uniform
+   random baseline.
+3. Brier, ECE and Spearman against both targets with paired item-bootstrap intervals: the estimators are rows of the
+   run's one signal table (:func:`capability_rows`: kind ``capability_estimator``, target kind ``expected_accuracy``
+   or ``correct``), evaluated by the one evaluator in the run's bootstrap job, so ``results/metrics`` holds them and a
+   grid's ``metrics.pairs`` gives their paired gaps; ``capability_metrics`` is a view of those rows beside the uniform
+   random baseline. Then pass@k prediction; budget allocation; the standard error of the target against k; the
    divergence of the two targets.
 
-Tables (docs/studies/004.md): ``capability_metrics``,
-``capability_pass_at_k``, ``capability_allocation``, ``capability_se_by_k``,
-``capability_divergence``, ``capability_probes``, each CSV and Parquet.
+Tables (docs/studies/004.md): ``capability_metrics``, ``capability_pass_at_k``, ``capability_allocation``,
+``capability_se_by_k``, ``capability_divergence``, ``capability_probes``, each CSV and Parquet.
 """
 
 from __future__ import annotations
@@ -93,8 +86,8 @@ def _by_item(df: pd.DataFrame, col: str, ids: list[str]) -> np.ndarray:
 
 
 def _consistency(samples: pd.DataFrame, ids: list[str], k: int, rule: str) -> tuple[np.ndarray, float]:
-    """Majority share of the first k samples per item (agreement under the rule's key, all unparsed: 0), and
-    the mean generated tokens per item."""
+    """Majority share of the first k samples per item (agreement under the rule's key, all unparsed: 0), and the mean
+    generated tokens per item."""
     vals = np.full(len(ids), np.nan)
     tokens = []
     by = {i: g.sort_values("sample_idx").head(k) for i, g in samples.groupby("item_id", sort=False)}
@@ -167,9 +160,9 @@ def _unit_labels(cell: "CapabilityCell", target_kind: str) -> dict[str, str]:
 
 def _uniform_rows(where: dict, target_name: str, cell: "CapabilityCell", t: np.ndarray, used: np.ndarray,
                   spec: GridSpec, groups) -> list[dict]:
-    """The uniform random baseline on the unit's items: the expected Brier ``1/3 - mu + mu^2`` resampled on the
-    unit's own resamples (:func:`~confgrid.analysis.bootstrap.resample_counts`), the mean ECE of 200 seeded
-    draws, Spearman 0 (its expectation)."""
+    """The uniform random baseline on the unit's items: the expected Brier ``1/3 - mu + mu^2`` resampled on the unit's
+    own resamples (:func:`~confgrid.analysis.bootstrap.resample_counts`), the mean ECE of 200 seeded draws, Spearman 0
+    (its expectation)."""
     R, level = spec.bootstrap.resamples, spec.bootstrap.level
     tu = t[used]
     n = int(used.sum())
@@ -257,8 +250,8 @@ class CapabilityCell:
 
 @dataclass
 class CapabilityEstimates:
-    """What the capability estimators of a run produce, before any metric: one :class:`CapabilityCell` per
-    (model, dataset), and the probes' fits (``capability_probes``)."""
+    """What the capability estimators of a run produce, before any metric: one :class:`CapabilityCell` per (model,
+    dataset), and the probes' fits (``capability_probes``)."""
 
     cells: list[CapabilityCell] = field(default_factory=list)
     probes: list[dict] = field(default_factory=list)
@@ -267,8 +260,8 @@ class CapabilityEstimates:
 def capability_estimates(spec: GridSpec, splits: dict[str, dict[str, str]], samples: pd.DataFrame,
                          signals: pd.DataFrame, targets: pd.DataFrame, hidden: pd.DataFrame,
                          costs: pd.DataFrame) -> CapabilityEstimates:
-    """Targets and every estimator's values on the evaluation split of each (model, dataset) (module docstring,
-    steps 1 and 2).
+    """Targets and every estimator's values on the evaluation split of each (model, dataset) (module docstring, steps
+    1 and 2).
 
     Parameters
     ----------
@@ -335,11 +328,11 @@ def capability_rows(spec: GridSpec, est: CapabilityEstimates) -> ProducerRows:
     """The capability estimators as rows of the one signal table, with the metrics their units take.
 
     Per (model, dataset) two units (answer set ``capability``, the target's rule): ``target_kind``
-    ``expected_accuracy`` (graded against the capability target) and ``correct`` (the response target). Each
-    estimator is a signal of kind ``capability_estimator`` (``method``: its method id; ``k``: the samples of
-    a consistency estimator), on its own items (``align`` empty). Status ``no_estimate`` where the estimator
-    has no value, ``target_missing`` where the target has none. The metrics are Brier, ECE (the grid's bins and
-    first closure) and Spearman (study 004 Tables 3, 13 and 12), through the one evaluator.
+    ``expected_accuracy`` (graded against the capability target) and ``correct`` (the response target). Each estimator
+    is a signal of kind ``capability_estimator`` (``method``: its method id; ``k``: the samples of a consistency
+    estimator), on its own items (``align`` empty). Status ``no_estimate`` where the estimator has no value,
+    ``target_missing`` where the target has none. The metrics are Brier, ECE (the grid's bins and first closure) and
+    Spearman (study 004 Tables 3, 13 and 12), through the one evaluator.
     """
     frames = []
     for cell in est.cells:
@@ -359,10 +352,10 @@ def capability_rows(spec: GridSpec, est: CapabilityEstimates) -> ProducerRows:
 
 def capability_tables(spec: GridSpec, est: CapabilityEstimates, metrics: pd.DataFrame,
                       signals: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Every capability table of a run by name (:data:`CAPABILITY_TABLES`; empty frames without a capability
-    section; module docstring, step 3): ``capability_metrics`` is a view of the one
-    estimates table (the evaluator's ``metrics`` rows of the capability units) beside the uniform baseline;
-    the others are computed from the targets and estimates.
+    """Every capability table of a run by name (:data:`CAPABILITY_TABLES`; empty frames without a capability section;
+    module docstring, step 3): ``capability_metrics`` is a view of the one estimates table (the evaluator's
+    ``metrics`` rows of the capability units) beside the uniform baseline; the others are computed from the targets
+    and estimates.
 
     Parameters
     ----------

@@ -1,8 +1,8 @@
 """The cluster columns of the estimates tables: which column a clustered paired bootstrap resampled, and how many
 clusters each unit had (``cluster_col``, ``n_clusters``), and the printed words on the resampled unit.
 
-The one place a run (``bootstrap.cluster``) and ``confgrid analyze --group-col`` add them; the clusters
-themselves are drawn by analysis/clusters.py.
+The one place a run (``bootstrap.cluster``) and ``confgrid analyze --group-col`` add them; the clusters themselves are
+drawn by analysis/clusters.py.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ def with_cluster_columns(df: pd.DataFrame, column: str | None, n_clusters: Mappi
     """``df`` with ``cluster_col`` (the group column) and ``n_clusters`` (per unit, keyed by
     :func:`~confgrid.analysis.evaluation.unit_name`: the setting of an ``analyze`` input) after ``n``.
 
-    Unchanged when ``column`` is None (a row-level bootstrap), so row-level
-    outputs keep their columns. The one place a run and ``analyze`` add them.
+    Unchanged when ``column`` is None (a row-level bootstrap), so row-level outputs keep their columns. The one place
+    a run and ``analyze`` add them.
     """
     if column is None or df.empty:
         return df

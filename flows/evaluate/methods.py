@@ -1,25 +1,20 @@
 """Confidence methods of a run: from stored method shards to per-item signals, targets and metrics.
 
-Pure (no Ray, no model): everything here re-reads stored shard tables, so a
-new agreement rule, merge rule or metric reruns no model. The formulas are in
-protocols/methods.py; this module joins them with the answers they rate.
+Pure (no Ray, no model): everything here re-reads stored shard tables, so a new agreement rule, merge rule or metric
+reruns no model. The formulas are in protocols/methods.py; this module joins them with the answers they rate.
 
 Tables (docs/concepts/methods.md):
 
-* ``tables/samples.parquet``: every sampled answer, parsed and graded (one row
-  per model, dataset, method, item, sample), with the sampling parameters
-  actually used.
-* ``tables/method_signals.parquet``: one row per (model, dataset, method
-  signal, item): confidence (or None), status, the answer rated and its
-  correctness under the method's rule, and the method's protocol.
-* ``tables/targets.parquet``: expected accuracy over k samples per item, with
-  its standard error (the capability target of study 004).
-* ``tables/next_token.parquet``, ``tables/hidden_states.parquet``: what the
-  next-token and hidden-state methods read.
+* ``tables/samples.parquet``: every sampled answer, parsed and graded (one row per model, dataset, method, item,
+  sample), with the sampling parameters actually used.
+* ``tables/method_signals.parquet``: one row per (model, dataset, method signal, item): confidence (or None), status,
+  the answer rated and its correctness under the method's rule, and the method's protocol.
+* ``tables/targets.parquet``: expected accuracy over k samples per item, with its standard error (the capability
+  target of study 004).
+* ``tables/next_token.parquet``, ``tables/hidden_states.parquet``: what the next-token and hidden-state methods read.
 
-Each method stage reads its own shards into these tables (its ``collect`` in
-flows/stages/<stage>.py); which answer a signal rates is in
-flows/stages/method_base.py.
+Each method stage reads its own shards into these tables (its ``collect`` in flows/stages/<stage>.py); which answer a
+signal rates is in flows/stages/method_base.py.
 """
 
 from __future__ import annotations
@@ -79,8 +74,8 @@ def ratings_of_supplied_answers(plan: GridPlan, method: MethodSpec, model: str, 
 def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[ShardRequest]) -> MethodTables:
     """Gather the method shards of a run into tables (see the module docstring).
 
-    A (model, dataset, method) with a shard missing (failed or not run) is
-    left out and named in :attr:`MethodTables.incomplete`.
+    A (model, dataset, method) with a shard missing (failed or not run) is left out and named in
+    :attr:`MethodTables.incomplete`.
     """
     spec = plan.spec
     out: dict[str, list] = {"signals": [], "targets": [], "samples": [], "next_token": [], "hidden": [], "costs": []}

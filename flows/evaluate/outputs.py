@@ -1,8 +1,7 @@
 """Outputs of a run: result files, study tables, the reporting checklist, the report, and MLflow.
 
-Everything is written atomically (flows/store/run_store.py ``atomic_write``) under
-``OUT/results``; a table that cannot be built (a view of the data) fails soft
-with a log line and never loses the run.
+Everything is written atomically (flows/store/run_store.py ``atomic_write``) under ``OUT/results``; a table that
+cannot be built (a view of the data) fails soft with a log line and never loses the run.
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ log = logging.getLogger("confgrid")
 
 
 def fmt_interval(p: float, lo: float, hi: float, interval: str = "") -> str:
-    """``0.123 [0.100, 0.150]``; ``NaN`` for an undefined point estimate; ``0.100 [0.100, 0.100] (degenerate)`` for
-    a value whose resamples have no spread (``interval``, analysis/intervals.py)."""
+    """``0.123 [0.100, 0.150]``; ``NaN`` for an undefined point estimate; ``0.100 [0.100, 0.100] (degenerate)`` for a
+    value whose resamples have no spread (``interval``, analysis/intervals.py)."""
     if pd.isna(p):
         return "NaN"
     return f"{p:.3f} [{lo:.3f}, {hi:.3f}]" + (" (degenerate)" if interval == "degenerate" else "")
@@ -53,8 +52,8 @@ def fmt_intervals(df: pd.DataFrame, value: str) -> list[str]:
 
 
 def _has_views(df: pd.DataFrame) -> bool:
-    """Whether a table holds study 001's model-vs-model rows (a non-empty ``view``): then the view is part of
-    every key (one model's cell under each view)."""
+    """Whether a table holds study 001's model-vs-model rows (a non-empty ``view``): then the view is part of every
+    key (one model's cell under each view)."""
     return "view" in df.columns and bool((df["view"].fillna("").astype(str) != "").any())
 
 
@@ -238,9 +237,9 @@ def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
 
 def write_outputs(spec: GridSpec, store: RunStore, ev: Evaluation, units: dict[tuple[str, str, str], Unit],
                   provenance: dict[str, dict[str, str]]) -> None:
-    """Write ``results/``: the evaluator's tidy tables, the checklist, ``run_info.json``
-    (flows/store/run_info.py: bins, closure, level, primary group) and ``report.md`` (the
-    studies' views are written by the runner, flows/studies/)."""
+    """Write ``results/``: the evaluator's tidy tables, the checklist, ``run_info.json`` (flows/store/run_info.py:
+    bins, closure, level, primary group) and ``report.md`` (the studies' views are written by the runner,
+    flows/studies/)."""
     res = store.root / "results"
     write_frames(Frames({"metrics": ev.metrics, "gaps": ev.gaps, "shifts": ev.shifts, "settings": ev.settings,
                          "dropped": ev.dropped, "edges": ev.edges, "closure": ev.closure, "verdicts": ev.verdicts}),
@@ -260,8 +259,8 @@ def verdict_mlflow(verdicts: pd.DataFrame) -> tuple[dict[str, float], dict[str, 
     """The verdicts (``results/verdicts``, analysis/verdicts.py) as parent-run metrics and tags, so runs can be
     compared in the MLflow UI: ``verdict/<a>-<b>/<metric>/share_a_better`` with ``.../lo`` and ``.../hi``,
     ``.../share_resolved_a``, ``.../share_resolved_b`` (NaN left out), and the tag
-    ``confgrid.verdict.<a>-<b>.<metric>`` = ``"<verdict> (holds for <side>)"``; a model-vs-model conclusion
-    under an ACE view has the view after the metric (``verdict/<a>-<b>/ece/ia/...``)."""
+    ``confgrid.verdict.<a>-<b>.<metric>`` = ``"<verdict> (holds for <side>)"``; a model-vs-model conclusion under an
+    ACE view has the view after the metric (``verdict/<a>-<b>/ece/ia/...``)."""
     if verdicts is None or verdicts.empty:
         return {}, {}
     base = lambda r: ("verdict", f"{r.signal_a}-{r.signal_b}", r.metric, view_of(r))  # noqa: E731
@@ -340,8 +339,8 @@ def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluatio
 
     Metric keys are the same as ``confgrid analyze``'s (flows/tracking.py ``result_metrics``):
     ``<signal>/<metric>/{point,lo,hi}`` and ``gap/<signal_a>-<signal_b>/<metric>/{point,lo,hi}``. A resumed or
-    resubmitted run logs into the same child runs (``meta.mlflow_setting_runs``), at step = the invocation's
-    index, so each metric's history shows every invocation.
+    resubmitted run logs into the same child runs (``meta.mlflow_setting_runs``), at step = the invocation's index, so
+    each metric's history shows every invocation.
     """
     axes = grid_params(spec)
     primary = primary_group(spec)

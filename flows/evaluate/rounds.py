@@ -1,22 +1,21 @@
 """Early stopping's rounds (``execution.stop_when_resolved``, issue 22 item 4), driven by the executor.
 
-Each (model, dataset) setting runs its items in rounds of whole generate shards: the main answer set's chunks
-of ``execution.shard_size`` items enter in a seeded order, the same for every model on the dataset
-(analysis/stopping.py ``round_order`` and ``round_chunks``). The plan admits a round's items
-(flows/plan/grid_plan.py ``GridPlan.admit``): the generate shards of every answer set and the item-only method
-shards whose items are all admitted, with the keys a run without early stopping gives them, so a later run
-without it (or with a higher limit) reuses each of them. Score, probe and answer-rating shards follow the
-admitted answers as in any run.
+Each (model, dataset) setting runs its items in rounds of whole generate shards: the main answer set's chunks of
+``execution.shard_size`` items enter in a seeded order, the same for every model on the dataset (analysis/stopping.py
+``round_order`` and ``round_chunks``). The plan admits a round's items (flows/plan/grid_plan.py ``GridPlan.admit``):
+the generate shards of every answer set and the item-only method shards whose items are all admitted, with the keys a
+run without early stopping gives them, so a later run without it (or with a higher limit) reuses each of them. Score,
+probe and answer-rating shards follow the admitted answers as in any run.
 
-When a setting has nothing queued or running (its round is done, downstream shards included), the executor
-calls :meth:`Rounds.advance`: the setting's signal rows so far are evaluated by the run's one evaluator
-(flows/evaluate/run_evaluation.py ``evaluate``: same seeds, resamples and level as the final evaluation, so a
-gap resolved at the stop is resolved in results/gaps too) and analysis/stopping.py ``decide`` says whether it
-stops (``resolved``, ``budget_insufficient``, ``exhausted``) or continues; a setting with a failed (or, under
-``resubmit --failed``, skipped) shard stops as ``failed``. Each round logs one line per setting, and the
-manifest's ``meta.stopping`` keeps every setting's rounds, items, reason and deciding numbers. The cross-model
-probe kinds and the candidate pools of the accuracy-controlled comparison need every model's answers on a
-dataset: they are planned once every model's setting on it has stopped (``GridPlan.finalize``).
+When a setting has nothing queued or running (its round is done, downstream shards included), the executor calls
+:meth:`Rounds.advance`: the setting's signal rows so far are evaluated by the run's one evaluator
+(flows/evaluate/run_evaluation.py ``evaluate``: same seeds, resamples and level as the final evaluation, so a gap
+resolved at the stop is resolved in results/gaps too) and analysis/stopping.py ``decide`` says whether it stops
+(``resolved``, ``budget_insufficient``, ``exhausted``) or continues; a setting with a failed (or, under ``resubmit
+--failed``, skipped) shard stops as ``failed``. Each round logs one line per setting, and the manifest's
+``meta.stopping`` keeps every setting's rounds, items, reason and deciding numbers. The cross-model probe kinds and
+the candidate pools of the accuracy-controlled comparison need every model's answers on a dataset: they are planned
+once every model's setting on it has stopped (``GridPlan.finalize``).
 """
 
 from __future__ import annotations
@@ -199,8 +198,8 @@ class Rounds:
         return self._admit(s)
 
     def _evaluate(self, key: tuple[str, str], done: dict[str, pd.DataFrame], submitted: list[ShardRequest]):
-        """The setting's evaluation so far, by the run's own evaluator (its log lines, e.g. undefined metrics,
-        are kept for the final evaluation)."""
+        """The setting's evaluation so far, by the run's own evaluator (its log lines, e.g. undefined metrics, are
+        kept for the final evaluation)."""
         shards = [sh for sh in submitted if (sh.model, sh.dataset) == key]
         level = log.level
         log.setLevel(logging.ERROR)
@@ -213,8 +212,8 @@ class Rounds:
 
 
 def stopping_table(rounds: Rounds | None) -> pd.DataFrame:
-    """``results/stopping``: one row per (model, dataset) setting with why it stopped (:data:`STOPPING_COLUMNS`
-    of analysis/stopping.py); the header alone without early stopping."""
+    """``results/stopping``: one row per (model, dataset) setting with why it stopped (:data:`STOPPING_COLUMNS` of
+    analysis/stopping.py); the header alone without early stopping."""
     if rounds is None:
         return pd.DataFrame(columns=STOPPING_COLUMNS)
     rows = [{c: r[c] for c in STOPPING_COLUMNS} for r in rounds.records().values()]

@@ -1,13 +1,10 @@
 """Evaluation of a run: the one signal table through the one evaluator.
 
-The run's signal table (flows/tables/signals.py: every answer's verbalized and token
-scores per unit of pairing, and every confidence method's rows) is planned
-unit by unit (analysis/evaluation.py: each signal on its support, each
-compared pair on the items both have) and bootstrapped on one resample stream
-per unit, all units at once, in the driver or in one Ray Data job
-(``execution.bootstrap_backend``). ``confgrid analyze`` runs the same
-evaluator on its input. Nothing here calls a model: changing the rule,
-aggregation, estimator or bins reruns only this.
+The run's signal table (flows/tables/signals.py: every answer's verbalized and token scores per unit of pairing, and
+every confidence method's rows) is planned unit by unit (analysis/evaluation.py: each signal on its support, each
+compared pair on the items both have) and bootstrapped on one resample stream per unit, all units at once, in the
+driver or in one Ray Data job (``execution.bootstrap_backend``). ``confgrid analyze`` runs the same evaluator on its
+input. Nothing here calls a model: changing the rule, aggregation, estimator or bins reruns only this.
 """
 
 from __future__ import annotations
@@ -105,8 +102,8 @@ def select(df: pd.DataFrame, group: dict[str, str]) -> pd.DataFrame:
 
 
 def shift_pairs(contexts: tuple[str, ...], aggregations: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Signal pairs whose gap shift is reported: every pair of contexts under the primary aggregation,
-    and each other aggregation against the primary one in the same context."""
+    """Signal pairs whose gap shift is reported: every pair of contexts under the primary aggregation, and each other
+    aggregation against the primary one in the same context."""
     prim = aggregations[0]
     pairs = [(token_signal(a, prim, prim), token_signal(b, prim, prim)) for a, b in itertools.combinations(contexts, 2)]
     pairs += [(token_signal(c, prim, prim), token_signal(c, agg, prim)) for c in contexts for agg in aggregations[1:]]
@@ -135,9 +132,8 @@ def item_clusters(items: list, field: str) -> dict[str, str]:
 def cluster_problems(spec: GridSpec, items: dict[str, list]) -> list[tuple[str, str]]:
     """``bootstrap.cluster`` against the loaded items, before any model runs (flows/runner.py).
 
-    Every item of every dataset needs the field, and a dataset needs at least
-    two clusters (with one, every resample is the whole data and the interval
-    has zero width).
+    Every item of every dataset needs the field, and a dataset needs at least two clusters (with one, every resample
+    is the whole data and the interval has zero width).
 
     Returns
     -------
@@ -216,8 +212,8 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     """The one evaluator of a run: metrics, gaps, shifts and flips of every signal, methods included.
 
     Builds the run's one signal table (flows/tables/signals.py), plans every unit's cells (analysis/evaluation.py),
-    runs every unit's paired bootstrap at once (in process, or in one Ray Data job with
-    ``execution.bootstrap_backend: ray_data``) and turns the resamples into the tables.
+    runs every unit's paired bootstrap at once (in process, or in one Ray Data job with ``execution.bootstrap_backend:
+    ray_data``) and turns the resamples into the tables.
 
     Parameters
     ----------

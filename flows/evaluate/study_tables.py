@@ -1,8 +1,7 @@
 """The study's tables and the reporting checklist of a run (study 000 Tables 2, 3, 4, 17 and Table 5).
 
-Built from the evaluator's estimates and its means over settings (analysis/means.py), with the pure
-functions of analysis/tables.py; written to
-``OUT/results/table*.{csv,parquet}`` and ``OUT/results/checklist.{json,md}``.
+Built from the evaluator's estimates and its means over settings (analysis/means.py), with the pure functions of
+analysis/tables.py; written to ``OUT/results/table*.{csv,parquet}`` and ``OUT/results/checklist.{json,md}``.
 """
 
 from __future__ import annotations
@@ -204,14 +203,13 @@ def selection_table(units: Mapping[tuple[str, str, str], Any], other_set: str, s
                     n_resamples: int = 10_000, level: float = 0.95) -> pd.DataFrame:
     """The selection effect (study 000 section 4.2, Appendix C "Selection").
 
-    For each (model, dataset) with both the main answers and ``other_set``'s
-    answers, on the items where the two answers differ after normalization:
-    the mean token score of each set in every context both were scored in,
-    and the paired difference main - other with a bootstrap interval over
-    items. Each answer scores higher in the context where it was generated.
+    For each (model, dataset) with both the main answers and ``other_set``'s answers, on the items where the two
+    answers differ after normalization: the mean token score of each set in every context both were scored in, and the
+    paired difference main - other with a bootstrap interval over items. Each answer scores higher in the context
+    where it was generated.
 
-    ``units`` maps (model, dataset, answer set) to units with ``graded`` and
-    ``tokens`` tables (flows/tables/assemble.py ``Unit``).
+    ``units`` maps (model, dataset, answer set) to units with ``graded`` and ``tokens`` tables
+    (flows/tables/assemble.py ``Unit``).
 
     Returns
     -------

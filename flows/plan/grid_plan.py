@@ -1,19 +1,15 @@
 """The plan: what a grid computes, as named, typed shard requests (pure: no Ray, no model).
 
-A grid expands into shards. A shard is (stage, model, dataset, answer set,
-chunk of items, the axis values that stage depends on); its key hashes exactly
-those inputs (flows/store/run_store.py), so a shard is computed once and found again by
-any later grid that needs it.
+A grid expands into shards. A shard is (stage, model, dataset, answer set, chunk of items, the axis values that stage
+depends on); its key hashes exactly those inputs (flows/store/run_store.py), so a shard is computed once and found
+again by any later grid that needs it.
 
-The plan is incremental, because later stages read earlier outputs: the
-generate shards are known from the spec and the items; a finished generate
-shard is parsed and graded here (pure, on the driver) and yields its score
-shards (one per scoring context) and the probe shards that need only the
-model's own answers; the probe kinds that need *other* models' answers
-(``plausible_wrong`` and, where none exists, ``off_type``) are planned once
-every model's main answers on that dataset exist. :class:`GridPlan` holds that
-state; the executor (flows/execute/executor.py) only runs what it returns, so the whole
-chain is unit-testable by feeding it outputs by hand.
+The plan is incremental, because later stages read earlier outputs: the generate shards are known from the spec and
+the items; a finished generate shard is parsed and graded here (pure, on the driver) and yields its score shards (one
+per scoring context) and the probe shards that need only the model's own answers; the probe kinds that need *other*
+models' answers (``plausible_wrong`` and, where none exists, ``off_type``) are planned once every model's main answers
+on that dataset exist. :class:`GridPlan` holds that state; the executor (flows/execute/executor.py) only runs what it
+returns, so the whole chain is unit-testable by feeding it outputs by hand.
 
 Study 000 section 3 (the stages), section 3.6 and Appendix I (the probe).
 """
@@ -61,8 +57,8 @@ CROSS_PROBE_KINDS = ("plausible_wrong", "off_type")
 def model_identity(m: ModelSpec) -> dict[str, Any]:
     """The model inputs every shard key depends on (not batch size, replicas or engine limits).
 
-    An API model adds its ``base_url`` (two servers may serve different models under one name) but not its
-    key, concurrency, time-out or retries."""
+    An API model adds its ``base_url`` (two servers may serve different models under one name) but not its key,
+    concurrency, time-out or retries."""
     ident = {"model": m.model, "revision": m.revision, "backend": m.backend, "dtype": m.dtype,
              "chat_template": m.chat_template, "tensor_parallel_size": m.tensor_parallel_size}
     if m.generation_bos is not None or m.scoring_bos is not None:
@@ -92,11 +88,10 @@ def set_items(a: AnswerSetSpec, its: list[Item]) -> list[Item]:
 def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str, str]]:
     """What the loaded items make impossible in ``spec``, found before any model is loaded.
 
-    What the grid asks of an API model that chat completions cannot do
-    (flows/spec/api.py ``api_problems``; parse_grid checks it too). A scoring
-    context that shows lettered options (``item_format: mc``) needs
-    every item of the answer set to have options; a multiple-choice answer set
-    (``format: mc``) needs a dataset with at least one item that has options.
+    What the grid asks of an API model that chat completions cannot do (flows/spec/api.py ``api_problems``; parse_grid
+    checks it too). A scoring context that shows lettered options (``item_format: mc``) needs every item of the answer
+    set to have options; a multiple-choice answer set (``format: mc``) needs a dataset with at least one item that has
+    options.
 
     Parameters
     ----------
@@ -171,8 +166,8 @@ def _check_json_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tupl
 
 @dataclass
 class _Unit:
-    """The generate shards of one (model, dataset, answer set), which of them settled, and the graded answers
-    of those done (by shard label: two shards of different models may share a key)."""
+    """The generate shards of one (model, dataset, answer set), which of them settled, and the graded answers of those
+    done (by shard label: two shards of different models may share a key)."""
 
     shards: list[ShardRequest] = field(default_factory=list)
     done: set[str] = field(default_factory=set)
@@ -264,8 +259,8 @@ class GridPlan:
 
     # -- early stopping (execution.stop_when_resolved) ---------------------------------------
     def _let_through(self, shards: list[ShardRequest]) -> list[ShardRequest]:
-        """The shards whose items are all admitted (every shard without early stopping); the others are held
-        for :meth:`admit`. Generate shards let through join their unit."""
+        """The shards whose items are all admitted (every shard without early stopping); the others are held for
+        :meth:`admit`. Generate shards let through join their unit."""
         out = []
         for sh in shards:
             setting = (sh.model, sh.dataset)
@@ -278,15 +273,15 @@ class GridPlan:
         return out
 
     def main_chunks(self, dataset: str) -> list[list[str]]:
-        """The item ids of each generate chunk of the main answer set on ``dataset`` (chunk ``c`` is element
-        ``c``): the units early stopping admits round by round."""
+        """The item ids of each generate chunk of the main answer set on ``dataset`` (chunk ``c`` is element ``c``):
+        the units early stopping admits round by round."""
         return [[i.item_id for i in chunk]
                 for chunk in _chunks(self.set_items[("main", dataset)], self.spec.execution.shard_size)]
 
     def admit(self, model: str, dataset: str, item_ids) -> list[ShardRequest]:
-        """Early stopping: admit more items of the setting (model, dataset); returns the held generate and
-        item-only method shards whose items are now all admitted (keys unchanged: the shards are the ones a run
-        without early stopping plans)."""
+        """Early stopping: admit more items of the setting (model, dataset); returns the held generate and item-only
+        method shards whose items are now all admitted (keys unchanged: the shards are the ones a run without early
+        stopping plans)."""
         if self.admitted is None:
             raise ValueError("admit: this grid has no execution.stop_when_resolved (every shard is planned)")
         setting = (model, dataset)
@@ -295,9 +290,9 @@ class GridPlan:
         return self._let_through(held)
 
     def finalize(self, model: str, dataset: str) -> list[ShardRequest]:
-        """Early stopping: the setting runs no further round (its held shards never run). Returns the
-        cross-model work of the dataset (probe kinds needing other models' answers, candidate ratings) once every
-        model's setting on it is final."""
+        """Early stopping: the setting runs no further round (its held shards never run). Returns the cross-model work
+        of the dataset (probe kinds needing other models' answers, candidate ratings) once every model's setting on it
+        is final."""
         self.final.add((model, dataset))
         self._held.pop((model, dataset), None)
         return self._cross_probe_shards(dataset) + self._ca_shards(dataset)
@@ -360,9 +355,9 @@ class GridPlan:
         return out
 
     def downstream_bound(self, gen: ShardRequest) -> int:
-        """An upper bound of the requests that :meth:`on_done` of generate shard ``gen`` can plan: one per item
-        and scoring context, own probe kind, answer-rating method and cross-model probe kind (the answers that do
-        not parse plan none). The progress bar counts it from the start, so its total only shrinks."""
+        """An upper bound of the requests that :meth:`on_done` of generate shard ``gen`` can plan: one per item and
+        scoring context, own probe kind, answer-rating method and cross-model probe kind (the answers that do not
+        parse plan none). The progress bar counts it from the start, so its total only shrinks."""
         if not gen.answers:
             return 0
         a = self.set_of[gen.answer_set]
@@ -434,8 +429,8 @@ class GridPlan:
         return []
 
     def expects_work(self, model: str) -> bool:
-        """Whether the plan may still hand ``model`` new shards (cross-model probe kinds or candidate ratings not
-        yet planned)."""
+        """Whether the plan may still hand ``model`` new shards (cross-model probe kinds or candidate ratings not yet
+        planned)."""
         if self._ca_pending(model):
             return True
         if not self._needs_cross():
@@ -478,9 +473,9 @@ class GridPlan:
                                        for d in self.spec.datasets)
 
     def candidate_pool(self, dataset: str) -> pd.DataFrame | None:
-        """The shared candidate pool of every item of ``dataset``: every model's main (greedy) answer, normalized
-        with the correctness rule's normalizer and deduplicated, keeping the first surface form, with the models
-        that produced it and its label under ``comparison.rule`` (analysis/ace/candidates.py ``candidate_pool``).
+        """The shared candidate pool of every item of ``dataset``: every model's main (greedy) answer, normalized with
+        the correctness rule's normalizer and deduplicated, keeping the first surface form, with the models that
+        produced it and its label under ``comparison.rule`` (analysis/ace/candidates.py ``candidate_pool``).
 
         None until every model's main answers on ``dataset`` exist.
         """
@@ -574,8 +569,8 @@ class GridPlan:
                             call=CallParams(max_new_tokens=PROBE_MAX_NEW_TOKENS), upstream=upstream, part=part)
 
     def _own_probe_shards(self, gen: ShardRequest, graded: pd.DataFrame) -> list[ShardRequest]:
-        """Probe rows from the model's own answers: a set without a stated score gets its answers re-supplied
-        (kind ``own``); with ``probe.enabled`` the main set gets the kinds that need no other model."""
+        """Probe rows from the model's own answers: a set without a stated score gets its answers re-supplied (kind
+        ``own``); with ``probe.enabled`` the main set gets the kinds that need no other model."""
         a = self.set_of[gen.answer_set]
         study = a.id == "main" and self.spec.probe.enabled
         if study:

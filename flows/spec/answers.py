@@ -1,9 +1,8 @@
 """Grid sections of the generated answers: the elicitation (main set), further answer sets and parsing.
 
-Split from flows/spec/grid.py (the grid as a whole); every name here is importable
-from ``confgrid.flows.spec.grid`` as well. Definitions: study 000 sections 3.3-3.4,
-4.3 and Appendix B.1 (answer sets, parse policies), study 003 section 3.2
-(refusal policies, repeated runs), study 002 Appendix F (JSON prompts).
+Split from flows/spec/grid.py (the grid as a whole); every name here is importable from ``confgrid.flows.spec.grid``
+as well. Definitions: study 000 sections 3.3-3.4, 4.3 and Appendix B.1 (answer sets, parse policies), study 003
+section 3.2 (refusal policies, repeated runs), study 002 Appendix F (JSON prompts).
 """
 
 from __future__ import annotations
@@ -40,9 +39,8 @@ class ElicitationSpec(_Spec):
 class AnswerSetSpec(_Spec):
     """A further set of answers, generated under another prompt or format (study 000 sections 3.4, 4.3, B.1).
 
-    The main answer set is ``elicitation``; each entry here adds one more
-    generation of every question, scored in its own contexts. Its rows carry
-    ``answer_set = id`` everywhere downstream.
+    The main answer set is ``elicitation``; each entry here adds one more generation of every question, scored in its
+    own contexts. Its rows carry ``answer_set = id`` everywhere downstream.
     """
 
     id: str = Field(description="Label of the answer set (tables, MLflow).", pattern=LABEL_PATTERN)
@@ -99,8 +97,8 @@ class AnswerSetSpec(_Spec):
                      for r in range(1, self.runs + 1))
 
     def analysis_rules(self, rules: tuple[str, ...]) -> tuple[str, ...]:
-        """Rules this set is analyzed under (multiple choice: letter match only, unless declared; a prompt
-        that states option probabilities: the favoured option with ties scored proportionally)."""
+        """Rules this set is analyzed under (multiple choice: letter match only, unless declared; a prompt that states
+        option probabilities: the favoured option with ties scored proportionally)."""
         if self.rules is not None:
             return self.rules
         if self.format == "mc":
@@ -109,8 +107,8 @@ class AnswerSetSpec(_Spec):
 
     @property
     def new_tokens(self) -> int:
-        """Decoding budget: declared, else the prompt's output format's (protocols/output_formats.py: 96 for a
-        JSON reply, 512 for a worked solution), else 20 (mc) or 32 (open)."""
+        """Decoding budget: declared, else the prompt's output format's (protocols/output_formats.py: 96 for a JSON
+        reply, 512 for a worked solution), else 20 (mc) or 32 (open)."""
         if self.max_new_tokens:
             return self.max_new_tokens
         budget = get_prompt(self.prompt).reader.new_tokens
@@ -130,9 +128,9 @@ class AnswerSetSpec(_Spec):
         return self.verbalized_source() == "probe"
 
     def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
-        """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come
-        from the ``letter_probability`` method) or a boxed worked solution, mc_bare/mc_answer_slot/mc_guess_slot
-        for mc, else ``default``."""
+        """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come from the
+        ``letter_probability`` method) or a boxed worked solution, mc_bare/mc_answer_slot/mc_guess_slot for mc, else
+        ``default``."""
         if self.contexts is not None:
             return self.contexts
         if not get_prompt(self.prompt).reader.token_scores:
@@ -144,11 +142,9 @@ def probe_prompt_problem(elicitation: ElicitationSpec, answer_sets: tuple[Answer
                          probe_enabled: bool) -> str | None:
     """Why the supplied-answer probe cannot run, or None.
 
-    The probe of open answers (``probe.enabled``, or an open answer set whose
-    verbalized score comes from the probe) re-asks under the elicitation
-    prompt after its answer label (protocols/probe.py ``probe_request``), so
-    that prompt needs an answer label and a confidence label; a JSON or
-    worked-solution (``output: boxed``) prompt has neither.
+    The probe of open answers (``probe.enabled``, or an open answer set whose verbalized score comes from the probe)
+    re-asks under the elicitation prompt after its answer label (protocols/probe.py ``probe_request``), so that prompt
+    needs an answer label and a confidence label; a JSON or worked-solution (``output: boxed``) prompt has neither.
     """
 
     users = (["probe.enabled"] if probe_enabled else []) + [

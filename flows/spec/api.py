@@ -1,13 +1,10 @@
 """The ``api:`` section of a model served by an OpenAI-compatible server, and what such a model cannot run.
 
-A model entry with ``backend: openai`` names the server's model in ``model``
-and how to reach the server in ``api`` (:class:`ApiSpec`). Chat completions
-give generated text, the generated tokens' log-probs and the top of the
-first token's distribution; they give no prompt log-probs and no hidden
-states. :func:`api_problems` finds, before any Ray or model work, every part
-of a grid that an API model would need one of those for, naming the model,
-the stage and what is allowed (docs "API models (OpenAI-compatible
-servers)").
+A model entry with ``backend: openai`` names the server's model in ``model`` and how to reach the server in ``api``
+(:class:`ApiSpec`). Chat completions give generated text, the generated tokens' log-probs and the top of the first
+token's distribution; they give no prompt log-probs and no hidden states. :func:`api_problems` finds, before any Ray
+or model work, every part of a grid that an API model would need one of those for, naming the model, the stage and
+what is allowed (docs "API models (OpenAI-compatible servers)").
 """
 
 from __future__ import annotations
@@ -79,9 +76,8 @@ class ApiSpec(_Spec):
 def api_entry_problem(m: ModelSpec) -> str | None:
     """What is wrong with one model entry's backend / api pairing, or None.
 
-    An API backend needs ``api`` and refuses ``chat_template: false`` (the
-    server renders its template) and ``revision`` (the server decides what
-    the model is); ``api`` on another backend is an error.
+    An API backend needs ``api`` and refuses ``chat_template: false`` (the server renders its template) and
+    ``revision`` (the server decides what the model is); ``api`` on another backend is an error.
     """
     if m.backend not in API_BACKENDS:
         return None if m.api is None else f"api is only for backend 'openai' (received backend {m.backend!r})"
@@ -101,14 +97,11 @@ def api_problems(spec: GridSpec) -> list[tuple[str, str]]:
 
     Refused for a model with backend ``openai``:
 
-    * scoring contexts (stage ``score``): forced scoring of a given answer
-      needs prompt log-probs;
-    * an assistant prefix without ``api.assistant_prefill`` (stage ``probe``
-      of the supplied-answer probe and of answer sets whose score comes from
-      it; methods with ``assistant_prefix``);
-    * methods of kind ``hidden_states``; ``temperature: model_default`` (a
-      server's generation defaults are not visible); ``top_logprobs`` above
-      ``api.max_top_logprobs``.
+    * scoring contexts (stage ``score``): forced scoring of a given answer needs prompt log-probs;
+    * an assistant prefix without ``api.assistant_prefill`` (stage ``probe`` of the supplied-answer probe and of
+      answer sets whose score comes from it; methods with ``assistant_prefix``);
+    * methods of kind ``hidden_states``; ``temperature: model_default`` (a server's generation defaults are not
+      visible); ``top_logprobs`` above ``api.max_top_logprobs``.
 
     Returns
     -------

@@ -1,7 +1,7 @@
 """The building blocks of every grid section (flows/spec/grid.py): the strict base model, name checks, the error.
 
-Split from flows/spec/grid.py so that the sections can live in more than one file
-(flows/spec/methods.py) without an import cycle.
+Split from flows/spec/grid.py so that the sections can live in more than one file (flows/spec/methods.py) without an
+import cycle.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def _choices_error(kind: str, value: str, choices: list[str] | tuple[str, ...]) 
 def _registry(kind: str) -> Any:
     """The :class:`~confgrid.registry.Registry` a grid name is checked against.
 
-    ``kind`` is the registry's own :attr:`~confgrid.registry.Registry.kind`, so
-    :func:`_choices_error` reads like the registry's :class:`~confgrid.registry.UnknownNameError`.
+    ``kind`` is the registry's own :attr:`~confgrid.registry.Registry.kind`, so :func:`_choices_error` reads like the
+    registry's :class:`~confgrid.registry.UnknownNameError`.
     """
     if kind == "dataset adapter":
         return registered_adapters()

@@ -1,9 +1,8 @@
 """Grid section of capability calibration (study 004): ``capability``.
 
-It names the methods (``methods[]``) that give the targets and the
-estimators, splits every dataset into a train and an evaluation part, and sets
-the applications (pass@k prediction, budget allocation). Checked against the
-methods by :func:`check_capability` when the grid loads (before anything runs).
+It names the methods (``methods[]``) that give the targets and the estimators, splits every dataset into a train and
+an evaluation part, and sets the applications (pass@k prediction, budget allocation). Checked against the methods by
+:func:`check_capability` when the grid loads (before anything runs).
 """
 
 from __future__ import annotations
@@ -71,11 +70,10 @@ class CapabilitySpec(_Spec):
         return self.target is not None
 
     def estimator_signals(self, methods: tuple[MethodSpec, ...]) -> list[str]:
-        """The signal names of the estimators in the one signal table (flows/evaluate/capability.py): each
-        estimator's id (and ``<id>+isotonic``), ``<id>_k<k>`` of a consistency estimator, ``<id>_probe_mean``
-        and ``<id>_probe_layer<L>`` of a probe (``L`` resolved against the stored layers when ``probe.layer``
-        is negative: named only for a non-negative one here), ``consistency_leaky_k<k>``. Empty when the
-        section is off."""
+        """The signal names of the estimators in the one signal table (flows/evaluate/capability.py): each estimator's
+        id (and ``<id>+isotonic``), ``<id>_k<k>`` of a consistency estimator, ``<id>_probe_mean`` and
+        ``<id>_probe_layer<L>`` of a probe (``L`` resolved against the stored layers when ``probe.layer`` is negative:
+        named only for a non-negative one here), ``consistency_leaky_k<k>``. Empty when the section is off."""
         if not self.enabled:
             return []
         by_id = {m.id: m for m in methods}
@@ -93,8 +91,8 @@ class CapabilitySpec(_Spec):
         return out
 
     def is_probe_layer_signal(self, name: str, methods: tuple[MethodSpec, ...]) -> bool:
-        """Whether ``name`` is ``<id>_probe_layer<L>`` of a probe estimator (any ``L``: a negative
-        ``probe.layer`` is resolved only against the stored layers)."""
+        """Whether ``name`` is ``<id>_probe_layer<L>`` of a probe estimator (any ``L``: a negative ``probe.layer`` is
+        resolved only against the stored layers)."""
         by_id = {m.id: m for m in methods}
         return any(e in by_id and by_id[e].reader.capability.probe
                    and re.fullmatch(re.escape(e) + r"_probe_layer\d+", name) for e in self.estimators)
@@ -103,10 +101,10 @@ class CapabilitySpec(_Spec):
 def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> None:
     """Raise ValueError (naming the field, the value and what is allowed) when the section and the methods disagree.
 
-    Checked: target and train_target are expected_accuracy methods on the eval and train splits; estimators
-    exist and have an estimator kind; every self_consistency estimator has k >= max(consistency_k) and a seed
-    other than the target's (else its samples are the target's: the leak the study's code has); methods with a
-    split other than ``all`` need this section.
+    Checked: target and train_target are expected_accuracy methods on the eval and train splits; estimators exist and
+    have an estimator kind; every self_consistency estimator has k >= max(consistency_k) and a seed other than the
+    target's (else its samples are the target's: the leak the study's code has); methods with a split other than
+    ``all`` need this section.
     """
     by_id = {m.id: m for m in methods}
     split_methods = [m.id for m in methods if m.split != "all"]

@@ -1,8 +1,8 @@
 """The grid's estimation sections: how the signals become estimates (``metrics``, ``bootstrap``, ``verdicts``).
 
 Which metrics are computed (the names, the binned-ECE axes and published conventions: analysis/binning.py,
-analysis/conventions.py), the paired bootstrap and its interval method (analysis/intervals.py), and the thresholds
-of the robustness verdicts (analysis/verdicts.py). They change numbers only, never a model call.
+analysis/conventions.py), the paired bootstrap and its interval method (analysis/intervals.py), and the thresholds of
+the robustness verdicts (analysis/verdicts.py). They change numbers only, never a model call.
 """
 
 from __future__ import annotations
@@ -97,8 +97,8 @@ class MetricsSpec(_Spec):
 
     @property
     def evaluated(self) -> list[str]:
-        """The metric names the evaluator computes: :attr:`names`, every unsuffixed binned metric under each
-        closure of :attr:`ece_closure` and bin confidence of :attr:`ece_bin_confidence`
+        """The metric names the evaluator computes: :attr:`names`, every unsuffixed binned metric under each closure
+        of :attr:`ece_closure` and bin confidence of :attr:`ece_bin_confidence`
         (:func:`confgrid.analysis.registry.expand_binned`), then the metric of each convention."""
         names = expand_binned(self.names, self.ece_closure, self.ece_bin_confidence)
         return list(dict.fromkeys([*names, *(convention_metric(c) for c in self.ece_conventions)]))
@@ -133,10 +133,10 @@ class BootstrapSpec(_Spec):
 
 class VerdictSpec(_Spec):
     """The thresholds of the robustness verdicts (analysis/verdicts.py ``VerdictRule``; docs "Is my conclusion
-    robust?"). With p the share of settings where the majority side is better by point, r the share resolved in
-    its favour and q the share resolved against it: robust if p >= robust_point_share, r >= robust_resolved_share
-    and q = 0 over at least robust_min_settings settings; fragile if q > 0 or p < fragile_point_share; unresolved
-    otherwise."""
+    robust?"). With p the share of settings where the majority side is better by point, r the share resolved in its
+    favour and q the share resolved against it: robust if p >= robust_point_share, r >= robust_resolved_share and q
+    = 0 over at least robust_min_settings settings; fragile if q > 0 or p < fragile_point_share; unresolved otherwise.
+    """
 
     robust_point_share: float = Field(0.9, ge=0.0, le=1.0, description="Least share of settings where the "
                                       "majority side is better by point for 'robust'.")

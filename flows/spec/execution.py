@@ -1,6 +1,6 @@
-"""The ``execution`` section of a grid: how the work is cut and run (shards, retries, where the bootstrap runs,
-how many models at once, engine calls in flight, MLflow shard runs) and early stopping (``stop_when_resolved``,
-the one field that decides how many items run; analysis/stopping.py, flows/evaluate/rounds.py)."""
+"""The ``execution`` section of a grid: how the work is cut and run (shards, retries, where the bootstrap runs, how
+many models at once, engine calls in flight, MLflow shard runs) and early stopping (``stop_when_resolved``, the one
+field that decides how many items run; analysis/stopping.py, flows/evaluate/rounds.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ __all__ = ["ExecutionSpec", "StopSpec"]
 
 class StopSpec(_Spec):
     """Early stopping (``execution.stop_when_resolved``, issue 22 item 4): generate each (model, dataset) setting's
-    items in rounds of whole generate shards and stop the setting once every declared conclusion is resolved, or
-    once the sample-size planner says the items left cannot resolve one (analysis/stopping.py)."""
+    items in rounds of whole generate shards and stop the setting once every declared conclusion is resolved, or once
+    the sample-size planner says the items left cannot resolve one (analysis/stopping.py)."""
 
     round_share: float = Field(0.1, gt=0.0, le=1.0, description="Share of a setting's generate chunks (of "
                                "execution.shard_size items) each round adds, in (0, 1]; at least one chunk.")
@@ -33,8 +33,8 @@ class StopSpec(_Spec):
 
 
 class ExecutionSpec(_Spec):
-    """How the work is cut and run (no effect on any number, except ``stop_when_resolved``, which decides how
-    many items run)."""
+    """How the work is cut and run (no effect on any number, except ``stop_when_resolved``, which decides how many
+    items run)."""
 
     shard_size: int = Field(64, ge=1, le=1_000_000, description="Items per generate/score shard.")
     max_retries: int = Field(
@@ -78,8 +78,8 @@ class ExecutionSpec(_Spec):
 
     @model_serializer(mode="wrap")
     def _omit_stop_off(self, handler: Any) -> dict[str, Any]:
-        """No ``stop_when_resolved`` key when it is off: grid.yaml of a grid without it stays what it was
-        before the field existed."""
+        """No ``stop_when_resolved`` key when it is off: grid.yaml of a grid without it stays what it was before the
+        field existed."""
         data = handler(self)
         if self.stop_when_resolved is None:
             data.pop("stop_when_resolved", None)

@@ -1,20 +1,17 @@
 """The grid spec: one YAML file, validated before any model is loaded.
 
-A grid declares models x datasets x protocol axes. Every model is frozen and
-rejects unknown keys, so a typo fails loudly instead of silently running a
-default. :func:`load_grid` turns a YAML file into a :class:`GridSpec` or raises
-:class:`GridSpecError` naming each bad field, the value received and what is
-allowed.
+A grid declares models x datasets x protocol axes. Every model is frozen and rejects unknown keys, so a typo fails
+loudly instead of silently running a default. :func:`load_grid` turns a YAML file into a :class:`GridSpec` or raises
+:class:`GridSpecError` naming each bad field, the value received and what is allowed.
 
-Paths in a grid are resolved relative to the grid file. Two reserved values
-point inside the package: ``model: confgrid-fixture`` (the bundled smoke-test
-model) and ``path: bundled`` on a dataset (the bundled sample of its adapter).
+Paths in a grid are resolved relative to the grid file. Two reserved values point inside the package: ``model:
+confgrid-fixture`` (the bundled smoke-test model) and ``path: bundled`` on a dataset (the bundled sample of its
+adapter).
 
-This file holds what is asked of the models (models, datasets, scoring, correctness, probe) and the
-:class:`GridSpec` checks that read several sections at once, and ``parse_grid`` turns pydantic's errors into one
-list of problems; how the signals become estimates (metrics, bootstrap, verdicts) is estimation.py, how the work
-is cut and run execution.py, and the optional sections live beside it (methods.py, api.py, answers.py,
-capability.py).
+This file holds what is asked of the models (models, datasets, scoring, correctness, probe) and the :class:`GridSpec`
+checks that read several sections at once, and ``parse_grid`` turns pydantic's errors into one list of problems; how
+the signals become estimates (metrics, bootstrap, verdicts) is estimation.py, how the work is cut and run
+execution.py, and the optional sections live beside it (methods.py, api.py, answers.py, capability.py).
 """
 
 from __future__ import annotations
@@ -185,9 +182,9 @@ class ModelSpec(_Spec):
 
     @property
     def resolved_executor(self) -> str | None:
-        """The executor one replica runs its ranks with: ``mp`` or ``ray`` for a tensor-parallel model
-        (``executor``, default ``mp``; the grid allows tensor parallelism for vLLM only), None for a model of one
-        process (nothing to choose)."""
+        """The executor one replica runs its ranks with: ``mp`` or ``ray`` for a tensor-parallel model (``executor``,
+        default ``mp``; the grid allows tensor parallelism for vLLM only), None for a model of one process (nothing to
+        choose)."""
         if self.tensor_parallel_size == 1:
             return None
         return self.executor or "mp"
@@ -251,8 +248,8 @@ class DatasetSpec(_Spec):
 
     @model_serializer(mode="wrap")
     def _omit_empty_params(self, handler: Any) -> dict[str, Any]:
-        """No ``params`` key when there are none: grid.yaml and the items' shard key of a dataset without
-        parameters stay what they were before the field existed (earlier runs resume without recomputing)."""
+        """No ``params`` key when there are none: grid.yaml and the items' shard key of a dataset without parameters
+        stay what they were before the field existed (earlier runs resume without recomputing)."""
         data = handler(self)
         if not self.params:
             data.pop("params", None)
@@ -426,8 +423,8 @@ class GridSpec(_Spec):
                 raise ValueError(f"metrics.pairs[{i}]: a signal against itself ({pair[0]!r})")
 
     def _check_stopping(self) -> None:
-        """``execution.stop_when_resolved`` needs a conclusion to resolve: two signals compared under a metric of
-        a conclusion family (analysis/verdicts.py: ECE estimators, AUROC, AURC, Brier)."""
+        """``execution.stop_when_resolved`` needs a conclusion to resolve: two signals compared under a metric of a
+        conclusion family (analysis/verdicts.py: ECE estimators, AUROC, AURC, Brier)."""
         if self.execution.stopping is None:
             return
 
@@ -551,8 +548,8 @@ def _resolve_paths(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]
 def _register_user_files(raw: dict[str, Any], base_dir: Path) -> list[tuple[str, str]]:
     """Register the grid's own prompt and context files (relative to the grid's folder).
 
-    A file registered before with identical content is accepted again; an id
-    that clashes with a different prompt or context is a problem.
+    A file registered before with identical content is accepted again; an id that clashes with a different prompt or
+    context is a problem.
     """
     problems: list[tuple[str, str]] = []
     for key in ("prompt_files", "context_files"):
@@ -667,8 +664,8 @@ def grid_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a grid file, from the pydantic models (``GridSpec.model_json_schema``).
 
     It checks the structure an editor can check: keys, types, ranges, the values of closed choices, defaults and
-    descriptions. Names looked up in a registry (backends, prompts, contexts, rules, metrics, adapters), paths and
-    the checks across sections are left to :func:`load_grid`, which remains the validator.
+    descriptions. Names looked up in a registry (backends, prompts, contexts, rules, metrics, adapters), paths and the
+    checks across sections are left to :func:`load_grid`, which remains the validator.
     """
     schema = GridSpec.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

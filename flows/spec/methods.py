@@ -1,9 +1,8 @@
 """Grid sections of the confidence methods and of the comparison across models (``methods[]``, ``comparison``).
 
-Split from flows/spec/grid.py (the grid as a whole); every name here is importable
-from ``confgrid.flows.spec.grid`` as well. Definitions: study 001 section 5.1 and
-Appendix D.3 (methods), sections 4 and 6 (comparison); study 004 (capability
-P(True), expected accuracy).
+Split from flows/spec/grid.py (the grid as a whole); every name here is importable from ``confgrid.flows.spec.grid``
+as well. Definitions: study 001 section 5.1 and Appendix D.3 (methods), sections 4 and 6 (comparison); study 004
+(capability P(True), expected accuracy).
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ METHOD_KINDS: tuple[str, ...] = tuple(KINDS.names())
 class MethodSpec(_Spec):
     """One confidence method (study 001 section 5.1 and Appendix D.3; study 004).
 
-    Every method runs on the main answer set's questions; its rows carry the
-    method's protocol (id, kind, template, k, temperature, seed) and a status.
+    Every method runs on the main answer set's questions; its rows carry the method's protocol (id, kind, template, k,
+    temperature, seed) and a status.
     """
 
     id: str = Field(description="Label of the method: its signal name in every table.",
@@ -161,9 +160,8 @@ class PairSpec(_Spec):
 class ComparisonSpec(_Spec):
     """Accuracy-controlled comparison of calibration across models (study 001, ACE; docs "Comparing models").
 
-    Off unless ``views`` is given. Every pair of models (or the declared
-    ``pairs``), on every dataset and compared method, gets the raw gap and the
-    aligned gaps of the chosen views, with paired bootstrap intervals.
+    Off unless ``views`` is given. Every pair of models (or the declared ``pairs``), on every dataset and compared
+    method, gets the raw gap and the aligned gaps of the chosen views, with paired bootstrap intervals.
     """
 
     views: tuple[Literal["raw", "ia", "da", "ca", "da_resample"], ...] = Field(

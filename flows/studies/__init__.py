@@ -1,14 +1,14 @@
 """Studies as registry entries over the one evaluator's estimates: one module of this folder per study view.
 
-A run is plan, execute, collect, signals, evaluate, then the views of the enabled studies
-(flows/runner.py names none of them). A study is a subclass of :class:`Study` declared with its name,
-``class MyView(Study, name="my_view", title=..., tables=(...))``, which registers it (:func:`register_study`),
-in its own module of this folder; every module here is imported by :func:`load_studies`, so a new study is one
-new file and touches nothing else. Each entry declares
+A run is plan, execute, collect, signals, evaluate, then the views of the enabled studies (flows/runner.py names none
+of them). A study is a subclass of :class:`Study` declared with its name, ``class MyView(Study, name="my_view",
+title=..., tables=(...))``, which registers it (:func:`register_study`), in its own module of this folder; every
+module here is imported by :func:`load_studies`, so a new study is one new file and touches nothing else. Each entry
+declares
 
 * ``section``: the grid section whose ``enabled`` turns it on (``enabled()``; None: always on);
-* ``signals(table)``: from the run's signal table, rows or planned units of its own that join the one
-  evaluation's bootstrap job (:class:`ProducerRows`: study 004's estimators, study 001's cells);
+* ``signals(table)``: from the run's signal table, rows or planned units of its own that join the one evaluation's
+  bootstrap job (:class:`ProducerRows`: study 004's estimators, study 001's cells);
 * ``view(ev)``: :class:`StudyOutput`, its named result frames (:class:`~confgrid.flows.store.run_store.Frames`,
   written by the one writer), the tables it stored under ``tables/`` and its MLflow metrics (keyed by
   :func:`~confgrid.flows.tracking.keyed_metrics`);
@@ -17,8 +17,8 @@ new file and touches nothing else. Each entry declares
 Its part of ``confgrid show`` and of the report is registered under its name where the printing lives:
 ``register_show`` (cli/show/<study>.py) and ``register_section`` (report/registry.py).
 
-Registries follow lm-evaluation-harness (``lm_eval/api/registry.py``): a duplicate name is an error, an unknown
-name an error listing the choices.
+Registries follow lm-evaluation-harness (``lm_eval/api/registry.py``): a duplicate name is an error, an unknown name
+an error listing the choices.
 """
 
 from __future__ import annotations
@@ -94,8 +94,8 @@ class StudyOutput:
 
 
 class Study:
-    """One study view over a run's estimates: subclass it with its class attributes as keywords,
-    ``class MyView(Study, name="my_view", title="...", tables=("my_table",))``, which registers it.
+    """One study view over a run's estimates: subclass it with its class attributes as keywords, ``class MyView(Study,
+    name="my_view", title="...", tables=("my_table",))``, which registers it.
 
     Attributes
     ----------
@@ -140,8 +140,8 @@ class Study:
         return cls.section is None or bool(getattr(spec, cls.section).enabled)
 
     def signals(self, table: pd.DataFrame) -> Sequence[ProducerRows]:
-        """Signal rows or planned units of its own, evaluated with the run's (default: none); ``table`` is the
-        run's signal table (flows/tables/signals.py ``run_signal_table``)."""
+        """Signal rows or planned units of its own, evaluated with the run's (default: none); ``table`` is the run's
+        signal table (flows/tables/signals.py ``run_signal_table``)."""
         return ()
 
     def view(self, ev: Evaluation) -> StudyOutput:
@@ -150,8 +150,8 @@ class Study:
 
     @staticmethod
     def never_fatal(what: str, fn: Callable[..., T], *args: Any) -> T | None:
-        """``fn(*args)``, or None when it raises (a view of the data never loses the run; logged as ``what``
-        with the traceback)."""
+        """``fn(*args)``, or None when it raises (a view of the data never loses the run; logged as ``what`` with the
+        traceback)."""
         try:
             return fn(*args)
         except Exception as exc:  # noqa: BLE001 - a view of the data; never lose the run for it

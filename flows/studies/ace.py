@@ -22,8 +22,8 @@ class AccuracyControlled(Study, name="ace", section="comparison", tables=ACE_TAB
     rows = ratings = plan = None
 
     def signals(self, table):
-        """The comparison's cells as units of their own (analysis/ace/units.py), planned from the own-answer rows
-        of the run's table that enter the metrics, the methods' rows and the candidate pools' ratings."""
+        """The comparison's cells as units of their own (analysis/ace/units.py), planned from the own-answer rows of
+        the run's table that enter the metrics, the methods' rows and the candidate pools' ratings."""
         run = self.run
         self.ratings = ca_ratings(run.plan, run.done, run.submitted, run.methods.samples)
         self.rows = ace_rows(self.spec, analyzed(table).rename(columns={"target": "correct"}), run.methods.signals)
@@ -31,8 +31,8 @@ class AccuracyControlled(Study, name="ace", section="comparison", tables=ACE_TAB
         return (ProducerRows(units=tuple(self.plan.units)),) if self.plan is not None else ()
 
     def view(self, ev) -> StudyOutput:
-        """results/ace_*.{csv,parquet,md} as views of the estimates, and the tables the comparison read
-        (``ace_rows``, ``ace_candidates``)."""
+        """results/ace_*.{csv,parquet,md} as views of the estimates, and the tables the comparison read (``ace_rows``,
+        ``ace_candidates``)."""
         if self.rows is None:
             return StudyOutput()
         tables = {"ace_rows": self.store.write_table("ace_rows", [pa.Table.from_pandas(self.rows,

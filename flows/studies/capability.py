@@ -14,8 +14,8 @@ class CapabilityCalibration(Study, name="capability", section="capability", tabl
     est = None
 
     def signals(self, table):
-        """The capability estimators' rows (units of answer set ``capability``); none when they could not be
-        computed (logged, never fatal)."""
+        """The capability estimators' rows (units of answer set ``capability``); none when they could not be computed
+        (logged, never fatal)."""
         mt = self.run.methods
         self.est = self.never_fatal("capability estimators not computed", capability_estimates, self.spec,
                                     self.run.plan.splits, mt.samples, mt.signals, mt.targets, mt.hidden, mt.costs)

@@ -1,5 +1,5 @@
-"""The confidence methods' metrics beside their protocol (results/methods) and the expected accuracy of the
-sampled methods (results/expected_accuracy, study 004 Figure 2)."""
+"""The confidence methods' metrics beside their protocol (results/methods) and the expected accuracy of the sampled
+methods (results/expected_accuracy, study 004 Figure 2)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ METHOD_PROTOCOL = ("template", "k", "temperature", "top_p", "top_k", "seed", "me
 
 
 def methods_view(spec: GridSpec, ev: Evaluation) -> pd.DataFrame:
-    """``results/methods``: the metrics of every confidence-method signal of the main answer set under the first
-    parse and refusal policies, with the method's protocol (a view of ``results/metrics``; the paired gaps
-    against verbalized are in ``results/gaps``, the rows left out by status in ``results/dropped``)."""
+    """``results/methods``: the metrics of every confidence-method signal of the main answer set under the first parse
+    and refusal policies, with the method's protocol (a view of ``results/metrics``; the paired gaps against
+    verbalized are in ``results/gaps``, the rows left out by status in ``results/dropped``)."""
     m = ev.metrics
     if m.empty:
         return pd.DataFrame()
@@ -42,8 +42,8 @@ def methods_view(spec: GridSpec, ev: Evaluation) -> pd.DataFrame:
 
 
 def expected_accuracy_summary(targets: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, dataset, method): items, mean expected accuracy, share of items strictly between 0 and 1
-    (where response and capability calibration differ, study 004 Figure 2), mean standard error."""
+    """Per (model, dataset, method): items, mean expected accuracy, share of items strictly between 0 and 1 (where
+    response and capability calibration differ, study 004 Figure 2), mean standard error."""
     if targets.empty:
         return pd.DataFrame()
     g = targets.groupby(["model", "dataset", "method"], sort=False)

@@ -1,13 +1,13 @@
-"""Study 003's refusal-aware Brier score, as a view of any run (ConfidenceBench, section 3: "Unparseable responses
-and explicit refusals are scored as 25% confidence with a randomly selected answer rather than being excluded").
+"""Study 003's refusal-aware Brier score, as a view of any run (ConfidenceBench, section 3: "Unparseable responses and
+explicit refusals are scored as 25% confidence with a randomly selected answer rather than being excluded").
 
-Per unit of the one signal table and verbalized signal, every item the answer set asked counts: an answered item
-(a usable row) adds ``(p - y)^2``; an item without a usable verbalized value (a refusal, an unparseable reply,
-no stated confidence) is scored at the calibrated-random confidence ``p0 = 1/k`` of its ``k`` options with a
-uniformly random answer, whose expected squared error is ``p0 (1 - p0)`` (0.1875 at k = 4, the study's
-baseline). An item without options (an open answer) has ``p0 = 0``: a refusal there is a confident "no" that is
-wrong, squared error 0, so the refusal rate beside it says how much of the score is abstention. Every term is
-in [0, 1]; lower is better. Point estimates only.
+Per unit of the one signal table and verbalized signal, every item the answer set asked counts: an answered item (a
+usable row) adds ``(p - y)^2``; an item without a usable verbalized value (a refusal, an unparseable reply, no stated
+confidence) is scored at the calibrated-random confidence ``p0 = 1/k`` of its ``k`` options with a uniformly random
+answer, whose expected squared error is ``p0 (1 - p0)`` (0.1875 at k = 4, the study's baseline). An item without
+options (an open answer) has ``p0 = 0``: a refusal there is a confident "no" that is wrong, squared error 0, so the
+refusal rate beside it says how much of the score is abstention. Every term is in [0, 1]; lower is better. Point
+estimates only.
 """
 
 from __future__ import annotations

@@ -11,6 +11,6 @@ class StopReasons(Study, name="stop_reasons", tables=("stopping",),
                   title="execution.stopping: per setting, the rounds run and why it stopped"):
 
     def view(self, ev) -> StudyOutput:
-        """results/stopping, with its header alone without early stopping (it replaces an earlier run's reasons in
-        the same folder)."""
+        """results/stopping, with its header alone without early stopping (it replaces an earlier run's reasons in the
+        same folder)."""
         return StudyOutput(Frames({"stopping": stopping_table(self.run.rounds)}))
