@@ -159,9 +159,9 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     Returns
     -------
     Analysis
-        The tables written to ``OUT/results`` (``metrics``: setting, signal, metric, point, lo, hi, n,
-        n_undefined, ...; ``gaps``: gap = metric(signal_a) - metric(signal_b) with its interval; ``alignment``;
-        ``verdicts``; ...), the MLflow parent run id or the tracking failure.
+        The tables written to ``OUT/results`` (``metrics``: setting, signal, metric, point, lo, hi, n, n_undefined,
+        ...; ``gaps``: gap = metric(signal_a) - metric(signal_b) with its interval; ``alignment``; ``verdicts``; ...),
+        the MLflow parent run id or the tracking failure.
 
     Raises
     ------

@@ -75,8 +75,8 @@ def settings_in_turn(path: Path, cols: dict[str, str], options: CheckOptions,
     Raises
     ------
     AnalyzeInputError
-        Once every setting is read: the bad rows of every setting, in file order; else the first setting whose
-        items name several clusters; else no data rows.
+        Once every setting is read: the bad rows of every setting, in file order; else the first setting whose items
+        name several clusters; else no data rows.
     """
     plan = parquet_settings(path, cols)
     keyed, stats, total, error, n_rows = [], [], 0, None, 0

@@ -53,16 +53,16 @@ def ace_rows(spec: GridSpec, answers: pd.DataFrame, method_signals: pd.DataFrame
         The grid (its comparison section names the signals).
     answers : DataFrame
         The rows of the one signal table that entered the metrics, with ``correct`` = target
-        (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`); its verbalized and token signals are read.
+        (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`); its verbalized and token signals are
+        read.
     method_signals : DataFrame
         ``tables/method_signals.parquet`` (flows/evaluate/methods.py).
 
     Returns
     -------
     DataFrame
-        Columns model, dataset, method, item_id, signal (float64 in [0, 1]),
-        correct (float64 in [0, 1]), answer; rows without a confidence or a
-        correctness label are left out (counted in the log).
+        Columns model, dataset, method, item_id, signal (float64 in [0, 1]), correct (float64 in [0, 1]), answer; rows
+        without a confidence or a correctness label are left out (counted in the log).
     """
     wanted = spec.comparison_signals()
 

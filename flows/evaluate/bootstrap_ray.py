@@ -54,11 +54,10 @@ class SettingInput:
     signal_names : list of str or None
         ``S`` names, stored on the result.
     seed : int
-        Non-negative bootstrap seed of the setting (e.g.
-        :func:`~confgrid.analysis.bootstrap.setting_seed`).
+        Non-negative bootstrap seed of the setting (e.g. :func:`~confgrid.analysis.bootstrap.setting_seed`).
     groups : array-like of shape (n,) or None
-        A cluster label per item: the cluster bootstrap of
-        :func:`~confgrid.analysis.bootstrap.paired_bootstrap` (None: row level).
+        A cluster label per item: the cluster bootstrap of :func:`~confgrid.analysis.bootstrap.paired_bootstrap`
+        (None: row level).
     masks : bool array of shape (S, n) or None
         Each signal's support (:func:`~confgrid.analysis.bootstrap.paired_bootstrap`); None: every item.
     metrics : sequence of str or None
@@ -155,38 +154,33 @@ def bootstrap_settings_ray(
     Parameters
     ----------
     settings : mapping of str to SettingInput or 4- to 6-tuple
-        ``name -> (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups[, masks]])``;
-        ``S`` and ``n`` may differ between settings; ``groups`` (n,) cluster
-        labels make that setting's bootstrap a cluster bootstrap; ``masks``
-        (S, n) bool give each signal its support.
+        ``name -> (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups[, masks]])``; ``S`` and
+        ``n`` may differ between settings; ``groups`` (n,) cluster labels make that setting's bootstrap a cluster
+        bootstrap; ``masks`` (S, n) bool give each signal its support.
     metrics : list of str
-        Metric names (registered, analysis/registry.py) of every setting whose
-        :attr:`SettingInput.metrics` is None.
+        Metric names (registered, analysis/registry.py) of every setting whose :attr:`SettingInput.metrics` is None.
     n_resamples : int
         ``B``, resamples per setting (need not be a multiple of ``chunk_size``).
     n_bins : int, default=10
         ECE bins.
     chunk_size : int, default=1000
-        Resamples per Dataset row (a task evaluates a contiguous run of about
-        ``rows / (TASKS_PER_WORKER * num_workers)`` rows); part of the draw, as
-        in :func:`paired_bootstrap`.
+        Resamples per Dataset row (a task evaluates a contiguous run of about ``rows / (TASKS_PER_WORKER
+        * num_workers)`` rows); part of the draw, as in :func:`paired_bootstrap`.
     num_workers : int, optional
-        Most chunk tasks running at once, one CPU each, on any node of the
-        cluster; ``None``: every CPU of the cluster.
+        Most chunk tasks running at once, one CPU each, on any node of the cluster; ``None``: every CPU of the
+        cluster.
 
     Returns
     -------
     dict of str to BootstrapResult
-        Same keys and order as ``settings``. ``point`` and ``resamples`` are
-        bit-identical to ``paired_bootstrap(confidence, correct, metrics,
-        n_resamples, seed, chunk_size, n_bins, signal_names, groups, masks)`` of each setting
-        (``nan`` where a metric is undefined on a resample).
+        Same keys and order as ``settings``. ``point`` and ``resamples`` are bit-identical to
+        ``paired_bootstrap(confidence, correct, metrics, n_resamples, seed, chunk_size, n_bins, signal_names, groups,
+        masks)`` of each setting (``nan`` where a metric is undefined on a resample).
 
     Raises
     ------
     ValueError
-        For invalid inputs or metric names, before any Ray work (the message
-        names the setting).
+        For invalid inputs or metric names, before any Ray work (the message names the setting).
     """
     if num_workers is not None and int(num_workers) < 1:
         raise ValueError(f"num_workers must be >= 1 or None, got {num_workers}")

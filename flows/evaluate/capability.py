@@ -230,8 +230,8 @@ class CapabilityCell:
     eval_ids : list of str
         ``N`` evaluation items (the order of :func:`~confgrid.analysis.capability.targets.sample_matrix`).
     mu, resp : ndarray of shape (N,), float64 in [0, 1]
-        The capability target (expected accuracy over the k_eval samples) and the response target (the first
-        sample's correctness); NaN where missing.
+        The capability target (expected accuracy over the k_eval samples) and the response target (the first sample's
+        correctness); NaN where missing.
     mat : ndarray of shape (N, k_eval), float64
         The target samples' correctness (NaN: a missing sample).
     estimates : list of _Estimate
@@ -361,8 +361,8 @@ def capability_tables(spec: GridSpec, est: CapabilityEstimates, metrics: pd.Data
     ----------
     est : CapabilityEstimates
     metrics : DataFrame
-        The evaluator's metrics table (analysis/evaluation.py :data:`~confgrid.analysis.evaluation.METRIC_COLUMNS`)
-        of a table holding :func:`capability_rows`.
+        The evaluator's metrics table (analysis/evaluation.py :data:`~confgrid.analysis.evaluation.METRIC_COLUMNS`) of
+        a table holding :func:`capability_rows`.
     signals : DataFrame
         The evaluated signal table (its ``cluster`` column, for the baseline's clustered resamples).
     """

@@ -56,15 +56,15 @@ class Evaluation:
     units : list of UnitPlan
         The units as evaluated.
     kept : Kept
-        The metric rows and resamples the means over settings read (analysis/means.py): the signals' own cells of
-        the main answer set's units (target ``correct``) under the first parse and refusal policies, every rule
-        (kept as the evaluation goes, so the peak memory is about one unit's resamples beyond them).
+        The metric rows and resamples the means over settings read (analysis/means.py): the signals' own cells of the
+        main answer set's units (target ``correct``) under the first parse and refusal policies, every rule (kept as
+        the evaluation goes, so the peak memory is about one unit's resamples beyond them).
     edges, closure : DataFrame
-        ``results/edges`` (each signal's share of confidences on bin edges) and ``results/closure`` (where the
-        bin closure changes a result; analysis/closure.py).
+        ``results/edges`` (each signal's share of confidences on bin edges) and ``results/closure`` (where the bin
+        closure changes a result; analysis/closure.py).
     verdicts : DataFrame
-        ``results/verdicts``: every conclusion of the gaps over the grid's settings (analysis/verdicts.py),
-        the comparison's model-vs-model conclusions under each view included.
+        ``results/verdicts``: every conclusion of the gaps over the grid's settings (analysis/verdicts.py), the
+        comparison's model-vs-model conclusions under each view included.
     """
 
     metrics: pd.DataFrame
@@ -116,8 +116,7 @@ def item_clusters(items: list, field: str) -> dict[str, str]:
     Raises
     ------
     ValueError
-        An item lacks the field (the message names the first such item and the
-        fields the items have).
+        An item lacks the field (the message names the first such item and the fields the items have).
     """
     if field == "item_id":
         return {it.item_id: it.item_id for it in items}
@@ -227,8 +226,9 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
         planned by their producers (study 001's cells), evaluated in the same bootstrap job, each unit under its
         producer's metrics.
     table : DataFrame, optional
-        The run's signal table when the caller built it already (:func:`~confgrid.flows.tables.signals.run_signal_table`
-        of ``units`` and ``method_signals``; the studies' producers read it).
+        The run's signal table when the caller built it already
+        (:func:`~confgrid.flows.tables.signals.run_signal_table` of ``units`` and ``method_signals``; the studies'
+        producers read it).
 
     Returns
     -------

@@ -214,8 +214,7 @@ def selection_table(units: Mapping[tuple[str, str, str], Any], other_set: str, s
     Returns
     -------
     DataFrame
-        setting, other_set, context, n_both, share_differ, n_differ,
-        mean_main, mean_other, diff, lo, hi.
+        setting, other_set, context, n_both, share_differ, n_differ, mean_main, mean_other, diff, lo, hi.
     """
     rows = []
     for (m, d, aid), u in units.items():

@@ -47,16 +47,15 @@ class ShardRequest:
     context : str or None
         Scoring context (score shards).
     upstream : tuple of str
-        Keys of the shards whose outputs this one was planned from (its
-        dependencies for ``resubmit --failed``).
+        Keys of the shards whose outputs this one was planned from (its dependencies for ``resubmit --failed``).
     part : str
-        Probe shards: ``own`` (kinds needing only the model's answers) or
-        ``cross`` (kinds needing other models' answers); ``""`` otherwise.
+        Probe shards: ``own`` (kinds needing only the model's answers) or ``cross`` (kinds needing other models'
+        answers); ``""`` otherwise.
     method : str
         Method shards (stages sample, rate, next_token, hidden): the method id.
     call : CallParams
-        The engine-call parameters the stage needs (the token budget; sampling; the next-token fields; the
-        hidden layers); the defaults for the others.
+        The engine-call parameters the stage needs (the token budget; sampling; the next-token fields; the hidden
+        layers); the defaults for the others.
     """
 
     stage: str

@@ -106,8 +106,7 @@ def api_problems(spec: GridSpec) -> list[tuple[str, str]]:
     Returns
     -------
     list of (field, message)
-        Empty when the grid can run; the caller raises
-        :class:`~confgrid.flows.spec.base.GridSpecError`.
+        Empty when the grid can run; the caller raises :class:`~confgrid.flows.spec.base.GridSpecError`.
     """
     problems: list[tuple[str, str]] = []
     for i, m in enumerate(spec.models):

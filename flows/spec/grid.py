@@ -621,8 +621,8 @@ def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") ->
     Raises
     ------
     GridSpecError
-        With one line per problem: the field path (``models[0].dtype``), what
-        was received and what is allowed. Raised before anything is loaded.
+        With one line per problem: the field path (``models[0].dtype``), what was received and what is allowed. Raised
+        before anything is loaded.
     """
     if not isinstance(raw, dict):
         raise GridSpecError([("grid", f"expected a mapping at the top level, received {type(raw).__name__}")], source)
