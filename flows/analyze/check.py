@@ -1,8 +1,6 @@
 """Column-wise checks of ``confgrid analyze`` input: ids, numbers, duplicates, each problem by its place.
 
-The rules are those of the per-row reader this replaced (kept as tests/reference/analyze_rowwise.py;
-tests/flows/analyze/test_analyze_scale.py checks both give the same rows and messages on every fixture). A column
-arrives as a pyarrow array; common types (strings, integers, floats, booleans, dictionary columns) are checked with
+The rules and messages are those of tests/reference/analyze_rowwise.py (the per-row oracle). A column arrives as a pyarrow array; common types (strings, integers, floats, booleans, dictionary columns) are checked with
 vectorized pyarrow / numpy operations, and only the values that need Python's own semantics (strings that are not
 plain decimals, ``true``/``false``, floats used as ids, nested JSON values) go through the scalar rules, once per
 distinct value.

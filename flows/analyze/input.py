@@ -1,16 +1,15 @@
 """Reading and checking the input of ``confgrid analyze``: CSV, JSON Lines or Parquet, every bad row by its place.
 
-Split from flows/analyze/analysis.py (the analysis itself). The roles of the input columns are :data:`ROLES`
+The roles of the input columns are :data:`ROLES`
 (``setting``, ``item_id``, ``signal``, ``confidence``, ``correct``) and :data:`OPTIONAL_ROLES` (``model``: read when
 the file has the column, to compare models; ``group``: read only when named, by ``--group-col``, and then required:
 the clusters of the bootstrap). Bad input raises :class:`AnalyzeInputError` listing the problems, with hints on what
 to do (percentages, uncertainty scores); nothing is computed then.
 
 Reading is column-wise (flows/analyze/read.py: pyarrow readers, each row's line or row number kept) and so is checking
-(flows/analyze/check.py); the rules and messages are those of the per-row reader this replaced (kept as
-tests/reference/analyze_rowwise.py), with two changes: a confidence or correctness value within
-:data:`~confgrid.flows.analyze.check.CLIP_TOLERANCE` (1e-6) outside [0, 1] is clipped with an :class:`AnalyzeWarning`
-instead of rejected, and the options ``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`).
+(flows/analyze/check.py). A confidence or correctness value within
+:data:`~confgrid.flows.analyze.check.CLIP_TOLERANCE` (1e-6) outside [0, 1] is clipped with an :class:`AnalyzeWarning`;
+``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`) change how numbers are read.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 CSV and JSON Lines take a fast path through pyarrow's readers when the file has the plain shape they handle with the
 same row boundaries as Python's ``csv`` / ``json`` modules (every record on one line, no lone carriage return, no NUL
 byte, valid UTF-8, no ragged row, for JSON Lines no mixed or nested types in the role columns); otherwise the file is
-read with the ``csv`` / ``json`` modules line by line, exactly as before. Both give the same columns, line numbers and
-structural problems (malformed lines, ragged rows). Parquet is read with pyarrow, whole or by row group
-(:func:`parquet_row_groups`, used to analyze one setting at a time).
+read with the ``csv`` / ``json`` modules line by line. Both give the same columns, line numbers and structural
+problems (malformed lines, ragged rows). Parquet is read with pyarrow, whole or by row group (:func:`read_parquet`;
+flows/analyze/in_turn.py reads one setting at a time).
 """
 
 from __future__ import annotations

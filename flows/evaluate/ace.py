@@ -45,24 +45,13 @@ ACE_TABLES = ("ace_gaps", "ace_reversals", "ace_patterns", "ace_pattern_shares",
 
 
 def ace_rows(spec: GridSpec, answers: pd.DataFrame, method_signals: pd.DataFrame) -> pd.DataFrame:
-    """Own-answer rows of every compared signal (analysis/ace/frame.py contract).
+    """Own-answer rows of every signal the grid's comparison names (analysis/ace/frame.py contract): columns model,
+    dataset, method, item_id, signal and correct (float64 in [0, 1]), answer; rows without a confidence or a
+    correctness label are left out (counted in the log).
 
-    Parameters
-    ----------
-    spec : GridSpec
-        The grid (its comparison section names the signals).
-    answers : DataFrame
-        The rows of the one signal table that entered the metrics, with ``correct`` = target
-        (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`); its verbalized and token signals are
-        read.
-    method_signals : DataFrame
-        ``tables/method_signals.parquet`` (flows/evaluate/methods.py).
-
-    Returns
-    -------
-    DataFrame
-        Columns model, dataset, method, item_id, signal (float64 in [0, 1]), correct (float64 in [0, 1]), answer; rows
-        without a confidence or a correctness label are left out (counted in the log).
+    ``answers``: the rows that entered the metrics, ``correct`` = target
+    (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`; its verbalized and token signals are read);
+    ``method_signals``: ``tables/method_signals.parquet`` (flows/evaluate/methods.py).
     """
     wanted = spec.comparison_signals()
 

@@ -224,7 +224,6 @@ class CapabilityCell:
 
     Attributes
     ----------
-    model, dataset : str
     rule : str
         The target's correctness (agreement) rule.
     eval_ids : list of str
@@ -261,14 +260,9 @@ def capability_estimates(spec: GridSpec, splits: dict[str, dict[str, str]], samp
                          signals: pd.DataFrame, targets: pd.DataFrame, hidden: pd.DataFrame,
                          costs: pd.DataFrame) -> CapabilityEstimates:
     """Targets and every estimator's values on the evaluation split of each (model, dataset) (module docstring, steps
-    1 and 2).
-
-    Parameters
-    ----------
-    splits : dataset -> {item_id: "train" | "eval"} (:func:`confgrid.protocols.splits.train_eval_split`)
-    samples, signals, targets, hidden, costs : the frames of :class:`confgrid.flows.evaluate.methods.MethodTables`
-
-    A (model, dataset) whose target samples are missing is left out with a warning.
+    1 and 2). ``splits``: dataset -> {item_id: "train" | "eval"} (:func:`confgrid.protocols.splits.train_eval_split`);
+    the frames are those of :class:`confgrid.flows.evaluate.methods.MethodTables`. A (model, dataset) whose target
+    samples are missing is left out with a warning.
     """
     cap = spec.capability
     out = CapabilityEstimates()
@@ -355,16 +349,8 @@ def capability_tables(spec: GridSpec, est: CapabilityEstimates, metrics: pd.Data
     """Every capability table of a run by name (:data:`CAPABILITY_TABLES`; empty frames without a capability section;
     module docstring, step 3): ``capability_metrics`` is a view of the one estimates table (the evaluator's
     ``metrics`` rows of the capability units) beside the uniform baseline; the others are computed from the targets
-    and estimates.
-
-    Parameters
-    ----------
-    est : CapabilityEstimates
-    metrics : DataFrame
-        The evaluator's metrics table (analysis/evaluation.py :data:`~confgrid.analysis.evaluation.METRIC_COLUMNS`) of
-        a table holding :func:`capability_rows`.
-    signals : DataFrame
-        The evaluated signal table (its ``cluster`` column, for the baseline's clustered resamples).
+    and estimates. ``metrics``: the evaluator's metrics of a table holding :func:`capability_rows`; ``signals``: the
+    evaluated signal table (its ``cluster`` column, for the baseline's clustered resamples).
     """
     cap = spec.capability
     out = dict.fromkeys(CAPABILITY_TABLES, pd.DataFrame())

@@ -301,19 +301,9 @@ def grid_params(spec: GridSpec) -> dict[str, Any]:
 
 
 def dataset_refs(spec: GridSpec, items: pd.DataFrame) -> dict[str, DatasetRef]:
-    """Each dataset of the grid as an MLflow dataset input: name, digest of the item ids the run used, source.
-
-    Parameters
-    ----------
-    spec : GridSpec
-    items : DataFrame
-        ``tables/items.parquet`` (columns ``dataset`` and ``item_id`` at least).
-
-    Returns
-    -------
-    dict
-        Dataset name -> :class:`~confgrid.flows.tracking.DatasetRef`; a dataset without items is left out.
-    """
+    """Dataset name -> its MLflow dataset input (:class:`~confgrid.flows.tracking.DatasetRef`: name, digest of the
+    item ids the run used, source), from ``tables/items.parquet`` (``dataset``, ``item_id``); a dataset without items
+    is left out."""
     out: dict[str, DatasetRef] = {}
     for d in spec.datasets:
         ids = items.loc[items["dataset"] == d.name, "item_id"]

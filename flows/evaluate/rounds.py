@@ -1,4 +1,4 @@
-"""Early stopping's rounds (``execution.stop_when_resolved``, issue 22 item 4), driven by the executor.
+"""Early stopping's rounds (``execution.stop_when_resolved``), driven by the executor.
 
 Each (model, dataset) setting runs its items in rounds of whole generate shards: the main answer set's chunks of
 ``execution.shard_size`` items enter in a seeded order, the same for every model on the dataset (analysis/stopping.py

@@ -132,12 +132,8 @@ def cluster_problems(spec: GridSpec, items: dict[str, list]) -> list[tuple[str, 
     """``bootstrap.cluster`` against the loaded items, before any model runs (flows/runner.py).
 
     Every item of every dataset needs the field, and a dataset needs at least two clusters (with one, every resample
-    is the whole data and the interval has zero width).
-
-    Returns
-    -------
-    list of (field, message)
-        Empty when the grid can run; else :class:`~confgrid.flows.spec.grid.GridSpecError` entries.
+    is the whole data and the interval has zero width). Returns :class:`~confgrid.flows.spec.grid.GridSpecError`
+    entries ``(field, message)``; empty when the grid can run.
     """
     field = spec.bootstrap.cluster
     if field is None:
@@ -216,7 +212,6 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
 
     Parameters
     ----------
-    spec : GridSpec
     units : dict
         (model, dataset, answer set) -> :class:`~confgrid.flows.tables.assemble.Unit` (complete units only).
     method_signals : DataFrame, optional
@@ -229,10 +224,6 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
         The run's signal table when the caller built it already
         (:func:`~confgrid.flows.tables.signals.run_signal_table` of ``units`` and ``method_signals``; the studies'
         producers read it).
-
-    Returns
-    -------
-    Evaluation
 
     Raises
     ------

@@ -40,20 +40,12 @@ ABLATION_PATH = (
 def study_tables(kept: Kept, rule: str, metrics_df: pd.DataFrame, gaps_df: pd.DataFrame, contexts: tuple[str, ...],
                  aggregations: tuple[str, ...], metric_names: tuple[str, ...], level: float = 0.95
                  ) -> dict[str, pd.DataFrame]:
-    """Table 2 (three contexts), Table 3 (ablation path), Table 4 (mean |shift| per axis) and Table 15 (estimators).
+    """Table 2 (three contexts), Table 3 (ablation path), Table 4 (mean |shift| per axis) and Table 15 (estimators),
+    by name; a table whose contexts or axes the grid did not ask for is left out.
 
-    Parameters
-    ----------
-    kept : the evaluator's kept rows of the main protocol (every rule), :class:`~confgrid.analysis.means.Kept`
-    rule : the primary correctness rule (the other rules are Table 4's rule axis)
-    metrics_df, gaps_df : the main protocol's rows of the tidy tables (primary rule)
-    contexts : the main answer set's scoring contexts
-    aggregations : token aggregations; the first is primary
-
-    Returns
-    -------
-    dict of name -> DataFrame; a table whose contexts or axes the grid did not
-    ask for is left out.
+    ``kept``: the evaluator's kept rows of the main protocol, every rule (the others than the primary ``rule`` are
+    Table 4's rule axis); ``metrics_df``, ``gaps_df``: the main protocol's rows under the primary rule; ``contexts``:
+    the main answer set's scoring contexts; ``aggregations``: the first is primary.
     """
     out: dict[str, pd.DataFrame] = {}
     s = sides(kept)
@@ -124,16 +116,11 @@ ESTIMATORS = ("ece_equal_mass", "kde_ece", "ks_ece", "smoothed_ece", "smece")
 
 def transfer_tables(signal_frames: Mapping[str, pd.DataFrame], context_a: str, context_b: str, seed: int,
                     n_folds: int = 5, n_splits: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Calibration transfer between two contexts (study 000 Appendix G), per setting and pooled.
+    """Calibration transfer between two contexts (study 000 Appendix G): ``(penalties, table)``, every (setting,
+    method, direction, split) row and the summary per method and direction.
 
-    Parameters
-    ----------
-    signal_frames : mapping setting -> long signal table (item_id, signal, confidence, correct)
-    context_a, context_b : scoring contexts; maps fitted on one are applied to the same answers' scores in the other
-
-    Returns
-    -------
-    (penalties, table): every (setting, method, direction, split) row, and the summary per method and direction.
+    ``signal_frames``: setting -> long signal table (item_id, signal, confidence, correct); maps fitted on one context
+    are applied to the same answers' scores in the other.
     """
     rows = []
     for setting, sig in signal_frames.items():
@@ -166,17 +153,11 @@ def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, see
                 level: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Table 17: paired differences of stated confidence, pooled over settings, with bootstrap intervals.
 
-    Parameters
-    ----------
-    probe : the probe table (model, dataset, item_id, kind, answer, verbalized, ...)
-    graded : the main set's graded answers (model, dataset, item_id, answer, verbalized, correct)
-
-    Returns
-    -------
-    (table, pairs): one row per pair definition (n, mean difference [lo, hi],
-    share of pairs whose strings differ), and the pooled pairs themselves.
-    The interval resamples the pooled pairs (study 000 Table 17) with the one resampling stream
-    (:func:`~confgrid.analysis.bootstrap.resample_counts`, seed ``setting_seed("probe", pair, seed)``).
+    From the probe table (model, dataset, item_id, kind, answer, verbalized, ...) and the main set's graded answers;
+    returns ``(table, pairs)``: one row per pair definition (n, mean difference [lo, hi], share of pairs whose strings
+    differ), and the pooled pairs. The interval resamples the pooled pairs (study 000 Table 17) with the one
+    resampling stream (:func:`~confgrid.analysis.bootstrap.resample_counts`, seed ``setting_seed("probe", pair,
+    seed)``).
     """
     own = graded[["model", "dataset", "item_id", "correct"]].rename(columns={"correct": "own_correct"})
     gen = graded.assign(kind="generated")[["model", "dataset", "item_id", "kind", "answer", "verbalized"]]
@@ -208,13 +189,8 @@ def selection_table(units: Mapping[tuple[str, str, str], Any], other_set: str, s
     paired difference main - other with a bootstrap interval over items. Each answer scores higher in the context
     where it was generated.
 
-    ``units`` maps (model, dataset, answer set) to units with ``graded`` and ``tokens`` tables
-    (flows/tables/assemble.py ``Unit``).
-
-    Returns
-    -------
-    DataFrame
-        setting, other_set, context, n_both, share_differ, n_differ, mean_main, mean_other, diff, lo, hi.
+    ``units``: (model, dataset, answer set) -> flows/tables/assemble.py ``Unit``. Columns: setting, other_set,
+    context, n_both, share_differ, n_differ, mean_main, mean_other, diff, lo, hi.
     """
     rows = []
     for (m, d, aid), u in units.items():

@@ -91,20 +91,10 @@ def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str,
     What the grid asks of an API model that chat completions cannot do (flows/spec/api.py ``api_problems``; parse_grid
     checks it too). A scoring context that shows lettered options (``item_format: mc``) needs every item of the answer
     set to have options; a multiple-choice answer set (``format: mc``) needs a dataset with at least one item that has
-    options.
+    options. ``items``: every dataset's loaded items, by name.
 
-    Parameters
-    ----------
-    spec : GridSpec
-        A validated grid.
-    items : dict of str to list of Item
-        Every dataset's loaded items, by dataset name.
-
-    Returns
-    -------
-    list of (field, message)
-        Empty if the grid can run; else one entry per problem, in the form of
-        :class:`~confgrid.flows.spec.grid.GridSpecError` (the caller raises it).
+    Returns ``(field, message)`` problems (:class:`~confgrid.flows.spec.grid.GridSpecError` entries, raised by the
+    caller); empty if the grid can run.
     """
     problems: list[tuple[str, str]] = api_problems(spec)  # a grid built in Python skips parse_grid's check
     for i, a in enumerate(spec.all_answer_sets()):
@@ -180,22 +170,11 @@ class _Unit:
 
 
 class GridPlan:
-    """The grid's shard requests, planned stage by stage as outputs arrive.
+    """The grid's shard requests, planned stage by stage as outputs arrive (``items``: every dataset's loaded items).
 
-    Parameters
-    ----------
-    spec : GridSpec
-        A validated grid.
-    items : dict of str to list of Item
-        Every dataset's items (already loaded), by dataset name.
-
-    Notes
-    -----
-    Calls: :meth:`generate_shards` once, then :meth:`on_done` for every shard
-    that finished (computed or reused) and :meth:`on_failed` for every shard
-    that failed; each returns the shards that became plannable. The graded
-    answers of every finished generate shard are kept with its unit
-    (:meth:`answers`).
+    Calls: :meth:`generate_shards` once, then :meth:`on_done` for every shard that finished (computed or reused) and
+    :meth:`on_failed` for every shard that failed; each returns the shards that became plannable. The graded answers of
+    every finished generate shard are kept with its unit (:meth:`answers`).
     """
 
     def __init__(self, spec: GridSpec, items: dict[str, list[Item]]) -> None:

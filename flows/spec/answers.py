@@ -1,7 +1,6 @@
 """Grid sections of the generated answers: the elicitation (main set), further answer sets and parsing.
 
-Split from flows/spec/grid.py (the grid as a whole); every name here is importable from ``confgrid.flows.spec.grid``
-as well. Definitions: study 000 sections 3.3-3.4, 4.3 and Appendix B.1 (answer sets, parse policies), study 003
+Definitions: study 000 sections 3.3-3.4, 4.3 and Appendix B.1 (answer sets, parse policies), study 003
 section 3.2 (refusal policies, repeated runs), study 002 Appendix F (JSON prompts).
 """
 

@@ -1,8 +1,4 @@
-"""The building blocks of every grid section (flows/spec/grid.py): the strict base model, name checks, the error.
-
-Split from flows/spec/grid.py so that the sections can live in more than one file (flows/spec/methods.py) without an
-import cycle.
-"""
+"""The building blocks of every grid section (flows/spec/grid.py): the strict base model, name checks, the error."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ __all__ = ["ExecutionSpec", "StopSpec"]
 
 
 class StopSpec(_Spec):
-    """Early stopping (``execution.stop_when_resolved``, issue 22 item 4): generate each (model, dataset) setting's
+    """Early stopping (``execution.stop_when_resolved``): generate each (model, dataset) setting's
     items in rounds of whole generate shards and stop the setting once every declared conclusion is resolved, or once
     the sample-size planner says the items left cannot resolve one (analysis/stopping.py)."""
 

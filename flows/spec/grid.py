@@ -603,20 +603,8 @@ def _one_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") -> GridSpec:
-    """Validate a grid given as a mapping (the parsed YAML).
-
-    Parameters
-    ----------
-    raw : mapping
-        The grid as parsed from YAML.
-    base_dir : path
-        Folder that relative paths in the grid are resolved against.
-    source : str
-        Name used in error messages (usually the file name).
-
-    Returns
-    -------
-    GridSpec
+    """Validate a grid given as a mapping (the parsed YAML); relative paths are resolved against ``base_dir``,
+    ``source`` names the grid in error messages (usually the file name).
 
     Raises
     ------

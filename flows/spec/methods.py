@@ -1,7 +1,6 @@
 """Grid sections of the confidence methods and of the comparison across models (``methods[]``, ``comparison``).
 
-Split from flows/spec/grid.py (the grid as a whole); every name here is importable from ``confgrid.flows.spec.grid``
-as well. Definitions: study 001 section 5.1 and Appendix D.3 (methods), sections 4 and 6 (comparison); study 004
+Definitions: study 001 section 5.1 and Appendix D.3 (methods), sections 4 and 6 (comparison); study 004
 (capability P(True), expected accuracy).
 """
 

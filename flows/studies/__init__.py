@@ -46,23 +46,10 @@ __all__ = ["Study", "RunInputs", "StudyOutput", "register_study", "get_study", "
 
 @dataclass(frozen=True)
 class RunInputs:
-    """What a run hands every study: the grid, its plan and what the executor collected.
-
-    Attributes
-    ----------
-    spec : GridSpec
-    plan : GridPlan
-        flows/plan/grid_plan.py.
-    done : dict
-        Shard key -> its table (the finished shards).
-    submitted : list of ShardRequest
-        Every shard of the run.
-    units : dict
-        (model, dataset, answer set) -> :class:`~confgrid.flows.tables.assemble.Unit` (complete units).
-    methods : MethodTables
-        flows/evaluate/methods.py: the confidence methods' frames.
-    rounds : Rounds or None
-        Early stopping's rounds (flows/evaluate/rounds.py), None without ``execution.stopping``.
+    """What a run hands every study: the grid, its plan (flows/plan/grid_plan.py ``GridPlan``) and what the executor
+    collected: ``done`` (shard key -> its table), ``submitted`` (every ShardRequest), ``units`` ((model, dataset,
+    answer set) -> complete :class:`~confgrid.flows.tables.assemble.Unit`), ``methods`` (flows/evaluate/methods.py
+    ``MethodTables``), ``rounds`` (flows/evaluate/rounds.py; None without ``execution.stopping``).
     """
 
     spec: GridSpec
@@ -97,18 +84,9 @@ class Study:
     """One study view over a run's estimates: subclass it with its class attributes as keywords, ``class MyView(Study,
     name="my_view", title="...", tables=("my_table",))``, which registers it.
 
-    Attributes
-    ----------
-    name : str
-        Registry key.
-    title : str
-        One line: the study (seed file) and what the view adds.
-    section : str or None
-        The grid section whose ``enabled`` turns it on (None: always on).
-    tables : tuple of str
-        ``results/<name>`` files it writes, in the order ``confgrid show`` prints them.
-    figures : tuple of str
-        Figures (report/registry.py names) drawn from its tables.
+    ``name``: the registry key; ``title``: one line, the study (seed file) and what the view adds; ``section``,
+    ``tables`` (in the order ``confgrid show`` prints them) and ``figures`` (report/registry.py names): the module
+    docstring.
     """
 
     name: ClassVar[str] = ""

@@ -25,19 +25,11 @@ COLUMNS = [*UNIT_COLUMNS, "signal", "n", "n_refused", "refusal_rate", "brier_ans
 
 
 def refusal_brier(signals: pd.DataFrame, n_options: pd.DataFrame) -> pd.DataFrame:
-    """The refusal-aware Brier score of every verbalized signal of every unit (module docstring).
+    """The refusal-aware Brier score of every verbalized signal of every unit (module docstring): :data:`COLUMNS`,
+    ``brier_answered`` NaN for a unit with no answered item.
 
-    Parameters
-    ----------
-    signals : DataFrame
-        The one signal table (analysis/signals.py ``SCHEMA``); its verbalized rows graded for correctness are read.
-    n_options : DataFrame
-        Columns dataset, item_id, n_options (int >= 0; 0 for an open answer).
-
-    Returns
-    -------
-    DataFrame
-        :data:`COLUMNS`; ``brier_answered`` is NaN for a unit with no answered item.
+    ``signals``: the one signal table (its verbalized rows graded for correctness are read); ``n_options``: columns
+    dataset, item_id, n_options (int >= 0; 0 for an open answer).
     """
     v = signals[(signals["kind"] == "verbalized") & (signals["target_kind"] == "correct")] if len(signals) else signals
     if v.empty:
