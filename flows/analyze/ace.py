@@ -72,12 +72,7 @@ def read_candidates(path: str | Path) -> pd.DataFrame:
 def compare_models(rows: pd.DataFrame, out_dir: Path, *, views: Sequence[str] | None, pairs, candidates,
                    n_resamples: int, seed: int, n_bins: int, ia_strata: int | None = None):
     """Run the comparison on checked input rows with ``model`` and ``dataset`` (``InputRows.objects``); write
-    ``OUT/ace_*``.
-
-    Returns
-    -------
-    ACETables or None
-        None if fewer than two models.
+    ``OUT/ace_*``. Returns the ACETables, None if fewer than two models.
 
     Raises
     ------

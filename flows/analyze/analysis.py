@@ -288,24 +288,15 @@ def _track(record: dict[str, Any], out_dir: Path, tracking_uri: str, metrics_df:
 
 
 def log_analysis(out_dir: str | Path, tracking_uri: str | None = None) -> Logged:
-    """Log a finished analysis directory to MLflow, as ``confgrid analyze`` would have (``confgrid log OUT``).
+    """Log a finished analysis directory to MLflow, as ``confgrid analyze`` would have (``confgrid log OUT``); returns
+    the new parent run, its store and experiment.
 
-    Parameters
-    ----------
-    out_dir : path
-        Output directory of ``confgrid analyze`` (``analyze.json``, ``metrics.parquet``, ``gaps.parquet``).
-    tracking_uri : str, optional
-        Default: the store the analysis was given, else ``sqlite:///OUT/mlflow.db``.
-
-    Returns
-    -------
-    confgrid.flows.tracking.Logged
-        The new parent run, its store and experiment.
+    ``tracking_uri`` defaults to the store the analysis was given, else ``sqlite:///OUT/mlflow.db``.
 
     Raises
     ------
     FileNotFoundError
-        ``out_dir`` lacks one of the files above.
+        ``out_dir`` lacks ``analyze.json``, ``results/metrics.parquet`` or ``results/gaps.parquet``.
     confgrid.flows.tracking.TrackingError
         The store failed.
     """

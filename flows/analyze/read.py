@@ -58,7 +58,6 @@ class AnalyzeInputError(FieldsPickle, ValueError):
         The problems found (``"line 5: confidence 1.5 is outside [0, 1]"``), in file order (at most
         :data:`~confgrid.flows.analyze.check.KEPT_PROBLEMS`); the message lists the first ``MAX_PROBLEMS``.
     n_problems : int
-        How many problems there are in all.
     hints : list of str
         What to do about them (e.g. percentages: divide by 100), also at the end of the message.
     """

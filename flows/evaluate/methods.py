@@ -60,13 +60,8 @@ class MethodTables:
 
 
 def ratings_of_supplied_answers(plan: GridPlan, method: MethodSpec, model: str, table: pd.DataFrame) -> pd.DataFrame:
-    """A rating method's confidence in each supplied answer of a shard table (candidate ratings of ACE's CA view).
-
-    Returns
-    -------
-    DataFrame
-        Columns item_id, rated_answer, confidence (float in [0, 1] or None), status.
-    """
+    """A rating method's confidence in each supplied answer of a shard table (candidate ratings of ACE's CA view):
+    columns item_id, rated_answer, confidence (float in [0, 1] or None), status."""
     values = method.reader.rated_values(plan, method, model, table)
     return pd.DataFrame([v[:4] for v in values], columns=list(RatedValue._fields[:4]))
 

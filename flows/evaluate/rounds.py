@@ -84,19 +84,9 @@ class _Setting:
 
 
 class Rounds:
-    """The rounds of every setting of a grid with ``execution.stop_when_resolved``.
+    """The rounds of every setting of a grid with ``execution.stop_when_resolved``; ``plan`` (of the same spec) holds
+    the shards of items not admitted yet, ``store`` keeps ``meta.stopping`` as rounds end.
 
-    Parameters
-    ----------
-    spec : GridSpec
-        A grid whose ``execution.stopping`` is set.
-    plan : GridPlan
-        Its plan (built with the same spec: it holds the shards of items not admitted yet).
-    store : RunStore
-        The run directory: ``meta.stopping`` is kept there as rounds end.
-
-    Notes
-    -----
     The executor calls :meth:`start` once, then :meth:`advance` for each setting of :meth:`active` that has no
     shard queued or running; each returns the shards to submit.
     """
@@ -158,17 +148,8 @@ class Rounds:
     def advance(self, key: tuple[str, str], done: dict[str, pd.DataFrame], submitted: list[ShardRequest],
                 failed: int = 0) -> list[ShardRequest]:
         """A setting's round is done (nothing of it queued or running): evaluate it, decide, and return the next
-        round's shards, or the cross-model work its stop makes plannable.
-
-        Parameters
-        ----------
-        key : (model, dataset)
-        done : dict of str to DataFrame
-            Every shard table done so far, by key (the executor's).
-        submitted : list of ShardRequest
-            Every shard submitted so far.
-        failed : int
-            Shards of the setting that failed in this run (method shards included).
+        round's shards, or the cross-model work its stop makes plannable. ``key``: (model, dataset); ``done``: every
+        shard table so far, by key; ``failed``: the setting's shards that failed in this run (methods included).
         """
         s = self.settings[key]
         t0 = time.time()

@@ -103,10 +103,8 @@ def api_problems(spec: GridSpec) -> list[tuple[str, str]]:
     * methods of kind ``hidden_states``; ``temperature: model_default`` (a server's generation defaults are not
       visible); ``top_logprobs`` above ``api.max_top_logprobs``.
 
-    Returns
-    -------
-    list of (field, message)
-        Empty when the grid can run; the caller raises :class:`~confgrid.flows.spec.base.GridSpecError`.
+    Returns ``(field, message)`` problems, empty when the grid can run (the caller raises
+    :class:`~confgrid.flows.spec.base.GridSpecError`).
     """
     problems: list[tuple[str, str]] = []
     for i, m in enumerate(spec.models):
