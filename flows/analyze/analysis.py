@@ -13,19 +13,9 @@ confidence    a number in [0, 1]                                     ``--confide
 correct       0/1 (or graded in [0, 1]; ``true``/``false`` too)      ``--correct-col``
 ============  =====================================================  ==================
 
-Other columns are ignored. Every row is checked before anything is computed; each bad row is reported by its place in
-the file (CSV: line number with the header as line 1; JSONL: line number; Parquet: 0-based row index): missing values
-(empty, null, NaN), non-numbers, confidence or correct outside [0, 1], duplicate (setting, item_id, signal) rows
-(naming both places), malformed lines. Up to :data:`MAX_PROBLEMS` problems are listed with the count of the rest, and
-:class:`AnalyzeInputError` is raised; nothing is written.
-
-Pairing: within a setting the signals are compared on the items that every signal scored (instance-aligned). Items
-lacking some signal are left out of that setting, counted per signal in ``alignment.csv`` and announced with an
-:class:`AnalyzeWarning`, never silently.
-
-Clusters: with ``--group-col COL`` the bootstrap resamples the distinct values of ``COL`` with all their items (an
-item's rows must name one cluster, flows/analyze/input.py ``check_clusters``); the tables say so (``cluster_col``,
-``n_clusters``).
+Other columns are ignored. The input format, its checks (every bad row by its place in the file; nothing is written
+then), the alignment of a setting's signals (``alignment.csv``, an :class:`AnalyzeWarning`) and the cluster bootstrap
+(``--group-col``) are described in docs/guides/analyze.md; the readers are flows/analyze/roads.py.
 
 Determinism: settings, signals and items are sorted (as strings), so the output does not depend on the order of the
 input rows. The bootstrap seed of a setting is ``setting_seed(setting, "", seed)`` (SHA-256 of the JSON ``[setting,
@@ -33,18 +23,12 @@ input rows. The bootstrap seed of a setting is ``setting_seed(setting, "", seed)
 ``setting_seed(model, dataset, seed)`` with the setting name in place of the model and an empty dataset. A fixed
 ``--seed`` gives byte-identical CSV files, with or without Ray.
 
-Outputs in ``DIR/results``: ``metrics.csv`` (setting, signal, metric, point,
-lo, hi, n, n_undefined), ``gaps.csv`` (every ordered pair of signals within a
-setting: gap = metric(signal_a) - metric(signal_b) with its paired
-percentile interval), ``alignment.csv``, ``shifts``, ``edges``, ``closure``,
-``verdicts``, Parquet copies, ``run_info.json`` (flows/store/run_info.py: what
-``confgrid show`` and ``confgrid report`` read); in ``DIR``: ``analyze.json`` (the MLflow record's params and tags, what ``confgrid log
-DIR`` logs, :func:`log_analysis`) and an MLflow record (experiment
-``confgrid/analyze``, default store ``sqlite:///DIR/mlflow.db``): a parent
-run named after the input file, one child run per setting with
-``<signal>/<metric>/{point,lo,hi}`` metrics, and the tables as artifacts of
-the parent run. If the store fails, the files are written all the same, a
-:class:`TrackingWarning` says so and the command exits with
+Outputs: ``DIR/results`` (:data:`TABLES`, CSV and Parquet; ``run_info.json``, what ``confgrid show`` and ``confgrid
+report`` read), ``DIR/analyze.json`` (the MLflow record's params and tags, what ``confgrid log DIR`` logs,
+:func:`log_analysis`) and an MLflow record (experiment ``confgrid/analyze``, default store
+``sqlite:///DIR/mlflow.db``): a parent run named after the input file, one child run per setting with
+``<signal>/<metric>/{point,lo,hi}`` metrics, the tables as artifacts. If the store fails, the files are written all
+the same, a :class:`TrackingWarning` says so and the command exits with
 :data:`~confgrid.flows.tracking.EXIT_TRACKING_FAILED`.
 """
 

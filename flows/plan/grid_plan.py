@@ -173,8 +173,8 @@ class GridPlan:
     """The grid's shard requests, planned stage by stage as outputs arrive (``items``: every dataset's loaded items).
 
     Calls: :meth:`generate_shards` once, then :meth:`on_done` for every shard that finished (computed or reused) and
-    :meth:`on_failed` for every shard that failed; each returns the shards that became plannable. The graded answers of
-    every finished generate shard are kept with its unit (:meth:`answers`).
+    :meth:`on_failed` for every shard that failed; each returns the shards that became plannable. The graded answers
+    of every finished generate shard are kept with its unit (:meth:`answers`).
     """
 
     def __init__(self, spec: GridSpec, items: dict[str, list[Item]]) -> None:
