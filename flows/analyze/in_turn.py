@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from confgrid.flows.analyze.check import Problems, check_ids
+from confgrid.flows.analyze.check import check_ids
 from confgrid.flows.analyze.input import CheckOptions, SignalRows, check_chunk, raise_problems, signal_rows
 from confgrid.flows.analyze.read import AnalyzeInputError, Chunk, open_parquet, read_parquet
 
@@ -96,20 +96,8 @@ def settings_in_turn(path: Path, cols: dict[str, str], options: CheckOptions,
         del rows
         yield part
     if total:
-        _raise(path, sorted(keyed, key=lambda p: (p[0], p[1])), total, stats, cols)
+        raise_problems(path, sorted(keyed, key=lambda p: (p[0], p[1])), total, stats, cols)
     if error is not None:
         raise error
     if n_rows == 0:
         raise AnalyzeInputError(f"{path}: no data rows")
-
-
-def _raise(path: Path, keyed: list[tuple[int, int, str]], total: int, stats: list[dict], cols: dict[str, str]) -> None:
-    """The input error of the whole file from the settings' first problems (already in file order)."""
-    class _Keyed(Problems):
-        def count(self) -> int:
-            return total
-
-        def keyed(self, k: int = 0) -> list[tuple[int, int, str]]:
-            return keyed
-
-    raise_problems(path, _Keyed("row"), stats, cols)

@@ -389,10 +389,10 @@ def _hints(stats: dict[str, _Stats], cols: dict[str, str]) -> list[str]:
     return out
 
 
-def raise_problems(path: Path, problems: Problems, stats: Sequence[dict[str, _Stats]] = (),
-                   cols: dict[str, str] | None = None) -> None:
-    """Raise :class:`AnalyzeInputError` listing ``problems`` (if any) in file order, with hints from ``stats``."""
-    total = problems.count()
+def raise_problems(path: Path, keyed: list[tuple[int, int, str]], total: int,
+                   stats: Sequence[dict[str, _Stats]] = (), cols: dict[str, str] | None = None) -> None:
+    """Raise :class:`AnalyzeInputError` listing the ``total`` problems (if any) from the first ones ``keyed`` in file
+    order (:meth:`~confgrid.flows.analyze.check.Problems.keyed`), with hints from ``stats``."""
     if not total:
         return
     merged: dict[str, _Stats] = {}
@@ -400,7 +400,7 @@ def raise_problems(path: Path, problems: Problems, stats: Sequence[dict[str, _St
         for role, st in part.items():
             merged.setdefault(role, _Stats()).merge(st)
     hints = _hints(merged, cols or _columns(None))
-    msgs = [m for _, _, m in problems.keyed(KEPT_PROBLEMS)]
+    msgs = [m for _, _, m in keyed]
     shown = "\n".join(f"  {m}" for m in msgs[:MAX_PROBLEMS])
     more = f"\n  ... and {total - MAX_PROBLEMS} more problem(s)" if total > MAX_PROBLEMS else ""
     tail = "".join(f"\nhint: {h}" for h in hints)
@@ -433,7 +433,7 @@ def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
     cols = _columns(columns)
     chunk = _read_chunk(path, cols)
     rows, problems = check_chunk(chunk, cols, options)
-    raise_problems(path, problems, [rows.stats], cols)
+    raise_problems(path, problems.keyed(KEPT_PROBLEMS), problems.count(), [rows.stats], cols)
     if rows.pos.size == 0:
         raise AnalyzeInputError(f"{path}: no data rows")
     return rows

@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 
 from confgrid.analysis.evaluation import unit_name
 from confgrid.analysis.planner import plan_size
-from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, check, conform
+from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, conform
 from confgrid.flows.analyze.input import read_rows
 from confgrid.flows.analyze.read import AnalyzeInputError
+from confgrid.flows.analyze.roads import checked
 
 __all__ = ["PLAN_COLUMNS", "read_pilot", "plan_sizes"]
 
@@ -50,7 +51,7 @@ def read_pilot(path: str | Path, group_col: str | None = None) -> pd.DataFrame:
     if p.suffix.lower() in (".parquet", ".pq"):
         names = set(pq.read_schema(p).names)
         if set(UNIT_COLUMNS) <= names and "target" in names:  # a run's signal table
-            return _checked(conform(pd.read_parquet(p)), path)
+            return checked(conform(pd.read_parquet(p)), path)
     # an analyze input: read and checked by analyze's own reader (columns, missing values by line, ranges)
     try:
         frame = read_rows(p, {"group": group_col} if group_col else None).frame
@@ -62,16 +63,7 @@ def read_pilot(path: str | Path, group_col: str | None = None) -> pd.DataFrame:
                          "target": frame["correct"]})
     if group_col:
         rows["cluster"] = frame["group"].astype(str)
-    return _checked(conform(rows), path)
-
-
-def _checked(table: pd.DataFrame, path) -> pd.DataFrame:
-    """``table`` after analysis/signals.py ``check`` (a value outside [0, 1], a duplicate row: AnalyzeInputError)."""
-    try:
-        check(table)
-    except ValueError as exc:
-        raise AnalyzeInputError(f"{path}: {exc}") from None
-    return table
+    return checked(conform(rows), path)
 
 
 def plan_sizes(pilot: pd.DataFrame, signal_a: str, signal_b: str, metric: str, gap: float, *, power: float = 0.8,

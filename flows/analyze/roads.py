@@ -45,7 +45,7 @@ from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
 from confgrid.flows.evaluate.run_evaluation import RUN_COMPARISONS
 from confgrid.registry import Registry
 
-__all__ = ["ALIGNMENT_COLUMNS", "ROADS", "Analyzed", "Road", "UnitSummary", "evaluate_input", "road_for"]
+__all__ = ["ALIGNMENT_COLUMNS", "ROADS", "Analyzed", "Road", "UnitSummary", "checked", "evaluate_input", "road_for"]
 
 ALIGNMENT_COLUMNS = ["setting", "signal", "n_items", "n_used", "n_left_out", "left_out_examples"]
 #: The columns that make a Parquet file a signal table (read as such, not as five columns).
@@ -231,14 +231,19 @@ def _read_signal_table(spec: AnalyzeSpec) -> list[SignalRows]:
     if spec.group_col not in (None, "cluster"):
         raise AnalyzeInputError(f"--group-col {spec.group_col!r}: a signal table names each item's cluster in its "
                                 "'cluster' column; use --group-col cluster or leave it out")
-    table = conform(pd.read_parquet(spec.input))
-    try:
-        check(table)
-    except ValueError as exc:
-        raise AnalyzeInputError(f"{spec.input}: {exc}") from None
+    table = checked(conform(pd.read_parquet(spec.input)), spec.input)
     if table.empty:
         raise AnalyzeInputError(f"{spec.input}: no data rows")
     return [SignalRows(table, len(table))]
+
+
+def checked(table: pd.DataFrame, where: Any) -> pd.DataFrame:
+    """``table`` after analysis/signals.py ``check`` (a value outside [0, 1], a duplicate row: AnalyzeInputError)."""
+    try:
+        check(table)
+    except ValueError as exc:
+        raise AnalyzeInputError(f"{where}: {exc}") from None
+    return table
 
 
 def _run_comparisons(spec: AnalyzeSpec) -> Comparisons:
