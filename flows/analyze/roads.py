@@ -1,10 +1,10 @@
 """The inputs ``confgrid analyze`` reads, one registry entry each, all on the run's road.
 
-Each entry (:class:`Road`) says which files it takes and reads one into signal rows (analysis/signals.py, the
-schema of a run's ``tables/signals.parquet``; flows/analyze/input.py ``SignalRows``). :func:`evaluate_input` then
-takes them as a run does: ``plan_units`` (analysis/evaluation.py), ``bootstrap_units`` (flows/evaluate/
-bootstrap_ray.py, in process or on Ray Data, bit for bit the same), and :func:`analyze` the run's ``estimates``.
-The first entry, in registration order, that accepts the input reads it, the fallback entries (``columns``) last:
+Each entry (:class:`Road`) says which files it takes and reads one into signal rows (analysis/signals.py, the schema
+of a run's ``tables/signals.parquet``; flows/analyze/input.py ``SignalRows``). :func:`evaluate_input` then takes them
+as a run does: ``plan_units`` (analysis/evaluation.py), ``bootstrap_units`` (flows/evaluate/bootstrap_ray.py, in
+process or on Ray Data, bit for bit the same), and :func:`analyze` the run's ``estimates``. The first entry, in
+registration order, that accepts the input reads it, the fallback entries (``columns``) last:
 
 ==============  ===============================================================================================
 entry           input

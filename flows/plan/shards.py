@@ -1,11 +1,7 @@
 """The plan's shard requests: one typed record per unit of model work, and the typed rows each stage asks.
 
-A :class:`ShardRequest` has what every stage has (stage, model, dataset, answer set, chunk, content key, rows, the
-shards it was planned from) and what names it within its setting (the scoring context of a score shard, the part of a
-probe shard, the method of a method shard); its engine-call parameters are one :class:`CallParams` record, set by the
-stage that needs them. Rows are typed per stage: :class:`GenerateRow`, :class:`ScoreRow`, :class:`ProbeRow`,
-:class:`MethodRow` (each from its stage's file in flows/stages). Built by flows/plan/grid_plan.py; run by
-flows/execute/executor.py.
+Rows are typed per stage (:class:`GenerateRow`, :class:`ScoreRow`, :class:`ProbeRow`, :class:`MethodRow`, each from
+its stage's file in flows/stages). Built by flows/plan/grid_plan.py; run by flows/execute/executor.py.
 """
 
 from __future__ import annotations
@@ -32,12 +28,8 @@ class ShardRequest:
     ----------
     stage : str
         A registered stage (flows/stages: generate, score, probe, sample, rate, next_token, hidden).
-    model : str
-        Model name in the grid.
-    dataset : str
-        Dataset name in the grid.
-    answer_set : str
-        ``main`` or an ``answer_sets[].id``.
+    model, dataset, answer_set : str
+        Names in the grid (answer set ``main`` or an ``answer_sets[].id``).
     chunk : int
         Index of the chunk within its (model, dataset, answer set[, context]).
     key : str
