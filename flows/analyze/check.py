@@ -255,6 +255,12 @@ class NumberColumn:
     shown: Callable[[np.ndarray], list[str]]
 
 
+def _shown(arr: pa.Array) -> Callable[[np.ndarray], list[str]]:
+    """The values of some rows as messages print them: a string stripped, anything else ``str(v)``."""
+    return lambda rows: [v.strip() if isinstance(v, str) else str(v)
+                         for v in arr.take(pa.array(rows, pa.int64())).to_pylist()]
+
+
 def _numeric(arr: pa.Array, label: str) -> NumberColumn:
     null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     x = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=True)
@@ -266,10 +272,7 @@ def _numeric(arr: pa.Array, label: str) -> NumberColumn:
     def fmt(sel: np.ndarray) -> list[str]:
         return [f"{label} is missing (NaN)" if is_nan[i] else f"{label} is missing (null)" for i in sel]
 
-    def shown(rows: np.ndarray) -> list[str]:
-        return [str(v) for v in arr.take(pa.array(rows, pa.int64())).to_pylist()]
-
-    return NumberColumn(x, bad, fmt, shown)
+    return NumberColumn(x, bad, fmt, _shown(arr))
 
 
 def parse_numbers(arr: pa.Array | pa.ChunkedArray, role: str, label: str) -> NumberColumn:
@@ -296,11 +299,7 @@ def parse_numbers(arr: pa.Array | pa.ChunkedArray, role: str, label: str) -> Num
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             fast = None
         if fast is not None and not np.isnan(fast).any():
-            def shown_fast(rows: np.ndarray) -> list[str]:
-                return [v.strip() for v in arr.take(pa.array(rows, pa.int64())).to_pylist()]
-
-            return NumberColumn(fast.astype(np.float64, copy=True), np.zeros(0, np.int64), lambda sel: [],
-                                shown_fast)
+            return NumberColumn(fast.astype(np.float64, copy=True), np.zeros(0, np.int64), lambda sel: [], _shown(arr))
     if t is not None and (pa.types.is_string(t) or pa.types.is_large_string(t)):
         null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         simple = np.asarray(pc.fill_null(pc.match_substring_regex(arr, _DECIMAL), False)
@@ -331,11 +330,7 @@ def parse_numbers(arr: pa.Array | pa.ChunkedArray, role: str, label: str) -> Num
     def fmt(sel: np.ndarray) -> list[str]:
         return [messages.get(int(bad[i]), null_msg) for i in sel]
 
-    def shown(rows: np.ndarray) -> list[str]:
-        out = arr.take(pa.array(rows, pa.int64())).to_pylist()
-        return [v.strip() if isinstance(v, str) else str(v) for v in out]
-
-    return NumberColumn(x, bad, fmt, shown)
+    return NumberColumn(x, bad, fmt, _shown(arr))
 
 
 def range_check(col: NumberColumn, role: str, label: str, tol: float = CLIP_TOLERANCE
