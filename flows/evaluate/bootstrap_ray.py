@@ -117,11 +117,8 @@ def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], chunk_siz
     }
 
 
-#: Ray tasks per worker slot: each task evaluates a contiguous run of
-#: (setting, chunk) rows, so the per-task overhead of Ray Data (scheduling,
-#: argument and result transfer) is paid once per worker. Measured on 2 cores
-#: (20 settings x n=1,000 x 10,000 resamples): 2 workers vs 1 gave 1.08x with 8
-#: tasks per worker, 1.3-1.5x with 1 (plain Ray tasks on the same split: 1.6-1.8x)
+#: Ray tasks per worker slot: each task evaluates a contiguous run of (setting, chunk) rows, so Ray Data's per-task
+#: overhead is paid once per worker (benchmarks/RESULTS.md, bootstrap_bench, measures 1 against 8)
 TASKS_PER_WORKER = 1
 
 

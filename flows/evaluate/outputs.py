@@ -69,8 +69,7 @@ def result_matrix(metrics_df: pd.DataFrame) -> pd.DataFrame:
 
 
 #: below this many items a plug-in binned ECE's percentile interval under-covers in every process of
-#: benchmarks/coverage.py (benchmarks/RESULTS.md, 2026-12-06: 0.57 at n = 87 and 0.82 at n = 300 in the issue's
-#: process, where ece_debiased's covers 0.91 and 0.95)
+#: benchmarks/coverage.py (docs/concepts/intervals.md)
 SMALL_N = 300
 
 

@@ -155,7 +155,6 @@ class PairSpec(_Spec):
                        pattern=LABEL_PATTERN)
 
 
-#: Method kinds that rate a supplied answer: they rate every pooled candidate in the candidate-aligned view.
 class ComparisonSpec(_Spec):
     """Accuracy-controlled comparison of calibration across models (study 001, ACE; docs "Comparing models").
 
