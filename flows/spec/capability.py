@@ -80,9 +80,9 @@ class CapabilitySpec(_Spec):
         out: list[str] = []
         for e in self.estimators:
             role = by_id[e].reader.capability if e in by_id else None
-            if role is not None and role.pooled:
+            if getattr(role, "pooled", False):
                 out += [f"{e}_k{k}" for k in self.consistency_k]
-            elif role is not None and role.probe:
+            elif getattr(role, "probe", False):
                 out += [f"{e}_probe_mean"] + ([f"{e}_probe_layer{self.probe.layer}"] if self.probe.layer >= 0 else [])
             else:
                 out += [e] + ([f"{e}+isotonic"] if self.isotonic else [])
@@ -94,7 +94,7 @@ class CapabilitySpec(_Spec):
         """Whether ``name`` is ``<id>_probe_layer<L>`` of a probe estimator (any ``L``: a negative ``probe.layer`` is
         resolved only against the stored layers)."""
         by_id = {m.id: m for m in methods}
-        return any(e in by_id and by_id[e].reader.capability.probe
+        return any(e in by_id and getattr(by_id[e].reader.capability, "probe", False)
                    and re.fullmatch(re.escape(e) + r"_probe_layer\d+", name) for e in self.estimators)
 
 
