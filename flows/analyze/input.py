@@ -217,8 +217,7 @@ def input_format(path: Path) -> str:
     if fmt is None:
         raise AnalyzeInputError(
             f"INPUT {str(path)!r}: unsupported extension {path.suffix!r}; use one of "
-            f"{', '.join(sorted(by_suffix))} ({', '.join(f.description for _, f in INPUT_FORMATS.items())})"
-        )
+            f"{', '.join(sorted(by_suffix))} ({', '.join(f.description for _, f in INPUT_FORMATS.items())})")
     if not path.is_file():
         raise AnalyzeInputError(f"INPUT {str(path)!r}: no such file")
     return fmt

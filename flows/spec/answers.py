@@ -45,16 +45,14 @@ class AnswerSetSpec(_Spec):
     id: str = Field(description="Label of the answer set (tables, MLflow).", pattern=LABEL_PATTERN)
     prompt: Prompt = Field(description="Generation prompt id, e.g. answer_only, mc_confidence, mc_letter, confidence_percent.")
     format: Literal["open", "mc"] = Field(
-        "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only)."
-    )
+        "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only).")
     max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Decoding budget (default 32 open, 20 mc, "
                                        "96 for a JSON prompt, 512 for a boxed worked solution).")
     shuffle_options: StrictBool = Field(False, description="mc: shuffle option order with a fixed seed per question.")
     shuffle_seed: int = Field(0, ge=0, description="mc: base seed of the option shuffle.")
     contexts: Contexts | None = Field(
         None, description="Scoring contexts of this set (default: none for a JSON or boxed prompt, scoring.contexts "
-        "for open, mc_bare/mc_answer_slot/mc_guess_slot for mc)."
-    )
+        "for open, mc_bare/mc_answer_slot/mc_guess_slot for mc).")
     rules: Rules | None = Field(
         None, description="Correctness rules analyzed for this set (default: correctness.rules for open, mc_letter for mc).",
     )

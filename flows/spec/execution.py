@@ -38,8 +38,7 @@ class ExecutionSpec(_Spec):
 
     shard_size: int = Field(64, ge=1, le=1_000_000, description="Items per generate/score shard.")
     max_retries: int = Field(
-        1, ge=0, le=10, description="Ray restarts a crashed model actor and retries its calls at most this many times."
-    )
+        1, ge=0, le=10, description="Ray restarts a crashed model actor and retries its calls at most this many times.")
     bootstrap_backend: Literal["local", "ray_data"] = Field(
         "local", description="Where the paired bootstrap runs: in the driver, or spread over CPU workers with Ray Data."
     )
@@ -47,18 +46,14 @@ class ExecutionSpec(_Spec):
     max_concurrent_models: int | None = Field(
         None, ge=1, description="Most models whose replica pools are alive at once (None: as many as the cluster fits; "
         "Ray queues the rest and they start as resources free up). Pools start largest replica first, so the largest "
-        "models take the first slots."
-    )
+        "models take the first slots.")
     calls_in_flight: int = Field(
-        2, ge=1, le=64, description="Engine calls queued per replica, so that a replica never waits for the driver."
-    )
+        2, ge=1, le=64, description="Engine calls queued per replica, so that a replica never waits for the driver.")
     wait_for_nodes: StrictBool = Field(
         False, description="On an autoscaling cluster: a replica larger than every node now in the cluster waits "
-        "(with a log line) for the autoscaler to add a node, instead of failing the grid at once."
-    )
+        "(with a log line) for the autoscaler to add a node, instead of failing the grid at once.")
     mlflow_shard_runs: StrictBool = Field(
-        False, description="Also log one MLflow run per shard (the manifest, logged as an artifact, always has them)."
-    )
+        False, description="Also log one MLflow run per shard (the manifest, logged as an artifact, always has them).")
     stop_when_resolved: StopSpec | None = Field(
         None, description="Early stopping: true (the defaults of round_share, min_items, power, "
         "planner_resamples, seed) or a mapping of them; false or absent: every item runs. Only which generate "

