@@ -109,12 +109,9 @@ def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], chunk_siz
             chunks.append(c)
             shapes.append(np.asarray(out.shape, dtype=np.int64))
             values.append(np.ascontiguousarray(out, dtype=np.float64).tobytes())
-    return {
-        "key": np.asarray(settings, dtype=object),
-        "chunk": np.asarray(chunks, dtype=np.int64),
-        "shape": np.stack(shapes) if shapes else np.zeros((0, 3), dtype=np.int64),
-        "values": np.asarray(values, dtype=object),
-    }
+    return {"key": np.asarray(settings, dtype=object), "chunk": np.asarray(chunks, dtype=np.int64),
+            "shape": np.stack(shapes) if shapes else np.zeros((0, 3), dtype=np.int64),
+            "values": np.asarray(values, dtype=object)}
 
 
 #: Ray tasks per worker slot: each task evaluates a contiguous run of (setting, chunk) rows, so Ray Data's per-task
@@ -130,22 +127,14 @@ def _as_input(name: str, value) -> SettingInput:
         if len(rest) > 2:
             raise ValueError
     except (TypeError, ValueError):
-        raise ValueError(
-            f"settings[{name!r}] must be (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups[, "
-            "masks]]); "
-            f"got {type(value).__name__}"
-        ) from None
+        raise ValueError(f"settings[{name!r}] must be (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, "
+                         f"groups[, masks]]); got {type(value).__name__}") from None
     return SettingInput(conf, corr, names, seed, *rest)
 
 
-def bootstrap_settings_ray(
-    settings: Mapping[str, Any],
-    metrics: Sequence[str],
-    n_resamples: int,
-    n_bins: int = 10,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    num_workers: int | None = None,
-) -> dict[str, BootstrapResult]:
+def bootstrap_settings_ray(settings: Mapping[str, Any], metrics: Sequence[str], n_resamples: int, n_bins: int = 10,
+                           chunk_size: int = DEFAULT_CHUNK_SIZE, num_workers: int | None = None
+                           ) -> dict[str, BootstrapResult]:
     """Paired bootstrap of every setting, resample chunks spread with Ray Data.
 
     Parameters
@@ -209,11 +198,9 @@ def bootstrap_settings_ray(
         conf = conf[None, :] if conf.ndim == 1 else conf
         corr = np.broadcast_to(np.asarray(inp.correct, dtype=np.float64), conf.shape)
         S, n = conf.shape
-        results[name] = BootstrapResult(
-            head.point, np.full((S, len(head.metrics), B), np.nan), head.metrics,
-            head.signal_names, B, int(inp.seed), int(chunk_size), int(n_bins),
-            n_clusters=head.n_clusters,
-        )
+        results[name] = BootstrapResult(head.point, np.full((S, len(head.metrics), B), np.nan), head.metrics,
+                                        head.signal_names, B, int(inp.seed), int(chunk_size), int(n_bins),
+                                        n_clusters=head.n_clusters)
         if n > 0:  # no rows: every resample is nan, as in paired_bootstrap
             # the int64 cluster codes travel (same clusters, same order as the labels)
             groups = None if inp.groups is None else cluster_codes(inp.groups, n).codes
@@ -238,13 +225,8 @@ def bootstrap_settings_ray(
     saved = (ctx.op_resource_reservation_enabled, ctx.enable_progress_bars)
     ctx.op_resource_reservation_enabled, ctx.enable_progress_bars = False, False
     ds = ray.data.from_items(rows, override_num_blocks=n_tasks).map_batches(
-        _chunk_task,
-        fn_kwargs=dict(refs=refs, chunk_size=int(chunk_size), n_bins=int(n_bins)),
-        batch_size=None,
-        batch_format="numpy",
-        num_cpus=1,
-        compute=ray.data.TaskPoolStrategy(size=workers),
-    )
+        _chunk_task, fn_kwargs=dict(refs=refs, chunk_size=int(chunk_size), n_bins=int(n_bins)), batch_size=None,
+        batch_format="numpy", num_cpus=1, compute=ray.data.TaskPoolStrategy(size=workers))
     seen: set[tuple[str, int]] = set()
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
