@@ -133,26 +133,15 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     ``bootstrap_units`` and made into tables by the run's ``estimates`` (analysis/evaluation.py). A run's signal table
     with the run's seed, resamples and level gives the run's tables, byte for byte. An input with a ``model`` column
     is also compared across models (study 001, ACE; flows/analyze/ace.py): its tables are added (``ace_*``) and its
-    cells join the metrics, gaps and verdicts.
-
-    Parameters
-    ----------
-    spec : AnalyzeSpec
-        The input, the output folder and the options (flows/analyze/spec.py, one docstring per field).
-
-    Returns
-    -------
-    Analysis
-        The tables written to ``OUT/results`` (``metrics``: setting, signal, metric, point, lo, hi, n, n_undefined,
-        ...; ``gaps``: gap = metric(signal_a) - metric(signal_b) with its interval; ``alignment``; ``verdicts``; ...),
-        the MLflow parent run id or the tracking failure.
+    cells join the metrics, gaps and verdicts. Returns the tables written to ``OUT/results`` (``gaps``: gap =
+    metric(signal_a) - metric(signal_b) with its interval), the MLflow parent run id or the tracking failure.
 
     Raises
     ------
     AnalyzeInputError
         Bad options or input (every bad row listed by its place); nothing is written then.
     TypeError
-        ``spec`` is not an :class:`AnalyzeSpec` (the keyword form of earlier versions: build the spec with them).
+        ``spec`` is not an :class:`AnalyzeSpec` (keywords: build the spec with them).
 
     Warns
     -----
