@@ -90,7 +90,7 @@ def _folds(n: int, n_folds: int, seed: int, split: int) -> list[np.ndarray]:
 
 
 def cross_fit(method: str, fit_scores, apply_scores, correct, folds: Sequence[np.ndarray]) -> np.ndarray:
-    """Out-of-fold predictions ``(n,)``: fit on ``fit_scores`` of the other folds, apply to ``apply_scores`` of the fold."""
+    """Out-of-fold predictions (n,): fit on the other folds' ``fit_scores``, apply to the fold's ``apply_scores``."""
     fit_scores = np.asarray(fit_scores, dtype=np.float64)
     apply_scores = np.asarray(apply_scores, dtype=np.float64)
     correct = np.asarray(correct, dtype=np.float64)

@@ -306,7 +306,7 @@ def _prefix(dist: np.ndarray) -> np.ndarray:
 
 
 def window_probabilities(dist: np.ndarray, radius: int, window: Window = "inclusive") -> np.ndarray:
-    """True probability of every guess ``g = 0..X`` at once, shape ``(X + 1,)``, each clipped to [0, 1].
+    """True probability of every guess ``g = 0..X`` at once, shape ``(X + 1,)``, float64, each clipped to [0, 1].
 
     Entry ``g`` is ``P(D in window(g, radius))``; windows that cover the same ages with mass give bit-identical
     values.

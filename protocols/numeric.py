@@ -249,7 +249,8 @@ def parse_boxed_output(
     rest is read by :func:`final_number`; the answer is that number written by :func:`format_number` (``"1234.5"``,
     ``"-3"``, ``"0.75"`` for ``\boxed{3/4}``), so every correctness rule, the token score and the agreement of sampled
     answers see the number, not the solution (``\boxed{18.00}`` and ``$18`` agree with ``18``). ``decimal_comma``
-    applies to the confidence only. Only the first ``max_chars`` characters are read.
+    applies to the confidence only (the answer's decimal separator is ``.``); ``scale`` None reads as ``"unit"``. Only
+    the first ``max_chars`` characters of ``text`` (the reply, its reasoning block removed) are read.
 
     Returns
     -------
