@@ -4,22 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 
 from confgrid.cli.show import register_show
-from confgrid.cli.show.tables import _table
+from confgrid.cli.show.tables import _read, _table
 from confgrid.flows.evaluate.outputs import fmt_interval as _fmt
 
 __all__ = ["print_ace"]
-
-
-def _read(res: Path, name: str) -> pd.DataFrame | None:
-    f = res / f"{name}.parquet"
-    if not f.is_file():
-        return None
-    df = pd.read_parquet(f)
-    return df if len(df) else None
 
 
 @register_show("ace", rank=20)

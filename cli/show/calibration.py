@@ -8,8 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from confgrid.cli.show import register_show
-from confgrid.cli.show.ace import _read
-from confgrid.cli.show.tables import _table
+from confgrid.cli.show.tables import _read, _table
 
 __all__ = ["print_calibration"]
 

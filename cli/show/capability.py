@@ -14,8 +14,7 @@ import pandas as pd
 from rich.console import Console
 
 from confgrid.cli.show import register_show
-from confgrid.cli.show.ace import _read
-from confgrid.cli.show.tables import _table
+from confgrid.cli.show.tables import _read, _table
 from confgrid.flows.evaluate.outputs import fmt_interval
 
 __all__ = ["print_capability"]

@@ -8,8 +8,7 @@ from rich.console import Console
 
 from confgrid.analysis.tables import format_table
 from confgrid.cli.show import register_show
-from confgrid.cli.show.ace import _read
-from confgrid.cli.show.tables import _table
+from confgrid.cli.show.tables import _read, _table
 from confgrid.flows.evaluate.outputs import fmt_interval
 
 __all__ = ["print_protocol"]

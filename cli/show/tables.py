@@ -22,6 +22,15 @@ from confgrid.flows.store.run_info import read_run_info
 __all__ = ["print_results", "print_verdicts"]
 
 
+def _read(res: Path, name: str) -> pd.DataFrame | None:
+    """Table ``name`` of ``res`` (results/), None when it is missing or has no rows."""
+    f = res / f"{name}.parquet"
+    if not f.is_file():
+        return None
+    df = pd.read_parquet(f)
+    return df if len(df) else None
+
+
 def _table(df: pd.DataFrame, title: str) -> Table:
     t = Table(title=title, show_lines=False)
     for c in df.columns:
