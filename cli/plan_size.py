@@ -11,6 +11,7 @@ from typing import NoReturn
 import pandas as pd
 import typer
 
+from confgrid.cli.console import fail
 from confgrid.flows.analyze.plan_size import PLAN_COLUMNS, plan_sizes, read_pilot
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.flows.store.run_store import write_frame_atomic
@@ -114,9 +115,7 @@ def _as_flags(msg: str, signals: tuple[str, str], unit: str | None) -> str:
 
 
 def _bad(msg: str) -> NoReturn:
-    """One line on stderr, exit status 2."""
-    typer.echo(f"confgrid plan-size: {msg}", err=True)
-    raise typer.Exit(2)
+    fail(f"confgrid plan-size: {msg}")
 
 
 def _print_table(df, metric: str, signals: tuple[str, str], gap: float, power: float, level: float,
