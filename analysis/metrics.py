@@ -45,7 +45,8 @@ class UndefinedMetricWarning(UserWarning):
 
 
 def undefined(what: str, reason: str, stacklevel: int = 3) -> float:
-    """Warn that ``what`` is undefined (:class:`UndefinedMetricWarning`) and return ``nan``."""
+    """Warn that ``what`` is undefined (:class:`UndefinedMetricWarning`) and return ``nan``; ``stacklevel`` counts
+    from this call, as in :func:`warnings.warn` (3: the caller of the function that calls this)."""
     warnings.warn(f"{what} is undefined: {reason}; returning nan", UndefinedMetricWarning, stacklevel=stacklevel)
     return float("nan")
 

@@ -14,10 +14,10 @@ models generate without BOS and are scored with it; a grid declares this per mod
 ``scoring_bos``).
 
 Plain-text rule (base models, ``use_chat_template=False``; study 000 Appendix B.3): prompt and answer form one text.
-The context is the user text, plus ``"\n" + assistant_prefix`` when a prefix is given, and the answer always follows a
-space: a context separator ``""`` becomes ``" "`` (:func:`effective_separator`). So the Answer: slot (``question`` +
-``"\nAnswer:"`` + ``" "``) renders exactly as the bare context (``bare`` = question + ``"\nAnswer:"``, + ``" "``), and
-the Guess: slot is the confidence prompt, a newline and ``Guess:``.
+The context is the user text, plus ``"\\n" + assistant_prefix`` when a prefix is given, and the answer always follows
+a space: a context separator ``""`` becomes ``" "`` (:func:`effective_separator`). So the Answer: slot
+(``question`` + ``"\\nAnswer:"`` + ``" "``) renders exactly as the bare context (``bare`` = question +
+``"\\nAnswer:"``, + ``" "``), and the Guess: slot is the confidence prompt, a newline and ``Guess:``.
 """
 
 from __future__ import annotations
