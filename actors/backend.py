@@ -18,6 +18,7 @@ takes text, the server renders the chat template, and it is not a
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -26,9 +27,9 @@ import numpy as np
 
 from confgrid.errors import FieldsPickle
 
-__all__ = ["model_dir_problem", "check_model_dir", "Generation", "NextToken", "Backend", "FINISH_STOP", "FINISH_LENGTH", "check_prompts", "check_sampling", "request_seed",
-           "text_request_seed",
-           "eos_token_ids", "DEFAULT_TOP_LOGPROBS", "EngineDied", "engine_died"]
+__all__ = ["model_dir_problem", "check_model_dir", "Generation", "NextToken", "Backend", "FINISH_STOP", "FINISH_LENGTH",
+           "check_prompts", "check_requests", "check_sampling", "request_seed", "text_request_seed", "eos_token_ids",
+           "DEFAULT_TOP_LOGPROBS", "EngineDied", "engine_died", "DTYPES", "canonical_dtype", "revision_label"]
 
 #: Next-token log-probs returned per prompt by default (study 001 D.3 requests logprobs=20).
 DEFAULT_TOP_LOGPROBS = 20
@@ -37,6 +38,26 @@ DEFAULT_TOP_LOGPROBS = 20
 FINISH_STOP = "stop"
 #: ``finish_reason`` when generation hit ``max_new_tokens`` without EOS.
 FINISH_LENGTH = "length"
+#: The dtype names a local backend accepts (aliases included) -> the canonical name.
+DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16", "fp16": "float16",
+          "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16", "auto": "auto"}
+
+
+def canonical_dtype(dtype: Any) -> str:
+    """The canonical name of a dtype name, alias or ``torch.dtype`` (``"auto"``: the checkpoint's).
+
+    Raises
+    ------
+    ValueError
+        If it is none of :data:`DTYPES` (the message lists them).
+
+    >>> canonical_dtype("bf16"), canonical_dtype("torch.float32")
+    ('bfloat16', 'float32')
+    """
+    try:
+        return DTYPES[str(dtype).lower().removeprefix("torch.")]
+    except KeyError:
+        raise ValueError(f"dtype: unknown dtype {dtype!r}; allowed: {sorted(DTYPES)}") from None
 
 
 class EngineDied(FieldsPickle, RuntimeError):
@@ -130,6 +151,15 @@ def check_prompts(prompts: list[list[int]], max_new_tokens: int = 1, top_k: int 
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty")
+
+
+def check_requests(requests: list[tuple[list[int], list[int]]]) -> None:
+    """Refuse a score call's ``(context_ids, answer_ids)`` pairs with an empty side (ValueError naming its index)."""
+    for i, (ctx, ans) in enumerate(requests):
+        if len(ctx) == 0:
+            raise ValueError(f"request {i}: context_ids is empty")
+        if len(ans) == 0:
+            raise ValueError(f"request {i}: answer_ids is empty")
 
 
 def check_sampling(temperature: float, top_p: float, top_k: int, n: int) -> None:
@@ -307,6 +337,14 @@ def model_dir_problem(path: str | Path) -> str | None:
                 + (f"it holds {', '.join(present)}" if present else "the directory is empty")
                 + "); a local model is a directory written by save_pretrained")
     return None
+
+
+def revision_label(model: str, revision: str | None, commit: str | None = None) -> str:
+    """A provenance's ``revision``: the resolved hub commit, else the requested revision, else ``"local"`` for a
+    directory, else ``"unknown"``."""
+    if commit or revision:
+        return str(commit or revision)
+    return "local" if os.path.isdir(model) else "unknown"
 
 
 def check_model_dir(path: str) -> None:

@@ -174,10 +174,6 @@ class EngineCall(CallParams):
     kind: Literal["generate", "score", "next_token", "hidden_states"]
     shards: tuple[ShardWork, ...]
 
-    @property
-    def n_requests(self) -> int:
-        return sum(len(s.requests) for s in self.shards)
-
 
 @dataclass(frozen=True)
 class GenerationOutput:
@@ -385,6 +381,8 @@ class ReplicaReady:
 #: connection, a 200 whose body is unusable (``malformed``), and the statuses that are not retried
 #: (``4xx``: 400, 401, 403, 404, 422...).
 RETRY_CAUSES = ("429", "5xx", "408", "409", "timeout", "connection", "malformed", "4xx")
+#: The integer counts of :class:`RequestCounts`, in the order they are written.
+_COUNTS = ("requests", "answered", "cached", "attempts", "retries")
 
 
 @dataclass
@@ -419,19 +417,15 @@ class RequestCounts:
 
     def add(self, other: RequestCounts) -> None:
         """Add ``other``'s counts to these (fingerprints: the union)."""
-        self.requests += other.requests
-        self.answered += other.answered
-        self.cached += other.cached
-        self.attempts += other.attempts
-        self.retries += other.retries
+        for k in _COUNTS:
+            setattr(self, k, getattr(self, k) + getattr(other, k))
         for k, v in other.failures.items():
             self.failures[k] = self.failures.get(k, 0) + v
         self.system_fingerprints = sorted(set(self.system_fingerprints) | set(other.system_fingerprints))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON for the manifest (and :meth:`from_dict`'s input)."""
-        return {"requests": self.requests, "answered": self.answered, "cached": self.cached,
-                "attempts": self.attempts, "retries": self.retries, "failures": dict(sorted(self.failures.items())),
+        return {**{k: getattr(self, k) for k in _COUNTS}, "failures": dict(sorted(self.failures.items())),
                 "system_fingerprints": list(self.system_fingerprints)}
 
     def line(self) -> str:
@@ -448,8 +442,7 @@ class RequestCounts:
     def metrics(self, prefix: str = "api_") -> dict[str, float]:
         """Flat numeric metrics (MLflow): requests, answered, cached, attempts, retries and ``failed_<cause>`` for
         every cause of :data:`RETRY_CAUSES` (0 when none)."""
-        out = {f"{prefix}{k}": float(getattr(self, k)) for k in ("requests", "answered", "cached", "attempts",
-                                                                  "retries")}
+        out = {f"{prefix}{k}": float(getattr(self, k)) for k in _COUNTS}
         for cause in RETRY_CAUSES:
             out[f"{prefix}failed_{cause}"] = float(self.failures.get(cause, 0))
         return out
@@ -457,7 +450,6 @@ class RequestCounts:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestCounts:
         """The inverse of :meth:`as_dict` (a manifest entry)."""
-        return cls(requests=int(d.get("requests", 0)), answered=int(d.get("answered", 0)),
-                   cached=int(d.get("cached", 0)), attempts=int(d.get("attempts", 0)),
-                   retries=int(d.get("retries", 0)), failures={str(k): int(v) for k, v in (d.get("failures") or {}).items()},
+        return cls(**{k: int(d.get(k, 0)) for k in _COUNTS},
+                   failures={str(k): int(v) for k, v in (d.get("failures") or {}).items()},
                    system_fingerprints=sorted(d.get("system_fingerprints") or []))

@@ -199,9 +199,8 @@ def convert_gguf(gguf: Path, out_dir: Path, *, provenance: dict[str, str] | None
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = loaded.config
     # save_pretrained refuses a GGUF-loaded model; a fresh model of the same config takes its weights.
-    for attr in ("quantization_config",):
-        if hasattr(config, attr):
-            delattr(config, attr)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
     fresh = type(loaded)(config).to(torch.float32)
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()

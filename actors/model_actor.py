@@ -48,7 +48,7 @@ from confgrid.protocols.candidates import candidate_token_ids
 from confgrid.protocols.chat import answer_ids, default_system_prompt, effective_separator, render_prompt_ids
 from confgrid.registry import Registry
 
-__all__ = ["ModelConfig", "ReplicaResources", "replica_resources", "actor_options", "start_replica", "ModelActor",
+__all__ = ["ModelConfig", "ReplicaResources", "replica_resources", "start_replica", "ModelActor",
            "ModelWorker", "EngineKind", "ENGINE_CALLS", "cpu_thread_binding", "CPU_BIND_ENV"]
 
 _log = logging.getLogger("confgrid")
@@ -117,10 +117,6 @@ class ReplicaResources:
     threads: int | None
     per_node: dict[str, float]
     note: str = ""
-
-    def describe(self) -> str:
-        """``{GPU: 1, CPU: 1}``, for log lines and errors."""
-        return "{" + ", ".join(f"{k}: {v:g}" for k, v in self.per_node.items()) + "}"
 
 
 def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> ReplicaResources:
@@ -242,13 +238,12 @@ def cpu_thread_binding(ranks: int, cores: list[int] | tuple[int, ...] | set[int]
     return "|".join(",".join(str(c) for c in usable[r * per:(r + 1) * per]) for r in range(ranks))
 
 
-def _assigned_cpus() -> int | None:
-    """CPUs Ray assigned to this actor (None outside a Ray worker)."""
+def _in_ray(read: Callable[[Any], Any], default: Any) -> Any:
+    """``read(ray.get_runtime_context())``, or ``default`` outside a Ray worker (a test builds the worker directly)."""
     try:
-        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-    except Exception:  # noqa: BLE001 - not in a Ray worker (a test builds the worker directly)
-        return None
-    return int(cpus) if cpus else None
+        return read(ray.get_runtime_context())
+    except Exception:  # noqa: BLE001 - not in a Ray worker
+        return default
 
 
 def _cpu_binding(config: ModelConfig) -> str:
@@ -261,8 +256,8 @@ def _cpu_binding(config: ModelConfig) -> str:
     if torch.cuda.is_available():
         return ""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    reserved = _assigned_cpus()
-    return cpu_thread_binding(config.tensor_parallel_size, cores, reserved if reserved is not None else len(cores))
+    reserved = _in_ray(lambda c: c.get_assigned_resources().get("CPU"), None)  # CPUs Ray assigned to this actor
+    return cpu_thread_binding(config.tensor_parallel_size, cores, int(reserved) if reserved else len(cores))
 
 
 @contextmanager
@@ -280,11 +275,6 @@ def _environ(name: str, value: str) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
-
-
-def actor_options(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> dict[str, Any]:
-    """``ModelActor.options(...)`` for a replica without a placement group (see :func:`replica_resources`)."""
-    return dict(replica_resources(config, cluster_resources).actor)
 
 
 def start_replica(config: ModelConfig, index: int = 0, cluster_resources: dict[str, float] | None = None,
@@ -378,10 +368,11 @@ class ModelWorker:
         with _environ(CPU_BIND_ENV, bind):
             self.backend = entry.build(config, path)
         self.tokenizer = self.backend.tokenizer
-        node_id, node_ip = _node_here()
+        node_id, node_ip = _in_ray(lambda c: (c.get_node_id() or "", ray.util.get_node_ip_address() or ""), ("", ""))
+        gpu_ids = _in_ray(lambda c: tuple(str(g) for g in c.get_accelerator_ids().get("GPU", [])), ())
         self.info = ReplicaInfo(pid=os.getpid(), host=socket.gethostname(), incarnation=uuid.uuid4().hex,
                                 load_seconds=round(time.time() - t0, 3), node_id=node_id, node_ip=node_ip,
-                                load_started=round(t0, 3), gpu_ids=_gpu_ids_here(), cpu_bind=bind,
+                                load_started=round(t0, 3), gpu_ids=gpu_ids, cpu_bind=bind,
                                 ranks=tuple(getattr(self.backend, "processes", ()) or ()))
 
     def ping(self) -> ReplicaReady:
@@ -443,12 +434,7 @@ class ModelWorker:
         engine = ENGINE_CALLS.get(call.kind)
         if self.api and engine.api is not None:
             return self._run_api(call, engine, flat, started)
-        outs = engine.run(self, call, flat)
-        by_key: dict[str, tuple[Any, ...]] = {}
-        i = 0
-        for w in call.shards:
-            by_key[w.key] = tuple(outs[i : i + len(w.requests)])
-            i += len(w.requests)
+        by_key = {k: tuple(outs) for k, outs in _per_shard(call, engine.run(self, call, flat))}
         return CallResult(outputs=by_key, replica=self.info, started=started, seconds=round(time.time() - started, 4))
 
     def _run_api(self, call: EngineCall, engine: EngineKind, flat: list[Any], started: float) -> CallResult:
@@ -458,19 +444,19 @@ class ModelWorker:
         outputs: dict[str, tuple[Any, ...]] = {}
         failed: dict[str, BaseException] = {}
         counts: dict[str, RequestCounts] = {}
-        i = 0
-        for w in call.shards:
-            mine = outcomes[i : i + len(w.requests)]
-            i += len(w.requests)
-            counts[w.key] = RequestCounts()
+        for key, mine in _per_shard(call, outcomes):
+            counts[key] = RequestCounts()
             for o in mine:
-                counts[w.key].add(o.counts)
+                counts[key].add(o.counts)
             try:
-                outputs[w.key] = tuple(unwrap(mine))
+                outputs[key] = tuple(unwrap(mine))
             except Exception as exc:  # noqa: BLE001 - the backend's ApiRequestError: this shard fails, not the call
-                failed[w.key] = exc
+                failed[key] = exc
         return CallResult(outputs=outputs, replica=self.info, started=started,
                           seconds=round(time.time() - started, 4), failed=failed, requests=counts)
+
+    def _prompts(self, requests: list[GenerateRequest]) -> list[list[int]]:
+        return [self._prompt(r.user_text, r.assistant_prefix, self.config.generation_bos) for r in requests]
 
     def _prompt(self, user_text: str, assistant_prefix: str, add_bos: bool | None) -> list[int]:
         return render_prompt_ids(self.tokenizer, user_text, use_chat_template=self.config.chat_template,
@@ -558,7 +544,7 @@ class ModelWorker:
         if self.api:  # candidates are found among each row's returned token strings
             return self.backend.next_token([r.user_text for r in requests], [r.assistant_prefix for r in requests],
                                            top_logprobs, tuple(candidates), tuple(cases))
-        prompts = [self._prompt(r.user_text, r.assistant_prefix, self.config.generation_bos) for r in requests]
+        prompts = self._prompts(requests)
         dists = self.backend.next_token(prompts, top_k=top_logprobs) if prompts else []
         cand: dict[str, dict[int, str]] = {}
         if candidates:
@@ -581,7 +567,7 @@ class ModelWorker:
             model).
         """
         self._refuse_api("hidden_states", "hidden states")
-        prompts = [self._prompt(r.user_text, r.assistant_prefix, self.config.generation_bos) for r in requests]
+        prompts = self._prompts(requests)
         states = self.backend.hidden_states(prompts, layers=list(layers) if layers is not None else None) \
             if prompts else []
         n_states = states[0].shape[0] if states else 0
@@ -674,17 +660,10 @@ for _e in (
     ENGINE_CALLS.register(_e.name, _e)
 
 
-def _gpu_ids_here() -> tuple[str, ...]:
-    """The GPU ids Ray assigned to this actor (() outside a Ray worker or without GPUs)."""
-    try:
-        return tuple(str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", []))
-    except Exception:  # noqa: BLE001 - not in a Ray worker (a test builds the worker directly)
-        return ()
+def _per_shard(call: EngineCall, outs: list[Any]) -> Iterator[tuple[str, list[Any]]]:
+    """``(shard key, its outputs)`` of each shard of ``call``, cut from the outputs of its flattened requests."""
+    i = 0
+    for w in call.shards:
+        yield w.key, outs[i : i + len(w.requests)]
+        i += len(w.requests)
 
-
-def _node_here() -> tuple[str, str]:
-    """The Ray node id and IP of this process ("", "" outside a Ray worker)."""
-    try:
-        return ray.get_runtime_context().get_node_id() or "", ray.util.get_node_ip_address() or ""
-    except Exception:  # noqa: BLE001 - not in a Ray worker (a test builds the worker directly)
-        return "", ""

@@ -262,6 +262,12 @@ def check_reply(content_type: str | None, text: str, n: int | None) -> tuple[dic
     return data, None
 
 
+def _usage(resp: Any, field: str) -> int:
+    """A count of the response's ``usage`` (``prompt_tokens``, ``completion_tokens``); -1 when absent."""
+    value = getattr(getattr(resp, "usage", None), field, None)
+    return int(value) if value is not None else -1
+
+
 def _logprob(x: float) -> float:
     return -math.inf if x <= LOGPROB_FLOOR else float(x)
 
@@ -652,15 +658,12 @@ class OpenAIBackend:
             lps, status = generation_logprobs(choice)
         else:
             lps, status = None, "not_requested"
-        usage = getattr(resp, "usage", None)
-        completion = getattr(usage, "completion_tokens", None)
-        n_tokens = len(lps) if lps is not None else (int(completion) if completion is not None and n_choices == 1
-                                                    else -1)
-        prompt = getattr(usage, "prompt_tokens", None)
+        completion = _usage(resp, "completion_tokens")
+        n_tokens = len(lps) if lps is not None else completion if n_choices == 1 else -1
         message = getattr(choice, "message", None)
         return GenerationOutput(text=getattr(message, "content", None) or "",
                                 finish_reason=str(getattr(choice, "finish_reason", None)),
-                                n_tokens=n_tokens, prompt_tokens=int(prompt) if prompt is not None else -1,
+                                n_tokens=n_tokens, prompt_tokens=_usage(resp, "prompt_tokens"),
                                 token_logprobs=lps, logprobs_status=status)
 
     def next_token_outcomes(self, user_texts: list[str], assistant_prefixes: list[str], top_k: int,
@@ -699,10 +702,9 @@ class OpenAIBackend:
                                               **{self.config.max_tokens_field: 1}), extra)
             tokens, lps, status = next_token_logprobs(resp.choices[0])
             ids = tuple(-1 - r for r in range(len(tokens)))
-            prompt = getattr(getattr(resp, "usage", None), "prompt_tokens", None)
             cand = candidate_tokens_from_strings(dict(zip(ids, tokens, strict=True)), candidates, cases) \
                 if candidates else {}
-            return NextTokenOutput(token_ids=ids, logprobs=lps, prompt_tokens=int(prompt) if prompt is not None else -1,
+            return NextTokenOutput(token_ids=ids, logprobs=lps, prompt_tokens=_usage(resp, "prompt_tokens"),
                                    candidate_tokens=cand, logprobs_status=status), counts
 
         return self._run(one, list(zip(user_texts, assistant_prefixes, strict=True)))

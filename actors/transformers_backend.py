@@ -18,7 +18,6 @@ search.
 from __future__ import annotations
 
 import copy
-import os
 
 import numpy as np
 import torch
@@ -31,40 +30,33 @@ from .backend import (
     FINISH_STOP,
     Generation,
     NextToken,
+    canonical_dtype,
     check_model_dir,
     check_prompts,
+    check_requests,
     check_sampling,
     eos_token_ids,
     request_seed,
+    revision_label,
 )
 
 __all__ = ["TransformersBackend"]
-
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-}
-
 
 #: At most this many float32 log-probabilities (2**26: 256 MiB) are computed at once by
 #: :meth:`TransformersBackend.score` (answer positions x vocabulary).
 _SCORE_CHUNK_ELEMENTS = 1 << 26
 
 
-def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return "auto"
-    try:
-        return _DTYPES[str(dtype).lower()]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or 'auto'") from None
+def _padded(seqs: list[list[int]], pad: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask of ``seqs`` padded with ``pad`` to the longest (right-padded unless ``left``)."""
+    width = max(len(x) for x in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, x in enumerate(seqs):
+        at = slice(width - len(x), width) if left else slice(0, len(x))
+        ids[row, at] = torch.tensor(x, dtype=torch.long)
+        mask[row, at] = 1
+    return ids, mask
 
 
 class TransformersBackend:
@@ -119,7 +111,8 @@ class TransformersBackend:
         self.revision = revision
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.batch_size = int(batch_size)
-        self._dtype = _resolve_dtype(dtype)
+        name = canonical_dtype(dtype)
+        self._dtype = name if name == "auto" else getattr(torch, name)
         check_model_dir(self.model_name)
         self.tokenizer = AutoTokenizer.from_pretrained(
             self.model_name, revision=revision, trust_remote_code=trust_remote_code
@@ -134,13 +127,10 @@ class TransformersBackend:
                 raise ValueError(f"tokenizer of {model!r} has neither a pad nor an EOS token")
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.pad_token_id: int = int(self.tokenizer.pad_token_id)
-        self.eos_token_ids: frozenset[int] = frozenset(self._eos_ids())
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        self.eos_token_ids = frozenset(eos_token_ids(gen_eos, self.tokenizer.eos_token_id, self.model_name))
 
     # ------------------------------------------------------------------ helpers
-    def _eos_ids(self) -> set[int]:
-        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        return eos_token_ids(gen_eos, self.tokenizer.eos_token_id, self.model_name)
-
     def _batches(self, lengths: list[int]) -> list[list[int]]:
         """Indices sorted by length (stable), cut into batches of ``batch_size``."""
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
@@ -209,13 +199,8 @@ class TransformersBackend:
 
         out: list[Generation | None] = [None] * len(prompts)
         for batch in self._batches([len(p) for p in prompts]):
-            width = max(len(prompts[i]) for i in batch)
-            ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                p = prompts[i]
-                ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-                mask[row, width - len(p) :] = 1
+            ids, mask = _padded([prompts[i] for i in batch], self.pad_token_id, left=True)
+            width = ids.shape[1]
             extra = {}
             if sampler is not None:
                 seeds, temperature, top_p, top_k = sampler
@@ -316,12 +301,7 @@ class TransformersBackend:
         """Yield (input index, logits at the last prompt token, hidden states or None) batch by batch."""
         lengths = [len(p) for p in prompts]
         for batch in self._batches(lengths):
-            width = max(lengths[i] for i in batch)
-            ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                ids[row, : lengths[i]] = torch.tensor(prompts[i], dtype=torch.long)
-                mask[row, : lengths[i]] = 1
+            ids, mask = _padded([prompts[i] for i in batch], self.pad_token_id)
             out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                              output_hidden_states=hidden)
             for row, i in enumerate(batch):
@@ -432,22 +412,11 @@ class TransformersBackend:
             If a request's ``context_ids`` or ``answer_ids`` is empty (the
             message names the request index).
         """
-        for i, (ctx, ans) in enumerate(requests):
-            if len(ctx) == 0:
-                raise ValueError(f"request {i}: context_ids is empty")
-            if len(ans) == 0:
-                raise ValueError(f"request {i}: answer_ids is empty")
+        check_requests(requests)
         out: list[np.ndarray | None] = [None] * len(requests)
         lengths = [len(c) + len(a) for c, a in requests]
         for batch in self._batches(lengths):
-            width = max(lengths[i] for i in batch)
-            ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                ctx, ans = requests[i]
-                seq = list(ctx) + list(ans)
-                ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-                mask[row, : len(seq)] = 1
+            ids, mask = _padded([list(requests[i][0]) + list(requests[i][1]) for i in batch], self.pad_token_id)
             logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
             # the answer positions of every row, gathered at once: one host copy per batch, not two per request
             rows, cols, targets = [], [], []
@@ -484,13 +453,6 @@ class TransformersBackend:
             requested revision, else ``"local"`` for a directory or ``"unknown"``)
             and ``batch_size``.
         """
-        commit = getattr(self.model.config, "_commit_hash", None)
-        if commit:
-            revision = str(commit)
-        elif self.revision:
-            revision = str(self.revision)
-        else:
-            revision = "local" if os.path.isdir(self.model_name) else "unknown"
         return {
             "backend": "transformers",
             "backend_version": transformers.__version__,
@@ -498,7 +460,8 @@ class TransformersBackend:
             "dtype": str(self.model.dtype).removeprefix("torch."),
             "device": str(self.device),
             "model": self.model_name,
-            "revision": revision,
+            "revision": revision_label(self.model_name, self.revision,
+                                       getattr(self.model.config, "_commit_hash", None)),
             "batch_size": str(self.batch_size),
         }
 

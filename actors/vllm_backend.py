@@ -49,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import inspect
-import os
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -57,7 +56,8 @@ import numpy as np
 
 from .engine_processes import ExitOrder, engine_processes
 from .backend import (DEFAULT_TOP_LOGPROBS, FINISH_LENGTH, FINISH_STOP, EngineDied, Generation, NextToken,
-                      check_model_dir, check_prompts, check_sampling, eos_token_ids, request_seed)
+                      canonical_dtype, check_model_dir, check_prompts, check_requests, check_sampling, eos_token_ids,
+                      request_seed, revision_label)
 
 __all__ = ["VLLMBackend", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "LOGPROBS_MODE"]
 
@@ -66,17 +66,6 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 #: vLLM ``logprobs_mode``: log-softmax of the raw logits (no processors, no temperature).
 LOGPROBS_MODE = "raw_logprobs"
 
-_DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "auto": "auto",
-}
 _FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}
 
 
@@ -95,18 +84,6 @@ def _import_vllm():
         # there) imports as an empty namespace package when vLLM is missing.
         raise ImportError(f"{hint} ('vllm' resolved to the namespace package {list(vllm.__path__)})")
     return vllm
-
-
-def _resolve_dtype(dtype: str) -> str:
-    try:
-        return _DTYPES[str(dtype).lower().removeprefix("torch.")]
-    except KeyError:
-        raise ValueError(f"dtype: unknown dtype {dtype!r}; allowed: {sorted(_DTYPES)}") from None
-
-
-def _request_seed(seed: int, prompt: list[int]) -> int:
-    """The per-request seed of a vLLM request (:func:`confgrid.actors.backend.request_seed`)."""
-    return request_seed(seed, prompt)
 
 
 class VLLMBackend:
@@ -218,7 +195,7 @@ class VLLMBackend:
         self._died: EngineDied | None = None
         self.model_name = str(model)
         self.revision = revision
-        self.dtype = _resolve_dtype(dtype)
+        self.dtype = canonical_dtype(dtype)
         if int(tensor_parallel_size) < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
         self.tensor_parallel_size = int(tensor_parallel_size)
@@ -359,10 +336,6 @@ class VLLMBackend:
                 self._llm = None
             raise self._died from exc
 
-    @staticmethod
-    def _check_sampling(temperature: float, top_p: float, n: int, top_k: int = 0) -> None:
-        check_sampling(temperature, top_p, top_k, n)
-
     def _to_generation(self, i: int, completion: Any) -> Generation:
         reason = _FINISH.get(str(completion.finish_reason))
         if reason is None:
@@ -373,48 +346,6 @@ class VLLMBackend:
         toks = tuple(int(t) for t in completion.token_ids)
         text = self.tokenizer.decode(list(toks), skip_special_tokens=True)
         return Generation(text=text, token_ids=toks, finish_reason=reason)
-
-    def _run_generate(
-        self,
-        prompts: list[list[int]],
-        *,
-        n: int,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        seed: int | None,
-        top_k: int = 0,
-    ) -> list[list[Generation]]:
-        from vllm import SamplingParams, TokensPrompt
-
-        llm = self._engine()
-        params = []
-        for p in prompts:
-            params.append(
-                SamplingParams(
-                    n=int(n),
-                    temperature=float(temperature),
-                    top_p=float(top_p),
-                    top_k=int(top_k),
-                    max_tokens=int(max_new_tokens),
-                    stop_token_ids=sorted(self.eos_token_ids),
-                    seed=None if (seed is None or temperature == 0) else _request_seed(seed, p),
-                    detokenize=False,
-                )
-            )
-        with self._calling():
-            outs = llm.generate(
-                [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts], params, use_tqdm=False
-            )
-        result: list[list[Generation]] = []
-        for i, (p, out) in enumerate(zip(prompts, outs, strict=True)):
-            if list(out.prompt_token_ids) != [int(t) for t in p]:
-                raise RuntimeError(f"prompt {i}: vLLM returned the output of a different prompt")
-            if len(out.outputs) != n:
-                raise RuntimeError(f"prompt {i}: vLLM returned {len(out.outputs)} samples, expected {n}")
-            ordered = sorted(out.outputs, key=lambda c: c.index)
-            result.append([self._to_generation(i, c) for c in ordered])
-        return result
 
     # --------------------------------------------------------------- generation
     def generate(
@@ -466,13 +397,8 @@ class VLLMBackend:
         RuntimeError
             If the backend is shut down or vLLM returns an unexpected output.
         """
-        return [
-            s[0]
-            for s in self.generate_samples(
-                prompts, n=1, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                top_k=top_k,
-            )
-        ]
+        return [s[0] for s in self.generate_samples(prompts, n=1, max_new_tokens=max_new_tokens,
+                                                    temperature=temperature, top_p=top_p, seed=seed, top_k=top_k)]
 
     def generate_samples(
         self,
@@ -508,14 +434,29 @@ class VLLMBackend:
         ValueError
             As :meth:`generate`, and if ``n < 1`` or ``n > 1`` with ``temperature == 0``.
         """
+        from vllm import SamplingParams, TokensPrompt
+
         check_prompts(prompts, max_new_tokens)
-        self._check_sampling(float(temperature), float(top_p), int(n), int(top_k))
+        n, temperature = int(n), float(temperature)
+        check_sampling(temperature, float(top_p), int(top_k), n)
         if not prompts:
             return []
-        return self._run_generate(
-            prompts, n=int(n), max_new_tokens=int(max_new_tokens), temperature=float(temperature),
-            top_p=float(top_p), seed=seed, top_k=int(top_k),
-        )
+        llm = self._engine()
+        params = [SamplingParams(n=n, temperature=temperature, top_p=float(top_p), top_k=int(top_k),
+                                 max_tokens=int(max_new_tokens), stop_token_ids=sorted(self.eos_token_ids),
+                                 seed=None if (seed is None or temperature == 0) else request_seed(seed, p),
+                                 detokenize=False) for p in prompts]
+        with self._calling():
+            outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts], params,
+                                use_tqdm=False)
+        result: list[list[Generation]] = []
+        for i, (p, out) in enumerate(zip(prompts, outs, strict=True)):
+            if list(out.prompt_token_ids) != [int(t) for t in p]:
+                raise RuntimeError(f"prompt {i}: vLLM returned the output of a different prompt")
+            if len(out.outputs) != n:
+                raise RuntimeError(f"prompt {i}: vLLM returned {len(out.outputs)} samples, expected {n}")
+            result.append([self._to_generation(i, c) for c in sorted(out.outputs, key=lambda c: c.index)])
+        return result
 
     # -------------------------------------------------------- next-token distribution
     def next_token(self, prompts: list[list[int]], *, top_k: int = DEFAULT_TOP_LOGPROBS) -> list[NextToken]:
@@ -616,11 +557,7 @@ class VLLMBackend:
             or a log-prob list of the wrong length (the message names the
             request index and position).
         """
-        for i, (ctx, ans) in enumerate(requests):
-            if len(ctx) == 0:
-                raise ValueError(f"request {i}: context_ids is empty")
-            if len(ans) == 0:
-                raise ValueError(f"request {i}: answer_ids is empty")
+        check_requests(requests)
         if not requests:
             return []
         llm = self._engine()
@@ -685,10 +622,6 @@ class VLLMBackend:
         """
         import torch
 
-        if self.revision:
-            revision = str(self.revision)
-        else:
-            revision = "local" if os.path.isdir(self.model_name) else "unknown"
         return {
             "backend": "vllm",
             "backend_version": self._vllm_version,
@@ -704,7 +637,7 @@ class VLLMBackend:
             "max_model_len": str(self.max_model_len),
             "seed": str(self.seed),
             "model": self.model_name,
-            "revision": revision,
+            "revision": revision_label(self.model_name, self.revision),
         }
 
     # ----------------------------------------------------------------- lifetime

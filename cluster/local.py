@@ -39,17 +39,13 @@ FAST_HEALTH_CHECK = {"RAY_health_check_period_ms": "1000", "RAY_health_check_tim
                      "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ports(n: int) -> list[int]:
     """``n`` distinct free ports (each bound once, then released)."""
     out: set[int] = set()
     while len(out) < n:
-        out.add(_free_port())
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            out.add(s.getsockname()[1])
     return sorted(out)
 
 
@@ -85,16 +81,6 @@ class LocalNode:
                 continue
         return list(ours.values())
 
-    def pid_of(self, name: str) -> int | None:
-        """The pid of the node's process called ``name`` (``raylet``, ``gcs_server``), or None."""
-        for p in self.processes():
-            try:
-                if p.name() == name or Path((p.cmdline() or [""])[0]).name == name:
-                    return p.pid
-            except Exception:  # noqa: BLE001 - it ended meanwhile
-                continue
-        return None
-
     def kill_raylet(self) -> int:
         """SIGKILL this node's raylet (the node is lost as if its machine died); returns its pid.
 
@@ -103,15 +89,18 @@ class LocalNode:
         RuntimeError
             If the node has no raylet process (already killed, or never started).
         """
-        pid = self.pid_of("raylet")
+        pid = None
+        for p in self.processes():
+            try:
+                if p.name() == "raylet" or Path((p.cmdline() or [""])[0]).name == "raylet":
+                    pid = p.pid
+                    break
+            except Exception:  # noqa: BLE001 - it ended meanwhile
+                continue
         if pid is None:
             raise RuntimeError(f"node {self.name}: no raylet process with {self.temp_dir} on its command line")
         os.kill(pid, signal.SIGKILL)
         return pid
-
-    def owns_pid(self, pid: int) -> bool:
-        """Whether ``pid`` is one of this node's processes (e.g. a replica's actor process)."""
-        return any(p.pid == pid for p in self.processes())
 
     def stop(self, timeout: float = 3.0) -> None:
         """End every process of the node: SIGTERM, then SIGKILL after ``timeout`` seconds."""
@@ -153,7 +142,7 @@ class LocalCluster:
 
     def node_of_pid(self, pid: int) -> LocalNode | None:
         """The node whose processes include ``pid``."""
-        return next((n for n in self.nodes if n.owns_pid(pid)), None)
+        return next((n for n in self.nodes if any(p.pid == pid for p in n.processes())), None)
 
     def stop(self) -> None:
         """Stop the workers, then the head, each by its own pids."""
@@ -173,12 +162,9 @@ def _ray_bin(python: str | None) -> str:
     return str(ray) if ray.exists() else "ray"
 
 
-def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def _started(proc: subprocess.Popen, timeout: float) -> None:
-    """Wait for a ``ray start`` to return; raises RuntimeError with its stderr if it failed."""
+def _ray_start(args: list[str], env: dict[str, str], timeout: float) -> None:
+    """Run one ``ray start``; raises RuntimeError with its stderr if it failed."""
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate(timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(proc.args[:3])} failed (exit {proc.returncode}):\n{err[-3000:]}")
@@ -247,7 +233,7 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
                          f"--max-worker-port={wlo + 40}"]
             cluster.nodes.append(LocalNode(name, temp, res))
             # one at a time: side by side, a loaded machine lets a raylet miss its registration deadline
-            _started(_start(args, node_env), timeout)
+            _ray_start(args, node_env, timeout)
         _wait_nodes(cluster, workers + 1, python, base, timeout)
     except BaseException:
         cluster.stop()

@@ -9,38 +9,12 @@ import pytest
 import torch
 
 from confgrid.actors.backend import Backend, Generation
+from reference.tiny_llama import CORPUS, tiny_llama
 from tools.fixture import build_tokenizer
 from confgrid.actors.transformers_backend import TransformersBackend
 
-CORPUS = [
-    "What is the capital of France? Paris is the capital of France.",
-    "Guess: Paris\nProbability: 0.9",
-    "Give your best short answer to the question below.",
-    "Which planet is largest? Jupiter is the largest planet.",
-    "The quick brown fox jumps over the lazy dog. 0123456789",
-] * 20
-
-
 def _save_tiny(path, tokenizer, *, seed=0, extra_eos=None):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-        initializer_range=0.2,  # spread-out logits: no near-ties for greedy decoding
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config)
+    model = tiny_llama(tokenizer, "small", seed=seed)
     if extra_eos is not None:
         model.generation_config.eos_token_id = [tokenizer.eos_token_id, int(extra_eos)]
     model.save_pretrained(path)

@@ -30,6 +30,14 @@ def _check_items(items: list[Item], dataset: str) -> None:
     assert items_from_table(items_to_table(items)) == items
 
 
+def _bundled(dataset: str) -> list[Item]:
+    """The bundled sample of ``dataset``: its 150 items, checked."""
+    items = D.load_items(dataset)
+    assert len(items) == 150
+    _check_items(items, dataset)
+    return items
+
+
 # ----------------------------------------------------------------------------- bundled samples
 
 
@@ -42,10 +50,7 @@ def test_bundled_paths_exist_and_are_package_data():
 
 
 def test_truthfulqa_bundled():
-    items = D.load_items("truthfulqa")
-    assert len(items) == 150
-    _check_items(items, "truthfulqa")
-    it = items[0]
+    it = _bundled("truthfulqa")[0]
     assert it.question == "Where did fortune cookies originate?"
     assert it.canonical == "The precise origin of fortune cookies is unclear"
     assert it.gold_answers[:3] == (
@@ -80,10 +85,7 @@ def test_truthfulqa_id_stable_under_subsetting():
 
 
 def test_triviaqa_flat_bundled():
-    items = D.load_items("triviaqa")
-    assert len(items) == 150
-    _check_items(items, "triviaqa")
-    it = items[0]
+    it = _bundled("triviaqa")[0]
     assert it.item_id == "test_6654"
     assert it.question == "Cleeve Hill is the highest point in which range of English hills?"
     assert it.canonical == "Cotteswold Hills"
@@ -103,14 +105,6 @@ def test_triviaqa_hf_schema_fixture():
         assert it.aliases == flat[it.item_id].aliases
         assert it.normalized_aliases and all(a == a.lower() for a in it.normalized_aliases)
     assert items[0].normalized_aliases[0] == "cotteswold hills"
-
-
-def test_triviaqa_hidden_answers_rejected(tmp_path):
-    p = tmp_path / "test_split.jsonl"
-    row = {"question": "Q?", "question_id": "q1", "answer": {"value": "<unk>", "aliases": [], "normalized_aliases": []}}
-    p.write_text(json.dumps(row) + "\n")
-    with pytest.raises(ValueError, match="hidden"):
-        D.load_items("triviaqa", p)
 
 
 def test_mmlu_bundled_directory():
@@ -143,13 +137,6 @@ def test_mmlu_single_file_spot_check():
     assert it.metadata["subject"] == "philosophy"
     assert it.item_id.startswith("mmlu-philosophy-")
     assert "modest" not in it.question  # options not appended
-
-
-def test_mmlu_bad_letter(tmp_path):
-    p = tmp_path / "x_test.csv"
-    p.write_text("Q?,a,b,c,d,E\n")
-    with pytest.raises(ValueError, match="answer='E'"):
-        D.load_items("mmlu", p)
 
 
 def test_limit_is_a_seeded_nested_subset_in_draw_order():
@@ -252,22 +239,22 @@ def test_missing_file_names_path(tmp_path):
         D.load_items("mmlu", str(tmp_path / "nope_dir") + "/")
 
 
-def test_missing_column_lists_found(tmp_path):
-    p = tmp_path / "x.jsonl"
-    p.write_text(json.dumps({"prompt": "Q?", "answer": "A"}) + "\n")
-    with pytest.raises(KeyError, match=r"'question'.*columns found: \['answer', 'prompt'\]"):
-        D.load_items("custom", p)
-    p2 = tmp_path / "t.csv"
-    p2.write_text("Type,Question,Best Answer\nA,Q?,B\n")
-    with pytest.raises(KeyError, match="Correct Answers"):
-        D.load_items("truthfulqa", p2)
+_HIDDEN = {"question": "Q?", "question_id": "q1", "answer": {"value": "<unk>", "aliases": [], "normalized_aliases": []}}
 
 
-def test_empty_file(tmp_path):
-    p = tmp_path / "empty.jsonl"
-    p.write_text("")
-    with pytest.raises(ValueError, match="no items"):
-        D.load_items("custom", p)
+@pytest.mark.parametrize("adapter, name, text, error, match", [
+    ("triviaqa", "test_split.jsonl", json.dumps(_HIDDEN) + "\n", ValueError, "hidden"),  # hidden answers
+    ("mmlu", "x_test.csv", "Q?,a,b,c,d,E\n", ValueError, "answer='E'"),  # a bad letter
+    ("custom", "x.jsonl", json.dumps({"prompt": "Q?", "answer": "A"}) + "\n", KeyError,
+     r"'question'.*columns found: \['answer', 'prompt'\]"),  # a missing column lists those found
+    ("truthfulqa", "t.csv", "Type,Question,Best Answer\nA,Q?,B\n", KeyError, "Correct Answers"),
+    ("custom", "empty.jsonl", "", ValueError, "no items"),  # an empty file
+])
+def test_bad_file_is_refused(tmp_path, adapter, name, text, error, match):
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(error, match=match):
+        D.load_items(adapter, p)
 
 
 def test_mapping_rejected_by_fixed_adapters():

@@ -26,6 +26,8 @@ import os
 import pytest
 import torch
 
+from reference.tiny_llama import CORPUS, SIZES, tiny_llama
+
 # Before vLLM is imported (only vLLM reads these): the engine's processes talk
 # over 127.0.0.1, and a small CPU KV cache (GiB) leaves the shared CI machine
 # its memory.
@@ -59,19 +61,11 @@ def pytest_collection_modifyitems(config, items):
         if str(item.path).startswith(here + os.sep):
             item.add_marker(mark)
 
-CORPUS = [
-    "What is the capital of France? Paris is the capital of France.",
-    "Guess: Paris\nProbability: 0.9",
-    "Give your best short answer to the question below.",
-    "Which planet is largest? Jupiter is the largest planet.",
-    "The quick brown fox jumps over the lazy dog. 0123456789",
-] * 20
-
 #: Prompt whose greedy continuation hits the extra EOS id at its third new token.
 STOP_PROMPT_TEXT = "Which planet is largest?"
 #: Engine settings of the shared backend: small steps so long prompts are prefilled in chunks.
 MAX_NUM_BATCHED_TOKENS = 128
-MAX_MODEL_LEN = 512
+MAX_MODEL_LEN = SIZES["hd64"]["max_position_embeddings"]
 
 
 def _greedy(model, ids: list[int], steps: int) -> list[int]:
@@ -84,25 +78,7 @@ def _greedy(model, ids: list[int], steps: int) -> list[int]:
 
 def save_tiny_llama(path, tokenizer, *, seed: int = 0) -> tuple[str, int]:
     """Save a random tiny Llama and ``tokenizer`` to ``path``; return (path, extra EOS id)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=MAX_MODEL_LEN,
-        initializer_range=0.2,  # spread-out logits: no near-ties for greedy decoding
-        tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = tiny_llama(tokenizer, "hd64", seed=seed).eval()
     prompt = [tokenizer.bos_token_id] + tokenizer(STOP_PROMPT_TEXT, add_special_tokens=False)["input_ids"]
     new = _greedy(model, prompt, 8)
     # The first new token not seen before position 2 becomes an extra EOS id.
