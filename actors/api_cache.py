@@ -1,22 +1,15 @@
 """The request-level answer cache of API models: no paid answer is thrown away.
 
-Every well-formed answer of an OpenAI-compatible server is written, as it
-arrives, to ``<run dir>/api_cache/<key[:2]>/<key>.json``, where ``key`` is the
-SHA-256 of the request's content (:func:`request_key`: the model, the base
-URL and the whole request body: messages, sampling parameters, seed, token
-budget, log-prob fields, extra fields). A later request with the same content
-(a ``resume`` or ``resubmit --failed`` of a shard that failed on another
-request, or a shard recomputed after its file was lost) reads the stored body
-instead of sending the request again, so only requests that never got an
-answer are sent. HELM (``helm.common.cache``) and lm-evaluation-harness
-(``lm_eval.caching``, ``--use_cache``) keep request caches for the same
-reason.
+Every well-formed answer of an OpenAI-compatible server is written, as it arrives, to ``<run
+dir>/api_cache/<key[:2]>/<key>.json``, where ``key`` is the SHA-256 of the request's content (:func:`request_key`: the
+model, the base URL and the whole request body: messages, sampling parameters, seed, token budget, log-prob fields,
+extra fields). A later request with the same content (a ``resume`` or ``resubmit --failed`` of a shard that failed on
+another request, or a shard recomputed after its file was lost) reads the stored body instead of sending the request
+again, so only requests that never got an answer are sent.
 
-Each entry is written atomically (a temporary file in the same folder,
-flushed to disk, then renamed), so a ``kill -9`` of the driver or the replica
-leaves either the whole entry or none. The stored text is the server's body
-as received (it holds no key: the key only travels in the ``Authorization``
-header).
+Each entry is written atomically (a temporary file in the same folder, flushed to disk, then renamed), so a ``kill
+-9`` of the driver or the replica leaves either the whole entry or none. The stored text is the server's body as
+received (it holds no key: the key only travels in the ``Authorization`` header).
 """
 
 from __future__ import annotations
@@ -35,36 +28,16 @@ CACHE_DIR = "api_cache"
 
 
 def request_key(model: str, base_url: str, body: dict[str, Any]) -> str:
-    """SHA-256 (64 hex digits) of one request's content.
-
-    Parameters
-    ----------
-    model : str
-        The server's model name.
-    base_url : str
-        The server's API root (a different server is a different answer).
-    body : dict
-        Every other field of the request as sent (JSON-serializable): messages,
-        temperature, top_p, n, seed, max_tokens, logprobs, top_logprobs, extra fields.
-
-    Returns
-    -------
-    str
-        The same for equal content whatever the order of the dict's keys.
-    """
+    """SHA-256 (64 hex digits) of one request's content: the model, the server's API root and every other field of
+    the request as sent (``body``, JSON-serializable), whatever the order of the dict's keys."""
     text = json.dumps({"model": model, "base_url": base_url, "body": body}, sort_keys=True, ensure_ascii=False,
                       separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class AnswerCache:
-    """Stored answers under ``root`` (normally ``<run dir>/api_cache``), one file per request key.
-
-    Parameters
-    ----------
-    root : str or Path
-        The cache folder; created when missing.
-    """
+    """Stored answers under ``root`` (normally ``<run dir>/api_cache``; created when missing), one file per request
+    key."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)

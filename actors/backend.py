@@ -1,18 +1,11 @@
 """The model-backend interface every backend implements.
 
-A backend does two things with a causal language model, both on token ids the
-caller has already built:
-
-* ``generate``: greedy decoding of a continuation for each prompt;
-* ``score``: forced decoding, i.e. the log-probability of each token of a given
-  answer after a given context.
-
-Two backends implement it: :class:`confgrid.actors.transformers_backend.TransformersBackend`
-(CPU or GPU, Hugging Face transformers) and, later, a vLLM backend. Callers
-type against :class:`Backend` only. An API model
-(:class:`confgrid.actors.openai_backend.OpenAIBackend`) has no token ids: it
-takes text, the server renders the chat template, and it is not a
-:class:`Backend` (the model actor calls it on text).
+A backend does two things with a causal language model, both on token ids the caller has already built:
+``generate`` (a continuation of each prompt) and ``score`` (forced decoding: the log-probability of each token of a
+given answer after a given context). :class:`~confgrid.actors.transformers_backend.TransformersBackend` and
+:class:`~confgrid.actors.vllm_backend.VLLMBackend` implement it; callers type against :class:`Backend` only. An API
+model (:class:`~confgrid.actors.openai_backend.OpenAIBackend`) has no token ids and is not a :class:`Backend`: the
+model actor calls it on text. The checks and helpers the local backends share live here too.
 """
 
 from __future__ import annotations
@@ -63,19 +56,16 @@ def canonical_dtype(dtype: Any) -> str:
 class EngineDied(FieldsPickle, RuntimeError):
     """A replica's engine is gone: one of its processes died (a tensor-parallel rank, vLLM's engine core).
 
-    The replica cannot compute any more; the driver restarts it (within
-    ``execution.max_retries``) and puts the call's shards back in the queue
-    (flows/execute/liveness.py). Pickles with its fields (it crosses Ray).
+    The replica cannot compute any more; the driver restarts it (within ``execution.max_retries``) and puts the
+    call's shards back in the queue (flows/execute/liveness.py). Pickles with its fields (it crosses Ray).
 
     Attributes
     ----------
     process : str
-        Which process ended first, e.g. ``"rank 1 of 2 (pid 1234)"`` or
-        ``"engine core (pid 1200)"``; ``""`` when no process of the engine was
-        seen to end (the engine reported itself dead).
+        Which process ended first, e.g. ``"rank 1 of 2 (pid 1234)"``; ``""`` when no process of the engine was seen
+        to end (the engine reported itself dead).
     incarnation : str
-        The replica incarnation whose engine died (``ReplicaInfo.incarnation``;
-        set by the model worker, "" until then).
+        The replica incarnation whose engine died (``ReplicaInfo.incarnation``; "" until the worker sets it).
     """
 
     def __init__(self, message: str, process: str = "", incarnation: str = "") -> None:
@@ -99,19 +89,17 @@ def engine_died(exc: BaseException) -> EngineDied | None:
 
 @dataclass(frozen=True)
 class Generation:
-    """One greedy continuation of one prompt.
+    """One continuation of one prompt.
 
     Attributes
     ----------
     text : str
-        The new tokens decoded with special tokens skipped (the prompt is never
-        included).
+        The new tokens decoded with special tokens skipped (the prompt is never included).
     token_ids : tuple of int
-        The new token ids, in order. Ends with the EOS id when
-        ``finish_reason == "stop"``; padding is never included.
+        The new token ids, in order. Ends with the EOS id when ``finish_reason == "stop"``; padding is never included.
     finish_reason : str
-        ``"stop"`` if an end-of-sequence token was produced, ``"length"`` if
-        ``max_new_tokens`` tokens were produced without one.
+        ``"stop"`` if an end-of-sequence token was produced, ``"length"`` if ``max_new_tokens`` tokens were
+        produced without one.
     """
 
     text: str
@@ -121,16 +109,9 @@ class Generation:
 
 @dataclass(frozen=True)
 class NextToken:
-    """The top of one next-token distribution (raw log-softmax of the logits, no temperature).
-
-    Attributes
-    ----------
-    token_ids : tuple of int
-        The ``k`` most probable next tokens, most probable first (ties by
-        ascending id, so the order is deterministic).
-    logprobs : tuple of float
-        Their log-probabilities in nats (<= 0), same order.
-    """
+    """The top of one next-token distribution (raw log-softmax of the logits, no temperature): the ``k`` most
+    probable next token ids, most probable first (ties by ascending id), and their log-probabilities in nats (<= 0),
+    same order."""
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
@@ -168,10 +149,9 @@ def check_sampling(temperature: float, top_p: float, top_k: int, n: int) -> None
     Raises
     ------
     ValueError
-        If ``temperature < 0``, ``top_p`` is outside (0, 1], ``top_k < 0``,
-        ``n < 1``, or greedy decoding (``temperature == 0``) is asked with
-        ``top_p != 1``, ``top_k != 0`` or ``n != 1`` (vLLM would silently drop
-        them; lighteval #342 shows what silent rewriting does to a study).
+        If ``temperature < 0``, ``top_p`` is outside (0, 1], ``top_k < 0``, ``n < 1``, or greedy decoding
+        (``temperature == 0``) is asked with ``top_p != 1``, ``top_k != 0`` or ``n != 1`` (vLLM would silently drop
+        them).
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
@@ -193,9 +173,8 @@ def check_sampling(temperature: float, top_p: float, top_k: int, n: int) -> None
 def request_seed(seed: int, prompt: list[int], index: int | None = None) -> int:
     """A 32-bit seed of one request (and sample ``index``) from ``seed`` and the prompt's ids.
 
-    Depends only on its arguments, not on the prompt's position in a call or
-    on which other prompts share it, so a shard rerun or cut differently
-    draws the same samples (on the same backend and hardware).
+    Depends only on its arguments, not on the prompt's position in a call or on which other prompts share it, so a
+    shard rerun or cut differently draws the same samples (on the same backend and hardware).
     """
     h = hashlib.blake2b(digest_size=8)
     h.update(int(seed).to_bytes(8, "little", signed=True))
@@ -208,9 +187,8 @@ def request_seed(seed: int, prompt: list[int], index: int | None = None) -> int:
 def text_request_seed(seed: int, user_text: str, assistant_prefix: str = "", index: int | None = None) -> int:
     """A 32-bit seed of one text request (an API model: no token ids), like :func:`request_seed`.
 
-    Hashes ``seed``, the UTF-8 bytes of ``user_text`` and ``assistant_prefix``
-    (each length-prefixed, so no two splits of one string collide) and
-    ``index``: the same request gets the same seed in any shard or call.
+    Hashes ``seed``, the UTF-8 bytes of ``user_text`` and ``assistant_prefix`` (each length-prefixed, so no two
+    splits of one string collide) and ``index``.
     """
     h = hashlib.blake2b(digest_size=8, person=b"confgrid-text")
     h.update(int(seed).to_bytes(8, "little", signed=True))
@@ -225,27 +203,14 @@ def text_request_seed(seed: int, user_text: str, assistant_prefix: str = "", ind
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a model backend offers the pipeline.
-
-    Attributes
-    ----------
-    tokenizer : transformers.PreTrainedTokenizerBase
-        The Hugging Face tokenizer of the model. Callers build prompts with it
-        (``apply_chat_template``) and tokenize answers with it.
-    """
+    """What a model backend offers the pipeline; callers build prompts and tokenize answers with its Hugging Face
+    ``tokenizer``."""
 
     tokenizer: Any
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 32) -> list[Generation]:
-        """Greedily continue each prompt.
-
-        Parameters
-        ----------
-        prompts : list of list of int
-            Token ids of each prompt (special tokens included as the caller
-            wants them; nothing is added).
-        max_new_tokens : int, default 32
-            Most new tokens per prompt.
+        """Greedily continue each prompt (token ids, special tokens included as the caller wants them; nothing is
+        added) by at most ``max_new_tokens``.
 
         Returns
         -------
@@ -262,37 +227,26 @@ class Backend(Protocol):
     def score(self, requests: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
         """Log-probabilities of forced answer tokens.
 
-        Parameters
-        ----------
-        requests : list of (context_ids, answer_ids)
-            Both lists non-empty; they are joined as ``context_ids + answer_ids``
-            (no token is added or removed at the seam).
+        ``requests``: ``(context_ids, answer_ids)`` pairs, both non-empty, joined as ``context_ids + answer_ids``
+        (no token is added or removed at the seam).
 
         Returns
         -------
         list of numpy.ndarray
-            One float64 array of shape ``(len(answer_ids),)`` per request, in
-            input order: entry ``j`` is ``log p(answer_ids[j] | context_ids +
-            answer_ids[:j])`` in nats (natural log), so every entry is <= 0.
+            One float64 array of shape ``(len(answer_ids),)`` per request, in input order: entry ``j`` is
+            ``log p(answer_ids[j] | context_ids + answer_ids[:j])`` in nats (natural log), so every entry is <= 0.
             Values do not depend on which other requests share a batch.
 
         Raises
         ------
         ValueError
-            If a request has empty ``context_ids`` or empty ``answer_ids``; the
-            message names the request index.
+            If a request has empty ``context_ids`` or empty ``answer_ids``; the message names the request index.
         """
         ...
 
     def provenance(self) -> dict[str, str]:
-        """Where the numbers come from.
-
-        Returns
-        -------
-        dict of str to str
-            At least ``backend``, ``backend_version``, ``dtype``, ``device``,
-            ``model`` (path or hub name) and ``revision``.
-        """
+        """Where the numbers come from: at least ``backend``, ``backend_version``, ``dtype``, ``device``, ``model``
+        (path or hub name) and ``revision``."""
         ...
 
 
@@ -320,11 +274,9 @@ def eos_token_ids(generation_eos: Any, tokenizer_eos: Any, model_name: str) -> s
 def model_dir_problem(path: str | Path) -> str | None:
     """What is wrong with a local model directory, or None if it looks loadable.
 
-    A directory written by ``save_pretrained`` holds ``config.json`` (and the
-    weights and tokenizer files). Used by the grid check (before anything is
-    loaded) and by both backends , so that an empty or wrong
-    directory reads "no model files in DIR" rather than a tokenizer error.
-    Paths that do not exist locally (hub ids) give None.
+    A directory written by ``save_pretrained`` holds ``config.json``. Used by the grid check and by both backends,
+    so that an empty or wrong directory reads "no model files in DIR" rather than a tokenizer error. Paths that do
+    not exist locally (hub ids) give None.
     """
     p = Path(path).expanduser()
     if not p.exists():

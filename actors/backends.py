@@ -29,15 +29,12 @@ class BackendEntry:
 
     Attributes
     ----------
-    name : str
-        The grid's ``backend`` value.
     api : bool
         The model is reached through an HTTP API (the ``api`` section), not loaded from local files.
     extra : str
         The ``pip install 'confgrid[EXTRA]'`` extra it needs ("" for none).
     builder : callable
-        ``builder(config, path) -> backend``: ``config`` a :class:`~confgrid.actors.model_actor.ModelConfig`,
-        ``path`` what ``from_pretrained`` loads (the resolved model; ignored by API backends).
+        ``builder(config, path) -> backend``: ``path`` is what ``from_pretrained`` loads (ignored by API backends).
     """
 
     name: str

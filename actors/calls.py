@@ -1,14 +1,9 @@
 """Typed payloads between the driver and a model replica.
 
-The driver packs the requests of one or more shards into one :class:`EngineCall`
-(a replica's engine sees many shards at once, see ``ModelSpec.prompts_per_call``);
-the replica answers with one :class:`CallResult` that keeps each shard's
-outputs apart, so the shard stays the unit of storage, keys and failure.
-
-Every call result names the replica process that computed it
-(:class:`ReplicaInfo`): a new ``incarnation`` on a replica the driver already
-knows means Ray restarted the actor (and retried the calls that were in
-flight), which the driver records in the manifest.
+The driver packs the requests of one or more shards into one :class:`EngineCall` (``ModelSpec.prompts_per_call``);
+the replica answers with one :class:`CallResult` that keeps each shard's outputs apart, so the shard stays the unit
+of storage, keys and failure. Every call result names the replica process that computed it (:class:`ReplicaInfo`):
+a new ``incarnation`` on a known replica means Ray restarted the actor, which the driver records in the manifest.
 """
 
 from __future__ import annotations
@@ -38,18 +33,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    """One greedy continuation.
-
-    Attributes
-    ----------
-    user_text : str
-        The user turn, rendered by the replica with the model's chat template
-        (or used as plain text for a base model).
-    assistant_prefix : str
-        Text that opens the assistant turn and that the model continues (the
-        supplied-answer probe's ``Guess: <answer>\\nProbability:``); ``""``
-        for a plain generation.
-    """
+    """One prompt: the user turn (rendered by the replica with the model's chat template, or plain text for a base
+    model) and the text that opens the assistant turn and that the model continues (the supplied-answer probe's
+    ``Guess: <answer>\\nProbability:``; ``""`` for a plain generation)."""
 
     user_text: str
     assistant_prefix: str = ""
@@ -57,12 +43,8 @@ class GenerateRequest:
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """One forced-decoding request: the log-probs of ``answer`` after a context.
-
-    The context is ``user_text`` rendered with the chat template, then
-    ``assistant_prefix``; the answer is tokenized separately as
-    ``separator + answer`` and the ids joined (study 000 Appendix A).
-    """
+    """One forced-decoding request: the log-probs of ``answer`` after a context (actors/model_actor.py,
+    ``ModelWorker.score``)."""
 
     user_text: str
     assistant_prefix: str
@@ -85,12 +67,11 @@ class Sampling:
     n : int
         Samples per prompt (>= 1; 1 when greedy).
     seed : int or None
-        Base seed; each request (and sample) derives its own
-        (:func:`~confgrid.actors.backend.request_seed`). None: not reproducible.
+        Base seed; each request (and sample) derives its own (:func:`~confgrid.actors.backend.request_seed`).
+        None: not reproducible.
     from_model : bool
-        Take temperature, top_p and top_k from the model's own
-        ``generation_config`` (``temperature: model_default``); the replica
-        returns the values it used in :attr:`SamplesOutput.sampling`.
+        Take temperature, top_p and top_k from the model's own ``generation_config`` (``temperature:
+        model_default``); the replica returns the values it used in :attr:`SamplesOutput.sampling`.
     """
 
     temperature: float = 0.0
@@ -107,16 +88,8 @@ class Sampling:
 
 @dataclass(frozen=True)
 class ShardWork:
-    """The requests of one shard inside an engine call.
-
-    Attributes
-    ----------
-    key : str
-        The shard's content key (flows/store/run_store.py); outputs come back under it.
-    requests : tuple
-        :class:`GenerateRequest` or :class:`ScoreRequest` items, all of the
-        call's kind.
-    """
+    """The requests of one shard inside an engine call (all of the call's kind), under the shard's content key
+    (flows/store/run_store.py), which its outputs come back under."""
 
     key: str
     requests: tuple[Union[GenerateRequest, ScoreRequest], ...]
@@ -132,10 +105,10 @@ class CallParams:
     max_new_tokens : int
         Generation budget in new tokens (``generate``; >= 1).
     sampling : Sampling or None
-        ``generate``: None or greedy ``Sampling`` for greedy decoding (one :class:`GenerationOutput` per
-        request); otherwise one :class:`SamplesOutput` per request.
+        ``generate``: None or greedy for greedy decoding (one :class:`GenerationOutput` per request); otherwise
+        one :class:`SamplesOutput` per request.
     top_logprobs : int
-        ``next_token``: tokens returned per prompt (default 20).
+        ``next_token``: tokens returned per prompt.
     candidates, cases : tuple of str
         ``next_token``: candidate strings whose variant token ids the replica looks up in its tokenizer
         (protocols/candidates.py), and their case variants.
@@ -158,18 +131,8 @@ class CallParams:
 @dataclass(frozen=True)
 class EngineCall(CallParams):
     """One call of a replica: every request of one or more shards, run in one engine pass, with the
-    :class:`CallParams` (keywords) they share.
-
-    Attributes
-    ----------
-    kind : {"generate", "score", "next_token", "hidden_states"}
-        Generation, forced-decoding scoring, the top of the next-token
-        distribution after each prompt, or the last prompt token's hidden
-        states (``next_token`` and ``hidden_states`` take
-        :class:`GenerateRequest` items: a prompt and an assistant prefix).
-    shards : tuple of ShardWork
-        The shards of the call, in order.
-    """
+    :class:`CallParams` (keywords) they share. ``score`` takes :class:`ScoreRequest` items, the other kinds
+    :class:`GenerateRequest` items."""
 
     kind: Literal["generate", "score", "next_token", "hidden_states"]
     shards: tuple[ShardWork, ...]
@@ -185,18 +148,14 @@ class GenerationOutput:
         The decoded continuation (special tokens dropped).
     finish_reason : str
         ``"stop"`` (an EOS id) or ``"length"`` (the budget ran out).
-    n_tokens : int
-        New tokens generated (>= 0).
     prompt_tokens : int
         Tokens of the rendered prompt (an API model: the server's usage count, -1 when absent).
     token_logprobs : tuple of float or None
-        An API model: the log-prob (nats, <= 0) of each generated token as the
-        server returned it; None when it returned none (or a local backend,
-        which does not record them here).
+        An API model: the log-prob (nats, <= 0) of each generated token as the server returned it; None when it
+        returned none (or a local backend, which does not record them here).
     logprobs_status : str
-        ``""`` (local backends), ``"ok"``, or why ``token_logprobs`` is None
-        (``"no_logprobs"``, ``"no_logprob_content"``, ``"not_requested"``;
-        actors/openai_backend.py).
+        ``""`` (local backends), ``"ok"``, or why ``token_logprobs`` is None (``"no_logprobs"``,
+        ``"no_logprob_content"``, ``"not_requested"``; actors/openai_backend.py).
     """
 
     text: str
@@ -222,19 +181,14 @@ class NextTokenOutput:
     Attributes
     ----------
     token_ids : tuple of int
-        Most probable first (ties by ascending id).
+        Most probable first (ties by ascending id). An API model's ids are ``-1 - rank`` (it returns strings).
     logprobs : tuple of float
         Raw log-softmax values in nats (no temperature), same order.
-    prompt_tokens : int
-        Tokens of the rendered prompt.
     candidate_tokens : dict
-        Each requested candidate -> ``{token id: decoded string}`` of its
-        variants (empty without candidates).
+        Each requested candidate -> ``{token id: decoded string}`` of its variants (empty without candidates).
     logprobs_status : str
-        ``"ok"``, or (an API model) why no distribution came back
-        (``"no_logprobs"``, ``"no_logprob_content"``, ``"no_top_logprobs"``);
-        the tuples are then empty. An API model's ids are ``-1 - rank`` (it
-        returns strings, not vocabulary ids).
+        ``"ok"``, or (an API model) why no distribution came back (``"no_logprobs"``, ``"no_logprob_content"``,
+        ``"no_top_logprobs"``); the tuples are then empty.
     """
 
     token_ids: tuple[int, ...]
@@ -246,17 +200,8 @@ class NextTokenOutput:
 
 @dataclass(frozen=True)
 class HiddenStatesOutput:
-    """The last prompt token's hidden states.
-
-    Attributes
-    ----------
-    states : numpy.ndarray
-        float32, shape ``(n_layers, hidden_size)``: one row per requested
-        layer (all: embedding output first, then every layer).
-    layers : tuple of int
-        The layer index of each row.
-    prompt_tokens : int
-    """
+    """The last prompt token's hidden states: ``states``, float32 of shape ``(n_layers, hidden_size)``, one row per
+    requested layer (all: embedding output first, then every layer), ``layers`` the layer index of each row."""
 
     states: Any
     layers: tuple[int, ...]
@@ -265,17 +210,8 @@ class HiddenStatesOutput:
 
 @dataclass(frozen=True)
 class ScoreOutput:
-    """The forced-decoding log-probs of one answer.
-
-    Attributes
-    ----------
-    logprobs : tuple of float
-        One log-probability per answer token, in nats (<= 0).
-    answer_token_ids : tuple of int
-        The answer's token ids (tokenized apart from the context).
-    context_tokens : int
-        Tokens of the rendered context.
-    """
+    """The forced-decoding log-probs of one answer: one per answer token, in nats (<= 0), with the answer's token
+    ids (tokenized apart from the context) and the rendered context's length in tokens."""
 
     logprobs: tuple[float, ...]
     answer_token_ids: tuple[int, ...]
@@ -288,31 +224,24 @@ class ReplicaInfo:
 
     Attributes
     ----------
-    pid : int
-        Operating-system process id of the actor.
-    host : str
-        Host name of the actor's node.
     incarnation : str
-        Random id drawn when the actor process loaded the model; a restarted
-        actor (same Ray actor, new process) has a new one.
+        Random id drawn when the actor process loaded the model; a restarted actor (same Ray actor, new process)
+        has a new one.
     load_seconds : float
         Seconds the model load of this incarnation took (wall clock, >= 0).
     node_id, node_ip : str
         The Ray node the process runs on ("" outside Ray).
     load_started : float
-        Wall-clock time (``time.time()`` on the replica) the model load of
-        this incarnation began; 0.0 when unknown.
+        Wall-clock time (``time.time()`` on the replica) the model load began; 0.0 when unknown.
     gpu_ids : tuple of str
-        The GPUs Ray assigned to the actor (``CUDA_VISIBLE_DEVICES``): N for a
-        tensor-parallel replica with the multiprocessing executor, none in a
-        placement group (vLLM's Ray workers hold them) or on CPU.
+        The GPUs Ray assigned to the actor (``CUDA_VISIBLE_DEVICES``): N for a tensor-parallel replica with the
+        multiprocessing executor, none in a placement group (vLLM's Ray workers hold them) or on CPU.
     cpu_bind : str
-        A tensor-parallel vLLM replica computing on CPU: the per-rank core
-        lists it gave vLLM (``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"0|1"``); "" otherwise.
+        A tensor-parallel vLLM replica computing on CPU: the per-rank core lists it gave vLLM
+        (``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"0|1"``); "" otherwise.
     ranks : tuple of (str, int)
-        The engine's processes this incarnation started, ``(name, pid)``: vLLM's
-        engine core and, with its multiprocessing executor, one worker per
-        rank (``("rank 0", 1234)``); empty for other backends.
+        The engine's processes this incarnation started, ``(name, pid)``: vLLM's engine core and, with its
+        multiprocessing executor, one worker per rank; empty for other backends.
     """
 
     pid: int
@@ -334,20 +263,12 @@ class CallResult:
     Attributes
     ----------
     outputs : dict of str to tuple
-        Shard key -> one output per request, in request order
-        (:class:`GenerationOutput`, :class:`SamplesOutput`,
-        :class:`ScoreOutput`, :class:`NextTokenOutput` or
-        :class:`HiddenStatesOutput`).
-    replica : ReplicaInfo
-        Who computed it.
-    started : float
-        Wall-clock time (``time.time()`` on the replica) the call started.
-    seconds : float
-        Wall-clock seconds the call ran on the replica.
+        Shard key -> one output per request, in request order.
+    started, seconds : float
+        Wall-clock time (``time.time()`` on the replica) the call started, and the seconds it ran.
     failed : dict of str to exception
-        Shard key -> why the shard failed (an API model: a request that
-        still failed after its retries); such a shard has no ``outputs``
-        entry. The other shards of the call are kept.
+        Shard key -> why the shard failed (an API model: a request that still failed after its retries); such a
+        shard has no ``outputs`` entry. The other shards of the call are kept.
     requests : dict of str to RequestCounts
         Shard key -> its HTTP requests (API models only; empty otherwise).
     """
@@ -362,15 +283,8 @@ class CallResult:
 
 @dataclass(frozen=True)
 class ReplicaReady:
-    """A replica's answer to ``ping``: it has loaded its model.
-
-    Attributes
-    ----------
-    replica : ReplicaInfo
-    provenance : dict of str to str
-        Backend, versions, dtype, chat template and default system prompt
-        (recorded with every run).
-    """
+    """A replica's answer to ``ping``: it has loaded its model; its provenance (backend, versions, dtype, chat
+    template and default system prompt) is recorded with every run."""
 
     replica: ReplicaInfo
     provenance: dict[str, str] = field(default_factory=dict)
@@ -397,10 +311,8 @@ class RequestCounts:
         Of those, how many got a usable answer (sent now or read from the answer cache).
     cached : int
         Answers read from the run's answer cache (actors/api_cache.py): no HTTP request sent.
-    attempts : int
-        HTTP requests sent (first tries and retries).
-    retries : int
-        Of those, the attempts after a request's first.
+    attempts, retries : int
+        HTTP requests sent (first tries and retries), and of those the attempts after a request's first.
     failures : dict of str to int
         Failed attempts by cause (:data:`RETRY_CAUSES`); every one but a request's last is a retry.
     system_fingerprints : list of str

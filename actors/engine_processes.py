@@ -60,13 +60,8 @@ def engine_processes(tensor_parallel_size: int, exclude: set[int] = frozenset())
 class ExitOrder:
     """Which of some processes ended first: a thread waits on their pidfds (Linux >= 5.3) and records each end.
 
-    A vLLM worker killed by the system ends at once; vLLM then stops the other processes of its engine, which
-    end after it, so the first entry of :attr:`ended` is the process that died.
-
-    Parameters
-    ----------
-    processes : list of (str, int)
-        ``(name, pid)`` of each process to watch.
+    ``processes``: ``(name, pid)`` of each process to watch. The first entry of :attr:`ended` is the process that
+    died (see the module docstring).
 
     Attributes
     ----------

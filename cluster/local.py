@@ -1,20 +1,12 @@
 """A multi-node Ray cluster on one machine: a head and worker nodes, each a `ray start` of its own.
 
-For tests and benchmarks of the cluster path (a replica per node, a node lost
-mid-run) without a second machine. Every node gets its own ``--temp-dir``
-(so its processes are told apart from any other Ray on the machine by their
-command lines), its own ports, declared resources (``--num-gpus`` on workers:
-GPUs the node claims to have; the fixture models run on CPU anyway) and a node
-label ``confgrid.node=<name>``. :meth:`LocalCluster.stop` ends exactly the
-processes of these nodes, by their pids; it never runs ``ray stop``, which
-would end every Ray process of the machine.
+For tests and benchmarks of the cluster path (a replica per node, a node lost mid-run) without a second machine.
+Every node gets its own ``--temp-dir`` (so its processes are told apart from any other Ray on the machine by their
+command lines), its own ports, declared resources (``--num-gpus`` on workers: GPUs the node claims to have) and a
+node label ``confgrid.node=<name>``. :meth:`LocalCluster.stop` ends exactly the processes of these nodes, by their
+pids; it never runs ``ray stop``, which would end every Ray process of the machine.
 
-``python -m confgrid.cluster.local --workers 2 --gpus 2`` starts one and
-prints its address; Ctrl-C stops it (benchmarks/README.md).
-
-The head gets short health-check intervals (``RAY_health_check_*``), so a node
-whose raylet is killed is declared dead within about 4 s instead of Ray's
-default of about 15 to 30 s.
+``python -m confgrid.cluster.local --workers 2 --gpus 2`` starts one and prints its address; Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -51,18 +43,8 @@ def _ports(n: int) -> list[int]:
 
 @dataclass
 class LocalNode:
-    """One node of a :class:`LocalCluster`.
-
-    Attributes
-    ----------
-    name : str
-        ``head``, ``worker1``, ... (also its label ``confgrid.node``).
-    temp_dir : str
-        The node's own ``--temp-dir``; every process of the node has it (or its session folder) on its
-        command line.
-    resources : dict of str to float
-        What it declares (``{"CPU": c, "GPU": g}``).
-    """
+    """One node of a :class:`LocalCluster`: its name (``head``, ``worker1``, ...; also its label ``confgrid.node``),
+    its own ``--temp-dir`` (on the command line of every process of the node) and the resources it declares."""
 
     name: str
     temp_dir: str
@@ -70,7 +52,7 @@ class LocalNode:
 
     def processes(self) -> list:
         """The live processes of this node (psutil), found by its temp dir on their command lines, with their
-        children (Ray's workers)."""
+        children."""
         ours = {}
         for p in psutil.process_iter(["cmdline"]):
             try:
@@ -120,17 +102,8 @@ class LocalNode:
 
 @dataclass
 class LocalCluster:
-    """A head and worker nodes started by :func:`start_local_cluster`.
-
-    Attributes
-    ----------
-    address : str
-        ``127.0.0.1:PORT``, the GCS address (``confgrid run --address``).
-    dashboard : str
-        ``http://127.0.0.1:PORT``, the Jobs API (``confgrid submit --address``; with ``dashboard=True``).
-    nodes : list of LocalNode
-        The head first.
-    """
+    """A head and worker nodes started by :func:`start_local_cluster` (the head first): ``address`` is the GCS
+    address (``confgrid run --address``), ``dashboard`` the Jobs API (``confgrid submit --address``)."""
 
     address: str
     dashboard: str
@@ -178,20 +151,15 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
 
     Parameters
     ----------
-    workers : int
-        Worker nodes (>= 0).
-    gpus_per_worker, cpus_per_worker, head_cpus : float
-        Declared resources per node.
     python : str, optional
         The interpreter whose ``ray`` executable starts the nodes (default: this one).
     root : str, optional
         Folder for the nodes' temp dirs (default ``/tmp``: Ray's socket paths must stay under 108 characters).
     fast_health_check : bool
-        :data:`FAST_HEALTH_CHECK` on the head: a lost node is declared dead within seconds.
+        :data:`FAST_HEALTH_CHECK` on the head: a node whose raylet is killed is declared dead within about 4 s
+        instead of Ray's default of about 15 to 30 s.
     dashboard : bool
         Start the head's dashboard, which serves the Jobs API (``confgrid submit``); about 10 s of CPU more.
-    env : dict, optional
-        Extra environment for every node.
     timeout : float
         Seconds each ``ray start`` and the wait for the nodes may take.
 
