@@ -291,6 +291,21 @@ class VLLMBackend:
                 self._llm = None
             raise self._died from exc
 
+    def _generate(self, prompts: list[list[int]], params: Any, what: str) -> list[Any]:
+        """One ``LLM.generate`` call on token-id prompts; raises RuntimeError naming ``what`` and its index when an
+        output's prompt ids differ from the ids sent."""
+        from vllm import TokensPrompt
+
+        llm = self._engine()
+        with self._calling():
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        for i, (p, out) in enumerate(zip(prompts, outs, strict=True)):
+            returned = [int(t) for t in (out.prompt_token_ids or [])]
+            if returned != p:
+                raise RuntimeError(f"{what} {i}: vLLM returned prompt token ids that differ from the ids sent "
+                                   f"({len(returned)} returned, {len(p)} sent)")
+        return outs
+
     def _to_generation(self, i: int, completion: Any) -> Generation:
         reason = _FINISH.get(str(completion.finish_reason))
         if reason is None:
@@ -359,25 +374,20 @@ class VLLMBackend:
         ValueError
             As :meth:`generate`, and if ``n < 1`` or ``n > 1`` with ``temperature == 0``.
         """
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import SamplingParams
 
         check_prompts(prompts, max_new_tokens)
         n, temperature = int(n), float(temperature)
         check_sampling(temperature, float(top_p), int(top_k), n)
         if not prompts:
             return []
-        llm = self._engine()
+        prompts = [[int(t) for t in p] for p in prompts]
         params = [SamplingParams(n=n, temperature=temperature, top_p=float(top_p), top_k=int(top_k),
                                  max_tokens=int(max_new_tokens), stop_token_ids=sorted(self.eos_token_ids),
                                  seed=None if (seed is None or temperature == 0) else request_seed(seed, p),
                                  detokenize=False) for p in prompts]
-        with self._calling():
-            outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts], params,
-                                use_tqdm=False)
         result: list[list[Generation]] = []
-        for i, (p, out) in enumerate(zip(prompts, outs, strict=True)):
-            if list(out.prompt_token_ids) != [int(t) for t in p]:
-                raise RuntimeError(f"prompt {i}: vLLM returned the output of a different prompt")
+        for i, out in enumerate(self._generate(prompts, params, "prompt")):
             if len(out.outputs) != n:
                 raise RuntimeError(f"prompt {i}: vLLM returned {len(out.outputs)} samples, expected {n}")
             result.append([self._to_generation(i, c) for c in sorted(out.outputs, key=lambda c: c.index)])
@@ -401,20 +411,14 @@ class VLLMBackend:
         RuntimeError
             If the backend is shut down or vLLM returns fewer than ``top_k`` tokens.
         """
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import SamplingParams
 
         check_prompts(prompts, top_k=top_k)
         if not prompts:
             return []
         params = SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=int(top_k), detokenize=False)
-        llm = self._engine()
-        with self._calling():
-            outs = llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts], params,
-                                use_tqdm=False)
         result = []
-        for i, (p, out) in enumerate(zip(prompts, outs, strict=True)):
-            if list(out.prompt_token_ids) != [int(t) for t in p]:
-                raise RuntimeError(f"prompt {i}: vLLM returned the output of a different prompt")
+        for i, out in enumerate(self._generate([[int(t) for t in p] for p in prompts], params, "prompt")):
             step = out.outputs[0].logprobs[0]
             items = sorted(((float(v.logprob), int(t)) for t, v in step.items()), key=lambda x: (-x[0], x[1]))
             if len(items) < top_k:
@@ -458,12 +462,12 @@ class VLLMBackend:
             If vLLM returns prompt ids or log-prob ids other than those sent, or a log-prob list of the wrong length
             (the message names the request index and position).
         """
+        from vllm import SamplingParams
+
         check_requests(requests)
         if not requests:
             return []
-        llm = self._engine()
-        from vllm import SamplingParams, TokensPrompt
-
+        self._engine()  # a shut-down or dead backend raises before any check of the requests' lengths
         seqs = [[int(t) for t in ctx] + [int(t) for t in ans] for ctx, ans in requests]
         for i, seq in enumerate(seqs):
             if len(seq) >= self.max_model_len:
@@ -472,22 +476,13 @@ class VLLMBackend:
                     f"{self.max_model_len} (it must be below it: one token is generated)"
                 )
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
-        with self._calling():
-            outs = llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
-        return [
-            self._parse_prompt_logprobs(i, seq, len(ctx), out)
-            for i, (seq, (ctx, _), out) in enumerate(zip(seqs, requests, outs, strict=True))
-        ]
+        outs = self._generate(seqs, params, "request")
+        return [self._parse_prompt_logprobs(i, seq, len(ctx), out)
+                for i, (seq, (ctx, _), out) in enumerate(zip(seqs, requests, outs, strict=True))]
 
     @staticmethod
     def _parse_prompt_logprobs(i: int, seq: list[int], n_ctx: int, out: Any) -> np.ndarray:
         """Answer log-probs of request ``i`` from its ``RequestOutput``, checking every id."""
-        returned = [int(t) for t in (out.prompt_token_ids or [])]
-        if returned != seq:
-            raise RuntimeError(
-                f"request {i}: vLLM returned prompt token ids that differ from the ids sent "
-                f"({len(returned)} returned, {len(seq)} sent)"
-            )
         plp = out.prompt_logprobs
         if plp is None or len(plp) != len(seq):
             got = None if plp is None else len(plp)
