@@ -39,7 +39,6 @@ from .metrics import UndefinedMetricWarning, validate_inputs
 from .registry import METRICS, get_metric
 
 __all__ = [
-    "bootstrap_chunk",
     "bootstrap_chunks",
     "BootstrapResult",
     "paired_bootstrap",
@@ -88,47 +87,6 @@ def _stack_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"signal {s}: {exc}") from None
     return conf, corr
 
-
-
-def bootstrap_chunk(confidence, correct, metrics: Sequence[str], idx_chunk, n_bins: int = 10,
-                    groups=None, masks=None, reweight=None) -> np.ndarray:
-    """Evaluate every (signal, metric) on one chunk of resamples.
-
-    Parameters
-    ----------
-    confidence : ndarray of shape (S, n)
-        One confidence row per signal, aligned on the same ``n`` items.
-    correct : ndarray of shape (S, n) or (n,)
-        Correctness per signal, or one vector shared by all signals.
-    metrics : list of str
-        Names from :data:`registry.METRICS` (``"ece"``, ``"auroc"``, ``"aurc"``, ``"brier"``).
-    idx_chunk : ndarray of shape (b, n), int
-        Resampled item indices (one row per resample), e.g. from :func:`chunk_indices`; with ``groups``, shape (b, G):
-        drawn cluster indices in ``[0, G)`` (cluster order of :func:`clusters.cluster_codes`).
-    n_bins : int, default=10
-        ECE bins.
-    groups, masks, reweight
-        As in :func:`paired_bootstrap`.
-
-    Returns
-    -------
-    ndarray of shape (S, M, b), float64
-        ``nan`` where a metric is undefined on a resample, and for the whole row of a signal with non-finite inputs
-        on its support.
-    """
-    metrics = _check_metrics(metrics)
-    conf, corr = _stack_inputs(confidence, correct)
-    idx_chunk = np.asarray(idx_chunk)
-    n = conf.shape[1]
-    clusters = cluster_codes(groups, n) if groups is not None else None
-    k = n if clusters is None else clusters.n_clusters
-    if idx_chunk.ndim != 2 or idx_chunk.shape[1] != k:
-        raise ValueError(f"idx_chunk must have shape (b, {k}), got {idx_chunk.shape}")
-    if idx_chunk.size and (idx_chunk.min() < 0 or idx_chunk.max() >= k):
-        raise ValueError(f"indices must lie in [0, {k})")
-    with one_blas_thread():
-        prep = prepare(conf, corr, n_bins, _check_masks(masks, conf.shape), reweight)
-        return evaluate_chunk(prep, metrics, idx_chunk, clusters)
 
 
 def bootstrap_chunks(

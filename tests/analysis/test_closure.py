@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 from sklearn.calibration import calibration_curve
 
-from confgrid.analysis.bootstrap import bootstrap_chunk
 from confgrid.analysis.capability.metrics import ece_to_target
 from confgrid.analysis.estimators import ece_equal_mass
 from confgrid.analysis.kernels import WEIGHTED_KERNELS, ece_weighted, has_weighted_kernel, weighted_values
 from confgrid.analysis.metrics import CLOSURES, bin_edges, bin_indices, ece, edge_counts
 from confgrid.analysis.registry import METRICS, binned_metrics, closure_variant, get_metric
 from confgrid.analysis.reliability import reliability_diagram
+from reference.resample_loop import bootstrap_chunk
 
 BINS = (5, 10, 15, 20)
 EDGE_VALUES = np.array([0.0, 0.1, 0.3, 0.7, 0.9, 1.0])

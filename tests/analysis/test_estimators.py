@@ -20,7 +20,7 @@ from confgrid.analysis import registry as REG
 from confgrid.analysis import reliability as R
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from metric_data import FAST, datasets
-from reference.resample_loop import loop_chunk
+from reference.resample_loop import bootstrap_chunk, loop_chunk
 
 NEW = ["ece_equal_mass", "kde_ece", "ks_ece", "smoothed_ece", "calibration_gap", "overconfidence"] + [
     f"ece_{b}" for b in E.ECE_BIN_COUNTS
@@ -407,7 +407,7 @@ def test_kernels_equal_per_resample_loop(n, decimals, n_bins):
     corr = (rng.random(n) < 0.6).astype(float)
     conf = np.vstack([np.round(rng.random(n), 1), rng.random(n) if decimals is None else np.round(rng.random(n), decimals)])
     idx = rng.integers(0, n, size=(40, n))
-    got = BS.bootstrap_chunk(conf, corr, KERNEL_METRICS, idx, n_bins=n_bins)
+    got = bootstrap_chunk(conf, corr, KERNEL_METRICS, idx, n_bins=n_bins)
     ref = loop_chunk(conf, corr, KERNEL_METRICS, idx, n_bins=n_bins)
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
 
@@ -439,7 +439,7 @@ def test_fallback_metrics_equal_loop_and_paired_bootstrap_runs():
     idx = rng.integers(0, n, size=(12, n))
     mets = ["ece", "smoothed_ece", "ks_ece"]
     np.testing.assert_allclose(
-        BS.bootstrap_chunk(conf, corr, mets, idx), loop_chunk(conf, corr, mets, idx), rtol=1e-12, atol=1e-12
+        bootstrap_chunk(conf, corr, mets, idx), loop_chunk(conf, corr, mets, idx), rtol=1e-12, atol=1e-12
     )
     r = BS.paired_bootstrap(conf, corr, ["ece_equal_mass", "smoothed_ece", "calibration_gap"],
                             n_resamples=30, seed=3, chunk_size=16, n_bins=5)
