@@ -130,7 +130,7 @@ def bootstrap_chunks(
         raise ValueError("bootstrap_chunks needs n >= 1 rows")
     clusters = cluster_codes(groups, n) if groups is not None else None
     k = n if clusters is None else clusters.n_clusters
-    prep = prepare(conf, corr, n_bins, _check_masks(masks, conf.shape), reweight)
+    prep = prepare(conf, corr, n_bins, _check_supports(masks, reweight, conf.shape), reweight)
     out = []
     with one_blas_thread():
         for c in chunks:
@@ -217,8 +217,10 @@ class BootstrapResult:
         return n_undefined(self.resamples)
 
 
-def _check_masks(masks, shape: tuple[int, int]) -> np.ndarray | None:
-    """``masks`` as a (S, n) bool array (None stays None)."""
+def _check_supports(masks, reweight, shape: tuple[int, int]) -> np.ndarray | None:
+    """``masks`` as a (S, n) bool array (None stays None), after checking ``reweight`` has ``S`` entries."""
+    if reweight is not None and len(reweight) != shape[0]:
+        raise ValueError(f"reweight needs one entry (Reweight or None) per signal: {shape[0]}, got {len(reweight)}")
     if masks is None:
         return None
     m = np.asarray(masks)
@@ -315,9 +317,7 @@ def paired_bootstrap(
     if signal_names is not None and len(signal_names) != S:
         raise ValueError(f"signal_names has {len(signal_names)} names for {S} signals")
     clusters = cluster_codes(groups, n) if groups is not None and n else None
-    masks = _check_masks(masks, conf.shape)
-    if reweight is not None and len(reweight) != S:
-        raise ValueError(f"reweight needs one entry (Reweight or None) per signal: {S}, got {len(reweight)}")
+    masks = _check_supports(masks, reweight, conf.shape)
     point = _point_estimates(conf, corr, metrics, n_bins, masks, reweight)  # warns on undefined
     kw = dict(
         metrics=metrics,

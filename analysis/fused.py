@@ -32,14 +32,11 @@ from .reweighting import REWEIGHTABLE_METRICS, omega
 __all__ = ["prepare", "evaluate_chunk", "ReweightedCell", "one_blas_thread", "FUSED_METRICS"]
 
 
-def _supports(masks, S: int, n: int) -> list[np.ndarray | None]:
+def _supports(masks, S: int) -> list[np.ndarray | None]:
     """Each signal's support as ascending item indices, or None for every item."""
     if masks is None:
         return [None] * S
-    m = np.asarray(masks, dtype=bool)
-    if m.shape != (S, n):
-        raise ValueError(f"masks must have shape (S, n) = {(S, n)}, got {m.shape}")
-    return [None if m[s].all() else np.flatnonzero(m[s]) for s in range(S)]
+    return [None if m.all() else np.flatnonzero(m) for m in masks]
 
 
 def _prepare_signals(conf, corr, n_bins, rows: list[np.ndarray | None]) -> list[SortedSignal | None]:
@@ -199,20 +196,18 @@ class _Prepared:
             vals += [y - c, (c - y) ** 2, c - y, np.ones(m)]
             self.cols[s] = (e, k0)
             width = k0 + f.n_seg
-        rows = rows_
         # stored transposed (L, n) in CSR: row j of M.T @ W.T sums its few items' count rows
         self.MT = scipy.sparse.csr_matrix(
-            (np.concatenate(vals), (np.concatenate(cols), np.concatenate(rows))), shape=(width, self.n)
-        ) if rows else None
+            (np.concatenate(vals), (np.concatenate(cols), np.concatenate(rows_))), shape=(width, self.n)
+        ) if rows_ else None
 
 
 def prepare(conf: np.ndarray, corr: np.ndarray, n_bins: int, masks=None, reweight=None) -> _Prepared:
     """One setting's signals (S, n) ready for :func:`evaluate_chunk`; ``masks`` (S, n) bool: each one's support;
-    ``reweight``: per signal a :class:`~confgrid.analysis.reweighting.Reweight` or None (analysis/reweighting.py)."""
+    ``reweight``: per signal a :class:`~confgrid.analysis.reweighting.Reweight` or None (analysis/reweighting.py);
+    both checked by the callers (analysis/bootstrap.py)."""
     S = conf.shape[0]
-    rows = _supports(masks, S, conf.shape[1])
-    if reweight is not None and len(reweight) != S:
-        raise ValueError(f"reweight needs one entry (Reweight or None) per signal: {S}, got {len(reweight)}")
+    rows = _supports(masks, S)
     same = _same_as(conf, corr, rows, reweight)
     keep = [r if same[s] is None else np.zeros(0, dtype=np.int64) for s, r in enumerate(rows)]
     sigs = _prepare_signals(conf, corr, n_bins, keep)

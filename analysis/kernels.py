@@ -135,6 +135,12 @@ def _sorted(conf, correct, n_bins: int = 10) -> SortedSignal:
     return conf if isinstance(conf, SortedSignal) else SortedSignal.from_arrays(conf, correct, n_bins)
 
 
+def _per_draw(num: np.ndarray, tot: np.ndarray) -> np.ndarray:
+    """``num / tot`` per resample, ``nan`` where it drew no row (``tot == 0``)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, num / tot, np.nan)
+
+
 def _group_sums(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Sums of contiguous column blocks of ``x`` (b, n) starting at ``starts``."""
     if starts.size == x.shape[1]:  # every block has one column
@@ -145,14 +151,12 @@ def _group_sums(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
 def _ece_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
     # ECE = sum_b (n_b/n)|acc_b - conf_b| = (1/n) sum_b |sum_y_b - sum_c_b|; with bin midpoints m_b,
     # sum_c_b is n_b m_b
-    tot = ws.sum(axis=1)
     sy = _group_sums(ws * sig.correct, sig.bin_starts)
     if sig.bin_mid is None:
         sc = _group_sums(ws * sig.conf, sig.bin_starts)
     else:
         sc = _group_sums(ws, sig.bin_starts) * sig.bin_mid
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(tot > 0, np.abs(sy - sc).sum(axis=1) / tot, np.nan)
+    return _per_draw(np.abs(sy - sc).sum(axis=1), ws.sum(axis=1))
 
 
 def _auroc_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
@@ -175,15 +179,11 @@ def _aurc_sorted(sig: SortedSignal, ws: np.ndarray, H: np.ndarray | None = None)
     tot = m.sum(axis=1)
     if H is None:
         H = harmonic_numbers(int(np.rint(tot.max())) if tot.size else 0)
-    contrib = aurc_tie_groups(m, e, K, C, H)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(tot > 0, contrib.sum(axis=1) / tot, np.nan)
+    return _per_draw(aurc_tie_groups(m, e, K, C, H).sum(axis=1), tot)
 
 
 def _brier_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
-    tot = ws.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(tot > 0, ws @ ((sig.conf - sig.correct) ** 2) / tot, np.nan)
+    return _per_draw(ws @ ((sig.conf - sig.correct) ** 2), ws.sum(axis=1))
 
 
 def _average_ranks(ws: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -274,23 +274,13 @@ ece_weighted.__doc__ = _kernel_doc(
 )
 brier_weighted.__doc__ = _kernel_doc("Brier score", real=True)
 
-#: metric name -> kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)
-WEIGHTED_KERNELS = {
-    "ece": lambda sig, ws, H: _ece_sorted(sig, ws),
-    "auroc": lambda sig, ws, H: _auroc_sorted(sig, ws),
-    "aurc": lambda sig, ws, H: _aurc_sorted(sig, ws, H),
-    "brier": lambda sig, ws, H: _brier_sorted(sig, ws),
-    "spearman": lambda sig, ws, H: _spearman_sorted(sig, ws),
-}
 
 
 # --- kernels of the alternative estimators (analysis/estimators.py) ---------
 
 
 def _gap_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
-    tot = ws.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(tot > 0, ws @ (sig.conf - sig.correct) / tot, np.nan)
+    return _per_draw(ws @ (sig.conf - sig.correct), ws.sum(axis=1))
 
 
 def _binning_sorted(sig: SortedSignal, ws: np.ndarray, binning: Binning) -> np.ndarray:
@@ -301,7 +291,6 @@ def _binning_sorted(sig: SortedSignal, ws: np.ndarray, binning: Binning) -> np.n
     if binning.estimator == "plugin":
         return _ece_sorted(rs, ws)
     # debiased (binning.debiased_terms) per non-empty bin of each resample, weighted n_b / n
-    tot = ws.sum(axis=1)
     n_b = _group_sums(ws, rs.bin_starts)
     sy = _group_sums(ws * rs.correct, rs.bin_starts)
     sc = n_b * rs.bin_mid if rs.bin_mid is not None else _group_sums(ws * rs.conf, rs.bin_starts)
@@ -309,18 +298,15 @@ def _binning_sorted(sig: SortedSignal, ws: np.ndarray, binning: Binning) -> np.n
         ok = n_b > 0
         den = np.where(ok, n_b, 1.0)
         terms = np.where(ok, n_b * debiased_terms(sy / den, sc / den, den), 0.0)
-        return np.where(tot > 0, terms.sum(axis=1) / tot, np.nan)
+    return _per_draw(terms.sum(axis=1), ws.sum(axis=1))
 
 
 def _ks_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
     # cumulative sums of (y - c) evaluated at tie-group ends only
-    tot = ws.sum(axis=1)
     d = _group_sums(ws * (sig.correct - sig.conf), sig.tie_starts)
     if d.shape[1] == 0:
         return np.full(ws.shape[0], np.nan)
-    ks = np.abs(np.cumsum(d, axis=1)).max(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(tot > 0, ks / tot, np.nan)
+    return _per_draw(np.abs(np.cumsum(d, axis=1)).max(axis=1), ws.sum(axis=1))
 
 
 def _ece_equal_mass_sorted(sig: SortedSignal, ws: np.ndarray, closure: str = "left", n_bins: int | None = None
@@ -347,23 +333,26 @@ def _ece_equal_mass_sorted(sig: SortedSignal, ws: np.ndarray, closure: str = "le
 
 
 def _kde_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
-    tot = ws.sum(axis=1)
     m = _group_sums(ws, sig.tie_starts)
     sy = _group_sums(ws * sig.correct, sig.tie_starts)
     u = sig.conf[sig.tie_starts]
-    val = kde_group_values(u, m, sy, KDE_BANDWIDTH)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(tot > 0, val / tot, np.nan)
+    return _per_draw(kde_group_values(u, m, sy, KDE_BANDWIDTH), ws.sum(axis=1))
 
 
-WEIGHTED_KERNELS.update(
-    {
-        "calibration_gap": lambda sig, ws, H: _gap_sorted(sig, ws),
-        "overconfidence": lambda sig, ws, H: _gap_sorted(sig, ws),
-        "ks_ece": lambda sig, ws, H: _ks_sorted(sig, ws),
-        "kde_ece": lambda sig, ws, H: _kde_sorted(sig, ws),
-    }
-)
+#: metric name -> kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)
+WEIGHTED_KERNELS = {
+    "ece": lambda sig, ws, H: _ece_sorted(sig, ws),
+    "auroc": lambda sig, ws, H: _auroc_sorted(sig, ws),
+    "aurc": lambda sig, ws, H: _aurc_sorted(sig, ws, H),
+    "brier": lambda sig, ws, H: _brier_sorted(sig, ws),
+    "spearman": lambda sig, ws, H: _spearman_sorted(sig, ws),
+    "calibration_gap": lambda sig, ws, H: _gap_sorted(sig, ws),
+    "overconfidence": lambda sig, ws, H: _gap_sorted(sig, ws),
+    "ks_ece": lambda sig, ws, H: _ks_sorted(sig, ws),
+    "kde_ece": lambda sig, ws, H: _kde_sorted(sig, ws),
+}
+
+
 def weighted_kernel(name: str):
     """The vectorized count-weighted kernel ``kernel(sorted_signal, sorted_weights, harmonic_numbers) -> (b,)`` of
     metric ``name``, or None: :data:`WEIGHTED_KERNELS`, and for every binned ECE (a listed one, a convention or a name

@@ -27,7 +27,8 @@ def bootstrap_chunk(conf, corr, metrics, idx, n_bins=10, groups=None, masks=None
     corr = np.broadcast_to(np.asarray(corr, dtype=np.float64), conf.shape)
     clusters = cluster_codes(groups, conf.shape[1]) if groups is not None else None
     with one_blas_thread():
-        return evaluate_chunk(prepare(conf, corr, n_bins, masks, reweight), list(metrics), np.asarray(idx), clusters)
+        prep = prepare(conf, corr, n_bins, None if masks is None else np.asarray(masks, dtype=bool), reweight)
+        return evaluate_chunk(prep, list(metrics), np.asarray(idx), clusters)
 
 
 def loop_chunk(conf, corr, metrics, idx, n_bins=10):
