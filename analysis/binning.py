@@ -292,8 +292,7 @@ def binned_ece(confidence, correct, binning: Binning, n_bins: int = 10) -> float
     """
     if binning.scheme == "mass":
         return ece_equal_mass(confidence, correct, n_bins=binning.bins(n_bins), closure=binning.closure)
-    prep = _prepare("ECE", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("ECE", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     B = binning.bins(n_bins)

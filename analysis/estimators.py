@@ -181,8 +181,7 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
     [0.3, 0.25]
     """
     n_bins = _check_n_bins(n_bins)
-    prep = _prepare("ECE (equal mass)", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("ECE (equal mass)", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     order = np.argsort(c, kind="stable")
@@ -231,8 +230,7 @@ def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
     0.5
     """
     h = _check_bandwidth(bandwidth)
-    prep = _prepare("KDE ECE", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("KDE ECE", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     u, inv = np.unique(c, return_inverse=True)
@@ -314,8 +312,7 @@ def ks_ece(confidence, correct) -> float:
     >>> round(ks_ece([0.5, 0.5, 0.8], [1, 0, 1]), 12)
     0.066666666667
     """
-    prep = _prepare("KS ECE", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("KS ECE", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     u, inv = np.unique(c, return_inverse=True)
@@ -393,8 +390,7 @@ def smoothed_ece(confidence, correct) -> float:
     >>> round(smoothed_ece([0.7, 0.7, 0.7, 0.7], [1, 1, 0, 0]), 12)
     0.2
     """
-    prep = _prepare("smoothed ECE", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("smoothed ECE", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     h = silverman_bandwidth(c)
@@ -472,8 +468,7 @@ def smece(confidence, correct) -> float:
             "metric 'smece' needs the optional package 'relplot' "
             "(Blasiok & Nakkiran's smooth ECE); install it with `pip install relplot`"
         ) from exc
-    prep = _prepare("smECE", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("smECE", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     return float(relplot.smECE(c, y))
@@ -501,8 +496,7 @@ def calibration_gap(confidence, correct) -> float:
     >>> round(calibration_gap([0.9, 0.8, 0.7], [1, 0, 1]), 12)
     0.133333333333
     """
-    prep = _prepare("calibration gap", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("calibration gap", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     return float(np.mean(c) - np.mean(y))
@@ -522,8 +516,7 @@ def overconfidence(confidence, correct) -> float:
     >>> overconfidence([0.9, 0.8, 0.7], [1, 0, 1]) == calibration_gap([0.9, 0.8, 0.7], [1, 0, 1])
     True
     """
-    prep = _prepare("overconfidence", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("overconfidence", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     return float(np.mean(c) - np.mean(y))

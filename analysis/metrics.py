@@ -360,8 +360,7 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     """
     n_bins = _check_n_bins(n_bins)
     check_closure(closure)
-    prep = _prepare("ECE", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("ECE", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     n = c.size
@@ -394,8 +393,7 @@ def auroc(confidence, correct) -> float:
     >>> auroc([0.9, 0.8, 0.8, 0.3], [1, 1, 0, 0])
     0.875
     """
-    prep = _prepare("AUROC", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("AUROC", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     uniq, inv = np.unique(c, return_inverse=True)  # groups in ascending confidence
@@ -441,8 +439,7 @@ def aurc(confidence, correct) -> float:
     >>> round(aurc([0.9, 0.9, 0.1], [1, 0, 1]), 12)
     0.444444444444
     """
-    prep = _prepare("AURC", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("AURC", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     n = c.size
@@ -472,8 +469,7 @@ def brier(confidence, correct) -> float:
     >>> brier([1.0, 0.5, 0.0], [1, 0, 0])
     0.08333333333333333
     """
-    prep = _prepare("Brier", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("Brier", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     return float(np.mean((c - y) ** 2))
@@ -509,8 +505,7 @@ def spearman(confidence, correct) -> float:
     """
     from scipy.stats import rankdata  # lazy: the base metrics load no scipy; only Spearman needs it
 
-    prep = _prepare("Spearman", confidence, correct)
-    if prep is None:
+    if (prep := _prepare("Spearman", confidence, correct)) is None:
         return float("nan")
     c, y = prep
     if c.size < 2 or np.all(c == c[0]) or np.all(y == y[0]):

@@ -197,10 +197,8 @@ class ViewOptions:
         ):
             raise ACEInputError(f"ia_strata must be None (exact match) or an integer >= 2, got {self.ia_strata!r}")
         t = self.target
-        if isinstance(t, str):
-            if t != "mean":
-                raise ACEInputError(f"target must be 'mean' or an accuracy in [0, 1], got {t!r}")
-        elif isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= float(t) <= 1.0:
+        accuracy = isinstance(t, (int, float)) and not isinstance(t, bool) and 0.0 <= float(t) <= 1.0
+        if t != "mean" and not accuracy:
             raise ACEInputError(f"target must be 'mean' or an accuracy in [0, 1], got {t!r}")
 
     def target_distribution(self, p_a: np.ndarray, p_b: np.ndarray, strata: Strata) -> np.ndarray:

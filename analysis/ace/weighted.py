@@ -34,14 +34,13 @@ def _check_weights(weights, n: int) -> np.ndarray:
 
 
 def _weighted_inputs(what: str, confidence, correct, weights):
-    """``(c, y, w, sum w)`` checked, or ``None`` after a warning when there is no row or no weight."""
+    """``(c, y, w)`` checked, or ``None`` after a warning when there is no row or no weight."""
     c, y = validate_inputs(confidence, correct)
     w = _check_weights(weights, c.size)
-    total = w.sum()
-    if c.size == 0 or not total > 0:
+    if c.size == 0 or not w.sum() > 0:
         undefined(what, "no rows or zero total weight", stacklevel=4)
         return None
-    return c, y, w, total
+    return c, y, w
 
 
 def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: str = "left") -> float:
@@ -79,10 +78,9 @@ def weighted_ece(confidence, correct, weights=None, n_bins: int = 10, closure: s
     >>> round(weighted_ece([0.9, 0.9, 0.2], [1, 0, 0], weights=[1.0, 2.0, 0.0]), 12)  # |1/3 - 0.9|
     0.566666666667
     """
-    prep = _weighted_inputs("weighted ECE", confidence, correct, weights)
-    if prep is None:
+    if (prep := _weighted_inputs("weighted ECE", confidence, correct, weights)) is None:
         return float("nan")
-    c, y, w, _ = prep
+    c, y, w = prep
     return float(ece_weighted(c, y, w[None, :], n_bins, closure)[0])  # the one weighted kernel (analysis/kernels.py)
 
 
@@ -97,12 +95,10 @@ def weighted_brier(confidence, correct, weights=None) -> float:
     >>> weighted_brier([1.0, 0.5, 0.0], [1, 0, 0], weights=[0.0, 2.0, 2.0])
     0.125
     """
-    prep = _weighted_inputs("weighted Brier", confidence, correct, weights)
-    if prep is None:
+    if (prep := _weighted_inputs("weighted Brier", confidence, correct, weights)) is None:
         return float("nan")
-    c, y, w, _ = prep
+    c, y, w = prep
     return float(brier_weighted(c, y, w[None, :])[0])  # the one weighted kernel (analysis/kernels.py)
-
 
 
 def metric_value(metric: str, confidence, correct, weights=None, n_bins: int = 10) -> float:
