@@ -39,16 +39,6 @@ def _supports(masks, S: int) -> list[np.ndarray | None]:
     return [None if m.all() else np.flatnonzero(m) for m in masks]
 
 
-def _prepare_signals(conf, corr, n_bins, rows: list[np.ndarray | None]) -> list[SortedSignal | None]:
-    """The sorted signal of each row on its support; None for a signal with a non-finite value there."""
-    out: list[SortedSignal | None] = []
-    for s in range(conf.shape[0]):
-        c, y = (conf[s], corr[s]) if rows[s] is None else (conf[s, rows[s]], corr[s, rows[s]])
-        fin = bool(c.size and np.isfinite(c).all() and np.isfinite(y).all())
-        out.append(SortedSignal.from_arrays(c, y, n_bins) if fin else None)  # no items: every value nan
-    return out
-
-
 #: elements per np.bincount call that builds the (rows, n) count matrix: the
 #: int64 bincount output stays a small cache-resident scratch buffer
 _BINCOUNT_ELEMS = 1 << 15
@@ -156,17 +146,17 @@ class _Prepared:
     __slots__ = ("sigs", "fused", "n", "aurc_hi", "aurc_lo", "MT", "cols", "rows", "sorted_rows", "local",
                  "reweight", "same_as", "reweighted")
 
-    def __init__(self, sigs: list, n: int, n_bins: int, rows: list[np.ndarray | None] | None = None,
-                 reweight: list | None = None):
+    def __init__(self, sigs: list, n: int, rows: list[np.ndarray | None], reweight: list | None,
+                 same_as: list[int | None]):
         self.sigs = sigs
         self.n = int(n)
         #: each signal's :class:`~confgrid.analysis.reweighting.Reweight` (None: counts only)
         self.reweight = list(reweight) if reweight is not None else [None] * len(sigs)
         #: a signal identical to an earlier one (values, support, reweighting): that one's index (copied)
-        self.same_as: list[int | None] = [None] * len(sigs)
+        self.same_as = same_as
         self.reweighted: list = [None] * len(sigs)  # ReweightedCell of each reweighted signal, built once
         #: each signal's support (ascending item indices), None = every item
-        self.rows = list(rows) if rows is not None else [None] * len(sigs)
+        self.rows = rows
         self.fused = [None if (s is None or s.order.size == 0) else _FusedSignal(s) for s in sigs]
         self.aurc_hi, self.aurc_lo = _aurc_table(self.n)
         # the items of each signal in its sorted order (global indices), and global -> local for a support
@@ -206,30 +196,19 @@ def prepare(conf: np.ndarray, corr: np.ndarray, n_bins: int, masks=None, reweigh
     """One setting's signals (S, n) ready for :func:`evaluate_chunk`; ``masks`` (S, n) bool: each one's support;
     ``reweight``: per signal a :class:`~confgrid.analysis.reweighting.Reweight` or None (analysis/reweighting.py);
     both checked by the callers (analysis/bootstrap.py)."""
-    S = conf.shape[0]
-    rows = _supports(masks, S)
-    same = _same_as(conf, corr, rows, reweight)
-    keep = [r if same[s] is None else np.zeros(0, dtype=np.int64) for s, r in enumerate(rows)]
-    sigs = _prepare_signals(conf, corr, n_bins, keep)
-    prep = _Prepared([sig if same[s] is None else None for s, sig in enumerate(sigs)], conf.shape[1], n_bins, rows,
-                     reweight)
-    prep.same_as = same
-    return prep
-
-
-def _same_as(conf, corr, rows, reweight) -> list[int | None]:
-    """For each signal, the first earlier signal with the same values on the same support and the same reweighting
-    (its values are copied, not computed again), else None."""
+    rows = _supports(masks, conf.shape[0])
     seen: dict[tuple, int] = {}
-    out: list[int | None] = []
-    for s in range(conf.shape[0]):
-        r = rows[s]
+    same: list[int | None] = []  # the first earlier signal with the same values, support and reweighting (copied)
+    sigs: list[SortedSignal | None] = []  # None: a copy, or a non-finite value on the support
+    for s, r in enumerate(rows):
         c, y = (conf[s], corr[s]) if r is None else (conf[s, r], corr[s, r])
         key = (None if r is None else r.tobytes(), c.tobytes(), y.tobytes(),
                None if reweight is None or reweight[s] is None else id(reweight[s]))
-        out.append(seen.get(key))
+        same.append(seen.get(key))
         seen.setdefault(key, s)
-    return out
+        fin = bool(c.size and np.isfinite(c).all() and np.isfinite(y).all())  # no items: every value nan
+        sigs.append(SortedSignal.from_arrays(c, y, n_bins) if fin and same[s] is None else None)
+    return _Prepared(sigs, conf.shape[1], rows, reweight, same)
 
 
 class ReweightedCell:
