@@ -117,6 +117,12 @@ def _tidy(df: pd.DataFrame, what: str) -> pd.DataFrame:
 # ---------------------------------------------------------------------------
 
 
+def _triple(name: str, one_row: pd.DataFrame, cast=lambda x: x) -> dict:
+    """``{name: point, name_lo: lo, name_hi: hi}`` of a one-row table."""
+    return {name: cast(one_row.point.iloc[0]), f"{name}_lo": cast(one_row.lo.iloc[0]),
+            f"{name}_hi": cast(one_row.hi.iloc[0])}
+
+
 def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: pd.DataFrame, metric: str,
                         contexts: Sequence[str], verbalized: str = "verbalized", key: str = "context") -> pd.DataFrame:
     """Per setting: verbalized metric, token metric and gap in each context (Table 2).
@@ -161,22 +167,18 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
         v = ms[ms["signal"] == verbalized]
         if len(v) != 1:
             raise ValueError(f"setting {setting!r}: need one verbalized row for {metric}, got {len(v)}")
-        row = {"setting": setting, "verbalized": v.point.iloc[0], "verbalized_lo": v.lo.iloc[0],
-               "verbalized_hi": v.hi.iloc[0]}
-        trip, adv = {}, {}
+        row = {"setting": setting, **_triple("verbalized", v)}
+        adv = {}
         for ctx in contexts:
             t = ms[(ms[key] == ctx) & (ms["signal"] != verbalized)]
             gg = gs[gs[key] == ctx]
             if len(t) != 1 or len(gg) != 1:
                 raise ValueError(f"setting {setting!r}: need one {key} {ctx!r} row for {metric}")
-            row.update({f"token_{ctx}": t.point.iloc[0], f"token_{ctx}_lo": t.lo.iloc[0],
-                        f"token_{ctx}_hi": t.hi.iloc[0]})
-            trip[ctx] = (float(gg.point.iloc[0]), float(gg.lo.iloc[0]), float(gg.hi.iloc[0]))
-            row.update({f"g_{ctx}": trip[ctx][0], f"g_{ctx}_lo": trip[ctx][1], f"g_{ctx}_hi": trip[ctx][2]})
+            row.update(_triple(f"token_{ctx}", t) | _triple(f"g_{ctx}", gg, float))
             aa = a[(a["setting"] == setting) & (a[key] == ctx)]
             if len(aa) != 1:
                 raise ValueError(f"setting {setting!r}: need one advantages row for {key} {ctx!r} and {metric}")
-            adv[ctx] = (float(aa.point.iloc[0]), float(aa.lo.iloc[0]), float(aa.hi.iloc[0]))
+            adv[ctx] = tuple(float(aa[c].iloc[0]) for c in ("point", "lo", "hi"))
         first, last = adv[contexts[0]], adv[contexts[-1]]
         row["flip"] = flip(first[0], last[0])
         row["resolved_flip"] = fully_resolved(first, last)
