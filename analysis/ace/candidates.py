@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .frame import ACEInputError, Cell, check_unit_interval, validate_rows
+from .frame import ACEInputError, Cell, check_labels, check_table, check_unit_interval, validate_rows
 from .views import METRICS, ViewValue, metric_value
 
 __all__ = [
@@ -153,18 +153,9 @@ def validate_ratings(ratings: pd.DataFrame) -> pd.DataFrame:
         ``[0, 1]``; a duplicate (dataset, item_id, candidate, rater, method); a candidate whose ``label`` or
         ``producers`` differ between its rows.
     """
-    if not isinstance(ratings, pd.DataFrame):
-        raise ACEInputError(f"candidates must be a pandas DataFrame, got {type(ratings).__name__}")
-    missing = [c for c in RATING_COLUMNS if c not in ratings.columns]
-    if missing:
-        raise ACEInputError(f"candidates is missing column(s) {missing}; it has {[str(c) for c in ratings.columns]}")
-    df = ratings.reset_index(drop=True)
-    out = pd.DataFrame(index=df.index)
-    for col in ("dataset", "item_id", "candidate", "surface", "rater", "method"):
-        miss = df[col].isna().to_numpy()
-        if miss.any():
-            raise ACEInputError(f"{col}: candidate row {int(np.flatnonzero(miss)[0])} is missing")
-        out[col] = df[col].astype(str)
+    df = check_table(ratings, "candidates", RATING_COLUMNS)
+    out = pd.DataFrame({c: check_labels(df, c, "candidate row")
+                        for c in ("dataset", "item_id", "candidate", "surface", "rater", "method")}, index=df.index)
     out["producers"] = [_producers(v, i) for i, v in enumerate(df["producers"])]
     out["label"] = check_unit_interval(df["label"], "label", "candidate row")
     out["signal"] = check_unit_interval(df["signal"], "signal", "candidate row")

@@ -109,12 +109,23 @@ def check_unit_interval(values, name: str, what: str = "row") -> np.ndarray:
     return arr
 
 
-def _check_labels(df: pd.DataFrame, col: str) -> pd.Series:
+def check_labels(df: pd.DataFrame, col: str, what: str = "row") -> pd.Series:
+    """Column ``col`` as ``str``; :class:`ACEInputError` naming the first ``what`` (position) where it is missing."""
     missing = df[col].isna().to_numpy()
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
-        raise ACEInputError(f"{col}: row {i} is missing; every row needs a {col}")
+        raise ACEInputError(f"{col}: {what} {i} is missing; every {what} needs a {col}")
     return df[col].astype(str)
+
+
+def check_table(df, name: str, columns: Sequence[str]) -> pd.DataFrame:
+    """``df`` on a fresh 0-based index; :class:`ACEInputError` if it is no DataFrame or lacks one of ``columns``."""
+    if not isinstance(df, pd.DataFrame):
+        raise ACEInputError(f"{name} must be a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ACEInputError(f"{name} is missing required column(s) {missing}; it has {[str(c) for c in df.columns]}")
+    return df.reset_index(drop=True)
 
 
 def validate_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -139,15 +150,8 @@ def validate_rows(rows: pd.DataFrame) -> pd.DataFrame:
         columns), a label is missing, ``signal`` or ``correct`` is not a finite number in ``[0, 1]``, or a (model,
         dataset, method, item_id) key occurs twice (the message names the key and both rows).
     """
-    if not isinstance(rows, pd.DataFrame):
-        raise ACEInputError(f"rows must be a pandas DataFrame, got {type(rows).__name__}")
-    missing = [c for c in ROW_COLUMNS if c not in rows.columns]
-    if missing:
-        raise ACEInputError(
-            f"rows is missing required column(s) {missing}; it has {[str(c) for c in rows.columns]}"
-        )
-    df = rows.reset_index(drop=True)
-    out = pd.DataFrame({c: _check_labels(df, c) for c in KEY_COLUMNS})
+    df = check_table(rows, "rows", ROW_COLUMNS)
+    out = pd.DataFrame({c: check_labels(df, c) for c in KEY_COLUMNS})
     out["signal"] = check_unit_interval(df["signal"], "signal")
     out["correct"] = check_unit_interval(df["correct"], "correct")
     if "answer" in df.columns:

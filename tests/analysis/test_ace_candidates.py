@@ -59,7 +59,7 @@ def test_ratings_validation():
     r = EX.ratings(CA.candidate_pool(EX.rows(), EX.normalize))
     s = r.assign(producers=["|".join(p) for p in r["producers"]])
     assert CA.validate_ratings(s)["producers"].tolist() == r["producers"].tolist()
-    with pytest.raises(ACEInputError, match=r"missing column\(s\) \['rater'\]"):
+    with pytest.raises(ACEInputError, match=r"missing required column\(s\) \['rater'\]"):
         CA.validate_ratings(r.drop(columns="rater"))
     with pytest.raises(ACEInputError, match="duplicate candidate rating"):
         CA.validate_ratings(pd.concat([r, r.iloc[[0]]]))
