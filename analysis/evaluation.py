@@ -467,6 +467,16 @@ def _intervals(points: np.ndarray, values: np.ndarray, level: float, how) -> tup
     return lo, hi, how
 
 
+def _add_intervals(rows: list[dict], points, values: np.ndarray, level: float, how) -> None:
+    """Each row's ``lo``, ``hi``, ``excludes_zero`` (never for a degenerate row), ``n_undefined`` and ``interval``
+    from its point estimate and resamples (a row of ``values``), ``how`` the method of each row."""
+    lo, hi, how = _intervals(np.asarray(points, dtype=np.float64), values, level, np.asarray(how, dtype=object))
+    for r, v, w, k, lab in zip(rows, np.atleast_1d(lo), np.atleast_1d(hi), np.atleast_1d(n_undefined(values)),
+                               _label(how, degenerate(values)), strict=True):
+        r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)) and lab != DEGENERATE,
+                 n_undefined=int(k), interval=lab)
+
+
 def _resamples_for(u: "UnitPlan", res: BootstrapResult, method: str) -> tuple[np.ndarray, Any]:
     """The resamples the intervals use and the method per (cell, metric): the bootstrap's, or for ``jeffreys`` the
     Jeffreys resamples of the eligible binned metrics (analysis/intervals.py) and the percentile interval of the
@@ -517,7 +527,7 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
     frames: dict[str, list[pd.DataFrame]] = {"metrics": [], "gaps": [], "shifts": []}
     shares: dict[Conclusion, ShareCounts] = {}
     for u, res in zip(units, results, strict=True):  # one unit's rows become a frame at once (bounded memory)
-        mrows, grows = [], []
+        mrows = []
         lab = u.labels
         metrics = list(res.metrics)
         resamples, how = _resamples_for(u, res, method)
@@ -552,17 +562,9 @@ def estimates(units: Sequence[UnitPlan], results: Iterable[BootstrapResult], lev
                 if key is not None:  # this setting's vote, resample by resample (analysis/verdicts.py)
                     shares.setdefault(key, ShareCounts.empty(res.n_resamples)).add(*favours_a(met, gap_vals[-1]))
         if gap_rows:  # one interval call over every (pair, metric) row
-            d = np.vstack(gap_vals)
-            glo, ghi, gap_how = _intervals(np.asarray(gap_pts, dtype=np.float64), d, level,
-                                           np.asarray(gap_how, dtype=object))
-            gu = n_undefined(d)
-            for r, v, w, k, lab_ in zip(gap_rows, np.atleast_1d(glo), np.atleast_1d(ghi), np.atleast_1d(gu),
-                                        _label(gap_how, degenerate(d)), strict=True):
-                r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)) and lab_ != DEGENERATE,
-                         n_undefined=int(k), interval=lab_)
-            grows += gap_rows
+            _add_intervals(gap_rows, gap_pts, np.vstack(gap_vals), level, gap_how)
         srows = _shift_rows(u, res, resamples, metrics, adv, level)
-        for name, rows, cols in (("metrics", mrows, METRIC_COLUMNS), ("gaps", grows, GAP_COLUMNS),
+        for name, rows, cols in (("metrics", mrows, METRIC_COLUMNS), ("gaps", gap_rows, GAP_COLUMNS),
                                  ("shifts", srows, SHIFT_COLUMNS)):
             if rows:
                 frames[name].append(pd.DataFrame(rows, columns=cols))
@@ -606,19 +608,13 @@ def _shift_rows(u: UnitPlan, res: BootstrapResult, resamples: np.ndarray, metric
                          "to_aggregation": ti["aggregation"], "method": ti["method"], "from_view": fi["view"],
                          "to_view": ti["view"],
                          "metric": met, "shift": float(p_to - p_from), "flip": flip(af, at), "flip_share": share,
-                         "n_flip_defined": k, "_adv": (af, at), "n": sh.n})
-    d = np.vstack(diffs)
-    lo, hi, hows = _intervals(np.asarray(points, dtype=np.float64), d, level, np.asarray(hows, dtype=object))
-    und = n_undefined(d)
+                         "n_flip_defined": k, "n": sh.n})
+    _add_intervals(rows, points, np.vstack(diffs), level, hows)
     a = np.vstack(advs)
     alo, ahi, _ = _intervals(np.asarray(adv_points, dtype=np.float64), a, level, np.asarray(adv_hows, dtype=object))
     alo, ahi = np.atleast_1d(alo), np.atleast_1d(ahi)
     aflat = np.atleast_1d(degenerate(a))
     resolves = [excludes_zero(alo[i], ahi[i]) and not aflat[i] for i in range(alo.size)]
-    for i, (r, v, w, k, lab_) in enumerate(zip(rows, np.atleast_1d(lo), np.atleast_1d(hi), np.atleast_1d(und),
-                                               _label(hows, degenerate(d)), strict=True)):
-        r.pop("_adv")
-        resolved = r["flip"] and resolves[2 * i] and resolves[2 * i + 1]
-        r.update(lo=float(v), hi=float(w), excludes_zero=bool(excludes_zero(v, w)) and lab_ != DEGENERATE,
-                 resolved_flip=bool(resolved), n_undefined=int(k), interval=lab_)
+    for i, r in enumerate(rows):
+        r["resolved_flip"] = bool(r["flip"] and resolves[2 * i] and resolves[2 * i + 1])
     return rows
