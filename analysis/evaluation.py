@@ -312,8 +312,7 @@ def plan_unit(labels: Mapping[str, str], items: np.ndarray, signals: Sequence[st
     own = ok.copy()
     for label in {a for a in align if a}:
         members = [i for i, a in enumerate(align) if a == label]
-        common = ok[members].all(axis=0)
-        own[members] = common
+        own[members] = ok[members].all(axis=0)
     left = {s: int((ok[i] & ~own[i]).sum()) for i, s in enumerate(signals)}
     index = {s: i for i, s in enumerate(signals)}
     pairs = comparisons.pairs_of(signals)
