@@ -32,13 +32,6 @@ from .reweighting import REWEIGHTABLE_METRICS, omega
 __all__ = ["prepare", "evaluate_chunk", "ReweightedCell", "one_blas_thread", "FUSED_METRICS"]
 
 
-def _supports(masks, S: int) -> list[np.ndarray | None]:
-    """Each signal's support as ascending item indices, or None for every item."""
-    if masks is None:
-        return [None] * S
-    return [None if m.all() else np.flatnonzero(m) for m in masks]
-
-
 #: elements per np.bincount call that builds the (rows, n) count matrix: the
 #: int64 bincount output stays a small cache-resident scratch buffer
 _BINCOUNT_ELEMS = 1 << 15
@@ -196,7 +189,8 @@ def prepare(conf: np.ndarray, corr: np.ndarray, n_bins: int, masks=None, reweigh
     """One setting's signals (S, n) ready for :func:`evaluate_chunk`; ``masks`` (S, n) bool: each one's support;
     ``reweight``: per signal a :class:`~confgrid.analysis.reweighting.Reweight` or None (analysis/reweighting.py);
     both checked by the callers (analysis/bootstrap.py)."""
-    rows = _supports(masks, conf.shape[0])
+    # each signal's support as ascending item indices, None for every item
+    rows = [None] * conf.shape[0] if masks is None else [None if m.all() else np.flatnonzero(m) for m in masks]
     seen: dict[tuple, int] = {}
     same: list[int | None] = []  # the first earlier signal with the same values, support and reweighting (copied)
     sigs: list[SortedSignal | None] = []  # None: a copy, or a non-finite value on the support

@@ -102,14 +102,6 @@ def acc_gap_bin(abs_gap, edges: Sequence[float] = ACC_GAP_EDGES) -> np.ndarray:
     return np.array([labels[i] if np.isfinite(v) else None for i, v in zip(k, x)], dtype=object)
 
 
-def _bin_lower(label: str) -> float:
-    return float(label[1:].split(",")[0])
-
-
-def _with_bins(df: pd.DataFrame, edges) -> pd.DataFrame:
-    return df.assign(acc_gap_bin=acc_gap_bin(df["acc_gap"].abs(), edges))
-
-
 def _groupings(df: pd.DataFrame, by):
     """Yield ``(name, key)`` for ``"all"`` and each grouping of ``by``: ``key`` labels every row of ``df``.
 
@@ -145,7 +137,8 @@ def reversal_rates(gaps: pd.DataFrame, views: Sequence[str] = MAIN_VIEWS, by=DEF
         on ``acc_gap_bin`` rows, ``<NA>`` elsewhere. Counts, not only rates, so groups can be merged (e.g. datasets
         into knowledge / reasoning).
     """
-    g = _with_bins(gaps[gaps["view"].isin(list(views))], edges)
+    g = gaps[gaps["view"].isin(list(views))]
+    g = g.assign(acc_gap_bin=acc_gap_bin(g["acc_gap"].abs(), edges))
     flag = g["reversal"].astype("boolean")
     d = pd.DataFrame({"metric": g["metric"], "view": g["view"], "defined": flag.notna().astype(np.int64),
                       "rev": flag.fillna(False).astype(np.int64)}, index=g.index)
@@ -155,8 +148,8 @@ def reversal_rates(gaps: pd.DataFrame, views: Sequence[str] = MAIN_VIEWS, by=DEF
         agg = grp[["defined", "rev"]].sum().rename(columns={"defined": "n_cells", "rev": "n_reversals"})
         agg = agg.assign(n_rows=grp.size()).reset_index()
         agg.insert(0, "by", name)
-        agg["above_threshold"] = [(_bin_lower(k) >= ACC_GAP_THRESHOLD - 1e-12) if name == "acc_gap_bin" else pd.NA
-                                  for k in agg["key"]]
+        agg["above_threshold"] = [(float(k[1:].split(",")[0]) >= ACC_GAP_THRESHOLD - 1e-12)  # the lower edge
+                                  if name == "acc_gap_bin" else pd.NA for k in agg["key"]]
         parts.append(agg)
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["n_cells", "n_reversals", "n_rows"])
     n = out["n_cells"].to_numpy(np.float64)
