@@ -136,21 +136,18 @@ def _check_args(metrics, views, n_bootstrap) -> tuple[list[str], list[str]]:
     return metrics, views
 
 
-def _gap_rows(cell, point, extra, metrics) -> list[dict]:
+def _gap_rows(cell, point, extra) -> list[dict]:
     values = list(point.values) + list(extra)
     raw = {v.metric: v.gap for v in values if v.view == "raw"}
-    rows = []
-    for v in values:
-        rows.append(dict(
-            cell.key, metric=v.metric, view=v.view, value_a=v.value_a, value_b=v.value_b, gap=v.gap,
-            favours=better_signal(v.metric, v.value_a, v.value_b, cell.pair.a, cell.pair.b),
-            raw_gap=raw[v.metric], reversal=pd.NA if v.view == "raw" else is_reversal(raw[v.metric], v.gap),
-            acc_a=point.acc_a, acc_b=point.acc_b, acc_gap=point.acc_a - point.acc_b, n_items=cell.n,
-            n_a=v.n_a, n_b=v.n_b, retention=v.retention, ess_a=v.ess_a, ess_b=v.ess_b,
-            ess_frac_a=v.ess_a / cell.n, ess_frac_b=v.ess_b / cell.n,
-            n_only_a=cell.n_only_a, n_only_b=cell.n_only_b, note=v.note,
-        ))
-    return rows
+    return [dict(
+        cell.key, metric=v.metric, view=v.view, value_a=v.value_a, value_b=v.value_b, gap=v.gap,
+        favours=better_signal(v.metric, v.value_a, v.value_b, cell.pair.a, cell.pair.b),
+        raw_gap=raw[v.metric], reversal=pd.NA if v.view == "raw" else is_reversal(raw[v.metric], v.gap),
+        acc_a=point.acc_a, acc_b=point.acc_b, acc_gap=point.acc_a - point.acc_b, n_items=cell.n,
+        n_a=v.n_a, n_b=v.n_b, retention=v.retention, ess_a=v.ess_a, ess_b=v.ess_b,
+        ess_frac_a=v.ess_a / cell.n, ess_frac_b=v.ess_b / cell.n,
+        n_only_a=cell.n_only_a, n_only_b=cell.n_only_b, note=v.note,
+    ) for v in values]
 
 
 def _est_index(df: pd.DataFrame, cols: Sequence[str]) -> dict:
@@ -343,7 +340,7 @@ def ace_plan(
                                 f"pool pair(s) not rated by both models and {ca.n_outside} rated pair(s) of items "
                                 "outside the matched items")
         plan.cells.append(cell)
-        plan.gap_rows.append(_gap_rows(cell, point, extra, metrics))
+        plan.gap_rows.append(_gap_rows(cell, point, extra))
         plan.self_pref.append(sp)
         if n_bootstrap:
             plan.units.append(ace_unit(cell, point, metrics, [v for v in own_views if v != "da_resample"], opts, ca,
