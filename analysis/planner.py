@@ -102,11 +102,9 @@ def gap_resamples(conf_a, conf_b, target, metric: str, weights: np.ndarray, n_bi
     if kernel is None:
         raise ValueError(f"metric {metric!r} has no weighted kernel; the planner supports "
                          f"{', '.join(sorted(WEIGHTED_KERNELS))} and every binned ECE")
-    out = []
-    for conf, tgt in ((conf_a, target), (conf_b, target if target_b is None else target_b)):
-        sig = SortedSignal.from_arrays(conf, tgt, n_bins)
-        out.append(_apply(kernel, sig, weights, integer=True))
-    return out[0] - out[1]
+    a, b = (_apply(kernel, SortedSignal.from_arrays(conf, tgt, n_bins), weights, integer=True)
+            for conf, tgt in ((conf_a, target), (conf_b, target if target_b is None else target_b)))
+    return a - b
 
 
 def plan_size(conf_a, conf_b, target, metric: str, gap: float, *, power: float = 0.8, level: float = 0.95,

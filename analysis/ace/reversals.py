@@ -254,10 +254,8 @@ def _spearman(x: np.ndarray, y: np.ndarray, n_bootstrap: int, seed: int):
     rho, p = float(res.statistic), float(res.pvalue)
     if n_bootstrap < 1:
         return rho, float("nan"), float("nan"), p, 0
-    boot = []
-    for _, idx in resample_indices(x.size, n_bootstrap, seed):
-        boot.append(_row_pearson(stats.rankdata(x[idx], axis=1), stats.rankdata(y[idx], axis=1)))
-    boot = np.concatenate(boot)
+    boot = np.concatenate([_row_pearson(stats.rankdata(x[idx], axis=1), stats.rankdata(y[idx], axis=1))
+                           for _, idx in resample_indices(x.size, n_bootstrap, seed)])
     lo, hi = interval(boot)
     return rho, lo, hi, p, int(np.isnan(boot).sum())
 
