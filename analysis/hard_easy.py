@@ -308,8 +308,8 @@ def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, s
     status = ("no_rows" if n == 0 else "non_finite" if _non_finite(c, s, d) else "one_row" if n == 1
               else "constant_difficulty" if d.max() == d.min() else "ok")
     if status != "ok":
-        undefined("the hard-easy slope", {"no_rows": "no rows", "non_finite": "a non-finite value",
-                                          "one_row": "one row", "constant_difficulty": "every difficulty is equal"}[status])
+        undefined("the hard-easy slope", {"no_rows": "no rows", "non_finite": "a non-finite value", "one_row": "one row",
+                                          "constant_difficulty": "every difficulty is equal"}[status])
         return HardEasySlope(nan, nan, nan, nan, n, int(resamples), 0, float(level), status)
     o = c - s
     slope, intercept = _ols_rows(d[None, :], o[None, :])

@@ -22,7 +22,6 @@ __all__ = [
     "SortedSignal",
     "ece_weighted",
     "brier_weighted",
-    "weighted_values",
     "WEIGHTED_KERNELS",
     "has_weighted_kernel",
     "weighted_kernel",
@@ -364,22 +363,6 @@ def weighted_kernel(name: str):
     if binning is None:
         return None
     return lambda sig, ws, H: _binning_sorted(sig, ws, binning)
-
-
-def weighted_values(name: str, conf, correct, w, n_bins: int = 10) -> np.ndarray:
-    """Count-weighted metric ``name`` of ``b`` resamples at once, by its kernel (:func:`weighted_kernel`).
-
-    ``conf``, ``correct`` and ``w`` as in :func:`ece_weighted`; ``w`` holds integer multiplicities except for
-    ``brier`` and the binned ECEs (any finite weights >= 0); ``n_bins``: the run's bins of a binned ECE.
-    Returns (b,) float64, ``nan`` where undefined for a resample. ValueError for a metric without a kernel.
-    """
-    binning = get_metric(name).binning
-    if binning is not None:
-        return _binned(binning, conf, correct, w, n_bins)
-    if name not in WEIGHTED_KERNELS:
-        raise ValueError(f"metric {name!r} has no weighted kernel; kernels: {', '.join(WEIGHTED_KERNELS)} and "
-                         "every binned ECE")
-    return _apply(WEIGHTED_KERNELS[name], _sorted(conf, correct), w, integer=name != "brier")
 
 
 def has_weighted_kernel(name: str) -> bool:

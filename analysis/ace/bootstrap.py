@@ -13,12 +13,12 @@ Reliability (Appendix E.6): 95% percentile intervals; for a point-estimate rever
 
 from __future__ import annotations
 
-from confgrid.analysis.compare import excludes_zero, flip, retention_probability
+from confgrid.analysis.compare import fully_resolved
 from confgrid.analysis.resampling import setting_seed
 
 from .frame import Cell
 
-__all__ = ["DEFAULT_RESAMPLES", "cell_seed", "retention_probability", "strict_reversal"]
+__all__ = ["DEFAULT_RESAMPLES", "cell_seed", "strict_reversal"]
 
 DEFAULT_RESAMPLES = 2000
 
@@ -31,8 +31,8 @@ def cell_seed(cell: Cell, base_seed: int = 0) -> int:
 def strict_reversal(raw: tuple[float, float, float], aligned: tuple[float, float, float]) -> bool:
     """The strict criterion of study 001 (Table 10) for one comparison.
 
-    A point-estimate reversal (:func:`confgrid.analysis.compare.flip`) whose raw and aligned 95% intervals both
-    exclude zero and lie on opposite sides of it.
+    A reversal with both 95% intervals excluding zero (:func:`confgrid.analysis.compare.fully_resolved`), the raw
+    and aligned intervals on opposite sides of it.
 
     ``raw``, ``aligned``: ``(point, lo, hi)``.
 
@@ -43,7 +43,5 @@ def strict_reversal(raw: tuple[float, float, float], aligned: tuple[float, float
     >>> strict_reversal((0.05, 0.02, 0.08), (-0.03, -0.05, 0.01))
     False
     """
-    (rp, rl, rh), (ap, al, ah) = raw, aligned
-    if not (flip(rp, ap) and excludes_zero(rl, rh) and excludes_zero(al, ah)):
-        return False
-    return bool((rl > 0 and ah < 0) or (rh < 0 and al > 0))
+    (_, rl, rh), (_, al, ah) = raw, aligned
+    return bool(fully_resolved(raw, aligned)) and bool((rl > 0 and ah < 0) or (rh < 0 and al > 0))

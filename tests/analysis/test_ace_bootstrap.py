@@ -17,6 +17,7 @@ from confgrid.analysis.ace import frame as F
 from confgrid.analysis.ace import views as V
 from confgrid.analysis.ace.units import ace_unit
 from confgrid.analysis.bootstrap import resample_counts
+from confgrid.analysis.compare import retention_probability
 from confgrid.analysis.evaluation import bootstrap_unit
 from reference import ace_cell_bootstrap as REF
 
@@ -179,5 +180,5 @@ def test_strict_reversal_and_retention_helpers():
     assert not AB.strict_reversal((0.1, 0.05, 0.15), (0.1, 0.02, 0.2))  # no reversal
     assert not AB.strict_reversal((0.1, 0.05, 0.15), (0.0, -0.2, -0.01))  # a zero gap is no reversal
     assert not AB.strict_reversal((0.1, np.nan, np.nan), (-0.1, -0.2, -0.01))
-    assert AB.retention_probability([1.0, -1.0, 0.0, 2.0], [-1.0, -1.0, -1.0, 3.0]) == (0.25, 4)
-    assert np.isnan(AB.retention_probability([np.nan], [1.0])[0])
+    assert retention_probability([1.0, -1.0, 0.0, 2.0], [-1.0, -1.0, -1.0, 3.0]) == (0.25, 4)
+    assert np.isnan(retention_probability([np.nan], [1.0])[0])

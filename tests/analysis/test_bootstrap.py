@@ -20,13 +20,14 @@ from confgrid.analysis import registry as REG
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from reference import summary as SM
 from reference.resample_loop import bootstrap_chunk, loop_chunk
+from reference.weighted_values import weighted_values
 
 ALL = ["ece", "auroc", "aurc", "brier", "spearman"]
 KERNELS = {
     "ece": KN.ece_weighted,
-    "auroc": partial(KN.weighted_values, "auroc"),
-    "aurc": partial(KN.weighted_values, "aurc"),
-    "spearman": partial(KN.weighted_values, "spearman"),
+    "auroc": partial(weighted_values, "auroc"),
+    "aurc": partial(weighted_values, "aurc"),
+    "spearman": partial(weighted_values, "spearman"),
     "brier": KN.brier_weighted,
 }
 
@@ -123,10 +124,10 @@ def test_spearman_kernel_equals_scipy_on_the_drawn_rows_and_its_edge_cases():
         w = RS.counts_from_indices(rng.integers(0, 30, (20, 30)))
         ref = [spearmanr(np.repeat(c, w[r].astype(int)), np.repeat(y, w[r].astype(int))).statistic
                for r in range(20)]
-        np.testing.assert_allclose(KN.weighted_values("spearman", c, y, w), ref, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(weighted_values("spearman", c, y, w), ref, rtol=1e-12, atol=1e-12)
     c, y = np.array([0.0, 0.1, 1.0]), np.array([0.0, 1.0, 1.0])
     w = np.array([[3.0, 0.0, 0.0], [0.0, 2.0, 1.0], [1.0, 1.0, 1.0], [0.0, 0.0, 1.0]])
-    out = KN.weighted_values("spearman", c, y, w)
+    out = weighted_values("spearman", c, y, w)
     assert np.isnan(out[0]) and np.isnan(out[1]) and np.isnan(out[3])  # one value; constant target; one row
     assert out[2] == pytest.approx(spearmanr(c, y).statistic, abs=1e-15)
     with pytest.warns(M.UndefinedMetricWarning, match="Spearman is undefined: confidence is constant"):
@@ -141,8 +142,8 @@ def test_kernels_zero_weight_rows_are_nan():
     for name, f in KERNELS.items():
         out = f(c, y, w)
         assert math.isnan(out[0]), name
-    assert math.isnan(KN.weighted_values("auroc", c, y, w)[1])  # one class only
-    assert KN.weighted_values("aurc", c, y, w)[1] == 1.0
+    assert math.isnan(weighted_values("auroc", c, y, w)[1])  # one class only
+    assert weighted_values("aurc", c, y, w)[1] == 1.0
 
 
 # ---------------------------------------------------------------------------
@@ -335,7 +336,7 @@ def test_row_blocks_do_not_change_results(monkeypatch):
     monkeypatch.setattr(K, "_BLOCK_ELEMS", 4 * n)  # the row blocks of analysis/kernels.py, used by the bootstrap
     np.testing.assert_allclose(bootstrap_chunk(conf, corr, ALL, idx), ref, rtol=1e-12, atol=1e-12)
     w = RS.counts_from_indices(idx)
-    np.testing.assert_allclose(KN.weighted_values("aurc", conf[0], corr, w), ref[0, ALL.index("aurc")], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(weighted_values("aurc", conf[0], corr, w), ref[0, ALL.index("aurc")], rtol=1e-12, atol=1e-12)
 
 
 def test_docstring_examples():
@@ -346,9 +347,9 @@ def test_docstring_examples():
 
 def test_kernels_reject_non_count_weights():
     with pytest.raises(ValueError, match="integer counts"):
-        KN.weighted_values("aurc", [0.2, 0.4], [1, 0], [[0.5, 1.5]])
+        weighted_values("aurc", [0.2, 0.4], [1, 0], [[0.5, 1.5]])
     with pytest.raises(ValueError, match="integer counts"):
-        KN.weighted_values("auroc", [0.2, 0.4], [1, 0], [[-1, 3]])
+        weighted_values("auroc", [0.2, 0.4], [1, 0], [[-1, 3]])
 
 
 # ---------------------------------------------------------------------------

@@ -12,11 +12,12 @@ from sklearn.calibration import calibration_curve
 
 from confgrid.analysis.capability.metrics import ece_to_target
 from confgrid.analysis.estimators import ece_equal_mass
-from confgrid.analysis.kernels import WEIGHTED_KERNELS, ece_weighted, has_weighted_kernel, weighted_values
+from confgrid.analysis.kernels import WEIGHTED_KERNELS, ece_weighted, has_weighted_kernel
 from confgrid.analysis.metrics import CLOSURES, bin_edges, bin_indices, ece, edge_counts
 from confgrid.analysis.registry import METRICS, binned_metrics, closure_variant, get_metric
 from confgrid.analysis.reliability import reliability_diagram
 from reference.resample_loop import bootstrap_chunk
+from reference.weighted_values import weighted_values
 
 BINS = (5, 10, 15, 20)
 EDGE_VALUES = np.array([0.0, 0.1, 0.3, 0.7, 0.9, 1.0])

@@ -21,6 +21,7 @@ from confgrid.analysis import reliability as R
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from metric_data import FAST, datasets
 from reference.resample_loop import bootstrap_chunk, loop_chunk
+from reference.weighted_values import weighted_values
 
 NEW = ["ece_equal_mass", "kde_ece", "ks_ece", "smoothed_ece", "calibration_gap", "overconfidence"] + [
     f"ece_{b}" for b in E.ECE_BIN_COUNTS
@@ -426,7 +427,7 @@ def test_kernel_zero_weight_row_is_nan():
     c, y = np.array([0.2, 0.8]), np.array([0.0, 1.0])
     w = np.array([[0.0, 0.0], [1.0, 1.0]])
     for name in ("calibration_gap", "ks_ece", "kde_ece", "ece_equal_mass"):
-        out = KN.weighted_values(name, c, y, w)
+        out = weighted_values(name, c, y, w)
         assert math.isnan(out[0]) and np.isfinite(out[1])
 
 

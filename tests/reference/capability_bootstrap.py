@@ -25,7 +25,9 @@ import numpy as np
 
 from confgrid.analysis.bootstrap import interval
 from confgrid.analysis.capability.metrics import CAPABILITY_METRICS, _check, _spearman, brier_to_target, ece_to_target
-from confgrid.analysis.kernels import brier_weighted, ece_weighted, weighted_values
+from confgrid.analysis.kernels import brier_weighted, ece_weighted
+
+from .weighted_values import weighted_values
 
 __all__ = ["CapabilityBootstrap", "capability_bootstrap", "item_weights"]
 
