@@ -142,7 +142,13 @@ def load_local(path: Path, *, header: Sequence[str] | None = None) -> list[dict[
         if path.suffix.lower() == ".tsv":
             kwargs["sep"] = "\t"
         kwargs.update(column_names=names, header=None if header is not None else 0)
-    ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+    on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # a local file's "Generating train split" bars are noise in every log
+    try:
+        ds = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
+    finally:
+        if on:
+            datasets.enable_progress_bars()
     return [dict(r) for r in ds]
 
 

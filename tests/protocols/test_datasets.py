@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import numpy as np
@@ -310,3 +311,14 @@ def test_hub_style_names_vs_paths(monkeypatch, tmp_path):
         with pytest.raises(FileNotFoundError, match="no such file"):
             D.load_items("custom", local)
     assert len(calls) == 2  # local-looking paths never reach the hub loader
+
+
+def test_a_local_file_is_read_without_progress_bars(tmp_path, capfd):
+    """A first read of a local file (nothing cached) writes no "Generating train split" bar into the log, and the
+    caller's progress-bar setting is left as it was."""
+    path = tmp_path / "fresh.csv"
+    path.write_text(f"question,answer\nWhat is {tmp_path.name}?,x\n", encoding="utf-8")
+    assert datasets.is_progress_bar_enabled()
+    assert DIO.load_local(path) == [{"question": f"What is {tmp_path.name}?", "answer": "x"}]
+    assert "Generating" not in capfd.readouterr().err
+    assert datasets.is_progress_bar_enabled()
