@@ -661,7 +661,8 @@ def load_grid(path: str | Path) -> GridSpec:
     if not p.is_file():
         raise GridSpecError([("grid", f"grid file {str(p)!r} does not exist")], str(p))
     try:
-        raw = yaml_load.safe_load(p.read_text(encoding="utf-8"))
+        with p.open(encoding="utf-8") as f:  # a stream with a name: YAML's error marks name the file
+            raw = yaml_load.safe_load(f)
     except yaml.YAMLError as exc:
         raise GridSpecError([("grid", f"not valid YAML: {exc}")], str(p)) from None
     return parse_grid(raw, base_dir=p.parent.resolve(), source=p.name)

@@ -115,8 +115,9 @@ def test_missing_grid_file_and_bad_yaml(tmp_path):
         load_grid(tmp_path / "nope.yaml")
     p = tmp_path / "bad.yaml"
     p.write_text("models: [\n", encoding="utf-8")
-    with pytest.raises(GridSpecError, match="not valid YAML"):
+    with pytest.raises(GridSpecError, match="not valid YAML") as err:
         load_grid(p)
+    assert f'in "{p}", line' in str(err.value)  # the mark names the file
 
 
 def test_relative_paths_resolve_against_grid_file(tmp_path):
