@@ -136,6 +136,7 @@ class _Stats:
     hi: float = -math.inf
     n_far: int = 0  # finite values outside [0, 1] beyond the clip tolerance
     n_above_one: int = 0
+    n_finite: int = 0
     n_nonfinite: int = 0  # inf, -inf (NaN is an empty cell, reported by the reader)
     nonfinite: list[str] = field(default_factory=list)  # the first few, "inf at line 7"
 
@@ -143,6 +144,7 @@ class _Stats:
         """Add a chunk's parsed values ``x`` (n,) whose rows ``far`` lie outside [0, 1]; ``pos`` their places."""
         finite = np.isfinite(x)
         ok = x[finite]
+        self.n_finite += ok.size
         if ok.size:
             self.lo, self.hi = min(self.lo, float(ok.min())), max(self.hi, float(ok.max()))
             self.n_above_one += int((ok > 1.0).sum())
@@ -157,6 +159,7 @@ class _Stats:
         self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
         self.n_far += other.n_far
         self.n_above_one += other.n_above_one
+        self.n_finite += other.n_finite
         self.n_nonfinite += other.n_nonfinite
         self.nonfinite += other.nonfinite[: max(0, _SHOWN_NONFINITE - len(self.nonfinite))]
 
@@ -373,10 +376,11 @@ def _hints(stats: dict[str, _Stats], cols: dict[str, str]) -> list[str]:
             more = f" (first {len(st.nonfinite)} shown)" if st.n_nonfinite > len(st.nonfinite) else ""
             out.append(f"{label}: {st.n_nonfinite} non-finite value(s): {', '.join(st.nonfinite)}{more}; {role} "
                        "must be a finite number in [0, 1] (an empty cell is a missing value)")
-        if st.n_far == 0:  # the range hints below speak of the finite values only
+        if st.n_far == 0 or 2 * st.n_far < st.n_finite:  # a hint speaks of a column, not of a few stray values
             continue
         if st.lo >= 0.0 and st.hi <= 100.0 and st.n_above_one:
-            out.append(f"{label}: every value lies in [0, 100] and {st.n_above_one} exceed 1; they look like "
+            verb = "exceeds" if st.n_above_one == 1 else "exceed"
+            out.append(f"{label}: every value lies in [0, 100] and {st.n_above_one} {verb} 1; they look like "
                        f"percentages: divide the column by 100 ({role} must lie in [0, 1])")
         elif role == "confidence":
             what = "negative values" if st.lo < 0 else f"values up to {st.hi:g}"

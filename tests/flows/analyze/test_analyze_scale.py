@@ -435,3 +435,16 @@ def test_settings_in_turn_with_ray_equal_in_process(tmp_path):
             ray.shutdown()
     for name in ("metrics", "gaps", "alignment"):
         pd.testing.assert_frame_equal(a[name], b[name], check_exact=True)
+
+
+def test_a_few_stray_values_get_no_column_hint(tmp_path):
+    """One confidence of 1.5 among values in [0, 1] is named by its line; it is not taken for a column of
+    percentages or of uncertainty scores (fresh-user walk)."""
+    p = tmp_path / "stray.csv"
+    p.write_text(HEAD + "A,q1,v,0.8,1\nA,q2,v,1.5,0\nA,q3,v,0.6,1\nA,q4,v,0.2,0\n")
+    err = _error(p)
+    assert err.problems == ["line 3: confidence 1.5 is outside [0, 1]"] and err.hints == []
+    p.write_text(HEAD + "A,q1,v,0.8,1\nA,q2,v,0.5,2\nA,q3,v,0.6,1\nA,q4,v,0.2,0\n")
+    assert _error(p).hints == []
+    p.write_text(HEAD + "A,q1,v,80,1\nA,q2,v,0.5,0\n")  # half the column: a hint, in the singular
+    assert "and 1 exceeds 1; they look like percentages" in _error(p).hints[0]
