@@ -37,7 +37,7 @@ from confgrid.flows.spec.estimation import VerdictSpec
 from confgrid.registry import UnknownNameError
 from confgrid.yaml_load import safe_load
 
-__all__ = ["AnalyzeSpec", "DEFAULT_METRICS", "FLAGS", "available_metrics", "parse_metrics", "slow_metrics"]
+__all__ = ["AnalyzeSpec", "DEFAULT_METRICS", "FLAGS", "available_metrics", "named", "parse_metrics", "slow_metrics"]
 
 DEFAULT_METRICS = ("ece", "auroc", "aurc", "brier")
 
@@ -51,6 +51,13 @@ FLAGS = {"input": "INPUT", "out": "--out", "metrics": "--metrics", "n_resamples"
          "threshold": "--threshold", "uncertainty": "--uncertainty", "in_turn": "--in-turn/--whole-file",
          "group_col": "--group-col", "against": "--against", "signal_pairs": "--signal-pairs",
          "verdicts": "verdicts"}
+
+
+def named(field: str) -> str:
+    """How a message names an AnalyzeSpec field: its flag, and its spec-file key where the two differ
+    (``--bootstrap (n_resamples)``)."""
+    flag = FLAGS.get(field, field)
+    return flag if flag.lstrip("-").replace("-", "_") == field else f"{flag} ({field})"
 
 
 def available_metrics() -> list[str]:
@@ -295,7 +302,7 @@ class AnalyzeSpec(BaseModel):
     @classmethod
     def _whole(cls, v: Any, info: ValidationInfo) -> Any:
         if isinstance(v, bool):  # pydantic reads true as 1: a 1-resample bootstrap nobody asked for
-            raise AnalyzeInputError(f"{FLAGS.get(info.field_name, info.field_name)}: must be an integer, got {v!r}")
+            raise AnalyzeInputError(f"{named(info.field_name)}: must be an integer, got {v!r}")
         return v
 
     @field_validator("tracking_uri", mode="before")
@@ -327,13 +334,13 @@ class AnalyzeSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "AnalyzeSpec":
-        for flag, value, least in (("--bootstrap", self.n_resamples, 1), ("--ece-bins", self.n_bins, 1),
-                                   ("--seed", self.seed, 0), ("chunk_size", self.chunk_size, 1),
-                                   ("--comparison-bootstrap", self.comparison_resamples, 1)):
+        for field, least in (("n_resamples", 1), ("n_bins", 1), ("seed", 0), ("chunk_size", 1),
+                             ("comparison_resamples", 1)):
+            value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-                raise AnalyzeInputError(f"{flag}: must be an integer >= {least}, got {value!r}")
+                raise AnalyzeInputError(f"{named(field)}: must be an integer >= {least}, got {value!r}")
         if self.n_bins > MAX_BINS:
-            raise AnalyzeInputError(f"--ece-bins: must be at most {MAX_BINS} (as a grid's metrics.ece_bins), got "
+            raise AnalyzeInputError(f"{named('n_bins')}: must be at most {MAX_BINS} (as a grid's metrics.ece_bins), got "
                                     f"{self.n_bins}")
         try:
             names = expand_binned(list(self.metrics), list(self.ece_closure), list(self.ece_bin_confidence))

@@ -246,7 +246,7 @@ def test_mapped_column_named_in_messages_and_other_input_errors(tmp_path):
     ragged = tmp_path / "r.csv"
     ragged.write_text("setting,item_id,signal,confidence,correct\nA,q1,v,0.5,1,extra\n")
     assert _problems(ragged) == ["line 2: 6 fields, but the header has 5"]
-    with pytest.raises(AnalyzeInputError, match="--bootstrap: must be an integer >= 1"):
+    with pytest.raises(AnalyzeInputError, match="--bootstrap \\(n_resamples\\): must be an integer >= 1"):
         analyze(AnalyzeSpec(input=SMALL, out=tmp_path / "o", n_resamples=0, track=False))
 
 
@@ -417,7 +417,7 @@ def test_the_spec_is_frozen_checked_and_the_result_typed(tmp_path):
     assert spec.metrics == ("ece", "brier") and spec.signal_pairs == (("verbalized", "token"),)
     with pytest.raises(Exception):
         spec.seed = 3
-    for bad, says in (({"n_resamples": 0}, "--bootstrap: must be an integer >= 1"),
+    for bad, says in (({"n_resamples": 0}, "--bootstrap (n_resamples): must be an integer >= 1"),
                       ({"interval": "wide"}, "--interval: 'wide'"), ({"level": 1.5}, "level: must lie in (0, 1)"),
                       ({"seed": "x"}, "--seed (seed)")):
         with pytest.raises(AnalyzeInputError, match=re.escape(says)):
@@ -436,7 +436,8 @@ def test_the_spec_is_frozen_checked_and_the_result_typed(tmp_path):
     ("signal_pairs", 5, "--signal-pairs: 5"), ("signal_pairs", [1, 2], "--signal-pairs"),
     ("columns", ["setting"], "columns (--*-col): ['setting']"), ("columns", 5, "columns (--*-col): 5"),
     ("columns", {"setting": 3}, "columns (--*-col)"),
-    ("n_resamples", True, "--bootstrap: must be an integer, got True"), ("chunk_size", False, "chunk_size: must"),
+    ("n_resamples", True, "--bootstrap (n_resamples): must be an integer, got True"),
+    ("chunk_size", False, "chunk_size: must"),
     ("ia_strata", True, "--ia-strata: must be an integer"),
     ("tracking_uri", "notauri", "--tracking-uri 'notauri' is not a URI"),
 ])
@@ -455,7 +456,7 @@ def test_a_spec_file_with_a_bad_value_exits_2_with_one_line(tmp_path):
     for data, says in (({"metrics": 5}, "--metrics: 5"), ({"columns": ["setting"]}, "columns (--*-col)"),
                        ({"verdicts": {"robust_min_setting": 2}}, "unknown option verdicts.robust_min_setting; "
                                                                  "choose from robust_point_share"),
-                       ({"n_resamples": True}, "--bootstrap: must be an integer, got True"),
+                       ({"n_resamples": True}, "--bootstrap (n_resamples): must be an integer, got True"),
                        ({"tracking_uri": "notauri"}, "is not a URI")):
         spec.write_text(yaml.safe_dump({"input": str(SMALL), "out": "o", **data}), encoding="utf-8")
         r = invoke("--spec", spec)
