@@ -118,7 +118,7 @@ def test_the_progress_total_comes_from_the_plan_and_never_grows(four_gpus, tmp_p
         def close(self):
             pass
 
-    monkeypatch.setattr(ex, "tqdm", Bar)
+    monkeypatch.setattr(ex, "progress", lambda desc, unit: Bar())
     grid = _grid(models=MODELS[:1])
     summary = run_grid(parse_grid(grid), tmp_path / "run")
     first = next(i for i, (_, n) in enumerate(seen) if n > 0)  # the plan is queued before any work is done
