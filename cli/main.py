@@ -310,6 +310,8 @@ def log_cmd(
 
 def _finished_run(out_dir: Path) -> None:
     """Exit 2 with one line unless ``out_dir`` holds a finished run's results and a readable run-info record."""
+    if not out_dir.is_dir():
+        fail(f"{out_dir}: no such directory (give the output directory of a finished run)")
     if not (out_dir / "results" / "metrics.parquet").is_file():
         fail(f"{out_dir}: no results/metrics.parquet; is this the output directory of a finished run?")
     try:

@@ -27,7 +27,7 @@ def plan_size_cmd(
                               show_default=False),
     metric: str = typer.Option("ece", "--metric", help="The metric of the gap (a registered metric with a weighted "
                                                        "kernel: ece, brier, auroc, aurc, ...)."),
-    signals: tuple[str, str] = typer.Option(..., "--signals", help="The two signals A B.", show_default=False),
+    signals: tuple[str, str] = typer.Option(..., "--signals", metavar="A B", help="The two signals A B.", show_default=False),
     power: float = typer.Option(0.8, "--power", help="Wanted probability that the interval excludes 0."),
     level: float = typer.Option(0.95, "--level", help="Interval level (the run's bootstrap.level)."),
     resamples: int = typer.Option(1000, "--resamples", help="Resamples per subsample size."),

@@ -92,6 +92,8 @@ def test_confgrid_report_cli_exit_status(tmp_path):
     cli = CliRunner()
     r = cli.invoke(app, ["report", str(tmp_path)])
     assert r.exit_code == 2 and "no results/metrics.parquet" in r.output
+    r = cli.invoke(app, ["report", str(tmp_path / "nope")])
+    assert r.exit_code == 2 and "no such directory" in r.output
     root = report_example.write_run(tmp_path / "run", with_studies=False)
     r = cli.invoke(app, ["report", str(root), "--width", "50"])
     assert r.exit_code == 2 and "width_px" in r.output
