@@ -124,6 +124,12 @@ class AnswerSetSpec(_Spec):
         """Whether this set's verbalized score is read by the probe (the answer re-supplied after ``Guess:``)."""
         return self.verbalized_source() == "probe"
 
+    @property
+    def probes_open_answers(self) -> bool:
+        """Whether the probe re-asks this set's own open answers for their verbalized score (the probe's prompt
+        check and study 001's selection table read it)."""
+        return self.format == "open" and self.verbalized_by_probe
+
     def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
         """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come from the
         ``letter_probability`` method) or a boxed worked solution, mc_bare/mc_answer_slot/mc_guess_slot for mc, else
@@ -146,7 +152,7 @@ def probe_prompt_problem(elicitation: ElicitationSpec, answer_sets: tuple[Answer
 
     users = (["probe.enabled"] if probe_enabled else []) + [
         f"answer_sets[{a.id}] (verbalized: probe)" for a in answer_sets
-        if a.format == "open" and a.verbalized_by_probe]
+        if a.probes_open_answers]
     p = get_prompt(elicitation.prompt)
     if not users or (p.answer_label and p.confidence_label):
         return None

@@ -37,7 +37,7 @@ def protocol_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit], ev:
                                      select(ev.metrics, p), select(ev.gaps, p), spec.scoring.contexts,
                                      spec.scoring.aggregations, spec.metrics.names, spec.bootstrap.level) or {})
     for a in spec.answer_sets:
-        if a.format == "open" and a.verbalized_by_probe:
+        if a.probes_open_answers:
             sel = selection_table(units, a.id, spec.bootstrap.seed, spec.bootstrap.resamples, spec.bootstrap.level)
             if len(sel):
                 out[f"selection_{a.id}"] = sel
