@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 
 from confgrid import yaml_load
 from confgrid.protocols.items import Item
-from confgrid.protocols.mc import mc_question
+from confgrid.protocols.item_formats import ITEM_FORMATS
 from confgrid.protocols.prompts import PROMPTS, get_prompt
 from confgrid.registry import Registry
 
@@ -70,10 +70,6 @@ __all__ = [
 ]
 
 _SEPARATORS = ("", " ")
-
-#: How the question is rendered into ``{question}``: ``"open"`` (the question text as is) or ``"mc"`` (the question
-#: with lettered options).
-ITEM_FORMATS = ("open", "mc")
 
 # ids must be usable in file names and MLflow keys
 _ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -99,8 +95,8 @@ class ScoringContext:
     description : str
         One line for reports.
     item_format : str, default "open"
-        One of :data:`ITEM_FORMATS`: ``"open"`` renders ``item.question``; ``"mc"`` renders the question with lettered
-        options (:func:`confgrid.protocols.mc.mc_question`). Used by :meth:`item_text`.
+        A registered item format (:mod:`confgrid.protocols.item_formats`): ``"open"`` renders ``item.question``;
+        ``"mc"`` renders the question with lettered options. Used by :meth:`item_text`.
     """
 
     id: str
@@ -137,9 +133,7 @@ class ScoringContext:
 
         Raises ``ValueError`` if ``item_format="mc"`` and the item has no options.
         """
-        if self.item_format == "mc":
-            return mc_question(item)
-        return item.question
+        return ITEM_FORMATS[self.item_format].question(item)
 
     def item_text(self, item: Item) -> str:
         """The user turn for ``item``: ``user_text(question_text(item))``."""

@@ -124,7 +124,7 @@ def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     rows = rows.merge(items, on=["dataset", "item_id"], how="left")
     rows["n_options"] = rows["n_options"].fillna(0)
     # the random baseline needs the options shown: mc answer sets and letter probabilities only
-    shown = {a.id for a in spec.all_answer_sets() if a.format == "mc"}
+    shown = {a.id for a in spec.all_answer_sets() if a.item_format.options}
     letters = {m.id for m in spec.methods if m.reader.options}
     asked = rows["answer_set"].isin(shown) | ((rows["answer_set"] == "method") & rows["signal"].isin(letters))
     rows.loc[~asked, "n_options"] = 0

@@ -217,7 +217,7 @@ def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
     (docs/studies/003.md, docs/studies/002.md), for the run's checklist."""
     p = get_prompt(a.prompt)
     out = p.reader.conventions(p)
-    if a.format == "mc":
+    if a.item_format.options:
         out.append(f"refusal policies {list(spec.parsing.refusal)}: drop leaves unusable replies out (counted); "
                    f"chance scores them as a random letter (seed {spec.parsing.chance_seed}) with confidence 1/k")
     if a.runs > 1 or a.id.rsplit(".run", 1)[-1].isdigit():

@@ -32,12 +32,13 @@ from confgrid.flows.spec.grid import GridSpec, ModelSpec
 from confgrid.flows.spec.methods import MethodSpec
 from confgrid.flows.stages.base import MethodRow, get_stage, relabel
 from confgrid.flows.stages.grade import grade_answers, parse_generations
-from confgrid.flows.stages.generate import GenerateRow, question_text
+from confgrid.flows.stages.generate import GenerateRow
 from confgrid.flows.stages.probe import ProbeRow
 from confgrid.flows.stages.score import score_requests
 from confgrid.flows.store.run_store import shard_key
 from confgrid.protocols.contexts import get_context
 from confgrid.protocols.correctness import normalize
+from confgrid.protocols.item_formats import item_format
 from confgrid.protocols.items import Item
 from confgrid.protocols.mc import shuffle_options
 from confgrid.protocols.probe import PROBE_MAX_NEW_TOKENS, probe_request, supplied_answers
@@ -78,7 +79,7 @@ def _chunks(seq: list, size: int) -> list[list]:
 
 def set_items(a: AnswerSetSpec, its: list[Item]) -> list[Item]:
     """The items an answer set asks: all for open sets; items with options (shuffled if asked) for mc."""
-    if a.format == "open":
+    if not a.item_format.options:
         return its
 
     with_opts = [i for i in its if i.options]
@@ -99,10 +100,10 @@ def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str,
     problems: list[tuple[str, str]] = api_problems(spec)  # a grid built in Python skips parse_grid's check
     for i, a in enumerate(spec.all_answer_sets()):
         where = "elicitation" if a.id == "main" else f"answer_sets[{i - 1}]"
-        ctx_field = ("scoring.contexts" if a.id == "main" or (a.contexts is None and a.format == "open")
+        ctx_field = ("scoring.contexts" if a.id == "main" or (a.contexts is None and a.item_format.contexts is None)
                      else f"{where}.contexts")
         contexts = a.scoring_contexts(spec.scoring.contexts)
-        if a.format == "mc":
+        if a.item_format.options:
             bare = [d for d in spec.datasets if not any(it.options for it in items.get(d.name, []))]
             if len(bare) == len(spec.datasets):
                 problems.append((f"{where}.format", f"'mc' asks lettered options, but no dataset of the grid has "
@@ -116,7 +117,7 @@ def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str,
             its = items.get(d.name, [])
             asked = set_items(a, its)
             bare = [it.item_id for it in asked if not it.options]
-            mc_ctx = [c for c in contexts if get_context(c).item_format == "mc"]
+            mc_ctx = [c for c in contexts if item_format(get_context(c).item_format).options]
             if bare and mc_ctx:
                 problems.append((ctx_field, f"{', '.join(map(repr, mc_ctx))} show(s) lettered options, but "
                                  f"{len(bare)} of {len(asked)} items of dataset {d.name!r} ({d.adapter}) have none "
@@ -131,7 +132,7 @@ def _check_json_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tupl
     for i, a in enumerate(spec.answer_sets):
         p = get_prompt(a.prompt)
         where = f"answer_sets[{i}]"
-        if p.reader.options and a.format != "mc":
+        if p.reader.options and not a.item_format.options:
             problems.append((f"{where}.format", f"prompt {p.id!r} asks a probability per option letter (output "
                              "json_options); it needs format 'mc' (the options shown)"))
         if not p.asks_answer:
@@ -222,7 +223,7 @@ class GridPlan:
                 for d in self.spec.datasets:
                     self.units.setdefault((m.name, d.name, a.id), _Unit())
                     for c, chunk in enumerate(_chunks(self.set_items[(a.id, d.name)], size)):
-                        texts = [prompt.render(question_text(i, a.format)) for i in chunk]
+                        texts = [prompt.render(a.item_format.question(i)) for i in chunk]
                         smp = a.sampling
                         decoding: Any = "greedy" if smp is None else ["sampling", smp.temperature, smp.top_p,
                                                                        smp.seed]
@@ -304,13 +305,14 @@ class GridPlan:
             if prompt.takes_answer:
                 continue
             letters = method.reader.options  # the lettered question; items with options only
+            shown = item_format("mc" if letters else "open")
             for m in self.spec.method_models(method):
                 for d in self.spec.datasets:
                     its = [i for i in self.set_items[("main", d.name)]
                            if (i.options or not letters) and self.in_split(method, d.name, i.item_id)]
                     n_letters = max((len(i.options) for i in its), default=0) if letters else 0
                     for c, chunk in enumerate(_chunks(its, size)):
-                        rows = [MethodRow(i.item_id, prompt.render(question_text(i, "mc" if letters else "open")),
+                        rows = [MethodRow(i.item_id, prompt.render(shown.question(i)),
                                           assistant_prefix=method.assistant_prefix) for i in chunk]
                         out.append(self._method_shard(method, m.name, d.name, c, rows, n_letters=n_letters))
         return out
@@ -325,7 +327,7 @@ class GridPlan:
             prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
             if not prompt.takes_answer or gen.model not in {m.name for m in self.spec.method_models(method)}:
                 continue
-            rows = [MethodRow(i, prompt.render(question_text(by_id[i], "open"), a.strip()), a.strip(),
+            rows = [MethodRow(i, prompt.render(by_id[i].question, a.strip()), a.strip(),
                               method.assistant_prefix)
                     for i, a in zip(graded["item_id"], graded["answer"], strict=True)
                     if isinstance(a, str) and a.strip() and self.in_split(method, gen.dataset, i)]
@@ -357,7 +359,8 @@ class GridPlan:
         a = self.set_of[shard.answer_set]
         its = self.set_items[(a.id, shard.dataset)]
         rules = tuple(dict.fromkeys((*self.grade_rules, *a.analysis_rules(self.spec.correctness.rules))))
-        primary = a.analysis_rules(self.spec.correctness.rules)[0] if a.format == "mc" else self.spec.correctness.primary
+        primary = (a.analysis_rules(self.spec.correctness.rules)[0] if a.item_format.rules is not None
+                   else self.spec.correctness.primary)
         parsed = parse_generations(generations, a.prompt, self.models[shard.model].reasoning_end, its, a.format)
         return grade_answers(parsed, its, rules, primary)
 
@@ -494,7 +497,7 @@ class GridPlan:
         out = []
         for method in methods:
             prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
-            rows = [MethodRow(i, prompt.render(question_text(by_id[i], "open"), surface), surface,
+            rows = [MethodRow(i, prompt.render(by_id[i].question, surface), surface,
                               method.assistant_prefix)
                     for i, surface in zip(pool["item_id"], pool["surface"], strict=True) if i in by_id]
             for rater in self.spec.method_models(method):
@@ -534,7 +537,7 @@ class GridPlan:
         return self._needs_cross() or bool(self.spec.ca_methods())
 
     def _probe_prompt(self, a: AnswerSetSpec) -> str:
-        return "mc_confidence" if a.format == "mc" else self.spec.elicitation.prompt
+        return a.item_format.probe_prompt or self.spec.elicitation.prompt
 
     def _probe_shard(self, model: str, dataset: str, a: AnswerSetSpec, chunk: int, rows: list[ProbeRow],
                      part: str, upstream: tuple[str, ...]) -> ShardRequest:
@@ -566,7 +569,7 @@ class GridPlan:
         for item_id, ans in zip(graded["item_id"], graded["answer"], strict=True):
             item = by_id[item_id]
             own = ans if isinstance(ans, str) and ans.strip() else None
-            question = question_text(item, a.format)
+            question = a.item_format.question(item)
             for s in supplied_answers(item, own, {}, self.spec.probe.seed, (), kinds=kinds):
                 r = probe_request(question, s.answer, prompt_id)
                 rows.append(ProbeRow(item_id, r.user_text, r.assistant_prefix, s.kind, s.answer, prompt_id,
@@ -607,7 +610,7 @@ class GridPlan:
                        if item_id in v.index}
                 for s in supplied_answers(item, own, oth, self.spec.probe.seed, self.items[dataset],
                                           kinds=self._cross_kinds()):
-                    r = probe_request(question_text(item, a.format), s.answer, prompt_id)
+                    r = probe_request(a.item_format.question(item), s.answer, prompt_id)
                     rows.append(ProbeRow(item_id, r.user_text, r.assistant_prefix, s.kind, s.answer, prompt_id,
                                          s.source or ""))
             for c, chunk in enumerate(_chunks(rows, self.spec.execution.shard_size * 4)):

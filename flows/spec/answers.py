@@ -11,8 +11,8 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from confgrid.actors.calls import Sampling
-from confgrid.flows.spec.base import LABEL_PATTERN, Contexts, Prompt, Rules, _Spec
-from confgrid.protocols.mc import MC_MAX_NEW_TOKENS
+from confgrid.flows.spec.base import LABEL_PATTERN, Contexts, ItemFormatName, Prompt, Rules, _Spec
+from confgrid.protocols.item_formats import ItemFormat, item_format
 from confgrid.protocols.prompts import get_prompt
 
 __all__ = ["ElicitationSpec", "AnswerSetSpec", "ParsingSpec", "probe_prompt_problem"]
@@ -44,7 +44,7 @@ class AnswerSetSpec(_Spec):
 
     id: str = Field(description="Label of the answer set (tables, MLflow).", pattern=LABEL_PATTERN)
     prompt: Prompt = Field(description="Generation prompt id, e.g. answer_only, mc_confidence, mc_letter, confidence_percent.")
-    format: Literal["open", "mc"] = Field(
+    format: ItemFormatName = Field(
         "open", description="'open' asks the question alone; 'mc' shows lettered options (datasets with options only).")
     max_new_tokens: int | None = Field(None, ge=1, le=262_144, description="Decoding budget (default 32 open, 20 mc, "
                                        "96 for a JSON prompt, 512 for a boxed worked solution).")
@@ -98,20 +98,20 @@ class AnswerSetSpec(_Spec):
         option probabilities: the favoured option with ties scored proportionally)."""
         if self.rules is not None:
             return self.rules
-        if self.format == "mc":
-            return ("mc_favoured",) if get_prompt(self.prompt).reader.options else ("mc_letter",)
+        if self.item_format.rules is not None:
+            return ("mc_favoured",) if get_prompt(self.prompt).reader.options else self.item_format.rules
         return tuple(r for r in rules if r != "mc_letter") or rules
+
+    @property
+    def item_format(self) -> ItemFormat:
+        """The entry of this set's ``format`` (protocols/item_formats.py)."""
+        return item_format(self.format)
 
     @property
     def new_tokens(self) -> int:
         """Decoding budget: declared, else the prompt's output format's (protocols/output_formats.py: 96 for a JSON
-        reply, 512 for a worked solution), else 20 (mc) or 32 (open)."""
-        if self.max_new_tokens:
-            return self.max_new_tokens
-        budget = get_prompt(self.prompt).reader.new_tokens
-        if budget:
-            return budget
-        return MC_MAX_NEW_TOKENS if self.format == "mc" else 32
+        reply, 512 for a worked solution), else the item format's (20 mc, 32 open)."""
+        return self.max_new_tokens or get_prompt(self.prompt).reader.new_tokens or self.item_format.new_tokens
 
     def verbalized_source(self) -> str:
         if self.verbalized is not None:
@@ -128,7 +128,7 @@ class AnswerSetSpec(_Spec):
     def probes_open_answers(self) -> bool:
         """Whether the probe re-asks this set's own open answers for their verbalized score (the probe's prompt
         check and study 001's selection table read it)."""
-        return self.format == "open" and self.verbalized_by_probe
+        return self.item_format.probe_prompt is None and self.verbalized_by_probe
 
     def scoring_contexts(self, default: tuple[str, ...]) -> tuple[str, ...]:
         """Scoring contexts of this set: declared, else none for a JSON prompt (its letter probabilities come from the
@@ -138,7 +138,7 @@ class AnswerSetSpec(_Spec):
             return self.contexts
         if not get_prompt(self.prompt).reader.token_scores:
             return ()
-        return ("mc_bare", "mc_answer_slot", "mc_guess_slot") if self.format == "mc" else default
+        return default if self.item_format.contexts is None else self.item_format.contexts
 
 
 def probe_prompt_problem(elicitation: ElicitationSpec, answer_sets: tuple[AnswerSetSpec, ...],

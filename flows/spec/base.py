@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from confgrid.actors.backends import BACKENDS
 from confgrid.analysis.conventions import CONVENTIONS
@@ -14,10 +14,11 @@ from confgrid.protocols.aggregation import AGGREGATIONS
 from confgrid.protocols.contexts import CONTEXTS
 from confgrid.protocols.correctness import RULES
 from confgrid.protocols.datasets import registered_adapters
+from confgrid.protocols.item_formats import ITEM_FORMATS
 from confgrid.protocols.prompts import PROMPTS
 
 __all__ = ["LABEL_PATTERN", "GridSpecError", "Backend", "Adapter", "Prompt", "Rule", "Rules", "Contexts",
-           "DistinctContexts", "Aggregations", "Conventions"]
+           "DistinctContexts", "Aggregations", "Conventions", "ItemFormatName"]
 
 
 #: Names are labels (models, datasets, answer sets, the grid): they become folder names, MLflow run names and
@@ -57,7 +58,8 @@ def _registry(kind: str) -> Any:
     if kind == "dataset adapter":
         return registered_adapters()
     return {"backend": BACKENDS, "prompt": PROMPTS, "scoring context": CONTEXTS, "correctness rule": RULES,
-            "token aggregation": AGGREGATIONS, "ECE convention": CONVENTIONS}.get(kind, METRICS)
+            "token aggregation": AGGREGATIONS, "ECE convention": CONVENTIONS,
+            "item format": ITEM_FORMATS}.get(kind, METRICS)
 
 
 def _known(kind: str, values, *, distinct: bool = False):
@@ -93,3 +95,5 @@ Contexts = Annotated[tuple[str, ...], _names("scoring context")]
 DistinctContexts = Annotated[tuple[str, ...], _names("scoring context", distinct=True)]
 Aggregations = Annotated[tuple[str, ...], _names("token aggregation", distinct=True)]
 Conventions = Annotated[tuple[str, ...], _names("ECE convention", distinct=True)]
+#: An item format; the schema lists the registered ones (a closed choice an editor can check).
+ItemFormatName = Annotated[str, _names("item format"), WithJsonSchema({"enum": ITEM_FORMATS.names(), "type": "string"})]

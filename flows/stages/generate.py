@@ -15,10 +15,8 @@ import pyarrow as pa
 
 from confgrid.actors.calls import GenerateRequest, GenerationOutput, SamplesOutput
 from confgrid.flows.stages.base import KEY_COLUMNS, Stage, UnitPart, register_stage
-from confgrid.protocols.items import Item
-from confgrid.protocols.mc import mc_question
 
-__all__ = ["GenerateRow", "question_text", "GENERATION_COLUMNS"]
+__all__ = ["GenerateRow", "GENERATION_COLUMNS"]
 
 #: The columns of ``tables/generations.parquet`` (local backends).
 GENERATION_COLUMNS = [*KEY_COLUMNS, ("prompt_id", pa.string()), ("sample_idx", pa.int64()), ("chunk", pa.int64()),
@@ -31,11 +29,6 @@ class GenerateRow:
 
     item_id: str
     user_text: str
-
-
-def question_text(item: Item, fmt: str = "open") -> str:
-    """What replaces ``{question}``: the question alone (``open``) or with lettered options (``mc``)."""
-    return mc_question(item) if fmt == "mc" else item.question
 
 
 def _generation_logprobs(gens: tuple[GenerationOutput, ...]) -> dict[str, list]:

@@ -16,6 +16,7 @@ import pyarrow as pa
 from confgrid.flows.stages.base import PARSED_COLUMNS, Stage, UnitPart, register_stage
 from confgrid.flows.stages.generate import GENERATION_COLUMNS
 from confgrid.protocols.correctness import ANSWER_FREE_RULES, get_rule
+from confgrid.protocols.item_formats import item_format
 from confgrid.protocols.items import Item
 from confgrid.protocols.json_output import chance_answer
 from confgrid.protocols.output_formats import parse_for_prompt
@@ -46,6 +47,7 @@ def parse_generations(gen: pd.DataFrame, prompt_id: str = "confidence",
     (the item's ``metadata["given_answer"]``, e.g. HaluEval's).
     """
     prompt = get_prompt(prompt_id)
+    shown = item_format(fmt).options
     by_id = {it.item_id: it for it in items or ()}
     out = gen.copy()
     visible = [strip_reasoning(t, reasoning_end) for t in out["raw_output"].tolist()]
@@ -55,7 +57,7 @@ def parse_generations(gen: pd.DataFrame, prompt_id: str = "confidence",
         if v.status == "unterminated":
             parsed.append(ParseResult(None, None, "reasoning_unterminated", False))
             continue
-        k = len(item.options) if fmt == "mc" and item is not None and item.options else None
+        k = len(item.options) if shown and item is not None and item.options else None
         r = parse_for_prompt(v.text, prompt, k)
         if not prompt.asks_answer:
             r = r._replace(answer=(item.metadata.get("given_answer") or None) if item is not None else None)

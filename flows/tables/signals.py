@@ -45,7 +45,7 @@ class ProducerRows:
 
 def _refusals(spec: GridSpec, a) -> tuple[str, ...]:
     """Refusal policies evaluated for an answer set: ``chance`` only where it shows options (format mc)."""
-    if a.format == "mc":
+    if a.item_format.options:
         return spec.parsing.refusal
     return tuple(dict.fromkeys(r if r != "chance" else "drop" for r in spec.parsing.refusal))
 
