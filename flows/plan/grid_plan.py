@@ -42,7 +42,7 @@ from confgrid.protocols.item_formats import item_format
 from confgrid.protocols.items import Item
 from confgrid.protocols.mc import shuffle_options
 from confgrid.protocols.probe import PROBE_MAX_NEW_TOKENS, probe_request, supplied_answers
-from confgrid.protocols.prompts import get_prompt
+from confgrid.protocols.prompts import Prompt, get_prompt
 from confgrid.protocols.splits import train_eval_split
 
 __all__ = ["GridPlan", "model_identity", "OWN_PROBE_KINDS", "CROSS_PROBE_KINDS"]
@@ -75,6 +75,13 @@ def model_identity(m: ModelSpec) -> dict[str, Any]:
 
 def _chunks(seq: list, size: int) -> list[list]:
     return [seq[i : i + size] for i in range(0, len(seq), size)]
+
+
+def _probe_rows(question: str, item_id: str, prompt_id: str, supplied) -> list[ProbeRow]:
+    """The probe requests of one item's supplied answers (protocols/probe.py ``probe_request``)."""
+    reqs = [(s, probe_request(question, s.answer, prompt_id)) for s in supplied]
+    return [ProbeRow(item_id, r.user_text, r.assistant_prefix, s.kind, s.answer, prompt_id, s.source or "")
+            for s, r in reqs]
 
 
 def set_items(a: AnswerSetSpec, its: list[Item]) -> list[Item]:
@@ -145,8 +152,9 @@ def _check_json_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tupl
                                  "(adapter halueval_qa)"))
     main = get_prompt(spec.elicitation.prompt)
     if not main.asks_answer or main.reader.options:
-        problems.append(("elicitation.prompt", f"prompt {main.id!r} ({'asks no answer' if not main.asks_answer else 'a probability per option'}) "
-                         "needs an answer set (answer_sets[]): the main set asks open questions"))
+        why = "asks no answer" if not main.asks_answer else "a probability per option"
+        problems.append(("elicitation.prompt", f"prompt {main.id!r} ({why}) needs an answer set (answer_sets[]): the "
+                         "main set asks open questions"))
     for j, m in enumerate(spec.methods):
         if m.reader.options and not any(it.options for its in items.values() for it in its):
             problems.append((f"methods[{j}].kind", f"{m.kind} reads the option letters, but no dataset "
@@ -220,21 +228,18 @@ class GridPlan:
             ident = model_identity(m)
             for a in self.sets:
                 prompt = get_prompt(a.prompt)
+                smp = a.sampling
+                decoding: Any = "greedy" if smp is None else ["sampling", smp.temperature, smp.top_p, smp.seed]
                 for d in self.spec.datasets:
                     self.units.setdefault((m.name, d.name, a.id), _Unit())
                     for c, chunk in enumerate(_chunks(self.set_items[(a.id, d.name)], size)):
-                        texts = [prompt.render(a.item_format.question(i)) for i in chunk]
-                        smp = a.sampling
-                        decoding: Any = "greedy" if smp is None else ["sampling", smp.temperature, smp.top_p,
-                                                                       smp.seed]
+                        rows = tuple(GenerateRow(i.item_id, prompt.render(a.item_format.question(i))) for i in chunk)
                         key = shard_key("generate", {
                             "model": ident, "prompt": prompt.template, "prompt_id": prompt.id, "format": a.format,
                             "max_new_tokens": a.new_tokens, "decoding": decoding,
-                            "items": [(i.item_id, t) for i, t in zip(chunk, texts, strict=True)]})
-                        sh = ShardRequest("generate", m.name, d.name, a.id, c, key,
-                                          tuple(GenerateRow(i.item_id, t) for i, t in zip(chunk, texts, strict=True)),
-                                          call=CallParams(max_new_tokens=a.new_tokens, sampling=smp))
-                        out.append(sh)
+                            "items": [(r.item_id, r.user_text) for r in rows]})
+                        out.append(ShardRequest("generate", m.name, d.name, a.id, c, key, rows,
+                                                call=CallParams(max_new_tokens=a.new_tokens, sampling=smp)))
         return self._let_through(out + self._method_shards_from_items())
 
     # -- early stopping (execution.stop_when_resolved) ---------------------------------------
@@ -266,8 +271,7 @@ class GridPlan:
             raise ValueError("admit: this grid has no execution.stop_when_resolved (every shard is planned)")
         setting = (model, dataset)
         self.admitted[setting].update(item_ids)
-        held = self._held.pop(setting, [])
-        return self._let_through(held)
+        return self._let_through(self._held.pop(setting, []))
 
     def finalize(self, model: str, dataset: str) -> list[ShardRequest]:
         """Early stopping: the setting runs no further round (its held shards never run). Returns the cross-model work
@@ -283,12 +287,27 @@ class GridPlan:
             return []
         return [m for m in self.models if (m, dataset) not in self.final]
 
+    def _settled_main(self, dataset: str) -> dict[str, _Unit] | None:
+        """Every model's main unit on ``dataset`` once all settled, none failed and no round is open; else None."""
+        units = {m: u for m in self.models if (u := self.units.get((m, dataset, "main"))) is not None and u.shards}
+        if not units or not all(u.settled for u in units.values()) or any(u.failed for u in units.values()):
+            return None
+        return None if self._rounds_open(dataset) else units
+
     # -- confidence methods -------------------------------------------------------------
+    def _prompt(self, method: MethodSpec) -> Prompt:
+        return get_prompt(method.template_id(self.spec.elicitation.prompt))
+
+    def _raters_of(self, model: str) -> list[tuple[MethodSpec, Prompt]]:
+        """The methods that rate ``model``'s own answers (P(True) verification, 0-100 rating), with their prompts."""
+        return [(m, p) for m in self.spec.methods
+                if (p := self._prompt(m)).takes_answer and model in {x.name for x in self.spec.method_models(m)}]
+
     def _method_shard(self, method: Any, model: str, dataset: str, chunk: int, rows: list[MethodRow],
                       upstream: tuple[str, ...] = (), n_letters: int = 0) -> ShardRequest:
         """One shard of a method: its stage, engine-call parameters and content key."""
         stage = get_stage(method.kind_entry.stage)
-        prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
+        prompt = self._prompt(method)
         params, call = stage.method_call(method, self.spec, n_letters)
         key = shard_key(stage.name, {"model": model_identity(self.models[model]), "prompt": prompt.template,
                                      **params, "requests": [(r.item_id, r.user_text, r.assistant_prefix)
@@ -301,7 +320,7 @@ class GridPlan:
         out = []
         size = self.spec.execution.shard_size
         for method in self.spec.methods:
-            prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
+            prompt = self._prompt(method)
             if prompt.takes_answer:
                 continue
             letters = method.reader.options  # the lettered question; items with options only
@@ -323,10 +342,7 @@ class GridPlan:
             return []
         out = []
         by_id = {i.item_id: i for i in self.set_items[("main", gen.dataset)]}
-        for method in self.spec.methods:
-            prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
-            if not prompt.takes_answer or gen.model not in {m.name for m in self.spec.method_models(method)}:
-                continue
+        for method, prompt in self._raters_of(gen.model):
             rows = [MethodRow(i, prompt.render(by_id[i].question, a.strip()), a.strip(),
                               method.assistant_prefix)
                     for i, a in zip(graded["item_id"], graded["answer"], strict=True)
@@ -348,10 +364,7 @@ class GridPlan:
         elif a.verbalized_by_probe:
             per_item += 1
         if a.id == "main":
-            per_item += sum(1 for m in self.spec.methods
-                            if get_prompt(m.template_id(self.spec.elicitation.prompt)).takes_answer
-                            and gen.model in {x.name for x in self.spec.method_models(m)})
-            per_item += len(self.spec.ca_methods()) * len(self.models)
+            per_item += len(self._raters_of(gen.model)) + len(self.spec.ca_methods()) * len(self.models)
         return per_item * len(gen.rows)
 
     def grade(self, shard: ShardRequest, generations: pd.DataFrame) -> pd.DataFrame:
@@ -389,41 +402,37 @@ class GridPlan:
 
     def on_failed(self, shard: ShardRequest) -> list[ShardRequest]:
         """A shard failed; nothing downstream of it is planned (``resubmit --failed`` plans it later)."""
-        if shard.answers:
-            unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
-            unit.failed.add(shard.key)
-            if shard.answer_set == "main" and self._any_cross() and shard.dataset not in self._blocked:
-                self._blocked[shard.dataset] = f"main answers of model {shard.model!r} are missing (failed shards)"
-                what = " and ".join(([f"probe kinds {'/'.join(self._cross_kinds())}"] if self._needs_cross() else [])
-                                    + (["candidate ratings (comparison view ca)"] if self.spec.ca_methods() else []))
-                log.warning("%s on %s wait for every model's answers, and the %s; not planned in this run",
-                            what, shard.dataset, self._blocked[shard.dataset])
+        if self._lost(shard, f"main answers of model {shard.model!r} are missing (failed shards)"):
+            what = " and ".join(([f"probe kinds {'/'.join(self._cross_kinds())}"] if self._needs_cross() else [])
+                                + (["candidate ratings (comparison view ca)"] if self.spec.ca_methods() else []))
+            log.warning("%s on %s wait for every model's answers, and the %s; not planned in this run",
+                        what, shard.dataset, self._blocked[shard.dataset])
         return []
 
     def on_skipped(self, shard: ShardRequest) -> list[ShardRequest]:
         """A shard left for ``resume`` (``resubmit --failed`` runs only failed shards): nothing downstream of it."""
-        if shard.answers:
-            unit = self.units[(shard.model, shard.dataset, shard.answer_set)]
-            unit.failed.add(shard.key)
-            if shard.answer_set == "main" and self._any_cross():
-                self._blocked.setdefault(shard.dataset, f"main answers of model {shard.model!r} were not run "
-                                                        "(`confgrid resume` runs them)")
+        self._lost(shard, f"main answers of model {shard.model!r} were not run (`confgrid resume` runs them)")
         return []
+
+    def _lost(self, shard: ShardRequest, why: str) -> bool:
+        """A generate shard that will not finish: its unit counts it settled, and the cross-model work of its
+        dataset is blocked for ``why`` (True when this blocks it)."""
+        if not shard.answers:
+            return False
+        self.units[(shard.model, shard.dataset, shard.answer_set)].failed.add(shard.key)
+        if shard.answer_set != "main" or not self._any_cross() or shard.dataset in self._blocked:
+            return False
+        self._blocked[shard.dataset] = why
+        return True
 
     def expects_work(self, model: str) -> bool:
         """Whether the plan may still hand ``model`` new shards (cross-model probe kinds or candidate ratings not yet
         planned)."""
         if self._ca_pending(model):
             return True
-        if not self._needs_cross():
-            return False
-        for d in self.spec.datasets:
-            if d.name in self._blocked or (model, d.name) in self._cross_done:
-                continue
-            if self.units.get((model, d.name, "main")) is None:
-                continue
-            return True
-        return False
+        return self._needs_cross() and any(
+            d.name not in self._blocked and (model, d.name) not in self._cross_done
+            and self.units.get((model, d.name, "main")) is not None for d in self.spec.datasets)
 
     def expects_cross_for(self, model: str, dataset: str) -> bool:
         """Whether ``model``'s main unit on ``dataset`` still lacks its cross-model probe shards."""
@@ -461,10 +470,8 @@ class GridPlan:
 
         None until every model's main answers on ``dataset`` exist.
         """
-        units = {m: u for m in self.models if (u := self.units.get((m, dataset, "main"))) is not None and u.shards}
-        if not units or not all(u.settled for u in units.values()) or any(u.failed for u in units.values()):
-            return None
-        if self._rounds_open(dataset):
+        units = self._settled_main(dataset)
+        if units is None:
             return None
         col = f"correct_{self.ca_rule}"
         frames, labels = [], {}
@@ -496,7 +503,7 @@ class GridPlan:
         upstream = tuple(s.key for m in self.models if (u := self.units.get((m, dataset, "main"))) for s in u.shards)
         out = []
         for method in methods:
-            prompt = get_prompt(method.template_id(self.spec.elicitation.prompt))
+            prompt = self._prompt(method)
             rows = [MethodRow(i, prompt.render(by_id[i].question, surface), surface,
                               method.assistant_prefix)
                     for i, surface in zip(pool["item_id"], pool["surface"], strict=True) if i in by_id]
@@ -569,11 +576,8 @@ class GridPlan:
         for item_id, ans in zip(graded["item_id"], graded["answer"], strict=True):
             item = by_id[item_id]
             own = ans if isinstance(ans, str) and ans.strip() else None
-            question = a.item_format.question(item)
-            for s in supplied_answers(item, own, {}, self.spec.probe.seed, (), kinds=kinds):
-                r = probe_request(question, s.answer, prompt_id)
-                rows.append(ProbeRow(item_id, r.user_text, r.assistant_prefix, s.kind, s.answer, prompt_id,
-                                     s.source or ""))
+            rows += _probe_rows(a.item_format.question(item), item_id, prompt_id,
+                                supplied_answers(item, own, {}, self.spec.probe.seed, (), kinds=kinds))
         if not rows:
             return []
         return [self._probe_shard(gen.model, gen.dataset, a, gen.chunk, rows, "own", (gen.key,))]
@@ -582,12 +586,9 @@ class GridPlan:
         """Once every model's main answers on ``dataset`` exist: the kinds that need them, for every model."""
         if not self._needs_cross() or dataset in self._blocked:
             return []
-        units = {m: u for m in self.models if (u := self.units.get((m, dataset, "main"))) is not None and u.shards}
-        if not units or not all(u.settled for u in units.values()) or any(u.failed for u in units.values()):
+        units = self._settled_main(dataset)
+        if units is None:
             return []
-        if self._rounds_open(dataset):
-            return []
-
         a = self.set_of["main"]
         rule = self.spec.probe.rule
         graded = {m: self.answers(m, dataset, "main").set_index("item_id") for m in units}
@@ -608,11 +609,8 @@ class GridPlan:
                 own = ans if isinstance(ans, str) and ans.strip() else None
                 oth = {k: (v.at[item_id, "answer"], v.at[item_id, f"correct_{rule}"]) for k, v in others.items()
                        if item_id in v.index}
-                for s in supplied_answers(item, own, oth, self.spec.probe.seed, self.items[dataset],
-                                          kinds=self._cross_kinds()):
-                    r = probe_request(a.item_format.question(item), s.answer, prompt_id)
-                    rows.append(ProbeRow(item_id, r.user_text, r.assistant_prefix, s.kind, s.answer, prompt_id,
-                                         s.source or ""))
+                rows += _probe_rows(a.item_format.question(item), item_id, prompt_id, supplied_answers(
+                    item, own, oth, self.spec.probe.seed, self.items[dataset], kinds=self._cross_kinds()))
             for c, chunk in enumerate(_chunks(rows, self.spec.execution.shard_size * 4)):
                 out.append(self._probe_shard(m, dataset, a, c, chunk, "cross", upstream))
         return out

@@ -154,12 +154,6 @@ def check_capability(cap: CapabilitySpec, methods: tuple[MethodSpec, ...]) -> No
     if cap.leaky_consistency and cap.consistency_k and max(cap.consistency_k) > target.n_samples:
         raise ValueError(f"capability.leaky_consistency: consistency_k {max(cap.consistency_k)} exceeds the target's "
                          f"k={target.n_samples} samples it is read from")
-    bad = [k for k in cap.pass_at_k if k < 1]
-    if bad:
-        raise ValueError(f"capability.pass_at_k: k must be >= 1, got {bad}")
-    bad = [b for b in cap.budgets if b < 1]
-    if bad:
-        raise ValueError(f"capability.budgets: samples per item must be >= 1, got {bad}")
-    bad = [k for k in cap.consistency_k if k < 1]
-    if bad:
-        raise ValueError(f"capability.consistency_k: k must be >= 1, got {bad}")
+    for field, what in (("pass_at_k", "k"), ("budgets", "samples per item"), ("consistency_k", "k")):
+        if bad := [v for v in getattr(cap, field) if v < 1]:
+            raise ValueError(f"capability.{field}: {what} must be >= 1, got {bad}")

@@ -59,10 +59,6 @@ BUNDLED = "bundled"
 """Reserved dataset path: the adapter's bundled sample (protocols/data)."""
 
 
-_API_ELASTIC = ("max_replicas={v!r} is for models that run on the cluster's GPUs or CPUs (received backend 'openai'; "
-                "an API model's parallelism is api.max_concurrency); allowed: null or replicas")
-
-
 class ModelSpec(_Spec):
     """One model of the grid."""
 
@@ -149,15 +145,13 @@ class ModelSpec(_Spec):
     @model_validator(mode="after")
     def _max_replicas(self) -> ModelSpec:
         v = self.max_replicas
-        if v is None or v == "auto":
-            if v == "auto" and self.backend == "openai":
-                raise ValueError(_API_ELASTIC.format(v=v))
-            return self
-        if not self.replicas <= v <= 1024:
+        if isinstance(v, int) and not self.replicas <= v <= 1024:
             raise ValueError(f"max_replicas={v!r}: allowed an integer from replicas ({self.replicas}) to 1024, "
                              "'auto' or null")
-        if self.backend == "openai" and v > self.replicas:
-            raise ValueError(_API_ELASTIC.format(v=v))
+        if self.backend == "openai" and (v == "auto" or (isinstance(v, int) and v > self.replicas)):
+            raise ValueError(f"max_replicas={v!r} is for models that run on the cluster's GPUs or CPUs (received "
+                             "backend 'openai'; an API model's parallelism is api.max_concurrency); allowed: null or "
+                             "replicas")
         return self
 
     @model_validator(mode="after")
@@ -494,10 +488,7 @@ class GridSpec(_Spec):
 def _format_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
     return out or "grid"
 
 
@@ -542,7 +533,9 @@ def _register_user_files(raw: dict[str, Any], base_dir: Path) -> list[tuple[str,
     context is a problem.
     """
     problems: list[tuple[str, str]] = []
-    for key in ("prompt_files", "context_files"):
+    for key, load, registry, register in (
+            ("prompt_files", lambda p: [load_prompt_file(p, register=False)], PROMPTS, register_prompt),
+            ("context_files", lambda p: load_context_file(p, register=False), CONTEXTS, register_context)):
         files = raw.get(key) or []
         if not isinstance(files, list):
             continue  # the model validation reports the type
@@ -554,11 +547,10 @@ def _register_user_files(raw: dict[str, Any], base_dir: Path) -> list[tuple[str,
                 problems.append((f"{key}[{i}]", f"file {str(p)!r} does not exist"))
                 continue
             try:
-                loaded = [load_prompt_file(p, register=False)] if key == "prompt_files" else load_context_file(p, register=False)
+                loaded = load(p)
             except Exception as exc:  # noqa: BLE001 - reported as a problem of this field
                 problems.append((f"{key}[{i}]", f"{type(exc).__name__}: {exc}"))
                 continue
-            registry, register = (PROMPTS, register_prompt) if key == "prompt_files" else (CONTEXTS, register_context)
             for obj in loaded:
                 if obj.id in registry:
                     if registry.get(obj.id) != obj:
@@ -616,9 +608,7 @@ def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") ->
         errs = [e for e in errs if not (e["type"] == "too_short" and any(
             len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs))]
         for err in errs:
-            msg = err["msg"]
-            if msg.startswith("Value error, "):
-                msg = msg[len("Value error, ") :]
+            msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "bool_type":
                 msg = "expected a boolean; allowed: true, false"
             elif err["type"] == "string_pattern_mismatch" and (err.get("ctx") or {}).get("pattern") == LABEL_PATTERN:
@@ -628,7 +618,7 @@ def parse_grid(raw: Any, *, base_dir: str | Path = ".", source: str = "grid") ->
                 msg = "unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else
                                        "; check the spelling against the documented fields")
             received = err.get("input")
-            if err["type"] not in ("missing",) and not isinstance(received, dict):
+            if err["type"] != "missing" and not isinstance(received, dict):
                 msg += f" (received {received!r})"
             problems.append((_format_loc(err["loc"]), msg))
         raise GridSpecError(problems, source) from None
