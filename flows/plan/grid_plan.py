@@ -109,7 +109,8 @@ def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str,
         where = "elicitation" if a.id == "main" else f"answer_sets[{i - 1}]"
         ctx_field = ("scoring.contexts" if a.id == "main" or (a.contexts is None and a.item_format.contexts is None)
                      else f"{where}.contexts")
-        contexts = a.scoring_contexts(spec.scoring.contexts)
+        mc_ctx = [c for c in a.scoring_contexts(spec.scoring.contexts)
+                  if item_format(get_context(c).item_format).options]
         if a.item_format.options:
             bare = [d for d in spec.datasets if not any(it.options for it in items.get(d.name, []))]
             if len(bare) == len(spec.datasets):
@@ -121,10 +122,8 @@ def check_items(spec: GridSpec, items: dict[str, list[Item]]) -> list[tuple[str,
                 log.info("answer set %s (mc): asked on %s only; %s have no options", a.id,
                          ", ".join(d.name for d in spec.datasets if d not in bare), ", ".join(d.name for d in bare))
         for d in spec.datasets:
-            its = items.get(d.name, [])
-            asked = set_items(a, its)
+            asked = set_items(a, items.get(d.name, []))
             bare = [it.item_id for it in asked if not it.options]
-            mc_ctx = [c for c in contexts if item_format(get_context(c).item_format).options]
             if bare and mc_ctx:
                 problems.append((ctx_field, f"{', '.join(map(repr, mc_ctx))} show(s) lettered options, but "
                                  f"{len(bare)} of {len(asked)} items of dataset {d.name!r} ({d.adapter}) have none "

@@ -83,7 +83,6 @@ class AnswerSetSpec(_Spec):
         """The decoding of this set: None (greedy) or a :class:`~confgrid.actors.calls.Sampling` with n = 1."""
         if self.temperature == 0:
             return None
-
         return Sampling(temperature=float(self.temperature), top_p=float(self.top_p), n=1, seed=int(self.seed))
 
     def expand_runs(self) -> tuple[AnswerSetSpec, ...]:
@@ -114,10 +113,8 @@ class AnswerSetSpec(_Spec):
         return self.max_new_tokens or get_prompt(self.prompt).reader.new_tokens or self.item_format.new_tokens
 
     def verbalized_source(self) -> str:
-        if self.verbalized is not None:
-            return self.verbalized
         p = get_prompt(self.prompt)
-        return p.reader.verbalized(p)
+        return self.verbalized or p.reader.verbalized(p)
 
     @property
     def verbalized_by_probe(self) -> bool:
@@ -151,8 +148,7 @@ def probe_prompt_problem(elicitation: ElicitationSpec, answer_sets: tuple[Answer
     """
 
     users = (["probe.enabled"] if probe_enabled else []) + [
-        f"answer_sets[{a.id}] (verbalized: probe)" for a in answer_sets
-        if a.probes_open_answers]
+        f"answer_sets[{a.id}] (verbalized: probe)" for a in answer_sets if a.probes_open_answers]
     p = get_prompt(elicitation.prompt)
     if not users or (p.answer_label and p.confidence_label):
         return None

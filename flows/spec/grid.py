@@ -359,27 +359,23 @@ class GridSpec(_Spec):
                             ("methods: ids must be unique", mids)):
             if dup := sorted({n for n in names if names.count(n) > 1}):
                 raise ValueError(f"{what}; repeated: {dup}")
-        clash = [i for i in mids if i == "verbalized" or i.startswith("token_")]
-        if clash:
+        if clash := [i for i in mids if i == "verbalized" or i.startswith("token_")]:
             raise ValueError(f"methods: ids {clash} would clash with the signals verbalized and token_<context>")
         names = [m.name for m in self.models]
         backend = {m.name: m.backend for m in self.models}
         for x in self.methods:
-            unknown = [n for n in (x.models or ()) if n not in names]
-            if unknown:
+            if unknown := [n for n in (x.models or ()) if n not in names]:
                 raise ValueError(f"methods[{x.id}].models: unknown model(s) {unknown}; allowed: {names}")
-            if "vllm" not in get_stage(x.kind_entry.stage).backends:
-                vllm = [n for n in (x.models or names) if backend[n] == "vllm"]
-                if vllm:
-                    raise ValueError(f"methods[{x.id}]: hidden_states needs the transformers backend; {vllm} use vllm "
-                                     "(add an entry of the same model with backend: transformers and list it in "
-                                     "this method's models)")
+            vllm = [n for n in (x.models or names) if backend[n] == "vllm"]
+            if vllm and "vllm" not in get_stage(x.kind_entry.stage).backends:
+                raise ValueError(f"methods[{x.id}]: hidden_states needs the transformers backend; {vllm} use vllm "
+                                 "(add an entry of the same model with backend: transformers and list it in this "
+                                 "method's models)")
         self._check_comparison(names)
         self._check_pairs()
         self._check_stopping()
         check_capability(self.capability, self.methods)
-        why = probe_prompt_problem(self.elicitation, self.answer_sets, self.probe.enabled)
-        if why:
+        if why := probe_prompt_problem(self.elicitation, self.answer_sets, self.probe.enabled):
             raise ValueError(why)
         return self
 
@@ -427,8 +423,7 @@ class GridSpec(_Spec):
         if len(names) < 2:
             raise ValueError(f"comparison: needs at least two models; the grid has {names}")
         for i, p in enumerate(c.pairs or ()):
-            bad = [n for n in (p.a, p.b) if n not in names]
-            if bad:
+            if bad := [n for n in (p.a, p.b) if n not in names]:
                 raise ValueError(f"comparison.pairs[{i}]: unknown model(s) {bad}; allowed: {names}")
             if p.a == p.b:
                 raise ValueError(f"comparison.pairs[{i}]: a and b are the same model {p.a!r}")
@@ -439,7 +434,9 @@ class GridSpec(_Spec):
         raters = [k.name for _, k in METHOD_KIND_ENTRIES.items()
                   if k.template and get_prompt(k.template).takes_answer]
         pooled = [k.name for _, k in METHOD_KIND_ENTRIES.items() if get_reader(k.reader).pools_samples]
-        if "ca" in c.views and not any(k in (*raters, *pooled) for k in self.comparison_kinds()):
+        kinds = {m.id: m.kind for m in self.methods}
+        compared = [kinds.get(s.split("__")[0]) for s in self.comparison_signals()]  # None: verbalized, token_*
+        if "ca" in c.views and not any(k in (*raters, *pooled) for k in compared):
             raise ValueError("comparison.views: 'ca' needs a compared method that can rate a supplied answer "
                              f"(kinds {raters}, or {', '.join(pooled)} through its samples)")
 
@@ -453,12 +450,6 @@ class GridSpec(_Spec):
             return every
         return list(self.comparison.methods) if self.comparison.methods is not None else (
             ["verbalized"] + [m.id for m in conf])
-
-    def comparison_kinds(self) -> list[str]:
-        """Kinds of the compared methods (``verbalized`` for the stated score)."""
-        kinds = {m.id: m.kind for m in self.methods}
-        return [kinds.get(s.split("__")[0], "token" if s.startswith("token_") else "verbalized")
-                for s in self.comparison_signals()]
 
     def ca_methods(self) -> list[MethodSpec]:
         """The compared methods whose raters rate every pooled candidate with a model call (kinds p_true, rating)."""
