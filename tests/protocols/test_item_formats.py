@@ -69,3 +69,18 @@ def test_context_item_format_checked_against_the_registry():
     with pytest.raises(ValueError, match=r"item_format='cloze'; allowed: \['open', 'mc'\]"):
         ScoringContext("c", "bare", item_format="cloze")
     assert ScoringContext("c", "mc_letter", item_format="mc").question_text(ITEM) == "What is 2+2?\nA. 3\nB. 4"
+
+
+def test_where_the_plan_and_the_signals_read_the_entry():
+    from confgrid.flows.plan.grid_plan import GridPlan, set_items
+    from confgrid.flows.tables.signals import _refusals
+
+    spec = parse_grid({"name": "g", "models": [{"name": "m", "model": "confgrid-fixture"}],
+                       "datasets": [{"name": "d", "adapter": "triviaqa"}], "parsing": {"refusal": ["drop", "chance"]},
+                       "answer_sets": [{"id": "x", "prompt": "mc_letter", "format": "mc"}]})
+    main, mc = spec.all_answer_sets()
+    bare = Item(item_id="q2", dataset="d", question="Q?", gold_answers=("a",), canonical="a")
+    assert set_items(main, [ITEM, bare]) == [ITEM, bare] and set_items(mc, [ITEM, bare]) == [ITEM]
+    assert _refusals(spec, main) == ("drop",) and _refusals(spec, mc) == ("drop", "chance")
+    plan = GridPlan(spec, {"d": [ITEM, bare]})
+    assert plan._probe_prompt(main) == "confidence" and plan._probe_prompt(mc) == "mc_confidence"
