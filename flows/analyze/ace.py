@@ -14,41 +14,15 @@ from typing import Sequence
 import pandas as pd
 
 from confgrid.analysis.ace.frame import ACEInputError
-from confgrid.analysis.ace.tables import VIEWS, ace_tables
+from confgrid.analysis.ace.tables import ace_tables
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.flows.evaluate.ace import ace_frames
 from confgrid.flows.store.run_store import write_frames
 
-__all__ = ["DEFAULT_VIEWS", "parse_views", "parse_pairs", "read_candidates", "compare_models"]
+__all__ = ["DEFAULT_VIEWS", "read_candidates", "compare_models"]
 
 #: Views of an analysis with a model column (ca is added when candidate ratings are given).
 DEFAULT_VIEWS = ("raw", "ia", "da")
-
-
-def parse_views(text: str | Sequence[str] | None) -> list[str] | None:
-    """``"raw,ia,da,ca"`` -> list; None stays None (the default views)."""
-    if text is None:
-        return None
-    if not isinstance(text, str) and not (isinstance(text, (list, tuple)) and all(isinstance(v, str) for v in text)):
-        raise AnalyzeInputError(f"--views: {text!r}; give a comma-separated string or a list of {', '.join(VIEWS)}")
-    views = [v.strip() for v in (text.split(",") if isinstance(text, str) else text) if v.strip()]
-    bad = [v for v in views if v not in VIEWS]
-    if bad or not views:
-        raise AnalyzeInputError(f"--views: unknown view(s) {bad or [text]}; allowed: {', '.join(VIEWS)}")
-    return views
-
-
-def parse_pairs(text: str | None) -> list[tuple[str, str, str]] | None:
-    """``"a:b:size,c:d"`` -> [(a, b, size), (c, d, pair)]; None: every pair."""
-    if not text:
-        return None
-    out = []
-    for part in text.split(","):
-        bits = [b.strip() for b in part.split(":")]
-        if len(bits) not in (2, 3) or not all(bits):
-            raise AnalyzeInputError(f"--pairs: {part!r} is not MODEL_A:MODEL_B or MODEL_A:MODEL_B:LABEL")
-        out.append((bits[0], bits[1], bits[2] if len(bits) == 3 else "pair"))
-    return out
 
 
 def read_candidates(path: str | Path) -> pd.DataFrame:

@@ -5,7 +5,7 @@ same row boundaries as Python's ``csv`` / ``json`` modules (every record on one 
 byte, valid UTF-8, no ragged row, for JSON Lines no mixed or nested types in the role columns); otherwise the file is
 read with the ``csv`` / ``json`` modules line by line. Both give the same columns, line numbers and structural
 problems (malformed lines, ragged rows). Parquet is read with pyarrow, whole or by row group (:func:`read_parquet`;
-flows/analyze/in_turn.py reads one setting at a time).
+the ``in_turn`` road of flows/analyze/roads.py reads one setting at a time).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ entry           input
 ==============  ===============================================================================================
 signal_table    a run's ``tables/signals.parquet`` or a Parquet file in its schema: the run's units, statuses,
                 alignment and comparisons (every signal against verbalized, study 000's token shifts)
-in_turn         Parquet of five columns without a model column: one setting at a time (flows/analyze/in_turn.py;
+in_turn         Parquet of five columns without a model column: one setting at a time (``_read_in_turn``;
                 memory of the largest setting, not of the file), unless ``--whole-file``
 columns         CSV, JSONL or Parquet of five columns, read whole (flows/analyze/input.py)
 ==============  ===============================================================================================
@@ -22,12 +22,13 @@ Adding an input: see :data:`ROADS`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from confgrid.analysis.bootstrap import BootstrapResult
@@ -36,10 +37,10 @@ from confgrid.analysis.evaluation import Comparisons, UnitPlan, plan_units
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.analysis.registry import METRICS
 from confgrid.analysis.signals import UNIT_COLUMNS, check, conform
-from confgrid.flows.analyze.in_turn import settings_in_turn
+from confgrid.flows.analyze.check import check_ids
 from confgrid.flows.analyze.input import (INPUT_FORMATS, AnalyzeWarning, CheckOptions, InputRows, SignalRows,
-                                          _columns, input_format, read_rows, signal_rows)
-from confgrid.flows.analyze.read import AnalyzeInputError, open_parquet
+                                          _columns, check_chunk, input_format, raise_problems, read_rows, signal_rows)
+from confgrid.flows.analyze.read import AnalyzeInputError, Chunk, open_parquet, read_parquet
 from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
 from confgrid.flows.evaluate.run_evaluation import RUN_COMPARISONS
@@ -275,8 +276,55 @@ def _options(spec: AnalyzeSpec) -> CheckOptions:
     return CheckOptions(spec.threshold, spec.uncertainty)
 
 
-def _read_in_turn(spec: AnalyzeSpec) -> Iterable[SignalRows]:
-    return settings_in_turn(spec.input, _columns(spec.column_roles), _options(spec), spec.group_col)
+def _read_in_turn(spec: AnalyzeSpec) -> Iterator[SignalRows]:
+    """Each setting of a Parquet file as signal rows, in setting order, one at a time.
+
+    The setting column is read first (one row group at a time); then each setting's rows from the row groups that hold
+    it, checked and yielded; the road frees their arrays after their bootstrap. Peak memory is about that of the
+    largest setting plus one row group of the setting column; the numbers equal the whole-file read's (the same signal
+    rows, seeds and units). After a setting with a problem the later ones are still checked, not yielded.
+
+    Raises
+    ------
+    AnalyzeInputError
+        Once every setting is read: the bad rows of every setting, in file order (as the whole-file read); else the
+        first setting whose items name several clusters; else no data rows.
+    """
+    path, cols, options = spec.input, _columns(spec.column_roles), _options(spec)
+    pf = open_parquet(path)
+    read_parquet(path, cols, row_groups=[], roles=["setting"])  # missing columns are named before any work
+    groups: dict[str | None, list[int]] = {}  # setting (None: missing) -> the row groups that hold it
+    for g in range(pf.metadata.num_row_groups):
+        col = check_ids(pf.read_row_group(g, columns=[cols["setting"]]).column(0), "setting")
+        for c in np.unique(col.codes):
+            groups.setdefault(None if c < 0 else col.categories[c], []).append(g)
+    keyed, stats, total, error, n_rows = [], [], 0, None, 0
+    for name in sorted(groups, key=lambda n: (n is None, n or "")):
+        chunk = read_parquet(path, cols, row_groups=groups[name])
+        col = check_ids(chunk.arrays["setting"], "setting")
+        keep = np.flatnonzero(col.codes == (-1 if name is None else col.categories.index(name)))
+        take = pa.array(keep, pa.int64())
+        chunk = Chunk({r: a.take(take) for r, a in chunk.arrays.items()}, chunk.pos[keep], chunk.unit)
+        rows, problems = check_chunk(chunk, cols, options)
+        n_rows += rows.pos.size
+        stats.append(rows.stats)
+        keyed += problems.keyed()
+        total += problems.count()
+        if total or error is not None:  # the rows of a missing setting always have a problem
+            continue
+        try:
+            part = signal_rows(rows, spec.group_col)
+        except AnalyzeInputError as exc:  # raised after the bad rows of every setting, as the whole-file read
+            error = exc
+            continue
+        del rows, chunk
+        yield part
+    if total:
+        raise_problems(path, sorted(keyed, key=lambda p: (p[0], p[1])), total, stats, cols)
+    if error is not None:
+        raise error
+    if n_rows == 0:
+        raise AnalyzeInputError(f"{path}: no data rows")
 
 
 def _read_columns(spec: AnalyzeSpec) -> list[SignalRows]:

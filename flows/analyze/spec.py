@@ -16,12 +16,12 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
 from confgrid.analysis.binning import BIN_CONFIDENCES, MAX_BINS, BinnedNameError
+from confgrid.analysis.ace.tables import VIEWS
 from confgrid.analysis.conventions import CONVENTIONS, convention_metric
 from confgrid.analysis.intervals import INTERVALS
 from confgrid.analysis.kernels import has_weighted_kernel
@@ -29,8 +29,8 @@ from confgrid.analysis.metrics import CLOSURES
 from confgrid.analysis.registry import GRAMMAR, METRICS, check_bins, expand_binned, get_metric, metric_sort_key
 from confgrid.analysis.resampling import DEFAULT_CHUNK_SIZE
 from confgrid.analysis.verdicts import VerdictRule
-from confgrid.flows.analyze.ace import parse_pairs, parse_views
 from confgrid.flows.analyze.input import AnalyzeWarning
+from confgrid.flows.analyze.input import _columns as _role_columns
 from confgrid.flows.analyze.read import FLAGS as COLUMN_FLAGS
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.flows.spec.estimation import VerdictSpec
@@ -41,16 +41,12 @@ __all__ = ["AnalyzeSpec", "DEFAULT_METRICS", "FLAGS", "available_metrics", "name
 
 DEFAULT_METRICS = ("ece", "auroc", "aurc", "brier")
 
-#: field -> the command-line flag that sets it (named in every error message)
-FLAGS = {"input": "INPUT", "out": "--out", "metrics": "--metrics", "n_resamples": "--bootstrap", "seed": "--seed",
-         "n_bins": "--ece-bins", "ece_closure": "--ece-closure", "ece_bin_confidence": "--ece-bin-confidence",
-         "ece_conventions": "--ece-convention", "columns": "--*-col", "tracking_uri": "--tracking-uri",
-         "track": "--tracking/--no-tracking", "use_ray": "--ray/--no-ray", "num_workers": "--workers", "level": "--level",
-         "interval": "--interval", "chunk_size": "chunk_size", "views": "--views", "pairs": "--pairs",
-         "candidates": "--candidates", "comparison_resamples": "--comparison-bootstrap", "ia_strata": "--ia-strata",
-         "threshold": "--threshold", "uncertainty": "--uncertainty", "in_turn": "--in-turn/--whole-file",
-         "group_col": "--group-col", "against": "--against", "signal_pairs": "--signal-pairs",
-         "verdicts": "verdicts"}
+#: the fields whose flag is not ``--field-name`` (:data:`FLAGS`: every field's flag, named in every error message)
+_FLAG_NAMES = {"input": "INPUT", "n_resamples": "--bootstrap", "n_bins": "--ece-bins",
+               "ece_conventions": "--ece-convention", "columns": "--*-col", "track": "--tracking/--no-tracking",
+               "use_ray": "--ray/--no-ray", "num_workers": "--workers", "chunk_size": "chunk_size",
+               "comparison_resamples": "--comparison-bootstrap", "in_turn": "--in-turn/--whole-file",
+               "verdicts": "verdicts"}
 
 
 def named(field: str) -> str:
@@ -70,30 +66,24 @@ def slow_metrics() -> list[str]:
     return sorted(m for m in METRICS if not has_weighted_kernel(m))
 
 
-def _strings(flag: str, value: Any, what: str = "names") -> list[str]:
-    """``"a, b"`` or a list/tuple of strings -> the entries as given (split at commas when one string).
+def _split(flag: str, value: Any, what: str, item: tuple[type, ...] = (str,)) -> list[Any]:
+    """``"a, b"`` or a list/tuple of ``item`` -> the entries as given (split at commas when one string).
 
     Raises
     ------
     AnalyzeInputError
-        ``value`` is neither a string nor a list of strings (a number, a mapping, ``true``), naming ``flag``.
+        ``value`` is neither (a number, a mapping, ``true``), naming ``flag`` and ``what`` to give.
     """
     if isinstance(value, str):
         return value.split(",")
-    if isinstance(value, (list, tuple)) and all(isinstance(c, str) for c in value):
+    if isinstance(value, (list, tuple)) and all(isinstance(c, item) for c in value):
         return list(value)
-    raise AnalyzeInputError(f"{flag}: {value!r}; give {what} as a comma-separated string or a list of strings")
+    raise AnalyzeInputError(f"{flag}: {value!r}; give {what}")
 
 
 def _names(value: Any, flag: str = "--metrics") -> list[str]:
-    """``"a, b"`` or a list of strings -> stripped, lowercased entries (empty ones kept, for the callers' checks).
-
-    Raises
-    ------
-    AnalyzeInputError
-        ``value`` is not a string or a list of strings, naming ``flag``.
-    """
-    return [c.strip().lower() for c in _strings(flag, value)]
+    """``"a, b"`` or a list of strings -> stripped, lowercased entries (empty ones kept, for the callers' checks)."""
+    return [c.strip().lower() for c in _split(flag, value, "names as a comma-separated string or a list of strings")]
 
 
 def parse_metrics(metrics: Any) -> list[str]:
@@ -145,27 +135,42 @@ def _parse_choices(flag: str, value: Any, allowed: Any, at_least: int = 1) -> li
     return names
 
 
-def _parse_signal_pairs(value: Any) -> tuple[tuple[str, str], ...]:
-    """``"a:b,c:d"`` or pairs -> checked pairs of two different signal names.
+def _parse_views(value: Any) -> tuple[str, ...] | None:
+    """``"raw,ia,da,ca"`` or a list -> checked views; None stays None (the default views)."""
+    if value is None:
+        return None
+    views = [v.strip() for v in _split("--views", value, f"a comma-separated string or a list of {', '.join(VIEWS)}")
+             if v.strip()]
+    bad = [v for v in views if v not in VIEWS]
+    if bad or not views:
+        raise AnalyzeInputError(f"--views: unknown view(s) {bad or [value]}; allowed: {', '.join(VIEWS)}")
+    return tuple(views)
+
+
+def _parse_pairs(flag: str, value: Any, labelled: bool) -> tuple[tuple[str, ...], ...] | None:
+    """``"a:b,c:d"`` or a list of pairs (``[a, b]`` or ``"a:b"``) -> checked pairs of two different names; ``labelled``
+    (model pairs): ``a:b:LABEL`` too, the label ``pair`` when left out. None or ``""``: None.
 
     Raises
     ------
     AnalyzeInputError
-        An entry that is not two different names.
+        Neither form, or an entry that is not two different names (and a label), naming ``flag``.
     """
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        items = [tuple(x.split(":")) for x in value.split(",") if x.strip()]
-    elif isinstance(value, (list, tuple)) and all(isinstance(x, (list, tuple, str)) for x in value):
-        items = [tuple(x.split(":")) if isinstance(x, str) else tuple(x) for x in value]
-    else:
-        raise AnalyzeInputError(f"--signal-pairs: {value!r}; give 'A:B,C:D' or a list of [A, B] pairs")
-    for p in items:
-        if len(p) != 2 or not all(isinstance(n, str) and n.strip() for n in p) or p[0] == p[1]:
-            raise AnalyzeInputError(f"--signal-pairs: {':'.join(map(str, p))!r} is not two different signal names "
-                                    "(A:B, comma-separated)")
-    return tuple((str(a).strip(), str(b).strip()) for a, b in items)
+    if value is None or value == "":
+        return None
+    form = "'A:B[:LABEL],...' or a list of [A, B, LABEL]" if labelled else "'A:B,C:D' or a list of [A, B] pairs"
+    out = []
+    for p in _split(flag, value, form, (list, tuple, str)):
+        if isinstance(p, str) and not p.strip():
+            continue
+        bits = [b.strip() if isinstance(b, str) else b for b in (p.split(":") if isinstance(p, str) else p)]
+        if len(bits) not in ((2, 3) if labelled else (2,)) or not all(isinstance(b, str) and b for b in bits) \
+                or bits[0] == bits[1]:
+            what = "MODEL_A:MODEL_B or MODEL_A:MODEL_B:LABEL" if labelled else \
+                "two different signal names (A:B, comma-separated)"
+            raise AnalyzeInputError(f"{flag}: {p if isinstance(p, str) else ':'.join(map(str, p))!r} is not {what}")
+        out.append((*bits, "pair") if len(bits) == 2 and labelled else tuple(bits))
+    return tuple(out)
 
 
 def _choices(flag: str, allowed: Any, at_least: int = 1) -> BeforeValidator:
@@ -178,9 +183,10 @@ _Metrics = Annotated[tuple[str, ...], BeforeValidator(lambda v: tuple(parse_metr
 _Closures = Annotated[tuple[str, ...], _choices("--ece-closure", list(CLOSURES))]
 _BinConfidences = Annotated[tuple[str, ...], _choices("--ece-bin-confidence", BIN_CONFIDENCES)]
 _Conventions = Annotated[tuple[str, ...], _choices("--ece-convention", list(CONVENTIONS), at_least=0)]
-_Views = Annotated[tuple[str, ...] | None,
-                   BeforeValidator(lambda v: None if (x := parse_views(v)) is None else tuple(x))]
-_SignalPairs = Annotated[tuple[tuple[str, str], ...], BeforeValidator(_parse_signal_pairs)]
+_Views = Annotated[tuple[str, ...] | None, BeforeValidator(_parse_views)]
+_Pairs = Annotated[tuple[tuple[str, str, str], ...] | None, BeforeValidator(lambda v: _parse_pairs("--pairs", v, True))]
+_SignalPairs = Annotated[tuple[tuple[str, str], ...],
+                         BeforeValidator(lambda v: _parse_pairs("--signal-pairs", v, False) or ())]
 
 
 def _takes_axes(names: list[str]) -> bool:
@@ -253,7 +259,7 @@ class AnalyzeSpec(BaseModel):
     chunk_size: int = Field(DEFAULT_CHUNK_SIZE, description="Resamples per bootstrap chunk, >= 1 (part of the draw).")
     views: _Views = Field(None, description="With a model column: comparison views, e.g. "
                                           "raw,ia,da,ca (default raw,ia,da; ca with --candidates).")
-    pairs: tuple[tuple[str, str, str], ...] | None = Field(None, description="With a model column: model pairs "
+    pairs: _Pairs = Field(None, description="With a model column: model pairs "
                                                           "A:B[:LABEL],... (default: every pair).")
     candidates: Path | None = Field(None, description="Candidate ratings for the CA view (columns dataset, item_id, "
                                     "candidate, surface, producers, label, rater, method, signal).")
@@ -313,18 +319,6 @@ class AnalyzeSpec(BaseModel):
                                     "file:///PATH/mlruns, http://HOST:PORT)")
         return v
 
-    @field_validator("pairs", mode="before")
-    @classmethod
-    def _pairs(cls, v: Any) -> tuple | None:
-        if isinstance(v, str) or v is None:
-            pairs = parse_pairs(v)
-        elif isinstance(v, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 3
-                                                  and all(isinstance(x, str) and x for x in p) for p in v):
-            pairs = [tuple(p) for p in v]
-        else:
-            raise AnalyzeInputError(f"--pairs: {v!r}; give 'A:B[:LABEL],...' or a list of [A, B, LABEL]")
-        return None if pairs is None else tuple(pairs)
-
     @field_validator("verdicts", mode="before")
     @classmethod
     def _verdicts(cls, v: Any) -> Any:
@@ -335,9 +329,9 @@ class AnalyzeSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> "AnalyzeSpec":
         for field, least in (("n_resamples", 1), ("n_bins", 1), ("seed", 0), ("chunk_size", 1),
-                             ("comparison_resamples", 1)):
+                             ("comparison_resamples", 1), ("num_workers", 1)):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            if value is not None and value < least:  # an int by now (bools refused by _whole)
                 raise AnalyzeInputError(f"{named(field)}: must be an integer >= {least}, got {value!r}")
         if self.n_bins > MAX_BINS:
             raise AnalyzeInputError(f"{named('n_bins')}: must be at most {MAX_BINS} (as a grid's metrics.ece_bins), got "
@@ -350,15 +344,11 @@ class AnalyzeSpec(BaseModel):
             check_bins(names, int(self.n_bins))
         except ValueError as exc:
             raise AnalyzeInputError(f"--ece-bins {self.n_bins}: {exc}") from None
-        if self.num_workers is not None and self.num_workers < 1:
-            raise AnalyzeInputError(f"--workers: must be >= 1, got {self.num_workers!r}")
         if not 0.0 < self.level < 1.0:
             raise AnalyzeInputError(f"level: must lie in (0, 1), got {self.level!r}")
         if self.interval not in INTERVALS:
             raise AnalyzeInputError(f"--interval: {self.interval!r}; choose from {', '.join(INTERVALS)}")
-        for role, name in self.columns.items():
-            if not str(name).strip() and role in COLUMN_FLAGS:
-                raise AnalyzeInputError(f"{COLUMN_FLAGS[role]}: empty column name")
+        _role_columns(self.column_roles)  # an unknown role, an empty name, a column in two roles
         return self
 
     @property
@@ -410,6 +400,9 @@ class AnalyzeSpec(BaseModel):
             if isinstance(data.get(key), dict) and isinstance(override.get(key), dict):
                 override = {**override, key: {**data[key], **override[key]}}
         return cls(**{**data, **override})
+
+
+FLAGS = {f: _FLAG_NAMES.get(f, "--" + f.replace("_", "-")) for f in AnalyzeSpec.model_fields}
 
 
 def _input_error(exc: ValidationError) -> AnalyzeInputError:
