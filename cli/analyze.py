@@ -23,7 +23,7 @@ from rich.console import Console
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.cli.console import fail, setup_logging
 from confgrid.cli.show.ace import print_ace
-from confgrid.flows.analyze.analysis import EXPERIMENT, TrackingWarning, analyze
+from confgrid.flows.analyze.analysis import EXPERIMENT, TABLES, TrackingWarning, analyze
 from confgrid.flows.analyze.input import AnalyzeWarning
 from confgrid.flows.analyze.read import FLAGS as COLUMN_FLAGS
 from confgrid.flows.analyze.read import HOLDS, AnalyzeInputError
@@ -156,8 +156,7 @@ def analyze_cmd(ctx: typer.Context, **values: Any) -> None:
         typer.echo(f"note: {line} (results/closure.csv)")
     for line in interval_notes(m):
         typer.echo(f"note: {line}")
-    typer.echo(f"Wrote {res / 'metrics.csv'}, {res / 'gaps.csv'}, {res / 'shifts.csv'}, {res / 'alignment.csv'}, "
-               f"{res / 'edges.csv'}, {res / 'closure.csv'}, {res / 'verdicts.csv'} (+ .parquet), {res / 'run_info.json'}")
+    typer.echo(f"Wrote {', '.join(str(res / f'{t}.csv') for t in TABLES)} (+ .parquet), {res / 'run_info.json'}")
     if "ace_gaps" in tables:
         print_ace(res, Console(width=200))
         typer.echo(f"Wrote the comparison across models: {res}/ace_*.csv (+ .parquet, .md)")

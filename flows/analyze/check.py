@@ -51,12 +51,6 @@ class Problems:
         if pos.size:
             self.parts.append((pos, kind, fmt))
 
-    def add_messages(self, pos: np.ndarray, kind: int, messages: list[str]) -> None:
-        self.add(pos, kind, lambda sel, m=messages: [m[i] for i in sel])
-
-    def extend(self, other: Problems) -> None:
-        self.parts.extend(other.parts)
-
     def count(self) -> int:
         return int(sum(p.size for p, _, _ in self.parts))
 
@@ -136,11 +130,6 @@ class IdColumn:
 
     def formatter(self) -> Formatter:
         return lambda sel: [self.messages[c] for c in self.message_codes[sel]]
-
-    def values(self) -> np.ndarray:
-        """Object array of str (None where bad)."""
-        cats = np.array(self.categories + [None], dtype=object)
-        return cats[self.codes]
 
 
 def _combine(arr):

@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from scipy.special import expit
 
 from confgrid.analysis.signals import SCHEMA
-
 from confgrid.flows.analyze.check import KEPT_PROBLEMS, Problems, check_ids, duplicates, parse_numbers, range_check
 from confgrid.flows.analyze.read import FLAGS as _FLAGS
-from confgrid.flows.analyze.read import (NAMED_ONLY, OPTIONAL_ROLES, ROLES, AnalyzeInputError, Chunk, read_csv,
-                                         read_jsonl, read_parquet)
+from confgrid.flows.analyze.read import (ID_ROLES, NAMED_ONLY, OPTIONAL_ROLES, ROLES, AnalyzeInputError, Chunk,
+                                         read_csv, read_jsonl, read_parquet)
 from confgrid.registry import Registry
 
 __all__ = ["ALIGN", "MAX_PROBLEMS", "SignalRows", "check_clusters", "signal_rows", "UNCERTAINTY",
@@ -56,16 +56,6 @@ for _f in (InputFormat("csv", (".csv",), "CSV with a header row", read_csv),
     INPUT_FORMATS.register(_f.name, _f)
 #: problems listed in an input error before "... and K more"
 MAX_PROBLEMS = 20
-
-
-def _exp_neg(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    return np.exp(-u)
-
-
-def _sigmoid_neg(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    from scipy.special import expit
-
-    return expit(-u)
 
 
 def _rank(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -97,13 +87,12 @@ class UncertaintyTransform:
 UNCERTAINTY: Registry[UncertaintyTransform] = Registry("uncertainty transform", value_type=UncertaintyTransform)
 for _t in (
     UncertaintyTransform("exp-neg", "c = exp(-u), u >= 0 (an NLL or entropy in nats: c is the geometric-mean "
-                         "probability)", _exp_neg, nonnegative=True),
-    UncertaintyTransform("sigmoid-neg", "c = 1 / (1 + exp(u)), any real u", _sigmoid_neg),
+                         "probability)", lambda u, groups: np.exp(-u), nonnegative=True),
+    UncertaintyTransform("sigmoid-neg", "c = 1 / (1 + exp(u)), any real u", lambda u, groups: expit(-u)),
     UncertaintyTransform("rank", "c = (n - r) / (n - 1) with r the average rank (1..n, ties share) of u among the n "
                          "rows of its setting and signal; c = 0.5 when n = 1", _rank, grouped=True),
 ):
     UNCERTAINTY.register(_t.name, _t)
-_ID_ROLES = ("setting", "item_id", "signal", "model", "group")
 
 
 class AnalyzeWarning(UserWarning):
@@ -157,10 +146,8 @@ class _Stats:
 
     def merge(self, other: _Stats) -> None:
         self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
-        self.n_far += other.n_far
-        self.n_above_one += other.n_above_one
-        self.n_finite += other.n_finite
-        self.n_nonfinite += other.n_nonfinite
+        for count in ("n_far", "n_above_one", "n_finite", "n_nonfinite"):
+            setattr(self, count, getattr(self, count) + getattr(other, count))
         self.nonfinite += other.nonfinite[: max(0, _SHOWN_NONFINITE - len(self.nonfinite))]
 
 
@@ -279,13 +266,14 @@ def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = Chec
     """
     problems = Problems(chunk.unit)
     if chunk.structural:
-        problems.add_messages(np.array([p for p, _ in chunk.structural]), 0, [m for _, m in chunk.structural])
+        at, said = zip(*chunk.structural, strict=True)
+        problems.add(np.array(at), 0, lambda sel: [said[i] for i in sel])
     present = [r for r in (*ROLES, *OPTIONAL_ROLES) if r in chunk.arrays]
     kind = {r: i + 1 for i, r in enumerate(present)}
     ids, nums, stats = {}, {}, {}
     for role in present:
         label = _label(cols, role)
-        if role in _ID_ROLES:
+        if role in ID_ROLES:
             col = check_ids(chunk.arrays[role], label)
             problems.add(chunk.pos[col.bad], kind[role], col.formatter())
             ids[role] = col

@@ -26,11 +26,13 @@ import pyarrow.parquet as pq
 
 from confgrid.errors import FieldsPickle
 
-__all__ = ["FLAGS", "HOLDS", "NAMED_ONLY", "OPTIONAL_ROLES", "ROLES", "AnalyzeInputError", "Chunk", "PyValues",
-           "missing_columns", "open_parquet", "read_csv", "read_jsonl", "read_parquet"]
+__all__ = ["FLAGS", "HOLDS", "ID_ROLES", "NAMED_ONLY", "OPTIONAL_ROLES", "ROLES", "AnalyzeInputError", "Chunk",
+           "PyValues", "missing_columns", "open_parquet", "read_csv", "read_jsonl", "read_parquet"]
 
 #: the five roles of the input columns, in report order
 ROLES = ("setting", "item_id", "signal", "confidence", "correct")
+#: the roles holding ids (the rest are numbers)
+ID_ROLES = ("setting", "item_id", "signal", "model", "group")
 #: optional roles: read when the file has the column (``model``: compare models, study 001), ``group`` only when
 #: named (the clusters of a cluster bootstrap, ``--group-col``; the file must have it then)
 OPTIONAL_ROLES = ("model", "group")
@@ -248,8 +250,7 @@ def _read_jsonl_fast(path: Path, data: bytes, cols: dict[str, str]) -> Chunk | N
     arrays = {r: table.column(cols[r]) for r in roles}
     for r, a in arrays.items():
         t = a.type
-        ids = ("setting", "item_id", "signal", "model", "group")
-        if pa.types.is_nested(t) or (r in ids and pa.types.is_floating(t)):
+        if pa.types.is_nested(t) or (r in ID_ROLES and pa.types.is_floating(t)):
             return None  # JSON lists/objects and ids that may have been promoted from int: the json module
     return Chunk(arrays, filled + 1, "line")
 
@@ -296,20 +297,14 @@ def read_jsonl(path: Path, cols: dict[str, str]) -> Chunk:
     return _read_jsonl_fast(path, path.read_bytes(), cols) or _read_jsonl_rows(path, cols)
 
 
-class PyValues:
+class PyValues(list):
     """Python values as the json module gave them (the line-by-line path): the checks take them one by one."""
 
-    def __init__(self, values: list[Any]) -> None:
-        self.values = values
-
-    def __len__(self) -> int:
-        return len(self.values)
-
     def to_pylist(self) -> list[Any]:
-        return self.values
+        return self
 
     def take(self, rows: pa.Array) -> PyValues:
-        return PyValues([self.values[i] for i in rows.to_pylist()])
+        return PyValues(self[i] for i in rows.to_pylist())
 
 
 # --- Parquet ---
