@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["CLIP_TOLERANCE", "KEPT_PROBLEMS", "IdColumn", "NumberColumn", "Problems", "check_ids", "duplicates",
-           "parse_numbers", "range_check"]
+           "parse_numbers", "range_check", "sorted_codes"]
 
 #: problems written out as strings (the count is always exact)
 KEPT_PROBLEMS = 10_000
@@ -145,7 +145,7 @@ def _combine(arr):
     return arr
 
 
-def _sorted_codes(codes: np.ndarray, cats: list[str]) -> tuple[np.ndarray, list[str]]:
+def sorted_codes(codes: np.ndarray, cats: list[str]) -> tuple[np.ndarray, list[str]]:
     """Merge equal categories and sort them (Python str order); ``codes`` remapped, -1 kept."""
     uniq, inv = np.unique(np.array(cats, dtype=object), return_inverse=True) if cats else (np.array([], object), [])
     remap = np.append(np.asarray(inv, dtype=np.int64), -1)
@@ -225,7 +225,7 @@ def check_ids(arr: pa.Array | pa.ChunkedArray, label: str) -> IdColumn:
                 hit = (-1, messages.index(msg))
             cache[key] = hit
         codes[i], row_msg[i] = hit
-    codes, cats = _sorted_codes(codes, cats)
+    codes, cats = sorted_codes(codes, cats)
     bad = np.flatnonzero(row_msg >= 0)
     return IdColumn(codes, cats, bad, messages, row_msg[bad])
 

@@ -28,7 +28,8 @@ import pyarrow as pa
 from scipy.special import expit
 
 from confgrid.analysis.signals import SCHEMA
-from confgrid.flows.analyze.check import KEPT_PROBLEMS, Problems, check_ids, duplicates, parse_numbers, range_check
+from confgrid.flows.analyze.check import (KEPT_PROBLEMS, IdColumn, Problems, check_ids, duplicates, parse_numbers,
+                                          range_check, sorted_codes)
 from confgrid.flows.analyze.read import FLAGS as _FLAGS
 from confgrid.flows.analyze.read import (ID_ROLES, NAMED_ONLY, OPTIONAL_ROLES, ROLES, AnalyzeInputError, Chunk,
                                          read_csv, read_jsonl, read_parquet)
@@ -213,17 +214,6 @@ def input_format(path: Path) -> str:
     return fmt
 
 
-def _read_chunk(path: Path, cols: dict[str, str]) -> Chunk:
-    fmt = input_format(path)
-    try:
-        return INPUT_FORMATS.get(fmt).read(path, cols)
-    except UnicodeDecodeError as exc:
-        bad = exc.object[exc.start:exc.start + 1].hex()
-        raise AnalyzeInputError(f"{path}: not UTF-8 text (invalid byte 0x{bad}); save the file as UTF-8") from None
-    except csv.Error as exc:
-        raise AnalyzeInputError(f"{path}: unreadable CSV ({exc})") from None
-
-
 # --- checking a chunk of rows ---
 
 
@@ -235,17 +225,13 @@ def _categorical(codes: np.ndarray, cats: list[str]) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object), validate=False)
 
 
-def _composite(model, dataset) -> tuple[np.ndarray, list[str]]:
+def _composite(model: IdColumn, dataset: IdColumn) -> tuple[np.ndarray, list[str]]:
     """``"model/dataset"`` codes (-1 unless both are valid); equal strings merged, categories sorted."""
-    ok = (model.codes >= 0) & (dataset.codes >= 0)
-    key = np.where(ok, model.codes * max(len(dataset.categories), 1) + dataset.codes, -1)
-    uniq, inv = np.unique(key[ok], return_inverse=True)
-    names = [f"{model.categories[k // max(len(dataset.categories), 1)]}/"
-             f"{dataset.categories[k % max(len(dataset.categories), 1)]}" for k in uniq.tolist()]
-    srt, order = np.unique(np.array(names, dtype=object), return_inverse=True) if names else ([], [])
-    codes = np.full(key.size, -1, np.int64)
-    codes[ok] = np.asarray(order, np.int64)[inv]
-    return codes, [str(s) for s in srt]
+    ok, n_d = (model.codes >= 0) & (dataset.codes >= 0), max(len(dataset.categories), 1)
+    uniq, inv = np.unique(np.where(ok, model.codes * n_d + dataset.codes, -1)[ok], return_inverse=True)
+    codes = np.full(ok.size, -1, np.int64)
+    codes[ok] = inv
+    return sorted_codes(codes, [f"{model.categories[k // n_d]}/{dataset.categories[k % n_d]}" for k in uniq.tolist()])
 
 
 def _merged_ties(groups: np.ndarray, u: np.ndarray, c: np.ndarray) -> int:
@@ -419,10 +405,14 @@ def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
         in ``hints``): missing values (empty, null, NaN), non-numbers, confidence or correct outside [0, 1] by more
         than 1e-6, duplicate (setting, item_id, signal) rows (naming both places), malformed lines.
     """
-    path = Path(path)
-    input_format(path)
-    cols = _columns(columns)
-    chunk = _read_chunk(path, cols)
+    path, cols = Path(path), _columns(columns)
+    try:
+        chunk = INPUT_FORMATS.get(input_format(path)).read(path, cols)
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start:exc.start + 1].hex()
+        raise AnalyzeInputError(f"{path}: not UTF-8 text (invalid byte 0x{bad}); save the file as UTF-8") from None
+    except csv.Error as exc:
+        raise AnalyzeInputError(f"{path}: unreadable CSV ({exc})") from None
     rows, problems = check_chunk(chunk, cols, options)
     raise_problems(path, problems.keyed(KEPT_PROBLEMS), problems.count(), [rows.stats], cols)
     if rows.pos.size == 0:

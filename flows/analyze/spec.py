@@ -189,12 +189,6 @@ _SignalPairs = Annotated[tuple[tuple[str, str], ...],
                          BeforeValidator(lambda v: _parse_pairs("--signal-pairs", v, False) or ())]
 
 
-def _takes_axes(names: list[str]) -> bool:
-    """Whether some of ``names`` is an unsuffixed binned metric, the names the closure and bin-confidence axes act on
-    (analysis/registry.py ``expand_binned``)."""
-    return expand_binned(names, ["left", "right"]) != list(dict.fromkeys(names))
-
-
 class AnalyzeSpec(BaseModel):
     """One analysis: the input, the output folder and every option of ``confgrid analyze`` (frozen).
 
@@ -364,10 +358,13 @@ class AnalyzeSpec(BaseModel):
         return {**self.columns, "group": self.group_col} if self.group_col is not None else dict(self.columns)
 
     def warn_unused_axes(self) -> None:
-        """Warn (:class:`AnalyzeWarning`) when a closure or bin-confidence axis acts on no metric asked for."""
+        """Warn (:class:`AnalyzeWarning`) when a closure or bin-confidence axis acts on no metric asked for (only the
+        unsuffixed binned names take them: analysis/registry.py ``expand_binned``)."""
+        names = list(self.metrics)
+        takes_axes = expand_binned(names, ["left", "right"]) != list(dict.fromkeys(names))
         for flag, axis, default in (("--ece-closure", self.ece_closure, ("left",)),
                                     ("--ece-bin-confidence", self.ece_bin_confidence, ("mean",))):
-            if axis != default and not _takes_axes(list(self.metrics)):
+            if axis != default and not takes_axes:
                 warnings.warn(f"{flag} {','.join(axis)} applies to no metric asked for: it takes effect on the "
                               f"binned names without a closure, bin-confidence or estimator suffix (ece, ece_15, "
                               f"...); got --metrics {','.join(self.metrics)}", AnalyzeWarning, stacklevel=3)
