@@ -128,8 +128,12 @@ def analyze_cmd(ctx: typer.Context, **values: Any) -> None:
         warnings.simplefilter("always", UndefinedMetricWarning)
         try:
             spec = _spec(values)  # the flags, a --spec file or both
-            if spec.use_ray:
-                _quiet_ray_data()
+            if spec.use_ray:  # Ray Data without progress bars or an INFO line per execution (the table says it all)
+                import ray.data  # lazy: Ray loads only when the bootstrap is spread over it
+
+                ray.data.DataContext.get_current().enable_progress_bars = False
+                logging.getLogger("ray.data").setLevel(logging.WARNING)
+                logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
             result = analyze(spec)
         except AnalyzeInputError as exc:
             _echo_warnings(caught)
@@ -169,15 +173,6 @@ def analyze_cmd(ctx: typer.Context, **values: Any) -> None:
 
 analyze_cmd.__signature__ = inspect.Signature(_parameters())  # what typer reads: the options above
 analyze_cmd.__annotations__ = {p.name: p.annotation for p in analyze_cmd.__signature__.parameters.values()}
-
-
-def _quiet_ray_data() -> None:
-    """Ray Data without progress bars or an INFO line per execution (the table printed at the end says it all)."""
-    import ray.data  # lazy: Ray loads only when the bootstrap is spread over it
-
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
 
 
 def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:

@@ -39,7 +39,7 @@ import json
 import logging
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -194,15 +194,14 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     result = Analysis(spec, tables, read.road, read.n_graded, cluster_note(spec.group_col, n_clusters))
     if not spec.track:
         return result
-    uri = _uri(record, out_dir)
+    uri = record.get("tracking_uri") or default_tracking_uri(out_dir)
     logging.getLogger("confgrid").info("%s", choose_tracking_uri(spec.tracking_uri, out_dir).line())
     try:
-        run_id = _track(record, out_dir, uri, tables["metrics"], tables["gaps"])
+        return replace(result, tracking_uri=uri, run_id=_track(record, out_dir, uri, tables["metrics"], tables["gaps"]))
     except Exception as exc:  # noqa: BLE001 - the results are written; tracking is the last step
         failure = TrackingFailure.of(uri, exc)
         warnings.warn(TrackingWarning(failure, out_dir), stacklevel=2)
-        return Analysis(spec, tables, read.road, read.n_graded, result.resampled, uri, None, failure)
-    return Analysis(spec, tables, read.road, read.n_graded, result.resampled, uri, run_id)
+        return replace(result, tracking_uri=uri, tracking_failure=failure)
 
 
 def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -> dict[str, Any]:
@@ -233,10 +232,6 @@ def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -
                                                                               {"n_clusters": st.n_clusters}))}
                      for st in settings],
     }
-
-
-def _uri(record: dict[str, Any], out_dir: Path) -> str:
-    return record.get("tracking_uri") or default_tracking_uri(out_dir)
 
 
 def _track(record: dict[str, Any], out_dir: Path, tracking_uri: str, metrics_df: pd.DataFrame,
@@ -278,7 +273,7 @@ def log_analysis(out_dir: str | Path, tracking_uri: str | None = None) -> Logged
         if not (out_dir / need).is_file():
             raise FileNotFoundError(f"{out_dir}: no {need}; is this the directory of a finished analysis?")
     record = json.loads((out_dir / RECORD_FILE).read_text(encoding="utf-8"))
-    uri = tracking_uri or _uri(record, out_dir)
+    uri = tracking_uri or record.get("tracking_uri") or default_tracking_uri(out_dir)
     try:
         run_id = _track(record, out_dir, uri, pd.read_parquet(out_dir / "results" / "metrics.parquet"),
                         pd.read_parquet(out_dir / "results" / "gaps.parquet"))

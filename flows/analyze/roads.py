@@ -272,10 +272,6 @@ def _wants_in_turn(spec: AnalyzeSpec) -> bool:
     return wanted
 
 
-def _options(spec: AnalyzeSpec) -> CheckOptions:
-    return CheckOptions(spec.threshold, spec.uncertainty)
-
-
 def _read_in_turn(spec: AnalyzeSpec) -> Iterator[SignalRows]:
     """Each setting of a Parquet file as signal rows, in setting order, one at a time.
 
@@ -290,7 +286,7 @@ def _read_in_turn(spec: AnalyzeSpec) -> Iterator[SignalRows]:
         Once every setting is read: the bad rows of every setting, in file order (as the whole-file read); else the
         first setting whose items name several clusters; else no data rows.
     """
-    path, cols, options = spec.input, _columns(spec.column_roles), _options(spec)
+    path, cols, options = spec.input, _columns(spec.column_roles), CheckOptions(spec.threshold, spec.uncertainty)
     pf = open_parquet(path)
     read_parquet(path, cols, row_groups=[], roles=["setting"])  # missing columns are named before any work
     groups: dict[str | None, list[int]] = {}  # setting (None: missing) -> the row groups that hold it
@@ -328,7 +324,7 @@ def _read_in_turn(spec: AnalyzeSpec) -> Iterator[SignalRows]:
 
 
 def _read_columns(spec: AnalyzeSpec) -> list[SignalRows]:
-    rows = read_rows(spec.input, spec.column_roles, _options(spec))
+    rows = read_rows(spec.input, spec.column_roles, CheckOptions(spec.threshold, spec.uncertainty))
     return [signal_rows(rows, spec.group_col, keep="model" in rows.frame.columns)]
 
 

@@ -117,24 +117,6 @@ def parse_metrics(metrics: Any) -> list[str]:
     return names
 
 
-def _parse_choices(flag: str, value: Any, allowed: Any, at_least: int = 1) -> list[str]:
-    """``"a,b"`` or a list -> checked names, each once, from ``allowed``.
-
-    Raises
-    ------
-    AnalyzeInputError
-        An unknown or repeated name, or fewer than ``at_least``, naming the flag, the value and the choices.
-    """
-    raw = _names(value, flag)
-    names = [c for c in raw if c]
-    bad = [c for c in names if c not in allowed]
-    empty = len(names) != len(raw) and not (at_least == 0 and raw == [""])
-    if bad or empty or len(names) < at_least or len(set(names)) != len(names):
-        raise AnalyzeInputError(f"{flag}: {value!r}; give {'one or more' if at_least else 'zero or more'} of "
-                                f"{', '.join(allowed)} (comma-separated, each once)")
-    return names
-
-
 def _parse_views(value: Any) -> tuple[str, ...] | None:
     """``"raw,ia,da,ca"`` or a list -> checked views; None stays None (the default views)."""
     if value is None:
@@ -174,8 +156,19 @@ def _parse_pairs(flag: str, value: Any, labelled: bool) -> tuple[tuple[str, ...]
 
 
 def _choices(flag: str, allowed: Any, at_least: int = 1) -> BeforeValidator:
-    """The parser of a field of names from ``allowed`` (:func:`_parse_choices`)."""
-    return BeforeValidator(lambda v: tuple(_parse_choices(flag, v, allowed, at_least)))
+    """The parser of a field of names from ``allowed``: ``"a,b"`` or a list, each once, at least ``at_least``
+    (AnalyzeInputError naming the flag, the value and the choices otherwise)."""
+    def parse(value: Any) -> tuple[str, ...]:
+        raw = _names(value, flag)
+        names = [c for c in raw if c]
+        bad = [c for c in names if c not in allowed]
+        empty = len(names) != len(raw) and not (at_least == 0 and raw == [""])
+        if bad or empty or len(names) < at_least or len(set(names)) != len(names):
+            raise AnalyzeInputError(f"{flag}: {value!r}; give {'one or more' if at_least else 'zero or more'} of "
+                                    f"{', '.join(allowed)} (comma-separated, each once)")
+        return tuple(names)
+
+    return BeforeValidator(parse)
 
 
 #: Field types parsed from ``"a,b"`` or a list before validation (each error names the flag).
