@@ -46,13 +46,8 @@ def read_candidates(path: str | Path) -> pd.DataFrame:
 def compare_models(rows: pd.DataFrame, out_dir: Path, *, views: Sequence[str] | None, pairs, candidates,
                    n_resamples: int, seed: int, n_bins: int, ia_strata: int | None = None):
     """Run the comparison on checked input rows with ``model`` and ``dataset`` (``InputRows.objects``); write
-    ``OUT/ace_*``. Returns the ACETables, None if fewer than two models.
-
-    Raises
-    ------
-    AnalyzeInputError
-        A bad pair, view or candidate table (the ACE layer's message).
-    """
+    ``OUT/ace_*``. Returns the ACETables, None if fewer than two models; AnalyzeInputError (the ACE layer's message)
+    for a bad pair, view or candidate table."""
     if rows["model"].nunique() < 2:
         return None
     ace_in = pd.DataFrame({"model": rows["model"], "dataset": rows["dataset"], "method": rows["signal"],

@@ -1,34 +1,20 @@
-"""``confgrid analyze``: metrics and paired gaps of per-question outputs from anywhere.
+"""``confgrid analyze``: metrics and paired gaps of per-question outputs from anywhere (docs/guides/analyze.md).
 
-Input: one row per (setting, item, signal) in CSV, Parquet or JSONL (chosen by the file extension) with five columns,
-renamable with flags:
+Input: one row per (setting, item_id, signal) in CSV, Parquet or JSONL (by the file extension) with the columns
+setting (the unit of pairing), item_id, signal (the confidence method), confidence (in [0, 1]) and correct (0/1, graded
+in [0, 1], ``true``/``false``), renamed with the ``--*-col`` flags (flows/analyze/read.py ``FLAGS``); other columns
+are ignored. The readers are flows/analyze/roads.py.
 
-============  =====================================================  ==================
-role          meaning                                                flag
-============  =====================================================  ==================
-setting       the unit of pairing (e.g. ``model/dataset``)           ``--setting-col``
-item_id       the question                                           ``--item-col``
-signal        the confidence method (``verbalized``, ``token``...)   ``--signal-col``
-confidence    a number in [0, 1]                                     ``--confidence-col``
-correct       0/1 (or graded in [0, 1]; ``true``/``false`` too)      ``--correct-col``
-============  =====================================================  ==================
+Determinism: settings, signals and items are sorted as strings, so the output does not depend on the row order. A
+setting's bootstrap seed is ``setting_seed(setting, "", seed)`` (:func:`confgrid.analysis.bootstrap.setting_seed`: a
+grid run's derivation, the setting in place of the model, an empty dataset). A fixed ``--seed`` gives byte-identical
+CSV files, with or without Ray.
 
-Other columns are ignored. The input format, its checks (every bad row by its place in the file; nothing is written
-then), the alignment of a setting's signals (``alignment.csv``, an :class:`AnalyzeWarning`) and the cluster bootstrap
-(``--group-col``) are described in docs/guides/analyze.md; the readers are flows/analyze/roads.py.
-
-Determinism: settings, signals and items are sorted (as strings), so the output does not depend on the order of the
-input rows. The bootstrap seed of a setting is ``setting_seed(setting, "", seed)`` (SHA-256 of the JSON ``[setting,
-"", seed]``, see :func:`confgrid.analysis.bootstrap.setting_seed`), the same derivation as a grid run's
-``setting_seed(model, dataset, seed)`` with the setting name in place of the model and an empty dataset. A fixed
-``--seed`` gives byte-identical CSV files, with or without Ray.
-
-Outputs: ``DIR/results`` (:data:`TABLES`, CSV and Parquet; ``run_info.json``, what ``confgrid show`` and ``confgrid
-report`` read), ``DIR/analyze.json`` (the MLflow record's params and tags, what ``confgrid log DIR`` logs,
-:func:`log_analysis`) and an MLflow record (experiment ``confgrid/analyze``, default store
-``sqlite:///DIR/mlflow.db``): a parent run named after the input file, one child run per setting with
-``<signal>/<metric>/{point,lo,hi}`` metrics, the tables as artifacts. If the store fails, the files are written all
-the same, a :class:`TrackingWarning` says so and the command exits with
+Outputs: ``DIR/results`` (:data:`TABLES`, CSV and Parquet; ``run_info.json``, what ``show`` and ``report`` read),
+``DIR/analyze.json`` (what ``confgrid log DIR`` logs, :func:`log_analysis`) and an MLflow record (experiment
+``confgrid/analyze``, default store ``sqlite:///DIR/mlflow.db``): a parent run named after the input file, one child
+run per setting with ``<signal>/<metric>/{point,lo,hi}`` metrics, the tables as artifacts. If the store fails, the
+files are written all the same, a :class:`TrackingWarning` says so and the command exits with
 :data:`~confgrid.flows.tracking.EXIT_TRACKING_FAILED`.
 """
 
@@ -128,13 +114,11 @@ def _with_comparison(tables: dict[str, pd.DataFrame], ace: Any, spec: AnalyzeSpe
 def analyze(spec: AnalyzeSpec) -> Analysis:
     """Metrics with paired bootstrap intervals and pairwise gaps of an input file (see the module docstring).
 
-    The input is read by the first entry of flows/analyze/roads.py ``ROADS`` that takes it (a run's signal table, five
-    columns one setting at a time, five columns whole) into the one evaluator's units, bootstrapped by the run's
-    ``bootstrap_units`` and made into tables by the run's ``estimates`` (analysis/evaluation.py). A run's signal table
-    with the run's seed, resamples and level gives the run's tables, byte for byte. An input with a ``model`` column
-    is also compared across models (study 001, ACE; flows/analyze/ace.py): its tables are added (``ace_*``) and its
-    cells join the metrics, gaps and verdicts. Returns the tables written to ``OUT/results`` (``gaps``: gap =
-    metric(signal_a) - metric(signal_b) with its interval), the MLflow parent run id or the tracking failure.
+    The input is read by its entry of flows/analyze/roads.py ``ROADS`` and takes the run's road (``bootstrap_units``,
+    ``estimates``): a run's signal table with the run's seed, resamples and level gives the run's tables, byte for
+    byte. An input with a ``model`` column is also compared across models (study 001, ACE; flows/analyze/ace.py): its
+    ``ace_*`` tables are added and its cells join the metrics, gaps and verdicts. Returns the tables written to
+    ``OUT/results`` (gap = metric(signal_a) - metric(signal_b)), the MLflow parent run id or the tracking failure.
 
     Raises
     ------

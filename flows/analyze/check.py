@@ -1,12 +1,10 @@
 """Column-wise checks of ``confgrid analyze`` input: ids, numbers, duplicates, each problem by its place.
 
-The rules and messages are those of tests/reference/analyze_rowwise.py (the per-row oracle). A column arrives as a
-pyarrow array; common types (strings, integers, floats, booleans, dictionary columns) are checked with vectorized
-pyarrow / numpy operations, and only the values that need Python's own semantics (strings that are not plain decimals,
-``true``/``false``, floats used as ids, nested JSON values) go through the scalar rules, once per distinct value.
-
-Problems are collected lazily (:class:`Problems`): positions and a formatter, so a file with millions of bad rows
-costs arrays, not millions of strings; the first :data:`KEPT_PROBLEMS` are written out.
+The rules and messages are those of tests/reference/analyze_rowwise.py (the per-row oracle). Common pyarrow types are
+checked with vectorized pyarrow / numpy operations; only values that need Python's own semantics (strings that are not
+plain decimals, ``true``/``false``, floats used as ids, nested JSON values) go through the scalar rules, once per
+distinct value. Problems are kept as positions and a formatter (:class:`Problems`): millions of bad rows cost arrays,
+not strings; the first :data:`KEPT_PROBLEMS` are written out.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Reading and checking the input of ``confgrid analyze``: CSV, JSON Lines or Parquet, every bad row by its place.
 
-The roles of the input columns are :data:`ROLES`
-(``setting``, ``item_id``, ``signal``, ``confidence``, ``correct``) and :data:`OPTIONAL_ROLES` (``model``: read when
-the file has the column, to compare models; ``group``: read only when named, by ``--group-col``, and then required:
-the clusters of the bootstrap). Bad input raises :class:`AnalyzeInputError` listing the problems, with hints on what
-to do (percentages, uncertainty scores); nothing is computed then.
-
-Reading is column-wise (flows/analyze/read.py: pyarrow readers, each row's line or row number kept) and so is checking
-(flows/analyze/check.py). A confidence or correctness value within
-:data:`~confgrid.flows.analyze.check.CLIP_TOLERANCE` (1e-6) outside [0, 1] is clipped with an :class:`AnalyzeWarning`;
-``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`) change how numbers are read.
+The column roles are :data:`ROLES` and :data:`OPTIONAL_ROLES` (flows/analyze/read.py). Reading (read.py) and checking
+(check.py) are column-wise. Bad input raises :class:`AnalyzeInputError` listing the problems, with hints (percentages,
+uncertainty scores); nothing is computed then. A confidence or correctness value within 1e-6 outside [0, 1] is clipped
+with an :class:`AnalyzeWarning`; ``threshold`` and ``uncertainty`` (:data:`UNCERTAINTY`) change how numbers are read.
 """
 
 from __future__ import annotations
@@ -71,9 +65,8 @@ def _rank(u: np.ndarray, groups: np.ndarray) -> np.ndarray:
 class UncertaintyTransform:
     """A ``--uncertainty`` transform of an uncertainty score u (lower = more confident) to a confidence c.
 
-    ``apply(u, groups)`` maps float64 u of shape (n,) (NaN stays NaN) to c in [0, 1], with ``groups`` (n,) int64 the
-    (setting, signal) code of each row; each transform is monotone decreasing within a group, so the order of the
-    items (hence AUROC and AURC) is that of -u. ``nonnegative``: u must be >= 0.
+    ``apply(u, groups)``: float64 u (n,) (NaN stays NaN) to c in [0, 1], ``groups`` (n,) int64 the (setting, signal)
+    of each row; monotone decreasing within a group, so AUROC and AURC are those of -u. ``nonnegative``: u >= 0.
     """
 
     name: str
@@ -244,12 +237,8 @@ def _merged_ties(groups: np.ndarray, u: np.ndarray, c: np.ndarray) -> int:
 
 def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = CheckOptions()
                 ) -> tuple[InputRows, Problems]:
-    """Check the rows of ``chunk`` column by column.
-
-    Returns the accepted rows (every row, with nan / missing codes where a value is bad) and the problems (empty when
-    every row is good). Warns (:class:`AnalyzeWarning`) about clipped values and ties made by an uncertainty
-    transform.
-    """
+    """The rows of ``chunk`` checked column by column (every row, nan / missing codes where a value is bad) and their
+    problems; warns (:class:`AnalyzeWarning`) about clipped values and ties made by an uncertainty transform."""
     problems = Problems(chunk.unit)
     if chunk.structural:
         at, said = zip(*chunk.structural, strict=True)
@@ -391,19 +380,12 @@ def raise_problems(path: Path, keyed: list[tuple[int, int, str]], total: int,
 
 def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
               options: CheckOptions = CheckOptions()) -> InputRows:
-    """Read and check a whole input file column-wise: Categorical ids and float64 numbers, one row per input row, in
-    file order.
+    """A whole input file read and checked column-wise (:class:`InputRows`, in file order).
 
-    ``path``: ``.csv``, ``.jsonl`` / ``.ndjson`` or ``.parquet`` / ``.pq``. ``columns``: role -> column name for the
-    roles named differently in the file; ``"group"`` names the cluster column (``--group-col``), then required.
-
-    Raises
-    ------
-    AnalyzeInputError
-        Unsupported extension, missing file or columns, or bad rows (the first
-        :data:`~confgrid.flows.analyze.check.KEPT_PROBLEMS` in ``problems``, the count in ``n_problems``, what to do
-        in ``hints``): missing values (empty, null, NaN), non-numbers, confidence or correct outside [0, 1] by more
-        than 1e-6, duplicate (setting, item_id, signal) rows (naming both places), malformed lines.
+    ``columns``: role -> column name for the roles named differently; ``"group"`` names the cluster column, then
+    required. Raises :class:`AnalyzeInputError` on an unsupported extension, a missing file or column, or bad rows
+    (``problems``, ``n_problems``, ``hints``): missing values (empty, null, NaN), non-numbers, confidence or correct
+    outside [0, 1] by more than 1e-6, duplicate (setting, item_id, signal) rows (naming both places), malformed lines.
     """
     path, cols = Path(path), _columns(columns)
     try:
@@ -472,10 +454,8 @@ def check_clusters(rows: InputRows, column: str) -> None:
 
 
 def _schema_table(n: int, given: Mapping[str, Any]) -> pd.DataFrame:
-    """``n`` signal rows in the columns of analysis/signals.py ``SCHEMA``, text as pandas Categoricals (one code per
-    row: a million rows cost megabytes, not a Python object each). ``given``: a column's Categorical, float64 array or
-    one str for every row; every other column is empty (text ``""``, NaN, NA, ``replaced`` False), as ``conform``
-    fills it."""
+    """``n`` signal rows in the columns of analysis/signals.py ``SCHEMA``, text as Categoricals (megabytes per million
+    rows). ``given``: a column's Categorical, float64 array or one str for all; the rest empty, as ``conform`` fills."""
     def column(name: str, typ: pa.DataType) -> Any:
         value = given.get(name)
         if value is not None and not isinstance(value, str):
@@ -497,15 +477,10 @@ def _schema_table(n: int, given: Mapping[str, Any]) -> pd.DataFrame:
 def signal_rows(rows: InputRows, group_col: str | None = None, keep: bool = False) -> SignalRows:
     """Checked five-column rows as signal rows of kind ``input``, aligned by :data:`ALIGN`.
 
-    Rows are sorted by (setting, signal, item), each as str, so ``plan_units`` orders settings, signals and the
-    aligned items as str sort. A setting is a unit on its own: ``model`` and ``dataset`` stay empty (its seed is
-    ``setting_seed(setting, "", seed)``) and so does ``target_kind``. With ``group_col`` the rows' clusters go to the
-    ``cluster`` column (:func:`check_clusters` first). ``keep``: keep ``rows`` (the comparison across models).
-
-    Raises
-    ------
-    AnalyzeInputError
-        An item whose rows name several clusters.
+    Rows are sorted by (setting, signal, item) as str, the order ``plan_units`` keeps. A setting is a unit on its own
+    (``model``, ``dataset`` and ``target_kind`` empty: its seed is ``setting_seed(setting, "", seed)``). With
+    ``group_col`` the clusters go to the ``cluster`` column (:func:`check_clusters` first: AnalyzeInputError for an item
+    in several). ``keep``: keep ``rows`` (the comparison across models).
     """
     f = rows.frame
     if group_col is not None:

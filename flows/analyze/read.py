@@ -1,11 +1,9 @@
 """Reading ``confgrid analyze`` input into pyarrow columns, each row with its place in the file.
 
-CSV and JSON Lines take a fast path through pyarrow's readers when the file has the plain shape they handle with the
-same row boundaries as Python's ``csv`` / ``json`` modules (every record on one line, no lone carriage return, no NUL
-byte, valid UTF-8, no ragged row, for JSON Lines no mixed or nested types in the role columns); otherwise the file is
-read with the ``csv`` / ``json`` modules line by line. Both give the same columns, line numbers and structural
-problems (malformed lines, ragged rows). Parquet is read with pyarrow, whole or by row group (:func:`read_parquet`;
-the ``in_turn`` road of flows/analyze/roads.py reads one setting at a time).
+CSV and JSON Lines go through pyarrow's readers when the file has the plain shape on which they split rows as Python's
+``csv`` / ``json`` modules do (every record on one line, no lone carriage return, no NUL byte, valid UTF-8, no ragged
+row, for JSON Lines no mixed or nested types in the role columns), else through those modules line by line: the same
+columns, line numbers and structural problems either way. Parquet is read whole or by row group (:func:`read_parquet`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The inputs ``confgrid analyze`` reads, one registry entry each, all on the run's road.
 
-Each entry (:class:`Road`) says which files it takes and reads one into signal rows (analysis/signals.py, the schema
-of a run's ``tables/signals.parquet``; flows/analyze/input.py ``SignalRows``). :func:`evaluate_input` then takes them
-as a run does: ``plan_units`` (analysis/evaluation.py), ``bootstrap_units`` (flows/evaluate/bootstrap_ray.py, in
-process or on Ray Data, bit for bit the same), and :func:`analyze` the run's ``estimates``. The first entry, in
-registration order, that accepts the input reads it, the fallback entries (``columns``) last:
-
-==============  ===============================================================================================
-entry           input
-==============  ===============================================================================================
-signal_table    a run's ``tables/signals.parquet`` or a Parquet file in its schema: the run's units, statuses,
-                alignment and comparisons (every signal against verbalized, study 000's token shifts)
-in_turn         Parquet of five columns without a model column: one setting at a time (``_read_in_turn``;
-                memory of the largest setting, not of the file), unless ``--whole-file``
-columns         CSV, JSONL or Parquet of five columns, read whole (flows/analyze/input.py)
-==============  ===============================================================================================
-
-Adding an input: see :data:`ROADS`.
+Each entry (:class:`Road`) reads the files it takes into signal rows (the schema of a run's
+``tables/signals.parquet``), which :func:`evaluate_input` takes as a run does: ``plan_units``, ``bootstrap_units`` (in
+process or on Ray Data, bit for bit the same), then the run's ``estimates``. The first entry in registration order
+that accepts the input reads it, fallback entries last: ``signal_table`` (a run's signal table: its units, statuses,
+alignment and comparisons), ``in_turn`` (five-column Parquet without a model column, one setting at a time, unless
+``--whole-file``), ``columns`` (CSV, JSONL or Parquet of five columns, read whole). Adding an input: see :data:`ROADS`.
 """
 
 from __future__ import annotations
@@ -119,21 +108,14 @@ class Road:
     fallback: bool = False
 
 
-#: The inputs by name (the one Registry class), tried in registration order, fallback entries last. Adding an
-#: input format: write ``read(spec)`` yielding SignalRows (flows/analyze/input.py ``signal_rows`` turns checked
-#: five-column rows into them) and ``ROADS.register("name", Road(...))``; a duplicate name is an error, and
-#: ``ROADS.get`` of an unknown one lists the choices.
+#: The inputs by name, tried in registration order, fallback entries last. Adding one: a ``read(spec)`` yielding
+#: SignalRows (input.py ``signal_rows`` makes them of checked rows), then ``ROADS.register("name", Road(...))``.
 ROADS: Registry[Road] = Registry("analyze input", value_type=Road)
 
 
 def road_for(spec: AnalyzeSpec) -> Road:
-    """The first entry of :data:`ROADS` that accepts ``spec.input`` (registration order, fallback entries last).
-
-    Raises
-    ------
-    AnalyzeInputError
-        An option the input cannot take (``--in-turn`` for CSV, ...), or no entry takes it.
-    """
+    """The first entry of :data:`ROADS` that accepts ``spec.input`` (registration order, fallback entries last);
+    AnalyzeInputError for an option the input cannot take (``--in-turn`` for CSV, ...), or when no entry takes it."""
     for road in sorted((r for _, r in ROADS.items()), key=lambda r: r.fallback):  # stable: registration order kept
         if road.accepts(spec):
             return road
@@ -142,14 +124,8 @@ def road_for(spec: AnalyzeSpec) -> Road:
 
 
 def evaluate_input(spec: AnalyzeSpec) -> Analyzed:
-    """Read ``spec.input`` with its road and take its signal rows on the run's road: ``plan_units`` and
-    ``bootstrap_units`` under the spec's metrics, resamples, bins and workers, part by part.
-
-    Raises
-    ------
-    AnalyzeInputError
-        From the road, or an item in two clusters of a signal table.
-    """
+    """Read ``spec.input`` with its road and take its signal rows, part by part, on the run's road (``plan_units``,
+    ``bootstrap_units``); AnalyzeInputError from the road, or for an item in two clusters of a signal table."""
     road = road_for(spec)
     comparisons, bins, names = road.comparisons(spec), edge_bins(spec.metric_names, spec.n_bins), spec.metric_names
     settings, units, results, alignment = [], [], [], []
@@ -275,16 +251,11 @@ def _wants_in_turn(spec: AnalyzeSpec) -> bool:
 def _read_in_turn(spec: AnalyzeSpec) -> Iterator[SignalRows]:
     """Each setting of a Parquet file as signal rows, in setting order, one at a time.
 
-    The setting column is read first (one row group at a time); then each setting's rows from the row groups that hold
-    it, checked and yielded; the road frees their arrays after their bootstrap. Peak memory is about that of the
-    largest setting plus one row group of the setting column; the numbers equal the whole-file read's (the same signal
-    rows, seeds and units). After a setting with a problem the later ones are still checked, not yielded.
-
-    Raises
-    ------
-    AnalyzeInputError
-        Once every setting is read: the bad rows of every setting, in file order (as the whole-file read); else the
-        first setting whose items name several clusters; else no data rows.
+    The setting column is read first (a row group at a time), then each setting's rows from the row groups that hold
+    it: peak memory is about that of the largest setting plus one row group of the setting column, and the numbers
+    equal the whole-file read's. After a setting with a problem the later ones are checked, not yielded; once every
+    setting is read, AnalyzeInputError lists the bad rows of all in file order, else names the first setting whose
+    items name several clusters, else says there are no data rows.
     """
     path, cols, options = spec.input, _columns(spec.column_roles), CheckOptions(spec.threshold, spec.uncertainty)
     pf = open_parquet(path)

@@ -1,10 +1,7 @@
 """What ``confgrid analyze`` is asked to do: one frozen, typed record (:class:`AnalyzeSpec`), from flags or YAML.
 
-``confgrid analyze --spec FILE.yaml`` reads the record from a YAML mapping whose keys are the field names below; flags
-given on the command line override the file's values (a flag left at its default does not), so a spec file can be
-reused with one option changed. Unknown keys are an error naming them.
-
-Every check of an option runs when the record is built and raises
+``--spec FILE.yaml`` reads a mapping of the field names (an unknown key is an error); flags given on the command line
+override its values. Every check runs when the record is built and raises
 :class:`~confgrid.flows.analyze.read.AnalyzeInputError` naming the flag, what is allowed and what was received (never
 pydantic's own error), so the Python API, the flags and the YAML file fail alike.
 """
@@ -67,13 +64,8 @@ def slow_metrics() -> list[str]:
 
 
 def _split(flag: str, value: Any, what: str, item: tuple[type, ...] = (str,)) -> list[Any]:
-    """``"a, b"`` or a list/tuple of ``item`` -> the entries as given (split at commas when one string).
-
-    Raises
-    ------
-    AnalyzeInputError
-        ``value`` is neither (a number, a mapping, ``true``), naming ``flag`` and ``what`` to give.
-    """
+    """``"a, b"`` or a list/tuple of ``item`` -> the entries as given (split at commas when one string); else
+    AnalyzeInputError naming ``flag`` and ``what`` to give."""
     if isinstance(value, str):
         return value.split(",")
     if isinstance(value, (list, tuple)) and all(isinstance(c, item) for c in value):
@@ -87,13 +79,8 @@ def _names(value: Any, flag: str = "--metrics") -> list[str]:
 
 
 def parse_metrics(metrics: Any) -> list[str]:
-    """``"ece,auroc"`` or ``["ece", "auroc"]`` -> checked list; unknown or duplicate names raise.
-
-    Raises
-    ------
-    AnalyzeInputError
-        Naming the bad entry and listing the choices.
-    """
+    """``"ece,auroc"`` or ``["ece", "auroc"]`` -> checked list; an unknown or duplicate name raises
+    AnalyzeInputError naming it and listing the choices."""
     raw = _names(metrics)
     names = [m for m in raw if m]
     choices = available_metrics()
@@ -130,14 +117,9 @@ def _parse_views(value: Any) -> tuple[str, ...] | None:
 
 
 def _parse_pairs(flag: str, value: Any, labelled: bool) -> tuple[tuple[str, ...], ...] | None:
-    """``"a:b,c:d"`` or a list of pairs (``[a, b]`` or ``"a:b"``) -> checked pairs of two different names; ``labelled``
-    (model pairs): ``a:b:LABEL`` too, the label ``pair`` when left out. None or ``""``: None.
-
-    Raises
-    ------
-    AnalyzeInputError
-        Neither form, or an entry that is not two different names (and a label), naming ``flag``.
-    """
+    """``"a:b,c:d"`` or a list of pairs (``[a, b]`` or ``"a:b"``) -> pairs of two different names; ``labelled``
+    (model pairs): ``a:b:LABEL`` too, the label ``pair`` when left out. None or ``""``: None. Another form or entry:
+    AnalyzeInputError naming ``flag``."""
     if value is None or value == "":
         return None
     form = "'A:B[:LABEL],...' or a list of [A, B, LABEL]" if labelled else "'A:B,C:D' or a list of [A, B] pairs"
@@ -186,12 +168,8 @@ class AnalyzeSpec(BaseModel):
     """One analysis: the input, the output folder and every option of ``confgrid analyze`` (frozen).
 
     Build it with keywords (the Python API), from the flags (cli/analyze.py) or from YAML (:meth:`from_yaml`).
-    Comma-separated strings are accepted wherever a list is (``metrics="ece,auroc"``) and stored as tuples.
-
-    Raises
-    ------
-    AnalyzeInputError
-        An unknown key, a value of the wrong type or outside its range, an unknown name (listing the choices).
+    Comma-separated strings are accepted wherever a list is (``metrics="ece,auroc"``) and stored as tuples. An unknown
+    key, a value of the wrong type or outside its range, an unknown name: AnalyzeInputError (listing the choices).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -366,12 +344,8 @@ class AnalyzeSpec(BaseModel):
     def from_yaml(cls, path: str | Path, **override: Any) -> "AnalyzeSpec":
         """The spec of a YAML mapping (keys: the field names), with ``override`` (e.g. the flags given) on top.
 
-        ``input``, ``out`` and ``candidates`` given as relative paths in the file are relative to the file's folder.
-
-        Raises
-        ------
-        AnalyzeInputError
-            The file is missing, is not a YAML mapping, or holds an invalid spec.
+        Relative ``input``, ``out`` and ``candidates`` are relative to the file's folder. AnalyzeInputError: the file
+        is missing, is not a YAML mapping, or holds an invalid spec.
         """
         path = Path(path)
         try:
