@@ -123,20 +123,13 @@ class _Stats:
     n_nonfinite: int = 0  # inf, -inf (NaN is an empty cell, reported by the reader)
     nonfinite: list[str] = field(default_factory=list)  # the first few, "inf at line 7"
 
-    def add(self, x: np.ndarray, far: np.ndarray, pos: np.ndarray | None = None, unit: str = "line") -> None:
-        """Add a chunk's parsed values ``x`` (n,) whose rows ``far`` lie outside [0, 1]; ``pos`` their places."""
-        finite = np.isfinite(x)
-        ok = x[finite]
-        self.n_finite += ok.size
-        if ok.size:
-            self.lo, self.hi = min(self.lo, float(ok.min())), max(self.hi, float(ok.max()))
-            self.n_above_one += int((ok > 1.0).sum())
-        inf = far[np.isinf(x[far])]
-        self.n_far += far.size - inf.size
-        self.n_nonfinite += inf.size
-        for i in inf[: max(0, _SHOWN_NONFINITE - len(self.nonfinite))]:
-            where = f" at {unit} {pos[i]}" if pos is not None else ""
-            self.nonfinite.append(f"{float(x[i])!r}{where}")
+    @classmethod
+    def of(cls, x: np.ndarray, far: np.ndarray, pos: np.ndarray, unit: str) -> _Stats:
+        """The statistics of a chunk's parsed values ``x`` (n,) whose rows ``far`` lie outside [0, 1]."""
+        ok, inf = x[np.isfinite(x)], far[np.isinf(x[far])]
+        return cls(float(ok.min(initial=math.inf)), float(ok.max(initial=-math.inf)), far.size - inf.size,
+                   int((ok > 1.0).sum()), ok.size, inf.size,
+                   [f"{float(x[i])!r} at {unit} {pos[i]}" for i in inf[:_SHOWN_NONFINITE]])
 
     def merge(self, other: _Stats) -> None:
         self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
@@ -260,8 +253,7 @@ def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = Chec
             continue
         x, far, fmt, clipped = range_check(parsed, role, label)
         problems.add(chunk.pos[far], kind[role], fmt)
-        st = stats[role] = _Stats()
-        st.add(parsed.x, far, chunk.pos, chunk.unit)
+        stats[role] = _Stats.of(parsed.x, far, chunk.pos, chunk.unit)
         if clipped.size:
             warnings.warn(f"{label}: {clipped.size} value(s) within 1e-6 outside [0, 1] (float32 round-off) "
                           f"clipped to [0, 1]; first at {chunk.unit} {chunk.pos[clipped[0]]}", AnalyzeWarning,
@@ -313,18 +305,11 @@ def check_chunk(chunk: Chunk, cols: dict[str, str], options: CheckOptions = Chec
     n_graded = int(((y > 0.0) & (y < 1.0)).sum())
     if options.threshold is not None:
         y = np.where(np.isnan(y), y, (y >= float(options.threshold)).astype(np.float64))
-    frame = pd.DataFrame({
-        "setting": _categorical(setting_codes, setting_cats),
-        "item_id": _categorical(ids["item_id"].codes, ids["item_id"].categories),
-        "signal": _categorical(ids["signal"].codes, ids["signal"].categories),
-        "confidence": nums["confidence"],
-        "correct": y,
-    })
-    if "model" in ids:
-        frame.insert(0, "model", _categorical(ids["model"].codes, ids["model"].categories))
-        frame.insert(1, "dataset", _categorical(ids["setting"].codes, ids["setting"].categories))
-    if "group" in ids:  # the cluster of each row (--group-col), checked like an id
-        frame["group"] = _categorical(ids["group"].codes, ids["group"].categories)
+    cat = {r: _categorical(c.codes, c.categories) for r, c in ids.items()}
+    frame = pd.DataFrame({**({"model": cat["model"], "dataset": cat["setting"]} if "model" in ids else {}),
+                          "setting": _categorical(setting_codes, setting_cats), "item_id": cat["item_id"],
+                          "signal": cat["signal"], "confidence": nums["confidence"], "correct": y,
+                          **({"group": cat["group"]} if "group" in ids else {})})  # group: each row's cluster
     return InputRows(frame, chunk.pos, chunk.unit, n_graded, stats), problems
 
 
