@@ -189,24 +189,23 @@ class AnalyzeSpec(BaseModel):
     n_bins: int = Field(10, description=f"The bins of the binned names without their own count (ece, "
                         f"ece_equal_mass, ece_centred; ece_15 has 15), 1 to {MAX_BINS}.")
     ece_closure: _Closures = Field(("left",), description="Bin closures of the unsuffixed binned metrics (ece, "
-                                         "ece_<B>, ece_equal_mass), comma-separated: left ([k/B, (k+1)/B), the "
-                                         "default), right ((k/B, (k+1)/B], R cut on exact breaks), right_float "
-                                         "(right-closed on np.linspace edges: scikit-learn, study 002), left_float "
-                                         "(left-closed on np.linspace edges: np.digitize). left,right adds ece_right "
-                                         "beside ece; OUT/results/closure.csv lists where they differ. A name with "
-                                         "its closure (ece_right) is computed as named.")
+                                   "ece_<B>, ece_equal_mass), comma-separated: left ([k/B, (k+1)/B), the default), "
+                                   "right ((k/B, (k+1)/B], R cut on exact breaks), right_float (right-closed on "
+                                   "np.linspace edges: scikit-learn, study 002), left_float (left-closed on "
+                                   "np.linspace edges: np.digitize). left,right adds ece_right beside ece; "
+                                   "OUT/results/closure.csv lists where they differ. A name with its closure "
+                                   "(ece_right) is computed as named.")
     ece_bin_confidence: _BinConfidences = Field(("mean",), description="What stands for a bin's confidence in the "
-                                                "unsuffixed fixed-edge (equal-width and centred) binned metrics, "
-                                                "comma-separated: mean (of the bin's answers, the default) or "
-                                                "midpoint (the bin's centre, as Mueller et al. 2026). mean,midpoint "
-                                                "adds ece_midpoint beside ece.")
-    ece_conventions: _Conventions = Field((), description="Published ECE conventions to compute beside "
-                                             "--metrics, comma-separated, each as the metric ece_NAME: "
-                                             + ", ".join(CONVENTIONS) + " (docs/reproductions.md gives each "
-                                             "one's source).")
+                                                "unsuffixed fixed-edge (equal-width and centred) binned metrics, comma-"
+                                                "separated: mean (of the bin's answers, the default) or midpoint (the "
+                                                "bin's centre, as Mueller et al. 2026). mean,midpoint adds "
+                                                "ece_midpoint beside ece.")
+    ece_conventions: _Conventions = Field((), description="Published ECE conventions to compute beside --metrics, "
+                                          "comma-separated, each as the metric ece_NAME: " + ", ".join(CONVENTIONS)
+                                          + " (docs/reproductions.md gives each one's source).")
     columns: dict[str, str] = Field(default_factory=dict, description="Role -> column name for roles named "
-                                    "differently in the file (setting, item_id, signal, confidence, correct, "
-                                    "model, group).")
+                                    "differently in the file (setting, item_id, signal, confidence, correct, model, "
+                                    "group).")
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: $MLFLOW_TRACKING_URI if set, "
                                      "else sqlite:///OUT/mlflow.db).")
     track: bool = Field(True, description="Log the analysis to MLflow (off: only the files).")
@@ -222,10 +221,9 @@ class AnalyzeSpec(BaseModel):
                           "coverage. A value whose resamples have no spread is marked degenerate in the interval "
                           "column and resolves nothing.")
     chunk_size: int = Field(DEFAULT_CHUNK_SIZE, description="Resamples per bootstrap chunk, >= 1 (part of the draw).")
-    views: _Views = Field(None, description="With a model column: comparison views, e.g. "
-                                          "raw,ia,da,ca (default raw,ia,da; ca with --candidates).")
-    pairs: _Pairs = Field(None, description="With a model column: model pairs "
-                                                          "A:B[:LABEL],... (default: every pair).")
+    views: _Views = Field(None, description="With a model column: comparison views, e.g. raw,ia,da,ca (default "
+                          "raw,ia,da; ca with --candidates).")
+    pairs: _Pairs = Field(None, description="With a model column: model pairs A:B[:LABEL],... (default: every pair).")
     candidates: Path | None = Field(None, description="Candidate ratings for the CA view (columns dataset, item_id, "
                                     "candidate, surface, producers, label, rater, method, signal).")
     comparison_resamples: int = Field(2000, description="Paired resamples per comparison cell, >= 1.")
@@ -245,9 +243,8 @@ class AnalyzeSpec(BaseModel):
     against: str | None = Field(None, description="Compare every signal against this one only (gap = "
                                 "metric(AGAINST) - metric(other)); default: every ordered pair, or verbalized for a "
                                 "run's tables/signals.parquet.")
-    signal_pairs: _SignalPairs = Field((), description="Pairs of signals A:B,C:D to compare (with "
-                                                      "--against, or instead of every ordered pair; a grid's "
-                                                      "metrics.pairs).")
+    signal_pairs: _SignalPairs = Field((), description="Pairs of signals A:B,C:D to compare (with --against, or "
+                                       "instead of every ordered pair; a grid's metrics.pairs).")
     verdicts: VerdictSpec = Field(default_factory=VerdictSpec, description="Thresholds of the robustness "
                                   "verdicts (analysis/verdicts.py).")
 
@@ -299,8 +296,8 @@ class AnalyzeSpec(BaseModel):
             if value is not None and value < least:  # an int by now (bools refused by _whole)
                 raise AnalyzeInputError(f"{named(field)}: must be an integer >= {least}, got {value!r}")
         if self.n_bins > MAX_BINS:
-            raise AnalyzeInputError(f"{named('n_bins')}: must be at most {MAX_BINS} (as a grid's metrics.ece_bins), got "
-                                    f"{self.n_bins}")
+            raise AnalyzeInputError(f"{named('n_bins')}: must be at most {MAX_BINS} (as a grid's metrics.ece_bins), "
+                                    f"got {self.n_bins}")
         try:
             names = expand_binned(list(self.metrics), list(self.ece_closure), list(self.ece_bin_confidence))
         except ValueError as exc:
