@@ -1,4 +1,4 @@
-"""``confgrid analyze``: the command over :func:`confgrid.flows.analyze.analysis.analyze` (options, messages, exit status).
+"""``confgrid analyze``: the command over flows/analyze/analysis.py ``analyze`` (options, messages, exit status).
 
 Exit status: 0 done; 2 bad input or options (every bad row named, nothing written); 3 every file written but the
 MLflow record failed (``confgrid log OUT`` logs it later).

@@ -120,21 +120,10 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     ``ace_*`` tables are added and its cells join the metrics, gaps and verdicts. Returns the tables written to
     ``OUT/results`` (gap = metric(signal_a) - metric(signal_b)), the MLflow parent run id or the tracking failure.
 
-    Raises
-    ------
-    AnalyzeInputError
-        Bad options or input (every bad row listed by its place); nothing is written then.
-    TypeError
-        ``spec`` is not an :class:`AnalyzeSpec` (keywords: build the spec with them).
-
-    Warns
-    -----
-    AnalyzeWarning
-        When items are left out because some signal lacks them.
-    UndefinedMetricWarning
-        When a point estimate is undefined (e.g. AUROC with one class).
-    TrackingWarning
-        When the MLflow store fails (the files are written).
+    Raises AnalyzeInputError for bad options or input (every bad row by its place; nothing is written then), TypeError
+    when ``spec`` is not an :class:`AnalyzeSpec`. Warns: AnalyzeWarning (items left out because some signal lacks
+    them), UndefinedMetricWarning (an undefined point estimate, e.g. AUROC with one class), TrackingWarning (the MLflow
+    store failed; the files are written).
     """
     if not isinstance(spec, AnalyzeSpec):
         raise TypeError(f"analyze takes one AnalyzeSpec, got {type(spec).__name__}: call "
@@ -220,7 +209,7 @@ def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -
 
 def _track(record: dict[str, Any], out_dir: Path, tracking_uri: str, metrics_df: pd.DataFrame,
            gaps_df: pd.DataFrame) -> str:
-    """Log ``record`` with the metrics of each setting; the tables of ``out_dir`` as artifacts. Returns the parent id."""
+    """Log ``record`` with the metrics of each setting, the tables of ``out_dir`` as artifacts; the parent run's id."""
     tracker = Tracker(tracking_uri, EXPERIMENT)
     with tracker.parent(record["run_name"], record["params"], tags=record["tags"]) as run_id:
         m_units, g_units = unit_names(metrics_df), unit_names(gaps_df)
@@ -240,17 +229,12 @@ def _track(record: dict[str, Any], out_dir: Path, tracking_uri: str, metrics_df:
 
 
 def log_analysis(out_dir: str | Path, tracking_uri: str | None = None) -> Logged:
-    """Log a finished analysis directory to MLflow, as ``confgrid analyze`` would have (``confgrid log OUT``); returns
-    the new parent run, its store and experiment.
+    """Log a finished analysis directory to MLflow as ``confgrid analyze`` would have (``confgrid log OUT``): the new
+    parent run, its store and experiment. ``tracking_uri`` defaults to the analysis' store, else
+    ``sqlite:///OUT/mlflow.db``.
 
-    ``tracking_uri`` defaults to the store the analysis was given, else ``sqlite:///OUT/mlflow.db``.
-
-    Raises
-    ------
-    FileNotFoundError
-        ``out_dir`` lacks ``analyze.json``, ``results/metrics.parquet`` or ``results/gaps.parquet``.
-    confgrid.flows.tracking.TrackingError
-        The store failed.
+    FileNotFoundError when ``out_dir`` lacks ``analyze.json``, ``results/metrics.parquet`` or ``results/gaps.parquet``;
+    :class:`~confgrid.flows.tracking.TrackingError` when the store fails.
     """
     out_dir = Path(out_dir)
     for need in (RECORD_FILE, "results/metrics.parquet", "results/gaps.parquet"):

@@ -36,10 +36,8 @@ Formatter = Callable[[np.ndarray], list[str]]
 @dataclass
 class Problems:
     """Problems of the input by position; ``kind`` orders the problems of one row (structure, roles, duplicate).
-
-    ``add(pos, kind, fmt)``: ``pos`` (int64, one per problem) are line or row numbers; ``fmt(sel)`` writes the
-    messages of the problems ``sel`` (indices into ``pos``), without the ``"line N: "`` prefix.
-    """
+    ``add(pos, kind, fmt)``: ``pos`` (int64) line or row numbers; ``fmt(sel)`` the messages of the problems ``sel``
+    (indices into ``pos``), without the ``"line N: "`` prefix."""
 
     unit: str
     parts: list[tuple[np.ndarray, int, Formatter]] = field(default_factory=list)
@@ -151,11 +149,8 @@ def sorted_codes(codes: np.ndarray, cats: list[str]) -> tuple[np.ndarray, list[s
 
 
 def check_ids(arr: pa.Array | pa.ChunkedArray, label: str) -> IdColumn:
-    """Check an id column (setting, item_id, signal, model) of ``n`` rows.
-
-    A value is missing when null, NaN or blank (the message says which); a JSON list or object is not an id; any other
-    value becomes ``str(value)``.
-    """
+    """Check an id column (setting, item_id, signal, model) of ``n`` rows: a value is missing when null, NaN or blank
+    (the message says which); a JSON list or object is not an id; any other value becomes ``str(value)``."""
     arr = _combine(arr)
     n = len(arr)
     t = getattr(arr, "type", None)  # None: Python values (PyValues), checked one by one
@@ -263,11 +258,9 @@ def _numeric(arr: pa.Array, label: str) -> NumberColumn:
 
 
 def parse_numbers(arr: pa.Array | pa.ChunkedArray, role: str, label: str) -> NumberColumn:
-    """Parse a number column (confidence, correct) of ``n`` rows; the range is checked by :func:`range_check`.
-
-    Numbers and booleans are taken as they are; strings are parsed as Python's ``float()`` does (``true``/``false``
-    too for ``correct``); null, NaN and blank are missing; anything else is not a number.
-    """
+    """Parse a number column (confidence, correct) of ``n`` rows (the range: :func:`range_check`). Numbers and booleans
+    are taken as they are; strings as Python's ``float()`` parses them (``true``/``false`` too for ``correct``); null,
+    NaN and blank are missing; anything else is not a number."""
     arr = _combine(arr)
     t = getattr(arr, "type", None)  # None: Python values (PyValues), parsed one by one
     if t is not None and pa.types.is_dictionary(t):
@@ -322,11 +315,9 @@ def parse_numbers(arr: pa.Array | pa.ChunkedArray, role: str, label: str) -> Num
 
 def range_check(col: NumberColumn, role: str, label: str, tol: float = CLIP_TOLERANCE
                 ) -> tuple[np.ndarray, np.ndarray, Formatter, np.ndarray]:
-    """Values in [0, 1]: ``(values, bad_rows, fmt, clipped_rows)``.
-
-    A value within ``tol`` outside [0, 1] (float32 round-off: 1.0000001) is clipped to the nearest bound and listed in
-    ``clipped_rows``; a value further out is a problem, with the hint for ``correct`` that the per-row reader gave.
-    """
+    """Values in [0, 1]: ``(values, bad_rows, fmt, clipped_rows)``. A value within ``tol`` outside [0, 1] (float32
+    round-off: 1.0000001) is clipped to the nearest bound and listed in ``clipped_rows``; a value further out is a
+    problem, with the hint for ``correct`` that the per-row reader gave."""
     x = col.x.copy()
     with np.errstate(invalid="ignore"):
         outside = ~np.isnan(x) & ~((x >= 0.0) & (x <= 1.0))
