@@ -31,14 +31,16 @@ from typing import Any
 
 import pandas as pd
 
+from confgrid.analysis.ace.frame import ACEInputError
+from confgrid.analysis.ace.tables import ACETables, ace_tables
 from confgrid.analysis.closure import closure_notes
 from confgrid.analysis.evaluation import estimates, unit_names
 from confgrid.analysis.verdicts import verdict_table
-from confgrid.flows.analyze.ace import compare_models, read_candidates
-from confgrid.flows.analyze.input import AnalyzeWarning, _columns
+from confgrid.flows.analyze.input import AnalyzeWarning, InputRows, _columns
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.flows.analyze.roads import evaluate_input
 from confgrid.flows.analyze.spec import AnalyzeSpec
+from confgrid.flows.evaluate.ace import ace_frames
 from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
 from confgrid.flows.evaluate.outputs import verdict_mlflow
 from confgrid.flows.store.run_info import RunInfo, write_run_info
@@ -55,6 +57,8 @@ RECORD_FILE = "analyze.json"
 TABLES = ("metrics", "gaps", "shifts", "alignment", "edges", "closure", "verdicts")
 #: those logged to MLflow as artifacts
 LOGGED = ("metrics", "gaps", "shifts", "alignment", "verdicts")
+#: the views of the comparison across models (an input with a model column; ca too when candidate ratings are given)
+DEFAULT_VIEWS = ("raw", "ia", "da")
 
 
 class TrackingWarning(AnalyzeWarning):
@@ -96,7 +100,45 @@ class Analysis:
         return name in self.tables
 
 
-def _with_comparison(tables: dict[str, pd.DataFrame], ace: Any, spec: AnalyzeSpec) -> dict[str, pd.DataFrame]:
+def _read_candidates(path: Path) -> pd.DataFrame:
+    """Candidate ratings for the CA view (``--candidates``: CSV, JSONL or Parquet with the columns of
+    analysis/ace/candidates.py ``RATING_COLUMNS``; ``producers`` may be ``a|b`` text)."""
+    if not path.is_file():
+        raise AnalyzeInputError(f"--candidates {str(path)!r}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return pd.read_csv(path, dtype={"item_id": str})
+    if suffix in (".jsonl", ".ndjson"):
+        return pd.read_json(path, lines=True, dtype={"item_id": str})
+    if suffix in (".parquet", ".pq"):
+        return pd.read_parquet(path)
+    raise AnalyzeInputError(f"--candidates {str(path)!r}: unsupported extension {suffix!r}; use .csv, .jsonl or "
+                            ".parquet")
+
+
+def _compare_models(rows: InputRows, spec: AnalyzeSpec, candidates: pd.DataFrame | None) -> ACETables | None:
+    """The accuracy-controlled comparison across models (study 001, ACE) of rows with a model column: the setting is
+    the dataset, the signal the method; writes ``OUT/results/ace_*``. None with fewer than two models; without
+    candidate ratings CA is skipped with a message. AnalyzeInputError (the ACE layer's message): a bad pair, view or
+    candidate table."""
+    f = rows.objects()
+    if f["model"].nunique() < 2:
+        return None
+    ace_in = pd.DataFrame({"model": f["model"], "dataset": f["dataset"], "method": f["signal"],
+                           "item_id": f["item_id"], "signal": f["confidence"], "correct": f["correct"]})
+    views = [*DEFAULT_VIEWS, *(["ca"] if candidates is not None else [])] if spec.views is None else list(spec.views)
+    try:
+        tables = ace_tables(ace_in, candidates if "ca" in views else None,
+                            pairs=None if spec.pairs is None else list(spec.pairs), views=views,
+                            n_bootstrap=spec.comparison_resamples, seed=spec.seed, n_bins=spec.n_bins,
+                            ia_strata=spec.ia_strata)
+    except ACEInputError as exc:
+        raise AnalyzeInputError(f"comparison across models: {exc}") from None
+    write_frames(ace_frames(tables), spec.out / "results")
+    return tables
+
+
+def _with_comparison(tables: dict[str, pd.DataFrame], ace: ACETables, spec: AnalyzeSpec) -> dict[str, pd.DataFrame]:
     """The comparison across models' tables added; its estimates joined to the metrics, gaps, shifts and verdicts (as
     in a run)."""
     tables = {**tables, **ace.tables()}
@@ -116,7 +158,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
 
     The input is read by its entry of flows/analyze/roads.py ``ROADS`` and takes the run's road (``bootstrap_units``,
     ``estimates``): a run's signal table with the run's seed, resamples and level gives the run's tables, byte for
-    byte. An input with a ``model`` column is also compared across models (study 001, ACE; flows/analyze/ace.py): its
+    byte. An input with a ``model`` column is also compared across models (study 001, ACE): its
     ``ace_*`` tables are added and its cells join the metrics, gaps and verdicts. Returns the tables written to
     ``OUT/results`` (gap = metric(signal_a) - metric(signal_b)), the MLflow parent run id or the tracking failure.
 
@@ -129,7 +171,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
         raise TypeError(f"analyze takes one AnalyzeSpec, got {type(spec).__name__}: call "
                         "analyze(AnalyzeSpec(input=..., out=..., metrics=...)) (confgrid.flows.analyze.spec)")
     spec.warn_unused_axes()
-    cand_df = read_candidates(spec.candidates) if spec.candidates is not None else None
+    cand_df = _read_candidates(spec.candidates) if spec.candidates is not None else None
     out_dir = spec.out
     if out_dir.exists() and not out_dir.is_dir():
         raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
@@ -150,10 +192,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
         if spec.group_col is not None:
             warnings.warn(f"--group-col {spec.group_col!r} clusters the metrics and gaps; the comparison across "
                           "models still resamples single items", AnalyzeWarning, stacklevel=2)
-        ace = compare_models(read.rows.objects(), out_dir / "results", views=spec.views,
-                             pairs=None if spec.pairs is None else list(spec.pairs), candidates=cand_df,
-                             n_resamples=spec.comparison_resamples, seed=spec.seed, n_bins=spec.n_bins,
-                             ia_strata=spec.ia_strata)
+        ace = _compare_models(read.rows, spec, cand_df)
         if ace is not None:
             tables = _with_comparison(tables, ace, spec)
             for msg in ace.messages:

@@ -139,9 +139,12 @@ def evaluate_input(spec: AnalyzeSpec) -> Analyzed:
             raise AnalyzeInputError(f"{spec.input}: {exc}") from None
         n_rows, n_graded, rows = n_rows + part.n_rows, n_graded + part.n_graded, part.rows
         part_alignment = [_alignment(u, part.examples) for u in plans]
-        if road.checked:
-            for u, table in zip(plans, part_alignment, strict=True):
-                _warn_left_out(u.name, table)
+        for u, table in zip(plans, part_alignment, strict=True):
+            left = [f"{r['signal']!r}: {r['n_left_out']} of {r['n_items']}" for r in table if r["n_left_out"]]
+            if road.checked and left:
+                warnings.warn(f"setting {u.name!r}: items not scored by every signal are left out of the paired "
+                              f"analysis ({', '.join(left)}); {table[0]['n_used']} items used. See alignment.csv.",
+                              AnalyzeWarning, stacklevel=3)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UndefinedMetricWarning)  # re-said below with setting and signal
             part_results = bootstrap_units(plans, names, spec.n_resamples, n_bins=spec.n_bins, use_ray=spec.use_ray,
@@ -165,14 +168,6 @@ def _alignment(u: UnitPlan, examples: dict[tuple[str, str], str]) -> list[dict[s
     return [{"setting": u.name, "signal": s, "n_items": u.n_rows.get(s, 0), "n_used": u.n_of(i),
              "n_left_out": u.n_rows.get(s, 0) - u.n_of(i), "left_out_examples": examples.get((u.name, s), "")}
             for i, s in enumerate(u.signals)]
-
-
-def _warn_left_out(name: str, table: list[dict[str, Any]]) -> None:
-    left = [f"{r['signal']!r}: {r['n_left_out']} of {r['n_items']}" for r in table if r["n_left_out"]]
-    if left:
-        warnings.warn(f"setting {name!r}: items not scored by every signal are left out of the paired analysis "
-                      f"({', '.join(left)}); {table[0]['n_used']} items used. See alignment.csv.", AnalyzeWarning,
-                      stacklevel=4)
 
 
 def _named_undefined(u: UnitPlan, point: np.ndarray, metrics: list[str], n_bins: int) -> list[str]:
