@@ -38,7 +38,7 @@ from confgrid.analysis.evaluation import estimates, unit_names
 from confgrid.analysis.verdicts import verdict_table
 from confgrid.flows.analyze.input import AnalyzeWarning, InputRows, _columns
 from confgrid.flows.analyze.read import AnalyzeInputError
-from confgrid.flows.analyze.roads import evaluate_input
+from confgrid.flows.analyze.roads import Analyzed, evaluate_input
 from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.ace import ace_frames
 from confgrid.flows.evaluate.clusters import cluster_note, with_cluster_columns
@@ -175,7 +175,6 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     out_dir = spec.out
     if out_dir.exists() and not out_dir.is_dir():
         raise AnalyzeInputError(f"--out {str(out_dir)!r}: exists and is not a directory")
-    cols = _columns(spec.column_roles)
     read = evaluate_input(spec)
     est = estimates(read.units, read.results, spec.level, spec.interval)
     n_clusters = {st.name: st.n_clusters for st in read.settings if st.n_clusters is not None}
@@ -201,7 +200,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     # what `confgrid show` and `confgrid report` read (an analysis has one group: every row)
     write_run_info(out_dir, RunInfo(command="analyze", n_bins=spec.n_bins, ece_closure=spec.ece_closure,
                                     ece_bin_confidence=spec.ece_bin_confidence, level=spec.level, primary={}))
-    record = _record(spec, read, cols, read.road == "in_turn")
+    record = _record(spec, read)
     write_text_atomic(json.dumps(record, indent=1), out_dir / RECORD_FILE)
     result = Analysis(spec, tables, read.road, read.n_graded, cluster_note(spec.group_col, n_clusters))
     if not spec.track:
@@ -216,7 +215,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
         return replace(result, tracking_uri=uri, tracking_failure=failure)
 
 
-def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -> dict[str, Any]:
+def _record(spec: AnalyzeSpec, read: Analyzed) -> dict[str, Any]:
     """The analysis' MLflow record without its metrics: parent run name, params and tags, one child per setting
     (``OUT/analyze.json``)."""
     input_path, settings = spec.input, read.settings
@@ -226,8 +225,8 @@ def _record(spec: AnalyzeSpec, read: Any, cols: dict[str, str], in_turn: bool) -
                   ece_conventions=",".join(spec.ece_conventions), level=spec.level, interval=spec.interval,
                   chunk_size=spec.chunk_size, use_ray=spec.use_ray, n_rows=read.n_rows, n_settings=len(settings),
                   threshold=spec.threshold, uncertainty=spec.uncertainty,
-                  graded_soft_labels=bool(read.n_graded and spec.threshold is None), in_turn=in_turn,
-                  **{f"column.{r}": c for r, c in cols.items()})
+                  graded_soft_labels=bool(read.n_graded and spec.threshold is None), in_turn=read.road == "in_turn",
+                  **{f"column.{r}": c for r, c in _columns(spec.column_roles).items()})
     if spec.group_col is not None:  # a cluster bootstrap: say so, on which column, how many clusters
         n_clusters = [st.n_clusters for st in settings if st.n_clusters is not None]
         params.update(resampling="clustered", group_col=spec.group_col, n_clusters=",".join(map(str, n_clusters)))

@@ -243,20 +243,6 @@ def _shown(arr: pa.Array) -> Callable[[np.ndarray], list[str]]:
                          for v in arr.take(pa.array(rows, pa.int64())).to_pylist()]
 
 
-def _numeric(arr: pa.Array, label: str) -> NumberColumn:
-    null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    x = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=True)
-    x[null] = math.nan
-    nan = np.isnan(x) & ~null
-    bad = np.flatnonzero(null | nan)
-    is_nan = nan[bad]
-
-    def fmt(sel: np.ndarray) -> list[str]:
-        return [f"{label} is missing (NaN)" if is_nan[i] else f"{label} is missing (null)" for i in sel]
-
-    return NumberColumn(x, bad, fmt, _shown(arr))
-
-
 def parse_numbers(arr: pa.Array | pa.ChunkedArray, role: str, label: str) -> NumberColumn:
     """Parse a number column (confidence, correct) of ``n`` rows (the range: :func:`range_check`). Numbers and booleans
     are taken as they are; strings as Python's ``float()`` parses them (``true``/``false`` too for ``correct``); null,
@@ -266,11 +252,15 @@ def parse_numbers(arr: pa.Array | pa.ChunkedArray, role: str, label: str) -> Num
     if t is not None and pa.types.is_dictionary(t):
         arr = arr.dictionary_decode()
         t = arr.type
-    if t is None:
-        pass
-    elif pa.types.is_integer(t) or pa.types.is_floating(t) and t != pa.float16() or pa.types.is_boolean(t) \
-            or pa.types.is_null(t):
-        return _numeric(arr, label)
+    if t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t) and t != pa.float16()
+                          or pa.types.is_boolean(t) or pa.types.is_null(t)):  # numbers: null and NaN are missing
+        null = np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        x = pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=True)
+        x[null] = math.nan
+        nan = np.isnan(x) & ~null
+        bad = np.flatnonzero(null | nan)
+        return NumberColumn(x, bad, lambda sel, n=nan[bad]: [f"{label} is missing ({'NaN' if n[i] else 'null'})"
+                                                              for i in sel], _shown(arr))
     n = len(arr)
     x = np.full(n, math.nan)
     if t is not None and (pa.types.is_string(t) or pa.types.is_large_string(t)) and arr.null_count == 0:

@@ -138,7 +138,11 @@ def evaluate_input(spec: AnalyzeSpec) -> Analyzed:
         except ValueError as exc:
             raise AnalyzeInputError(f"{spec.input}: {exc}") from None
         n_rows, n_graded, rows = n_rows + part.n_rows, n_graded + part.n_graded, part.rows
-        part_alignment = [_alignment(u, part.examples) for u in plans]
+        # per unit and signal: its rows, the items it is evaluated on and those left out
+        part_alignment = [[{"setting": u.name, "signal": s, "n_items": u.n_rows.get(s, 0), "n_used": u.n_of(i),
+                            "n_left_out": u.n_rows.get(s, 0) - u.n_of(i),
+                            "left_out_examples": part.examples.get((u.name, s), "")} for i, s in enumerate(u.signals)]
+                          for u in plans]
         for u, table in zip(plans, part_alignment, strict=True):
             left = [f"{r['signal']!r}: {r['n_left_out']} of {r['n_items']}" for r in table if r["n_left_out"]]
             if road.checked and left:
@@ -161,13 +165,6 @@ def evaluate_input(spec: AnalyzeSpec) -> Analyzed:
         results += part_results
     return Analyzed(road.name, settings, units, results, pd.DataFrame(alignment, columns=ALIGNMENT_COLUMNS), n_rows,
                     n_graded, rows)
-
-
-def _alignment(u: UnitPlan, examples: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
-    """The alignment rows of a unit: per signal its rows, the items it is evaluated on and those left out."""
-    return [{"setting": u.name, "signal": s, "n_items": u.n_rows.get(s, 0), "n_used": u.n_of(i),
-             "n_left_out": u.n_rows.get(s, 0) - u.n_of(i), "left_out_examples": examples.get((u.name, s), "")}
-            for i, s in enumerate(u.signals)]
 
 
 def _named_undefined(u: UnitPlan, point: np.ndarray, metrics: list[str], n_bins: int) -> list[str]:
