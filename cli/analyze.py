@@ -100,27 +100,21 @@ def _spec(values: dict[str, Any]) -> AnalyzeSpec:
 def analyze_cmd(ctx: typer.Context, **values: Any) -> None:
     """Metrics with paired bootstrap intervals, and paired gaps between signals, of outputs from anywhere.
 
-    INPUT has one row per (setting, item_id, signal) with columns setting,
-    item_id, signal, confidence, correct (rename with the --*-col flags).
-    Every bad row is reported by line (CSV: the header is line 1; Parquet:
-    0-based row) and nothing is written (exit status 2). Within a setting,
-    signals are compared on the items all of them scored; items left out are
-    counted in OUT/results/alignment.csv. --group-col COL resamples the clusters
-    of COL (e.g. the question of several generations) with all their items, for
-    intervals that allow for rows that are not independent.
+    INPUT has one row per (setting, item_id, signal) with columns setting, item_id, signal, confidence, correct
+    (rename with the --*-col flags). Every bad row is reported by line (CSV: the header is line 1; Parquet: 0-based
+    row) and nothing is written (exit status 2). Within a setting, signals are compared on the items all of them
+    scored; items left out are counted in OUT/results/alignment.csv. --group-col COL resamples the clusters of COL
+    (e.g. the question of several generations) with all their items, for intervals that allow for rows that are not
+    independent.
 
-    Writes OUT/results/metrics.csv (a row per setting, signal and metric: point,
-    lo, hi, n), OUT/results/gaps.csv (gap = metric(signal_a) - metric(signal_b);
-    the pairs: see --against and --signal-pairs),
-    OUT/results/shifts.csv, OUT/results/alignment.csv, OUT/results/edges.csv,
-    OUT/results/closure.csv, OUT/results/verdicts.csv, a .parquet copy of each,
-    OUT/results/run_info.json (bins, closures, level: what show and report
-    read), OUT/analyze.json (what `confgrid log OUT` logs) and an MLflow parent run
-    (experiment confgrid/analyze; store: --tracking-uri, else
-    $MLFLOW_TRACKING_URI, else OUT/mlflow.db) with one child run per setting.
-    With a model column, the comparison across models adds
-    OUT/results/ace_*.csv. If the MLflow store fails, every file is still
-    written and the exit status is 3; log them later with `confgrid log OUT`.
+    Writes OUT/results/metrics.csv (a row per setting, signal and metric: point, lo, hi, n), OUT/results/gaps.csv (gap
+    = metric(signal_a) - metric(signal_b); the pairs: see --against and --signal-pairs), OUT/results/shifts.csv,
+    OUT/results/alignment.csv, OUT/results/edges.csv, OUT/results/closure.csv, OUT/results/verdicts.csv, a .parquet
+    copy of each, OUT/results/run_info.json (bins, closures, level: what show and report read), OUT/analyze.json (what
+    `confgrid log OUT` logs) and an MLflow parent run (experiment confgrid/analyze; store: --tracking-uri, else
+    $MLFLOW_TRACKING_URI, else OUT/mlflow.db) with one child run per setting. With a model column, the comparison
+    across models adds OUT/results/ace_*.csv. If the MLflow store fails, every file is still written and the exit
+    status is 3; log them later with `confgrid log OUT`.
     """
     setup_logging(False)  # also: an unreachable tracking server fails in seconds
     with warnings.catch_warnings(record=True) as caught:

@@ -144,9 +144,7 @@ _SHOWN_NONFINITE = 5
 
 @dataclass
 class InputRows:
-    """Checked input rows.
-
-    ``frame``: columns ``setting``, ``item_id``, ``signal`` (pandas Categorical of str, categories sorted),
+    """Checked input rows. ``frame``: columns ``setting``, ``item_id``, ``signal`` (Categorical of str, sorted),
     ``confidence``, ``correct`` (float64 in [0, 1]); with a model column also ``model`` and ``dataset`` first and
     ``setting`` = ``"model/dataset"``; with ``--group-col`` also ``group`` (Categorical of str, the cluster of each
     row). ``pos``: each row's line (``unit`` ``"line"``) or 0-based row (``"row"``) number. ``n_graded``: correctness
@@ -464,8 +462,8 @@ def signal_rows(rows: InputRows, group_col: str | None = None, keep: bool = Fals
 
     Rows are sorted by (setting, signal, item) as str, the order ``plan_units`` keeps. A setting is a unit on its own
     (``model``, ``dataset`` and ``target_kind`` empty: its seed is ``setting_seed(setting, "", seed)``). With
-    ``group_col`` the clusters go to the ``cluster`` column (:func:`check_clusters` first: AnalyzeInputError for an item
-    in several). ``keep``: keep ``rows`` (the comparison across models).
+    ``group_col`` the clusters go to the ``cluster`` column (:func:`check_clusters` first: AnalyzeInputError for an
+    item in several). ``keep``: keep ``rows`` (the comparison across models).
     """
     f = rows.frame
     if group_col is not None:
