@@ -101,8 +101,7 @@ class Road:
     comparisons: Callable[[AnalyzeSpec], Comparisons] = _input_comparisons
     #: the parts come one at a time: each part's arrays are freed after its bootstrap
     in_turn: bool = False
-    #: say which items the alignment leaves out (AnalyzeWarning) and name each undefined point estimate by setting
-    #: and signal (UndefinedMetricWarning)
+    #: warn of the items the alignment leaves out, and name each undefined point estimate by setting and signal
     checked: bool = True
     #: tried after every other entry (it accepts what no other reader takes)
     fallback: bool = False
