@@ -26,6 +26,7 @@ from confgrid.protocols.dataset_io import (
     no_mapping,
     register_adapter,
     require_columns,
+    row_adapter,
     unique_ids,
 )
 from confgrid.protocols.items import Item
@@ -142,15 +143,8 @@ def mmlu(
 _MMLU_PRO_MISSING = "N/A"
 
 
-@register_adapter("mmlu_pro")
-def mmlu_pro(
-    source: str,
-    *,
-    split: str = "test",
-    dataset_name: str = "mmlu_pro",
-    hub_config: str | None = None,
-    **mapping: Any,
-) -> list[Item]:
+@row_adapter("mmlu_pro", split="test")
+def mmlu_pro(r: Mapping[str, Any], i: int, where: str, dataset_name: str) -> Item:
     """MMLU-Pro (Wang et al. 2024): up to 10 options per question, with its category (study 003).
 
     Reads the hub schema of ``TIGER-Lab/MMLU-Pro`` (split ``test`` or ``validation``) from the hub, a local
@@ -170,52 +164,40 @@ def mmlu_pro(
     ``ValueError`` if ``options`` is not a non-empty list, or the answer is not one of its letters (or names an
     ``"N/A"`` option).
     """
-    no_mapping("mmlu_pro", mapping)
-    rows = load_rows(source, split, hub_config)
-    where = f"mmlu_pro {source!r}"
-    items = []
-    for i, r in enumerate(rows):
-        require_columns(r, ["question", "options"], where)
-        if "answer" not in r and "answer_index" not in r:
-            raise KeyError(f"{where}: missing required column 'answer' (or 'answer_index'); columns found: {sorted(r)}")
-        raw = r["options"]
-        if not isinstance(raw, (list, tuple)) or not raw:
-            raise ValueError(f"{where} row {i}: options={raw!r}; expected a non-empty list of option texts")
-        letters = string.ascii_uppercase[: len(raw)]
-        ans = r.get("answer")
-        if ans is not None and str(ans).strip():
-            letter = str(ans).strip().upper()
-        elif isinstance(r.get("answer_index"), int) and 0 <= r["answer_index"] < len(raw):
-            letter = letters[r["answer_index"]]
-        else:
-            letter = ""
-        if letter not in letters:
-            raise ValueError(
-                f"{where} row {i}: answer={ans!r}, answer_index={r.get('answer_index')!r}; "
-                f"allowed: letters {list(letters)} (or indices 0-{len(raw) - 1})"
-            )
-        kept = [k for k, o in enumerate(raw) if str(o).strip() != _MMLU_PRO_MISSING]
-        if letters.index(letter) not in kept:
-            raise ValueError(f"{where} row {i}: the answer {letter} is an {_MMLU_PRO_MISSING!r} option")
-        options = tuple(str(raw[k]) for k in kept)
-        qid = r.get("question_id")
-        has_id = qid is not None and str(qid) != ""
-        items.append(
-            _choice_item(
-                item_id=f"mmlu_pro-{qid}" if has_id else hash_id("mmlu_pro", r["question"], *options),
-                dataset=dataset_name,
-                question=r["question"],
-                options=options,
-                letter=string.ascii_uppercase[kept.index(letters.index(letter))],
-                metadata={
-                    "category": str(r.get("category") or ""),
-                    "src": str(r.get("src") or ""),
-                    "question_id": str(qid) if has_id else "",
-                    "row": str(i),
-                },
-            )
+    require_columns(r, ["question", "options"], where)
+    if "answer" not in r and "answer_index" not in r:
+        raise KeyError(f"{where}: missing required column 'answer' (or 'answer_index'); columns found: {sorted(r)}")
+    raw = r["options"]
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise ValueError(f"{where} row {i}: options={raw!r}; expected a non-empty list of option texts")
+    letters = string.ascii_uppercase[: len(raw)]
+    ans = r.get("answer")
+    if ans is not None and str(ans).strip():
+        letter = str(ans).strip().upper()
+    elif isinstance(r.get("answer_index"), int) and 0 <= r["answer_index"] < len(raw):
+        letter = letters[r["answer_index"]]
+    else:
+        letter = ""
+    if letter not in letters:
+        raise ValueError(
+            f"{where} row {i}: answer={ans!r}, answer_index={r.get('answer_index')!r}; "
+            f"allowed: letters {list(letters)} (or indices 0-{len(raw) - 1})"
         )
-    return unique_ids(items)
+    kept = [k for k, o in enumerate(raw) if str(o).strip() != _MMLU_PRO_MISSING]
+    if letters.index(letter) not in kept:
+        raise ValueError(f"{where} row {i}: the answer {letter} is an {_MMLU_PRO_MISSING!r} option")
+    options = tuple(str(raw[k]) for k in kept)
+    qid = r.get("question_id")
+    has_id = qid is not None and str(qid) != ""
+    return _choice_item(
+        item_id=f"mmlu_pro-{qid}" if has_id else hash_id("mmlu_pro", r["question"], *options),
+        dataset=dataset_name,
+        question=r["question"],
+        options=options,
+        letter=string.ascii_uppercase[kept.index(letters.index(letter))],
+        metadata={"category": str(r.get("category") or ""), "src": str(r.get("src") or ""),
+                  "question_id": str(qid) if has_id else "", "row": str(i)},
+    )
 
 
 # ----------------------------------------------------------------------------- AGIEval
@@ -224,56 +206,40 @@ _AGIEVAL_COLUMNS = ("passage", "question", "options", "label")
 _OPTION_PREFIX = re.compile(r"^\s*\(([A-Za-z])\)\s*")
 
 
-def _agieval(source: str, *, task: str, passage_label: str, dataset_name: str, split: str,
-             hub_config: str | None) -> list[Item]:
-    """Items of one AGIEval v1 multiple-choice file (see :func:`agieval_lsat_ar`)."""
-    rows = load_rows(source, split, hub_config)
-    where = f"agieval_{task.replace('-', '_')} {source!r}"
-    items = []
-    for i, r in enumerate(rows):
-        require_columns(r, _AGIEVAL_COLUMNS, where)
-        raw = r["options"]
-        if not isinstance(raw, (list, tuple)) or not raw:
-            raise ValueError(f"{where} row {i}: options={raw!r}; expected a non-empty list of '(A)...' strings")
-        options = []
-        for k, o in enumerate(raw):
-            m = _OPTION_PREFIX.match(str(o))
-            if m and m.group(1).upper() != string.ascii_uppercase[k]:
-                raise ValueError(f"{where} row {i}: option {k + 1} is {o!r}; expected the prefix "
-                                 f"({string.ascii_uppercase[k]}) or none")
-            options.append(str(o)[m.end():].strip() if m else str(o).strip())
-        label = r["label"]
-        if isinstance(label, (list, tuple)) and len(label) == 1:
-            label = label[0]
-        letter = str(label or "").strip().upper()
-        letters = string.ascii_uppercase[: len(options)]
-        if len(letter) != 1 or letter not in letters:
-            raise ValueError(f"{where} row {i}: label={r['label']!r}; allowed: one of the letters {list(letters)}")
-        passage = str(r["passage"] or "").strip()
-        question = str(r["question"] or "").strip()
-        text = f"{passage_label}: {passage}\nQuestion: {question}" if passage else question
-        items.append(
-            _choice_item(
-                item_id=hash_id(f"agieval-{task}", passage, question, *options),
-                dataset=dataset_name,
-                question=text,
-                options=tuple(options),
-                letter=letter,
-                metadata={"category": task, "passage_id": hash_id(task, passage) if passage else "", "row": str(i)},
-            )
-        )
-    return unique_ids(items)
+def _agieval(r: Mapping[str, Any], i: int, where: str, dataset_name: str, task: str, passage_label: str) -> Item:
+    """The item of one row of an AGIEval v1 multiple-choice file (see :func:`agieval_lsat_ar`)."""
+    require_columns(r, _AGIEVAL_COLUMNS, where)
+    raw = r["options"]
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise ValueError(f"{where} row {i}: options={raw!r}; expected a non-empty list of '(A)...' strings")
+    options = []
+    for k, o in enumerate(raw):
+        m = _OPTION_PREFIX.match(str(o))
+        if m and m.group(1).upper() != string.ascii_uppercase[k]:
+            raise ValueError(f"{where} row {i}: option {k + 1} is {o!r}; expected the prefix "
+                             f"({string.ascii_uppercase[k]}) or none")
+        options.append(str(o)[m.end():].strip() if m else str(o).strip())
+    label = r["label"]
+    if isinstance(label, (list, tuple)) and len(label) == 1:
+        label = label[0]
+    letter = str(label or "").strip().upper()
+    letters = string.ascii_uppercase[: len(options)]
+    if len(letter) != 1 or letter not in letters:
+        raise ValueError(f"{where} row {i}: label={r['label']!r}; allowed: one of the letters {list(letters)}")
+    passage = str(r["passage"] or "").strip()
+    question = str(r["question"] or "").strip()
+    return _choice_item(
+        item_id=hash_id(f"agieval-{task}", passage, question, *options),
+        dataset=dataset_name,
+        question=f"{passage_label}: {passage}\nQuestion: {question}" if passage else question,
+        options=tuple(options),
+        letter=letter,
+        metadata={"category": task, "passage_id": hash_id(task, passage) if passage else "", "row": str(i)},
+    )
 
 
-@register_adapter("agieval_lsat_ar")
-def agieval_lsat_ar(
-    source: str,
-    *,
-    split: str = "test",
-    dataset_name: str = "agieval_lsat_ar",
-    hub_config: str | None = None,
-    **mapping: Any,
-) -> list[Item]:
+@row_adapter("agieval_lsat_ar", split="test")
+def agieval_lsat_ar(r: Mapping[str, Any], i: int, where: str, dataset_name: str) -> Item:
     """AGIEval LSAT analytical reasoning (Zhong et al. 2023; AR-LSAT): 5 options (study 002 section 4.2).
 
     Reads AGIEval's v1 file ``data/v1/lsat-ar.jsonl`` (230 rows; columns ``passage``, ``question``, ``options`` =
@@ -289,20 +255,11 @@ def agieval_lsat_ar(
 
     Raises ``ValueError`` if ``label`` is not one of the option letters, or an option's prefix letter is out of place.
     """
-    no_mapping("agieval_lsat_ar", mapping)
-    return _agieval(source, task="lsat-ar", passage_label="Context", dataset_name=dataset_name, split=split,
-                    hub_config=hub_config)
+    return _agieval(r, i, where, dataset_name, task="lsat-ar", passage_label="Context")
 
 
-@register_adapter("agieval_sat_en")
-def agieval_sat_en(
-    source: str,
-    *,
-    split: str = "test",
-    dataset_name: str = "agieval_sat_en",
-    hub_config: str | None = None,
-    **mapping: Any,
-) -> list[Item]:
+@row_adapter("agieval_sat_en", split="test")
+def agieval_sat_en(r: Mapping[str, Any], i: int, where: str, dataset_name: str) -> Item:
     """AGIEval SAT English (Zhong et al. 2023): a passage and 4 options (study 002 section 4.3).
 
     Reads AGIEval's v1 file ``data/v1/sat-en.jsonl`` (206 rows; columns ``passage``, ``question``, ``options`` =
@@ -314,9 +271,7 @@ def agieval_sat_en(
 
     Errors as :func:`agieval_lsat_ar`.
     """
-    no_mapping("agieval_sat_en", mapping)
-    return _agieval(source, task="sat-en", passage_label="Passage", dataset_name=dataset_name, split=split,
-                    hub_config=hub_config)
+    return _agieval(r, i, where, dataset_name, task="sat-en", passage_label="Passage")
 
 
 # ----------------------------------------------------------------------------- BoolQ
@@ -350,15 +305,8 @@ def _boolq_label(value: Any, where: str, i: int) -> bool:
     raise ValueError(f"{where} row {i}: label={value!r}; allowed: true/false, 1/0 or a JSON boolean{hint}")
 
 
-@register_adapter("boolq")
-def boolq(
-    source: str,
-    *,
-    split: str = "validation",
-    dataset_name: str = "boolq",
-    hub_config: str | None = None,
-    **mapping: Any,
-) -> list[Item]:
+@row_adapter("boolq", split="validation")
+def boolq(r: Mapping[str, Any], i: int, where: str, dataset_name: str) -> Item:
     """BoolQ (Clark et al. 2019): a passage and a yes/no question, asked as True/False (study 002 section 4.1, F.1).
 
     Two row forms, detected per row: SuperGLUE's ``BoolQ/val.jsonl`` (``question``, ``passage``, ``idx``, ``label``: a
@@ -376,31 +324,15 @@ def boolq(
     Raises ``KeyError`` if ``question``, ``passage`` or both ``label`` and ``answer`` are missing; ``ValueError`` if a
     label is not a boolean (e.g. the hidden ``-1`` labels of a test split).
     """
-    no_mapping("boolq", mapping)
-    rows = load_rows(source, split, hub_config)
-    where = f"boolq {source!r}"
-    items = []
-    for i, r in enumerate(rows):
-        require_columns(r, ["question", "passage"], where)
-        if "label" in r:
-            value = _boolq_label(r["label"], where, i)
-        elif "answer" in r:
-            value = _boolq_label(r["answer"], where, i)
-        else:
-            raise KeyError(f"{where}: missing required column 'label' (or 'answer'); columns found: {sorted(r)}")
-        passage, question = str(r["passage"] or ""), str(r["question"] or "")
-        title = passage.split(" -- ", 1)[0].strip() if " -- " in passage else ""
-        meta = {"category": "boolq", "title": title, "row": str(i)}
-        if r.get("idx") is not None:
-            meta["idx"] = str(r["idx"])
-        items.append(
-            _choice_item(
-                item_id=hash_id("boolq", question.strip(), passage.strip()),
-                dataset=dataset_name,
-                question=boolq_text(passage, question),
-                options=_BOOLQ_OPTIONS,
-                letter="A" if value else "B",
-                metadata=meta,
-            )
-        )
-    return unique_ids(items)
+    require_columns(r, ["question", "passage"], where)
+    if "label" not in r and "answer" not in r:
+        raise KeyError(f"{where}: missing required column 'label' (or 'answer'); columns found: {sorted(r)}")
+    value = _boolq_label(r["label"] if "label" in r else r["answer"], where, i)
+    passage, question = str(r["passage"] or ""), str(r["question"] or "")
+    title = passage.split(" -- ", 1)[0].strip() if " -- " in passage else ""
+    meta = {"category": "boolq", "title": title, "row": str(i)}
+    if r.get("idx") is not None:
+        meta["idx"] = str(r["idx"])
+    return _choice_item(item_id=hash_id("boolq", question.strip(), passage.strip()), dataset=dataset_name,
+                        question=boolq_text(passage, question), options=_BOOLQ_OPTIONS, letter="A" if value else "B",
+                        metadata=meta)

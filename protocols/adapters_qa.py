@@ -26,6 +26,7 @@ from confgrid.protocols.dataset_io import (
     no_mapping,
     register_adapter,
     require_columns,
+    row_adapter,
     split_answers,
     unique_ids,
 )
@@ -40,15 +41,8 @@ _TRUTHFULQA_CSV = ("Question", "Best Answer", "Correct Answers", "Incorrect Answ
 _TRUTHFULQA_HUB = ("question", "best_answer", "correct_answers", "incorrect_answers", "type", "category", "source")
 
 
-@register_adapter("truthfulqa")
-def truthfulqa(
-    source: str,
-    *,
-    split: str = "validation",
-    dataset_name: str = "truthfulqa",
-    hub_config: str | None = None,
-    **mapping: Any,
-) -> list[Item]:
+@row_adapter("truthfulqa", split="validation", hub_config="generation")
+def truthfulqa(r: Mapping[str, Any], i: int, where: str, dataset_name: str) -> Item:
     """TruthfulQA generation set (Lin, Hilton and Evans 2022).
 
     Reads the released ``TruthfulQA.csv`` (columns Type, Category, Question, Best Answer, Correct Answers, Incorrect
@@ -60,44 +54,21 @@ def truthfulqa(
     answers; ``item_id`` = ``truthfulqa-<first 10 hex of sha1(question)>``, stable under subsetting; metadata: type,
     category, source, row.
     """
-    no_mapping("truthfulqa", mapping)
-    rows = load_rows(source, split, hub_config or "generation")
-    items = []
-    for i, r in enumerate(rows):
-        qc, bc, cc, ic, *meta_cols = _TRUTHFULQA_CSV if "Question" in r or "question" not in r else _TRUTHFULQA_HUB
-        require_columns(r, [qc, bc, cc], f"truthfulqa {source!r}")
-        q, best = r[qc], (r[bc] or "").strip()
-        correct, incorrect = split_answers(r[cc], ";"), split_answers(r.get(ic), ";")
-        meta = {k: r.get(c) or "" for k, c in zip(("type", "category", "source"), meta_cols, strict=True)}
-        gold = dedup([best, *correct])
-        meta["row"] = str(i)
-        items.append(
-            Item(
-                item_id=hash_id("truthfulqa", q),
-                dataset=dataset_name,
-                question=q,
-                gold_answers=gold,
-                canonical=best or (gold[0] if gold else ""),
-                aliases=gold,
-                incorrect_answers=incorrect,
-                metadata=meta,
-            )
-        )
-    return unique_ids(items)
+    qc, bc, cc, ic, *meta_cols = _TRUTHFULQA_CSV if "Question" in r or "question" not in r else _TRUTHFULQA_HUB
+    require_columns(r, [qc, bc, cc], where)
+    q, best = r[qc], (r[bc] or "").strip()
+    meta = {k: r.get(c) or "" for k, c in zip(("type", "category", "source"), meta_cols, strict=True)}
+    gold = dedup([best, *split_answers(r[cc], ";")])
+    return Item(item_id=hash_id("truthfulqa", q), dataset=dataset_name, question=q, gold_answers=gold,
+                canonical=best or (gold[0] if gold else ""), aliases=gold,
+                incorrect_answers=split_answers(r.get(ic), ";"), metadata={**meta, "row": str(i)})
 
 
 _TRIVIAQA_HIDDEN = {"", "<unk>"}
 
 
-@register_adapter("triviaqa")
-def triviaqa(
-    source: str,
-    *,
-    split: str = "validation",
-    dataset_name: str = "triviaqa",
-    hub_config: str | None = None,
-    **mapping: Any,
-) -> list[Item]:
+@row_adapter("triviaqa", split="validation", hub_config="rc.nocontext")
+def triviaqa(r: Mapping[str, Any], i: int, where: str, dataset_name: str) -> Item:
     """TriviaQA (Joshi et al. 2017), hub schema or flat alias-list form.
 
     Two row forms are accepted, detected per row:
@@ -115,50 +86,33 @@ def triviaqa(
     Raises ``KeyError`` if a row has neither ``answer`` nor ``golden_answers``, or no question; ``ValueError`` if a
     row has no answer (the hub's test split hides its answers; use ``split="validation"``).
     """
-    no_mapping("triviaqa", mapping)
-    rows = load_rows(source, split, hub_config or "rc.nocontext")
-    items = []
-    for i, r in enumerate(rows):
-        require_columns(r, ["question"], f"triviaqa {source!r}")
-        if "answer" in r and isinstance(r["answer"], Mapping):
-            ans = r["answer"]
-            value = (ans.get("value") or "").strip()
-            aliases = split_answers(ans.get("aliases"), "")
-            norm = split_answers(ans.get("normalized_aliases"), "")
-            if value in _TRIVIAQA_HIDDEN and not aliases:
-                raise ValueError(
-                    f"triviaqa {source!r} row {i}: answer.value={ans.get('value')!r} and no aliases; "
-                    "the answers of this split are hidden (the hub's test split is; use split='validation')"
-                )
-            gold = dedup([value, *aliases]) if value not in _TRIVIAQA_HIDDEN else dedup(aliases)
-            item_id = str(r.get("question_id") or f"{dataset_name}-{i}")
-            canonical = value if value not in _TRIVIAQA_HIDDEN else gold[0]
-        elif "golden_answers" in r:
-            aliases = split_answers(r["golden_answers"], "")
-            norm = ()
-            gold = dedup(aliases)
-            if not gold:
-                raise ValueError(f"triviaqa {source!r} row {i}: golden_answers is empty; every item needs an answer")
-            item_id = str(r.get("id") or f"{dataset_name}-{i}")
-            canonical = gold[0]
-        else:
-            raise KeyError(
-                f"triviaqa {source!r}: missing required column 'answer' (hub schema) or 'golden_answers' "
-                f"(flat form); columns found: {sorted(r)}"
+    require_columns(r, ["question"], where)
+    if "answer" in r and isinstance(r["answer"], Mapping):
+        ans = r["answer"]
+        value = (ans.get("value") or "").strip()
+        aliases = split_answers(ans.get("aliases"), "")
+        norm = split_answers(ans.get("normalized_aliases"), "")
+        if value in _TRIVIAQA_HIDDEN and not aliases:
+            raise ValueError(
+                f"{where} row {i}: answer.value={ans.get('value')!r} and no aliases; "
+                "the answers of this split are hidden (the hub's test split is; use split='validation')"
             )
-        items.append(
-            Item(
-                item_id=item_id,
-                dataset=dataset_name,
-                question=r["question"],
-                gold_answers=gold,
-                canonical=canonical,
-                aliases=aliases,
-                normalized_aliases=norm,
-                metadata={"category": "triviaqa", "row": str(i)},
-            )
-        )
-    return unique_ids(items)
+        gold = dedup([value, *aliases]) if value not in _TRIVIAQA_HIDDEN else dedup(aliases)
+        item_id = str(r.get("question_id") or f"{dataset_name}-{i}")
+        canonical = value if value not in _TRIVIAQA_HIDDEN else gold[0]
+    elif "golden_answers" in r:
+        aliases = split_answers(r["golden_answers"], "")
+        norm = ()
+        gold = dedup(aliases)
+        if not gold:
+            raise ValueError(f"{where} row {i}: golden_answers is empty; every item needs an answer")
+        item_id = str(r.get("id") or f"{dataset_name}-{i}")
+        canonical = gold[0]
+    else:
+        raise KeyError(f"{where}: missing required column 'answer' (hub schema) or 'golden_answers' (flat form); "
+                       f"columns found: {sorted(r)}")
+    return Item(item_id=item_id, dataset=dataset_name, question=r["question"], gold_answers=gold, canonical=canonical,
+                aliases=aliases, normalized_aliases=norm, metadata={"category": "triviaqa", "row": str(i)})
 
 
 def _one_answer_item(prefix: str, dataset: str, question: str, answer: str, metadata: dict[str, str]) -> Item:
@@ -184,15 +138,8 @@ def _simpleqa_metadata(cell: Any, where: str, i: int) -> dict[str, str]:
     return {k: str(meta.get(k) or "").strip() for k in ("topic", "answer_type")}
 
 
-@register_adapter("simpleqa")
-def simpleqa(
-    source: str,
-    *,
-    split: str = "test",
-    dataset_name: str = "simpleqa",
-    hub_config: str | None = None,
-    **mapping: Any,
-) -> list[Item]:
+@row_adapter("simpleqa", split="test")
+def simpleqa(r: Mapping[str, Any], i: int, where: str, dataset_name: str) -> Item:
     """SimpleQA (Wei et al. 2024, OpenAI), short fact-seeking questions with one answer each (study 004).
 
     Reads the released ``simple_qa_test_set.csv`` (columns ``metadata``, ``problem``, ``answer``; 4,326 rows) or a hub
@@ -209,19 +156,12 @@ def simpleqa(
 
     Raises ``ValueError`` if a row's problem or answer is empty, or its metadata is not a dict literal.
     """
-    no_mapping("simpleqa", mapping)
-    rows = load_rows(source, split, hub_config)
-    where = f"simpleqa {source!r}"
-    items = []
-    for i, r in enumerate(rows):
-        require_columns(r, ["problem", "answer"], where)
-        q, ans = str(r["problem"] or "").strip(), str(r["answer"] or "").strip()
-        if not q or not ans:
-            raise ValueError(f"{where} row {i}: {'problem' if not q else 'answer'} is empty; every row needs both")
-        meta = _simpleqa_metadata(r.get("metadata"), where, i)
-        items.append(_one_answer_item("simpleqa", dataset_name, q, ans, {**meta, "category": meta["topic"],
-                                                                          "row": str(i)}))
-    return unique_ids(items)
+    require_columns(r, ["problem", "answer"], where)
+    q, ans = str(r["problem"] or "").strip(), str(r["answer"] or "").strip()
+    if not q or not ans:
+        raise ValueError(f"{where} row {i}: {'problem' if not q else 'answer'} is empty; every row needs both")
+    meta = _simpleqa_metadata(r.get("metadata"), where, i)
+    return _one_answer_item("simpleqa", dataset_name, q, ans, {**meta, "category": meta["topic"], "row": str(i)})
 
 
 _GSM8K_NUMBER = re.compile(r"[-+]?(?:[0-9]+|[0-9]{1,3}(?:,[0-9]{3})+)(?:\.[0-9]+)?")
@@ -243,15 +183,8 @@ def gsm8k_gold(answer: str) -> str | None:
     return gold.replace(",", "") if marker and _GSM8K_NUMBER.fullmatch(gold) else None
 
 
-@register_adapter("gsm8k")
-def gsm8k(
-    source: str,
-    *,
-    split: str = "test",
-    dataset_name: str = "gsm8k",
-    hub_config: str | None = None,
-    **mapping: Any,
-) -> list[Item]:
+@row_adapter("gsm8k", split="test", hub_config="main")
+def gsm8k(r: Mapping[str, Any], i: int, where: str, dataset_name: str) -> Item:
     """GSM8K (Cobbe et al. 2021), grade-school math word problems with a numeric answer (study 004).
 
     Reads the released JSON Lines (``grade_school_math/data/test.jsonl``: ``question``, ``answer`` = the worked
@@ -267,20 +200,14 @@ def gsm8k(
 
     Raises ``ValueError`` if a row's question is empty, or its answer has no ``####`` followed by a number.
     """
-    no_mapping("gsm8k", mapping)
-    rows = load_rows(source, split, hub_config or "main")
-    where = f"gsm8k {source!r}"
-    items = []
-    for i, r in enumerate(rows):
-        require_columns(r, ["question", "answer"], where)
-        q, text = str(r["question"] or "").strip(), str(r["answer"] or "")
-        gold = gsm8k_gold(text)
-        if not q or gold is None:
-            raise ValueError(f"{where} row {i}: " + ("question is empty" if not q else
-                             f"answer={text[-60:]!r} does not end with '#### <number>'"))
-        meta = {"solution": text[: text.rfind("####")].strip(), "category": "gsm8k", "row": str(i)}
-        items.append(_one_answer_item("gsm8k", dataset_name, q, gold, meta))
-    return unique_ids(items)
+    require_columns(r, ["question", "answer"], where)
+    q, text = str(r["question"] or "").strip(), str(r["answer"] or "")
+    gold = gsm8k_gold(text)
+    if not q or gold is None:
+        raise ValueError(f"{where} row {i}: " + ("question is empty" if not q else
+                         f"answer={text[-60:]!r} does not end with '#### <number>'"))
+    meta = {"solution": text[: text.rfind("####")].strip(), "category": "gsm8k", "row": str(i)}
+    return _one_answer_item("gsm8k", dataset_name, q, gold, meta)
 
 
 @register_adapter("custom")
@@ -349,8 +276,6 @@ def custom(
             )
         )
     return unique_ids(items)
-
-
 
 
 #: Seed of the right/hallucinated answer assignment of :func:`halueval_qa`.

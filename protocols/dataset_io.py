@@ -33,6 +33,7 @@ __all__ = [
     "no_mapping",
     "register_adapter",
     "require_columns",
+    "row_adapter",
     "split_answers",
     "unique_ids",
 ]
@@ -77,6 +78,32 @@ def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Ad
         out = register(fn)
         ADAPTER_PARAMS.register(name, params)
         return out
+
+    return decorator
+
+
+def row_adapter(name: str, *, split: str, hub_config: str | None = None) -> Callable[[Callable[..., Item]], Adapter]:
+    """Decorator registering, as the adapter ``name``, a function that maps one row to an item.
+
+    The function is ``item(row, index, where, dataset_name) -> Item`` (``where``, for error messages: ``"<name>
+    '<source>'"``). The adapter, ``adapter(source, *, split=split, dataset_name=name, hub_config=None)``, reads the
+    rows (:func:`load_rows`; ``hub_config`` None: the one given here), maps them in file order and makes the ids
+    unique (:func:`unique_ids`); a column mapping raises ``TypeError`` (:func:`no_mapping`). It keeps the function's
+    name and docstring.
+    """
+    default_split, default_config = split, hub_config
+
+    def decorator(item: Callable[..., Item]) -> Adapter:
+        def adapter(source: str, *, split: str = default_split, dataset_name: str = name,
+                    hub_config: str | None = None, **mapping: Any) -> list[Item]:
+            no_mapping(name, mapping)
+            rows = load_rows(source, split, hub_config or default_config)
+            where = f"{name} {source!r}"
+            return unique_ids([item(r, i, where, dataset_name) for i, r in enumerate(rows)])
+
+        adapter.__name__ = adapter.__qualname__ = item.__name__
+        adapter.__module__, adapter.__doc__ = item.__module__, item.__doc__
+        return ADAPTERS.register(name)(adapter)
 
     return decorator
 
