@@ -68,6 +68,7 @@ _LETTERS = "ABCD"
 
 
 def _mmlu_item(r: Mapping[str, Any], i: int, subject: str, dataset_name: str, where: str) -> Item:
+    require_columns(r, ["question", "answer"] if "choices" in r else _MMLU_COLUMNS, f"mmlu {where}")
     if "choices" in r:  # hub schema (cais/mmlu): choices list, answer int 0-3
         options = tuple(str(c) for c in r["choices"])
         ans = r["answer"]
@@ -114,28 +115,17 @@ def mmlu(
     """
     no_mapping("mmlu", mapping)
     path = Path(source).expanduser()
-    items: list[Item] = []
-    if path.is_dir():
+    if path.is_dir():  # (subject, rows, where) per file, each read when its turn comes
         files = sorted(path.glob("*_test.csv")) or sorted(path.glob("*.csv"))
         if not files:
             raise FileNotFoundError(f"path={source!r}: directory has no <subject>_test.csv files")
-        for f in files:
-            subject = f.stem[: -len("_test")] if f.stem.endswith("_test") else f.stem
-            rows = load_local(f, header=_MMLU_COLUMNS)
-            items += [_mmlu_item(r, i, subject, dataset_name, repr(str(f))) for i, r in enumerate(rows)]
+        parts = ((f.stem.removesuffix("_test"), load_local(f, header=_MMLU_COLUMNS), repr(str(f))) for f in files)
     else:
         is_csv = path.suffix.lower() == ".csv"
         rows = load_rows(source, split, hub_config or "all", **({"header": _MMLU_COLUMNS} if is_csv else {}))
-        subject = ""
-        if is_csv:
-            subject = path.stem[: -len("_test")] if path.stem.endswith("_test") else path.stem
-        for i, r in enumerate(rows):
-            if "choices" not in r:
-                require_columns(r, _MMLU_COLUMNS, f"mmlu {source!r}")
-            else:
-                require_columns(r, ["question", "answer"], f"mmlu {source!r}")
-            items.append(_mmlu_item(r, i, subject, dataset_name, repr(source)))
-    return unique_ids(items)
+        parts = [(path.stem.removesuffix("_test") if is_csv else "", rows, repr(source))]
+    return unique_ids([_mmlu_item(r, i, subject, dataset_name, where)
+                       for subject, rows, where in parts for i, r in enumerate(rows)])
 
 
 # ----------------------------------------------------------------------------- MMLU-Pro
