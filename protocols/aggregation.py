@@ -67,21 +67,10 @@ AGGREGATIONS: Registry[Aggregation] = Registry("token aggregation")
 DEFAULT_AGGREGATION = "geometric_mean"
 
 
-def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
-    """Decorator registering a token aggregation under ``name`` (``scoring.aggregations`` in grid specs).
-
-    Raises ``ValueError`` if ``name`` is empty (at once) or already registered (when the decorator is applied).
-    """
-    return AGGREGATIONS.register(name)
-
-
-def get_aggregation(name: str) -> Aggregation:
-    """The aggregation registered under ``name``.
-
-    Raises :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``) listing the registered
-    names if none has that name.
-    """
-    return AGGREGATIONS.get(name)
+#: ``@register_aggregation(name)`` registers a token aggregation (``scoring.aggregations`` in grid specs).
+register_aggregation = AGGREGATIONS.register
+#: The aggregation registered under a name (:meth:`~confgrid.registry.Registry.get`).
+get_aggregation = AGGREGATIONS.get
 
 
 def _reduce(logprobs: np.ndarray, name: str, fn: Callable[[np.ndarray], float]) -> float:

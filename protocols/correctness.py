@@ -82,21 +82,10 @@ def normalize(text: str | None) -> str:
     return _SPACES.sub(" ", _NOT_ALNUM_SPACE.sub(" ", text.lower())).strip()
 
 
-def register_rule(name: str) -> Callable[[Rule], Rule]:
-    """Decorator registering a correctness rule under ``name`` (``correctness.rules`` in grid specs).
-
-    Raises ``ValueError`` if ``name`` is empty (at once) or already registered (when the decorator is applied).
-    """
-    return RULES.register(name)
-
-
-def get_rule(name: str) -> Rule:
-    """The correctness rule registered under ``name``.
-
-    Raises :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``) listing the registered
-    names if none has that name.
-    """
-    return RULES.get(name)
+#: ``@register_rule(name)`` registers a correctness rule (``correctness.rules`` in grid specs).
+register_rule = RULES.register
+#: The correctness rule registered under a name (:meth:`~confgrid.registry.Registry.get`).
+get_rule = RULES.get
 
 
 def _golds(item: Item) -> list[str]:

@@ -108,13 +108,8 @@ def row_adapter(name: str, *, split: str, hub_config: str | None = None) -> Call
     return decorator
 
 
-def get_adapter(name: str) -> Adapter:
-    """The adapter registered under ``name``: ``adapter(source, *, split, dataset_name, hub_config, **mapping)``.
-
-    Raises :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``) listing the registered
-    names if none has that name.
-    """
-    return ADAPTERS.get(name)
+#: The adapter registered under a name (:meth:`~confgrid.registry.Registry.get`).
+get_adapter = ADAPTERS.get
 
 
 # ----------------------------------------------------------------------------- loading rows

@@ -214,13 +214,8 @@ def register_prompt(prompt: Prompt) -> Prompt:
     return PROMPTS.register(prompt.id, prompt)
 
 
-def get_prompt(prompt_id: str) -> Prompt:
-    """The registered prompt ``prompt_id``.
-
-    Raises :class:`~confgrid.registry.UnknownNameError` (a ``KeyError`` and a ``ValueError``) listing the registered
-    ids if none has that id.
-    """
-    return PROMPTS.get(prompt_id)
+#: The registered prompt of an id (:meth:`~confgrid.registry.Registry.get`).
+get_prompt = PROMPTS.get
 
 
 def _prompt_from_mapping(data: Any, where: str) -> Prompt:
