@@ -115,18 +115,11 @@ class ReplicaResources:
 def replica_resources(config: ModelConfig, cluster_resources: dict[str, float] | None = None) -> ReplicaResources:
     """Ray resources of one model replica.
 
-    * GPU cluster, ``tensor_parallel_size == 1``: the actor reserves one GPU (``num_gpus=1``) and one CPU.
-    * ``tensor_parallel_size == N > 1`` (vLLM), executor ``mp`` (the default): ONE actor reserving N GPUs and N CPUs
-      (``num_gpus=N``; N CPUs and no GPU on a cluster without GPUs). Ray places it on a node with N free GPUs and sets
-      ``CUDA_VISIBLE_DEVICES`` to them; vLLM's multiprocessing executor starts one process per rank inside it, as vLLM
-      does by default within one node. Scheduled, counted, restarted and lost like a one-GPU replica.
-    * ``tensor_parallel_size == N > 1``, executor ``ray``: a placement group of N bundles ``{GPU: 1, CPU: 1}`` with
-      strategy STRICT_PACK (one node); the actor runs in it with ``num_gpus=0`` and captures child tasks, so vLLM's
-      Ray executor places its N workers in the same group instead of creating a nested one (nested placement groups
-      deadlock).
-    * No GPU in the cluster: the actor reserves the CPUs of one node (at most 8) and uses them as torch threads.
-    * Backend ``openai`` (an API model): no GPU and one CPU, whatever the
-      cluster (the replica only waits on HTTP requests).
+    One GPU and one CPU on a GPU cluster; with ``tensor_parallel_size`` N, one actor holding N GPUs and N CPUs
+    (executor ``mp``) or a STRICT_PACK placement group of N ``{GPU: 1, CPU: 1}`` bundles whose child tasks the actor
+    captures (executor ``ray``); the CPUs of one node (at most 8, N for tensor parallelism) as torch threads on a
+    cluster without GPUs; one CPU for an API model. Why each shape: docs/guides/cluster.md ("Tensor parallelism:
+    which executor").
 
     Both tensor-parallel shapes need the same on one node (``per_node``). Whether the replica fits anywhere is
     checked by the caller (``flows/execute/capacity.py``), never here. ``cluster_resources``:

@@ -1,34 +1,15 @@
 """A backend for OpenAI-compatible chat-completions servers (hosted APIs, vLLM's ``vllm serve``, other local servers).
 
 An API model has no local weights or tokenizer: each request is a chat message list (the user turn, and an assistant
-turn that the server continues when the grid asks for an assistant prefix), and the server renders its own chat
-template. What such a server offers, and what this backend asks of it (``POST {base_url}/chat/completions`` through
-the ``openai`` package):
-
-* generation: greedy (``temperature=0``) or ``n`` samples at ``temperature``, ``top_p`` (``top_k`` is sent as an extra
-  field, which vLLM reads and hosted OpenAI refuses), and a per-request ``seed`` derived from the grid's seed and the
-  request text (:func:`~confgrid.actors.backend.text_request_seed`); whether the server honoured it cannot be seen
-  from the response, so what was requested is recorded (the samples' ``seed`` column: the base seed), and
-  :meth:`OpenAIBackend.request_stats` lists the ``system_fingerprint`` values the server answered with (OpenAI's
-  marker of a changed backend);
-* the log-prob of every generated token (``logprobs=true``), in nats; a server that returns none gives
-  ``token_logprobs = None`` and a ``logprobs_status`` naming what was missing, never 0;
-* next-token distributions (P(True), letter probabilities): ``max_tokens=1, logprobs=true, top_logprobs=K``, greedy.
-
-What chat completions cannot give: prompt log-probs (so no forced scoring of a given answer) and hidden states; the
-grid check refuses both before any work starts (flows/spec/api.py).
-
-Requests run ``max_concurrency`` at a time on a thread pool. ``timeout_s`` bounds one attempt from the moment it is
-sent to the last byte of its body. An attempt that gets 429, 408, 409, a 5xx status, no connection, no complete answer
-in time, or a 200 whose body is unusable (:func:`check_reply`: the *malformed* cause) is retried up to ``max_retries``
-times, waiting ``backoff_s * 2**attempt`` seconds (at most ``max_backoff_s``) or the server's ``Retry-After`` (capped
-the same way); other 4xx fail at once. A 401, 403 or 404, or ``max_consecutive_failures`` failed attempts in a row,
-stop the model: every later request of the replica fails unsent (``fatal``). A request that still fails gives an
-:class:`ApiRequestError` (it pickles with its fields) for its shard alone; the other requests run to their end, and
-every answer is stored in the run's answer cache (actors/api_cache.py) as it arrives, so a resume sends only what was
-never answered. Each request's attempts are counted by cause (:class:`~confgrid.actors.calls.RequestCounts`). The API
-key is read from the environment variable the grid names, on the replica, and never enters a record, a log line or an
-error message.
+turn that the server continues when the grid asks for an assistant prefix), sent as ``POST
+{base_url}/chat/completions`` through the ``openai`` package, and the server renders its own chat template. What is
+sent for generation (greedy or ``n`` samples, per-request seeds from
+:func:`~confgrid.actors.backend.text_request_seed`, token log-probs in nats) and for next-token distributions, what
+chat completions cannot give (prompt log-probs, hidden states: refused by the grid check, flows/spec/api.py), and how
+attempts are retried, counted (:class:`~confgrid.actors.calls.RequestCounts`), stop the model (``fatal``) and are kept
+in the run's answer cache (actors/api_cache.py): docs/guides/api-models.md. A failed request gives an
+:class:`ApiRequestError` for its shard alone. The API key is read on the replica from the variable the grid names and
+never enters a record, a log line or an error message.
 
 Definitions: OpenAI API reference, "Create chat completion" (``logprobs``, ``top_logprobs``, ``seed``, ``n``); vLLM
 docs, "OpenAI-Compatible Server" (extra parameters ``top_k``, ``continue_final_message``, ``add_generation_prompt``,

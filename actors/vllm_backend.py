@@ -21,12 +21,10 @@ costs about ``max_num_batched_tokens * vocab_size * 4`` bytes (times a small con
 tokens x 152k vocab ~ 5 GB. ``max_num_batched_tokens`` (default 8192) with chunked prefill (default on) bounds it
 whatever the prompt length; lower it for large vocabularies on small GPUs.
 
-The engine's processes: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` (vLLM's default) the engine core runs in a
-process of its own, and with the multiprocessing executor (tensor parallelism within one node) each rank in
-another, named by vLLM's process titles (``VLLM::EngineCore``, ``VLLM::Worker_TP1``). The backend records them
-(:attr:`VLLMBackend.processes`) and watches which one ends first (:class:`ExitOrder`), so that when vLLM
-reports its engine dead (``EngineDeadError``) the backend raises :class:`~confgrid.actors.backend.EngineDied`
-naming the rank that died.
+The engine's own processes (vLLM's engine core and, with the multiprocessing executor, one per rank; found by their
+process titles ``VLLM::EngineCore``, ``VLLM::Worker_TP1``) are recorded in :attr:`VLLMBackend.processes` and watched
+(:class:`ExitOrder`), so that when vLLM reports its engine dead (``EngineDeadError``) the backend raises
+:class:`~confgrid.actors.backend.EngineDied` naming the process that ended first (docs/guides/cluster.md).
 """
 
 from __future__ import annotations
