@@ -158,19 +158,11 @@ class TransformersBackend:
         """Greedy search over batches; with ``sampler = (row seeds, temperature, top_p, top_k)`` each row
         draws its token from its own generator instead (see :class:`_SeededSampler`)."""
         gen_config = copy.deepcopy(self.model.generation_config)
-        gen_config.do_sample = False
-        gen_config.num_beams = 1
-        gen_config.temperature = None
-        gen_config.top_p = None
-        gen_config.top_k = None
-        gen_config.min_p = None
-        gen_config.repetition_penalty = None
-        gen_config.max_new_tokens = int(max_new_tokens)
-        gen_config.max_length = None
-        gen_config.min_new_tokens = None
-        gen_config.min_length = 0
-        gen_config.pad_token_id = self.pad_token_id
-        gen_config.eos_token_id = sorted(self.eos_token_ids)
+        for k, v in dict(do_sample=False, num_beams=1, temperature=None, top_p=None, top_k=None, min_p=None,
+                         repetition_penalty=None, max_new_tokens=int(max_new_tokens), max_length=None,
+                         min_new_tokens=None, min_length=0, pad_token_id=self.pad_token_id,
+                         eos_token_id=sorted(self.eos_token_ids)).items():
+            setattr(gen_config, k, v)
 
         out: list[Generation | None] = [None] * len(prompts)
         for batch in self._batches([len(p) for p in prompts]):
