@@ -1,15 +1,9 @@
 """The request-level answer cache of API models: no paid answer is thrown away.
 
-Every well-formed answer of an OpenAI-compatible server is written, as it arrives, to ``<run
-dir>/api_cache/<key[:2]>/<key>.json``, where ``key`` is the SHA-256 of the request's content (:func:`request_key`: the
-model, the base URL and the whole request body: messages, sampling parameters, seed, token budget, log-prob fields,
-extra fields). A later request with the same content (a ``resume`` or ``resubmit --failed`` of a shard that failed on
-another request, or a shard recomputed after its file was lost) reads the stored body instead of sending the request
-again, so only requests that never got an answer are sent.
-
-Each entry is written atomically (a temporary file in the same folder, flushed to disk, then renamed), so a ``kill
--9`` of the driver or the replica leaves either the whole entry or none. The stored text is the server's body as
-received (it holds no key: the key only travels in the ``Authorization`` header).
+Every well-formed answer of an OpenAI-compatible server is stored, as it arrives, under the SHA-256 of the request's
+content (:func:`request_key`), atomically, and a later request with the same content reads it instead of being sent
+again (a ``resume`` sends only what was never answered): docs/guides/api-models.md. The stored text is the server's
+body as received; it holds no key (the key only travels in the ``Authorization`` header).
 """
 
 from __future__ import annotations

@@ -332,18 +332,8 @@ class TransformersBackend:
         most ``batch_size``, RIGHT-padded with an attention mask, and run in one forward pass per batch. The logits
         at positions ``len(ctx) - 1 ... len(ctx) + len(ans) - 2`` go through ``log_softmax`` in float32 and the
         answer ids are gathered. The real tokens never see the padding, so scores do not depend on batch
-        composition (up to float rounding, ~1e-6 in float32).
-
-        Returns
-        -------
-        list of numpy.ndarray
-            One float64 array of shape ``(len(answer_ids),)`` per request, in input order; entry ``j`` is ``log
-            p(answer_ids[j] | context_ids + answer_ids[:j])`` in nats.
-
-        Raises
-        ------
-        ValueError
-            If a request's ``context_ids`` or ``answer_ids`` is empty (the message names the request index).
+        composition (up to float rounding, ~1e-6 in float32). Returns and raises as
+        :meth:`~confgrid.actors.backend.Backend.score`.
         """
         check_requests(requests)
         out: list[np.ndarray | None] = [None] * len(requests)

@@ -443,18 +443,12 @@ class VLLMBackend:
         """Forced-decoding log-probabilities of answer tokens after a context (see the module docstring).
 
         All requests go to vLLM in one ``LLM.generate`` call; vLLM batches and chunks them within
-        ``max_num_batched_tokens``. The joined length of a request must be below ``max_model_len``.
-
-        Returns
-        -------
-        list of numpy.ndarray
-            One float64 array of shape ``(len(answer_ids),)`` per request, in input order; entry ``j`` is
-            ``log p(answer_ids[j] | context_ids + answer_ids[:j])`` in nats (raw log-softmax).
+        ``max_num_batched_tokens``. Returns raw log-softmax values as :meth:`~confgrid.actors.backend.Backend.score`.
 
         Raises
         ------
         ValueError
-            If a request's ``context_ids`` or ``answer_ids`` is empty, or the joined ids reach ``max_model_len`` (the
+            As :meth:`~confgrid.actors.backend.Backend.score`, and if the joined ids reach ``max_model_len`` (the
             message names the request index).
         RuntimeError
             If vLLM returns prompt ids or log-prob ids other than those sent, or a log-prob list of the wrong length
