@@ -120,15 +120,6 @@ def exact_match(answer: str | None, item: Item) -> float:
     return float(a in _golds(item))
 
 
-def _all_aliases(item: Item) -> list[str]:
-    seen: dict[str, None] = {}
-    for x in (*item.gold_answers, item.canonical, *item.aliases, *item.normalized_aliases):
-        g = normalize(x)
-        if g:
-            seen.setdefault(g, None)
-    return list(seen)
-
-
 @register_rule("alias")
 def alias(answer: str | None, item: Item) -> float:
     """Alias-aware normalized containment.
@@ -138,7 +129,8 @@ def alias(answer: str | None, item: Item) -> float:
     ``aliases`` or ``normalized_aliases`` hold forms that ``gold_answers`` lacks (the TriviaQA and TruthfulQA adapters
     list them all).
     """
-    return _contained(normalize(answer), _all_aliases(item))
+    forms = (*item.gold_answers, item.canonical, *item.aliases, *item.normalized_aliases)
+    return _contained(normalize(answer), [g for g in map(normalize, forms) if g])
 
 
 @register_rule("mc_letter")

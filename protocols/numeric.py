@@ -111,13 +111,9 @@ class FinalNumber(NamedTuple):
     source: str
 
 
-def _to_float(sign: str | None, digits: str) -> float:
-    v = float(digits.replace(",", ""))
-    return -v if sign in ("-", "\u2212") else v
-
-
 def _signed(m: re.Match[str], g: str) -> float:
-    return _to_float(m.group(f"{g}sign"), m.group(f"{g}num"))
+    v = float(m.group(f"{g}num").replace(",", ""))
+    return -v if m.group(f"{g}sign") in ("-", "\u2212") else v
 
 
 def _box_value(m: re.Match[str]) -> float | None:
