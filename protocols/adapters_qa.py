@@ -23,7 +23,6 @@ from confgrid.protocols.dataset_io import (
     dedup,
     hash_id,
     load_rows,
-    no_mapping,
     register_adapter,
     require_columns,
     row_adapter,
@@ -323,15 +322,18 @@ def halueval_text(knowledge: str, question: str, given_answer: str) -> str:
     return "\n".join(lines)
 
 
-@register_adapter("halueval_qa")
-def halueval_qa(
-    source: str,
-    *,
-    split: str = "data",
-    dataset_name: str = "halueval_qa",
-    hub_config: str | None = None,
-    **mapping: Any,
-) -> list[Item]:
+def _halueval_rows(rows: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """Each row's texts, stripped, and ``given_right``: whether it shows its right answer (:func:`halueval_given_right`
+    over every row)."""
+    for r in rows:
+        require_columns(r, _HALUEVAL_COLUMNS, where)
+    texts = [{c: str(r[c] or "").strip() for c in _HALUEVAL_COLUMNS} for r in rows]
+    right = halueval_given_right([f"{t['question']}\x1f{t['knowledge']}" for t in texts])
+    return [{**t, "given_right": is_right} for t, is_right in zip(texts, right, strict=True)]
+
+
+@row_adapter("halueval_qa", split="data", hub_config="qa", prepare=_halueval_rows)
+def halueval_qa(t: Mapping[str, Any], i: int, where: str, dataset_name: str) -> Item:
     """HaluEval QA (Li et al. 2023), asked as "rate this given answer" (study 002 section 4.4, Appendix F.5).
 
     Reads the released QA file (``data/qa_data.json``, 10,000 rows, or the generation-stage ``qa_one-turn_data.json``:
@@ -355,35 +357,18 @@ def halueval_qa(
 
     Raises ``ValueError`` if a row's question, right answer or hallucinated answer is empty.
     """
-    no_mapping("halueval_qa", mapping)
-    rows = load_rows(source, split, hub_config or "qa")
-    where = f"halueval_qa {source!r}"
-    for r in rows:
-        require_columns(r, _HALUEVAL_COLUMNS, where)
-    texts = [{c: str(r[c] or "").strip() for c in _HALUEVAL_COLUMNS} for r in rows]
-    right = halueval_given_right([f"{t['question']}\x1f{t['knowledge']}" for t in texts])
-    items = []
-    for i, (t, is_right) in enumerate(zip(texts, right, strict=True)):
-        for c in ("question", "right_answer", "hallucinated_answer"):
-            if not t[c]:
-                raise ValueError(f"{where} row {i}: {c} is empty; every row needs a question and both answers")
-        given = t["right_answer"] if is_right else t["hallucinated_answer"]
-        items.append(
-            Item(
-                item_id=hash_id("halueval_qa", t["question"], t["knowledge"]),
-                dataset=dataset_name,
-                question=halueval_text(t["knowledge"], t["question"], given),
-                gold_answers=(t["right_answer"],),
-                canonical=t["right_answer"],
-                aliases=(t["right_answer"],),
-                incorrect_answers=(t["hallucinated_answer"],),
-                metadata={
-                    "given_answer": given,
-                    GIVEN_ANSWER_KEY: "1" if is_right else "0",
-                    "knowledge": t["knowledge"],
-                    "category": "halueval_qa",
-                    "row": str(i),
-                },
-            )
-        )
-    return unique_ids(items)
+    for c in ("question", "right_answer", "hallucinated_answer"):
+        if not t[c]:
+            raise ValueError(f"{where} row {i}: {c} is empty; every row needs a question and both answers")
+    given = t["right_answer"] if t["given_right"] else t["hallucinated_answer"]
+    return Item(
+        item_id=hash_id("halueval_qa", t["question"], t["knowledge"]),
+        dataset=dataset_name,
+        question=halueval_text(t["knowledge"], t["question"], given),
+        gold_answers=(t["right_answer"],),
+        canonical=t["right_answer"],
+        aliases=(t["right_answer"],),
+        incorrect_answers=(t["hallucinated_answer"],),
+        metadata={"given_answer": given, GIVEN_ANSWER_KEY: "1" if t["given_right"] else "0",
+                  "knowledge": t["knowledge"], "category": "halueval_qa", "row": str(i)},
+    )

@@ -82,14 +82,16 @@ def register_adapter(name: str, *, params: Any = None) -> Callable[[Adapter], Ad
     return decorator
 
 
-def row_adapter(name: str, *, split: str, hub_config: str | None = None) -> Callable[[Callable[..., Item]], Adapter]:
+def row_adapter(name: str, *, split: str, hub_config: str | None = None,
+                prepare: Callable[[list[dict[str, Any]], str], list[dict[str, Any]]] | None = None,
+                ) -> Callable[[Callable[..., Item]], Adapter]:
     """Decorator registering, as the adapter ``name``, a function that maps one row to an item.
 
     The function is ``item(row, index, where, dataset_name) -> Item`` (``where``, for error messages: ``"<name>
     '<source>'"``). The adapter, ``adapter(source, *, split=split, dataset_name=name, hub_config=None)``, reads the
-    rows (:func:`load_rows`; ``hub_config`` None: the one given here), maps them in file order and makes the ids
-    unique (:func:`unique_ids`); a column mapping raises ``TypeError`` (:func:`no_mapping`). It keeps the function's
-    name and docstring.
+    rows (:func:`load_rows`; ``hub_config`` None: the one given here), passes them through ``prepare(rows, where)``
+    when given (what needs every row at once), maps them in file order and makes the ids unique (:func:`unique_ids`);
+    a column mapping raises ``TypeError`` (:func:`no_mapping`). It keeps the function's name and docstring.
     """
     default_split, default_config = split, hub_config
 
@@ -99,6 +101,8 @@ def row_adapter(name: str, *, split: str, hub_config: str | None = None) -> Call
             no_mapping(name, mapping)
             rows = load_rows(source, split, hub_config or default_config)
             where = f"{name} {source!r}"
+            if prepare is not None:
+                rows = prepare(rows, where)
             return unique_ids([item(r, i, where, dataset_name) for i, r in enumerate(rows)])
 
         adapter.__name__ = adapter.__qualname__ = item.__name__
