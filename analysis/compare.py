@@ -125,8 +125,9 @@ def advantage(signed, point_a, point_b, resamples_a, resamples_b) -> tuple[np.nd
             np.where(s[..., None], np.abs(ra) - np.abs(rb), ra - rb))
 
 
-def flip(g_a_point: float, g_b_point: float) -> bool:
-    """True when the two values have strictly opposite signs (a zero or ``nan`` value never flips).
+def flip(g_a_point, g_b_point):
+    """True when the two values have strictly opposite signs (a zero or ``nan`` value never flips); a bool for two
+    numbers, a bool array elementwise for arrays.
 
     Pass the two contexts' :func:`advantage` points (for a signed metric not its gaps: module docstring).
 
@@ -136,7 +137,8 @@ def flip(g_a_point: float, g_b_point: float) -> bool:
     (True, False, False, False)
     """
     sa, sb = np.sign(g_a_point), np.sign(g_b_point)
-    return bool(sa != 0 and sb != 0 and np.isfinite(sa) and np.isfinite(sb) and sa != sb)
+    out = (sa != 0) & (sb != 0) & np.isfinite(sa) & np.isfinite(sb) & (sa != sb)
+    return bool(out) if out.ndim == 0 else out
 
 
 def fully_resolved(g_a: tuple[float, float, float], g_b: tuple[float, float, float]) -> bool:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .bootstrap import BootstrapResult, interval
-from .compare import advantage, excludes_zero
+from .compare import advantage, excludes_zero, flip
 from .registry import get_metric
 from .signals import UNIT_COLUMNS
 
@@ -126,12 +126,6 @@ def mean_gap(s: Sides, rows: pd.DataFrame, level: float = 0.95) -> dict:
     return {"point": float(np.mean(s.rows["gap"].to_numpy()[i])), "lo": float(lo), "hi": float(hi)}
 
 
-def _flips(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """:func:`~confgrid.analysis.compare.flip`, row by row."""
-    sa, sb = np.sign(a), np.sign(b)
-    return (sa != 0) & (sb != 0) & np.isfinite(sa) & np.isfinite(sb) & (sa != sb)
-
-
 def mean_shift(s: Sides, frm: pd.DataFrame, to: pd.DataFrame, level: float = 0.95) -> dict | None:
     """The mean ``|dg|`` over the settings ``frm`` and ``to`` (rows of ``s``, one per setting each) both have.
 
@@ -160,7 +154,7 @@ def mean_shift(s: Sides, frm: pd.DataFrame, to: pd.DataFrame, level: float = 0.9
     (pa, la, ha), (pb, lb, hb) = (  # the advantages, oriented where the two rows differ in metric (x * 1.0 is x)
         (o * s.rows["advantage"].to_numpy()[k], *interval(o[:, None] * s.advantages[k], level))
         for k in (i, j) for o in [np.where(across, s.rows["orient"].to_numpy()[k], 1.0)])
-    f = _flips(pa, pb)
+    f = flip(pa, pb)
     return {"n_settings": len(m), "mean_abs": float(np.mean(np.abs(p))), "lo": float(lo), "hi": float(hi),
             "max_abs": float(np.max(np.abs(p))), "n_excludes_zero": int(excludes_zero(dlo, dhi).sum()),
             "n_flips": int(f.sum()),
