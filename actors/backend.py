@@ -39,10 +39,7 @@ DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16"
 def canonical_dtype(dtype: Any) -> str:
     """The canonical name of a dtype name, alias or ``torch.dtype`` (``"auto"``: the checkpoint's).
 
-    Raises
-    ------
-    ValueError
-        If it is none of :data:`DTYPES` (the message lists them).
+    Raises ``ValueError`` (listing them) if it is none of :data:`DTYPES`.
 
     >>> canonical_dtype("bf16"), canonical_dtype("torch.float32")
     ('bfloat16', 'float32')
@@ -59,13 +56,9 @@ class EngineDied(FieldsPickle, RuntimeError):
     The replica cannot compute any more; the driver restarts it (within ``execution.max_retries``) and puts the
     call's shards back in the queue (flows/execute/liveness.py). Pickles with its fields (it crosses Ray).
 
-    Attributes
-    ----------
-    process : str
-        Which process ended first, e.g. ``"rank 1 of 2 (pid 1234)"``; ``""`` when no process of the engine was seen
-        to end (the engine reported itself dead).
-    incarnation : str
-        The replica incarnation whose engine died (``ReplicaInfo.incarnation``; "" until the worker sets it).
+    ``process``: which process ended first, e.g. ``"rank 1 of 2 (pid 1234)"``; ``""`` when no process of the engine was
+    seen to end (the engine reported itself dead). ``incarnation``: the replica incarnation whose engine died
+    (``ReplicaInfo.incarnation``; "" until the worker sets it).
     """
 
     def __init__(self, message: str, process: str = "", incarnation: str = "") -> None:
@@ -91,15 +84,9 @@ def engine_died(exc: BaseException) -> EngineDied | None:
 class Generation:
     """One continuation of one prompt.
 
-    Attributes
-    ----------
-    text : str
-        The new tokens decoded with special tokens skipped (the prompt is never included).
-    token_ids : tuple of int
-        The new token ids, in order. Ends with the EOS id when ``finish_reason == "stop"``; padding is never included.
-    finish_reason : str
-        ``"stop"`` if an end-of-sequence token was produced, ``"length"`` if ``max_new_tokens`` tokens were
-        produced without one.
+    ``text``: the new tokens decoded with special tokens skipped (never the prompt). ``token_ids``: the new token ids,
+    ending with the EOS id when ``finish_reason == "stop"``, never padding. ``finish_reason``: ``"stop"`` if an
+    end-of-sequence token was produced, ``"length"`` if ``max_new_tokens`` tokens were produced without one.
     """
 
     text: str
@@ -118,13 +105,8 @@ class NextToken:
 
 
 def check_prompts(prompts: list[list[int]], max_new_tokens: int = 1, top_k: int = 1) -> None:
-    """Refuse an engine call's prompts and budget before any model work.
-
-    Raises
-    ------
-    ValueError
-        If ``max_new_tokens < 1``, ``top_k < 1`` (next-token calls) or a prompt is empty (naming its index).
-    """
+    """Refuse an engine call's prompts and budget before any model work: ``ValueError`` if ``max_new_tokens < 1``,
+    ``top_k < 1`` (next-token calls) or a prompt is empty (naming its index)."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if int(top_k) < 1:
@@ -146,12 +128,8 @@ def check_requests(requests: list[tuple[list[int], list[int]]]) -> None:
 def check_sampling(temperature: float, top_p: float, top_k: int, n: int) -> None:
     """Refuse decoding parameters that are out of range or contradict each other (never rewrite them).
 
-    Raises
-    ------
-    ValueError
-        If ``temperature < 0``, ``top_p`` is outside (0, 1], ``top_k < 0``, ``n < 1``, or greedy decoding
-        (``temperature == 0``) is asked with ``top_p != 1``, ``top_k != 0`` or ``n != 1`` (vLLM would silently drop
-        them).
+    ``ValueError`` if ``temperature < 0``, ``top_p`` is outside (0, 1], ``top_k < 0``, ``n < 1``, or greedy decoding
+    (``temperature == 0``) is asked with ``top_p != 1``, ``top_k != 0`` or ``n != 1`` (vLLM would silently drop them).
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
@@ -210,17 +188,8 @@ class Backend(Protocol):
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 32) -> list[Generation]:
         """Greedily continue each prompt (token ids, special tokens included as the caller wants them; nothing is
-        added) by at most ``max_new_tokens``.
-
-        Returns
-        -------
-        list of Generation
-            One per prompt, in input order.
-
-        Raises
-        ------
-        ValueError
-            If a prompt is empty or ``max_new_tokens < 1``.
+        added) by at most ``max_new_tokens``: one Generation per prompt, in input order. Raises ``ValueError`` if a
+        prompt is empty or ``max_new_tokens < 1``.
         """
         ...
 
@@ -237,10 +206,7 @@ class Backend(Protocol):
             ``log p(answer_ids[j] | context_ids + answer_ids[:j])`` in nats (natural log), so every entry is <= 0.
             Values do not depend on which other requests share a batch.
 
-        Raises
-        ------
-        ValueError
-            If a request has empty ``context_ids`` or empty ``answer_ids``; the message names the request index.
+        Raises ``ValueError`` (naming the request index) if a request has empty ``context_ids`` or ``answer_ids``.
         """
         ...
 
@@ -251,13 +217,8 @@ class Backend(Protocol):
 
 
 def eos_token_ids(generation_eos: Any, tokenizer_eos: Any, model_name: str) -> set[int]:
-    """The union of the generation config's and the tokenizer's EOS ids (each an int, a list, or None).
-
-    Raises
-    ------
-    ValueError
-        If neither names an EOS id.
-    """
+    """The union of the generation config's and the tokenizer's EOS ids (each an int, a list, or None); ValueError if
+    neither names one."""
     ids: set[int] = set()
     for source in (generation_eos, tokenizer_eos):
         if source is None:

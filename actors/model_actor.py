@@ -6,8 +6,8 @@ One actor per model replica: it loads the weights once and serves every engine c
 (protocols/chat.py), so the driver never needs the model's files. An API model (backend ``openai``) has neither: its
 text goes to the server as chat messages (actors/openai_backend.py).
 
-Resources are decided in one place, :func:`replica_resources`; the driver's
-pools (flows/execute/pools.py) decide when replicas start and stop.
+Resources are decided in one place, :func:`replica_resources`; the driver's pools (flows/execute/pools.py) decide
+when replicas start and stop.
 """
 
 from __future__ import annotations
@@ -88,21 +88,12 @@ class ModelConfig:
 class ReplicaResources:
     """What one model replica reserves (the one place resources are computed).
 
-    Attributes
-    ----------
-    actor : dict
-        ``ModelActor.options(...)`` resources of the actor itself.
-    bundles : list of dict or None
-        Placement-group bundles (one GPU each, STRICT_PACK) of a tensor-parallel replica with vLLM's Ray executor
-        (``executor: ray``); None otherwise.
-    threads : int or None
-        torch threads of a replica that computes on CPU: the CPUs it reserves (a CPU cluster), or one where the
-        cluster declares GPUs that the process cannot see (a local test cluster). None: torch's default.
-    per_node : dict of str to float
-        Everything the replica needs on ONE node (``{"GPU": g, "CPU": c}``): what the capacity check, the start
-        order, elastic replicas and the timeline read.
-    note : str
-        Why it needs that, for log lines and the capacity error.
+    ``actor``: the ``ModelActor.options(...)`` resources of the actor itself. ``bundles``: the placement-group bundles
+    (one GPU each, STRICT_PACK) of a tensor-parallel replica with vLLM's Ray executor, else None. ``threads``: torch
+    threads of a replica that computes on CPU: the CPUs it reserves (a CPU cluster), or one where the cluster declares
+    GPUs that the process cannot see (a local test cluster); None: torch's default. ``per_node``: everything the
+    replica needs on ONE node (``{"GPU": g, "CPU": c}``), read by the capacity check, the start order, elastic
+    replicas and the timeline. ``note``: why it needs that, for log lines and the capacity error.
     """
 
     actor: dict[str, Any]
@@ -277,14 +268,10 @@ class ModelWorker:
     ``VLLM_CPU_OMP_THREADS_BIND`` from the cores Ray gave the actor (:func:`cpu_thread_binding`) while the engine
     starts, whatever the environment held; the binding is in :attr:`info` (``cpu_bind``) and the manifest.
 
-    Raises
-    ------
-    confgrid.registry.UnknownNameError
-        If ``config.backend`` is not a registered backend (actors/backends.py; a ``ValueError`` too).
-    OSError, ValueError
-        From the backend when the model cannot be loaded (missing or broken files); inside Ray this fails the
-        actor's creation, and the driver records it on the model's shards. ValueError also when a CPU
-        tensor-parallel replica holds fewer cores than ranks.
+    Raises ``UnknownNameError`` (a ``ValueError``) if ``config.backend`` is not registered (actors/backends.py);
+    ``OSError`` or ``ValueError`` from the backend when the model cannot be loaded (inside Ray this fails the actor's
+    creation, and the driver records it on the model's shards); ``ValueError`` when a CPU tensor-parallel replica
+    holds fewer cores than ranks.
     """
 
     def __init__(self, config: ModelConfig, num_threads: int | None = None) -> None:
@@ -317,10 +304,7 @@ class ModelWorker:
     def ping(self) -> ReplicaReady:
         """The replica has loaded its model: who it is and what it runs.
 
-        Raises
-        ------
-        confgrid.actors.backend.EngineDied
-            Once its engine died (the replica answers no call any more; the driver restarts it).
+        Raises ``EngineDied`` once its engine died (the replica answers no call any more; the driver restarts it).
         """
         if self._died is not None:
             raise self._died
@@ -334,18 +318,12 @@ class ModelWorker:
         return prov
 
     def run(self, call: EngineCall) -> CallResult:
-        """Run every request of the call's shards in one engine pass; each shard's outputs under its key, in
-        request order.
+        """Run every request of the call's shards in one engine pass; each shard's outputs under its key, in order.
 
-        Raises
-        ------
-        UnknownNameError
-            If ``call.kind`` is no engine call of :data:`ENGINE_CALLS` (a ValueError; the message lists them).
-        ValueError
-            From the backend on invalid ids.
-        confgrid.actors.backend.EngineDied
-            When the engine died during this call or before it (a tensor-parallel rank's process ended); it names
-            the process and this incarnation, and every later call and ping raises it too.
+        Raises ``UnknownNameError`` (a ValueError listing them) if ``call.kind`` is not in :data:`ENGINE_CALLS`;
+        ``ValueError`` from the backend on invalid ids; ``EngineDied`` when the engine died during this call or before
+        it (a tensor-parallel rank's process ended): it names the process and this incarnation, and every later call
+        and ping raises it too.
         """
         if self._died is not None:
             raise self._died
@@ -419,11 +397,7 @@ class ModelWorker:
     def model_sampling(self, sampling: Sampling) -> Sampling:
         """``sampling`` with temperature, top_p and top_k from the model's ``generation_config``.
 
-        Raises
-        ------
-        ValueError
-            If the model's configuration does not sample (``do_sample`` false or
-            no temperature): it names no sampling to take.
+        Raises ``ValueError`` if that configuration does not sample (``do_sample`` false or no temperature).
         """
         from transformers import GenerationConfig
 
@@ -462,10 +436,7 @@ class ModelWorker:
                       layers: tuple[int, ...] | None = None) -> list[HiddenStatesOutput]:
         """The last prompt token's hidden states at ``layers`` (None: the embeddings and every layer).
 
-        Raises
-        ------
-        NotImplementedError
-            On the vLLM and openai backends (its message names the alternative: a transformers entry of the model).
+        Raises ``NotImplementedError`` on the vLLM and openai backends (the message names a transformers entry).
         """
         self._refuse_api("hidden_states", "hidden states")
         prompts = self._prompts(requests)
@@ -480,12 +451,8 @@ class ModelWorker:
         """Forced-decoding log-probs of fixed answers.
 
         The context is the user turn rendered with the chat template, then ``assistant_prefix``; the answer is
-        tokenized separately as ``separator + answer`` and the ids are joined (study 000 Appendix A).
-
-        Raises
-        ------
-        NotImplementedError
-            On the openai backend (chat completions return no prompt log-probs).
+        tokenized separately as ``separator + answer`` and the ids are joined (study 000 Appendix A). Raises
+        ``NotImplementedError`` on the openai backend (chat completions return no prompt log-probs).
         """
         self._refuse_api("score", "forced scoring of a given answer (prompt log-probs)")
 
@@ -517,15 +484,10 @@ ModelActor = ray.remote(ModelWorker)
 class EngineKind:
     """One engine call a replica serves (``EngineCall.kind``; a stage names its own, flows/stages).
 
-    Attributes
-    ----------
-    run : callable
-        ``(worker, call, requests) -> outputs``: the requests of every shard of the call, flattened, through the
-        worker's model; one output per request, in order.
-    api : callable or None
-        ``(backend, user_texts, assistant_prefixes, call) -> outcomes``: the same on an API model, one outcome per
-        request (a failed request fails its shard only); None: the worker's own method answers (it refuses what
-        chat completions cannot do).
+    ``run(worker, call, requests) -> outputs``: the requests of every shard of the call, flattened, through the
+    worker's model; one output per request, in order. ``api(backend, user_texts, assistant_prefixes, call) ->
+    outcomes``: the same on an API model, one outcome per request (a failed request fails its shard only); None: the
+    worker's own method answers (it refuses what chat completions cannot do).
     """
 
     name: str

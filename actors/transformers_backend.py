@@ -132,18 +132,9 @@ class TransformersBackend:
         (:meth:`generate_samples` with ``n=1``).
 
         Prompts are sorted by length into batches of at most ``batch_size``, LEFT-padded with the pad token and
-        passed with an attention mask.
-
-        Returns
-        -------
-        list of Generation
-            One per prompt, in input order; ``token_ids`` end at the first EOS id (padding dropped).
-
-        Raises
-        ------
-        ValueError
-            If ``max_new_tokens < 1``, a prompt is empty (the message names its index) or a sampling parameter is
-            out of range.
+        passed with an attention mask. One Generation per prompt, in input order; ``token_ids`` end at the first EOS
+        id (padding dropped). Raises ``ValueError`` if ``max_new_tokens < 1``, a prompt is empty (the message names
+        its index) or a sampling parameter is out of range.
         """
         check_sampling(float(temperature), float(top_p), int(top_k), 1)
         if temperature > 0:
@@ -274,15 +265,8 @@ class TransformersBackend:
         One forward pass per batch (right-padded, so a prompt never sees padding); ``log_softmax`` of the last prompt
         position's logits in float32, without temperature or any processor: the same quantity as vLLM's raw log-probs.
 
-        Returns
-        -------
-        list of NextToken
-            One per prompt, in input order; most probable first, ties by ascending id.
-
-        Raises
-        ------
-        ValueError
-            If a prompt is empty or ``top_k < 1``.
+        One NextToken per prompt, in input order; most probable first, ties by ascending id. Raises ``ValueError`` if
+        a prompt is empty or ``top_k < 1``.
         """
         check_prompts(prompts, top_k=top_k)
         out: list[NextToken | None] = [None] * len(prompts)

@@ -91,8 +91,7 @@ class VLLMBackend:
         Reuse KV blocks of shared prompt prefixes. Off by default; requests that ask for prompt log-probs never read
         the cache anyway (vLLM recomputes them), so it only speeds up generation.
     gpu_memory_utilization : float, default 0.85
-        Fraction of each GPU's memory vLLM may use, in (0, 1]. Ignored on CPU
-        (there ``VLLM_CPU_KVCACHE_SPACE``, in GiB, sizes the KV cache).
+        Fraction of each GPU's memory vLLM may use, in (0, 1]. Ignored on CPU (``VLLM_CPU_KVCACHE_SPACE``, GiB).
     max_model_len : int, optional
         Longest sequence (prompt + generated tokens); the model's own limit when None.
     distributed_executor_backend : str, optional
@@ -113,17 +112,10 @@ class VLLMBackend:
         The engine's own processes, ``(name, pid)``: ``"engine core"`` and, with the multiprocessing executor, ``"rank
         R of N"`` per rank; empty when the engine runs in this process.
 
-    Raises
-    ------
-    ImportError
-        If vLLM is not installed (the message names ``pip install 'confgrid[gpu]'``).
-    ValueError
-        If a parameter is out of range (the message names it).
-    TypeError
-        If ``engine_kwargs`` holds a name that is not a vLLM engine argument.
-    confgrid.actors.backend.EngineDied
-        From any engine call once vLLM reports its engine dead: the message names the process that ended first
-        (e.g. ``rank 1 of 2 (pid 1234)``); the engine is shut down and every later call raises it again.
+    Raises ``ImportError`` if vLLM is not installed (naming ``pip install 'confgrid[gpu]'``), ``ValueError`` if a
+    parameter is out of range, ``TypeError`` if ``engine_kwargs`` holds a name that is no vLLM engine argument, and
+    ``EngineDied`` from any engine call once vLLM reports its engine dead: the message names the process that ended
+    first (e.g. ``rank 1 of 2 (pid 1234)``); the engine is shut down and every later call raises it again.
     """
 
     def __init__(
@@ -326,24 +318,15 @@ class VLLMBackend:
         seed: int | None = 0,
         top_k: int = 0,
     ) -> list[Generation]:
-        """One continuation per token-id prompt (used as given): greedy by default, sampled with
+        """One continuation per token-id prompt (used as given), in input order: greedy by default, sampled with
         ``temperature > 0`` (:meth:`generate_samples` with ``n=1``); no penalties or generation-config defaults.
 
         ``seed``: each prompt draws with its own seed, ``request_seed(seed, prompt ids)``, so results do not depend
         on the prompt's company or position; None leaves it to the engine (not reproducible).
 
-        Returns
-        -------
-        list of Generation
-            One per prompt, in input order (:class:`~confgrid.actors.backend.Generation`).
-
-        Raises
-        ------
-        ValueError
-            If ``max_new_tokens < 1``, a prompt is empty (the message names its index), or a sampling parameter is
-            out of range (:func:`~confgrid.actors.backend.check_sampling`).
-        RuntimeError
-            If the backend is shut down or vLLM returns an unexpected output.
+        Raises ``ValueError`` if ``max_new_tokens < 1``, a prompt is empty (the message names its index), or a
+        sampling parameter is out of range (:func:`~confgrid.actors.backend.check_sampling`); ``RuntimeError`` if the
+        backend is shut down or vLLM returns an unexpected output.
         """
         return [s[0] for s in self.generate_samples(prompts, n=1, max_new_tokens=max_new_tokens,
                                                     temperature=temperature, top_p=top_p, seed=seed, top_k=top_k)]
@@ -360,17 +343,8 @@ class VLLMBackend:
         top_k: int = 0,
     ) -> list[list[Generation]]:
         """``n`` sampled continuations per token-id prompt, drawn in one vLLM request (the prompt is prefilled
-        once); the rest as :meth:`generate`.
-
-        Returns
-        -------
-        list of list of Generation
-            ``result[i]`` holds the ``n`` samples of prompt ``i`` (input order).
-
-        Raises
-        ------
-        ValueError
-            As :meth:`generate`, and if ``n < 1`` or ``n > 1`` with ``temperature == 0``.
+        once); ``result[i]`` holds the ``n`` samples of prompt ``i``. The rest as :meth:`generate`; ``ValueError``
+        also if ``n < 1`` or ``n > 1`` with ``temperature == 0``.
         """
         from vllm import SamplingParams
 
@@ -396,18 +370,10 @@ class VLLMBackend:
         """The ``top_k`` (1 to the engine's ``max_logprobs``, 20 by default) most probable next tokens after each
         prompt, with raw log-probs: one greedy step per prompt with ``logprobs=top_k`` in the ``raw_logprobs`` mode
         (the log-softmax of the logits before any temperature or penalty, as the transformers backend computes).
+        One NextToken per prompt, in input order; most probable first, ties by ascending id.
 
-        Returns
-        -------
-        list of NextToken
-            One per prompt, in input order; most probable first, ties by ascending id.
-
-        Raises
-        ------
-        ValueError
-            If a prompt is empty or ``top_k < 1``.
-        RuntimeError
-            If the backend is shut down or vLLM returns fewer than ``top_k`` tokens.
+        Raises ``ValueError`` if a prompt is empty or ``top_k < 1``; ``RuntimeError`` if the backend is shut down or
+        vLLM returns fewer than ``top_k`` tokens.
         """
         from vllm import SamplingParams
 
@@ -426,13 +392,7 @@ class VLLMBackend:
         return result
 
     def hidden_states(self, prompts: list[list[int]], *, layers: list[int] | None = None) -> list[np.ndarray]:
-        """Not offered: vLLM does not expose per-layer hidden states of a prompt.
-
-        Raises
-        ------
-        NotImplementedError
-            Always, naming the alternative: a ``backend: transformers`` entry of the same model.
-        """
+        """Not offered: raises ``NotImplementedError`` naming the alternative (a ``backend: transformers`` entry)."""
         raise NotImplementedError(
             f"hidden states: the vLLM backend does not expose per-layer hidden states of {self.model_name!r}; "
             "declare a second model entry with backend: transformers for the same model and run the "
@@ -443,16 +403,10 @@ class VLLMBackend:
         """Forced-decoding log-probabilities of answer tokens after a context (see the module docstring).
 
         All requests go to vLLM in one ``LLM.generate`` call; vLLM batches and chunks them within
-        ``max_num_batched_tokens``. Returns raw log-softmax values as :meth:`~confgrid.actors.backend.Backend.score`.
-
-        Raises
-        ------
-        ValueError
-            As :meth:`~confgrid.actors.backend.Backend.score`, and if the joined ids reach ``max_model_len`` (the
-            message names the request index).
-        RuntimeError
-            If vLLM returns prompt ids or log-prob ids other than those sent, or a log-prob list of the wrong length
-            (the message names the request index and position).
+        ``max_num_batched_tokens``. Returns raw log-softmax values and raises as
+        :meth:`~confgrid.actors.backend.Backend.score`; ``ValueError`` also if the joined ids reach ``max_model_len``,
+        ``RuntimeError`` if vLLM returns prompt ids or log-prob ids other than those sent, or a log-prob list of the
+        wrong length (the messages name the request index and position).
         """
         from vllm import SamplingParams
 
