@@ -56,8 +56,8 @@ class EngineDied(FieldsPickle, RuntimeError):
     The replica cannot compute any more; the driver restarts it (within ``execution.max_retries``) and puts the
     call's shards back in the queue (flows/execute/liveness.py). Pickles with its fields (it crosses Ray).
 
-    ``process``: which process ended first, e.g. ``"rank 1 of 2 (pid 1234)"``; ``""`` when no process of the engine was
-    seen to end (the engine reported itself dead). ``incarnation``: the replica incarnation whose engine died
+    ``process``: which process ended first, e.g. ``"rank 1 of 2 (pid 1234)"``; ``""`` when no process of the engine
+    was seen to end (the engine reported itself dead). ``incarnation``: the replica incarnation whose engine died
     (``ReplicaInfo.incarnation``; "" until the worker sets it).
     """
 
