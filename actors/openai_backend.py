@@ -83,19 +83,11 @@ class ApiRequestError(FieldsPickle, RuntimeError):
     Pickles with its fields (it crosses Ray); its message reads ``model 'NAME' at URL: failed after N attempt(s)
     (HTTP 500): <server text>``, with the key scrubbed.
 
-    Attributes
-    ----------
-    status : int or None
-        The last HTTP status (None: no response, e.g. connection refused or a time-out).
-    attempts : int
-        Requests sent for it (1 + retries; 0: not sent, the model was stopped).
-    failure : str or None
-        The last failure's cause (:data:`~confgrid.actors.calls.RETRY_CAUSES`, or ``"stopped"``). Not named
-        ``cause``: Ray's error wrapper keeps the original exception under that name.
-    fatal : bool
-        The model is stopped (401, 403, 404 or ``max_consecutive_failures``): its other requests fail unsent.
-    counts : RequestCounts or None
-        The request's attempts by cause.
+    ``status``: the last HTTP status (None: no response, e.g. connection refused or a time-out). ``attempts``:
+    requests sent for it (1 + retries; 0: not sent, the model was stopped). ``failure``: the last failure's cause
+    (:data:`~confgrid.actors.calls.RETRY_CAUSES`, or ``"stopped"``; not named ``cause``: Ray's error wrapper keeps the
+    original exception under that name). ``fatal``: the model is stopped (401, 403, 404 or
+    ``max_consecutive_failures``), its other requests fail unsent. ``counts``: the request's attempts by cause.
     """
 
     def __init__(self, message: str, status: int | None, attempts: int, failure: str | None = None,
@@ -129,13 +121,8 @@ class _Failed(Exception):
 
 
 def unwrap(outcomes: list[ApiOutcome]) -> list[Any]:
-    """The outputs of ``outcomes``, in order.
-
-    Raises
-    ------
-    ApiRequestError
-        The first failed request's error; a fatal one first (it names why the others failed unsent).
-    """
+    """The outputs of ``outcomes``, in order; raises the first failed request's ``ApiRequestError``, a fatal one
+    first (it names why the others failed unsent)."""
     errors = [o.error for o in outcomes if o.error is not None]
     if errors:
         raise next((e for e in errors if e.fatal and e.failure != "stopped"), errors[0])
@@ -195,12 +182,9 @@ def _logprob(x: float) -> float:
 def generation_logprobs(choice: Any) -> tuple[tuple[float, ...] | None, str]:
     """The log-prob (nats, <= 0) of every generated token of one choice (of ``ChatCompletion.choices``), and a status.
 
-    Returns
-    -------
-    (tuple of float or None, str)
-        The log-probs in generation order (``-9999.0`` read as ``-inf``) and ``"ok"``; or None and ``"no_logprobs"``
-        (the choice has no ``logprobs``) / ``"no_logprob_content"`` (``logprobs.content`` is null). An empty
-        generation with content ``[]`` is ``((), "ok")``.
+    The log-probs in generation order (``-9999.0`` read as ``-inf``) and ``"ok"``; or None and ``"no_logprobs"`` (the
+    choice has no ``logprobs``) / ``"no_logprob_content"`` (``logprobs.content`` is null). An empty generation with
+    content ``[]`` is ``((), "ok")``.
     """
     lp = getattr(choice, "logprobs", None)
     if lp is None:
@@ -214,12 +198,9 @@ def generation_logprobs(choice: Any) -> tuple[tuple[float, ...] | None, str]:
 def next_token_logprobs(choice: Any) -> tuple[tuple[str, ...], tuple[float, ...], str]:
     """The returned top of the first token's distribution: token strings, log-probs (nats), status.
 
-    Returns
-    -------
-    (tuple of str, tuple of float, str)
-        Most probable first, as the server ordered them (stable-sorted by descending log-prob, so ties keep the
-        server's order); status ``"ok"``, or empty tuples and ``"no_logprobs"``, ``"no_logprob_content"`` or
-        ``"no_top_logprobs"`` (no first token, or it carries no ``top_logprobs``).
+    Most probable first, as the server ordered them (stable-sorted by descending log-prob, so ties keep the server's
+    order); status ``"ok"``, or empty tuples and ``"no_logprobs"``, ``"no_logprob_content"`` or ``"no_top_logprobs"``
+    (no first token, or it carries no ``top_logprobs``).
     """
     lp = getattr(choice, "logprobs", None)
     if lp is None:
@@ -240,12 +221,8 @@ class OpenAIBackend:
     ``chat_template_kwargs`` is sent as a vLLM extra field when not empty; ``sleep`` waits between retries (tests
     pass a recorder).
 
-    Raises
-    ------
-    ValueError
-        If ``config.api_key_env`` names a variable that is not set (the message names the variable, never a value).
-    ImportError
-        If the ``openai`` package is missing (``pip install 'confgrid[api]'``).
+    Raises ``ValueError`` if ``config.api_key_env`` names a variable that is not set (the message names the variable,
+    never a value); ``ImportError`` if the ``openai`` package is missing (``pip install 'confgrid[api]'``).
     """
 
     tokenizer = None  # no local tokenizer: the server renders the chat template
@@ -336,12 +313,8 @@ class OpenAIBackend:
 
         The deadline runs from the moment the request is sent to the last byte of the body, headers included: every
         socket operation of this thread is shortened to what is left of it (actors/http_deadline.py), so a server
-        that trickles its headers or its body a byte at a time is cut when ``timeout_s`` has passed.
-
-        Raises
-        ------
-        _Failed
-            With the cause: an HTTP status, ``timeout``, ``connection`` or ``malformed``.
+        that trickles its headers or its body a byte at a time is cut when ``timeout_s`` has passed. Raises
+        ``_Failed`` with the cause: an HTTP status, ``timeout``, ``connection`` or ``malformed``.
         """
         o = self._openai
         try:
@@ -403,10 +376,7 @@ class OpenAIBackend:
     def _request(self, kwargs: dict[str, Any], extra: dict[str, Any], n: int | None = None) -> tuple[Any, RequestCounts]:
         """One chat completion, from the answer cache or with retries; returns (response, its counts).
 
-        Raises
-        ------
-        ApiRequestError
-            When it still fails (``counts`` attached); ``fatal`` when the model is stopped.
+        Raises ``ApiRequestError`` when it still fails (``counts`` attached; ``fatal`` when the model is stopped).
         """
         counts = RequestCounts(requests=1)
         key = request_key(self.model_name, self.config.base_url, {**kwargs, **extra}) if self._cache is not None else None
@@ -496,20 +466,14 @@ class OpenAIBackend:
         ``temperature``, ``top_p``, ``top_k`` (extra field, sent when > 0), ``n`` and ``seed =
         text_request_seed(sampling.seed, text)`` (not sent when ``sampling.seed`` is None).
 
-        Returns
-        -------
-        list of ApiOutcome
-            One per input, in order: its output (a GenerationOutput when greedy, a SamplesOutput when sampled) or
-            the ApiRequestError it failed with (every request runs to its end; the answered ones are kept, and
-            stored in the answer cache), and its counts. ``n_tokens``: the generated tokens (the log-prob entries;
-            without them the usage count, ``-1`` when unknown: ``n > 1`` without log-probs). ``token_logprobs`` /
-            ``logprobs_status`` as :func:`generation_logprobs` (``"not_requested"`` with ``api.logprobs: false``).
+        One ApiOutcome per input, in order: its output (a GenerationOutput when greedy, a SamplesOutput when sampled)
+        or the ApiRequestError it failed with (every request runs to its end; the answered ones are kept, and stored
+        in the answer cache), and its counts. ``n_tokens``: the generated tokens (the log-prob entries; without them
+        the usage count, ``-1`` when unknown: ``n > 1`` without log-probs). ``token_logprobs`` / ``logprobs_status``
+        as :func:`generation_logprobs` (``"not_requested"`` with ``api.logprobs: false``).
 
-        Raises
-        ------
-        ValueError
-            On invalid sampling (:func:`check_sampling`), ``max_new_tokens < 1``, ``from_model`` sampling (a server's
-            defaults are not visible), or an assistant prefix without ``assistant_prefill``.
+        Raises ``ValueError`` on invalid sampling (:func:`check_sampling`), ``max_new_tokens < 1``, ``from_model``
+        sampling (a server's defaults are not visible), or an assistant prefix without ``assistant_prefill``.
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -566,17 +530,10 @@ class OpenAIBackend:
         candidate to the ids of the returned tokens that are one of its forms
         (:func:`~confgrid.protocols.candidates.candidate_tokens_from_strings`).
 
-        Returns
-        -------
-        list of ApiOutcome
-            One per input, in order (as :meth:`generate_outcomes`), each output a NextTokenOutput: log-probs in
-            nats, most probable first; ``logprobs_status`` as :func:`next_token_logprobs` (empty tuples when not
-            ``"ok"``: the downstream P(True) is then NaN with that status).
-
-        Raises
-        ------
-        ValueError
-            If ``top_k`` is outside [1, ``api.max_top_logprobs``].
+        One ApiOutcome per input, in order (as :meth:`generate_outcomes`), each output a NextTokenOutput: log-probs
+        in nats, most probable first; ``logprobs_status`` as :func:`next_token_logprobs` (empty tuples when not
+        ``"ok"``: the downstream P(True) is then NaN with that status). Raises ``ValueError`` if ``top_k`` is outside
+        [1, ``api.max_top_logprobs``].
         """
         if not 1 <= top_k <= self.config.max_top_logprobs:
             raise ValueError(f"top_logprobs={top_k}: allowed 1..{self.config.max_top_logprobs} "
