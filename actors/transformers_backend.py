@@ -58,29 +58,13 @@ def _padded(seqs: list[list[int]], pad: int, left: bool = False) -> tuple[torch.
 class TransformersBackend:
     """A causal LM loaded with ``from_pretrained``, used for greedy generation and scoring.
 
-    Parameters
-    ----------
-    model : str
-        Local directory or Hugging Face hub name.
-    dtype : str or torch.dtype, default "float32"
-        A name of :data:`~confgrid.actors.backend.DTYPES` (``"auto"``: the checkpoint's). Log-softmax is always
-        taken in float32.
-    device : str, optional
-        Torch device; ``"cuda"`` when available, else ``"cpu"``.
-    batch_size : int, default 16
-        Most sequences per forward pass (generation and scoring).
+    ``model``: a local directory or hub name; ``dtype``: a name of :data:`~confgrid.actors.backend.DTYPES`
+    (``"auto"``: the checkpoint's; log-softmax is always taken in float32); ``device``: ``"cuda"`` when available,
+    else ``"cpu"``; ``batch_size``: most sequences per forward pass. The ``model`` attribute is in eval mode on
+    ``device``; a ``tokenizer`` without a pad token gets its EOS token as pad (the model and its config unchanged).
 
-    Attributes
-    ----------
-    tokenizer : transformers.PreTrainedTokenizerBase
-        Without a pad token, its pad token is set to its EOS token (the model and its config are not changed).
-    model : transformers.PreTrainedModel
-        In eval mode on ``device``.
-
-    Raises
-    ------
-    ValueError
-        If ``dtype`` is unknown, ``batch_size < 1``, or the tokenizer has neither a pad nor an EOS token.
+    Raises ``ValueError`` if ``dtype`` is unknown, ``batch_size < 1``, or the tokenizer has neither a pad nor an EOS
+    token.
     """
 
     def __init__(
@@ -208,28 +192,13 @@ class TransformersBackend:
                          seed: int | None = 0) -> list[list[Generation]]:
         """``n`` sampled continuations per token-id prompt, run as ``n`` rows of the same batches.
 
-        Parameters
-        ----------
-        temperature : float, default 1.0
-            > 0: tokens are drawn from ``softmax(logits / temperature)`` (logits in float32).
-        top_p : float, default 1.0
-            Nucleus mass in (0, 1]: the smallest set of most probable tokens whose mass reaches it.
-        top_k : int, default 0
-            Keep the ``top_k`` most probable tokens (0: off); applied before ``top_p``, as vLLM does.
-        seed : int or None, default 0
-            Sample ``j`` of a prompt draws from a generator seeded with ``request_seed(seed, prompt, j)``; None
-            draws a fresh seed (not reproducible).
+        Tokens are drawn from ``softmax(logits / temperature)`` (logits in float32, ``temperature > 0``), keeping the
+        ``top_k`` most probable (0: off), then the nucleus of mass ``top_p`` in (0, 1], as vLLM does. Sample ``j`` of
+        a prompt draws from a generator seeded with ``request_seed(seed, prompt, j)``; ``seed`` None draws a fresh
+        seed (not reproducible). ``result[i][j]``: sample ``j`` of prompt ``i``.
 
-        Returns
-        -------
-        list of list of Generation
-            ``result[i][j]``: sample ``j`` of prompt ``i``.
-
-        Raises
-        ------
-        ValueError
-            If a parameter is out of range (:func:`~confgrid.actors.backend.check_sampling`), ``temperature``
-            is 0 (use :meth:`generate`), or a prompt is empty.
+        Raises ``ValueError`` if a parameter is out of range (:func:`~confgrid.actors.backend.check_sampling`),
+        ``temperature`` is 0 (use :meth:`generate`), or a prompt is empty.
         """
         check_sampling(float(temperature), float(top_p), int(top_k), int(n))
         if temperature <= 0:
@@ -278,23 +247,12 @@ class TransformersBackend:
 
     @torch.inference_mode()
     def hidden_states(self, prompts: list[list[int]], *, layers: list[int] | None = None) -> list[np.ndarray]:
-        """The last prompt token's hidden state at each layer.
+        """The last prompt token's hidden state at each layer: one float32 array of shape ``(len(layers),
+        hidden_size)`` per prompt, in input order.
 
-        Parameters
-        ----------
-        layers : list of int, optional
-            Indices into the model's ``hidden_states`` (0 is the embedding output, ``L`` the last layer; negative
-            indices count from the end). None: all ``L + 1``.
-
-        Returns
-        -------
-        list of numpy.ndarray
-            One float32 array of shape ``(len(layers), hidden_size)`` per prompt, in input order.
-
-        Raises
-        ------
-        ValueError
-            If a prompt is empty or a layer index is out of range.
+        ``layers``: indices into the model's ``hidden_states`` (0 is the embedding output, ``L`` the last layer;
+        negative indices count from the end); None: all ``L + 1``. Raises ``ValueError`` if a prompt is empty or a
+        layer index is out of range.
         """
         check_prompts(prompts)
         n_states = int(self.model.config.num_hidden_layers) + 1
