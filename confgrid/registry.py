@@ -75,10 +75,7 @@ class Registry(Generic[T]):
     value_type : type, optional
         When given, :meth:`register` rejects objects that are not instances of it (``TypeError``).
 
-    Raises
-    ------
-    ValueError
-        If ``kind`` is not a non-empty string.
+    Raises ``ValueError`` if ``kind`` is not a non-empty string.
 
     Notes
     -----
@@ -123,13 +120,9 @@ class Registry(Generic[T]):
     def register(self, name: str, obj: T = _MISSING) -> T | Callable[[T], T]:
         """Add ``obj`` under ``name`` and return it; without ``obj``, a decorator doing so for its argument.
 
-        Raises
-        ------
-        ValueError
-            If ``name`` is empty or not a string (raised at once, also in the decorator form), or ``name`` is already
-            registered (the message names the kind and the name; the decorator form raises when applied).
-        TypeError
-            If ``value_type`` was given and ``obj`` is not an instance of it.
+        Raises ``ValueError`` if ``name`` is empty or not a string (at once, also in the decorator form) or already
+        registered (the message names the kind and the name; the decorator form raises when applied); ``TypeError``
+        if ``value_type`` was given and ``obj`` is not an instance of it.
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self._kind} name must be a non-empty string, got {name!r}")

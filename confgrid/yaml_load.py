@@ -38,14 +38,6 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def safe_load(stream: str | bytes | IO[str] | IO[bytes]) -> Any:
-    """``yaml.safe_load`` that rejects repeated keys.
-
-    Raises
-    ------
-    DuplicateKeyError
-        If a mapping repeats a key (a subclass of ``yaml.YAMLError``, so code that reports YAML errors reports it
-        too).
-    yaml.YAMLError
-        For any other YAML error.
-    """
+    """``yaml.safe_load`` that rejects repeated keys: ``DuplicateKeyError`` (a subclass of ``yaml.YAMLError``, so
+    code that reports YAML errors reports it too) if a mapping repeats a key, ``yaml.YAMLError`` for any other."""
     return yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass

@@ -329,11 +329,9 @@ def contexts_from_mappings(data: Any, *, where: str = "contexts", register: bool
     names the source in error messages; with ``register`` each context is also added to :data:`CONTEXTS`, after all
     entries are validated.
 
-    Raises
-    ------
-    ValueError
-        On a non-mapping entry, unknown keys, a missing or non-string field, an unknown prompt id (the message lists
-        the registered prompts), an invalid separator or item_format, an id registered already or given twice.
+    Raises ``ValueError`` on a non-mapping entry, unknown keys, a missing or non-string field, an unknown prompt id
+    (the message lists the registered prompts), an invalid separator or item_format, an id registered already or given
+    twice.
     """
     entries = [data] if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:

@@ -204,13 +204,8 @@ def load_table(year: int, sex: str, table_dir: str | Path | None = None) -> Life
     Bundled years: 1900-2017 historical, 2018-2095 projected. ``table_dir``: a folder of ``PerLifeTables_<sex>_*.csv``
     files in the SSA format; None is the bundled 2020 Trustees Report table.
 
-    Raises
-    ------
-    ValueError
-        Unknown ``sex``, a year the table does not cover (the message names the year and each file's range), or a
-        malformed table file.
-    FileNotFoundError
-        If the folder holds no table of that sex.
+    Raises ``ValueError`` on an unknown ``sex``, a year the table does not cover (the message names the year and each
+    file's range), or a malformed table file; ``FileNotFoundError`` if the folder holds no table of that sex.
     """
     _check_sex(sex)
     if isinstance(year, bool) or not isinstance(year, (int, np.integer)):

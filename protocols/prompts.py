@@ -236,13 +236,8 @@ def _prompt_from_mapping(data: Any, where: str) -> Prompt:
 def load_prompt_file(path: str | os.PathLike[str], *, register: bool = True) -> Prompt:
     """Read one YAML prompt file (keys: the fields of :class:`Prompt`); with ``register``, add it to :data:`PROMPTS`.
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    ValueError
-        On unknown keys, a missing ``id``/``template``, a template without ``{question}``, or (with ``register``) an
-        id already registered.
+    Raises ``FileNotFoundError`` if ``path`` does not exist; ``ValueError`` on unknown keys, a missing
+    ``id``/``template``, a template without ``{question}``, or (with ``register``) an id already registered.
     """
     p = os.fspath(path)
     if not os.path.isfile(p):
