@@ -141,10 +141,8 @@ class Binning:
     def edges(self, default: int = 10) -> np.ndarray:
         """The ``B + 1`` ascending bin edges, float64.
 
-        ``width``: :func:`~confgrid.analysis.metrics.bin_edges` of the closure (``k / B``, or ``np.linspace``'s
-        float edges for the ``_float`` closures). ``centred``: Müller et al. 2026's construction (module
-        docstring), ``c - w / 2`` for each centre ``c`` of ``np.linspace(0, 1, B)`` and ``w = 1 / (B - 1)``, then
-        ``1 + w / 2``, in float arithmetic (``-0.05, 0.05, 0.15000000000000002, ...`` for ``B = 11``). ValueError
+        ``width``: :func:`~confgrid.analysis.metrics.bin_edges` of the closure. ``centred``: Müller et al. 2026's
+        float construction (module docstring; ``-0.05, 0.05, 0.15000000000000002, ...`` for ``B = 11``). ValueError
         for equal-mass bins (their edges depend on the data).
         """
         b = self.bins(default)
@@ -203,8 +201,8 @@ def parse_binned_name(name: str) -> Binning | None:
     Raises
     ------
     BinnedNameError
-        The name is in the grammar but spells no estimator (e.g. ``ece_equal_mass_midpoint``,
-        ``ece_0``, ``ece_007``), with the reason and, where there is one, the spelling that works.
+        The name is in the grammar but spells no estimator (e.g. ``ece_equal_mass_midpoint``, ``ece_0``, ``ece_007``),
+        with the reason and, where there is one, the spelling that works.
 
     Examples
     --------
@@ -273,13 +271,13 @@ def binned_ece(confidence, correct, binning: Binning, n_bins: int = 10) -> float
     """ECE under a declared :class:`Binning`: ``sum_b (n_b / n) |acc_b - conf_b|`` over the non-empty bins.
 
     ``conf_b`` is the mean confidence of bin ``b``'s answers (``bin_confidence="mean"``) or the bin's midpoint
-    (``"midpoint"``: :meth:`Binning.midpoints`). Equal-mass bins are
-    :func:`~confgrid.analysis.estimators.ece_equal_mass`'s. Reference: study 000, Appendix A (the mean); Müller
-    et al. 2026, ``calibration_visualization/calculate_calibration_data.py`` (the midpoint, centred bins).
+    (``"midpoint"``: :meth:`Binning.midpoints`). Equal-mass bins: :func:`~confgrid.analysis.estimators.ece_equal_mass`.
+    Reference: study 000, Appendix A (the mean); Müller et al. 2026, ``calculate_calibration_data.py`` in
+    ``calibration_visualization/`` (the midpoint, centred bins).
 
-    ``confidence`` and ``correct`` as in :mod:`confgrid.analysis.metrics` (shape ``(n_samples,)``, in ``[0, 1]``);
-    ``n_bins``: the run's bins, used when ``binning.n_bins`` is None. Returns the ECE in ``[0, 1]``, **lower is
-    better**; ``nan`` (warned) for no rows or a non-finite input. ValueError as the metrics, or for ``n_bins < 1``.
+    ``confidence`` and ``correct`` as in :mod:`confgrid.analysis.metrics`; ``n_bins``: the run's bins, used when
+    ``binning.n_bins`` is None. Returns the ECE in ``[0, 1]``, **lower is better**; ``nan`` (warned) for no rows or a
+    non-finite input. ValueError as the metrics, or for ``n_bins < 1``.
 
     Examples
     --------

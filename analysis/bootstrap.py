@@ -49,9 +49,7 @@ __all__ = [
 
 
 
-# ---------------------------------------------------------------------------
-# chunk and full bootstrap
-# ---------------------------------------------------------------------------
+# --- chunk and full bootstrap ---
 
 
 def _check_metrics(metrics: Sequence[str]) -> list[str]:
@@ -106,8 +104,7 @@ def bootstrap_chunks(
 
     Each chunk's index matrix is regenerated with :func:`chunk_indices` (seeded by ``SeedSequence([seed, chunk])``)
     and evaluated by the same code as :func:`paired_bootstrap`, so the values are bit-identical to the corresponding
-    slice of ``paired_bootstrap(...).resamples`` whichever worker computes them and however chunks are grouped. The
-    signals are sorted and prepared once for all the chunks.
+    slice of ``paired_bootstrap(...).resamples`` whichever worker computes them and however chunks are grouped.
 
     Parameters
     ----------
@@ -115,8 +112,7 @@ def bootstrap_chunks(
     correct : ndarray of shape (S, n) or (n,)
     n_resamples, seed, chunk_size, n_bins, groups, masks, reweight
         As in :func:`paired_bootstrap` (with ``groups`` a chunk draws ``chunk_indices(G, ...)`` cluster indices).
-    chunks : sequence of int
-        Chunk indices in ``[0, n_chunks(n_resamples, chunk_size))``.
+    chunks : sequence of int in ``[0, n_chunks(n_resamples, chunk_size))``
 
     Returns
     -------
@@ -148,8 +144,7 @@ def interval(values, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval over the resample axis (last axis).
 
     ``np.nanpercentile`` at ``(1 - level)/2`` and ``(1 + level)/2`` (2.5 and 97.5 for ``level=0.95``), linear method;
-    undefined (``nan``) resamples are ignored (count them with :func:`n_undefined`); an all-``nan`` slice gives
-    ``nan``.
+    ``nan`` resamples are ignored (count them with :func:`n_undefined`); an all-``nan`` slice gives ``nan``.
 
     Returns
     -------
@@ -282,11 +277,10 @@ def paired_bootstrap(
     seed : int
         Non-negative; see :func:`setting_seed`.
     chunk_size : int, default=1000
-        Rows per chunk; memory is bounded by a small multiple of ``chunk_size * n * 8`` bytes. Chunk ``c`` is seeded
-        with ``SeedSequence([seed, c])``, so the resamples are fixed by ``(n, n_resamples, seed, chunk_size)``;
-        changing ``chunk_size`` changes the draws (not their distribution).
+        Rows per chunk (memory: a small multiple of ``chunk_size * n * 8`` bytes). The resamples are fixed by
+        ``(n, n_resamples, seed, chunk_size)`` (module docstring); another ``chunk_size`` changes the draws, not their
+        distribution.
     signal_names : list of str, optional
-        Stored on the result for :mod:`confgrid.analysis.compare`.
     groups : array-like of shape (n,), optional
         A cluster label per item (any hashable): each resample draws ``G`` of the ``G`` distinct clusters with
         replacement (``chunk_indices(G, ...)``) and keeps all their rows, weighted by the cluster's multiplicity
@@ -345,9 +339,8 @@ def resample_counts(n: int, n_resamples: int, seed: int, chunk_size: int = DEFAU
     """The multiplicity of each of ``n`` items in each resample that :func:`paired_bootstrap` draws with these
     arguments (row-level, or of each item's cluster with ``groups``).
 
-    For a quantity that is not a metric of a signal but must stay paired with a unit's metrics (e.g. study
-    004's uniform-random Brier baseline, flows/evaluate/capability.py): ``(W @ x) / W.sum(axis=1)`` is the
-    resampled mean of a per-item value ``x`` on the very resamples of the unit.
+    For a quantity that is not a metric of a signal but must stay paired with a unit's metrics (e.g. study 004's
+    uniform-random Brier baseline): ``(W @ x) / W.sum(axis=1)`` is the resampled mean of a per-item value ``x``.
 
     Returns
     -------

@@ -80,8 +80,7 @@ def calibration_summary(rows: pd.DataFrame, by: Sequence[str], group_cols: Seque
     group_cols : sequence of str
         Grouping columns from the items' metadata (e.g. ``category``): each gives rows with ``group`` = its name and
         ``group_value`` = a value; the rows over all items have ``group = "all"``, ``group_value = ""``.
-    n_bins : int
-        ECE bins (equal width).
+    n_bins : int, the equal-width ECE bins
     with_smece : bool
         Compute smECE (relplot, slow on small groups); False leaves the column NaN.
 

@@ -8,11 +8,9 @@ them do sit on the edges of 10 or 20 bins. Two outputs, written by ``confgrid ru
   ``width`` bins have edges ``k/B``, ``centred`` bins ``(k - 1/2)/(B - 1)``; analysis/binning.py), the share of
   the signal's confidences exactly on an edge (``on_edge``, 0 and 1 included) and on an inner edge
   (``on_inner_edge``: the values the left and right closures put in different bins);
-* ``results/closure``: every binned metric computed beside its reference, the same bins left-closed with the
-  mean bin confidence (``ece`` for ``ece_right`` or ``ece_midpoint``; ``ece`` for a published convention such
-  as ``ece_muller2026``), whose values lie further apart than the half-width of the reference's interval, or a
-  gap whose sign the choice reverses, with both values and a sentence ("ECE depends on the bin closure here: 0.008
-  (left) vs 0.042 (right); 88% of confidences lie on bin edges") that ``confgrid show`` and the reports print.
+* ``results/closure``: every binned metric or gap that the binning moves away from its reference (:func:`reference_of`,
+  :func:`closure_notes`), with both values and a sentence ("ECE depends on the bin closure here: 0.008 (left) vs
+  0.042 (right); 88% of confidences lie on bin edges") that ``confgrid show`` and the reports print.
 """
 
 from __future__ import annotations

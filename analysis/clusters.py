@@ -177,8 +177,7 @@ def v_diff(tables, a1: np.ndarray, a2: np.ndarray, tot: np.ndarray) -> np.ndarra
     """``V_T[a2] - V_T[a1]`` for resamples of ``T = tot`` rows, elementwise.
 
     ``V_T[a] = sum_{q=T-a}^{T-1} (H[T] - H[q]) = a H[T] - CH[T] + CH[T-a]``: the AURC mass of a run of answers between
-    ascending cumulative counts ``a1 < a2`` (see ``_aurc_table`` in analysis/bootstrap.py, which is this table for
-    ``T = n``).
+    ascending cumulative counts ``a1 < a2`` (``_aurc_table`` in analysis/fused.py is this table for ``T = n``).
 
     Parameters
     ----------

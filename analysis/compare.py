@@ -8,8 +8,7 @@
   ``metric(token_a) - metric(token_b)``).
 * advantage: the paired statistic whose sign says which signal is better (:func:`advantage`). For an unsigned metric
   it is the gap itself; for a signed metric it is ``a = |metric(verbalized)| - |metric(token)|`` per resample and for
-  the point, positive when the token signal is closer to 0. Its sign gives the same answer as :func:`better_signal` on
-  finite values.
+  the point, positive when the token signal is closer to 0 (the sign agrees with :func:`better_signal`).
 * flip between two contexts: the better signal differs, by point estimate, i.e. the two advantages have strictly
   opposite signs (for an unsigned metric: the two gaps do, study 000 section 3.5). *Fully resolved*: a flip where, in
   both contexts, the percentile interval of the paired per-resample advantage excludes zero. For a signed metric the
@@ -45,7 +44,6 @@ def better_signal(metric: str, value_a: float, value_b: float, name_a: str, name
     metric : str
         A registered metric name (:data:`confgrid.analysis.registry.METRICS`).
     value_a, value_b : float
-        The metric's point values for the two signals.
     name_a, name_b : str
         What to return for each side (signal names, or ``"verbalized"`` / ``"token"``).
 
@@ -101,9 +99,7 @@ def advantage(signed, point_a, point_b, resamples_a, resamples_b) -> tuple[np.nd
     signed : bool or ndarray of shape (R,)
         Whether each row's metric is signed.
     point_a, point_b : float or ndarray of shape (R,)
-        The two signals' point values.
-    resamples_a, resamples_b : ndarray of shape (B,) or (R, B)
-        Their paired resamples.
+    resamples_a, resamples_b : ndarray of shape (B,) or (R, B), paired
 
     Returns
     -------
@@ -158,8 +154,7 @@ def retention_probability(raw, aligned) -> tuple[float, int]:
     """Share of resamples where two paired resampled gaps ``(B,)`` (raw and aligned) have strictly opposite signs.
 
     Returns ``(probability, n_defined)`` over the ``n_defined`` resamples where both are finite (study 001's retention
-    probability, Appendix E.6, and the evaluator's flip share); a zero gap is no opposite sign; ``nan`` when none is
-    defined.
+    probability, Appendix E.6, and the evaluator's flip share); a zero gap never counts; ``nan`` when none is defined.
 
     Examples
     --------

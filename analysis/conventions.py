@@ -4,9 +4,8 @@ A convention is a :class:`~confgrid.analysis.binning.Binning` (bins, scheme, clo
 a library computes, with the file and line it was read from. Each is registered as the metric ``ece_<name>``
 (analysis/registry.py), asked for with ``confgrid analyze --ece-convention NAME[,NAME]`` or a grid's
 ``metrics.ece_conventions: [NAME, ...]``, and equals the grammar name of its binning (``ece_muller2026`` is
-``ece_15_left_float_midpoint``) on every input. tests/analysis/test_conventions.py re-implements each project's
-formula from its source, independently of this package, and compares on values on and next to the edges, ties, 0 and
-1.0.
+``ece_15_left_float_midpoint``) on every input (tests/analysis/test_conventions.py checks each against its project's
+formula, re-implemented from the source).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ class Convention:
     name : str
         The convention's name (``muller2026``); its metric is ``ece_<name>`` (:attr:`metric`).
     binning : Binning
-        What it computes.
     source : str
         Repository, file and line(s) the rule was read from, and the commit.
     description : str

@@ -4,9 +4,7 @@ Every function here follows the conventions of :mod:`confgrid.analysis.metrics` 
 :class:`UndefinedMetricWarning` for no rows or non-finite input, ``ValueError`` for values outside ``[0, 1]``) and is
 registered under its name in :data:`confgrid.analysis.registry.METRICS` (the table of names: that module's docstring;
 ``overconfidence`` is an alias of ``calibration_gap``, study 002 section 6.3; other binned ECEs: analysis/binning.py).
-This module imports only :mod:`~confgrid.analysis.metrics`; the registry imports both (one-way).
-
-numpy and scipy are imported at module level; ``relplot`` is imported lazily by :func:`smece`.
+It imports only :mod:`~confgrid.analysis.metrics` (and numpy, scipy; ``relplot`` lazily, in :func:`smece`).
 """
 
 from __future__ import annotations
@@ -38,9 +36,7 @@ ECE_BIN_COUNTS = (5, 10, 15, 20, 30, 50)
 KDE_BANDWIDTH = 0.05
 
 
-# ---------------------------------------------------------------------------
-# equal-mass bins
-# ---------------------------------------------------------------------------
+# --- equal-mass bins ---
 
 
 def _block_starts(total: int, n_bins: int) -> np.ndarray:
@@ -67,7 +63,6 @@ def equal_mass_group_bins(group_ends, total: int, n_bins: int, closure: str = "l
     group_ends : array-like of int, any shape
         End rank (exclusive, cumulative count) of each tie group in ascending confidence.
     total : int
-        Number of answers.
     closure : {"left", "right"}, default="left"
         ``"right_float"`` counts as ``"right"`` (equal-mass bins have no fixed edges).
     group_starts : array-like of int, same shape as ``group_ends``
@@ -91,11 +86,9 @@ def equal_mass_bin_starts(sorted_conf, n_bins: int = 10, closure: str = "left") 
 
     Parameters
     ----------
-    sorted_conf : ndarray of shape (n_samples,)
-        Confidences sorted ascending.
+    sorted_conf : ndarray of shape (n_samples,), sorted ascending
     closure : {"left", "right"}, default="left"
-        A tie group cut by a block boundary joins the upper (left) or the lower
-        (right) bin; ``"right_float"`` counts as ``"right"``.
+        A tie group cut by a block boundary joins the upper (left) or lower (right) bin; ``"right_float"`` is right.
 
     Returns
     -------
@@ -144,8 +137,7 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
     Parameters
     ----------
     confidence, correct : array-like of shape (n_samples,)
-    n_bins : int, default=10
-        Number of equal-mass bins ``B >= 1``.
+    n_bins : int >= 1, default=10
     closure : {"left", "right"}, default="left"
         Which bin a tie group on a quantile edge joins (``"right_float"`` counts as ``"right"``).
 
@@ -161,8 +153,7 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
 
     Examples
     --------
-    Two bins of two answers: ``{0.1, 0.2}`` with accuracy 0 and ``{0.8, 0.9}``
-    with accuracy 1 give ``(2/4) * 0.15 + (2/4) * 0.15``:
+    Two bins of two answers: ``{0.1, 0.2}`` with accuracy 0 and ``{0.8, 0.9}`` with accuracy 1 give ``2 * 0.5 * 0.15``:
 
     >>> round(ece_equal_mass([0.9, 0.1, 0.8, 0.2], [1, 0, 1, 0], n_bins=2), 12)
     0.15
@@ -192,9 +183,7 @@ def ece_equal_mass(confidence, correct, n_bins: int = 10, closure: str = "left")
     return float(np.sum(np.abs(d[starts[1:]] - d[starts[:-1]])) / c.size)
 
 
-# ---------------------------------------------------------------------------
-# KDE ECE
-# ---------------------------------------------------------------------------
+# --- KDE ECE ---
 
 
 def _gauss(u: np.ndarray) -> np.ndarray:
@@ -214,8 +203,7 @@ def kde_ece(confidence, correct, bandwidth: float = KDE_BANDWIDTH) -> float:
     Parameters
     ----------
     confidence, correct : array-like of shape (n_samples,)
-    bandwidth : float, default=0.05
-        Kernel bandwidth ``h > 0``.
+    bandwidth : float > 0, default=0.05
 
     Returns
     -------
@@ -253,19 +241,8 @@ def _check_bandwidth(bandwidth) -> float:
 def kde_group_values(u: np.ndarray, m: np.ndarray, sy: np.ndarray, h: float) -> np.ndarray:
     """``sum_g m_g |acc(u_g) - u_g|`` for count-weighted groups, per row.
 
-    Parameters
-    ----------
-    u : ndarray of shape (G,)
-        Distinct confidences.
-    m, sy : ndarray of shape (b, G)
-        Per row: answers in each group (multiplicity) and their summed correctness.
-    h : float
-        Bandwidth.
-
-    Returns
-    -------
-    ndarray of shape (b,)
-        Not yet divided by the number of answers.
+    ``u`` (G,) holds the distinct confidences; ``m``, ``sy`` (b, G) per row the answers in each group and their
+    summed correctness; ``h`` is the bandwidth. Returns shape (b,), not yet divided by the number of answers.
     """
     G = u.size
     out = np.zeros(m.shape[0])
@@ -281,19 +258,16 @@ def kde_group_values(u: np.ndarray, m: np.ndarray, sy: np.ndarray, h: float) -> 
     return out
 
 
-# ---------------------------------------------------------------------------
-# KS calibration error
-# ---------------------------------------------------------------------------
+# --- KS calibration error ---
 
 
 def ks_ece(confidence, correct) -> float:
     """Kolmogorov-Smirnov calibration error (Gupta et al. 2021).
 
     Sort the answers by confidence and take the largest absolute cumulative difference between correctness and
-    confidence, divided by ``n``: ``KS = max_k |sum_{i <= k} (y_(i) - c_(i))| / n``. **Ties:** the cumulative sums are
-    evaluated only at the ends of groups of tied confidences (after a whole group), so the value does not depend on
-    the order of tied answers and hence not on the input order. Reference: study 000, Appendix G ("Estimators"); Gupta
-    et al., *Calibration of neural networks using splines*, ICLR 2021.
+    confidence, divided by ``n``: ``KS = max_k |sum_{i <= k} (y_(i) - c_(i))| / n``; ties: only after whole groups of
+    tied confidences, so the value does not depend on the input order. Reference: study 000, Appendix G
+    ("Estimators"); Gupta et al., *Calibration of neural networks using splines*, ICLR 2021.
 
     Returns
     -------
@@ -320,9 +294,7 @@ def ks_ece(confidence, correct) -> float:
     return float(np.max(np.abs(np.cumsum(d))) / c.size)
 
 
-# ---------------------------------------------------------------------------
-# smoothed ECE (plain kernel, Silverman) and smECE (relplot)
-# ---------------------------------------------------------------------------
+# --- smoothed ECE (plain kernel, Silverman) and smECE (relplot) ---
 
 #: grid of :func:`smoothed_ece`: step ``h / _GRID_PER_H``, ``_GRID_PAD`` bandwidths beyond the data
 _GRID_PER_H = 20
@@ -363,10 +335,7 @@ def smoothed_ece(confidence, correct) -> float:
     With a plain Gaussian kernel ``K_h`` (density of ``N(0, h^2)``) and Silverman's bandwidth ``h``
     (:func:`silverman_bandwidth` of the confidences), the smoothed residual curve is ``r(t) = sum_i K_h(t - c_i)(y_i -
     c_i) / sum_i K_h(t - c_i)`` and the smoothed confidence density ``delta(t) = (1/n) sum_i K_h(t - c_i)``; the
-    estimator is
-
-    ``smoothed = integral over the real line of |r(t)| delta(t) dt
-    = integral |(1/n) sum_i K_h(t - c_i)(y_i - c_i)| dt``.
+    estimator is ``integral over the real line |r(t)| delta(t) dt = integral |(1/n) sum_i K_h(t - c_i)(y_i - c_i)| dt``.
 
     This follows Blasiok and Nakkiran (2024) in smoothing both the accuracy curve and the density, but with a plain
     (not reflected) kernel and Silverman's bandwidth instead of their bandwidth rule (study 000, Appendix G);
@@ -474,22 +443,20 @@ def smece(confidence, correct) -> float:
     return float(relplot.smECE(c, y))
 
 
-# ---------------------------------------------------------------------------
-# signed summaries
-# ---------------------------------------------------------------------------
+# --- signed summaries ---
 
 
 def calibration_gap(confidence, correct) -> float:
     """Signed calibration gap: mean confidence minus accuracy.
 
-    ``G = (1/n) sum_i (c_i - y_i)``; positive means overconfident, negative
-    underconfident. Reference: study 003, section 3.3, equation (2).
+    ``G = (1/n) sum_i (c_i - y_i)``; positive means overconfident, negative underconfident. Reference: study 003,
+    section 3.3, equation (2).
 
     Returns
     -------
     float
-        Gap in ``[-1, 1]``; **signed: 0 is best**, closer to zero is better (registered with ``signed=True``). ``nan``
-        (with an :class:`UndefinedMetricWarning`) when there are no rows or an input is non-finite.
+        Gap in ``[-1, 1]``; **signed: 0 is best** (registered with ``signed=True``). ``nan`` (warned) for no rows or a
+        non-finite input.
 
     Examples
     --------
@@ -505,11 +472,8 @@ def calibration_gap(confidence, correct) -> float:
 def overconfidence(confidence, correct) -> float:
     """Overconfidence: mean confidence minus accuracy (alias of :func:`calibration_gap`).
 
-    Study 002 (section 6.3, after Klayman et al. 1999) defines overconfidence over a question set as the mean stated
-    confidence minus the mean score (e.g. "88% stated confidence and 79% accuracy" gives 9% overconfidence), with
-    proportional (graded) scores for ties. That is the same quantity as study 003's calibration gap ``G``; with graded
-    ``correct`` both use the graded mean. Registered as ``overconfidence`` so results can carry either name; the
-    values are identical.
+    Study 002 (section 6.3, after Klayman et al. 1999) defines overconfidence as mean stated confidence minus mean
+    (graded, for ties) score: study 003's calibration gap ``G`` under a second registered name, with identical values.
 
     Examples
     --------

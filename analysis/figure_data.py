@@ -2,8 +2,7 @@
 
 Pure pandas / numpy: every function takes tidy tables as ``confgrid run`` writes them (``OUT/results/*.parquet``,
 ``OUT/tables/signals.parquet``) and returns a tidy frame holding exactly what is drawn, so a figure can be checked
-against its numbers. Empty bins stay in the frames as rows with ``count == 0`` and ``NaN`` means (drawn as gaps, never
-dropped).
+against its numbers. Empty bins stay as rows with ``count == 0`` and ``NaN`` means (drawn as gaps, never dropped).
 
 Sources of the definitions: reliability diagrams (DeGroot and Fienberg 1983; bins of
 :func:`confgrid.analysis.reliability.reliability_diagram`), the gap ``g = metric(verbalized) - metric(token)`` per
@@ -38,8 +37,7 @@ def select_group(df: pd.DataFrame, primary: Mapping[str, str]) -> pd.DataFrame:
     df : DataFrame
         Any results table; columns it lacks are not filtered.
     primary : mapping
-        ``answer_set``, ``parse_policy``, ``refusal``, ``rule`` and ``aggregation``; rows keep
-        ``aggregation`` equal to the primary one or ``""`` (the verbalized score has none).
+        ``answer_set``, ``parse_policy``, ``refusal``, ``rule``, ``aggregation``: rows match (aggregation also ``""``).
 
     Returns
     -------
@@ -62,21 +60,19 @@ def reliability_table(signals: pd.DataFrame, n_bins: int = 10, strategy: str = "
     Parameters
     ----------
     signals : DataFrame
-        ``tables/signals.parquet`` rows (already restricted to one group, e.g. with
-        :func:`select_group`): columns setting, model, dataset, signal, context, aggregation,
-        confidence (float in [0, 1]), correct (float in [0, 1]).
+        ``tables/signals.parquet`` rows of one group (e.g. :func:`select_group`): columns setting, model, dataset,
+        signal, context, aggregation, confidence and correct (floats in [0, 1]).
     n_bins, strategy, closure, bin_confidence
-        As :func:`confgrid.analysis.reliability.reliability_diagram` (the run's ``metrics.ece_bins``
-        with ``"uniform"`` and the first of its ``metrics.ece_closure`` and ``metrics.ece_bin_confidence`` give
-        the bins of its ECE).
+        As :func:`confgrid.analysis.reliability.reliability_diagram` (the run's ``metrics.ece_bins`` with
+        ``"uniform"`` and its first ``metrics.ece_closure`` and ``metrics.ece_bin_confidence`` give its ECE's bins).
 
     Returns
     -------
     DataFrame
         One row per diagram and bin (``n_bins`` rows per diagram, empty bins included): the key columns, ``bin`` (int,
-        0-based), ``bin_lo``, ``bin_hi`` (edges), ``count`` (int64), ``mean_confidence`` and ``accuracy`` (``NaN`` for
-        an empty bin), ``bin_confidence`` (what stands for the bin's confidence: the mean confidence, or the bin's
-        midpoint; ``NaN`` for an empty bin). Diagrams keep the order of first appearance.
+        0-based), ``bin_lo``, ``bin_hi`` (edges), ``count`` (int64), ``mean_confidence``, ``accuracy`` and
+        ``bin_confidence`` (the mean confidence or the bin's midpoint), all three ``NaN`` for an empty bin. Diagrams
+        keep the order of first appearance.
 
     Raises
     ------
@@ -154,9 +150,9 @@ def ace_quadrants(ace_gaps: pd.DataFrame, metric: str) -> pd.DataFrame:
 
     Returns
     -------
-    DataFrame: view (``ia``, ``da``, ``ca``; raw rows dropped), model_a, model_b, dataset, method,
-    raw_gap, gap, quadrant (1 to 4 counter-clockwise from top right, 0 on an axis or undefined) and
-    reversal (bool: the two gaps disagree in sign, quadrants 2 and 4).
+    DataFrame: view (``ia``, ``da``, ``ca``; raw rows dropped), model_a, model_b, dataset, method, raw_gap, gap,
+    quadrant (1 to 4 counter-clockwise from top right, 0 on an axis or undefined) and reversal (bool: the two gaps
+    disagree in sign, quadrants 2 and 4).
     """
     cols = ["view", "model_a", "model_b", "dataset", "method", "raw_gap", "gap", "quadrant", "reversal"]
     if ace_gaps.empty:
@@ -196,8 +192,7 @@ def random_baselines(max_k: int = 10, observed: np.ndarray | None = None) -> pd.
     max_k : int
         Largest k listed when ``observed`` is not given (k = 2 .. max_k).
     observed : array of float, optional
-        Baseline Brier scores in a calibration table; only the k whose baseline equals one of them
-        (within 1e-9) are returned.
+        Baseline Brier scores in a calibration table: only the k whose baseline equals one (within 1e-9).
 
     Returns
     -------
@@ -222,8 +217,8 @@ def overconfidence_bins(hard_easy_bins: pd.DataFrame) -> pd.DataFrame:
 
     Returns
     -------
-    DataFrame: setting, signal, difficulty (its definition), lo, hi, mid, n, overconfidence; empty bins
-    kept with ``n == 0`` and ``NaN`` overconfidence.
+    DataFrame: setting, signal, difficulty (its definition), lo, hi, mid, n, overconfidence; empty bins kept with
+    ``n == 0`` and ``NaN`` overconfidence.
     """
     cols = ["setting", "signal", "difficulty", "lo", "hi", "mid", "n", "overconfidence"]
     if hard_easy_bins.empty:
@@ -241,8 +236,8 @@ def smooth_curve(confidence, correct) -> dict[str, np.ndarray | float]:
 
     Returns
     -------
-    dict: ``mesh`` (grid on [0, 1]), ``mu`` (smoothed accuracy on the mesh), ``density`` (kernel
-    density of the confidences on the mesh) and ``smece`` (float). Deterministic (no bootstrap band).
+    dict: ``mesh`` (grid on [0, 1]), ``mu`` (smoothed accuracy on the mesh), ``density`` (kernel density of the
+    confidences on the mesh) and ``smece`` (float). Deterministic (no bootstrap band).
 
     Raises
     ------

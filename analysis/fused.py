@@ -32,12 +32,10 @@ from .reweighting import REWEIGHTABLE_METRICS, omega
 __all__ = ["prepare", "evaluate_chunk", "ReweightedCell", "one_blas_thread", "FUSED_METRICS"]
 
 
-#: elements per np.bincount call that builds the (rows, n) count matrix: the
-#: int64 bincount output stays a small cache-resident scratch buffer
+#: elements per np.bincount call that builds the (rows, n) count matrix (a small cache-resident int64 scratch buffer)
 _BINCOUNT_ELEMS = 1 << 15
 
-#: metrics the fused count-space path of the chunk evaluator computes itself
-#: (every other metric goes through kernels.weighted_kernel or the per-resample fallback)
+#: metrics the fused path computes itself (every other one: kernels.weighted_kernel or the per-resample fallback)
 FUSED_METRICS = frozenset({"ece", "auroc", "aurc", "brier", "calibration_gap", "overconfidence"})
 _RANK_METRICS = frozenset({"auroc", "aurc"})
 _LINEAR_METRICS = FUSED_METRICS - _RANK_METRICS

@@ -12,8 +12,7 @@ regression to the mean (study 002 section 1); LifeEval's difficulty is exogenous
 
 Pure numpy/scipy: 1-D float arrays in (shape ``(n,)``; lengths that differ, a non-1-D input or a finite value outside
 [0, 1] raise ``ValueError``), typed records out. Undefined results (no rows, one row, a constant input, a non-finite
-value) are NaN with a ``status`` saying why and an :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`,
-never 0.
+value) are NaN with a ``status`` saying why and an :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`, never 0.
 """
 
 from __future__ import annotations
@@ -93,8 +92,7 @@ def overconfidence_by_group(confidence, score, groups) -> tuple[GroupOverconfide
 
     Parameters
     ----------
-    confidence, score : array_like, shape (n,)
-        Stated confidence and score, floats in [0, 1].
+    confidence, score : array_like of floats in [0, 1], shape (n,)
     groups : array_like, shape (n,)
         A label per answer (compared as ``str``).
 
@@ -140,8 +138,7 @@ def overconfidence_by_difficulty(confidence, score, difficulty,
 
     Parameters
     ----------
-    confidence, score, difficulty : array_like, shape (n,)
-        Floats in [0, 1].
+    confidence, score, difficulty : array_like of floats in [0, 1], shape (n,)
     bins : int or sequence of float, default 10
         An integer ``B``: equal-width bins ``[k/B, (k+1)/B)`` on [0, 1], the last also holding 1 (edges as in ECE,
         :func:`confgrid.analysis.metrics.bin_indices`). A sequence: strictly increasing edges ``e_0 < ... < e_K`` that
@@ -190,9 +187,8 @@ def group_difficulty(score, groups) -> np.ndarray:
 
     Parameters
     ----------
-    score : array_like, shape (n,)
-        Scores in [0, 1] of the answers given (e.g. one model on one dataset; the answer's own row is part of its
-        group's accuracy).
+    score : array_like of floats in [0, 1], shape (n,)
+        e.g. one model on one dataset; the answer's own row is part of its group's accuracy.
     groups : array_like, shape (n,)
         Group label per answer (a metadata column, e.g. MMLU's subject).
 
@@ -271,8 +267,7 @@ def hard_easy_slope(confidence, score, difficulty, *, resamples: int = 10_000, s
 
     Parameters
     ----------
-    confidence, score, difficulty : array_like, shape (n,)
-        Floats in [0, 1].
+    confidence, score, difficulty : array_like of floats in [0, 1], shape (n,)
     resamples : int, default 10000
         Paired bootstrap resamples of the ``n`` answers (0: no interval, NaN bounds).
     seed : int, default 0
@@ -351,8 +346,7 @@ def rounded_share(confidence, step_percent: float = 5.0) -> RoundedShare:
 
     Parameters
     ----------
-    confidence : array_like, shape (n,)
-        Stated confidences in [0, 1].
+    confidence : array_like of floats in [0, 1], shape (n,)
     step_percent : float, default 5.0
         Step in percentage points, > 0.
 
@@ -376,8 +370,7 @@ def rounded_share(confidence, step_percent: float = 5.0) -> RoundedShare:
 class Correlation(NamedTuple):
     """Pearson and Spearman correlation (scipy.stats) with their two-sided p-values; NaN unless ``status == "ok"``.
 
-    ``status``: ``"ok"``, ``"fewer_than_2_rows"``, ``"non_finite"``, ``"constant_confidence"`` or
-    ``"constant_truth"``.
+    ``status``: ``"ok"``, ``"fewer_than_2_rows"``, ``"non_finite"``, ``"constant_confidence"`` or ``"constant_truth"``.
     """
 
     pearson: float

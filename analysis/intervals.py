@@ -10,9 +10,8 @@ data; the method is declared (``bootstrap.interval``, ``--interval``); coverage:
   *Bootstrap Methods and their Application*, eq. 5.6).
 * ``bc`` (bias-corrected percentile): quantiles at ``Phi(2 z0 + z_a)`` with ``z0 = Phi^-1(share of resamples
   below t, ties counting one half)`` (Efron & Tibshirani 1993, section 14.3, the BCa interval with acceleration
-  0). Where ``t`` lies at or outside the percentile interval of its own resamples (a perfectly calibrated
-  sample's ECE of 0, its resamples piled at and above 0), the correction extrapolates and the interval collapses
-  onto the smallest resamples: such a value gets the percentile interval, and says so (:func:`interval_methods`).
+  0). Where ``t`` lies at or outside the percentile interval of its own resamples (a perfectly calibrated sample's
+  ECE of 0) the interval would collapse: it gets the percentile interval, and says so (:func:`interval_methods`).
 * ``basic`` and ``bc`` may leave a metric's range (a negative Brier bound) or not contain the point estimate.
 * ``jeffreys`` (boundary-aware, binned ECE only): every resample keeps the bootstrap's draw of the items and replaces
   each bin's accuracy by a draw from its Jeffreys posterior ``Beta(k_b + 1/2, n_b - k_b + 1/2)``
@@ -24,7 +23,6 @@ data; the method is declared (``bootstrap.interval``, ``--interval``); coverage:
 
 A value whose defined resamples are all equal has no spread: its interval is **degenerate** (a point; ``interval``
 says ``degenerate``) and never resolves a comparison (``excludes_zero`` False, for verdicts and early stopping).
-E.g. 50 answers all right at a stated 0.9 give ECE 0.100 [0.100, 0.100] under every method.
 """
 
 from __future__ import annotations
@@ -61,14 +59,7 @@ SPREAD_TOL = 1e-12
 def degenerate(resamples) -> np.ndarray:
     """Whether each row's defined resamples are all equal, to :data:`SPREAD_TOL` (at least one defined).
 
-    Parameters
-    ----------
-    resamples : array-like of shape (..., R), float
-        ``nan`` where undefined.
-
-    Returns
-    -------
-    ndarray of bool, shape ``resamples.shape[:-1]``
+    ``resamples`` (..., R) float, ``nan`` where undefined; returns a bool array of shape ``resamples.shape[:-1]``.
 
     Examples
     --------
@@ -135,8 +126,7 @@ def bootstrap_interval(point, resamples, level: float = 0.95, method: str = "per
     point : array-like of shape S (any), float
         The estimate on the full data.
     resamples : array-like of shape S + (R,), float
-        The resampled values; ``nan`` where undefined (left out; count them with
-        :func:`~confgrid.analysis.bootstrap.n_undefined`).
+        ``nan`` where undefined (left out; count them with :func:`~confgrid.analysis.bootstrap.n_undefined`).
     level : float in (0, 1), default 0.95
     method : {"percentile", "basic", "bc", "jeffreys"}, default "percentile"
         Module docstring. ``percentile`` is :func:`confgrid.analysis.bootstrap.interval`, value for value;
@@ -199,12 +189,10 @@ def jeffreys_resamples(confidence, target, masks, metrics, n_resamples: int, see
 
     Resample ``r`` draws the items exactly as :func:`~confgrid.analysis.bootstrap.paired_bootstrap` with the same
     ``seed`` and ``chunk_size`` does (its chunk index matrices, or its cluster draws), giving each bin ``b`` of a
-    signal ``n_b`` answers with ``k_b`` right (real counts for graded correctness), then draws ``theta_b ~
-    Beta(k_b + 1/2, n_b - k_b + 1/2)`` and takes
-    ``sum_b |n_b theta_b - sum_b c| / sum_b n_b``, the bin confidence being the mean or the midpoint as the metric
-    says. The draws come from the stream ``SeedSequence([seed, chunk, 1, cell])``, restarted for every metric. The
-    posterior treats the answers in a bin as independent (clusters are resampled, as the bootstrap does, but not
-    shrunk); graded correctness uses its real-valued ``k_b``.
+    signal ``n_b`` answers with ``k_b`` right (real counts for graded correctness), then draws ``theta_b ~ Beta(k_b +
+    1/2, n_b - k_b + 1/2)`` and takes ``sum_b |n_b theta_b - sum_b c| / sum_b n_b`` (bin confidence: mean or midpoint,
+    as the metric says). Draws: stream ``SeedSequence([seed, chunk, 1, cell])``, restarted for every metric. The
+    answers in a bin count as independent (docs/concepts/intervals.md).
 
     Parameters
     ----------

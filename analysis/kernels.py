@@ -3,8 +3,7 @@
 A resample is a vector of counts (how often each item was drawn); a kernel takes a :class:`SortedSignal` (the items
 sorted once by confidence, tie groups and ECE bins as contiguous blocks) and a ``(b, n)`` count matrix and returns the
 ``b`` metric values, with the same binning, tie and edge rules as the point functions of analysis/metrics.py and
-analysis/estimators.py (the tests check each kernel against them on row-duplicated data). Used by
-analysis/bootstrap.py.
+analysis/estimators.py (the tests check each kernel against them on row-duplicated data). Used by the bootstrap.
 """
 
 from __future__ import annotations
@@ -28,9 +27,7 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------------
-# weighted kernels
-# ---------------------------------------------------------------------------
+# --- weighted kernels ---
 
 
 #: target elements per (rows, n) work array of the fused path: row blocks this
@@ -98,10 +95,7 @@ class SortedSignal:
         return w[:, self.order]
 
     def with_bins(self, n_bins: int, closure: str | None = None) -> "SortedSignal":
-        """The same signal with ECE bins for another ``n_bins`` and/or closure (default: this one's closure).
-
-        Computed once per (n_bins, closure) and kept.
-        """
+        """The same signal with ECE bins for another ``n_bins`` and/or closure (default: this one's); kept per pair."""
         closure = self.closure if closure is None else check_closure(closure)
         if (int(n_bins), closure) == (self.n_bins, self.closure):
             return self
@@ -188,10 +182,9 @@ def _brier_sorted(sig: SortedSignal, ws: np.ndarray) -> np.ndarray:
 def _average_ranks(ws: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Average ranks (1-based) of the draws of ``n`` items in sorted order, per resample row.
 
-    ``ws`` (b, n) counts in ascending order of the ranked value, ``starts`` the first position of each tie
-    group. A group holding ``W_g`` draws after ``C_g`` smaller ones ranks them ``C_g + 1 .. C_g + W_g``: each
-    gets the average ``C_g + (W_g + 1) / 2`` (scipy's ``rankdata(method="average")`` of the drawn rows).
-    Returns (b, n) float64, in the same order as ``ws``.
+    ``ws`` (b, n) counts in ascending order of the ranked value, ``starts`` the first position of each tie group. A
+    group holding ``W_g`` draws after ``C_g`` smaller ones ranks them ``C_g + 1 .. C_g + W_g``: each gets the average
+    ``C_g + (W_g + 1) / 2`` (scipy's ``rankdata(method="average")``). Returns (b, n) float64, in the order of ``ws``.
     """
     n = ws.shape[1]
     g = _group_sums(ws, starts)
@@ -369,7 +362,6 @@ def has_weighted_kernel(name: str) -> bool:
     """Whether the bootstrap evaluates ``name`` with a vectorized count-weighted kernel.
 
     Metrics without one (``smoothed_ece``, ``smece``: their bandwidth depends on the resample) are evaluated by the
-    **slower fallback**: the point function of :data:`registry.METRICS` called on each resample's rows (gathered by
-    the index matrix), one Python call per resample.
+    **slower fallback**: their point function called on each resample's rows, one Python call per resample.
     """
     return weighted_kernel(name) is not None

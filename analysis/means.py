@@ -4,7 +4,7 @@ The evaluator keeps, beside its tables, the resamples of some units' metric rows
 main protocol's units, flows/evaluate/run_evaluation.py). :func:`sides` pairs each token signal's row with the
 verbalized row of the same unit and metric: per setting the gap ``g = metric(verbalized) - metric(token)`` and its
 *advantage*, the statistic whose sign says which signal is better (analysis/compare.py: the gap for an unsigned
-metric, ``|v| - |t|`` for a signed one), point and paired resamples. Over settings, as seed 000 Appendix A says
+metric, ``|v| - |t|`` for a signed one), point and paired resamples. Over settings, as study 000 Appendix A says
 ("average the resampled values across settings and take the percentiles of that average"):
 
 * :func:`mean_gap`: the mean signed gap of a set of rows (one per setting) and the percentile interval of its

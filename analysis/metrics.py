@@ -5,10 +5,9 @@ that differ raise ``ValueError``), and returns a Python ``float``. The definitio
 
 Conventions shared by every metric
 ----------------------------------
-* ``confidence`` must lie in ``[0, 1]``; a finite value outside raises a
-  ``ValueError`` naming the argument, the value, its index and the range.
-* ``correct`` may be binary ``{0, 1}`` (``bool`` accepted) or graded in
-  ``[0, 1]``; values outside raise the same ``ValueError``.
+* ``confidence`` must lie in ``[0, 1]``; a finite value outside raises a ``ValueError`` naming the argument, the
+  value, its index and the range.
+* ``correct`` may be binary ``{0, 1}`` (``bool`` accepted) or graded in ``[0, 1]``; values outside raise the same error.
 * Undefined cases return ``nan`` together with an :class:`UndefinedMetricWarning`: no rows, a non-finite value in
   either input, and (AUROC only) a single class. A metric never returns a silent 0.
 
@@ -51,9 +50,7 @@ def undefined(what: str, reason: str, stacklevel: int = 3) -> float:
     return float("nan")
 
 
-# ---------------------------------------------------------------------------
-# input handling
-# ---------------------------------------------------------------------------
+# --- input handling ---
 
 
 def _as_1d_float(x, name: str) -> np.ndarray:
@@ -89,22 +86,19 @@ def validate_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
+    confidence : array-like of floats in ``[0, 1]``, shape (n_samples,)
     correct : array-like of shape (n_samples,)
         Correctness of each answer: bool, binary ``{0, 1}`` or graded float in ``[0, 1]``.
 
     Returns
     -------
     confidence, correct : ndarray of shape (n_samples,), dtype float64
-        The inputs as 1-D float64 arrays (non-finite values are kept; the
-        metrics turn them into ``nan`` with a warning).
+        Non-finite values are kept (the metrics turn them into ``nan`` with a warning).
 
     Raises
     ------
     ValueError
-        If an input is not 1-D, the lengths differ, or a finite value lies outside ``[0, 1]`` (the message names the
-        argument, the offending value, its index and the allowed range).
+        If an input is not 1-D, the lengths differ, or a finite value lies outside ``[0, 1]``.
     TypeError
         If an input is not numeric.
     """
@@ -141,19 +135,15 @@ def _prepare(metric: str, confidence, correct):
     return c, y
 
 
-# ---------------------------------------------------------------------------
-# shared helpers (also used by the bootstrap kernels)
-# ---------------------------------------------------------------------------
+# --- shared helpers (also used by the bootstrap kernels) ---
 
 
 #: The bin closures of every binned estimator (ECE, ``ece_<B>``, equal-mass ECE, reliability bins):
 #:
-#: * ``"left"`` (confgrid's default, unchanged): bin ``k`` is ``[k/B, (k+1)/B)``, the last bin also holds
-#:   ``1.0``; edges are the correctly rounded doubles ``k / B``. numpy's ``np.digitize(x, edges)`` and
-#:   ``pandas.cut(x, edges, right=False)`` bin this way.
-#: * ``"right"``: bin ``k`` is ``(k/B, (k+1)/B]``, the first bin also holds ``0``; the same edges ``k / B``.
-#:   The default of R's ``cut`` (``right = TRUE``) and of ``pandas.cut``; scikit-learn's
-#:   ``calibration_curve`` puts a value on an edge in the lower bin too.
+#: * ``"left"`` (the default): bin ``k`` is ``[k/B, (k+1)/B)``, the last bin also holds ``1.0``; edges are the correctly
+#:   rounded doubles ``k / B``. numpy's ``np.digitize(x, edges)`` and ``pandas.cut(x, edges, right=False)`` bin so.
+#: * ``"right"``: bin ``k`` is ``(k/B, (k+1)/B]``, the first bin also holds ``0``; the same edges ``k / B``. The default
+#:   of R's ``cut`` and ``pandas.cut``; scikit-learn's ``calibration_curve`` puts an edge value in the lower bin too.
 #: * ``"right_float"``: right-closed on the floating-point edges ``k * fl(1/B)`` that ``np.linspace(0, 1, B + 1)``
 #:   (scikit-learn's ``calibration_curve``) and R's ``seq(0, 1, by = 1/B)`` compute, e.g. ``0.30000000000000004``,
 #:   ``0.6000000000000001``, ``0.7000000000000001`` for ``B = 10``. It differs from ``"right"`` only for values
@@ -228,8 +218,7 @@ def bin_indices(confidence, n_bins: int = 10, closure: str = "left") -> np.ndarr
     ----------
     confidence : ndarray of shape (n_samples,)
         Finite values in ``[0, 1]``.
-    n_bins : int, default=10
-        Number of bins ``B >= 1``.
+    n_bins : int >= 1, default=10
     closure : {"left", "right", "right_float", "left_float"}, default="left"
 
     Returns
@@ -323,9 +312,7 @@ def aurc_tie_groups(m, e, K, C, H: np.ndarray):
     return r
 
 
-# ---------------------------------------------------------------------------
-# metrics
-# ---------------------------------------------------------------------------
+# --- metrics ---
 
 
 def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
@@ -352,8 +339,8 @@ def ece(confidence, correct, n_bins: int = 10, closure: str = "left") -> float:
     >>> ece([0.0, 0.1, 0.5, 1.0], [0, 0, 1, 1])
     0.15
 
-    ``0.1`` lies on an edge: the left closure pools it with ``0.15``
-    (``|1 - 0.25| / 3``), the right closure with nothing (``(|1 - 0.1| + |0 - 0.15|) / 3``):
+    ``0.1`` lies on an edge: the left closure pools it with ``0.15`` (``|1 - 0.25| / 3``), the right closure with
+    nothing (``(|1 - 0.1| + |0 - 0.15|) / 3``):
 
     >>> round(ece([0.1, 0.15, 1.0], [1, 0, 1]), 12), round(ece([0.1, 0.15, 1.0], [1, 0, 1], closure="right"), 12)
     (0.25, 0.35)
@@ -385,8 +372,8 @@ def auroc(confidence, correct) -> float:
     Returns
     -------
     float
-        AUROC in ``[0, 1]``; **higher is better** (0.5 is chance). ``nan`` (with an :class:`UndefinedMetricWarning`)
-        when there are no rows, an input is non-finite, or only one class is present.
+        AUROC in ``[0, 1]``; **higher is better** (0.5 is chance). ``nan`` (warned) for no rows, a non-finite input
+        or a single class.
 
     Examples
     --------
@@ -485,16 +472,14 @@ def spearman(confidence, correct) -> float:
 
     Parameters
     ----------
-    confidence : array-like of shape (n_samples,)
-        Confidence of each answer, float in ``[0, 1]``.
-    correct : array-like of shape (n_samples,)
-        The target: bool / binary ``{0, 1}`` or graded float in ``[0, 1]`` (e.g. expected accuracy).
+    confidence, correct : array-like of shape (n_samples,)
+        ``correct`` is the target: binary or graded in ``[0, 1]`` (e.g. expected accuracy).
 
     Returns
     -------
     float
-        rho in ``[-1, 1]``; **higher is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) when there
-        are fewer than 2 rows, an input is non-finite, or either input is constant (no ranking to correlate).
+        rho in ``[-1, 1]``; **higher is better**. ``nan`` (warned) for fewer than 2 rows, a non-finite input, or a
+        constant input (no ranking to correlate).
 
     Examples
     --------

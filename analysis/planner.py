@@ -63,10 +63,8 @@ class SizePlan:
     slope : float
         The free slope of ``log sd`` on ``log n`` (about -0.5 when the law holds).
     n_required : int or None
-        Units needed for the interval of a gap of ``gap`` to exclude 0 with ``power`` (None when the pilot is
-        too small to tell).
-    status : str
-        ``ok`` or ``pilot_too_small``.
+        Units needed for the interval of a gap of ``gap`` to exclude 0 with ``power`` (None: too small to tell).
+    status : {"ok", "pilot_too_small"}
     reason : str
         Why the pilot is too small (empty when ``ok``).
     """
@@ -93,9 +91,9 @@ def gap_resamples(conf_a, conf_b, target, metric: str, weights: np.ndarray, n_bi
                   target_b=None) -> np.ndarray:
     """The gap ``metric(A) - metric(B)`` on each row of ``weights`` (multiplicities of the items, (R, n)).
 
-    Uses the bootstrap's count-weighted kernels (:func:`confgrid.analysis.kernels.weighted_kernel`) on one
-    sorted signal per side; ``target_b`` (n,): B's own target where it differs from A's (a method graded under
-    its own rule). Returns (R,) float64 (NaN where undefined).
+    Uses the bootstrap's count-weighted kernels (:func:`confgrid.analysis.kernels.weighted_kernel`); ``target_b``
+    (n,): B's own target where it differs from A's (a method graded under its own rule). Returns (R,) float64 (NaN
+    where undefined).
     """
     info = get_metric(metric)
     kernel = weighted_kernel(info.name)

@@ -74,18 +74,16 @@ class MetricInfo:
     func : callable
         ``func(confidence, correct) -> float`` (a binned ECE also takes ``n_bins``, the run's bins).
     lower_is_better : bool
-        Direction of the metric.
     description : str
         One line for tables and reports.
     signed : bool, default=False
         True for a signed summary (e.g. ``calibration_gap``) whose best value is 0; ``lower_is_better`` then refers
         to its absolute value.
     binning : Binning or None, default=None
-        The declared parts of a binned ECE (bins, scheme, closure, bin confidence;
-        :class:`~confgrid.analysis.binning.Binning`); None for a metric without bins.
+        The declared parts of a binned ECE (:class:`~confgrid.analysis.binning.Binning`); None: no bins.
     convention : str, default=""
-        The published convention a name like ``ece_muller2026`` stands for (analysis/conventions.py); empty
-        for the names of the grammar (``ece_15_right``).
+        The published convention a name like ``ece_muller2026`` stands for (analysis/conventions.py); empty for the
+        names of the grammar (``ece_15_right``).
     """
 
     name: str
@@ -200,8 +198,7 @@ def get_metric(name: str) -> MetricInfo:
         (:class:`~confgrid.registry.UnknownNameError`, a subclass of both ``KeyError`` and ``ValueError``) listing the
         registered names when ``name`` is unknown.
     BinnedNameError
-        (a ``ValueError``) a name of the grammar that spells no estimator (``ece_equal_mass_midpoint``), with
-        the spelling that works.
+        (a ``ValueError``) a name of the grammar that spells no estimator (``ece_equal_mass_midpoint``).
 
     Examples
     --------
@@ -226,9 +223,8 @@ def closure_variant(name: str, closure: str) -> str:
     Raises
     ------
     ValueError
-        ``name`` has no bins (naming it and the binned metrics), names a convention (which fixes its closure),
-        an unknown closure, or a float closure of equal-mass or centred bins (which have no ``np.linspace``
-        edges; the message names the closure that exists).
+        ``name`` has no bins, names a convention (which fixes its closure), an unknown closure, or a float closure of
+        equal-mass or centred bins (which have no ``np.linspace`` edges).
     """
     info = get_metric(name)
     if info.binning is None:
@@ -269,8 +265,7 @@ def expand_binned(names, closures=("left",), bin_confidences=("mean",)) -> list[
     Raises
     ------
     ValueError
-        An unknown or repeated closure or bin confidence, none at all, or a family that has no midpoint
-        (equal-mass bins), naming it.
+        An unknown or repeated closure or bin confidence, none at all, or a family without midpoints (equal mass).
     """
     closures = [_M.check_closure(c) for c in closures]
     confs = list(bin_confidences)
@@ -308,8 +303,7 @@ def check_bins(names, n_bins: int) -> None:
 
 
 def binned_metrics(closure: str = "left") -> list[str]:
-    """Listed binned metrics of one closure, sorted (``ece``, ``ece_10``, ..., ``ece_equal_mass``), conventions left
-    out."""
+    """Listed binned metrics of one closure, no conventions, sorted (``ece``, ``ece_10``, ..., ``ece_equal_mass``)."""
     return sorted(n for n in METRICS if METRICS.get(n).closure == closure and not METRICS.get(n).convention)
 
 

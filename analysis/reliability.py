@@ -35,15 +35,12 @@ class ReliabilityData:
         ``[0, first confidence)``).
     counts : ndarray of shape (n_bins,), int64
         Answers per bin.
-    mean_confidence : ndarray of shape (n_bins,)
-        Mean confidence per bin, ``nan`` for an empty bin.
-    accuracy : ndarray of shape (n_bins,)
-        Mean correctness per bin, ``nan`` for an empty bin.
+    mean_confidence, accuracy : ndarray of shape (n_bins,)
+        Mean confidence and mean correctness per bin, ``nan`` for an empty bin.
     strategy, closure : str
         ``"uniform"`` or ``"quantile"``; the bin closure (:data:`metrics.CLOSURES`).
     bin_confidence : str
-        What stands for a bin's confidence (:data:`~confgrid.analysis.binning.BIN_CONFIDENCES`): ``"mean"`` (of
-        its answers) or ``"midpoint"`` (uniform bins only).
+        :data:`~confgrid.analysis.binning.BIN_CONFIDENCES`: ``"mean"`` (of its answers), ``"midpoint"`` (uniform only).
     """
 
     bin_edges: np.ndarray
@@ -61,8 +58,7 @@ class ReliabilityData:
     @property
     def confidence(self) -> np.ndarray:
         """What stands for each bin's confidence, shape (n_bins,): the mean confidence of its answers, or the bin's
-        midpoint ``(2k + 1) / (2B)`` (:meth:`~confgrid.analysis.binning.Binning.midpoints`); ``nan`` for an empty
-        bin."""
+        midpoint ``(2k + 1) / (2B)`` (:meth:`~confgrid.analysis.binning.Binning.midpoints`); ``nan`` if empty."""
         if self.bin_confidence == "mean":
             return self.mean_confidence
         mid = Binning(self.n_bins, closure=self.closure, bin_confidence="midpoint").midpoints()
@@ -70,8 +66,7 @@ class ReliabilityData:
 
     @property
     def ece(self) -> float:
-        """``sum_b (n_b/n)|acc_b - conf_b|`` over non-empty bins (``nan`` with no answers); ``conf_b`` is
-        :attr:`confidence`."""
+        """``sum_b (n_b/n)|acc_b - conf_b|`` over non-empty bins, ``conf_b`` :attr:`confidence`; ``nan``: no answers."""
         n = self.counts.sum()
         if n == 0:
             return float("nan")

@@ -89,7 +89,7 @@ def counts_from_indices(idx: np.ndarray, n: int | None = None) -> np.ndarray:
     idx : ndarray of shape (b, k), int
         Item indices of ``b`` resamples.
     n : int, optional
-        Number of items; defaults to ``k`` (a bootstrap resample has ``n`` rows).
+        Number of items; defaults to ``k``.
 
     Returns
     -------

@@ -34,14 +34,13 @@ class Reweight:
     Attributes
     ----------
     strata : ndarray of shape (n,), int64
-        The cell's outcome stratum of each of the unit's ``n`` items, in ``0 .. n_strata - 1``; ``-1`` for an
-        item outside the cell's support.
+        The outcome stratum of each of the unit's ``n`` items, in ``0 .. n_strata - 1``; ``-1`` outside the support.
     n_strata : int
         ``K >= 1`` strata.
     targets : tuple of ndarray of shape (n,), int64
-        Strata of the models whose resampled compositions are averaged into the target ``q`` (one: that
-        model's composition, study 001's ``da_a_to_b``; two: the pair's mean, ``da_target`` with
-        ``target="mean"``); ``-1`` outside their supports. Empty with ``fixed``.
+        Strata of the models whose resampled compositions are averaged into the target ``q`` (one: that model's
+        composition, study 001's ``da_a_to_b``; two: the pair's mean, ``da_target`` with ``target="mean"``); ``-1``
+        outside their supports. Empty with ``fixed``.
     fixed : ndarray of shape (K,), float64, or None
         A declared target composition (``da_target`` with a declared accuracy ``t``: ``(1 - t, t)``).
 
@@ -76,8 +75,7 @@ class Reweight:
 
 
 def compositions(W: np.ndarray, strata: np.ndarray, n_strata: int) -> np.ndarray:
-    """Outcome composition of each resample: ``p[r, k] = sum_{i: strata_i = k} W[r, i] / sum_{i: strata_i >= 0} W[r,
-    i]``.
+    """Outcome composition of each resample: ``p[r, k] = sum_{strata_i = k} W[r, i] / sum_{strata_i >= 0} W[r, i]``.
 
     Parameters
     ----------
@@ -110,9 +108,8 @@ def omega(W: np.ndarray, rw: Reweight) -> np.ndarray:
     Returns
     -------
     ndarray of shape (b, K), float64
-        ``0`` for a stratum with ``p_k = 0`` and ``q_k = 0``; a row of ``nan`` where the support condition
-        fails (some ``q_k > 0`` with ``p_k = 0``) or a composition is undefined. The same values as study
-        001's reference (tests/reference/ace_cell_bootstrap.py ``_omega``).
+        ``0`` for a stratum with ``p_k = 0`` and ``q_k = 0``; a row of ``nan`` where the support condition fails (some
+        ``q_k > 0`` with ``p_k = 0``) or a composition is undefined (equals tests/reference/ace_cell_bootstrap.py).
 
     Examples
     --------

@@ -1,13 +1,10 @@
 """Early stopping: in which order a setting's items run, in rounds, and when a setting stops.
 
 A grid with ``execution.stop_when_resolved`` runs each (model, dataset) setting in rounds of whole generate shards:
-the chunks enter in a seeded order (:func:`round_order`, the same for every model on a dataset), a round adds a share
-of them (:func:`round_chunks`), and after each round the one evaluator's gaps decide (:func:`decide`): ``resolved``
-(every defined conclusion gap, :func:`conclusion_gaps`, has an interval excluding 0; undefined gaps and ties, 0 in
-every resample, are counted apart), ``budget_insufficient`` (the sample-size planner, analysis/planner.py, needs more
-units for some unresolved gap than the whole setting has), ``exhausted`` (every chunk ran) or ``continue``. The runner
-adds ``failed`` (flows/evaluate/rounds.py). The rules in full: docs/guides/plan-size.md. Everything here is pure: the
-decision is a function of the gap table, the units' arrays and the item counts.
+the chunks enter in a seeded order (:func:`round_order`), a round adds a share of them (:func:`round_chunks`), and
+after each round :func:`decide` reads the :func:`conclusion_gaps`: ``resolved``, ``budget_insufficient``, ``exhausted``
+or ``continue`` (the runner adds ``failed``, flows/evaluate/rounds.py; the rules in full: docs/guides/plan-size.md).
+Everything here is pure: the decision is a function of the gap table, the units' arrays and the item counts.
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ class StopRule:
         Resamples per subsample size of the planner.
     seed : int
         Seed of the planner's subsamples.
-    n_bins : int
-        ECE bins (``metrics.ece_bins``).
+    n_bins : int, the ECE bins (``metrics.ece_bins``)
     """
 
     min_items: int = 30
@@ -81,9 +77,8 @@ class GapNeed:
     budget : int or None
         Units the whole setting would give: the pilot's units scaled by items in all / items run.
     status : str
-        ``resolved``, ``ok`` (the planner told), or why it cannot tell: ``zero_gap`` (an observed gap of
-        exactly 0 with a spread, e.g. a tie of a discrete AUROC on few items: no size to extrapolate),
-        ``pilot_too_small`` or ``no_kernel`` (a metric the planner has no weighted kernel for).
+        ``resolved``, ``ok`` (the planner told), or why it cannot tell: ``zero_gap`` (an observed gap of exactly 0
+        with a spread: no size to extrapolate), ``pilot_too_small`` or ``no_kernel`` (no weighted kernel for it).
     reason : str
         The planner's reason when it cannot tell.
     """
@@ -132,8 +127,8 @@ class StopDecision:
         Conclusion gap rows with a defined gap, those resolved, those undefined (NaN) and those tied (0 in every
         resample); the last two are left out of ``n_gaps``.
     deciding : GapNeed or None
-        The gap that decided: the one out of budget by the largest factor (budget_insufficient), the
-        unresolved one needing the most units (continue, exhausted), the least clearly resolved one (resolved).
+        The gap that decided: the one out of budget by the largest factor (budget_insufficient), the unresolved one
+        needing the most units (continue, exhausted), the least clearly resolved one (resolved).
     detail : str
         One line saying why.
     needs : tuple of GapNeed
@@ -164,9 +159,8 @@ class StopDecision:
 def round_order(n_chunks: int, dataset: str, seed: int = 0) -> np.ndarray:
     """The order in which a dataset's generate chunks enter the rounds: a permutation of ``range(n_chunks)``.
 
-    Drawn from ``default_rng(setting_seed("stop_when_resolved", dataset, seed))``
-    (analysis/resampling.py ``setting_seed``), so it is the same in every process, for every model on the
-    dataset (the models' rounds cover the same items), and changes with the dataset name or ``seed``.
+    Drawn from ``default_rng(setting_seed("stop_when_resolved", dataset, seed))`` (analysis/resampling.py), so it is
+    the same in every process and for every model on the dataset, and changes with the dataset name or ``seed``.
 
     Examples
     --------
@@ -183,17 +177,14 @@ def round_order(n_chunks: int, dataset: str, seed: int = 0) -> np.ndarray:
 
 def round_chunks(chunk_items: Sequence[int], share: float, min_items: int = 1) -> list[int]:
     """How many chunks (in round order) have run after each round: a strictly increasing list ending at
-    ``len(chunk_items)``.
-
-    A round adds ``max(1, ceil(share * n_chunks))`` chunks; the first round adds as many more as it takes to
-    reach ``min_items`` items (no decision is made before).
+    ``len(chunk_items)``. A round adds ``max(1, ceil(share * n_chunks))`` chunks; the first round adds as many more as
+    it takes to reach ``min_items`` items (no decision is made before).
 
     Parameters
     ----------
     chunk_items : sequence of int
         Items of each chunk, in round order (:func:`round_order`).
-    share : float in (0, 1]
-        ``round_share``.
+    share : float in (0, 1], the ``round_share``
     min_items : int
         Items the first round covers at least (all of them if the setting has fewer).
 

@@ -112,9 +112,7 @@ def _tidy(df: pd.DataFrame, what: str) -> pd.DataFrame:
     return df
 
 
-# ---------------------------------------------------------------------------
-# Table 2: the same answers in three contexts
-# ---------------------------------------------------------------------------
+# --- Table 2: the same answers in three contexts ---
 
 
 def _triple(name: str, one_row: pd.DataFrame, cast=lambda x: x) -> dict:
@@ -133,8 +131,7 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
         Per-setting metrics: ``setting``, ``signal``, ``context``, ``metric``, ``point``, ``lo``, ``hi``; the
         verbalized row has ``signal == verbalized``.
     gaps : DataFrame
-        Per-setting gaps: ``setting``, ``key`` (default ``context``), ``metric``, ``point`` (or ``gap``), ``lo``,
-        ``hi``.
+        Per setting: ``setting``, ``key`` (default ``context``), ``metric``, ``point`` (or ``gap``), ``lo``, ``hi``.
     advantages : DataFrame
         Per-setting advantages (:func:`compare.advantage`: ``setting``, ``key``, ``metric``, ``point``, ``lo``,
         ``hi``), the paired intervals a resolved flip needs (for a signed metric those of ``|v| - |t|``; for an
@@ -148,9 +145,8 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
     -------
     DataFrame
         One row per setting: ``setting``, ``verbalized`` (+ ``_lo``/``_hi``), ``token_<ctx>`` and ``g_<ctx>`` triples
-        per context, then ``flip`` and ``resolved_flip`` between the first and the last context:
-        :func:`compare.flip` and :func:`compare.fully_resolved` of the two advantages (a signed metric compares
-        ``|verbalized|`` with ``|token|``, never the gaps' signs or intervals).
+        per context, then ``flip`` and ``resolved_flip`` between the first and the last context: :func:`compare.flip`
+        and :func:`compare.fully_resolved` of the two advantages (never the gaps' signs or intervals).
     """
     m = _tidy(metrics, "metrics")
     g = _tidy(gaps, "gaps")
@@ -186,9 +182,7 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
     return pd.DataFrame(rows)
 
 
-# ---------------------------------------------------------------------------
-# Table 3: ablation path
-# ---------------------------------------------------------------------------
+# --- Table 3: ablation path ---
 
 
 def ablation_path_table(
@@ -202,12 +196,12 @@ def ablation_path_table(
     Parameters
     ----------
     gap_summary : DataFrame
-        per token signal, :func:`means.mean_gap` (``signal``, ``metric``,
-        ``point``, ``lo``, ``hi``, ...): the mean signed gap per context.
+        per token signal, :func:`means.mean_gap` (``signal``, ``metric``, ``point``, ``lo``, ``hi``, ...): the mean
+        signed gap per context.
     shift_summary : DataFrame
         :func:`means.mean_shift` rows holding every consecutive pair of the path (``context_a``, ``context_b``,
-        ``metric``, ``mean_abs``, ``lo``, ``hi``, ``n_flips``, ...). Its ``n_flips`` are signed-aware (changes of
-        :func:`compare.better_signal`, via :func:`compare.advantage`), and this table takes them as they are.
+        ``metric``, ``mean_abs``, ``lo``, ``hi``, ``n_flips``, ...); its ``n_flips`` (changes of
+        :func:`compare.better_signal`) are taken as they are.
     path : sequence of (context, change)
         The contexts in order with the change that leads to each (the first change is usually ``"start"``).
 
@@ -239,9 +233,7 @@ def ablation_path_table(
     return pd.DataFrame(rows)
 
 
-# ---------------------------------------------------------------------------
-# Table 4: mean |shift| per axis
-# ---------------------------------------------------------------------------
+# --- Table 4: mean |shift| per axis ---
 
 
 def axis_table(axes: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -277,9 +269,7 @@ def axis_table(axes: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-# ---------------------------------------------------------------------------
-# Table 15: estimators; transfer penalties
-# ---------------------------------------------------------------------------
+# --- Table 15: estimators; transfer penalties ---
 
 
 def estimators_table(estimator_summary: pd.DataFrame) -> pd.DataFrame:

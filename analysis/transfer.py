@@ -11,16 +11,16 @@ both on the same out-of-fold predictions of the same folds; a positive penalty m
 
 The recalibration maps
 ----------------------
-* ``"isotonic"``: ``sklearn.isotonic.IsotonicRegression(y_min=0, y_max=1,
-  increasing=True, out_of_bounds="clip")`` on the raw score.
+* ``"isotonic"``: ``sklearn.isotonic.IsotonicRegression(y_min=0, y_max=1, increasing=True, out_of_bounds="clip")``
+  on the raw score.
 * ``"platt"``: ``sklearn.linear_model.LogisticRegression(C=1e4, solver="newton-cg", max_iter=1000)`` on
   ``logit(clip(score, eps, 1 - eps))`` with ``eps = 1e-6`` (:data:`PLATT_EPS`); the large finite ``C`` is practically
   unpenalized but keeps the fit finite on a separable fold.
 
 A training fold with only one class gets the constant map "mean accuracy of the training fold" for both methods.
 
-Splits: split ``k`` permutes the items with ``np.random.default_rng(np.random.SeedSequence([seed,
-k])).permutation(n)`` and cuts the permutation into ``n_folds`` folds with ``np.array_split``.
+Splits: split ``k`` permutes the items with ``np.random.default_rng(np.random.SeedSequence([seed, k])).permutation(n)``
+and cuts the permutation into ``n_folds`` folds with ``np.array_split``.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def transfer_penalties(
     scores_a, scores_b : array-like of shape (n_samples,)
         Token scores of the same answers in context A and context B, in ``[0, 1]``.
     correct : array-like of shape (n_samples,)
-        Binary correctness of the answers.
+        Binary correctness.
     contexts : (str, str), default=("A", "B")
         Names used in the ``direction`` column (``"A->B"``: fitted on A, applied to B).
     methods : sequence of {"isotonic", "platt"}
@@ -141,15 +141,14 @@ def transfer_penalties(
     -------
     DataFrame
         One row per (method, direction, split): ``method``, ``direction``, ``source``, ``target``, ``split``,
-        ``brier_transferred`` (map fitted on the source context's scores applied to the target context's scores),
-        ``brier_native`` (map fitted and applied in the target context, same folds), ``penalty`` = transferred -
-        native, ``n``.
+        ``brier_transferred`` (map fitted on the source context, applied to the target's scores), ``brier_native``
+        (fitted and applied in the target context, same folds), ``penalty`` = transferred - native, ``n``.
 
     Raises
     ------
     ValueError
-        ``n_samples < n_folds`` (at least 5 answers by default), graded or
-        non-finite input, scores outside ``[0, 1]``, unknown method.
+        ``n_samples < n_folds`` (at least 5 answers by default), graded or non-finite input, scores outside
+        ``[0, 1]``, unknown method.
 
     Examples
     --------

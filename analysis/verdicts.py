@@ -1,16 +1,12 @@
 """Robustness verdicts: over a grid's protocol settings, how often does a conclusion hold, is it resolved, and which
-single axis flips it.
+single axis flips it (conclusions, settings, columns and rules: docs/concepts/verdicts.md).
 
-A *conclusion* (:class:`Conclusion`) is a signed comparison "signal A is better than signal B on metric M", for
-example "verbalized is better calibrated than the token score under ECE". Its *settings* are the rows of the
-estimates' gap table (analysis/evaluation.py ``GAP_COLUMNS``) that compare the two: every unit (model, dataset, answer
-set, parse policy, refusal policy, correctness rule), every scoring context and token aggregation of a token side (the
-token score is one side, :func:`side`; its context and aggregation are axes), and every estimator of the metric's
-family (``ece``, ``ece_right``, ``ece_15``, ``kde_ece`` ... are estimators of one calibration error,
-:func:`metric_family`). Per conclusion, :func:`verdict_table` gives the share of settings where A is better by point
-(its interval from the same paired resamples as the gaps: :class:`ShareCounts`), the shares resolved either way, the
-axis (:data:`AXES`) whose single change flips it most often, and a verdict (:class:`VerdictRule`: ``robust``,
-``fragile`` or ``unresolved``); the columns are described in docs/concepts/verdicts.md.
+A *conclusion* (:class:`Conclusion`) is a signed comparison "signal A is better than signal B on metric M". Its
+*settings* are the rows of the estimates' gap table (analysis/evaluation.py ``GAP_COLUMNS``) that compare the two:
+every unit, every scoring context and token aggregation of a token side (:func:`side`), and every estimator of the
+metric's family (:func:`metric_family`). Per conclusion, :func:`verdict_table` gives the share of settings where A is
+better by point (its interval from the same paired resamples as the gaps: :class:`ShareCounts`), the shares resolved
+either way, the axis (:data:`AXES`) whose single change flips it most often, and a verdict (:class:`VerdictRule`).
 
 A specification-curve summary (Simonsohn, Simmons and Nelson, "Specification curve analysis", Nature Human Behaviour
 4, 1208-1214, 2020): every defensible specification of the analysis is run and the conclusion judged on all of them.
@@ -113,10 +109,8 @@ class VerdictRule:
 
     Attributes
     ----------
-    robust_point_share, robust_resolved_share, fragile_point_share : float in [0, 1]
-        Defaults 0.9, 0.5 and 0.75.
-    robust_min_settings : int >= 1
-        Default 3.
+    robust_point_share, robust_resolved_share, fragile_point_share : float in [0, 1], default 0.9, 0.5, 0.75
+    robust_min_settings : int >= 1, default 3
 
     Raises
     ------
@@ -158,9 +152,8 @@ class VerdictRule:
 
 def metric_family(metric: str) -> str | None:
     """The conclusion metric a registered metric estimates: ``ece`` for every unsigned calibration-error estimator
-    (``ece``, ``ece_<B>``, the closures ``_right``/``_right_float``, ``ece_equal_mass``, ``kde_ece``, ``ks_ece``,
-    ``smoothed_ece``, ``smece``), ``auroc``, ``aurc``, ``brier`` as themselves, None for the rest (signed summaries,
-    Spearman: no default conclusion)."""
+    (``ece``, its bin and closure variants, ``ece_equal_mass``, ``kde_ece``, ``ks_ece``, ``smoothed_ece``, ``smece``),
+    ``auroc``, ``aurc``, ``brier`` as themselves, None for the rest (signed summaries, Spearman)."""
     info = get_metric(metric)
     if info.signed:
         return None
@@ -234,8 +227,8 @@ def flip_axis(rows: pd.DataFrame, direction: np.ndarray) -> tuple[str, int, int]
     -------
     (axis, flips, single_changes)
         ``flips``: pairs of settings that differ only in ``axis`` and whose directions are +1 and -1;
-        ``single_changes``: every pair that differs only in ``axis``. ``("", 0, 0)`` when no single change
-        flips it; the first axis of :data:`AXES` among the maxima on ties.
+        ``single_changes``: every pair that differs only in ``axis``. ``("", 0, 0)`` when no single change flips it;
+        ties: the first axis of :data:`AXES`.
     """
     axes = _axes_of(rows)
     best = ("", 0, 0)
@@ -270,7 +263,6 @@ def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] |
         The per-resample counts of the same evaluation (:attr:`confgrid.analysis.evaluation.Estimates.shares`);
         without them ``lo`` and ``hi`` are NaN.
     rule : VerdictRule, optional
-        Thresholds (default :class:`VerdictRule`).
     level : float in (0, 1)
         Level of the percentile interval of ``share_a_better``.
     metrics : tuple of str
@@ -279,10 +271,10 @@ def verdict_table(gaps: pd.DataFrame, shares: Mapping[Conclusion, ShareCounts] |
     Returns
     -------
     DataFrame
-        :data:`VERDICT_COLUMNS`, one row per conclusion, in the order conclusions first appear in ``gaps``; of
-        a comparison present both ways (``analyze``'s every ordered pair) the first orientation only.
-        ``n_settings``: settings with a finite gap (the denominators); ``n_undefined``: the others;
-        ``axes``: the axes that vary, comma-separated (display only).
+        :data:`VERDICT_COLUMNS`, one row per conclusion, in the order conclusions first appear in ``gaps``; of a
+        comparison present both ways (``analyze``'s every ordered pair) the first orientation only. ``n_settings``:
+        settings with a finite gap (the denominators); ``n_undefined``: the others; ``axes``: the axes that vary
+        (comma-separated, display only).
     """
     rule = rule or VerdictRule()
     if gaps is None or gaps.empty:
@@ -345,11 +337,10 @@ def specification_curve(gaps: pd.DataFrame, conclusion: Conclusion) -> pd.DataFr
     Returns
     -------
     DataFrame
-        One row per setting with a finite gap, sorted by ``gap`` (ties in table order): ``rank`` (0-based),
-        ``gap`` (``metric(A) - metric(B)``), ``lo``, ``hi``, ``excludes_zero``, ``direction`` (+1: A better by
-        point, -1: B better, 0: neither), ``signal_b``, ``estimator`` (the metric variant), and the columns of
-        :data:`AXES` that vary among the settings (the dots of the lower panel). Empty (those columns) when the
-        conclusion has no setting.
+        One row per setting with a finite gap, sorted by ``gap`` (ties in table order): ``rank`` (0-based), ``gap``
+        (``metric(A) - metric(B)``), ``lo``, ``hi``, ``excludes_zero``, ``direction`` (+1: A better by point, -1: B
+        better, 0: neither), ``signal_b``, ``estimator`` (the metric variant), and the columns of :data:`AXES` that
+        vary among the settings (the dots of the lower panel). Empty when the conclusion has no setting.
     """
     if gaps is None or gaps.empty:
         return pd.DataFrame(columns=["rank", "gap", "lo", "hi", "excludes_zero", "direction", "signal_b",

@@ -1,15 +1,13 @@
 """Capability estimators fitted on a train split (study 004, sections 5.1-5.3 and Appendix Table 8).
 
 * Isotonic recalibration: ``sklearn.isotonic.IsotonicRegression`` (increasing, outputs clipped to [0, 1], inputs
-  outside the fitted range clipped) fitted on the train split's (estimate, target) pairs and applied to the evaluation
-  split.
+  outside the fitted range clipped) fitted on the train split's (estimate, target) pairs, applied to the eval split.
 * Linear probe on hidden-state features: logistic regression on soft labels (each train item enters twice, labelled 1
   with weight mu and 0 with weight 1 - mu: the cross-entropy against the soft target), or ridge regression clipped to
   [0, 1]. The regularization strength and the preprocessing (standardized features or raw) are chosen by K-fold
   cross-validation inside the train split, by the Brier score against the soft target; the evaluation split is never
   looked at (the official code selects checkpoints on it for some datasets).
-* The uniform random baseline: an estimate drawn from U(0, 1) has expected
-  Brier ``1/3 - mu + mu^2`` against a target mu.
+* The uniform random baseline: an estimate drawn from U(0, 1) has expected Brier ``1/3 - mu + mu^2`` against target mu.
 """
 
 from __future__ import annotations

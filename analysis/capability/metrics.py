@@ -5,9 +5,9 @@ Study 004 section 3 (capability calibration) and Appendix Tables 3, 12, 13: an e
 sample's correctness for the response target):
 
 * Brier score: ``mean_i (p_i - mu_i)^2``.
-* ECE: 10 equal-width bins ``[k/10, (k+1)/10)``, a confidence of exactly 1.0 in the last bin,
-  ``sum_b (n_b / n) |mean_b p - mean_b mu|``. (The study's official code drops p = 1.0 from every bin while keeping it
-  in n; that is not copied.) Computed by the one ECE kernel (:func:`confgrid.analysis.kernels.ece_weighted`, bins of
+* ECE: 10 equal-width bins ``[k/10, (k+1)/10)``, a confidence of exactly 1.0 in the last bin, ``sum_b (n_b / n)
+  |mean_b p - mean_b mu|`` (the study's official code drops p = 1.0 from every bin while keeping it in n; that is not
+  copied). Computed by the one ECE kernel (:func:`confgrid.analysis.kernels.ece_weighted`, bins of
   :func:`confgrid.analysis.metrics.bin_indices`), so a value such as ``0.8999999999999999`` from an isotonic block
   mean falls in the bin ``[0.8, 0.9)`` exactly as in :func:`confgrid.analysis.metrics.ece`.
 * Spearman's rho between p and mu (average ranks for ties; NaN when either is constant).

@@ -3,10 +3,10 @@
 * Capability target: the expected accuracy of the model on an item, the mean correctness of its k_eval samples, with
   the standard error ``std(ddof=1) / sqrt(k)`` (as ``tables/targets.parquet``).
 * Response target: the correctness of one sampled answer (the first sample of the item's pool, sample_idx 0).
-* Standard error against k (Figure 6): the target and its standard error from
-  the first k samples of every item, k = 1 .. k_eval.
-* Divergence (Figures 2 and 13): the distribution of the capability target
-  among items whose response target is 0 and among those where it is 1.
+* Standard error against k (Figure 6): the target and its standard error from the first k samples of every item,
+  k = 1 .. k_eval.
+* Divergence (Figures 2 and 13): the distribution of the capability target among items whose response target is 0
+  and among those where it is 1.
 """
 
 from __future__ import annotations
