@@ -2,9 +2,9 @@
 
 DESIGN.md "Confidence methods": each confidence is a value in one ``signal`` column, so every metric and comparison
 works on any of them. Every producer (the verbalized score, the token score of each scoring context and token
-aggregation, each confidence method, each capability estimator, the input of ``confgrid analyze``) appends rows of
-this one schema to ``tables/signals.parquet``; the one evaluator (:mod:`confgrid.analysis.evaluation`) reads nothing
-else. Nothing is encoded in strings: the protocol of a signal is in its columns (``kind``, ``context``,
+aggregation, each confidence method, each capability estimator, study 001's compared answers and candidate ratings
+(analysis/ace/units.py ``signal_rows``), the input of ``confgrid analyze``) appends rows of this one schema to
+``tables/signals.parquet``; the one evaluator (:mod:`confgrid.analysis.evaluation`) reads nothing else. Nothing is encoded in strings: the protocol of a signal is in its columns (``kind``, ``context``,
 ``aggregation``, ``template``, ``k`` ...), never parsed back out of its name.
 
 Columns (:data:`SCHEMA`; :func:`conform` fills what a producer does not set):
@@ -17,7 +17,8 @@ Columns (:data:`SCHEMA`; :func:`conform` fills what a producer does not set):
   (:data:`SIGNAL_KINDS` or ``input``), ``method`` (the grid's method id), ``context``, ``aggregation``, ``template``,
   ``k``, ``temperature``, ``top_p``, ``top_k``, ``seed``, ``merge``, ``renormalize``, ``rated`` (whose answer the
   confidence is about: ``own_answer``, ``greedy_answer``, ``first_sample``, ``majority_answer``, ``favoured_letter``,
-  ``supplied``: the answer the supplied-answer probe gave the model, signal ``probe_<kind>``), ``target_rule``;
+  ``supplied``: the answer the supplied-answer probe gave the model, signal ``probe_<kind>``; a pooled candidate of
+  study 001: the models that gave it, ``a|b``), ``target_rule``;
 * ``confidence``: probability in [0, 1] (NaN: none);
 * ``target``: what the confidence is graded against, in [0, 1]: correctness 0/1 (``target_kind`` ``correct``), a
   graded score (``graded``) or the expected accuracy over k samples (``expected_accuracy``, study 004);
@@ -54,7 +55,7 @@ TARGET_KINDS = ("correct", "graded", "expected_accuracy")
 #: The kinds of signal a run produces (``confgrid analyze`` input has kind ``input``).
 SIGNAL_KINDS = ("verbalized", "token", "probe", "p_true", "p_true_capability", "self_consistency",
                 "self_consistency_majority", "rating", "verbalized_before", "letter_probability", "capability_estimator",
-                "input")
+                "comparison", "candidate", "input")
 
 _STR = pa.string()
 SCHEMA = pa.schema([

@@ -28,19 +28,61 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 
 from confgrid.analysis.evaluation import UnitPlan, ShiftPlan
 from confgrid.analysis.reweighting import Reweight
-from confgrid.analysis.signals import UNIT_COLUMNS
+from confgrid.analysis.signals import UNIT_COLUMNS, conform
 
 from .candidates import CACell
 from .frame import Cell
 from .views import DA_VIEWS, DEFAULT_OPTIONS, CellViews, ViewOptions
 
-__all__ = ["ace_unit", "ACE_KIND", "unit_labels"]
+__all__ = ["ace_unit", "ACE_KIND", "COMPARISON_SET", "unit_labels", "signal_rows", "comparison_inputs",
+           "without_comparison"]
 
 #: The ``kind`` of an ACE unit's signals: each side of a gap is a model (analysis/verdicts.py ``side``).
 ACE_KIND = "model"
+#: The answer set of the comparison's input rows in the one signal table (:func:`signal_rows`).
+COMPARISON_SET = "comparison"
+
+
+def signal_rows(rows: pd.DataFrame, ratings: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The comparison's inputs as rows of the one signal table (analysis/signals.py), answer set ``comparison``.
+
+    * own-answer rows (:mod:`.frame`): unit ``model/dataset``, kind ``comparison``, ``signal`` and ``method`` the
+      compared method, ``rated`` ``own_answer``, ``target`` the correctness;
+    * candidate ratings (:data:`.candidates.RATING_COLUMNS`): unit ``rater/dataset/method`` (model the rater), kind
+      ``candidate``, ``signal`` the candidate (normalized), ``rated`` its producers ``a|b``, ``target`` its label.
+
+    :func:`comparison_inputs` gives both back.
+    """
+    own = rows.rename(columns={"signal": "confidence", "correct": "target"})
+    out = [own.assign(setting=own["model"] + "/" + own["dataset"], signal=own["method"], kind="comparison",
+                      rated="own_answer")]
+    if ratings is not None and len(ratings):
+        r = ratings.rename(columns={"rater": "model", "signal": "confidence", "label": "target"})
+        out.append(r.assign(setting=r["model"] + "/" + r["dataset"] + "/" + r["method"], kind="candidate",
+                            signal=r["candidate"], rated=["|".join(p) for p in r["producers"]]))
+    return conform(pd.concat(out, ignore_index=True), answer_set=COMPARISON_SET)
+
+
+def comparison_inputs(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The own-answer rows and the candidate ratings of :func:`signal_rows`' rows (other rows are ignored)."""
+    t = table[table["answer_set"] == COMPARISON_SET]
+    own, cand = t[t["kind"] == "comparison"], t[t["kind"] == "candidate"]
+    rows = own[["model", "dataset", "method", "item_id", "confidence", "target"]].rename(
+        columns={"confidence": "signal", "target": "correct"})
+    ratings = pd.DataFrame({"dataset": cand["dataset"], "item_id": cand["item_id"], "candidate": cand["signal"],
+                            "surface": cand["signal"], "producers": cand["rated"], "label": cand["target"],
+                            "rater": cand["model"], "method": cand["method"], "signal": cand["confidence"]})
+    return rows.reset_index(drop=True), ratings.reset_index(drop=True)
+
+
+def without_comparison(table: pd.DataFrame) -> pd.DataFrame:
+    """A signal table without the comparison's rows: their units are planned from the grid's ``comparison``
+    section (flows/studies/ace.py), which ``confgrid analyze`` and ``plan-size`` of a run's table do not have."""
+    return table[table["answer_set"] != COMPARISON_SET].reset_index(drop=True)
 
 
 def unit_labels(cell: Cell) -> dict[str, str]:

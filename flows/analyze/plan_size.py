@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+from confgrid.analysis.ace.units import without_comparison
 from confgrid.analysis.evaluation import unit_name
 from confgrid.analysis.planner import plan_size
 from confgrid.analysis.signals import UNIT_COLUMNS, analyzed, conform
@@ -51,7 +52,7 @@ def read_pilot(path: str | Path, group_col: str | None = None) -> pd.DataFrame:
     if p.suffix.lower() in (".parquet", ".pq"):
         names = set(pq.read_schema(p).names)
         if set(UNIT_COLUMNS) <= names and "target" in names:  # a run's signal table
-            return checked(conform(pd.read_parquet(p)), path)
+            return checked(without_comparison(conform(pd.read_parquet(p))), path)
     # an analyze input: read and checked by analyze's own reader (columns, missing values by line, ranges)
     try:
         frame = read_rows(p, {"group": group_col} if group_col else None).frame

@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from confgrid.analysis.ace.units import without_comparison
 from confgrid.analysis.bootstrap import BootstrapResult
 from confgrid.analysis.closure import edge_bins
 from confgrid.analysis.evaluation import Comparisons, UnitPlan, plan_units
@@ -195,11 +196,12 @@ def _is_signal_table(spec: AnalyzeSpec) -> bool:
 
 
 def _read_signal_table(spec: AnalyzeSpec) -> list[SignalRows]:
-    """A run's signal table as it is: it carries its units, statuses and alignment (analysis/signals.py)."""
+    """A run's signal table as it is: it carries its units, statuses and alignment (analysis/signals.py); study 001's
+    comparison rows are left out (analysis/ace/units.py ``without_comparison``)."""
     if spec.group_col not in (None, "cluster"):
         raise AnalyzeInputError(f"--group-col {spec.group_col!r}: a signal table names each item's cluster in its "
                                 "'cluster' column; use --group-col cluster or leave it out")
-    table = checked(conform(pd.read_parquet(spec.input)), spec.input)
+    table = checked(without_comparison(conform(pd.read_parquet(spec.input))), spec.input)
     if table.empty:
         raise AnalyzeInputError(f"{spec.input}: no data rows")
     return [SignalRows(table, len(table))]

@@ -32,10 +32,8 @@ from confgrid.flows.evaluate.run_evaluation import primary_group, select
 from confgrid.flows.evaluate.methods import ratings_of_supplied_answers
 from confgrid.flows.stages.base import relabel
 from confgrid.protocols.correctness import normalize
-from confgrid.analysis.ace.tables import ACEPlan, ace_plan
 
-__all__ = ["ace_rows", "ca_ratings", "plan_comparison", "ace_frames", "ace_mlflow_metrics",
-           "ACE_TABLES"]
+__all__ = ["ace_rows", "ca_ratings", "ace_frames", "ace_mlflow_metrics", "ACE_TABLES"]
 
 log = logging.getLogger("confgrid")
 
@@ -132,21 +130,6 @@ def ca_ratings(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Shard
     ratings = pd.concat(out, ignore_index=True).rename(columns={"confidence": "signal"})
     ratings = ratings[ratings["signal"].notna()]
     return ratings[cols].reset_index(drop=True)
-
-
-def plan_comparison(spec: GridSpec, rows: pd.DataFrame, ratings: pd.DataFrame | None) -> ACEPlan | None:
-    """Plan :func:`confgrid.analysis.ace.tables.ace_plan` with the grid's comparison section (its views, metrics,
-    ``bootstrap`` resamples, seed, DA target, bins and strata): the cells, their point estimates and the units the
-    run's one evaluator bootstraps. None when fewer than two models have rows (said in the log)."""
-    c = spec.comparison
-    if rows["model"].nunique() < 2:
-        log.warning("comparison: fewer than two models have rows to compare; no ACE tables")
-        return None
-    pairs = [(p.a, p.b, p.label) for p in c.pairs] if c.pairs else None
-    views = [v for v in c.views if v != "ca" or ratings is not None]
-    return ace_plan(rows, ratings if "ca" in views else None, pairs=pairs, views=views, metrics=c.metrics,
-                    n_bootstrap=c.bootstrap, seed=c.seed, target=c.target, n_bins=spec.metrics.ece_bins,
-                    ia_strata=c.ia_strata, n_strata=c.n_strata)
 
 
 def ace_frames(tables) -> Frames:

@@ -15,7 +15,7 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -32,10 +32,15 @@ from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
 from confgrid.flows.evaluate.clusters import with_cluster_columns
 
-__all__ = ["Evaluation", "evaluate", "primary_group", "select", "shift_pairs", "item_clusters", "cluster_problems",
-           "comparisons_of", "dropped_table"]
+__all__ = ["Evaluation", "evaluate", "UNIT_PLANNERS", "primary_group", "select", "shift_pairs", "item_clusters",
+           "cluster_problems", "comparisons_of", "dropped_table"]
 
 log = logging.getLogger("confgrid")
+
+#: answer set -> the planner of its rows' units, where their pairing is not :func:`plan_units`' (study 001's
+#: comparison, flows/studies/ace.py): ``planner(spec, rows)`` returns None or an object whose ``units`` join the
+#: bootstrap job, each under its own metrics and resamples (kept in :attr:`Evaluation.planned`).
+UNIT_PLANNERS: dict[str, Callable[[GridSpec, pd.DataFrame], Any]] = {}
 
 
 @dataclass
@@ -65,6 +70,8 @@ class Evaluation:
     verdicts : DataFrame
         ``results/verdicts``: every conclusion of the gaps over the grid's settings (analysis/verdicts.py), the
         comparison's model-vs-model conclusions under each view included.
+    planned : dict
+        answer set -> what its :data:`UNIT_PLANNERS` entry returned.
     """
 
     metrics: pd.DataFrame
@@ -78,10 +85,20 @@ class Evaluation:
     edges: pd.DataFrame = field(default_factory=pd.DataFrame)
     closure: pd.DataFrame = field(default_factory=pd.DataFrame)
     verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
+    planned: dict = field(default_factory=dict)
 
     def analyzed(self) -> pd.DataFrame:
-        """The signal rows that entered the metrics (each signal on its own support), with ``correct`` = target."""
-        return analyzed(self.signals).rename(columns={"target": "correct"})
+        """The signal rows that entered the metrics (each signal on its own support), with ``correct`` = target; the
+        rows of the answer sets with a planner of their own are left out."""
+        return analyzed(_rows(self.signals, own_planner=False)).rename(columns={"target": "correct"})
+
+
+def _rows(signals: pd.DataFrame, own_planner: bool) -> pd.DataFrame:
+    """The rows whose answer set has a planner of its own (:data:`UNIT_PLANNERS`), or the others."""
+    if signals.empty:
+        return signals
+    keep = signals["answer_set"].isin(UNIT_PLANNERS).to_numpy() == own_planner
+    return signals if keep.all() else signals[keep]
 
 
 def primary_group(spec: GridSpec) -> dict[str, str]:
@@ -217,9 +234,9 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     method_signals : DataFrame, optional
         ``tables/method_signals`` rows (flows/evaluate/methods.py).
     extra : sequence of ProducerRows
-        Rows of producers with units of their own (the capability estimators), appended to the table, and units
-        planned by their producers (study 001's cells), evaluated in the same bootstrap job, each unit under its
-        producer's metrics.
+        Rows of producers with units of their own (the capability estimators, study 001's comparison), appended to
+        the table and evaluated in the same bootstrap job, each unit under its producer's metrics; an answer set in
+        :data:`UNIT_PLANNERS` is planned by its entry.
     table : DataFrame, optional
         The run's signal table when the caller built it already
         (:func:`~confgrid.flows.tables.signals.run_signal_table` of ``units`` and ``method_signals``; the studies'
@@ -245,11 +262,13 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
             labels.update(item_clusters(u.items, cluster))
         signals["cluster"] = signals["item_id"].map(labels).fillna(signals["item_id"]).astype(object)
     metrics = spec.metrics.evaluated
-    plans = plan_units(signals, comparisons_of(spec), spec.bootstrap.seed, clustered=bool(cluster),
+    rest = _rows(signals, own_planner=False)  # the rows plan_units pairs
+    plans = plan_units(rest, comparisons_of(spec), spec.bootstrap.seed, clustered=bool(cluster),
                        edge_bins=edge_bins(metrics, spec.metrics.ece_bins))
     for u in plans:
         u.metrics = own_metrics.get(tuple(u.labels[c] for c in UNIT_COLUMNS), ())
-    own_units = [u for p in extra for u in p.units]
+    planned = {a: UNIT_PLANNERS[a](spec, g) for a, g in _rows(signals, True).groupby("answer_set", sort=False)}
+    own_units = [u for p in planned.values() if p is not None for u in p.units]
     plans += own_units
     # the means over settings' resamples (analysis/means.py): the signals' own cells of the units of the main
     # answer set under the first parse and refusal policies (every rule: the correctness-rule axis); no other unit's
@@ -288,8 +307,8 @@ def evaluate(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                                              for df in (est.metrics, est.gaps, est.shifts))
     verdicts = verdict_table(est.gaps, est.shares, spec.verdicts.rule(), spec.bootstrap.level)
     return Evaluation(est.metrics, est.gaps, est.shifts, _settings_rows(spec, units, signals),
-                      dropped_table(plans, signals), signals, plans, Kept.concat(kept), est.edges,
-                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts)
+                      dropped_table(plans, rest), signals, plans, Kept.concat(kept), est.edges,
+                      closure_notes(est.metrics, est.gaps, est.edges, spec.metrics.ece_bins), verdicts, planned)
 
 
 def dropped_table(plans: list, signals: pd.DataFrame) -> pd.DataFrame:

@@ -7,8 +7,10 @@ module here is imported by :func:`load_studies`, so a new study is one new file 
 declares
 
 * ``section``: the grid section whose ``enabled`` turns it on (``enabled()``; None: always on);
-* ``signals(table)``: from the run's signal table, rows or planned units of its own that join the one evaluation's
-  bootstrap job (:class:`ProducerRows`: study 004's estimators, study 001's cells);
+* ``signals(table)``: from the run's signal table, rows in units of its own that join the one evaluation's
+  bootstrap job (:class:`ProducerRows`: study 004's estimators, study 001's own answers and candidate ratings);
+  rows whose pairing :func:`~confgrid.analysis.evaluation.plan_units` does not give are planned by the study's
+  entry of flows/evaluate/run_evaluation.py ``UNIT_PLANNERS`` (keyed by their answer set);
 * ``view(ev)``: :class:`StudyOutput`, its named result frames (:class:`~confgrid.flows.store.run_store.Frames`,
   written by the one writer), the tables it stored under ``tables/`` and its MLflow metrics (keyed by
   :func:`~confgrid.flows.tracking.keyed_metrics`);
@@ -118,7 +120,7 @@ class Study:
         return cls.section is None or bool(getattr(spec, cls.section).enabled)
 
     def signals(self, table: pd.DataFrame) -> Sequence[ProducerRows]:
-        """Signal rows or planned units of its own, evaluated with the run's (default: none); ``table`` is the run's
+        """Signal rows in units of its own, evaluated with the run's (default: none); ``table`` is the run's
         signal table (flows/tables/signals.py ``run_signal_table``)."""
         return ()
 

@@ -7,7 +7,8 @@
   (flows/stages/method_base.py ``method_rows``) placed in the units of the main answer set whose
   correctness rule grades it.
 * :class:`ProducerRows`: rows a later producer adds in units of its own, with the metrics those units are
-  evaluated under (the capability estimators of study 004, flows/evaluate/capability.py).
+  evaluated under (the capability estimators of study 004, flows/evaluate/capability.py; study 001's comparison,
+  planned by its entry of flows/evaluate/run_evaluation.py ``UNIT_PLANNERS``).
 
 Pure (pandas); nothing here calls a model.
 """
@@ -33,14 +34,11 @@ class ProducerRows:
     """Signal-table rows of a producer whose units are its own, with the metrics they are evaluated under.
 
     ``rows`` are conformed to :data:`~confgrid.analysis.signals.SCHEMA`, in units that are not the answer sets'
-    (e.g. answer set ``capability``); ``metrics``: registered names for them (empty: the grid's); ``units``:
-    units the producer planned itself, each with its own metrics and resamples (study 001's cells,
-    analysis/ace/units.py), bootstrapped in the same job.
+    (e.g. answer set ``capability``); ``metrics``: registered names for them (empty: the grid's).
     """
 
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
     metrics: tuple[str, ...] = ()
-    units: tuple = ()
 
 
 def _refusals(spec: GridSpec, a) -> tuple[str, ...]:

@@ -150,3 +150,19 @@ def test_graded_candidate_labels():
     assert v["ece"].value_b == pytest.approx(abs(0.6 - (9 * 0.75 + 8 * 0.25) / 17), abs=1e-12)
     assert v["brier"].value_b == pytest.approx((9 * 0.15 ** 2 + 8 * 0.35 ** 2) / 17, abs=1e-12)
     assert v["ece"].value_a == W.weighted_ece(ca.signal_a, ca.label)
+
+
+def test_the_comparison_round_trips_through_the_signal_table(example):
+    """Issue 39: own-answer rows and candidate ratings as signal rows (answer set ``comparison``) give back the same
+    inputs, so the same tables."""
+    from confgrid.analysis.ace.units import COMPARISON_SET, comparison_inputs, signal_rows, without_comparison
+    from confgrid.analysis.signals import check
+
+    rows = EX.rows()
+    table = signal_rows(rows, EX.ratings(CA.candidate_pool(rows, EX.normalize)))
+    check(table)
+    assert set(table["answer_set"]) == {COMPARISON_SET} and without_comparison(table).empty
+    own, ratings = comparison_inputs(table)
+    got = ace_tables(own, ratings, n_bootstrap=200, seed=0)
+    for name, df in example.tables().items():
+        pd.testing.assert_frame_equal(got.tables()[name], df, obj=name)

@@ -108,6 +108,36 @@ def test_the_comparison_is_evaluated_by_the_one_evaluator_and_judged(ace_run):
     assert run.tags["confgrid.verdict.large-small.ece.da"].split(" ")[0] in ("robust", "fragile", "unresolved")
 
 
+def test_the_comparison_is_planned_from_its_rows_of_the_signal_table(ace_run, tmp_path):
+    """Issue 39: the own-answer rows and the candidate ratings are rows of tables/signals.parquet (answer set
+    ``comparison``), the ACE tables come from them, and dropped, settings, calibration and analyze do not see them."""
+    from confgrid.analysis.ace.units import comparison_inputs
+    from confgrid.flows.analyze.analysis import analyze
+    from confgrid.flows.analyze.spec import AnalyzeSpec
+
+    spec, out, _ = ace_run
+    res, table = out / "results", pd.read_parquet(out / "tables" / "signals.parquet")
+    mine = table[table["answer_set"] == "comparison"]
+    assert set(mine["kind"]) == {"comparison", "candidate"}
+    rows, ratings = comparison_inputs(table)
+    stored = pd.read_parquet(out / "tables" / "ace_rows.parquet").drop(columns="answer")
+    pd.testing.assert_frame_equal(rows, stored, check_dtype=False)
+    cands = pd.read_parquet(out / "tables" / "ace_candidates.parquet")
+    assert len(ratings) == len(cands) and ratings["signal"].tolist() == cands["signal"].tolist()
+    # the whole comparison in process from those rows, CA included: the run's tables
+    c = spec.comparison
+    ref = ace_tables(rows, ratings, pairs=[(p.a, p.b, p.label) for p in c.pairs] if c.pairs else None, views=c.views,
+                     metrics=c.metrics, n_bootstrap=c.bootstrap, seed=c.seed, n_bins=spec.metrics.ece_bins)
+    for name in ("bootstrap", "gaps", "self_preference"):
+        pd.testing.assert_frame_equal(pd.read_parquet(res / f"ace_{name}.parquet"),
+                                      getattr(ref, name).reset_index(drop=True), check_dtype=False)
+    for name in ("dropped", "settings", "calibration", "metrics"):
+        assert "comparison" not in set(pd.read_parquet(res / f"{name}.parquet")["answer_set"]), name
+    got = analyze(AnalyzeSpec(input=out / "tables" / "signals.parquet", out=tmp_path / "a", n_resamples=5,
+                              track=False))
+    assert len(got.tables["metrics"]) and "comparison" not in set(got.tables["metrics"]["answer_set"])
+
+
 def test_every_rater_rates_every_pooled_candidate(ace_run):
     spec, out, _ = ace_run
     cands = pd.read_parquet(out / "tables" / "ace_candidates.parquet")
