@@ -4,8 +4,9 @@ DESIGN.md "Confidence methods": each confidence is a value in one ``signal`` col
 works on any of them. Every producer (the verbalized score, the token score of each scoring context and token
 aggregation, each confidence method, each capability estimator, study 001's compared answers and candidate ratings
 (analysis/ace/units.py ``signal_rows``), the input of ``confgrid analyze``) appends rows of this one schema to
-``tables/signals.parquet``; the one evaluator (:mod:`confgrid.analysis.evaluation`) reads nothing else. Nothing is encoded in strings: the protocol of a signal is in its columns (``kind``, ``context``,
-``aggregation``, ``template``, ``k`` ...), never parsed back out of its name.
+``tables/signals.parquet``; the one evaluator (:mod:`confgrid.analysis.evaluation`) reads nothing else. Nothing is
+encoded in strings: the protocol of a signal is in its columns (``kind``, ``context``, ``aggregation``, ``template``,
+``k`` ...), never parsed back out of its name.
 
 Columns (:data:`SCHEMA`; :func:`conform` fills what a producer does not set):
 
