@@ -62,6 +62,8 @@ class AccuracyControlled(Study, name="ace", section="comparison", tables=ACE_TAB
                 "ace_candidates", [pa.Table.from_pandas(self.ratings.astype({"producers": str}), preserve_index=False)])
         plan = ev.planned.get(COMPARISON_SET)
         if plan is None:
+            if COMPARISON_SET not in ev.planned:  # no rows at all: the planner was never called to say it
+                log.warning("comparison: no model has rows to compare; no ACE tables")
             return StudyOutput(tables=tables)
         # the ace_* tables are views of the comparison's rows of the one estimates table
         ace = ace_views(plan, ev.gaps[ev.gaps["kind_a"] == ACE_KIND].reset_index(drop=True),
