@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import NoReturn
+from typing import Iterable, NoReturn
 
 import typer
+from rich.table import Table
 
-__all__ = ["setup_logging", "fail"]
+__all__ = ["setup_logging", "fail", "rich_table"]
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``message`` on stderr and end the command with exit status ``code``."""
     typer.echo(message, err=True)
     raise typer.Exit(code) from None
+
+
+def rich_table(title: str, columns: Iterable[object], rows: Iterable[Iterable[object]]) -> Table:
+    """A rich table of ``rows`` under ``columns``, every value shown as ``str``."""
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(str(col))
+    for r in rows:
+        t.add_row(*map(str, r))
+    return t
 
 
 def setup_logging(verbose: bool) -> None:

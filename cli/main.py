@@ -22,11 +22,10 @@ from pathlib import Path
 import pandas as pd
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from confgrid.actors.calls import RequestCounts
 from confgrid.cli.analyze import analyze_cmd
-from confgrid.cli.console import fail, setup_logging
+from confgrid.cli.console import fail, rich_table, setup_logging
 from confgrid.cli.plan_size import plan_size_cmd
 from confgrid.cli.show.tables import print_results
 from confgrid.cluster.jobs import job_logs, job_status, submit_grid
@@ -223,20 +222,15 @@ def status(
     if as_json:
         typer.echo(json.dumps(data, indent=1))
         raise typer.Exit(st.exit_code)
-    t = Table(title=f"Shards of {out_dir}")
     stale = set(st.stale)
-    for col in ("stage", "shard", "status", "attempts", "restarts", "rows", "seconds", "replica", "node", "key",
-                "error"):
-        t.add_column(col)
-    for r in sorted(data["shards"], key=lambda r: (r["stage"], r["setting"])):
-        shown = "stale (driver gone)" if f"{r['stage']} {r['setting']}" in stale and r["status"] == "running" else (
-            r["status"] + (" (reused)" if r.get("reused") else ""))
-        t.add_row(r["stage"], r["setting"], shown, str(r["attempts"]),
-                  str(r.get("restarts") or 0), str(r.get("rows") or ""), str(r.get("seconds") or ""),
-                  str(r.get("replica") or ""), str(r.get("node_ip") or r.get("host") or ""), r["key"][:12],
-                  (r.get("error") or "")[:120])
     console = Console(width=200)
-    console.print(t)
+    console.print(rich_table(f"Shards of {out_dir}", ("stage", "shard", "status", "attempts", "restarts", "rows",
+                                                       "seconds", "replica", "node", "key", "error"), [
+        (r["stage"], r["setting"], "stale (driver gone)" if f"{r['stage']} {r['setting']}" in stale
+         and r["status"] == "running" else r["status"] + (" (reused)" if r.get("reused") else ""),
+         r["attempts"], r.get("restarts") or 0, r.get("rows") or "", r.get("seconds") or "", r.get("replica") or "",
+         r.get("node_ip") or r.get("host") or "", r["key"][:12], (r.get("error") or "")[:120])
+        for r in sorted(data["shards"], key=lambda r: (r["stage"], r["setting"]))]))
     typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(st.counts.items())))
     typer.echo(st.driver_line)
     api = [r["requests"] for r in data["shards"] if r.get("requests")]
@@ -247,17 +241,13 @@ def status(
         typer.echo(f"API requests (latest attempt of {len(api)} shard(s)): {total.line()}")
     reps = data.get("meta", {}).get("replicas") or []
     if reps:
-        rt = Table(title="Replicas (what each holds, model loads, Ray restarts, seconds loading and computing)")
-        for col in ("replica", "state", "holds", "loads", "restarts", "load s", "busy s", "calls", "host", "node",
-                    "error"):
-            rt.add_column(col)
-        for r in reps:
-            node = f"{r.get('node_ip') or ''} {(r.get('node_id') or '')[:8]}".strip()
-            rt.add_row(r["replica"], r["state"], _holds(r), str(r["loads"]), str(r["restarts"]),
-                       f"{r['load_seconds']:.1f}",
-                       f"{r['busy_seconds']:.1f}", str(r["calls"]), str(r.get("host") or ""), node,
-                       (r.get("error") or "")[:80])
-        console.print(rt)
+        console.print(rich_table(
+            "Replicas (what each holds, model loads, Ray restarts, seconds loading and computing)",
+            ("replica", "state", "holds", "loads", "restarts", "load s", "busy s", "calls", "host", "node", "error"),
+            [(r["replica"], r["state"], _holds(r), r["loads"], r["restarts"], f"{r['load_seconds']:.1f}",
+              f"{r['busy_seconds']:.1f}", r["calls"], r.get("host") or "",
+              f"{r.get('node_ip') or ''} {(r.get('node_id') or '')[:8]}".strip(), (r.get("error") or "")[:80])
+             for r in reps]))
     if st.exit_code:
         hint = address_hint(((data.get("meta", {}).get("invocations") or [{}])[-1]).get("address"))
         fail(f"{st.failed} failed, {len(st.stale)} stale shard(s): `confgrid resume {out_dir}{hint}` (or "
@@ -267,12 +257,9 @@ def status(
 def _holds(replica: dict) -> str:
     """What a replica of ``meta.replicas`` reserves, for ``status``: ``4 GPUs``, ``1 GPU``, ``2 CPUs`` ("" before the
     field existed); a tensor-parallel replica on CPU adds its ranks' cores (``2 CPUs (0|1)``)."""
-    gpus, cpus = replica.get("gpus") or 0, replica.get("cpus") or 0
-    if gpus:
-        return f"{gpus:g} GPU" + ("s" if gpus != 1 else "")
-    if not cpus:
-        return ""
-    bind = replica.get("cpu_bind")
+    gpus, cpus, bind = replica.get("gpus") or 0, replica.get("cpus") or 0, replica.get("cpu_bind")
+    if gpus or not cpus:
+        return f"{gpus:g} GPU" + ("s" if gpus != 1 else "") if gpus else ""
     return f"{cpus:g} CPU" + ("s" if cpus != 1 else "") + (f" ({bind})" if bind else "")
 
 

@@ -11,7 +11,7 @@ from typing import NoReturn
 import pandas as pd
 import typer
 
-from confgrid.cli.console import fail
+from confgrid.cli.console import fail, rich_table
 from confgrid.flows.analyze.plan_size import PLAN_COLUMNS, plan_sizes, read_pilot
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.flows.store.run_store import write_frame_atomic
@@ -121,17 +121,13 @@ def _bad(msg: str) -> NoReturn:
 def _print_table(df, metric: str, signals: tuple[str, str], gap: float, power: float, level: float,
                  clustered: bool) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     what = "clusters" if clustered else "items"
-    t = Table(title=f"{what} needed for {metric}({signals[0]}) - {metric}({signals[1]}) = {gap:g} to be resolved "
-                    f"with power {power:g} ({level:.0%} paired interval)")
-    for c in ("unit", f"pilot {what}", "pilot gap", "power now", "sd = c/sqrt(n): c", "slope", f"{what} needed",
-              "status"):
-        t.add_column(c)
-    for r in df.itertuples(index=False):
-        t.add_row(r.unit, str(r.n_pilot), f"{r.pilot_gap:.4f}", f"{r.pilot_power:.2f}" if r.pilot_power == r.pilot_power
-                  else "-", f"{r.c:.3f}" if r.c == r.c else "-", f"{r.slope:.2f}" if r.slope == r.slope else "-",
-                  str(r.n_required) if r.status == "ok" else "-",
-                  r.status if r.status == "ok" else f"{r.status}: {r.reason}")
-    Console(width=200).print(t)
+    Console(width=200).print(rich_table(
+        f"{what} needed for {metric}({signals[0]}) - {metric}({signals[1]}) = {gap:g} to be resolved with power "
+        f"{power:g} ({level:.0%} paired interval)",
+        ("unit", f"pilot {what}", "pilot gap", "power now", "sd = c/sqrt(n): c", "slope", f"{what} needed", "status"),
+        [(r.unit, r.n_pilot, f"{r.pilot_gap:.4f}", f"{r.pilot_power:.2f}" if r.pilot_power == r.pilot_power else "-",
+          f"{r.c:.3f}" if r.c == r.c else "-", f"{r.slope:.2f}" if r.slope == r.slope else "-",
+          r.n_required if r.status == "ok" else "-", r.status if r.status == "ok" else f"{r.status}: {r.reason}")
+         for r in df.itertuples(index=False)]))

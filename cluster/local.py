@@ -12,6 +12,7 @@ pids; it never runs ``ray stop``, which would end every Ray process of the machi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -63,41 +64,16 @@ class LocalNode:
                 continue
         return list(ours.values())
 
-    def kill_raylet(self) -> int:
-        """SIGKILL this node's raylet (the node is lost as if its machine died); returns its pid.
-
-        Raises
-        ------
-        RuntimeError
-            If the node has no raylet process (already killed, or never started).
-        """
-        pid = None
-        for p in self.processes():
-            try:
-                if p.name() == "raylet" or Path((p.cmdline() or [""])[0]).name == "raylet":
-                    pid = p.pid
-                    break
-            except Exception:  # noqa: BLE001 - it ended meanwhile
-                continue
-        if pid is None:
-            raise RuntimeError(f"node {self.name}: no raylet process with {self.temp_dir} on its command line")
-        os.kill(pid, signal.SIGKILL)
-        return pid
-
     def stop(self, timeout: float = 3.0) -> None:
         """End every process of the node: SIGTERM, then SIGKILL after ``timeout`` seconds."""
         procs = self.processes()
         for p in procs:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.terminate()
-            except psutil.NoSuchProcess:
-                pass
         _, alive = psutil.wait_procs(procs, timeout=timeout)
         for p in alive:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-            except psutil.NoSuchProcess:
-                pass
 
 
 @dataclass
@@ -112,10 +88,6 @@ class LocalCluster:
     @property
     def workers(self) -> list[LocalNode]:
         return self.nodes[1:]
-
-    def node_of_pid(self, pid: int) -> LocalNode | None:
-        """The node whose processes include ``pid``."""
-        return next((n for n in self.nodes if any(p.pid == pid for p in n.processes())), None)
 
     def stop(self) -> None:
         """Stop the workers, then the head, each by its own pids."""
@@ -243,10 +215,9 @@ def main() -> None:  # pragma: no cover - a helper for people, exercised by test
           + ", ".join(f"{n.name} {n.resources}" for n in cluster.nodes) + f"; Ctrl-C or kill {os.getpid()} stops it",
           flush=True)
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
     finally:
         cluster.stop()
 

@@ -22,7 +22,7 @@ import logging
 import math
 import re
 import time
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -121,7 +121,8 @@ def probe_server(tracking_uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
                                   f"({reason})") from None
 
 
-def store_lock(tracking_uri: str, timeout: float = LOCK_TIMEOUT_S) -> AbstractContextManager[Any]:
+@contextmanager
+def store_lock(tracking_uri: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """The inter-process lock of a ``sqlite:///PATH`` store, the file ``PATH.lock``; a no-op for other stores.
 
     Held while a process opens the store (MLflow creates and migrates its tables then) and creates its
@@ -131,22 +132,17 @@ def store_lock(tracking_uri: str, timeout: float = LOCK_TIMEOUT_S) -> AbstractCo
 
     db = sqlite_path(tracking_uri)
     if db is None:
-        return nullcontext()
+        yield
+        return
     lock = FileLock(f"{db}.lock", timeout=timeout)
-
-    @contextmanager
-    def held() -> Iterator[None]:
-        try:
-            lock.acquire()
-        except Timeout:
-            raise TrackingUnavailable(f"another process has held {lock.lock_file} for more than {timeout:g} s"
-                                      ) from None
-        try:
-            yield
-        finally:
-            lock.release()
-
-    return held()
+    try:
+        lock.acquire()
+    except Timeout:
+        raise TrackingUnavailable(f"another process has held {lock.lock_file} for more than {timeout:g} s") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _locked(exc: BaseException | None) -> bool:
@@ -427,20 +423,23 @@ class Tracker:
         for i in range(0, max(len(p), len(m), len(t), 1), 100):
             self.client.log_batch(run_id, metrics=m[i : i + 100], params=p[i : i + 100], tags=t[i : i + 100])
 
-    def _exists(self, run_id: str | None) -> bool:
+    def _reopen(self, run_id: str | None, **logged: Any) -> bool:
+        """Mark run ``run_id`` RUNNING and log ``logged`` (params, metrics, tags) into it; False when the store has
+        no such run."""
         if not run_id:
             return False
         try:
             self.client.get_run(run_id)
         except Exception:  # noqa: BLE001 - unknown run id
             return False
+        self.client.update_run(run_id, status="RUNNING")
+        self._log(run_id, **logged)
         return True
 
     def open_parent(self, *, run_id: str | None, run_name: str, params: dict[str, Any],
                     tags: dict[str, str] | None = None) -> str:
         """Start the parent run, or reopen ``run_id`` (resume); returns its id."""
-        if self._exists(run_id):
-            self.client.update_run(run_id, status="RUNNING")
+        if self._reopen(run_id):
             self.parent_run_id = run_id
             return run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags or {})
@@ -475,18 +474,18 @@ class Tracker:
         """
         from mlflow.exceptions import MlflowException
 
-        reuse = self._exists(run_id)
-        if reuse:
-            try:
-                self.client.update_run(run_id, status="RUNNING")
-                self._log(run_id, params=params, metrics=metrics, tags=tags, step=step)
-            except MlflowException:  # changed params are not allowed on a run: a new child
-                self.client.set_terminated(run_id, status="FINISHED")
-                reuse = False
+        try:
+            reuse = self._reopen(run_id, params=params, metrics=metrics, tags=tags, step=step)
+        except MlflowException:  # changed params are not allowed on a run: a new child
+            self.client.set_terminated(run_id, status="FINISHED")
+            reuse = False
         if not reuse:
             run_id = self._new_child(run_name, tags or {})
             self._log(run_id, params=params, metrics=metrics, step=step)
-        self._describe(run_id, dataset, model, step)
+        if dataset is not None:  # logging the same dataset again is a no-op for MLflow
+            self.log_dataset(run_id, dataset)
+        if model is not None and not self.client.get_run(run_id).inputs.model_inputs:  # once per run
+            self.log_model(run_id, model, step)
         self._artifacts(run_id, artifacts)
         self.client.set_terminated(run_id, status="FINISHED")
         return run_id
@@ -495,14 +494,6 @@ class Tracker:
         run = self.client.create_run(self.experiment_id, run_name=name,
                                      tags={PARENT_TAG: self.parent_run_id or "", **tags})
         return run.info.run_id
-
-    def _describe(self, run_id: str, dataset: DatasetRef | None, model: ModelRef | None, step: int) -> None:
-        """The dataset input (logging the same one again is a no-op for MLflow) and, if the run has none yet,
-        the logged model of a setting run."""
-        if dataset is not None:
-            self.log_dataset(run_id, dataset)
-        if model is not None and not self.client.get_run(run_id).inputs.model_inputs:
-            self.log_model(run_id, model, step)
 
     def log_dataset(self, run_id: str, dataset: DatasetRef) -> None:
         """Log ``dataset`` as an input of ``run_id`` (context ``evaluation``): the UI's Dataset column."""
@@ -532,10 +523,7 @@ class Tracker:
     def shard_run(self, *, run_id: str | None, name: str, params: dict[str, Any], metrics: dict[str, float],
                   tags: dict[str, str]) -> str:
         """Create or update the run of one shard (a resumed shard reuses ``run_id``)."""
-        if self._exists(run_id):
-            self.client.update_run(run_id, status="RUNNING")
-            self._log(run_id, metrics=metrics, tags=tags)
-        else:
+        if not self._reopen(run_id, metrics=metrics, tags=tags):
             run_id = self._new_child(name, tags)
             self._log(run_id, params=params, metrics=metrics)
         status = "FAILED" if tags.get("confgrid.status") == "failed" else "FINISHED"

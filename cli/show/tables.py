@@ -8,6 +8,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from confgrid.cli.console import rich_table
 from confgrid.cli.show import show_sections
 from confgrid.flows.evaluate.outputs import (
     _has_views,
@@ -32,12 +33,8 @@ def _read(res: Path, name: str) -> pd.DataFrame | None:
 
 
 def _table(df: pd.DataFrame, title: str) -> Table:
-    t = Table(title=title, show_lines=False)
-    for c in df.columns:
-        t.add_column(str(c))
-    for row in df.itertuples(index=False):
-        t.add_row(*[f"{x:.3f}" if isinstance(x, float) else str(x) for x in row])
-    return t
+    return rich_table(title, df.columns, ([f"{x:.3f}" if isinstance(x, float) else x for x in row]
+                                          for row in df.itertuples(index=False)))
 
 
 def print_verdicts(verdicts: pd.DataFrame, console: Console, level: float = 0.95) -> None:

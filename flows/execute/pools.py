@@ -10,6 +10,7 @@ model is loaded). The life cycle, over the executor's state record (state.py): :
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -46,16 +47,11 @@ def model_config(m: ModelSpec, spec: GridSpec, api_cache: str | None = None):
     """
     from confgrid.actors.model_actor import ModelConfig  # lazy: model_actor imports ray
 
-    return ModelConfig(
-        name=m.name, model=m.model, backend=m.backend, dtype=m.dtype, revision=m.revision,
-        chat_template=m.chat_template, batch_size=m.batch_size, tensor_parallel_size=m.tensor_parallel_size,
-        executor=m.resolved_executor,
-        max_num_batched_tokens=m.max_num_batched_tokens, enable_chunked_prefill=m.enable_chunked_prefill,
-        enable_prefix_caching=m.enable_prefix_caching, gpu_memory_utilization=m.gpu_memory_utilization,
-        max_retries=spec.execution.max_retries, generation_bos=m.generation_bos, scoring_bos=m.scoring_bos,
-        max_num_seqs=m.max_num_seqs, chat_template_kwargs=tuple(sorted(m.chat_template_kwargs.items())),
-        api=dataclasses.replace(m.api.config(), cache_dir=api_cache) if m.api is not None else None,
-    )
+    own = {"executor": m.resolved_executor, "max_retries": spec.execution.max_retries,
+           "chat_template_kwargs": tuple(sorted(m.chat_template_kwargs.items())),
+           "api": dataclasses.replace(m.api.config(), cache_dir=api_cache) if m.api is not None else None}
+    return ModelConfig(**{f.name: own[f.name] if f.name in own else getattr(m, f.name)
+                          for f in dataclasses.fields(ModelConfig)})
 
 
 def cancel_calls(refs: list[Any]) -> None:
@@ -66,10 +62,8 @@ def cancel_calls(refs: list[Any]) -> None:
     if not refs or not ray.is_initialized():
         return
     for ref in refs:
-        try:
+        with contextlib.suppress(Exception):  # the replica is killed right after anyway
             ray.cancel(ref)
-        except Exception:  # noqa: BLE001 - the replica is killed right after anyway
-            pass
 
 
 def free_per_node() -> dict[str, dict[str, float]]:
@@ -207,19 +201,16 @@ class Replica:
 
     def record(self) -> dict[str, Any]:
         """The replica's line in ``manifest.json`` (``meta.replicas``)."""
-        return {"replica": self.name, "model": self.model, "index": self.index, "load": self.load,
-                "state": self.state, "requested_at": self.requested_at, "ready_at": self.ready_at,
-                "released_at": self.released_at, "loads": self.loads, "restarts": self.restarts,
+        own = ("model", "index", "load", "state", "requested_at", "ready_at", "released_at", "loads", "restarts",
+               "calls", "lost_at", "error", "gpus", "cpus", "withdrawn", "elastic", "requests")
+        info = self.info
+        return {"replica": self.name, **{k: getattr(self, k) for k in own},
                 "load_seconds": round(self.load_seconds, 3), "busy_seconds": round(self.busy_seconds, 3),
-                "calls": self.calls, "host": self.info.host if self.info else None,
-                "pid": self.info.pid if self.info else None, "node_id": self.node_id or None,
-                "node_ip": self.node_ip or None, "lost_at": self.lost_at, "error": self.error,
-                "gpus": self.gpus, "cpus": self.cpus, "gpu_ids": list(self.info.gpu_ids) if self.info else [],
-                "cpu_bind": (self.info.cpu_bind if self.info else "") or None,
-                "ranks": [list(x) for x in self.info.ranks] if self.info else [],
-                "loading": [list(x) for x in self.loading],
-                "computing": [list(x) for x in self.computing], "withdrawn": self.withdrawn,
-                "elastic": self.elastic, "requests": self.requests,
+                "host": info.host if info else None, "pid": info.pid if info else None,
+                "node_id": self.node_id or None, "node_ip": self.node_ip or None,
+                "gpu_ids": list(info.gpu_ids) if info else [], "cpu_bind": (info.cpu_bind if info else "") or None,
+                "ranks": [list(x) for x in info.ranks] if info else [],
+                "loading": [list(x) for x in self.loading], "computing": [list(x) for x in self.computing],
                 **({"traceback": self.traceback} if self.traceback else {})}
 
 
@@ -302,15 +293,11 @@ class ModelPool:
         if not ray.is_initialized():  # Ray was shut down under us (a test, Ctrl-C): its actors are gone
             rep.state = rep.state if rep.state in ("dead", "lost") else "released"
             return
-        try:
+        with contextlib.suppress(Exception):  # already dead
             ray.kill(rep.handle)
-        except Exception:  # noqa: BLE001 - already dead
-            pass
         if rep.pg is not None:
-            try:
+            with contextlib.suppress(Exception):  # already removed
                 remove_placement_group(rep.pg)
-            except Exception:  # noqa: BLE001 - already removed
-                pass
             rep.pg = None
         if rep.state not in ("dead", "lost"):
             rep.state = state

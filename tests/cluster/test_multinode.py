@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 import threading
 import time
@@ -70,12 +71,24 @@ def local_cluster():
             c.stop()
 
 
+def _kill_raylet(node) -> int:
+    """SIGKILL ``node``'s raylet (the node is lost as if its machine died); returns its pid."""
+    for p in node.processes():
+        try:
+            if p.name() == "raylet" or Path((p.cmdline() or [""])[0]).name == "raylet":
+                os.kill(p.pid, signal.SIGKILL)
+                return p.pid
+        except Exception:  # noqa: BLE001 - it ended meanwhile
+            continue
+    raise RuntimeError(f"node {node.name}: no raylet process with {node.temp_dir} on its command line")
+
+
 def _kill_node_when_hung(cluster, marker: Path, killed: dict) -> threading.Thread:
     def kill():
         pid, _ = ray_faults.read_marker(marker)
-        node = cluster.node_of_pid(pid)
+        node = next((n for n in cluster.nodes if any(p.pid == pid for p in n.processes())), None)
         assert node is not None and node.name != "head", (pid, node)
-        killed.update(pid=pid, node=node.name, raylet=node.kill_raylet(), at=time.time())
+        killed.update(pid=pid, node=node.name, raylet=_kill_raylet(node), at=time.time())
 
     th = threading.Thread(target=kill, daemon=True)
     th.start()
