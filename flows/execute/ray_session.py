@@ -112,18 +112,15 @@ def init_ray(address: str | None = None, *, connect_timeout: float | None = None
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
     target = ray_target(address)
-    if target.kind == "join":
+    if target.kind != "local":  # join a given cluster, or the Ray job's (target.address None)
         timeout = connect_timeout if connect_timeout is not None else float(
             os.environ.get("CONFGRID_RAY_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT))
         if target.probe is not None:
             wait_reachable(*target.probe, timeout)
         ray.init(address=target.address, **kwargs)
         _route_ray_errors()
-        log.info("Ray: joined the cluster at %s (%s)", address, _resources(ray))
-    elif target.kind == "job":
-        ray.init(**kwargs)
-        _route_ray_errors()
-        log.info("Ray: inside a Ray job, on its cluster at %s (%s)", os.environ["RAY_ADDRESS"], _resources(ray))
+        log.info("Ray: %s (%s)", f"joined the cluster at {address}" if target.kind == "join" else
+                 f"inside a Ray job, on its cluster at {os.environ['RAY_ADDRESS']}", _resources(ray))
     else:
         temp = private_temp_dir()
         with _quiet_token_notice():

@@ -36,11 +36,9 @@ def pid_alive(pid: int) -> bool:
 
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+    except PermissionError:  # another user's process
         return True
-    except OSError:
+    except OSError:  # ProcessLookupError: no such process
         return False
     return True
 
