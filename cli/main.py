@@ -157,10 +157,9 @@ def demo(
     _execute(_load(grid), out, address, tracking_uri, grid.read_text(encoding="utf-8"))
 
 
-def _run_dir(out_dir: Path) -> Path:
+def _run_dir(out_dir: Path) -> None:
     if not (out_dir / "grid.yaml").is_file() or not (out_dir / "manifest.json").is_file():
         fail(f"{out_dir}: no grid.yaml and manifest.json; is this the output directory of a run?")
-    return out_dir
 
 
 @app.command()

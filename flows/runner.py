@@ -326,7 +326,6 @@ def _run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None, track
     finally:
         failure = failure or _close_tracking(tracker, status)
     summary.tracking_failure, summary.tracking_uri = failure, tracking_uri
-    c = ex.counters
     log.info("done in %.1f s: %d model calls, %d model load(s), %d shards computed, %d reused, %d failed",
              time.time() - t0, c.model_calls, c.loads, c.computed, c.reused, len(ex.failed))
     if c.api.requests:

@@ -163,8 +163,6 @@ def _catch_ctrl_c() -> tuple[threading.Event, Callable[[], None]]:
     SIGINT sets the returned event, which the loop turns into ``KeyboardInterrupt``; a second one raises at once.
     Also returns the function restoring the old handler. Outside the main thread nothing changes."""
     pressed = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        return pressed, lambda: None
 
     def on_sigint(signum, frame):
         if pressed.is_set():
@@ -174,7 +172,7 @@ def _catch_ctrl_c() -> tuple[threading.Event, Callable[[], None]]:
 
     try:
         old = signal.signal(signal.SIGINT, on_sigint)
-    except ValueError:  # not allowed here (an embedded interpreter)
+    except ValueError:  # not allowed here (not the main thread, or an embedded interpreter)
         return pressed, lambda: None
     return pressed, lambda: signal.signal(signal.SIGINT, old)
 

@@ -108,8 +108,7 @@ def _item_status(g: pd.DataFrame, policy: str, verbalized: bool) -> pd.Series:
     return pd.Series(status, index=g.index, dtype=object)
 
 
-def _chance(g: pd.DataFrame, status: pd.Series, items: list[Item], corr_col: str, rule: str,
-            seed: int, run: str) -> pd.DataFrame:
+def _chance(g: pd.DataFrame, status: pd.Series, items: list[Item], rule: str, seed: int, run: str) -> pd.DataFrame:
     """Rows whose parse failed answered by chance (study 003 section 3.2), indexed like ``g``: ``confidence``
     (1/k, NaN if not replaced) and ``target`` (the random letter's correctness)."""
     by_id = {it.item_id: it for it in items}
@@ -150,13 +149,12 @@ def answer_rows(graded: pd.DataFrame, tokens: pd.DataFrame, contexts: tuple[str,
     if graded.empty:
         return pd.DataFrame(columns=["item_id", "signal"])
     g = graded.reset_index(drop=True)
-    corr_col = f"correct_{rule}"
     status = _item_status(g, policy, verbalized)
-    target = g[corr_col].astype(float)
+    target = g[f"correct_{rule}"].astype(float)
     replaced = pd.Series(False, index=g.index)
     chance = None
     if refusal == "chance":
-        chance = _chance(g, status, items or [], corr_col, rule, chance_seed, chance_run)
+        chance = _chance(g, status, items or [], rule, chance_seed, chance_run)
         replaced = chance["confidence"].notna()
         status = status.where(~replaced, "ok")
         target = target.where(~replaced, chance["target"])

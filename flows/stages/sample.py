@@ -75,11 +75,7 @@ def _agreement(plan: Any, method: Any, model: str, dataset: str, table: pd.DataF
         norm = [key(a) if a is not None and a.strip() else None for a in answers]
         for signal, c in ((method.id, agreement_share(answers, key)),
                           (f"{method.id}__majority", majority_share(answers, key))):
-            if c.rated is not None:
-                k = next(j for j, n in enumerate(norm) if n == key(c.rated))
-                rated_correct = correct[k]
-            else:
-                rated_correct = np.nan
+            rated_correct = correct[norm.index(key(c.rated))] if c.rated is not None else np.nan
             out["signals"].append({"model": model, "dataset": dataset, "signal": signal, "item_id": item_id,
                                    "confidence": c.value, "status": c.status,
                                    "rated": method.reader.rated if signal == method.id else "majority_answer",
