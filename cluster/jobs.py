@@ -25,10 +25,8 @@ def project_root() -> Path:
     """The folder holding pyproject.toml of this confgrid checkout."""
     here = Path(__file__).resolve().parent.parent
     if not (here / "pyproject.toml").is_file():
-        raise FileNotFoundError(
-            f"no pyproject.toml above {Path(__file__).resolve()}; `confgrid submit` ships a source checkout, "
-            "install confgrid with `pip install -e .` from a clone"
-        )
+        raise FileNotFoundError(f"no pyproject.toml above {Path(__file__).resolve()}; `confgrid submit` ships a source "
+                                "checkout, install confgrid with `pip install -e .` from a clone")
     return here
 
 
@@ -38,17 +36,9 @@ def _client(address: str):
     return JobSubmissionClient(address)
 
 
-def submit_grid(
-    grid: str | Path,
-    address: str,
-    *,
-    out: str | None = None,
-    python: str | None = None,
-    pip_install: bool = False,
-    tracking_uri: str | None = None,
-    env_vars: dict[str, str] | None = None,
-    submission_id: str | None = None,
-) -> str:
+def submit_grid(grid: str | Path, address: str, *, out: str | None = None, python: str | None = None,
+                pip_install: bool = False, tracking_uri: str | None = None, env_vars: dict[str, str] | None = None,
+                submission_id: str | None = None) -> str:
     """Submit ``confgrid run GRID`` as a Ray job; returns the submission id.
 
     Parameters
@@ -71,20 +61,15 @@ def submit_grid(
     """
     spec = load_grid(grid)
     root = project_root()
-    # The working_dir is the project checkout (never written to); the grid's text
-    # travels in an environment variable and the entrypoint writes it into the
-    # job's copy of the working dir before running it.
+    # The working_dir is the project checkout (never written to); the grid's text travels in an environment
+    # variable and the entrypoint writes it into the job's copy of the working dir before running it.
     grid_text = Path(grid).read_text(encoding="utf-8")
-    py = python or sys.executable
     args = ["--out", out or f"runs/{spec.name}"]
     if tracking_uri:
         args += ["--tracking-uri", tracking_uri]
-    entry = " ".join(shlex.quote(c) for c in [py, "-m", "confgrid.cli.job", *args])
-    runtime_env: dict[str, Any] = {
-        "working_dir": str(root),
-        "excludes": RUNTIME_EXCLUDES,
-        "env_vars": {"CONFGRID_GRID_YAML": grid_text, "RAY_USAGE_STATS_ENABLED": "0", **(env_vars or {})},
-    }
+    entry = " ".join(shlex.quote(c) for c in [python or sys.executable, "-m", "confgrid.cli.job", *args])
+    runtime_env: dict[str, Any] = {"working_dir": str(root), "excludes": RUNTIME_EXCLUDES, "env_vars": {
+        "CONFGRID_GRID_YAML": grid_text, "RAY_USAGE_STATS_ENABLED": "0", **(env_vars or {})}}
     if pip_install:
         runtime_env["pip"] = [str(root)]
     return _client(address).submit_job(entrypoint=entry, runtime_env=runtime_env, submission_id=submission_id)

@@ -199,16 +199,8 @@ def _in_grid(spec: GridSpec):
     return keep
 
 
-def run_grid(
-    spec: GridSpec,
-    out_dir: str | Path,
-    *,
-    address: str | None = None,
-    tracking_uri: str | None = None,
-    grid_text: str | None = None,
-    only_failed: bool = False,
-    resume: bool = False,
-) -> RunSummary:
+def run_grid(spec: GridSpec, out_dir: str | Path, *, address: str | None = None, tracking_uri: str | None = None,
+             grid_text: str | None = None, only_failed: bool = False, resume: bool = False) -> RunSummary:
     """Execute a validated grid and write every table, result and MLflow run.
 
     ``out_dir`` is created if missing; reusing it reuses every stored shard whose key still matches.

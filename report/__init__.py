@@ -9,20 +9,8 @@ from . import figures_capability  # noqa: F401, I001 - study 004's families, aft
 from . import figures_verdicts  # noqa: F401, I001 - the specification curves of the verdicts, last
 from . import stop_reasons, protocol  # noqa: F401, I001 - the studies' report sections, in this order
 from .html import REPORT_FILE, ReportResult, render_report, write_report
-from .registry import (
-    FIGURE_DIR,
-    FIGURES,
-    Drawn,
-    FigureEntry,
-    FigureFile,
-    FigureOptions,
-    FigureSet,
-    available_figures,
-    draw_figures,
-    new_figure,
-    register_figure,
-    write_figures,
-)
+from .registry import (FIGURE_DIR, FIGURES, Drawn, FigureEntry, FigureFile, FigureOptions, FigureSet,
+                       available_figures, draw_figures, new_figure, register_figure, write_figures)
 from .run_tables import RunTables
 
 __all__ = ["FIGURE_DIR", "FIGURES", "Drawn", "FigureEntry", "FigureFile", "FigureOptions", "FigureSet", "RunTables",

@@ -12,12 +12,7 @@ import re
 
 import numpy as np
 import pandas as pd
-from confgrid.analysis.figure_data import (
-    reliability_table,
-    reliability_titles,
-    select_group,
-    smooth_curve,
-)
+from confgrid.analysis.figure_data import reliability_table, reliability_titles, select_group, smooth_curve
 from confgrid.flows.evaluate.outputs import fmt_interval
 
 from .registry import Drawn, FigureOptions, grid_shape, new_figure, register_figure

@@ -17,16 +17,8 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-from confgrid.analysis.figure_data import (
-    ablation_path,
-    ace_quadrants,
-    brier_accuracy,
-    gap_intervals,
-    overconfidence_bins,
-    probe_differences,
-    random_baselines,
-    select_group,
-)
+from confgrid.analysis.figure_data import (ablation_path, ace_quadrants, brier_accuracy, gap_intervals,
+                                           overconfidence_bins, probe_differences, random_baselines, select_group)
 
 from .registry import Drawn, FigureOptions, panels, register_figure
 from .run_tables import RunTables

@@ -14,7 +14,7 @@ __all__ = ["print_ace"]
 
 
 @register_show("ace", rank=20)
-def print_ace(res: str | Path, console: Console) -> bool:
+def print_ace(res: Path, console: Console) -> bool:
     """Print the ACE tables found in ``res`` (results/); returns whether there were any.
 
     Gaps (raw and aligned, ``A - B``, with the paired bootstrap interval when bootstrapped), the exclusive reversal
@@ -22,8 +22,6 @@ def print_ace(res: str | Path, console: Console) -> bool:
     bootstrap reliability of reversals (Table 10), self-preference and the correlation of raw ECE gap with accuracy
     gap.
     """
-
-    res = Path(res)
     gaps = _read(res, "ace_gaps")
     if gaps is None:
         return False

@@ -26,7 +26,6 @@ _TITLES = {"brier": "Table 3: Brier score against the capability target [95% pai
 
 
 def _wide(m: pd.DataFrame, metric: str, target: str) -> pd.DataFrame:
-
     r = m[(m["metric"] == metric) & (m["target"] == target)]
     r = r.assign(value=[fmt_interval(p, lo, hi) for p, lo, hi in zip(r["point"], r["lo"], r["hi"], strict=True)])
     wide = r.pivot_table(index=["model", "estimator"], columns="dataset", values="value", aggfunc="first",
@@ -37,10 +36,8 @@ def _wide(m: pd.DataFrame, metric: str, target: str) -> pd.DataFrame:
 
 
 @register_show("capability", rank=40)
-def print_capability(res: str | Path, console: Console) -> bool:
+def print_capability(res: Path, console: Console) -> bool:
     """Print the capability tables under ``res`` (a run's results/) if they exist; returns whether any was."""
-
-    res = Path(res)
     m = _read(res, "capability_metrics")
     if m is None:
         return False

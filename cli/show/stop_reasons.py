@@ -17,7 +17,7 @@ __all__ = ["print_stopping"]
 def print_stopping(res: Path, console: Console) -> None:
     """Print ``results/stopping``: per setting, why it stopped, after how many rounds and items, and the gap that
     decided (nothing without early stopping)."""
-    stopping = _read(Path(res), "stopping")
+    stopping = _read(res, "stopping")
     if stopping is None:
         return
     s = stopping.assign(items=[f"{int(i)} of {int(t)}" for i, t in zip(stopping["items"], stopping["items_total"],

@@ -10,14 +10,8 @@ from rich.table import Table
 
 from confgrid.cli.console import rich_table
 from confgrid.cli.show import show_sections
-from confgrid.flows.evaluate.outputs import (
-    _has_views,
-    closure_lines,
-    fmt_interval,
-    fmt_intervals,
-    interval_notes,
-    result_matrix,
-)
+from confgrid.flows.evaluate.outputs import (_has_views, closure_lines, fmt_interval, fmt_intervals, interval_notes,
+                                             result_matrix)
 from confgrid.flows.store.run_info import read_run_info
 
 __all__ = ["print_results", "print_verdicts"]

@@ -261,8 +261,7 @@ def _track(st: ExecState, sh: ShardRequest, rec: ShardRecord) -> None:
                  "restarts": rec.restarts},
         tags={"confgrid.kind": "shard", "confgrid.status": rec.status, "confgrid.key": sh.key,
               "confgrid.stage": sh.stage, "confgrid.setting": sh.setting, "confgrid.node": rec.node_ip or "",
-              **({"confgrid.error": (rec.error or "")[:4000]} if rec.error else {})},
-    )
+              **({"confgrid.error": (rec.error or "")[:4000]} if rec.error else {})})
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

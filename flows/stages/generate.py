@@ -50,8 +50,7 @@ def _table(plan: Any, shard: Any, outputs: tuple[Any, ...]) -> pd.DataFrame:
         "model": shard.model, "dataset": shard.dataset, "answer_set": shard.answer_set, "item_id": shard.item_ids,
         "prompt_id": plan.set_of[shard.answer_set].prompt, "sample_idx": 0, "chunk": shard.chunk,
         "raw_output": [o.text for o in gens], "finish_reason": [o.finish_reason for o in gens],
-        "n_new_tokens": [o.n_tokens for o in gens], **_generation_logprobs(gens),
-    })
+        "n_new_tokens": [o.n_tokens for o in gens], **_generation_logprobs(gens)})
 
 
 register_stage(Stage("generate", "generate", request=lambda r: GenerateRequest(r.user_text), table=_table, answers=True,

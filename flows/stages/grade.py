@@ -78,10 +78,8 @@ def grade_answers(parsed: pd.DataFrame, items: list[Item], rules: tuple[str, ...
     for rule in rules:
         fn = get_rule(rule)
         answer_free = rule in ANSWER_FREE_RULES
-        out[f"correct_{rule}"] = [
-            float(fn(a, by_id[i])) if answer_free or (isinstance(a, str) and a.strip()) else np.nan
-            for a, i in zip(out["answer"], out["item_id"], strict=True)
-        ]
+        out[f"correct_{rule}"] = [float(fn(a, by_id[i])) if answer_free or (isinstance(a, str) and a.strip())
+                                  else np.nan for a, i in zip(out["answer"], out["item_id"], strict=True)]
     out["correct"] = out[f"correct_{primary}"]
     out["correct_rule"] = primary
     return out

@@ -173,5 +173,4 @@ def method_rows(method_signals: pd.DataFrame) -> pd.DataFrame:
         "temperature": m["temperature"], "top_p": m["top_p"], "top_k": m["top_k"], "seed": m["seed"],
         "merge": m["merge"], "renormalize": m["renormalize"], "rated": m["rated"], "target_rule": m["rule"],
         "confidence": pd.to_numeric(m["confidence"], errors="coerce"),
-        "target": pd.to_numeric(m["correct"], errors="coerce"), "status": m["status"], "align": "",
-    })
+        "target": pd.to_numeric(m["correct"], errors="coerce"), "status": m["status"], "align": ""})

@@ -47,8 +47,7 @@ def _table(plan: Any, shard: Any, outputs: tuple[Any, ...]) -> pd.DataFrame:
         "kind": [r.kind for r in shard.rows], "answer": [r.answer for r in shard.rows],
         "source": [r.source for r in shard.rows], "raw_output": [o.text for o in outputs],
         "verbalized": pd.array([p.verbalized for p in parsed], dtype="Float64"),
-        "parse_status": [p.status for p in parsed], "used_fallback": [bool(p.used_fallback) for p in parsed],
-    })
+        "parse_status": [p.status for p in parsed], "used_fallback": [bool(p.used_fallback) for p in parsed]})
 
 
 def probe_rows(probe: pd.DataFrame, items: list[Item], rule: str) -> pd.DataFrame:

@@ -69,8 +69,7 @@ def _table(plan: Any, shard: Any, outputs: tuple[Any, ...]) -> pd.DataFrame:
         "answer": [r.answer for r in shard.rows],
         "logprobs": [list(o.logprobs) for o in sc], "answer_token_ids": [list(o.answer_token_ids) for o in sc],
         "n_tokens": [len(o.logprobs) for o in sc], "context_tokens": [o.context_tokens for o in sc],
-        "backend": m.backend, "dtype": m.dtype,
-    })
+        "backend": m.backend, "dtype": m.dtype})
 
 
 def _schema(aggregations: tuple[str, ...], rules: tuple[str, ...]) -> pa.Schema:
