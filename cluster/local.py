@@ -101,12 +101,6 @@ class LocalCluster:
         self.stop()
 
 
-def _ray_bin(python: str | None) -> str:
-    exe = Path(python or sys.executable)
-    ray = exe.with_name("ray")
-    return str(ray) if ray.exists() else "ray"
-
-
 def _ray_start(args: list[str], env: dict[str, str], timeout: float) -> None:
     """Run one ``ray start``; raises RuntimeError with its stderr if it failed."""
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -146,7 +140,8 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
     base = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
             "RAY_AUTH_MODE": "disabled", **(env or {})}
     base.pop("RAY_ADDRESS", None)
-    ray = _ray_bin(python)
+    ray = Path(python or sys.executable).with_name("ray")  # the interpreter's own ray, else the one on PATH
+    ray = str(ray) if ray.exists() else "ray"
     gcs, dash = _ports(2)
     cluster = LocalCluster(f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}")
     try:

@@ -21,19 +21,17 @@ from .run_tables import RunTables
 __all__ = ["divergence_figure", "pass_at_k_figure", "allocation_figure", "se_by_k_figure"]
 
 
-def _cells(df: pd.DataFrame) -> list[str]:
-    return list(dict.fromkeys(df["model"].astype(str) + "/" + df["dataset"].astype(str)))
-
-
-def _cell(df: pd.DataFrame, cell: str) -> pd.DataFrame:
-    return df[(df["model"].astype(str) + "/" + df["dataset"].astype(str)) == cell]
+def _cells(df: pd.DataFrame) -> pd.Series:
+    """Each row's ``"model/dataset"``."""
+    return df["model"].astype(str) + "/" + df["dataset"].astype(str)
 
 
 def _per_cell(d: pd.DataFrame, opts: FigureOptions) -> tuple[Any, list[tuple[int, str, Any, pd.DataFrame]]]:
     """One panel per (model, dataset) of ``d``: the figure and, per panel, its index, ``"model/dataset"``, its
     axes and its rows of ``d``."""
-    fig, axes = panels(opts, _cells(d))
-    return fig, [(i, cell, ax, _cell(d, cell)) for i, (cell, ax) in enumerate(axes)]
+    cells = _cells(d)
+    fig, axes = panels(opts, list(dict.fromkeys(cells)))
+    return fig, [(i, cell, ax, d[cells == cell]) for i, (cell, ax) in enumerate(axes)]
 
 
 def _titled(fig, title: str, name: str, caption: str, d: pd.DataFrame) -> list[Drawn]:
@@ -128,8 +126,9 @@ def se_by_k_figure(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
     d = tables.get("capability_se_by_k")
     fig, axes = panels(opts, ["standard error"])
     for _, ax in axes:
-        for j, cell in enumerate(_cells(d)):
-            dc = _cell(d, cell).sort_values("k")
+        cells = _cells(d)
+        for j, cell in enumerate(dict.fromkeys(cells)):
+            dc = d[cells == cell].sort_values("k")
             ax.plot(dc["k"], dc["mean_se"], "-", color=_COLORS[j % len(_COLORS)], label=cell)
         ax.set_xlabel("k (samples per item)")
         ax.set_ylabel("mean standard error of the target")

@@ -61,10 +61,6 @@ def draw_reliability_panel(ax, ax_counts, rows: pd.DataFrame, title: str, smooth
     ax_counts.set_ylabel("count")
 
 
-def _signal_order(names: list[str]) -> list[str]:
-    return sorted(names, key=lambda s: (s != "verbalized", names.index(s)))
-
-
 def _title_metric(metric: str, tables: RunTables) -> str:
     """The titles' metric under the closure and bin confidence of the drawn bins (``ece`` -> ``ece_right`` for a
     right-closed run, ``ece_midpoint`` for a run of bin midpoints)."""
@@ -82,7 +78,8 @@ def _per_setting(sig: pd.DataFrame, tables: RunTables, opts: FigureOptions, titl
     rel = reliability_table(sig, n_bins=tables.n_bins, closure=tables.closure, bin_confidence=tables.bin_confidence)
     out = []
     for setting, rs in rel.groupby("setting", sort=False):
-        signals = _signal_order(list(dict.fromkeys(rs["signal"])))
+        names = list(dict.fromkeys(rs["signal"]))
+        signals = sorted(names, key=lambda s: (s != "verbalized", names.index(s)))  # verbalized first
         nrows, ncols = grid_shape(len(signals))
         fig = new_figure(opts, nrows)
         gs = fig.add_gridspec(2 * nrows, ncols, height_ratios=[3, 1] * nrows)

@@ -17,10 +17,6 @@ from .run_tables import RunTables
 __all__ = ["checklist"]
 
 
-def _markdown(text: str) -> str:
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
-
-
 @register_section("protocol", "Protocol (reporting checklist)")
 def checklist(tables: RunTables) -> str:
     """The run's reporting checklist (study 000 Table 5; results/checklist.json), one block per model and
@@ -29,11 +25,11 @@ def checklist(tables: RunTables) -> str:
     p = root / "results" / "checklist.json"
     if not p.is_file():
         return '<p class="note">This run wrote no results/checklist.json.</p>'
-    parts = []
+    parts, md = [], MarkdownIt("commonmark", {"html": False}).enable("table")
     for i, e in enumerate(json.loads(p.read_text(encoding="utf-8"))):
         head = f"{e.get('model')} / {e.get('dataset')} / answer set {e.get('extra', {}).get('answer_set', 'main')}"
         try:  # the checklist's own headings sit below this section's
-            body = _markdown(re.sub(r"^(#+) ", lambda m: "#" * min(len(m.group(1)) + 3, 6) + " ",
+            body = md.render(re.sub(r"^(#+) ", lambda m: "#" * min(len(m.group(1)) + 3, 6) + " ",
                                     render_checklist_markdown(e), flags=re.MULTILINE))
         except (KeyError, TypeError) as exc:  # a checklist of another version: show it as JSON
             body = f"<pre>{_esc(json.dumps(e, indent=1, default=str))}</pre><p class='note'>({_esc(exc)})</p>"

@@ -360,15 +360,6 @@ def ping(st: ExecState, rep: Replica) -> None:
     st.pings[rep.handle.ping.options(max_task_retries=0).remote()] = rep
 
 
-def _api_cache(st: ExecState, m: ModelSpec) -> str | None:
-    """An API model's answer cache: ``<run dir>/api_cache`` (created here, so a replica can tell it reaches it)."""
-    if m.backend != "openai":
-        return None
-    path = st.store.root / CACHE_DIR
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
-
-
 def start_pools(st: ExecState) -> None:
     """Ask Ray for the pool of each model with queued work and none, largest replica first (first-fit
     decreasing: small replicas asked for first can fragment the nodes), within ``execution.max_concurrent_models``."""
@@ -385,7 +376,10 @@ def start_pools(st: ExecState) -> None:
             continue
         m = st.models[name]
         load = sum(1 for p in st.history if p.name == name)
-        pool = ModelPool(m, model_config(m, st.spec, _api_cache(st, m)), load)
+        api_cache = st.store.root / CACHE_DIR if m.backend == "openai" else None  # an API model's answer cache
+        if api_cache is not None:  # created here, so a replica can tell it reaches it
+            api_cache.mkdir(parents=True, exist_ok=True)
+        pool = ModelPool(m, model_config(m, st.spec, str(api_cache) if api_cache else None), load)
         try:
             pool.start(st.cluster)
         except Exception as exc:  # noqa: BLE001 - e.g. a placement group that can never be created

@@ -77,10 +77,6 @@ SignalsFn = Callable[[Any, Any, dict[str, str]], Optional[pd.DataFrame]]
 MethodCallFn = Callable[[Any, Any, int], tuple[dict[str, Any], CallParams]]
 
 
-def _concat(spec: Any, frames: list[pd.DataFrame]) -> pd.DataFrame | None:
-    return pd.concat(frames, ignore_index=True) if frames else None
-
-
 @dataclass(frozen=True)
 class UnitPart:
     """What a stage contributes to an answer unit (flows/tables/assemble.py ``Unit``) and to its stage table.
@@ -95,7 +91,8 @@ class UnitPart:
 
     answer: Callable[[Any, Any, pd.DataFrame], pd.DataFrame] | None = None
     field: str | None = None
-    rows: Callable[[Any, list[pd.DataFrame]], pd.DataFrame | None] = _concat
+    rows: Callable[[Any, list[pd.DataFrame]], pd.DataFrame | None] = (
+        lambda spec, frames: pd.concat(frames, ignore_index=True) if frames else None)
     needed: Callable[[Any, Any], int] = lambda spec, answer_set: 0
     complete: Callable[[Any, tuple[str, str, str], bool], bool] | None = None
     graded: Callable[[Any, pd.DataFrame, pd.DataFrame | None], pd.DataFrame] | None = None

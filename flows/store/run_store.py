@@ -53,12 +53,6 @@ def shard_key(stage: str, inputs: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _umask_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Write ``path`` atomically (its folder created if missing): ``write(tmp)`` fills a temp file in the same
     folder, then it is renamed; returns ``path``. The one atomic writer of the project: a reader never sees a
@@ -69,7 +63,9 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     os.close(fd)
     try:
         write(Path(tmp))
-        os.chmod(tmp, _umask_mode())  # mkstemp creates 0600; give the file the usual permissions
+        mask = os.umask(0)  # read the umask (only setting it returns it), then put it back
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
