@@ -101,14 +101,6 @@ class LocalCluster:
         self.stop()
 
 
-def _ray_start(args: list[str], env: dict[str, str], timeout: float) -> None:
-    """Run one ``ray start``; raises RuntimeError with its stderr if it failed."""
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, err = proc.communicate(timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(proc.args[:3])} failed (exit {proc.returncode}):\n{err[-3000:]}")
-
-
 def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_worker: float = 1,
                         head_cpus: float = 1, *, python: str | None = None, root: str | None = None,
                         fast_health_check: bool = True, dashboard: bool = False, env: dict[str, str] | None = None,
@@ -168,7 +160,10 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
                          f"--max-worker-port={wlo + 40}"]
             cluster.nodes.append(LocalNode(name, temp, res))
             # one at a time: side by side, a loaded machine lets a raylet miss its registration deadline
-            _ray_start(args, node_env, timeout)
+            proc = subprocess.Popen(args, env=node_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            _, err = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(args[:3])} failed (exit {proc.returncode}):\n{err[-3000:]}")
         _wait_nodes(cluster, workers + 1, python, base, timeout)
     except BaseException:
         cluster.stop()

@@ -480,8 +480,7 @@ class Tracker:
             self.client.set_terminated(run_id, status="FINISHED")
             reuse = False
         if not reuse:
-            run_id = self._new_child(run_name, tags or {})
-            self._log(run_id, params=params, metrics=metrics, step=step)
+            run_id = self._new_child(run_name, tags or {}, params=params, metrics=metrics, step=step)
         if dataset is not None:  # logging the same dataset again is a no-op for MLflow
             self.log_dataset(run_id, dataset)
         if model is not None and not self.client.get_run(run_id).inputs.model_inputs:  # once per run
@@ -490,9 +489,11 @@ class Tracker:
         self.client.set_terminated(run_id, status="FINISHED")
         return run_id
 
-    def _new_child(self, name: str, tags: dict[str, str]) -> str:
+    def _new_child(self, name: str, tags: dict[str, str], **logged: Any) -> str:
+        """A new child run of the parent, with ``logged`` (params, metrics, step) logged into it."""
         run = self.client.create_run(self.experiment_id, run_name=name,
                                      tags={PARENT_TAG: self.parent_run_id or "", **tags})
+        self._log(run.info.run_id, **logged)
         return run.info.run_id
 
     def log_dataset(self, run_id: str, dataset: DatasetRef) -> None:
@@ -524,8 +525,7 @@ class Tracker:
                   tags: dict[str, str]) -> str:
         """Create or update the run of one shard (a resumed shard reuses ``run_id``)."""
         if not self._reopen(run_id, metrics=metrics, tags=tags):
-            run_id = self._new_child(name, tags)
-            self._log(run_id, params=params, metrics=metrics)
+            run_id = self._new_child(name, tags, params=params, metrics=metrics)
         status = "FAILED" if tags.get("confgrid.status") == "failed" else "FINISHED"
         self.client.set_terminated(run_id, status=status)
         return run_id

@@ -162,13 +162,6 @@ def grid_shape(n: int, max_cols: int = 4) -> tuple[int, int]:
     return math.ceil(max(n, 1) / cols), cols
 
 
-def freeze_layout(fig) -> None:
-    """Run the constrained layout once and keep its positions (each save would otherwise lay out again)."""
-    if fig.get_layout_engine() is not None:
-        fig.draw_without_rendering()
-        fig.set_layout_engine("none")
-
-
 def panels(opts: FigureOptions, keys: list, max_cols: int = 3) -> tuple[Any, list[tuple[Any, Any]]]:
     """A figure with one panel per key, at most ``max_cols`` a row: ``(figure, [(key, axes), ...])``."""
     nrows, ncols = grid_shape(len(keys), max_cols)
@@ -230,7 +223,9 @@ def write_figures(tables: RunTables, out_dir: str | Path, opts: FigureOptions | 
         for d in figs:
             try:
                 png, svg = out / f"{d.name}.png", out / f"{d.name}.svg"
-                freeze_layout(d.figure)
+                if d.figure.get_layout_engine() is not None:  # lay out once (each save would lay out again)
+                    d.figure.draw_without_rendering()
+                    d.figure.set_layout_engine("none")
                 atomic_write(png, lambda t, fig=d.figure: fig.savefig(t, format="png", dpi=opts.dpi))
                 atomic_write(svg, lambda t, fig=d.figure: fig.savefig(t, format="svg", dpi=opts.dpi))
                 data = None
