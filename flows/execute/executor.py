@@ -127,9 +127,7 @@ def record_replicas(st: ExecState) -> None:
     elif replicas == st.store.meta.get("replicas") and queued == st.store.meta.get("queued"):
         return
     loads = {m: sum(r.loads for p in st.history if p.name == m for r in p.replicas) for m in st.models}
-    st.store.meta["replicas"] = replicas
-    st.store.meta["loads"] = loads
-    st.store.meta["queued"] = queued
+    st.store.meta.update(replicas=replicas, loads=loads, queued=queued)
     st.invocation.update(replicas=replicas, loads=loads, restarts=st.counters.restarts)
     st.store.touch()
 
