@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Iterable, NoReturn
 
@@ -30,8 +31,6 @@ def rich_table(title: str, columns: Iterable[object], rows: Iterable[Iterable[ob
 
 def setup_logging(verbose: bool) -> None:
     """confgrid's own log lines on stderr; other libraries keep their own handlers (no duplicates)."""
-    import os
-
     log = logging.getLogger("confgrid")
     for old in [h for h in log.handlers if getattr(h, "_confgrid_console", False)]:
         log.removeHandler(old)  # a second command in one process (tests, notebooks): the stderr of now

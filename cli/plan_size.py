@@ -10,6 +10,7 @@ from typing import NoReturn
 
 import pandas as pd
 import typer
+from rich.console import Console
 
 from confgrid.cli.console import fail, rich_table
 from confgrid.flows.analyze.plan_size import PLAN_COLUMNS, plan_sizes, read_pilot
@@ -120,8 +121,6 @@ def _bad(msg: str) -> NoReturn:
 
 def _print_table(df, metric: str, signals: tuple[str, str], gap: float, power: float, level: float,
                  clustered: bool) -> None:
-    from rich.console import Console
-
     what = "clusters" if clustered else "items"
     Console(width=200).print(rich_table(
         f"{what} needed for {metric}({signals[0]}) - {metric}({signals[1]}) = {gap:g} to be resolved with power "

@@ -18,14 +18,23 @@ all the same, the command ends with :data:`EXIT_TRACKING_FAILED`, and ``confgrid
 from __future__ import annotations
 
 import functools
+import hashlib
+import http.client
+import json
 import logging
 import math
+import os
 import re
+import sqlite3
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from filelock import FileLock, Timeout
 
 from confgrid.errors import FieldsPickle
 
@@ -104,10 +113,6 @@ def probe_server(tracking_uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     Any HTTP answer counts, an error status too (an older server, a proxy); other URIs are not probed. Raises
     :class:`TrackingUnavailable` when nothing answers (refused, unknown host, timeout, a reply that is not HTTP).
     """
-    import http.client
-    import urllib.error
-    import urllib.request
-
     if not tracking_uri.startswith(("http://", "https://")):
         return
     try:
@@ -128,8 +133,6 @@ def store_lock(tracking_uri: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[N
     Held while a process opens the store (MLflow creates and migrates its tables then) and creates its
     experiment. Acquiring it raises :class:`TrackingUnavailable` after ``timeout`` seconds.
     """
-    from filelock import FileLock, Timeout
-
     db = sqlite_path(tracking_uri)
     if db is None:
         yield
@@ -225,8 +228,6 @@ class ModelRef:
 def items_digest(item_ids: Any) -> str:
     """The digest of a set of questions: the first :data:`DIGEST_CHARS` hex characters of the SHA-256 of the
     sorted, distinct item ids joined by newlines (any order, same digest). Raises ValueError for no item id."""
-    import hashlib
-
     ids = sorted({str(i) for i in item_ids})
     if not ids:
         raise ValueError("item_ids: no item id to digest; a dataset input needs at least one item")
@@ -268,8 +269,6 @@ def choose_tracking_uri(given: str | None, out_dir: str | Path, *, recorded: str
     ``recorded`` (the manifest's ``custom_tracking_uri``) is what an earlier command on the folder was given, so
     a resume continues the parent run in the store it was started in whatever the environment says now.
     """
-    import os
-
     env = (os.environ if environ is None else environ).get(ENV_TRACKING_URI) or None
     for uri, source in ((given, "--tracking-uri"), (recorded, "recorded"), (env, ENV_TRACKING_URI)):
         if uri:
@@ -291,8 +290,6 @@ def relocate_artifacts(db: Path) -> int:
     MLflow records absolute artifact paths; after the folder was moved or copied, the paths under the old
     ``.../mlartifacts`` are rewritten to where the database is now. Artifacts that live elsewhere are left alone.
     """
-    import sqlite3
-
     db = Path(db)
     if not db.is_file():
         return 0
@@ -498,8 +495,6 @@ class Tracker:
 
     def log_dataset(self, run_id: str, dataset: DatasetRef) -> None:
         """Log ``dataset`` as an input of ``run_id`` (context ``evaluation``): the UI's Dataset column."""
-        import json
-
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         ds = Dataset(name=dataset.name, digest=dataset.digest, source_type=dataset.source_type,

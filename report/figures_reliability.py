@@ -13,6 +13,8 @@ import re
 import numpy as np
 import pandas as pd
 from confgrid.analysis.figure_data import reliability_table, reliability_titles, select_group, smooth_curve
+from confgrid.analysis.registry import METRICS, expand_binned
+from confgrid.analysis.signals import analyzed
 from confgrid.flows.evaluate.outputs import fmt_interval
 
 from .registry import Drawn, FigureOptions, grid_shape, new_figure, register_figure
@@ -64,8 +66,6 @@ def draw_reliability_panel(ax, ax_counts, rows: pd.DataFrame, title: str, smooth
 def _title_metric(metric: str, tables: RunTables) -> str:
     """The titles' metric under the closure and bin confidence of the drawn bins (``ece`` -> ``ece_right`` for a
     right-closed run, ``ece_midpoint`` for a run of bin midpoints)."""
-    from confgrid.analysis.registry import METRICS, expand_binned
-
     if metric in METRICS and METRICS.get(metric).closure is not None:
         return expand_binned([metric], [tables.closure], [tables.bin_confidence])[0]
     return metric
@@ -112,8 +112,6 @@ def _per_setting(sig: pd.DataFrame, tables: RunTables, opts: FigureOptions, titl
 def _analyzed(tables: RunTables, answer: bool) -> pd.DataFrame:
     """The rows of ``tables/signals`` that entered the metrics in the primary group, with ``correct`` = target:
     the answer's signals (verbalized and token scores) or the confidence methods'."""
-    from confgrid.analysis.signals import analyzed
-
     sig = tables.get("signals")
     if sig.empty:
         return sig

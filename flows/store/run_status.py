@@ -8,6 +8,7 @@ machine) is ``stale``: ``confgrid resume`` runs it again.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -32,8 +33,6 @@ class RunStatus:
 
 def pid_alive(pid: int) -> bool:
     """Whether a process with this id exists on this machine (signal 0; a process of another user counts)."""
-    import os
-
     try:
         os.kill(pid, 0)
     except PermissionError:  # another user's process
