@@ -39,25 +39,14 @@ def _client(address: str):
 def submit_grid(grid: str | Path, address: str, *, out: str | None = None, python: str | None = None,
                 pip_install: bool = False, tracking_uri: str | None = None, env_vars: dict[str, str] | None = None,
                 submission_id: str | None = None) -> str:
-    """Submit ``confgrid run GRID`` as a Ray job; returns the submission id.
+    """Submit ``confgrid run GRID`` as a Ray job to the Jobs API at ``address`` (``http://HEAD:8265``); returns the
+    submission id.
 
-    Parameters
-    ----------
-    address : str
-        The Jobs API of the head node, e.g. ``http://HEAD:8265``.
-    out : str, optional
-        Output directory on the cluster (default ``runs/<grid name>`` under the job's working directory; use shared
-        storage on a multi-node cluster).
-    python : str, optional
-        Interpreter on the cluster that has confgrid installed (default: the same path as this one, right for a
-        cluster started from this machine's virtual environment).
-    pip_install : bool
-        Install the shipped project into the job's environment (``runtime_env.pip``) instead of relying on ``python``.
-
-    Raises
-    ------
-    GridSpecError
-        If the grid is invalid (it is validated here, so an invalid grid never reaches the cluster).
+    ``out``: output directory on the cluster (default ``runs/<grid name>`` under the job's working directory; shared
+    storage on a multi-node cluster); ``python``: the interpreter on the cluster that has confgrid (default: this
+    one's path, right for a cluster started from this machine's virtual environment); ``pip_install``: install the
+    shipped project into the job's environment (``runtime_env.pip``) instead. Raises GridSpecError for an invalid
+    grid (validated here, so it never reaches the cluster).
     """
     spec = load_grid(grid)
     root = project_root()

@@ -107,25 +107,13 @@ def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_w
                         timeout: float = 180.0) -> LocalCluster:
     """Start a head (``--num-gpus 0``) and ``workers`` worker nodes on this machine; returns once all joined.
 
-    Parameters
-    ----------
-    python : str, optional
-        The interpreter whose ``ray`` executable starts the nodes (default: this one).
-    root : str, optional
-        Folder for the nodes' temp dirs (default ``/tmp``: Ray's socket paths must stay under 108 characters).
-    fast_health_check : bool
-        :data:`FAST_HEALTH_CHECK` on the head: a node whose raylet is killed is declared dead within about 4 s
-        instead of Ray's default of about 15 to 30 s.
-    dashboard : bool
-        Start the head's dashboard, which serves the Jobs API (``confgrid submit``); about 10 s of CPU more.
-    timeout : float
-        Seconds each ``ray start`` and the wait for the nodes may take.
-
-    Raises
-    ------
-    RuntimeError
-        If a ``ray start`` fails (its stderr is in the message) or the nodes do not all join in time; the nodes
-        already started are stopped first.
+    ``python``: the interpreter whose ``ray`` executable starts the nodes (default: this one); ``root``: folder of
+    the nodes' temp dirs (default ``/tmp``: Ray's socket paths must stay under 108 characters);
+    ``fast_health_check``: :data:`FAST_HEALTH_CHECK` on the head (a node whose raylet is killed is dead within
+    about 4 s, not Ray's 15 to 30 s); ``dashboard``: start the head's dashboard, which serves the Jobs API
+    (``confgrid submit``; about 10 s of CPU more); ``timeout``: seconds each ``ray start`` and the wait for the
+    nodes may take. Raises RuntimeError if a ``ray start`` fails (its stderr in the message) or the nodes do not
+    all join in time, after stopping the nodes already started.
     """
     if workers < 0:
         raise ValueError(f"workers: {workers}; allowed: >= 0")

@@ -207,10 +207,9 @@ def _log_mlflow(root: Path, tables: RunTables, paths: list[Path]) -> str | None:
 def write_report(out_dir: str | Path, opts: FigureOptions | None = None, log_mlflow: bool = True) -> ReportResult:
     """Draw every figure of a finished run (old or new: what a figure needs and the run lacks is left out) into
     ``OUT/results/figures/`` and write ``OUT/report.html``; ``log_mlflow``: log them into the run's MLflow parent
-    run (a store that fails is a message in the result, never an exception).
-
-    Raises FileNotFoundError when ``out_dir`` has no ``results/metrics.parquet``, OSError when the page or a
-    figure cannot be written (a figure that fails to draw is recorded instead).
+    run (a store that fails is a message in the result, never an exception). Raises FileNotFoundError when
+    ``out_dir`` has no ``results/metrics.parquet``, OSError when the page or a figure cannot be written (a figure
+    that fails to draw is recorded instead).
     """
     root = Path(out_dir)
     if not (root / "results" / "metrics.parquet").is_file():

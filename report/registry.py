@@ -92,12 +92,8 @@ FIGURES: Registry[FigureEntry] = Registry("figure family", value_type=FigureEntr
 
 def register_figure(family: str, needs: tuple[str, ...] | None = None, *, title: str) -> Callable:
     """Decorator registering ``draw(tables, options) -> list[Drawn]`` as figure family ``family``, drawn when the
-    results tables ``needs`` have rows (default: the table of the family's name).
-
-    Raises
-    ------
-    ValueError
-        ``family`` is already registered, or ``needs`` is empty.
+    results tables ``needs`` have rows (default: the table of the family's name). Raises ValueError when ``family``
+    is already registered or ``needs`` is empty.
     """
     if family in FIGURES:
         raise ValueError(f"figure family {family!r} is already registered (by {FIGURES.get(family).draw.__module__})")

@@ -15,13 +15,8 @@ __all__ = ["print_ace"]
 
 @register_show("ace", rank=20)
 def print_ace(res: Path, console: Console) -> bool:
-    """Print the ACE tables found in ``res`` (results/); returns whether there were any.
-
-    Gaps (raw and aligned, ``A - B``, with the paired bootstrap interval when bootstrapped), the exclusive reversal
-    patterns (Tables 1-2), reversal rates by view and by accuracy-gap bin (Tables 7-8), IA retention (Table 9), the
-    bootstrap reliability of reversals (Table 10), self-preference and the correlation of raw ECE gap with accuracy
-    gap.
-    """
+    """Print the ACE tables found in ``res`` (results/), each titled with its table of study 001; returns whether
+    there were any."""
     gaps = _read(res, "ace_gaps")
     if gaps is None:
         return False

@@ -18,11 +18,8 @@ _CELL = ["setting", "answer_set", "refusal", "rule", "signal"]
 @register_show("calibration", rank=30)
 def print_calibration(res: Path, console: Console) -> bool:
     """Print ``results/{calibration,refusals,runs,hard_easy}`` when a run has answer sets beyond the main one,
-    method signals or unusable replies; returns whether anything was printed.
-
-    The calibration table shows the rows over all items of every answer set but the main one (which is the metrics
-    table above); the per-category rows and every other row are in the CSV files.
-    """
+    method signals or unusable replies (the rows over all items; every other row is in the CSV files); returns
+    whether anything was printed."""
     printed = False
     cal = _read(res, "calibration")
     if cal is not None:

@@ -206,12 +206,8 @@ def grow_replicas(pools: Sequence[PoolDemand], free: Mapping[str, Mapping[str, f
 
     ``free``: node id -> resources free on it now; ``calls_in_flight``: ``execution.calls_in_flight``;
     ``starting``: models with queued work whose pools are not started yet. Returns the replicas to start, and for
-    each model that could use one more but gets none now (rules 1 and 4), the reason.
-
-    Raises
-    ------
-    ValueError
-        If ``calls_in_flight`` < 1.
+    each model that could use one more but gets none now (rules 1 and 4), the reason. Raises ValueError if
+    ``calls_in_flight`` < 1.
 
     Examples
     --------
