@@ -85,20 +85,10 @@ class LocalCluster:
     dashboard: str
     nodes: list[LocalNode] = field(default_factory=list)
 
-    @property
-    def workers(self) -> list[LocalNode]:
-        return self.nodes[1:]
-
     def stop(self) -> None:
         """Stop the workers, then the head, each by its own pids."""
         for n in reversed(self.nodes):
             n.stop()
-
-    def __enter__(self) -> LocalCluster:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def start_local_cluster(workers: int = 2, gpus_per_worker: float = 2, cpus_per_worker: float = 1,

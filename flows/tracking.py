@@ -278,9 +278,7 @@ def choose_tracking_uri(given: str | None, out_dir: str | Path, *, recorded: str
 
 def sqlite_path(tracking_uri: str) -> Path | None:
     """The database file of a ``sqlite:///PATH`` URI, or None for any other store."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    return Path(tracking_uri[len("sqlite:///"):])
+    return Path(tracking_uri[len("sqlite:///"):]) if tracking_uri.startswith("sqlite:///") else None
 
 
 def relocate_artifacts(db: Path) -> int:
@@ -430,7 +428,8 @@ class Tracker:
         except Exception:  # noqa: BLE001 - unknown run id
             return False
         self.client.update_run(run_id, status="RUNNING")
-        self._log(run_id, **logged)
+        if logged:
+            self._log(run_id, **logged)
         return True
 
     def open_parent(self, *, run_id: str | None, run_name: str, params: dict[str, Any],

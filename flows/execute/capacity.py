@@ -112,9 +112,7 @@ def max_replicas(setting: int | str | None, replicas: int, need: dict[str, float
     """
     if setting is None:
         return replicas
-    if setting == "auto":
-        return max(replicas, at_once(need, nodes))
-    return int(setting)
+    return max(replicas, at_once(need, nodes)) if setting == "auto" else int(setting)
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,7 @@ def execute(spec: GridSpec, store: RunStore, plan: GridPlan, build: Callable[[Sh
     (unless ``execution.wait_for_nodes``).
     """
     st = ExecState(spec=spec, store=store, plan=plan, build=build, tracker=tracker, address=address,
-                   only_failed=only_failed, rounds=rounds,
-                   bar=progress("model work", "q"))
+                   only_failed=only_failed, rounds=rounds, bar=progress("model work", "q"))
     record_replicas(st)  # the invocation starts now (its started_at opens the timeline's window)
     ctrl_c, restore = _catch_ctrl_c()
     try:
@@ -198,18 +197,13 @@ def _on_call(st: ExecState, ref: Any, f: InFlight) -> None:
     rep.inflight -= 1
     try:
         result: CallResult = ray.get(ref)
-    except RayActorError as exc:
-        trace.error("engine call on %s failed", rep.name, exc_info=exc)
-        fault = classify_fault(exc)
-        if fault == "work":
-            submit(st, fail(st, f.shards, f.records, error_text(exc), traceback_text(exc)))
-        else:  # the replica is unreachable or gone, not the work: its shards go back in the queue
-            on_replica_fault(st, f, error_text(exc), fault)
-        return
     except Exception as exc:  # noqa: BLE001 - the call failed; its shards are recorded, never lost
         trace.error("engine call on %s failed", rep.name, exc_info=exc)
-        died = engine_died(exc)
-        if died is not None:  # the replica's engine is gone, not the work: restarted, shards back in the queue
+        fault = classify_fault(exc)
+        died = engine_died(exc) if fault == "work" and not isinstance(exc, RayActorError) else None
+        if fault != "work":  # the replica is unreachable or gone, not the work: its shards go back in the queue
+            on_replica_fault(st, f, error_text(exc), fault)
+        elif died is not None:  # the replica's engine is gone, not the work: restarted, shards back in the queue
             on_engine_died(st, f, died)
         else:
             submit(st, fail(st, f.shards, f.records, error_text(exc), traceback_text(exc)))

@@ -65,9 +65,7 @@ def ray_target(address: str | None, environ: dict[str, str] | None = None) -> Ra
             resolved = env.get("RAY_ADDRESS") or _address_file()
             return RayTarget("join", "auto", _host_port(resolved) if resolved else None)
         return RayTarget("join", address, _host_port(address))
-    if env.get("RAY_ADDRESS"):
-        return RayTarget("job", None, None)
-    return RayTarget("local", "local", None)
+    return RayTarget("job", None, None) if env.get("RAY_ADDRESS") else RayTarget("local", "local", None)
 
 
 def _address_file() -> str | None:

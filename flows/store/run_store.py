@@ -273,9 +273,7 @@ class RunStore:
     def status(self, stage: str, setting: str, key: str) -> str:
         """Manifest status of a shard: pending, running, done or failed ('pending' if unknown)."""
         rec = self.records.get(self._rid(stage, setting))
-        if rec is None or rec.key != key:
-            return "pending"
-        return rec.status
+        return "pending" if rec is None or rec.key != key else rec.status
 
     def failed(self) -> list[ShardRecord]:
         return [r for r in self.records.values() if r.status == "failed"]
@@ -331,9 +329,7 @@ class RunStore:
         if n is not None and rows != n:
             return f"{rows} rows, manifest says {n}"
         digest = file_sha256(path)
-        if digest != sha:
-            return f"sha256 {digest[:12]}..., manifest says {sha[:12]}..."
-        return None
+        return f"sha256 {digest[:12]}..., manifest says {sha[:12]}..." if digest != sha else None
 
     def begin(self, stage: str, setting: str, key: str, *, model: str | None = None, dataset: str | None = None,
               answer_set: str | None = None) -> ShardRecord:
