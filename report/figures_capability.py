@@ -1,12 +1,5 @@
-"""Study 004's figures from its results tables (flows/evaluate/capability.py; drawn only when the run wrote them).
-
-* ``capability_divergence``: the capability target among items whose response target is 0 and 1 (Figure 2).
-* ``capability_pass_at_k``: predicted against actual pass@k per estimator (Figure 11).
-* ``capability_allocation``: share of items solved against the budget per allocation (Figure 12).
-* ``capability_se_by_k``: the standard error of the target from the first k samples (Figure 6).
-
-The tables hold the numbers already; the functions here only lay them out.
-"""
+"""Study 004's figures from its results tables (flows/evaluate/capability.py; drawn only when the run wrote them):
+the tables hold the numbers already, the functions here only lay them out (each registration names its figure)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""The studies' figures, each from the results table that holds its numbers (drawn only when the run wrote it).
-
-* ``gaps``: the gap g = metric(verbalized) - metric(other signal) per setting for each token context and method,
-  with its interval (study 000 Figure 3; ``results/gaps``).
-* ``ablation``: the mean gap along the ablation path (study 000 Table 3; ``results/table3_ablation``).
-* ``probe``: paired differences of stated confidence (study 000 Table 17; ``results/table17_probe``).
-* ``ace_quadrants``: raw against aligned gap per view; reversals in quadrants 2 and 4 (study 001 Figures 2
-  and 3; ``results/ace_gaps``).
-* ``brier_accuracy``: Brier score against accuracy with the calibrated-random baselines (study 003 Figure 1;
-  ``results/calibration``).
-* ``hard_easy``: overconfidence by difficulty bin (study 002 Figure 4; ``results/hard_easy_bins``).
-"""
+"""The studies' figures, each from the results table that holds its numbers (drawn only when the run wrote it; each
+registration names its table and the study's figure or table it reproduces; the list: docs/guides/report.md)."""
 
 from __future__ import annotations
 

@@ -2,16 +2,9 @@
 
 A figure family is one entry: the tables it needs (by name, as :class:`~confgrid.report.run_tables.RunTables`
 finds them) and a function ``draw(tables, options) -> list[Drawn]``. A run draws every family whose tables exist
-and have rows. Adding a figure for a new results table is one decorated function::
-
-    @register_figure("pass_at_k", needs=("pass_at_k",), title="pass@k curves (study 004)")
-    def pass_at_k(tables: RunTables, opts: FigureOptions) -> list[Drawn]:
-        fig = new_figure(opts, n_panels=1)
-        ...
-        return [Drawn("pass_at_k", fig, "caption", data)]
-
-and an import of its module in ``report/__init__.py``. Matplotlib is used through
-:class:`matplotlib.figure.Figure` (the Agg canvas; no pyplot state).
+and have rows. Adding a figure for a new results table is one function decorated with :func:`register_figure`
+and an import of its module in ``report/__init__.py`` (an example: docs/guides/report.md). Matplotlib is used
+through :class:`matplotlib.figure.Figure` (the Agg canvas; no pyplot state).
 
 A study's own section of the page (placed after the verdicts and early stopping) is a :class:`ReportSection`
 registered with :func:`register_section` under the study's registry entry (flows/studies/); report/html.py

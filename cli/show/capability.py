@@ -1,10 +1,5 @@
-"""Print the capability tables of a run (``confgrid show``; study 004, flows/evaluate/capability.py).
-
-Like the study's tables: estimators x datasets per model for the Brier score (Table 3), Spearman's rho (Table 12) and
-ECE (Table 13) against the capability target, response consistency at each k_c (Table 9), the pass@k prediction error
-(Tables 2 and 16), the budget allocation (Figure 12), the standard error of the target against k (Figure 6) and the
-divergence of the two targets (Figure 2).
-"""
+"""Print the capability tables of a run (``confgrid show``; study 004, flows/evaluate/capability.py), laid out as
+the study's tables and figures they reproduce (each title names its table or figure)."""
 
 from __future__ import annotations
 
