@@ -1,14 +1,11 @@
-"""The ``confgrid`` command line.
-
-run, demo, show, analyze, report; resume, resubmit --failed, status; log (MLflow, later);
-submit and logs (Ray Jobs API); lifeeval (write the LifeEval item set and its MAS); schema (the grid file's JSON
+"""The ``confgrid`` command line: run, demo, show, analyze, report; resume, resubmit --failed, status; log (MLflow,
+later); submit and logs (Ray Jobs API); lifeeval (the LifeEval item set and its MAS); schema (the grid file's JSON
 Schema, for editors).
 
-Exit status: 0 done; 1 some shards failed (the rest is stored); 2 bad input
-or options, nothing computed; 3 every result written but the MLflow record
-failed (``confgrid log OUT`` logs it later); 130 interrupted. ``run`` and
-``demo`` end by writing OUT/report.html (``confgrid report``); a report that
-cannot be drawn is a warning and leaves the exit status as it is.
+Exit status (docs/guides/running.md): 0 done; 1 some shards failed (the rest is stored); 2 bad input or options,
+nothing computed; 3 every result written but the MLflow record failed (``confgrid log OUT`` logs it later); 130
+interrupted. ``run`` and ``demo`` end by writing OUT/report.html (``confgrid report``); a report that cannot be
+drawn is a warning and leaves the exit status as it is.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""A multi-node Ray cluster on one machine: a head and worker nodes, each a `ray start` of its own.
+"""A multi-node Ray cluster on one machine, for tests and benchmarks of the cluster path without a second machine
+(its use: docs/guides/cluster.md; ``python -m confgrid.cluster.local --workers 2 --gpus 2`` starts one).
 
-For tests and benchmarks of the cluster path (a replica per node, a node lost mid-run) without a second machine.
-Every node gets its own ``--temp-dir`` (so its processes are told apart from any other Ray on the machine by their
-command lines), its own ports, declared resources (``--num-gpus`` on workers: GPUs the node claims to have) and a
-node label ``confgrid.node=<name>``. :meth:`LocalCluster.stop` ends exactly the processes of these nodes, by their
-pids; it never runs ``ray stop``, which would end every Ray process of the machine.
-
-``python -m confgrid.cluster.local --workers 2 --gpus 2`` starts one and prints its address; Ctrl-C stops it.
+Every node is a ``ray start`` with its own ``--temp-dir`` (its processes are told apart from any other Ray on the
+machine by their command lines), ports, declared resources and node label ``confgrid.node=<name>``;
+:meth:`LocalCluster.stop` ends exactly the processes of these nodes, by their pids, never by ``ray stop`` (which
+would end every Ray process of the machine).
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Run a grid: plan (flows/plan/), execute (flows/execute/), assemble (flows/tables/), evaluate
 (flows/evaluate/), then the enabled studies' views (flows/studies/), and write the outputs.
 
-A shard already in the store is reused (no model call, and the log says so). A shard whose call fails is
-recorded as failed with its error; every other shard goes on, and the run ends with one error naming the failed
-shards (:class:`ShardFailures`); ``confgrid resume OUT`` runs what is not done, ``confgrid resubmit OUT
---failed`` reruns only the failed shards and what depends on them. Computing never depends on MLflow: a store
-that cannot be opened turns tracking off for the run with one log line, every result is written, and
-``RunSummary.tracking_failure`` says what failed; ``confgrid log OUT`` (:func:`log_run`) logs it later.
+A stored shard is reused (no model call, and the log says so); a shard whose call fails is recorded with its error
+while every other shard goes on, and the run ends with one error naming the failed shards (:class:`ShardFailures`;
+resume and resubmit: docs/guides/faults-resume.md). Computing never depends on MLflow: a store that cannot be
+opened turns tracking off with one log line, ``RunSummary.tracking_failure`` says what failed, and ``confgrid log
+OUT`` (:func:`log_run`) logs it later.
 """
 
 from __future__ import annotations

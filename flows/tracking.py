@@ -1,18 +1,12 @@
-"""MLflow tracking: a parent run per grid execution, a child run per (model, dataset) setting.
+"""MLflow tracking: a parent run per grid execution, a child run per (model, dataset) setting (the stores, the
+runs and what the UI shows: docs/guides/mlflow.md).
 
-By default the store is ``sqlite:///OUT/mlflow.db`` with artifacts in ``OUT/mlartifacts``, so a run directory
-holds its whole MLflow record and can be moved (the next command re-points the artifact paths,
-:func:`relocate_artifacts`); ``--tracking-uri`` points at any MLflow server (use one, not a shared SQLite file,
-when several drivers log at once or on a cluster). Only the driver logs. Shards live in ``manifest.json``; one
-run per shard is opt-in (``execution.mlflow_shard_runs``). Metric keys, the same for ``run`` and ``analyze``:
-:func:`result_metrics`. Runs are written with explicit run ids (:class:`mlflow.tracking.MlflowClient`), so a
-resumed shard or ``resume`` logs into the run recorded in the manifest.
-
-Several processes may share one SQLite store: the first to open it creates and migrates it under a file lock
-(:func:`store_lock`), and a call that finds the database locked is retried (:data:`LOCKED_BACKOFF_S`). A server
-is probed first (:func:`probe_server`): one that does not answer costs seconds, not minutes of HTTP retries.
-Computing never depends on tracking: a store that fails is a :class:`TrackingFailure`, the results are written
-all the same, the command ends with :data:`EXIT_TRACKING_FAILED`, and ``confgrid log OUT`` logs them later.
+Only the driver logs, with explicit run ids (:class:`mlflow.tracking.MlflowClient`), so a resumed shard or
+``resume`` logs into the run recorded in the manifest; metric keys, the same for ``run`` and ``analyze``:
+:func:`result_metrics`. A shared SQLite store is opened under a file lock (:func:`store_lock`) and a locked write
+is retried (:data:`LOCKED_BACKOFF_S`); a server is probed first (:func:`probe_server`). Computing never depends
+on tracking: a store that fails is a :class:`TrackingFailure`, the results are written all the same, the command
+ends with :data:`EXIT_TRACKING_FAILED`, and ``confgrid log OUT`` logs them later.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""``OUT/report.html``: one self-contained page a reviewer reads without the terminal.
-
-The page opens offline: figures are embedded as base64 PNG (their SVG sits next to them under
-``results/figures/``), the style sheet is inline, there is no script, no CDN and no server. It holds the
-run's protocol (the reporting checklist, study 000 Table 5), the settings table, the metrics with their
-intervals, the gaps, every study table the run wrote, the figures, and relative links to the Parquet
-tables (valid while ``report.html`` stays in the run directory).
+"""``OUT/report.html``: one self-contained page a reviewer reads without the terminal (what it holds:
+docs/guides/report.md). It opens offline: figures embedded as base64 PNG (their SVG next to them under
+``results/figures/``), an inline style sheet, no script, no CDN, no server; its links to the Parquet tables are
+relative (valid while ``report.html`` stays in the run directory).
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""Replica liveness: a replica that cannot be reached is not a failed shard, and a lost node is named.
+"""Replica liveness: a replica that cannot be reached is not a failed shard, and a lost node is named (the
+behaviour, with its log lines: docs/guides/faults-resume.md).
 
-When a Ray node dies, calls to its actors raise ``ActorUnavailableError`` (the actor may come back) for 10 to 20
-s, then ``ActorDiedError`` (it will not). Neither says anything about the work, so the handlers here (over the
-executor's state record, state.py) do this:
-
-- the call's shards go back in their model's queue (each shard at most ``execution.max_retries`` times across
-  replicas: :func:`requeue_or_fail`);
-- the replica leaves the ready set (state ``unreachable``) until it answers a ping again; then its restart is
-  counted (or, if Ray gives it up, it is recorded ``lost`` with its node, the time and the error);
-- a replica whose engine died (a tensor-parallel rank's process, vLLM's engine core: the replica raises
-  ``EngineDied`` naming it) is restarted by Ray (``ray.kill`` with restart, within ``execution.max_retries``)
-  and treated as unreachable meanwhile; it is recorded ``dead`` when Ray gives it up;
-- when the last node that fits a model's replica is gone and ``execution.wait_for_nodes`` is false, the model's
-  remaining shards fail naming the lost node (capacity.py ``stranded_models``).
-
-Every restart Ray makes (at most ``execution.max_retries`` per replica; it retries the calls in flight) is
-recorded: ``restarts`` on the replica and on each shard whose call went through it, and a log line.
+The handlers here (over the executor's state record, state.py) put an unreachable or gone replica's shards back
+in the queue (at most ``execution.max_retries`` moves per shard: :func:`requeue_or_fail`), take the replica out of
+the ready set until a ping answers (its restart counted) or Ray gives it up (``lost`` with its node), restart a
+replica whose engine died (``EngineDied``), and fail fast the models no alive node fits (capacity.py
+``stranded_models``). Every restart Ray makes is recorded on the replica and on each shard whose call went
+through it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""The run directory: content-keyed shards, atomic Parquet writes, a manifest.
-
-Layout of an output directory ``OUT``::
-
-    OUT/grid.yaml                 the grid as run (validated, defaults filled in, paths resolved)
-    OUT/grid.source.yaml          the grid file as written
-    OUT/shards/<stage>/<key>.parquet   one file per shard, named by its key
-    OUT/tables/<stage>.parquet    every shard of a stage of this run, concatenated
-    OUT/results/...               metrics, gaps, shifts (Parquet, CSV, Markdown)
-    OUT/manifest.json             every shard: stage, setting, key, status, attempts,
-                                  error, host, timing, sha256 and row count of its file
-    OUT/damaged/                  shard files and manifests that failed verification, moved aside
-    OUT/mlflow.db                 the default MLflow tracking store
+"""The run directory (its layout: docs/concepts/index.md): content-keyed shards ``OUT/shards/<stage>/<key>.parquet``,
+atomic Parquet writes, a manifest (``OUT/manifest.json``: every shard's stage, setting, key, status, attempts, error,
+host, timing, sha256 and row count of its file).
 
 A shard's key is a hash of exactly the inputs its stage depends on, so a later run that needs the same shard
 finds it. Integrity: a shard is reused only if its file verifies (the sha256 and row count recorded when it was
