@@ -13,19 +13,17 @@ sample's correctness for the response target):
 * Spearman's rho between p and mu (average ranks for ties; NaN when either is constant).
 
 The run's evaluator bootstraps these metrics over items (analysis/evaluation.py, the one kernels of
-analysis/kernels.py); study 004's own item bootstrap is the tests' oracle (tests/reference/capability_bootstrap.py).
+analysis/kernels.py); study 004's own item bootstrap and its Brier and Spearman on one sample are the tests' oracle
+(tests/reference/capability_bootstrap.py).
 """
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
-from confgrid.analysis.kernels import brier_weighted, ece_weighted
-from confgrid.analysis.metrics import UndefinedMetricWarning, spearman
+from confgrid.analysis.kernels import ece_weighted
 
-__all__ = ["CAPABILITY_METRICS", "brier_to_target", "ece_to_target", "spearman_to_target"]
+__all__ = ["CAPABILITY_METRICS", "ece_to_target"]
 
 #: Metrics of capability calibration, in table order.
 CAPABILITY_METRICS = ("brier", "ece", "spearman")
@@ -43,25 +41,6 @@ def _check(p, mu) -> tuple[np.ndarray, np.ndarray]:
     return p, mu
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """:func:`confgrid.analysis.metrics.spearman` without its warning (NaN when undefined)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        return spearman(x, y)
-
-
-def brier_to_target(p, mu) -> float:
-    """Brier score of estimates ``p`` (n,) against targets ``mu`` (n,), both in [0, 1]; NaN rows dropped.
-
-    Study 004 Table 3. Empty input: NaN. Raises ValueError on values outside [0, 1] or shapes that differ.
-    """
-    p, mu = _check(p, mu)
-    ok = ~(np.isnan(p) | np.isnan(mu))
-    if not ok.any():
-        return float("nan")
-    return float(brier_weighted(p[ok], mu[ok], np.ones((1, int(ok.sum()))))[0])  # the one weighted kernel
-
-
 def ece_to_target(p, mu, n_bins: int = 10, closure: str = "left") -> float:
     """ECE of ``p`` against ``mu`` (both (n,), in [0, 1]) with ``n_bins`` equal-width bins, 1.0 in the last bin
     (``closure="left"``; ``"right"``: ``(k/B, (k+1)/B]``, 0 in the first bin; :data:`metrics.CLOSURES`).
@@ -73,13 +52,3 @@ def ece_to_target(p, mu, n_bins: int = 10, closure: str = "left") -> float:
     if not ok.any():
         return float("nan")
     return float(ece_weighted(p[ok], mu[ok], np.ones((1, int(ok.sum()))), n_bins, closure)[0])
-
-
-def spearman_to_target(p, mu) -> float:
-    """Spearman's rho between ``p`` and ``mu`` ((n,), average ranks on ties); NaN if either is constant or n < 2.
-
-    Study 004 Table 12; equal to ``scipy.stats.spearmanr(p, mu).statistic``.
-    """
-    p, mu = _check(p, mu)
-    ok = ~(np.isnan(p) | np.isnan(mu))
-    return _spearman(p[ok], mu[ok])

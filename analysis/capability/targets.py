@@ -69,14 +69,11 @@ def se_by_k(mat: np.ndarray) -> pd.DataFrame:
         have = ~np.isnan(sub).any(axis=1)
         x = sub[have]
         mu = x.mean(axis=1) if len(x) else np.zeros(0)
-        se = x.std(axis=1, ddof=1) / np.sqrt(k) if k > 1 and len(x) else np.full(len(x), np.nan)
-        nan = float("nan")
-        rows.append({"k": k, "n_items": int(have.sum()),
-                     "mean_se": float(np.mean(se)) if len(x) and k > 1 else nan,
-                     "median_se": float(np.median(se)) if len(x) and k > 1 else nan,
-                     "max_se": float(np.max(se)) if len(x) and k > 1 else nan,
-                     "mean_target": float(mu.mean()) if len(x) else nan,
-                     "mean_abs_change": float(np.mean(np.abs(mu - full[have]))) if len(x) else nan})
+        se = x.std(axis=1, ddof=1) / np.sqrt(k) if k > 1 and len(x) else np.full(1, np.nan)
+        rows.append({"k": k, "n_items": int(have.sum()), "mean_se": float(np.mean(se)),
+                     "median_se": float(np.median(se)), "max_se": float(np.max(se)),
+                     "mean_target": float(mu.mean()) if len(x) else np.nan,
+                     "mean_abs_change": float(np.mean(np.abs(mu - full[have]))) if len(x) else np.nan})
     return pd.DataFrame(rows, columns=["k", "n_items", "mean_se", "median_se", "max_se", "mean_target",
                                        "mean_abs_change"])
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -38,7 +38,7 @@ from confgrid.flows.spec.grid import GridSpec
 from confgrid.analysis.bootstrap import resample_counts
 from confgrid.analysis.metrics import UndefinedMetricWarning
 
-__all__ = ["calibration_tables", "CALIBRATION_TABLES"]
+__all__ = ["calibration_tables", "item_columns", "CALIBRATION_TABLES"]
 
 #: the tables of studies 002 and 003 (results/<name>.{csv,parquet}), in the order `confgrid show` prints them
 CALIBRATION_TABLES = ("calibration", "refusals", "runs", "hard_easy", "hard_easy_bins")
@@ -48,21 +48,18 @@ log = logging.getLogger("confgrid")
 _BY = ["setting", "model", "dataset", "answer_set", "parse_policy", "refusal", "rule", "signal"]
 
 
-def _item_columns(units: dict[tuple[str, str, str], Unit], group_by: tuple[str, ...]) -> pd.DataFrame:
+def item_columns(units: dict[tuple[str, str, str], Unit], group_by: tuple[str, ...]) -> pd.DataFrame:
     """(dataset, item_id) -> n_options and the group_by metadata fields."""
-    rows, seen = [], set()
+    rows = []
     for (_m, d, _a), u in units.items():
         for it in u.items:
-            if (d, it.item_id) in seen:
-                continue
-            seen.add((d, it.item_id))
             mas = it.metadata.get("mas")
             rows.append({"dataset": d, "item_id": it.item_id, "n_options": len(it.options),
                          "mas": float(mas) if mas not in (None, "") else float("nan"),
                          "category": str(it.metadata.get("category", "")),
                          **{g: str(it.metadata.get(g, "")) for g in group_by}})
     cols = list(dict.fromkeys(["dataset", "item_id", "n_options", "mas", "category", *group_by]))
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=cols).drop_duplicates(["dataset", "item_id"], ignore_index=True)
 
 
 #: Signal kinds of the answer (verbalized and token scores); every other kind but the capability estimators and
@@ -119,9 +116,8 @@ def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     (:attr:`~confgrid.flows.evaluate.run_evaluation.Evaluation.units`); the hard-easy slope of a signal then resamples
     its unit's own draws, so its interval is paired with the unit's metrics."""
     group_by = tuple(spec.metrics.group_by)
-    items = _item_columns(units, group_by)
-    rows = _signal_rows(analyzed)
-    rows = rows.merge(items, on=["dataset", "item_id"], how="left")
+    items = item_columns(units, group_by)
+    rows = _signal_rows(analyzed).merge(items, on=["dataset", "item_id"], how="left")
     rows["n_options"] = rows["n_options"].fillna(0)
     # the random baseline needs the options shown: mc answer sets and letter probabilities only
     shown = {a.id for a in spec.all_answer_sets() if a.item_format.options}
@@ -132,8 +128,7 @@ def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                                 with_smece="smece" in spec.metrics.calibration_extras)
     out = dict.fromkeys(CALIBRATION_TABLES, pd.DataFrame())
     out.update(calibration=calib, refusals=_refusal_rows(units, items, group_by))
-    run_of = {r: base for base, ids in spec.run_groups().items() for r in ids}
-    if run_of and len(calib):
+    if any(spec.run_groups().values()) and len(calib):
         by = [c for c in _BY if c not in ("answer_set",)] + ["group", "group_value"]
         out["runs"] = runs_summary(calib, spec.run_groups(), by)
     if spec.metrics.hard_easy or any(d.adapter == "lifeeval" for d in spec.datasets):
@@ -141,36 +136,33 @@ def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
     return out
 
 
-class _UnitDraws:
-    """The resamples of the evaluator's units as counts over their items (the last unit's kept: rows come unit by
-    unit), for statistics that are not metrics of a signal but must be paired with them."""
+def _unit_draws(plans: Sequence[Any], B: int) -> Callable[[dict, pd.DataFrame], Any]:
+    """``counts(ident, rows)``: the (B, len(rows)) multiplicities of the rows' items in the resamples of their
+    evaluator's unit, or None (no such unit, or an item it lacks); for statistics that are not metrics of a signal but
+    must be paired with them. The last unit's draws are kept (rows come unit by unit)."""
+    plan_of = {tuple(u.labels[c] for c in _BY[:-1]): u for u in plans
+               if u.labels.get("target_kind") == "correct" and u.n_resamples is None and len(u.items)}
+    last: dict[int, tuple[pd.Index, Any]] = {}
 
-    def __init__(self, plans: Sequence[Any], n_resamples: int):
-        self.B = int(n_resamples)
-        self.plan_of = {tuple(u.labels[c] for c in _BY[:-1]): u for u in plans
-                        if u.labels.get("target_kind") == "correct" and u.n_resamples is None and len(u.items)}
-        self._last: tuple[int, pd.Index, Any] | None = None
-
-    def counts(self, ident: dict, item_ids) -> Any:
-        """(B, len(item_ids)) multiplicities of these items in their unit's resamples, or None (no such unit, or an
-        item it lacks)."""
-        u = self.plan_of.get(tuple(ident[c] for c in _BY[:-1]))
-        if u is None or not self.B:
+    def counts(ident: dict, rows: pd.DataFrame) -> Any:
+        u = plan_of.get(tuple(ident[c] for c in _BY[:-1]))
+        if u is None or not B:
             return None
-        if self._last is None or self._last[0] != id(u):
-            self._last = (id(u), pd.Index(u.items), resample_counts(len(u.items), self.B, u.seed, groups=u.groups))
-        _, index, W = self._last
-        pos = index.get_indexer(pd.Index(item_ids))
+        if id(u) not in last:
+            last.clear()
+            last[id(u)] = (pd.Index(u.items), resample_counts(len(u.items), B, u.seed, groups=u.groups))
+        index, W = last[id(u)]
+        pos = index.get_indexer(pd.Index(rows["item_id"]))
         return None if (pos < 0).any() else W[:, pos]
+
+    return counts
 
 
 def _hard_easy(rows: pd.DataFrame, spec: GridSpec, plans: Sequence[Any] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """results/hard_easy and hard_easy_bins (see the module docstring)."""
     slopes, bins = [], []
-    if rows.empty:
-        return pd.DataFrame(), pd.DataFrame()
     B = min(spec.bootstrap.resamples, 10_000)
-    draws = _UnitDraws(plans, B)
+    counts_of = _unit_draws(plans, B)
     for key, g in rows.groupby(_BY, sort=False, dropna=False):
         ident = dict(zip(_BY, key, strict=True))
         conf, score = g["confidence"].to_numpy(float), g["correct"].to_numpy(float)
@@ -182,9 +174,8 @@ def _hard_easy(rows: pd.DataFrame, spec: GridSpec, plans: Sequence[Any] = ()) ->
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UndefinedMetricWarning)
-            counts = draws.counts(ident, g["item_id"]) if "item_id" in g.columns else None
             sl = hard_easy_slope(conf, score, difficulty, resamples=B, seed=spec.bootstrap.seed,
-                                 level=spec.bootstrap.level, counts=counts)
+                                 level=spec.bootstrap.level, counts=counts_of(ident, g))
             rs = rounded_share(conf)
             cor = confidence_truth_correlation(conf, score)
         slopes.append({**ident, "difficulty": source, "n": sl.n, "slope": sl.slope, "intercept": sl.intercept,

@@ -74,10 +74,10 @@ class _Estimate:
     k: int | None = None  # samples of a consistency estimator
 
 
-def _rows(df: pd.DataFrame, model: str, dataset: str, method: str) -> pd.DataFrame:
+def _rows(df: pd.DataFrame, model: str, dataset: str, method: str, col: str = "method") -> pd.DataFrame:
     if df is None or df.empty:
         return pd.DataFrame()
-    return df[(df["model"] == model) & (df["dataset"] == dataset) & (df["method"] == method)]
+    return df[(df["model"] == model) & (df["dataset"] == dataset) & (df[col] == method)]
 
 
 def _by_item(df: pd.DataFrame, col: str, ids: list[str]) -> np.ndarray:
@@ -128,12 +128,12 @@ def _probe_estimates(cap, m: MethodSpec, hidden: pd.DataFrame, train_ids, mu_tra
         return out
     n_layers = len(hidden.iloc[0]["layers"])
     layer = cap.probe.layer if cap.probe.layer >= 0 else n_layers + cap.probe.layer
-    if not 0 <= layer < n_layers:
+    feats = [("mean", None)]
+    if 0 <= layer < n_layers:
+        feats.append((f"layer{layer}", layer))
+    else:
         log.warning("capability.probe.layer %d: method %s has %d layers; single-layer probe left out",
                     cap.probe.layer, m.id, n_layers)
-        feats = [("mean", None)]
-    else:
-        feats = [("mean", None), (f"layer{layer}", layer)]
     for tag, lay in feats:
         Xtr, Xev = _features(hidden, train_ids, lay), _features(hidden, eval_ids, lay)
         ok = ~np.isnan(Xtr).any(axis=1) & ~np.isnan(mu_train)
@@ -158,55 +158,53 @@ def _unit_labels(cell: "CapabilityCell", target_kind: str) -> dict[str, str]:
             "target_kind": target_kind}
 
 
-def _uniform_rows(where: dict, target_name: str, cell: "CapabilityCell", t: np.ndarray, used: np.ndarray,
-                  spec: GridSpec, groups) -> list[dict]:
-    """The uniform random baseline on the unit's items: the expected Brier ``1/3 - mu + mu^2`` resampled on the unit's
-    own resamples (:func:`~confgrid.analysis.bootstrap.resample_counts`), the mean ECE of 200 seeded draws, Spearman 0
-    (its expectation)."""
-    R, level = spec.bootstrap.resamples, spec.bootstrap.level
+def _uniform_values(cell: "CapabilityCell", target_kind: str, t: np.ndarray, used: np.ndarray, spec: GridSpec,
+                    groups) -> dict[str, tuple]:
+    """Metric -> (point, lo, hi, n) of the uniform random baseline on the unit's items: the expected Brier
+    ``1/3 - mu + mu^2`` resampled on the unit's own resamples (:func:`~confgrid.analysis.bootstrap.resample_counts`),
+    the mean ECE of 200 seeded draws, Spearman 0 (its expectation)."""
     tu = t[used]
     n = int(used.sum())
-    if n:
-        ub = uniform_brier(tu)
-        seed = unit_seed(_unit_labels(cell, TARGETS[target_name]), spec.bootstrap.seed)
-        W = resample_counts(n, R, seed, groups=groups)
-        lo, hi = interval((W @ ub) / W.sum(axis=1), level)
-        vals = {"brier": (float(ub.mean()), lo, hi),
-                "ece": (uniform_expected_ece(tu, seed=seed, n_bins=spec.metrics.ece_bins), np.nan, np.nan),
-                "spearman": (0.0, np.nan, np.nan)}
-    else:
-        vals = {m: (np.nan, np.nan, np.nan) for m in CAPABILITY_METRICS}
-    return [{**where, "target": target_name, "estimator": UNIFORM, "method": "", "family": "baseline",
-             "cost_tokens": 0.0, "fitted_on": "", "metric": metric, "point": vals[metric][0], "lo": vals[metric][1],
-             "hi": vals[metric][2], "n": n, "dropped": int(np.isfinite(t).sum()) - n}
-            for metric in CAPABILITY_METRICS]
+    if not n:
+        return dict.fromkeys(CAPABILITY_METRICS, (np.nan, np.nan, np.nan, 0))
+    ub = uniform_brier(tu)
+    seed = unit_seed(_unit_labels(cell, target_kind), spec.bootstrap.seed)
+    W = resample_counts(n, spec.bootstrap.resamples, seed, groups=groups)
+    lo, hi = interval((W @ ub) / W.sum(axis=1), spec.bootstrap.level)
+    return {"brier": (float(ub.mean()), lo, hi, n),
+            "ece": (uniform_expected_ece(tu, seed=seed, n_bins=spec.metrics.ece_bins), np.nan, np.nan, n),
+            "spearman": (0.0, np.nan, np.nan, n)}
 
 
-def _pass_rows(where: dict, ests: list[_Estimate], mu, resp, mat, ks) -> list[dict]:
-    n = (~np.isnan(mat)).sum(axis=1)
-    c = np.nan_to_num(mat, nan=0.0).round().astype(np.int64).sum(axis=1)
+def _candidates(cell: "CapabilityCell", *oracles: tuple[str, np.ndarray]) -> list[tuple[str, str, np.ndarray]]:
+    """(name, family, values) of every estimator of the cell, then the oracles."""
+    return [(e.name, e.family, e.values) for e in cell.estimates] + [(o, "oracle", v) for o, v in oracles]
+
+
+def _pass_rows(cell: "CapabilityCell", ks) -> list[dict]:
+    n = (~np.isnan(cell.mat)).sum(axis=1)
+    c = np.nan_to_num(cell.mat, nan=0.0).round().astype(np.int64).sum(axis=1)
     rows = []
-    for name, family, p in [(e.name, e.family, e.values) for e in ests] + [(ORACLE_CC, "oracle", mu),
-                                                                              (ORACLE_RC, "oracle", resp)]:
+    for name, family, p in _candidates(cell, (ORACLE_CC, cell.mu), (ORACLE_RC, cell.resp)):
         for k in ks:
             r = pass_at_k_row(p, n, c, k)
-            rows.append({**where, "estimator": name, "family": family, "k": r.k, "n_items": r.n_items,
+            rows.append({**cell.where, "estimator": name, "family": family, "k": r.k, "n_items": r.n_items,
                          "predicted": r.predicted, "band_lo": r.band_lo, "band_hi": r.band_hi, "actual": r.actual,
                          "mse": r.mse, "status": r.status})
     return rows
 
 
-def _allocation_rows(where: dict, ests: list[_Estimate], mu, mat, cap) -> list[dict]:
-    N, K = mat.shape
-    corr = np.nan_to_num(mat, nan=0.0)
+def _allocation_rows(cell: "CapabilityCell", cap) -> list[dict]:
+    N, K = cell.mat.shape
+    corr = np.nan_to_num(cell.mat, nan=0.0)
+    where = cell.where
     rows = []
-    cands = [(e.name, e.family, e.values) for e in ests] + [(ORACLE_CC, "oracle", mu)]
     for B in cap.budgets:
         capped = B > K
         mean, sd = solved_share(corr, uniform_allocation(N, B, K), cap.allocation_seeds)
         rows.append({**where, "budget": B, "allocation": "uniform", "estimator": "", "family": "uniform",
                      "solved": mean, "solved_sd": sd, "n_items": N, "capped": capped, "filled": 0})
-        for name, family, p in cands:
+        for name, family, p in _candidates(cell, (ORACLE_CC, cell.mu)):
             p = np.asarray(p, dtype=np.float64)
             miss = np.isnan(p)
             if miss.all():
@@ -245,6 +243,14 @@ class CapabilityCell:
     resp: np.ndarray
     mat: np.ndarray
     estimates: list[_Estimate]
+
+    @property
+    def where(self) -> dict[str, str]:
+        return {"model": self.model, "dataset": self.dataset}
+
+    def target(self, name: str) -> np.ndarray:
+        """The target of a name of :data:`TARGETS`."""
+        return self.mu if name == "capability" else self.resp
 
 
 @dataclass
@@ -298,8 +304,7 @@ def capability_estimates(spec: GridSpec, splits: dict[str, dict[str, str]], samp
                     ests += _probe_estimates(cap, m, _rows(hidden, model, d.name, eid), train_ids, mu_train,
                                              eval_ids, out.probes, where)
                 else:
-                    sig = signals[(signals["model"] == model) & (signals["dataset"] == d.name)
-                                  & (signals["signal"] == eid)] if len(signals) else pd.DataFrame()
+                    sig = _rows(signals, model, d.name, eid, "signal")
                     if sig.empty:
                         log.warning("capability: %s/%s has no rows of estimator %s; left out", model, d.name, eid)
                         continue
@@ -331,7 +336,7 @@ def capability_rows(spec: GridSpec, est: CapabilityEstimates) -> ProducerRows:
     frames = []
     for cell in est.cells:
         for target_name, kind in TARGETS.items():
-            t = cell.mu if target_name == "capability" else cell.resp
+            t = cell.target(target_name)
             for e in cell.estimates:
                 conf = np.asarray(e.values, dtype=np.float64)
                 status = np.where(~np.isfinite(conf), "no_estimate", np.where(np.isfinite(t), "ok", "target_missing"))
@@ -359,50 +364,40 @@ def capability_tables(spec: GridSpec, est: CapabilityEstimates, metrics: pd.Data
     acc: dict[str, list] = {name: [] for name in CAPABILITY_TABLES}
     acc["capability_probes"] = list(est.probes)
     mine = metrics[metrics["answer_set"] == CAPABILITY_SET] if len(metrics) else metrics
-    by_key = {(r.model, r.dataset, r.target_kind, r.signal, _metric_family(r.metric)): r
+    info = {m: get_metric(m) for m in (set(mine["metric"]) if len(mine) else ())}
+    # every closure variant of ECE (``ece_right``...) under its family's name
+    by_key = {(r.model, r.dataset, r.target_kind, r.signal, info[r.metric].family or info[r.metric].name): r
               for r in mine.itertuples(index=False)}
+    nan4 = (np.nan, np.nan, np.nan, 0)
     for cell in est.cells:
-        where = {"model": cell.model, "dataset": cell.dataset}
+        where = cell.where
         for target_name, kind in TARGETS.items():
-            t = cell.mu if target_name == "capability" else cell.resp
-            n_target = int(np.isfinite(t).sum())
+            t = cell.target(target_name)
             used = np.zeros(len(t), dtype=bool)
+            vals = []  # (estimator, metric, (point, lo, hi, n))
             for e in cell.estimates:
                 used |= np.isfinite(np.asarray(e.values, dtype=np.float64)) & np.isfinite(t)
                 for metric in CAPABILITY_METRICS:
                     r = by_key.get((cell.model, cell.dataset, kind, e.name, metric))
-                    point, lo, hi, n = ((r.point, r.lo, r.hi, int(r.n)) if r is not None
-                                        else (np.nan, np.nan, np.nan, 0))
-                    acc["capability_metrics"].append({
-                        **where, "target": target_name, "estimator": e.name, "method": e.method, "family": e.family,
-                        "cost_tokens": e.cost_tokens, "fitted_on": e.fitted_on, "metric": metric, "point": point,
-                        "lo": lo, "hi": hi, "n": n, "dropped": n_target - n})
+                    vals.append((e, metric, nan4 if r is None else (r.point, r.lo, r.hi, int(r.n))))
             groups = None
             if spec.bootstrap.cluster and len(signals):
                 unit = signals[(signals["answer_set"] == CAPABILITY_SET) & (signals["model"] == cell.model)
                                & (signals["dataset"] == cell.dataset) & (signals["target_kind"] == kind)]
                 cl = unit.drop_duplicates("item_id").set_index("item_id")["cluster"]
                 groups = cl.reindex(np.asarray(cell.eval_ids)[used]).to_numpy(dtype=object)
-            acc["capability_metrics"] += _uniform_rows(where, target_name, cell, t, used, spec, groups)
-        acc["capability_pass_at_k"] += _pass_rows(where, cell.estimates, cell.mu, cell.resp, cell.mat, cap.pass_at_k)
-        acc["capability_allocation"] += _allocation_rows(where, cell.estimates, cell.mu, cell.mat, cap)
-        acc["capability_se_by_k"].append(se_by_k(cell.mat).assign(**where))
-        acc["capability_divergence"].append(divergence(cell.mu, cell.resp).assign(**where))
-    for name in CAPABILITY_TABLES:
-        rows = acc[name]
-        if rows and isinstance(rows[0], pd.DataFrame):
-            df = pd.concat(rows, ignore_index=True)
-            df = df[["model", "dataset", *[c for c in df.columns if c not in ("model", "dataset")]]]
-        else:
-            df = pd.DataFrame(rows)
-        out[name] = df
-    return out
-
-
-def _metric_family(metric: str) -> str:
-    """``ece`` for every closure variant of ECE (``ece_right``...), the metric itself otherwise."""
-    info = get_metric(metric)
-    return info.family or info.name
+            uniform = _Estimate(UNIFORM, "", "baseline", t, 0.0)
+            vals += [(uniform, m, v) for m, v in _uniform_values(cell, kind, t, used, spec, groups).items()]
+            n_target = int(np.isfinite(t).sum())
+            acc["capability_metrics"] += [
+                {**where, "target": target_name, "estimator": e.name, "method": e.method, "family": e.family,
+                 "cost_tokens": e.cost_tokens, "fitted_on": e.fitted_on, "metric": metric, "point": point, "lo": lo,
+                 "hi": hi, "n": n, "dropped": n_target - n} for e, metric, (point, lo, hi, n) in vals]
+        acc["capability_pass_at_k"] += _pass_rows(cell, cap.pass_at_k)
+        acc["capability_allocation"] += _allocation_rows(cell, cap)
+        acc["capability_se_by_k"] += [{**where, **r} for r in se_by_k(cell.mat).to_dict("records")]
+        acc["capability_divergence"] += [{**where, **r} for r in divergence(cell.mu, cell.resp).to_dict("records")]
+    return {name: pd.DataFrame(rows) for name, rows in acc.items()}
 
 
 def capability_mlflow_metrics(tables: dict[str, pd.DataFrame]) -> dict[str, float]:

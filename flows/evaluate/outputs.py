@@ -163,9 +163,8 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
     entries = []
     for (mname, dname, aid), u in units.items():
         a, m = u.answer_set, models[mname]
-        dropped = rows_dropped(dropped_df, {"setting": f"{mname}/{dname}", "answer_set": aid,
-                                            "parse_policy": p["parse_policy"], "refusal": p["refusal"],
-                                            "rule": spec.correctness.primary})
+        group = {"setting": f"{mname}/{dname}", **p, "answer_set": aid}
+        dropped = rows_dropped(dropped_df, group)
         try:
             entries.append(build_checklist(
                 model=f"{mname} ({m.model}, revision {m.revision or 'default'})", dataset=dname,
@@ -179,9 +178,7 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
                 ece_estimator="ece", n_bins=spec.metrics.ece_bins, ece_closure=list(spec.metrics.ece_closure),
                 ece_bin_confidence=list(spec.metrics.ece_bin_confidence),
                 ece_conventions={c: get_convention(c).description for c in spec.metrics.ece_conventions},
-                on_edge=_edge_shares(ev_edges, {"setting": f"{mname}/{dname}", "answer_set": aid,
-                                                 "parse_policy": p["parse_policy"], "refusal": p["refusal"],
-                                                 "rule": p["rule"]}, spec.metrics.ece_bins),
+                on_edge=_edge_shares(ev_edges, group, spec.metrics.ece_bins),
                 parse_policy=spec.parsing.policies[0],
                 system_prompt=provenance.get(mname, {}).get("system_prompt"),
                 rows_total=len(u.graded), rows_dropped=dropped,
@@ -198,18 +195,15 @@ def _checklist(spec: GridSpec, store: RunStore, provenance: dict[str, dict[str, 
     write_checklist(store.root, entries)
 
 
-def write_checklist(out_dir: Path, entries: list[dict[str, Any]]) -> tuple[Path, Path]:
+def write_checklist(out_dir: Path, entries: list[dict[str, Any]]) -> None:
     """Write the reporting checklists (one per model x dataset x answer set) as JSON and Markdown."""
     res = Path(out_dir) / "results"
-    res.mkdir(parents=True, exist_ok=True)
-    jpath, mpath = res / "checklist.json", res / "checklist.md"
-    write_text_atomic(json.dumps(entries, indent=1, sort_keys=True, default=str), jpath)
+    write_text_atomic(json.dumps(entries, indent=1, sort_keys=True, default=str), res / "checklist.json")
     md = ["# Reporting checklist (study 000, Table 5)", ""]
     for e in entries:
         md += [f"## {e.get('model')} / {e.get('dataset')} / answer set {e.get('extra', {}).get('answer_set', 'main')}",
                "", render_checklist_markdown(e), ""]
-    write_text_atomic("\n".join(md), mpath)
-    return jpath, mpath
+    write_text_atomic("\n".join(md), res / "checklist.md")
 
 
 def conventions(spec: GridSpec, a: Any, dataset: str) -> list[str]:
@@ -315,13 +309,6 @@ def dataset_refs(spec: GridSpec, items: pd.DataFrame) -> dict[str, DatasetRef]:
     return out
 
 
-def model_ref(m: Any) -> ModelRef:
-    """A grid model (``ModelSpec``) as the setting runs' logged model: its id, revision, backend and dtype."""
-    return ModelRef(name=m.name, model_id=m.model, revision=m.revision or "",
-                    params={"backend": m.backend, "dtype": m.dtype,
-                            "tensor_parallel_size": str(m.tensor_parallel_size)})
-
-
 def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluation,
                 provenance: dict[str, dict[str, str]], run_metrics: dict[str, float], tables: dict[str, Path]) -> None:
     """One MLflow child run per (model, dataset) setting; run counters, results and tables on the parent.
@@ -365,7 +352,9 @@ def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluatio
         runs[setting] = tracker.child(run_name=setting, params=params, metrics=metrics, artifacts=[csv],
                                       tags={"confgrid.kind": "setting", "confgrid.setting": setting},
                                       run_id=runs.get(setting), step=step, dataset=datasets.get(d.name),
-                                      model=model_ref(m))
+                                      model=ModelRef(name=m.name, model_id=m.model, revision=m.revision or "",
+                                                     params={"backend": m.backend, "dtype": m.dtype,
+                                                             "tensor_parallel_size": str(m.tensor_parallel_size)}))
     tracker.log_metrics(run_metrics, step=step)
     store.save_manifest()
     res = store.root / "results"
@@ -374,5 +363,4 @@ def log_results(spec: GridSpec, store: RunStore, tracker: Tracker, ev: Evaluatio
     tracker.log_artifacts(list(tables.values()), "tables")
     figs = res / "figures"  # drawn by `confgrid run` / `confgrid report` (confgrid.report); logged again by `log`
     tracker.log_artifacts(sorted(figs.glob("*.png")) + sorted(figs.glob("*.svg")), "results/figures")
-    tracker.log_artifacts([store.root / "report.html"])
-    tracker.log_artifacts([store.root / "grid.yaml", store.root / "manifest.json"])
+    tracker.log_artifacts([store.root / "report.html", store.root / "grid.yaml", store.root / "manifest.json"])

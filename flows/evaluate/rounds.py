@@ -197,8 +197,7 @@ def stopping_table(rounds: Rounds | None) -> pd.DataFrame:
     analysis/stopping.py); the header alone without early stopping."""
     if rounds is None:
         return pd.DataFrame(columns=STOPPING_COLUMNS)
-    rows = [{c: r[c] for c in STOPPING_COLUMNS} for r in rounds.records().values()]
-    df = pd.DataFrame(rows, columns=STOPPING_COLUMNS)
+    df = pd.DataFrame(list(rounds.records().values()), columns=STOPPING_COLUMNS)
     # counts stay whole numbers where a setting has none (a missing planner need is <NA>, not 17119.0)
     counts = ["rounds", "items", "items_total", "chunks", "chunks_total", "n_gaps", "n_resolved", "n_undefined",
               "n_tied", "n", "n_required", "budget"]

@@ -169,13 +169,12 @@ def probe_table(probe: pd.DataFrame, graded: pd.DataFrame, n_resamples: int, see
     for p in PAIRS:
         d = pairs[pairs["pair"] == p.id]["diff"].to_numpy(dtype=float) if len(pairs) else np.array([])
         n = len(d)
-        if n == 0:
-            rows.append({"pair": p.id, "description": p.description, "n": 0, "mean_diff": np.nan, "lo": np.nan,
-                         "hi": np.nan, "share_strings_differ": np.nan})
-            continue
-        lo, hi = interval(_resampled_means(d, n_resamples, setting_seed("probe", p.id, seed)), level)
-        differ = pairs[pairs["pair"] == p.id]["strings_differ"].mean() if "strings_differ" in pairs else np.nan
-        rows.append({"pair": p.id, "description": p.description, "n": n, "mean_diff": float(d.mean()),
+        lo = hi = mean = differ = np.nan
+        if n:
+            lo, hi = interval(_resampled_means(d, n_resamples, setting_seed("probe", p.id, seed)), level)
+            mean = d.mean()
+            differ = pairs[pairs["pair"] == p.id]["strings_differ"].mean() if "strings_differ" in pairs else np.nan
+        rows.append({"pair": p.id, "description": p.description, "n": n, "mean_diff": float(mean),
                      "lo": float(lo), "hi": float(hi), "share_strings_differ": float(differ)})
     return pd.DataFrame(rows), pairs
 

@@ -2,7 +2,7 @@
 
 A run is plan, execute, collect, signals, evaluate, then the views of the enabled studies (flows/runner.py names none
 of them). A study is a subclass of :class:`Study` declared with its name, ``class MyView(Study, name="my_view",
-title=..., tables=(...))``, which registers it (:func:`register_study`), in its own module of this folder; every
+title=..., tables=(...))``, which registers it in :data:`STUDIES`, in its own module of this folder; every
 module here is imported by :func:`load_studies`, so a new study is one new file and touches nothing else. Each entry
 declares
 
@@ -42,8 +42,7 @@ from confgrid.flows.tables.signals import ProducerRows
 log = logging.getLogger("confgrid")
 T = TypeVar("T")
 
-__all__ = ["Study", "RunInputs", "StudyOutput", "register_study", "get_study", "study_names", "enabled_studies",
-           "load_studies", "STUDIES"]
+__all__ = ["Study", "RunInputs", "StudyOutput", "get_study", "enabled_studies", "load_studies", "STUDIES"]
 
 
 @dataclass(frozen=True)
@@ -98,16 +97,29 @@ class Study:
     figures: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **attrs: Any) -> None:
-        """Set the class attributes given as keywords and register a study given a ``name`` (:func:`register_study`);
-        an unknown keyword is a ``TypeError`` naming the allowed ones."""
+        """Set the class attributes given as keywords and register a study given a ``name`` in :data:`STUDIES`.
+
+        Raises
+        ------
+        TypeError
+            An unknown keyword (the message names the allowed ones).
+        ValueError
+            The name is empty or already registered (by another class).
+        """
         super().__init_subclass__()
         for key, value in attrs.items():
             if key not in Study.__annotations__:
                 raise TypeError(f"study {cls.__qualname__}: unknown keyword {key!r}; allowed: "
                                 f"{', '.join(Study.__annotations__)}")
             setattr(cls, key, value)
-        if "name" in attrs:
-            register_study(cls)
+        if "name" not in attrs:
+            return
+        if not cls.name:
+            raise ValueError(f"study {cls.__qualname__}: set its class attribute 'name'")
+        if cls.name in STUDIES and STUDIES[cls.name] is not cls:
+            raise ValueError(f"study {cls.name!r} is already registered (by {STUDIES[cls.name].__module__}); "
+                             "choose another name")
+        STUDIES[cls.name] = cls
 
     def __init__(self, run: RunInputs, store: RunStore) -> None:
         self.run = run
@@ -143,23 +155,6 @@ class Study:
 STUDIES: dict[str, type[Study]] = {}
 
 
-def register_study(cls: type[Study]) -> type[Study]:
-    """Class decorator: register a :class:`Study` under ``cls.name``.
-
-    Raises
-    ------
-    ValueError
-        The name is empty or already registered (by another class).
-    """
-    if not cls.name:
-        raise ValueError(f"study {cls.__qualname__}: set its class attribute 'name'")
-    if cls.name in STUDIES and STUDIES[cls.name] is not cls:
-        raise ValueError(f"study {cls.name!r} is already registered (by {STUDIES[cls.name].__module__}); "
-                         "choose another name")
-    STUDIES[cls.name] = cls
-    return cls
-
-
 def load_studies() -> dict[str, type[Study]]:
     """Import every module of this folder (each registers its studies); returns the registry in name order."""
     for mod in pkgutil.iter_modules(__path__):
@@ -179,11 +174,6 @@ def get_study(name: str) -> type[Study]:
     if name not in studies:
         raise KeyError(f"unknown study {name!r}; registered: {', '.join(studies)}")
     return studies[name]
-
-
-def study_names() -> list[str]:
-    """The registered studies' names, sorted."""
-    return list(load_studies())
 
 
 def enabled_studies(spec: GridSpec) -> list[type[Study]]:

@@ -14,6 +14,4 @@ class CalibrationSummary(Study, name="calibration", tables=CALIBRATION_TABLES, f
         """results/calibration, refusals, runs, hard_easy; a view of the data, never fatal."""
         tables = self.never_fatal("calibration tables not built", calibration_tables, self.spec, self.run.units,
                                   ev.analyzed(), ev.units)
-        if tables is None:
-            return StudyOutput()
-        return StudyOutput(Frames(tables, skip_empty=True))
+        return StudyOutput() if tables is None else StudyOutput(Frames(tables, skip_empty=True))

@@ -27,5 +27,4 @@ class CapabilityCalibration(Study, name="capability", section="capability", tabl
                                                                 self.spec, self.est, ev.metrics, ev.signals)
         if tables is None:
             return StudyOutput()
-        return StudyOutput(Frames(tables, skip_empty=True),
-                           metrics=capability_mlflow_metrics(tables))
+        return StudyOutput(Frames(tables, skip_empty=True), metrics=capability_mlflow_metrics(tables))

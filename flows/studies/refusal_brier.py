@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from confgrid.analysis.signals import UNIT_COLUMNS, usable
+from confgrid.flows.evaluate.calibration_tables import item_columns
 from confgrid.flows.store.run_store import Frames
 from confgrid.flows.studies import Study, StudyOutput
 from confgrid.flows.tracking import keyed_metrics
@@ -53,10 +54,7 @@ class RefusalAwareBrier(Study, name="refusal_brier", tables=("refusal_brier",),
                               "dataset"):
 
     def view(self, ev) -> StudyOutput:
-        opts = pd.DataFrame([{"dataset": d, "item_id": it.item_id, "n_options": len(it.options)}
-                             for (_m, d, _a), u in self.run.units.items() for it in u.items],
-                            columns=["dataset", "item_id", "n_options"]).drop_duplicates(["dataset", "item_id"])
-        table = refusal_brier(ev.signals, opts)
+        table = refusal_brier(ev.signals, item_columns(self.run.units, ())[["dataset", "item_id", "n_options"]])
         return StudyOutput(Frames({"refusal_brier": table}),
                            metrics=keyed_metrics(table, lambda r: ("refusal_brier", r.setting, r.answer_set,
                                                                    r.parse_policy, r.refusal, r.rule, r.signal),

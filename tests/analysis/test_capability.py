@@ -19,11 +19,11 @@ from confgrid.analysis.capability.estimators import (
     uniform_brier,
     uniform_expected_ece,
 )
-from confgrid.analysis.capability.metrics import brier_to_target, ece_to_target, spearman_to_target
+from confgrid.analysis.capability.metrics import ece_to_target
 from confgrid.analysis.capability.pass_at_k import pass_at_k_row, pass_at_k_unbiased, predicted_pass_at_k
 from confgrid.analysis.capability.targets import divergence, sample_matrix, se_by_k
 from confgrid.protocols.splits import train_eval_split
-from reference.capability_bootstrap import capability_bootstrap, item_weights
+from reference.capability_bootstrap import brier_to_target, capability_bootstrap, item_weights, spearman_to_target
 
 RNG = np.random.default_rng(11)
 

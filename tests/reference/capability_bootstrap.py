@@ -1,6 +1,7 @@
 """Study 004's own item bootstrap of the capability metrics: a test-only oracle.
 
-This was ``confgrid.analysis.capability.metrics.capability_bootstrap``. The run's evaluator computes the same
+This was ``confgrid.analysis.capability.metrics.capability_bootstrap`` (and ``brier_to_target``,
+``spearman_to_target``). The run's evaluator computes the same
 metrics as rows of the one signal table (flows/evaluate/capability.py, analysis/evaluation.py);
 tests/flows/evaluate/test_capability_grid.py checks its points against this, and tests/analysis/test_capability.py checks this against a
 loop over resampled items.
@@ -24,12 +25,42 @@ from dataclasses import dataclass
 import numpy as np
 
 from confgrid.analysis.bootstrap import interval
-from confgrid.analysis.capability.metrics import CAPABILITY_METRICS, _check, _spearman, brier_to_target, ece_to_target
+from confgrid.analysis.capability.metrics import CAPABILITY_METRICS, _check, ece_to_target
 from confgrid.analysis.kernels import brier_weighted, ece_weighted
+from confgrid.analysis.metrics import UndefinedMetricWarning, spearman
 
 from .weighted_values import weighted_values
 
-__all__ = ["CapabilityBootstrap", "capability_bootstrap", "item_weights"]
+__all__ = ["CapabilityBootstrap", "capability_bootstrap", "item_weights", "brier_to_target", "spearman_to_target"]
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """:func:`confgrid.analysis.metrics.spearman` without its warning (NaN when undefined)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        return spearman(x, y)
+
+
+def brier_to_target(p, mu) -> float:
+    """Brier score of estimates ``p`` (n,) against targets ``mu`` (n,), both in [0, 1]; NaN rows dropped.
+
+    Study 004 Table 3. Empty input: NaN. Raises ValueError on values outside [0, 1] or shapes that differ.
+    """
+    p, mu = _check(p, mu)
+    ok = ~(np.isnan(p) | np.isnan(mu))
+    if not ok.any():
+        return float("nan")
+    return float(brier_weighted(p[ok], mu[ok], np.ones((1, int(ok.sum()))))[0])  # the one weighted kernel
+
+
+def spearman_to_target(p, mu) -> float:
+    """Spearman's rho between ``p`` and ``mu`` ((n,), average ranks on ties); NaN if either is constant or n < 2.
+
+    Study 004 Table 12; equal to ``scipy.stats.spearmanr(p, mu).statistic``.
+    """
+    p, mu = _check(p, mu)
+    ok = ~(np.isnan(p) | np.isnan(mu))
+    return _spearman(p[ok], mu[ok])
 
 
 def item_weights(n: int, n_resamples: int, seed: int) -> np.ndarray:
