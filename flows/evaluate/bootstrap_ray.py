@@ -43,29 +43,12 @@ __all__ = ["SettingInput", "bootstrap_settings_ray", "bootstrap_units", "ensure_
 
 @dataclass(frozen=True)
 class SettingInput:
-    """One setting's inputs (a plain 4-tuple in this order works too).
-
-    Attributes
-    ----------
-    confidence : ndarray of shape (S, n)
-        One row per signal, aligned on the same ``n`` items, values in [0, 1].
-    correct : ndarray of shape (S, n) or (n,)
-        Correctness per signal, or one vector shared by all signals.
-    signal_names : list of str or None
-        ``S`` names, stored on the result.
-    seed : int
-        Non-negative bootstrap seed of the setting (e.g. :func:`~confgrid.analysis.bootstrap.setting_seed`).
-    groups : array-like of shape (n,) or None
-        A cluster label per item: the cluster bootstrap of :func:`~confgrid.analysis.bootstrap.paired_bootstrap`
-        (None: row level).
-    masks : bool array of shape (S, n) or None
-        Each signal's support (:func:`~confgrid.analysis.bootstrap.paired_bootstrap`); None: every item.
-    metrics : sequence of str or None
-        This setting's metrics; None: the job's (``metrics`` of :func:`bootstrap_settings_ray`).
-    reweight : sequence of Reweight or None, or None
-        Per signal, distribution-aligned reweighting (:func:`~confgrid.analysis.bootstrap.paired_bootstrap`).
-    n_resamples : int or None
-        This setting's resamples; None: the job's.
+    """One setting's inputs (a plain 4-tuple in this order works too): ``confidence`` (S, n) in [0, 1], one row per
+    signal on the same ``n`` items; ``correct`` (S, n) or (n,) shared by all signals; ``signal_names`` (``S``, stored
+    on the result); ``seed`` (non-negative, e.g. :func:`~confgrid.analysis.bootstrap.setting_seed`). Optional, as in
+    :func:`~confgrid.analysis.bootstrap.paired_bootstrap`: ``groups`` (n,) cluster labels (None: row level),
+    ``masks`` (S, n) bool supports (None: every item), ``reweight`` per signal (distribution-aligned); and this
+    setting's own ``metrics`` and ``n_resamples`` (None: the job's).
     """
 
     confidence: Any
@@ -140,28 +123,22 @@ def bootstrap_settings_ray(settings: Mapping[str, Any], metrics: Sequence[str], 
     Parameters
     ----------
     settings : mapping of str to SettingInput or 4- to 6-tuple
-        ``name -> (confidence (S, n), correct (S, n) or (n,), signal_names, seed[, groups[, masks]])``; ``S`` and
-        ``n`` may differ between settings; ``groups`` (n,) cluster labels make that setting's bootstrap a cluster
-        bootstrap; ``masks`` (S, n) bool give each signal its support.
+        ``name -> (confidence, correct, signal_names, seed[, groups[, masks]])`` (:class:`SettingInput`); ``S`` and
+        ``n`` may differ between settings.
     metrics : list of str
-        Metric names (registered, analysis/registry.py) of every setting whose :attr:`SettingInput.metrics` is None.
+        Registered metric names (analysis/registry.py) of every setting without its own.
     n_resamples : int
-        ``B``, resamples per setting (need not be a multiple of ``chunk_size``).
-    n_bins : int, default=10
-        ECE bins.
+        ``B`` per setting without its own (need not be a multiple of ``chunk_size``).
     chunk_size : int, default=1000
-        Resamples per Dataset row (a task evaluates a contiguous run of about ``rows / (TASKS_PER_WORKER
-        * num_workers)`` rows); part of the draw, as in :func:`paired_bootstrap`.
+        Resamples per Dataset row; part of the draw, as in :func:`paired_bootstrap`.
     num_workers : int, optional
-        Most chunk tasks running at once, one CPU each, on any node of the cluster; ``None``: every CPU of the
-        cluster.
+        Most chunk tasks running at once, one CPU each, on any node; ``None``: every CPU of the cluster.
 
     Returns
     -------
     dict of str to BootstrapResult
-        Same keys and order as ``settings``. ``point`` and ``resamples`` are bit-identical to
-        ``paired_bootstrap(confidence, correct, metrics, n_resamples, seed, chunk_size, n_bins, signal_names, groups,
-        masks)`` of each setting (``nan`` where a metric is undefined on a resample).
+        Same keys and order as ``settings``; ``point`` and ``resamples`` bit-identical to ``paired_bootstrap`` of each
+        setting with the same arguments (``nan`` where a metric is undefined on a resample).
 
     Raises
     ------

@@ -110,11 +110,9 @@ def _refusal_rows(units: dict[tuple[str, str, str], Unit], items: pd.DataFrame,
 def calibration_tables(spec: GridSpec, units: dict[tuple[str, str, str], Unit],
                        analyzed: pd.DataFrame, plans: Sequence[Any] = ()) -> dict[str, pd.DataFrame]:
     """The tables of the module docstring for one run, by name (:data:`CALIBRATION_TABLES`; an empty frame where there
-    is nothing), pure (no model call), from the analyzed rows of the one signal table
-    (:meth:`~confgrid.flows.evaluate.run_evaluation.Evaluation.analyzed`: every signal on the rows that entered its
-    metrics, methods included) and the units' items. ``plans``: the evaluator's units
-    (:attr:`~confgrid.flows.evaluate.run_evaluation.Evaluation.units`); the hard-easy slope of a signal then resamples
-    its unit's own draws, so its interval is paired with the unit's metrics."""
+    is nothing), from the analyzed rows of the one signal table (:func:`_signal_rows`) and the units' items.
+    ``plans``: the evaluator's units (:attr:`~confgrid.flows.evaluate.run_evaluation.Evaluation.units`), whose own
+    draws the hard-easy slopes resample (paired with the unit's metrics)."""
     group_by = tuple(spec.metrics.group_by)
     items = item_columns(units, group_by)
     rows = _signal_rows(analyzed).merge(items, on=["dataset", "item_id"], how="left")

@@ -218,22 +218,11 @@ def _allocation_rows(cell: "CapabilityCell", cap) -> list[dict]:
 
 @dataclass
 class CapabilityCell:
-    """One (model, dataset) of the capability study: its evaluation items, both targets and every estimate.
-
-    Attributes
-    ----------
-    rule : str
-        The target's correctness (agreement) rule.
-    eval_ids : list of str
-        ``N`` evaluation items (the order of :func:`~confgrid.analysis.capability.targets.sample_matrix`).
-    mu, resp : ndarray of shape (N,), float64 in [0, 1]
-        The capability target (expected accuracy over the k_eval samples) and the response target (the first sample's
-        correctness); NaN where missing.
-    mat : ndarray of shape (N, k_eval), float64
-        The target samples' correctness (NaN: a missing sample).
-    estimates : list of _Estimate
-        Every estimator's values on ``eval_ids``.
-    """
+    """One (model, dataset) of the capability study: ``eval_ids``, its ``N`` evaluation items (in the order of
+    :func:`~confgrid.analysis.capability.targets.sample_matrix`); the capability target ``mu`` (expected accuracy
+    over the k_eval samples) and the response target ``resp`` (the first sample's correctness), (N,) float64 in
+    [0, 1], NaN where missing; ``mat`` (N, k_eval), the target samples' correctness (NaN: a missing sample), under the
+    target's agreement ``rule``; ``estimates``, every estimator's values on ``eval_ids``."""
 
     model: str
     dataset: str
