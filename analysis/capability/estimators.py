@@ -80,17 +80,15 @@ class ProbeFit:
         return _predict(self.pipeline, self.kind, X)
 
 
-def _pipeline(kind: str, strength: float, standardize: bool):
+def _fit(kind: str, strength: float, standardize: bool, X: np.ndarray, mu: np.ndarray):
+    """The probe fitted on (X, mu): a pipeline of (standardized or raw) features and the model, or ``("constant",
+    mean)`` when every target is 0 or every target is 1."""
     from sklearn.linear_model import LogisticRegression, Ridge  # lazy: as above
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
-    pre = StandardScaler() if standardize else FunctionTransformer()
-    est = (LogisticRegression(C=strength, max_iter=2000) if kind == "logistic" else Ridge(alpha=strength))
-    return make_pipeline(pre, est)
-
-
-def _fit(pipe, kind: str, X: np.ndarray, mu: np.ndarray):
+    pipe = make_pipeline(StandardScaler() if standardize else FunctionTransformer(),
+                         LogisticRegression(C=strength, max_iter=2000) if kind == "logistic" else Ridge(alpha=strength))
     if kind == "logistic":
         X2 = np.vstack([X, X])
         y2 = np.r_[np.ones(len(X)), np.zeros(len(X))]
@@ -159,7 +157,7 @@ def fit_probe(X: np.ndarray, mu: np.ndarray, kind: str = "logistic", folds: int 
             for tr, va in splits:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    pipe = _fit(_pipeline(kind, s, std), kind, X[tr], mu[tr])
+                    pipe = _fit(kind, s, std, X[tr], mu[tr])
                     errs.append(float(np.mean((_predict(pipe, kind, X[va]) - mu[va]) ** 2)))
             cv[f"{s:g}/{'std' if std else 'raw'}"] = float(np.mean(errs))
         best = min(cands, key=lambda c: (cv[f"{c[0]:g}/{'std' if c[1] else 'raw'}"], cands.index(c)))
@@ -167,7 +165,7 @@ def fit_probe(X: np.ndarray, mu: np.ndarray, kind: str = "logistic", folds: int 
         best = cands[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pipe = _fit(_pipeline(kind, best[0], best[1]), kind, X, mu)
+        pipe = _fit(kind, best[0], best[1], X, mu)
     return ProbeFit(kind, float(best[0]), bool(best[1]), cv, n, pipe)
 
 

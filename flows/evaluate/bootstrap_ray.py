@@ -77,11 +77,9 @@ def _chunk_task(batch: dict[str, np.ndarray], refs: Mapping[str, Any], chunk_siz
     """
     import ray
 
-    keys = [str(k) for k in batch["key"]]
-    chunk_ids = [int(c) for c in batch["chunk"]]
     by_key: dict[str, list[int]] = {}
-    for key, c in zip(keys, chunk_ids, strict=True):
-        by_key.setdefault(key, []).append(c)
+    for key, c in zip(batch["key"], batch["chunk"], strict=True):
+        by_key.setdefault(str(key), []).append(int(c))
     settings, chunks, shapes, values = [], [], [], []
     for key, cs in by_key.items():
         conf, corr, seed, groups, masks, metrics, reweight, n_resamples = ray.get(refs[key])

@@ -74,7 +74,7 @@ def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Sh
     """
     spec = plan.spec
     out: dict[str, list] = {"signals": [], "targets": [], "samples": [], "next_token": [], "hidden": [], "costs": []}
-    tables = MethodTables()
+    incomplete: list[str] = []
     by_method: dict[tuple[str, str, str], list[ShardRequest]] = {}
     for sh in shards:
         if sh.method and sh.part != "ca":  # candidate ratings (comparison view ca) are read by flows/evaluate/ace.py
@@ -84,14 +84,12 @@ def method_tables(plan: GridPlan, done: dict[str, pd.DataFrame], shards: list[Sh
         method = methods[mid]
         uniq = list({s.label: s for s in shs}.values())
         if any(s.key not in done for s in uniq):
-            tables.incomplete.append(f"{model}/{dataset}/{mid}")
+            incomplete.append(f"{model}/{dataset}/{mid}")
             log.warning("%s/%s: method %s has shards missing; left out of the method tables", model, dataset, mid)
             continue
         frames = [relabel(done[s.key], model=model, dataset=dataset, method=mid, chunk=s.chunk) for s in uniq]
         table = pd.concat(frames, ignore_index=True)
         method.reader.collect(plan, method, model, dataset, table, out)
-    tables.samples, tables.next_token, tables.hidden, tables.costs = (
-        frame(out["samples"]), frame(out["next_token"]), frame(out["hidden"]), frame(out["costs"]))
-    tables.signals = pd.DataFrame(out["signals"], columns=METHOD_SIGNAL_COLUMNS)
-    tables.targets = pd.DataFrame(out["targets"])
-    return tables
+    return MethodTables(frame(out["samples"]), pd.DataFrame(out["signals"], columns=METHOD_SIGNAL_COLUMNS),
+                        pd.DataFrame(out["targets"]), frame(out["next_token"]), frame(out["hidden"]),
+                        frame(out["costs"]), incomplete)
