@@ -31,6 +31,7 @@ from confgrid.flows.stages.grade import ANSWER_ALIGN, token_signal
 from confgrid.analysis.metrics import UndefinedMetricWarning
 from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
 from confgrid.flows.evaluate.clusters import with_cluster_columns
+from confgrid.registry import Registry
 
 __all__ = ["Evaluation", "evaluate", "UNIT_PLANNERS", "primary_group", "select", "shift_pairs", "item_clusters",
            "cluster_problems", "comparisons_of", "dropped_table"]
@@ -40,7 +41,7 @@ log = logging.getLogger("confgrid")
 #: answer set -> the planner of its rows' units, where their pairing is not :func:`plan_units`' (study 001's
 #: comparison, flows/studies/ace.py): ``planner(spec, rows)`` returns None or an object whose ``units`` join the
 #: bootstrap job, each under its own metrics and resamples (kept in :attr:`Evaluation.planned`).
-UNIT_PLANNERS: dict[str, Callable[[GridSpec, pd.DataFrame], Any]] = {}
+UNIT_PLANNERS: Registry[Callable[[GridSpec, pd.DataFrame], Any]] = Registry("unit planner")
 
 
 @dataclass
@@ -97,7 +98,7 @@ def _rows(signals: pd.DataFrame, own_planner: bool) -> pd.DataFrame:
     """The rows whose answer set has a planner of its own (:data:`UNIT_PLANNERS`), or the others."""
     if signals.empty:
         return signals
-    keep = signals["answer_set"].isin(UNIT_PLANNERS).to_numpy() == own_planner
+    keep = signals["answer_set"].isin(UNIT_PLANNERS.names()).to_numpy() == own_planner
     return signals if keep.all() else signals[keep]
 
 

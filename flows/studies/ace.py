@@ -17,6 +17,7 @@ from confgrid.flows.tables.signals import ProducerRows
 log = logging.getLogger("confgrid")
 
 
+@UNIT_PLANNERS.register(COMPARISON_SET)
 def plan_comparison(spec, table):
     """The comparison's cells as units of their own (analysis/ace/units.py), planned from its rows of the signal table
     by :func:`~confgrid.analysis.ace.tables.ace_plan` with the grid's comparison section (views, metrics, ``bootstrap``
@@ -31,9 +32,6 @@ def plan_comparison(spec, table):
     return ace_plan(rows, ratings if "ca" in c.views else None, pairs=pairs, views=c.views, metrics=c.metrics,
                     n_bootstrap=c.bootstrap, seed=c.seed, target=c.target, n_bins=spec.metrics.ece_bins,
                     ia_strata=c.ia_strata, n_strata=c.n_strata)
-
-
-UNIT_PLANNERS[COMPARISON_SET] = plan_comparison
 
 
 class AccuracyControlled(Study, name="ace", section="comparison", tables=ACE_TABLES, figures=("ace_reversals",),
