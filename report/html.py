@@ -181,9 +181,11 @@ def render_report(tables: RunTables, figs: FigureSet) -> str:
 
 def _log_mlflow(root: Path, tables: RunTables, paths: list[Path]) -> str | None:
     """Log ``paths`` into the run's MLflow parent run; a message when that is not possible, else None."""
+    if not (root / "manifest.json").is_file():  # an analyze folder: no parent run of a grid to log into
+        return f"figures not logged to MLflow: {root} has no manifest.json (only a run folder names its parent run)"
     try:
         meta = read_manifest(root / "manifest.json").get("meta", {})
-    except Exception as exc:  # noqa: BLE001 - no manifest: nothing to log into
+    except Exception as exc:  # noqa: BLE001 - an unreadable manifest: nothing to log into
         return f"figures not logged to MLflow: {exc}"
     parent = meta.get("mlflow_parent_run_id")
     uri = meta.get("custom_tracking_uri") or default_tracking_uri(root)

@@ -180,8 +180,8 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     n_clusters = {st.name: st.n_clusters for st in read.settings if st.n_clusters is not None}
     metrics_df, gaps_df, shifts_df = (with_cluster_columns(df, spec.group_col, n_clusters)
                                       for df in (est.metrics, est.gaps, est.shifts))
-    if read.rows is None and (spec.views is not None or spec.candidates is not None):
-        raise AnalyzeInputError("--views/--candidates compare models: the input needs a model column "
+    if read.rows is None and (spec.views is not None or spec.candidates is not None or spec.pairs is not None):
+        raise AnalyzeInputError("--views/--pairs/--candidates compare models: the input needs a model column "
                                 "(--model-col NAME)")
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "alignment": read.alignment,

@@ -10,6 +10,7 @@ alignment and comparisons), ``in_turn`` (five-column Parquet without a model col
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from confgrid.flows.evaluate.run_evaluation import RUN_COMPARISONS
 from confgrid.registry import Registry
 
 __all__ = ["ALIGNMENT_COLUMNS", "ROADS", "Analyzed", "Road", "UnitSummary", "checked", "evaluate_input", "road_for"]
+
+log = logging.getLogger("confgrid")
 
 ALIGNMENT_COLUMNS = ["setting", "signal", "n_items", "n_used", "n_left_out", "left_out_examples"]
 #: The columns that make a Parquet file a signal table (read as such, not as five columns).
@@ -201,7 +204,11 @@ def _read_signal_table(spec: AnalyzeSpec) -> list[SignalRows]:
     if spec.group_col not in (None, "cluster"):
         raise AnalyzeInputError(f"--group-col {spec.group_col!r}: a signal table names each item's cluster in its "
                                 "'cluster' column; use --group-col cluster or leave it out")
-    table = checked(without_comparison(conform(pd.read_parquet(spec.input))), spec.input)
+    whole = conform(pd.read_parquet(spec.input))
+    table = checked(without_comparison(whole), spec.input)
+    if len(table) < len(whole):
+        log.info("analyze: %d row(s) of answer set 'comparison' (study 001's inputs) left out: their cells are planned "
+                 "from a grid's comparison section, which analyze has not", len(whole) - len(table))
     if table.empty:
         raise AnalyzeInputError(f"{spec.input}: no data rows")
     return [SignalRows(table, len(table))]

@@ -128,11 +128,14 @@ def _parse_pairs(flag: str, value: Any, labelled: bool) -> tuple[tuple[str, ...]
         if isinstance(p, str) and not p.strip():
             continue
         bits = [b.strip() if isinstance(b, str) else b for b in (p.split(":") if isinstance(p, str) else p)]
-        if len(bits) not in ((2, 3) if labelled else (2,)) or not all(isinstance(b, str) and b for b in bits) \
-                or bits[0] == bits[1]:
+        shown = p if isinstance(p, str) else ':'.join(map(str, p))
+        if len(bits) not in ((2, 3) if labelled else (2,)) or not all(isinstance(b, str) and b for b in bits):
             what = "MODEL_A:MODEL_B or MODEL_A:MODEL_B:LABEL" if labelled else \
                 "two different signal names (A:B, comma-separated)"
-            raise AnalyzeInputError(f"{flag}: {p if isinstance(p, str) else ':'.join(map(str, p))!r} is not {what}")
+            raise AnalyzeInputError(f"{flag}: {shown!r} is not {what}")
+        if bits[0] == bits[1]:
+            raise AnalyzeInputError(f"{flag}: {shown!r} pairs {bits[0]!r} with itself; give two different "
+                                    f"{'models' if labelled else 'signals'}")
         out.append((*bits, "pair") if len(bits) == 2 and labelled else tuple(bits))
     return tuple(out)
 

@@ -6,6 +6,7 @@ rates every model's answers (candidate-aligned view), the tables exist, and a se
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pandas as pd
@@ -108,7 +109,7 @@ def test_the_comparison_is_evaluated_by_the_one_evaluator_and_judged(ace_run):
     assert run.tags["confgrid.verdict.large-small.ece.da"].split(" ")[0] in ("robust", "fragile", "unresolved")
 
 
-def test_the_comparison_is_planned_from_its_rows_of_the_signal_table(ace_run, tmp_path):
+def test_the_comparison_is_planned_from_its_rows_of_the_signal_table(ace_run, tmp_path, caplog):
     """Issue 39: the own-answer rows and the candidate ratings are rows of tables/signals.parquet (answer set
     ``comparison``), the ACE tables come from them, and dropped, settings, calibration and analyze do not see them."""
     from confgrid.analysis.ace.units import comparison_inputs
@@ -133,9 +134,11 @@ def test_the_comparison_is_planned_from_its_rows_of_the_signal_table(ace_run, tm
                                       getattr(ref, name).reset_index(drop=True), check_dtype=False)
     for name in ("dropped", "settings", "calibration", "metrics"):
         assert "comparison" not in set(pd.read_parquet(res / f"{name}.parquet")["answer_set"]), name
-    got = analyze(AnalyzeSpec(input=out / "tables" / "signals.parquet", out=tmp_path / "a", n_resamples=5,
-                              track=False))
+    with caplog.at_level(logging.INFO, logger="confgrid"):
+        got = analyze(AnalyzeSpec(input=out / "tables" / "signals.parquet", out=tmp_path / "a", n_resamples=5,
+                                  track=False))
     assert len(got.tables["metrics"]) and "comparison" not in set(got.tables["metrics"]["answer_set"])
+    assert f"analyze: {len(mine)} row(s) of answer set 'comparison' (study 001's inputs) left out" in caplog.text
 
 
 def test_every_rater_rates_every_pooled_candidate(ace_run):

@@ -21,6 +21,7 @@ from confgrid.cli.main import app
 from confgrid.cli.show.tables import print_results
 from confgrid.flows.store.run_info import RUN_INFO, RunInfo, derived_run_info, read_run_info, write_run_info
 from confgrid.report import FIGURES, RunTables, render_report
+from confgrid.report.html import _log_mlflow
 from confgrid.report.registry import FigureSet, register_figure
 from confgrid.report.run_tables import DEFAULT_PRIMARY
 
@@ -141,6 +142,12 @@ def test_report_of_an_analyze_directory_loads_in_chromium(tmp_path, capsys):
     shutil.copyfile(shot, kept)
     with capsys.disabled():
         print(f"\nanalyze report screenshot: {kept}")
+
+
+def test_a_folder_without_a_manifest_says_why_its_figures_are_not_logged(tmp_path):
+    """An analyze folder has no manifest.json, so no parent run to log figures into: said, not an OSError."""
+    msg = _log_mlflow(tmp_path, None, [])
+    assert msg == f"figures not logged to MLflow: {tmp_path} has no manifest.json (only a run folder names its parent run)"
 
 
 def test_the_run_info_record_and_its_derivation_from_an_old_folder(tmp_path):

@@ -97,6 +97,17 @@ def test_views_without_a_model_column_are_an_error(tmp_path):
     _rows().drop(columns="model").drop_duplicates(["setting", "item_id", "signal"]).to_csv(path, index=False)
     with pytest.raises(AnalyzeInputError, match="needs a model column"):
         analyze(AnalyzeSpec(input=path, out=tmp_path / "o", n_resamples=10, track=False, views=["raw"]))
+    with pytest.raises(AnalyzeInputError, match="--views/--pairs/--candidates compare models"):
+        analyze(AnalyzeSpec(input=path, out=tmp_path / "o", n_resamples=10, track=False, pairs="big:small"))
+
+
+def test_a_model_paired_with_itself_is_refused_for_that_reason(tmp_path):
+    with pytest.raises(AnalyzeInputError, match="--pairs: 'big:big' pairs 'big' with itself; give two different models"):
+        AnalyzeSpec(input=tmp_path / "x.csv", out=tmp_path / "o", pairs="big:big")
+    with pytest.raises(AnalyzeInputError, match="--signal-pairs: 'a:a' pairs 'a' with itself; give two different signals"):
+        AnalyzeSpec(input=tmp_path / "x.csv", out=tmp_path / "o", signal_pairs="a:a")
+    with pytest.raises(AnalyzeInputError, match="--pairs: 'a:b:c:d' is not MODEL_A:MODEL_B or MODEL_A:MODEL_B:LABEL"):
+        AnalyzeSpec(input=tmp_path / "x.csv", out=tmp_path / "o", pairs="a:b:c:d")
 
 
 def test_graded_correctness_from_a_file_with_ia_strata(tmp_path):
