@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
 __all__ = [
     "CACHE_ENV",
     "GgufModel",
@@ -219,8 +221,6 @@ def cache_into(final: Path, convert: Callable[[Path], object]) -> Path:
     directories left by a killed conversion are removed by the next one. Returns ``final``. Raises whatever
     ``convert`` raises, and ``RuntimeError`` if it returns without writing :data:`PROVENANCE_FILE`.
     """
-    from filelock import FileLock
-
     if (final / PROVENANCE_FILE).is_file():
         return final
     root = final.parent

@@ -19,6 +19,7 @@ docs, "OpenAI-Compatible Server" (extra parameters ``top_k``, ``continue_final_m
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import socket
@@ -262,8 +263,6 @@ class OpenAIBackend:
         if not path:
             return None
         if not os.path.isdir(path):
-            import logging
-
             logging.getLogger("confgrid").warning(
                 "answer cache %s is not reachable from %s (a replica on another node without shared storage): "
                 "answers of this replica are not cached", path, socket.gethostname())

@@ -38,13 +38,14 @@ from .candidates import CACell
 from .frame import Cell
 from .views import DA_VIEWS, DEFAULT_OPTIONS, CellViews, ViewOptions
 
-__all__ = ["ace_unit", "ACE_KIND", "COMPARISON_SET", "unit_labels", "signal_rows", "comparison_inputs",
+__all__ = ["ace_unit", "ACE_KIND", "COMPARISON_SET", "OWN_KIND", "CANDIDATE_KIND", "unit_labels", "signal_rows", "comparison_inputs",
            "without_comparison"]
 
 #: The ``kind`` of an ACE unit's signals: each side of a gap is a model (analysis/verdicts.py ``side``).
 ACE_KIND = "model"
-#: The answer set of the comparison's input rows in the one signal table (:func:`signal_rows`).
-COMPARISON_SET = "comparison"
+#: The answer set of the comparison's input rows in the one signal table (:func:`signal_rows`), and their kinds: a
+#: compared model's own-answer row, a rater's rating of a pooled candidate.
+COMPARISON_SET, OWN_KIND, CANDIDATE_KIND = "comparison", "comparison", "candidate"
 
 
 def signal_rows(rows: pd.DataFrame, ratings: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -55,14 +56,18 @@ def signal_rows(rows: pd.DataFrame, ratings: pd.DataFrame | None = None) -> pd.D
     * candidate ratings (:data:`.candidates.RATING_COLUMNS`): unit ``rater/dataset/method`` (model the rater), kind
       ``candidate``, ``signal`` the candidate (normalized), ``rated`` its producers ``a|b``, ``target`` its label.
 
-    :func:`comparison_inputs` gives both back.
+    :func:`comparison_inputs` gives both back (the candidate's surface form is not kept: it gives the normalized
+    candidate as ``surface``). Raises ``ValueError`` if a producer's name holds ``|`` (a grid's model names cannot:
+    flows/spec/base.py ``LABEL_PATTERN``).
     """
     own = rows.rename(columns={"signal": "confidence", "correct": "target"})
-    out = [own.assign(setting=own["model"] + "/" + own["dataset"], signal=own["method"], kind="comparison",
+    out = [own.assign(setting=own["model"] + "/" + own["dataset"], signal=own["method"], kind=OWN_KIND,
                       rated="own_answer")]
     if ratings is not None and len(ratings):
         r = ratings.rename(columns={"rater": "model", "signal": "confidence", "label": "target"})
-        out.append(r.assign(setting=r["model"] + "/" + r["dataset"] + "/" + r["method"], kind="candidate",
+        if bad := sorted({m for p in r["producers"] for m in p if "|" in m}):
+            raise ValueError(f"producers: model name(s) {bad} hold '|', which joins a candidate's producers")
+        out.append(r.assign(setting=r["model"] + "/" + r["dataset"] + "/" + r["method"], kind=CANDIDATE_KIND,
                             signal=r["candidate"], rated=["|".join(p) for p in r["producers"]]))
     return conform(pd.concat(out, ignore_index=True), answer_set=COMPARISON_SET)
 
@@ -70,7 +75,7 @@ def signal_rows(rows: pd.DataFrame, ratings: pd.DataFrame | None = None) -> pd.D
 def comparison_inputs(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The own-answer rows and the candidate ratings of :func:`signal_rows`' rows (other rows are ignored)."""
     t = table[table["answer_set"] == COMPARISON_SET]
-    own, cand = t[t["kind"] == "comparison"], t[t["kind"] == "candidate"]
+    own, cand = t[t["kind"] == OWN_KIND], t[t["kind"] == CANDIDATE_KIND]
     rows = own[["model", "dataset", "method", "item_id", "confidence", "target"]].rename(
         columns={"confidence": "signal", "target": "correct"})
     ratings = pd.DataFrame({"dataset": cand["dataset"], "item_id": cand["item_id"], "candidate": cand["signal"],

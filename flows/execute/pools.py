@@ -47,11 +47,16 @@ def model_config(m: ModelSpec, spec: GridSpec, api_cache: str | None = None):
     """
     from confgrid.actors.model_actor import ModelConfig  # lazy: model_actor imports ray
 
-    own = {"executor": m.resolved_executor, "max_retries": spec.execution.max_retries,
-           "chat_template_kwargs": tuple(sorted(m.chat_template_kwargs.items())),
-           "api": dataclasses.replace(m.api.config(), cache_dir=api_cache) if m.api is not None else None}
-    return ModelConfig(**{f.name: own[f.name] if f.name in own else getattr(m, f.name)
-                          for f in dataclasses.fields(ModelConfig)})
+    return ModelConfig(
+        name=m.name, model=m.model, backend=m.backend, dtype=m.dtype, revision=m.revision,
+        chat_template=m.chat_template, batch_size=m.batch_size, tensor_parallel_size=m.tensor_parallel_size,
+        executor=m.resolved_executor,
+        max_num_batched_tokens=m.max_num_batched_tokens, enable_chunked_prefill=m.enable_chunked_prefill,
+        enable_prefix_caching=m.enable_prefix_caching, gpu_memory_utilization=m.gpu_memory_utilization,
+        max_retries=spec.execution.max_retries, generation_bos=m.generation_bos, scoring_bos=m.scoring_bos,
+        max_num_seqs=m.max_num_seqs, chat_template_kwargs=tuple(sorted(m.chat_template_kwargs.items())),
+        api=dataclasses.replace(m.api.config(), cache_dir=api_cache) if m.api is not None else None,
+    )
 
 
 def cancel_calls(refs: list[Any]) -> None:

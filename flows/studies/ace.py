@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 
+import pandas as pd
 import pyarrow as pa
 
-from confgrid.analysis.ace.tables import ace_plan, ace_views
+from confgrid.analysis.ace.tables import ACEPlan, ace_plan, ace_views
 from confgrid.analysis.ace.units import ACE_KIND, COMPARISON_SET, comparison_inputs, signal_rows
 from confgrid.analysis.signals import analyzed
 from confgrid.flows.evaluate.ace import ACE_TABLES, ace_frames, ace_mlflow_metrics, ace_rows, ca_ratings
 from confgrid.flows.evaluate.run_evaluation import UNIT_PLANNERS
+from confgrid.flows.spec.grid import GridSpec
 from confgrid.flows.studies import Study, StudyOutput
 from confgrid.flows.tables.signals import ProducerRows
 
@@ -18,7 +20,7 @@ log = logging.getLogger("confgrid")
 
 
 @UNIT_PLANNERS.register(COMPARISON_SET)
-def plan_comparison(spec, table):
+def plan_comparison(spec: GridSpec, table: pd.DataFrame) -> ACEPlan | None:
     """The comparison's cells as units of their own (analysis/ace/units.py), planned from its rows of the signal table
     by :func:`~confgrid.analysis.ace.tables.ace_plan` with the grid's comparison section (views, metrics, ``bootstrap``
     resamples, seed, DA target, bins, strata): the plan of the ACE tables. None when fewer than two models have rows

@@ -166,3 +166,7 @@ def test_the_comparison_round_trips_through_the_signal_table(example):
     got = ace_tables(own, ratings, n_bootstrap=200, seed=0)
     for name, df in example.tables().items():
         pd.testing.assert_frame_equal(got.tables()[name], df, obj=name)
+    ratings = EX.ratings(CA.candidate_pool(rows, EX.normalize))
+    ratings["producers"] = [tuple(f"{m}|x" for m in p) for p in ratings["producers"]]
+    with pytest.raises(ValueError, match=r"producers: model name\(s\) \[.*\] hold '\|', which joins"):
+        signal_rows(rows, ratings)
