@@ -238,8 +238,8 @@ class CapabilityCell:
         return {"model": self.model, "dataset": self.dataset}
 
     def target(self, name: str) -> np.ndarray:
-        """The target of a name of :data:`TARGETS`."""
-        return self.mu if name == "capability" else self.resp
+        """The target of a name of :data:`TARGETS` (KeyError for another name)."""
+        return {"capability": self.mu, "response": self.resp}[name]
 
 
 @dataclass
