@@ -36,7 +36,7 @@ from confgrid.analysis.ace.tables import ACETables, ace_tables
 from confgrid.analysis.closure import closure_notes
 from confgrid.analysis.evaluation import estimates, unit_names
 from confgrid.analysis.verdicts import verdict_table
-from confgrid.flows.analyze.input import AnalyzeWarning, InputRows, _columns
+from confgrid.flows.analyze.input import AnalyzeWarning, InputRows, role_columns
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.flows.analyze.roads import Analyzed, evaluate_input
 from confgrid.flows.analyze.spec import AnalyzeSpec
@@ -226,7 +226,7 @@ def _record(spec: AnalyzeSpec, read: Analyzed) -> dict[str, Any]:
                   chunk_size=spec.chunk_size, use_ray=spec.use_ray, n_rows=read.n_rows, n_settings=len(settings),
                   threshold=spec.threshold, uncertainty=spec.uncertainty,
                   graded_soft_labels=bool(read.n_graded and spec.threshold is None), in_turn=read.road == "in_turn",
-                  **{f"column.{r}": c for r, c in _columns(spec.column_roles).items()})
+                  **{f"column.{r}": c for r, c in role_columns(spec.column_roles).items()})
     if spec.group_col is not None:  # a cluster bootstrap: say so, on which column, how many clusters
         n_clusters = [st.n_clusters for st in settings if st.n_clusters is not None]
         params.update(resampling="clustered", group_col=spec.group_col, n_clusters=",".join(map(str, n_clusters)))

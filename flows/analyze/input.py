@@ -31,7 +31,7 @@ from confgrid.registry import Registry
 
 __all__ = ["ALIGN", "MAX_PROBLEMS", "SignalRows", "check_clusters", "signal_rows", "UNCERTAINTY",
            "UncertaintyTransform", "INPUT_FORMATS", "InputFormat", "AnalyzeWarning", "CheckOptions", "InputRows",
-           "check_chunk", "input_format", "raise_problems", "read_rows"]
+           "check_chunk", "input_format", "raise_problems", "read_rows", "role_columns"]
 
 @dataclass(frozen=True)
 class InputFormat:
@@ -164,7 +164,9 @@ class InputRows:
 
 
 
-def _columns(columns: Mapping[str, str] | None) -> dict[str, str]:
+def role_columns(columns: Mapping[str, str] | None) -> dict[str, str]:
+    """Role -> column name of an input, from ``--*-col`` overrides (AnalyzeInputError: an unknown role, an empty
+    name, a column in two roles)."""
     cols = {r: r for r in (*ROLES, *OPTIONAL_ROLES)}
     for role, name in (columns or {}).items():
         if role not in cols:
@@ -348,7 +350,7 @@ def raise_problems(path: Path, keyed: list[tuple[int, int, str]], total: int,
     for part in stats:
         for role, st in part.items():
             merged.setdefault(role, _Stats()).merge(st)
-    hints = _hints(merged, cols or _columns(None))
+    hints = _hints(merged, cols or role_columns(None))
     msgs = [m for _, _, m in keyed]
     shown = "\n".join(f"  {m}" for m in msgs[:MAX_PROBLEMS])
     more = f"\n  ... and {total - MAX_PROBLEMS} more problem(s)" if total > MAX_PROBLEMS else ""
@@ -370,7 +372,7 @@ def read_rows(path: str | Path, columns: Mapping[str, str] | None = None,
     (``problems``, ``n_problems``, ``hints``): missing values (empty, null, NaN), non-numbers, confidence or correct
     outside [0, 1] by more than 1e-6, duplicate (setting, item_id, signal) rows (naming both places), malformed lines.
     """
-    path, cols = Path(path), _columns(columns)
+    path, cols = Path(path), role_columns(columns)
     try:
         chunk = INPUT_FORMATS.get(input_format(path)).read(path, cols)
     except UnicodeDecodeError as exc:

@@ -30,7 +30,7 @@ from confgrid.analysis.registry import METRICS
 from confgrid.analysis.signals import UNIT_COLUMNS, check, conform
 from confgrid.flows.analyze.check import check_ids
 from confgrid.flows.analyze.input import (INPUT_FORMATS, AnalyzeWarning, CheckOptions, InputRows, SignalRows,
-                                          _columns, check_chunk, input_format, raise_problems, read_rows, signal_rows)
+                                          role_columns, check_chunk, input_format, raise_problems, read_rows, signal_rows)
 from confgrid.flows.analyze.read import AnalyzeInputError, Chunk, open_parquet, read_parquet
 from confgrid.flows.analyze.spec import AnalyzeSpec
 from confgrid.flows.evaluate.bootstrap_ray import bootstrap_units
@@ -233,7 +233,7 @@ def _wants_in_turn(spec: AnalyzeSpec) -> bool:
     """Parquet without a model column, unless ``--whole-file``; ``--in-turn`` on another input is an error."""
     if not spec.in_turn and spec.input.suffix.lower() not in INPUT_FORMATS.get("parquet").suffixes:
         return False  # not Parquet, and not asked: another entry's file
-    cols = _columns(spec.column_roles)
+    cols = role_columns(spec.column_roles)
     parquet = input_format(spec.input) == "parquet"
     has_model = parquet and "model" in cols and cols["model"] in open_parquet(spec.input).schema_arrow.names
     if spec.in_turn and not (parquet and not has_model):
@@ -257,7 +257,7 @@ def _read_in_turn(spec: AnalyzeSpec) -> Iterator[SignalRows]:
     setting is read, AnalyzeInputError lists the bad rows of all in file order, else names the first setting whose
     items name several clusters, else says there are no data rows.
     """
-    path, cols, options = spec.input, _columns(spec.column_roles), CheckOptions(spec.threshold, spec.uncertainty)
+    path, cols, options = spec.input, role_columns(spec.column_roles), CheckOptions(spec.threshold, spec.uncertainty)
     pf = open_parquet(path)
     read_parquet(path, cols, row_groups=[], roles=["setting"])  # missing columns are named before any work
     groups: dict[str | None, list[int]] = {}  # setting (None: missing) -> the row groups that hold it

@@ -27,7 +27,7 @@ from confgrid.analysis.registry import GRAMMAR, METRICS, check_bins, expand_binn
 from confgrid.analysis.resampling import DEFAULT_CHUNK_SIZE
 from confgrid.analysis.verdicts import VerdictRule
 from confgrid.flows.analyze.input import AnalyzeWarning
-from confgrid.flows.analyze.input import _columns as _role_columns
+from confgrid.flows.analyze.input import role_columns
 from confgrid.flows.analyze.read import FLAGS as COLUMN_FLAGS
 from confgrid.flows.analyze.read import AnalyzeInputError
 from confgrid.flows.spec.estimation import VerdictSpec
@@ -313,7 +313,7 @@ class AnalyzeSpec(BaseModel):
             raise AnalyzeInputError(f"level: must lie in (0, 1), got {self.level!r}")
         if self.interval not in INTERVALS:
             raise AnalyzeInputError(f"--interval: {self.interval!r}; choose from {', '.join(INTERVALS)}")
-        _role_columns(self.column_roles)  # an unknown role, an empty name, a column in two roles
+        role_columns(self.column_roles)  # an unknown role, an empty name, a column in two roles
         return self
 
     @property

@@ -130,7 +130,7 @@ def test_column_wise_reader_equals_the_per_row_reader_on_every_fixture(tmp_path)
 def test_fast_paths_are_taken_for_plain_files_and_left_for_odd_ones(tmp_path):
     from confgrid.flows.analyze import read as R
 
-    cols = NEW._columns(None)
+    cols = NEW.role_columns(None)
     by_name = {p.name: p for p, _ in _cases(tmp_path)}
     assert R._read_csv_fast(SMALL, SMALL.read_bytes(), cols) is not None
     assert R._read_csv_fast(by_name["quoted.csv"], by_name["quoted.csv"].read_bytes(), cols) is not None
