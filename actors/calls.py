@@ -56,11 +56,22 @@ class ScoreRequest:
 class Sampling:
     """Decoding parameters of a generation call, exactly as the backend receives them.
 
-    ``temperature`` >= 0 (0: greedy); ``top_p``: nucleus mass in (0, 1] (1: off); ``top_k``: most probable tokens
-    kept (0: off); ``n``: samples per prompt (>= 1; 1 when greedy); ``seed``: base seed, each request (and sample)
-    derives its own (:func:`~confgrid.actors.backend.request_seed`), None: not reproducible. ``from_model``: take
-    temperature, top_p and top_k from the model's ``generation_config`` (``temperature: model_default``); the replica
-    returns the values it used in :attr:`SamplesOutput.sampling`.
+    Attributes
+    ----------
+    temperature : float
+        >= 0; 0 is greedy decoding.
+    top_p : float
+        Nucleus mass in (0, 1] (1: off).
+    top_k : int
+        Most probable tokens kept (0: off).
+    n : int
+        Samples per prompt (>= 1; 1 when greedy).
+    seed : int or None
+        Base seed; each request (and sample) derives its own (:func:`~confgrid.actors.backend.request_seed`).
+        None: not reproducible.
+    from_model : bool
+        Take temperature, top_p and top_k from the model's ``generation_config`` (``temperature: model_default``);
+        the replica returns the values it used in :attr:`SamplesOutput.sampling`.
     """
 
     temperature: float = 0.0
@@ -89,10 +100,19 @@ class CallParams:
     """The engine-call parameters of a shard: what a replica needs beyond the requests. Each stage sets its own
     (flows/stages), the rest keep their defaults; every shard of one :class:`EngineCall` shares them.
 
-    ``generate``: ``max_new_tokens`` (>= 1) and ``sampling`` (None or greedy: one :class:`GenerationOutput` per
-    request; otherwise one :class:`SamplesOutput`). ``next_token``: ``top_logprobs`` tokens per prompt, and the
-    ``candidates`` whose variant token ids the replica looks up in its tokenizer (protocols/candidates.py) with their
-    ``cases``. ``hidden_states``: ``layers`` (0 = embeddings; None = all).
+    Attributes
+    ----------
+    max_new_tokens : int
+        ``generate``: the budget in new tokens (>= 1).
+    sampling : Sampling or None
+        ``generate``: None or greedy: one :class:`GenerationOutput` per request; otherwise one :class:`SamplesOutput`.
+    top_logprobs : int
+        ``next_token``: tokens returned per prompt.
+    candidates, cases : tuple of str
+        ``next_token``: candidate strings whose variant token ids the replica looks up in its tokenizer
+        (protocols/candidates.py), and their case variants.
+    layers : tuple of int or None
+        ``hidden_states``: layer indices (0 = embeddings); None = all.
     """
 
     max_new_tokens: int = 32
@@ -119,13 +139,22 @@ class EngineCall(CallParams):
 
 @dataclass(frozen=True)
 class GenerationOutput:
-    """One generated continuation: ``text`` decoded with special tokens dropped; ``finish_reason`` ``"stop"`` (an
-    EOS id) or ``"length"`` (the budget ran out); ``prompt_tokens`` of the rendered prompt (an API model: the server's
-    usage count, -1 when absent).
+    """One generated continuation.
 
-    An API model only: ``token_logprobs``, the log-prob (nats, <= 0) of each generated token as the server returned
-    it, None when it returned none; ``logprobs_status`` ``"ok"`` or why it is None (``"no_logprobs"``,
-    ``"no_logprob_content"``, ``"not_requested"``; actors/openai_backend.py); a local backend records neither.
+    Attributes
+    ----------
+    text : str
+        The decoded continuation (special tokens dropped).
+    finish_reason : str
+        ``"stop"`` (an EOS id) or ``"length"`` (the budget ran out).
+    prompt_tokens : int
+        Tokens of the rendered prompt (an API model: the server's usage count, -1 when absent).
+    token_logprobs : tuple of float or None
+        An API model: the log-prob (nats, <= 0) of each generated token as the server returned it; None when it
+        returned none, and for a local backend (which does not record them here).
+    logprobs_status : str
+        ``""`` (local backends), ``"ok"``, or why ``token_logprobs`` is None (``"no_logprobs"``,
+        ``"no_logprob_content"``, ``"not_requested"``; actors/openai_backend.py).
     """
 
     text: str
@@ -185,14 +214,26 @@ class ScoreOutput:
 class ReplicaInfo:
     """The process that answered a call.
 
-    ``incarnation``: a random id drawn when the actor process loaded the model (a restarted actor, same Ray actor in
-    a new process, has a new one). ``load_started`` (``time.time()`` on the replica; 0.0 when unknown) and
-    ``load_seconds``: when the model load began and how long it took. ``node_id``, ``node_ip``: the Ray node (""
-    outside Ray). ``gpu_ids``: the GPUs Ray assigned (``CUDA_VISIBLE_DEVICES``): N for a tensor-parallel replica with
-    the multiprocessing executor, none in a placement group (vLLM's Ray workers hold them) or on CPU. ``cpu_bind``: a
-    tensor-parallel vLLM replica on CPU: the per-rank core lists it gave vLLM (``VLLM_CPU_OMP_THREADS_BIND``,
-    ``"0|1"``). ``ranks``: the engine's processes, ``(name, pid)``: vLLM's engine core and, with its multiprocessing
-    executor, one worker per rank.
+    Attributes
+    ----------
+    incarnation : str
+        Random id drawn when the actor process loaded the model; a restarted actor (same Ray actor, new process) has
+        a new one.
+    load_seconds : float
+        Seconds the model load of this incarnation took (wall clock, >= 0).
+    node_id, node_ip : str
+        The Ray node the process runs on ("" outside Ray).
+    load_started : float
+        Wall-clock time (``time.time()`` on the replica) the model load began; 0.0 when unknown.
+    gpu_ids : tuple of str
+        The GPUs Ray assigned to the actor (``CUDA_VISIBLE_DEVICES``): N for a tensor-parallel replica with the
+        multiprocessing executor, none in a placement group (vLLM's Ray workers hold them) or on CPU.
+    cpu_bind : str
+        A tensor-parallel vLLM replica computing on CPU: the per-rank core lists it gave vLLM
+        (``VLLM_CPU_OMP_THREADS_BIND``, e.g. ``"0|1"``); "" otherwise.
+    ranks : tuple of (str, int)
+        The engine's processes this incarnation started, ``(name, pid)``: vLLM's engine core and, with its
+        multiprocessing executor, one worker per rank; empty for other backends.
     """
 
     pid: int

@@ -275,9 +275,10 @@ def binned_ece(confidence, correct, binning: Binning, n_bins: int = 10) -> float
     Reference: study 000, Appendix A (the mean); Müller et al. 2026, ``calculate_calibration_data.py`` in
     ``calibration_visualization/`` (the midpoint, centred bins).
 
-    ``confidence`` and ``correct`` as in :mod:`confgrid.analysis.metrics`; ``n_bins``: the run's bins, used when
-    ``binning.n_bins`` is None. Returns the ECE in ``[0, 1]``, **lower is better**; ``nan`` (warned) for no rows or a
-    non-finite input. ValueError as the metrics, or for ``n_bins < 1``.
+    ``confidence`` and ``correct`` as in :mod:`confgrid.analysis.metrics` (shape ``(n_samples,)``, in ``[0, 1]``);
+    ``n_bins``: the run's bins, used when ``binning.n_bins`` is None. Returns the ECE in ``[0, 1]``, **lower is
+    better**; ``nan`` (with an :class:`~confgrid.analysis.metrics.UndefinedMetricWarning`) for no rows or a non-finite
+    input. ValueError as the metrics, or for ``n_bins < 1``.
 
     Examples
     --------

@@ -455,8 +455,8 @@ def calibration_gap(confidence, correct) -> float:
     Returns
     -------
     float
-        Gap in ``[-1, 1]``; **signed: 0 is best** (registered with ``signed=True``). ``nan`` (warned) for no rows or a
-        non-finite input.
+        Gap in ``[-1, 1]``; **signed: 0 is best** (registered with ``signed=True``). ``nan`` (with an
+        :class:`UndefinedMetricWarning`) for no rows or a non-finite input.
 
     Examples
     --------

@@ -98,7 +98,8 @@ def validate_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
     Raises
     ------
     ValueError
-        If an input is not 1-D, the lengths differ, or a finite value lies outside ``[0, 1]``.
+        If an input is not 1-D, the lengths differ, or a finite value lies outside ``[0, 1]`` (the message names the
+        argument, the value, its index and the range).
     TypeError
         If an input is not numeric.
     """
@@ -372,8 +373,8 @@ def auroc(confidence, correct) -> float:
     Returns
     -------
     float
-        AUROC in ``[0, 1]``; **higher is better** (0.5 is chance). ``nan`` (warned) for no rows, a non-finite input
-        or a single class.
+        AUROC in ``[0, 1]``; **higher is better** (0.5 is chance). ``nan`` (with an :class:`UndefinedMetricWarning`)
+        for no rows, a non-finite input or a single class.
 
     Examples
     --------
@@ -472,14 +473,16 @@ def spearman(confidence, correct) -> float:
 
     Parameters
     ----------
-    confidence, correct : array-like of shape (n_samples,)
-        ``correct`` is the target: binary or graded in ``[0, 1]`` (e.g. expected accuracy).
+    confidence : array-like of shape (n_samples,)
+        Confidence of each answer, float in ``[0, 1]``.
+    correct : array-like of shape (n_samples,)
+        The target: binary or graded in ``[0, 1]`` (e.g. expected accuracy).
 
     Returns
     -------
     float
-        rho in ``[-1, 1]``; **higher is better**. ``nan`` (warned) for fewer than 2 rows, a non-finite input, or a
-        constant input (no ranking to correlate).
+        rho in ``[-1, 1]``; **higher is better**. ``nan`` (with an :class:`UndefinedMetricWarning`) for fewer than 2
+        rows, a non-finite input, or a constant input (no ranking to correlate).
 
     Examples
     --------

@@ -198,7 +198,8 @@ def get_metric(name: str) -> MetricInfo:
         (:class:`~confgrid.registry.UnknownNameError`, a subclass of both ``KeyError`` and ``ValueError``) listing the
         registered names when ``name`` is unknown.
     BinnedNameError
-        (a ``ValueError``) a name of the grammar that spells no estimator (``ece_equal_mass_midpoint``).
+        (a ``ValueError``) a name of the grammar that spells no estimator (``ece_equal_mass_midpoint``), with the
+        spelling that works.
 
     Examples
     --------
@@ -223,8 +224,9 @@ def closure_variant(name: str, closure: str) -> str:
     Raises
     ------
     ValueError
-        ``name`` has no bins, names a convention (which fixes its closure), an unknown closure, or a float closure of
-        equal-mass or centred bins (which have no ``np.linspace`` edges).
+        ``name`` has no bins (naming it and the binned metrics), names a convention (which fixes its closure), an
+        unknown closure, or a float closure of equal-mass or centred bins (which have no ``np.linspace`` edges; the
+        message names the closure that exists).
     """
     info = get_metric(name)
     if info.binning is None:

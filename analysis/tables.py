@@ -146,7 +146,8 @@ def three_context_table(metrics: pd.DataFrame, gaps: pd.DataFrame, advantages: p
     DataFrame
         One row per setting: ``setting``, ``verbalized`` (+ ``_lo``/``_hi``), ``token_<ctx>`` and ``g_<ctx>`` triples
         per context, then ``flip`` and ``resolved_flip`` between the first and the last context: :func:`compare.flip`
-        and :func:`compare.fully_resolved` of the two advantages (never the gaps' signs or intervals).
+        and :func:`compare.fully_resolved` of the two advantages (a signed metric compares ``|verbalized|`` with
+        ``|token|``, never the gaps' signs or intervals).
     """
     m = _tidy(metrics, "metrics")
     g = _tidy(gaps, "gaps")

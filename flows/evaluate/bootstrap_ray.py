@@ -127,8 +127,11 @@ def bootstrap_settings_ray(settings: Mapping[str, Any], metrics: Sequence[str], 
         Registered metric names (analysis/registry.py) of every setting without its own.
     n_resamples : int
         ``B`` per setting without its own (need not be a multiple of ``chunk_size``).
+    n_bins : int, default=10
+        ECE bins.
     chunk_size : int, default=1000
-        Resamples per Dataset row; part of the draw, as in :func:`paired_bootstrap`.
+        Resamples per Dataset row (a task evaluates a contiguous run of about ``rows / (TASKS_PER_WORKER *
+        num_workers)`` rows); part of the draw, as in :func:`paired_bootstrap`.
     num_workers : int, optional
         Most chunk tasks running at once, one CPU each, on any node; ``None``: every CPU of the cluster.
 

@@ -50,19 +50,32 @@ class CapabilityRole:
 class MethodReader:
     """How the rows of a method stage become the method's tables and signal rows.
 
-    ``name``: the ``reader`` of a method kind (protocols/method_kinds.py); ``stage``: the method stage whose rows
-    it reads; ``collect`` (:data:`CollectFn`): the method's rows into the buckets of the method tables
-    (flows/evaluate/methods.py: ``signals``, ``targets``, ``samples``, ``next_token``, ``hidden``, ``costs``);
-    ``signals``: suffixes of the signal names it adds to the one signal table (``("",)``: its id; ``()``: none, a
-    target or features); ``rated``: the ``rated`` column of its signal rows, ``greedy_answer`` (the model's own
-    greedy answer's correctness), ``first_sample`` (self-consistency; its majority signal rates
-    ``majority_answer``), ``favoured_letter`` (letter probabilities), None without signals; ``capability``: its
-    role in capability calibration (study 004), None: it cannot serve there; ``rated_values``: ``(plan, method,
-    model, table) -> list of RatedValue``, the confidence of each row, for a template that shows the answer it
-    rates (ACE's candidate ratings read it); ``options``: it reads each item's option letters after the lettered
-    question (study 002 Appendix E.1: items with options only, always renormalized over the letters, so
-    ``candidates`` and ``renormalize`` do not apply); ``pools_samples``: its sampled answers rate a supplied
-    candidate by their share (ACE's candidate view, self-consistency).
+    Attributes
+    ----------
+    name : str
+        The ``reader`` of a method kind (protocols/method_kinds.py).
+    stage : str
+        The method stage whose rows it reads.
+    collect : callable
+        :data:`CollectFn`: the method's rows into the buckets of the method tables (flows/evaluate/methods.py):
+        ``signals``, ``targets``, ``samples``, ``next_token``, ``hidden``, ``costs``.
+    signals : tuple of str
+        Suffixes of the signal names it adds to the one signal table (``("",)``: its id; ``()``: none, a target or
+        features).
+    rated : str or None
+        The ``rated`` column of its signal rows: ``greedy_answer`` (the model's greedy answer's correctness),
+        ``first_sample`` (self-consistency; its majority signal rates ``majority_answer``), ``favoured_letter``
+        (letter probabilities); None without signals.
+    capability : CapabilityRole or None
+        Its role in capability calibration (study 004); None: it cannot serve there.
+    rated_values : callable or None
+        ``(plan, method, model, table) -> list of RatedValue``: the confidence of each row, for a template that shows
+        the answer it rates (ACE's candidate ratings read it).
+    options : bool
+        Reads each item's option letters after the lettered question (study 002 Appendix E.1): items with options
+        only, always renormalized over the letters (``candidates`` and ``renormalize`` do not apply).
+    pools_samples : bool
+        Its sampled answers rate a supplied candidate by their share (ACE's candidate view, self-consistency).
     """
 
     name: str

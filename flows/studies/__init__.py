@@ -64,10 +64,17 @@ class RunInputs:
 
 @dataclass(frozen=True)
 class StudyOutput:
-    """A study view's result: ``frames`` for ``results/`` (written by
-    :func:`~confgrid.flows.store.run_store.write_frames`), ``tables`` (name -> path of a ``tables/<name>.parquet`` it
-    wrote, logged with the run's tables) and parent-run MLflow ``metrics`` (keys from
-    :func:`~confgrid.flows.tracking.keyed_metrics`)."""
+    """A study view's result: named frames for ``results/``, tables it stored under ``tables/``, MLflow metrics.
+
+    Attributes
+    ----------
+    frames : Frames
+        Written into ``results/`` by :func:`~confgrid.flows.store.run_store.write_frames`.
+    tables : dict
+        Table name -> path of a ``tables/<name>.parquet`` it wrote (logged as artifacts with the run's tables).
+    metrics : dict
+        Parent-run MLflow metrics (keys from :func:`~confgrid.flows.tracking.keyed_metrics`).
+    """
 
     frames: Frames = field(default_factory=Frames)
     tables: dict[str, Path] = field(default_factory=dict)
