@@ -177,11 +177,11 @@ def main() -> None:  # pragma: no cover - a helper for people, exercised by test
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a script: obey SIGINT too
         signal.signal(signal.SIGINT, signal.default_int_handler)
     cluster = start_local_cluster(a.workers, a.gpus, a.cpus, root=a.root, dashboard=True)
-    print(f"Ray cluster at {cluster.address} (Jobs API {cluster.dashboard}); nodes: "
-          + ", ".join(f"{n.name} {n.resources}" for n in cluster.nodes) + f"; Ctrl-C or kill {os.getpid()} stops it",
-          flush=True)
     try:
-        with contextlib.suppress(KeyboardInterrupt):
+        with contextlib.suppress(KeyboardInterrupt):  # the line is printed inside: a signal right after it is obeyed
+            print(f"Ray cluster at {cluster.address} (Jobs API {cluster.dashboard}); nodes: "
+                  + ", ".join(f"{n.name} {n.resources}" for n in cluster.nodes)
+                  + f"; Ctrl-C or kill {os.getpid()} stops it", flush=True)
             while True:
                 time.sleep(3600)
     finally:
