@@ -183,7 +183,6 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
     if read.rows is None and (spec.views is not None or spec.candidates is not None or spec.pairs is not None):
         raise AnalyzeInputError("--views/--pairs/--candidates compare models: the input needs a model column "
                                 "(--model-col NAME)")
-    out_dir.mkdir(parents=True, exist_ok=True)
     tables = {"metrics": metrics_df, "gaps": gaps_df, "shifts": shifts_df, "alignment": read.alignment,
               "edges": est.edges, "closure": closure_notes(metrics_df, gaps_df, est.edges, spec.n_bins),
               "verdicts": verdict_table(gaps_df, est.shares, spec.verdicts.rule(), spec.level)}
@@ -196,6 +195,7 @@ def analyze(spec: AnalyzeSpec) -> Analysis:
             tables = _with_comparison(tables, ace, spec)
             for msg in ace.messages:
                 warnings.warn(f"comparison across models: {msg}", AnalyzeWarning, stacklevel=2)
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now: a refused option leaves no empty folder behind
     write_frames(Frames({n: tables[n] for n in TABLES}), out_dir / "results")
     # what `confgrid show` and `confgrid report` read (an analysis has one group: every row)
     write_run_info(out_dir, RunInfo(command="analyze", n_bins=spec.n_bins, ece_closure=spec.ece_closure,

@@ -90,6 +90,7 @@ def test_cli_prints_the_comparison_and_bad_options_are_one_line(tmp_path):
     bad = CliRunner().invoke(app, ["analyze", str(path), "--out", str(tmp_path / "o3"), "--no-tracking",
                                    "--pairs", "big:tiny"])
     assert bad.exit_code == 2 and "tiny" in bad.output
+    assert not (tmp_path / "o3").exists()  # a refused option leaves no empty output folder
 
 
 def test_views_without_a_model_column_are_an_error(tmp_path):
