@@ -434,8 +434,8 @@ class GridSpec(_Spec):
         raters = [k.name for _, k in METHOD_KIND_ENTRIES.items()
                   if k.template and get_prompt(k.template).takes_answer]
         pooled = [k.name for _, k in METHOD_KIND_ENTRIES.items() if get_reader(k.reader).pools_samples]
-        kinds = {m.id: m.kind for m in self.methods}
-        compared = [kinds.get(s.split("__")[0]) for s in self.comparison_signals()]  # None: verbalized, token_*
+        kinds = {s: m.kind for m in self.methods for s in (m.id, *m.signals())}  # each signal's method kind
+        compared = [kinds.get(s) for s in self.comparison_signals()]  # None: verbalized, token_*
         if "ca" in c.views and not any(k in (*raters, *pooled) for k in compared):
             raise ValueError("comparison.views: 'ca' needs a compared method that can rate a supplied answer "
                              f"(kinds {raters}, or {', '.join(pooled)} through its samples)")
